@@ -1,0 +1,49 @@
+"""kproto: a Kafka protocol toolkit.
+
+Schemas for every Kafka message (``kproto.schemas``), byte-exact codecs generated from them
+(``kproto.codecs``), and on top of those: record batches, segment storage, traffic capture,
+fetch sessions and client pieces.
+"""
+from __future__ import annotations
+
+from kproto.errors import DecodeError, EncodeError, KprotoError, UnsupportedVersionError
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DecodeError", "EncodeError", "KprotoError", "UnsupportedVersionError",
+    "message", "request", "response", "messages",
+    "RequestHeader", "ResponseHeader",
+    "encode_request", "decode_request", "encode_response", "decode_response",
+    "request_header_version", "response_header_version",
+]
+
+_LAZY = {
+    "message": "kproto.codecs",
+    "request": "kproto.codecs",
+    "response": "kproto.codecs",
+    "messages": "kproto.codecs",
+    "RequestHeader": "kproto.framing",
+    "ResponseHeader": "kproto.framing",
+    "encode_request": "kproto.framing",
+    "decode_request": "kproto.framing",
+    "encode_response": "kproto.framing",
+    "decode_response": "kproto.framing",
+    "request_header_version": "kproto.framing",
+    "response_header_version": "kproto.framing",
+}
+
+
+def __getattr__(name: str):  # PEP 562: keep ``import kproto`` cheap
+    mod = _LAZY.get(name)
+    if mod is None:
+        raise AttributeError(f"module 'kproto' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(mod), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

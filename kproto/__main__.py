@@ -1,0 +1,5 @@
+import sys
+
+from kproto.cli.main import main
+
+sys.exit(main())

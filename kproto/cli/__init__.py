@@ -1,0 +1,1 @@
+"""The ``kproto`` command line. Each job lives in its own module with a ``register(subparsers)``."""

@@ -1,0 +1,145 @@
+"""Message object classes, one per struct of a schema, built once per message.
+
+A class carries the union of its struct's fields over all versions as ``__slots__`` with snake_case
+names, a keyword constructor filled with the schema's defaults, equality, a readable repr and type
+annotations. Unknown tagged fields read from the wire live in ``_unknown_tagged_fields`` (a list of
+``(tag, bytes)``) and are written back unchanged.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from kproto.codecs.primitives import Uuid
+from kproto.schemas.model import Field, Message, Struct
+
+_MISSING = object()
+
+_PY_TYPES = {
+    "bool": "bool", "int8": "int", "int16": "int", "uint16": "int", "int32": "int", "uint32": "int",
+    "int64": "int", "float64": "float", "string": "str", "bytes": "bytes", "records": "bytes",
+    "uuid": "Uuid",
+}
+
+
+class MessageObject:
+    """Base class of every generated message and struct class."""
+
+    __slots__ = ("_unknown_tagged_fields",)
+    _fields: Tuple[str, ...] = ()
+    _schema_struct: Optional[Struct] = None
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        for name in self._fields:
+            if getattr(self, name) != getattr(other, name):
+                return False
+        return (self._unknown_tagged_fields or None) == (other._unknown_tagged_fields or None)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]  # mutable
+
+    def __repr__(self) -> str:
+        parts = [f"{n}={getattr(self, n)!r}" for n in self._fields]
+        if self._unknown_tagged_fields:
+            parts.append(f"_unknown_tagged_fields={self._unknown_tagged_fields!r}")
+        return f"{type(self).__qualname__}({', '.join(parts)})"
+
+    def to_dict(self) -> Dict[str, Any]:
+        """The fields as a plain dict (nested structs converted too), snake_case keys."""
+        def conv(v: Any) -> Any:
+            if isinstance(v, MessageObject):
+                return v.to_dict()
+            if isinstance(v, list):
+                return [conv(x) for x in v]
+            return v
+        return {n: conv(getattr(self, n)) for n in self._fields}
+
+    def copy(self, **changes: Any) -> "MessageObject":
+        """A shallow copy with some fields replaced."""
+        new = object.__new__(type(self))
+        for n in self._fields:
+            setattr(new, n, changes.pop(n, getattr(self, n)))
+        new._unknown_tagged_fields = self._unknown_tagged_fields
+        if changes:
+            raise TypeError(f"{type(self).__name__} has no field(s) {sorted(changes)}")
+        return new
+
+
+def parse_default(f: Field, classes: Dict[str, type]) -> Tuple[Any, Optional[Callable[[], Any]]]:
+    """Return (value, factory): an immutable default value, or a factory for a mutable one."""
+    d = f.default
+    if d is not None and not isinstance(d, str):   # a few specs give numbers or booleans unquoted
+        d = str(d).lower() if isinstance(d, bool) else str(d)
+    if f.is_array:
+        if d == "null":
+            return None, None
+        return _MISSING, list
+    t = f.type
+    if f.is_struct_type:
+        if d == "null":
+            return None, None
+        cls = classes[t]
+        return _MISSING, cls
+    if t in ("int8", "int16", "uint16", "int32", "uint32", "int64"):
+        return (int(d, 0) if d not in (None, "") else 0), None
+    if t == "float64":
+        return (float(d) if d not in (None, "") else 0.0), None
+    if t == "bool":
+        return (d == "true"), None
+    if t == "string":
+        if d == "null":
+            return None, None
+        return (d or ""), None
+    if t in ("bytes", "records"):
+        return (None if d == "null" else b""), None
+    if t == "uuid":
+        return (Uuid(d) if d not in (None, "", "null") else Uuid.ZERO), None
+    raise ValueError(f"no default rule for type {t}")
+
+
+def build_classes(message: Message) -> Dict[str, type]:
+    """Create the classes of every struct of ``message``; the message's own class is under its name."""
+    structs = message.structs()
+    classes: Dict[str, type] = {}
+    for name, struct in structs.items():
+        qual = name if name == message.name else f"{message.name}.{name}"
+        attrs = tuple(f.attr for f in struct.fields)
+        cls = type(name, (MessageObject,), {"__slots__": attrs, "__qualname__": qual,
+                                            "__module__": "kproto.messages"})
+        cls._fields = attrs
+        cls._schema_struct = struct
+        classes[name] = cls
+    for name, struct in structs.items():
+        cls = classes[name]
+        ns: Dict[str, Any] = {"_MISSING": _MISSING}
+        params, body, ann = [], [], {}
+        for i, f in enumerate(struct.fields):
+            value, factory = parse_default(f, classes)
+            if factory is None:
+                ns[f"d{i}"] = value
+                params.append(f"{f.attr}=d{i}")
+                body.append(f"    self.{f.attr} = {f.attr}")
+            else:
+                ns[f"f{i}"] = factory
+                params.append(f"{f.attr}=_MISSING")
+                body.append(f"    self.{f.attr} = f{i}() if {f.attr} is _MISSING else {f.attr}")
+            py = f.element_type if f.is_struct_type else _PY_TYPES[f.element_type]
+            if f.is_array:
+                py = f"list[{py}]"
+            if f.default == "null" or not f.nullable_range.empty:
+                py = f"Optional[{py}]"
+            ann[f.attr] = py
+        params.append("_unknown_tagged_fields=None")
+        body.append("    self._unknown_tagged_fields = _unknown_tagged_fields")
+        src = f"def __init__(self, *, {', '.join(params)}):\n" + "\n".join(body) + "\n"
+        exec(src, ns)
+        init = ns["__init__"]
+        init.__qualname__ = f"{cls.__qualname__}.__init__"
+        cls.__init__ = init  # type: ignore[misc]
+        cls.__annotations__ = ann
+        cls.__doc__ = f"{cls.__qualname__} ({message.kind} {message.name}, versions {message.valid})."
+    top = classes[message.name]
+    for name, cls in classes.items():
+        if cls is not top:
+            setattr(top, name, cls)
+    return classes

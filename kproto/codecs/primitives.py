@@ -1,0 +1,122 @@
+"""Wire primitives shared by every codec: varints, the Uuid type, precompiled structs."""
+from __future__ import annotations
+
+import base64
+import struct
+import uuid as _uuid
+from typing import Tuple, Union
+
+from kproto.errors import DecodeError, EncodeError
+
+Buffer = Union[bytes, bytearray, memoryview]
+
+INT8 = struct.Struct(">b")
+INT16 = struct.Struct(">h")
+INT32 = struct.Struct(">i")
+INT64 = struct.Struct(">q")
+UINT16 = struct.Struct(">H")
+UINT32 = struct.Struct(">I")
+FLOAT64 = struct.Struct(">d")
+
+
+class Uuid(bytes):
+    """A Kafka UUID: 16 bytes, shown as Kafka shows it (URL-safe base64, no padding)."""
+
+    __slots__ = ()
+
+    def __new__(cls, value: Union[bytes, str, _uuid.UUID, "Uuid"] = b"\0" * 16) -> "Uuid":
+        if isinstance(value, str):
+            try:
+                raw = base64.urlsafe_b64decode(value + "==")
+            except (ValueError, TypeError) as exc:
+                raise ValueError(f"invalid Kafka Uuid string {value!r}") from exc
+            value = raw
+        elif isinstance(value, _uuid.UUID):
+            value = value.bytes
+        if len(value) != 16:
+            raise ValueError(f"a Uuid is 16 bytes, not {len(value)}")
+        return bytes.__new__(cls, value)
+
+    def __str__(self) -> str:
+        return base64.urlsafe_b64encode(self).decode("ascii").rstrip("=")
+
+    def __repr__(self) -> str:
+        return f"Uuid({str(self)!r})"
+
+    @property
+    def uuid(self) -> _uuid.UUID:
+        """The same 16 bytes as a standard :class:`uuid.UUID`."""
+        return _uuid.UUID(bytes=bytes(self))
+
+
+Uuid.ZERO = Uuid(b"\0" * 16)  # type: ignore[attr-defined]
+
+
+def read_uvarint(buf: Buffer, pos: int) -> Tuple[int, int]:
+    """Read an unsigned varint (at most 5 bytes, 32 bits) at ``pos``; return (value, new pos)."""
+    result = 0
+    shift = 0
+    n = len(buf)
+    while True:
+        if pos >= n:
+            raise DecodeError("unsigned varint runs past the end of the data", offset=pos)
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if b < 0x80:
+            return result, pos
+        shift += 7
+        if shift > 28:
+            raise DecodeError("unsigned varint longer than 5 bytes", offset=pos)
+
+
+def read_uvarlong(buf: Buffer, pos: int) -> Tuple[int, int]:
+    """Read an unsigned varlong (at most 10 bytes, 64 bits)."""
+    result = 0
+    shift = 0
+    n = len(buf)
+    while True:
+        if pos >= n:
+            raise DecodeError("varlong runs past the end of the data", offset=pos)
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if b < 0x80:
+            return result, pos
+        shift += 7
+        if shift > 63:
+            raise DecodeError("varlong longer than 10 bytes", offset=pos)
+
+
+def read_varint(buf: Buffer, pos: int) -> Tuple[int, int]:
+    """Read a zig-zag signed varint (32 bits)."""
+    v, pos = read_uvarint(buf, pos)
+    return (v >> 1) ^ -(v & 1), pos
+
+
+def read_varlong(buf: Buffer, pos: int) -> Tuple[int, int]:
+    """Read a zig-zag signed varlong (64 bits)."""
+    v, pos = read_uvarlong(buf, pos)
+    return (v >> 1) ^ -(v & 1), pos
+
+
+_UV_CACHE = [bytes([i]) for i in range(128)]
+
+
+def uvarint(value: int) -> bytes:
+    """Encode an unsigned varint."""
+    if 0 <= value < 128:
+        return _UV_CACHE[value]
+    if value < 0 or value > 0xFFFFFFFFFFFFFFFF:
+        raise EncodeError(f"{value} does not fit an unsigned varint")
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def varint(value: int) -> bytes:
+    """Encode a zig-zag signed varint/varlong."""
+    return uvarint((value << 1) ^ (value >> 63))

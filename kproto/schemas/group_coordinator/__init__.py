@@ -1,0 +1,1 @@
+"""Schemas from Kafka's group-coordinator/ specs (generated)."""

@@ -1,0 +1,1 @@
+"""Schemas from Kafka's metadata/ specs (generated)."""
