@@ -68,8 +68,14 @@ def _field_src(f: dict, indent: str) -> str:
     if unknown:
         raise ValueError(f"field {f.get('name')}: unknown keys {sorted(unknown)}")
     args = [repr(f["name"]), repr(f["type"]), repr(f["versions"])]
-    opt = [("nullable", f.get("nullableVersions")), ("default", f.get("default")),
-           ("tagged", f.get("taggedVersions")), ("tag", f.get("tag")),
+    default = f.get("default")
+    if isinstance(default, bool):          # a few specs write booleans and numbers unquoted
+        default = "true" if default else "false"
+    elif default is not None:
+        default = str(default)
+    tag = int(f["tag"]) if f.get("tag") is not None else None
+    opt = [("nullable", f.get("nullableVersions")), ("default", default),
+           ("tagged", f.get("taggedVersions")), ("tag", tag),
            ("flexible", f.get("flexibleVersions")), ("entity", f.get("entityType"))]
     for key, val in opt:
         if val is not None:

@@ -70,7 +70,15 @@ def _ruv(buf: Buffer, pos: int) -> Tuple[int, int]:
         raise _Fail(exc.reason, exc.offset if exc.offset is not None else pos) from None
 
 
+def _utf8(buf: Buffer, pos: int, n: int) -> str:
+    try:
+        return str(buf[pos:pos + n], "utf-8")
+    except UnicodeDecodeError as exc:
+        raise _Fail(f"invalid UTF-8: {exc.reason}", pos + exc.start) from None
+
+
 _BASE_NS = {
+    "_utf8": _utf8,
     "_new": object.__new__, "_bnew": bytes.__new__, "_Uuid": Uuid, "_str": str,
     "_I8": INT8, "_I16": INT16, "_I32": INT32, "_arr": _arr, "_ruv": _ruv, "_uv": uvarint,
     "_Fail": _Fail, "_EncodeError": EncodeError, "_Unsupported": UnsupportedVersionError,
@@ -192,7 +200,8 @@ class MessageCodec:
             return DecodeError(exc.reason, what=what, path=_path(trail), offset=exc.offset)
         except (struct.error, IndexError) as exc:
             off = trail[-1][1] if trail and trail[-1] else pos
-            return DecodeError(f"data ends inside the field ({exc})", what=what, path=_path(trail), offset=off)
+            return DecodeError(f"data ends inside the field ({len(data) - off} bytes left)", what=what,
+                               path=_path(trail), offset=off)
         except (UnicodeDecodeError, ValueError, OverflowError, MemoryError, TypeError) as exc:
             off = trail[-1][1] if trail and trail[-1] else pos
             return DecodeError(f"{type(exc).__name__}: {exc}", what=what, path=_path(trail), offset=off)

@@ -171,6 +171,8 @@ class CodeGen:
             i += 1
         if self.flexible:
             self.dec_tags(s, d, tagged, target, depth)
+        else:
+            s(d, f"{target}._unknown_tagged_fields = None")
         if self.checked:
             s(d, "_t.pop()")
 
@@ -256,7 +258,9 @@ class CodeGen:
             s(d, f"elif {n} > blen - pos:")
             self._fail(s, d + 1, f"'length ' + str({n}) + ' but only ' + str(blen - pos) + ' bytes left'")
             s(d, "else:")
-            if t == "string":
+            if t == "string" and self.checked:
+                s(d + 1, f"{dest} = _utf8(buf, pos, {n})")
+            elif t == "string":
                 s(d + 1, f"{dest} = _str(buf[pos:pos + {n}], 'utf-8')")
             else:
                 s(d + 1, f"{dest} = buf[pos:pos + {n}]")

@@ -68,8 +68,6 @@ class MessageObject:
 def parse_default(f: Field, classes: Dict[str, type]) -> Tuple[Any, Optional[Callable[[], Any]]]:
     """Return (value, factory): an immutable default value, or a factory for a mutable one."""
     d = f.default
-    if d is not None and not isinstance(d, str):   # a few specs give numbers or booleans unquoted
-        d = str(d).lower() if isinstance(d, bool) else str(d)
     if f.is_array:
         if d == "null":
             return None, None

@@ -14,7 +14,7 @@ SCHEMA = Message(
         F('ClientHost', 'string', '0+'),
         F('SubscribedTopicNames', '[]string', '0+'),
         F('SubscribedTopicRegex', 'string', '0+', nullable='0+'),
-        F('RebalanceTimeoutMs', 'int32', '0+', default=-1),
+        F('RebalanceTimeoutMs', 'int32', '0+', default='-1'),
         F('ServerAssignor', 'string', '0+', nullable='0+'),
         F('ClassicMemberMetadata', 'ClassicMemberMetadata', '0+', nullable='0+', tagged='0+', tag=0, fields=[
             F('SessionTimeoutMs', 'int32', '0+'),

@@ -12,7 +12,7 @@ SCHEMA = Message(
         F('generation', 'int32', '0+'),
         F('protocol', 'string', '0+', nullable='0+'),
         F('leader', 'string', '0+', nullable='0+'),
-        F('currentStateTimestamp', 'int64', '2+', default=-1, ignorable=True),
+        F('currentStateTimestamp', 'int64', '2+', default='-1', ignorable=True),
         F('members', '[]MemberMetadata', '0+'),
     ],
     common_structs=[
@@ -21,7 +21,7 @@ SCHEMA = Message(
             F('groupInstanceId', 'string', '3+', nullable='3+', default='null', ignorable=True),
             F('clientId', 'string', '0+'),
             F('clientHost', 'string', '0+'),
-            F('rebalanceTimeout', 'int32', '1+', default=-1, ignorable=True),
+            F('rebalanceTimeout', 'int32', '1+', default='-1', ignorable=True),
             F('sessionTimeout', 'int32', '0+'),
             F('subscription', 'bytes', '0+'),
             F('assignment', 'bytes', '0+'),

@@ -9,9 +9,9 @@ SCHEMA = Message(
     flexible='4+',
     fields=[
         F('offset', 'int64', '0+'),
-        F('leaderEpoch', 'int32', '3+', default=-1, ignorable=True),
+        F('leaderEpoch', 'int32', '3+', default='-1', ignorable=True),
         F('metadata', 'string', '0+'),
         F('commitTimestamp', 'int64', '0+'),
-        F('expireTimestamp', 'int64', '1', default=-1, ignorable=True),
+        F('expireTimestamp', 'int64', '1', default='-1', ignorable=True),
     ],
 )

@@ -14,7 +14,7 @@ SCHEMA = Message(
             F('TransactionalId', 'string', '4+', entity='transactionalId', map_key=True),
             F('ProducerId', 'int64', '4+', entity='producerId'),
             F('ProducerEpoch', 'int16', '4+'),
-            F('VerifyOnly', 'bool', '4+', default=False),
+            F('VerifyOnly', 'bool', '4+', default='false'),
             F('Topics', '[]AddPartitionsToTxnTopic', '4+'),
         ]),
         F('V3AndBelowTransactionalId', 'string', '0-3', entity='transactionalId'),

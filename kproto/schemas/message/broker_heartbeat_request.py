@@ -15,6 +15,6 @@ SCHEMA = Message(
         F('CurrentMetadataOffset', 'int64', '0+'),
         F('WantFence', 'bool', '0+'),
         F('WantShutDown', 'bool', '0+'),
-        F('OfflineLogDirs', '[]uuid', '1+', tagged='1+', tag='0'),
+        F('OfflineLogDirs', '[]uuid', '1+', tagged='1+', tag=0),
     ],
 )

@@ -15,7 +15,7 @@ SCHEMA = Message(
         F('MemberEpoch', 'int32', '0+'),
         F('InstanceId', 'string', '0+', nullable='0+', default='null'),
         F('RackId', 'string', '0+', nullable='0+', default='null'),
-        F('RebalanceTimeoutMs', 'int32', '0+', default=-1),
+        F('RebalanceTimeoutMs', 'int32', '0+', default='-1'),
         F('SubscribedTopicNames', '[]string', '0+', nullable='0+', default='null', entity='topicName'),
         F('ServerAssignor', 'string', '0+', nullable='0+', default='null'),
         F('TopicPartitions', '[]TopicPartitions', '0+', nullable='0+', default='null', fields=[

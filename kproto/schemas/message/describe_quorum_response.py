@@ -38,8 +38,8 @@ SCHEMA = Message(
             F('ReplicaId', 'int32', '0+', entity='brokerId'),
             F('ReplicaDirectoryId', 'uuid', '2+'),
             F('LogEndOffset', 'int64', '0+'),
-            F('LastFetchTimestamp', 'int64', '1+', default=-1, ignorable=True),
-            F('LastCaughtUpTimestamp', 'int64', '1+', default=-1, ignorable=True),
+            F('LastFetchTimestamp', 'int64', '1+', default='-1', ignorable=True),
+            F('LastCaughtUpTimestamp', 'int64', '1+', default='-1', ignorable=True),
         ], versions='0+'),
     ],
 )

@@ -11,7 +11,7 @@ SCHEMA = Message(
     fields=[
         F('ThrottleTimeMs', 'int32', '0+', ignorable=True),
         F('ErrorCode', 'int16', '0+'),
-        F('ProducerId', 'int64', '0+', default=-1, entity='producerId'),
+        F('ProducerId', 'int64', '0+', default='-1', entity='producerId'),
         F('ProducerEpoch', 'int16', '0+'),
     ],
 )

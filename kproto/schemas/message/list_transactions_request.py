@@ -12,6 +12,6 @@ SCHEMA = Message(
     fields=[
         F('StateFilters', '[]string', '0+'),
         F('ProducerIdFilters', '[]int64', '0+', entity='producerId'),
-        F('DurationFilter', 'int64', '1+', default=-1),
+        F('DurationFilter', 'int64', '1+', default='-1'),
     ],
 )

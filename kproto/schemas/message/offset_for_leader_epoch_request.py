@@ -11,7 +11,7 @@ SCHEMA = Message(
     deprecated='0-1',
     listeners=('zkBroker', 'broker'),
     fields=[
-        F('ReplicaId', 'int32', '3+', default=-2, entity='brokerId', ignorable=True),
+        F('ReplicaId', 'int32', '3+', default='-2', entity='brokerId', ignorable=True),
         F('Topics', '[]OffsetForLeaderTopic', '0+', fields=[
             F('Topic', 'string', '0+', entity='topicName', map_key=True),
             F('Partitions', '[]OffsetForLeaderPartition', '0+', fields=[

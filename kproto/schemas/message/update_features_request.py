@@ -15,8 +15,8 @@ SCHEMA = Message(
             F('Feature', 'string', '0+', map_key=True),
             F('MaxVersionLevel', 'int16', '0+'),
             F('AllowDowngrade', 'bool', '0'),
-            F('UpgradeType', 'int8', '1+', default=1),
+            F('UpgradeType', 'int8', '1+', default='1'),
         ]),
-        F('ValidateOnly', 'bool', '1+', default=False),
+        F('ValidateOnly', 'bool', '1+', default='false'),
     ],
 )

@@ -12,7 +12,7 @@ SCHEMA = Message(
     fields=[
         F('ControllerId', 'int32', '0+', entity='brokerId'),
         F('isKRaftController', 'bool', '8+', default='false'),
-        F('Type', 'int8', '8+', default=0, tagged='8+', tag=0),
+        F('Type', 'int8', '8+', default='0', tagged='8+', tag=0),
         F('ControllerEpoch', 'int32', '0+'),
         F('BrokerEpoch', 'int64', '5+', default='-1', ignorable=True),
         F('UngroupedPartitionStates', '[]UpdateMetadataPartitionState', '0-4'),

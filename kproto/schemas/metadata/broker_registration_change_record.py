@@ -13,6 +13,6 @@ SCHEMA = Message(
         F('BrokerEpoch', 'int64', '0+'),
         F('Fenced', 'int8', '0+', tagged='0+', tag=0),
         F('InControlledShutdown', 'int8', '1+', tagged='1+', tag=1),
-        F('LogDirs', '[]uuid', '2+', tagged='2+', tag='2'),
+        F('LogDirs', '[]uuid', '2+', tagged='2+', tag=2),
     ],
 )

@@ -27,6 +27,6 @@ SCHEMA = Message(
         F('Rack', 'string', '0+', nullable='0+'),
         F('Fenced', 'bool', '0+', default='true'),
         F('InControlledShutdown', 'bool', '1+', default='false'),
-        F('LogDirs', '[]uuid', '3+', tagged='3+', tag='0'),
+        F('LogDirs', '[]uuid', '3+', tagged='3+', tag=0),
     ],
 )

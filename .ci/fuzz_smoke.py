@@ -1,0 +1,19 @@
+"""Run every atheris target in fuzz/ for a short bounded pass (a few seconds each)."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+RUNS = "3000"
+failed = []
+for target in sorted((Path(__file__).resolve().parents[1] / "fuzz").glob("fuzz_*.py")):
+    proc = subprocess.run([sys.executable, str(target), f"-runs={RUNS}", "-max_total_time=60"],
+                          capture_output=True, text=True, timeout=300)
+    status = "ok" if proc.returncode == 0 else f"FAILED ({proc.returncode})"
+    print(f"fuzz {target.name}: {status}")
+    if proc.returncode != 0:
+        failed.append(target.name)
+        print(proc.stdout[-3000:], proc.stderr[-3000:])
+print(f"fuzz smoke: {len(failed) == 0 and 'all passed' or 'failures: ' + ', '.join(failed)}")
+sys.exit(1 if failed else 0)

@@ -1,0 +1,118 @@
+"""``kproto schemas``, ``kproto decode-request``, ``kproto decode-response``."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any, Dict, List
+
+import kproto
+from kproto.codecs import message, messages, request, response
+from kproto.framing import request_header_version, response_header_version
+
+
+def read_input(arg: str) -> bytes:
+    """``HEX`` (spaces allowed), ``@FILE`` (raw bytes) or ``@-`` (raw bytes on stdin)."""
+    if arg.startswith("@"):
+        if arg == "@-":
+            return sys.stdin.buffer.read()
+        with open(arg[1:], "rb") as fh:
+            return fh.read()
+    try:
+        return bytes.fromhex("".join(arg.split()))
+    except ValueError:
+        raise SystemExit(f"kproto: not hex and not @file: {arg[:40]!r}") from None
+
+
+def _strip_prefix(data: bytes, mode: str) -> bytes:
+    if mode == "yes":
+        return data[4:]
+    if mode == "auto" and len(data) >= 4 and int.from_bytes(data[:4], "big", signed=True) == len(data) - 4:
+        return data[4:]
+    return data
+
+
+def _print(doc: Any) -> None:
+    sys.stdout.write(json.dumps(doc, ensure_ascii=False, indent=2) + "\n")
+
+
+def cmd_schemas(args: argparse.Namespace) -> int:
+    rows: List[Dict[str, Any]] = []
+    if args.all:
+        for name in messages():
+            c = message(name)
+            rows.append({"name": name, "kind": c.kind, "api_key": c.api_key,
+                         "versions": [c.valid_versions.start, c.valid_versions.stop - 1],
+                         "flexible_from": c.flexible_versions.start if c.flexible_versions else None})
+    else:
+        for key, api in kproto.codecs.api_keys().items():
+            req, resp = request(key), response(key)
+            rows.append({"api_key": key, "name": api, "request": req.name, "response": resp.name,
+                         "versions": [req.valid_versions.start, req.valid_versions.stop - 1],
+                         "flexible_from": req.flexible_versions.start if req.flexible_versions else None,
+                         "deprecated": ([req.deprecated_versions.start, req.deprecated_versions.stop - 1]
+                                        if req.deprecated_versions else None),
+                         "listeners": list(req.schema.listeners)})
+    if args.json:
+        _print(rows)
+        return 0
+    if args.all:
+        for r in rows:
+            key = "" if r["api_key"] is None else r["api_key"]
+            print(f"{r['name']:<48} {r['kind']:<9} {key!s:>4}  v{r['versions'][0]}-{r['versions'][1]}")
+        return 0
+    print(f"{'key':>4}  {'API':<36} {'versions':<9} {'flexible':<9} listeners")
+    for r in rows:
+        flex = f"{r['flexible_from']}+" if r["flexible_from"] is not None else "-"
+        print(f"{r['api_key']:>4}  {r['name']:<36} {r['versions'][0]}-{r['versions'][1]:<7} {flex:<9} "
+              f"{','.join(r['listeners'])}")
+    print(f"{len(rows)} API keys (Kafka {kproto.codecs.KAFKA_VERSION} schemas)")
+    return 0
+
+
+def cmd_decode_request(args: argparse.Namespace) -> int:
+    data = _strip_prefix(read_input(args.data), args.size_prefix)
+    try:
+        header, body = kproto.decode_request(data, size_prefix=False)
+    except kproto.DecodeError as exc:
+        print(f"kproto: {exc}", file=sys.stderr)
+        return 1
+    key, ver = header.request_api_key, header.request_api_version
+    _print({"header": message("RequestHeader").to_json(header, request_header_version(key, ver)),
+            "api_name": request(key).name, "api_version": ver,
+            "body": request(key).to_json(body, ver)})
+    return 0
+
+
+def cmd_decode_response(args: argparse.Namespace) -> int:
+    data = _strip_prefix(read_input(args.data), args.size_prefix)
+    try:
+        header, body = kproto.decode_response(data, args.api_key, args.version, size_prefix=False)
+    except (kproto.DecodeError, KeyError) as exc:
+        print(f"kproto: {exc}", file=sys.stderr)
+        return 1
+    codec = response(args.api_key)
+    _print({"header": message("ResponseHeader").to_json(header, response_header_version(args.api_key, args.version)),
+            "api_name": codec.name, "api_version": args.version,
+            "body": codec.to_json(body, args.version)})
+    return 0
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("schemas", help="list API keys, names and versions")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--all", action="store_true", help="every message (headers, data, metadata records too)")
+    p.set_defaults(func=cmd_schemas)
+
+    prefix_help = "whether DATA starts with the 4-byte size prefix (default: detect)"
+    p = sub.add_parser("decode-request", help="decode a request frame (header + body) to Kafka's JSON")
+    p.add_argument("data", metavar="HEX|@FILE", help="hex bytes, @file of raw bytes, or @- for stdin")
+    p.add_argument("--size-prefix", choices=["auto", "yes", "no"], default="auto", help=prefix_help)
+    p.set_defaults(func=cmd_decode_request)
+
+    p = sub.add_parser("decode-response", help="decode a response frame (header + body) to Kafka's JSON")
+    p.add_argument("data", metavar="HEX|@FILE", help="hex bytes, @file of raw bytes, or @- for stdin")
+    p.add_argument("--api-key", type=int, required=True)
+    p.add_argument("--version", type=int, required=True)
+    p.add_argument("--size-prefix", choices=["auto", "yes", "no"], default="auto", help=prefix_help)
+    p.set_defaults(func=cmd_decode_response)
