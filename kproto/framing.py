@@ -45,29 +45,28 @@ def response_header_version(api_key: int, api_version: int) -> int:
     return 1 if api_version in response(api_key).flexible_versions else 0
 
 
-def _with_size(body: bytearray) -> bytes:
-    size = len(body) - 4
-    body[0:4] = INT32.pack(size)
-    return bytes(body)
+def _with_size(parts: List[Any]) -> bytes:
+    parts[0] = INT32.pack(sum(map(len, parts)))
+    return b"".join(parts)
 
 
 def encode_request(header: Any, obj: Any) -> bytes:
     """A size-prefixed request frame; ``header.request_api_key``/``request_api_version`` pick the codec."""
     key, ver = header.request_api_key, header.request_api_version
     codec = request(key)
-    out = bytearray(4)
-    _REQUEST_HEADER.encode_into(header, request_header_version(key, ver), out)
-    codec.encode_into(obj, ver, out)
-    return _with_size(out)
+    parts: List[Any] = [b""]
+    _REQUEST_HEADER.encode_parts(header, request_header_version(key, ver), parts)
+    codec.encode_parts(obj, ver, parts)
+    return _with_size(parts)
 
 
 def encode_response(header: Any, obj: Any, api_key: int, api_version: int) -> bytes:
     """A size-prefixed response frame for a response of ``api_key`` at ``api_version``."""
     codec = response(api_key)
-    out = bytearray(4)
-    _RESPONSE_HEADER.encode_into(header, response_header_version(api_key, api_version), out)
-    codec.encode_into(obj, api_version, out)
-    return _with_size(out)
+    parts: List[Any] = [b""]
+    _RESPONSE_HEADER.encode_parts(header, response_header_version(api_key, api_version), parts)
+    codec.encode_parts(obj, api_version, parts)
+    return _with_size(parts)
 
 
 def _strip_size(frame: Buffer, size_prefix: bool) -> Buffer:

@@ -77,7 +77,12 @@ def _utf8(buf: Buffer, pos: int, n: int) -> str:
         raise _Fail(f"invalid UTF-8: {exc.reason}", pos + exc.start) from None
 
 
+_UV_BYTES = tuple(bytes([i]) for i in range(128))
+_ARRAY_CODES = ("b", "h", "i", "q")
+_SMALL_ARRAYS = {code: [struct.Struct(f">{n}{code}") for n in range(256)] for code in _ARRAY_CODES}
+
 _BASE_NS = {
+    "_UV": _UV_BYTES, "_join": b"".join, "_memoryview": memoryview,
     "_utf8": _utf8,
     "_new": object.__new__, "_bnew": bytes.__new__, "_Uuid": Uuid, "_str": str,
     "_I8": INT8, "_I16": INT16, "_I32": INT32, "_arr": _arr, "_ruv": _ruv, "_uv": uvarint,
@@ -85,6 +90,9 @@ _BASE_NS = {
     "_write_tags": _write_tags, "_as_bytes": _as_bytes,
     "_B_ZERO": b"\x00", "_B_NULL": b"\xff", "_B_ONE": b"\x01",
 }
+for _code in _ARRAY_CODES:
+    _BASE_NS["_AU" + _code] = tuple(st.unpack_from for st in _SMALL_ARRAYS[_code])
+    _BASE_NS["_AP" + _code] = tuple(st.pack for st in _SMALL_ARRAYS[_code])
 
 # Exceptions through which malformed bytes surface in the fast decoders.
 _DECODE_FAULTS = (struct.error, IndexError, ValueError, TypeError, OverflowError, MemoryError,
@@ -170,7 +178,8 @@ class MessageCodec:
     def decode(self, data: Buffer, version: int) -> Any:
         """Decode a whole message body; every byte must be consumed.
 
-        ``bytes`` and ``records`` fields are slices of ``data`` (zero-copy for a memoryview).
+        ``records`` fields (and the spec's zeroCopy fields) are memoryview slices of ``data``, as
+        Kafka's own decoder slices its buffer; other ``bytes`` fields are copies.
         Raises :class:`kproto.DecodeError` on malformed input.
         """
         obj, pos = self.decode_from(data, 0, version)
@@ -209,27 +218,31 @@ class MessageCodec:
 
     def encode(self, obj: Any, version: int) -> bytes:
         """Encode ``obj`` at ``version``: the bytes of the body exactly as Apache Kafka writes them."""
-        out = bytearray()
-        self.encode_into(obj, version, out)
-        return bytes(out)
+        parts: List[Any] = []
+        self.encode_parts(obj, version, parts)
+        return b"".join(parts)
 
-    def encode_into(self, obj: Any, version: int, out: bytearray) -> None:
-        """Append the encoding of ``obj`` to ``out``."""
+    def encode_parts(self, obj: Any, version: int, parts: List[Any]) -> None:
+        """Append the encoding of ``obj`` to the list ``parts`` as a sequence of bytes-like pieces.
+
+        Joining them gives :meth:`encode`'s result; large ``bytes``/``records`` values are appended
+        as they are, not copied (handy for ``socket.sendmsg``).
+        """
         c = self._get(version)
-        mark = len(out)
+        mark = len(parts)
         try:
-            c.encode(obj, out.extend)
+            c.encode(obj, parts.append)
             return
         except EncodeError:
-            del out[mark:]
+            del parts[mark:]
             raise
         except _ENCODE_FAULTS as exc:
-            del out[mark:]
+            del parts[mark:]
             first = exc
         c = self._get_checked(version)
         trail: List[Any] = []
         try:
-            c.encode_checked(obj, bytearray().extend, trail)
+            c.encode_checked(obj, [].append, trail)
         except EncodeError as exc:
             raise type(exc)(f"{self.name} v{version}, field {_path(trail)}: {exc}") from None
         except _ENCODE_FAULTS as exc:

@@ -106,18 +106,34 @@ class CodeGen:
         fn = "decode_checked" if self.checked else "decode"
         s(0, f"def {fn}(buf, pos, _t):" if self.checked else f"def {fn}(buf, pos):")
         s(1, "blen = len(buf)")
+        self.uses_view = False
         self.dec_struct(s, 1, self.m.fields, self.m.name, "o0", 0)
+        if self.uses_view:
+            s.lines.insert(2, "    mv = buf if type(buf) is _memoryview else _memoryview(buf)")
         s(1, "return o0, pos")
         return s.text()
 
     def _fail(self, s: _Src, d: int, reason_expr: str) -> None:
         s(d, f"raise _Fail({reason_expr}, pos)")
 
-    def _read_uvarint(self, s: _Src, d: int, var: str) -> None:
+    def _read_uvarint(self, s: _Src, d: int, var: str, two_byte: bool = False) -> None:
         s(d, f"{var} = buf[pos]")
         s(d, "pos += 1")
+        self._uvarint_rest(s, d, var, two_byte)
+
+    def _uvarint_rest(self, s: _Src, d: int, var: str, two_byte: bool) -> None:
+        """``var`` holds the varint's first byte and ``pos`` points past it: finish reading it."""
         s(d, f"if {var} > 127:")
-        s(d + 1, f"{var}, pos = _ruv(buf, pos - 1)")
+        if two_byte:   # lengths of 128..16383 bytes are common: read them without a call
+            b2 = self.tmp("b")
+            s(d + 1, f"{b2} = buf[pos]")
+            s(d + 1, f"if {b2} < 128:")
+            s(d + 2, f"{var} = ({var} & 127) | ({b2} << 7)")
+            s(d + 2, "pos += 1")
+            s(d + 1, "else:")
+            s(d + 2, f"{var}, pos = _ruv(buf, pos - 1)")
+        else:
+            s(d + 1, f"{var}, pos = _ruv(buf, pos - 1)")
 
     def dec_struct(self, s: _Src, d: int, fields, sname: str, target: str, depth: int) -> None:
         cls = self.const(self.classes[sname], "C")
@@ -125,6 +141,7 @@ class CodeGen:
         if self.checked:
             s(d, "_t.append(None)")
         regular, tagged, absent = self.present(fields)
+        tags_prefix = None
         for f in absent + tagged:
             s(d, f"{target}.{f.attr} = {self.default_expr(f)}")
         i = 0
@@ -140,7 +157,9 @@ class CodeGen:
                 # the length prefix of the next field joins the group when it has a fixed width
                 prefix = None
                 if i < len(regular):
-                    prefix = self._fixed_prefix(regular[i])
+                    prefix = self._fixed_prefix(regular[i], speculative=True)
+                elif self.flexible:
+                    prefix = ("B", 1)   # first byte of the tagged-field count
                 fmt = ">" + "".join(FIXED[g.type][0] for g in group)
                 size = sum(FIXED[g.type][1] for g in group)
                 targets = []
@@ -163,25 +182,32 @@ class CodeGen:
                 s(d, f"pos += {size}")
                 for p in post:
                     s(d, p)
-                if pvar is not None:
+                if pvar is not None and i < len(regular):
                     self.dec_field(s, d, regular[i], target, depth, prefix_var=pvar)
                     i += 1
+                elif pvar is not None:
+                    tags_prefix = pvar
                 continue
             self.dec_field(s, d, f, target, depth)
             i += 1
         if self.flexible:
-            self.dec_tags(s, d, tagged, target, depth)
+            self.dec_tags(s, d, tagged, target, depth, prefix_var=tags_prefix)
         else:
             s(d, f"{target}._unknown_tagged_fields = None")
         if self.checked:
             s(d, "_t.pop()")
 
-    def _fixed_prefix(self, f: Field) -> Optional[Tuple[str, int]]:
-        """The struct code of a field's length/count/null prefix when it has a fixed width."""
+    def _fixed_prefix(self, f: Field, speculative: bool = False) -> Optional[Tuple[str, int]]:
+        """The struct code of a field's length/count/null prefix when it has a fixed width.
+
+        With ``speculative``, a compact (varint) prefix is read as its first byte ("B"): when that
+        byte is below 128 it is the whole varint, otherwise the reader goes back for the rest.
+        """
+        compact = ("B", 1) if speculative else None
         if f.is_array or f.type in ("bytes", "records"):
-            return None if self.field_flexible(f) else ("i", 4)
+            return compact if self.field_flexible(f) else ("i", 4)
         if f.type == "string":
-            return None if self.field_flexible(f) else ("h", 2)
+            return compact if self.field_flexible(f) else ("h", 2)
         if f.is_struct_type and self.nullable(f):
             return ("b", 1)
         return None
@@ -190,9 +216,12 @@ class CodeGen:
         """Read a length/count into ``var`` as a signed int (-1 = null)."""
         if prefix_var is not None:
             s(d, f"{var} = {prefix_var}")
+            if self.field_flexible(f):
+                self._uvarint_rest(s, d, var, two_byte=True)
+                s(d, f"{var} -= 1")
             return
         if self.field_flexible(f):
-            self._read_uvarint(s, d, var)
+            self._read_uvarint(s, d, var, two_byte=True)
             s(d, f"{var} -= 1")
         else:
             code = "_I16" if (f.type == "string" and not f.is_array) else "_I32"
@@ -217,7 +246,7 @@ class CodeGen:
             et = f.element_type
             if et in FIXED and et not in ("uuid", "bool"):
                 code, size = FIXED[et]
-                s(d + 1, f"{dest} = list(_arr({code!r}, {n}).unpack_from(buf, pos))")
+                s(d + 1, f"{dest} = list(_AU{code}[{n}](buf, pos) if {n} < 256 else _arr({code!r}, {n}).unpack_from(buf, pos))")
                 s(d + 1, f"pos += {n} * {size}")
                 return
             lst = self.tmp("L")
@@ -262,6 +291,10 @@ class CodeGen:
                 s(d + 1, f"{dest} = _utf8(buf, pos, {n})")
             elif t == "string":
                 s(d + 1, f"{dest} = _str(buf[pos:pos + {n}], 'utf-8')")
+            elif t == "records" or f.zero_copy:
+                # Kafka reads these as slices of the request buffer (zeroCopy): so do we
+                self.uses_view = True
+                s(d + 1, f"{dest} = mv[pos:pos + {n}]")
             else:
                 s(d + 1, f"{dest} = buf[pos:pos + {n}]")
             s(d + 1, f"pos += {n}")
@@ -286,12 +319,20 @@ class CodeGen:
             return
         raise ValueError(f"unsupported type {t}")
 
-    def dec_tags(self, s: _Src, d: int, tagged: List[Field], target: str, depth: int) -> None:
+    def dec_tags(self, s: _Src, d: int, tagged: List[Field], target: str, depth: int,
+                 prefix_var: Optional[str] = None) -> None:
         nt = self.tmp("nt")
         if self.checked:
             s(d, f"_t[-1] = ('<tagged fields>', pos)")
-        self._read_uvarint(s, d, nt)
+        if prefix_var is not None:
+            nt = prefix_var
+        else:
+            s(d, f"{nt} = buf[pos]")
+            s(d, "pos += 1")
+        # the usual case, no tagged field, costs one test
         s(d, f"if {nt}:")
+        s(d + 1, f"if {nt} > 127:")
+        s(d + 2, f"{nt}, pos = _ruv(buf, pos - 1)")
         s(d + 1, f"{target}._unknown_tagged_fields = None")
         s(d + 1, f"for _ in range({nt}):")
         tg, sz, end = self.tmp("tag"), self.tmp("sz"), self.tmp("end")
@@ -442,7 +483,7 @@ class CodeGen:
                 s(d, f"{w}(_B_NULL if {ln} < 0 else _B_ONE)")
             return
         if self.field_flexible(f):
-            s(d, f"{w}(_uv({ln} + 1))")
+            s(d, f"{w}(_UV[{ln} + 1] if {ln} < 127 else _uv({ln} + 1))")
         elif f.type == "string" and not f.is_array:
             s(d, f"{w}(_I16.pack({ln}))")
         else:
@@ -479,7 +520,7 @@ class CodeGen:
         s(d, f"if {ln} > 0:")
         if et in FIXED and et not in ("uuid", "bool"):
             code, _ = FIXED[et]
-            s(d + 1, f"{w}(_arr({code!r}, {ln}).pack(*{v}))")
+            s(d + 1, f"{w}(_AP{code}[{ln}](*{v}) if {ln} < 256 else _arr({code!r}, {ln}).pack(*{v}))")
             return
         sub = f"o{depth + 1}"
         idx = self.tmp("i")
@@ -511,13 +552,13 @@ class CodeGen:
             if self.checked:
                 s(d + 1, f"_t[-1] = {f.attr!r}")
             b = self.tmp("b")
-            s(d + 1, f"{b} = bytearray()")
+            s(d + 1, f"{b} = []")
             wb = self.tmp("w")
-            s(d + 1, f"{wb} = {b}.extend")
+            s(d + 1, f"{wb} = {b}.append")
             pl = self.enc_prepare(s, d + 1, f, obj, depth, wb)
             self.enc_write_len(s, d + 1, f, wb, pl)
             self.enc_finish(s, d + 1, f, obj, depth, wb, pl)
-            s(d + 1, f"{tl}.append(({f.tag}, {b}))")
+            s(d + 1, f"{tl}.append(({f.tag}, _join({b})))")
         s(d, f"if {tl}:")
         s(d + 1, f"_write_tags({w}, {tl})")
         s(d, "else:")

@@ -134,6 +134,14 @@ def build_classes(message: Message) -> Dict[str, type]:
         init = ns["__init__"]
         init.__qualname__ = f"{cls.__qualname__}.__init__"
         cls.__init__ = init  # type: ignore[misc]
+        cmp = " and ".join(f"self.{a} == other.{a}" for a in cls._fields) or "True"
+        eq_src = ("def __eq__(self, other):\n"
+                  "    if type(other) is not type(self):\n"
+                  "        return NotImplemented\n"
+                  f"    return {cmp} and (self._unknown_tagged_fields or None) == (other._unknown_tagged_fields or None)\n")
+        exec(eq_src, ns)
+        ns["__eq__"].__qualname__ = f"{cls.__qualname__}.__eq__"
+        cls.__eq__ = ns["__eq__"]  # type: ignore[method-assign]
         cls.__annotations__ = ann
         cls.__doc__ = f"{cls.__qualname__} ({message.kind} {message.name}, versions {message.valid})."
     top = classes[message.name]

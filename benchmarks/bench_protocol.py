@@ -1,0 +1,220 @@
+"""Protocol codec benchmark: kproto next to kio and kafka-python, same bytes, one run.
+
+    python benchmarks/bench_protocol.py [--seconds 1.0] [--repeat 5]
+
+Inputs (built with kproto, then decoded by every library; each peer's re-encoding is checked against
+the same bytes before it is timed):
+- MetadataResponse, 200 topics x 10 partitions, v12 and v9
+- ProduceRequest, 100 partitions with one small record batch each, v9
+- FetchResponse, 100 partitions with 16 KiB of record batches each, v12
+
+Prints the median ops/s of decode and encode for each library and kproto's ratio to each peer.
+"""
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import statistics
+import sys
+import time
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import kproto  # noqa: E402
+from kproto.codecs import Uuid  # noqa: E402
+from kproto.records import RecordBatchBuilder  # noqa: E402
+
+
+def small_batch(seed: int) -> bytes:
+    b = RecordBatchBuilder(base_offset=0, producer_id=1000 + seed, producer_epoch=0, base_sequence=seed)
+    b.append(1_700_000_000_000 + seed, b"key-%05d" % seed, b"value-" + bytes(40))
+    return b.build()
+
+
+def fetch_records(seed: int, size: int = 16 * 1024) -> bytes:
+    out = bytearray()
+    offset = seed * 1000
+    while len(out) < size:
+        b = RecordBatchBuilder(base_offset=offset)
+        for i in range(10):
+            b.append(1_700_000_000_000 + i, b"k%09d" % (offset + i), bytes(150))
+        out += b.build()
+        offset += 10
+    return bytes(out)
+
+
+def build_inputs() -> Dict[str, Tuple[str, int, bytes]]:
+    md = kproto.response(3)
+    C = md.cls
+
+    def metadata(version: int) -> bytes:
+        topics = []
+        for t in range(200):
+            parts = [C.MetadataResponsePartition(
+                error_code=0, partition_index=p, leader_id=p % 5, leader_epoch=7,
+                replica_nodes=[p % 5, (p + 1) % 5, (p + 2) % 5], isr_nodes=[p % 5, (p + 1) % 5, (p + 2) % 5],
+                offline_replicas=[]) for p in range(10)]
+            topics.append(C.MetadataResponseTopic(
+                error_code=0, name=f"topic-{t:04d}.events", topic_id=Uuid(t.to_bytes(16, "big")),
+                is_internal=False, partitions=parts, topic_authorized_operations=-2147483648))
+        brokers = [C.MetadataResponseBroker(node_id=i, host=f"broker-{i}.example.internal", port=9092,
+                                            rack=f"rack-{i % 3}") for i in range(5)]
+        return md.encode(C(throttle_time_ms=0, brokers=brokers, cluster_id="kproto-bench-cluster",
+                           controller_id=1, topics=topics), version)
+
+    pr = kproto.request(0)
+    P = pr.cls
+    produce = pr.encode(P(transactional_id=None, acks=-1, timeout_ms=30000, topic_data=[
+        P.TopicProduceData(name=f"topic-{t}", partition_data=[
+            P.PartitionProduceData(index=p, records=small_batch(t * 10 + p)) for p in range(10)])
+        for t in range(10)]), 9)
+
+    fr = kproto.response(1)
+    R = fr.cls
+    fetch = fr.encode(R(throttle_time_ms=0, error_code=0, session_id=0, responses=[
+        R.FetchableTopicResponse(topic=f"topic-{t}", partitions=[
+            R.PartitionData(partition_index=p, error_code=0, high_watermark=10_000_000,
+                            last_stable_offset=10_000_000, log_start_offset=0, aborted_transactions=[],
+                            preferred_read_replica=-1, records=fetch_records(t * 10 + p))
+            for p in range(10)]) for t in range(10)]), 12)
+    return {
+        "MetadataResponse v12": ("MetadataResponse", 12, metadata(12)),
+        "MetadataResponse v9": ("MetadataResponse", 9, metadata(9)),
+        "ProduceRequest v9": ("ProduceRequest", 9, produce),
+        "FetchResponse v12": ("FetchResponse", 12, fetch),
+    }
+
+
+# -- the libraries -------------------------------------------------------------------------------
+class Lib:
+    name = ""
+
+    def prepare(self, message: str, version: int, data: bytes) -> Optional[Tuple[Callable, Callable]]:
+        """(decode(), encode()) closures over ``data``, or None when the library cannot do it."""
+        raise NotImplementedError
+
+
+class KprotoLib(Lib):
+    name = "kproto"
+
+    def prepare(self, message, version, data):
+        codec = kproto.message(message)
+        obj = codec.decode(data, version)
+        assert codec.encode(obj, version) == data
+        return (lambda: codec.decode(data, version)), (lambda: codec.encode(obj, version))
+
+
+class KafkaPythonLib(Lib):
+    name = "kafka-python"
+
+    def prepare(self, message, version, data):
+        try:
+            import kafka.protocol.consumer as f
+            import kafka.protocol.metadata as m
+            import kafka.protocol.producer as p
+        except ImportError:
+            return None
+        cls = {"MetadataResponse": m.MetadataResponse, "ProduceRequest": p.ProduceRequest,
+               "FetchResponse": f.FetchResponse}[message]
+        obj = cls.decode(data, version=version)
+        try:
+            obj._header
+        except AttributeError:   # its fast decoder skips __init__; encode() needs the slot set
+            obj._header = None
+        enc = obj.encode(version=version)
+        if bytes(enc) != data:
+            print(f"  note: kafka-python re-encodes {message} v{version} differently "
+                  f"({len(enc)} vs {len(data)} bytes)")
+        return (lambda: cls.decode(data, version=version)), (lambda: obj.encode(version=version))
+
+
+class KioLib(Lib):
+    name = "kio"
+
+    def prepare(self, message, version, data):
+        try:
+            import importlib
+
+            from kio.serial import entity_reader, entity_writer
+        except ImportError:
+            return None
+        mod = {"MetadataResponse": "metadata.v%d.response", "ProduceRequest": "produce.v%d.request",
+               "FetchResponse": "fetch.v%d.response"}[message] % version
+        cls = getattr(importlib.import_module("kio.schema." + mod), message)
+        read, write = entity_reader(cls), entity_writer(cls)
+        obj, end = read(data, 0)
+        assert end == len(data)
+        buf = io.BytesIO()
+        write(buf, obj)
+        if buf.getvalue() != data:
+            print(f"  note: kio re-encodes {message} v{version} differently")
+
+        def encode() -> bytes:
+            b = io.BytesIO()
+            write(b, obj)
+            return b.getvalue()
+
+        return (lambda: read(data, 0)), encode
+
+
+def ops_per_second(fn: Callable[[], Any], seconds: float, repeat: int) -> float:
+    fn()
+    n = 1
+    while True:   # calibrate: how many calls fill about a tenth of the time budget
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        dt = time.perf_counter() - t0
+        if dt > seconds / 10:
+            break
+        n *= 2
+    per_round = max(1, int(n * (seconds / repeat) / dt))
+    rates = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        for _ in range(per_round):
+            fn()
+        rates.append(per_round / (time.perf_counter() - t0))
+    return statistics.median(rates)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seconds", type=float, default=1.5, help="time budget per measurement")
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--only", help="substring of the input names to run")
+    args = ap.parse_args(argv)
+    libs = [KprotoLib(), KioLib(), KafkaPythonLib()]
+    inputs = build_inputs()
+    print(f"{'input':<22} {'library':<13} {'decode ops/s':>13} {'encode ops/s':>13}   "
+          f"{'kproto/peer decode':>18} {'kproto/peer encode':>18}")
+    for label, (message, version, data) in inputs.items():
+        if args.only and args.only not in label:
+            continue
+        results: Dict[str, Tuple[float, float]] = {}
+        for lib in libs:
+            try:
+                fns = lib.prepare(message, version, data)
+            except Exception as exc:  # a peer that cannot handle the input is reported, not fatal
+                print(f"  {lib.name}: cannot handle {label}: {type(exc).__name__}: {exc}")
+                continue
+            if fns is None:
+                print(f"  {lib.name}: not installed")
+                continue
+            dec, enc = fns
+            results[lib.name] = (ops_per_second(dec, args.seconds, args.repeat),
+                                 ops_per_second(enc, args.seconds, args.repeat))
+        base = results.get("kproto")
+        for name, (d, e) in results.items():
+            ratio = ""
+            if base and name != "kproto":
+                ratio = f"{base[0] / d:>18.2f}x {base[1] / e:>17.2f}x"
+            print(f"{label:<22} {name:<13} {d:>13,.0f} {e:>13,.0f}   {ratio}")
+        print(f"{'':<22} ({len(data):,} bytes)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
