@@ -54,6 +54,8 @@ def encode_request(header: Any, obj: Any) -> bytes:
     """A size-prefixed request frame; ``header.request_api_key``/``request_api_version`` pick the codec."""
     key, ver = header.request_api_key, header.request_api_version
     codec = request(key)
+    if type(obj) is not codec.cls:
+        raise EncodeError(f"header says {codec.name} (API key {key}) but the body is a {type(obj).__name__}")
     parts: List[Any] = [b""]
     _REQUEST_HEADER.encode_parts(header, request_header_version(key, ver), parts)
     codec.encode_parts(obj, ver, parts)
@@ -63,6 +65,8 @@ def encode_request(header: Any, obj: Any) -> bytes:
 def encode_response(header: Any, obj: Any, api_key: int, api_version: int) -> bytes:
     """A size-prefixed response frame for a response of ``api_key`` at ``api_version``."""
     codec = response(api_key)
+    if type(obj) is not codec.cls:
+        raise EncodeError(f"API key {api_key} answers with {codec.name}, not a {type(obj).__name__}")
     parts: List[Any] = [b""]
     _RESPONSE_HEADER.encode_parts(header, response_header_version(api_key, api_version), parts)
     codec.encode_parts(obj, api_version, parts)

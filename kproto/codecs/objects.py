@@ -145,6 +145,8 @@ def build_classes(message: Message) -> Dict[str, type]:
         cls.__annotations__ = ann
         cls.__doc__ = f"{cls.__qualname__} ({message.kind} {message.name}, versions {message.valid})."
     top = classes[message.name]
+    top.API_KEY = message.api_key          # type: ignore[attr-defined]
+    top.MESSAGE_KIND = message.kind        # type: ignore[attr-defined]
     for name, cls in classes.items():
         if cls is not top:
             setattr(top, name, cls)
