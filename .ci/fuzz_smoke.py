@@ -3,17 +3,21 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 RUNS = "3000"
 failed = []
+artifacts = tempfile.mkdtemp(prefix="kproto-fuzz-")
 for target in sorted((Path(__file__).resolve().parents[1] / "fuzz").glob("fuzz_*.py")):
-    proc = subprocess.run([sys.executable, str(target), f"-runs={RUNS}", "-max_total_time=60"],
+    proc = subprocess.run([sys.executable, str(target), f"-runs={RUNS}", "-max_total_time=60",
+                           f"-artifact_prefix={artifacts}/{target.stem}-"],
                           capture_output=True, text=True, timeout=300)
     status = "ok" if proc.returncode == 0 else f"FAILED ({proc.returncode})"
     print(f"fuzz {target.name}: {status}")
     if proc.returncode != 0:
         failed.append(target.name)
         print(proc.stdout[-3000:], proc.stderr[-3000:])
+        print(f"  crashing inputs are in {artifacts}")
 print(f"fuzz smoke: {len(failed) == 0 and 'all passed' or 'failures: ' + ', '.join(failed)}")
 sys.exit(1 if failed else 0)

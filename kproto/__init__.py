@@ -12,7 +12,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "DecodeError", "EncodeError", "KprotoError", "UnsupportedVersionError",
-    "message", "request", "response", "messages",
+    "message", "request", "response", "Uuid",
     "RequestHeader", "ResponseHeader",
     "encode_request", "decode_request", "encode_response", "decode_response",
     "request_header_version", "response_header_version",
@@ -22,7 +22,7 @@ _LAZY = {
     "message": "kproto.codecs",
     "request": "kproto.codecs",
     "response": "kproto.codecs",
-    "messages": "kproto.codecs",
+    "Uuid": "kproto.codecs",
     "RequestHeader": "kproto.framing",
     "ResponseHeader": "kproto.framing",
     "encode_request": "kproto.framing",

@@ -102,12 +102,17 @@ _ENCODE_FAULTS = (struct.error, AttributeError, TypeError, ValueError, OverflowE
 
 
 class _Compiled:
+    """The generated functions of one version (checked ones built on first failure)."""
+
     __slots__ = ("decode", "encode", "decode_checked", "encode_checked", "json_plan", "source")
 
     def __init__(self) -> None:
-        self.decode_checked = None
-        self.encode_checked = None
-        self.json_plan = None
+        self.decode: Any = None
+        self.encode: Any = None
+        self.source = ""
+        self.decode_checked: Any = None
+        self.encode_checked: Any = None
+        self.json_plan: Any = None
 
 
 class MessageCodec:
@@ -122,9 +127,10 @@ class MessageCodec:
         fr = schema.flexible_range
         hi = self.valid_versions.stop - 1
         self.flexible_versions: range = range(fr.lo, hi + 1) if not fr.empty and fr.lo <= hi else range(0)
+        dr = schema.deprecated_range
         self.deprecated_versions: range = (
-            range(schema.deprecated_range.lo, schema.deprecated_range.hi + 1)
-            if schema.deprecated and not schema.deprecated_range.empty else range(0))
+            range(dr.lo, (dr.hi if dr.hi is not None else hi) + 1) if schema.deprecated and not dr.empty
+            else range(0))
         self.classes: Dict[str, type] = build_classes(schema)
         self.cls: type = self.classes[schema.name]
         self._compiled: Dict[int, _Compiled] = {}

@@ -398,7 +398,7 @@ class CodeGen:
                 fmt = ">" + "".join(FIXED[g.type][0] for g in group)
                 nxt = regular[i] if i < len(regular) else None
                 prefix = self._fixed_prefix(nxt) if nxt is not None else None
-                if prefix is not None:
+                if prefix is not None and nxt is not None:
                     # compute the next field's payload first so its length joins this pack
                     pl = self.enc_prepare(s, d, nxt, obj, depth, w)
                     args.append(pl[0])

@@ -16,7 +16,7 @@ _MISSING = object()
 
 _PY_TYPES = {
     "bool": "bool", "int8": "int", "int16": "int", "uint16": "int", "int32": "int", "uint32": "int",
-    "int64": "int", "float64": "float", "string": "str", "bytes": "bytes", "records": "bytes",
+    "int64": "int", "float64": "float", "string": "str", "bytes": "bytes", "records": "bytes | memoryview",
     "uuid": "Uuid",
 }
 
@@ -25,6 +25,7 @@ class MessageObject:
     """Base class of every generated message and struct class."""
 
     __slots__ = ("_unknown_tagged_fields",)
+    _unknown_tagged_fields: Optional[List[Tuple[int, bytes]]]
     _fields: Tuple[str, ...] = ()
     _schema_struct: Optional[Struct] = None
 
@@ -98,12 +99,12 @@ def parse_default(f: Field, classes: Dict[str, type]) -> Tuple[Any, Optional[Cal
 def build_classes(message: Message) -> Dict[str, type]:
     """Create the classes of every struct of ``message``; the message's own class is under its name."""
     structs = message.structs()
-    classes: Dict[str, type] = {}
+    classes: Dict[str, Any] = {}
     for name, struct in structs.items():
         qual = name if name == message.name else f"{message.name}.{name}"
         attrs = tuple(f.attr for f in struct.fields)
-        cls = type(name, (MessageObject,), {"__slots__": attrs, "__qualname__": qual,
-                                            "__module__": "kproto.messages"})
+        cls: Any = type(name, (MessageObject,), {"__slots__": attrs, "__qualname__": qual,
+                                                 "__module__": "kproto.messages"})
         cls._fields = attrs
         cls._schema_struct = struct
         classes[name] = cls
@@ -151,3 +152,37 @@ def build_classes(message: Message) -> Dict[str, type]:
         if cls is not top:
             setattr(top, name, cls)
     return classes
+
+
+def stub_source(message: Message, classes: Dict[str, type]) -> str:
+    """Type-stub text of a message's classes (nested struct classes become nested classes)."""
+    top = classes[message.name]
+
+    def qual(ann: str) -> str:
+        # names of struct classes inside annotations are qualified with the message class
+        for name in classes:
+            if name != message.name:
+                ann = ann.replace(f"[{name}]", f"[{message.name}.{name}]")
+                if ann == name:
+                    ann = f"{message.name}.{name}"
+        return ann
+
+    def body(cls: type, indent: str) -> List[str]:
+        lines = []
+        params = []
+        for attr, ann in cls.__annotations__.items():
+            ann = qual(ann)
+            lines.append(f"{indent}{attr}: {ann}")
+            params.append(f"{attr}: {ann} = ...")
+        params.append("_unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...")
+        lines.append(f"{indent}def __init__(self, *, {', '.join(params)}) -> None: ...")
+        return lines
+
+    out = [f"class {message.name}(MessageObject):", f"    API_KEY: Optional[int]", "    MESSAGE_KIND: str"]
+    for name, cls in classes.items():
+        if cls is top:
+            continue
+        out.append(f"    class {name}(MessageObject):")
+        out += body(cls, "        ")
+    out += body(top, "    ")
+    return "\n".join(out) + "\n"

@@ -23,6 +23,7 @@ class Uuid(bytes):
     """A Kafka UUID: 16 bytes, shown as Kafka shows it (URL-safe base64, no padding)."""
 
     __slots__ = ()
+    ZERO: "Uuid"
 
     def __new__(cls, value: Union[bytes, str, _uuid.UUID, "Uuid"] = b"\0" * 16) -> "Uuid":
         if isinstance(value, str):
@@ -49,7 +50,7 @@ class Uuid(bytes):
         return _uuid.UUID(bytes=bytes(self))
 
 
-Uuid.ZERO = Uuid(b"\0" * 16)  # type: ignore[attr-defined]
+Uuid.ZERO = Uuid(b"\0" * 16)
 
 
 def read_uvarint(buf: Buffer, pos: int) -> Tuple[int, int]:

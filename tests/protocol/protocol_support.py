@@ -100,7 +100,7 @@ def objects(codec, version: int, max_list: int = 3):
 
 
 def all_message_versions():
-    for name in kproto.messages():
+    for name in kproto.codecs.messages():
         codec = kproto.message(name)
         for v in codec.valid_versions:
             yield name, v

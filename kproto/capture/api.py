@@ -1,0 +1,211 @@
+"""Python API of traffic decoding: exchanges from a capture file or from packets, as objects or JSON.
+
+>>> from kproto.capture import iter_exchanges
+>>> for ex in iter_exchanges("client.pcapng"):                     # doctest: +SKIP
+...     print(ex.api_name, ex.api_version, ex.latency_ms, ex.response.error_code)
+"""
+from __future__ import annotations
+
+import base64
+import datetime as _dt
+import os
+from typing import Any, Iterable, Iterator, Optional, Union
+
+import kproto
+
+from kproto.capture import bodies
+from kproto.capture.decoder import CaptureDecoder
+from kproto.capture.exchange import Exchange
+from kproto.error_codes import error_name
+from kproto.capture.pcap import CaptureProblem, Packet, read_packets
+from kproto.capture.sessions import FetchSessionView
+from kproto.errors import DecodeError
+
+__all__ = ["BodyDecoder", "iter_exchanges", "exchange_to_json"]
+
+_PRODUCE, _FETCH, _METADATA, _SASL_HANDSHAKE, _API_VERSIONS, _SASL_AUTHENTICATE = 0, 1, 3, 17, 18, 36
+_UNSUPPORTED_VERSION = 35
+
+
+class BodyDecoder:
+    """Decode the bodies of finished exchanges in place (the ``decode`` hook of CaptureDecoder).
+
+    Never raises on bad bytes: what cannot be decoded becomes a problem on the exchange. Also
+    follows fetch sessions per connection and remembers SASL mechanisms for redaction.
+    """
+
+    def __init__(self) -> None:
+        self.topic_names: dict[str, str] = {}
+        self._sessions: dict[tuple, FetchSessionView] = {}
+        self._mechanisms: dict[tuple, str] = {}
+
+    def __call__(self, ex: Exchange) -> None:
+        if ex.kind == "sasl":
+            self._raw_sasl(ex)
+            return
+        if ex.kind != "kafka" or ex.api_key is None:
+            return
+        key, ver = ex.api_key, ex.api_version
+        versions = bodies.api_versions(key)
+        if versions is None:
+            ex.problems.append(f"unknown API key {key}: body not decoded")
+            return
+        if ver not in versions:
+            ex.problems.append(f"{bodies.api_name(key)} v{ver} is not a version Kafka 3.9 defines "
+                               f"(valid {versions.start}-{versions.stop - 1}): body not decoded")
+            return
+        conn = (ex.client, ex.broker)
+        if ex.request_data is not None:
+            try:
+                ex.request_header, ex.request = bodies.decode_request(ex.request_data)
+            except DecodeError as e:
+                ex.problems.append(f"request: {e}")
+        if key == _PRODUCE and ex.request is not None and ex.request.acks == 0:
+            ex.expects_response = False  # acks=0: the broker never answers
+        if ex.response_data is not None:
+            try:
+                ex.response_header, ex.response = bodies.decode_response(ex.response_data, key, ver)
+            except DecodeError as e:
+                self._bad_response(ex, e)
+        if ex.response is not None:
+            ex.errors = [error_name(c) for c in bodies.response_error_codes(ex.response)]
+        if key == _FETCH and ex.request is not None:
+            view = self._sessions.get(conn)
+            if view is None:
+                view = self._sessions[conn] = FetchSessionView(self.topic_names)
+            ex.fetch_session = view.request(ex.request, ver)
+            if ex.response is not None:
+                ex.problems.extend(view.response(ex.response, ex.fetch_session))
+        elif key == _METADATA and ex.response is not None:
+            for t in ex.response.topics:
+                if getattr(t, "topic_id", None) is not None and t.name:
+                    self.topic_names[str(t.topic_id)] = t.name
+        elif key == _SASL_HANDSHAKE and ex.request is not None:
+            self._mechanisms[conn] = ex.request.mechanism
+        elif key == _SASL_AUTHENTICATE and ex.request is not None:
+            ex.sasl = _describe_token(self._mechanisms.get(conn), ex.request.auth_bytes)
+
+    def _bad_response(self, ex: Exchange, err: DecodeError) -> None:
+        if ex.api_key == _API_VERSIONS and len(ex.response_data) >= 6:
+            # A broker that does not support the requested version answers with a v0 body (KIP-511).
+            hdr_code = int.from_bytes(ex.response_data[4:6], "big", signed=True)
+            if hdr_code == _UNSUPPORTED_VERSION and ex.api_version != 0:
+                try:
+                    ex.response_header, ex.response = bodies.decode_response(ex.response_data, _API_VERSIONS, 0)
+                    ex.response_version = 0  # normal: the broker lists its versions, client retries
+                    return
+                except DecodeError:
+                    pass
+                ex.errors = [error_name(hdr_code)]
+                ex.problems.append(
+                    f"peer sent a malformed ApiVersions v{ex.api_version} response: neither a "
+                    f"v{ex.api_version} nor a v0 body ({err}); what could be read: error_code "
+                    f"{hdr_code} ({error_name(hdr_code)}), then {len(ex.response_data) - 6} bytes "
+                    f"{ex.response_data[6:].hex()}")
+                return
+        ex.problems.append(f"response: {err}")
+
+    def _raw_sasl(self, ex: Exchange) -> None:
+        mech = (ex.sasl or {}).get("mechanism")
+        info = _describe_token(mech, ex.request_data or b"")
+        info["server_token_bytes"] = None if ex.response_data is None else len(ex.response_data)
+        ex.sasl = info
+
+
+def _describe_token(mechanism: Optional[str], token: bytes) -> dict:
+    """What a SASL client token says, without secrets (PLAIN passwords, bearer tokens, proofs)."""
+    info: dict[str, Any] = {"mechanism": mechanism, "client_token_bytes": len(token)}
+    token = bytes(token)
+    if mechanism == "PLAIN":
+        parts = token.split(b"\x00")
+        if len(parts) == 3:
+            info["user"] = parts[1].decode("utf-8", "replace")
+    elif mechanism and mechanism.startswith("SCRAM"):
+        for item in token.decode("utf-8", "replace").split(","):
+            if item.startswith("n="):
+                info["user"] = item[2:]
+    return info
+
+
+def iter_exchanges(source: Union[str, os.PathLike, Iterable[Union[Packet, CaptureProblem]]],
+                   ports: Optional[Iterable[int]] = None, *, decode: bool = True,
+                   decoder: Optional[CaptureDecoder] = None) -> Iterator[Exchange]:
+    """Yield the exchanges of a capture file (path) or of packets, as they complete.
+
+    ``ports``: Kafka broker ports (None: guessed per connection). ``decode``: decode bodies with
+    kproto's codec (False: framing and pairing only). Pass your own ``decoder`` to read its
+    ``chosen_ports`` and ``problems`` afterwards.
+    """
+    if decoder is None:
+        decoder = CaptureDecoder(ports, decode=BodyDecoder() if decode else None)
+    packets = read_packets(source) if isinstance(source, (str, os.PathLike)) else source
+    for p in packets:
+        yield from decoder.feed(p)
+    yield from decoder.finish()
+
+
+def _iso(ts: Optional[float]) -> Optional[str]:
+    if ts is None:
+        return None
+    return _dt.datetime.fromtimestamp(ts, _dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def exchange_to_json(ex: Exchange, *, records: Any = None) -> dict:
+    """One JSON object for an exchange (the ``--format jsonl`` line).
+
+    Bodies follow Kafka's JSON convention. ``records``: a callable turning the bytes of a
+    ``records`` field into a JSON value (see :mod:`kproto.capture.records_view`), or None for base64.
+    """
+    key, ver = ex.api_key, ex.api_version
+    request = response = None
+    if ex.request is not None:
+        request = _body_json(kproto.request(key), ex.request, ver, records)
+    if ex.response is not None:
+        rver = ver if ex.response_version is None else ex.response_version
+        response = _body_json(kproto.response(key), ex.response, rver, records)
+    if ex.sasl and request is not None and key == _SASL_AUTHENTICATE:
+        request["authBytes"] = "<redacted>"
+    doc = {
+        "ts": _iso(ex.ts),
+        "client": str(ex.client),
+        "broker": str(ex.broker),
+        "kind": ex.kind,
+        "api_key": key,
+        "api_name": ex.api_name,
+        "api_version": ver,
+        "correlation_id": ex.correlation_id,
+        "client_id": ex.client_id,
+        "latency_ms": None if ex.latency_ms is None else round(ex.latency_ms, 3),
+        "request_bytes": ex.request_bytes or None,
+        "response_bytes": ex.response_bytes or None,
+        "request": request,
+        "response": response,
+        "errors": ex.errors,
+        "problems": ex.problems,
+    }
+    if ex.fetch_session is not None:
+        doc["fetch_session"] = ex.fetch_session
+    if ex.sasl is not None:
+        doc["sasl"] = ex.sasl
+    return doc
+
+
+def _body_json(codec: Any, obj: Any, version: int, records: Any) -> dict:
+    doc = codec.to_json(obj, version)
+    if records is not None:
+        _replace_records(doc, records)
+    return doc
+
+
+def _replace_records(doc: Any, convert: Any) -> None:
+    """Replace every ``records`` value (base64 in Kafka's JSON) by ``convert(bytes)``."""
+    if isinstance(doc, dict):
+        for k, v in doc.items():
+            if k == "records" and isinstance(v, str):
+                doc[k] = convert(base64.b64decode(v))
+            elif isinstance(v, (dict, list)):
+                _replace_records(v, convert)
+    elif isinstance(doc, list):
+        for v in doc:
+            if isinstance(v, (dict, list)):
+                _replace_records(v, convert)

@@ -1,0 +1,351 @@
+"""From packets to :class:`Exchange` objects (sans-I/O): connections, pairing, SASL, port choice.
+
+Feed :class:`~kproto.capture.pcap.Packet` objects (or anything with ``ts``, ``linktype``,
+``data``) in capture order to :meth:`CaptureDecoder.feed`; it returns the exchanges completed so
+far. :meth:`CaptureDecoder.finish` returns the rest (requests never answered, streams cut short).
+"""
+from __future__ import annotations
+
+import struct
+from typing import Callable, Iterable, Optional, Union
+
+from kproto.capture import bodies
+from kproto.capture.exchange import Endpoint, Exchange
+from kproto.capture.frames import DEFAULT_MAX_FRAME, Frame, FrameCutter, RequestRule, ResponseRule
+from kproto.capture.layers import ACK, FIN, RST, SYN, TcpSegment, parse_tcp
+from kproto.capture.pcap import CaptureProblem, Packet
+from kproto.capture.tcp import TcpStream
+from kproto.errors import KprotoError
+
+__all__ = ["CaptureDecoder", "Connection"]
+
+_I32 = struct.Struct(">i")
+_SASL_HANDSHAKE = 17
+_CLASSIFY_LIMIT = 8  # payload segments looked at before calling a connection "not Kafka"
+_MAX_EARLY = 256     # responses kept per connection while waiting for their request
+
+ExchangeHook = Callable[[Exchange], None]
+
+
+class Connection:
+    """One TCP connection between a client and a Kafka broker, and its pairing state."""
+
+    def __init__(self, client: Endpoint, broker: Endpoint, request_rule: RequestRule,
+                 max_frame: int) -> None:
+        self.client = client
+        self.broker = broker
+        self.c2b = TcpStream()
+        self.b2c = TcpStream()
+        self.pending: dict[int, Exchange] = {}     # correlation id -> exchange awaiting response
+        self.early: dict[int, Frame] = {}          # responses seen before their request
+        # in sync from the start; _segment unsyncs a direction whose SYN was not captured
+        self.requests = FrameCutter(request_rule)
+        self.responses = FrameCutter(ResponseRule(self.pending, max_frame))
+        self.sasl_raw: Optional[str] = None        # SASL mechanism while raw tokens flow (v0)
+        self.sasl_token: Optional[Exchange] = None  # client token waiting for the server's
+        self.ticks = 0
+        self.last_ts = 0.0
+        self.closed = False                       # FIN or RST seen
+
+    def __repr__(self) -> str:
+        return f"Connection({self.client} -> {self.broker})"
+
+
+class CaptureDecoder:
+    """Turn captured packets into request/response :class:`Exchange` objects.
+
+    ``ports``: Kafka broker ports; None to guess per connection from the first bytes each side
+    sends (``chosen_ports`` then says what was chosen and why). ``decode``: a callable applied
+    to each finished exchange before it is returned (body decoding, records, fetch sessions;
+    see :mod:`kproto.capture.api`), or None to only frame and pair.
+    """
+
+    def __init__(self, ports: Optional[Iterable[int]] = None, *, max_frame: int = DEFAULT_MAX_FRAME,
+                 decode: Optional[ExchangeHook] = None) -> None:
+        self.ports = set(ports) if ports else None
+        self.max_frame = max_frame
+        self.decode = decode
+        self.request_rule = RequestRule(bodies.api_versions, max_frame)
+        self.connections: dict[tuple, Optional[Connection]] = {}
+        self._unclassified: dict[tuple, list[TcpSegment]] = {}
+        self.chosen_ports: dict[int, str] = {}   # broker port -> why it was taken for Kafka
+        self.problems: list[str] = []           # capture-level problems (file damage)
+        self.packets = 0
+        self.bytes = 0
+        self.non_tcp = 0
+        self.last_ts = 0.0
+        self._out: list[Exchange] = []
+
+    # -- input -----------------------------------------------------------------------------------
+
+    def feed(self, packet: Union[Packet, CaptureProblem, TcpSegment]) -> list[Exchange]:
+        """Process one packet (or a capture problem from the reader); return finished exchanges."""
+        if isinstance(packet, CaptureProblem):
+            self.problems.append(packet.message)
+            return []
+        if isinstance(packet, TcpSegment):
+            seg = packet
+        else:
+            self.packets += 1
+            self.bytes += len(packet.data)
+            seg = parse_tcp(packet.linktype, packet.data, packet.ts, getattr(packet, "index", 0))
+            if seg is None:
+                self.non_tcp += 1
+                return []
+        self.last_ts = seg.ts
+        key = (seg.src, seg.sport, seg.dst, seg.dport)
+        conn = self.connections.get(key, False)
+        if conn and conn.closed and seg.flags & SYN and not seg.flags & ACK:
+            # the same addresses and ports again after a close: a new connection
+            self._close(conn)
+            for k in [k for k, c in self.connections.items() if c is conn]:
+                del self.connections[k]
+            conn = False
+        if conn is False:
+            conn = self._classify(key, seg)
+            if conn is False:
+                return self._take()
+        if conn is not None:
+            self._segment(conn, seg)
+        return self._take()
+
+    def feed_all(self, packets: Iterable[Union[Packet, CaptureProblem]]) -> list[Exchange]:
+        """Feed every packet and finish; return all exchanges."""
+        out: list[Exchange] = []
+        for p in packets:
+            out.extend(self.feed(p))
+        out.extend(self.finish())
+        return out
+
+    def finish(self) -> list[Exchange]:
+        """End of capture: flush streams, emit unanswered requests and leftover problems."""
+        self._unclassified.clear()  # connections that never looked like Kafka
+        seen = set()
+        for conn in self.connections.values():
+            if conn is not None and id(conn) not in seen:
+                seen.add(id(conn))
+                self._close(conn)
+        return self._take()
+
+    def _close(self, conn: Connection) -> None:
+        """Flush a connection: held bytes, partial frames, unanswered requests, leftover notes."""
+        ts = conn.last_ts
+        for ev in conn.c2b.flush(ts):
+            self._request_event(conn, ev)
+        for ev in conn.b2c.flush(ts):
+            self._response_event(conn, ev)
+        for frame in conn.requests.finish(ts):
+            self._request_frame(conn, frame)
+        for frame in conn.responses.finish(ts):
+            self._response_frame(conn, frame)
+        for corr, frame in conn.early.items():
+            self._emit(self._orphan_response(conn, frame, corr))
+        conn.early.clear()
+        if conn.sasl_token is not None:
+            self._emit(conn.sasl_token)
+            conn.sasl_token = None
+        for ex in list(conn.pending.values()):
+            self._emit(ex, unanswered="the connection was closed" if conn.closed
+                       else "the capture ended with the connection still open")
+        conn.pending.clear()
+        notes = [f"client->broker: {n}" for n in conn.requests.take_notes()]
+        notes += [f"broker->client: {n}" for n in conn.responses.take_notes()]
+        if notes:
+            self._emit(Exchange(conn.client, conn.broker, kind="stream", ts=ts, problems=notes))
+
+    # -- connections -----------------------------------------------------------------------------
+
+    def _classify(self, key: tuple, seg: TcpSegment):
+        """Find or create the connection of a segment; False while still undecided."""
+        src, sport, dst, dport = key
+        rkey = (dst, dport, src, sport)
+        if self.ports is not None:
+            if dport in self.ports:
+                client, broker = (src, sport), (dst, dport)
+            elif sport in self.ports:
+                client, broker = (dst, dport), (src, sport)
+            else:
+                self.connections[key] = self.connections[rkey] = None
+                return None
+            return self._open(client, broker)
+        # Guess: the side that sends something shaped like a Kafka request is the client.
+        segs = self._unclassified.setdefault(_canon(key), [])
+        segs.append(seg)
+        payload = bytes(seg.payload[:64])
+        if payload and len(payload) >= 14 and self.request_rule.plausible(payload, 0):
+            size, api_key, version, corr = struct.unpack_from(">ihhi", payload, 0)
+            why = (f"{Endpoint(src, sport)} -> {Endpoint(dst, dport)} starts with a plausible "
+                   f"{bodies.api_name(api_key) or f'api key {api_key}'} v{version} request "
+                   f"({size} bytes, correlation id {corr})")
+            self.chosen_ports.setdefault(dport, why)
+            del self._unclassified[_canon(key)]
+            conn = self._open((src, sport), (dst, dport))
+            for s in segs:
+                self._segment(conn, s)
+            return False
+        if sum(1 for s in segs if len(s.payload)) >= _CLASSIFY_LIMIT or (seg.flags & (FIN | RST)):
+            del self._unclassified[_canon(key)]
+            self.connections[key] = self.connections[rkey] = None
+        return False
+
+    def _open(self, client: tuple, broker: tuple) -> Connection:
+        conn = Connection(Endpoint(*client), Endpoint(*broker), self.request_rule, self.max_frame)
+        c, b = client, broker
+        self.connections[(c[0], c[1], b[0], b[1])] = conn
+        self.connections[(b[0], b[1], c[0], c[1])] = conn
+        return conn
+
+    def _segment(self, conn: Connection, seg: TcpSegment) -> None:
+        conn.ticks += 1
+        conn.last_ts = seg.ts
+        from_client = seg.sport == conn.client.port and seg.src == conn.client.ip
+        mine, other = (conn.c2b, conn.b2c) if from_client else (conn.b2c, conn.c2b)
+        flags = seg.flags
+        if flags & (FIN | RST):
+            conn.closed = True
+        if mine.next_seq is None and not flags & SYN and len(seg.payload):
+            # No SYN seen for this direction: bytes may start mid-frame.
+            (conn.requests if from_client else conn.responses).synced = False
+        events = mine.segment(seg.seq, seg.payload, seg.ts, syn=bool(flags & SYN),
+                              fin=bool(flags & FIN), tick=conn.ticks)
+        handle_mine = self._request_event if from_client else self._response_event
+        handle_other = self._response_event if from_client else self._request_event
+        for ev in events:
+            handle_mine(conn, ev)
+        if flags & ACK:
+            for ev in other.acked(seg.ack, conn.ticks, seg.ts):
+                handle_other(conn, ev)
+
+    # -- frames ----------------------------------------------------------------------------------
+
+    def _request_event(self, conn: Connection, ev) -> None:
+        for frame in conn.requests.feed(ev):
+            self._request_frame(conn, frame)
+
+    def _response_event(self, conn: Connection, ev) -> None:
+        for frame in conn.responses.feed(ev):
+            self._response_frame(conn, frame)
+
+    def _request_frame(self, conn: Connection, frame: Frame) -> None:
+        ex = Exchange(conn.client, conn.broker, ts=frame.ts_start, request_end=frame.ts_end,
+                      request_bytes=frame.size + 4, problems=list(frame.problems))
+        if conn.sasl_raw is not None and not self._looks_like_request(frame):
+            ex.kind = "sasl"
+            ex.request_data = frame.data
+            ex.sasl = {"mechanism": conn.sasl_raw}
+            if conn.sasl_token is not None:
+                self._emit(conn.sasl_token)
+            conn.sasl_token = ex
+            return
+        if conn.sasl_raw is not None:
+            conn.sasl_raw = None
+            conn.requests.raw = conn.responses.raw = False
+        try:
+            # with a hole in the frame, only the bytes before it are where they belong
+            key, ver, corr, cid = bodies.read_request_header(
+                frame.data if frame.intact < 0 else frame.data[:frame.intact])
+        except ValueError as e:
+            ex.problems.append("request header lost in a capture gap" if frame.intact >= 0 else str(e))
+            ex.kind = "stream"
+            self._emit(ex)
+            return
+        ex.api_key, ex.api_version, ex.correlation_id, ex.client_id = key, ver, corr, cid
+        if frame.missing:
+            ex.problems.append(f"request incomplete: {frame.missing} of {frame.size} bytes not captured")
+        elif frame.truncated:
+            ex.problems.append("request cut off by the end of the capture")
+        else:
+            ex.request_data = frame.data
+        if corr in conn.pending:
+            old = conn.pending.pop(corr)
+            old.problems.append(f"correlation id {corr} reused before a response was seen")
+            self._emit(old)
+        early = conn.early.pop(corr, None)
+        if early is not None:  # held behind a hole in the request stream, or capture reordering
+            self._pair(conn, ex, early)
+            return
+        conn.pending[corr] = ex
+
+    def _response_frame(self, conn: Connection, frame: Frame) -> None:
+        if conn.sasl_raw is not None and conn.sasl_token is not None:
+            ex = conn.sasl_token
+            conn.sasl_token = None
+            ex.response_data = frame.data
+            ex.response_start, ex.response_end = frame.ts_start, frame.ts_end
+            ex.response_bytes = frame.size + 4
+            ex.problems.extend(frame.problems)
+            self._emit(ex)
+            return
+        if len(frame.data) < 4 or 0 <= frame.intact < 4:
+            ex = Exchange(conn.client, conn.broker, kind="stream", ts=frame.ts_start,
+                          problems=frame.problems + [f"response frame of {frame.size} bytes has no "
+                                                     "correlation id"])
+            self._emit(ex)
+            return
+        corr = _I32.unpack_from(frame.data, 0)[0]
+        ex = conn.pending.pop(corr, None)
+        if ex is None:
+            # Its request may still be held behind a hole or come later in a reordered capture;
+            # a capture that starts mid-connection leaves many such: keep a bounded number.
+            conn.early[corr] = frame
+            if len(conn.early) > _MAX_EARLY:
+                old = next(iter(conn.early))
+                self._emit(self._orphan_response(conn, conn.early.pop(old), old))
+            return
+        self._pair(conn, ex, frame)
+
+    def _pair(self, conn: Connection, ex: Exchange, frame: Frame) -> None:
+        ex.response_start, ex.response_end = frame.ts_start, frame.ts_end
+        ex.response_bytes = frame.size + 4
+        ex.problems.extend(frame.problems)
+        if frame.missing:
+            ex.problems.append(f"response incomplete: {frame.missing} of {frame.size} bytes not captured")
+        elif frame.truncated:
+            ex.problems.append("response cut off by the end of the capture")
+        else:
+            ex.response_data = frame.data
+        if ex.api_key == _SASL_HANDSHAKE and ex.api_version == 0 and ex.response_data is not None:
+            mechanism = _sasl_v0_success(ex)
+            if mechanism is not None:
+                # SaslHandshake v0 succeeded: raw, size-prefixed SASL tokens follow (KIP-43).
+                conn.sasl_raw = mechanism
+                conn.requests.raw = conn.responses.raw = True
+        self._emit(ex)
+
+    def _orphan_response(self, conn: Connection, frame: Frame, corr: int) -> Exchange:
+        ex = Exchange(conn.client, conn.broker, correlation_id=corr, ts=frame.ts_start,
+                      response_start=frame.ts_start, response_end=frame.ts_end,
+                      response_bytes=frame.size + 4, response_data=frame.data,
+                      problems=frame.problems + [f"response with correlation id {corr} matches no "
+                                                 "request in the capture"])
+        return ex
+
+    def _looks_like_request(self, frame: Frame) -> bool:
+        head = struct.pack(">i", frame.size) + frame.data[:64]
+        return len(head) >= 14 and self.request_rule.plausible(head, 0)
+
+    def _emit(self, ex: Exchange, unanswered: str = "") -> None:
+        if self.decode is not None:
+            self.decode(ex)  # may clear expects_response (a Produce with acks=0)
+        if unanswered and ex.expects_response:
+            ex.problems.append(f"no response: {unanswered}")
+        self._out.append(ex)
+
+    def _take(self) -> list[Exchange]:
+        out, self._out = self._out, []
+        return out
+
+
+def _canon(key: tuple) -> tuple:
+    a, b = (key[0], key[1]), (key[2], key[3])
+    return (a, b) if a <= b else (b, a)
+
+
+def _sasl_v0_success(ex: Exchange) -> Optional[str]:
+    """The mechanism of a successful SaslHandshake v0 exchange, else None."""
+    try:
+        _, req = bodies.decode_request(ex.request_data)
+        _, resp = bodies.decode_response(ex.response_data, _SASL_HANDSHAKE, 0)
+    except (KprotoError, KeyError, TypeError):
+        return None
+    return req.mechanism if resp.error_code == 0 else None

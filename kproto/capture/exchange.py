@@ -1,0 +1,94 @@
+"""The unit of decoded traffic: one request paired with its response on one connection."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from kproto.capture.layers import format_ip
+
+__all__ = ["Endpoint", "Exchange"]
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """An IP address (packed, 4 or 16 bytes) and TCP port."""
+
+    ip: bytes
+    port: int
+
+    def __str__(self) -> str:
+        text = format_ip(self.ip)
+        return f"[{text}]:{self.port}" if len(self.ip) == 16 else f"{text}:{self.port}"
+
+
+@dataclass(slots=True, repr=False)
+class Exchange:
+    """A request and its response (either may be missing), with timings and problems.
+
+    ``kind`` is ``"kafka"`` for protocol messages, ``"sasl"`` for raw SASL tokens exchanged after
+    a SaslHandshake v0, and ``"stream"`` for problems of a connection that belong to no request
+    (bytes lost or skipped where no frame could be found). ``request``/``response`` are message
+    objects of kproto's codec (None when absent or not decodable); ``*_bytes`` are frame sizes
+    including the 4-byte size prefix. Times are capture timestamps in seconds.
+    """
+
+    client: Endpoint
+    broker: Endpoint
+    kind: str = "kafka"
+    api_key: Optional[int] = None
+    api_version: Optional[int] = None
+    correlation_id: Optional[int] = None
+    client_id: Optional[str] = None
+    request: Any = None
+    response: Any = None
+    request_header: Any = None
+    response_header: Any = None
+    response_version: Optional[int] = None  # set when the body is not of the request's version
+    request_bytes: int = 0
+    response_bytes: int = 0
+    ts: Optional[float] = None              # first byte of the request captured
+    request_end: Optional[float] = None     # last byte of the request captured
+    response_start: Optional[float] = None
+    response_end: Optional[float] = None
+    expects_response: bool = True
+    problems: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    fetch_session: Optional[dict] = None
+    sasl: Optional[dict] = None
+    # raw frames (without size prefix), kept for lazy body decoding and re-export
+    request_data: Optional[bytes] = None
+    response_data: Optional[bytes] = None
+
+    @property
+    def api_name(self) -> Optional[str]:
+        from kproto.capture.bodies import api_name
+
+        return api_name(self.api_key)
+
+    @property
+    def latency_ms(self) -> Optional[float]:
+        """From the request's last byte to the response's last byte; None without both."""
+        if self.request_end is None or self.response_end is None:
+            return None
+        return (self.response_end - self.request_end) * 1000.0
+
+    @property
+    def complete(self) -> bool:
+        """Request and (when one is expected) response both present and free of problems."""
+        return (self.request_data is not None and (self.response_data is not None
+                                                   or not self.expects_response)
+                and not self.problems)
+
+    def to_json(self, *, records: Any = None) -> dict:
+        """This exchange as one JSON object (see :func:`kproto.capture.api.exchange_to_json`)."""
+        from kproto.capture.api import exchange_to_json
+
+        return exchange_to_json(self, records=records)
+
+    def __repr__(self) -> str:
+        what = (f"{self.api_name or self.api_key} v{self.api_version} corr={self.correlation_id}"
+                if self.kind == "kafka" else self.kind)
+        lat = "" if self.latency_ms is None else f" {self.latency_ms:.3f}ms"
+        extra = f" errors={self.errors}" if self.errors else ""
+        extra += f" problems={len(self.problems)}" if self.problems else ""
+        return f"<Exchange {what} {self.client}->{self.broker}{lat}{extra}>"

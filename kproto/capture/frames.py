@@ -1,0 +1,317 @@
+"""Cutting a reassembled Kafka byte stream into size-prefixed frames (sans-I/O).
+
+A :class:`FrameCutter` takes the :mod:`kproto.capture.tcp` events of one direction. Bytes lost
+inside a frame whose size is known only damage that frame (``Frame.missing``); when a gap or
+garbage hides a frame boundary the cutter resynchronises on the next *plausible* frame start,
+which a :class:`FrameRule` defines (requests: sane size, known API key and version, sane
+client id; responses: a correlation id still pending on the connection).
+"""
+from __future__ import annotations
+
+import struct
+from bisect import bisect_left, bisect_right
+from dataclasses import dataclass, field
+from operator import itemgetter
+from typing import Callable, Container, Iterable, Optional, Union
+
+import numpy as np
+
+from kproto.capture.tcp import StreamData, StreamGap
+
+__all__ = ["Frame", "FrameCutter", "FrameRule", "RequestRule", "ResponseRule", "DEFAULT_MAX_FRAME"]
+
+DEFAULT_MAX_FRAME = 256 << 20
+_first = itemgetter(0)
+_I32 = struct.Struct(">i")
+_REQ_HEAD = struct.Struct(">ihhih")  # size, api_key, api_version, correlation_id, client_id length
+
+
+@dataclass(slots=True)
+class Frame:
+    """One Kafka frame: ``data`` is the frame without its 4-byte size prefix.
+
+    ``missing`` counts bytes of the frame the capture lost (then ``data`` holds only the bytes
+    present, before and after the holes, and is not decodable). ``problems`` are stream-level
+    notes that precede this frame (gaps, bytes skipped while resynchronising).
+    """
+
+    data: bytes
+    size: int
+    ts_start: float
+    ts_end: float
+    offset: int
+    missing: int = 0
+    truncated: bool = False
+    problems: list[str] = field(default_factory=list)
+    intact: int = -1   # leading bytes of ``data`` before the first hole (-1: no hole)
+
+
+class FrameRule:
+    """What a plausible frame start looks like in one direction."""
+
+    #: bytes needed after the size prefix for :meth:`plausible` / for :meth:`sane`
+    head_bytes = 4
+    sane_bytes = 0
+
+    def __init__(self, max_frame: int = DEFAULT_MAX_FRAME) -> None:
+        self.max_frame = max_frame
+
+    def sane(self, buf: Union[bytes, bytearray], pos: int) -> bool:
+        """Loose check for a frame start while in sync (a bad one means garbage: resync)."""
+        raise NotImplementedError
+
+    def plausible(self, buf: Union[bytes, bytearray], pos: int) -> bool:
+        """Strict check for a frame start found by scanning after sync was lost."""
+        raise NotImplementedError
+
+    def candidates(self, arr: np.ndarray) -> Iterable[int]:
+        """Positions in ``arr`` (uint8) worth a :meth:`plausible` check, in increasing order."""
+        n = len(arr) - 4 - self.head_bytes + 1
+        if n <= 0:
+            return ()
+        size = _be32(arr, n)
+        ok = (size >= self.head_bytes) & (size <= self.max_frame)
+        return np.flatnonzero(ok & self._vector_filter(arr, n)).tolist()
+
+    def _vector_filter(self, arr: np.ndarray, n: int) -> np.ndarray:
+        return np.ones(n, dtype=bool)
+
+
+def _be32(arr: np.ndarray, n: int, at: int = 0) -> np.ndarray:
+    a = arr.astype(np.int64)
+    v = (a[at:at + n] << 24) | (a[at + 1:at + 1 + n] << 16) | (a[at + 2:at + 2 + n] << 8) | a[at + 3:at + 3 + n]
+    return np.where(v >= 1 << 31, v - (1 << 32), v)
+
+
+def _be16(arr: np.ndarray, n: int, at: int) -> np.ndarray:
+    a = arr.astype(np.int32)
+    v = (a[at:at + n] << 8) | a[at + 1:at + 1 + n]
+    return np.where(v >= 1 << 15, v - (1 << 16), v)
+
+
+class RequestRule(FrameRule):
+    """Requests: the header starts api_key, api_version, correlation_id, client_id in every version."""
+
+    head_bytes = 10
+    sane_bytes = 4
+
+    def __init__(self, versions: Callable[[int], Optional[range]], max_frame: int = DEFAULT_MAX_FRAME,
+                 max_api_key: int = 255) -> None:
+        super().__init__(max_frame)
+        self.versions = versions
+        # numpy lookup tables: highest valid version per API key, -1 if the key is unknown
+        self._max_ver = np.full(1 << 16, -1, dtype=np.int32)
+        self._min_ver = np.zeros(1 << 16, dtype=np.int32)
+        for key in range(max_api_key + 1):
+            r = versions(key)
+            if r is not None and len(r):
+                self._max_ver[key] = r[-1]
+                self._min_ver[key] = r[0]
+
+    def sane(self, buf, pos):
+        size = _I32.unpack_from(buf, pos)[0]
+        # An unknown key or version keeps sync (it is reported on the exchange), a silly size not.
+        return 8 <= size <= self.max_frame and buf[pos + 4] < 0x80 and buf[pos + 6] < 0x80
+
+    def plausible(self, buf, pos):
+        size, key, ver, _corr, cid = _REQ_HEAD.unpack_from(buf, pos)
+        if not 10 <= size <= self.max_frame or key < 0:
+            return False
+        r = self.versions(key)
+        if r is None or ver not in r:
+            return False
+        if cid == -1:
+            return True
+        if cid < 0 or cid > size - 10:
+            return False
+        text = bytes(buf[pos + 14:pos + 14 + cid])
+        return all(0x20 <= c < 0x7F for c in text)  # client ids are printable in practice
+
+    def _vector_filter(self, arr, n):
+        key = _be16(arr, n, 4)
+        ver = _be16(arr, n, 6)
+        idx = key & 0xFFFF
+        return (key >= 0) & (ver >= self._min_ver[idx]) & (ver <= self._max_ver[idx])
+
+
+class ResponseRule(FrameRule):
+    """Responses: the correlation id must be one the connection is waiting for."""
+
+    head_bytes = 4
+
+    def __init__(self, pending: Container[int], max_frame: int = DEFAULT_MAX_FRAME) -> None:
+        super().__init__(max_frame)
+        self.pending = pending
+
+    def sane(self, buf, pos):
+        return 4 <= _I32.unpack_from(buf, pos)[0] <= self.max_frame
+
+    def plausible(self, buf, pos):
+        return self.sane(buf, pos) and _I32.unpack_from(buf, pos + 4)[0] in self.pending
+
+    def _vector_filter(self, arr, n):
+        ids = np.fromiter(self.pending, dtype=np.int64) if self.pending else np.empty(0, np.int64)
+        return np.isin(_be32(arr, n, 4), ids)
+
+
+class FrameCutter:
+    """Cut one direction's stream events into :class:`Frame` objects."""
+
+    def __init__(self, rule: FrameRule, *, synced: bool = True) -> None:
+        self.rule = rule
+        self.buf = bytearray()
+        self.base = 0              # stream offset of buf[0]
+        self.synced = synced       # False: scan for a plausible frame start
+        self.need: Optional[int] = None  # declared size of the frame at buf[0], once read
+        self.missing = 0           # bytes of the current frame lost so far
+        self.intact = -1           # bytes of the current frame's data before its first hole
+        self.skipped = 0           # bytes thrown away while out of sync
+        self.raw = False           # raw SASL tokens flow: any size prefix is fine
+        self.notes: list[str] = []  # problems waiting for the next frame
+        self._ts: list[tuple[int, float]] = []  # (stream offset, ts) of chunk starts in buf
+
+    # -- input -----------------------------------------------------------------------------------
+
+    def feed(self, event: Union[StreamData, StreamGap]) -> list[Frame]:
+        """Process one stream event; return the frames it completes."""
+        if isinstance(event, StreamGap):
+            return self.gap(event.size, event.ts, event.reason)
+        return self.data(event.data, event.ts)
+
+    def data(self, chunk: bytes, ts: float) -> list[Frame]:
+        """Add the next stream bytes (captured at ``ts``); return the frames they complete."""
+        if not chunk:
+            return []
+        self._ts.append((self.base + self.missing + len(self.buf), ts))
+        self.buf += chunk
+        return self._cut()
+
+    def gap(self, size: int, ts: float, reason: str = "") -> list[Frame]:
+        """``size`` stream bytes were not captured: damage the current frame or lose sync."""
+        why = f" ({reason})" if reason else ""
+        out: list[Frame] = []
+        if self.synced and self.need is not None:
+            remaining = 4 + self.need - len(self.buf) - self.missing
+            if self.intact < 0:
+                self.intact = max(len(self.buf) - 4, 0)
+            if size <= remaining:
+                self.missing += size
+                self.notes.append(f"{size} bytes of this frame missing from the capture{why}")
+                return self._cut()
+            self.missing += remaining
+            self.notes.append(f"{remaining} bytes of this frame missing from the capture{why}")
+            out.append(self._emit())
+            size -= remaining
+        self.skipped += len(self.buf)
+        self.base += self.missing + len(self.buf) + size
+        self.buf.clear()
+        self._ts.clear()
+        self.missing = 0
+        self.intact = -1
+        self.need = None
+        self.synced = False
+        self.notes.append(f"{size} bytes missing from the capture{why}; looking for the next frame")
+        return out
+
+    def finish(self, ts: float) -> list[Frame]:
+        """End of stream: a partial frame is returned ``truncated``; stray bytes become a note."""
+        out: list[Frame] = []
+        if self.synced and self.buf and self.need is not None:
+            self.notes.append(f"stream ends inside a frame: {4 + self.need - len(self.buf) - self.missing}"
+                              " bytes never seen")
+            out.append(self._emit(truncated=True))
+        elif self.buf:
+            self.skipped += len(self.buf)
+            self.buf.clear()
+        if self.skipped:
+            self.notes.append(f"{self.skipped} bytes at the end of the stream are not a Kafka frame")
+            self.skipped = 0
+        return out
+
+    def take_notes(self) -> list[str]:
+        """Problems not attached to any frame (left over at the end of the stream)."""
+        notes, self.notes = self.notes, []
+        return notes
+
+    # -- internals -------------------------------------------------------------------------------
+
+    def _cut(self) -> list[Frame]:
+        out: list[Frame] = []
+        rule = self.rule
+        while True:
+            if not self.synced and not self._resync():
+                return out
+            buf = self.buf
+            if self.need is None:
+                if len(buf) < 4 + (0 if self.raw else rule.sane_bytes):
+                    return out
+                if not (0 <= _I32.unpack_from(buf, 0)[0] <= rule.max_frame if self.raw
+                        else rule.sane(buf, 0)):
+                    self.notes.append(f"implausible frame header {bytes(buf[:12]).hex()}: "
+                                      "not Kafka? looking for the next frame")
+                    self.synced = False
+                    self.skipped += 1
+                    self._drop(1)
+                    continue
+                self.need = _I32.unpack_from(buf, 0)[0]
+            if len(buf) + self.missing < 4 + self.need:
+                return out
+            out.append(self._emit())
+
+    def _emit(self, truncated: bool = False) -> Frame:
+        n = min(len(self.buf), 4 + self.need - self.missing)
+        end_off = self.base + self.missing + n
+        ts = self._ts
+        ts_start = ts[0][1] if ts else 0.0
+        last = bisect_left(ts, end_off, key=_first) - 1  # chunk holding the frame's last byte
+        ts_end = ts[last][1] if last >= 0 else ts_start
+        frame = Frame(bytes(self.buf[4:n]) if n > 4 else b"", self.need, ts_start, ts_end,
+                      self.base, self.missing, truncated, self.notes, self.intact)
+        self.notes = []
+        self.intact = -1
+        self.base += self.missing
+        self.missing = 0
+        self.need = None
+        self._drop(n)
+        return frame
+
+    def _drop(self, n: int) -> None:
+        """Remove n bytes from the front of buf (advancing base) and stale timestamps."""
+        del self.buf[:n]
+        self.base += n
+        ts = self._ts
+        if not self.buf:
+            ts.clear()
+            return
+        first = bisect_right(ts, self.base, key=_first) - 1  # chunk holding the new buf[0]
+        if first > 0:
+            del ts[:first]
+        if ts and ts[0][0] < self.base:
+            ts[0] = (self.base, ts[0][1])
+
+    def _resync(self) -> bool:
+        """Find a plausible frame start in buf; drop what precedes it. False: need more bytes."""
+        rule = self.rule
+        buf = self.buf
+        if len(buf) < 4 + rule.head_bytes:
+            return False
+        arr = np.frombuffer(buf, dtype=np.uint8)
+        found = None
+        for pos in rule.candidates(arr):
+            if rule.plausible(buf, pos):
+                found = pos
+                break
+        del arr  # release the export of buf before resizing it
+        if found is None:
+            keep = 4 + rule.head_bytes - 1
+            drop = len(buf) - keep
+            self.skipped += drop
+            self._drop(drop)
+            return False
+        self.skipped += found
+        if self.skipped:
+            self.notes.append(f"skipped {self.skipped} bytes to resynchronise on the next plausible frame")
+        self.skipped = 0
+        self._drop(found)
+        self.synced = True
+        return True

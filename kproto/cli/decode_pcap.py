@@ -1,0 +1,127 @@
+"""``kproto decode-pcap FILE``: every Kafka request and response of a pcap/pcapng capture."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from typing import Any, Iterable, Iterator, TextIO
+
+__all__ = ["register", "run"]
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "decode-pcap", help="decode the Kafka traffic of a pcap/pcapng capture",
+        description="Reassemble TCP, cut Kafka frames, pair responses with requests and decode "
+                    "both with kproto's schemas (every API key and version of Kafka 3.9).")
+    p.add_argument("file", help="pcap or pcapng file")
+    p.add_argument("--port", type=int, action="append", default=None,
+                   help="Kafka broker port (repeatable); default: guessed per connection")
+    p.add_argument("--format", choices=("auto", "text", "jsonl"), default="auto",
+                   help="text on a terminal, JSON lines otherwise (default auto)")
+    p.add_argument("--records", action="store_true",
+                   help="show records fields as batches and records instead of base64")
+    p.add_argument("--records-max-bytes", type=int, default=None, metavar="N",
+                   help="look inside records fields of at most N bytes (default 64 MiB)")
+    p.add_argument("--summary", action="store_true",
+                   help="print only a table per API key (count, errors, p50/p99 latency, bytes)")
+    p.add_argument("-v", "--verbose", action="store_true", help="text format: print bodies too")
+    p.add_argument("-o", "--output", default="-", help="output file (default stdout)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    p.set_defaults(func=run)
+
+
+def _progress(packets: Iterable[Any], total: int, stream: TextIO) -> Iterator[Any]:
+    """Pass packets through, drawing a progress bar from the bytes seen (16-byte record headers)."""
+    done, last = 24, 0.0
+    for p in packets:
+        done += len(getattr(p, "data", b"")) + 16
+        now = time.monotonic()
+        if now - last > 0.2:
+            last = now
+            frac = min(done / total, 1.0)
+            stream.write(f"\r[{'#' * int(frac * 30):<30}] {frac * 100:5.1f}% {done >> 20} MiB")
+            stream.flush()
+        yield p
+    stream.write("\r" + " " * 60 + "\r")
+    stream.flush()
+
+
+def _text_line(ex: Any, doc: dict) -> str:
+    when = (doc["ts"] or "")[11:]
+    if ex.kind == "stream":
+        return f"{when} {doc['client']} -> {doc['broker']} stream: " + "; ".join(ex.problems)
+    if ex.kind == "sasl":
+        head = f"{when} {doc['client']} -> {doc['broker']} SASL token {json.dumps(ex.sasl)}"
+    else:
+        name = doc["api_name"] or f"api key {doc['api_key']}"
+        lat = "-" if doc["latency_ms"] is None else f"{doc['latency_ms']:.2f}ms"
+        head = (f"{when} {doc['client']} -> {doc['broker']} {name} v{doc['api_version']} "
+                f"corr={doc['correlation_id']} client_id={doc['client_id']!r} {lat}")
+    if ex.errors:
+        head += " errors=" + ",".join(ex.errors)
+    for problem in ex.problems:
+        head += f"\n    ! {problem}"
+    return head
+
+
+def run(args: argparse.Namespace) -> int:
+    from kproto.capture.api import BodyDecoder, exchange_to_json
+    from kproto.capture.decoder import CaptureDecoder
+    from kproto.capture.pcap import read_packets
+    from kproto.capture.summary import Summary
+
+    out = sys.stdout if args.output == "-" else open(args.output, "w", encoding="utf-8")
+    try:
+        fmt = args.format
+        if fmt == "auto":
+            fmt = "text" if out.isatty() else "jsonl"
+        convert = None
+        if args.records:
+            from kproto.capture.records_view import DEFAULT_RECORDS_CAP, records_json
+
+            cap = args.records_max_bytes or DEFAULT_RECORDS_CAP
+            convert = lambda data: records_json(data, cap)  # noqa: E731
+        decoder = CaptureDecoder(args.port, decode=BodyDecoder())
+        packets: Iterable[Any] = read_packets(args.file)
+        size = os.path.getsize(args.file)
+        # a bar for large files, unless it would interleave with text on the same terminal
+        if not args.no_progress and sys.stderr.isatty() and size > (4 << 20) and \
+                (args.summary or not out.isatty()):
+            packets = _progress(packets, size, sys.stderr)
+        summary = Summary() if args.summary else None
+        announced = set()
+
+        def emit(exchanges: Iterable[Any]) -> None:
+            for port in decoder.chosen_ports.keys() - announced:
+                announced.add(port)
+                print(f"kafka port {port} (guessed: {decoder.chosen_ports[port]})", file=sys.stderr)
+            for ex in exchanges:
+                if summary is not None:
+                    summary.add(ex)
+                    continue  # --summary: just the table
+                doc = exchange_to_json(ex, records=convert)
+                if fmt == "jsonl":
+                    out.write(json.dumps(doc, ensure_ascii=False) + "\n")
+                else:
+                    out.write(_text_line(ex, doc) + "\n")
+                    if args.verbose:
+                        for part in ("request", "response", "fetch_session"):
+                            if doc.get(part) is not None:
+                                out.write(f"    {part}: {json.dumps(doc[part], ensure_ascii=False)}\n")
+
+        for p in packets:
+            emit(decoder.feed(p))
+        emit(decoder.finish())
+        for problem in decoder.problems:
+            print(f"capture: {problem}", file=sys.stderr)
+        if args.port is None and not decoder.chosen_ports:
+            print("no Kafka connection recognised; give the broker port with --port", file=sys.stderr)
+        if summary is not None:
+            out.write(summary.table() + "\n")
+        return 2 if decoder.packets == 0 and decoder.problems else 0
+    finally:
+        if out is not sys.stdout:
+            out.close()

@@ -1,0 +1,107 @@
+"""``kproto decode-pcap``: JSON lines, records view, summary table, text."""
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+
+from capture_support import CAPTURES, truth
+from kproto.cli import decode_pcap
+from kproto.cli.main import SUBCOMMAND_MODULES
+
+KEYS = {"ts", "client", "broker", "api_key", "api_name", "api_version", "correlation_id",
+        "client_id", "latency_ms", "request", "response", "errors", "problems"}
+
+
+def _run(tmp_path, *argv) -> tuple[int, str]:
+    parser = argparse.ArgumentParser()
+    decode_pcap.register(parser.add_subparsers())
+    out = tmp_path / "out.txt"
+    args = parser.parse_args(["decode-pcap", *argv, "-o", str(out)])
+    code = args.func(args)
+    return code, out.read_text()
+
+
+def test_registered():
+    assert "kproto.cli.decode_pcap" in SUBCOMMAND_MODULES
+
+
+def test_jsonl_has_the_documented_keys(tmp_path):
+    name = "kafka_python_tansu.pcap"
+    port = truth(name)["kafka_ports"][0]
+    code, text = _run(tmp_path, str(CAPTURES / name), "--port", str(port))
+    docs = [json.loads(line) for line in text.splitlines()]
+    assert code == 0 and len(docs) == 25
+    for d in docs:
+        assert KEYS <= d.keys()
+        assert d["broker"] == f"127.0.0.1:{port}" and d["ts"].endswith("Z")
+        assert d["request"] is not None and d["response"] is not None and d["problems"] == []
+        assert d["latency_ms"] >= 0
+    join = [d for d in docs if d["api_name"] == "JoinGroup"]
+    assert join[0]["errors"] == ["MEMBER_ID_REQUIRED"] and join[0]["response"]["errorCode"] == 79
+    produce = [d for d in docs if d["api_key"] == 0][0]
+    assert isinstance(produce["request"]["topicData"][0]["partitionData"][0]["records"], str)
+
+
+def test_records_view(tmp_path):
+    name = "ck_produce_compression_tansu.pcap"
+    code, text = _run(tmp_path, str(CAPTURES / name), "--records", "--format", "jsonl")
+    docs = [json.loads(line) for line in text.splitlines()]
+    values, codecs = [], set()
+    for d in docs:
+        if d["api_key"] == 0:
+            for t in d["request"]["topicData"]:
+                for p in t["partitionData"]:
+                    view = p["records"]
+                    assert set(view) >= {"batches", "records"}
+                    codecs.update(b["compression"] for b in view["batches"])
+                    values += [base64.b64decode(r["value"]).decode() for r in view["records"]]
+    want = sorted(r["value"] for r in truth(name)["records_produced"])
+    assert sorted(values) == want
+    assert codecs == {"none", "gzip", "snappy", "lz4", "zstd"}
+
+
+def test_records_cap(tmp_path):
+    name = "ck_produce_compression_tansu.pcap"
+    _, text = _run(tmp_path, str(CAPTURES / name), "--records", "--records-max-bytes", "16",
+                   "--format", "jsonl")
+    views = [p["records"] for d in map(json.loads, text.splitlines()) if d["api_key"] == 0
+             for t in d["request"]["topicData"] for p in t["partitionData"]]
+    assert views and all(v["records"] == [] and v["batches"] and "cap" in v["notes"][0] for v in views)
+
+
+def test_summary_table(tmp_path):
+    name = "ck_mock3_all.pcap"
+    code, text = _run(tmp_path, str(CAPTURES / name), "--summary")
+    lines = text.splitlines()
+    assert lines[0].split()[:4] == ["API", "count", "p50", "ms"]
+    rows = {line.split()[0]: line for line in lines[1:]}
+    assert rows["Fetch(1)"].split()[1] == "58"
+    assert "UNSUPPORTED_VERSION×27" in rows["ApiVersions(18)"]
+
+
+def test_text_output_and_port_guess(tmp_path, capsys):
+    name = "aiokafka_tansu.pcap"
+    code, text = _run(tmp_path, str(CAPTURES / name), "--format", "text")
+    assert code == 0 and len(text.splitlines()) == 23
+    assert "ApiVersions v0 corr=" in text
+    assert f"kafka port {truth(name)['kafka_ports'][0]} (guessed" in capsys.readouterr().err
+
+
+def test_damaged_file_still_decodes(tmp_path, capsys):
+    data = (CAPTURES / "java_tansu.pcapng").read_bytes()
+    bad = tmp_path / "cut.pcapng"
+    bad.write_bytes(data[: len(data) // 2])
+    code, text = _run(tmp_path, str(bad), "--format", "jsonl")
+    docs = [json.loads(line) for line in text.splitlines()]
+    assert code == 0 and len([d for d in docs if not d["problems"]]) > 10
+    assert "capture: pcapng block" in capsys.readouterr().err
+
+
+def test_progress_bar_passes_packets_through():
+    import io
+
+    stream = io.StringIO()
+    items = [type("P", (), {"data": b"x" * 100})() for _ in range(5)]
+    assert list(decode_pcap._progress(iter(items), 600, stream)) == items
+    assert "%" in stream.getvalue() and stream.getvalue().endswith("\r")
