@@ -1,0 +1,35 @@
+"""``kproto logdir PATH``: summarise a broker log directory (or one partition folder)."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def register(subparsers) -> None:
+    """Add the ``logdir`` subcommand."""
+    p = subparsers.add_parser(
+        "logdir", help="summarise a Kafka log directory",
+        description="Topics, partitions, segments, offset and time ranges, sizes, transactions "
+                    "and damage found in a broker log directory or a partition folder.")
+    p.add_argument("path", help="a log dir (entry of log.dirs) or a <topic>-<partition> folder")
+    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.add_argument("--no-segments", action="store_true", help="one line per partition only")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Exit code 0, or 1 when damage was found."""
+    from kproto.storage.summary import render_text, summarize
+
+    try:
+        doc = summarize(args.path)
+    except (OSError, ValueError) as exc:
+        print(f"kproto logdir: {exc}", file=sys.stderr)
+        return 2
+    if args.format == "json":
+        json.dump(doc, sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    else:
+        print(render_text(doc, segments=not args.no_segments))
+    return 1 if any(p["damage"] for p in doc["partitions"]) else 0

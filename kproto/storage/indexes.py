@@ -1,0 +1,304 @@
+"""Segment index files: ``.index`` (offset -> position), ``.timeindex`` (timestamp -> offset) and
+``.txnindex`` (aborted transactions), parsed from and encoded to bytes (sans-I/O).
+
+Live and crashed brokers leave the active segment's ``.index``/``.timeindex`` preallocated and
+zero-filled past the last entry; the valid entries are the prefix before the first all-zero slot
+(a real entry never has relative offset 0 together with position / timestamp 0).
+"""
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Iterable, Iterator
+
+import numpy as np
+
+from kproto.errors import DecodeError, EncodeError
+
+OFFSET_ENTRY_SIZE = 8
+TIME_ENTRY_SIZE = 12
+TXN_ENTRY_SIZE = 34
+#: Kafka's ``index.interval.bytes`` default.
+INDEX_INTERVAL_BYTES = 4096
+#: Kafka's ``segment.index.bytes`` default (preallocation size of an active segment's indexes).
+SEGMENT_INDEX_BYTES = 10 * 1024 * 1024
+#: RecordBatch.NO_TIMESTAMP
+NO_TIMESTAMP = -1
+
+_OFFSET_DTYPE = np.dtype([("relative_offset", ">i4"), ("position", ">i4")])
+_TIME_DTYPE = np.dtype([("timestamp", ">i8"), ("relative_offset", ">i4")])
+_TXN = struct.Struct(">hqqqq")
+_INT32_MAX = 2**31 - 1
+
+
+def _valid_prefix(table: np.ndarray, a: str, b: str) -> int:
+    """Number of slots before the first all-zero slot (the preallocated tail)."""
+    zero = (table[a] == 0) & (table[b] == 0)
+    hit = np.flatnonzero(zero)
+    return int(hit[0]) if hit.size else int(table.shape[0])
+
+
+def preallocated_size(entry_size: int, max_index_size: int = SEGMENT_INDEX_BYTES) -> int:
+    """File size of an active segment's index: ``segment.index.bytes`` rounded down to whole entries."""
+    return max_index_size - max_index_size % entry_size
+
+
+@dataclass(frozen=True)
+class OffsetIndex:
+    """An ``.index`` file: entries map an absolute offset to the byte position of the batch (or of
+    the first batch of the append) that holds it; lookups seek there and scan forward."""
+
+    base_offset: int
+    relative_offsets: np.ndarray  # int64, valid entries only
+    positions: np.ndarray  # int64
+    file_size: int = 0
+
+    @classmethod
+    def parse(cls, data: bytes | memoryview, base_offset: int) -> OffsetIndex:
+        """Parse index bytes; a partial trailing slot is ignored, as Kafka rounds the size down."""
+        slots = len(data) // OFFSET_ENTRY_SIZE
+        table = np.frombuffer(data, dtype=_OFFSET_DTYPE, count=slots)
+        n = _valid_prefix(table, "relative_offset", "position")
+        return cls(base_offset, table["relative_offset"][:n].astype(np.int64),
+                   table["position"][:n].astype(np.int64), len(data))
+
+    @classmethod
+    def from_entries(cls, base_offset: int, entries: Iterable[tuple[int, int]]) -> OffsetIndex:
+        """Build from ``(absolute offset, position)`` pairs."""
+        arr = np.array(list(entries), dtype=np.int64).reshape(-1, 2)
+        return cls(base_offset, arr[:, 0] - base_offset, arr[:, 1].copy(),
+                   arr.shape[0] * OFFSET_ENTRY_SIZE)
+
+    def __len__(self) -> int:
+        return int(self.relative_offsets.shape[0])
+
+    @property
+    def slots(self) -> int:
+        """Number of entry-sized slots in the file."""
+        return self.file_size // OFFSET_ENTRY_SIZE
+
+    @property
+    def preallocated(self) -> bool:
+        """True when the file is longer than its entries (an active segment's index)."""
+        return self.file_size > len(self) * OFFSET_ENTRY_SIZE
+
+    @property
+    def offsets(self) -> np.ndarray:
+        """Absolute offsets of the entries (int64)."""
+        return self.relative_offsets + self.base_offset
+
+    def lookup(self, offset: int) -> tuple[int, int]:
+        """Kafka's ``OffsetIndex.lookup``: the last entry whose offset is <= ``offset`` as
+        ``(offset, position)``, or ``(base_offset, 0)`` when there is none. Scan forward from
+        the position: the batch found there may start below the entry's offset."""
+        i = int(np.searchsorted(self.relative_offsets, offset - self.base_offset, side="right")) - 1
+        if i < 0:
+            return self.base_offset, 0
+        return int(self.relative_offsets[i]) + self.base_offset, int(self.positions[i])
+
+    def problems(self, log_size: int | None = None) -> list[str]:
+        """Sanity problems Kafka's ``OffsetIndex.sanityCheck`` / recovery would reject."""
+        out = []
+        if self.file_size % OFFSET_ENTRY_SIZE:
+            out.append(f"size {self.file_size} is not a multiple of {OFFSET_ENTRY_SIZE}")
+        if len(self) > 1 and not (np.all(np.diff(self.relative_offsets) > 0)
+                                  and np.all(np.diff(self.positions) >= 0)):
+            out.append("entries are not increasing")
+        if len(self) and (self.relative_offsets[0] < 0 or self.positions[0] < 0):
+            out.append("negative entry")
+        if log_size is not None and len(self) and int(self.positions[-1]) >= log_size:
+            out.append(f"position {int(self.positions[-1])} beyond log size {log_size}")
+        return out
+
+    def encode(self, file_size: int | None = None) -> bytes:
+        """Entry bytes, zero-padded to ``file_size`` (preallocation) when given."""
+        if len(self) and (self.relative_offsets.min() < 0 or self.relative_offsets.max() > _INT32_MAX
+                          or self.positions.min() < 0 or self.positions.max() > _INT32_MAX):
+            raise EncodeError("offset index entry does not fit in int32")
+        table = np.empty(len(self), dtype=_OFFSET_DTYPE)
+        table["relative_offset"] = self.relative_offsets
+        table["position"] = self.positions
+        return _pad(table.tobytes(), file_size)
+
+
+@dataclass(frozen=True)
+class TimeIndex:
+    """A ``.timeindex`` file: entries map a timestamp to the last offset of the batch that carried
+    the largest timestamp so far; timestamps grow strictly from entry to entry."""
+
+    base_offset: int
+    timestamps: np.ndarray  # int64
+    relative_offsets: np.ndarray  # int64
+    file_size: int = 0
+
+    @classmethod
+    def parse(cls, data: bytes | memoryview, base_offset: int) -> TimeIndex:
+        """Parse time-index bytes; a partial trailing slot is ignored."""
+        slots = len(data) // TIME_ENTRY_SIZE
+        table = np.frombuffer(data, dtype=_TIME_DTYPE, count=slots)
+        n = _valid_prefix(table, "timestamp", "relative_offset")
+        return cls(base_offset, table["timestamp"][:n].astype(np.int64),
+                   table["relative_offset"][:n].astype(np.int64), len(data))
+
+    @classmethod
+    def from_entries(cls, base_offset: int, entries: Iterable[tuple[int, int]]) -> TimeIndex:
+        """Build from ``(timestamp, absolute offset)`` pairs."""
+        arr = np.array(list(entries), dtype=np.int64).reshape(-1, 2)
+        return cls(base_offset, arr[:, 0].copy(), arr[:, 1] - base_offset,
+                   arr.shape[0] * TIME_ENTRY_SIZE)
+
+    def __len__(self) -> int:
+        return int(self.timestamps.shape[0])
+
+    @property
+    def slots(self) -> int:
+        """Number of entry-sized slots in the file."""
+        return self.file_size // TIME_ENTRY_SIZE
+
+    @property
+    def preallocated(self) -> bool:
+        """True when the file is longer than its entries (an active segment's index)."""
+        return self.file_size > len(self) * TIME_ENTRY_SIZE
+
+    @property
+    def offsets(self) -> np.ndarray:
+        """Absolute offsets of the entries (int64)."""
+        return self.relative_offsets + self.base_offset
+
+    def lookup(self, timestamp: int) -> tuple[int, int]:
+        """Kafka's ``TimeIndex.lookup``: the last entry with timestamp <= ``timestamp`` as
+        ``(timestamp, offset)``, or ``(-1, base_offset)`` when there is none."""
+        i = int(np.searchsorted(self.timestamps, timestamp, side="right")) - 1
+        if i < 0:
+            return NO_TIMESTAMP, self.base_offset
+        return int(self.timestamps[i]), int(self.relative_offsets[i]) + self.base_offset
+
+    def problems(self) -> list[str]:
+        """Sanity problems that make the index unusable (non-increasing entries, bad size)."""
+        out = []
+        if self.file_size % TIME_ENTRY_SIZE:
+            out.append(f"size {self.file_size} is not a multiple of {TIME_ENTRY_SIZE}")
+        if len(self) > 1 and not (np.all(np.diff(self.timestamps) > 0)
+                                  and np.all(np.diff(self.relative_offsets) >= 0)):
+            out.append("entries are not increasing")
+        return out
+
+    def encode(self, file_size: int | None = None) -> bytes:
+        """The file's bytes, as the broker writes them."""
+        if len(self) and (self.relative_offsets.min() < 0 or self.relative_offsets.max() > _INT32_MAX):
+            raise EncodeError("time index relative offset does not fit in int32")
+        table = np.empty(len(self), dtype=_TIME_DTYPE)
+        table["timestamp"] = self.timestamps
+        table["relative_offset"] = self.relative_offsets
+        return _pad(table.tobytes(), file_size)
+
+
+def _pad(body: bytes, file_size: int | None) -> bytes:
+    if file_size is None or file_size == len(body):
+        return body
+    if file_size < len(body):
+        raise EncodeError(f"{len(body)} bytes of entries do not fit in {file_size}")
+    return body + bytes(file_size - len(body))
+
+
+@dataclass(frozen=True, slots=True)
+class AbortedTxn:
+    """One ``.txnindex`` entry: an aborted transaction of ``producer_id`` spanning
+    ``first_offset..last_offset`` (the ABORT marker's offset)."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    last_stable_offset: int
+    version: int = 0
+
+    def to_json(self) -> dict:
+        """The JSON form used by the fixtures' ``expected/`` files."""
+        return {"version": self.version, "producer_id": self.producer_id,
+                "first_offset": self.first_offset, "last_offset": self.last_offset,
+                "last_stable_offset": self.last_stable_offset}
+
+
+def parse_txn_index(data: bytes | memoryview) -> list[AbortedTxn]:
+    """Parse a ``.txnindex`` file. Raises DecodeError on a partial entry or unknown version."""
+    if len(data) % TXN_ENTRY_SIZE:
+        raise DecodeError(f"{len(data) % TXN_ENTRY_SIZE} trailing bytes", what=".txnindex",
+                          offset=len(data) - len(data) % TXN_ENTRY_SIZE)
+    out = []
+    for i, (version, pid, first, last, lso) in enumerate(_TXN.iter_unpack(data)):
+        if version != 0:
+            raise DecodeError(f"unknown aborted transaction version {version}",
+                              what=".txnindex", offset=i * TXN_ENTRY_SIZE)
+        out.append(AbortedTxn(pid, first, last, lso, version))
+    return out
+
+
+def encode_txn_index(entries: Iterable[AbortedTxn]) -> bytes:
+    """Bytes of a ``.txnindex`` file."""
+    try:
+        return b"".join(_TXN.pack(e.version, e.producer_id, e.first_offset, e.last_offset,
+                                  e.last_stable_offset) for e in entries)
+    except struct.error as exc:
+        raise EncodeError(f"aborted transaction entry out of range: {exc}") from None
+
+
+def collect_aborted(entries: Iterable[AbortedTxn], start_offset: int,
+                    end_offset: int | None = None) -> Iterator[AbortedTxn]:
+    """Kafka's ``TransactionIndex.collectAbortedTxns``: entries overlapping
+    ``[start_offset, end_offset)`` (``end_offset`` None = no upper bound)."""
+    for e in entries:
+        if e.last_offset >= start_offset and (end_offset is None or e.first_offset < end_offset):
+            yield e
+
+
+class IndexBuilder:
+    """Kafka's index rules for one segment (``LogSegment.append``/``onBecomeInactiveSegment``),
+    fed one append (one or more batches written at once) at a time.
+
+    An offset-index entry is added when more than ``interval`` bytes were appended since the
+    previous entry; it maps the append's last offset to the append's first position. The time
+    index gets an entry at the same moments (and once more on close) if the largest timestamp so
+    far grew.
+    """
+
+    def __init__(self, base_offset: int, interval: int = INDEX_INTERVAL_BYTES) -> None:
+        self.base_offset = base_offset
+        self.interval = interval
+        self.offset_entries: list[tuple[int, int]] = []
+        self.time_entries: list[tuple[int, int]] = []
+        self.max_timestamp = NO_TIMESTAMP
+        self.offset_of_max_timestamp = base_offset
+        self._bytes_since_entry = 0
+
+    def append(self, position: int, size: int, last_offset: int,
+               batches: Iterable[tuple[int, int]]) -> None:
+        """Record an append of ``size`` bytes at ``position`` whose last offset is
+        ``last_offset``; ``batches`` gives each batch's ``(max_timestamp, last_offset)``."""
+        if size <= 0:
+            return
+        for ts, off in batches:
+            if ts > self.max_timestamp:
+                self.max_timestamp, self.offset_of_max_timestamp = ts, off
+        if self._bytes_since_entry > self.interval:
+            if not self.offset_entries or last_offset > self.offset_entries[-1][0]:
+                self.offset_entries.append((last_offset, position))
+            self._maybe_time_entry()
+            self._bytes_since_entry = 0
+        self._bytes_since_entry += size
+
+    def _maybe_time_entry(self) -> None:
+        last_ts = self.time_entries[-1][0] if self.time_entries else NO_TIMESTAMP
+        if self.max_timestamp > last_ts:
+            self.time_entries.append((self.max_timestamp, self.offset_of_max_timestamp))
+
+    def close(self) -> None:
+        """The segment is rolled or the log closed: add the final time-index entry if new."""
+        self._maybe_time_entry()
+
+    def offset_index(self) -> OffsetIndex:
+        """The offset index of the entries so far."""
+        return OffsetIndex.from_entries(self.base_offset, self.offset_entries)
+
+    def time_index(self) -> TimeIndex:
+        """The time index of the entries so far."""
+        return TimeIndex.from_entries(self.base_offset, self.time_entries)

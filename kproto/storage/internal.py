@@ -1,0 +1,269 @@
+"""Records of Kafka's internal topics decoded through the schemas (never by hand):
+
+* ``__consumer_offsets``: key and value each start with an int16 version; the key version picks
+  the record type (0-1 OffsetCommitKey, 2 GroupMetadataKey, 3+ the consumer/share group
+  records), the value type is the key's name with ``Key`` -> ``Value``. A null value is a
+  tombstone.
+* ``__transaction_state``: TransactionLogKey / TransactionLogValue, same framing.
+* ``__cluster_metadata``: null key; the value is a KRaft frame ``uvarint frame_version (1),
+  uvarint api_key, uvarint version`` followed by the metadata record.
+
+Output is Kafka's generated JSON form, as in the fixtures' ``.log.decoded.jsonl`` files.
+"""
+from __future__ import annotations
+
+import re
+import struct
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any
+
+from kproto.errors import DecodeError
+
+if TYPE_CHECKING:  # pyarrow is imported only by the Arrow helpers
+    import pyarrow as pa
+
+INTERNAL_TOPICS = ("__consumer_offsets", "__transaction_state", "__cluster_metadata")
+_VERSION = struct.Struct(">h")
+
+
+@lru_cache(maxsize=None)
+def _group_key_types() -> dict[int, tuple[str, str]]:
+    """Key version -> (key message, value message) for ``__consumer_offsets``, from the schemas."""
+    from kproto.codecs import message, messages, schema
+
+    out = {}
+    for name in messages("data"):
+        if name.endswith("Key") and schema(name).source == "group-coordinator":
+            for v in message(name).valid_versions:
+                out[v] = (name, name[:-3] + "Value")
+    return out
+
+
+def _versioned(data: bytes | memoryview, name: str, what: str) -> dict[str, Any]:
+    from kproto.codecs import message
+
+    if len(data) < 2:
+        raise DecodeError("missing int16 version", what=what, offset=0)
+    (version,) = _VERSION.unpack_from(data, 0)
+    codec = message(name)
+    if version not in codec.valid_versions:
+        raise DecodeError(f"unknown {name} version {version}", what=what, offset=0)
+    obj = codec.decode(memoryview(data)[2:], version)
+    return {"version": version, "type": name, "data": codec.to_json(obj, version)}
+
+
+def _key_value(key: bytes | memoryview | None, value: bytes | memoryview | None,
+               key_name: str, value_name: str, what: str) -> dict[str, Any]:
+    if key is None:
+        raise DecodeError("null key", what=what)
+    return {"key": _versioned(key, key_name, f"{what} key"),
+            "value": None if value is None else _versioned(value, value_name, f"{what} value")}
+
+
+def _type_name(name: str) -> str:
+    """``FeatureLevelRecord`` -> ``FEATURE_LEVEL_RECORD`` (Kafka's MetadataRecordType names)."""
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).upper()
+
+
+def decode_metadata_frame(value: bytes | memoryview) -> dict[str, Any]:
+    """A ``__cluster_metadata`` record value: frame fields and the record in JSON form."""
+    from kproto.codecs import metadata_record
+    from kproto.codecs.primitives import read_uvarint
+
+    what = "__cluster_metadata record"
+    frame_version, pos = read_uvarint(value, 0)
+    if frame_version != 1:
+        raise DecodeError(f"unknown frame version {frame_version}", what=what, offset=0)
+    api_key, pos = read_uvarint(value, pos)
+    version, pos = read_uvarint(value, pos)
+    try:
+        codec = metadata_record(api_key)
+    except KeyError:
+        raise DecodeError(f"unknown metadata record type {api_key}", what=what) from None
+    if version not in codec.valid_versions:
+        raise DecodeError(f"unknown {codec.name} version {version}", what=what)
+    obj = codec.decode(memoryview(value)[pos:], version)
+    return {"frame_version": frame_version, "api_key": api_key, "type": _type_name(codec.name),
+            "version": version, "data": codec.to_json(obj, version)}
+
+
+def decode_internal_record(topic: str, offset: int, key: bytes | memoryview | None,
+                           value: bytes | memoryview | None, is_control: bool = False
+                           ) -> dict[str, Any]:
+    """One record of an internal topic in the ``.log.decoded.jsonl`` form. Control records
+    (transaction markers, KRaft LeaderChange) carry only ``offset`` and ``is_control``."""
+    out: dict[str, Any] = {"offset": offset, "is_control": is_control}
+    if is_control:
+        return out
+    if topic == "__consumer_offsets":
+        if key is None or len(key) < 2:
+            raise DecodeError("missing key version", what=topic)
+        (kv,) = _VERSION.unpack_from(key, 0)
+        names = _group_key_types().get(kv)
+        if names is None:
+            raise DecodeError(f"unknown key version {kv}", what=topic)
+        out.update(_key_value(key, value, *names, topic))
+    elif topic == "__transaction_state":
+        out.update(_key_value(key, value, "TransactionLogKey", "TransactionLogValue", topic))
+    elif topic == "__cluster_metadata":
+        if value is None:
+            raise DecodeError("null value", what=topic)
+        out.update(decode_metadata_frame(value))
+    else:
+        raise ValueError(f"{topic!r} is not an internal topic with a schema")
+    return out
+
+
+# -- typed Arrow tables -----------------------------------------------------------------------
+
+def _arrow_types():
+    import pyarrow as pa
+
+    return {"bool": pa.bool_(), "int8": pa.int8(), "int16": pa.int16(), "uint16": pa.uint16(),
+            "int32": pa.int32(), "uint32": pa.uint32(), "int64": pa.int64(),
+            "float64": pa.float64(), "string": pa.string(), "bytes": pa.binary(),
+            "records": pa.binary(), "uuid": pa.string()}
+
+
+def _struct_type(fields, structs):
+    import pyarrow as pa
+
+    prims = _arrow_types()
+
+    def field_type(f):
+        t = f.type
+        inner = t[2:] if t.startswith("[]") else t
+        if inner in prims:
+            base = prims[inner]
+        else:
+            base = _struct_type(f.fields or structs[inner].fields, structs)
+        return pa.list_(base) if t.startswith("[]") else base
+
+    return pa.struct([pa.field(f.attr, field_type(f)) for f in fields])
+
+
+@lru_cache(maxsize=None)
+def arrow_type(name: str):
+    """Arrow struct type of a schema'd message: every field of every version (snake_case
+    names; uuids as Kafka's base64 strings), so one type holds all versions."""
+    from kproto.codecs import schema
+
+    s = schema(name)
+    return _struct_type(s.fields, s.structs())
+
+
+def _to_python(obj: Any, fields, structs, version: int) -> dict[str, Any]:
+    prims = _arrow_types()
+    out = {}
+    for f in fields:
+        if version not in f.version_range:
+            out[f.attr] = None
+            continue
+        v = getattr(obj, f.attr, None)
+        inner = f.type[2:] if f.type.startswith("[]") else f.type
+        if v is None or inner in ("bool", "int8", "int16", "uint16", "int32", "uint32", "int64",
+                                  "float64", "string"):
+            out[f.attr] = v
+        elif inner == "uuid":
+            out[f.attr] = [str(x) for x in v] if f.type.startswith("[]") else str(v)
+        elif inner in prims:  # bytes, records
+            out[f.attr] = [bytes(x) for x in v] if f.type.startswith("[]") else bytes(v)
+        else:
+            sub = f.fields or structs[inner].fields
+            out[f.attr] = [_to_python(x, sub, structs, version) for x in v] \
+                if f.type.startswith("[]") else _to_python(v, sub, structs, version)
+    return out
+
+
+def _typed(name: str, data: bytes | memoryview, version: int) -> dict[str, Any]:
+    from kproto.codecs import message, schema
+
+    s = schema(name)
+    return _to_python(message(name).decode(data, version), s.fields, s.structs(), version)
+
+
+def decode_internal_typed(topic: str, key: bytes | None, value: bytes | None
+                          ) -> tuple[str, dict[str, Any]]:
+    """``(table name, row)`` for one non-control record of an internal topic: the row holds
+    ``key_version``/``key``/``value_version``/``value`` (null value: tombstone) for the
+    coordinator topics, ``version``/``record`` for ``__cluster_metadata``."""
+    if topic == "__cluster_metadata":
+        from kproto.codecs import metadata_record
+        from kproto.codecs.primitives import read_uvarint
+
+        if value is None:
+            raise DecodeError("null value", what=topic)
+        frame, pos = read_uvarint(value, 0)
+        api_key, pos = read_uvarint(value, pos)
+        version, pos = read_uvarint(value, pos)
+        if frame != 1:
+            raise DecodeError(f"unknown frame version {frame}", what=topic)
+        try:
+            name = metadata_record(api_key).name
+        except KeyError:
+            raise DecodeError(f"unknown metadata record type {api_key}", what=topic) from None
+        return name, {"version": version, "record": _typed(name, memoryview(value)[pos:], version)}
+    if key is None or len(key) < 2:
+        raise DecodeError("missing key version", what=topic)
+    (kv,) = _VERSION.unpack_from(key, 0)
+    if topic == "__consumer_offsets":
+        names = _group_key_types().get(kv)
+        if names is None:
+            raise DecodeError(f"unknown key version {kv}", what=topic)
+    elif topic == "__transaction_state":
+        names = ("TransactionLogKey", "TransactionLogValue")
+    else:
+        raise ValueError(f"{topic!r} is not an internal topic with a schema")
+    row: dict[str, Any] = {"key_version": kv, "key": _typed(names[0], memoryview(key)[2:], kv),
+                           "value_version": None, "value": None}
+    if value is not None:
+        if len(value) < 2:
+            raise DecodeError("missing value version", what=topic)
+        (vv,) = _VERSION.unpack_from(value, 0)
+        row["value_version"] = vv
+        row["value"] = _typed(names[1], memoryview(value)[2:], vv)
+    return names[0][:-3] if names[0].endswith("Key") else names[0], row
+
+
+def read_internal(path: str, *, damage: list | None = None, **options) -> dict[str, pa.Table]:
+    """Every internal-topic record under ``path`` (log dir or partition folder), decoded through
+    the schemas into one typed ``pyarrow.Table`` per record type: ``OffsetCommit``,
+    ``GroupMetadata``, ``TransactionLog``, ``RegisterBrokerRecord``, ``PartitionChangeRecord``,
+    ... Each has ``topic``, ``partition``, ``offset``, ``timestamp`` and the decoded columns.
+    Records that do not decode are reported in ``damage`` and left out."""
+    import pyarrow as pa
+
+    from kproto.storage.partition import Damage
+    from kproto.storage.reader import iter_arrow
+
+    rows: dict[str, list[dict[str, Any]]] = {}
+    for rb in iter_arrow(path, topics=INTERNAL_TOPICS, damage=damage, **options):
+        cols = {c: rb.column(c).to_pylist() for c in ("topic", "partition", "offset",
+                                                      "timestamp", "key", "value", "segment",
+                                                      "position")}
+        for i in range(rb.num_rows):
+            topic = cols["topic"][i]
+            try:
+                name, row = decode_internal_typed(topic, cols["key"][i], cols["value"][i])
+            except DecodeError as exc:
+                if damage is not None:
+                    damage.append(Damage(cols["segment"][i], cols["position"][i], "record",
+                                         f"offset {cols['offset'][i]}: {exc}"))
+                continue
+            rows.setdefault(name, []).append({"topic": topic, "partition": cols["partition"][i],
+                                              "offset": cols["offset"][i],
+                                              "timestamp": cols["timestamp"][i], **row})
+    out = {}
+    for name, rs in sorted(rows.items()):
+        head = [pa.field("topic", pa.string()), pa.field("partition", pa.int32()),
+                pa.field("offset", pa.int64()), pa.field("timestamp", pa.timestamp("ms", "UTC"))]
+        if "record" in rs[0]:
+            fields = head + [pa.field("version", pa.int16()), pa.field("record", arrow_type(name))]
+        else:
+            key_name = "TransactionLogKey" if name == "TransactionLog" else name + "Key"
+            fields = head + [pa.field("key_version", pa.int16()),
+                             pa.field("key", arrow_type(key_name)),
+                             pa.field("value_version", pa.int16()),
+                             pa.field("value", arrow_type(key_name[:-3] + "Value"))]
+        out[name] = pa.Table.from_pylist(rs, schema=pa.schema(fields))
+    return out

@@ -1,0 +1,191 @@
+"""Where things are in a broker log directory: names of partition folders and segment files.
+
+The name rules are pure functions; :func:`scan_log_dir` and :func:`scan_partition_dir` are the
+thin I/O layer that lists folders. Partition folders being deleted, moved between log dirs or
+left as strays (``<topic>-<partition>.<uuid>-delete`` / ``-future`` / ``-stray``) are reported,
+never read as data; so are leftover ``.deleted``/``.cleaned``/``.swap``/``.tmp`` files.
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+
+from kproto.storage.checkpoints import (CLEAN_SHUTDOWN, LEADER_EPOCH_CHECKPOINT, META_PROPERTIES,
+                                        PARTITION_METADATA, ROOT_CHECKPOINTS)
+
+SEGMENT_SUFFIXES = (".log", ".index", ".timeindex", ".txnindex")
+_OFFSET_FILE = re.compile(r"^(\d{20})(\.log|\.index|\.timeindex|\.txnindex|\.snapshot)$")
+_LEFTOVER = re.compile(r"^(\d{20})(\.log|\.index|\.timeindex|\.txnindex|\.snapshot)"
+                       r"(\.deleted|\.cleaned|\.swap)$")
+_MOVED = re.compile(r"^(.+)-(\d+)\.([0-9a-fA-F]{32}|[A-Za-z0-9_-]{22})-(delete|future|stray)$")
+_LEGAL_TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+
+
+def parse_partition_dir_name(name: str) -> tuple[str, int, str] | None:
+    """``(topic, partition, state)`` for a partition folder name, state being ``live``,
+    ``delete``, ``future`` or ``stray``; None when the name is not a partition folder.
+
+    The partition number follows the last dash, so topics may contain dots, dashes and
+    underscores (``my.topic-name_x-3`` -> ``("my.topic-name_x", 3, "live")``).
+    """
+    m = _MOVED.match(name)
+    if m:
+        topic, part, state = m.group(1), m.group(2), m.group(4)
+    else:
+        topic, sep, part = name.rpartition("-")
+        state = "live"
+        if not sep or not part.isascii() or not part.isdigit():
+            return None
+    if not _LEGAL_TOPIC.match(topic) or topic in (".", ".."):
+        return None
+    return topic, int(part), state
+
+
+def partition_dir_name(topic: str, partition: int) -> str:
+    """The folder name a broker gives a partition."""
+    return f"{topic}-{partition}"
+
+
+def offset_file_name(offset: int, suffix: str) -> str:
+    """``<20-digit offset><suffix>``, e.g. ``00000000000000001203.log``."""
+    return f"{offset:020d}{suffix}"
+
+
+def parse_offset_file_name(name: str) -> tuple[int, str] | None:
+    """``(offset, suffix)`` for segment/snapshot file names, else None."""
+    m = _OFFSET_FILE.match(name)
+    return (int(m.group(1)), m.group(2)) if m else None
+
+
+@dataclass
+class SegmentFiles:
+    """The files of one segment (paths; None when absent)."""
+
+    base_offset: int
+    log: str | None = None
+    index: str | None = None
+    timeindex: str | None = None
+    txnindex: str | None = None
+
+
+@dataclass
+class PartitionDir:
+    """A partition folder as found on disk."""
+
+    path: str
+    topic: str
+    partition: int
+    state: str = "live"
+    segments: list[SegmentFiles] = field(default_factory=list)
+    snapshots: list[tuple[int, str]] = field(default_factory=list)
+    leader_epoch_checkpoint: str | None = None
+    partition_metadata: str | None = None
+    leftovers: list[str] = field(default_factory=list)  # .deleted/.cleaned/.swap/.tmp/unknown
+
+
+@dataclass
+class LogDirLayout:
+    """A log directory (one entry of ``log.dirs``) as found on disk."""
+
+    path: str
+    meta_properties: str | None = None
+    clean_shutdown: str | None = None
+    checkpoints: dict[str, str] = field(default_factory=dict)
+    partitions: list[PartitionDir] = field(default_factory=list)  # live ones, sorted
+    moved: list[PartitionDir] = field(default_factory=list)  # -delete / -future / -stray
+    others: list[str] = field(default_factory=list)
+
+
+def partition_from_listing(path: str, names: list[str], topic: str, partition: int,
+                           state: str = "live") -> PartitionDir:
+    """Sort a partition folder's file names into a :class:`PartitionDir` (pure)."""
+    pd = PartitionDir(path, topic, partition, state)
+    segments: dict[int, SegmentFiles] = {}
+    for name in sorted(names):
+        full = os.path.join(path, name)
+        parsed = parse_offset_file_name(name)
+        if parsed:
+            offset, suffix = parsed
+            if suffix == ".snapshot":
+                pd.snapshots.append((offset, full))
+            else:
+                seg = segments.setdefault(offset, SegmentFiles(offset))
+                setattr(seg, suffix[1:], full)
+        elif name == LEADER_EPOCH_CHECKPOINT:
+            pd.leader_epoch_checkpoint = full
+        elif name == PARTITION_METADATA:
+            pd.partition_metadata = full
+        else:
+            pd.leftovers.append(full)
+    pd.segments = [segments[k] for k in sorted(segments)]
+    pd.snapshots.sort()
+    return pd
+
+
+def scan_partition_dir(path: str) -> PartitionDir:
+    """List a partition folder. Raises ValueError if its name is not ``<topic>-<partition>``."""
+    path = os.path.normpath(path)
+    parsed = parse_partition_dir_name(os.path.basename(path))
+    if parsed is None:
+        raise ValueError(f"{path}: not a partition folder name (<topic>-<partition>)")
+    names = [n for n in os.listdir(path) if os.path.isfile(os.path.join(path, n))]
+    return partition_from_listing(path, names, *parsed)
+
+
+def scan_log_dir(path: str) -> LogDirLayout:
+    """List a log directory: root files, live partition folders and moved/deleted ones."""
+    path = os.path.normpath(path)
+    out = LogDirLayout(path)
+    for name in sorted(os.listdir(path)):
+        full = os.path.join(path, name)
+        if os.path.isdir(full):
+            parsed = parse_partition_dir_name(name)
+            if parsed is None:
+                out.others.append(full)
+                continue
+            names = [n for n in os.listdir(full) if os.path.isfile(os.path.join(full, n))]
+            pd = partition_from_listing(full, names, *parsed)
+            (out.partitions if pd.state == "live" else out.moved).append(pd)
+        elif name == META_PROPERTIES:
+            out.meta_properties = full
+        elif name == CLEAN_SHUTDOWN:
+            out.clean_shutdown = full
+        elif name in ROOT_CHECKPOINTS:
+            out.checkpoints[name] = full
+        else:
+            out.others.append(full)
+    out.partitions.sort(key=lambda p: (p.topic, p.partition))
+    return out
+
+
+def is_partition_dir(path: str) -> bool:
+    """True when ``path`` looks like a live partition folder rather than a log dir."""
+    path = os.path.normpath(path)
+    parsed = parse_partition_dir_name(os.path.basename(path))
+    if parsed is None or not os.path.isdir(path):
+        return False
+    return any(parse_offset_file_name(n) for n in os.listdir(path)) or \
+        os.path.exists(os.path.join(path, PARTITION_METADATA))
+
+
+def file_kind(name: str) -> tuple[str, int | None]:
+    """What a log-dir file is, from its name: ``(kind, offset)`` with kind one of ``log``,
+    ``index``, ``timeindex``, ``txnindex``, ``snapshot``, ``leader-epoch-checkpoint``,
+    ``partition.metadata``, ``meta.properties``, ``clean-shutdown``, ``offset-checkpoint``, or
+    ``unknown``."""
+    base = os.path.basename(name)
+    parsed = parse_offset_file_name(base)
+    if parsed:
+        return parsed[1][1:], parsed[0]
+    if base == LEADER_EPOCH_CHECKPOINT:
+        return "leader-epoch-checkpoint", None
+    if base == PARTITION_METADATA:
+        return "partition.metadata", None
+    if base == META_PROPERTIES:
+        return "meta.properties", None
+    if base == CLEAN_SHUTDOWN:
+        return "clean-shutdown", None
+    if base in ROOT_CHECKPOINTS or base.endswith("-offset-checkpoint"):
+        return "offset-checkpoint", None
+    return "unknown", None

@@ -1,0 +1,302 @@
+"""A partition folder opened for reading: its segments with their indexes, and the batch-level
+scan of a segment that finds damage, resynchronises through the offset index and seeks by
+offset or timestamp.
+
+Batches are framed and parsed by :mod:`kproto.records` (never here); this module decides where
+to read and what a broken stretch of file means.
+"""
+from __future__ import annotations
+
+import bisect
+import os
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Iterator
+
+from kproto.errors import DecodeError
+from kproto.records.batch import RecordBatch
+from kproto.records.reader import Batch, BatchError, BatchReader
+from kproto.storage.checkpoints import LeaderEpochCheckpoint, PartitionMetadata
+from kproto.storage.indexes import (AbortedTxn, IndexBuilder, OffsetIndex, TimeIndex,
+                                    parse_txn_index)
+from kproto.storage.layout import PartitionDir, SegmentFiles, scan_partition_dir
+from kproto.storage.snapshot import ProducerSnapshot, parse_snapshot
+
+
+@dataclass(frozen=True)
+class Damage:
+    """Something wrong in a file. ``kind``: ``crc`` (checksum mismatch; the batch is still
+    readable and is skipped only with CRC verification), ``corrupt`` (unparseable bytes,
+    skipped up to the next batch boundary the offset index knows, or to the end; or a batch
+    whose records do not decode, skipped), ``torn-tail`` (a partial last batch, as a crash
+    leaves it; not data), ``index`` (an index file that cannot be used; rebuilt by scanning),
+    ``file`` (a metadata file that cannot be parsed), ``record`` (an internal-topic record
+    that does not decode). ``bytes_skipped``: log bytes not read because of it."""
+
+    file: str
+    position: int
+    kind: str
+    reason: str
+    bytes_skipped: int = 0
+
+    def to_json(self) -> dict:
+        """The JSON form used by the fixtures' ``expected/`` files."""
+        return {"file": self.file, "position": self.position, "kind": self.kind,
+                "reason": self.reason, "bytes_skipped": self.bytes_skipped}
+
+
+def _read(path: str, start: int = 0, end: int | None = None) -> bytes:
+    with open(path, "rb") as f:
+        if start:
+            f.seek(start)
+        return f.read(-1 if end is None else max(0, end - start))
+
+
+class Segment:
+    """One segment: ``<base>.log`` and its ``.index``/``.timeindex``/``.txnindex``."""
+
+    def __init__(self, files: SegmentFiles) -> None:
+        self.files = files
+        self.base_offset = files.base_offset
+        self.name = os.path.basename(files.log) if files.log else f"{files.base_offset:020d}.log"
+        self.log_size = os.path.getsize(files.log) if files.log else 0
+        self.problems: list[Damage] = []
+        self.indexes_rebuilt = False
+
+    def __repr__(self) -> str:
+        return f"Segment({self.name}, {self.log_size} bytes)"
+
+    def read(self, start: int = 0, end: int | None = None) -> bytes:
+        """Bytes ``[start, end)`` of the ``.log`` file."""
+        return _read(self.files.log, start, end) if self.files.log else b""
+
+    @cached_property
+    def _indexes(self) -> tuple[OffsetIndex, TimeIndex]:
+        oi = ti = None
+        if self.files.index:
+            oi = OffsetIndex.parse(_read(self.files.index), self.base_offset)
+            bad = oi.problems(self.log_size)
+            if bad:
+                self.problems.append(Damage(self.files.index, 0, "index",
+                                            "; ".join(bad) + "; rebuilt by scanning"))
+                oi = None
+        if self.files.timeindex:
+            ti = TimeIndex.parse(_read(self.files.timeindex), self.base_offset)
+            bad = ti.problems()
+            if bad:
+                self.problems.append(Damage(self.files.timeindex, 0, "index",
+                                            "; ".join(bad) + "; rebuilt by scanning"))
+                ti = None
+        if oi is None or ti is None:
+            # missing or unusable: rebuild both by scanning, as Kafka's recovery does (in memory
+            # only; the files are never written)
+            self.indexes_rebuilt = True
+            roi, rti = rebuild_indexes(self.read(), self.base_offset)
+            oi, ti = oi or roi, ti or rti
+        return oi, ti
+
+    @property
+    def offset_index(self) -> OffsetIndex:
+        """The ``.index``; rebuilt by scanning the segment when missing or unusable."""
+        return self._indexes[0]
+
+    @property
+    def time_index(self) -> TimeIndex:
+        """The ``.timeindex``; rebuilt by scanning the segment when missing or unusable."""
+        return self._indexes[1]
+
+    @cached_property
+    def aborted(self) -> list[AbortedTxn]:
+        """Aborted transactions whose ABORT marker is in this segment."""
+        if not self.files.txnindex:
+            return []
+        try:
+            return parse_txn_index(_read(self.files.txnindex))
+        except DecodeError as exc:
+            self.problems.append(Damage(self.files.txnindex, exc.offset or 0, "index", exc.reason))
+            return []
+
+    def position_of(self, offset: int) -> int:
+        """A batch boundary at or before the batch holding ``offset`` (via the offset index)."""
+        return self.offset_index.lookup(offset)[1]
+
+    def position_of_timestamp(self, timestamp: int) -> int:
+        """Where to start scanning for the first record with timestamp >= ``timestamp``
+        (Kafka's ``LogSegment.findOffsetByTimestamp``: time index, then offset index)."""
+        return self.position_of(self.time_index.lookup(timestamp)[1])
+
+    def scan(self, start: int = 0, end: int | None = None, *, verify_crc: bool = False,
+             damage: list[Damage] | None = None, data: bytes | None = None) -> Iterator[Batch]:
+        """Batches of the segment from byte ``start`` (a batch boundary) to ``end``; see
+        :func:`scan_batches`. ``data``: the whole file, if already read."""
+        if data is None:
+            data = self.read(start, end)
+            offset = start
+        else:
+            offset = 0
+        resync = [int(p) - offset for p in self.offset_index.positions]
+        for batch in scan_batches(data, start - offset, None if end is None else end - offset,
+                                  resync=resync, verify_crc=verify_crc, damage=damage,
+                                  file=self.files.log or self.name, shift=offset):
+            yield batch
+
+
+def scan_batches(buf: bytes | memoryview, start: int = 0, end: int | None = None, *,
+                 resync: list[int] = (), verify_crc: bool = False,
+                 damage: list[Damage] | None = None, file: str = "",
+                 shift: int = 0) -> Iterator[Batch]:
+    """Batches of ``buf[start:end]`` (sans-I/O). Damage is appended to ``damage`` with file
+    positions (buffer position + ``shift``):
+
+    * a CRC mismatch is always reported; the batch is still yielded unless ``verify_crc``;
+    * unparseable bytes stop :class:`~kproto.records.reader.BatchReader`; reading resumes at the
+      next known batch boundary in ``resync`` (offset-index positions), the bytes in between
+      reported as skipped;
+    * a partial batch at the end is reported as ``torn-tail``.
+    """
+    end = len(buf) if end is None else min(end, len(buf))
+    damage = damage if damage is not None else []
+    pos = start
+    while pos < end:
+        errors: list[BatchError] = []
+        reader = BatchReader(buf, pos, end, verify_crc=False, errors=errors)
+        for batch in reader:
+            if not batch.is_valid():
+                damage.append(Damage(file, batch.position + shift, "crc",
+                                     f"CRC mismatch: stored {batch.crc}, computed "
+                                     f"{batch.compute_crc()}",
+                                     batch.size_in_bytes if verify_crc else 0))
+                if verify_crc:
+                    continue
+            yield batch
+        pos = reader.position
+        if not errors:
+            if reader.trailing_bytes:
+                damage.append(Damage(file, pos + shift, "torn-tail",
+                                     f"partial batch: {reader.trailing_bytes} bytes",
+                                     reader.trailing_bytes))
+            return
+        nxt = next((p for p in resync if p > pos), end)
+        damage.append(Damage(file, pos + shift, "corrupt", errors[-1].reason, nxt - pos))
+        pos = nxt
+
+
+@dataclass
+class Partition:
+    """A partition folder: segments (sorted by base offset) and the partition's metadata."""
+
+    path: str
+    topic: str
+    partition: int
+    segments: list[Segment]
+    layout: PartitionDir
+    problems: list[Damage] = field(default_factory=list)
+
+    @classmethod
+    def open(cls, path_or_layout: str | PartitionDir) -> Partition:
+        """Open a partition folder (path or an already scanned layout)."""
+        layout = (path_or_layout if isinstance(path_or_layout, PartitionDir)
+                  else scan_partition_dir(path_or_layout))
+        segs = [Segment(f) for f in layout.segments if f.log]
+        part = cls(layout.path, layout.topic, layout.partition, segs, layout)
+        for f in layout.segments:
+            if not f.log:
+                part.problems.append(Damage(f.index or f.timeindex or f.txnindex or "", 0,
+                                            "file", "index files without a .log"))
+        return part
+
+    def __repr__(self) -> str:
+        return f"Partition({self.topic}-{self.partition}, {len(self.segments)} segments)"
+
+    def _parse(self, path: str | None, parse):
+        if not path:
+            return None
+        try:
+            return parse(_read(path))
+        except DecodeError as exc:
+            self.problems.append(Damage(path, exc.offset or 0, "file", exc.reason))
+            return None
+
+    @cached_property
+    def metadata(self) -> PartitionMetadata | None:
+        """``partition.metadata``, or None when missing or malformed (reported in problems)."""
+        return self._parse(self.layout.partition_metadata, PartitionMetadata.parse)
+
+    @property
+    def topic_id(self) -> str | None:
+        """The topic id from ``partition.metadata`` (base64url), or None."""
+        return self.metadata.topic_id if self.metadata else None
+
+    @cached_property
+    def leader_epochs(self) -> LeaderEpochCheckpoint | None:
+        """``leader-epoch-checkpoint``, or None when missing or malformed."""
+        return self._parse(self.layout.leader_epoch_checkpoint, LeaderEpochCheckpoint.parse)
+
+    def snapshot(self, offset: int) -> ProducerSnapshot | None:
+        """The producer snapshot taken at ``offset``, or None."""
+        path = dict(self.layout.snapshots).get(offset)
+        return self._parse(path, parse_snapshot)
+
+    @property
+    def snapshot_offsets(self) -> list[int]:
+        """Offsets of the producer snapshots, ascending."""
+        return [o for o, _ in self.layout.snapshots]
+
+    @property
+    def aborted(self) -> list[AbortedTxn]:
+        """Every aborted transaction of the partition, in ABORT-marker order."""
+        return [a for s in self.segments for a in s.aborted]
+
+    def segment_for(self, offset: int) -> int:
+        """Index of the segment that would hold ``offset`` (the last with base <= offset)."""
+        bases = [s.base_offset for s in self.segments]
+        return max(0, bisect.bisect_right(bases, offset) - 1)
+
+    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """Kafka's ``ListOffsets`` by timestamp (``UnifiedLog.fetchOffsetByTimestamp``): the
+        first record with timestamp >= ``timestamp`` as ``(offset, timestamp)``, or None.
+        Closed segments whose largest timestamp is smaller are skipped; inside a segment the
+        time index, then the offset index, give where to start scanning."""
+        for i, seg in enumerate(self.segments):
+            tidx = seg.time_index
+            closed = i < len(self.segments) - 1 and not tidx.preallocated
+            if closed and len(tidx) and int(tidx.timestamps[-1]) < timestamp:
+                continue
+            for batch in seg.scan(seg.position_of_timestamp(timestamp)):
+                if batch_max_timestamp(batch) < timestamp:
+                    continue
+                for r in batch.records():
+                    if r.timestamp >= timestamp:
+                        return r.offset, r.timestamp
+        return None
+
+    def batches(self, *, start_offset: int | None = None, verify_crc: bool = False,
+                damage: list[Damage] | None = None) -> Iterator[tuple[Segment, Batch]]:
+        """Every batch from the one holding ``start_offset`` (index-aware seek) to the end."""
+        first = self.segment_for(start_offset) if start_offset is not None else 0
+        for i, seg in enumerate(self.segments[first:]):
+            pos = seg.position_of(start_offset) if (start_offset is not None and i == 0) else 0
+            for batch in seg.scan(pos, verify_crc=verify_crc, damage=damage):
+                if start_offset is not None and batch.last_offset < start_offset:
+                    continue
+                yield seg, batch
+
+
+def batch_max_timestamp(batch: Batch) -> int:
+    """Kafka's ``RecordBatch.maxTimestamp``: the v2 header field; for a legacy entry its own
+    timestamp (a wrapper carries its inner messages' max), -1 for magic 0."""
+    return batch.max_timestamp if isinstance(batch, RecordBatch) else batch.timestamp
+
+
+def rebuild_indexes(buf: bytes | memoryview, base_offset: int, *, active: bool = False,
+                    interval: int | None = None) -> tuple[OffsetIndex, TimeIndex]:
+    """Rebuild a segment's ``.index`` and ``.timeindex`` by scanning its batches, as Kafka's
+    ``LogSegment.recover`` does (one append per batch; the final time-index entry of a closed
+    segment is added unless ``active``)."""
+    b = IndexBuilder(base_offset) if interval is None else IndexBuilder(base_offset, interval)
+    for batch in scan_batches(buf):
+        b.append(batch.position, batch.size_in_bytes, batch.last_offset,
+                 [(batch_max_timestamp(batch), batch.last_offset)])
+    if not active:
+        b.close()
+    return b.offset_index(), b.time_index()

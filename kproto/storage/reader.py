@@ -1,0 +1,377 @@
+"""Every record of a log directory (or of one partition folder) as Arrow.
+
+Reading is planned as :class:`Split` s (a byte range of one segment, cut at batch boundaries
+the ``.index`` knows, so a huge segment spreads over many tasks) and each split is read into
+``pyarrow.RecordBatch`` es by :func:`read_split`; :func:`iter_arrow` / :func:`read_arrow` do both
+on one machine and a Spark source can ship the (picklable) splits to executors.
+
+``isolation="read_committed"`` returns what a consumer with ``isolation.level=read_committed``
+sees: no batch of an aborted transaction (``.txnindex``; a transactional batch of producer P is
+aborted when an aborted transaction of P spans it, i.e. Kafka's fetch-side rule), nothing at or
+past the last stable offset (the first offset of a transaction still open in the log), and no
+control records unless ``include_control``.
+"""
+from __future__ import annotations
+
+import bisect
+import mmap
+import os
+from dataclasses import dataclass
+from typing import Iterable, Iterator, Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from kproto.errors import DecodeError
+from kproto.records.batch import RecordBatch
+from kproto.records.columns import decode_batches, to_arrow
+from kproto.records.reader import Batch
+from kproto.storage.indexes import AbortedTxn
+from kproto.storage.layout import is_partition_dir, scan_log_dir, scan_partition_dir
+from kproto.storage.partition import Damage, Partition, Segment, scan_batches
+
+ISOLATIONS = ("read_uncommitted", "read_committed")
+COMPRESSION_NAMES = ("none", "gzip", "snappy", "lz4", "zstd")
+DEFAULT_SPLIT_BYTES = 128 * 1024 * 1024
+_CHUNK_BYTES = 4 * 1024 * 1024  # batch bytes decoded per Arrow batch
+
+HEADER_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+
+
+def arrow_schema(binary_view: bool = False) -> pa.Schema:
+    """The columns of :func:`read_arrow`. ``timestamp_type``: 0 CreateTime, 1 LogAppendTime,
+    -1 none (magic 0); ``position``: byte position of the record's batch in ``segment``."""
+    binary = pa.binary_view() if binary_view else pa.binary()
+    return pa.schema([
+        ("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()),
+        ("timestamp", pa.timestamp("ms", tz="UTC")), ("timestamp_type", pa.int8()),
+        ("key", binary), ("value", binary), ("headers", HEADER_TYPE),
+        ("leader_epoch", pa.int32()), ("producer_id", pa.int64()), ("producer_epoch", pa.int16()),
+        ("base_sequence", pa.int32()), ("is_transactional", pa.bool_()),
+        ("is_control", pa.bool_()), ("compression", pa.string()), ("segment", pa.string()),
+        ("position", pa.int64()),
+    ])
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """What to read. Offset and timestamp ranges are half-open ``[start, end)``."""
+
+    start_offset: int | None = None
+    end_offset: int | None = None
+    start_timestamp: int | None = None
+    end_timestamp: int | None = None
+    isolation: str = "read_uncommitted"
+    include_control: bool = False
+    verify_crc: bool = False
+    binary_view: bool = False  # keys/values as binary_view (zero-copy) instead of binary
+
+    def __post_init__(self) -> None:
+        if self.isolation not in ISOLATIONS:
+            raise ValueError(f"isolation must be one of {ISOLATIONS}, not {self.isolation!r}")
+
+
+@dataclass(frozen=True)
+class Split:
+    """A byte range ``[start, end)`` of one segment, at batch boundaries, plus what reading it
+    needs from the rest of the partition (aborted transactions, last stable offset)."""
+
+    path: str  # the .log file
+    topic: str
+    partition: int
+    base_offset: int
+    start: int
+    end: int
+    resync: tuple[int, ...] = ()  # batch boundaries inside the range (offset-index positions)
+    aborted: tuple[AbortedTxn, ...] = ()
+    last_stable_offset: int | None = None
+
+    @property
+    def size(self) -> int:
+        """Bytes in the split."""
+        return self.end - self.start
+
+
+# -------------------------------------------------------------------------------- planning
+def _partitions(path: str, topics: Iterable[str] | None = None,
+                partitions: Iterable[int] | None = None) -> list[Partition]:
+    path = os.path.normpath(path)
+    layouts = [scan_partition_dir(path)] if is_partition_dir(path) else scan_log_dir(path).partitions
+    topics = set(topics) if topics is not None else None
+    parts = set(partitions) if partitions is not None else None
+    return [Partition.open(p) for p in layouts
+            if (topics is None or p.topic in topics) and (parts is None or p.partition in parts)]
+
+
+def first_unstable_offset(part: Partition) -> int | None:
+    """First offset of the earliest transaction still open at the end of the log (None if
+    none): the producer state of the latest usable snapshot, brought up to date by scanning the
+    batches after it, as a broker's recovery does."""
+    ongoing: dict[int, int] = {}
+    start = None
+    for offset in sorted(part.snapshot_offsets, reverse=True):
+        snap = part.snapshot(offset)
+        if snap is not None and snap.crc_valid:
+            ongoing = {e.producer_id: e.current_txn_first_offset for e in snap.entries
+                       if e.current_txn_first_offset >= 0}
+            start = offset
+            break
+    for _seg, batch in part.batches(start_offset=start):
+        if not isinstance(batch, RecordBatch) or not batch.is_transactional:
+            continue
+        if start is not None and batch.base_offset < start:
+            continue
+        if batch.is_control:
+            ongoing.pop(batch.producer_id, None)
+        else:
+            ongoing.setdefault(batch.producer_id, batch.base_offset)
+    return min(ongoing.values()) if ongoing else None
+
+
+def _segment_range(seg: Segment, is_last: bool, opts: ReadOptions) -> tuple[int, int] | None:
+    """Byte range of ``seg`` worth reading for ``opts`` (None: nothing in it)."""
+    start = 0
+    if opts.start_offset is not None and opts.start_offset > seg.base_offset:
+        start = seg.position_of(opts.start_offset)
+    if opts.start_timestamp is not None:
+        tidx = seg.time_index
+        if not is_last and not tidx.preallocated and len(tidx) \
+                and int(tidx.timestamps[-1]) < opts.start_timestamp:
+            return None  # a closed segment's last time-index entry is its max timestamp
+        start = max(start, seg.position_of_timestamp(opts.start_timestamp))
+    end = seg.log_size
+    if opts.end_offset is not None:
+        idx = seg.offset_index
+        # entry j maps the last offset of an append; everything after that append (from the
+        # next entry's position on) is past it, so cut there once it reaches end_offset - 1
+        j = int(np.searchsorted(idx.offsets, opts.end_offset - 1, side="left"))
+        if j + 1 < len(idx):
+            end = int(idx.positions[j + 1])
+    return (start, end) if start < end else None
+
+
+def plan_splits(path: str, *, topics: Iterable[str] | None = None,
+                partitions: Iterable[int] | None = None, options: ReadOptions = ReadOptions(),
+                split_bytes: int = DEFAULT_SPLIT_BYTES,
+                damage: list[Damage] | None = None) -> list[Split]:
+    """Splits covering what ``options`` asks for, each about ``split_bytes`` (cut at
+    offset-index positions, so never inside a batch)."""
+    out: list[Split] = []
+    for part in _partitions(path, topics, partitions):
+        aborted = tuple(part.aborted)
+        lso = first_unstable_offset(part) if options.isolation == "read_committed" else None
+        segs = part.segments
+        if options.start_offset is not None:
+            segs = segs[part.segment_for(options.start_offset):]
+        for k, seg in enumerate(segs):
+            if options.end_offset is not None and seg.base_offset >= options.end_offset:
+                break
+            if lso is not None and seg.base_offset >= lso:
+                break
+            rng = _segment_range(seg, k == len(segs) - 1, options)
+            if rng is None:
+                continue
+            lo, hi = rng
+            idx = seg.offset_index
+            cuts = [int(p) for p in idx.positions if lo < p < hi]
+            bounds, last = [lo], lo
+            for p in cuts:
+                if p - last >= split_bytes:
+                    bounds.append(p)
+                    last = p
+            bounds.append(hi)
+            for a, b in zip(bounds, bounds[1:]):
+                out.append(Split(seg.files.log, part.topic, part.partition, seg.base_offset, a, b,
+                                 tuple(p for p in cuts if a < p < b), aborted, lso))
+        if damage is not None:
+            damage.extend(part.problems)
+            for seg in part.segments:
+                damage.extend(seg.problems)
+    return out
+
+
+# --------------------------------------------------------------------------------- reading
+class _AbortedIndex:
+    """Fetch-side abort rule, stateless so that any split can apply it on its own."""
+
+    def __init__(self, aborted: Sequence[AbortedTxn]) -> None:
+        by_pid: dict[int, list[tuple[int, int]]] = {}
+        for a in aborted:
+            by_pid.setdefault(a.producer_id, []).append((a.first_offset, a.last_offset))
+        self.by_pid = {pid: sorted(v) for pid, v in by_pid.items()}
+
+    def is_aborted(self, batch: RecordBatch) -> bool:
+        """Whether a transactional data batch belongs to an aborted transaction."""
+        spans = self.by_pid.get(batch.producer_id)
+        if not spans:
+            return False
+        # a producer's transactions do not overlap: only the last one starting at or before
+        # the batch can hold it, and its ABORT marker (span end) comes after the batch
+        i = bisect.bisect_right(spans, (batch.base_offset, 1 << 63)) - 1
+        return i >= 0 and batch.last_offset < spans[i][1]
+
+
+def _keep_batch(batch: Batch, opts: ReadOptions, aborted: _AbortedIndex | None,
+                lso: int | None) -> bool:
+    if batch.last_offset < (opts.start_offset or 0):
+        return False
+    if opts.end_offset is not None and batch.base_offset >= opts.end_offset:
+        return False
+    if lso is not None and batch.base_offset >= lso:
+        return False
+    if isinstance(batch, RecordBatch):
+        if opts.start_timestamp is not None and batch.max_timestamp < opts.start_timestamp \
+                and not batch.has_delete_horizon:
+            return False
+        if batch.is_control and not opts.include_control:
+            return False
+        if aborted is not None:
+            if batch.is_transactional and not batch.is_control and aborted.is_aborted(batch):
+                return False
+    return True
+
+
+def _const_string(value: str, n: int) -> pa.Array:
+    raw = value.encode()
+    offsets = np.arange(n + 1, dtype=np.int32) * len(raw)
+    return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets),
+                                                  pa.py_buffer(raw * n)])
+
+
+_COMPRESSION_NAMES = COMPRESSION_NAMES + ("unknown",) * 3
+_COMPRESSION = pa.array(_COMPRESSION_NAMES)
+
+
+def _to_arrow(batches: list[Batch], split: Split, segment: str, opts: ReadOptions,
+              schema: pa.Schema) -> pa.RecordBatch | None:
+    cols = decode_batches(batches)
+    n = len(cols)
+    if n == 0:
+        return None
+    rb = to_arrow(cols)
+    codecs = cols.batches.attributes & 0x07  # the codec bits are the same for every magic
+    if (codecs == codecs[0]).all():  # the usual case: one codec for the whole chunk
+        compression = _const_string(_COMPRESSION_NAMES[int(codecs[0])], n)
+    else:
+        compression = _COMPRESSION.take(pa.array(codecs[cols.batch_index].astype(np.int8)))
+    arrays = [
+        _const_string(split.topic, n),
+        pa.array(np.full(n, split.partition, np.int32)),
+        rb.column("offset"),
+        rb.column("timestamp").view(pa.timestamp("ms", tz="UTC")),
+        rb.column("timestamp_type"),
+        rb.column("key"), rb.column("value"), rb.column("headers"),
+        rb.column("partition_leader_epoch"), rb.column("producer_id"),
+        rb.column("producer_epoch"),
+        pa.array(cols.batch_field("base_sequence").astype(np.int32)),
+        rb.column("is_transactional"), rb.column("is_control"),
+        compression,
+        _const_string(segment, n),
+        pa.array(cols.batch_field("position") + split.start),
+    ]
+    if not opts.binary_view:
+        arrays[5] = arrays[5].cast(pa.binary())
+        arrays[6] = arrays[6].cast(pa.binary())
+    out = pa.RecordBatch.from_arrays(arrays, schema=schema)
+    # batches were chosen whole: drop the records of edge batches outside the ranges
+    keep = np.ones(n, bool)
+    for bound, arr, lower in ((opts.start_offset, cols.offset, True),
+                              (opts.end_offset, cols.offset, False),
+                              (opts.start_timestamp, cols.timestamp, True),
+                              (opts.end_timestamp, cols.timestamp, False)):
+        if bound is not None:
+            keep &= (arr >= bound) if lower else (arr < bound)
+    if split.last_stable_offset is not None and opts.isolation == "read_committed":
+        keep &= cols.offset < split.last_stable_offset
+    if not keep.all():
+        out = out.filter(pa.array(keep))
+    return out if out.num_rows else None
+
+
+def read_split(split: Split, options: ReadOptions = ReadOptions(), *,
+               damage: list[Damage] | None = None,
+               chunk_bytes: int = _CHUNK_BYTES) -> Iterator[pa.RecordBatch]:
+    """The records of one split as Arrow record batches (of about ``chunk_bytes`` of log)."""
+    if split.end <= split.start:
+        return
+    with open(split.path, "rb") as f:
+        # mapped, not read: the decoder copies the records once anyway
+        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    view = memoryview(mm)[split.start:split.end]
+    try:
+        yield from read_buffer(view, split, options, damage=damage, chunk_bytes=chunk_bytes)
+    finally:
+        view.release()
+        try:
+            mm.close()
+        except BufferError:  # a view is still alive somewhere; the GC unmaps it later
+            pass
+
+
+def read_buffer(data: bytes | memoryview, split: Split, options: ReadOptions = ReadOptions(), *,
+                damage: list[Damage] | None = None,
+                chunk_bytes: int = _CHUNK_BYTES) -> Iterator[pa.RecordBatch]:
+    """Sans-I/O core of :func:`read_split`: ``data`` holds the split's bytes."""
+    schema = arrow_schema(options.binary_view)
+    segment = os.path.basename(split.path)
+    committed = options.isolation == "read_committed"
+    aborted = _AbortedIndex(split.aborted) if committed else None
+    lso = split.last_stable_offset if committed else None
+    damage = damage if damage is not None else []
+    pending: list[Batch] = []
+    size = 0
+    resync = [p - split.start for p in split.resync]
+    for batch in scan_batches(data, resync=resync, verify_crc=options.verify_crc,
+                              damage=damage, file=split.path, shift=split.start):
+        if not _keep_batch(batch, options, aborted, lso):
+            continue
+        pending.append(batch)
+        size += batch.size_in_bytes
+        if size >= chunk_bytes:
+            yield from _decode(pending, split, segment, options, schema, damage)
+            pending, size = [], 0
+    if pending:
+        yield from _decode(pending, split, segment, options, schema, damage)
+
+
+def _decode(batches: list[Batch], split: Split, segment: str, opts: ReadOptions,
+            schema: pa.Schema, damage: list[Damage]) -> Iterator[pa.RecordBatch]:
+    try:
+        rb = _to_arrow(batches, split, segment, opts, schema)
+    except DecodeError:
+        # some batch's records do not decode: go batch by batch, reporting the bad ones
+        for b in batches:
+            try:
+                rb = _to_arrow([b], split, segment, opts, schema)
+            except DecodeError as exc:
+                damage.append(Damage(split.path, split.start + b.position, "corrupt",
+                                     f"records do not decode: {exc}", b.size_in_bytes))
+                continue
+            if rb is not None:
+                yield rb
+        return
+    if rb is not None:
+        yield rb
+
+
+def iter_arrow(path: str, *, topics: Iterable[str] | None = None,
+               partitions: Iterable[int] | None = None, damage: list[Damage] | None = None,
+               **options) -> Iterator[pa.RecordBatch]:
+    """Arrow record batches of every record under ``path`` (a log dir or a partition folder),
+    partition by partition in offset order. ``options``: the fields of :class:`ReadOptions`.
+    Damage found is appended to ``damage`` when given."""
+    opts = ReadOptions(**options)
+    for split in plan_splits(path, topics=topics, partitions=partitions, options=opts,
+                             damage=damage, split_bytes=1 << 62):
+        yield from read_split(split, opts, damage=damage)
+
+
+def read_arrow(path: str, *, topics: Iterable[str] | None = None,
+               partitions: Iterable[int] | None = None, damage: list[Damage] | None = None,
+               **options) -> pa.Table:
+    """Every record under ``path`` as one ``pyarrow.Table`` (see :func:`iter_arrow`);
+    ``read_arrow(path).to_pandas()`` for pandas."""
+    opts = ReadOptions(**options)
+    batches = list(iter_arrow(path, topics=topics, partitions=partitions, damage=damage,
+                              **options))
+    return pa.Table.from_batches(batches, schema=arrow_schema(opts.binary_view))

@@ -1,0 +1,97 @@
+"""Locations of the shared log-dir fixtures (read at run time, never copied into the repo)."""
+from __future__ import annotations
+
+import glob
+import json
+import os
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+FIXTURES = os.environ.get("KPROTO_FIXTURES", os.path.join(REPO, "..", "shared", "fixtures"))
+LOGDIRS = os.path.join(FIXTURES, "logdirs")
+EXPECTED = os.path.join(FIXTURES, "expected")
+
+
+def expected_files(pattern: str) -> list[str]:
+    """Expected files matching ``pattern`` (relative to ``expected/``), as relative paths.
+    Fails loudly when the fixtures are missing: a missing fixture must not pass silently."""
+    found = sorted(os.path.relpath(p, EXPECTED)
+                   for p in glob.glob(os.path.join(EXPECTED, pattern), recursive=True))
+    if not found:
+        raise RuntimeError(f"no fixture files match {pattern!r} under {EXPECTED} "
+                           "(set KPROTO_FIXTURES)")
+    return found
+
+
+def source_of(rel: str) -> str:
+    """The log-dir file an expected file describes."""
+    path = os.path.join(LOGDIRS, rel)
+    for suffix in (".decoded.jsonl", ".jsonl", ".json"):
+        if path.endswith(suffix):
+            path = path[: -len(suffix)]
+            break
+    head, base = os.path.split(path)
+    if base == "kafka_cleanshutdown":
+        path = os.path.join(head, ".kafka_cleanshutdown")
+    return path
+
+
+def load_expected(rel: str) -> list[dict]:
+    """An expected file as a list of JSON objects (a ``.json`` file is one object)."""
+    path = os.path.join(EXPECTED, rel)
+    with open(path) as f:
+        if rel.endswith(".jsonl"):
+            return [json.loads(line) for line in f if line.strip()]
+        return [json.load(f)]
+
+
+def read_bytes(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def partition_dirs() -> list[str]:
+    """Relative paths (``broker/topic-partition``) of every partition in the fixtures."""
+    return sorted(os.path.dirname(p) for p in expected_files("*/*/partition.json"))
+
+
+TIMESTAMP_TYPES = {"CreateTime": 0, "LogAppendTime": 1, "NoTimestampType": -1}
+
+
+def expected_records(part_rel: str) -> list[dict]:
+    """Every record line of a partition's expected segments, in file order, merged with the
+    fields of its batch line and the segment name."""
+    out = []
+    for rel in expected_files(os.path.join(part_rel, "*.log.jsonl")):
+        segment = os.path.basename(rel)[: -len(".jsonl")]
+        batches = {}
+        for line in load_expected(rel):
+            if line["type"] == "batch":
+                batches[line["index"]] = line
+            elif line["type"] == "record":
+                out.append({**line, "batch": batches[line["batch_index"]], "segment": segment})
+    return out
+
+
+def expected_batches(part_rel: str) -> list[dict]:
+    out = []
+    for rel in expected_files(os.path.join(part_rel, "*.log.jsonl")):
+        out += [x for x in load_expected(rel) if x["type"] == "batch"]
+    return out
+
+
+def expected_aborted(part_rel: str) -> list[dict]:
+    found = [p for p in glob.glob(os.path.join(EXPECTED, part_rel, "*.txnindex.jsonl"))]
+    return [e for p in sorted(found) for e in load_expected(os.path.relpath(p, EXPECTED))]
+
+
+def expected_lso(part_rel: str) -> int | None:
+    """First offset of a transaction with no COMMIT/ABORT marker by the end of the log."""
+    ongoing: dict[int, int] = {}
+    for b in expected_batches(part_rel):
+        if not b["is_transactional"]:
+            continue
+        if b["is_control"]:
+            ongoing.pop(b["producer_id"], None)
+        else:
+            ongoing.setdefault(b["producer_id"], b["base_offset"])
+    return min(ongoing.values()) if ongoing else None

@@ -1,0 +1,210 @@
+"""read_arrow over every fixture partition returns exactly the expected records, in both
+isolations, and reports the damage the fixtures document."""
+from __future__ import annotations
+
+import base64
+import os
+
+import pyarrow as pa
+import pytest
+
+from kproto.storage.reader import arrow_schema, plan_splits, read_arrow, read_split, ReadOptions
+
+from storage_fixtures import (LOGDIRS, TIMESTAMP_TYPES, expected_aborted, expected_lso,
+                              expected_records, load_expected, partition_dirs)
+
+PARTS = partition_dirs()
+COLUMNS = ["topic", "partition", "offset", "timestamp", "timestamp_type", "key", "value",
+           "headers", "leader_epoch", "producer_id", "producer_epoch", "base_sequence",
+           "is_transactional", "is_control", "compression", "segment", "position"]
+
+
+def _b64(v):
+    return None if v is None else base64.b64decode(v)
+
+
+def _want_row(r: dict, topic: str, partition: int) -> dict:
+    b = r["batch"]
+    return {
+        "topic": topic, "partition": partition, "offset": r["offset"],
+        "timestamp": r["timestamp"], "timestamp_type": TIMESTAMP_TYPES[b["timestamp_type"]],
+        "key": _b64(r["key"]), "value": _b64(r["value"]),
+        "headers": [{"key": h["key"], "value": _b64(h["value"])} for h in r["headers"]],
+        "leader_epoch": b["partition_leader_epoch"], "producer_id": b["producer_id"],
+        "producer_epoch": b["producer_epoch"], "base_sequence": b["base_sequence"],
+        "is_transactional": b["is_transactional"], "is_control": b["is_control"],
+        "compression": b["compression"], "segment": r["segment"], "position": b["position"],
+    }
+
+
+def _rows(table: pa.Table) -> list[dict]:
+    assert table.schema == arrow_schema()
+    table = table.set_column(3, "timestamp", table.column("timestamp").cast(pa.int64()))
+    return table.to_pylist()
+
+
+def _committed(rows: list[dict], part: str, include_control: bool) -> list[dict]:
+    aborted = expected_aborted(part)
+    lso = expected_lso(part)
+
+    def aborted_record(r):
+        return r["is_transactional"] and not r["is_control"] and any(
+            a["producer_id"] == r["producer_id"] and a["first_offset"] <= r["offset"] <= a["last_offset"]
+            for a in aborted)
+
+    return [r for r in rows if (lso is None or r["offset"] < lso) and not aborted_record(r)
+            and (include_control or not r["is_control"])]
+
+
+@pytest.mark.parametrize("part", PARTS)
+@pytest.mark.parametrize("isolation", ["read_uncommitted", "read_committed"])
+@pytest.mark.parametrize("include_control", [False, True])
+def test_read_arrow_matches_expected(part, isolation, include_control):
+    topic, partition = os.path.basename(part).rsplit("-", 1)
+    want = [_want_row(r, topic, int(partition)) for r in expected_records(part)]
+    if isolation == "read_committed":
+        want = _committed(want, part, include_control)
+    elif not include_control:
+        want = [r for r in want if not r["is_control"]]
+    got = _rows(read_arrow(os.path.join(LOGDIRS, part), isolation=isolation,
+                           include_control=include_control))
+    assert len(got) == len(want)
+    assert got == want
+
+
+def test_read_committed_filters_something():
+    # guards the test above against a fixture change that would make both isolations equal
+    part = next(p for p in PARTS if p.endswith("payments-0"))
+    rows = [_want_row(r, "payments", 0) for r in expected_records(part)]
+    assert expected_aborted(part) and expected_lso(part) is not None
+    assert len(_committed(rows, part, False)) < len([r for r in rows if not r["is_control"]])
+
+
+@pytest.mark.parametrize("broker", sorted(os.listdir(LOGDIRS)))
+def test_whole_log_dir(broker):
+    table = read_arrow(os.path.join(LOGDIRS, broker), include_control=True)
+    parts = [p for p in PARTS if p.startswith(broker + "/")]
+    assert table.num_rows == sum(len(expected_records(p)) for p in parts)
+    got = sorted(set(zip(table.column("topic").to_pylist(), table.column("partition").to_pylist())))
+    assert got == sorted((p.split("/")[1].rsplit("-", 1)[0], int(p.rsplit("-", 1)[1])) for p in parts)
+
+
+def _notes(part):
+    return load_expected(os.path.join(part, "partition.json"))[0]
+
+
+def test_torn_tail_reported_and_not_read():
+    part = "broker1-crashed/events-1"
+    seg = _notes(part)["segments"][-1]
+    summary = load_expected(os.path.join(part, f"{seg['base_offset']:020d}.log.jsonl"))[-1]
+    for isolation in ("read_uncommitted", "read_committed"):
+        damage = []
+        table = read_arrow(os.path.join(LOGDIRS, part), damage=damage, isolation=isolation)
+        assert table.column("offset").to_pylist()[-1] == seg["last_batch_last_offset"]
+        assert [(d.kind, os.path.basename(d.file), d.position, d.bytes_skipped)
+                for d in damage] == [("torn-tail", f"{seg['base_offset']:020d}.log",
+                                      seg["valid_bytes"], summary["trailing_bytes"])]
+
+
+def test_crc_damage_reported_and_skipped_only_when_verifying():
+    part = "broker1-crashed/events-2"
+    bad = [(r["segment"], r["batch"]["position"], r["batch"]["size_in_bytes"], r["offset"])
+           for r in expected_records(part) if not r["batch"]["is_valid"]]
+    assert bad
+    segment, position, size = bad[0][:3]
+    assert f"batch at {position}" in _notes(part)["note"]
+    damage = []
+    table = read_arrow(os.path.join(LOGDIRS, part), damage=damage)
+    assert table.num_rows == len(expected_records(part))
+    assert [(d.kind, os.path.basename(d.file), d.position, d.bytes_skipped) for d in damage] == [
+        ("crc", segment, position, 0)]
+    damage = []
+    table = read_arrow(os.path.join(LOGDIRS, part), damage=damage, verify_crc=True)
+    assert [(d.kind, d.position, d.bytes_skipped) for d in damage] == [("crc", position, size)]
+    skipped = {o for *_x, o in bad}
+    assert set(table.column("offset").to_pylist()) == \
+        {r["offset"] for r in expected_records(part)} - skipped
+
+
+def test_clean_fixtures_have_no_damage():
+    damage = []
+    read_arrow(os.path.join(LOGDIRS, "broker1-clean"), damage=damage)
+    assert damage == []
+
+
+@pytest.mark.parametrize("part", [p for p in PARTS if "legacy" not in p])
+def test_small_splits_give_the_same_rows(part):
+    path = os.path.join(LOGDIRS, part)
+    whole = read_arrow(path, include_control=True)
+    splits = plan_splits(path, split_bytes=8192)
+    segs = _notes(part)["segments"]
+    assert len(splits) > len(segs) or all(s["log_size"] <= 2 * 8192 for s in segs)
+    opts = ReadOptions(include_control=True)
+    parts = [rb for s in splits for rb in read_split(s, opts)]
+    assert pa.Table.from_batches(parts, schema=whole.schema).equals(whole)
+    for s in splits:  # every cut is at a batch boundary
+        lines = load_expected(os.path.join(part, os.path.basename(s.path) + ".jsonl"))
+        assert s.start in {x["position"] for x in lines if x["type"] == "batch"}
+
+
+@pytest.mark.parametrize("part", ["broker1-clean/orders-1", "broker1-clean/clicks-0",
+                                  "broker1-clean/legacy-0", "broker1-crashed/events-0"])
+def test_offset_and_timestamp_ranges(part):
+    import random
+    rng = random.Random(part)
+    rows = [r for r in expected_records(part) if not r["batch"]["is_control"]]
+    offsets = [r["offset"] for r in rows]
+    stamps = sorted(r["timestamp"] for r in rows)
+    path = os.path.join(LOGDIRS, part)
+    for _ in range(6):
+        lo, hi = sorted(rng.sample(offsets, 2))
+        t = read_arrow(path, start_offset=lo, end_offset=hi)
+        assert t.column("offset").to_pylist() == [o for o in offsets if lo <= o < hi]
+        tlo, thi = sorted(rng.sample(stamps, 2))
+        t = read_arrow(path, start_timestamp=tlo, end_timestamp=thi)
+        assert t.column("offset").to_pylist() == [r["offset"] for r in rows
+                                                  if tlo <= r["timestamp"] < thi]
+
+
+def test_filters_by_topic_and_partition():
+    t = read_arrow(os.path.join(LOGDIRS, "broker1-clean"), topics=["orders"], partitions=[0, 2])
+    assert set(zip(t.column("topic").to_pylist(), t.column("partition").to_pylist())) == {
+        ("orders", 0), ("orders", 2)}
+    with pytest.raises(ValueError):
+        read_arrow(os.path.join(LOGDIRS, "broker1-clean"), isolation="read_dirty")
+
+
+@pytest.mark.parametrize("isolation", ["read_uncommitted", "read_committed"])
+def test_chunking_does_not_change_rows(isolation):
+    path = os.path.join(LOGDIRS, "broker1-clean", "payments-0")
+    opts = ReadOptions(isolation=isolation, include_control=True, start_offset=37,
+                       end_offset=1850)
+    splits = plan_splits(path, options=opts)
+    whole = pa.Table.from_batches([rb for s in splits for rb in read_split(s, opts)])
+    small = pa.Table.from_batches([rb for s in splits for rb in read_split(s, opts, chunk_bytes=500)])
+    assert small.equals(whole)
+    offsets = whole.column("offset").to_pylist()
+    assert offsets[0] >= 37 and max(offsets) < 1850 and len(offsets) > 1000
+    assert read_arrow(path, isolation=isolation, include_control=True, start_offset=37,
+                      end_offset=1850).equals(whole)
+
+
+def test_binary_view_option():
+    path = os.path.join(LOGDIRS, "broker1-clean", "orders-0")
+    plain = read_arrow(path)
+    view = read_arrow(path, binary_view=True)
+    assert view.schema == arrow_schema(binary_view=True)
+    assert view.column("value").cast(pa.binary()).equals(plain.column("value"))
+
+
+def test_splits_survive_pickling():
+    # a Spark source ships splits and options to executors
+    import pickle
+
+    path = os.path.join(LOGDIRS, "broker1-clean")
+    opts = ReadOptions(isolation="read_committed")
+    splits = plan_splits(path, options=opts, split_bytes=16384)
+    back, opts2 = pickle.loads(pickle.dumps((splits, opts)))
+    assert back == splits and opts2 == opts
+    rows = sum(rb.num_rows for s in back for rb in read_split(s, opts2))
+    assert rows == read_arrow(path, isolation="read_committed").num_rows
