@@ -9,7 +9,14 @@ from typing import Sequence
 # Modules providing subcommands; each exposes ``register(subparsers)`` which adds its parsers
 # and sets ``func`` (a callable taking the parsed args and returning an exit code).
 SUBCOMMAND_MODULES = [
+    "kproto.cli.assign",
+    "kproto.cli.client",
+    "kproto.cli.decode_pcap",
+    "kproto.cli.dump_log",
+    "kproto.cli.fetch_session_sim",
+    "kproto.cli.logdir",
     "kproto.cli.protocol",
+    "kproto.cli.spark_read",
 ]
 
 

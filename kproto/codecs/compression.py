@@ -24,6 +24,7 @@ import lz4.block as _lz4_block
 import snappy as _snappy
 import zstandard as _zstd
 
+from kproto.codecs.primitives import read_uvarint
 from kproto.errors import DecodeError, EncodeError
 
 __all__ = [
@@ -32,7 +33,8 @@ __all__ = [
 ]
 
 NONE, GZIP, SNAPPY, LZ4, ZSTD = 0, 1, 2, 3, 4
-CODEC_NAMES: dict[int, str] = {NONE: "none", GZIP: "gzip", SNAPPY: "snappy", LZ4: "lz4", ZSTD: "zstd"}
+CODEC_NAMES: dict[int, str] = {NONE: "none", GZIP: "gzip", SNAPPY: "snappy", LZ4: "lz4",
+                               ZSTD: "zstd"}
 CODEC_IDS: dict[str, int] = {v: k for k, v in CODEC_NAMES.items()}
 # Kafka's defaults (CompressionType.*.defaultLevel()); snappy has no level.
 DEFAULT_LEVELS: dict[int, int] = {GZIP: 6, LZ4: 9, ZSTD: 3}
@@ -69,12 +71,14 @@ _GZIP_HEADER = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"
 
 
 def _gzip_compress(data: Buffer, level: int | None) -> bytes:
-    lvl = DEFAULT_LEVELS[GZIP] if level is None else level
+    # Kafka accepts 1..9 and Deflater.DEFAULT_COMPRESSION (-1), which zlib runs as level 6.
+    lvl = DEFAULT_LEVELS[GZIP] if level is None or level == -1 else level
     if not (1 <= lvl <= 9):
-        raise EncodeError(f"gzip level must be in 1..9, got {lvl}")
+        raise EncodeError(f"gzip level must be in 1..9 (or -1), got {lvl}")
     co = zlib.compressobj(lvl, zlib.DEFLATED, -15, 8)
     body = co.compress(data) + co.flush()
-    return b"".join((_GZIP_HEADER, body, struct.pack("<II", zlib.crc32(data), len(data) & 0xFFFFFFFF)))
+    trailer = struct.pack("<II", zlib.crc32(data), len(data) & 0xFFFFFFFF)
+    return b"".join((_GZIP_HEADER, body, trailer))
 
 
 def _gzip_decompress(data: Buffer, max_size: int) -> bytes:
@@ -106,20 +110,13 @@ _XERIAL_BLOCK = 32 * 1024  # snappy-java's default block size
 _I32BE = struct.Struct(">i")
 
 
-def _snappy_raw_length(block: Buffer, what: str) -> int:
-    """The uncompressed length a raw snappy block declares (its leading varint)."""
-    n = shift = 0
-    for i in range(min(5, len(block))):
-        b = block[i]
-        n |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return n
-        shift += 7
-    raise DecodeError("bad snappy length prefix", what=what)
-
-
 def _snappy_block(block: Buffer, budget: int, max_size: int) -> bytes:
-    if _snappy_raw_length(block, "snappy") > budget:
+    # A raw block starts with its uncompressed length: check it before allocating anything.
+    try:
+        declared = read_uvarint(block, 0)[0]
+    except DecodeError:
+        raise DecodeError("bad snappy length prefix", what="snappy") from None
+    if declared > budget:
         raise _limit("snappy", max_size)
     try:
         return _snappy.uncompress(block)
@@ -242,7 +239,8 @@ def _lz4_decompress(data: Buffer, max_size: int, legacy: bool = False) -> bytes:
     if flg & 0x03 or bd & 0x8F:
         raise DecodeError("reserved lz4 frame bits set", what="lz4", offset=4)
     if not flg & 0x20:
-        raise DecodeError("dependent lz4 blocks are unsupported (as in Kafka)", what="lz4", offset=4)
+        raise DecodeError("dependent lz4 blocks are unsupported (as in Kafka)", what="lz4",
+                          offset=4)
     block_max = _BLOCK_SIZES.get((bd >> 4) & 7)
     if block_max is None:
         raise DecodeError("bad lz4 block size code", what="lz4", offset=5)

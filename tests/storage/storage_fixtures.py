@@ -1,6 +1,8 @@
 """Locations of the shared log-dir fixtures (read at run time, never copied into the repo)."""
 from __future__ import annotations
 
+import base64
+
 import glob
 import json
 import os
@@ -95,3 +97,41 @@ def expected_lso(part_rel: str) -> int | None:
         else:
             ongoing.setdefault(b["producer_id"], b["base_offset"])
     return min(ongoing.values()) if ongoing else None
+
+
+COLUMNS = ["topic", "partition", "offset", "timestamp", "timestamp_type", "key", "value",
+           "headers", "leader_epoch", "producer_id", "producer_epoch", "base_sequence",
+           "is_transactional", "is_control", "compression", "segment", "position"]
+
+
+def _b64(v):
+    return None if v is None else base64.b64decode(v)
+
+
+def want_row(r: dict, topic: str, partition: int) -> dict:
+    """The read_arrow row an expected record line stands for."""
+    b = r["batch"]
+    return {
+        "topic": topic, "partition": partition, "offset": r["offset"],
+        "timestamp": r["timestamp"], "timestamp_type": TIMESTAMP_TYPES[b["timestamp_type"]],
+        "key": _b64(r["key"]), "value": _b64(r["value"]),
+        "headers": [{"key": h["key"], "value": _b64(h["value"])} for h in r["headers"]],
+        "leader_epoch": b["partition_leader_epoch"], "producer_id": b["producer_id"],
+        "producer_epoch": b["producer_epoch"], "base_sequence": b["base_sequence"],
+        "is_transactional": b["is_transactional"], "is_control": b["is_control"],
+        "compression": b["compression"], "segment": r["segment"], "position": b["position"],
+    }
+
+
+def committed_rows(rows: list[dict], part: str, include_control: bool) -> list[dict]:
+    """The rows a read_committed consumer sees (aborted transactions and the open tail removed)."""
+    aborted = expected_aborted(part)
+    lso = expected_lso(part)
+
+    def aborted_record(r):
+        return r["is_transactional"] and not r["is_control"] and any(
+            a["producer_id"] == r["producer_id"] and a["first_offset"] <= r["offset"] <= a["last_offset"]
+            for a in aborted)
+
+    return [r for r in rows if (lso is None or r["offset"] < lso) and not aborted_record(r)
+            and (include_control or not r["is_control"])]

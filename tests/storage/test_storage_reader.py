@@ -2,7 +2,6 @@
 isolations, and reports the damage the fixtures document."""
 from __future__ import annotations
 
-import base64
 import os
 
 import pyarrow as pa
@@ -10,50 +9,15 @@ import pytest
 
 from kproto.storage.reader import arrow_schema, plan_splits, read_arrow, read_split, ReadOptions
 
-from storage_fixtures import (LOGDIRS, TIMESTAMP_TYPES, expected_aborted, expected_lso,
-                              expected_records, load_expected, partition_dirs)
+from storage_fixtures import (LOGDIRS, committed_rows as _committed, expected_aborted, expected_lso,
+                              expected_records, load_expected, partition_dirs, want_row as _want_row)
 
 PARTS = partition_dirs()
-COLUMNS = ["topic", "partition", "offset", "timestamp", "timestamp_type", "key", "value",
-           "headers", "leader_epoch", "producer_id", "producer_epoch", "base_sequence",
-           "is_transactional", "is_control", "compression", "segment", "position"]
-
-
-def _b64(v):
-    return None if v is None else base64.b64decode(v)
-
-
-def _want_row(r: dict, topic: str, partition: int) -> dict:
-    b = r["batch"]
-    return {
-        "topic": topic, "partition": partition, "offset": r["offset"],
-        "timestamp": r["timestamp"], "timestamp_type": TIMESTAMP_TYPES[b["timestamp_type"]],
-        "key": _b64(r["key"]), "value": _b64(r["value"]),
-        "headers": [{"key": h["key"], "value": _b64(h["value"])} for h in r["headers"]],
-        "leader_epoch": b["partition_leader_epoch"], "producer_id": b["producer_id"],
-        "producer_epoch": b["producer_epoch"], "base_sequence": b["base_sequence"],
-        "is_transactional": b["is_transactional"], "is_control": b["is_control"],
-        "compression": b["compression"], "segment": r["segment"], "position": b["position"],
-    }
-
-
 def _rows(table: pa.Table) -> list[dict]:
     assert table.schema == arrow_schema()
     table = table.set_column(3, "timestamp", table.column("timestamp").cast(pa.int64()))
     return table.to_pylist()
 
-
-def _committed(rows: list[dict], part: str, include_control: bool) -> list[dict]:
-    aborted = expected_aborted(part)
-    lso = expected_lso(part)
-
-    def aborted_record(r):
-        return r["is_transactional"] and not r["is_control"] and any(
-            a["producer_id"] == r["producer_id"] and a["first_offset"] <= r["offset"] <= a["last_offset"]
-            for a in aborted)
-
-    return [r for r in rows if (lso is None or r["offset"] < lso) and not aborted_record(r)
-            and (include_control or not r["is_control"])]
 
 
 @pytest.mark.parametrize("part", PARTS)

@@ -1,0 +1,164 @@
+"""``kproto dump-log FILE...``: every batch and record of files of concatenated batches.
+
+``--format jsonl`` writes the line schema of the record vectors' README (batch, record, error,
+summary lines); the default on a terminal is a text format like ``kafka-dump-log
+--deep-iteration --print-data-log``. Files are dispatched on their suffix through
+:data:`DUMPERS` so other file kinds (indexes, checkpoints) can be added there.
+"""
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import mmap
+import os
+import sys
+from typing import Callable, Iterator, TextIO
+
+from kproto.codecs.compression import DEFAULT_MAX_SIZE
+from kproto.records.dump import dump_lines
+
+__all__ = ["register", "DUMPERS", "dump_log_file", "format_text"]
+
+# A dumper takes (path, args) and yields JSON-able dicts (one per output line).
+Dumper = Callable[[str, argparse.Namespace], Iterator[dict]]
+
+
+def _map(path: str) -> bytes | mmap.mmap:
+    with open(path, "rb") as f:
+        if os.fstat(f.fileno()).st_size == 0:
+            return b""
+        return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+
+
+def dump_log_file(path: str, args: argparse.Namespace) -> Iterator[dict]:
+    """Lines for a file of concatenated batches (``.log`` segments, raw record sets)."""
+    buf = _map(path)
+    try:
+        for line in dump_lines(buf, deep=not args.batches_only,
+                               max_decompressed=args.max_decompressed):
+            if args.verify and line["type"] == "batch" and not line["is_valid"]:
+                yield line
+                yield {"type": "error", "batch_index": line["index"],
+                       "position": line["position"],
+                       "error": f"CRC mismatch (stored {line['crc']})"}
+                continue
+            yield line
+    finally:
+        if isinstance(buf, mmap.mmap):
+            try:
+                buf.close()
+            except BufferError:  # a view is still alive somewhere; the GC will unmap it
+                pass
+
+
+DUMPERS: dict[str, Dumper] = {
+    ".log": dump_log_file,
+}
+DEFAULT_DUMPER: Dumper = dump_log_file  # unknown suffix: treat as concatenated batches
+
+# log dirs, partition folders, indexes, snapshots, checkpoints (kproto.storage)
+from kproto.storage.dump import register_dump_log  # noqa: E402
+
+DEFAULT_DUMPER = register_dump_log(DUMPERS, DEFAULT_DUMPER)
+
+
+# Control characters escaped so that every record stays on one line.
+_ESCAPES = {c: f"\\x{c:02x}" for c in [*range(32), 127]}
+_ESCAPES.update({ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\\t"})
+
+
+def _text(v: str | None) -> str:
+    """A base64 key/value as Kafka's tool prints it (UTF-8, lenient), controls escaped."""
+    if v is None:
+        return "null"
+    return base64.b64decode(v).decode("utf-8", "replace").translate(_ESCAPES)
+
+
+def format_text(line: dict, timestamp_type: str = "timestamp") -> str:
+    """One line in the style of Kafka's DumpLogSegments (``timestamp_type``: the batch's, which
+    labels its records' timestamps)."""
+    t = line.get("type")
+    if t == "batch":
+        dh = line["delete_horizon_ms"]
+        return (f"baseOffset: {line['base_offset']} lastOffset: {line['last_offset']} "
+                f"count: {line['count']} baseSequence: {line['base_sequence']} "
+                f"lastSequence: {line['last_sequence']} producerId: {line['producer_id']} "
+                f"producerEpoch: {line['producer_epoch']} "
+                f"partitionLeaderEpoch: {line['partition_leader_epoch']} "
+                f"isTransactional: {str(line['is_transactional']).lower()} "
+                f"isControl: {str(line['is_control']).lower()} "
+                f"deleteHorizonMs: {'OptionalLong.empty' if dh is None else dh} "
+                f"position: {line['position']} {line['timestamp_type']}: "
+                f"{line['max_timestamp']} size: {line['size_in_bytes']} magic: {line['magic']} "
+                f"compresscodec: {line['compression']} crc: {line['crc']} "
+                f"isvalid: {str(line['is_valid']).lower()}")
+    if t == "record":
+        s = (f"| offset: {line['offset']} {timestamp_type}: {line['timestamp']} "
+             f"keySize: {line['key_size']} valueSize: {line['value_size']} "
+             f"sequence: {line['sequence']} "
+             f"headerKeys: [{', '.join(h['key'] for h in line['headers'])}]")
+        if "control" in line:
+            c = line["control"]
+            extra = " ".join(f"{k}: {v}" for k, v in c.items() if k != "type")
+            return f"{s} {c['type']}: {extra}"
+        return f"{s} key: {_text(line['key'])} payload: {_text(line['value'])}"
+    if t == "error":
+        where = f" at position {line['position']}" if "position" in line else ""
+        return f"ERROR in batch {line['batch_index']}{where}: {line['error']}"
+    if t == "summary":
+        s = (f"Summary: {line['batches']} batches, {line['records']} records, "
+             f"{line['valid_bytes']} valid bytes of {line['file_size']}")
+        if line["trailing_bytes"]:
+            s += f", {line['trailing_bytes']} trailing bytes (partial batch)"
+        if line["stopped_by"]:
+            s += f", stopped by: {line['stopped_by']}"
+        return s
+    return json.dumps(line)
+
+
+def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    out = out or sys.stdout
+    fmt = args.format
+    if fmt == "auto":
+        fmt = "text" if out.isatty() else "jsonl"
+    status = 0
+    ts_type = "timestamp"
+    for path in args.files:
+        dumper = DUMPERS.get(os.path.splitext(path)[1], DEFAULT_DUMPER)
+        if fmt == "text":
+            out.write(f"Dumping {path}\n")
+        elif len(args.files) > 1:
+            out.write(json.dumps({"type": "file", "path": path}) + "\n")
+        try:
+            for line in dumper(path, args):
+                if line.get("type") == "error" or (args.verify and line.get("is_valid") is False):
+                    status = 1
+                if line.get("type") == "batch":
+                    ts_type = line["timestamp_type"]
+                out.write((format_text(line, ts_type) if fmt == "text" else
+                           json.dumps(line, ensure_ascii=False, separators=(",", ":"))) + "\n")
+        except BrokenPipeError:
+            raise
+        except OSError as e:
+            print(f"kproto dump-log: {path}: {e.strerror or e}", file=sys.stderr)
+            status = 2
+    return status
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("dump-log", help="print the batches and records of log files",
+                              description=__doc__,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("files", nargs="+", metavar="FILE")
+    p.add_argument("--format", choices=("auto", "text", "jsonl"), default="auto",
+                   help="output format (default: text on a terminal, jsonl otherwise)")
+    p.add_argument("--batches-only", action="store_true", help="batch headers only, no records")
+    p.add_argument("--verify", action="store_true",
+                   help="report CRC failures as errors (exit status 1) and continue")
+    p.add_argument("--max-decompressed", type=int, default=DEFAULT_MAX_SIZE, metavar="BYTES",
+                   help="limit on one batch's decompressed size (default %(default)s)")
+    p.add_argument("--decode-internal", action="store_true",
+                   help="decode __consumer_offsets / __transaction_state / __cluster_metadata "
+                        "records through their schemas")
+    p.set_defaults(func=run)

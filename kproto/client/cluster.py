@@ -1,0 +1,305 @@
+"""The cluster as a client sees it: bootstrap, broker connections, metadata cache, coordinators.
+
+:class:`MetadataCache` is sans-I/O (it digests MetadataResponse objects); :class:`Cluster` owns
+the connections (one per broker, plus a separate one per coordinator so that a JoinGroup held by
+the broker for seconds does not stall fetches queued behind it on the same socket, which is
+also why Kafka's clients keep the coordinator apart)::
+
+    async with Cluster("127.0.0.1:9092") as cluster:
+        await cluster.refresh_metadata(["events"])
+        leader = cluster.metadata.leader("events", 0)
+        conn = await cluster.connection(leader)
+"""
+from __future__ import annotations
+
+import asyncio
+import ssl as _ssl
+import time
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Optional, Sequence
+
+from kproto.client.connection import (BrokerError, Connection, KafkaConnectionError, SaslConfig,
+                                      raise_for_error)
+from kproto.codecs import request as _request_codec
+from kproto.codecs.primitives import Uuid
+
+__all__ = ["BrokerInfo", "PartitionInfo", "TopicInfo", "MetadataCache", "Cluster",
+           "parse_bootstrap", "METADATA_REFRESH_ERRORS"]
+
+METADATA, FIND_COORDINATOR, CREATE_TOPICS = 3, 10, 19
+ZERO_UUID = Uuid.ZERO  # type: ignore[attr-defined]
+#: Error codes after which the producer/consumer refresh metadata and retry (stale leadership).
+METADATA_REFRESH_ERRORS = frozenset({
+    3,    # UNKNOWN_TOPIC_OR_PARTITION
+    5,    # LEADER_NOT_AVAILABLE
+    6,    # NOT_LEADER_OR_FOLLOWER
+    74,   # FENCED_LEADER_EPOCH
+    75,   # UNKNOWN_LEADER_EPOCH
+    100,  # UNKNOWN_TOPIC_ID
+    103,  # INCONSISTENT_TOPIC_ID
+})
+#: FindCoordinator errors worth retrying after a pause.
+_COORDINATOR_RETRY = frozenset({14, 15, 16})  # LOAD_IN_PROGRESS, NOT_AVAILABLE, NOT_COORDINATOR
+TOPIC_ALREADY_EXISTS = 36
+
+
+def parse_bootstrap(bootstrap: str | Sequence[str]) -> list[tuple[str, int]]:
+    """``"h1:9092,h2:9093"`` (or a list of ``host:port``) -> ``[(host, port), ...]``."""
+    items = bootstrap.split(",") if isinstance(bootstrap, str) else list(bootstrap)
+    out = []
+    for item in items:
+        item = item.strip()
+        if not item:
+            continue
+        host, sep, port = item.rpartition(":")
+        if not sep or not port.isdigit():
+            raise ValueError(f"bootstrap address {item!r} is not host:port")
+        out.append((host.strip("[]"), int(port)))
+    if not out:
+        raise ValueError("empty bootstrap list")
+    return out
+
+
+@dataclass(frozen=True)
+class BrokerInfo:
+    """A broker's address (``MetadataResponseBroker``)."""
+
+    node_id: int
+    host: str
+    port: int
+    rack: Optional[str] = None
+
+
+@dataclass
+class PartitionInfo:
+    """Leadership and replicas of one partition; ``leader`` is -1 when there is none."""
+
+    partition: int
+    leader: int
+    leader_epoch: int = -1
+    replicas: list[int] = field(default_factory=list)
+    isr: list[int] = field(default_factory=list)
+    error_code: int = 0
+
+
+@dataclass
+class TopicInfo:
+    """A topic's id (zero when the broker sends none), error code and partitions."""
+
+    name: str
+    topic_id: Uuid
+    error_code: int
+    partitions: dict[int, PartitionInfo]
+    is_internal: bool = False
+
+
+class MetadataCache:
+    """Brokers and topic -> partition -> leader, as of the last MetadataResponse applied."""
+
+    def __init__(self) -> None:
+        self.brokers: dict[int, BrokerInfo] = {}
+        self.topics: dict[str, TopicInfo] = {}
+        self.cluster_id: Optional[str] = None
+        self.controller_id: int = -1
+        self.updated_at: float = 0.0
+
+    def update(self, resp: Any, *, all_topics: bool = False) -> None:
+        """Apply a MetadataResponse. Topics it names replace their cached entries; with
+        ``all_topics`` (the request asked for every topic) the others are dropped."""
+        self.brokers = {b.node_id: BrokerInfo(b.node_id, b.host, b.port, getattr(b, "rack", None))
+                        for b in resp.brokers}
+        self.cluster_id = getattr(resp, "cluster_id", None)
+        self.controller_id = getattr(resp, "controller_id", -1)
+        if all_topics:
+            self.topics = {}
+        for t in resp.topics:
+            parts = {p.partition_index: PartitionInfo(
+                p.partition_index, p.leader_id, getattr(p, "leader_epoch", -1), list(p.replica_nodes),
+                list(p.isr_nodes), p.error_code) for p in t.partitions}
+            self.topics[t.name] = TopicInfo(t.name, getattr(t, "topic_id", ZERO_UUID) or ZERO_UUID,
+                                            t.error_code, parts, t.is_internal)
+        self.updated_at = time.monotonic()
+
+    def partitions(self, topic: str) -> list[int]:
+        """Partition indexes of ``topic`` (empty when unknown)."""
+        t = self.topics.get(topic)
+        return sorted(t.partitions) if t else []
+
+    def available_partitions(self, topic: str) -> list[int]:
+        """Partitions with a known leader (``Cluster.availablePartitionsForTopic``)."""
+        t = self.topics.get(topic)
+        return sorted(p for p, info in t.partitions.items() if info.leader >= 0) if t else []
+
+    def leader(self, topic: str, partition: int) -> Optional[int]:
+        """Leader node id, or None when unknown."""
+        t = self.topics.get(topic)
+        info = t.partitions.get(partition) if t else None
+        return info.leader if info is not None and info.leader >= 0 else None
+
+    def topic_id(self, topic: str) -> Uuid:
+        """The topic's id, or the zero id when unknown."""
+        t = self.topics.get(topic)
+        return t.topic_id if t else ZERO_UUID
+
+    def topic_names(self) -> dict[Uuid, str]:
+        """Topic id -> name for topics that have an id."""
+        return {t.topic_id: t.name for t in self.topics.values() if t.topic_id != ZERO_UUID}
+
+    def partition_counts(self) -> dict[str, int]:
+        """topic -> partition count (the cluster input of :mod:`kproto.client.assignors`)."""
+        return {name: len(t.partitions) for name, t in self.topics.items() if not t.error_code}
+
+
+class Cluster:
+    """Connections to a cluster's brokers and its metadata. Use as ``async with`` or call
+    :meth:`start` / :meth:`close`. ``version_caps`` is passed to every :class:`Connection`."""
+
+    def __init__(self, bootstrap: str | Sequence[str], *, client_id: str = "kproto",
+                 ssl: _ssl.SSLContext | None = None, sasl: SaslConfig | None = None,
+                 request_timeout: float = 30.0, version_caps: Optional[dict[int, int]] = None) -> None:
+        self.bootstrap = parse_bootstrap(bootstrap)
+        self.client_id = client_id
+        self.ssl = ssl
+        self.sasl = sasl
+        self.request_timeout = request_timeout
+        self.version_caps = version_caps
+        self.metadata = MetadataCache()
+        self._conns: dict[tuple[Any, str], Connection] = {}
+        self._coordinators: dict[tuple[int, str], BrokerInfo] = {}
+        self._lock = asyncio.Lock()
+
+    async def _open(self, host: str, port: int) -> Connection:
+        return await Connection.open(host, port, ssl=self.ssl, client_id=self.client_id,
+                                     request_timeout=self.request_timeout, sasl=self.sasl,
+                                     version_caps=self.version_caps)
+
+    async def start(self) -> "Cluster":
+        """Connect to the first reachable bootstrap server and read the broker list."""
+        await self.refresh_metadata([])
+        return self
+
+    async def bootstrap_connection(self) -> Connection:
+        """A connection to any broker: a known one if any, else a bootstrap server."""
+        for conn in self._conns.values():
+            if not conn.closed:
+                return conn
+        errors = []
+        for node in list(self.metadata.brokers.values()):
+            try:
+                return await self.connection(node.node_id)
+            except KafkaConnectionError as e:
+                errors.append(e)
+        for host, port in self.bootstrap:
+            try:
+                conn = await self._open(host, port)
+            except KafkaConnectionError as e:
+                errors.append(e)
+                continue
+            self._conns[((host, port), "bootstrap")] = conn
+            return conn
+        raise KafkaConnectionError("no broker reachable: " + "; ".join(map(str, errors)))
+
+    async def connection(self, node_id: int, purpose: str = "data") -> Connection:
+        """The connection to ``node_id`` for ``purpose`` (``data`` or ``coordinator``),
+        (re)opened when needed."""
+        key = (node_id, purpose)
+        conn = self._conns.get(key)
+        if conn is not None and not conn.closed:
+            return conn
+        async with self._lock:
+            conn = self._conns.get(key)
+            if conn is not None and not conn.closed:
+                return conn
+            info = self.metadata.brokers.get(node_id) or self._coordinators.get((node_id, purpose))
+            if info is None:
+                await self.refresh_metadata([])
+                info = self.metadata.brokers.get(node_id)
+                if info is None:
+                    raise KafkaConnectionError(f"unknown broker {node_id}")
+            conn = self._conns[key] = await self._open(info.host, info.port)
+            return conn
+
+    async def refresh_metadata(self, topics: Iterable[str] | None = None, *,
+                               allow_auto_create: bool = False) -> MetadataCache:
+        """Fetch metadata for ``topics`` (None: every topic; []: brokers only) into the cache."""
+        conn = await self.bootstrap_connection()
+        codec = _request_codec(METADATA)
+        version = conn.version(METADATA)
+        names = None if topics is None else list(topics)
+        if names is None:
+            req_topics = [] if version == 0 else None
+        else:
+            if not names and version == 0:
+                names = list(self.metadata.topics)  # v0 has no "no topics" form
+            req_topics = [codec.cls.MetadataRequestTopic(name=n) for n in names]
+        resp = await conn.request(codec.cls(topics=req_topics, allow_auto_topic_creation=allow_auto_create),
+                                  version)
+        self.metadata.update(resp, all_topics=topics is None)
+        return self.metadata
+
+    async def wait_for_leaders(self, topics: Sequence[str], timeout: float = 10.0, *,
+                               allow_auto_create: bool = False) -> MetadataCache:
+        """Refresh until every partition of ``topics`` has a leader (after topic creation)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            md = await self.refresh_metadata(topics, allow_auto_create=allow_auto_create)
+            missing = [t for t in topics if t not in md.topics or md.topics[t].error_code
+                       or not md.topics[t].partitions
+                       or len(md.available_partitions(t)) < len(md.topics[t].partitions)]
+            if not missing:
+                return md
+            if time.monotonic() > deadline:
+                codes = {t: md.topics[t].error_code if t in md.topics else None for t in missing}
+                raise BrokerError(next((c for c in codes.values() if c), 5),
+                                  f"no leaders for {', '.join(missing)} after {timeout} s")
+            await asyncio.sleep(0.1)
+
+    async def find_coordinator(self, key: str, key_type: int = 0, retries: int = 20) -> int:
+        """The node id coordinating group (``key_type`` 0) or transaction (1) ``key``; its
+        address is remembered for :meth:`connection` with purpose ``coordinator``."""
+        codec = _request_codec(FIND_COORDINATOR)
+        for attempt in range(retries):
+            conn = await self.bootstrap_connection()
+            version = conn.version(FIND_COORDINATOR)
+            if version >= 4:
+                resp = await conn.request(codec.cls(key_type=key_type, coordinator_keys=[key]), version)
+                c = resp.coordinators[0]
+                code, node_id, host, port, msg = c.error_code, c.node_id, c.host, c.port, c.error_message
+            else:
+                resp = await conn.request(codec.cls(key=key, key_type=key_type), version)
+                code, node_id, host, port = resp.error_code, resp.node_id, resp.host, resp.port
+                msg = getattr(resp, "error_message", None)
+            if code in _COORDINATOR_RETRY and attempt + 1 < retries:
+                await asyncio.sleep(0.1)
+                continue
+            raise_for_error(code, f"FindCoordinator({key!r})", msg)
+            self._coordinators[(node_id, "coordinator")] = BrokerInfo(node_id, host, port)
+            return node_id
+        raise AssertionError("unreachable")
+
+    async def create_topics(self, topics: dict[str, int], replication_factor: int = 1, *,
+                            timeout_ms: int = 10000, exist_ok: bool = True) -> None:
+        """CreateTopics ``{name: partition count}`` through the controller (or any broker)."""
+        codec = _request_codec(CREATE_TOPICS)
+        conn = await self.bootstrap_connection()
+        if self.metadata.controller_id in self.metadata.brokers:
+            conn = await self.connection(self.metadata.controller_id)
+        req = codec.cls(timeout_ms=timeout_ms, topics=[
+            codec.cls.CreatableTopic(name=n, num_partitions=p, replication_factor=replication_factor)
+            for n, p in topics.items()])
+        resp = await conn.request(req)
+        for t in resp.topics:
+            if exist_ok and t.error_code == TOPIC_ALREADY_EXISTS:
+                continue
+            raise_for_error(t.error_code, f"CreateTopics({t.name})", getattr(t, "error_message", None))
+
+    async def close(self) -> None:
+        """Close every connection."""
+        conns, self._conns = list(self._conns.values()), {}
+        await asyncio.gather(*(c.close() for c in conns), return_exceptions=True)
+
+    async def __aenter__(self) -> "Cluster":
+        return await self.start()
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()

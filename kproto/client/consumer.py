@@ -1,0 +1,476 @@
+"""A minimal consumer: group membership, offsets, and fetching through KIP-227 fetch sessions.
+
+Sans-I/O helpers do the protocol work (:func:`leader_assignments` runs an assignor over the
+JoinGroup members, :func:`subscription_metadata` writes a member's subscription,
+:func:`parse_records` turns a fetched partition into records); :class:`Consumer` drives them::
+
+    async with Cluster("127.0.0.1:9092") as cluster:
+        consumer = await Consumer(cluster, ["events"], group_id="g").start()
+        records = await consumer.getmany(timeout=1.0)
+        await consumer.commit()
+        await consumer.close()
+
+Group membership follows Kafka's classic protocol (FindCoordinator, JoinGroup with the
+MEMBER_ID_REQUIRED round trip, SyncGroup, Heartbeat, OffsetCommit/OffsetFetch, LeaveGroup);
+the rebalance is eager unless every assignor is ``cooperative-sticky``; then partitions kept
+across the rebalance keep their positions and a revocation triggers the follow-up rebalance Kafka's
+cooperative protocol needs. Fetches go to each partition leader through one
+:class:`~kproto.fetch_session.FetchSessionHandler` per broker, which falls back to full
+requests whenever the broker grants no session.
+"""
+from __future__ import annotations
+
+import asyncio
+import struct
+from typing import Any, NamedTuple, Optional, Sequence
+
+from kproto.client.assignors import Subscription, assign, encode_sticky_user_data
+from kproto.client.cluster import METADATA_REFRESH_ERRORS, Cluster
+from kproto.client.connection import BrokerError, KafkaConnectionError, raise_for_error
+from kproto.client.consumer_protocol import (Assignment, decode_assignment, decode_subscription,
+                                             encode_assignment, encode_subscription)
+from kproto.codecs import request as _request_codec
+from kproto.fetch_session import FetchSessionHandler, PartitionData, TopicPartition, response_data
+from kproto.fetch_session.messages import build_fetch_request
+from kproto.records import iter_batches
+
+__all__ = ["ConsumerRecord", "Consumer", "parse_records", "subscription_metadata",
+           "leader_assignments", "PROTOCOL_TYPE"]
+
+FETCH, LIST_OFFSETS, OFFSET_COMMIT, OFFSET_FETCH = 1, 2, 8, 9
+JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 11, 12, 13, 14
+PROTOCOL_TYPE = "consumer"
+EARLIEST, LATEST = -2, -1
+# error codes
+OFFSET_OUT_OF_RANGE = 1
+ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS = 22, 25, 27
+MEMBER_ID_REQUIRED, FENCED_INSTANCE_ID = 79, 82
+_REJOIN_ERRORS = frozenset({ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS})
+_COORDINATOR_ERRORS = frozenset({14, 15, 16})  # load in progress, not available, not coordinator
+_I32 = struct.Struct(">i")
+
+
+class ConsumerRecord(NamedTuple):
+    """One consumed record; ``headers`` holds ``(key, value)`` pairs."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    key: Optional[bytes]
+    value: Optional[bytes]
+    headers: tuple = ()
+
+
+# ---- sans-I/O helpers ---------------------------------------------------------------------
+
+def parse_records(topic: str, partition: int, records: Any, position: int) -> tuple[list[ConsumerRecord], int]:
+    """Records of a fetched partition at or after ``position`` (a compressed batch may start
+    earlier), skipping control batches; returns them and the next position."""
+    out: list[ConsumerRecord] = []
+    if not records:
+        return out, position
+    for batch in iter_batches(records):
+        nxt = batch.next_offset
+        if getattr(batch, "is_control", False) or nxt <= position:
+            position = max(position, nxt)
+            continue
+        for r in batch.records():
+            if r.offset >= position:
+                out.append(ConsumerRecord(topic, partition, r.offset, r.timestamp, r.key, r.value,
+                                          tuple(getattr(r, "headers", ()))))
+        position = max(position, nxt)
+    return out, position
+
+
+def subscription_metadata(assignor: str, topics: Sequence[str], assigned: Sequence[tuple],
+                          generation: int, *, cooperative: bool = False, version: int = 3,
+                          rack: str | None = None) -> bytes:
+    """A member's subscription bytes for ``assignor``, as Kafka's consumer writes them.
+
+    ``assigned`` is the member's assignment before this rebalance. An eager member has revoked
+    it before joining, so its owned-partitions field is empty (Kafka clears the assignment in
+    ``onJoinPrepare``); a cooperative member still owns it. The sticky assignor carries the
+    previous assignment and generation in its user data, the cooperative one its generation.
+    """
+    gen = generation if generation >= 0 else None
+    if assignor == "sticky":
+        user_data: bytes | None = encode_sticky_user_data(assigned, gen)
+    elif assignor == "cooperative-sticky":
+        user_data = _I32.pack(generation)
+    else:
+        user_data = None
+    owned = list(assigned) if cooperative else []
+    return encode_subscription(Subscription(list(topics), user_data, owned, gen, rack), version)
+
+
+def leader_assignments(assignor: str, members: Sequence[tuple[str, Optional[str], bytes]],
+                       partition_counts: dict[str, int]) -> dict[str, bytes]:
+    """The group leader's work: decode each ``(member_id, group_instance_id, metadata)`` of the
+    JoinGroup response, run ``assignor`` and encode each member's assignment."""
+    subs = {}
+    for member_id, instance_id, metadata in members:
+        sub, _ = decode_subscription(metadata)
+        sub.group_instance_id = instance_id
+        subs[member_id] = sub
+    wanted = {t for s in subs.values() for t in s.topics}
+    cluster = {t: n for t, n in partition_counts.items() if t in wanted}
+    result = assign(assignor, cluster, subs)
+    return {m: encode_assignment(Assignment(list(tps))) for m, tps in result.items()}
+
+
+# ---- the consumer ---------------------------------------------------------------------------
+
+class Consumer:
+    """Asyncio consumer. With ``group_id`` it joins the group and consumes what the group
+    assigns it; without, it reads every partition of ``topics`` itself."""
+
+    def __init__(self, cluster: Cluster, topics: Sequence[str], *, group_id: Optional[str] = None,
+                 assignors: Sequence[str] = ("range",), auto_offset_reset: str = "earliest",
+                 session_timeout_ms: int = 10000, rebalance_timeout_ms: int = 10000,
+                 heartbeat_interval_ms: int = 1000, fetch_max_wait_ms: int = 500,
+                 fetch_min_bytes: int = 1, max_partition_fetch_bytes: int = 1048576,
+                 fetch_max_bytes: int = 52428800, rack: Optional[str] = None) -> None:
+        if auto_offset_reset not in ("earliest", "latest"):
+            raise ValueError("auto_offset_reset must be 'earliest' or 'latest'")
+        self.cluster = cluster
+        self.topics = list(topics)
+        self.group_id = group_id
+        self.assignors = list(assignors)
+        #: Kafka's rebalance protocol: COOPERATIVE only when every assignor supports it.
+        self.cooperative = set(self.assignors) == {"cooperative-sticky"}
+        self.reset_to = EARLIEST if auto_offset_reset == "earliest" else LATEST
+        self.session_timeout_ms = session_timeout_ms
+        self.rebalance_timeout_ms = rebalance_timeout_ms
+        self.heartbeat_interval = heartbeat_interval_ms / 1000.0
+        self.fetch_max_wait_ms = fetch_max_wait_ms
+        self.fetch_min_bytes = fetch_min_bytes
+        self.max_partition_fetch_bytes = max_partition_fetch_bytes
+        self.fetch_max_bytes = fetch_max_bytes
+        self.rack = rack
+        self.member_id = ""
+        self.generation = -1
+        self.protocol: Optional[str] = None
+        self.leader_id: Optional[str] = None
+        self.assignment: list[tuple[str, int]] = []
+        #: (topic, partition) -> next offset to fetch
+        self.positions: dict[tuple[str, int], int] = {}
+        self.sessions: dict[int, FetchSessionHandler] = {}
+        self._coordinator: Optional[int] = None
+        self._needs_join = group_id is not None
+        self._heartbeat_task: Optional[asyncio.Task] = None
+        self._reset: set[tuple[str, int]] = set()
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    async def start(self) -> "Consumer":
+        """Load the topics' metadata; without a group, assign every partition to this consumer."""
+        await self.cluster.wait_for_leaders(self.topics, allow_auto_create=True)
+        if self.group_id is None:
+            self.assignment = [(t, p) for t in self.topics for p in self.cluster.metadata.partitions(t)]
+        return self
+
+    async def close(self) -> None:
+        """Leave the group (the cluster stays open)."""
+        if self._heartbeat_task is not None:
+            self._heartbeat_task.cancel()
+            self._heartbeat_task = None
+        if self.group_id is not None and self.member_id and self._coordinator is not None:
+            try:
+                await self._leave_group()
+            except (BrokerError, KafkaConnectionError):
+                pass  # the session timeout removes us anyway
+        self.member_id, self.generation = "", -1
+
+    async def __aenter__(self) -> "Consumer":
+        return await self.start()
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+    # -- group membership ----------------------------------------------------------------------
+    async def _coordinator_conn(self):
+        if self._coordinator is None:
+            self._coordinator = await self.cluster.find_coordinator(self.group_id)
+        return await self.cluster.connection(self._coordinator, "coordinator")
+
+    async def _group_request(self, body: Any) -> Any:
+        """Send to the coordinator, rediscovering it once if it moved."""
+        for attempt in range(2):
+            try:
+                conn = await self._coordinator_conn()
+                resp = await conn.request(body, timeout=self.rebalance_timeout_ms / 1000.0 + 30)
+            except KafkaConnectionError:
+                self._coordinator = None
+                if attempt:
+                    raise
+                continue
+            if getattr(resp, "error_code", 0) in _COORDINATOR_ERRORS and not attempt:
+                self._coordinator = None
+                await asyncio.sleep(0.1)
+                continue
+            return resp
+        return resp
+
+    async def ensure_group(self) -> None:
+        """(Re)join the group when needed: JoinGroup, SyncGroup, then fetch committed offsets."""
+        while self._needs_join:
+            await self._join_and_sync()
+
+    async def _join_and_sync(self) -> None:
+        jg = _request_codec(JOIN_GROUP)
+        protocols = [jg.cls.JoinGroupRequestProtocol(name=a, metadata=subscription_metadata(
+            a, self.topics, self.assignment, self.generation, cooperative=self.cooperative, rack=self.rack))
+            for a in self.assignors]
+        req = jg.cls(group_id=self.group_id, session_timeout_ms=self.session_timeout_ms,
+                     rebalance_timeout_ms=self.rebalance_timeout_ms, member_id=self.member_id,
+                     protocol_type=PROTOCOL_TYPE, protocols=protocols)
+        resp = await self._group_request(req)
+        if resp.error_code == MEMBER_ID_REQUIRED:  # KIP-394: rejoin with the id we were given
+            self.member_id = resp.member_id
+            return
+        if resp.error_code == UNKNOWN_MEMBER_ID:
+            self.member_id = ""
+            return
+        if resp.error_code == REBALANCE_IN_PROGRESS:
+            return
+        raise_for_error(resp.error_code, f"JoinGroup({self.group_id})")
+        self.member_id, self.generation = resp.member_id, resp.generation_id
+        self.protocol, self.leader_id = resp.protocol_name, resp.leader
+        assignments: dict[str, bytes] = {}
+        if resp.leader == resp.member_id and not getattr(resp, "skip_assignment", False):
+            members = [(m.member_id, m.group_instance_id, bytes(m.metadata)) for m in resp.members]
+            subscribed = sorted({t for _, _, md in members for t in decode_subscription(md)[0].topics})
+            await self.cluster.refresh_metadata(subscribed)
+            assignments = leader_assignments(self.protocol, members,
+                                             self.cluster.metadata.partition_counts())
+        sg = _request_codec(SYNC_GROUP)
+        sync = await self._group_request(sg.cls(
+            group_id=self.group_id, generation_id=self.generation, member_id=self.member_id,
+            protocol_type=PROTOCOL_TYPE, protocol_name=self.protocol,
+            assignments=[sg.cls.SyncGroupRequestAssignment(member_id=m, assignment=a)
+                         for m, a in assignments.items()]))
+        if sync.error_code in _REJOIN_ERRORS:
+            if sync.error_code == UNKNOWN_MEMBER_ID:
+                self.member_id = ""
+            return
+        raise_for_error(sync.error_code, f"SyncGroup({self.group_id})")
+        new = decode_assignment(sync.assignment)[0].partitions if len(sync.assignment) else []
+        self._apply_assignment([tuple(tp) for tp in new], self.cooperative)
+        if self._heartbeat_task is None or self._heartbeat_task.done():
+            self._heartbeat_task = asyncio.get_running_loop().create_task(self._heartbeat_loop())
+
+    def _apply_assignment(self, new: list[tuple[str, int]], cooperative: bool) -> None:
+        kept = set(new)
+        revoked = [tp for tp in self.assignment if tp not in kept]
+        self.assignment = new
+        if cooperative:
+            for tp in revoked:
+                self.positions.pop(tp, None)
+            # Kafka's cooperative protocol: a member that gave partitions up rejoins so that the
+            # leader can hand them out in a second rebalance.
+            self._needs_join = bool(revoked)
+        else:
+            self.positions = {}
+            self._needs_join = False
+
+    async def _heartbeat_loop(self) -> None:
+        hb = _request_codec(HEARTBEAT)
+        while True:
+            await asyncio.sleep(self.heartbeat_interval)
+            if self._needs_join or not self.member_id:
+                continue
+            try:
+                resp = await self._group_request(hb.cls(
+                    group_id=self.group_id, generation_id=self.generation, member_id=self.member_id))
+            except (BrokerError, KafkaConnectionError):
+                continue
+            if resp.error_code in _REJOIN_ERRORS or resp.error_code == FENCED_INSTANCE_ID:
+                if resp.error_code == UNKNOWN_MEMBER_ID:
+                    self.member_id = ""
+                self._needs_join = True
+
+    async def _leave_group(self) -> None:
+        lg = _request_codec(LEAVE_GROUP)
+        conn = await self._coordinator_conn()
+        version = conn.version(LEAVE_GROUP)
+        if version >= 3:
+            req = lg.cls(group_id=self.group_id, members=[lg.cls.MemberIdentity(member_id=self.member_id)])
+        else:
+            req = lg.cls(group_id=self.group_id, member_id=self.member_id)
+        resp = await conn.request(req, version)
+        raise_for_error(resp.error_code, f"LeaveGroup({self.group_id})")
+
+    @property
+    def rebalance_needed(self) -> bool:
+        """True when the next :meth:`getmany` will rejoin the group first."""
+        return self._needs_join
+
+    # -- offsets ------------------------------------------------------------------------------
+    async def committed(self, partitions: Sequence[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        """Committed offsets of ``partitions`` for the group (-1 when none)."""
+        of = _request_codec(OFFSET_FETCH)
+        by_topic: dict[str, list[int]] = {}
+        for t, p in partitions:
+            by_topic.setdefault(t, []).append(p)
+        conn = await self._coordinator_conn()
+        version = conn.version(OFFSET_FETCH)
+        if version >= 8:
+            req = of.cls(groups=[of.cls.OffsetFetchRequestGroup(group_id=self.group_id, topics=[
+                of.cls.OffsetFetchRequestTopics(name=t, partition_indexes=ps) for t, ps in by_topic.items()])])
+        else:
+            req = of.cls(group_id=self.group_id, topics=[
+                of.cls.OffsetFetchRequestTopic(name=t, partition_indexes=ps) for t, ps in by_topic.items()])
+        resp = await self._group_request(req)
+        if version >= 8:
+            group = resp.groups[0]
+            raise_for_error(group.error_code, f"OffsetFetch({self.group_id})")
+            topics = group.topics
+        else:
+            raise_for_error(resp.error_code, f"OffsetFetch({self.group_id})")
+            topics = resp.topics
+        out = {}
+        for t in topics:
+            for p in t.partitions:
+                raise_for_error(p.error_code, f"OffsetFetch({t.name}-{p.partition_index})")
+                out[(t.name, p.partition_index)] = p.committed_offset
+        return out
+
+    async def commit(self, offsets: Optional[dict[tuple[str, int], int]] = None) -> None:
+        """Commit ``offsets`` (default: the current positions) for the group."""
+        if self.group_id is None:
+            raise ValueError("commit needs a group_id")
+        offsets = dict(self.positions) if offsets is None else offsets
+        if not offsets:
+            return
+        oc = _request_codec(OFFSET_COMMIT)
+        by_topic: dict[str, list[Any]] = {}
+        for (t, p), off in offsets.items():
+            by_topic.setdefault(t, []).append(
+                oc.cls.OffsetCommitRequestPartition(partition_index=p, committed_offset=off))
+        resp = await self._group_request(oc.cls(
+            group_id=self.group_id, generation_id_or_member_epoch=self.generation, member_id=self.member_id,
+            topics=[oc.cls.OffsetCommitRequestTopic(name=t, partitions=ps) for t, ps in by_topic.items()]))
+        for t in resp.topics:
+            for p in t.partitions:
+                if p.error_code in _REJOIN_ERRORS:
+                    self._needs_join = True
+                raise_for_error(p.error_code, f"OffsetCommit({t.name}-{p.partition_index})")
+
+    async def list_offsets(self, partitions: Sequence[tuple[str, int]], timestamp: int) -> dict[tuple[str, int], int]:
+        """ListOffsets (``EARLIEST``/``LATEST`` or a timestamp) from each partition's leader."""
+        lo = _request_codec(LIST_OFFSETS)
+        by_leader: dict[int, dict[str, list[int]]] = {}
+        md = self.cluster.metadata
+        for t, p in partitions:
+            leader = md.leader(t, p)
+            if leader is None:
+                raise BrokerError(5, f"ListOffsets({t}-{p})")
+            by_leader.setdefault(leader, {}).setdefault(t, []).append(p)
+        out = {}
+        for leader, topics in by_leader.items():
+            conn = await self.cluster.connection(leader)
+            version = conn.version(LIST_OFFSETS)
+            req = lo.cls(replica_id=-1, topics=[lo.cls.ListOffsetsTopic(name=t, partitions=[
+                lo.cls.ListOffsetsPartition(partition_index=p, timestamp=timestamp, max_num_offsets=1)
+                for p in ps]) for t, ps in topics.items()])
+            resp = await conn.request(req, version)
+            for t in resp.topics:
+                for p in t.partitions:
+                    raise_for_error(p.error_code, f"ListOffsets({t.name}-{p.partition_index})")
+                    off = p.old_style_offsets[0] if version == 0 and p.old_style_offsets else p.offset
+                    out[(t.name, p.partition_index)] = off
+        return out
+
+    async def _init_positions(self) -> None:
+        missing = [tp for tp in self.assignment if tp not in self.positions]
+        if not missing:
+            return
+        lookup = [tp for tp in missing if tp not in self._reset]
+        committed = await self.committed(lookup) if self.group_id is not None and lookup else {}
+        self._reset.difference_update(missing)
+        for tp in missing:
+            if committed.get(tp, -1) >= 0:
+                self.positions[tp] = committed[tp]
+        reset = [tp for tp in missing if tp not in self.positions]
+        if reset:
+            self.positions.update(await self.list_offsets(reset, self.reset_to))
+
+    def seek(self, topic: str, partition: int, offset: int) -> None:
+        """Fetch ``topic``-``partition`` from ``offset`` next."""
+        self.positions[(topic, partition)] = offset
+
+    # -- fetching -----------------------------------------------------------------------------
+    async def getmany(self, timeout: float = 1.0) -> list[ConsumerRecord]:
+        """Rejoin if needed, then one fetch round to every leader; returns the new records and
+        advances the positions."""
+        if self.group_id is not None:
+            await self.ensure_group()
+        await self._init_positions()
+        md = self.cluster.metadata
+        by_leader: dict[int, list[tuple[str, int]]] = {}
+        for tp in self.assignment:
+            leader = md.leader(*tp)
+            if leader is not None:
+                by_leader.setdefault(leader, []).append(tp)
+        if not by_leader:
+            await asyncio.sleep(min(timeout, 0.1))
+            return []
+        results = await asyncio.gather(*(self._fetch_from(node, tps, timeout)
+                                         for node, tps in by_leader.items()), return_exceptions=True)
+        records: list[ConsumerRecord] = []
+        refresh = False
+        for res in results:
+            if isinstance(res, KafkaConnectionError):
+                refresh = True
+            elif isinstance(res, BaseException):
+                raise res
+            else:
+                recs, need_refresh = res
+                records.extend(recs)
+                refresh |= need_refresh
+        if refresh:
+            await self.cluster.refresh_metadata(self.topics)
+        return records
+
+    async def _fetch_from(self, node: int, tps: list[tuple[str, int]], timeout: float
+                          ) -> tuple[list[ConsumerRecord], bool]:
+        conn = await self.cluster.connection(node)
+        handler = self.sessions.get(node)
+        if handler is None:
+            handler = self.sessions[node] = FetchSessionHandler(node)
+        md = self.cluster.metadata
+        builder = handler.new_builder()
+        for t, p in tps:
+            epoch = md.topics[t].partitions[p].leader_epoch if t in md.topics else -1
+            builder.add(TopicPartition(t, p), PartitionData(
+                md.topic_id(t), self.positions[(t, p)], -1, self.max_partition_fetch_bytes,
+                epoch if epoch >= 0 else None))
+        built = builder.build()
+        version = conn.version(FETCH, range(7, 18) if built.can_use_topic_ids else range(7, 13))
+        req = build_fetch_request(built, version, max_wait_ms=min(self.fetch_max_wait_ms, int(timeout * 1000)),
+                                  min_bytes=self.fetch_min_bytes, max_bytes=self.fetch_max_bytes,
+                                  rack_id=self.rack or "")
+        try:
+            resp = await conn.request(req, version, timeout=timeout + conn.request_timeout)
+        except KafkaConnectionError as e:
+            handler.handle_error(e)
+            raise
+        if not handler.handle_response(resp, version):
+            return [], resp.error_code != 0
+        records: list[ConsumerRecord] = []
+        refresh = False
+        for (t, p), pd in response_data(resp, version, handler.session_topic_names).items():
+            tp = (t, p)
+            if tp not in self.positions:
+                continue  # revoked while the fetch was in flight
+            if pd.error_code == OFFSET_OUT_OF_RANGE:
+                del self.positions[tp]
+                self._reset.add(tp)  # auto_offset_reset, not the committed offset again
+                continue
+            if pd.error_code in METADATA_REFRESH_ERRORS:
+                refresh = True
+                continue
+            raise_for_error(pd.error_code, f"Fetch({t}-{p})")
+            recs, self.positions[tp] = parse_records(t, p, pd.records, self.positions[tp])
+            records.extend(recs)
+        return records, refresh

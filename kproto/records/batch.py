@@ -1,0 +1,295 @@
+"""Magic v2 record batches (``DefaultRecordBatch``): lazy header access, records on demand.
+
+Layout (big-endian), the 61-byte header then the records section::
+
+    baseOffset int64 | batchLength int32 | partitionLeaderEpoch int32 | magic int8 (2)
+    crc uint32 (CRC-32C of attributes..end) | attributes int16 | lastOffsetDelta int32
+    baseTimestamp int64 | maxTimestamp int64 | producerId int64 | producerEpoch int16
+    baseSequence int32 | recordsCount int32 | records...
+
+Each record is zig-zag varint framed: length, attributes int8, timestampDelta varlong,
+offsetDelta varint, key (varint length, -1 = null), value (same), header count and headers
+(varint key length + UTF-8 key, varint value length + value, -1 = null).
+"""
+from __future__ import annotations
+
+import struct
+from typing import Iterator, NamedTuple
+
+from crc32c import crc32c
+
+from kproto.codecs.compression import CODEC_NAMES, DEFAULT_MAX_SIZE, decompress
+from kproto.codecs.primitives import read_varint, read_varlong
+from kproto.errors import DecodeError
+
+__all__ = ["RecordBatch", "Record", "Header", "HEADER_SIZE", "TIMESTAMP_TYPES"]
+
+HEADER = struct.Struct(">qiibIhiqqqhii")
+HEADER_SIZE = HEADER.size  # 61
+LOG_OVERHEAD = 12  # offset + length prefix common to every magic
+CRC_START = 21  # the CRC covers attributes .. end of batch
+TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
+
+ATTR_COMPRESSION = 0x07
+ATTR_TIMESTAMP_TYPE = 0x08
+ATTR_TRANSACTIONAL = 0x10
+ATTR_CONTROL = 0x20
+ATTR_DELETE_HORIZON = 0x40
+
+
+def _long(v: int) -> int:
+    """Wrap to a signed 64-bit value, as Java's long arithmetic (and numpy's int64) does."""
+    return ((v + (1 << 63)) & 0xFFFFFFFFFFFFFFFF) - (1 << 63)
+
+
+def increment_sequence(sequence: int, increment: int) -> int:
+    """Kafka's ``DefaultRecordBatch.incrementSequence``: sequences wrap at 2^31."""
+    if sequence < 0:
+        return -1
+    return (sequence + increment) & 0x7FFFFFFF
+
+
+class Header(NamedTuple):
+    """A record header: UTF-8 key and a value that may be null (None)."""
+
+    key: str
+    value: bytes | None
+
+
+class Record(NamedTuple):
+    """One record of a batch, with absolute offset and timestamp already resolved. A tuple, so
+    the bulk path can make millions of them cheaply."""
+
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[Header, ...] = ()
+    sequence: int = -1
+    size_in_bytes: int = 0
+    attributes: int = 0
+
+    def __repr__(self) -> str:
+        return (f"Record(offset={self.offset}, timestamp={self.timestamp}, key={_short(self.key)}, "
+                f"value={_short(self.value)}, headers={list(self.headers)!r})")
+
+
+def _short(v: bytes | None) -> str:
+    return repr(v) if v is None or len(v) <= 32 else repr(v[:32])[:-1] + "...'"
+
+
+def parse_headers(data: bytes, pos: int, count: int, end: int,
+                  what: str) -> tuple[tuple[Header, ...], int]:
+    """Decode ``count`` record headers from ``data[pos:end]``."""
+    if count > (end - pos) // 2:  # each header takes at least two bytes
+        raise DecodeError(f"header count {count} exceeds the record size", what=what, offset=pos)
+    out = []
+    for _ in range(count):
+        klen, pos = read_varint(data, pos)
+        if klen < 0 or pos + klen > end:
+            raise DecodeError(f"bad header key length {klen}", what=what, offset=pos)
+        # Kafka decodes header keys leniently (new String(bytes, UTF_8) replaces bad bytes).
+        key = data[pos:pos + klen].decode("utf-8", "replace")
+        pos += klen
+        vlen, pos = read_varint(data, pos)
+        if vlen < -1 or pos + vlen > end:
+            raise DecodeError(f"bad header value length {vlen}", what=what, offset=pos)
+        if vlen < 0:
+            out.append(Header(key, None))
+        else:
+            out.append(Header(key, data[pos:pos + vlen]))
+            pos += vlen
+    return tuple(out), pos
+
+
+class RecordBatch:
+    """A magic v2 batch over a buffer (bytes, memoryview or mmap), read lazily.
+
+    The header fields are parsed on construction; nothing is decompressed or copied until
+    :meth:`records`, :meth:`records_data` or :meth:`columns` is called.
+    """
+
+    __slots__ = ("buffer", "position", "base_offset", "batch_length", "partition_leader_epoch",
+                 "magic", "crc", "attributes", "last_offset_delta", "first_timestamp",
+                 "max_timestamp", "producer_id", "producer_epoch", "base_sequence", "count",
+                 "max_decompressed", "_data")
+
+    def __init__(self, buffer: bytes | memoryview, position: int = 0, *,
+                 max_decompressed: int = DEFAULT_MAX_SIZE) -> None:
+        """Parse the header of the batch at ``position`` of ``buffer`` (which must hold all of
+        it); raise :class:`DecodeError` if it is truncated or its lengths are inconsistent."""
+        mv = buffer if isinstance(buffer, memoryview) else memoryview(buffer)
+        avail = len(mv) - position
+        if avail < HEADER_SIZE:
+            raise DecodeError(f"record batch header needs {HEADER_SIZE} bytes, {avail} left",
+                              what="RecordBatch", offset=position)
+        (self.base_offset, self.batch_length, self.partition_leader_epoch, self.magic, self.crc,
+         self.attributes, self.last_offset_delta, self.first_timestamp, self.max_timestamp,
+         self.producer_id, self.producer_epoch, self.base_sequence,
+         self.count) = HEADER.unpack_from(mv, position)
+        if self.magic != 2:
+            raise DecodeError(f"magic {self.magic} is not a v2 batch", what="RecordBatch",
+                              offset=position + 16)
+        size = LOG_OVERHEAD + self.batch_length
+        if size < HEADER_SIZE:
+            raise DecodeError(f"batch length {self.batch_length} is below the v2 minimum",
+                              what="RecordBatch", offset=position + 8)
+        if size > avail:
+            raise DecodeError(f"batch of {size} bytes runs past the end ({avail} left)",
+                              what="RecordBatch", offset=position + 8)
+        if self.count < 0:
+            raise DecodeError(f"negative record count {self.count}", what="RecordBatch",
+                              offset=position + 57)
+        self.buffer = mv[position:position + size]
+        self.position = position
+        self.max_decompressed = max_decompressed
+        self._data: bytes | memoryview | None = None
+
+    # ----------------------------------------------------------------- derived header fields
+    @property
+    def size_in_bytes(self) -> int:
+        """Whole batch size including the 12-byte offset/length prefix."""
+        return LOG_OVERHEAD + self.batch_length
+
+    @property
+    def last_offset(self) -> int:
+        return _long(self.base_offset + self.last_offset_delta)
+
+    @property
+    def next_offset(self) -> int:
+        return _long(self.last_offset + 1)
+
+    @property
+    def compression(self) -> int:
+        """Codec id, 0-4 (see :mod:`kproto.codecs.compression`)."""
+        return self.attributes & ATTR_COMPRESSION
+
+    @property
+    def compression_name(self) -> str:
+        return CODEC_NAMES.get(self.compression, f"unknown({self.compression})")
+
+    @property
+    def timestamp_type(self) -> int:
+        """0 CreateTime, 1 LogAppendTime."""
+        return 1 if self.attributes & ATTR_TIMESTAMP_TYPE else 0
+
+    @property
+    def timestamp_type_name(self) -> str:
+        return TIMESTAMP_TYPES[self.timestamp_type]
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & ATTR_TRANSACTIONAL)
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & ATTR_CONTROL)
+
+    @property
+    def has_delete_horizon(self) -> bool:
+        return bool(self.attributes & ATTR_DELETE_HORIZON)
+
+    @property
+    def delete_horizon_ms(self) -> int | None:
+        """With the delete-horizon bit set, the base timestamp *is* the delete horizon."""
+        return self.first_timestamp if self.has_delete_horizon else None
+
+    @property
+    def last_sequence(self) -> int:
+        return increment_sequence(self.base_sequence, self.last_offset_delta)
+
+    def is_valid(self) -> bool:
+        """Whether the stored CRC-32C matches attributes..end of batch."""
+        return crc32c(self.buffer[CRC_START:]) == self.crc
+
+    def compute_crc(self) -> int:
+        return crc32c(self.buffer[CRC_START:])
+
+    # ------------------------------------------------------------------------------ records
+    def records_data(self) -> bytes | memoryview:
+        """The records section, decompressed (a view into the buffer if uncompressed)."""
+        if self._data is None:
+            raw = self.buffer[HEADER_SIZE:]
+            codec = self.compression
+            if codec == 0:
+                self._data = raw
+            elif codec > 4:
+                raise DecodeError(f"unknown compression codec id {codec}", what="RecordBatch",
+                                  offset=self.position + CRC_START)
+            else:
+                try:
+                    self._data = decompress(codec, raw, max_size=self.max_decompressed)
+                except DecodeError as e:
+                    e.offset = self.position + HEADER_SIZE if e.offset is None else \
+                        self.position + HEADER_SIZE + e.offset
+                    raise
+        return self._data
+
+    def records(self) -> Iterator[Record]:
+        """Iterate the records, decompressing on first use."""
+        return iter(self.record_list())
+
+    __iter__ = records
+
+    def record_list(self) -> list[Record]:
+        """All records as a list (decoded in bulk, see :mod:`kproto.records.columns`)."""
+        from kproto.records.columns import batch_records
+        return batch_records(self)
+
+    def columns(self):
+        """The records of this batch as :class:`kproto.records.columns.RecordColumns`."""
+        from kproto.records.columns import decode_batches
+        return decode_batches([self])
+
+    def iter_records_slow(self) -> Iterator[Record]:
+        """Reference per-record decoder, field by field (used to cross-check the bulk path)."""
+        if self.count == 0:  # as Kafka: an empty batch's payload is never read
+            return
+        data = self.records_data()
+        if isinstance(data, memoryview):
+            data = data.tobytes()
+        what = "RecordBatch record"
+        pos, end = 0, len(data)
+        log_append = self.timestamp_type == 1
+        for _ in range(self.count):
+            start = pos
+            length, pos = read_varint(data, pos)
+            body_end = pos + length
+            if length < 0 or body_end > end:
+                raise DecodeError(f"record length {length} runs past the records",
+                                  what=what, offset=start)
+            if pos >= body_end:
+                raise DecodeError("empty record", what=what, offset=start)
+            attributes = data[pos]
+            pos += 1
+            ts_delta, pos = read_varlong(data, pos)
+            off_delta, pos = read_varint(data, pos)
+            klen, pos = read_varint(data, pos)
+            if klen < -1 or pos + klen > body_end:
+                raise DecodeError(f"bad key length {klen}", what=what, offset=pos)
+            key = None if klen < 0 else data[pos:pos + klen]
+            pos += max(klen, 0)
+            vlen, pos = read_varint(data, pos)
+            if vlen < -1 or pos + vlen > body_end:
+                raise DecodeError(f"bad value length {vlen}", what=what, offset=pos)
+            value = None if vlen < 0 else data[pos:pos + vlen]
+            pos += max(vlen, 0)
+            hcount, pos = read_varint(data, pos)
+            if hcount < 0:
+                raise DecodeError(f"negative header count {hcount}", what=what, offset=pos)
+            headers, pos = parse_headers(data, pos, hcount, body_end, what)
+            if pos != body_end:
+                raise DecodeError(f"record body is {length} bytes but its fields take "
+                                  f"{pos - (body_end - length)}", what=what, offset=start)
+            timestamp = self.max_timestamp if log_append else _long(self.first_timestamp + ts_delta)
+            yield Record(_long(self.base_offset + off_delta), timestamp,
+                         key, value, headers, increment_sequence(self.base_sequence, off_delta),
+                         pos - start, attributes)
+        if pos != end:
+            raise DecodeError(f"{end - pos} bytes left after {self.count} records", what=what,
+                              offset=pos)
+
+    def __repr__(self) -> str:
+        return (f"RecordBatch(base_offset={self.base_offset}, last_offset={self.last_offset}, "
+                f"count={self.count}, compression={self.compression_name}, "
+                f"position={self.position}, size={self.size_in_bytes})")

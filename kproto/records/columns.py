@@ -1,0 +1,468 @@
+"""Bulk, columnar decoding of record batches: the fast path for storage readers and Spark.
+
+Call :func:`decode_columns` with a buffer (bytes, memoryview or mmap) and a byte range holding
+whole batches; it returns a :class:`RecordColumns` for every record of every batch there::
+
+    cols = decode_columns(segment_bytes, start, end)
+    cols.offset, cols.timestamp          # int64 arrays, one entry per record
+    cols.key_start, cols.key_length      # int64 / int32; length -1 = null key
+    cols.value_start, cols.value_length  # positions into cols.data (a bytes object)
+    cols.header_count                    # int32; cols.headers[i] lists (key, value) for record i
+    cols.batch_index                     # int32: the record's batch in cols.batches
+    cols.batches                         # BatchColumns: base_offset, producer_id, ... per batch
+    cols.key(i), cols.value(i)           # bytes or None
+    cols.to_arrow()                      # pyarrow.RecordBatch (binary_view keys/values, zero-copy)
+
+Keys and values are (start, length) views into one data buffer (Arrow's view layout) so no
+per-record copy is made; :meth:`RecordColumns.binary_offsets` gives the classic Arrow layout
+(int64 offsets + one contiguous buffer + validity) when needed.
+
+Legacy (magic 0/1) batches in the range are decoded per message and spliced in, in order.
+:func:`iter_column_batches` decodes a long range in chunks of batches to bound memory.
+
+How it is fast: the records sections of all batches in the range are decompressed into one
+buffer; then either the optional C accelerator (``_speedups.c``, one pass) or the numpy engine
+(a minimal loop over the record length prefixes, the only serial dependency, then every other
+field of every record decoded at once with numpy over the varint stream) fills the columns.
+The numpy engine is the reference and always available; both are tested against each other.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import partial
+from itertools import repeat
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from kproto.codecs.compression import DEFAULT_MAX_SIZE
+from kproto.codecs.primitives import read_varint
+from kproto.errors import DecodeError
+from kproto.records.batch import Record, RecordBatch, parse_headers
+from kproto.records.legacy import LegacyMessage
+
+try:  # optional C accelerator (kproto/records/_speedups.c); the numpy path is the reference
+    from kproto.records import _speedups
+except ImportError:  # pragma: no cover - depends on the build
+    _speedups = None
+
+__all__ = ["RecordColumns", "BatchColumns", "decode_columns", "decode_batches", "batch_records",
+           "iter_column_batches", "to_arrow", "binary_view_array"]
+
+_PAD = b"\0" * 16  # lets vectorised varint reads run past the last record without bounds checks
+_BATCH_FIELDS = ("position", "base_offset", "last_offset", "count", "magic", "attributes",
+                 "partition_leader_epoch", "producer_id", "producer_epoch", "base_sequence",
+                 "first_timestamp", "max_timestamp")
+
+
+@dataclass
+class BatchColumns:
+    """Per-batch fields, one entry per batch (int64 arrays)."""
+
+    position: np.ndarray
+    base_offset: np.ndarray
+    last_offset: np.ndarray
+    count: np.ndarray
+    magic: np.ndarray
+    attributes: np.ndarray
+    partition_leader_epoch: np.ndarray
+    producer_id: np.ndarray
+    producer_epoch: np.ndarray
+    base_sequence: np.ndarray
+    first_timestamp: np.ndarray
+    max_timestamp: np.ndarray
+
+
+@dataclass
+class RecordColumns:
+    """Columnar records; see the module docstring."""
+
+    data: bytes
+    offset: np.ndarray
+    timestamp: np.ndarray
+    key_start: np.ndarray
+    key_length: np.ndarray
+    value_start: np.ndarray
+    value_length: np.ndarray
+    header_count: np.ndarray
+    size_in_bytes: np.ndarray
+    batch_index: np.ndarray
+    batches: BatchColumns
+    attributes: np.ndarray  # record attributes byte (unused by Kafka so far)
+    headers: list = field(default_factory=list)  # per record list[Header]; [] if none anywhere
+
+    def __len__(self) -> int:
+        return len(self.offset)
+
+    def key(self, i: int) -> bytes | None:
+        n = int(self.key_length[i])
+        return None if n < 0 else self.data[self.key_start[i]:self.key_start[i] + n]
+
+    def value(self, i: int) -> bytes | None:
+        n = int(self.value_length[i])
+        return None if n < 0 else self.data[self.value_start[i]:self.value_start[i] + n]
+
+    def batch_field(self, name: str) -> np.ndarray:
+        """A per-batch field repeated for every record (e.g. ``producer_id``)."""
+        return getattr(self.batches, name)[self.batch_index]
+
+    def sequence(self) -> np.ndarray:
+        """Per-record sequence numbers (base_sequence + offset delta, wrapping at 2^31)."""
+        base = self.batch_field("base_sequence")
+        delta = self.offset - self.batch_field("base_offset")
+        return np.where(base < 0, -1, (base + delta) & 0x7FFFFFFF)
+
+    def binary_offsets(self, which: str = "value") -> tuple[np.ndarray, bytes, np.ndarray]:
+        """Arrow's classic binary layout for keys or values: (int64 offsets of n+1, one
+        contiguous data buffer, validity bool array). Copies the bytes (in Arrow's C++)."""
+        import pyarrow as pa
+        arr = binary_view_array(self, which).cast(pa.large_binary())
+        _, offsets, data = arr.buffers()
+        offs = np.frombuffer(offsets, np.int64)[arr.offset:arr.offset + len(arr) + 1]
+        blob = data.to_pybytes()[offs[0]:offs[-1]] if data is not None else b""
+        return offs - offs[0], blob, getattr(self, which + "_length") >= 0
+
+    def to_arrow(self):
+        """This data as a ``pyarrow.RecordBatch``."""
+        return to_arrow(self)
+
+
+# ------------------------------------------------------------------------------ vector varints
+def _varints(u8: np.ndarray, p: np.ndarray, what: str) -> tuple[np.ndarray, np.ndarray]:
+    """Zig-zag varints starting at every position of ``p``: (values int64, end positions)."""
+    b = u8[p]
+    v = (b & 0x7F).astype(np.uint64)
+    more = np.flatnonzero(b >= 0x80)
+    if more.size == 0:
+        end = p + 1
+    else:
+        size = np.ones(len(p), np.int64)
+        shift = 7
+        while more.size:
+            if shift > 63:
+                raise DecodeError("varint longer than 10 bytes", what=what,
+                                  offset=int(p[more[0]]))
+            b = u8[p[more] + size[more]]
+            v[more] |= (b & 0x7F).astype(np.uint64) << np.uint64(shift)
+            size[more] += 1
+            more = more[b >= 0x80]
+            shift += 7
+        end = p + size
+    return (v >> np.uint64(1)).view(np.int64) ^ -(v & np.uint64(1)).view(np.int64), end
+
+
+def _check(cond: np.ndarray, reason: str, pos: np.ndarray) -> None:
+    if cond.any():
+        raise DecodeError(reason, what="RecordBatch record", offset=int(pos[np.argmax(cond)]))
+
+
+def _walk(data: bytes, pos: int, count: int, end: int, ends: list) -> None:
+    """Follow the length prefixes of ``count`` records in data[pos:end], appending where each
+    record ends: the one serial dependency, kept to a minimal loop. Lengths are re-decoded and
+    checked (sign, consistency) vectorised afterwards, so this only has to advance."""
+    append = ends.append
+    try:
+        for _ in range(count):
+            z = data[pos]
+            if z < 0x80:
+                pos += 1 + (z >> 1)
+            else:
+                b = data[pos + 1]
+                if b < 0x80:
+                    pos += 2 + (((z & 0x7F) | (b << 7)) >> 1)
+                else:
+                    length, pos = read_varint(data, pos)
+                    if length < 0:
+                        raise DecodeError(f"bad record length {length}",
+                                          what="RecordBatch record", offset=pos)
+                    pos += length
+            append(pos)
+    except IndexError:
+        raise DecodeError("records run past the end of the batch", what="RecordBatch record",
+                          offset=pos) from None
+    if pos != end:
+        raise DecodeError(f"records end at {pos}, the batch at {end}" if pos > end else
+                          f"{end - pos} bytes left after the last record",
+                          what="RecordBatch record", offset=min(pos, end))
+
+
+_MIN_RECORD = 7  # length, attributes, timestamp delta, offset delta, key, value, headers
+# Both engines return per-record arrays: (record start, record end, attributes, timestamp delta,
+# offset delta, key start, key length, value start, value length, header count, headers start).
+_Fields = tuple
+
+
+def _scan_numpy(data: bytes, segments: list[tuple[int, int, int]]) -> _Fields:
+    """Reference path: a minimal Python walk over the length prefixes, then every field of
+    every record decoded at once with numpy."""
+    ends: list[int] = []
+    prefix: list[int] = []  # where each record (its length prefix) starts
+    for st, e, c in segments:
+        before = len(ends)
+        _walk(data, st, c, e, ends)
+        if c:
+            prefix.append(st)
+            prefix.extend(ends[before:-1])
+    u8 = np.frombuffer(data, np.uint8)
+    bend = np.array(ends, np.int64)
+    pstart = np.array(prefix, np.int64)
+    what = "RecordBatch record"
+    length, bstart = _varints(u8, pstart, what)
+    _check((length <= 0) | (bstart + length != bend), "bad record length", pstart)
+    # attributes byte (unused by Kafka) at bstart, then the varint fields
+    ts_delta, p = _varints(u8, bstart + 1, what)
+    off_delta, p = _varints(u8, p, what)
+    klen, p = _varints(u8, p, what)
+    _check((klen < -1) | (klen > bend - p), "bad key length", p)
+    kstart = p
+    p = p + np.maximum(klen, 0)
+    vlen, p = _varints(u8, p, what)
+    _check((vlen < -1) | (vlen > bend - p), "bad value length", p)
+    vstart = p
+    p = p + np.maximum(vlen, 0)
+    hcount, p = _varints(u8, p, what)
+    _check(hcount < 0, "negative header count", p)
+    return pstart, bend, u8[bstart], ts_delta, off_delta, kstart, klen, vstart, vlen, hcount, p
+
+
+def _scan_c(data: bytes, segments: list[tuple[int, int, int]]) -> _Fields:
+    """The same fields from the optional C accelerator (one pass, no per-record Python)."""
+    n = sum(c for _, _, c in segments)
+    out = [np.empty(n, np.int64) for _ in range(10)]
+    attrs = np.empty(n, np.uint8)
+    try:
+        _speedups.scan_v2(data, np.array(segments, np.int64).reshape(-1), n, *out, attrs)
+    except ValueError as e:
+        reason, offset = e.args
+        raise DecodeError(reason, what="RecordBatch record", offset=offset) from None
+    ts, od, ks, kl, vs, vl, hc, hs, rs, re_ = out
+    return rs, re_, attrs, ts, od, ks, kl, vs, vl, hc, hs
+
+
+# --------------------------------------------------------------------------------- decoding
+def decode_batches(batches: Sequence[RecordBatch | LegacyMessage]) -> RecordColumns:
+    """Decode every record of the given batches into columns."""
+    parts: list = []
+    seg: list[tuple[int, int, int]] = []  # (start, end, count) of each v2 batch's records
+    total = 0
+    for b in batches:
+        if isinstance(b, RecordBatch):
+            d = b.records_data() if b.count else b""  # Kafka never reads an empty batch
+            seg.append((total, total + len(d), b.count))
+            parts.append(d)
+            total += len(d)
+        else:
+            seg.append((-1, -1, 0))
+    parts.append(_PAD)
+    data = b"".join(parts)
+    counts = []
+    legacy: dict[int, list] = {}
+    v2_seg = []
+    for i, (b, (st, e, c)) in enumerate(zip(batches, seg)):
+        if st < 0:
+            legacy[i] = b.record_list()
+            counts.append(len(legacy[i]))
+        else:
+            if c > (e - st) // _MIN_RECORD:  # never allocate for records that cannot be there
+                raise DecodeError(f"record count {c} cannot fit in {e - st} bytes",
+                                  what="RecordBatch", offset=b.position + 57)
+            v2_seg.append((st, e, c))
+            counts.append(c)
+    fields = _scan_c if _speedups is not None else _scan_numpy
+    pstart, bend, attrs, ts_delta, off_delta, kstart, klen, vstart, vlen, hcount, hstart = \
+        fields(data, v2_seg)
+    n = len(pstart)
+    headers: list = []
+    if n and hcount.any():
+        headers = [()] * n
+        hl = hstart.tolist()
+        for i in np.flatnonzero(hcount).tolist():
+            headers[i], hl[i] = parse_headers(data, hl[i], int(hcount[i]), int(bend[i]),
+                                              "RecordBatch record")
+        hstart = np.array(hl, np.int64)
+    if fields is _scan_numpy:
+        _check(hstart != bend, "record fields do not fill the record length", pstart)
+
+    nb = len(batches)
+    bc = {f: np.empty(nb, np.int64) for f in _BATCH_FIELDS}
+    for i, b in enumerate(batches):
+        v2 = isinstance(b, RecordBatch)
+        for f in _BATCH_FIELDS:
+            if v2 or f in ("position", "magic", "attributes", "last_offset"):
+                bc[f][i] = getattr(b, f)
+            elif f == "count":
+                bc[f][i] = counts[i]
+            elif f == "base_offset":
+                bc[f][i] = legacy[i][0].offset if legacy[i] else b.offset
+            elif f == "max_timestamp":
+                bc[f][i] = b.timestamp
+            else:
+                bc[f][i] = -1
+    batch_cols = BatchColumns(**bc)
+    v2_idx = [i for i, (s, _, _) in enumerate(seg) if s >= 0]
+    v2_counts = np.array([counts[i] for i in v2_idx], np.int64)
+    bidx = np.repeat(np.array(v2_idx, np.int32), v2_counts)
+    base = batch_cols.base_offset[bidx]
+    offset = base + off_delta
+    log_append = (batch_cols.attributes[bidx] & 0x08) != 0
+    timestamp = np.where(log_append, batch_cols.max_timestamp[bidx],
+                         batch_cols.first_timestamp[bidx] + ts_delta)
+    size = bend - pstart
+    cols = RecordColumns(data, offset, timestamp, kstart, klen.astype(np.int32), vstart,
+                         vlen.astype(np.int32), hcount.astype(np.int32), size.astype(np.int32),
+                         bidx, batch_cols, attrs, headers)
+    if legacy:
+        cols = _merge_legacy(cols, batches, legacy, counts)
+    return cols
+
+
+def _merge_legacy(cols: RecordColumns, batches, legacy: dict, counts: list) -> RecordColumns:
+    """Rebuild the columns in batch order with the legacy messages' records spliced in."""
+    extra = bytearray()
+    base = len(cols.data)
+    rows = []  # per record: tuple of column values
+    v2_pos = 0
+    for i in range(len(batches)):
+        if i in legacy:
+            for r in legacy[i]:
+                ks = base + len(extra)
+                extra += r.key or b""
+                vs = base + len(extra)
+                extra += r.value or b""
+                rows.append((r.offset, r.timestamp, ks, -1 if r.key is None else len(r.key), vs,
+                             -1 if r.value is None else len(r.value), 0, r.size_in_bytes, i,
+                             r.attributes, ()))
+        else:
+            for j in range(v2_pos, v2_pos + counts[i]):
+                rows.append((cols.offset[j], cols.timestamp[j], cols.key_start[j],
+                             cols.key_length[j], cols.value_start[j], cols.value_length[j],
+                             cols.header_count[j], cols.size_in_bytes[j], i, cols.attributes[j],
+                             cols.headers[j] if cols.headers else ()))
+            v2_pos += counts[i]
+    data = cols.data + bytes(extra) + _PAD
+    c = list(zip(*rows)) if rows else [()] * 11
+    hdrs = list(c[10]) if any(c[10]) else []
+    return RecordColumns(data, np.array(c[0], np.int64), np.array(c[1], np.int64),
+                         np.array(c[2], np.int64), np.array(c[3], np.int32),
+                         np.array(c[4], np.int64), np.array(c[5], np.int32),
+                         np.array(c[6], np.int32), np.array(c[7], np.int32),
+                         np.array(c[8], np.int32), cols.batches, np.array(c[9], np.uint8), hdrs)
+
+
+def decode_columns(buf: bytes | bytearray | memoryview, start: int = 0, end: int | None = None,
+                   *, verify_crc: bool = False,
+                   max_decompressed: int = DEFAULT_MAX_SIZE) -> RecordColumns:
+    """Decode every record of the whole batches in ``buf[start:end]`` into columns. A torn
+    tail is ignored; damage raises :class:`~kproto.errors.DecodeError`."""
+    from kproto.records.reader import iter_batches
+    return decode_batches(list(iter_batches(buf, start, end, verify_crc=verify_crc,
+                                            max_decompressed=max_decompressed)))
+
+
+def _slices(data: bytes, start: np.ndarray, length: np.ndarray) -> list:
+    """data[start:start+length] for each record, None where length is -1 (C-level loops)."""
+    out = [data[s:e] for s, e in zip(start.tolist(), (start + np.maximum(length, 0)).tolist())]
+    if (length < 0).any():
+        for i in np.flatnonzero(length < 0).tolist():
+            out[i] = None
+    return out
+
+
+_new_record = partial(tuple.__new__, Record)
+
+
+def batch_records(batch: RecordBatch) -> list[Record]:
+    """The records of one v2 batch as :class:`Record` objects, decoded through the columns."""
+    if batch.count == 0:  # as Kafka: an empty batch's payload is never read
+        return []
+    c = decode_batches([batch])
+    n = len(c)
+    if batch.base_sequence >= 0:
+        seq = c.sequence().tolist()
+    else:
+        seq = repeat(-1, n)
+    headers = c.headers or repeat((), n)
+    return list(map(_new_record, zip(
+        c.offset.tolist(), c.timestamp.tolist(), _slices(c.data, c.key_start, c.key_length),
+        _slices(c.data, c.value_start, c.value_length), headers, seq,
+        c.size_in_bytes.tolist(), c.attributes.tolist())))
+
+
+def binary_view_array(cols: RecordColumns, which: str = "value"):
+    """Keys or values as a ``pyarrow`` binary_view array sharing ``cols.data`` (zero-copy)."""
+    import pyarrow as pa
+
+    start = getattr(cols, which + "_start")
+    length = getattr(cols, which + "_length")
+    n = len(cols)
+    if len(cols.data) >= 1 << 31:
+        raise ValueError("data buffer too large for int32 binary_view offsets")
+    # Every 12-byte window of the data as one element (stride 1): a row gather copies the
+    # inline bytes or the 4-byte prefix of each value in one step. The data ends with 16 pad
+    # bytes, so a window exists at any value start.
+    windows = np.ndarray((len(cols.data) - 11,), "V12", buffer=cols.data, strides=(1,))
+    # Arrow's view layout, 16 bytes per value: int32 length, then either the bytes inline
+    # (<= 12, zero padded) or a 4-byte prefix, buffer index 0 and the int32 offset.
+    valid = length >= 0
+    lens = np.where(valid, length, 0).astype(np.int32)
+    views = np.empty(n, np.dtype([("len", "<i4"), ("data", "V12")]))
+    views["len"] = lens
+    views["data"] = windows[start]
+    lanes = views.view("<u4").reshape(n, 4)
+    small = lens <= 12
+    for k in range(3):  # zero the inline bytes past each short value's end
+        keep = np.clip(lens - 4 * k, 0, 4).astype(np.uint64) * np.uint64(8)
+        mask = ((np.uint64(1) << keep) - np.uint64(1)).astype(np.uint32)
+        lanes[:, 1 + k] &= np.where(small, mask, np.uint32(0xFFFFFFFF))
+    lanes[:, 2] = np.where(small, lanes[:, 2], 0)
+    lanes[:, 3] = np.where(small, lanes[:, 3], start.astype(np.uint32))
+    validity = None if valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little"))
+    return pa.Array.from_buffers(pa.binary_view(), n, [validity, pa.py_buffer(views),
+                                                       pa.py_buffer(cols.data)])
+
+
+def to_arrow(cols: RecordColumns):
+    """A ``pyarrow.RecordBatch`` of the records: offset, timestamp, key, value (binary_view,
+    sharing ``cols.data``), headers (list<struct<key: string, value: binary>>), plus the
+    batch fields partition_leader_epoch, producer_id, producer_epoch, is_transactional,
+    is_control and timestamp_type."""
+    import pyarrow as pa
+
+    n = len(cols)
+    attrs = cols.batch_field("attributes")
+    magic = cols.batch_field("magic")
+    ts_type = np.where(magic == 0, -1, (attrs & 0x08) >> 3)
+    flat = [h for hs in cols.headers for h in hs]
+    offsets = np.zeros(n + 1, np.int32)
+    np.cumsum(cols.header_count, out=offsets[1:])
+    headers = pa.ListArray.from_arrays(pa.array(offsets), pa.StructArray.from_arrays(
+        [pa.array([h[0] for h in flat], pa.string()), pa.array([h[1] for h in flat], pa.binary())],
+        names=["key", "value"]))
+    return pa.RecordBatch.from_arrays([
+        pa.array(cols.offset), pa.array(cols.timestamp),
+        binary_view_array(cols, "key"), binary_view_array(cols, "value"),
+        headers,
+        pa.array(cols.batch_field("partition_leader_epoch").astype(np.int32)),
+        pa.array(cols.batch_field("producer_id")),
+        pa.array(cols.batch_field("producer_epoch").astype(np.int16)),
+        pa.array((attrs & 0x10) != 0), pa.array((attrs & 0x20) != 0),
+        pa.array(ts_type.astype(np.int8)),
+    ], names=["offset", "timestamp", "key", "value", "headers", "partition_leader_epoch",
+              "producer_id", "producer_epoch", "is_transactional", "is_control",
+              "timestamp_type"])
+
+
+def iter_column_batches(buf, start: int = 0, end: int | None = None, *,
+                        batches_per_chunk: int = 64, **kw) -> Iterable[RecordColumns]:
+    """Decode a long range in chunks of ``batches_per_chunk`` batches: bounded memory, and
+    about twice the throughput of one huge :func:`decode_columns` (the working set stays in
+    cache). ``kw`` as for :func:`~kproto.records.reader.iter_batches`."""
+    from kproto.records.reader import iter_batches
+    chunk: list = []
+    for b in iter_batches(buf, start, end, **kw):
+        chunk.append(b)
+        if len(chunk) >= batches_per_chunk:
+            yield decode_batches(chunk)
+            chunk = []
+    if chunk:
+        yield decode_batches(chunk)

@@ -1,0 +1,118 @@
+"""Iterate the batches of a buffer of concatenated batches (a ``.log`` segment, a Fetch
+response's records), any magic, over bytes/memoryview/mmap without copying.
+
+Framing follows Kafka's ``ByteBufferLogInputStream``: fewer than 12 bytes left, or a batch
+that does not fit, ends the iteration as a torn tail (``trailing_bytes``); a size below the
+minimum or an unknown magic is corruption that stops it (``stopped_by``). With
+``verify_crc=True`` a batch whose checksum fails is reported and skipped.
+"""
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Iterator, Union
+
+from kproto.codecs.compression import DEFAULT_MAX_SIZE
+from kproto.errors import DecodeError
+from kproto.records.batch import LOG_OVERHEAD, RecordBatch
+from kproto.records.legacy import LegacyMessage
+
+__all__ = ["Batch", "BatchError", "BatchReader", "iter_batches"]
+
+Batch = Union[RecordBatch, LegacyMessage]
+_SIZE = struct.Struct(">i")  # the batch length field, at +8
+MIN_RECORD_SIZE = 14  # LegacyRecord.RECORD_OVERHEAD_V0, Kafka's first sanity bound
+
+
+@dataclass(frozen=True)
+class BatchError:
+    """Damage found while reading: where, which batch (by index) and why. ``fatal`` errors
+    stopped the iteration; the others skipped one batch."""
+
+    position: int
+    index: int
+    reason: str
+    fatal: bool
+
+
+class BatchReader:
+    """Iterator of the batches in ``buf[start:end]``; after (or during) iteration,
+    ``valid_bytes``, ``trailing_bytes``, ``stopped_by`` and ``errors`` describe the scan.
+
+    ``errors``: a list to collect :class:`BatchError` reports into; when None, damage raises
+    :class:`~kproto.errors.DecodeError` instead.
+    """
+
+    def __init__(self, buf: bytes | bytearray | memoryview, start: int = 0, end: int | None = None,
+                 *, verify_crc: bool = False, max_decompressed: int = DEFAULT_MAX_SIZE,
+                 errors: list[BatchError] | None = None) -> None:
+        self.buffer = memoryview(buf).cast("B") if not isinstance(buf, memoryview) else buf
+        self.start = start
+        self.end = len(self.buffer) if end is None else min(end, len(self.buffer))
+        self.verify_crc = verify_crc
+        self.max_decompressed = max_decompressed
+        self.errors = errors
+        self.position = start
+        self.count = 0
+        self.stopped_by: str | None = None
+
+    @property
+    def valid_bytes(self) -> int:
+        """Bytes covered by complete batches so far."""
+        return self.position - self.start
+
+    @property
+    def trailing_bytes(self) -> int:
+        return self.end - self.position
+
+    def _report(self, reason: str, fatal: bool, exc: DecodeError | None = None) -> None:
+        if self.errors is None:
+            if exc is not None:
+                raise exc
+            raise DecodeError(reason, what="log", offset=self.position)
+        self.errors.append(BatchError(self.position, self.count, reason, fatal))
+
+    def __iter__(self) -> Iterator[Batch]:
+        buf, end = self.buffer, self.end
+        while self.stopped_by is None and end - self.position >= LOG_OVERHEAD:
+            pos = self.position
+            size = _SIZE.unpack_from(buf, pos + 8)[0]
+            if size < MIN_RECORD_SIZE:
+                self.stopped_by = f"batch size {size} is below the minimum {MIN_RECORD_SIZE}"
+                self._report(self.stopped_by, True)
+                return
+            if LOG_OVERHEAD + size > end - pos:
+                return  # torn tail: a partial batch, as at the end of an active segment
+            magic = buf[pos + 16]
+            try:
+                if magic == 2:
+                    batch: Batch = RecordBatch(buf[:end], pos,
+                                               max_decompressed=self.max_decompressed)
+                elif magic in (0, 1):
+                    batch = LegacyMessage(buf[:end], pos, max_decompressed=self.max_decompressed)
+                else:
+                    raise DecodeError(f"unknown magic {magic if magic < 128 else magic - 256}",
+                                      what="log", offset=pos + 16)
+            except DecodeError as e:
+                self.stopped_by = e.reason
+                self._report(e.reason, True, e)
+                return
+            self.position = pos + batch.size_in_bytes
+            index = self.count
+            self.count += 1
+            if self.verify_crc and not batch.is_valid():
+                self.position, self.count = pos, index  # report at the batch's own place
+                self._report(f"CRC mismatch: stored {batch.crc}, computed {batch.compute_crc()}",
+                             False)
+                self.position, self.count = pos + batch.size_in_bytes, index + 1
+                continue
+            yield batch
+
+
+def iter_batches(buf: bytes | bytearray | memoryview, start: int = 0, end: int | None = None, *,
+                 verify_crc: bool = False, max_decompressed: int = DEFAULT_MAX_SIZE,
+                 errors: list[BatchError] | None = None) -> Iterator[Batch]:
+    """Yield each batch (:class:`RecordBatch` or :class:`LegacyMessage`) of ``buf[start:end]``
+    in order; ``batch.position`` is its byte position in ``buf``. See :class:`BatchReader`."""
+    return iter(BatchReader(buf, start, end, verify_crc=verify_crc,
+                            max_decompressed=max_decompressed, errors=errors))

@@ -1,0 +1,46 @@
+"""PySpark data source ``kafka-segments``: a Kafka log directory as a Spark DataFrame, read
+offline from the segment files (no broker); tasks are byte ranges of segments cut at batch
+boundaries the ``.index`` knows, so one huge segment still spreads over many tasks.
+
+    import kproto.spark
+    kproto.spark.register(spark)                     # once per SparkSession
+    df = spark.read.format("kafka-segments").option("isolation", "read_committed").load(path)
+
+With kproto installed, ``pyspark_kafka_segments`` also registers the source automatically on
+first use (Spark looks for top-level ``pyspark_*`` modules), though without the task count
+``register`` derives from the session's parallelism. Executors need kproto and pyarrow
+in the interpreter ``PYSPARK_PYTHON`` names. Columns: :func:`spark_schema`; options:
+:class:`KafkaSegmentsDataSource`. Filters on topic, partition, offset and timestamp are pushed
+into the scan when ``spark.sql.python.filterPushdown.enabled`` is true (Spark 4.1+); without it
+Spark filters the rows itself. Damage found (torn tails, CRC mismatches) is logged as warnings
+of the ``kproto.spark`` logger.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from kproto.spark.scan import ScanSpec, auto_split_bytes, parse_options
+from kproto.spark.source import (NAME, KafkaSegmentsDataSource, KafkaSegmentsPushdownReader,
+                                 KafkaSegmentsReader, SplitPartition, spark_schema)
+
+
+def register(spark: Any, *, tasks: int | None = None) -> None:
+    """Make ``spark.read.format("kafka-segments")`` available in ``spark`` (a SparkSession).
+
+    ``tasks``: how many tasks a read is cut into when it sets no ``splitSize`` (default: twice
+    the session's default parallelism, which Python data sources cannot see themselves)."""
+    if tasks is None:
+        try:
+            tasks = 2 * spark.sparkContext.defaultParallelism
+        except Exception:  # Spark Connect has no SparkContext: keep the class default
+            tasks = None
+    source = KafkaSegmentsDataSource
+    if tasks is not None and tasks != source.tasks:
+        # a subclass defined here is pickled by value, so the setting reaches the planner
+        source = type(source.__name__, (source,), {"tasks": int(tasks), "__module__": __name__})
+    spark.dataSource.register(source)
+
+
+__all__ = ["NAME", "KafkaSegmentsDataSource", "KafkaSegmentsPushdownReader",
+           "KafkaSegmentsReader", "ScanSpec", "SplitPartition", "auto_split_bytes",
+           "parse_options", "register", "spark_schema"]

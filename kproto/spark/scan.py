@@ -1,0 +1,334 @@
+"""What a ``kafka-segments`` read asks for, from its options and its pushed-down filters.
+
+Sans-I/O: :func:`parse_options` turns the (lower-cased) option map into a :class:`ScanSpec`,
+:meth:`ScanSpec.push` narrows it with Spark filters and says which ones Spark must still
+evaluate, :meth:`ScanSpec.keeps` selects planned splits. Nothing here touches files or Spark.
+"""
+from __future__ import annotations
+
+import bisect
+import datetime as _dt
+import json
+from dataclasses import dataclass, field, replace
+from typing import Iterable, Mapping, Sequence
+
+from kproto.storage.reader import ISOLATIONS, ReadOptions, Split
+
+# without a splitSize option: about `tasks` tasks (AUTO_TASKS when the session's parallelism is
+# unknown), each within these bounds (a Spark task costs ~50 ms: tiny ones cost more than they
+# spread)
+AUTO_TASKS = 4
+MIN_SPLIT_BYTES = 4 << 20
+MAX_SPLIT_BYTES = 128 << 20
+_SIZE_SUFFIXES = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "m": 1 << 20, "mb": 1 << 20,
+                  "g": 1 << 30, "gb": 1 << 30}
+_TRUE, _FALSE = ("true", "1", "yes"), ("false", "0", "no")
+_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
+_US = _dt.timedelta(microseconds=1)
+
+#: every option the source understands (keys as Spark hands them over: lower-cased)
+OPTIONS = ("path", "paths", "topics", "partitions", "startingoffsets", "endingoffsets",
+           "startingtimestamp", "endingtimestamp", "isolation", "includecontrol", "verifycrc",
+           "splitsize")
+
+
+@dataclass(frozen=True)
+class ScanSpec:
+    """Paths, partition selection, record bounds (in ``read``, half-open) and split size."""
+
+    paths: tuple[str, ...]
+    read: ReadOptions = ReadOptions()
+    topics: frozenset[str] | None = None
+    topic_prefixes: tuple[str, ...] = ()
+    partitions: frozenset[int] | None = None
+    partition_range: tuple[int | None, int | None] = (None, None)  # inclusive bounds
+    split_bytes: int | None = None  # None: auto_split_bytes of what is read
+    empty: bool = False  # the bounds exclude every record
+    pushed: tuple[str, ...] = field(default=(), compare=False)  # filters taken (logged)
+
+    def keeps(self, split: Split) -> bool:
+        """Whether ``split`` belongs to the partitions this scan selects."""
+        if self.topics is not None and split.topic not in self.topics:
+            return False
+        if self.topic_prefixes and not all(split.topic.startswith(p) for p in self.topic_prefixes):
+            return False
+        if self.partitions is not None and split.partition not in self.partitions:
+            return False
+        lo, hi = self.partition_range
+        return (lo is None or split.partition >= lo) and (hi is None or split.partition <= hi)
+
+    def push(self, filters: Iterable) -> tuple[ScanSpec, list]:
+        """This spec narrowed by Spark data-source filters (ANDed), and the filters Spark must
+        still evaluate after the scan (those not handled exactly)."""
+        spec, rest, taken = self, [], []
+        for f in filters:
+            narrowed = _narrow(spec, f)
+            if narrowed is None:
+                rest.append(f)
+                continue
+            spec, exact = narrowed
+            if exact:
+                taken.append(repr(f))
+            else:
+                rest.append(f)
+        return replace(spec, pushed=self.pushed + tuple(taken)), rest
+
+
+def auto_split_bytes(total: int, tasks: int = AUTO_TASKS) -> int:
+    """Task size for ``total`` bytes of log when no ``splitSize`` is given: ``tasks`` tasks,
+    within ``[MIN_SPLIT_BYTES, MAX_SPLIT_BYTES]``."""
+    return min(MAX_SPLIT_BYTES, max(MIN_SPLIT_BYTES, -(-total // max(1, tasks))))
+
+
+def balance(splits: Sequence[Split], target: int) -> list[tuple[Split, ...]]:
+    """Tasks of about ``target`` bytes each over ``splits`` (in order): the splits are laid
+    end to end and cut every ``target`` bytes, at the batch boundary (``Split.resync``, from
+    the ``.index``) nearest each cut. Small segments share a task, as Spark's file sources
+    share one between small files: a task costs more than opening one more file."""
+    groups: list[tuple[Split, ...]] = []
+    group: list[Split] = []
+    done, boundary = 0, target  # bytes laid so far; where the current task should end
+    for s in splits:
+        start = s.start
+        while done + s.end - start > boundary:
+            # cut near the boundary itself, so that cut errors do not add up over many tasks
+            cut = _nearest(s.resync, start, s.end, start + boundary - done)
+            if cut is None:
+                break
+            group.append(_piece(s, start, cut))
+            groups.append(tuple(group))
+            done += cut - start
+            group, start = [], cut
+            boundary = max(boundary + target, done + 1)
+        group.append(_piece(s, start, s.end))
+        done += s.end - start
+        if done >= boundary:
+            groups.append(tuple(group))
+            group = []
+            boundary = max(boundary + target, done + 1)
+    if group:
+        groups.append(tuple(group))
+    return groups
+
+
+def _nearest(positions: Sequence[int], lo: int, hi: int, want: int) -> int | None:
+    """The position strictly inside ``(lo, hi)`` nearest ``want`` (None if there is none)."""
+    i = bisect.bisect_left(positions, want)
+    near = [p for p in positions[max(0, i - 1):i + 1] if lo < p < hi]
+    if not near:  # the neighbours of `want` lie outside: take the closest inside, if any
+        inside = [p for p in positions if lo < p < hi]
+        near = inside[:1] + inside[-1:]
+    return min(near, key=lambda p: abs(p - want)) if near else None
+
+
+def _piece(s: Split, start: int, end: int) -> Split:
+    if (start, end) == (s.start, s.end):
+        return s
+    return replace(s, start=start, end=end, resync=tuple(p for p in s.resync if start < p < end))
+
+
+# ----------------------------------------------------------------------------- options
+def parse_options(options: Mapping[str, str]) -> ScanSpec:
+    """A :class:`ScanSpec` from the source's options; ``ValueError`` names a bad one."""
+    opts = {k.lower(): v for k, v in options.items()}
+    unknown = sorted(set(opts) - set(OPTIONS))
+    if unknown:
+        raise ValueError(f"kafka-segments: unknown option(s) {unknown}; known: {list(OPTIONS)}")
+    paths: list[str] = []
+    if opts.get("path"):
+        paths.append(opts["path"])
+    if opts.get("paths"):  # Spark's JSON list, from .load([a, b])
+        try:
+            extra = json.loads(opts["paths"])
+        except ValueError:
+            extra = None
+        if isinstance(extra, str):
+            extra = [extra]
+        if not isinstance(extra, list) or not all(isinstance(p, str) for p in extra):
+            raise ValueError(f"kafka-segments: paths must be a JSON list of strings: "
+                             f"{opts['paths']!r}")
+        paths += extra
+    if not paths:
+        raise ValueError("kafka-segments: no path (use .load(path))")
+    isolation = opts.get("isolation", "read_uncommitted").lower()
+    if isolation not in ISOLATIONS:
+        raise ValueError(f"kafka-segments: isolation must be one of {ISOLATIONS}, "
+                         f"not {isolation!r}")
+    read = ReadOptions(
+        start_offset=_offset(opts, "startingoffsets", "earliest"),
+        end_offset=_offset(opts, "endingoffsets", "latest"),
+        start_timestamp=_int(opts, "startingtimestamp"),
+        end_timestamp=_int(opts, "endingtimestamp"),
+        isolation=isolation,
+        include_control=_bool(opts, "includecontrol"),
+        verify_crc=_bool(opts, "verifycrc"),
+    )
+    topics = _names(opts.get("topics"))
+    parts = _names(opts.get("partitions"))
+    try:
+        partitions = frozenset(int(p) for p in parts) if parts is not None else None
+    except ValueError:
+        raise ValueError(f"kafka-segments: partitions must be integers: "
+                         f"{opts['partitions']!r}") from None
+    split = _size(opts.get("splitsize"))
+    return _checked(ScanSpec(tuple(paths), read, frozenset(topics) if topics is not None else None,
+                             partitions=partitions, split_bytes=split))
+
+
+def _names(value: str | None) -> list[str] | None:
+    if value is None:
+        return None
+    return [v.strip() for v in value.split(",") if v.strip()]
+
+
+def _int(opts: Mapping[str, str], key: str) -> int | None:
+    if opts.get(key) is None:
+        return None
+    try:
+        return int(opts[key])
+    except ValueError:
+        raise ValueError(f"kafka-segments: {key} must be an integer: {opts[key]!r}") from None
+
+
+def _offset(opts: Mapping[str, str], key: str, open_end: str) -> int | None:
+    if str(opts.get(key, "")).lower() == open_end:
+        return None
+    return _int(opts, key)
+
+
+def _bool(opts: Mapping[str, str], key: str) -> bool:
+    value = str(opts.get(key, "false")).lower()
+    if value not in _TRUE + _FALSE:
+        raise ValueError(f"kafka-segments: {key} must be true or false: {opts[key]!r}")
+    return value in _TRUE
+
+
+def _size(value: str | None) -> int | None:
+    if value is None:
+        return None
+    text = value.strip().lower()
+    digits = text.rstrip("kmgb")
+    try:
+        size = int(digits) * _SIZE_SUFFIXES[text[len(digits):]]
+    except (ValueError, KeyError):
+        raise ValueError(f"kafka-segments: splitSize must be bytes like 67108864 or 64m: "
+                         f"{value!r}") from None
+    if size <= 0:
+        raise ValueError(f"kafka-segments: splitSize must be positive: {value!r}")
+    return size
+
+
+def _checked(spec: ScanSpec) -> ScanSpec:
+    """Mark the spec empty when its bounds cannot hold a record (ReadOptions would still plan)."""
+    r = spec.read
+    empty = spec.empty or (r.start_offset is not None and r.end_offset is not None
+                           and r.start_offset >= r.end_offset) \
+        or (r.start_timestamp is not None and r.end_timestamp is not None
+            and r.start_timestamp >= r.end_timestamp) \
+        or spec.topics == frozenset() or spec.partitions == frozenset()
+    lo, hi = spec.partition_range
+    empty = empty or (lo is not None and hi is not None and lo > hi)
+    return replace(spec, empty=True) if empty and not spec.empty else spec
+
+
+# ----------------------------------------------------------------------------- filters
+def _micros(value) -> int | None:
+    """A Spark timestamp literal as microseconds since the epoch (naive = UTC)."""
+    if not isinstance(value, _dt.datetime):
+        return None
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=_dt.timezone.utc)
+    return (value - _EPOCH) // _US
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _bound(kind: str, v: int, scale: int) -> tuple[int | None, int | None] | None:
+    """Half-open ``[lo, hi)`` of integer column values ``x`` (the column is ``x * scale`` in
+    the filter's unit) satisfying ``column <kind> v``."""
+    floor, ceil = v // scale, -(-v // scale)
+    if kind == "GreaterThan":
+        return floor + 1, None
+    if kind == "GreaterThanOrEqual":
+        return ceil, None
+    if kind == "LessThan":
+        return None, ceil
+    if kind == "LessThanOrEqual":
+        return None, floor + 1
+    if kind == "EqualTo":
+        return (v // scale, v // scale + 1) if v % scale == 0 else (0, 0)
+    return None
+
+
+def _narrow(spec: ScanSpec, f) -> tuple[ScanSpec, bool] | None:
+    """``spec`` narrowed by one filter and whether that handled it exactly (None: unusable)."""
+    kind = type(f).__name__
+    attr = getattr(f, "attribute", ())
+    if len(attr) != 1:
+        return None
+    col = attr[0]
+    value = getattr(f, "value", None)
+    if kind == "IsNotNull" and col in ("topic", "partition", "offset", "timestamp"):
+        return spec, True  # never null in this source
+    if col == "topic":
+        if kind == "EqualTo" and isinstance(value, str):
+            names = {value}
+        elif kind == "In" and all(isinstance(v, str) for v in value):
+            names = set(value)
+        elif kind == "StringStartsWith" and isinstance(value, str):
+            return replace(spec, topic_prefixes=spec.topic_prefixes + (value,)), True
+        else:
+            return None
+        topics = frozenset(names) if spec.topics is None else spec.topics & names
+        return _checked(replace(spec, topics=topics)), True
+    if col == "partition":
+        if kind == "In" and all(_is_int(v) for v in value):
+            parts = frozenset(value)
+            parts = parts if spec.partitions is None else spec.partitions & parts
+            return _checked(replace(spec, partitions=parts)), True
+        if not _is_int(value):
+            return None
+        b = _bound(kind, value, 1)
+        if b is None:
+            return None
+        lo, hi = spec.partition_range
+        blo, bhi = b
+        lo = blo if lo is None else (lo if blo is None else max(lo, blo))
+        hi = (bhi - 1 if bhi is not None else None) if hi is None else \
+            (hi if bhi is None else min(hi, bhi - 1))
+        return _checked(replace(spec, partition_range=(lo, hi))), True
+    if col == "offset":
+        if kind == "In" and value and all(_is_int(v) for v in value):
+            # prune to the values' span; Spark still picks the exact offsets
+            return _with_range(spec, "offset", min(value), max(value) + 1), False
+        if not _is_int(value):
+            return None
+        b = _bound(kind, value, 1)
+        return None if b is None else (_with_range(spec, "offset", *b), True)
+    if col == "timestamp":
+        if kind == "In":
+            us = [_micros(v) for v in value]
+            if not us or None in us:
+                return None
+            return _with_range(spec, "timestamp", min(us) // 1000, max(us) // 1000 + 1), False
+        us = _micros(value)
+        if us is None:
+            return None
+        b = _bound(kind, us, 1000)  # the column is in ms, Spark's literal in µs
+        return None if b is None else (_with_range(spec, "timestamp", *b), True)
+    return None
+
+
+def _with_range(spec: ScanSpec, col: str, lo: int | None, hi: int | None) -> ScanSpec:
+    r = spec.read
+    start, end = (r.start_offset, r.end_offset) if col == "offset" else \
+        (r.start_timestamp, r.end_timestamp)
+    if lo is not None:
+        start = lo if start is None else max(start, lo)
+    if hi is not None:
+        end = hi if end is None else min(end, hi)
+    read = replace(r, start_offset=start, end_offset=end) if col == "offset" else \
+        replace(r, start_timestamp=start, end_timestamp=end)
+    return _checked(replace(spec, read=read))
