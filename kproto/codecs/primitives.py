@@ -53,40 +53,29 @@ class Uuid(bytes):
 Uuid.ZERO = Uuid(b"\0" * 16)
 
 
-def read_uvarint(buf: Buffer, pos: int) -> Tuple[int, int]:
-    """Read an unsigned varint (at most 5 bytes, 32 bits) at ``pos``; return (value, new pos)."""
+def read_uvarint(buf: Buffer, pos: int, max_bytes: int = 5) -> Tuple[int, int]:
+    """Read an unsigned varint at ``pos`` (at most ``max_bytes``: 5 for 32 bits, 10 for a varlong);
+    return (value, new pos)."""
     result = 0
     shift = 0
     n = len(buf)
+    limit = 7 * (max_bytes - 1)
     while True:
         if pos >= n:
-            raise DecodeError("unsigned varint runs past the end of the data", offset=pos)
+            raise DecodeError("varint runs past the end of the data", offset=pos)
         b = buf[pos]
         pos += 1
         result |= (b & 0x7F) << shift
         if b < 0x80:
             return result, pos
         shift += 7
-        if shift > 28:
-            raise DecodeError("unsigned varint longer than 5 bytes", offset=pos)
+        if shift > limit:
+            raise DecodeError(f"varint longer than {max_bytes} bytes", offset=pos)
 
 
 def read_uvarlong(buf: Buffer, pos: int) -> Tuple[int, int]:
     """Read an unsigned varlong (at most 10 bytes, 64 bits)."""
-    result = 0
-    shift = 0
-    n = len(buf)
-    while True:
-        if pos >= n:
-            raise DecodeError("varlong runs past the end of the data", offset=pos)
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if b < 0x80:
-            return result, pos
-        shift += 7
-        if shift > 63:
-            raise DecodeError("varlong longer than 10 bytes", offset=pos)
+    return read_uvarint(buf, pos, 10)
 
 
 def read_varint(buf: Buffer, pos: int) -> Tuple[int, int]:
