@@ -93,7 +93,9 @@ class CodeGen:
         value, factory = parse_default(f, self.classes)
         if factory is None:
             return self.const(value, "d")
-        return self.const(factory, "f") + "()"
+        if factory is list:
+            return "[]"
+        return self.const(factory._make_default, "f") + "()"
 
     def default_value_const(self, f: Field) -> str:
         """A constant to compare against (a default struct instance / empty list for mutables)."""

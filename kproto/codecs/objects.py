@@ -145,6 +145,25 @@ def build_classes(message: Message) -> Dict[str, type]:
         cls.__eq__ = ns["__eq__"]  # type: ignore[method-assign]
         cls.__annotations__ = ann
         cls.__doc__ = f"{cls.__qualname__} ({message.kind} {message.name}, versions {message.valid})."
+    for name, struct in structs.items():
+        # the same object as cls() but without keyword parsing: decoders make one per absent
+        # or untagged struct field, so this is on the hot path
+        cls = classes[name]
+        ns = {"_new": object.__new__, "C": cls}
+        lines = ["def make_default():", "    o = _new(C)"]
+        for i, f in enumerate(struct.fields):
+            value, factory = parse_default(f, classes)
+            if factory is None:
+                ns[f"d{i}"] = value
+                lines.append(f"    o.{f.attr} = d{i}")
+            elif factory is list:
+                lines.append(f"    o.{f.attr} = []")
+            else:
+                ns[f"f{i}"] = factory
+                lines.append(f"    o.{f.attr} = f{i}._make_default()")
+        lines += ["    o._unknown_tagged_fields = None", "    return o"]
+        exec("\n".join(lines) + "\n", ns)
+        cls._make_default = staticmethod(ns["make_default"])
     top = classes[message.name]
     top.API_KEY = message.api_key          # type: ignore[attr-defined]
     top.MESSAGE_KIND = message.kind        # type: ignore[attr-defined]

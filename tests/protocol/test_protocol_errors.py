@@ -131,3 +131,23 @@ def test_uuid_type():
     assert str(u) == "_____________________w" and len(u) == 16
     assert str(Uuid.ZERO) == "AAAAAAAAAAAAAAAAAAAAAA"
     assert Uuid(u.uuid) == u
+
+
+def test_large_decodes_leave_the_garbage_collector_as_they_found_it():
+    import gc
+
+    codec = kproto.request(3)
+    big = codec.encode(codec.cls(topics=[codec.cls.MetadataRequestTopic(name="t" * 50)] * 200), 4)
+    assert len(big) > 4096
+    assert gc.isenabled()
+    codec.decode(big, 4)
+    assert gc.isenabled()
+    with pytest.raises(kproto.DecodeError):
+        codec.decode(big[:-1], 4)
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        codec.decode(big, 4)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
