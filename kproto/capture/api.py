@@ -15,7 +15,7 @@ import kproto
 
 from kproto.capture import bodies
 from kproto.capture.decoder import CaptureDecoder
-from kproto.capture.exchange import Exchange
+from kproto.capture.exchange import UNREAD_KEPT, Exchange
 from kproto.error_codes import error_name
 from kproto.capture.pcap import CaptureProblem, Packet, read_packets
 from kproto.capture.sessions import FetchSessionView
@@ -32,9 +32,14 @@ class BodyDecoder:
 
     Never raises on bad bytes: what cannot be decoded becomes a problem on the exchange. Also
     follows fetch sessions per connection and remembers SASL mechanisms for redaction.
+
+    ``best_effort``: an API version newer than the schemas is decoded with the highest version
+    they define when the header versions agree (see :attr:`Exchange.decoded_as`); False leaves
+    such bodies undecoded, with a problem.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, best_effort: bool = True) -> None:
+        self.best_effort = best_effort
         self.topic_names: dict[str, str] = {}
         self._sessions: dict[tuple, FetchSessionView] = {}
         self._mechanisms: dict[tuple, str] = {}
@@ -51,29 +56,32 @@ class BodyDecoder:
             ex.problems.append(f"unknown API key {key}: body not decoded")
             return
         if ver not in versions:
-            ex.problems.append(f"{bodies.api_name(key)} v{ver} is not a version Kafka 3.9 defines "
-                               f"(valid {versions.start}-{versions.stop - 1}): body not decoded")
-            return
-        conn = (ex.client, ex.broker)
-        if ex.request_data is not None:
-            try:
-                ex.request_header, ex.request = bodies.decode_request(ex.request_data)
-            except DecodeError as e:
-                ex.problems.append(f"request: {e}")
+            newer = self.best_effort and bodies.best_effort_version(key, ver) is not None
+            if not newer:
+                ex.problems.append(f"{_not_defined(key, ver, versions)}: body not decoded")
+                return
+            self._decode_newer(ex, versions)
+        else:
+            if ex.request_data is not None:
+                try:
+                    ex.request_header, ex.request = bodies.decode_request(ex.request_data)
+                except DecodeError as e:
+                    ex.problems.append(f"request: {e}")
+            if ex.response_data is not None:
+                try:
+                    ex.response_header, ex.response = bodies.decode_response(ex.response_data, key, ver)
+                except DecodeError as e:
+                    self._bad_response(ex, e)
         if key == _PRODUCE and ex.request is not None and ex.request.acks == 0:
             ex.expects_response = False  # acks=0: the broker never answers
-        if ex.response_data is not None:
-            try:
-                ex.response_header, ex.response = bodies.decode_response(ex.response_data, key, ver)
-            except DecodeError as e:
-                self._bad_response(ex, e)
         if ex.response is not None:
             ex.errors = [error_name(c) for c in bodies.response_error_codes(ex.response)]
+        conn = (ex.client, ex.broker)
         if key == _FETCH and ex.request is not None:
             view = self._sessions.get(conn)
             if view is None:
                 view = self._sessions[conn] = FetchSessionView(self.topic_names)
-            ex.fetch_session = view.request(ex.request, ver)
+            ex.fetch_session = view.request(ex.request, ver if ex.decoded_as is None else ex.decoded_as)
             if ex.response is not None:
                 ex.problems.extend(view.response(ex.response, ex.fetch_session))
         elif key == _METADATA and ex.response is not None:
@@ -85,31 +93,86 @@ class BodyDecoder:
         elif key == _SASL_AUTHENTICATE and ex.request is not None:
             ex.sasl = _describe_token(self._mechanisms.get(conn), ex.request.auth_bytes)
 
-    def _bad_response(self, ex: Exchange, err: DecodeError) -> None:
+    def _decode_newer(self, ex: Exchange, versions: range) -> None:
+        """Bodies of a version newer than the schemas, read with the highest one they define."""
+        key, ver = ex.api_key, ex.api_version
+        as_ver = ex.decoded_as = bodies.best_effort_version(key, ver)
+        newer = _newer(key, ver, versions)
+        full = []
+        for side, data in (("request", ex.request_data), ("response", ex.response_data)):
+            if data is None:
+                continue
+            try:
+                if side == "request":
+                    got = bodies.decode_request_as(data, as_ver)
+                    ex.request_header, ex.request = got.header, got.body
+                else:
+                    got = bodies.decode_response_as(data, key, ver, as_ver)
+                    if got.unread and self._apiversions_v0(ex):
+                        continue
+                    ex.response_header, ex.response = got.header, got.body
+            except DecodeError as e:
+                why = f"{newer}; decoding with the v{as_ver} layout failed"
+                if side == "request":
+                    ex.problems.append(f"request: {why}: {e}")
+                else:
+                    self._bad_response(ex, e, why)
+                continue
+            if not got.unread:
+                full.append(side)
+                continue
+            offset = len(data) - got.body_start - got.unread
+            ex.unread[side] = (offset, got.unread, got.tail(data)[:UNREAD_KEPT])
+            ex.problems.append(f"{side}: {got.unread} bytes at body offset {offset} not understood: "
+                               f"{newer}, and the v{as_ver} layout explains only the bytes before them")
+        if full:
+            ex.notes.append(f"{newer}; {' and '.join(full)} decoded with the v{as_ver} layout")
+
+    def _apiversions_v0(self, ex: Exchange) -> bool:
+        """A broker that does not support the requested ApiVersions version answers with a v0
+        body and UNSUPPORTED_VERSION (KIP-511): decode it so, if that is what it is."""
+        if ex.api_key != _API_VERSIONS or ex.api_version == 0 or len(ex.response_data) < 6:
+            return False
+        if int.from_bytes(ex.response_data[4:6], "big", signed=True) != _UNSUPPORTED_VERSION:
+            return False
+        try:
+            ex.response_header, ex.response = bodies.decode_response(ex.response_data, _API_VERSIONS, 0)
+        except DecodeError:
+            return False
+        ex.response_version = 0  # normal: the broker lists its versions, client retries
+        return True
+
+    def _bad_response(self, ex: Exchange, err: DecodeError, why: str = "") -> None:
         if ex.api_key == _API_VERSIONS and len(ex.response_data) >= 6:
-            # A broker that does not support the requested version answers with a v0 body (KIP-511).
             hdr_code = int.from_bytes(ex.response_data[4:6], "big", signed=True)
             if hdr_code == _UNSUPPORTED_VERSION and ex.api_version != 0:
-                try:
-                    ex.response_header, ex.response = bodies.decode_response(ex.response_data, _API_VERSIONS, 0)
-                    ex.response_version = 0  # normal: the broker lists its versions, client retries
+                if self._apiversions_v0(ex):
                     return
-                except DecodeError:
-                    pass
                 ex.errors = [error_name(hdr_code)]
+                as_ = "" if ex.decoded_as is None else f" (read with the v{ex.decoded_as} layout)"
                 ex.problems.append(
                     f"peer sent a malformed ApiVersions v{ex.api_version} response: neither a "
-                    f"v{ex.api_version} nor a v0 body ({err}); what could be read: error_code "
+                    f"v{ex.api_version}{as_} nor a v0 body ({err}); what could be read: error_code "
                     f"{hdr_code} ({error_name(hdr_code)}), then {len(ex.response_data) - 6} bytes "
                     f"{ex.response_data[6:].hex()}")
                 return
-        ex.problems.append(f"response: {err}")
+        ex.problems.append(f"response: {why}: {err}" if why else f"response: {err}")
 
     def _raw_sasl(self, ex: Exchange) -> None:
         mech = (ex.sasl or {}).get("mechanism")
         info = _describe_token(mech, ex.request_data or b"")
         info["server_token_bytes"] = None if ex.response_data is None else len(ex.response_data)
         ex.sasl = info
+
+
+def _not_defined(key: int, ver: int, versions: range) -> str:
+    return (f"{bodies.api_name(key)} v{ver} is not a version Kafka {bodies.schemas_release()} defines "
+            f"(valid {versions.start}-{versions.stop - 1})")
+
+
+def _newer(key: int, ver: int, versions: range) -> str:
+    return (f"{bodies.api_name(key)} v{ver} is newer than kproto's schemas (Kafka "
+            f"{bodies.schemas_release()}, v{versions.start}-{versions.stop - 1})")
 
 
 def _describe_token(mechanism: Optional[str], token: bytes) -> dict:
@@ -129,15 +192,17 @@ def _describe_token(mechanism: Optional[str], token: bytes) -> dict:
 
 def iter_exchanges(source: Union[str, os.PathLike, Iterable[Union[Packet, CaptureProblem]]],
                    ports: Optional[Iterable[int]] = None, *, decode: bool = True,
+                   best_effort: bool = True,
                    decoder: Optional[CaptureDecoder] = None) -> Iterator[Exchange]:
     """Yield the exchanges of a capture file (path) or of packets, as they complete.
 
     ``ports``: Kafka broker ports (None: guessed per connection). ``decode``: decode bodies with
-    kproto's codec (False: framing and pairing only). Pass your own ``decoder`` to read its
-    ``chosen_ports`` and ``problems`` afterwards.
+    kproto's codec (False: framing and pairing only). ``best_effort``: decode versions newer than
+    the schemas with the highest known one (see :class:`BodyDecoder`). Pass your own ``decoder``
+    to read its ``chosen_ports`` and ``problems`` afterwards.
     """
     if decoder is None:
-        decoder = CaptureDecoder(ports, decode=BodyDecoder() if decode else None)
+        decoder = CaptureDecoder(ports, decode=BodyDecoder(best_effort=best_effort) if decode else None)
     packets = read_packets(source) if isinstance(source, (str, os.PathLike)) else source
     for p in packets:
         yield from decoder.feed(p)
@@ -153,15 +218,18 @@ def _iso(ts: Optional[float]) -> Optional[str]:
 def exchange_to_json(ex: Exchange, *, records: Any = None) -> dict:
     """One JSON object for an exchange (the ``--format jsonl`` line).
 
-    Bodies follow Kafka's JSON convention. ``records``: a callable turning the bytes of a
+    Bodies follow Kafka's JSON convention, at ``decoded_as`` when the version is newer than the
+    schemas (``unread`` then gives, per body, the offset, count and first bytes in hex of what that
+    layout left unread; null when nothing was). ``records``: a callable turning the bytes of a
     ``records`` field into a JSON value (see :mod:`kproto.capture.records_view`), or None for base64.
     """
     key, ver = ex.api_key, ex.api_version
+    body_ver = ver if ex.decoded_as is None else ex.decoded_as
     request = response = None
     if ex.request is not None:
-        request = _body_json(kproto.request(key), ex.request, ver, records)
+        request = _body_json(kproto.request(key), ex.request, body_ver, records)
     if ex.response is not None:
-        rver = ver if ex.response_version is None else ex.response_version
+        rver = body_ver if ex.response_version is None else ex.response_version
         response = _body_json(kproto.response(key), ex.response, rver, records)
     if ex.sasl and request is not None and key == _SASL_AUTHENTICATE:
         request["authBytes"] = "<redacted>"
@@ -173,6 +241,7 @@ def exchange_to_json(ex: Exchange, *, records: Any = None) -> dict:
         "api_key": key,
         "api_name": ex.api_name,
         "api_version": ver,
+        "decoded_as": ex.decoded_as,
         "correlation_id": ex.correlation_id,
         "client_id": ex.client_id,
         "latency_ms": None if ex.latency_ms is None else round(ex.latency_ms, 3),
@@ -182,6 +251,9 @@ def exchange_to_json(ex: Exchange, *, records: Any = None) -> dict:
         "response": response,
         "errors": ex.errors,
         "problems": ex.problems,
+        "notes": ex.notes,
+        "unread": {side: {"offset": off, "length": n, "hex": head.hex()}
+                   for side, (off, n, head) in ex.unread.items()} or None,
     }
     if ex.fetch_session is not None:
         doc["fetch_session"] = ex.fetch_session

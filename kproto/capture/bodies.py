@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import functools
 import struct
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
-__all__ = ["api_name", "api_versions", "decode_request", "decode_response", "read_request_header",
-           "response_error_codes"]
+__all__ = ["BestEffort", "api_name", "api_versions", "best_effort_version", "decode_request",
+           "decode_request_as", "decode_response", "decode_response_as", "read_request_header",
+           "response_error_codes", "schemas_release"]
 
 _I16 = struct.Struct(">h")
 
@@ -65,6 +66,86 @@ def decode_response(data: bytes, api_key: int, api_version: int) -> tuple[Any, A
     from kproto.framing import decode_response
 
     return decode_response(data, api_key, api_version, size_prefix=False)
+
+
+def schemas_release() -> str:
+    """The Kafka release kproto's schemas come from (``"3.9"``)."""
+    from kproto.codecs import KAFKA_VERSION
+
+    return KAFKA_VERSION
+
+
+def _header_versions(api_key: int, version: int) -> tuple[int, int]:
+    """(request, response) header versions of any version, known to the schemas or newer.
+
+    Kafka's flexibleVersions are open-ended ("9+"): a version newer than the schemas is flexible
+    when the spec's range says so. The codec's ``flexible_versions`` are cut at the highest valid
+    version, so the spec's range is asked directly; known versions go through kproto's framing.
+    """
+    import kproto
+    from kproto.framing import API_VERSIONS_KEY, request_header_version, response_header_version
+
+    req, resp = kproto.request(api_key), kproto.response(api_key)
+    if version in req.valid_versions:
+        return request_header_version(api_key, version), response_header_version(api_key, version)
+    rh = 2 if version in req.schema.flexible_range else 1
+    sh = 0 if api_key == API_VERSIONS_KEY else (1 if version in resp.schema.flexible_range else 0)
+    return rh, sh
+
+
+@functools.lru_cache(maxsize=1024)
+def best_effort_version(api_key: int, api_version: int) -> Optional[int]:
+    """The version to decode a newer-than-the-schemas ``api_version`` with, or None.
+
+    That is the highest version the schemas define, provided ``api_version`` is above it and both
+    use the same request and response header versions (the bodies' layouts are then guessed to
+    share their known prefix; the header must be read correctly for that guess to be worth trying).
+    """
+    versions = api_versions(api_key)
+    if versions is None or not len(versions) or api_version <= versions[-1]:
+        return None
+    top = versions[-1]
+    return top if _header_versions(api_key, api_version) == _header_versions(api_key, top) else None
+
+
+class BestEffort(NamedTuple):
+    """A frame decoded with an older version's layout: the header, the body and what was left."""
+
+    header: Any
+    body: Any
+    body_start: int   # offset of the body in the frame (without size prefix)
+    unread: int       # bytes after the part of the body the older layout explains
+
+    def tail(self, data: Any) -> bytes:
+        """The bytes not understood, from the frame they were decoded from."""
+        return bytes(data[len(data) - self.unread:]) if self.unread else b""
+
+
+def decode_request_as(data: Any, version: int) -> BestEffort:
+    """Decode a request frame (no size prefix) whose body is read with ``version``'s layout.
+
+    The header is read as the frame's own version wants it. Unlike :func:`decode_request`,
+    trailing bytes are not an error: they are counted in ``unread``. Raises DecodeError.
+    """
+    import kproto
+
+    key, ver, _ = read_request_header(data)[:3]
+    header, pos = kproto.message("RequestHeader").decode_from(data, 0, _header_versions(key, ver)[0])
+    body = memoryview(data)[pos:]
+    obj, end = kproto.request(key).decode_from(body, 0, version)
+    return BestEffort(header, obj, pos, len(body) - end)
+
+
+def decode_response_as(data: Any, api_key: int, api_version: int, version: int) -> BestEffort:
+    """Decode a response frame (no size prefix) to a request of ``api_key`` at ``api_version``,
+    its body read with ``version``'s layout; trailing bytes are counted. Raises DecodeError."""
+    import kproto
+
+    header, pos = kproto.message("ResponseHeader").decode_from(
+        data, 0, _header_versions(api_key, api_version)[1])
+    body = memoryview(data)[pos:]
+    obj, end = kproto.response(api_key).decode_from(body, 0, version)
+    return BestEffort(header, obj, pos, len(body) - end)
 
 
 def response_error_codes(obj: Any, out: Optional[list[int]] = None) -> list[int]:

@@ -6,7 +6,9 @@ from typing import Any, Optional
 
 from kproto.capture.layers import format_ip
 
-__all__ = ["Endpoint", "Exchange"]
+__all__ = ["Endpoint", "Exchange", "UNREAD_KEPT"]
+
+UNREAD_KEPT = 64  # bytes kept (and shown in hex) of a body's unread tail: enough to recognise a field
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +32,10 @@ class Exchange:
     (bytes lost or skipped where no frame could be found). ``request``/``response`` are message
     objects of kproto's codec (None when absent or not decodable); ``*_bytes`` are frame sizes
     including the 4-byte size prefix. Times are capture timestamps in seconds.
+
+    An ``api_version`` newer than kproto's schemas is decoded, best effort, with the highest
+    version they define: ``decoded_as`` says which, ``notes`` says so, and bytes that layout
+    does not explain are in ``unread`` and reported as a problem.
     """
 
     client: Endpoint
@@ -44,6 +50,8 @@ class Exchange:
     request_header: Any = None
     response_header: Any = None
     response_version: Optional[int] = None  # set when the body is not of the request's version
+    # the schema version the bodies were read with when api_version is newer than the schemas
+    decoded_as: Optional[int] = None
     request_bytes: int = 0
     response_bytes: int = 0
     ts: Optional[float] = None              # first byte of the request captured
@@ -52,7 +60,11 @@ class Exchange:
     response_end: Optional[float] = None
     expects_response: bool = True
     problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)     # informational, not problems
     errors: list[str] = field(default_factory=list)
+    # "request"/"response" -> bytes a best-effort decode left unread: (offset in the body, count,
+    # the first UNREAD_KEPT of them)
+    unread: dict[str, tuple[int, int, bytes]] = field(default_factory=dict)
     fetch_session: Optional[dict] = None
     sasl: Optional[dict] = None
     # raw frames (without size prefix), kept for lazy body decoding and re-export
@@ -86,7 +98,8 @@ class Exchange:
         return exchange_to_json(self, records=records)
 
     def __repr__(self) -> str:
-        what = (f"{self.api_name or self.api_key} v{self.api_version} corr={self.correlation_id}"
+        as_ = "" if self.decoded_as is None else f" (as v{self.decoded_as})"
+        what = (f"{self.api_name or self.api_key} v{self.api_version}{as_} corr={self.correlation_id}"
                 if self.kind == "kafka" else self.kind)
         lat = "" if self.latency_ms is None else f" {self.latency_ms:.3f}ms"
         extra = f" errors={self.errors}" if self.errors else ""

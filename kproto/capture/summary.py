@@ -30,6 +30,7 @@ class ApiStats:
     request_bytes: int = 0
     response_bytes: int = 0
     latencies: list[float] = field(default_factory=list)
+    versions: Counter = field(default_factory=Counter)   # (api_version, decoded_as) -> count
 
     def p(self, q: float) -> Optional[float]:
         """Latency percentile in ms."""
@@ -60,6 +61,8 @@ class Summary:
         st.response_bytes += ex.response_bytes
         if ex.latency_ms is not None:
             st.latencies.append(ex.latency_ms)
+        if ex.api_version is not None:
+            st.versions[(ex.api_version, ex.decoded_as)] += 1
 
     def update(self, exchanges: Iterable[Exchange]) -> "Summary":
         for ex in exchanges:
@@ -70,22 +73,32 @@ class Summary:
         """One dict per API key, ordered by key."""
         out = []
         for _, st in sorted(self.stats.items(), key=lambda kv: kv[0]):
-            out.append({"api": st.label, "count": st.count, "errors": dict(st.errors),
+            versions = {_version(v, as_): n for (v, as_), n in sorted(st.versions.items())}
+            out.append({"api": st.label, "count": st.count, "versions": versions,
+                        "errors": dict(st.errors),
                         "with_problems": st.problems, "p50_ms": st.p(50), "p99_ms": st.p(99),
                         "request_bytes": st.request_bytes, "response_bytes": st.response_bytes})
         return out
 
     def table(self) -> str:
         """The rows as an aligned text table."""
-        head = ["API", "count", "p50 ms", "p99 ms", "req bytes", "resp bytes", "problems", "errors"]
+        head = ["API", "count", "p50 ms", "p99 ms", "req bytes", "resp bytes", "problems", "versions",
+                "errors"]
         lines = [head]
         for r in self.rows():
             lines.append([r["api"], str(r["count"]), _ms(r["p50_ms"]), _ms(r["p99_ms"]),
                           str(r["request_bytes"]), str(r["response_bytes"]), str(r["with_problems"]),
+                          ", ".join(f"{k}×{v}" for k, v in r["versions"].items()) or "-",
                           ", ".join(f"{k}×{v}" for k, v in sorted(r["errors"].items())) or "-"])
         widths = [max(len(row[i]) for row in lines) for i in range(len(head) - 1)]
-        return "\n".join("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in
+        # the versions column is text: left-aligned like the API name
+        return "\n".join("  ".join(c.ljust(w) if i in (0, 7) else c.rjust(w) for i, (c, w) in
                                    enumerate(zip(row, widths))) + "  " + row[-1] for row in lines)
+
+
+def _version(v: int, decoded_as: Optional[int]) -> str:
+    """``v13`` or, for a version newer than the schemas, ``v13 (as v12)``."""
+    return f"v{v}" if decoded_as is None else f"v{v} (as v{decoded_as})"
 
 
 def _ms(v: Optional[float]) -> str:

@@ -15,7 +15,8 @@ def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "decode-pcap", help="decode the Kafka traffic of a pcap/pcapng capture",
         description="Reassemble TCP, cut Kafka frames, pair responses with requests and decode "
-                    "both with kproto's schemas (every API key and version of Kafka 3.9).")
+                    "both with kproto's schemas (every API key and version of Kafka 3.9; newer "
+                    "versions best effort with the newest layout known).")
     p.add_argument("file", help="pcap or pcapng file")
     p.add_argument("--port", type=int, action="append", default=None,
                    help="Kafka broker port (repeatable); default: guessed per connection")
@@ -25,6 +26,9 @@ def register(subparsers: Any) -> None:
                    help="show records fields as batches and records instead of base64")
     p.add_argument("--records-max-bytes", type=int, default=None, metavar="N",
                    help="look inside records fields of at most N bytes (default 64 MiB)")
+    p.add_argument("--no-best-effort", dest="best_effort", action="store_false",
+                   help="leave bodies of API versions newer than the schemas undecoded (default: "
+                        "decode them with the highest version the schemas define)")
     p.add_argument("--summary", action="store_true",
                    help="print only a table per API key (count, errors, p50/p99 latency, bytes)")
     p.add_argument("-v", "--verbose", action="store_true", help="text format: print bodies too")
@@ -58,12 +62,18 @@ def _text_line(ex: Any, doc: dict) -> str:
     else:
         name = doc["api_name"] or f"api key {doc['api_key']}"
         lat = "-" if doc["latency_ms"] is None else f"{doc['latency_ms']:.2f}ms"
-        head = (f"{when} {doc['client']} -> {doc['broker']} {name} v{doc['api_version']} "
+        as_ = "" if ex.decoded_as is None else f" (as v{ex.decoded_as})"
+        head = (f"{when} {doc['client']} -> {doc['broker']} {name} v{doc['api_version']}{as_} "
                 f"corr={doc['correlation_id']} client_id={doc['client_id']!r} {lat}")
     if ex.errors:
         head += " errors=" + ",".join(ex.errors)
+    for note in ex.notes:
+        head += f"\n    i {note}"
     for problem in ex.problems:
         head += f"\n    ! {problem}"
+    for side, part in (doc.get("unread") or {}).items():
+        more = "..." if part["length"] * 2 > len(part["hex"]) else ""
+        head += f"\n      {side} bytes not understood: {part['hex']}{more}"
     return head
 
 
@@ -84,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
 
             cap = args.records_max_bytes or DEFAULT_RECORDS_CAP
             convert = lambda data: records_json(data, cap)  # noqa: E731
-        decoder = CaptureDecoder(args.port, decode=BodyDecoder())
+        decoder = CaptureDecoder(args.port, decode=BodyDecoder(best_effort=args.best_effort))
         packets: Iterable[Any] = read_packets(args.file)
         size = os.path.getsize(args.file)
         # a bar for large files, unless it would interleave with text on the same terminal

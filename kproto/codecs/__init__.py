@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gc
 import importlib
+import os
 import struct
 import threading
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
@@ -16,6 +17,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 from kproto.codecs import generator as _gen
 from kproto.codecs.json_convention import build_plan, struct_from_json, struct_to_json
 from kproto.codecs.objects import MessageObject, build_classes
+from kproto.codecs.program import compile_decoder
 from kproto.codecs.primitives import INT8, INT16, INT32, Buffer, Uuid, read_uvarint, uvarint
 from kproto.errors import DecodeError, EncodeError, UnsupportedVersionError
 from kproto.schemas._index import KAFKA_VERSION, SCHEMAS
@@ -78,6 +80,8 @@ def _utf8(buf: Buffer, pos: int, n: int) -> str:
         raise _Fail(f"invalid UTF-8: {exc.reason}", pos + exc.start) from None
 
 
+# KPROTO_PURE=1 runs the generated Python decoders even where the C decoder is built
+_USE_C = os.environ.get("KPROTO_PURE", "") in ("", "0")
 _gc_isenabled, _gc_disable, _gc_enable = gc.isenabled, gc.disable, gc.enable
 _UV_BYTES = tuple(bytes([i]) for i in range(128))
 _ARRAY_CODES = ("b", "h", "i", "q")
@@ -106,10 +110,13 @@ _ENCODE_FAULTS = (struct.error, AttributeError, TypeError, ValueError, OverflowE
 class _Compiled:
     """The generated functions of one version (checked ones built on first failure)."""
 
-    __slots__ = ("decode", "encode", "decode_checked", "encode_checked", "json_plan", "source")
+    __slots__ = ("decode", "decode_py", "decode_c", "encode", "decode_checked", "encode_checked",
+                 "json_plan", "source")
 
     def __init__(self) -> None:
-        self.decode: Any = None
+        self.decode: Any = None      # decode_c when the C decoder is built, else decode_py
+        self.decode_py: Any = None
+        self.decode_c: Any = None
         self.encode: Any = None
         self.source = ""
         self.decode_checked: Any = None
@@ -162,7 +169,9 @@ class MessageCodec:
                     ns = dict(_BASE_NS)
                     ns.update(gen.ns)
                     exec(compile(src, f"<kproto {self.name} v{version}>", "exec"), ns)
-                    c.decode, c.encode, c.source = ns["decode"], ns["encode"], src
+                    c.decode_py, c.encode, c.source = ns["decode"], ns["encode"], src
+                    c.decode_c = compile_decoder(self.schema, version, self.classes) if _USE_C else None
+                    c.decode = c.decode_c or c.decode_py
                     self._compiled[version] = c
         return c
 

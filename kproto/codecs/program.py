@@ -1,0 +1,103 @@
+"""Decoder programs for the C decoder (``kproto.codecs._decoder``), built from the same schema walk
+as the generated Python decoders.
+
+A program is plain nested tuples, compiled once by ``_decoder.Program``:
+
+* struct: ``(cls, unknown_offset, flexible, defaults, ops, ((tag, op), ...))``
+* op: ``(code, slot_offset, flags, sub)``: ``sub`` is the element op of an array or the struct
+  program of a struct field
+* default: ``(slot_offset, kind, value)``: a constant, a new empty list, or a default struct
+  ``(cls, unknown_offset, defaults)``
+
+Slots are addressed by byte offset, so the C side fills objects without attribute lookups.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any, Dict, Optional, Tuple
+
+from kproto.codecs.generator import CodeGen
+from kproto.codecs.objects import parse_default
+from kproto.codecs.primitives import Uuid
+from kproto.schemas.model import Field
+
+try:
+    from kproto.codecs import _decoder
+except ImportError:  # the C decoder is optional; the generated Python decoders are the reference
+    _decoder = None
+else:
+    _decoder.set_uuid_factory(functools.partial(bytes.__new__, Uuid))
+
+OP_CODES = {"bool": 1, "int8": 2, "int16": 3, "uint16": 4, "int32": 5, "uint32": 6, "int64": 7,
+            "float64": 8, "uuid": 9, "string": 10, "bytes": 11, "records": 11}
+OP_STRUCT, OP_ARRAY = 12, 13
+F_COMPACT, F_NULLABLE, F_VIEW = 1, 2, 4
+D_CONST, D_LIST, D_STRUCT = 0, 1, 2
+
+
+def slot_offset(cls: type, attr: str) -> int:
+    """Byte offset of the ``__slots__`` member ``attr`` of ``cls`` (defined on it or a base)."""
+    for klass in cls.__mro__:
+        descr = klass.__dict__.get(attr)
+        if descr is not None:
+            return _decoder.slot_offset(descr)
+    raise AttributeError(f"{cls.__qualname__} has no slot {attr}")
+
+
+class ProgramBuilder(CodeGen):
+    """The decoder program of one (message, version); see the module docstring."""
+
+    def __init__(self, message, version: int, classes: Dict[str, type]) -> None:
+        super().__init__(message, version, classes, checked=False)
+        self._defaults: Dict[type, Tuple[Any, ...]] = {}
+
+    def program(self) -> Tuple[Any, ...]:
+        return self.struct_program(self.m.name, self.m.fields)
+
+    def struct_program(self, sname: str, fields) -> Tuple[Any, ...]:
+        cls = self.classes[sname]
+        regular, tagged, absent = self.present(fields)
+        defaults = tuple(self.default_entry(cls, f) for f in absent + tagged)
+        ops = tuple(self.op(f, slot_offset(cls, f.attr)) for f in regular)
+        tags = tuple((f.tag, self.op(f, slot_offset(cls, f.attr))) for f in tagged)
+        return (cls, slot_offset(cls, "_unknown_tagged_fields"), self.flexible, defaults, ops, tags)
+
+    def op(self, f: Field, offset: int) -> Tuple[Any, ...]:
+        flags = F_COMPACT if self.field_flexible(f) else 0
+        if self.nullable(f):
+            flags |= F_NULLABLE
+        if f.is_array:
+            elem = Field(f.name, f.element_type, f.versions, nullable=None, flexible=f.flexible)
+            sub: Optional[Tuple[Any, ...]] = self.op(elem, -1)
+            return (OP_ARRAY, offset, flags, sub)
+        if f.is_struct_type:
+            return (OP_STRUCT, offset, flags, self.struct_program(f.type, self.struct_fields(f)))
+        if f.type == "records" or f.zero_copy:
+            flags |= F_VIEW   # Kafka reads these as slices of the buffer (zeroCopy): so do we
+        return (OP_CODES[f.type], offset, flags, None)
+
+    def default_entry(self, cls: type, f: Field) -> Tuple[int, int, Any]:
+        value, factory = parse_default(f, self.classes)
+        offset = slot_offset(cls, f.attr)
+        if factory is None:
+            return (offset, D_CONST, value)
+        if factory is list:
+            return (offset, D_LIST, None)
+        return (offset, D_STRUCT, self.default_struct(factory))
+
+    def default_struct(self, cls: type) -> Tuple[Any, ...]:
+        """What ``cls._make_default()`` builds: every field of the struct at its default."""
+        spec = self._defaults.get(cls)
+        if spec is None:
+            fields = cls._schema_struct.fields  # type: ignore[attr-defined]
+            spec = (cls, slot_offset(cls, "_unknown_tagged_fields"),
+                    tuple(self.default_entry(cls, f) for f in fields))
+            self._defaults[cls] = spec
+        return spec
+
+
+def compile_decoder(message, version: int, classes: Dict[str, type]) -> Optional[Any]:
+    """The C decoder's ``decode(buf, pos)`` for this version, or None without the C module."""
+    if _decoder is None:
+        return None
+    return _decoder.Program(ProgramBuilder(message, version, classes).program()).decode

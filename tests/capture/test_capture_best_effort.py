@@ -1,0 +1,219 @@
+"""API versions newer than the schemas: decoded with the newest layout kproto knows, honestly."""
+from __future__ import annotations
+
+import argparse
+import json
+
+import kproto
+import pytest
+
+from capture_support import ALL, CAPTURES, decoded, truth, tshark_summary
+from kproto.capture import BodyDecoder, CaptureDecoder, iter_exchanges
+from kproto.codecs import KAFKA_VERSION
+from kproto.cli import decode_pcap
+from pcapgen import Conversation, packets_of, request_frame, response_frame, write_pcap
+
+MOCK = "ck_mock3_all.pcap"
+PORT = 9092
+HEARTBEAT = 12
+_REQ_HEADER, _RESP_HEADER = kproto.message("RequestHeader"), kproto.message("ResponseHeader")
+KAFKA = f"Kafka {KAFKA_VERSION}"
+
+
+def _body(data: bytes, header, header_version: int) -> bytes:
+    return data[header.decode_from(data, 0, header_version)[1]:]
+
+
+def test_mock_metadata_v13_decoded_with_the_v12_layout():
+    assert MOCK in ALL
+    exchanges, _ = decoded(MOCK)
+    top = 12  # Kafka 3.9's newest Metadata; librdkafka 2.16 speaks Kafka 4.0's v13
+    v13 = [e for e in exchanges if e.api_key == 3 and e.api_version == 13]
+    want = [x["in_stream"] for x in tshark_summary(MOCK)["by_api"]
+            if x["direction"] == "request" and (x["api_key"], x["version"]) == (3, 13)]
+    assert len(v13) == sum(want) > 0
+    ports = set(truth(MOCK)["kafka_ports"])
+    cluster_ids = set()
+    for e in v13:
+        assert e.decoded_as == top and e.request is not None and e.response is not None
+        # the request: what the v12 layout read is the body, byte for byte, up to any unread tail
+        body = _body(e.request_data, _REQ_HEADER, 2)
+        if "request" in e.unread:
+            off, n, head = e.unread["request"]
+            assert off + n == len(body) and head == body[off:off + 64]
+        else:
+            off = len(body)
+            assert any("Metadata v13 is newer" in x and "request" in x for x in e.notes)
+        assert kproto.request(3).encode(e.request, top) == body[:off]
+        # the response keeps what the known layout reads; the bytes after it are reported
+        assert {b.port for b in e.response.brokers} == ports
+        cluster_ids.add(e.response.cluster_id)
+        body = _body(e.response_data, _RESP_HEADER, 1)
+        off, n, head = e.unread["response"]
+        assert n > 0 and off + n == len(body) and head == body[off:][:64]
+        assert f"response: {n} bytes at body offset {off} not understood" in " ".join(e.problems)
+        doc = e.to_json()
+        assert doc["decoded_as"] == top and doc["response"]["clusterId"] == e.response.cluster_id
+        assert doc["unread"]["response"] == {"offset": off, "length": n, "hex": head.hex()}
+    assert len(cluster_ids) == 1 and cluster_ids.pop()
+
+
+def _heartbeat(version: int, corr: int, *, error_code: int = 0, req_extra: bytes = b"",
+               resp_extra: bytes = b"") -> tuple[bytes, bytes]:
+    """A Heartbeat exchange at the newest known version, relabelled ``version``, bytes appended."""
+    known = kproto.request(HEARTBEAT).valid_versions[-1]
+    req = kproto.request(HEARTBEAT).cls(group_id="g", generation_id=7, member_id="m-1")
+    frame = request_frame(HEARTBEAT, known, corr, req)
+    frame = frame[:6] + version.to_bytes(2, "big") + frame[8:] + req_extra
+    resp = response_frame(HEARTBEAT, known, corr, kproto.response(HEARTBEAT).cls(error_code=error_code))
+    resp += resp_extra
+
+    def resize(f: bytes) -> bytes:
+        return (len(f) - 4).to_bytes(4, "big") + f[4:]
+    return resize(frame), resize(resp)
+
+
+def _run(pairs, **kw):
+    conv = Conversation()
+    for req, resp in pairs:
+        conv.send(True, req)
+        conv.send(False, resp)
+    conv.close()
+    dec = CaptureDecoder([PORT], decode=BodyDecoder(**kw))
+    return {e.correlation_id: e for e in dec.feed_all(packets_of(conv.frames()))}, conv
+
+
+def test_newer_version_fully_read_gets_a_note_not_a_problem():
+    known = kproto.request(HEARTBEAT).valid_versions[-1]
+    got, _ = _run([_heartbeat(known + 3, 1, error_code=27)])
+    ex = got[1]
+    assert ex.problems == [] and ex.unread == {} and ex.decoded_as == known
+    assert ex.notes == [f"Heartbeat v{known + 3} is newer than kproto's schemas ({KAFKA}, "
+                        f"v0-{known}); request and response decoded with the v{known} layout"]
+    assert (ex.request.group_id, ex.request.generation_id, ex.request.member_id) == ("g", 7, "m-1")
+    assert ex.errors == ["REBALANCE_IN_PROGRESS"]
+    doc = ex.to_json()
+    assert doc["api_version"] == known + 3 and doc["decoded_as"] == known and doc["unread"] is None
+    assert doc["request"] == kproto.request(HEARTBEAT).to_json(ex.request, known)
+    assert doc["response"]["errorCode"] == 27 and doc["notes"] == ex.notes
+
+
+def test_bytes_the_known_layout_leaves_are_reported_with_offset_and_hex():
+    known = kproto.request(HEARTBEAT).valid_versions[-1]
+    tail = bytes(range(1, 80))  # longer than what is kept
+    got, _ = _run([_heartbeat(known + 1, 1, error_code=27, resp_extra=tail),
+                   _heartbeat(known + 1, 2, req_extra=b"\xab\xcd")])
+    ex = got[1]
+    off, n, head = ex.unread["response"]
+    body = _body(ex.response_data, _RESP_HEADER, 1)
+    assert n == len(tail) and off == len(body) - len(tail) and head == tail[:64]
+    assert ex.problems == [f"response: {n} bytes at body offset {off} not understood: Heartbeat "
+                           f"v{known + 1} is newer than kproto's schemas ({KAFKA}, v0-{known}), "
+                           f"and the v{known} layout explains only the bytes before them"]
+    assert ex.response.error_code == 27 and ex.errors == ["REBALANCE_IN_PROGRESS"]  # part kept
+    assert ex.notes and "request decoded" in ex.notes[0] and "response" not in ex.notes[0]
+    assert ex.to_json()["unread"] == {"response": {"offset": off, "length": n, "hex": tail[:64].hex()}}
+    ex = got[2]
+    assert list(ex.unread) == ["request"] and ex.unread["request"][1:] == (2, b"\xab\xcd")
+    assert ex.problems[0].startswith("request: 2 bytes at body offset")
+    assert ex.request.member_id == "m-1" and "response decoded" in ex.notes[0]
+
+
+def test_newer_apiversions_answered_with_a_v0_body():
+    known = kproto.request(18).valid_versions[-1]
+    req = request_frame(18, known, 1)
+    req = req[:6] + (known + 1).to_bytes(2, "big") + req[8:]
+    api = kproto.response(18).classes["ApiVersion"](api_key=18, min_version=0, max_version=known)
+    resp = response_frame(18, 0, 1, kproto.response(18).cls(error_code=35, api_keys=[api]))
+    ex = _run([(req, resp)])[0][1]
+    assert ex.problems == [] and ex.decoded_as == known and ex.response_version == 0
+    assert ex.errors == ["UNSUPPORTED_VERSION"] and ex.response.api_keys == [api]
+
+
+def test_switched_off():
+    known = kproto.request(HEARTBEAT).valid_versions[-1]
+    got, conv = _run([_heartbeat(known + 1, 1)], best_effort=False)
+    ex = got[1]
+    assert ex.request is ex.response is ex.decoded_as is None and ex.notes == []
+    assert ex.problems == [f"Heartbeat v{known + 1} is not a version {KAFKA} defines "
+                           f"(valid 0-{known}): body not decoded"]
+    frames = packets_of(conv.frames())
+    assert [e.decoded_as for e in iter_exchanges(frames, [PORT], best_effort=False)] == [None]
+    assert [e.decoded_as for e in iter_exchanges(frames, [PORT])] == [known]
+
+
+def _cli(tmp_path, *argv) -> str:
+    parser = argparse.ArgumentParser()
+    decode_pcap.register(parser.add_subparsers())
+    out = tmp_path / "out.txt"
+    args = parser.parse_args(["decode-pcap", *argv, "-o", str(out)])
+    assert args.func(args) == 0
+    return out.read_text()
+
+
+def test_cli_text_jsonl_and_switch(tmp_path):
+    known = kproto.request(HEARTBEAT).valid_versions[-1]
+    _, conv = _run([_heartbeat(known + 1, 1, resp_extra=b"\x01\x02")])
+    pcap = tmp_path / "newer.pcap"
+    pcap.write_bytes(write_pcap(conv.frames()))
+    text = _cli(tmp_path, str(pcap), "--port", str(PORT), "--format", "text")
+    assert f"Heartbeat v{known + 1} (as v{known}) corr=1" in text
+    assert "i Heartbeat" in text and "! response: 2 bytes" in text and "0102" in text
+    (doc,) = map(json.loads, _cli(tmp_path, str(pcap), "--port", str(PORT)).splitlines())
+    assert doc["decoded_as"] == known and doc["unread"]["response"]["hex"] == "0102"
+    assert doc["request"]["memberId"] == "m-1"
+    (doc,) = map(json.loads, _cli(tmp_path, str(pcap), "--port", str(PORT),
+                                  "--no-best-effort").splitlines())
+    assert doc["decoded_as"] is None and doc["request"] is None and doc["unread"] is None
+    assert "not a version" in doc["problems"][0]
+
+
+@pytest.mark.parametrize("best_effort", [True, False])
+def test_cli_summary_shows_the_layout_used(tmp_path, best_effort):
+    text = _cli(tmp_path, str(CAPTURES / MOCK), "--summary",
+                *([] if best_effort else ["--no-best-effort"]))
+    row = next(line for line in text.splitlines() if line.startswith("Metadata(3)"))
+    top = kproto.request(3).valid_versions[-1]
+    assert (f"v{top + 1} (as v{top})×" in row) is best_effort
+    assert (f"v{top + 1}×" in row) is not best_effort
+
+
+def test_every_api_above_its_schema_with_mangled_bytes_never_raises():
+    """Each API key at its newest version + 1, bodies cut, extended or flipped: the decoder keeps
+    to its contract (DecodeErrors become problems; unread bytes always come with a problem)."""
+    import random
+
+    from kproto.capture import Endpoint, Exchange
+    from kproto.codecs import api_keys
+
+    rnd = random.Random(13)
+    bd = BodyDecoder()
+    client, broker = Endpoint(b"\x7f\0\0\1", 40000), Endpoint(b"\x7f\0\0\1", PORT)
+    tried = decoded_as = 0
+    for key in sorted(api_keys()):
+        top = kproto.request(key).valid_versions[-1]
+        req = request_frame(key, top, 5)[4:]
+        req = req[:2] + (top + 1).to_bytes(2, "big") + req[4:]
+        resp = response_frame(key, top, 5)[4:]
+        for _ in range(4):
+            r, s = bytearray(req), bytearray(resp)
+            for b in (r, s):
+                op = rnd.random()
+                if op < 0.3:
+                    b += rnd.randbytes(rnd.randrange(1, 9))
+                elif op < 0.6 and len(b) > 10:
+                    del b[rnd.randrange(10, len(b)):]
+                elif len(b) > 10:
+                    b[rnd.randrange(10, len(b))] ^= 0xFF
+            ex = Exchange(client, broker, api_key=key, api_version=top + 1, correlation_id=5,
+                          request_data=bytes(r), response_data=bytes(s))
+            bd(ex)
+            tried += 1
+            decoded_as += ex.decoded_as == top
+            for side in ("request", "response"):
+                if side in ex.unread:
+                    assert getattr(ex, side) is not None
+                    assert any(p.startswith(f"{side}: {ex.unread[side][1]} bytes at body offset")
+                               for p in ex.problems)
+            json.dumps(ex.to_json())
+    assert tried and decoded_as == tried

@@ -1,0 +1,107 @@
+"""The C decoder against the generated Python decoders: same objects, same failures, on every vector
+and on mutations of them (differential fuzzing). The rest of the suite runs through the C decoder."""
+from __future__ import annotations
+
+import random
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import kproto
+from kproto.codecs import _DECODE_FAULTS
+from kproto.codecs import program as _program
+from protocol_support import load_vectors
+
+GOOD = load_vectors("messages.jsonl.gz") + load_vectors("messages-edge.jsonl.gz")
+BAD = load_vectors("messages-bad.jsonl.gz")
+
+
+def _both(name: str, version: int, data):
+    """(outcome of C, outcome of Python): ("ok", obj, pos) or ("fail",)."""
+    compiled = kproto.message(name)._get(version)
+    out = []
+    for fn in (compiled.decode_c, compiled.decode_py):
+        try:
+            obj, pos = fn(data, 0)
+        except _DECODE_FAULTS:
+            out.append(("fail",))
+        else:
+            out.append(("ok", obj, pos))
+    return out
+
+
+def test_c_decoder_is_built_and_used():
+    # CI builds it from pyproject.toml; without it the speed figures of the README do not hold
+    assert _program._decoder is not None
+    codec = kproto.message("FetchResponse")
+    assert codec._get(12).decode is codec._get(12).decode_c
+
+
+def test_every_good_vector_decodes_the_same_in_c_and_python():
+    for vec in GOOD:
+        data = bytes.fromhex(vec["hex"])
+        c, py = _both(vec["name"], vec["version"], data)
+        assert c[0] == py[0] == "ok", vec.get("case")
+        assert c[1] == py[1] and c[2] == py[2] == len(data), (vec["name"], vec["version"])
+        # records and zeroCopy fields are views of the input; other bytes are copies
+        mv_c, _ = _both(vec["name"], vec["version"], memoryview(data))
+        assert mv_c[1] == c[1]
+
+
+def test_every_bad_vector_fails_in_c_and_python():
+    for vec in BAD:
+        c, py = _both(vec["name"], vec["version"], bytes.fromhex(vec["hex"]))
+        if c[0] == "ok" or py[0] == "ok":   # a "bad" vector may be bad only by its trailing bytes
+            assert c[0] == py[0] == "ok" and c[1] == py[1] and c[2] == py[2] < len(vec["hex"]) // 2
+        else:
+            assert c == py
+
+
+@settings(max_examples=1500, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@given(st.integers(0, len(GOOD) - 1), st.integers(0, 2**32 - 1))
+def test_mutated_vectors_agree(index, seed):
+    vec = GOOD[index]
+    rnd = random.Random(seed)
+    data = bytearray.fromhex(vec["hex"])
+    for _ in range(rnd.randint(1, 4)):
+        kind = rnd.randrange(4)
+        if kind == 0 and data:
+            data[rnd.randrange(len(data))] = rnd.randrange(256)
+        elif kind == 1 and data:
+            del data[rnd.randrange(len(data)):]
+        elif kind == 2:
+            data.insert(rnd.randrange(len(data) + 1), rnd.choice((0, 1, 0x7F, 0x80, 0xFF)))
+        elif data:
+            i = rnd.randrange(len(data))
+            data[i:i + 4] = rnd.choice((b"\x7f\xff\xff\xff", b"\xff\xff\xff\xff", b"\x80\x80\x80\x80\x80"))
+    c, py = _both(vec["name"], vec["version"], bytes(data))
+    assert c[0] == py[0]
+    if c[0] == "ok":
+        assert c[1] == py[1] and c[2] == py[2]
+
+
+@settings(max_examples=400, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@given(st.sampled_from(sorted({(v["name"], v["version"]) for v in GOOD})), st.binary(max_size=96))
+def test_arbitrary_bytes_agree(key, data):
+    c, py = _both(key[0], key[1], data)
+    assert c[0] == py[0]
+    if c[0] == "ok":
+        assert c[1] == py[1] and c[2] == py[2]
+
+
+def test_decode_position_and_buffer_types():
+    codec = kproto.message("ProduceRequest")
+    vec = next(v for v in GOOD if v["name"] == "ProduceRequest" and v["version"] == 9)
+    body = bytes.fromhex(vec["hex"])
+    framed = b"\xaa\xbb" + body
+    for buf in (framed, bytearray(framed), memoryview(framed)):
+        obj, end = codec.decode_from(buf, 2, 9)
+        assert end == len(framed) and obj == codec.decode(body, 9)
+    c = codec._get(9).decode_c
+    for pos in (-1, len(framed) + 1):
+        try:
+            c(framed, pos)
+        except ValueError:
+            pass
+        else:
+            raise AssertionError("a position outside the data must fail")
