@@ -199,7 +199,14 @@ class MessageCodec:
         Kafka's own decoder slices its buffer; other ``bytes`` fields are copies.
         Raises :class:`kproto.DecodeError` on malformed input.
         """
-        obj, pos = self.decode_from(data, 0, version)
+        c = self._compiled.get(version) or self._get(version)
+        if len(data) <= 4096:   # small messages (most of them): no garbage-collector pause
+            try:
+                obj, pos = c.decode(data, 0)
+            except _DECODE_FAULTS:
+                raise self._explain_decode(data, 0, version) from None
+        else:
+            obj, pos = self.decode_from(data, 0, version)
         if pos != len(data):
             raise DecodeError(f"{len(data) - pos} trailing bytes after the message",
                               what=f"{self.name} v{version}", offset=pos)
