@@ -33,12 +33,14 @@ def TestOneInput(data: bytes) -> None:
         return
     codec = CODECS[data[0] % len(CODECS)]
     vs = codec.valid_versions
-    compiled = codec._get(vs.start + data[1] % len(vs))
+    version = vs.start + data[1] % len(vs)
+    compiled = codec._get(version)
     if compiled.decode_c is None:   # built without the C decoder: nothing to compare
         return
     body = data[2:]
     c, py = _outcome(compiled.decode_c, body), _outcome(compiled.decode_py, body)
-    if c != py:
+    if c != py and not (c and py and c[1] == py[1] and codec.encode(c[0], version) == codec.encode(py[0], version)):
+        # (a float64 NaN is not equal to itself: such messages compare by their bytes)
         raise AssertionError(f"{codec.name}: C decoder gave {c!r}, Python decoder {py!r}")
 
 

@@ -243,6 +243,16 @@ static PyObject *view_slice(PyObject *mv, Py_ssize_t at, Py_ssize_t n) {
 static PyObject *decode_struct(Reader *r, Prog *pg);
 static PyObject *make_default(Prog *pg);
 
+static inline int64_t fixed_width(int code) {
+    switch (code) {
+    case OP_INT16: case OP_UINT16: return 2;
+    case OP_INT32: case OP_UINT32: return 4;
+    case OP_INT64: case OP_FLOAT64: return 8;
+    case OP_UUID: return 16;
+    default: return 1;
+    }
+}
+
 static int fill_defaults(PyObject *o, Prog *pg) {
     for (Py_ssize_t i = 0; i < pg->ndflt; i++) {
         Dflt *d = &pg->dflt[i];
@@ -350,8 +360,9 @@ static PyObject *decode_value(Reader *r, Op *op) {
             if (op->flags & F_NULLABLE) Py_RETURN_NONE;
             return fail("null in a non-nullable array");
         }
-        /* every element takes at least one byte: no list is sized beyond the data left */
-        if (n > r->len - r->pos) return fail("count beyond the data");
+        /* every element takes at least one byte (fixed-width ones their width): no list is
+         * sized beyond the data left */
+        if (n * fixed_width(op->elem->code) > r->len - r->pos) return fail("count beyond the data");
         PyObject *list = PyList_New((Py_ssize_t)n);
         if (!list) return NULL;
         for (Py_ssize_t i = 0; i < (Py_ssize_t)n; i++) {
