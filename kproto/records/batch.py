@@ -102,7 +102,23 @@ def parse_headers(data: bytes, pos: int, count: int, end: int,
     return tuple(out), pos
 
 
-class RecordBatch:
+class CompressionAttributes:
+    """``compression``/``compression_name`` from an ``attributes`` field: the codec bits are the
+    same in v2 batches and legacy messages."""
+
+    __slots__ = ()  # keeps the subclasses' instances without a __dict__
+
+    @property
+    def compression(self) -> int:
+        """Codec id, 0-4 (see :mod:`kproto.codecs.compression`)."""
+        return self.attributes & ATTR_COMPRESSION
+
+    @property
+    def compression_name(self) -> str:
+        return CODEC_NAMES.get(self.compression, f"unknown({self.compression})")
+
+
+class RecordBatch(CompressionAttributes):
     """A magic v2 batch over a buffer (bytes, memoryview or mmap), read lazily.
 
     The header fields are parsed on construction; nothing is decompressed or copied until
@@ -158,15 +174,6 @@ class RecordBatch:
     @property
     def next_offset(self) -> int:
         return _long(self.last_offset + 1)
-
-    @property
-    def compression(self) -> int:
-        """Codec id, 0-4 (see :mod:`kproto.codecs.compression`)."""
-        return self.attributes & ATTR_COMPRESSION
-
-    @property
-    def compression_name(self) -> str:
-        return CODEC_NAMES.get(self.compression, f"unknown({self.compression})")
 
     @property
     def timestamp_type(self) -> int:

@@ -12,9 +12,9 @@ import struct
 import zlib
 from typing import Iterator, NamedTuple
 
-from kproto.codecs.compression import CODEC_NAMES, DEFAULT_MAX_SIZE, decompress
+from kproto.codecs.compression import DEFAULT_MAX_SIZE, decompress
 from kproto.errors import DecodeError
-from kproto.records.batch import LOG_OVERHEAD
+from kproto.records.batch import LOG_OVERHEAD, CompressionAttributes
 
 __all__ = ["LegacyMessage", "LegacyRecord", "LEGACY_TIMESTAMP_TYPES"]
 
@@ -22,7 +22,6 @@ _PREFIX = struct.Struct(">qiIbb")  # offset, size, crc, magic, attributes
 _TS = struct.Struct(">q")
 _I32 = struct.Struct(">i")
 MIN_SIZE = {0: 14, 1: 22}  # LegacyRecord.RECORD_OVERHEAD_V0 / _V1 (crc..value length)
-ATTR_COMPRESSION = 0x07
 ATTR_TIMESTAMP_TYPE = 0x08
 LEGACY_TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime", "NoTimestampType")
 
@@ -43,7 +42,7 @@ class LegacyRecord(NamedTuple):
     crc_valid: bool = True
 
 
-class LegacyMessage:
+class LegacyMessage(CompressionAttributes):
     """One magic 0/1 log entry: a plain message or a compressed wrapper. Lazy like
     :class:`~kproto.records.batch.RecordBatch`: the value is decompressed on first use."""
 
@@ -104,14 +103,6 @@ class LegacyMessage:
     @property
     def size_in_bytes(self) -> int:
         return len(self.buffer)
-
-    @property
-    def compression(self) -> int:
-        return self.attributes & ATTR_COMPRESSION
-
-    @property
-    def compression_name(self) -> str:
-        return CODEC_NAMES.get(self.compression, f"unknown({self.compression})")
 
     @property
     def timestamp_type(self) -> int:

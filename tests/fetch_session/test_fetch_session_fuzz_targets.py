@@ -1,30 +1,18 @@
-"""Run every ``fuzz/fuzz_fetch_session*.py`` target's TestOneInput over random inputs and over
-mutations of valid FetchRequest/FetchResponse bodies, so CI exercises them without a fuzzing run."""
+"""Run the fetch-session fuzz target's TestOneInput over mutations of valid FetchRequest and
+FetchResponse bodies (random bytes: tests/test_fuzz_targets_all.py)."""
 from __future__ import annotations
 
-import glob
-import importlib.util
-import os
 import random
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 import kproto
 from kproto.fetch_session import FetchSessionHandler, PartitionData, TopicPartition
 from kproto.fetch_session.messages import build_fetch_request
 
-from fetch_session_vectors import REPO, load_traces, response_bytes
+from fetch_session_vectors import load_traces, response_bytes
 
-TARGETS = sorted(glob.glob(os.path.join(REPO, "fuzz", "fuzz_fetch_session*.py")))
-
-
-def _load(path: str):
-    spec = importlib.util.spec_from_file_location(os.path.basename(path)[:-3], path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+TARGETS = ["fuzz_fetch_session"]
 
 
 def _head(version: int, flag: bool, broker: bool) -> int:
@@ -55,25 +43,9 @@ def _seeds() -> list[bytes]:
     return out
 
 
-def test_targets_exist():
-    assert TARGETS
-
-
-@pytest.mark.parametrize("path", TARGETS, ids=os.path.basename)
-def test_fuzz_target_random_inputs(path):
-    target = _load(path).TestOneInput
-
-    @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
-    @given(st.binary(max_size=400))
-    def run(data):
-        target(data)
-
-    run()
-
-
-@pytest.mark.parametrize("path", TARGETS, ids=os.path.basename)
-def test_fuzz_target_mutated_messages(path):
-    target = _load(path).TestOneInput
+@pytest.mark.parametrize("name", TARGETS)
+def test_fuzz_target_mutated_messages(name, fuzz_target):
+    target = fuzz_target(name).TestOneInput
     rng = random.Random(1)
     seeds = _seeds()
     for seed in seeds:

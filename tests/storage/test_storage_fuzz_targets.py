@@ -1,26 +1,16 @@
-"""Run every ``fuzz/fuzz_storage*.py`` target's TestOneInput over random and mutated inputs, so
-CI exercises them without a fuzzing run."""
+"""Run the storage fuzz targets' TestOneInput over mutations of the fixtures' real files (random
+bytes: tests/test_fuzz_targets_all.py)."""
 from __future__ import annotations
 
 import glob
-import importlib.util
 import os
 import random
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
-from storage_fixtures import LOGDIRS, REPO
+from storage_fixtures import LOGDIRS
 
-TARGETS = sorted(glob.glob(os.path.join(REPO, "fuzz", "fuzz_storage*.py")))
-
-
-def _load(path: str):
-    spec = importlib.util.spec_from_file_location(os.path.basename(path)[:-3], path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+TARGETS = ["fuzz_storage_files", "fuzz_storage_log"]
 
 
 def _seeds(logs: bool) -> list[bytes]:
@@ -34,26 +24,10 @@ def _seeds(logs: bool) -> list[bytes]:
     return out
 
 
-def test_targets_exist():
-    assert TARGETS
-
-
-@pytest.mark.parametrize("path", TARGETS, ids=os.path.basename)
-def test_fuzz_target_random_inputs(path):
-    target = _load(path).TestOneInput
-
-    @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
-    @given(st.binary(max_size=600))
-    def run(data):
-        target(data)
-
-    run()
-
-
-@pytest.mark.parametrize("path", TARGETS, ids=os.path.basename)
-def test_fuzz_target_mutated_files(path):
-    target = _load(path).TestOneInput
-    logs = "log" in os.path.basename(path)
+@pytest.mark.parametrize("name", TARGETS)
+def test_fuzz_target_mutated_files(name, fuzz_target):
+    target = fuzz_target(name).TestOneInput
+    logs = name == "fuzz_storage_log"
     rng = random.Random(1)
     seeds = _seeds(logs)
     for i in range(300):
