@@ -170,8 +170,8 @@ class MessageCodec:
                     ns.update(gen.ns)
                     exec(compile(src, f"<kproto {self.name} v{version}>", "exec"), ns)
                     c.decode_py, c.encode, c.source = ns["decode"], ns["encode"], src
-                    c.decode_c = compile_decoder(self.schema, version, self.classes) if _USE_C else None
-                    c.decode = c.decode_c or c.decode_py
+                    c.decode_c = compile_decoder(self.schema, version, self.classes)
+                    c.decode = (c.decode_c if _USE_C else None) or c.decode_py
                     self._compiled[version] = c
         return c
 
