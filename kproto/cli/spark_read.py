@@ -1,5 +1,6 @@
 """``kproto spark-read PATH``: read a log directory with the ``kafka-segments`` Spark source
-and print records per partition (count, offset and time range), or the first rows."""
+and print records per partition (count, offset and time range), the first rows, or the damage
+the read meets."""
 from __future__ import annotations
 
 import argparse
@@ -22,11 +23,15 @@ def register(subparsers) -> None:
     p.add_argument("--topics", help="comma-separated topic names")
     p.add_argument("--where", help="a Spark SQL condition, e.g. \"topic = 'orders'\"")
     p.add_argument("--show", type=int, metavar="N", help="print N records instead of a summary")
+    p.add_argument("--verify-crc", action="store_true", help="skip batches whose CRC fails")
+    p.add_argument("--damage", action="store_true",
+                   help="print the damage found (output=damage) instead of the records")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    """Exit code 0; 2 when the path does not exist or Spark is missing."""
+    """Exit code 0 (with ``--damage``: 1 when damage was found); 2 when the path does not
+    exist or Spark is missing."""
     if not os.path.exists(args.path):
         print(f"kproto spark-read: no such path: {args.path}", file=sys.stderr)
         return 2
@@ -50,12 +55,22 @@ def run(args: argparse.Namespace) -> int:
     try:
         kproto.spark.register(spark)
         reader = (spark.read.format("kafka-segments").option("isolation", args.isolation)
-                  .option("includeControl", str(args.include_control).lower()))
+                  .option("includeControl", str(args.include_control).lower())
+                  .option("verifyCrc", str(args.verify_crc).lower()))
         if args.topics:
             reader = reader.option("topics", args.topics)
+        if args.damage:
+            reader = reader.option("output", "damage")
         df = reader.load(os.path.abspath(args.path))
         if args.where:
             df = df.where(args.where)
+        if args.damage:
+            rows = df.orderBy("topic", "partition", "file", "position").collect()
+            for r in rows:
+                print(f"{r.topic}-{r.partition}  {r.file}  position={r.position}  {r.kind}  "
+                      f"bytes_skipped={r.bytes_skipped}  {r.reason}")
+            print(f"{len(rows)} damage item(s)")
+            return 1 if rows else 0
         if args.show:
             df.select("topic", "partition", "offset", "timestamp", "key", "value",
                       "is_control").show(args.show, truncate=40)

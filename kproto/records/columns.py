@@ -19,6 +19,8 @@ per-record copy is made; :meth:`RecordColumns.binary_offsets` gives the classic 
 
 Legacy (magic 0/1) batches in the range are decoded per message and spliced in, in order.
 :func:`iter_column_batches` decodes a long range in chunks of batches to bound memory.
+:func:`decode_arrow` (v2 batches) goes straight to Arrow's classic ``binary`` keys and values,
+the storage reader's path: no concatenated buffer, one copy of each key and value.
 
 How it is fast: the records sections of all batches in the range are decompressed into one
 buffer; then either the optional C accelerator (``_speedups.c``, one pass) or the numpy engine
@@ -46,8 +48,9 @@ try:  # optional C accelerator (kproto/records/_speedups.c); the numpy path is t
 except ImportError:  # pragma: no cover - depends on the build
     _speedups = None
 
-__all__ = ["RecordColumns", "BatchColumns", "decode_columns", "decode_batches", "batch_records",
-           "iter_column_batches", "to_arrow", "binary_view_array"]
+__all__ = ["RecordColumns", "BatchColumns", "ArrowRecords", "decode_columns", "decode_batches",
+           "decode_arrow", "batch_records", "iter_column_batches", "to_arrow", "binary_view_array",
+           "binary_array", "headers_array"]
 
 _PAD = b"\0" * 16  # lets vectorised varint reads run past the last record without bounds checks
 _BATCH_FIELDS = ("position", "base_offset", "last_offset", "count", "magic", "attributes",
@@ -428,16 +431,10 @@ def to_arrow(cols: RecordColumns):
     is_control and timestamp_type."""
     import pyarrow as pa
 
-    n = len(cols)
     attrs = cols.batch_field("attributes")
     magic = cols.batch_field("magic")
     ts_type = np.where(magic == 0, -1, (attrs & 0x08) >> 3)
-    flat = [h for hs in cols.headers for h in hs]
-    offsets = np.zeros(n + 1, np.int32)
-    np.cumsum(cols.header_count, out=offsets[1:])
-    headers = pa.ListArray.from_arrays(pa.array(offsets), pa.StructArray.from_arrays(
-        [pa.array([h[0] for h in flat], pa.string()), pa.array([h[1] for h in flat], pa.binary())],
-        names=["key", "value"]))
+    headers = headers_array(cols.headers, cols.header_count)
     return pa.RecordBatch.from_arrays([
         pa.array(cols.offset), pa.array(cols.timestamp),
         binary_view_array(cols, "key"), binary_view_array(cols, "value"),
@@ -450,6 +447,164 @@ def to_arrow(cols: RecordColumns):
     ], names=["offset", "timestamp", "key", "value", "headers", "partition_leader_epoch",
               "producer_id", "producer_epoch", "is_transactional", "is_control",
               "timestamp_type"])
+
+
+def headers_array(headers: list, header_count: np.ndarray):
+    """Per-record headers (``RecordColumns.headers``: [] when no record has any) as Arrow
+    ``list<struct<key: string, value: binary>>``."""
+    import pyarrow as pa
+
+    flat = [h for hs in headers for h in hs]
+    offsets = np.zeros(len(header_count) + 1, np.int32)
+    if flat:
+        offsets[1:] = np.cumsum(header_count)
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.StructArray.from_arrays(
+        [pa.array([h[0] for h in flat], pa.string()), pa.array([h[1] for h in flat], pa.binary())],
+        names=["key", "value"]))
+
+
+@dataclass
+class ArrowRecords:
+    """Records of v2 batches with keys, values and headers already Arrow arrays: what
+    :func:`decode_arrow` returns. Batch fields are left to the caller, who has the batches:
+    ``np.repeat(per_batch_values, counts)`` spreads them over the records."""
+
+    offset: np.ndarray  # int64
+    timestamp: np.ndarray  # int64, ms (LogAppendTime batches: their max timestamp)
+    key: object  # pyarrow binary array (null key: null)
+    value: object  # pyarrow binary array
+    headers: object  # pyarrow list<struct<key: string, value: binary>>
+    counts: np.ndarray  # int64: records per batch, in batch order
+
+    def __len__(self) -> int:
+        return len(self.offset)
+
+
+def _binary_array(lengths: np.ndarray, gather) -> object:
+    """Classic Arrow binary from int64 lengths (-1: null) and ``gather(offsets, data)``, which
+    fills the int32 offsets and the concatenated bytes."""
+    import pyarrow as pa
+
+    n = len(lengths)
+    nulls = lengths < 0
+    null_count = int(np.count_nonzero(nulls))
+    total = int(lengths.sum()) + null_count  # nulls count as -1 in the sum
+    if total > 0x7FFFFFFF:
+        raise OverflowError("more than 2 GiB of keys or values in one Arrow array")
+    offsets = np.empty(n + 1, np.int32)
+    data = np.empty(total, np.uint8)
+    gather(offsets, data)
+    validity = None
+    if null_count:
+        validity = pa.py_buffer(np.packbits(~nulls, bitorder="little"))
+    return pa.Array.from_buffers(pa.binary(), n, [validity, pa.py_buffer(offsets),
+                                                  pa.py_buffer(data)], null_count)
+
+
+def decode_arrow(batches: Sequence[RecordBatch]) -> ArrowRecords:
+    """Decode every record of the given v2 batches with keys and values as classic Arrow
+    ``binary`` arrays (int32 offsets and one data buffer: what pandas, Spark and every Arrow
+    kernel take), built directly rather than as views followed by a cast. With the C helper
+    each batch's records section is scanned where it lies (decompressed, or mapped from a
+    file) and the bytes are copied once; without it this goes through :func:`decode_batches`.
+    Raises :class:`OverflowError` when keys or values exceed 2 GiB (decode fewer batches)."""
+    if _speedups is None or not all(isinstance(b, RecordBatch) for b in batches):
+        return _decode_arrow_columns(batches)
+    parts = []
+    counts = np.empty(len(batches), np.int64)
+    for i, b in enumerate(batches):
+        c = b.count
+        d = b.records_data() if c else b""  # Kafka never reads an empty batch
+        if c > len(d) // _MIN_RECORD:  # never allocate for records that cannot be there
+            raise DecodeError(f"record count {c} cannot fit in {len(d)} bytes",
+                              what="RecordBatch", offset=b.position + 57)
+        parts.append(d)
+        counts[i] = c
+    n = int(counts.sum())
+    out = [np.empty(n, np.int64) for _ in range(10)]
+    attrs = np.empty(n, np.uint8)
+    try:
+        _speedups.scan_parts(parts, counts, *out, attrs)
+    except ValueError as e:
+        if len(e.args) != 3:  # not a record's damage: a misuse of scan_parts
+            raise
+        reason, offset, part = e.args
+        # offsets into a decompressed section mean nothing in the file: name the batch
+        raise DecodeError(f"{reason} (byte {offset} of the batch's records)",
+                          what="RecordBatch record", offset=batches[part].position) from None
+    ts_delta, off_delta, kstart, klen, vstart, vlen, hcount, hstart, _rs, rend = out
+    headers: list = []
+    if n and hcount.any():
+        headers = [()] * n
+        bidx = np.repeat(np.arange(len(batches)), counts).tolist()
+        data: dict[int, bytes] = {}
+        for i in np.flatnonzero(hcount).tolist():
+            b = bidx[i]
+            if b not in data:
+                data[b] = bytes(parts[b])  # header values are bytes, not views into a file
+            headers[i] = parse_headers(data[b], int(hstart[i]), int(hcount[i]), int(rend[i]),
+                                       "RecordBatch record")[0]
+    key = _binary_array(klen, lambda o, d: _speedups.gather_binary(parts, counts, kstart, klen,
+                                                                   o, d))
+    value = _binary_array(vlen, lambda o, d: _speedups.gather_binary(parts, counts, vstart, vlen,
+                                                                     o, d))
+    base = np.repeat(np.fromiter((b.base_offset for b in batches), np.int64, len(batches)), counts)
+    log_append = np.fromiter((b.attributes & 0x08 != 0 for b in batches), bool, len(batches))
+    first_ts = np.fromiter((b.max_timestamp if b.attributes & 0x08 else b.first_timestamp
+                            for b in batches), np.int64, len(batches))
+    timestamp = np.repeat(first_ts, counts)
+    if not log_append.all():
+        timestamp += np.where(np.repeat(log_append, counts), 0, ts_delta)
+    return ArrowRecords(base + off_delta, timestamp, key, value,
+                        headers_array(headers, hcount), counts)
+
+
+def _decode_arrow_columns(batches: Sequence[RecordBatch]) -> ArrowRecords:
+    """:func:`decode_arrow` through :func:`decode_batches` (the numpy engine's way)."""
+    cols = decode_batches(batches)
+    return ArrowRecords(cols.offset, cols.timestamp, binary_array(cols, "key"),
+                        binary_array(cols, "value"),
+                        headers_array(cols.headers, cols.header_count),
+                        np.bincount(cols.batch_index, minlength=len(batches)).astype(np.int64))
+
+
+def binary_array(cols: RecordColumns, which: str = "value"):
+    """Keys or values as a classic ``pyarrow`` binary array (int32 offsets, one data buffer:
+    a copy). Raises :class:`OverflowError` past 2 GiB of bytes."""
+    import pyarrow as pa
+
+    start = getattr(cols, which + "_start")
+    length = getattr(cols, which + "_length")
+    n = len(cols)
+    valid = length >= 0
+    end = start + np.where(valid, length, 0)
+    # The records lie in order in cols.data, so (start, end) pairs are ascending: as the
+    # offsets of a 2n-element binary array over cols.data (wanted bytes, gaps between them)
+    # every even element is one value, and Arrow's take copies them out in one pass.
+    # Legacy records spliced in by _merge_legacy break the order: views and a cast then.
+    pairs = np.empty(2 * n + 1, np.int64)
+    pairs[0:2 * n:2] = start
+    pairs[1:2 * n:2] = end
+    pairs[2 * n] = end[-1] if n else 0
+    if int((end - start).sum()) > 0x7FFFFFFF:
+        raise OverflowError("more than 2 GiB of keys or values in one Arrow array")
+    large = len(cols.data) > 0x7FFFFFFF
+    if n and (pairs[1:] < pairs[:-1]).any():
+        if large:
+            raise OverflowError("more than 2 GiB of decoded records")
+        out = binary_view_array(cols, which).cast(pa.binary())
+    else:
+        spread = pa.Array.from_buffers(
+            pa.large_binary() if large else pa.binary(), 2 * n,
+            [None, pa.py_buffer(pairs if large else pairs.astype(np.int32)),
+             pa.py_buffer(cols.data)])
+        out = spread.take(pa.array(np.arange(0, 2 * n, 2, dtype=np.int64)))
+        if large:
+            out = out.cast(pa.binary())
+        if not valid.all():
+            out = pa.Array.from_buffers(pa.binary(), n, [pa.py_buffer(np.packbits(
+                valid, bitorder="little"))] + out.buffers()[1:])
+    return out
 
 
 def iter_column_batches(buf, start: int = 0, end: int | None = None, *,

@@ -29,7 +29,9 @@ _US = _dt.timedelta(microseconds=1)
 #: every option the source understands (keys as Spark hands them over: lower-cased)
 OPTIONS = ("path", "paths", "topics", "partitions", "startingoffsets", "endingoffsets",
            "startingtimestamp", "endingtimestamp", "isolation", "includecontrol", "verifycrc",
-           "splitsize")
+           "splitsize", "output")
+#: values of the ``output`` option: the records, or the damage a read of them meets
+OUTPUTS = ("records", "damage")
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,7 @@ class ScanSpec:
     partitions: frozenset[int] | None = None
     partition_range: tuple[int | None, int | None] = (None, None)  # inclusive bounds
     split_bytes: int | None = None  # None: auto_split_bytes of what is read
+    output: str = "records"  # or "damage": one row per damage found instead of the records
     empty: bool = False  # the bounds exclude every record
     pushed: tuple[str, ...] = field(default=(), compare=False)  # filters taken (logged)
 
@@ -171,8 +174,11 @@ def parse_options(options: Mapping[str, str]) -> ScanSpec:
         raise ValueError(f"kafka-segments: partitions must be integers: "
                          f"{opts['partitions']!r}") from None
     split = _size(opts.get("splitsize"))
+    output = opts.get("output", "records").lower()
+    if output not in OUTPUTS:
+        raise ValueError(f"kafka-segments: output must be one of {OUTPUTS}, not {output!r}")
     return _checked(ScanSpec(tuple(paths), read, frozenset(topics) if topics is not None else None,
-                             partitions=partitions, split_bytes=split))
+                             partitions=partitions, split_bytes=split, output=output))
 
 
 def _names(value: str | None) -> list[str] | None:
@@ -270,7 +276,11 @@ def _narrow(spec: ScanSpec, f) -> tuple[ScanSpec, bool] | None:
         return None
     col = attr[0]
     value = getattr(f, "value", None)
-    if kind == "IsNotNull" and col in ("topic", "partition", "offset", "timestamp"):
+    if spec.output != "records":
+        # damage rows: only their topic and partition select what is read (and may be null)
+        if col not in ("topic", "partition") or kind == "IsNotNull":
+            return None
+    elif kind == "IsNotNull" and col in ("topic", "partition", "offset", "timestamp"):
         return spec, True  # never null in this source
     if col == "topic":
         if kind == "EqualTo" and isinstance(value, str):

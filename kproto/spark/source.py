@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 from typing import Iterator, Sequence
 
 import pyarrow as pa
@@ -15,6 +14,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
 
+from kproto.storage.layout import parse_partition_dir_name
 from kproto.storage.partition import Damage
 from kproto.storage.reader import Split, arrow_schema, plan_splits, read_split
 from kproto.spark.scan import AUTO_TASKS, ScanSpec, auto_split_bytes, balance, parse_options
@@ -28,13 +28,44 @@ def spark_schema() -> StructType:
     return from_arrow_schema(arrow_schema())
 
 
+DAMAGE_SCHEMA = pa.schema([
+    pa.field("topic", pa.string()), pa.field("partition", pa.int32()),
+    pa.field("file", pa.string(), False), pa.field("position", pa.int64(), False),
+    pa.field("kind", pa.string(), False), pa.field("reason", pa.string(), False),
+    pa.field("bytes_skipped", pa.int64(), False),
+])
+
+
+def damage_spark_schema() -> StructType:
+    """Columns of ``.option("output", "damage")``: one row per :class:`kproto.storage.Damage`
+    (``kind``: crc, corrupt, torn-tail, index, file; ``position``: byte position in ``file``;
+    ``bytes_skipped``: log bytes not read because of it), with the topic and partition of the
+    folder holding ``file``."""
+    return from_arrow_schema(DAMAGE_SCHEMA)
+
+
+def _damage_batch(damage: Sequence[Damage], target: pa.Schema) -> pa.RecordBatch:
+    names = [parse_partition_dir_name(os.path.basename(os.path.dirname(d.file)))
+             for d in damage]
+    return pa.RecordBatch.from_arrays([
+        pa.array([n[0] if n else None for n in names], pa.string()),
+        pa.array([n[1] if n else None for n in names], pa.int32()),
+        pa.array([d.file for d in damage], pa.string()),
+        pa.array([d.position for d in damage], pa.int64()),
+        pa.array([d.kind for d in damage], pa.string()),
+        pa.array([d.reason for d in damage], pa.string()),
+        pa.array([d.bytes_skipped for d in damage], pa.int64()),
+    ], schema=DAMAGE_SCHEMA).select(target.names).cast(target)
+
+
 class SplitPartition(InputPartition):
     """A Spark partition: consecutive :class:`kproto.storage.Split` s (byte ranges of
     segments, see :func:`kproto.spark.scan.balance`)."""
 
-    def __init__(self, splits: tuple[Split, ...]) -> None:
+    def __init__(self, splits: tuple[Split, ...], damage: tuple[Damage, ...] = ()) -> None:
         super().__init__(splits)
         self.splits = splits
+        self.damage = damage  # found while planning, reported by this task (damage output)
 
     def __repr__(self) -> str:
         return "SplitPartition(" + ", ".join(
@@ -42,9 +73,35 @@ class SplitPartition(InputPartition):
             for s in self.splits) + ")"
 
 
+class _PushFilters:
+    """``pushFilters`` of :class:`KafkaSegmentsReader`, set on each instance.
+
+    With ``spark.sql.python.filterPushdown.enabled`` Spark's planner calls
+    ``reader.pushFilters(filters)``; without it, the other planner refuses any reader whose
+    ``reader.pushFilters.__func__`` is not ``DataSourceReader.pushFilters`` (a guard for
+    sources that depend on their own filtering), and nothing tells a reader which planner
+    asks: the setting is not passed to Python sources. This source only narrows its scan with
+    the filters and Spark evaluates every filter not reported as handled, so one reader can
+    serve both: the call finds this instance attribute, while the guard finds the inherited
+    method on the class, or through ``__func__`` below on the instance (Spark 4.1-4.3 look
+    there). This replaces looking for the pushdown planner's file in the call stack. Should a
+    later guard test something else, reads with pushdown off would fail loudly (the
+    ``pushdown-off`` tests), never return wrong rows.
+    """
+
+    __func__ = staticmethod(getattr(DataSourceReader, "pushFilters", lambda self, f: f))
+
+    def __init__(self, reader: KafkaSegmentsReader) -> None:
+        self.reader = reader
+
+    def __call__(self, filters: list) -> list:
+        self.reader.spec, rest = self.reader.spec.push(filters)
+        return rest
+
+
 class KafkaSegmentsReader(DataSourceReader):
-    """Batch reader without filter pushdown (Spark refuses a reader that defines
-    ``pushFilters`` while ``spark.sql.python.filterPushdown.enabled`` is off)."""
+    """Batch reader of a ``kafka-segments`` read; takes Spark's filters on topic, partition,
+    offset and timestamp when pushdown is on (see :class:`_PushFilters`)."""
 
     def __init__(self, spec: ScanSpec, schema: StructType, tasks: int = AUTO_TASKS) -> None:
         self.spec = spec
@@ -52,9 +109,11 @@ class KafkaSegmentsReader(DataSourceReader):
         self.columns = schema.fieldNames()
         # exactly the Arrow schema Spark checks every batch against
         self.target = to_arrow_schema(schema, timezone="UTC")
-        unknown = set(self.columns) - set(arrow_schema().names)
+        known = DAMAGE_SCHEMA if spec.output == "damage" else arrow_schema()
+        unknown = set(self.columns) - set(known.names)
         if unknown:
             raise ValueError(f"kafka-segments: unknown column(s) {sorted(unknown)}")
+        self.pushFilters = _PushFilters(self)
 
     def partitions(self) -> Sequence[InputPartition]:
         """Tasks over the selected partition folders, in offset order, of about ``splitSize``
@@ -68,17 +127,25 @@ class KafkaSegmentsReader(DataSourceReader):
                                        options=spec.read, split_bytes=1 << 62, damage=damage)
                   if spec.keeps(s)]  # whole segments (the ranges the bounds leave of them)
         target = spec.split_bytes or auto_split_bytes(sum(s.size for s in splits), self.tasks)
-        for d in damage:
-            log.warning("kafka-segments: %s", d)
         if spec.pushed:
             log.info("kafka-segments: filters pushed into the scan: %s", ", ".join(spec.pushed))
-        return [SplitPartition(group) for group in balance(splits, target)]
+        tasks = [SplitPartition(group) for group in balance(splits, target)]
+        if spec.output == "damage":
+            # the first task reports what planning found (a task even when nothing is read)
+            first = tasks[0].splits if tasks else ()
+            return [SplitPartition(first, tuple(damage))] + tasks[1:]
+        for d in damage:
+            log.warning("kafka-segments: %s", d)
+        return tasks
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """The records of the partition's splits, as Arrow batches of the Spark schema."""
         # () for Spark's placeholder partition of an empty scan
         splits = getattr(partition, "splits", ())
         damage: list[Damage] = []
+        if self.spec.output == "damage":
+            yield from self._read_damage(splits, list(getattr(partition, "damage", ())))
+            return
         full = self.columns == arrow_schema().names
         for split in splits:
             for rb in read_split(split, self.spec.read, damage=damage):
@@ -88,26 +155,15 @@ class KafkaSegmentsReader(DataSourceReader):
         for d in damage:
             log.warning("kafka-segments: %s", d)
 
-
-class KafkaSegmentsPushdownReader(KafkaSegmentsReader):
-    """Batch reader taking Spark's filters on topic, partition, offset and timestamp."""
-
-    def pushFilters(self, filters: list) -> list:
-        self.spec, rest = self.spec.push(filters)
-        return rest
-
-
-def _planning_with_pushdown() -> bool:
-    """Whether Spark's filter-pushdown planner (run only when
-    ``spark.sql.python.filterPushdown.enabled`` is on) is the caller. The reader must define
-    ``pushFilters`` only then: the plain planner rejects such a reader, and nothing else tells
-    a data source which of the two is asking."""
-    frame = sys._getframe(2)
-    while frame is not None:
-        if os.path.basename(frame.f_code.co_filename) == "data_source_pushdown_filters.py":
-            return True
-        frame = frame.f_back
-    return False
+    def _read_damage(self, splits: Sequence[Split],
+                     damage: list[Damage]) -> Iterator[pa.RecordBatch]:
+        """The damage a records read of ``splits`` meets, read in full (records that do
+        not decode are found only by decoding them) and dropped."""
+        for split in splits:
+            for _ in read_split(split, self.spec.read, damage=damage):
+                pass
+        if damage:
+            yield _damage_batch(damage, self.target)
 
 
 class KafkaSegmentsDataSource(DataSource):
@@ -120,7 +176,9 @@ class KafkaSegmentsDataSource(DataSource):
     ``isolation`` (``read_uncommitted`` or ``read_committed``), ``includeControl``,
     ``verifyCrc`` (skip batches whose CRC does not match), ``splitSize`` (bytes per task, e.g.
     ``64m``; segments are cut at batch boundaries found through their ``.index``; default:
-    what is read over ``tasks`` tasks, see :func:`kproto.spark.register`).
+    what is read over ``tasks`` tasks, see :func:`kproto.spark.register`), ``output``
+    (``records``, or ``damage``: instead of the records, one row per damage a read with the
+    same options meets, columns :func:`damage_spark_schema`).
     """
 
     tasks: int = AUTO_TASKS  # tasks per read without splitSize
@@ -130,9 +188,13 @@ class KafkaSegmentsDataSource(DataSource):
         return NAME
 
     def schema(self) -> StructType:
+        if parse_options(self.options).output == "damage":
+            return damage_spark_schema()
         return spark_schema()
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        spec = parse_options(self.options)
-        cls = KafkaSegmentsPushdownReader if _planning_with_pushdown() else KafkaSegmentsReader
-        return cls(spec, schema, self.tasks)
+        return KafkaSegmentsReader(parse_options(self.options), schema, self.tasks)
+
+
+#: Earlier name of the reader used with pushdown on; every reader takes filters now.
+KafkaSegmentsPushdownReader = KafkaSegmentsReader
