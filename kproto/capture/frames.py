@@ -3,8 +3,9 @@
 A :class:`FrameCutter` takes the :mod:`kproto.capture.tcp` events of one direction. Bytes lost
 inside a frame whose size is known only damage that frame (``Frame.missing``); when a gap or
 garbage hides a frame boundary the cutter resynchronises on the next *plausible* frame start,
-which a :class:`FrameRule` defines (requests: sane size, known API key and version, sane
-client id; responses: a correlation id still pending on the connection).
+which a :class:`FrameRule` defines (requests: sane size, known API key, a version the schemas
+define or up to :data:`NEWER_VERSIONS` above the newest, sane client id; responses: a
+correlation id still pending on the connection).
 """
 from __future__ import annotations
 
@@ -18,9 +19,14 @@ import numpy as np
 
 from kproto.capture.tcp import StreamData, StreamGap
 
-__all__ = ["Frame", "FrameCutter", "FrameRule", "RequestRule", "ResponseRule", "DEFAULT_MAX_FRAME"]
+__all__ = ["Frame", "FrameCutter", "FrameRule", "RequestRule", "ResponseRule", "DEFAULT_MAX_FRAME",
+           "NEWER_VERSIONS"]
 
 DEFAULT_MAX_FRAME = 256 << 20
+#: Versions above the newest the schemas know that still make a plausible request start: clients
+#: newer than the schemas speak them (librdkafka 2.16 sends Metadata v13 to a Kafka 3.9 schema
+#: set), and a Kafka release rarely adds more than one or two versions to an API.
+NEWER_VERSIONS = 3
 _first = itemgetter(0)
 _I32 = struct.Struct(">i")
 _REQ_HEAD = struct.Struct(">ihhih")  # size, api_key, api_version, correlation_id, client_id length
@@ -96,16 +102,16 @@ class RequestRule(FrameRule):
     sane_bytes = 4
 
     def __init__(self, versions: Callable[[int], Optional[range]], max_frame: int = DEFAULT_MAX_FRAME,
-                 max_api_key: int = 255) -> None:
+                 max_api_key: int = 255, newer: int = NEWER_VERSIONS) -> None:
         super().__init__(max_frame)
         self.versions = versions
-        # numpy lookup tables: highest valid version per API key, -1 if the key is unknown
+        # numpy lookup tables: versions accepted per API key (min > max if the key is unknown)
         self._max_ver = np.full(1 << 16, -1, dtype=np.int32)
         self._min_ver = np.zeros(1 << 16, dtype=np.int32)
         for key in range(max_api_key + 1):
             r = versions(key)
             if r is not None and len(r):
-                self._max_ver[key] = r[-1]
+                self._max_ver[key] = r[-1] + newer
                 self._min_ver[key] = r[0]
 
     def sane(self, buf, pos):
@@ -115,10 +121,9 @@ class RequestRule(FrameRule):
 
     def plausible(self, buf, pos):
         size, key, ver, _corr, cid = _REQ_HEAD.unpack_from(buf, pos)
-        if not 10 <= size <= self.max_frame or key < 0:
+        if not 10 <= size <= self.max_frame or not 0 <= key < len(self._max_ver):
             return False
-        r = self.versions(key)
-        if r is None or ver not in r:
+        if not self._min_ver[key] <= ver <= self._max_ver[key]:
             return False
         if cid == -1:
             return True

@@ -127,6 +127,17 @@ static void set_outputs(scan_out *o, Py_buffer *out)
     o->rs = out[8].buf; o->re = out[9].buf; o->at = out[10].buf;
 }
 
+/* Release the output buffers of a scan; its result: None, or NULL with the error set. */
+static PyObject *finish_outputs(Py_buffer *out)
+{
+    for (int i = 0; i < N_OUT; i++)
+        if (out[i].obj)
+            PyBuffer_Release(&out[i]);
+    if (PyErr_Occurred())
+        return NULL;
+    Py_RETURN_NONE;
+}
+
 static void set_scan_error(const char *err, int64_t err_at, Py_ssize_t part)
 {
     PyObject *info = part < 0 ? Py_BuildValue("(sL)", err, (long long)err_at)
@@ -183,12 +194,7 @@ static PyObject *scan_v2(PyObject *self, PyObject *args)
 release:
     PyBuffer_Release(&data);
     PyBuffer_Release(&segs);
-    for (int i = 0; i < N_OUT; i++)
-        if (out[i].obj)
-            PyBuffer_Release(&out[i]);
-    if (PyErr_Occurred())
-        return NULL;
-    Py_RETURN_NONE;
+    return finish_outputs(out);
 }
 
 /* Buffers of every item of a sequence of bytes-like objects (released by release_parts). */
@@ -278,12 +284,7 @@ release:
         release_parts(parts, nparts);
     if (cnts.obj)
         PyBuffer_Release(&cnts);
-    for (int i = 0; i < N_OUT; i++)
-        if (out[i].obj)
-            PyBuffer_Release(&out[i]);
-    if (PyErr_Occurred())
-        return NULL;
-    Py_RETURN_NONE;
+    return finish_outputs(out);
 }
 
 /* gather_binary(parts, counts, start, length, offsets, data)

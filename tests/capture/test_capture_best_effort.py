@@ -59,10 +59,10 @@ def test_mock_metadata_v13_decoded_with_the_v12_layout():
 
 
 def _heartbeat(version: int, corr: int, *, error_code: int = 0, req_extra: bytes = b"",
-               resp_extra: bytes = b"") -> tuple[bytes, bytes]:
+               resp_extra: bytes = b"", group_id: str = "g") -> tuple[bytes, bytes]:
     """A Heartbeat exchange at the newest known version, relabelled ``version``, bytes appended."""
     known = kproto.request(HEARTBEAT).valid_versions[-1]
-    req = kproto.request(HEARTBEAT).cls(group_id="g", generation_id=7, member_id="m-1")
+    req = kproto.request(HEARTBEAT).cls(group_id=group_id, generation_id=7, member_id="m-1")
     frame = request_frame(HEARTBEAT, known, corr, req)
     frame = frame[:6] + version.to_bytes(2, "big") + frame[8:] + req_extra
     resp = response_frame(HEARTBEAT, known, corr, kproto.response(HEARTBEAT).cls(error_code=error_code))
@@ -217,3 +217,38 @@ def test_every_api_above_its_schema_with_mangled_bytes_never_raises():
                                for p in ex.problems)
             json.dumps(ex.to_json())
     assert tried and decoded_as == tried
+
+
+def test_resync_after_a_gap_finds_requests_newer_than_the_schemas():
+    """A hole hides a frame boundary, and what follows is Heartbeat at versions the schemas do not
+    define yet: the cutter still takes them as frame starts, they are paired and decoded."""
+    from kproto.capture.frames import NEWER_VERSIONS
+
+    known = kproto.request(HEARTBEAT).valid_versions[-1]
+    pairs = [_heartbeat(known + 1 + i % NEWER_VERSIONS, 10 + i, group_id=f"group-{i}-" + "g" * 150)
+             for i in range(6)]
+    conv = Conversation()
+    idx = conv.send(True, b"".join(q for q, _ in pairs), 50, ack=False)
+    conv._pkt(False, conv.bseq, conv.cseq, 0x10)  # the broker acknowledges all of it
+    conv.send(False, b"".join(r for _, r in pairs), 1000)
+    conv.close()
+    size = len(pairs[0][0])
+    cut = size + size // 2  # inside request 11
+    lost = set(idx[cut // 50:(2 * size + 20) // 50 + 1])  # its end and the start of request 12
+    frames = [f for i, f in enumerate(conv.frames()) if i not in lost]
+    for best_effort in (True, False):
+        dec = CaptureDecoder([PORT], decode=BodyDecoder(best_effort=best_effort))
+        by = {e.correlation_id: e for e in dec.feed_all(packets_of(frames))}
+        assert any("not captured" in p for p in by[11].problems)
+        assert 12 not in by or by[12].request_data is None  # its start is gone
+        assert all(13 + i in by for i in range(3))  # every later one is found again
+        for corr in (10, 13, 14, 15):
+            ex = by[corr]
+            assert ex.request_data is not None and ex.response_data is not None
+            assert ex.api_version == known + 1 + (corr - 10) % NEWER_VERSIONS
+            if best_effort:
+                assert ex.problems == [] or corr == 13  # 13 carries the resync note
+                assert ex.decoded_as == known and ex.request.member_id == "m-1"
+            else:
+                assert ex.decoded_as is None and "not a version" in ex.problems[-1]
+        assert any("resynchronise" in p for p in by[13].problems)

@@ -2,54 +2,13 @@
 field-by-field reference decoder, on the vectors and on random or damaged batches."""
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kproto.errors import DecodeError
-from kproto.records import RecordBatch, RecordBatchBuilder, columns, iter_batches
+from kproto.records import RecordBatch, RecordBatchBuilder, iter_batches
 
 from .conftest import VECTORS, vector_names
-
-SPEEDUPS_C = Path(columns.__file__).with_name("_speedups.c")
-
-
-@pytest.fixture(scope="session")
-def speedups(tmp_path_factory):
-    """The C accelerator: the installed one, else compiled here from its source so that CI
-    tests it whether or not the package build includes it."""
-    if columns._speedups is not None:
-        return columns._speedups
-    from setuptools import Extension
-    from setuptools.command.build_ext import build_ext
-    from setuptools.dist import Distribution
-    out = tmp_path_factory.mktemp("speedups")
-    dist = Distribution({"name": "kproto-speedups", "ext_modules": [
-        Extension("_speedups", [str(SPEEDUPS_C)], extra_compile_args=["-O2"])]})
-    cmd = build_ext(dist)
-    cmd.build_lib, cmd.build_temp = str(out), str(out / "tmp")
-    try:
-        cmd.ensure_finalized()
-        cmd.run()
-    except Exception as e:  # no C compiler on this machine
-        pytest.skip(f"cannot compile the C accelerator here: {e}")
-    path = next(out.glob("_speedups*.so"))
-    spec = importlib.util.spec_from_file_location("_speedups", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-@pytest.fixture(params=["numpy", "c"])
-def engine(request, monkeypatch):
-    if request.param == "numpy":
-        monkeypatch.setattr(columns, "_speedups", None)
-    else:
-        monkeypatch.setattr(columns, "_speedups", request.getfixturevalue("speedups"))
-    return request.param
 
 
 def _outcome(fn):

