@@ -51,6 +51,7 @@ class BodyDecoder:
         if ex.kind != "kafka" or ex.api_key is None:
             return
         key, ver = ex.api_key, ex.api_version
+        assert ver is not None  # the decoder sets api_key and api_version together
         versions = bodies.api_versions(key)
         if versions is None:
             ex.problems.append(f"unknown API key {key}: body not decoded")
@@ -96,7 +97,9 @@ class BodyDecoder:
     def _decode_newer(self, ex: Exchange, versions: range) -> None:
         """Bodies of a version newer than the schemas, read with the highest one they define."""
         key, ver = ex.api_key, ex.api_version
+        assert key is not None and ver is not None  # checked by __call__
         as_ver = ex.decoded_as = bodies.best_effort_version(key, ver)
+        assert as_ver is not None  # __call__ decodes a newer version only when there is one
         newer = _newer(key, ver, versions)
         full = []
         for side, data in (("request", ex.request_data), ("response", ex.response_data)):
@@ -131,6 +134,7 @@ class BodyDecoder:
     def _apiversions_v0(self, ex: Exchange) -> bool:
         """A broker that does not support the requested ApiVersions version answers with a v0
         body and UNSUPPORTED_VERSION (KIP-511): decode it so, if that is what it is."""
+        assert ex.response_data is not None  # called only for a captured response
         if ex.api_key != _API_VERSIONS or ex.api_version == 0 or len(ex.response_data) < 6:
             return False
         if int.from_bytes(ex.response_data[4:6], "big", signed=True) != _UNSUPPORTED_VERSION:
@@ -143,6 +147,7 @@ class BodyDecoder:
         return True
 
     def _bad_response(self, ex: Exchange, err: DecodeError, why: str = "") -> None:
+        assert ex.response_data is not None  # called only for a captured response
         if ex.api_key == _API_VERSIONS and len(ex.response_data) >= 6:
             hdr_code = int.from_bytes(ex.response_data[4:6], "big", signed=True)
             if hdr_code == _UNSUPPORTED_VERSION and ex.api_version != 0:
@@ -227,8 +232,10 @@ def exchange_to_json(ex: Exchange, *, records: Any = None) -> dict:
     body_ver = ver if ex.decoded_as is None else ex.decoded_as
     request = response = None
     if ex.request is not None:
+        assert body_ver is not None  # a decoded body has a version
         request = _body_json(kproto.request(key), ex.request, body_ver, records)
     if ex.response is not None:
+        assert body_ver is not None  # a decoded body has a version
         rver = body_ver if ex.response_version is None else ex.response_version
         response = _body_json(kproto.response(key), ex.response, rver, records)
     if ex.sasl and request is not None and key == _SASL_AUTHENTICATE:

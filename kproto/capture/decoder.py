@@ -7,7 +7,7 @@ far. :meth:`CaptureDecoder.finish` returns the rest (requests never answered, st
 from __future__ import annotations
 
 import struct
-from typing import Callable, Iterable, Optional, Union
+from typing import Callable, Iterable, Literal, Optional, Union
 
 from kproto.capture import bodies
 from kproto.capture.exchange import Endpoint, Exchange
@@ -83,6 +83,7 @@ class CaptureDecoder:
         if isinstance(packet, CaptureProblem):
             self.problems.append(packet.message)
             return []
+        seg: Optional[TcpSegment]
         if isinstance(packet, TcpSegment):
             seg = packet
         else:
@@ -94,7 +95,7 @@ class CaptureDecoder:
                 return []
         self.last_ts = seg.ts
         key = (seg.src, seg.sport, seg.dst, seg.dport)
-        conn = self.connections.get(key, False)
+        conn: Union[Connection, None, Literal[False]] = self.connections.get(key, False)
         if conn and conn.closed and seg.flags & SYN and not seg.flags & ACK:
             # the same addresses and ports again after a close: a new connection
             self._close(conn)
@@ -155,7 +156,7 @@ class CaptureDecoder:
 
     # -- connections -----------------------------------------------------------------------------
 
-    def _classify(self, key: tuple, seg: TcpSegment):
+    def _classify(self, key: tuple, seg: TcpSegment) -> Union[Connection, None, Literal[False]]:
         """Find or create the connection of a segment; False while still undecided."""
         src, sport, dst, dport = key
         rkey = (dst, dport, src, sport)
@@ -267,6 +268,7 @@ class CaptureDecoder:
         conn.pending[corr] = ex
 
     def _response_frame(self, conn: Connection, frame: Frame) -> None:
+        ex: Optional[Exchange]
         if conn.sasl_raw is not None and conn.sasl_token is not None:
             ex = conn.sasl_token
             conn.sasl_token = None
@@ -343,6 +345,8 @@ def _canon(key: tuple) -> tuple:
 
 def _sasl_v0_success(ex: Exchange) -> Optional[str]:
     """The mechanism of a successful SaslHandshake v0 exchange, else None."""
+    if ex.request_data is None or ex.response_data is None:
+        return None
     try:
         _, req = bodies.decode_request(ex.request_data)
         _, resp = bodies.decode_response(ex.response_data, _SASL_HANDSHAKE, 0)

@@ -264,6 +264,7 @@ class FrameCutter:
             out.append(self._emit())
 
     def _emit(self, truncated: bool = False) -> Frame:
+        assert self.need is not None  # callers have read the frame's size
         n = min(len(self.buf), 4 + self.need - self.missing)
         end_off = self.base + self.missing + n
         ts = self._ts

@@ -9,7 +9,8 @@ from typing import Iterator, Union
 
 from kproto.records.batch import Record, RecordBatch
 from kproto.records.dump import dump_lines
-from kproto.records.reader import iter_batches
+from kproto.records.legacy import LegacyRecord
+from kproto.records.reader import Batch, iter_batches
 
 __all__ = ["DEFAULT_RECORDS_CAP", "records_json", "iter_records"]
 
@@ -44,7 +45,8 @@ def records_json(data: Union[bytes, memoryview, None], cap: int = DEFAULT_RECORD
     return out
 
 
-def iter_records(data: Union[bytes, memoryview, None]) -> Iterator[tuple[RecordBatch, Record]]:
+def iter_records(data: Union[bytes, memoryview, None]
+                 ) -> Iterator[tuple[Batch, Union[Record, LegacyRecord]]]:
     """(batch, record) for every record of a records field, skipping control batches."""
     if data is None:
         return

@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Iterable, Optional
+from typing import Iterable, Optional, Union
 
 from kproto.capture.exchange import Exchange
 
@@ -45,6 +45,7 @@ class Summary:
         self.stats: dict[tuple, ApiStats] = {}
 
     def add(self, ex: Exchange) -> None:
+        key: tuple[int, Union[int, str]]  # kafka API keys sort before the other kinds
         if ex.kind == "kafka" and ex.api_key is not None:
             key = (0, ex.api_key)
             label = f"{ex.api_name or 'unknown'}({ex.api_key})"

@@ -129,11 +129,13 @@ class TcpStream:
     def _acked_limit(self) -> int:
         """Highest acknowledged sequence number that stands for data (a FIN takes one too)."""
         limit = self._acked_past
+        assert limit is not None  # only called while an acknowledgement is outstanding
         if self.fin_seq is not None and limit == (self.fin_seq + 1) & 0xFFFFFFFF:
             limit = self.fin_seq
         return limit
 
     def _advance(self, n: int) -> None:
+        assert self.next_seq is not None  # the stream has started
         self.next_seq = (self.next_seq + n) & 0xFFFFFFFF
         self.offset += n
         if self._acked_past is not None and _sdiff(self._acked_past, self.next_seq) <= 0:
@@ -143,13 +145,15 @@ class TcpStream:
         """Release held segments that now start at or before the next expected byte."""
         pending = self.pending
         while pending:
-            hit = pending.pop(self.next_seq, None)
+            nxt = self.next_seq
+            assert nxt is not None  # the stream has started
+            hit = pending.pop(nxt, None)
             if hit is None:
-                for s in sorted(pending, key=lambda s: _sdiff(s, self.next_seq)):
-                    if _sdiff(s, self.next_seq) > 0:
+                for s in sorted(pending, key=lambda s: _sdiff(s, nxt)):
+                    if _sdiff(s, nxt) > 0:
                         return
                     hit = pending.pop(s)
-                    skip = -_sdiff(s, self.next_seq)
+                    skip = -_sdiff(s, nxt)
                     self.pending_bytes -= len(hit[0])
                     self.retransmitted_bytes += min(skip, len(hit[0]))
                     if skip < len(hit[0]):
@@ -163,8 +167,10 @@ class TcpStream:
 
     def _skip_hole(self, out: list[StreamEvent], ts: float, reason: str) -> None:
         """Declare the hole before the earliest held segment lost, then release what follows."""
-        first = min(self.pending, key=lambda s: _sdiff(s, self.next_seq))
-        missing = _sdiff(first, self.next_seq)
+        nxt = self.next_seq
+        assert nxt is not None  # segments are held only once the stream has started
+        first = min(self.pending, key=lambda s: _sdiff(s, nxt))
+        missing = _sdiff(first, nxt)
         if missing > 0:
             out.append(StreamGap(missing, self.pending[first][1], self.offset, reason))
             self._advance(missing)
@@ -173,13 +179,14 @@ class TcpStream:
     def _check_ack(self, tick: int, ts: float) -> list[StreamEvent]:
         if self._acked_past is None or tick < self._ack_deadline:
             return []
+        assert self.next_seq is not None  # an acknowledgement is noted only once started
         out: list[StreamEvent] = []
         # The receiver has had the bytes up to _acked_past for ack_grace packets: what we hold
         # nothing of in that range was lost by the capture, not by the network.
         limit = self._acked_limit()
         while self._acked_past is not None and _sdiff(limit, self.next_seq) > 0:
-            if self.pending and _sdiff(min(self.pending, key=lambda s: _sdiff(s, self.next_seq)),
-                                       limit) < 0:
+            nxt = self.next_seq
+            if self.pending and _sdiff(min(self.pending, key=lambda s: _sdiff(s, nxt)), limit) < 0:
                 self._skip_hole(out, ts, "acknowledged but not captured")
             else:
                 missing = _sdiff(limit, self.next_seq)

@@ -49,7 +49,7 @@ def cmd_assign(args: argparse.Namespace) -> int:
         print(f"kproto assign: bad group file: {e}", file=sys.stderr)
         return 2
     names = list(ASSIGNORS) if args.assignor == "all" else [args.assignor]
-    out = {}
+    out: dict[str, dict[str, Any]] = {}  # assignor -> member -> hex or [topic, partition] list
     for name in names:
         group = subs
         if name == "sticky":

@@ -102,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
                 (args.summary or not out.isatty()):
             packets = _progress(packets, size, sys.stderr)
         summary = Summary() if args.summary else None
-        announced = set()
+        announced: set[int] = set()
 
         def emit(exchanges: Iterable[Any]) -> None:
             for port in decoder.chosen_ports.keys() - announced:

@@ -58,8 +58,8 @@ def cmd_schemas(args: argparse.Namespace) -> int:
         return 0
     if args.all:
         for r in rows:
-            key = "" if r["api_key"] is None else r["api_key"]
-            print(f"{r['name']:<48} {r['kind']:<9} {key!s:>4}  v{r['versions'][0]}-{r['versions'][1]}")
+            api_key = "" if r["api_key"] is None else r["api_key"]
+            print(f"{r['name']:<48} {r['kind']:<9} {api_key!s:>4}  v{r['versions'][0]}-{r['versions'][1]}")
         return 0
     print(f"{'key':>4}  {'API':<36} {'versions':<9} {'flexible':<9} listeners")
     for r in rows:

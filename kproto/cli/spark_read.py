@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # executors need kproto
     spark = SparkSession.getActiveSession()  # inside a Spark app: use its session
     own = spark is None
-    if own:
+    if spark is None:
         spark = (SparkSession.builder.master(args.master).appName("kproto spark-read")
                  .config("spark.ui.enabled", "false")
                  .config("spark.ui.showConsoleProgress", "false")

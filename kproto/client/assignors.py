@@ -21,7 +21,7 @@ from __future__ import annotations
 import bisect
 import struct
 from dataclasses import dataclass
-from typing import Callable, Iterable, Mapping, Sequence, Union
+from typing import Callable, Iterable, Mapping, Sequence, TypeVar, Union, overload
 
 from kproto.errors import KprotoError
 
@@ -89,7 +89,16 @@ def _capacity_for(n: int) -> int:
     return cap
 
 
-def java_hash_order(keys: Iterable, hash_fn: Callable[[object], int] = java_string_hash) -> list:
+_K = TypeVar("_K")
+
+
+@overload
+def java_hash_order(keys: Iterable[str]) -> list[str]: ...
+@overload
+def java_hash_order(keys: Iterable[_K], hash_fn: Callable[[_K], int]) -> list[_K]: ...
+
+
+def java_hash_order(keys: Iterable, hash_fn: Callable = java_string_hash) -> list:
     """The iteration order of a default ``java.util.HashMap`` after putting ``keys`` in order."""
     keys = list(keys)
     cap = _capacity_for(len(keys))
@@ -132,11 +141,12 @@ class _JavaHashSet:
 def _partition_racks(cluster: Cluster, topics: Iterable[str]) -> dict[str, list[frozenset]]:
     """``partitionsPerTopic``: subscribed topics with metadata and at least one partition, each
     with the set of non-null replica racks per partition, in Java's iteration order."""
-    out = {}
+    out: dict[str, list[frozenset]] = {}
     for t in java_hash_order(topics):
         meta = cluster.get(t)
         if meta is None:
             continue
+        racks: list[frozenset]
         if isinstance(meta, int):
             racks = [frozenset()] * meta
         else:
@@ -161,7 +171,7 @@ def _jstr(s: str) -> bytes:
     return s.encode("utf-16-be", "surrogatepass")
 
 
-def _member_sort_key(member_id: str, sub: Subscription):
+def _member_sort_key(member_id: str, sub: Subscription) -> tuple[int, bytes]:
     # AbstractPartitionAssignor.MemberInfo.compareTo: static members first, by instance id
     gid = sub.group_instance_id
     return (0, _jstr(gid)) if gid is not None else (1, _jstr(member_id))
@@ -179,7 +189,7 @@ class _RangeTopic:
     __slots__ = ("topic", "consumers", "partition_racks", "unassigned", "assigned", "per_consumer",
                  "extra", "needs_rack_aware")
 
-    def __init__(self, topic: str, racks: list[frozenset], members: list[tuple[str, object]],
+    def __init__(self, topic: str, racks: list[frozenset], members: list[tuple[str, tuple[int, bytes]]],
                  consumer_racks: dict[str, str]) -> None:
         self.topic = topic
         self.consumers: dict[str, str | None] = {}
@@ -223,7 +233,7 @@ def range_assign(cluster: Cluster, subscriptions: Mapping[str, Subscription]) ->
     rack-aware when member and replica racks allow it."""
     order = java_hash_order(subscriptions)
     per_topic = _partition_racks(cluster, _subscribed_topics(subscriptions))
-    consumer_racks = {m: subscriptions[m].rack_id for m in order if subscriptions[m].rack_id}
+    consumer_racks = {m: r for m in order if (r := subscriptions[m].rack_id)}
     members_of: dict[str, list] = {}
     for m in order:
         sub = subscriptions[m]
@@ -320,7 +330,7 @@ def _read_topic_partitions(buf: memoryview, pos: int) -> tuple[list, int]:
     pos += 4
     if n < 0:
         raise ValueError("negative array size")
-    parts = []
+    parts: list[TopicPartition] = []
     for _ in range(n):
         ln = _I16.unpack_from(buf, pos)[0]
         pos += 2
@@ -438,9 +448,9 @@ class _RackInfo:
                  subscriptions: Mapping[str, Subscription]) -> None:
         consumers_by_rack: dict[str, list[str]] = {}
         for m in order:
-            r = subscriptions[m].rack_id
-            if r:
-                consumers_by_rack.setdefault(r, []).append(m)
+            rack_id = subscriptions[m].rack_id
+            if rack_id:
+                consumers_by_rack.setdefault(rack_id, []).append(m)
         partition_racks: dict = {}
         all_racks: set = set()
         if consumers_by_rack:
@@ -566,6 +576,7 @@ class _StickyRun:
     # -- constrained path --------------------------------------------------------------------
     def _constrained(self, current: dict[str, list], multi: set) -> dict[str, list]:
         rack, transferring = self.rack, self.transferring
+        assert transferring is not None  # run() sets it before taking the constrained path
         n = len(current)
         min_q, max_q = self.total // n, -(-self.total // n)
         expected_over = self.total % n
@@ -575,6 +586,7 @@ class _StickyRun:
         exact: list[str] = []
         assignment: dict[str, list] = {m: [] for m in current}
         assigned: list = []
+        c: str | None  # None: the rack-aware round robin found no consumer for a partition
         for c, parts in current.items():
             mine = []
             for tp in parts:
@@ -619,7 +631,7 @@ class _StickyRun:
 
         if rack.consumer_racks:  # assignRackAwareRoundRobin
             nxt = 0
-            left = []
+            left: list[TopicPartition] = []
             for tp in unassigned:
                 c = None
                 idx = rack.next_rack_consumer(tp, under, nxt)
@@ -821,7 +833,7 @@ class _StickyRun:
                 for tp in partitions:
                     if is_balanced():
                         break
-                    c = owner.get(tp)
+                    c = owner[tp]
                     size = len(current[c])
                     before = prev.get(tp)
                     # Java dereferences the previous owner's assignment even when that member

@@ -27,7 +27,7 @@ __all__ = ["BrokerInfo", "PartitionInfo", "TopicInfo", "MetadataCache", "Cluster
            "parse_bootstrap", "METADATA_REFRESH_ERRORS"]
 
 METADATA, FIND_COORDINATOR, CREATE_TOPICS = 3, 10, 19
-ZERO_UUID = Uuid.ZERO  # type: ignore[attr-defined]
+ZERO_UUID = Uuid.ZERO
 #: Error codes after which the producer/consumer refresh metadata and retry (stale leadership).
 METADATA_REFRESH_ERRORS = frozenset({
     3,    # UNKNOWN_TOPIC_OR_PARTITION
@@ -226,12 +226,13 @@ class Cluster:
         codec = _request_codec(METADATA)
         version = conn.version(METADATA)
         names = None if topics is None else list(topics)
+        req_topics: list | None
         if names is None:
             req_topics = [] if version == 0 else None
         else:
             if not names and version == 0:
                 names = list(self.metadata.topics)  # v0 has no "no topics" form
-            req_topics = [codec.cls.MetadataRequestTopic(name=n) for n in names]
+            req_topics = [codec.cls.MetadataRequestTopic(name=n) for n in names]  # type: ignore[attr-defined]  # generated nested class
         resp = await conn.request(codec.cls(topics=req_topics, allow_auto_topic_creation=allow_auto_create),
                                   version)
         self.metadata.update(resp, all_topics=topics is None)
@@ -285,7 +286,7 @@ class Cluster:
         if self.metadata.controller_id in self.metadata.brokers:
             conn = await self.connection(self.metadata.controller_id)
         req = codec.cls(timeout_ms=timeout_ms, topics=[
-            codec.cls.CreatableTopic(name=n, num_partitions=p, replication_factor=replication_factor)
+            codec.cls.CreatableTopic(name=n, num_partitions=p, replication_factor=replication_factor)  # type: ignore[attr-defined]  # generated nested class
             for n, p in topics.items()])
         resp = await conn.request(req)
         for t in resp.topics:

@@ -26,7 +26,7 @@ __all__ = ["murmur2", "murmur2_batch", "to_positive", "partition_for_key", "part
 _SEED = 0x9747B28C
 _M = 0x5BD1E995
 _MASK = 0xFFFFFFFF
-_WORDS = {}  # word count -> precompiled little-endian uint32 unpacker
+_WORDS: dict[int, struct.Struct] = {}  # word count -> precompiled little-endian uint32 unpacker
 
 
 def _words(n: int) -> struct.Struct:
@@ -68,8 +68,8 @@ def murmur2_batch(keys: Sequence[bytes]) -> "np.ndarray":
 
     out = np.empty(len(keys), dtype=np.int32)
     by_len: dict[int, list[int]] = {}
-    for i, k in enumerate(keys):
-        by_len.setdefault(len(k), []).append(i)
+    for i, key in enumerate(keys):
+        by_len.setdefault(len(key), []).append(i)
     m = np.uint32(_M)
     for length, idx in by_len.items():
         if len(idx) < 8:  # numpy's per-call overhead loses on tiny groups
@@ -158,6 +158,7 @@ class StickyPartitioner:
                 return available[r % len(available)]
             return r % num_partitions
         # first index whose cumulative value is strictly greater than r % total
+        assert self._ids is not None  # set together with _cft
         return self._ids[bisect.bisect_right(self._cft, r % self._cft[-1])]
 
     def partition(self, available: Sequence[int], num_partitions: int) -> int:

@@ -163,8 +163,8 @@ def build_produce_request(payloads: dict[TopicPartition, bytes], *, acks: int = 
     for (topic, partition), records in payloads.items():
         td = topics.get(topic)
         if td is None:
-            td = topics[topic] = cls.TopicProduceData(name=topic, partition_data=[])
-        td.partition_data.append(cls.PartitionProduceData(index=partition, records=records))
+            td = topics[topic] = cls.TopicProduceData(name=topic, partition_data=[])  # type: ignore[attr-defined]  # generated nested class
+        td.partition_data.append(cls.PartitionProduceData(index=partition, records=records))  # type: ignore[attr-defined]  # generated nested class
     return cls(transactional_id=transactional_id, acks=acks, timeout_ms=timeout_ms,
                topic_data=list(topics.values()))
 
@@ -213,6 +213,7 @@ class Producer:
                    partition: Optional[int] = None, headers: Sequence[tuple[str, Optional[bytes]]] = (),
                    timestamp_ms: Optional[int] = None) -> "asyncio.Future[RecordMetadata]":
         """Queue a record; returns a future resolved when the broker acknowledged it."""
+        available: Sequence[int]
         n, available = 0, ()
         if partition is None:
             info = self.cluster.metadata.topics.get(topic)

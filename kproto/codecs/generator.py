@@ -99,7 +99,8 @@ class CodeGen:
             return self.const(value, "d")
         if factory is list:
             return "[]"
-        return self.const(factory._make_default, "f") + "()"
+        make = factory._make_default  # type: ignore[attr-defined]  # set by build_classes
+        return self.const(make, "f") + "()"
 
     def differs_from_default(self, f: Field, expr: str) -> str:
         """A Python expression true when ``expr`` (the value of ``f``) is not ``f``'s default.

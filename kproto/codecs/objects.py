@@ -7,7 +7,7 @@ annotations. Unknown tagged fields read from the wire live in ``_unknown_tagged_
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from kproto.codecs.primitives import Uuid
 from kproto.schemas.model import Field, Message, Struct
@@ -66,8 +66,9 @@ class MessageObject:
         return new
 
 
-def parse_default(f: Field, classes: Dict[str, type]) -> Tuple[Any, Optional[Callable[[], Any]]]:
-    """Return (value, factory): an immutable default value, or a factory for a mutable one."""
+def parse_default(f: Field, classes: Dict[str, type]) -> Tuple[Any, Optional[type]]:
+    """Return (value, factory): an immutable default value, or a factory for a mutable one
+    (``list``, or the class of a struct)."""
     d = f.default
     if f.is_array:
         if d == "null":

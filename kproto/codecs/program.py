@@ -22,7 +22,7 @@ from kproto.codecs.primitives import Uuid
 from kproto.schemas.model import Field
 
 try:
-    from kproto.codecs import _decoder
+    import kproto.codecs._decoder as _decoder
 except ImportError:  # the C decoder is optional; the generated Python decoders are the reference
     _decoder = None
 else:

@@ -94,6 +94,7 @@ class FetchSessionHandler:
             if data.topic_id == ZERO_UUID:
                 self._without_ids += 1
             else:
+                assert topic_partition.topic is not None  # a fetcher names what it asks for
                 self._topic_names.setdefault(data.topic_id, topic_partition.topic)
 
         def build(self) -> FetchRequestData:

@@ -139,10 +139,10 @@ class Fetcher:
         returned = response_data(response, version, self.handler.session_topic_names)
         self.handler.handle_response(response, version)
         for tp, p in returned.items():
-            data = self.partitions.get(tp)
-            if data is not None and p.records:
+            cur = self.partitions.get(tp)
+            if cur is not None and p.records:
                 got = len(p.records) // broker.record_bytes
-                self.partitions[tp] = data._replace(fetch_offset=data.fetch_offset + got)
+                self.partitions[tp] = cur._replace(fetch_offset=cur.fetch_offset + got)
         return RoundStats(len(req_bytes), len(resp_bytes), len(built.to_send), len(returned), built.is_full)
 
 

@@ -107,6 +107,7 @@ class CompressionAttributes:
     same in v2 batches and legacy messages."""
 
     __slots__ = ()  # keeps the subclasses' instances without a __dict__
+    attributes: int  # a slot of each subclass
 
     @property
     def compression(self) -> int:

@@ -44,7 +44,7 @@ from kproto.records.batch import Record, RecordBatch, parse_headers
 from kproto.records.legacy import LegacyMessage
 
 try:  # optional C accelerator (kproto/records/_speedups.c); the numpy path is the reference
-    from kproto.records import _speedups
+    import kproto.records._speedups as _speedups
 except ImportError:  # pragma: no cover - depends on the build
     _speedups = None
 
@@ -289,9 +289,9 @@ def decode_batches(batches: Sequence[RecordBatch | LegacyMessage]) -> RecordColu
     nb = len(batches)
     bc = {f: np.empty(nb, np.int64) for f in _BATCH_FIELDS}
     for i, b in enumerate(batches):
-        v2 = isinstance(b, RecordBatch)
         for f in _BATCH_FIELDS:
-            if v2 or f in ("position", "magic", "attributes", "last_offset"):
+            if isinstance(b, RecordBatch) or f in ("position", "magic", "attributes",
+                                                   "last_offset"):
                 bc[f][i] = getattr(b, f)
             elif f == "count":
                 bc[f][i] = counts[i]
@@ -334,7 +334,7 @@ def _merge_legacy(cols: RecordColumns, batches, legacy: dict, counts: list) -> R
                 extra += r.value or b""
                 rows.append((r.offset, r.timestamp, ks, -1 if r.key is None else len(r.key), vs,
                              -1 if r.value is None else len(r.value), 0, r.size_in_bytes, i,
-                             r.attributes, ()))
+                             r.attributes & 0xFF, ()))  # a signed byte in the message format
         else:
             for j in range(v2_pos, v2_pos + counts[i]):
                 rows.append((cols.offset[j], cols.timestamp[j], cols.key_start[j],
@@ -364,6 +364,7 @@ def decode_columns(buf: bytes | bytearray | memoryview, start: int = 0, end: int
 
 def _slices(data: bytes, start: np.ndarray, length: np.ndarray) -> list:
     """data[start:start+length] for each record, None where length is -1 (C-level loops)."""
+    out: list[bytes | None]  # None for a null key or value
     out = [data[s:e] for s, e in zip(start.tolist(), (start + np.maximum(length, 0)).tolist())]
     if (length < 0).any():
         for i in np.flatnonzero(length < 0).tolist():
@@ -539,10 +540,10 @@ def decode_arrow(batches: Sequence[RecordBatch]) -> ArrowRecords:
         bidx = np.repeat(np.arange(len(batches)), counts).tolist()
         data: dict[int, bytes] = {}
         for i in np.flatnonzero(hcount).tolist():
-            b = bidx[i]
-            if b not in data:
-                data[b] = bytes(parts[b])  # header values are bytes, not views into a file
-            headers[i] = parse_headers(data[b], int(hstart[i]), int(hcount[i]), int(rend[i]),
+            bi = bidx[i]
+            if bi not in data:
+                data[bi] = bytes(parts[bi])  # header values are bytes, not views into a file
+            headers[i] = parse_headers(data[bi], int(hstart[i]), int(hcount[i]), int(rend[i]),
                                        "RecordBatch record")[0]
     key = _binary_array(klen, lambda o, d: _speedups.gather_binary(parts, counts, kstart, klen,
                                                                    o, d))

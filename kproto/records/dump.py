@@ -7,6 +7,7 @@ names and values are those of ``vectors/records/README.md``. Pure: no I/O.
 from __future__ import annotations
 
 import base64
+import mmap
 from typing import Iterator
 
 from kproto.codecs.compression import DEFAULT_MAX_SIZE
@@ -61,7 +62,7 @@ def batch_line(batch: Batch, index: int, is_valid: bool | None = None) -> dict:
     }
 
 
-def record_line(rec: Record, batch_index: int, control: bool = False) -> dict:
+def record_line(rec: Record | LegacyRecord, batch_index: int, control: bool = False) -> dict:
     """The ``record`` line of one record."""
     line = {
         "type": "record", "batch_index": batch_index, "offset": rec.offset,
@@ -86,7 +87,7 @@ def record_line(rec: Record, batch_index: int, control: bool = False) -> dict:
     return line
 
 
-def dump_lines(buf: bytes | bytearray | memoryview, *, deep: bool = True,
+def dump_lines(buf: bytes | bytearray | memoryview | mmap.mmap, *, deep: bool = True,
                max_decompressed: int = DEFAULT_MAX_SIZE) -> Iterator[dict]:
     """Yield the JSON-lines dicts for every batch (and, if ``deep``, record) of ``buf``."""
     errors: list[BatchError] = []
@@ -114,9 +115,9 @@ def dump_lines(buf: bytes | bytearray | memoryview, *, deep: bool = True,
                 break
             records += 1
             yield line
-    for e in errors:
-        yield {"type": "error", "batch_index": e.index, "position": e.position,
-               "error": e.reason}
+    for err in errors:
+        yield {"type": "error", "batch_index": err.index, "position": err.position,
+               "error": err.reason}
     yield {"type": "summary", "batches": batches, "records": records,
            "valid_bytes": reader.valid_bytes, "file_size": len(reader.buffer),
            "trailing_bytes": reader.trailing_bytes, "stopped_by": reader.stopped_by}

@@ -8,6 +8,7 @@ minimum or an unknown magic is corruption that stops it (``stopped_by``). With
 """
 from __future__ import annotations
 
+import mmap
 import struct
 from dataclasses import dataclass
 from typing import Iterator, Union
@@ -43,8 +44,9 @@ class BatchReader:
     :class:`~kproto.errors.DecodeError` instead.
     """
 
-    def __init__(self, buf: bytes | bytearray | memoryview, start: int = 0, end: int | None = None,
-                 *, verify_crc: bool = False, max_decompressed: int = DEFAULT_MAX_SIZE,
+    def __init__(self, buf: bytes | bytearray | memoryview | mmap.mmap, start: int = 0,
+                 end: int | None = None, *, verify_crc: bool = False,
+                 max_decompressed: int = DEFAULT_MAX_SIZE,
                  errors: list[BatchError] | None = None) -> None:
         self.buffer = memoryview(buf).cast("B") if not isinstance(buf, memoryview) else buf
         self.start = start
@@ -109,8 +111,9 @@ class BatchReader:
             yield batch
 
 
-def iter_batches(buf: bytes | bytearray | memoryview, start: int = 0, end: int | None = None, *,
-                 verify_crc: bool = False, max_decompressed: int = DEFAULT_MAX_SIZE,
+def iter_batches(buf: bytes | bytearray | memoryview | mmap.mmap, start: int = 0,
+                 end: int | None = None, *, verify_crc: bool = False,
+                 max_decompressed: int = DEFAULT_MAX_SIZE,
                  errors: list[BatchError] | None = None) -> Iterator[Batch]:
     """Yield each batch (:class:`RecordBatch` or :class:`LegacyMessage`) of ``buf[start:end]``
     in order; ``batch.position`` is its byte position in ``buf``. See :class:`BatchReader`."""

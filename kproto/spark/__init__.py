@@ -18,7 +18,7 @@ the records (columns: :func:`damage_spark_schema`).
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from kproto.spark.scan import ScanSpec, auto_split_bytes, parse_options
 from kproto.spark.source import (NAME, KafkaSegmentsDataSource, KafkaSegmentsPushdownReader,
@@ -42,7 +42,8 @@ def register(spark: Any, *, tasks: int | None = None) -> None:
     source = KafkaSegmentsDataSource
     if tasks is not None and tasks != source.tasks:
         # a subclass defined here is pickled by value, so the setting reaches the planner
-        source = type(source.__name__, (source,), {"tasks": int(tasks), "__module__": __name__})
+        source = cast("type[KafkaSegmentsDataSource]",
+                      type(source.__name__, (source,), {"tasks": int(tasks), "__module__": __name__}))
     spark.dataSource.register(source)
 
 

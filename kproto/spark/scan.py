@@ -10,7 +10,7 @@ import bisect
 import datetime as _dt
 import json
 from dataclasses import dataclass, field, replace
-from typing import Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from kproto.storage.reader import ISOLATIONS, ReadOptions, Split
 
@@ -271,11 +271,11 @@ def _bound(kind: str, v: int, scale: int) -> tuple[int | None, int | None] | Non
 def _narrow(spec: ScanSpec, f) -> tuple[ScanSpec, bool] | None:
     """``spec`` narrowed by one filter and whether that handled it exactly (None: unusable)."""
     kind = type(f).__name__
-    attr = getattr(f, "attribute", ())
+    attr: tuple[str, ...] = getattr(f, "attribute", ())
     if len(attr) != 1:
         return None
     col = attr[0]
-    value = getattr(f, "value", None)
+    value: Any = getattr(f, "value", None)  # the filter's literal(s): any type Spark has
     if spec.output != "records":
         # damage rows: only their topic and partition select what is read (and may be null)
         if col not in ("topic", "partition") or kind == "IsNotNull":
@@ -319,10 +319,11 @@ def _narrow(spec: ScanSpec, f) -> tuple[ScanSpec, bool] | None:
         return None if b is None else (_with_range(spec, "offset", *b), True)
     if col == "timestamp":
         if kind == "In":
-            us = [_micros(v) for v in value]
-            if not us or None in us:
+            each = [_micros(v) for v in value]
+            us_all = [u for u in each if u is not None]
+            if not us_all or len(us_all) < len(each):  # none, or one that is no timestamp
                 return None
-            return _with_range(spec, "timestamp", min(us) // 1000, max(us) // 1000 + 1), False
+            return _with_range(spec, "timestamp", min(us_all) // 1000, max(us_all) // 1000 + 1), False
         us = _micros(value)
         if us is None:
             return None

@@ -113,7 +113,7 @@ class KafkaSegmentsReader(DataSourceReader):
         unknown = set(self.columns) - set(known.names)
         if unknown:
             raise ValueError(f"kafka-segments: unknown column(s) {sorted(unknown)}")
-        self.pushFilters = _PushFilters(self)
+        self.pushFilters = _PushFilters(self)  # type: ignore[method-assign]  # on purpose: see _PushFilters
 
     def partitions(self) -> Sequence[InputPartition]:
         """Tasks over the selected partition folders, in offset order, of about ``splitSize``

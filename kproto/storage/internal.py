@@ -154,7 +154,7 @@ def arrow_type(name: str):
 
 def _to_python(obj: Any, fields, structs, version: int) -> dict[str, Any]:
     prims = _arrow_types()
-    out = {}
+    out: dict[str, Any] = {}
     for f in fields:
         if version not in f.version_range:
             out[f.attr] = None

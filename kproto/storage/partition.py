@@ -11,7 +11,7 @@ import bisect
 import os
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Iterator
+from typing import Iterator, Sequence
 
 from kproto.errors import DecodeError
 from kproto.records.batch import RecordBatch
@@ -142,7 +142,7 @@ class Segment:
 
 
 def scan_batches(buf: bytes | memoryview, start: int = 0, end: int | None = None, *,
-                 resync: list[int] = (), verify_crc: bool = False,
+                 resync: Sequence[int] = (), verify_crc: bool = False,
                  damage: list[Damage] | None = None, file: str = "",
                  shift: int = 0) -> Iterator[Batch]:
     """Batches of ``buf[start:end]`` (sans-I/O). Damage is appended to ``damage`` with file

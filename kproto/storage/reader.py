@@ -17,7 +17,7 @@ import bisect
 import mmap
 import os
 from dataclasses import dataclass
-from typing import Iterable, Iterator, Sequence
+from typing import Iterable, Iterator, Sequence, TypeGuard
 
 import numpy as np
 import pyarrow as pa
@@ -173,6 +173,7 @@ def plan_splits(path: str, *, topics: Iterable[str] | None = None,
             rng = _segment_range(seg, k == len(segs) - 1, options)
             if rng is None:
                 continue
+            assert seg.files.log is not None  # Partition.open keeps only segments with a .log
             lo, hi = rng
             idx = seg.offset_index
             cuts = [int(p) for p in idx.positions if lo < p < hi]
@@ -244,14 +245,20 @@ _COMPRESSION_NAMES = COMPRESSION_NAMES + ("unknown",) * 3
 _COMPRESSION = pa.array(_COMPRESSION_NAMES)
 
 
+def _all_v2(batches: list[Batch]) -> TypeGuard[list[RecordBatch]]:
+    return all(isinstance(b, RecordBatch) for b in batches)
+
+
 def _to_arrow(batches: list[Batch], split: Split, segment: str, opts: ReadOptions,
               schema: pa.Schema) -> pa.RecordBatch | None:
-    if not all(isinstance(b, RecordBatch) for b in batches):
+    if not _all_v2(batches):
         return _to_arrow_columns(batches, split, segment, opts, schema)
     recs = decode_arrow(batches)
     n = len(recs)
     if n == 0:
         return None
+    key: pa.Array
+    value: pa.Array
     key, value = recs.key, recs.value
     if opts.binary_view:  # views of the binary arrays' data: cheaper than views of the records
         key, value = key.cast(pa.binary_view()), value.cast(pa.binary_view())
@@ -377,7 +384,14 @@ def read_buffer(data: bytes | memoryview, split: Split, options: ReadOptions = R
     resync = [p - split.start for p in split.resync]
     for batch in scan_batches(data, resync=resync, verify_crc=options.verify_crc,
                               damage=damage, file=split.path, shift=split.start):
-        if not _keep_batch(batch, options, aborted, lso):
+        try:
+            keep = _keep_batch(batch, options, aborted, lso)
+        except DecodeError as exc:
+            # a legacy wrapper knows its first offset only from its (damaged) inner messages
+            damage.append(Damage(split.path, split.start + batch.position, "corrupt",
+                                 f"records do not decode: {exc}", batch.size_in_bytes))
+            continue
+        if not keep:
             continue
         pending.append(batch)
         size += batch.size_in_bytes

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from kproto.errors import DecodeError
 from kproto.records.batch import RecordBatch
 from kproto.storage.checkpoints import CleanShutdown, MetaProperties, OffsetCheckpoint
 from kproto.storage.layout import is_partition_dir, scan_log_dir, scan_partition_dir
@@ -15,7 +16,10 @@ Doc = dict[str, Any]
 
 
 def _range(lo: int | None, hi: int | None) -> list[int] | None:
-    return None if lo is None else [lo, hi]
+    if lo is None:
+        return None
+    assert hi is not None  # the callers set both bounds together
+    return [lo, hi]
 
 
 def summarize_partition(part: Partition) -> Doc:
@@ -29,7 +33,13 @@ def summarize_partition(part: Partition) -> Doc:
         lo = hi = t_lo = t_hi = None
         for b in seg.scan(damage=damage):
             n += 1
-            lo = b.base_offset if lo is None else lo
+            if lo is None:
+                try:
+                    lo = b.base_offset
+                except DecodeError as exc:  # a legacy wrapper that does not decompress
+                    damage.append(Damage(seg.files.log or seg.name, b.position, "corrupt",
+                                         f"records do not decode: {exc}"))
+                    lo = b.last_offset
             hi = b.last_offset + 1
             ts = batch_max_timestamp(b)
             # a delete horizon replaces the first timestamp (it is not a record time)

@@ -59,7 +59,8 @@ class ProducerStateTracker:
             if base.producer_epoch != batch.producer_epoch:  # a new epoch forgets the batches
                 base = replace(base, last_sequence=-1, last_offset=-1, offset_delta=0)
             self.producers[pid] = replace(base, producer_epoch=batch.producer_epoch,
-                                          coordinator_epoch=ctrl.coordinator_epoch,
+                                          # None for a marker without a value, stored as decoded
+                                          coordinator_epoch=ctrl.coordinator_epoch,  # type: ignore[arg-type]
                                           timestamp=batch.max_timestamp,
                                           current_txn_first_offset=-1)
             if ctrl.type_id == 0 and first is not None:

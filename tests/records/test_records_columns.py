@@ -48,3 +48,20 @@ def test_random_and_damaged(engine, recs, flips):
     for at, val in flips:  # damage the records section; CRC left stale (not verified here)
         data[at % (len(data) - 61) + 61] = val
     _compare(bytes(data))
+
+
+def test_legacy_attribute_bits_above_the_codec_survive_the_merge(engine):
+    """A magic 1 message whose attributes byte has its high bit set (a signed byte in the
+    format) beside a v2 batch: the merged column keeps the byte, it does not overflow."""
+    from kproto.records.builder import LegacyMessageBuilder
+    from kproto.records.columns import decode_batches
+
+    legacy = LegacyMessageBuilder(1, base_offset=0)
+    legacy.append(1_700_000_000_000, b"k", b"v")
+    data = bytearray(legacy.build())
+    data[17] = 0xF8  # offset 8 + size 4 + crc 4 + magic 1: no codec, other bits set
+    v2 = RecordBatchBuilder(base_offset=1)
+    v2.append(1_700_000_000_001, b"k2", b"v2")
+    data += v2.build()
+    cols = decode_batches(list(iter_batches(bytes(data), errors=[])))
+    assert list(cols.offset) == [0, 1] and list(cols.attributes) == [0xF8, 0]

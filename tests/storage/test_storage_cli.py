@@ -86,3 +86,21 @@ def test_logdir_on_partition_folder_and_bad_path(tmp_path):
     rc, out = _run(["logdir", "--format", "json", os.path.join(LOGDIRS, "broker1-clean", "users-0")])
     assert rc == 0 and json.loads(out)["partitions"][0]["offsets"] == [0, 4418]
     assert main(["logdir", str(tmp_path / "missing")]) == 2
+
+
+def test_logdir_on_a_legacy_wrapper_that_does_not_decompress(tmp_path):
+    # the first offset of a compressed magic 1 wrapper is inside its payload
+    import gzip
+
+    from kproto.records.builder import encode_legacy_message
+
+    part = tmp_path / "old-0"
+    part.mkdir()
+    bad = encode_legacy_message(7, 1, 1, 1000, None, gzip.compress(b"x" * 100)[:-12])
+    (part / "00000000000000000000.log").write_bytes(
+        bad + encode_legacy_message(8, 1, 0, 1001, b"k", b"v"))
+    rc, out = _run(["logdir", "--format", "json", str(part)])
+    seg = json.loads(out)["partitions"][0]["segments"][0]
+    assert rc == 1 and seg["batches"] == 2 and seg["offsets"] == [7, 9]
+    assert [(d["kind"], d["position"]) for d in seg["damage"]] == [("corrupt", 0)]
+    assert "gzip" in seg["damage"][0]["reason"]

@@ -172,3 +172,27 @@ def test_splits_survive_pickling():
     assert back == splits and opts2 == opts
     rows = sum(rb.num_rows for s in back for rb in read_split(s, opts2))
     assert rows == read_arrow(path, isolation="read_committed").num_rows
+
+
+@pytest.mark.parametrize("isolation", ["read_uncommitted", "read_committed"])
+def test_legacy_wrapper_that_does_not_decompress_is_damage_in_both_isolations(isolation):
+    # a compressed magic 1 wrapper learns its first offset only by decompressing; with a last
+    # stable offset (read_committed) that happens while choosing batches, before decoding
+    import gzip
+
+    from kproto.records.builder import encode_legacy_message
+    from kproto.storage.reader import Split, read_buffer
+
+    torn = gzip.compress(b"x" * 100)[:-12]
+    first, bad = (encode_legacy_message(0, 1, 0, 1000, b"k0", b"v0"),
+                  encode_legacy_message(3, 1, 1, 1001, None, torn))
+    data = first + bad + encode_legacy_message(4, 1, 0, 1002, b"k4", b"v4")
+    split = Split("t-0/00000000000000000000.log", "t", 0, 0, 0, len(data),
+                  last_stable_offset=10)
+    damage: list = []
+    rows = [rb for rb in read_buffer(data, split, ReadOptions(isolation=isolation),
+                                     damage=damage)]
+    assert pa.Table.from_batches(rows).column("offset").to_pylist() == [0, 4]
+    assert [(d.kind, d.position, d.bytes_skipped) for d in damage] == [
+        ("corrupt", len(first), len(bad))]
+    assert "gzip" in damage[0].reason
