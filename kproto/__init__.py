@@ -6,7 +6,15 @@ fetch sessions and client pieces.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from kproto.errors import DecodeError, EncodeError, KprotoError, UnsupportedVersionError
+
+if TYPE_CHECKING:  # type checkers see the real names; at run time they load on first use
+    from kproto.codecs import Uuid, message, request, response
+    from kproto.framing import (RequestHeader, ResponseHeader, decode_request, decode_response,
+                                encode_request, encode_response, request_header_version,
+                                response_header_version)
 
 __version__ = "0.1.0"
 
@@ -34,7 +42,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str):  # PEP 562: keep ``import kproto`` cheap
+def __getattr__(name: str) -> object:  # PEP 562: keep ``import kproto`` cheap
     mod = _LAZY.get(name)
     if mod is None:
         raise AttributeError(f"module 'kproto' has no attribute {name!r}")
@@ -45,5 +53,5 @@ def __getattr__(name: str):  # PEP 562: keep ``import kproto`` cheap
     return value
 
 
-def __dir__():
+def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))

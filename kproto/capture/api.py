@@ -232,10 +232,10 @@ def exchange_to_json(ex: Exchange, *, records: Any = None) -> dict:
     body_ver = ver if ex.decoded_as is None else ex.decoded_as
     request = response = None
     if ex.request is not None:
-        assert body_ver is not None  # a decoded body has a version
+        assert key is not None and body_ver is not None  # a decoded body has a key and version
         request = _body_json(kproto.request(key), ex.request, body_ver, records)
     if ex.response is not None:
-        assert body_ver is not None  # a decoded body has a version
+        assert key is not None and body_ver is not None
         rver = body_ver if ex.response_version is None else ex.response_version
         response = _body_json(kproto.response(key), ex.response, rver, records)
     if ex.sasl and request is not None and key == _SASL_AUTHENTICATE:

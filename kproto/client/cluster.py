@@ -232,7 +232,7 @@ class Cluster:
         else:
             if not names and version == 0:
                 names = list(self.metadata.topics)  # v0 has no "no topics" form
-            req_topics = [codec.cls.MetadataRequestTopic(name=n) for n in names]  # type: ignore[attr-defined]  # generated nested class
+            req_topics = [codec.cls.MetadataRequestTopic(name=n) for n in names]
         resp = await conn.request(codec.cls(topics=req_topics, allow_auto_topic_creation=allow_auto_create),
                                   version)
         self.metadata.update(resp, all_topics=topics is None)
@@ -286,7 +286,7 @@ class Cluster:
         if self.metadata.controller_id in self.metadata.brokers:
             conn = await self.connection(self.metadata.controller_id)
         req = codec.cls(timeout_ms=timeout_ms, topics=[
-            codec.cls.CreatableTopic(name=n, num_partitions=p, replication_factor=replication_factor)  # type: ignore[attr-defined]  # generated nested class
+            codec.cls.CreatableTopic(name=n, num_partitions=p, replication_factor=replication_factor)
             for n, p in topics.items()])
         resp = await conn.request(req)
         for t in resp.topics:

@@ -218,7 +218,7 @@ class Consumer:
 
     async def _join_and_sync(self) -> None:
         jg = _request_codec(JOIN_GROUP)
-        protocols = [jg.cls.JoinGroupRequestProtocol(name=a, metadata=subscription_metadata(  # type: ignore[attr-defined]  # generated nested class
+        protocols = [jg.cls.JoinGroupRequestProtocol(name=a, metadata=subscription_metadata(
             a, self.topics, self.assignment, self.generation, cooperative=self.cooperative, rack=self.rack))
             for a in self.assignors]
         req = jg.cls(group_id=self.group_id, session_timeout_ms=self.session_timeout_ms,
@@ -247,7 +247,7 @@ class Consumer:
         sync = await self._group_request(sg.cls(
             group_id=self.group_id, generation_id=self.generation, member_id=self.member_id,
             protocol_type=PROTOCOL_TYPE, protocol_name=self.protocol,
-            assignments=[sg.cls.SyncGroupRequestAssignment(member_id=m, assignment=a)  # type: ignore[attr-defined]  # generated nested class
+            assignments=[sg.cls.SyncGroupRequestAssignment(member_id=m, assignment=a)
                          for m, a in assignments.items()]))
         if sync.error_code in _REJOIN_ERRORS:
             if sync.error_code == UNKNOWN_MEMBER_ID:
@@ -294,7 +294,7 @@ class Consumer:
         conn = await self._coordinator_conn()
         version = conn.version(LEAVE_GROUP)
         if version >= 3:
-            req = lg.cls(group_id=self.group_id, members=[lg.cls.MemberIdentity(member_id=self.member_id)])  # type: ignore[attr-defined]  # generated nested class
+            req = lg.cls(group_id=self.group_id, members=[lg.cls.MemberIdentity(member_id=self.member_id)])
         else:
             req = lg.cls(group_id=self.group_id, member_id=self.member_id)
         resp = await conn.request(req, version)
@@ -315,11 +315,11 @@ class Consumer:
         conn = await self._coordinator_conn()
         version = conn.version(OFFSET_FETCH)
         if version >= 8:
-            req = of.cls(groups=[of.cls.OffsetFetchRequestGroup(group_id=self.group_id, topics=[  # type: ignore[attr-defined]  # generated nested class
-                of.cls.OffsetFetchRequestTopics(name=t, partition_indexes=ps) for t, ps in by_topic.items()])])  # type: ignore[attr-defined]  # generated nested class
+            req = of.cls(groups=[of.cls.OffsetFetchRequestGroup(group_id=self.group_id, topics=[
+                of.cls.OffsetFetchRequestTopics(name=t, partition_indexes=ps) for t, ps in by_topic.items()])])
         else:
             req = of.cls(group_id=self.group_id, topics=[
-                of.cls.OffsetFetchRequestTopic(name=t, partition_indexes=ps) for t, ps in by_topic.items()])  # type: ignore[attr-defined]  # generated nested class
+                of.cls.OffsetFetchRequestTopic(name=t, partition_indexes=ps) for t, ps in by_topic.items()])
         resp = await self._group_request(req)
         if version >= 8:
             group = resp.groups[0]
@@ -346,10 +346,10 @@ class Consumer:
         by_topic: dict[str, list[Any]] = {}
         for (t, p), off in offsets.items():
             by_topic.setdefault(t, []).append(
-                oc.cls.OffsetCommitRequestPartition(partition_index=p, committed_offset=off))  # type: ignore[attr-defined]  # generated nested class
+                oc.cls.OffsetCommitRequestPartition(partition_index=p, committed_offset=off))
         resp = await self._group_request(oc.cls(
             group_id=self.group_id, generation_id_or_member_epoch=self.generation, member_id=self.member_id,
-            topics=[oc.cls.OffsetCommitRequestTopic(name=t, partitions=ps) for t, ps in by_topic.items()]))  # type: ignore[attr-defined]  # generated nested class
+            topics=[oc.cls.OffsetCommitRequestTopic(name=t, partitions=ps) for t, ps in by_topic.items()]))
         for t in resp.topics:
             for p in t.partitions:
                 if p.error_code in _REJOIN_ERRORS:
@@ -370,8 +370,8 @@ class Consumer:
         for leader, topics in by_leader.items():
             conn = await self.cluster.connection(leader)
             version = conn.version(LIST_OFFSETS)
-            req = lo.cls(replica_id=-1, topics=[lo.cls.ListOffsetsTopic(name=t, partitions=[  # type: ignore[attr-defined]  # generated nested class
-                lo.cls.ListOffsetsPartition(partition_index=p, timestamp=timestamp, max_num_offsets=1)  # type: ignore[attr-defined]  # generated nested class
+            req = lo.cls(replica_id=-1, topics=[lo.cls.ListOffsetsTopic(name=t, partitions=[
+                lo.cls.ListOffsetsPartition(partition_index=p, timestamp=timestamp, max_num_offsets=1)
                 for p in ps]) for t, ps in topics.items()])
             resp = await conn.request(req, version)
             for t in resp.topics:

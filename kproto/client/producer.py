@@ -163,8 +163,8 @@ def build_produce_request(payloads: dict[TopicPartition, bytes], *, acks: int = 
     for (topic, partition), records in payloads.items():
         td = topics.get(topic)
         if td is None:
-            td = topics[topic] = cls.TopicProduceData(name=topic, partition_data=[])  # type: ignore[attr-defined]  # generated nested class
-        td.partition_data.append(cls.PartitionProduceData(index=partition, records=records))  # type: ignore[attr-defined]  # generated nested class
+            td = topics[topic] = cls.TopicProduceData(name=topic, partition_data=[])
+        td.partition_data.append(cls.PartitionProduceData(index=partition, records=records))
     return cls(transactional_id=transactional_id, acks=acks, timeout_ms=timeout_ms,
                topic_data=list(topics.values()))
 

@@ -141,7 +141,7 @@ class MessageCodec:
             range(dr.lo, (dr.hi if dr.hi is not None else hi) + 1) if schema.deprecated and not dr.empty
             else range(0))
         self.classes: Dict[str, type] = build_classes(schema)
-        self.cls: type = self.classes[schema.name]
+        self.cls: Any = self.classes[schema.name]  # generated: nested classes are attributes
         self._compiled: Dict[int, _Compiled] = {}
         self._lock = threading.Lock()
 

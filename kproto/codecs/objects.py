@@ -35,7 +35,7 @@ class MessageObject:
         for name in self._fields:
             if getattr(self, name) != getattr(other, name):
                 return False
-        return (self._unknown_tagged_fields or None) == (other._unknown_tagged_fields or None)  # type: ignore[attr-defined]
+        return (self._unknown_tagged_fields or None) == (other._unknown_tagged_fields or None)
 
     __hash__ = None  # type: ignore[assignment]  # mutable
 
@@ -135,7 +135,7 @@ def build_classes(message: Message) -> Dict[str, type]:
         exec(src, ns)
         init = ns["__init__"]
         init.__qualname__ = f"{cls.__qualname__}.__init__"
-        cls.__init__ = init  # type: ignore[misc]
+        cls.__init__ = init
         cmp = " and ".join(f"self.{a} == other.{a}" for a in cls._fields) or "True"
         eq_src = ("def __eq__(self, other):\n"
                   "    if type(other) is not type(self):\n"
@@ -143,7 +143,7 @@ def build_classes(message: Message) -> Dict[str, type]:
                   f"    return {cmp} and (self._unknown_tagged_fields or None) == (other._unknown_tagged_fields or None)\n")
         exec(eq_src, ns)
         ns["__eq__"].__qualname__ = f"{cls.__qualname__}.__eq__"
-        cls.__eq__ = ns["__eq__"]  # type: ignore[method-assign]
+        cls.__eq__ = ns["__eq__"]
         cls.__annotations__ = ann
         cls.__doc__ = f"{cls.__qualname__} ({message.kind} {message.name}, versions {message.valid})."
     for name, struct in structs.items():
@@ -166,8 +166,8 @@ def build_classes(message: Message) -> Dict[str, type]:
         exec("\n".join(lines) + "\n", ns)
         cls._make_default = staticmethod(ns["make_default"])
     top = classes[message.name]
-    top.API_KEY = message.api_key          # type: ignore[attr-defined]
-    top.MESSAGE_KIND = message.kind        # type: ignore[attr-defined]
+    top.API_KEY = message.api_key
+    top.MESSAGE_KIND = message.kind
     for name, cls in classes.items():
         if cls is not top:
             setattr(top, name, cls)

@@ -10,7 +10,7 @@ from typing import NamedTuple, Optional
 
 from kproto.codecs.primitives import Uuid
 
-ZERO_UUID: Uuid = Uuid.ZERO  # type: ignore[attr-defined]
+ZERO_UUID: Uuid = Uuid.ZERO
 
 # Session metadata constants (org.apache.kafka.common.requests.FetchMetadata).
 INVALID_SESSION_ID = 0

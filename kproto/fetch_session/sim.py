@@ -170,7 +170,7 @@ def simulate(version: int, *, topics: int = 100, partitions_per_topic: int = 10,
     rng = random.Random(seed)
     wanted, ids = consumer_partitions(topics, partitions_per_topic, rng)
     if version < 13:
-        wanted = {tp: d._replace(topic_id=Uuid.ZERO) for tp, d in wanted.items()}  # type: ignore[attr-defined]
+        wanted = {tp: d._replace(topic_id=Uuid.ZERO) for tp, d in wanted.items()}
     broker = SimulatedBroker(FetchSessionCache(rng=random.Random(seed)), record_bytes=record_bytes)
     for tid, name in ids.items():
         broker.create_topic(name, partitions_per_topic, tid)

@@ -35,6 +35,20 @@ DEFAULT_SEGMENT_BYTES = 1024 * 1024 * 1024
 _INT32_MAX = 2**31 - 1
 
 
+def txn_marker(batch: RecordBatch) -> tuple[int, int] | None:
+    """``(type id, coordinator epoch)`` of the COMMIT (1) or ABORT (0) marker of a control batch;
+    None for other control records. A marker without its coordinator epoch is refused: Kafka's
+    ``EndTransactionMarker`` cannot be read without it."""
+    recs = batch.record_list()
+    ctrl = decode_control(recs[0].key, recs[0].value) if recs else None
+    if ctrl is None or ctrl.type_id not in (0, 1):
+        return None
+    if ctrl.coordinator_epoch is None:
+        raise EncodeError(f"{ctrl.type} marker at offset {batch.base_offset} has no "
+                          "end-transaction value (version and coordinator epoch)")
+    return ctrl.type_id, ctrl.coordinator_epoch
+
+
 class ProducerStateTracker:
     """Kafka's ``ProducerStateManager`` as far as the files show it: the last batch of every
     producer, ongoing transactions, and the aborted transactions their markers complete."""
@@ -50,20 +64,19 @@ class ProducerStateTracker:
             return None
         prev = self.producers.get(pid)
         if batch.is_control:
-            recs = batch.record_list()
-            ctrl = decode_control(recs[0].key, recs[0].value) if recs else None
-            if ctrl is None or ctrl.type_id not in (0, 1):
+            marker = txn_marker(batch)
+            if marker is None:
                 return None
+            type_id, coordinator_epoch = marker
             first = self.ongoing.pop(pid, None)
             base = prev or ProducerEntry(pid, batch.producer_epoch, -1, -1, 0, -1)
             if base.producer_epoch != batch.producer_epoch:  # a new epoch forgets the batches
                 base = replace(base, last_sequence=-1, last_offset=-1, offset_delta=0)
             self.producers[pid] = replace(base, producer_epoch=batch.producer_epoch,
-                                          # None for a marker without a value, stored as decoded
-                                          coordinator_epoch=ctrl.coordinator_epoch,  # type: ignore[arg-type]
+                                          coordinator_epoch=coordinator_epoch,
                                           timestamp=batch.max_timestamp,
                                           current_txn_first_offset=-1)
-            if ctrl.type_id == 0 and first is not None:
+            if type_id == 0 and first is not None:
                 others = [o for p, o in self.ongoing.items() if p != pid]
                 lso = min(others) if others else batch.last_offset + 1
                 return AbortedTxn(pid, first, batch.last_offset, lso)
@@ -142,6 +155,9 @@ class PartitionLog:
         used = sum(b.size_in_bytes for b in batches)
         if not batches or used != len(data):
             raise EncodeError("an append must hold whole batches only")
+        for b in batches:  # refuse before any state changes
+            if isinstance(b, RecordBatch) and b.is_control and b.producer_id >= 0:
+                txn_marker(b)
         if batches[0].base_offset < self.next_offset:
             raise EncodeError(f"offset {batches[0].base_offset} is below the log end "
                               f"{self.next_offset}")

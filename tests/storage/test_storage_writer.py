@@ -161,6 +161,25 @@ def test_appends_are_checked(tmp_path):
         w.append(data)  # offsets below the log end
 
 
+def test_a_transaction_marker_without_its_coordinator_epoch_is_refused(tmp_path):
+    from kproto.records.control import encode_control_key
+
+    w = PartitionWriter(str(tmp_path), "t", 0)
+    w.append(_batch(w, 2, 0, producer_id=9, producer_epoch=0, base_sequence=0,
+                    transactional=True))
+    b = RecordBatchBuilder(base_offset=w.next_offset + 1, producer_id=9, producer_epoch=0,
+                           transactional=True, control=True)
+    b.append(5, encode_control_key(0), None)  # ABORT with no value
+    with pytest.raises(EncodeError, match="ABORT marker at offset 3 has no end-transaction value"):
+        w.append(_batch(w, 1, 3) + b.build())
+    assert w.next_offset == 2  # nothing of the refused append was taken
+    w.append(_marker(w, False, 9, 0, 6))
+    w.close()
+    part = Partition.open(w.path)
+    assert [(a.first_offset, a.last_offset) for a in part.aborted] == [(0, 2)]
+    assert [e.coordinator_epoch for e in part.snapshot(3).entries] == [7]
+
+
 def test_rolls_on_full_index_and_offset_distance(tmp_path):
     w = PartitionWriter(str(tmp_path), "t", 0, segment_index_bytes=64)  # 8 offset / 5 time entries
     for i in range(60):
