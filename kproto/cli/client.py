@@ -157,7 +157,8 @@ async def _consume(args: argparse.Namespace) -> int:
     async with _cluster(args) as cluster:
         consumer = await Consumer(cluster, [args.topic], group_id=args.group,
                                   assignors=[args.assignor],
-                                  auto_offset_reset="earliest" if args.from_beginning else "latest").start()
+                                  auto_offset_reset="earliest" if args.from_beginning else "latest",
+                                  isolation_level=args.isolation).start()
         count = 0
         idle_since = None  # set after the first round: joining a group may take seconds
         try:
@@ -222,6 +223,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--group", help="consumer group (commits offsets when done)")
     p.add_argument("--assignor", default="range", choices=["range", "roundrobin", "sticky", "cooperative-sticky"])
     p.add_argument("--from-beginning", action="store_true")
+    p.add_argument("--isolation", default="read_uncommitted",
+                   choices=["read_uncommitted", "read_committed"],
+                   help="read_committed: leave out aborted transactions, stop at the last stable offset")
     p.add_argument("--max-messages", type=int)
     p.add_argument("--idle-timeout", type=float, default=5.0, metavar="S",
                    help="stop after S seconds without records (default 5)")

@@ -32,7 +32,7 @@ from kproto.client.consumer_protocol import (Assignment, decode_assignment, deco
 from kproto.codecs import request as _request_codec
 from kproto.fetch_session import FetchSessionHandler, PartitionData, TopicPartition, response_data
 from kproto.fetch_session.messages import build_fetch_request
-from kproto.records import iter_batches
+from kproto.records import RecordBatch, iter_batches
 
 __all__ = ["ConsumerRecord", "Consumer", "parse_records", "subscription_metadata",
            "leader_assignments", "PROTOCOL_TYPE"]
@@ -48,6 +48,8 @@ MEMBER_ID_REQUIRED, FENCED_INSTANCE_ID = 79, 82
 _REJOIN_ERRORS = frozenset({ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS})
 _COORDINATOR_ERRORS = frozenset({14, 15, 16})  # load in progress, not available, not coordinator
 _I32 = struct.Struct(">i")
+_CONTROL_KEY = struct.Struct(">hh")  # version, type (0: ABORT)
+ISOLATION_LEVELS = {"read_uncommitted": 0, "read_committed": 1}
 
 
 class ConsumerRecord(NamedTuple):
@@ -64,14 +66,35 @@ class ConsumerRecord(NamedTuple):
 
 # ---- sans-I/O helpers ---------------------------------------------------------------------
 
-def parse_records(topic: str, partition: int, records: Any, position: int) -> tuple[list[ConsumerRecord], int]:
+def parse_records(topic: str, partition: int, records: Any, position: int,
+                  aborted_transactions: Optional[Sequence[tuple[int, int]]] = None
+                  ) -> tuple[list[ConsumerRecord], int]:
     """Records of a fetched partition at or after ``position`` (a compressed batch may start
-    earlier), skipping control batches; returns them and the next position."""
+    earlier), skipping control batches; returns them and the next position.
+
+    ``aborted_transactions``: ``(producer_id, first_offset)`` pairs of the fetch response, for
+    ``read_committed``; the batches of those transactions are left out as Kafka's consumer
+    does it (``CompletedFetch``): a producer counts as aborted from the first offset of an
+    aborted transaction up to its ABORT marker. None reads uncommitted."""
     out: list[ConsumerRecord] = []
     if not records:
         return out, position
+    pending = sorted(aborted_transactions or (), key=lambda a: a[1])
+    aborted: set[int] = set()
+    k = 0
     for batch in iter_batches(records):
         nxt = batch.next_offset
+        if aborted_transactions is not None and isinstance(batch, RecordBatch) \
+                and batch.producer_id >= 0:
+            while k < len(pending) and pending[k][1] <= batch.last_offset:
+                aborted.add(pending[k][0])
+                k += 1
+            if batch.is_control:
+                if _is_abort_marker(batch):
+                    aborted.discard(batch.producer_id)
+            elif batch.is_transactional and batch.producer_id in aborted:
+                position = max(position, nxt)
+                continue
         if getattr(batch, "is_control", False) or nxt <= position:
             position = max(position, nxt)
             continue
@@ -81,6 +104,12 @@ def parse_records(topic: str, partition: int, records: Any, position: int) -> tu
                                           tuple(getattr(r, "headers", ()))))
         position = max(position, nxt)
     return out, position
+
+
+def _is_abort_marker(batch: RecordBatch) -> bool:
+    recs = batch.record_list()
+    return bool(recs) and recs[0].key is not None and len(recs[0].key) >= 4 \
+        and _CONTROL_KEY.unpack_from(recs[0].key)[1] == 0
 
 
 def subscription_metadata(assignor: str, topics: Sequence[str], assigned: Sequence[tuple],
@@ -130,9 +159,15 @@ class Consumer:
                  session_timeout_ms: int = 10000, rebalance_timeout_ms: int = 10000,
                  heartbeat_interval_ms: int = 1000, fetch_max_wait_ms: int = 500,
                  fetch_min_bytes: int = 1, max_partition_fetch_bytes: int = 1048576,
-                 fetch_max_bytes: int = 52428800, rack: Optional[str] = None) -> None:
+                 fetch_max_bytes: int = 52428800, rack: Optional[str] = None,
+                 isolation_level: str = "read_uncommitted") -> None:
         if auto_offset_reset not in ("earliest", "latest"):
             raise ValueError("auto_offset_reset must be 'earliest' or 'latest'")
+        if isolation_level not in ISOLATION_LEVELS:
+            raise ValueError("isolation_level must be 'read_uncommitted' or 'read_committed'")
+        #: 1 (read_committed): fetches stop at the last stable offset and leave out aborted
+        #: transactions; ``latest`` is the last stable offset.
+        self.isolation_level = ISOLATION_LEVELS[isolation_level]
         self.cluster = cluster
         self.topics = list(topics)
         self.group_id = group_id
@@ -369,8 +404,9 @@ class Consumer:
         out = {}
         for leader, topics in by_leader.items():
             conn = await self.cluster.connection(leader)
-            version = conn.version(LIST_OFFSETS)
-            req = lo.cls(replica_id=-1, topics=[lo.cls.ListOffsetsTopic(name=t, partitions=[
+            # Kafka's client: read_committed needs v2+, where the isolation level exists
+            version = conn.version(LIST_OFFSETS, range(2, 100) if self.isolation_level else None)
+            req = lo.cls(replica_id=-1, isolation_level=self.isolation_level, topics=[lo.cls.ListOffsetsTopic(name=t, partitions=[
                 lo.cls.ListOffsetsPartition(partition_index=p, timestamp=timestamp, max_num_offsets=1)
                 for p in ps]) for t, ps in topics.items()])
             resp = await conn.request(req, version)
@@ -449,7 +485,7 @@ class Consumer:
         version = conn.version(FETCH, range(7, 18) if built.can_use_topic_ids else range(7, 13))
         req = build_fetch_request(built, version, max_wait_ms=min(self.fetch_max_wait_ms, int(timeout * 1000)),
                                   min_bytes=self.fetch_min_bytes, max_bytes=self.fetch_max_bytes,
-                                  rack_id=self.rack or "")
+                                  isolation_level=self.isolation_level, rack_id=self.rack or "")
         try:
             resp = await conn.request(req, version, timeout=timeout + conn.request_timeout)
         except KafkaConnectionError as e:
@@ -459,7 +495,8 @@ class Consumer:
             return [], resp.error_code != 0
         records: list[ConsumerRecord] = []
         refresh = False
-        for (t, p), pd in response_data(resp, version, handler.session_topic_names).items():  # type: ignore[assignment]  # response_data keeps only named topics
+        for (name, p), pd in response_data(resp, version, handler.session_topic_names).items():
+            t = name or ""  # response_data keeps named topics only
             tp = (t, p)
             if tp not in self.positions:
                 continue  # revoked while the fetch was in flight
@@ -471,6 +508,9 @@ class Consumer:
                 refresh = True
                 continue
             raise_for_error(pd.error_code, f"Fetch({t}-{p})")
-            recs, self.positions[tp] = parse_records(t, p, pd.records, self.positions[tp])
+            aborted = None
+            if self.isolation_level:
+                aborted = [(a.producer_id, a.first_offset) for a in pd.aborted_transactions or ()]
+            recs, self.positions[tp] = parse_records(t, p, pd.records, self.positions[tp], aborted)
             records.extend(recs)
         return records, refresh

@@ -58,6 +58,11 @@ def test_produce_metadata_consume(peer, capsys, monkeypatch):
     code, out2, _ = cli(capsys, "consume", *common)  # the group resumes after what was printed
     assert code == 0
     assert sorted(out1.splitlines() + out2.splitlines()) == sorted(values)
+    # read_committed (ListOffsets v2+, Fetch isolation 1): plain records are all committed
+    code, out3, _ = cli(capsys, "consume", "--bootstrap", peer.bootstrap, "--topic", topic,
+                        "--group", group + "-rc", "--from-beginning", "--idle-timeout", "1",
+                        "--isolation", "read_committed", *caps(peer))
+    assert code == 0 and sorted(out3.splitlines()) == sorted(values)
 
 
 def test_cli_reports_unreachable_broker(capsys):

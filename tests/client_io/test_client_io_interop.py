@@ -420,3 +420,64 @@ def test_mixed_group_with_confluent_consumer(peer):
     assert sorted(owner) == [(topic, p) for p in range(PARTITIONS)]
     assert sorted(owner.values()) == ["ck", "ck", "kproto", "kproto"]  # range: two partitions each
     assert done, "each member read its partitions"
+
+
+@pytest.mark.parametrize("isolation", ["read_uncommitted", "read_committed"])
+def test_transactions_read_as_librdkafka_reads_them(peer, isolation):
+    # librdkafka writes a committed, an aborted and a committed transaction; kproto's consumer
+    # must see what librdkafka's own consumer sees at the same isolation level. (Neither peer
+    # lists aborted transactions in its fetch responses, so both consumers keep the aborted
+    # records there; the filter itself is checked in test_client_io_read_committed.py.)
+    from confluent_kafka import Consumer as CKConsumer
+    from confluent_kafka import Producer as CKProducer
+    from confluent_kafka import TopicPartition as CKTopicPartition
+    from confluent_kafka import OFFSET_BEGINNING
+
+    async def setup():
+        async with await cluster_for(peer) as cluster:
+            topic = new_topic("txn")
+            await make_topic(cluster, peer, topic)
+            return topic
+
+    topic = run(setup())
+    ck = CKProducer({"bootstrap.servers": peer.bootstrap, "transactional.id": "tx-" + topic})
+    ck.init_transactions(20)
+    for name, n, commit in (("c1", 3, True), ("a", 3, False), ("c2", 2, True)):
+        ck.begin_transaction()
+        for i in range(n):
+            ck.produce(topic, value=f"{name}-{i}".encode(), partition=0)
+        ck.flush(20)
+        (ck.commit_transaction if commit else ck.abort_transaction)(20)
+
+    theirs = CKConsumer({"bootstrap.servers": peer.bootstrap, "group.id": "unused-" + topic,
+                         "enable.auto.commit": False, "isolation.level": isolation})
+    want = []
+    try:
+        theirs.assign([CKTopicPartition(topic, 0, OFFSET_BEGINNING)])
+        deadline = time.monotonic() + 20
+        while len(want) < 8 and time.monotonic() < deadline:
+            msg = theirs.poll(0.5)
+            if msg is not None and msg.error() is None:
+                want.append((msg.offset(), msg.value()))
+        idle = time.monotonic() + 1.5  # anything more than the eight produced
+        while time.monotonic() < idle:
+            msg = theirs.poll(0.2)
+            if msg is not None and msg.error() is None:
+                want.append((msg.offset(), msg.value()))
+    finally:
+        theirs.close()
+
+    async def consume():
+        async with await cluster_for(peer) as cluster:
+            ours = await Consumer(cluster, [topic], isolation_level=isolation,
+                                  fetch_max_wait_ms=50).start()
+            got: list = []
+            deadline = time.monotonic() + 10
+            while len(got) < len(want) and time.monotonic() < deadline:
+                got += [(r.offset, r.value) for r in await ours.getmany(0.2) if r.partition == 0]
+            got += [(r.offset, r.value) for r in await ours.getmany(0.3) if r.partition == 0]
+            return got
+
+    got = run(consume())
+    assert {v for _, v in want} >= {b"c1-0", b"c1-1", b"c1-2", b"c2-0", b"c2-1"}
+    assert got == want
