@@ -125,6 +125,13 @@ async def _metadata(args: argparse.Namespace) -> int:
 async def _produce(args: argparse.Namespace) -> int:
     from kproto.client.producer import Producer
 
+    if args.transactional_id and args.no_idempotence:
+        print("kproto produce: --transactional-id needs idempotence", file=sys.stderr)
+        return 2
+    if args.abort and not args.transactional_id:
+        print("kproto produce: --abort needs --transactional-id", file=sys.stderr)
+        return 2
+
     values = [v.encode("utf-8") for v in args.values] if args.values else \
         [line.rstrip("\n").encode("utf-8") for line in sys.stdin]
     key = None if args.key is None else args.key.encode("utf-8")
@@ -133,8 +140,17 @@ async def _produce(args: argparse.Namespace) -> int:
             await cluster.create_topics({args.topic: args.create_partitions})
         producer = await Producer(cluster, compression=args.compression,
                                   idempotent=not args.no_idempotence,
-                                  acks=-1 if not args.no_idempotence else args.acks).start()
+                                  acks=-1 if not args.no_idempotence else args.acks,
+                                  transactional_id=args.transactional_id).start()
+        if args.transactional_id:
+            producer.begin_transaction()
         futures = [await producer.send(args.topic, v, key, partition=args.partition) for v in values]
+        if args.transactional_id:
+            if args.abort:
+                await producer.flush()  # written, then aborted: what read_committed must skip
+                await producer.abort_transaction()
+            else:
+                await producer.commit_transaction()
         await producer.close()
         failed = 0
         for f in futures:
@@ -211,6 +227,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--partition", type=int, help="partition (default: the partitioner's choice)")
     p.add_argument("--no-idempotence", action="store_true")
     p.add_argument("--acks", type=int, default=-1, choices=[-1, 0, 1], help="with --no-idempotence")
+    p.add_argument("--transactional-id", metavar="ID",
+                   help="produce every value in one transaction of this transactional id")
+    p.add_argument("--abort", action="store_true", help="with --transactional-id: abort, not commit")
     p.add_argument("--create-partitions", type=int, metavar="N",
                    help="create the topic with N partitions first (CreateTopics)")
     p.add_argument("-v", "--verbose", action="store_true", help="print topic partition offset per record")

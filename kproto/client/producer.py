@@ -14,6 +14,15 @@ Like Kafka's idempotent producer, each partition's batches carry the producer id
 consecutive base sequences, and a batch is retried with the same sequence after a retriable
 error, so the broker drops duplicates. This producer keeps one batch in flight per partition
 (Kafka allows five), which keeps the ordering argument trivial.
+
+With a ``transactional_id`` it is a transactional producer (state in
+:class:`~kproto.client.transactions.TransactionManager`)::
+
+    producer = await Producer(cluster, transactional_id="orders-1").start()
+    producer.begin_transaction()
+    await producer.send("orders", b"...")
+    await producer.send_offsets_to_transaction({("in", 0): 42}, "group")  # optional
+    await producer.commit_transaction()      # or abort_transaction()
 """
 from __future__ import annotations
 
@@ -25,6 +34,7 @@ from typing import Any, Callable, Optional, Sequence
 from kproto.client.cluster import METADATA_REFRESH_ERRORS, Cluster
 from kproto.client.connection import BrokerError, KafkaConnectionError, raise_for_error
 from kproto.client.partitioner import StickyPartitioner, partition_for_key
+from kproto.client.transactions import ADD_PARTITIONS_CLIENT_VERSIONS, Action, TransactionManager
 from kproto.codecs import request as _request_codec
 from kproto.codecs.compression import codec_id
 from kproto.errors import KprotoError
@@ -146,10 +156,12 @@ class RecordAccumulator:
         self.next_sequence.clear()
 
 
-def encode_batch(batch: PendingBatch, compression: int, producer_id: int, producer_epoch: int) -> bytes:
+def encode_batch(batch: PendingBatch, compression: int, producer_id: int, producer_epoch: int,
+                 transactional: bool = False) -> bytes:
     """The magic v2 record batch of ``batch``."""
     b = RecordBatchBuilder(compression=compression, producer_id=producer_id,
-                           producer_epoch=producer_epoch, base_sequence=batch.base_sequence)
+                           producer_epoch=producer_epoch, base_sequence=batch.base_sequence,
+                           transactional=transactional)
     for ts, key, value, headers in batch.records:
         b.append(ts, key, value, headers)
     return b.build()
@@ -175,11 +187,17 @@ class Producer:
     ``idempotent`` (default) gets a producer id with InitProducerId and forces ``acks=-1``;
     ``compression`` is a codec name or id; records wait at most ``linger_ms`` (or until a batch
     holds ``batch_size`` bytes) before being sent; retriable errors are retried ``retries`` times.
+    ``transactional_id`` makes it transactional (idempotent too): records are sent only between
+    :meth:`begin_transaction` and :meth:`commit_transaction` / :meth:`abort_transaction`.
     """
 
     def __init__(self, cluster: Cluster, *, idempotent: bool = True, acks: int = -1,
                  compression: int | str = "none", linger_ms: float = 5.0, batch_size: int = 16384,
-                 retries: int = 10, request_timeout_ms: int = 30000) -> None:
+                 retries: int = 10, request_timeout_ms: int = 30000,
+                 transactional_id: Optional[str] = None,
+                 transaction_timeout_ms: int = 60000) -> None:
+        if transactional_id is not None and not idempotent:
+            raise ValueError("a transactional producer is idempotent")
         if idempotent and acks != -1:
             raise ValueError("an idempotent producer needs acks=-1 (all)")
         self.cluster = cluster
@@ -193,41 +211,134 @@ class Producer:
         self.accumulator = RecordAccumulator(batch_size, idempotent)
         self._flush_lock = asyncio.Lock()
         self._linger_task: Optional[asyncio.Task] = None
+        #: the transaction state of a transactional producer (None otherwise)
+        self.transactions = (TransactionManager(transactional_id, transaction_timeout_ms)
+                             if transactional_id is not None else None)
+        self._txn_coordinator: Optional[int] = None
 
     async def start(self) -> "Producer":
-        """Get a producer id when idempotent."""
+        """Get a producer id when idempotent (from the transaction coordinator when
+        transactional, which also ends what an earlier producer of the id left open)."""
         if self.idempotent:
             await self.init_producer_id()
         return self
 
     async def init_producer_id(self) -> None:
         """InitProducerId: a new producer id and epoch; sequences restart at 0."""
-        codec = _request_codec(INIT_PRODUCER_ID)
-        conn = await self.cluster.bootstrap_connection()
-        resp = await conn.request(codec.cls(transactional_id=None, transaction_timeout_ms=60000))
-        raise_for_error(resp.error_code, "InitProducerId")
-        self.producer_id, self.producer_epoch = resp.producer_id, resp.producer_epoch
+        if self.transactions is not None:
+            tm = self.transactions
+            await self._txn_call(tm.init_producer_id_request(), tm.handle_init_producer_id)
+            self.producer_id, self.producer_epoch = tm.producer_id, tm.producer_epoch
+        else:
+            codec = _request_codec(INIT_PRODUCER_ID)
+            conn = await self.cluster.bootstrap_connection()
+            resp = await conn.request(codec.cls(transactional_id=None, transaction_timeout_ms=60000))
+            raise_for_error(resp.error_code, "InitProducerId")
+            self.producer_id, self.producer_epoch = resp.producer_id, resp.producer_epoch
         self.accumulator.reset_sequences()
+
+    # -- transactions ----------------------------------------------------------------------------
+    def _tm(self) -> TransactionManager:
+        if self.transactions is None:
+            raise KprotoError("not a transactional producer (no transactional_id)")
+        return self.transactions
+
+    async def _txn_call(self, body: Any, handle: Callable[[Any], Action], *,
+                        version: range | None = None, group: Optional[str] = None) -> None:
+        """Send ``body`` to the transaction coordinator (or ``group``'s coordinator) until the
+        manager is done with the answers; Kafka's client backs off 20-100 ms between tries."""
+        delay, last = 0.02, None
+        for _attempt in range(self.retries * 5 + 1):
+            if group is not None:
+                node = await self.cluster.find_coordinator(group, 0)
+            else:
+                if self._txn_coordinator is None:
+                    self._txn_coordinator = await self.cluster.find_coordinator(self._tm().transactional_id, 1)
+                node = self._txn_coordinator
+            conn = await self.cluster.connection(node, "coordinator")
+            try:
+                resp = await conn.request(body, conn.version(body.API_KEY, version))
+            except KafkaConnectionError as e:
+                action, last = Action.FIND_COORDINATOR, e
+            else:
+                action = handle(resp)
+            if action is Action.DONE:
+                return
+            if action is Action.FIND_COORDINATOR and group is None:
+                self._txn_coordinator = None
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.1)
+        raise KprotoError(f"{type(body).__name__}: no answer to act on after {self.retries * 5 + 1} "
+                          f"tries (last: {last or 'the coordinator asked to retry'})")
+
+    def begin_transaction(self) -> None:
+        """Start a transaction: records sent from now on commit or abort together."""
+        self._tm().begin()
+
+    async def _add_partitions(self, batches: list[PendingBatch]) -> None:
+        """AddPartitionsToTxn for the partitions the transaction does not hold yet."""
+        tm = self._tm()
+        while True:
+            new = tm.new_partitions((b.topic, b.partition) for b in batches)
+            if not new:
+                return
+            await self._txn_call(tm.add_partitions_request(new), tm.handle_add_partitions,
+                                 version=ADD_PARTITIONS_CLIENT_VERSIONS)
+
+    async def send_offsets_to_transaction(self, offsets: dict[tuple[str, int], int], group_id: str, *,
+                                          generation_id: int = -1, member_id: str = "",
+                                          group_instance_id: Optional[str] = None) -> None:
+        """Commit a consumer group's ``offsets`` (next offsets to read) with the transaction
+        (AddOffsetsToTxn, then TxnOffsetCommit to the group's coordinator)."""
+        tm = self._tm()
+        await self._txn_call(tm.add_offsets_request(group_id), tm.handle_add_offsets)
+        await self._txn_call(tm.txn_offset_commit_request(
+            group_id, offsets, generation_id=generation_id, member_id=member_id,
+            group_instance_id=group_instance_id), tm.handle_txn_offset_commit, group=group_id)
+
+    async def commit_transaction(self) -> None:
+        """Send what is queued, then commit (EndTxn). Raises if the transaction failed: abort it."""
+        tm = self._tm()
+        tm.check_can_commit()
+        await self.flush()
+        body = tm.end_request(commit=True)
+        if body is not None:
+            await self._txn_call(body, tm.handle_end)
+
+    async def abort_transaction(self) -> None:
+        """Drop what is still queued (its futures fail) and abort (EndTxn)."""
+        tm = self._tm()
+        async with self._flush_lock:
+            dropped = self.accumulator.drain()
+        self._fail(dropped, KprotoError("the transaction was aborted before this record was sent"))
+        body = tm.end_request(commit=False)
+        if body is not None:
+            await self._txn_call(body, tm.handle_end)
 
     async def send(self, topic: str, value: Optional[bytes], key: Optional[bytes] = None, *,
                    partition: Optional[int] = None, headers: Sequence[tuple[str, Optional[bytes]]] = (),
                    timestamp_ms: Optional[int] = None) -> "asyncio.Future[RecordMetadata]":
         """Queue a record; returns a future resolved when the broker acknowledged it."""
-        available: Sequence[int]
-        n, available = 0, ()
+        if self.transactions is not None:
+            self.transactions.check_can_send()
+        available: Sequence[int] = ()
+        # like Kafka's waitOnMetadata: the topic's metadata first (a broker may create it)
+        info = self.cluster.metadata.topics.get(topic)
+        if info is None or not info.partitions:
+            await self.cluster.wait_for_leaders([topic], allow_auto_create=True)
+            info = self.cluster.metadata.topics[topic]
+        n = len(info.partitions)
+        sticky = partition is None and key is None  # the built-in partitioner's own choice
         if partition is None:
-            info = self.cluster.metadata.topics.get(topic)
-            if info is None or not info.partitions:
-                await self.cluster.wait_for_leaders([topic], allow_auto_create=True)
-                info = self.cluster.metadata.topics[topic]
-            n = len(info.partitions)
             if key is None:  # only the sticky choice needs the partitions that have leaders
                 available = self.cluster.metadata.available_partitions(topic)
             partition = self.accumulator.partition(topic, key, n, available)
+        elif not 0 <= partition < n:
+            raise KprotoError(f"partition {partition} is not in the range [0...{n}) of {topic}")
         fut: asyncio.Future = asyncio.get_running_loop().create_future()
         ts = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
         full = self.accumulator.append(topic, partition, ts, key, value, tuple(headers), fut,
-                                       num_partitions=n, available=available, keyed=key is not None)
+                                       num_partitions=n, available=available, keyed=not sticky)
         if full:
             await self.flush()
         elif self._linger_task is None or self._linger_task.done():
@@ -250,6 +361,12 @@ class Producer:
 
     async def _send_round(self, batches: list[PendingBatch]) -> list[PendingBatch]:
         """Send batches grouped by leader; return those to retry."""
+        if self.transactions is not None:
+            try:  # the coordinator must hold every partition before its records are sent
+                await self._add_partitions(batches)
+            except KprotoError as e:
+                self._fail(batches, e)
+                return []
         md = self.cluster.metadata
         by_leader: dict[int, list[PendingBatch]] = {}
         retry: list[PendingBatch] = []
@@ -287,10 +404,13 @@ class Producer:
         return retry
 
     async def _send_to(self, node: int, batches: list[PendingBatch]) -> list[PendingBatch]:
+        tm = self.transactions
         conn = await self.cluster.connection(node)
         payloads = {(b.topic, b.partition): encode_batch(b, self.compression, self.producer_id,
-                                                         self.producer_epoch) for b in batches}
-        req = build_produce_request(payloads, acks=self.acks, timeout_ms=self.request_timeout_ms)
+                                                         self.producer_epoch, tm is not None)
+                    for b in batches}
+        req = build_produce_request(payloads, acks=self.acks, timeout_ms=self.request_timeout_ms,
+                                    transactional_id=tm.transactional_id if tm else None)
         if self.acks == 0:
             conn.send(req, expect_response=False)
             for b in batches:
@@ -322,8 +442,9 @@ class Producer:
                 off = base_offset + i if base_offset >= 0 else -1
                 fut.set_result(RecordMetadata(batch.topic, batch.partition, off, rec[0]))
 
-    @staticmethod
-    def _fail(batches: list[PendingBatch], exc: BaseException) -> None:
+    def _fail(self, batches: list[PendingBatch], exc: BaseException) -> None:
+        if self.transactions is not None and batches and isinstance(exc, KprotoError):
+            self.transactions.fail(exc)
         for b in batches:
             for fut in b.futures:
                 if not fut.done():

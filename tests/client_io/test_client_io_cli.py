@@ -74,3 +74,18 @@ def test_cli_reports_unreachable_broker(capsys):
     s.close()
     code, _, err = cli(capsys, "metadata", "--bootstrap", f"127.0.0.1:{port}")
     assert code == 1 and "no broker reachable" in err
+
+
+def test_transactional_produce(peer, capsys):
+    topic = f"clitx-{uuid.uuid4().hex[:8]}"
+    create = ["--create-partitions", "1"] if peer.creates_topics else []
+    base = ["produce", "--bootstrap", peer.bootstrap, "--topic", topic, "--partition", "0", "-v",
+            "--transactional-id", "tx-" + topic, *caps(peer)]
+    code, out, err = cli(capsys, *base, *create, "one", "two")
+    assert code == 0, err
+    code, out2, err = cli(capsys, *base, "--abort", "three")
+    assert code == 0, err
+    # committed 0-1, COMMIT marker at 2, aborted 3, ABORT marker at 4
+    assert [line.split()[2] for line in (out + out2).splitlines()] == ["0", "1", "3"]
+    assert cli(capsys, *base, "--no-idempotence", "x")[0] == 2
+    assert cli(capsys, "produce", "--bootstrap", peer.bootstrap, "--topic", topic, "--abort", "x")[0] == 2

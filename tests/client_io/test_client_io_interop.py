@@ -481,3 +481,67 @@ def test_transactions_read_as_librdkafka_reads_them(peer, isolation):
     got = run(consume())
     assert {v for _, v in want} >= {b"c1-0", b"c1-1", b"c1-2", b"c2-0", b"c2-1"}
     assert got == want
+
+
+def test_transactional_producer_writes_markers_and_offsets(peer):
+    # commit, abort, an empty transaction (no marker), then a commit with a group's offsets:
+    # the log must hold each transaction's batches followed by its COMMIT/ABORT marker
+    from kproto.records.control import decode_control
+
+    async def main():
+        async with await cluster_for(peer) as cluster:
+            topic = new_topic("kptxn")
+            await make_topic(cluster, peer, topic)
+            group = "txg-" + topic
+            p = await Producer(cluster, transactional_id="tx-" + topic).start()
+            assert p.producer_id >= 0
+            p.begin_transaction()
+            first = [await p.send(topic, b"c1-%d" % i, partition=0) for i in range(3)]
+            await p.commit_transaction()
+            p.begin_transaction()
+            aborted = [await p.send(topic, b"a-%d" % i, partition=0) for i in range(2)]
+            await p.flush()
+            await p.abort_transaction()
+            p.begin_transaction()
+            await p.commit_transaction()
+            p.begin_transaction()
+            await p.send(topic, b"c2-0", partition=1)
+            await p.send_offsets_to_transaction({(topic, 0): 3}, group)
+            await p.commit_transaction()
+            with pytest.raises(kproto.KprotoError, match="no transaction in progress"):
+                await p.send(topic, b"late", partition=0)
+            consumer = await Consumer(cluster, [topic], group_id=group).start()
+            committed = await consumer.committed([(topic, 0)])
+            logs = {}
+            for part in (0, 1):
+                conn = await cluster.connection(cluster.metadata.leader(topic, part))
+                batches, offset = [], 0
+                while offset < (7 if part == 0 else 2):  # the mock answers one batch per fetch
+                    pd = await _fetch_raw(conn, topic, part, offset)
+                    got = list(iter_batches(pd.records or b""))
+                    assert got, f"nothing at {topic}-{part}@{offset}"
+                    for b in got:
+                        kind = decode_control(b.record_list()[0].key, None).type if b.is_control else "data"
+                        batches.append((b.base_offset, b.last_offset, kind, b.is_transactional,
+                                        b.producer_id == p.producer_id))
+                        offset = b.last_offset + 1
+                logs[part] = batches
+            return ([f.result().offset for f in first], [f.result().offset for f in aborted],
+                    logs, committed)
+
+    first, aborted, logs, committed = run(main())
+    assert first == [0, 1, 2] and aborted == [4, 5]
+    assert logs[0] == [(0, 2, "data", True, True), (3, 3, "COMMIT", True, True),
+                       (4, 5, "data", True, True), (6, 6, "ABORT", True, True)]
+    assert logs[1] == [(0, 0, "data", True, True), (1, 1, "COMMIT", True, True)]
+    if peer.name == "tansu":  # the mock accepts TxnOffsetCommit but never applies it
+        assert list(committed.values()) == [3]
+
+
+async def _fetch_raw(conn, topic, partition, offset):
+    codec = kproto.request(1)
+    req = codec.cls(replica_id=-1, max_wait_ms=10, min_bytes=1, max_bytes=1 << 20, topics=[
+        codec.cls.FetchTopic(topic=topic, partitions=[codec.cls.FetchPartition(
+            partition=partition, fetch_offset=offset, partition_max_bytes=1 << 20)])])
+    resp = await conn.request(req, conn.version(1, range(4, 13)))
+    return resp.responses[0].partitions[0]
