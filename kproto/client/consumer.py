@@ -21,6 +21,7 @@ requests whenever the broker grants no session.
 from __future__ import annotations
 
 import asyncio
+import logging
 import struct
 from typing import Any, NamedTuple, Optional, Sequence
 
@@ -48,6 +49,7 @@ MEMBER_ID_REQUIRED, FENCED_INSTANCE_ID = 79, 82
 _REJOIN_ERRORS = frozenset({ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS})
 _COORDINATOR_ERRORS = frozenset({14, 15, 16})  # load in progress, not available, not coordinator
 _I32 = struct.Struct(">i")
+_log = logging.getLogger("kproto.client")
 _CONTROL_KEY = struct.Struct(">hh")  # version, type (0: ABORT)
 ISOLATION_LEVELS = {"read_uncommitted": 0, "read_committed": 1}
 
@@ -160,7 +162,8 @@ class Consumer:
                  heartbeat_interval_ms: int = 1000, fetch_max_wait_ms: int = 500,
                  fetch_min_bytes: int = 1, max_partition_fetch_bytes: int = 1048576,
                  fetch_max_bytes: int = 52428800, rack: Optional[str] = None,
-                 isolation_level: str = "read_uncommitted") -> None:
+                 isolation_level: str = "read_uncommitted", enable_auto_commit: bool = True,
+                 auto_commit_interval_ms: int = 5000) -> None:
         if auto_offset_reset not in ("earliest", "latest"):
             raise ValueError("auto_offset_reset must be 'earliest' or 'latest'")
         if isolation_level not in ISOLATION_LEVELS:
@@ -168,6 +171,11 @@ class Consumer:
         #: 1 (read_committed): fetches stop at the last stable offset and leave out aborted
         #: transactions; ``latest`` is the last stable offset.
         self.isolation_level = ISOLATION_LEVELS[isolation_level]
+        #: Kafka's auto-commit (group members only): the positions of what :meth:`getmany`
+        #: returned are committed every ``auto_commit_interval_ms``, before a rebalance and on close
+        self.enable_auto_commit = enable_auto_commit and group_id is not None
+        self.auto_commit_interval = auto_commit_interval_ms / 1000.0
+        self._next_auto_commit = 0.0
         self.cluster = cluster
         self.topics = list(topics)
         self.group_id = group_id
@@ -200,12 +208,14 @@ class Consumer:
     async def start(self) -> "Consumer":
         """Load the topics' metadata; without a group, assign every partition to this consumer."""
         await self.cluster.wait_for_leaders(self.topics, allow_auto_create=True)
+        self._next_auto_commit = asyncio.get_running_loop().time() + self.auto_commit_interval
         if self.group_id is None:
             self.assignment = [(t, p) for t in self.topics for p in self.cluster.metadata.partitions(t)]
         return self
 
     async def close(self) -> None:
-        """Leave the group (the cluster stays open)."""
+        """Commit (with auto-commit) and leave the group (the cluster stays open)."""
+        await self._auto_commit(force=True)
         if self._heartbeat_task is not None:
             self._heartbeat_task.cancel()
             self._heartbeat_task = None
@@ -248,8 +258,23 @@ class Consumer:
 
     async def ensure_group(self) -> None:
         """(Re)join the group when needed: JoinGroup, SyncGroup, then fetch committed offsets."""
+        if self._needs_join:
+            await self._auto_commit(force=True)  # Kafka's onJoinPrepare, before partitions move
         while self._needs_join:
             await self._join_and_sync()
+
+    async def _auto_commit(self, force: bool = False) -> None:
+        """Commit the positions when auto-commit is on and the interval passed (or ``force``).
+        Like Kafka's client, a failed auto-commit is logged, not raised."""
+        now = asyncio.get_running_loop().time()
+        if not self.enable_auto_commit or not self.member_id or not self.positions \
+                or (not force and now < self._next_auto_commit):
+            return
+        self._next_auto_commit = now + self.auto_commit_interval
+        try:
+            await self.commit()
+        except (BrokerError, KafkaConnectionError) as e:
+            _log.warning("auto-commit of group %s failed: %s", self.group_id, e)
 
     async def _join_and_sync(self) -> None:
         jg = _request_codec(JOIN_GROUP)
@@ -441,6 +466,7 @@ class Consumer:
         advances the positions."""
         if self.group_id is not None:
             await self.ensure_group()
+            await self._auto_commit()
         await self._init_positions()
         md = self.cluster.metadata
         by_leader: dict[int, list[tuple[str, int]]] = {}

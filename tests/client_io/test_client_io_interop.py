@@ -54,12 +54,12 @@ async def consume_all(consumer: Consumer, count: int, deadline_s: float = 20) ->
     return got
 
 
-async def raw_fetch(cluster: Cluster, topic: str, partition: int):
-    """One Fetch of a partition from offset 0 (a fresh handler: a full, session-opening request)."""
+async def raw_fetch(cluster: Cluster, topic: str, partition: int, offset: int = 0):
+    """One Fetch of a partition from ``offset`` (a fresh handler: a full, session-opening request)."""
     md = cluster.metadata
     handler = FetchSessionHandler()
     builder = handler.new_builder()
-    builder.add(TopicPartition(topic, partition), PartitionData(md.topic_id(topic), 0, -1, 1 << 20))
+    builder.add(TopicPartition(topic, partition), PartitionData(md.topic_id(topic), offset, -1, 1 << 20))
     built = builder.build()
     conn = await cluster.connection(md.leader(topic, partition))
     version = conn.version(1, range(7, 18) if built.can_use_topic_ids else range(7, 13))
@@ -514,10 +514,9 @@ def test_transactional_producer_writes_markers_and_offsets(peer):
             committed = await consumer.committed([(topic, 0)])
             logs = {}
             for part in (0, 1):
-                conn = await cluster.connection(cluster.metadata.leader(topic, part))
                 batches, offset = [], 0
                 while offset < (7 if part == 0 else 2):  # the mock answers one batch per fetch
-                    pd = await _fetch_raw(conn, topic, part, offset)
+                    _, pd = await raw_fetch(cluster, topic, part, offset)
                     got = list(iter_batches(pd.records or b""))
                     assert got, f"nothing at {topic}-{part}@{offset}"
                     for b in got:
@@ -538,10 +537,33 @@ def test_transactional_producer_writes_markers_and_offsets(peer):
         assert list(committed.values()) == [3]
 
 
-async def _fetch_raw(conn, topic, partition, offset):
-    codec = kproto.request(1)
-    req = codec.cls(replica_id=-1, max_wait_ms=10, min_bytes=1, max_bytes=1 << 20, topics=[
-        codec.cls.FetchTopic(topic=topic, partitions=[codec.cls.FetchPartition(
-            partition=partition, fetch_offset=offset, partition_max_bytes=1 << 20)])])
-    resp = await conn.request(req, conn.version(1, range(4, 13)))
-    return resp.responses[0].partitions[0]
+
+@pytest.mark.parametrize("mode", ["every-poll", "on-close", "off"])
+def test_auto_commit(peer, mode):
+    async def main():
+        async with await cluster_for(peer) as cluster:
+            topic = new_topic("autoc")
+            await make_topic(cluster, peer, topic)
+            producer = await Producer(cluster).start()
+            for i in range(6):
+                await producer.send(topic, b"v%d" % i, partition=i % 2)
+            await producer.close()
+            group = "ac-" + topic
+            kw = dict(group_id=group, rebalance_timeout_ms=3000, heartbeat_interval_ms=200)
+            consumer = await Consumer(cluster, [topic], enable_auto_commit=mode != "off",
+                                      auto_commit_interval_ms=0 if mode == "every-poll" else 60000,
+                                      **kw).start()
+            got = await consume_all(consumer, 6)
+            await consumer.getmany(0.1)  # nothing new; commits first when due
+            positions = {tp: off for tp, off in consumer.positions.items() if off > 0}
+            other = await Consumer(cluster, [topic], enable_auto_commit=False, **kw).start()
+            before = await other.committed(sorted(positions))
+            await consumer.close()  # commits once more when auto-commit is on
+            after = await other.committed(sorted(positions))
+            return len(got), positions, before, after
+
+    n, positions, before, after = run(main())
+    none = {tp: -1 for tp in positions}
+    assert n == 6 and sum(positions.values()) == 6
+    assert before == (positions if mode == "every-poll" else none)
+    assert after == (none if mode == "off" else positions)
