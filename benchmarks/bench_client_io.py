@@ -5,7 +5,7 @@
 Without ``--bootstrap`` it starts tansu through ``$KPROTO_PEERS/tansu.py`` (default
 ``../shared/peers``). Reports: pipelined Heartbeat round trips per second on one connection
 (and one at a time, for comparison), and producer/consumer throughput in records/s and MB/s
-per compression codec.
+per compression codec, next to aiokafka and kafka-python in the same run (ratios printed).
 """
 from __future__ import annotations
 
@@ -66,28 +66,105 @@ async def bench_round_trips(bootstrap: str, n: int) -> None:
     print(f"Heartbeat round trips: {serial:,.0f}/s one at a time, {piped:,.0f}/s pipelined ({n} in flight)")
 
 
-async def bench_produce_consume(bootstrap: str, n: int, size: int, codecs: list[str]) -> None:
-    value = (b"kproto benchmark payload " * (size // 25 + 1))[:size]
+async def _kproto(bootstrap: str, topic: str, n: int, value: bytes, codec: str) -> tuple[float, float]:
     async with Cluster(bootstrap) as cluster:
-        for codec in codecs:
-            topic = f"bench-{codec}-{uuid.uuid4().hex[:6]}"
-            await cluster.create_topics({topic: 4})
-            await cluster.wait_for_leaders([topic])
-            producer = await Producer(cluster, compression=codec, linger_ms=5, batch_size=65536).start()
-            t = time.perf_counter()
-            futs = [await producer.send(topic, value, b"%d" % (i % 1000)) for i in range(n)]
-            await producer.close()
-            dt_p = time.perf_counter() - t
-            assert all(f.exception() is None for f in futs)
-            consumer = await Consumer(cluster, [topic], fetch_max_wait_ms=50).start()
-            t = time.perf_counter()
-            got = 0
-            while got < n:
-                got += len(await consumer.getmany(1.0))
-            dt_c = time.perf_counter() - t
-            mb = n * size / 1e6
-            print(f"{codec:>6}: produce {n / dt_p:9,.0f} rec/s {mb / dt_p:6.1f} MB/s | "
-                  f"consume {n / dt_c:9,.0f} rec/s {mb / dt_c:6.1f} MB/s  ({n} x {size} B)")
+        producer = await Producer(cluster, compression=codec, linger_ms=5, batch_size=65536).start()
+        t = time.perf_counter()
+        futs = [await producer.send(topic, value, b"%d" % (i % 1000)) for i in range(n)]
+        await producer.close()
+        dt_p = time.perf_counter() - t
+        assert all(f.exception() is None for f in futs)
+        consumer = await Consumer(cluster, [topic], fetch_max_wait_ms=50).start()
+        t = time.perf_counter()
+        got = 0
+        while got < n:
+            got += len(await consumer.getmany(1.0))
+        return dt_p, time.perf_counter() - t
+
+
+async def _aiokafka(bootstrap: str, topic: str, n: int, value: bytes, codec: str) -> tuple[float, float]:
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
+    # not idempotent: tansu answers aiokafka's InitProducerId with an unknown error
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all",
+                                compression_type=None if codec == "none" else codec,
+                                linger_ms=5, max_batch_size=65536)
+    await producer.start()
+    try:
+        t = time.perf_counter()
+        futs = [await producer.send(topic, value, key=b"%d" % (i % 1000)) for i in range(n)]
+        await producer.flush()
+        await asyncio.gather(*futs)
+        dt_p = time.perf_counter() - t
+    finally:
+        await producer.stop()
+    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
+                                fetch_max_wait_ms=50, enable_auto_commit=False)
+    await consumer.start()
+    t = time.perf_counter()
+    got = 0
+    while got < n:
+        got += sum(len(v) for v in (await consumer.getmany(timeout_ms=1000)).values())
+    dt_c = time.perf_counter() - t
+    await consumer.stop()
+    return dt_p, dt_c
+
+
+def _kafka_python(bootstrap: str, topic: str, n: int, value: bytes, codec: str) -> tuple[float, float]:
+    from kafka import KafkaConsumer, KafkaProducer
+
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all",
+                             compression_type=None if codec == "none" else codec,
+                             linger_ms=5, batch_size=65536)
+    t = time.perf_counter()
+    for i in range(n):
+        producer.send(topic, value, key=b"%d" % (i % 1000))
+    producer.flush()
+    dt_p = time.perf_counter() - t
+    producer.close()
+    consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
+                             fetch_max_wait_ms=50, enable_auto_commit=False)
+    t = time.perf_counter()
+    got = 0
+    while got < n:
+        got += sum(len(v) for v in consumer.poll(timeout_ms=1000).values())
+    dt_c = time.perf_counter() - t
+    consumer.close()
+    return dt_p, dt_c
+
+
+async def bench_produce_consume(bootstrap: str, n: int, size: int, codecs: list[str],
+                                peers: list[str]) -> None:
+    """Each client produces ``n`` records to a fresh 4-partition topic, then reads them back."""
+    value = (b"kproto benchmark payload " * (size // 25 + 1))[:size]
+    mb = n * size / 1e6
+    print(f"produce / consume, {n} x {size} B records, 4 partitions, acks=all (kproto idempotent, "
+          f"the peers not), records/s (MB/s):")
+    for codec in codecs:
+        rates = {}
+        for client in ["kproto"] + peers:
+            topic = f"bench-{client}-{codec}-{uuid.uuid4().hex[:6]}"
+            async with Cluster(bootstrap) as cluster:
+                await cluster.create_topics({topic: 4})
+                await cluster.wait_for_leaders([topic])
+            try:
+                if client == "kproto":
+                    dt_p, dt_c = await _kproto(bootstrap, topic, n, value, codec)
+                elif client == "aiokafka":
+                    dt_p, dt_c = await _aiokafka(bootstrap, topic, n, value, codec)
+                else:
+                    dt_p, dt_c = await asyncio.to_thread(_kafka_python, bootstrap, topic, n, value, codec)
+            except Exception as e:  # a peer without this codec's library, for one
+                print(f"  {codec:>6} {client:>12}: failed ({type(e).__name__}: {e})")
+                continue
+            rates[client] = (n / dt_p, n / dt_c)
+            print(f"  {codec:>6} {client:>12}: produce {n / dt_p:9,.0f} ({mb / dt_p:5.1f}) | "
+                  f"consume {n / dt_c:9,.0f} ({mb / dt_c:5.1f})")
+        ours = rates.get("kproto")
+        for client in peers:
+            if ours and client in rates:
+                p, c = rates[client]
+                print(f"  {codec:>6} kproto / {client}: produce {ours[0] / p:.2f}x, consume {ours[1] / c:.2f}x")
 
 
 def main() -> None:
@@ -96,9 +173,14 @@ def main() -> None:
     ap.add_argument("--records", type=int, default=50000)
     ap.add_argument("--size", type=int, default=100)
     ap.add_argument("--quick", action="store_true", help="fewer records, two codecs")
+    ap.add_argument("--codecs", help="comma-separated codecs (default: all; --quick: none,lz4)")
+    ap.add_argument("--peers", default="aiokafka,kafka-python",
+                    help="clients to compare with, comma-separated (empty: none)")
     args = ap.parse_args()
     n = 5000 if args.quick else args.records
     codecs = ["none", "lz4"] if args.quick else ["none", "gzip", "snappy", "lz4", "zstd"]
+    if args.codecs:
+        codecs = args.codecs.split(",")
     proc = None
     bootstrap = args.bootstrap
     if bootstrap is None:
@@ -108,7 +190,8 @@ def main() -> None:
     try:
         bench_protocol_core(20000)
         asyncio.run(bench_round_trips(bootstrap, 2000 if args.quick else 10000))
-        asyncio.run(bench_produce_consume(bootstrap, n, args.size, codecs))
+        peers = [p for p in args.peers.split(",") if p]
+        asyncio.run(bench_produce_consume(bootstrap, n, args.size, codecs, peers))
     finally:
         if proc is not None:
             proc.terminate()

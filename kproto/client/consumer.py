@@ -21,8 +21,11 @@ requests whenever the broker grants no session.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import logging
 import struct
+from functools import partial
+from itertools import repeat
 from typing import Any, NamedTuple, Optional, Sequence
 
 from kproto.client.assignors import Subscription, assign, encode_sticky_user_data
@@ -34,6 +37,7 @@ from kproto.codecs import request as _request_codec
 from kproto.fetch_session import FetchSessionHandler, PartitionData, TopicPartition, response_data
 from kproto.fetch_session.messages import build_fetch_request
 from kproto.records import RecordBatch, iter_batches
+from kproto.records.columns import decode_batches, record_values
 
 __all__ = ["ConsumerRecord", "Consumer", "parse_records", "subscription_metadata",
            "leader_assignments", "PROTOCOL_TYPE"]
@@ -78,12 +82,13 @@ def parse_records(topic: str, partition: int, records: Any, position: int,
     ``read_committed``; the batches of those transactions are left out as Kafka's consumer
     does it (``CompletedFetch``): a producer counts as aborted from the first offset of an
     aborted transaction up to its ABORT marker. None reads uncommitted."""
-    out: list[ConsumerRecord] = []
     if not records:
-        return out, position
+        return [], position
+    start = position
     pending = sorted(aborted_transactions or (), key=lambda a: a[1])
     aborted: set[int] = set()
     k = 0
+    kept: list[Any] = []
     for batch in iter_batches(records):
         nxt = batch.next_offset
         if aborted_transactions is not None and isinstance(batch, RecordBatch) \
@@ -97,15 +102,21 @@ def parse_records(topic: str, partition: int, records: Any, position: int,
             elif batch.is_transactional and batch.producer_id in aborted:
                 position = max(position, nxt)
                 continue
-        if getattr(batch, "is_control", False) or nxt <= position:
-            position = max(position, nxt)
-            continue
-        for r in batch.records():
-            if r.offset >= position:
-                out.append(ConsumerRecord(topic, partition, r.offset, r.timestamp, r.key, r.value,
-                                          tuple(getattr(r, "headers", ()))))
+        if not (getattr(batch, "is_control", False) or nxt <= position):
+            kept.append(batch)
         position = max(position, nxt)
-    return out, position
+    if not kept:
+        return [], position
+    # one bulk decode for the whole fetch; offsets ascend, so what lies before the fetch
+    # position (the start of a compressed batch) is a prefix
+    offsets, stamps, keys, values, headers = record_values(decode_batches(kept))
+    out = list(map(_new_consumer_record, zip(repeat(topic), repeat(partition), offsets, stamps,
+                                             keys, values, headers)))
+    skip = bisect.bisect_left(offsets, start)
+    return (out[skip:] if skip else out), position
+
+
+_new_consumer_record = partial(tuple.__new__, ConsumerRecord)
 
 
 def _is_abort_marker(batch: RecordBatch) -> bool:

@@ -49,7 +49,8 @@ except ImportError:  # pragma: no cover - depends on the build
     _speedups = None
 
 __all__ = ["RecordColumns", "BatchColumns", "ArrowRecords", "decode_columns", "decode_batches",
-           "decode_arrow", "batch_records", "iter_column_batches", "to_arrow", "binary_view_array",
+           "decode_arrow", "batch_records", "record_values", "iter_column_batches", "to_arrow",
+           "binary_view_array",
            "binary_array", "headers_array"]
 
 _PAD = b"\0" * 16  # lets vectorised varint reads run past the last record without bounds checks
@@ -372,6 +373,15 @@ def _slices(data: bytes, start: np.ndarray, length: np.ndarray) -> list:
     return out
 
 
+def record_values(cols: RecordColumns) -> tuple[list[int], list[int], list, list, Iterable]:
+    """Offsets, timestamps, keys, values and headers of ``cols`` as Python objects, made with
+    C-level loops: what per-record objects (:class:`Record`, a client's records) are built from."""
+    return (cols.offset.tolist(), cols.timestamp.tolist(),
+            _slices(cols.data, cols.key_start, cols.key_length),
+            _slices(cols.data, cols.value_start, cols.value_length),
+            cols.headers or repeat((), len(cols)))
+
+
 _new_record = partial(tuple.__new__, Record)
 
 
@@ -385,11 +395,8 @@ def batch_records(batch: RecordBatch) -> list[Record]:
         seq = c.sequence().tolist()
     else:
         seq = repeat(-1, n)
-    headers = c.headers or repeat((), n)
-    return list(map(_new_record, zip(
-        c.offset.tolist(), c.timestamp.tolist(), _slices(c.data, c.key_start, c.key_length),
-        _slices(c.data, c.value_start, c.value_length), headers, seq,
-        c.size_in_bytes.tolist(), c.attributes.tolist())))
+    return list(map(_new_record, zip(*record_values(c), seq, c.size_in_bytes.tolist(),
+                                     c.attributes.tolist())))
 
 
 def binary_view_array(cols: RecordColumns, which: str = "value"):
