@@ -17,9 +17,10 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--request-timeout", type=float, default=30.0, metavar="S")
     p.add_argument("--tls", action="store_true", help="connect with TLS (system trust store)")
     p.add_argument("--ca-file", help="CA bundle for --tls")
-    p.add_argument("--sasl-mechanism", choices=["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
+    p.add_argument("--sasl-mechanism", choices=["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"])
     p.add_argument("--sasl-username")
     p.add_argument("--sasl-password")
+    p.add_argument("--sasl-token", metavar="TOKEN|@FILE", help="OAUTHBEARER: the bearer token")
     p.add_argument("--version-cap", action="append", default=[], metavar="KEY=VERSION",
                    help="never use a version above VERSION for API KEY (broker workarounds)")
 
@@ -42,7 +43,18 @@ def _cluster(args: argparse.Namespace):
     if args.tls:
         ctx = ssl.create_default_context(cafile=args.ca_file)
     sasl = None
-    if args.sasl_mechanism:
+    if args.sasl_mechanism == "OAUTHBEARER":
+        if not args.sasl_token:
+            raise SystemExit("--sasl-mechanism OAUTHBEARER needs --sasl-token")
+        token = args.sasl_token
+        if token.startswith("@"):
+            with open(token[1:], encoding="utf-8") as f:
+                token = f.read().strip()
+        try:
+            sasl = SaslConfig("OAUTHBEARER", token=token)
+        except ValueError as e:
+            raise SystemExit(f"--sasl-token: {e}")
+    elif args.sasl_mechanism:
         if args.sasl_username is None or args.sasl_password is None:
             raise SystemExit("--sasl-mechanism needs --sasl-username and --sasl-password")
         sasl = SaslConfig(args.sasl_mechanism, args.sasl_username, args.sasl_password)

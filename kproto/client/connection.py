@@ -18,11 +18,12 @@ from __future__ import annotations
 import asyncio
 import ssl as _ssl
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional
 
 from kproto.error_codes import error_name
-from kproto.client.sasl import SaslAuthenticationError, sasl_client
+from kproto.client.sasl import (OAuthBearerClient, PlainClient, SaslAuthenticationError,
+                                ScramClient, sasl_client)
 from kproto.codecs import message as _message_codec
 from kproto.codecs import request as _request_codec
 from kproto.codecs import response as _response_codec
@@ -219,11 +220,25 @@ class ClientProtocol:
 
 @dataclass
 class SaslConfig:
-    """SASL credentials: ``mechanism`` is PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512."""
+    """SASL credentials: ``mechanism`` is PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (with
+    ``username`` and ``password``), or OAUTHBEARER (with ``token`` and optional ``extensions``)."""
 
     mechanism: str
-    username: str
-    password: str
+    username: str = ""
+    password: str = ""
+    token: str | None = None
+    extensions: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.client()  # checks the mechanism and its credentials now, not after connecting
+
+    def client(self) -> PlainClient | ScramClient | OAuthBearerClient:
+        """A fresh state machine for one exchange."""
+        if self.mechanism == "OAUTHBEARER":
+            if self.token is None:
+                raise ValueError("OAUTHBEARER needs a token")
+            return sasl_client(self.mechanism, token=self.token, extensions=self.extensions)
+        return sasl_client(self.mechanism, self.username, self.password)
 
 
 class Connection:
@@ -389,14 +404,16 @@ class Connection:
             raise SaslAuthenticationError(
                 f"mechanism {config.mechanism} refused ({error_name(hs.error_code)}); "
                 f"broker offers {', '.join(hs.mechanisms)}")
-        mech = sasl_client(config.mechanism, config.username, config.password)
+        mech = config.client()
         token: bytes | None = mech.initial()
         auth_cls = _request_codec(SASL_AUTHENTICATE).cls
         while token is not None:
             resp = await self.request(auth_cls(auth_bytes=token))
             if resp.error_code:
-                raise SaslAuthenticationError(
-                    f"{error_name(resp.error_code)}: {resp.error_message or 'authentication failed'}")
+                detail = resp.error_message or "authentication failed"
+                if isinstance(mech, OAuthBearerClient) and mech.server_error:
+                    detail += f"; server said {mech.server_error}"
+                raise SaslAuthenticationError(f"{error_name(resp.error_code)}: {detail}")
             token = mech.step(bytes(resp.auth_bytes))
         if not mech.complete:
             raise SaslAuthenticationError("SASL exchange ended before completing")

@@ -1,4 +1,4 @@
-"""SASL PLAIN and SCRAM-SHA-256/512 client mechanics as sans-I/O state machines.
+"""SASL PLAIN, SCRAM-SHA-256/512 and OAUTHBEARER client mechanics as sans-I/O state machines.
 
 A mechanism object turns server challenges into client responses; the caller moves the bytes
 (SaslAuthenticate requests, or raw frames with SaslHandshake v0)::
@@ -26,7 +26,8 @@ from typing import Mapping
 from kproto.errors import DecodeError, KprotoError
 
 __all__ = [
-    "SaslAuthenticationError", "PlainClient", "ScramClient", "sasl_client", "MECHANISMS",
+    "SaslAuthenticationError", "PlainClient", "ScramClient", "OAuthBearerClient", "sasl_client",
+    "MECHANISMS",
     "SCRAM_MECHANISMS", "sasl_name", "username_from_sasl_name", "hi", "hmac", "digest",
     "salted_password", "client_key", "stored_key", "server_key", "client_signature",
     "client_proof", "server_signature", "auth_message",
@@ -42,7 +43,7 @@ SCRAM_MECHANISMS: dict[str, tuple[str, int]] = {
     "SCRAM-SHA-256": ("sha256", 4096),
     "SCRAM-SHA-512": ("sha512", 4096),
 }
-MECHANISMS = ("PLAIN", *SCRAM_MECHANISMS)
+MECHANISMS = ("PLAIN", *SCRAM_MECHANISMS, "OAUTHBEARER")
 
 
 # ---- ScramFormatter ------------------------------------------------------------------------
@@ -276,8 +277,64 @@ class ScramClient:
         self.complete = True
 
 
-def sasl_client(mechanism: str, username: str, password: str, **kwargs) -> PlainClient | ScramClient:
-    """A client state machine for ``mechanism`` (one of :data:`MECHANISMS`)."""
+_B64TOKEN = re.compile(r"[A-Za-z0-9\-._~+/]+=*")          # RFC 6750 b64token
+_EXT_KEY = re.compile(r"[A-Za-z]+")                        # RFC 7628 key
+_EXT_VALUE = re.compile(r"[\x21-\x7E \t\r\n]+")            # RFC 7628 value
+
+
+class OAuthBearerClient:
+    """SASL OAUTHBEARER (RFC 7628) as Kafka's ``OAuthBearerSaslClient``: one message
+    ``n,[a=authzid],^Aauth=Bearer <token>[^Aextensions]^A^A``; the server answers nothing on
+    success, or an error document, to which the client answers ``^A`` and the server fails
+    the exchange (:attr:`server_error` then holds the document). The token comes from the
+    caller (an OAuth client), as with Kafka's login callback handler."""
+
+    mechanism = "OAUTHBEARER"
+
+    def __init__(self, token: str, extensions: Mapping[str, str] | None = None,
+                 authzid: str = "") -> None:
+        if not _B64TOKEN.fullmatch(token):
+            raise ValueError("an OAUTHBEARER token must be an RFC 6750 b64token")
+        ext = dict(extensions or {})
+        for k, v in ext.items():
+            if k == "auth" or not _EXT_KEY.fullmatch(k):
+                raise ValueError(f"invalid SASL extension key {k!r}")
+            if not _EXT_VALUE.fullmatch(v):
+                raise ValueError(f"invalid value for SASL extension {k!r}")
+        if "," in authzid or "=" in authzid:
+            raise ValueError("authzid must not contain ',' or '='")
+        # Kafka writes the extensions in its map's order; a sorted order is as valid to a server
+        ext_part = "".join(f"\x01{k}={v}" for k, v in sorted(ext.items()))
+        self._message = (f"n,{'a=' + authzid if authzid else ''},\x01auth=Bearer {token}"
+                         f"{ext_part}\x01\x01").encode("utf-8")
+        self.complete = False
+        self.server_error: str | None = None
+        self._sent = False
+
+    def initial(self) -> bytes:
+        """The client's only real message."""
+        self._sent = True
+        return self._message
+
+    def step(self, challenge: bytes) -> bytes | None:
+        """Empty: authenticated. Otherwise the server's error document: answer ``^A``."""
+        if not self._sent:
+            raise RuntimeError("initial() must be called first")
+        if self.server_error is not None:
+            raise SaslAuthenticationError(f"OAUTHBEARER refused: {self.server_error}")
+        if not challenge:
+            self.complete = True
+            return None
+        self.server_error = _text(challenge, "OAUTHBEARER server error")
+        return b"\x01"
+
+
+def sasl_client(mechanism: str, username: str = "", password: str = "",
+                **kwargs) -> PlainClient | ScramClient | OAuthBearerClient:
+    """A client state machine for ``mechanism`` (one of :data:`MECHANISMS`); OAUTHBEARER takes
+    ``token`` (and optional ``extensions``) instead of a username and password."""
     if mechanism == "PLAIN":
         return PlainClient(username, password, **kwargs)
+    if mechanism == "OAUTHBEARER":
+        return OAuthBearerClient(**kwargs)
     return ScramClient(mechanism, username, password, **kwargs)

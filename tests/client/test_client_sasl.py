@@ -181,3 +181,31 @@ def test_agrees_with_kafka_python_scram():
         assert ours.step(b"v=" + base64.b64encode(theirs.server_signature)) is None and ours.complete
 
     check()
+
+
+def test_oauthbearer_initial_response_is_kafkas_format():
+    # OAuthBearerClientInitialResponse.toBytes: "n," [a=authzid] "," ^A "auth=Bearer " token
+    # [^A k=v ...] ^A ^A
+    assert sasl.OAuthBearerClient("abc.def-ghi").initial() == b"n,,\x01auth=Bearer abc.def-ghi\x01\x01"
+    m = sasl_client("OAUTHBEARER", token="t0k3n", extensions={"b": "2", "a": "x y"}, authzid="alice")
+    assert m.initial() == b"n,a=alice,\x01auth=Bearer t0k3n\x01a=x y\x01b=2\x01\x01"
+    assert m.step(b"") is None and m.complete
+
+
+def test_oauthbearer_server_error_gets_the_kvsep_answer():
+    m = sasl.OAuthBearerClient("t")
+    m.initial()
+    assert m.step(b'{"status":"invalid_token"}') == b"\x01"
+    assert not m.complete and m.server_error == '{"status":"invalid_token"}'
+    with pytest.raises(SaslAuthenticationError, match="invalid_token"):
+        m.step(b"")
+
+
+@pytest.mark.parametrize("kw", [dict(token="has space"), dict(token=""),
+                                dict(token="t", extensions={"auth": "x"}),
+                                dict(token="t", extensions={"k1": "v"}),
+                                dict(token="t", extensions={"k": "\x01"}),
+                                dict(token="t", authzid="a,b")])
+def test_oauthbearer_refuses_what_kafka_refuses(kw):
+    with pytest.raises(ValueError):
+        sasl.OAuthBearerClient(**kw)

@@ -10,6 +10,7 @@ import asyncio
 import base64
 import hmac
 import os
+import re
 import ssl
 from typing import Any, Callable, Optional
 
@@ -101,6 +102,8 @@ class FakeBroker:
         self.requests: list[tuple[Any, Any]] = []
         self.max_queued = 0
         self.authenticated: list[str] = []
+        self.oauth_tokens: dict[str, str] = {}
+        self.oauth_extensions: list[dict[str, str]] = []
 
     async def __aenter__(self) -> "FakeBroker":
         self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0, ssl=self.ssl_context)
@@ -122,7 +125,7 @@ class FakeBroker:
             return api_versions_response(self.versions)
         if key == 17:
             ok = body.mechanism in self.mechanisms
-            if ok and body.mechanism != "PLAIN":
+            if ok and body.mechanism.startswith("SCRAM-"):
                 conn_state["scram"] = ScramServer(body.mechanism, self.sasl_users)
             conn_state["mechanism"] = body.mechanism
             return kproto.response(17).cls(error_code=0 if ok else 33, mechanisms=list(self.mechanisms))
@@ -135,6 +138,8 @@ class FakeBroker:
                     return cls(error_code=58, error_message="Authentication failed: Invalid username or password")
                 self.authenticated.append(user)
                 return cls(auth_bytes=b"")
+            if conn_state.get("mechanism") == "OAUTHBEARER":
+                return self._oauthbearer(cls, data, conn_state)
             scram: ScramServer = conn_state["scram"]
             msg, ok = scram.step(data)
             if not ok:
@@ -143,6 +148,28 @@ class FakeBroker:
                 self.authenticated.append(scram.user)
             return cls(auth_bytes=msg)
         return NotImplemented
+
+    # Kafka's OAuthBearerClientInitialResponse grammar (RFC 7628), as its server parses it
+    _OAUTH = re.compile(r"n,(a=(?P<authzid>[^,=]+))?,\x01(?P<kvpairs>([A-Za-z]+=[\x21-\x7E \t\r\n]+\x01)*)\x01")
+    _AUTH = re.compile(r"(?P<scheme>\w+) +(?P<token>[-_.a-zA-Z0-9]+)")
+
+    def _oauthbearer(self, cls: Any, data: bytes, conn_state: dict) -> Any:
+        """OAuthBearerSaslServer: tokens in ``oauth_tokens`` (token -> principal) pass; a bad
+        token gets the error document, then the client's ^A gets the failure."""
+        if conn_state.get("oauth_failed"):
+            assert data == b"\x01", data
+            return cls(error_code=58, error_message="invalid_token")
+        m = self._OAUTH.fullmatch(data.decode("utf-8"))
+        assert m, f"malformed OAUTHBEARER initial response {data!r}"
+        pairs = dict(kv.split("=", 1) for kv in m.group("kvpairs").split("\x01") if kv)
+        auth = self._AUTH.fullmatch(pairs.pop("auth", ""))
+        principal = self.oauth_tokens.get(auth.group("token")) if auth and auth.group("scheme") == "Bearer" else None
+        if principal is None:
+            conn_state["oauth_failed"] = True
+            return cls(auth_bytes=b'{"status":"invalid_token"}')
+        self.authenticated.append(principal)
+        self.oauth_extensions.append(pairs)
+        return cls(auth_bytes=b"")
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         frames = FrameBuffer()

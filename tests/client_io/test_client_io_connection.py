@@ -306,3 +306,55 @@ def test_tls(tmp_path):
             return resp
 
     assert run(main()).cluster_id == "tls"
+
+
+def test_oauthbearer():
+    async def main():
+        async with FakeBroker(mechanisms=("OAUTHBEARER",)) as fb:
+            fb.oauth_tokens["eyJhbGciOi.J9.sig-_x"] = "svc-orders"
+            conf = SaslConfig("OAUTHBEARER", token="eyJhbGciOi.J9.sig-_x",
+                              extensions={"traceId": "abc 123", "logicalCluster": "lkc-1"})
+            conn = await Connection.open("127.0.0.1", fb.port, sasl=conf)
+            await conn.close()
+            with pytest.raises(SaslAuthenticationError,
+                               match=r'SASL_AUTHENTICATION_FAILED: invalid_token; server said \{"status":"invalid_token"\}'):
+                await Connection.open("127.0.0.1", fb.port, sasl=SaslConfig("OAUTHBEARER", token="expired"))
+            return fb.authenticated, fb.oauth_extensions, [h.request_api_key for h, _ in fb.requests]
+
+    authenticated, extensions, keys = run(main())
+    assert authenticated == ["svc-orders"]
+    assert extensions == [{"logicalCluster": "lkc-1", "traceId": "abc 123"}]
+    # the refused one: ApiVersions, SaslHandshake, the initial response, then ^A after the error
+    assert keys[-4:] == [18, 17, 36, 36]
+    with pytest.raises(ValueError, match="needs a token"):
+        SaslConfig("OAUTHBEARER")  # before any connection
+    with pytest.raises(ValueError, match="b64token"):
+        SaslConfig("OAUTHBEARER", token="not a token")
+
+
+def test_cli_oauthbearer_token_from_a_file(tmp_path, capsys):
+    from kproto.cli.main import main as cli_main
+
+    token_file = tmp_path / "token"
+    token_file.write_text("eyJ0b2tlbiJ9.e30.c2ln\n")
+
+    port = {}
+
+    def metadata(header, body):
+        if header.request_api_key != 3:
+            return NotImplemented
+        cls = kproto.response(3).cls
+        return cls(brokers=[cls.MetadataResponseBroker(node_id=1, host="127.0.0.1", port=port["fb"])])
+
+    async def main():
+        async with FakeBroker(metadata, mechanisms=("OAUTHBEARER",)) as fb:
+            port["fb"] = fb.port
+            fb.oauth_tokens["eyJ0b2tlbiJ9.e30.c2ln"] = "cli-user"
+            common = ["api-versions", "--bootstrap", f"127.0.0.1:{fb.port}", "--sasl-mechanism", "OAUTHBEARER"]
+            ok = await asyncio.to_thread(cli_main, [*common, "--sasl-token", f"@{token_file}"])
+            bad = await asyncio.to_thread(cli_main, [*common, "--sasl-token", "wrong"])
+            return ok, bad, fb.authenticated
+
+    ok, bad, authenticated = run(main())
+    assert (ok, bad, authenticated) == (0, 1, ["cli-user"])
+    assert "SASL_AUTHENTICATION_FAILED" in capsys.readouterr().err
