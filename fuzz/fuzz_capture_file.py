@@ -1,8 +1,10 @@
 """Fuzz capture-file decoding end to end: bytes as a pcap/pcapng file, through TCP reassembly,
 framing, pairing, body decoding and JSON (with the records view). Nothing may raise.
 
-Run: ``python fuzz/fuzz_capture_file.py -runs=2000`` (seed corpus: the captures' first bytes,
-e.g. ``head -c 4096 ../shared/captures/java_tansu.pcapng > corpus/java``).
+An input starting with a zero byte is the file itself; any other input drives a structured
+conversation (well-formed frames with fuzzed bodies, fuzzed segmenting), so the fuzzer reaches
+framing, pairing and body decoding without a seed corpus. Run:
+``python fuzz/fuzz_capture_file.py -runs=2000``.
 """
 from __future__ import annotations
 
@@ -13,15 +15,55 @@ import atheris
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+# the tests' pcap builders: structured inputs reach past the file and TCP layers
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "tests", "capture"))
+import pcapgen  # noqa: E402
+
 with atheris.instrument_imports():
     from kproto.capture import BodyDecoder, CaptureDecoder, exchange_to_json, iter_packets
     from kproto.capture.records_view import records_json
 
+#: (api key, version) pairs whose well-formed frames start a structured conversation
+_STARTS = [(18, 3), (3, 12), (0, 9), (1, 12), (8, 8), (11, 9), (22, 4), (36, 2), (60, 1)]
+
+
+def _conversation(fdp: atheris.FuzzedDataProvider) -> bytes:
+    """A capture of one connection whose payloads are well-formed frames, fuzzed frames and
+    fuzzed bytes, in either direction, cut at fuzzed segment sizes."""
+    conv = pcapgen.Conversation()
+    for corr in range(fdp.ConsumeIntInRange(1, 4)):
+        key, ver = _STARTS[fdp.ConsumeIntInRange(0, len(_STARTS) - 1)]
+        req, resp = pcapgen.request_frame(key, ver, corr), pcapgen.response_frame(key, ver, corr)
+        mode = fdp.ConsumeIntInRange(0, 3)
+        tail = fdp.ConsumeBytes(fdp.ConsumeIntInRange(0, 64))
+        if mode == 1:    # the request body replaced
+            req = req[:4 + 8] + tail
+            req = len(req[4:]).to_bytes(4, "big") + req[4:]
+        elif mode == 2:  # the response body replaced
+            resp = resp[:8] + tail
+            resp = len(resp[4:]).to_bytes(4, "big") + resp[4:]
+        elif mode == 3:  # raw bytes in one direction
+            req = tail
+        mss = fdp.ConsumeIntInRange(1, 1400)
+        conv.send(True, req, mss)
+        conv.send(False, resp, mss)
+    if fdp.ConsumeBool():
+        conv.close()
+    frames = conv.frames()
+    if fdp.ConsumeBool():
+        return pcapgen.write_pcapng(frames)
+    return pcapgen.write_pcap(frames)
+
 
 def TestOneInput(data: bytes) -> None:
+    if data[:1] == b"\x00":  # raw capture-file bytes
+        capture = data[1:]
+    else:
+        capture = _conversation(atheris.FuzzedDataProvider(data))
     for ports in (None, [9092]):
         dec = CaptureDecoder(ports, decode=BodyDecoder())
-        for ex in dec.feed_all(iter_packets(data)):
+        for ex in dec.feed_all(iter_packets(capture)):
             exchange_to_json(ex, records=lambda b: records_json(b, 1 << 16))
 
 
