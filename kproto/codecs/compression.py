@@ -16,6 +16,7 @@ raises :class:`DecompressionLimitError` before the excess is allocated.
 """
 from __future__ import annotations
 
+import functools
 import struct
 import zlib
 from typing import Callable
@@ -194,6 +195,12 @@ def _xxh32(data: bytes, seed: int = 0) -> int:
     return h
 
 
+@functools.lru_cache(maxsize=64)
+def _header_checksum(header: bytes) -> int:
+    """The frame header checksum byte; a producer writes the same few headers every time."""
+    return (_xxh32(header) >> 8) & 0xFF
+
+
 def _lz4_header(legacy: bool) -> bytes:
     # FLG: version 01, independent blocks, no checksums, no content size; BD: 64 KiB blocks.
     head = _U32LE.pack(_LZ4_MAGIC) + b"\x60\x40"
@@ -249,7 +256,7 @@ def _lz4_decompress(data: Buffer, max_size: int, legacy: bool = False) -> bytes:
     if end < pos + 1:
         raise DecodeError("truncated lz4 frame header", what="lz4")
     hc_data = bytes(mv[0:pos]) if legacy else bytes(mv[4:pos])
-    if mv[pos] != (_xxh32(hc_data) >> 8) & 0xFF:
+    if mv[pos] != _header_checksum(hc_data):
         raise DecodeError("lz4 frame header checksum mismatch", what="lz4", offset=pos)
     pos += 1
     out: list[bytes] = []
