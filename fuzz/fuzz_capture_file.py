@@ -1,13 +1,15 @@
 """Fuzz capture-file decoding end to end: bytes as a pcap/pcapng file, through TCP reassembly,
 framing, pairing, body decoding and JSON (with the records view). Nothing may raise.
 
-An input starting with a zero byte is the file itself; any other input drives a structured
+An input starting with a zero byte is the file itself (also read as a stream, which must give
+the same packets and problems); any other input drives a structured
 conversation (well-formed frames with fuzzed bodies, fuzzed segmenting), so the fuzzer reaches
 framing, pairing and body decoding without a seed corpus. Run:
 ``python fuzz/fuzz_capture_file.py -runs=2000``.
 """
 from __future__ import annotations
 
+import io
 import os
 import sys
 
@@ -22,6 +24,7 @@ import pcapgen  # noqa: E402
 
 with atheris.instrument_imports():
     from kproto.capture import BodyDecoder, CaptureDecoder, exchange_to_json, iter_packets
+    from kproto.capture.pcap import Packet, stream_packets
     from kproto.capture.records_view import records_json
 
 #: (api key, version) pairs whose well-formed frames start a structured conversation
@@ -56,9 +59,19 @@ def _conversation(fdp: atheris.FuzzedDataProvider) -> bytes:
     return pcapgen.write_pcap(frames)
 
 
+def _norm(items) -> list:
+    return [(x.ts, x.linktype, bytes(x.data), x.orig_len, x.index) if isinstance(x, Packet)
+            else (x.message, x.index, x.offset) for x in items]
+
+
 def TestOneInput(data: bytes) -> None:
-    if data[:1] == b"\x00":  # raw capture-file bytes
+    if data[:1] == b"\x00":  # raw capture-file bytes; read as a stream they must give the same
         capture = data[1:]
+        if capture:
+            streamed, whole = _norm(stream_packets(io.BytesIO(capture))), _norm(iter_packets(capture))
+            # a length over MAX_STREAM_RECORD ends a stream at once: whole bytes say truncated
+            assert streamed == whole or (streamed[:-1] == whole[:-1]
+                                         and "plausible" in streamed[-1][0]), (streamed, whole)
     else:
         capture = _conversation(atheris.FuzzedDataProvider(data))
     for ports in (None, [9092]):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import base64
 import datetime as _dt
 import os
-from typing import Any, Iterable, Iterator, Optional, Union
+from typing import Any, BinaryIO, Iterable, Iterator, Optional, Union, cast
 
 import kproto
 
@@ -17,7 +17,7 @@ from kproto.capture import bodies
 from kproto.capture.decoder import CaptureDecoder
 from kproto.capture.exchange import UNREAD_KEPT, Exchange
 from kproto.error_codes import error_name
-from kproto.capture.pcap import CaptureProblem, Packet, read_packets
+from kproto.capture.pcap import CaptureProblem, Packet, read_packets, stream_packets
 from kproto.capture.sessions import FetchSessionView
 from kproto.errors import DecodeError
 
@@ -195,11 +195,12 @@ def _describe_token(mechanism: Optional[str], token: bytes) -> dict:
     return info
 
 
-def iter_exchanges(source: Union[str, os.PathLike, Iterable[Union[Packet, CaptureProblem]]],
+def iter_exchanges(source: Union[str, os.PathLike, BinaryIO, Iterable[Union[Packet, CaptureProblem]]],
                    ports: Optional[Iterable[int]] = None, *, decode: bool = True,
                    best_effort: bool = True,
                    decoder: Optional[CaptureDecoder] = None) -> Iterator[Exchange]:
-    """Yield the exchanges of a capture file (path) or of packets, as they complete.
+    """Yield the exchanges of a capture file (path), a binary stream of one (read as it
+    arrives, e.g. ``sys.stdin.buffer`` fed by ``tcpdump -w -``) or of packets, as they complete.
 
     ``ports``: Kafka broker ports (None: guessed per connection). ``decode``: decode bodies with
     kproto's codec (False: framing and pairing only). ``best_effort``: decode versions newer than
@@ -208,7 +209,13 @@ def iter_exchanges(source: Union[str, os.PathLike, Iterable[Union[Packet, Captur
     """
     if decoder is None:
         decoder = CaptureDecoder(ports, decode=BodyDecoder(best_effort=best_effort) if decode else None)
-    packets = read_packets(source) if isinstance(source, (str, os.PathLike)) else source
+    packets: Iterable[Union[Packet, CaptureProblem]]
+    if isinstance(source, (str, os.PathLike)):
+        packets = read_packets(source)
+    elif hasattr(source, "read"):  # a binary stream: packets as they arrive
+        packets = stream_packets(cast(BinaryIO, source))
+    else:
+        packets = cast(Iterable[Union[Packet, CaptureProblem]], source)
     for p in packets:
         yield from decoder.feed(p)
     yield from decoder.finish()

@@ -1,16 +1,19 @@
-"""pcap and pcapng parsing from bytes (sans-I/O), with a thin file reader on top.
+"""pcap and pcapng parsing from bytes (sans-I/O), with thin file and stream readers on top.
 
 ``iter_packets(buf)`` yields :class:`Packet` objects and, for damaged files, a final
 :class:`CaptureProblem` instead of raising: a truncated capture still gives every complete packet.
+``stream_packets(f)`` does the same for a stream (``tcpdump -w - | kproto decode-pcap -``),
+yielding each packet as soon as its record has arrived.
 """
 from __future__ import annotations
 
 import os
 import struct
 from dataclasses import dataclass
-from typing import Iterator, Union
+from typing import BinaryIO, Generator, Iterator, Union
 
-__all__ = ["Packet", "CaptureProblem", "iter_packets", "read_packets", "LINKTYPE_ETHERNET"]
+__all__ = ["Packet", "CaptureProblem", "iter_packets", "read_packets", "stream_packets",
+           "LINKTYPE_ETHERNET"]
 
 LINKTYPE_ETHERNET = 1
 
@@ -51,48 +54,60 @@ def iter_packets(buf: Union[bytes, bytearray, memoryview]) -> Iterator[Union[Pac
     if len(mv) < 4:
         yield CaptureProblem("file too short to be a capture", 0, 0)
         return
+    yield from _parse(mv)
+
+
+def _parse(mv: memoryview, index: int = 0,
+           shift: int = 0) -> Generator[Union[Packet, CaptureProblem], None, tuple[int, bool]]:
+    """``index``: packets before ``mv``; ``shift``: where ``mv`` starts in the capture (a
+    stream's records are parsed one by one behind their headers). Returns the packets counted
+    and whether the parse reached the end (False: it stopped at damage)."""
     magic = struct.unpack_from("<I", mv, 0)[0]
     if magic == _PCAPNG_SHB:
-        yield from _iter_pcapng(mv)
-    elif magic in _PCAP_MAGICS:
-        yield from _iter_pcap(mv, *_PCAP_MAGICS[magic])
-    else:
-        yield CaptureProblem(f"not a pcap or pcapng file (magic 0x{magic:08x})", 0, 0)
+        return (yield from _iter_pcapng(mv, index, shift))
+    if magic in _PCAP_MAGICS:
+        return (yield from _iter_pcap(mv, *_PCAP_MAGICS[magic], index, shift))
+    yield CaptureProblem(f"not a pcap or pcapng file (magic 0x{magic:08x})", 0, 0)
+    return index, False
 
 
-def _iter_pcap(mv: memoryview, order: str, nanos: bool) -> Iterator[Union[Packet, CaptureProblem]]:
+def _iter_pcap(mv: memoryview, order: str, nanos: bool, index: int = 0,
+               shift: int = 0) -> Generator[Union[Packet, CaptureProblem], None, tuple[int, bool]]:
     if len(mv) < 24:
         yield CaptureProblem("pcap file header truncated", 0, len(mv))
-        return
+        return index, False
     linktype = struct.unpack_from(order + "I", mv, 20)[0] & 0x0FFFFFFF
     rec = struct.Struct(order + "IIII")
     scale = 1e-9 if nanos else 1e-6
-    pos, end, index = 24, len(mv), 0
+    pos, end = 24, len(mv)
     while pos < end:
         index += 1
         if pos + 16 > end:
             yield CaptureProblem(f"packet {index}: record header truncated ({end - pos} of 16 bytes)",
-                                 index, pos)
-            return
+                                 index, pos + shift)
+            return index, False
         sec, frac, incl, orig = rec.unpack_from(mv, pos)
         pos += 16
         if pos + incl > end:
             yield CaptureProblem(f"packet {index}: truncated ({end - pos} of {incl} bytes present)",
-                                 index, pos - 16)
-            return
+                                 index, pos - 16 + shift)
+            return index, False
         yield Packet(sec + frac * scale, linktype, mv[pos:pos + incl], orig, index)
         pos += incl
+    return index, True
 
 
-def _iter_pcapng(mv: memoryview) -> Iterator[Union[Packet, CaptureProblem]]:
-    pos, end, index = 0, len(mv), 0
+def _iter_pcapng(mv: memoryview, index: int = 0,
+                 shift: int = 0) -> Generator[Union[Packet, CaptureProblem], None, tuple[int, bool]]:
+    pos, end = 0, len(mv)
     order = "<"
     # per interface: (linktype, seconds per timestamp unit, timestamp offset)
     ifaces: list[tuple[int, float, int]] = []
     while pos < end:
+        at = pos + shift  # where the block is in the whole capture
         if pos + 12 > end:
-            yield CaptureProblem(f"pcapng block header truncated at byte {pos}", index + 1, pos)
-            return
+            yield CaptureProblem(f"pcapng block header truncated at byte {at}", index + 1, at)
+            return index, False
         btype = struct.unpack_from("<I", mv, pos)[0]
         if btype == _PCAPNG_SHB:
             bom = struct.unpack_from("<I", mv, pos + 8)[0]
@@ -101,51 +116,52 @@ def _iter_pcapng(mv: memoryview) -> Iterator[Union[Packet, CaptureProblem]]:
             elif bom == 0x4D3C2B1A:
                 order = ">"
             else:
-                yield CaptureProblem(f"pcapng section header with bad byte-order magic at byte {pos}",
-                                     index + 1, pos)
-                return
+                yield CaptureProblem(f"pcapng section header with bad byte-order magic at byte {at}",
+                                     index + 1, at)
+                return index, False
             ifaces = []
         else:
             btype = struct.unpack_from(order + "I", mv, pos)[0]
         blen = struct.unpack_from(order + "I", mv, pos + 4)[0]
         if blen < 12 or blen % 4:
-            yield CaptureProblem(f"pcapng block at byte {pos} has invalid length {blen}", index + 1, pos)
-            return
+            yield CaptureProblem(f"pcapng block at byte {at} has invalid length {blen}", index + 1, at)
+            return index, False
         if pos + blen > end:
-            yield CaptureProblem(f"pcapng block at byte {pos} truncated ({end - pos} of {blen} bytes)",
-                                 index + 1, pos)
-            return
+            yield CaptureProblem(f"pcapng block at byte {at} truncated ({end - pos} of {blen} bytes)",
+                                 index + 1, at)
+            return index, False
         body = mv[pos + 8:pos + blen - 4]
         if btype == 1:  # Interface Description Block
             if len(body) < 8:
-                yield CaptureProblem(f"pcapng interface block at byte {pos} too short", index + 1, pos)
-                return
+                yield CaptureProblem(f"pcapng interface block at byte {at} too short", index + 1, at)
+                return index, False
             linktype = struct.unpack_from(order + "H", body, 0)[0]
             ifaces.append((linktype, *_idb_time(body[8:], order)))
         elif btype in (6, 2):  # Enhanced Packet Block, obsolete Packet Block
             if len(body) < 20:
-                yield CaptureProblem(f"pcapng packet block at byte {pos} too short", index + 1, pos)
-                return
+                yield CaptureProblem(f"pcapng packet block at byte {at} too short", index + 1, at)
+                return index, False
             if btype == 6:
                 iface, hi, lo, incl, orig = struct.unpack_from(order + "IIIII", body, 0)
             else:
                 iface, _drops, hi, lo, incl, orig = struct.unpack_from(order + "HHIIII", body, 0)
             index += 1
             if iface >= len(ifaces):
-                yield CaptureProblem(f"packet {index}: unknown interface {iface}", index, pos)
+                yield CaptureProblem(f"packet {index}: unknown interface {iface}", index, at)
             elif 20 + incl > len(body):
-                yield CaptureProblem(f"packet {index}: captured length {incl} exceeds its block", index, pos)
+                yield CaptureProblem(f"packet {index}: captured length {incl} exceeds its block", index, at)
             else:
                 linktype, unit, offset = ifaces[iface]
                 yield Packet(((hi << 32) | lo) * unit + offset, linktype, body[20:20 + incl], orig, index)
         elif btype == 3:  # Simple Packet Block: no timestamp, interface 0
             if len(body) < 4 or not ifaces:
-                yield CaptureProblem(f"pcapng simple packet block at byte {pos} unusable", index + 1, pos)
+                yield CaptureProblem(f"pcapng simple packet block at byte {at} unusable", index + 1, at)
             else:
                 index += 1
                 orig = struct.unpack_from(order + "I", body, 0)[0]
                 yield Packet(0.0, ifaces[0][0], body[4:4 + min(orig, len(body) - 4)], orig, index)
         pos += blen
+    return index, True
 
 
 def _idb_time(options: memoryview, order: str) -> tuple[float, int]:
@@ -173,3 +189,94 @@ def read_packets(path: Union[str, os.PathLike]) -> Iterator[Union[Packet, Captur
         yield CaptureProblem("empty file", 0, 0)
         return
     yield from iter_packets(data)
+
+
+#: A record or block longer than this in a stream is damage, not data (snap lengths are at
+#: most 256 KiB; a bad length must not make a reader wait for, or hold, gigabytes).
+MAX_STREAM_RECORD = 64 << 20
+
+
+def stream_packets(f: BinaryIO) -> Iterator[Union[Packet, CaptureProblem]]:
+    """Yield the packets of a pcap or pcapng stream (a pipe, a socket, a growing file) as
+    their records arrive: the same packets and problems as :func:`iter_packets` on the whole
+    stream. Each record is parsed with the stream's headers (the pcap file header, or the
+    pcapng section and interface blocks) in front of it."""
+
+    def read(n: int) -> bytes:
+        parts, got = [], 0
+        while got < n:
+            chunk = f.read(n - got)
+            if not chunk:
+                break
+            parts.append(chunk)
+            got += len(chunk)
+        return b"".join(parts)
+
+    head = read(4)
+    if len(head) < 4:
+        yield from (iter_packets(head) if head else [CaptureProblem("empty stream", 0, 0)])
+        return
+    magic = struct.unpack_from("<I", head, 0)[0]
+    index = 0
+
+    def parsed(prefix: bytes, unit: bytes,
+               unit_pos: int) -> Generator[Union[Packet, CaptureProblem], None, bool]:
+        """``unit`` parsed after ``prefix``, numbered and placed as in the whole stream; False
+        when the parser stopped at damage, as it would have in the whole stream."""
+        nonlocal index
+        index, complete = yield from _parse(memoryview(prefix + unit), index, unit_pos - len(prefix))
+        return complete
+
+    if magic in _PCAP_MAGICS:
+        order = _PCAP_MAGICS[magic][0]
+        prefix = head + read(20)
+        if len(prefix) < 24:
+            yield from iter_packets(prefix)
+            return
+        pos = 24
+        while True:
+            unit = read(16)
+            if not unit:
+                return
+            if len(unit) == 16:
+                incl = struct.unpack_from(order + "I", unit, 8)[0]
+                if incl > MAX_STREAM_RECORD:
+                    yield CaptureProblem(f"packet {index + 1}: captured length {incl} is not "
+                                         "plausible; the stream is damaged", index + 1, pos)
+                    return
+                unit += read(incl)
+            if not (yield from parsed(prefix, unit, pos)):  # a truncated record: the end
+                return
+            pos += len(unit)
+    elif magic == _PCAPNG_SHB:
+        prefix, pending, pos, order = b"", head, 0, "<"
+        while True:
+            hdr = pending + read(8 - len(pending))
+            pending = b""
+            if not hdr:
+                return
+            section = len(hdr) >= 4 and struct.unpack_from("<I", hdr, 0)[0] == _PCAPNG_SHB
+            if section and len(hdr) == 8:
+                hdr += read(4)  # the byte-order magic says how to read the length
+                if len(hdr) == 12:
+                    bom = struct.unpack_from("<I", hdr, 8)[0]
+                    order = ">" if bom == 0x4D3C2B1A else "<"
+            block = hdr
+            if len(hdr) >= 8:
+                blen = struct.unpack_from(order + "I", hdr, 4)[0]
+                if blen > MAX_STREAM_RECORD:
+                    yield CaptureProblem(f"pcapng block at byte {pos} has implausible length "
+                                         f"{blen}; the stream is damaged", index + 1, pos)
+                    return
+                # at least the 12 bytes the parser needs to judge a length (invalid below 12)
+                block += read(max(blen, 12) - len(hdr))
+            btype = struct.unpack_from(order + "I", block, 0)[0] if len(block) >= 4 else -1
+            if not (yield from parsed(b"" if section else prefix, block, pos)):
+                return
+            if section:
+                prefix = block
+            elif btype == 1:
+                prefix += block
+            pos += len(block)
+    else:
+        yield from iter_packets(head)

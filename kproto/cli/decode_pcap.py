@@ -17,7 +17,8 @@ def register(subparsers: Any) -> None:
         description="Reassemble TCP, cut Kafka frames, pair responses with requests and decode "
                     "both with kproto's schemas (every API key and version of Kafka 3.9; newer "
                     "versions best effort with the newest layout known).")
-    p.add_argument("file", help="pcap or pcapng file")
+    p.add_argument("file", help="pcap or pcapng file; - reads a stream from stdin as it arrives "
+                                "(tcpdump -i any -w - port 9092 | kproto decode-pcap -)")
     p.add_argument("--port", type=int, action="append", default=None,
                    help="Kafka broker port (repeatable); default: guessed per connection")
     p.add_argument("--format", choices=("auto", "text", "jsonl"), default="auto",
@@ -80,7 +81,7 @@ def _text_line(ex: Any, doc: dict) -> str:
 def run(args: argparse.Namespace) -> int:
     from kproto.capture.api import BodyDecoder, exchange_to_json
     from kproto.capture.decoder import CaptureDecoder
-    from kproto.capture.pcap import read_packets
+    from kproto.capture.pcap import read_packets, stream_packets
     from kproto.capture.summary import Summary
 
     out = sys.stdout if args.output == "-" else open(args.output, "w", encoding="utf-8")
@@ -95,12 +96,17 @@ def run(args: argparse.Namespace) -> int:
             cap = args.records_max_bytes or DEFAULT_RECORDS_CAP
             convert = lambda data: records_json(data, cap)  # noqa: E731
         decoder = CaptureDecoder(args.port, decode=BodyDecoder(best_effort=args.best_effort))
-        packets: Iterable[Any] = read_packets(args.file)
-        size = os.path.getsize(args.file)
-        # a bar for large files, unless it would interleave with text on the same terminal
-        if not args.no_progress and sys.stderr.isatty() and size > (4 << 20) and \
-                (args.summary or not out.isatty()):
-            packets = _progress(packets, size, sys.stderr)
+        streaming = args.file == "-"
+        packets: Iterable[Any]
+        if streaming:  # each exchange is written (and flushed) as soon as it completes
+            packets = stream_packets(sys.stdin.buffer)
+        else:
+            packets = read_packets(args.file)
+            size = os.path.getsize(args.file)
+            # a bar for large files, unless it would interleave with text on the same terminal
+            if not args.no_progress and sys.stderr.isatty() and size > (4 << 20) and \
+                    (args.summary or not out.isatty()):
+                packets = _progress(packets, size, sys.stderr)
         summary = Summary() if args.summary else None
         announced: set[int] = set()
 
@@ -122,8 +128,13 @@ def run(args: argparse.Namespace) -> int:
                             if doc.get(part) is not None:
                                 out.write(f"    {part}: {json.dumps(doc[part], ensure_ascii=False)}\n")
 
-        for p in packets:
-            emit(decoder.feed(p))
+        try:
+            for p in packets:
+                emit(decoder.feed(p))
+                if streaming:
+                    out.flush()
+        except KeyboardInterrupt:  # a live capture ends with ^C: report what was seen
+            pass
         emit(decoder.finish())
         for problem in decoder.problems:
             print(f"capture: {problem}", file=sys.stderr)
