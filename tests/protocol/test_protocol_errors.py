@@ -78,6 +78,18 @@ def test_unknown_tagged_fields_are_kept_and_written_back():
     assert meta.decode(raw, 12) == m
 
 
+def test_unordered_and_repeated_unknown_tags_are_read_in_wire_order_and_written_sorted():
+    # Kafka's generated readers take tagged fields in any order; its RawTaggedFieldWriter wants
+    # them ascending, so kproto writes them sorted (stable: repeated tags keep their order)
+    codec = kproto.response(26)  # EndTxnResponse v3: throttle, error code, tagged fields
+    wire = bytes.fromhex("00000005" "0000" "03" "ff01" "01" "06" "29" "00" "06" "01" "aa")
+    obj = codec.decode(wire, 3)
+    assert obj._unknown_tagged_fields == [(255, b"\x06"), (41, b""), (6, b"\xaa")]
+    again = codec.encode(obj, 3)
+    assert again == bytes.fromhex("00000005" "0000" "03" "06" "01" "aa" "29" "00" "ff01" "01" "06")
+    assert codec.decode(again, 3)._unknown_tagged_fields == [(6, b"\xaa"), (41, b""), (255, b"\x06")]
+
+
 def test_unsupported_version_non_default_value():
     codec = kproto.request(3)
     obj = codec.cls(topics=[], allow_auto_topic_creation=False)   # AllowAutoTopicCreation is v4+
