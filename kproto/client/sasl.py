@@ -147,7 +147,25 @@ def _b64(s: str, what: str) -> bytes:
 
 # ---- mechanisms ------------------------------------------------------------------------------
 
-class PlainClient:
+class _OneMessageClient:
+    """A mechanism whose client says everything in its first message (PLAIN, OAUTHBEARER)."""
+
+    def __init__(self, message: bytes) -> None:
+        self._message = message
+        self.complete = False
+        self._sent = False
+
+    def initial(self) -> bytes:
+        """The client's message."""
+        self._sent = True
+        return self._message
+
+    def _check_sent(self) -> None:
+        if not self._sent:
+            raise RuntimeError("initial() must be called first")
+
+
+class PlainClient(_OneMessageClient):
     """SASL PLAIN (RFC 4616): one message ``authzid NUL username NUL password``."""
 
     mechanism = "PLAIN"
@@ -156,19 +174,11 @@ class PlainClient:
         for name, v in (("username", username), ("password", password), ("authzid", authzid)):
             if "\0" in v:
                 raise ValueError(f"{name} must not contain NUL")
-        self._message = f"{authzid}\0{username}\0{password}".encode("utf-8")
-        self.complete = False
-        self._sent = False
-
-    def initial(self) -> bytes:
-        """The only client message."""
-        self._sent = True
-        return self._message
+        super().__init__(f"{authzid}\0{username}\0{password}".encode("utf-8"))
 
     def step(self, challenge: bytes) -> bytes | None:
         """The server's (empty) answer ends the exchange."""
-        if not self._sent:
-            raise RuntimeError("initial() must be called first")
+        self._check_sent()
         self.complete = True
         return None
 
@@ -282,7 +292,7 @@ _EXT_KEY = re.compile(r"[A-Za-z]+")                        # RFC 7628 key
 _EXT_VALUE = re.compile(r"[\x21-\x7E \t\r\n]+")            # RFC 7628 value
 
 
-class OAuthBearerClient:
+class OAuthBearerClient(_OneMessageClient):
     """SASL OAUTHBEARER (RFC 7628) as Kafka's ``OAuthBearerSaslClient``: one message
     ``n,[a=authzid],^Aauth=Bearer <token>[^Aextensions]^A^A``; the server answers nothing on
     success, or an error document, to which the client answers ``^A`` and the server fails
@@ -305,21 +315,13 @@ class OAuthBearerClient:
             raise ValueError("authzid must not contain ',' or '='")
         # Kafka writes the extensions in its map's order; a sorted order is as valid to a server
         ext_part = "".join(f"\x01{k}={v}" for k, v in sorted(ext.items()))
-        self._message = (f"n,{'a=' + authzid if authzid else ''},\x01auth=Bearer {token}"
-                         f"{ext_part}\x01\x01").encode("utf-8")
-        self.complete = False
+        super().__init__((f"n,{'a=' + authzid if authzid else ''},\x01auth=Bearer {token}"
+                          f"{ext_part}\x01\x01").encode("utf-8"))
         self.server_error: str | None = None
-        self._sent = False
-
-    def initial(self) -> bytes:
-        """The client's only real message."""
-        self._sent = True
-        return self._message
 
     def step(self, challenge: bytes) -> bytes | None:
         """Empty: authenticated. Otherwise the server's error document: answer ``^A``."""
-        if not self._sent:
-            raise RuntimeError("initial() must be called first")
+        self._check_sent()
         if self.server_error is not None:
             raise SaslAuthenticationError(f"OAUTHBEARER refused: {self.server_error}")
         if not challenge:

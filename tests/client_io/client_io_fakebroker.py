@@ -25,6 +25,18 @@ def api_versions_response(ranges: dict[int, tuple[int, int]], error_code: int = 
         cls.ApiVersion(api_key=k, min_version=lo, max_version=hi) for k, (lo, hi) in sorted(ranges.items())])
 
 
+def metadata_response(port: int, topics: dict[str, tuple[Any, int]]) -> Any:
+    """A MetadataResponse naming this one broker (node 1) as leader of every partition;
+    ``topics``: name -> (topic id or None, partition count)."""
+    cls = kproto.response(3).cls
+    return cls(cluster_id="kproto-fake", controller_id=1,
+               brokers=[cls.MetadataResponseBroker(node_id=1, host="127.0.0.1", port=port)],
+               topics=[cls.MetadataResponseTopic(name=name, topic_id=tid, partitions=[
+                   cls.MetadataResponsePartition(partition_index=p, leader_id=1, leader_epoch=0,
+                                                 replica_nodes=[1], isr_nodes=[1])
+                   for p in range(count)]) for name, (tid, count) in topics.items()])
+
+
 #: What the fake advertises by default: every API kproto knows, at every version.
 def all_versions() -> dict[int, tuple[int, int]]:
     out = {}

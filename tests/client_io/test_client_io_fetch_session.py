@@ -20,7 +20,7 @@ from kproto.fetch_session.messages import (build_fetch_response, request_fetch_d
                                            request_replica_id)
 from kproto.records import RecordBatchBuilder
 
-from client_io_fakebroker import FakeBroker
+from client_io_fakebroker import FakeBroker, metadata_response
 
 TOPIC = "sessions"
 TOPIC_ID = Uuid(bytes(range(1, 17)))
@@ -55,13 +55,7 @@ class SessionBroker:
     def __call__(self, header, body):
         key, version = header.request_api_key, header.request_api_version
         if key == 3:
-            cls = kproto.response(3).cls
-            return cls(cluster_id="kproto-fake", controller_id=1,
-                       brokers=[cls.MetadataResponseBroker(node_id=1, host="127.0.0.1", port=self.port)],
-                       topics=[cls.MetadataResponseTopic(name=TOPIC, topic_id=TOPIC_ID, partitions=[
-                           cls.MetadataResponsePartition(partition_index=p, leader_id=1, leader_epoch=0,
-                                                         replica_nodes=[1], isr_nodes=[1])
-                           for p in range(PARTITIONS)])])
+            return metadata_response(self.port, {TOPIC: (TOPIC_ID, PARTITIONS)})
         if key == 2:
             cls = kproto.response(2).cls
             return cls(topics=[cls.ListOffsetsTopicResponse(name=t.name, partitions=[

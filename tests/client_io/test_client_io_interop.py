@@ -54,6 +54,17 @@ async def consume_all(consumer: Consumer, count: int, deadline_s: float = 20) ->
     return got
 
 
+def created_topic(peer, prefix: str) -> str:
+    """A new topic on ``peer``, made before the test's own clients start."""
+    async def create():
+        async with await cluster_for(peer) as cluster:
+            topic = new_topic(prefix)
+            await make_topic(cluster, peer, topic)
+            return topic
+
+    return run(create())
+
+
 async def raw_fetch(cluster: Cluster, topic: str, partition: int, offset: int = 0):
     """One Fetch of a partition from ``offset`` (a fresh handler: a full, session-opening request)."""
     md = cluster.metadata
@@ -306,13 +317,7 @@ def test_kproto_reads_what_confluent_produced(peer):
 
     n = 30
 
-    async def setup():
-        async with await cluster_for(peer) as cluster:
-            topic = new_topic("c2k")
-            await make_topic(cluster, peer, topic)
-            return topic
-
-    topic = run(setup())
+    topic = created_topic(peer, "c2k")
     delivered = {}
 
     def on_delivery(err, msg):
@@ -433,13 +438,7 @@ def test_transactions_read_as_librdkafka_reads_them(peer, isolation):
     from confluent_kafka import TopicPartition as CKTopicPartition
     from confluent_kafka import OFFSET_BEGINNING
 
-    async def setup():
-        async with await cluster_for(peer) as cluster:
-            topic = new_topic("txn")
-            await make_topic(cluster, peer, topic)
-            return topic
-
-    topic = run(setup())
+    topic = created_topic(peer, "txn")
     ck = CKProducer({"bootstrap.servers": peer.bootstrap, "transactional.id": "tx-" + topic})
     ck.init_transactions(20)
     for name, n, commit in (("c1", 3, True), ("a", 3, False), ("c2", 2, True)):

@@ -89,14 +89,11 @@ class TxnBroker:
         import kproto
         from kproto.codecs.primitives import Uuid
 
+        from client_io_fakebroker import metadata_response
+
         key, version = header.request_api_key, header.request_api_version
         if key == 3:
-            cls = kproto.response(3).cls
-            return cls(cluster_id="kproto-fake", controller_id=1,
-                       brokers=[cls.MetadataResponseBroker(node_id=1, host="127.0.0.1", port=self.port)],
-                       topics=[cls.MetadataResponseTopic(name=self.TOPIC, topic_id=Uuid(bytes(range(16))), partitions=[
-                           cls.MetadataResponsePartition(partition_index=0, leader_id=1, leader_epoch=0,
-                                                         replica_nodes=[1], isr_nodes=[1])])])
+            return metadata_response(self.port, {self.TOPIC: (Uuid(bytes(range(16))), 1)})
         if key == 2:
             self.seen.append((key, version, body.isolation_level))
             cls = kproto.response(2).cls
