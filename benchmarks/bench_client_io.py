@@ -21,6 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import kproto  # noqa: E402
+from kproto.client.admin import Admin  # noqa: E402
 from kproto.client.cluster import Cluster  # noqa: E402
 from kproto.client.consumer import Consumer  # noqa: E402
 from kproto.client.producer import Producer  # noqa: E402
@@ -145,7 +146,7 @@ async def bench_produce_consume(bootstrap: str, n: int, size: int, codecs: list[
         for client in ["kproto"] + peers:
             topic = f"bench-{client}-{codec}-{uuid.uuid4().hex[:6]}"
             async with Cluster(bootstrap) as cluster:
-                await cluster.create_topics({topic: 4})
+                await Admin(cluster).create_topics({topic: 4})
                 await cluster.wait_for_leaders([topic])
             try:
                 if client == "kproto":

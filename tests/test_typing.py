@@ -47,6 +47,29 @@ USER_CODE = textwrap.dedent("""
 
     def frame_of(header: object, body: object) -> bytes:
         return kproto.encode_request(header, body)
+
+
+    async def client() -> None:
+        from kproto.client.admin import Admin
+        from kproto.client.cluster import Cluster
+        from kproto.client.consumer import Consumer
+        from kproto.client.producer import Producer
+
+        async with Cluster("127.0.0.1:9092") as cluster:
+            admin = Admin(cluster)
+            await admin.create_topics({"events": 6}, configs={"events": {"retention.ms": "3600000"}})
+            ends: dict[tuple[str, int], int] = await admin.list_offsets([("events", 0)], "latest")
+            print(ends, [g.group_id for g in await admin.list_groups()])
+            producer = await Producer(cluster, compression="lz4").start()
+            sent = await producer.send("events", b"v", b"k")
+            await producer.flush()
+            meta = await sent
+            await producer.close()
+            consumer = await Consumer(cluster, ["events"], group_id="g").start()
+            for r in await consumer.getmany(1.0):
+                print(r.offset, r.value)
+            await consumer.close()
+            print(meta.partition, meta.offset)
 """)
 
 

@@ -117,7 +117,8 @@ async def _metadata(args: argparse.Namespace) -> int:
                                         "leader_epoch": p.leader_epoch, "replicas": p.replicas,
                                         "isr": p.isr, "error_code": p.error_code}
                                        for _, p in sorted(t.partitions.items())]}
-                       for t in sorted(md.topics.values(), key=lambda t: t.name)],
+                       for t in sorted(md.topics.values(), key=lambda t: t.name)
+                       if not args.topic or t.name in args.topic],  # some brokers answer with more
         }
     if args.json:
         print(json.dumps(doc, indent=2))
@@ -135,6 +136,7 @@ async def _metadata(args: argparse.Namespace) -> int:
 
 
 async def _produce(args: argparse.Namespace) -> int:
+    from kproto.client.admin import Admin
     from kproto.client.producer import Producer
 
     if args.transactional_id and args.no_idempotence:
@@ -149,7 +151,7 @@ async def _produce(args: argparse.Namespace) -> int:
     key = None if args.key is None else args.key.encode("utf-8")
     async with _cluster(args) as cluster:
         if args.create_partitions:
-            await cluster.create_topics({args.topic: args.create_partitions})
+            await Admin(cluster).create_topics({args.topic: args.create_partitions}, exist_ok=True)
         producer = await Producer(cluster, compression=args.compression,
                                   idempotent=not args.no_idempotence,
                                   acks=-1 if not args.no_idempotence else args.acks,

@@ -9,6 +9,7 @@ from typing import Sequence
 # Modules providing subcommands; each exposes ``register(subparsers)`` which adds its parsers
 # and sets ``func`` (a callable taking the parsed args and returning an exit code).
 SUBCOMMAND_MODULES = [
+    "kproto.cli.admin",
     "kproto.cli.assign",
     "kproto.cli.client",
     "kproto.cli.decode_pcap",

@@ -3,5 +3,10 @@
 - :mod:`kproto.client.partitioner`: murmur2 and the Java producer's built-in (sticky) partitioner.
 - :mod:`kproto.client.assignors`: the range, round-robin, sticky and cooperative-sticky assignors.
 - :mod:`kproto.client.consumer_protocol`: consumer-group subscription/assignment bytes.
-- :mod:`kproto.client.sasl`: SASL PLAIN and SCRAM-SHA-256/512 client state machines.
+- :mod:`kproto.client.sasl`: SASL PLAIN, SCRAM-SHA-256/512 and OAUTHBEARER client state machines.
+- :mod:`kproto.client.transactions`: the transactional producer's state machine.
+- :mod:`kproto.client.connection`, :mod:`kproto.client.cluster`: asyncio connections (version
+  negotiation, pipelining, SASL, TLS) and the cluster's metadata and coordinators.
+- :mod:`kproto.client.producer`, :mod:`kproto.client.consumer`, :mod:`kproto.client.admin`: the
+  asyncio producer (idempotent, transactional), group consumer and admin client on top.
 """

@@ -24,9 +24,11 @@ from kproto.codecs import request as _request_codec
 from kproto.codecs.primitives import Uuid
 
 __all__ = ["BrokerInfo", "PartitionInfo", "TopicInfo", "MetadataCache", "Cluster",
-           "parse_bootstrap", "METADATA_REFRESH_ERRORS"]
+           "parse_bootstrap", "METADATA_REFRESH_ERRORS", "EARLIEST", "LATEST", "MAX_TIMESTAMP"]
 
-METADATA, FIND_COORDINATOR, CREATE_TOPICS = 3, 10, 19
+LIST_OFFSETS, METADATA, FIND_COORDINATOR = 2, 3, 10
+#: ListOffsets timestamps with a meaning of their own
+EARLIEST, LATEST, MAX_TIMESTAMP = -2, -1, -3
 ZERO_UUID = Uuid.ZERO
 #: Error codes after which the producer/consumer refresh metadata and retry (stale leadership).
 METADATA_REFRESH_ERRORS = frozenset({
@@ -40,7 +42,6 @@ METADATA_REFRESH_ERRORS = frozenset({
 })
 #: FindCoordinator errors worth retrying after a pause.
 _COORDINATOR_RETRY = frozenset({14, 15, 16})  # LOAD_IN_PROGRESS, NOT_AVAILABLE, NOT_COORDINATOR
-TOPIC_ALREADY_EXISTS = 36
 
 
 def parse_bootstrap(bootstrap: str | Sequence[str]) -> list[tuple[str, int]]:
@@ -166,6 +167,7 @@ class Cluster:
         self.metadata = MetadataCache()
         self._conns: dict[tuple[Any, str], Connection] = {}
         self._coordinators: dict[tuple[int, str], BrokerInfo] = {}
+        self._coordinator_of: dict[tuple[int, str], int] = {}
         self._lock = asyncio.Lock()
 
     async def _open(self, host: str, port: int) -> Connection:
@@ -278,21 +280,69 @@ class Cluster:
             return node_id
         raise AssertionError("unreachable")
 
-    async def create_topics(self, topics: dict[str, int], replication_factor: int = 1, *,
-                            timeout_ms: int = 10000, exist_ok: bool = True) -> None:
-        """CreateTopics ``{name: partition count}`` through the controller (or any broker)."""
-        codec = _request_codec(CREATE_TOPICS)
-        conn = await self.bootstrap_connection()
-        if self.metadata.controller_id in self.metadata.brokers:
-            conn = await self.connection(self.metadata.controller_id)
-        req = codec.cls(timeout_ms=timeout_ms, topics=[
-            codec.cls.CreatableTopic(name=n, num_partitions=p, replication_factor=replication_factor)
-            for n, p in topics.items()])
-        resp = await conn.request(req)
-        for t in resp.topics:
-            if exist_ok and t.error_code == TOPIC_ALREADY_EXISTS:
+    async def coordinator(self, key: str, key_type: int = 0) -> Connection:
+        """The connection to the coordinator of group (``key_type`` 0) or transaction (1) ``key``,
+        looked up once and remembered until :meth:`forget_coordinator`."""
+        node = self._coordinator_of.get((key_type, key))
+        if node is None:
+            node = self._coordinator_of[(key_type, key)] = await self.find_coordinator(key, key_type)
+        return await self.connection(node, "coordinator")
+
+    def forget_coordinator(self, key: str, key_type: int = 0) -> None:
+        """Look ``key``'s coordinator up again next time (it moved or its connection failed)."""
+        self._coordinator_of.pop((key_type, key), None)
+
+    async def coordinator_request(self, key: str, body: Any, *, key_type: int = 0,
+                                  version: int | None = None, timeout: float | None = None) -> Any:
+        """Send ``body`` to ``key``'s coordinator, looking it up again once if it moved."""
+        for attempt in range(2):
+            try:
+                conn = await self.coordinator(key, key_type)
+                resp = await conn.request(body, version, timeout=timeout)
+            except KafkaConnectionError:
+                self.forget_coordinator(key, key_type)
+                if attempt:
+                    raise
                 continue
-            raise_for_error(t.error_code, f"CreateTopics({t.name})", getattr(t, "error_message", None))
+            if getattr(resp, "error_code", 0) in _COORDINATOR_RETRY and not attempt:
+                self.forget_coordinator(key, key_type)
+                await asyncio.sleep(0.1)
+                continue
+            return resp
+        return resp
+
+    async def list_offsets(self, partitions: Iterable[tuple[str, int]], timestamp: int, *,
+                           isolation_level: int = 0) -> dict[tuple[str, int], int]:
+        """ListOffsets from each partition's leader: ``timestamp`` is ``EARLIEST`` (-2), ``LATEST``
+        (-1), ``MAX_TIMESTAMP`` (-3) or a time in ms (the first offset at or after it; -1 when none).
+        ``isolation_level`` 1 (read_committed) answers the last stable offset for ``LATEST``."""
+        lo = _request_codec(LIST_OFFSETS)
+        by_leader: dict[int, dict[str, list[int]]] = {}
+        for t, p in partitions:
+            leader = self.metadata.leader(t, p)
+            if leader is None:
+                raise BrokerError(5, f"ListOffsets({t}-{p})")
+            by_leader.setdefault(leader, {}).setdefault(t, []).append(p)
+        # Kafka's client: read_committed needs v2+, where the isolation level exists, and
+        # MAX_TIMESTAMP v7+ (KIP-734)
+        wanted = range(7, 100) if timestamp == MAX_TIMESTAMP else range(2, 100) if isolation_level else None
+        out = {}
+        for leader, topics in by_leader.items():
+            conn = await self.connection(leader)
+            version = conn.version(LIST_OFFSETS, wanted)
+            req = lo.cls(replica_id=-1, isolation_level=isolation_level, topics=[lo.cls.ListOffsetsTopic(name=t, partitions=[
+                lo.cls.ListOffsetsPartition(partition_index=p, timestamp=timestamp, max_num_offsets=1)
+                for p in ps]) for t, ps in topics.items()])
+            resp = await conn.request(req, version)
+            for rt in resp.topics:
+                for rp in rt.partitions:
+                    raise_for_error(rp.error_code, f"ListOffsets({rt.name}-{rp.partition_index})")
+                    if version == 0:
+                        off = rp.old_style_offsets[0] if rp.old_style_offsets else -1
+                    else:
+                        off = rp.offset
+                    out[(rt.name, rp.partition_index)] = off
+        return out
 
     async def close(self) -> None:
         """Close every connection."""

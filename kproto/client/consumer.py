@@ -28,8 +28,9 @@ from functools import partial
 from itertools import repeat
 from typing import Any, NamedTuple, Optional, Sequence
 
+from kproto.client.admin import Admin
 from kproto.client.assignors import Subscription, assign, encode_sticky_user_data
-from kproto.client.cluster import METADATA_REFRESH_ERRORS, Cluster
+from kproto.client.cluster import EARLIEST, LATEST, METADATA_REFRESH_ERRORS, Cluster
 from kproto.client.connection import BrokerError, KafkaConnectionError, raise_for_error
 from kproto.client.consumer_protocol import (Assignment, decode_assignment, decode_subscription,
                                              encode_assignment, encode_subscription)
@@ -42,16 +43,14 @@ from kproto.records.columns import decode_batches, record_values
 __all__ = ["ConsumerRecord", "Consumer", "parse_records", "subscription_metadata",
            "leader_assignments", "PROTOCOL_TYPE"]
 
-FETCH, LIST_OFFSETS, OFFSET_COMMIT, OFFSET_FETCH = 1, 2, 8, 9
+FETCH = 1
 JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 11, 12, 13, 14
 PROTOCOL_TYPE = "consumer"
-EARLIEST, LATEST = -2, -1
 # error codes
 OFFSET_OUT_OF_RANGE = 1
 ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS = 22, 25, 27
 MEMBER_ID_REQUIRED, FENCED_INSTANCE_ID = 79, 82
 _REJOIN_ERRORS = frozenset({ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS})
-_COORDINATOR_ERRORS = frozenset({14, 15, 16})  # load in progress, not available, not coordinator
 _I32 = struct.Struct(">i")
 _log = logging.getLogger("kproto.client")
 _CONTROL_KEY = struct.Struct(">hh")  # version, type (0: ABORT)
@@ -210,8 +209,8 @@ class Consumer:
         #: (topic, partition) -> next offset to fetch
         self.positions: dict[tuple[str, int], int] = {}
         self.sessions: dict[int, FetchSessionHandler] = {}
-        self._coordinator: Optional[int] = None
         self._needs_join = group_id is not None
+        self._admin = Admin(cluster)
         self._heartbeat_task: Optional[asyncio.Task] = None
         self._reset: set[tuple[str, int]] = set()
 
@@ -230,7 +229,7 @@ class Consumer:
         if self._heartbeat_task is not None:
             self._heartbeat_task.cancel()
             self._heartbeat_task = None
-        if self.group_id is not None and self.member_id and self._coordinator is not None:
+        if self.group_id is not None and self.member_id:
             try:
                 await self._leave_group()
             except (BrokerError, KafkaConnectionError):
@@ -244,28 +243,15 @@ class Consumer:
         await self.close()
 
     # -- group membership ----------------------------------------------------------------------
-    async def _coordinator_conn(self):
-        if self._coordinator is None:
-            self._coordinator = await self.cluster.find_coordinator(self.group_id)
-        return await self.cluster.connection(self._coordinator, "coordinator")
+    @property
+    def _group(self) -> str:
+        if self.group_id is None:
+            raise ValueError("this consumer has no group_id")
+        return self.group_id
 
     async def _group_request(self, body: Any) -> Any:
-        """Send to the coordinator, rediscovering it once if it moved."""
-        for attempt in range(2):
-            try:
-                conn = await self._coordinator_conn()
-                resp = await conn.request(body, timeout=self.rebalance_timeout_ms / 1000.0 + 30)
-            except KafkaConnectionError:
-                self._coordinator = None
-                if attempt:
-                    raise
-                continue
-            if getattr(resp, "error_code", 0) in _COORDINATOR_ERRORS and not attempt:
-                self._coordinator = None
-                await asyncio.sleep(0.1)
-                continue
-            return resp
-        return resp
+        return await self.cluster.coordinator_request(self._group, body,
+                                                      timeout=self.rebalance_timeout_ms / 1000.0 + 30)
 
     async def ensure_group(self) -> None:
         """(Re)join the group when needed: JoinGroup, SyncGroup, then fetch committed offsets."""
@@ -362,7 +348,7 @@ class Consumer:
 
     async def _leave_group(self) -> None:
         lg = _request_codec(LEAVE_GROUP)
-        conn = await self._coordinator_conn()
+        conn = await self.cluster.coordinator(self._group)
         version = conn.version(LEAVE_GROUP)
         if version >= 3:
             req = lg.cls(group_id=self.group_id, members=[lg.cls.MemberIdentity(member_id=self.member_id)])
@@ -379,79 +365,23 @@ class Consumer:
     # -- offsets ------------------------------------------------------------------------------
     async def committed(self, partitions: Sequence[tuple[str, int]]) -> dict[tuple[str, int], int]:
         """Committed offsets of ``partitions`` for the group (-1 when none)."""
-        of = _request_codec(OFFSET_FETCH)
-        by_topic: dict[str, list[int]] = {}
-        for t, p in partitions:
-            by_topic.setdefault(t, []).append(p)
-        conn = await self._coordinator_conn()
-        version = conn.version(OFFSET_FETCH)
-        if version >= 8:
-            req = of.cls(groups=[of.cls.OffsetFetchRequestGroup(group_id=self.group_id, topics=[
-                of.cls.OffsetFetchRequestTopics(name=t, partition_indexes=ps) for t, ps in by_topic.items()])])
-        else:
-            req = of.cls(group_id=self.group_id, topics=[
-                of.cls.OffsetFetchRequestTopic(name=t, partition_indexes=ps) for t, ps in by_topic.items()])
-        resp = await self._group_request(req)
-        if version >= 8:
-            group = resp.groups[0]
-            raise_for_error(group.error_code, f"OffsetFetch({self.group_id})")
-            topics = group.topics
-        else:
-            raise_for_error(resp.error_code, f"OffsetFetch({self.group_id})")
-            topics = resp.topics
-        out = {}
-        for t in topics:
-            for p in t.partitions:
-                raise_for_error(p.error_code, f"OffsetFetch({t.name}-{p.partition_index})")
-                out[(t.name, p.partition_index)] = p.committed_offset
-        return out
+        return await self._admin.list_group_offsets(self._group, partitions)
 
     async def commit(self, offsets: Optional[dict[tuple[str, int], int]] = None) -> None:
         """Commit ``offsets`` (default: the current positions) for the group."""
-        if self.group_id is None:
-            raise ValueError("commit needs a group_id")
+        group = self._group
         offsets = dict(self.positions) if offsets is None else offsets
-        if not offsets:
-            return
-        oc = _request_codec(OFFSET_COMMIT)
-        by_topic: dict[str, list[Any]] = {}
-        for (t, p), off in offsets.items():
-            by_topic.setdefault(t, []).append(
-                oc.cls.OffsetCommitRequestPartition(partition_index=p, committed_offset=off))
-        resp = await self._group_request(oc.cls(
-            group_id=self.group_id, generation_id_or_member_epoch=self.generation, member_id=self.member_id,
-            topics=[oc.cls.OffsetCommitRequestTopic(name=t, partitions=ps) for t, ps in by_topic.items()]))
-        for t in resp.topics:
-            for p in t.partitions:
-                if p.error_code in _REJOIN_ERRORS:
-                    self._needs_join = True
-                raise_for_error(p.error_code, f"OffsetCommit({t.name}-{p.partition_index})")
+        try:
+            await self._admin.alter_group_offsets(group, offsets, generation=self.generation,
+                                                  member_id=self.member_id)
+        except BrokerError as e:
+            if e.code in _REJOIN_ERRORS:
+                self._needs_join = True
+            raise
 
     async def list_offsets(self, partitions: Sequence[tuple[str, int]], timestamp: int) -> dict[tuple[str, int], int]:
-        """ListOffsets (``EARLIEST``/``LATEST`` or a timestamp) from each partition's leader."""
-        lo = _request_codec(LIST_OFFSETS)
-        by_leader: dict[int, dict[str, list[int]]] = {}
-        md = self.cluster.metadata
-        for t, p in partitions:
-            leader = md.leader(t, p)
-            if leader is None:
-                raise BrokerError(5, f"ListOffsets({t}-{p})")
-            by_leader.setdefault(leader, {}).setdefault(t, []).append(p)
-        out = {}
-        for leader, topics in by_leader.items():
-            conn = await self.cluster.connection(leader)
-            # Kafka's client: read_committed needs v2+, where the isolation level exists
-            version = conn.version(LIST_OFFSETS, range(2, 100) if self.isolation_level else None)
-            req = lo.cls(replica_id=-1, isolation_level=self.isolation_level, topics=[lo.cls.ListOffsetsTopic(name=t, partitions=[
-                lo.cls.ListOffsetsPartition(partition_index=p, timestamp=timestamp, max_num_offsets=1)
-                for p in ps]) for t, ps in topics.items()])
-            resp = await conn.request(req, version)
-            for t in resp.topics:
-                for p in t.partitions:
-                    raise_for_error(p.error_code, f"ListOffsets({t.name}-{p.partition_index})")
-                    off = p.old_style_offsets[0] if version == 0 and p.old_style_offsets else p.offset
-                    out[(t.name, p.partition_index)] = off
-        return out
+        """ListOffsets (``EARLIEST``/``LATEST`` or a timestamp) at this consumer's isolation level."""
+        return await self.cluster.list_offsets(partitions, timestamp, isolation_level=self.isolation_level)
 
     async def _init_positions(self) -> None:
         missing = [tp for tp in self.assignment if tp not in self.positions]

@@ -214,7 +214,6 @@ class Producer:
         #: the transaction state of a transactional producer (None otherwise)
         self.transactions = (TransactionManager(transactional_id, transaction_timeout_ms)
                              if transactional_id is not None else None)
-        self._txn_coordinator: Optional[int] = None
 
     async def start(self) -> "Producer":
         """Get a producer id when idempotent (from the transaction coordinator when
@@ -249,13 +248,8 @@ class Producer:
         manager is done with the answers; Kafka's client backs off 20-100 ms between tries."""
         delay, last = 0.02, None
         for _attempt in range(self.retries * 5 + 1):
-            if group is not None:
-                node = await self.cluster.find_coordinator(group, 0)
-            else:
-                if self._txn_coordinator is None:
-                    self._txn_coordinator = await self.cluster.find_coordinator(self._tm().transactional_id, 1)
-                node = self._txn_coordinator
-            conn = await self.cluster.connection(node, "coordinator")
+            key, key_type = (group, 0) if group is not None else (self._tm().transactional_id, 1)
+            conn = await self.cluster.coordinator(key, key_type)
             try:
                 resp = await conn.request(body, conn.version(body.API_KEY, version))
             except KafkaConnectionError as e:
@@ -264,8 +258,8 @@ class Producer:
                 action = handle(resp)
             if action is Action.DONE:
                 return
-            if action is Action.FIND_COORDINATOR and group is None:
-                self._txn_coordinator = None
+            if action is Action.FIND_COORDINATOR:
+                self.cluster.forget_coordinator(key, key_type)
             await asyncio.sleep(delay)
             delay = min(delay * 2, 0.1)
         raise KprotoError(f"{type(body).__name__}: no answer to act on after {self.retries * 5 + 1} "

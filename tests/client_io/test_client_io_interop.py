@@ -13,6 +13,7 @@ import pytest
 
 import kproto
 from kproto.client.assignors import Subscription, assign
+from kproto.client.admin import Admin
 from kproto.client.cluster import Cluster
 from kproto.client.connection import Connection, ConnectionClosedError, NoCommonVersionError
 from kproto.client.consumer import Consumer
@@ -41,7 +42,7 @@ async def cluster_for(peer) -> Cluster:
 
 async def make_topic(cluster: Cluster, peer, topic: str) -> None:
     if peer.creates_topics:
-        await cluster.create_topics({topic: PARTITIONS})
+        await Admin(cluster).create_topics({topic: PARTITIONS})
     await cluster.wait_for_leaders([topic], allow_auto_create=not peer.creates_topics)
     assert len(cluster.metadata.partitions(topic)) == PARTITIONS
 

@@ -1,0 +1,405 @@
+"""Cluster administration over a :class:`~kproto.client.cluster.Cluster`: topics, partitions,
+configs, offsets, records and consumer groups, routed as Kafka's AdminClient routes them.
+
+Each call sends the requests it needs (to the controller, a partition leader, a group
+coordinator or every broker), checks every error code in the answers and raises
+:class:`~kproto.client.connection.BrokerError` naming the first failing item::
+
+    async with Cluster("127.0.0.1:9092") as cluster:
+        admin = Admin(cluster)
+        await admin.create_topics({"events": 6}, configs={"events": {"retention.ms": "3600000"}})
+        print(await admin.list_offsets([("events", 0)], "latest"))
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Optional, Union
+
+from kproto.client.cluster import EARLIEST, LATEST, MAX_TIMESTAMP, BrokerInfo, Cluster, TopicInfo
+from kproto.client.connection import BrokerError, Connection, raise_for_error
+from kproto.client.consumer_protocol import decode_assignment
+from kproto.codecs import request as _request_codec
+from kproto.errors import DecodeError
+
+__all__ = ["Admin", "ConfigEntry", "GroupListing", "MemberDescription", "GroupDescription",
+           "ClusterDescription", "OffsetSpec", "RESOURCE_TYPES", "CONFIG_SOURCES"]
+
+OFFSET_COMMIT, OFFSET_FETCH, DESCRIBE_GROUPS, LIST_GROUPS = 8, 9, 15, 16
+CREATE_TOPICS, DELETE_TOPICS, DELETE_RECORDS, DESCRIBE_CONFIGS = 19, 20, 21, 32
+CREATE_PARTITIONS, DELETE_GROUPS, INCREMENTAL_ALTER_CONFIGS = 37, 42, 44
+TOPIC_ALREADY_EXISTS, UNKNOWN_TOPIC_OR_PARTITION = 36, 3
+
+#: ConfigResource types by name (``("topic", "events")``, ``("broker", "1")``)
+RESOURCE_TYPES = {"topic": 2, "broker": 4, "broker_logger": 8, "client_metrics": 16, "group": 32}
+#: DescribeConfigs ``config_source`` values (Kafka's ConfigEntry.ConfigSource)
+CONFIG_SOURCES = {-1: "unknown", 1: "dynamic_topic", 2: "dynamic_broker", 3: "dynamic_default_broker",
+                  4: "static_broker", 5: "default", 6: "dynamic_broker_logger", 7: "client_metrics",
+                  8: "group"}
+_SET, _DELETE = 0, 1  # IncrementalAlterConfigs operations
+
+#: ``"earliest"``, ``"latest"``, ``"max_timestamp"`` or a timestamp in ms
+OffsetSpec = Union[str, int]
+_SPECS = {"earliest": EARLIEST, "latest": LATEST, "max_timestamp": MAX_TIMESTAMP}
+Resource = tuple[str, str]
+TopicPartition = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class ConfigEntry:
+    """One config of a resource; ``source`` is a :data:`CONFIG_SOURCES` value."""
+
+    name: str
+    value: Optional[str]
+    source: int = -1
+    read_only: bool = False
+    sensitive: bool = False
+
+    @property
+    def source_name(self) -> str:
+        return CONFIG_SOURCES.get(self.source, str(self.source))
+
+    @property
+    def is_default(self) -> bool:
+        return self.source == 5
+
+
+@dataclass(frozen=True)
+class GroupListing:
+    """A group as ListGroups names it (``state`` from v4, ``type`` from v5 brokers)."""
+
+    group_id: str
+    protocol_type: str
+    state: Optional[str] = None
+    type: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class MemberDescription:
+    """A group member; ``assignment`` is decoded for consumer groups (None otherwise)."""
+
+    member_id: str
+    client_id: str
+    client_host: str
+    group_instance_id: Optional[str] = None
+    assignment: Optional[list[TopicPartition]] = None
+
+
+@dataclass(frozen=True)
+class GroupDescription:
+    """DescribeGroups' view of a group: state, protocol and members."""
+
+    group_id: str
+    state: str
+    protocol_type: str
+    protocol: str
+    members: list[MemberDescription] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ClusterDescription:
+    """The cluster id, controller and brokers, as Metadata reports them."""
+
+    cluster_id: Optional[str]
+    controller_id: int
+    brokers: list[BrokerInfo]
+
+
+def _resource(res: Resource) -> tuple[int, str]:
+    kind, name = res
+    try:
+        return RESOURCE_TYPES[kind], str(name)
+    except KeyError:
+        raise ValueError(f"resource type {kind!r} is not one of {sorted(RESOURCE_TYPES)}") from None
+
+
+def _timestamp(spec: OffsetSpec) -> int:
+    if isinstance(spec, str):
+        try:
+            return _SPECS[spec]
+        except KeyError:
+            raise ValueError(f"offset spec {spec!r} is not one of {sorted(_SPECS)} or a timestamp") from None
+    if spec < 0:
+        raise ValueError(f"timestamp {spec} is negative; use 'earliest', 'latest' or 'max_timestamp'")
+    return int(spec)
+
+
+def _by_topic(partitions: Iterable[TopicPartition]) -> dict[str, list[int]]:
+    out: dict[str, list[int]] = {}
+    for t, p in partitions:
+        out.setdefault(t, []).append(p)
+    return out
+
+
+class Admin:
+    """Administrative operations on the cluster behind ``cluster`` (which stays open).
+    ``timeout_ms`` is the broker-side timeout of topic and record operations."""
+
+    def __init__(self, cluster: Cluster, *, timeout_ms: int = 30000) -> None:
+        self.cluster = cluster
+        self.timeout_ms = timeout_ms
+
+    async def _controller(self) -> Connection:
+        """The controller when Metadata names a reachable one (ZooKeeper-era brokers need it;
+        KRaft brokers forward), else any broker."""
+        md = self.cluster.metadata
+        if md.controller_id not in md.brokers:
+            await self.cluster.refresh_metadata([])
+        if md.controller_id in md.brokers:
+            return await self.cluster.connection(md.controller_id)
+        return await self.cluster.bootstrap_connection()
+
+    async def _leaders(self, partitions: Iterable[TopicPartition]) -> dict[int, dict[str, list[int]]]:
+        """leader -> topic -> partitions, refreshing metadata for partitions without a known leader."""
+        parts = list(partitions)
+        md = self.cluster.metadata
+        unknown = {t for t, p in parts if md.leader(t, p) is None}
+        if unknown:
+            await self.cluster.refresh_metadata(sorted(unknown))
+        out: dict[int, dict[str, list[int]]] = {}
+        for t, p in parts:
+            leader = md.leader(t, p)
+            if leader is None:
+                topic = md.topics.get(t)
+                raise_for_error(topic.error_code if topic and topic.error_code else UNKNOWN_TOPIC_OR_PARTITION,
+                                f"{t}-{p}")
+                raise BrokerError(5, f"{t}-{p}")  # LEADER_NOT_AVAILABLE
+            out.setdefault(leader, {}).setdefault(t, []).append(p)
+        return out
+
+    # -- cluster and topics ----------------------------------------------------------------------
+    async def describe_cluster(self) -> ClusterDescription:
+        """Cluster id, controller id and brokers."""
+        md = await self.cluster.refresh_metadata([])
+        return ClusterDescription(md.cluster_id, md.controller_id,
+                                  sorted(md.brokers.values(), key=lambda b: b.node_id))
+
+    async def list_topics(self, *, internal: bool = False) -> list[str]:
+        """Names of every topic (internal ones such as ``__consumer_offsets`` with ``internal``)."""
+        md = await self.cluster.refresh_metadata(None)
+        return sorted(n for n, t in md.topics.items() if not t.error_code and (internal or not t.is_internal))
+
+    async def describe_topics(self, names: Iterable[str]) -> dict[str, TopicInfo]:
+        """Partitions, leaders, replicas and ISRs of ``names`` (an unknown topic raises)."""
+        names = list(names)
+        md = await self.cluster.refresh_metadata(names)
+        for n in names:
+            t = md.topics.get(n)
+            raise_for_error(t.error_code if t is not None else UNKNOWN_TOPIC_OR_PARTITION, f"Metadata({n})")
+        return {n: md.topics[n] for n in names}
+
+    async def create_topics(self, topics: Mapping[str, int], replication_factor: int = 1, *,
+                            configs: Optional[Mapping[str, Mapping[str, str]]] = None,
+                            validate_only: bool = False, exist_ok: bool = False) -> None:
+        """CreateTopics ``{name: partition count}``; ``configs``: name -> topic configs.
+        ``exist_ok`` ignores TOPIC_ALREADY_EXISTS. Leaders appear shortly after: see
+        :meth:`Cluster.wait_for_leaders`."""
+        codec = _request_codec(CREATE_TOPICS)
+        configs = configs or {}
+        unknown = set(configs) - set(topics)
+        if unknown:
+            raise ValueError(f"configs for topics not being created: {sorted(unknown)}")
+        req = codec.cls(timeout_ms=self.timeout_ms, validate_only=validate_only, topics=[
+            codec.cls.CreatableTopic(name=n, num_partitions=p, replication_factor=replication_factor, configs=[
+                codec.cls.CreatableTopicConfig(name=k, value=v) for k, v in configs.get(n, {}).items()])
+            for n, p in topics.items()])
+        conn = await self._controller()
+        resp = await conn.request(req)
+        for t in resp.topics:
+            if exist_ok and t.error_code == TOPIC_ALREADY_EXISTS:
+                continue
+            raise_for_error(t.error_code, f"CreateTopics({t.name})", getattr(t, "error_message", None))
+
+    async def create_partitions(self, totals: Mapping[str, int], *, validate_only: bool = False) -> None:
+        """Grow each topic to ``{name: new total partition count}``."""
+        codec = _request_codec(CREATE_PARTITIONS)
+        req = codec.cls(timeout_ms=self.timeout_ms, validate_only=validate_only, topics=[
+            codec.cls.CreatePartitionsTopic(name=n, count=c, assignments=None) for n, c in totals.items()])
+        resp = await (await self._controller()).request(req)
+        for r in resp.results:
+            raise_for_error(r.error_code, f"CreatePartitions({r.name})", r.error_message)
+
+    async def delete_topics(self, names: Iterable[str], *, missing_ok: bool = False) -> None:
+        """DeleteTopics; ``missing_ok`` ignores topics that do not exist."""
+        codec = _request_codec(DELETE_TOPICS)
+        names = list(names)
+        conn = await self._controller()
+        version = conn.version(DELETE_TOPICS)
+        if version >= 6:
+            req = codec.cls(timeout_ms=self.timeout_ms, topics=[codec.cls.DeleteTopicState(name=n) for n in names])
+        else:
+            req = codec.cls(timeout_ms=self.timeout_ms, topic_names=names)
+        resp = await conn.request(req, version)
+        for r in resp.responses:
+            if missing_ok and r.error_code == UNKNOWN_TOPIC_OR_PARTITION:
+                continue
+            raise_for_error(r.error_code, f"DeleteTopics({r.name})", getattr(r, "error_message", None))
+
+    # -- configs ---------------------------------------------------------------------------------
+    async def _config_conn(self, type_id: int, name: str) -> Connection:
+        # a broker's own configs come from that broker; the rest from any broker (as Kafka routes)
+        if type_id in (4, 8) and name.isdigit():
+            return await self.cluster.connection(int(name))
+        return await self.cluster.bootstrap_connection()
+
+    async def describe_configs(self, resources: Iterable[Resource], *,
+                               keys: Optional[Iterable[str]] = None) -> dict[Resource, dict[str, ConfigEntry]]:
+        """Configs of ``("topic", name)`` / ``("broker", id)`` resources (only ``keys`` if given)."""
+        codec = _request_codec(DESCRIBE_CONFIGS)
+        # every config is asked for and ``keys`` picked here, as Kafka's admin does (some
+        # brokers, tansu 0.6 among them, drop the connection on a key list)
+        wanted = None if keys is None else set(keys)
+        out: dict[Resource, dict[str, ConfigEntry]] = {}
+        for res in resources:
+            type_id, name = _resource(res)
+            conn = await self._config_conn(type_id, name)
+            version = conn.version(DESCRIBE_CONFIGS)
+            resp = await conn.request(codec.cls(resources=[codec.cls.DescribeConfigsResource(
+                resource_type=type_id, resource_name=name, configuration_keys=None)]), version)
+            for r in resp.results:
+                raise_for_error(r.error_code, f"DescribeConfigs({res[0]} {name})", r.error_message)
+                out[res] = {c.name: ConfigEntry(
+                    c.name, c.value, (5 if c.is_default else -1) if version == 0 else c.config_source,
+                    c.read_only, c.is_sensitive) for c in r.configs if wanted is None or c.name in wanted}
+        return out
+
+    async def alter_configs(self, changes: Mapping[Resource, Mapping[str, Optional[str]]], *,
+                            validate_only: bool = False) -> None:
+        """IncrementalAlterConfigs: ``{resource: {name: value}}`` sets, a None value removes the
+        override (back to the default)."""
+        codec = _request_codec(INCREMENTAL_ALTER_CONFIGS)
+        for res, configs in changes.items():
+            type_id, name = _resource(res)
+            conn = await self._config_conn(type_id, name)
+            resp = await conn.request(codec.cls(validate_only=validate_only, resources=[
+                codec.cls.AlterConfigsResource(resource_type=type_id, resource_name=name, configs=[
+                    codec.cls.AlterableConfig(name=k, config_operation=_DELETE if v is None else _SET, value=v)
+                    for k, v in configs.items()])]))
+            for r in resp.responses:
+                raise_for_error(r.error_code, f"IncrementalAlterConfigs({res[0]} {name})", r.error_message)
+
+    # -- offsets and records ---------------------------------------------------------------------
+    async def list_offsets(self, partitions: Iterable[TopicPartition], spec: OffsetSpec = "latest", *,
+                           isolation: str = "read_uncommitted") -> dict[TopicPartition, int]:
+        """Offsets of ``partitions`` for ``spec``: ``"earliest"``, ``"latest"`` (the high watermark,
+        or the last stable offset with ``isolation="read_committed"``), ``"max_timestamp"`` (the
+        record with the highest timestamp) or a timestamp in ms (the first offset at or after it,
+        -1 when there is none)."""
+        if isolation not in ("read_uncommitted", "read_committed"):
+            raise ValueError(f"isolation must be read_uncommitted or read_committed, not {isolation!r}")
+        parts = list(partitions)
+        await self._leaders(parts)
+        return await self.cluster.list_offsets(parts, _timestamp(spec),
+                                               isolation_level=int(isolation == "read_committed"))
+
+    async def delete_records(self, before: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
+        """Delete the records below ``{(topic, partition): offset}`` (-1: the high watermark);
+        returns each partition's new low watermark."""
+        codec = _request_codec(DELETE_RECORDS)
+        out: dict[TopicPartition, int] = {}
+        for leader, topics in (await self._leaders(before)).items():
+            conn = await self.cluster.connection(leader)
+            resp = await conn.request(codec.cls(timeout_ms=self.timeout_ms, topics=[
+                codec.cls.DeleteRecordsTopic(name=t, partitions=[
+                    codec.cls.DeleteRecordsPartition(partition_index=p, offset=before[(t, p)]) for p in ps])
+                for t, ps in topics.items()]))
+            for rt in resp.topics:
+                for rp in rt.partitions:
+                    raise_for_error(rp.error_code, f"DeleteRecords({rt.name}-{rp.partition_index})")
+                    out[(rt.name, rp.partition_index)] = rp.low_watermark
+        return out
+
+    # -- groups ----------------------------------------------------------------------------------
+    async def list_groups(self) -> list[GroupListing]:
+        """Every group of every broker (ListGroups goes to each one, as Kafka's admin does)."""
+        codec = _request_codec(LIST_GROUPS)
+        md = await self.cluster.refresh_metadata([])
+        found: dict[str, GroupListing] = {}
+        for node in sorted(md.brokers):
+            conn = await self.cluster.connection(node)
+            resp = await conn.request(codec.cls(states_filter=[], types_filter=[]))
+            raise_for_error(resp.error_code, f"ListGroups(broker {node})")
+            for g in resp.groups:
+                found[g.group_id] = GroupListing(g.group_id, g.protocol_type, getattr(g, "group_state", None),
+                                                 getattr(g, "group_type", None))
+        return sorted(found.values(), key=lambda g: g.group_id)
+
+    async def describe_groups(self, group_ids: Iterable[str]) -> dict[str, GroupDescription]:
+        """State, protocol and members of each group; consumer groups' member assignments decoded."""
+        codec = _request_codec(DESCRIBE_GROUPS)
+        out = {}
+        for gid in group_ids:
+            resp = await self.cluster.coordinator_request(gid, codec.cls(groups=[gid]))
+            g = resp.groups[0]
+            raise_for_error(g.error_code, f"DescribeGroups({gid})", getattr(g, "error_message", None))
+            out[gid] = GroupDescription(g.group_id, g.group_state, g.protocol_type, g.protocol_data, [
+                MemberDescription(m.member_id, m.client_id, m.client_host, getattr(m, "group_instance_id", None),
+                                  _member_assignment(g.protocol_type, m.member_assignment))
+                for m in g.members])
+        return out
+
+    async def delete_groups(self, group_ids: Iterable[str]) -> None:
+        """Delete empty groups (their committed offsets go with them)."""
+        codec = _request_codec(DELETE_GROUPS)
+        for gid in group_ids:
+            resp = await self.cluster.coordinator_request(gid, codec.cls(groups_names=[gid]))
+            for r in resp.results:
+                raise_for_error(r.error_code, f"DeleteGroups({r.group_id})")
+
+    async def list_group_offsets(self, group_id: str, partitions: Optional[Iterable[TopicPartition]] = None, *,
+                                 require_stable: bool = False) -> dict[TopicPartition, int]:
+        """The group's committed offsets (every partition it has one for when ``partitions`` is
+        None; -1 for a named partition without one). ``require_stable`` makes the broker wait out
+        pending transactional commits (OffsetFetch v7+)."""
+        codec = _request_codec(OFFSET_FETCH)
+        by_topic = None if partitions is None else _by_topic(partitions)
+        conn = await self.cluster.coordinator(group_id)
+        version = conn.version(OFFSET_FETCH, range(2, 100) if by_topic is None else None)
+        if version >= 8:
+            topics = None if by_topic is None else [codec.cls.OffsetFetchRequestTopics(name=t, partition_indexes=ps)
+                                                    for t, ps in by_topic.items()]
+            req = codec.cls(require_stable=require_stable, groups=[
+                codec.cls.OffsetFetchRequestGroup(group_id=group_id, topics=topics)])
+        else:
+            topics = None if by_topic is None else [codec.cls.OffsetFetchRequestTopic(name=t, partition_indexes=ps)
+                                                    for t, ps in by_topic.items()]
+            req = codec.cls(group_id=group_id, topics=topics, require_stable=require_stable)
+        resp = await self.cluster.coordinator_request(group_id, req, version=version)
+        if version >= 8:
+            group = resp.groups[0]
+            error, rtopics = group.error_code, group.topics
+        else:
+            error, rtopics = resp.error_code, resp.topics
+        raise_for_error(error, f"OffsetFetch({group_id})")
+        out = {}
+        for t in rtopics:
+            for p in t.partitions:
+                raise_for_error(p.error_code, f"OffsetFetch({t.name}-{p.partition_index})")
+                out[(t.name, p.partition_index)] = p.committed_offset
+        return out
+
+    async def alter_group_offsets(self, group_id: str, offsets: Mapping[TopicPartition, int], *,
+                                  generation: int = -1, member_id: str = "") -> None:
+        """Commit ``offsets`` for the group. Without ``generation``/``member_id`` (a member's own
+        commit) the group must have no active members, as with Kafka's admin."""
+        if not offsets:
+            return
+        codec = _request_codec(OFFSET_COMMIT)
+        req = codec.cls(group_id=group_id, generation_id_or_member_epoch=generation, member_id=member_id, topics=[
+            codec.cls.OffsetCommitRequestTopic(name=t, partitions=[
+                codec.cls.OffsetCommitRequestPartition(partition_index=p, committed_offset=offsets[(t, p)])
+                for p in ps]) for t, ps in _by_topic(offsets).items()])
+        resp = await self.cluster.coordinator_request(group_id, req)
+        for t in resp.topics:
+            for p in t.partitions:
+                raise_for_error(p.error_code, f"OffsetCommit({t.name}-{p.partition_index})")
+
+
+def _member_assignment(protocol_type: str, data: Any) -> Optional[list[TopicPartition]]:
+    if protocol_type != "consumer" or not data:
+        return None
+    try:
+        assignment, _ = decode_assignment(data)
+    except DecodeError:
+        return None  # a member with its own assignment format under the "consumer" type
+    return [(t, p) for t, p in assignment.partitions]
