@@ -6,7 +6,7 @@ import json
 import os
 import sys
 import time
-from typing import Any, Iterable, Iterator, TextIO
+from typing import Any, Callable, Iterable, Iterator, TextIO
 
 __all__ = ["register", "run"]
 
@@ -32,6 +32,14 @@ def register(subparsers: Any) -> None:
                         "decode them with the highest version the schemas define)")
     p.add_argument("--summary", action="store_true",
                    help="print only a table per API key (count, errors, p50/p99 latency, bytes)")
+    p.add_argument("--api", action="append", default=None, metavar="NAME|KEY",
+                   help="only these APIs (repeatable or comma-separated: --api Produce,Fetch or --api 0)")
+    p.add_argument("--errors", action="store_true",
+                   help="only exchanges with an error code in the response or a problem")
+    p.add_argument("--min-latency", type=float, default=None, metavar="MS",
+                   help="only exchanges answered at least MS milliseconds after the request")
+    p.add_argument("--client-id", action="append", default=None, metavar="ID",
+                   help="only requests of this client id (repeatable)")
     p.add_argument("-v", "--verbose", action="store_true", help="text format: print bodies too")
     p.add_argument("-o", "--output", default="-", help="output file (default stdout)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
@@ -52,6 +60,46 @@ def _progress(packets: Iterable[Any], total: int, stream: TextIO) -> Iterator[An
         yield p
     stream.write("\r" + " " * 60 + "\r")
     stream.flush()
+
+
+def _api_keys(items: list[str]) -> set[int]:
+    import kproto
+
+    by_name = {}
+    for key in range(0, 1000):
+        try:
+            by_name[kproto.request(key).name.removesuffix("Request").lower()] = key
+        except KeyError:
+            continue
+    keys = set()
+    for item in (i.strip() for chunk in items for i in chunk.split(",")):
+        if item.isdigit():
+            keys.add(int(item))
+        elif item.lower().removesuffix("request") in by_name:
+            keys.add(by_name[item.lower().removesuffix("request")])
+        elif item:
+            raise SystemExit(f"kproto decode-pcap: --api {item!r} is not an API name or key")
+    return keys
+
+
+def _selector(args: argparse.Namespace) -> Callable[[Any], bool] | None:
+    """The exchanges the filter options keep (None: every one)."""
+    keys = None if args.api is None else _api_keys(args.api)
+    clients = None if args.client_id is None else set(args.client_id)
+    if keys is None and clients is None and not args.errors and args.min_latency is None:
+        return None
+
+    def keep(ex: Any) -> bool:
+        if keys is not None and ex.api_key not in keys:
+            return False
+        if clients is not None and ex.client_id not in clients:
+            return False
+        if args.errors and not (ex.errors or ex.problems):
+            return False
+        if args.min_latency is not None and (ex.latency_ms is None or ex.latency_ms < args.min_latency):
+            return False
+        return True
+    return keep
 
 
 def _text_line(ex: Any, doc: dict) -> str:
@@ -84,6 +132,7 @@ def run(args: argparse.Namespace) -> int:
     from kproto.capture.pcap import read_packets, stream_packets
     from kproto.capture.summary import Summary
 
+    keep = _selector(args)
     out = sys.stdout if args.output == "-" else open(args.output, "w", encoding="utf-8")
     try:
         fmt = args.format
@@ -115,6 +164,8 @@ def run(args: argparse.Namespace) -> int:
                 announced.add(port)
                 print(f"kafka port {port} (guessed: {decoder.chosen_ports[port]})", file=sys.stderr)
             for ex in exchanges:
+                if keep is not None and not keep(ex):
+                    continue
                 if summary is not None:
                     summary.add(ex)
                     continue  # --summary: just the table

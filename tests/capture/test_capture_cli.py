@@ -105,3 +105,46 @@ def test_progress_bar_passes_packets_through():
     items = [type("P", (), {"data": b"x" * 100})() for _ in range(5)]
     assert list(decode_pcap._progress(iter(items), 600, stream)) == items
     assert "%" in stream.getvalue() and stream.getvalue().endswith("\r")
+
+
+def _docs(tmp_path, name, *argv):
+    code, text = _run(tmp_path, str(CAPTURES / name), "--format", "jsonl", *argv)
+    assert code == 0
+    return [json.loads(line) for line in text.splitlines()]
+
+
+def test_filters_keep_exactly_the_matching_exchanges(tmp_path):
+    name = "ck_mock3_all.pcap"
+    every = _docs(tmp_path, name)
+    kafka = [d for d in every if d.get("api_key") is not None]
+    assert {d["api_name"] for d in kafka} >= {"Fetch", "Produce", "ApiVersions"}
+
+    def key(d):
+        return d["ts"], d["client"], d.get("correlation_id")
+
+    for argv, want in [
+        (["--api", "Fetch,produce"], [d for d in kafka if d["api_name"] in ("Fetch", "Produce")]),
+        (["--api", "1", "--api", "ProduceRequest"], [d for d in kafka if d["api_key"] in (0, 1)]),
+        (["--errors"], [d for d in every if d["errors"] or d["problems"]]),
+        (["--min-latency", "50"], [d for d in every if d.get("latency_ms") is not None and d["latency_ms"] >= 50]),
+        (["--api", "ApiVersions", "--errors"], [d for d in kafka if d["api_key"] == 18 and (d["errors"] or d["problems"])]),
+    ]:
+        got = _docs(tmp_path, name, *argv)
+        assert got and [key(d) for d in got] == [key(d) for d in want], argv
+    assert len(_docs(tmp_path, name, "--api", "ApiVersions", "--errors")) == 27  # the mock's odd answers
+    clients = {d["client_id"] for d in kafka}
+    one = sorted(c for c in clients if c)[0]
+    assert [key(d) for d in _docs(tmp_path, name, "--client-id", one)] == \
+        [key(d) for d in kafka if d["client_id"] == one]
+
+
+def test_filters_apply_to_the_summary_and_reject_unknown_apis(tmp_path):
+    code, text = _run(tmp_path, str(CAPTURES / "ck_mock3_all.pcap"), "--summary", "--api", "Fetch")
+    rows = text.splitlines()[1:]
+    assert code == 0 and [r.split()[:2] for r in rows] == [["Fetch(1)", "58"]]
+    try:
+        _run(tmp_path, str(CAPTURES / "ck_mock3_all.pcap"), "--api", "Fetchh")
+    except SystemExit as e:
+        assert "'Fetchh' is not an API name or key" in str(e)
+    else:
+        raise AssertionError("an unknown API name was accepted")
