@@ -21,9 +21,10 @@ from __future__ import annotations
 import bisect
 import struct
 from dataclasses import dataclass
-from typing import Callable, Iterable, Mapping, Sequence, TypeVar, Union, overload
+from typing import Callable, Iterable, Mapping, Sequence, Union
 
 from kproto.errors import KprotoError
+from kproto.javahash import bucket, java_hash_order, java_string_hash
 
 __all__ = [
     "TopicPartition", "Subscription", "Cluster", "AssignmentError", "ASSIGNORS", "assign",
@@ -60,49 +61,9 @@ class Subscription:
 
 # ---- Java hashing ----------------------------------------------------------------------------
 
-def java_string_hash(s: str) -> int:
-    """``String.hashCode()`` as an unsigned 32-bit value (over UTF-16 code units)."""
-    h = 0
-    if s.isascii():
-        for c in s.encode("ascii"):
-            h = (31 * h + c) & 0xFFFFFFFF
-        return h
-    b = s.encode("utf-16-be", "surrogatepass")
-    for (u,) in struct.iter_unpack(">H", b):
-        h = (31 * h + u) & 0xFFFFFFFF
-    return h
-
-
 def _tp_hash(tp: TopicPartition) -> int:
     # TopicPartition.hashCode: 31 * (31 + partition) + topic.hashCode()
     return (31 * (31 + tp[1]) + java_string_hash(tp[0])) & 0xFFFFFFFF
-
-
-def _bucket(h: int, capacity: int) -> int:
-    return (h ^ (h >> 16)) & (capacity - 1)
-
-
-def _capacity_for(n: int) -> int:
-    cap = 16  # a default-constructed HashMap doubles when size exceeds 3/4 of the table
-    while n > cap * 3 // 4:
-        cap *= 2
-    return cap
-
-
-_K = TypeVar("_K")
-
-
-@overload
-def java_hash_order(keys: Iterable[str]) -> list[str]: ...
-@overload
-def java_hash_order(keys: Iterable[_K], hash_fn: Callable[[_K], int]) -> list[_K]: ...
-
-
-def java_hash_order(keys: Iterable, hash_fn: Callable = java_string_hash) -> list:
-    """The iteration order of a default ``java.util.HashMap`` after putting ``keys`` in order."""
-    keys = list(keys)
-    cap = _capacity_for(len(keys))
-    return [k for _, _, k in sorted((_bucket(hash_fn(k), cap), i, k) for i, k in enumerate(keys))]
 
 
 class _JavaHashSet:
@@ -133,7 +94,7 @@ class _JavaHashSet:
 
     def first(self):
         cap = self._cap
-        return min(self._seq, key=lambda tp: (_bucket(_tp_hash(tp), cap), self._seq[tp]))
+        return min(self._seq, key=lambda tp: (bucket(_tp_hash(tp), cap), self._seq[tp]))
 
 
 # ---- shared input handling -------------------------------------------------------------------

@@ -24,6 +24,7 @@ import secrets
 from typing import Mapping
 
 from kproto.errors import DecodeError, KprotoError
+from kproto.javahash import hashmap_copy_capacity, java_hash_order, java_string_hash
 
 __all__ = [
     "SaslAuthenticationError", "PlainClient", "ScramClient", "OAuthBearerClient", "sasl_client",
@@ -313,8 +314,10 @@ class OAuthBearerClient(_OneMessageClient):
                 raise ValueError(f"invalid value for SASL extension {k!r}")
         if "," in authzid or "=" in authzid:
             raise ValueError("authzid must not contain ',' or '='")
-        # Kafka writes the extensions in its map's order; a sorted order is as valid to a server
-        ext_part = "".join(f"\x01{k}={v}" for k, v in sorted(ext.items()))
+        # Kafka writes them in the order of SaslExtensions' map: a HashMap copy (new
+        # HashMap<>(m)) of the HashMap the login callback filled, in the order given here
+        order = java_hash_order(java_hash_order(ext), java_string_hash, hashmap_copy_capacity(len(ext)))
+        ext_part = "".join(f"\x01{k}={ext[k]}" for k in order)
         super().__init__((f"n,{'a=' + authzid if authzid else ''},\x01auth=Bearer {token}"
                           f"{ext_part}\x01\x01").encode("utf-8"))
         self.server_error: str | None = None

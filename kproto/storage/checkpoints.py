@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from kproto.errors import DecodeError
+from kproto.javahash import java_string_hash
 
 ROOT_CHECKPOINTS = ("recovery-point-offset-checkpoint", "replication-offset-checkpoint",
                     "log-start-offset-checkpoint", "cleaner-offset-checkpoint")
@@ -258,15 +259,6 @@ def _escape(s: str, is_key: bool) -> str:
     return "".join(out)
 
 
-def java_string_hash(s: str) -> int:
-    """``String.hashCode`` (as a signed 32-bit int)."""
-    units = s.encode("utf-16-be", "surrogatepass")
-    h = 0
-    for i in range(0, len(units), 2):
-        h = (31 * h + (units[i] << 8 | units[i + 1])) & 0xFFFFFFFF
-    return h - (1 << 32) if h & 0x80000000 else h
-
-
 def _properties_order(keys: list[str]) -> list[str]:
     # Properties is backed by a ConcurrentHashMap(8) (table of 16, doubling at 3/4 full);
     # store() walks it in table order, which is what a broker's meta.properties shows.
@@ -275,7 +267,7 @@ def _properties_order(keys: list[str]) -> list[str]:
         capacity *= 2
 
     def bucket(k: str) -> int:
-        h = java_string_hash(k) & 0xFFFFFFFF
+        h = java_string_hash(k)
         return ((h ^ (h >> 16)) & 0x7FFFFFFF) & (capacity - 1)
 
     return sorted(keys, key=bucket)

@@ -188,7 +188,7 @@ def test_oauthbearer_initial_response_is_kafkas_format():
     # [^A k=v ...] ^A ^A
     assert sasl.OAuthBearerClient("abc.def-ghi").initial() == b"n,,\x01auth=Bearer abc.def-ghi\x01\x01"
     m = sasl_client("OAUTHBEARER", token="t0k3n", extensions={"b": "2", "a": "x y"}, authzid="alice")
-    assert m.initial() == b"n,a=alice,\x01auth=Bearer t0k3n\x01a=x y\x01b=2\x01\x01"
+    assert m.initial() == b"n,a=alice,\x01auth=Bearer t0k3n\x01a=x y\x01b=2\x01\x01"  # "a" hashes below "b"
     assert m.step(b"") is None and m.complete
 
 
@@ -209,3 +209,52 @@ def test_oauthbearer_server_error_gets_the_kvsep_answer():
 def test_oauthbearer_refuses_what_kafka_refuses(kw):
     with pytest.raises(ValueError):
         sasl.OAuthBearerClient(**kw)
+
+
+# What Kafka does with extensions before writing them: the login callback handler fills a
+# HashMap, SaslExtensions keeps ``new HashMap<>(that)``, toBytes joins its entries in iteration
+# order. Run by the JVM the Spark tests use, on key sets of every size up to past a resize.
+_JAVA_EXTENSION_ORDER = """
+import java.io.*;
+import java.util.*;
+public class ExtensionOrder {
+    public static void main(String[] args) throws IOException {
+        BufferedReader in = new BufferedReader(new InputStreamReader(System.in));
+        for (String line; (line = in.readLine()) != null; ) {
+            Map<String, String> filled = new HashMap<>();
+            for (String k : line.split(" ")) filled.put(k, "v" + k);
+            Map<String, String> kept = Collections.unmodifiableMap(new HashMap<>(filled));
+            StringBuilder sb = new StringBuilder();
+            for (Map.Entry<String, String> e : kept.entrySet())
+                sb.append("\\u0001").append(e.getKey()).append("=").append(e.getValue());
+            System.out.println(sb.toString().replace("\\u0001", "^A"));
+        }
+    }
+}
+"""
+
+
+def test_oauthbearer_extensions_in_kafkas_map_order_checked_with_java(tmp_path):
+    import random
+    import shutil
+    import subprocess
+
+    java = shutil.which("java")
+    assert java, "the JVM (needed for Spark) is missing"
+    src = tmp_path / "ExtensionOrder.java"
+    src.write_text(_JAVA_EXTENSION_ORDER)
+    rng = random.Random(7)
+    letters = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+    cases = [["traceId", "logicalCluster", "identityPoolId"], ["b", "a"], ["Aa", "BB"]]  # Aa/BB: equal hashCodes
+    for n in list(range(1, 15)) * 12 + [24, 25, 40]:
+        cases.append(list(dict.fromkeys("".join(rng.choice(letters) for _ in range(rng.randint(1, 6)))
+                                        for _ in range(n))))
+    proc = subprocess.run([java, str(src)], input="\n".join(" ".join(c) for c in cases) + "\n",
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    want = proc.stdout.splitlines()
+    assert len(want) == len(cases)
+    for keys, line in zip(cases, want):
+        initial = sasl.OAuthBearerClient("tok", extensions={k: "v" + k for k in keys}).initial()
+        ext = initial[len(b"n,,\x01auth=Bearer tok"):-2].decode().replace("\x01", "^A")
+        assert ext == line, keys
