@@ -103,6 +103,7 @@ class MetadataCache:
         self.cluster_id: Optional[str] = None
         self.controller_id: int = -1
         self.updated_at: float = 0.0
+        self._available: dict[str, list[int]] = {}
 
     def update(self, resp: Any, *, all_topics: bool = False) -> None:
         """Apply a MetadataResponse. Topics it names replace their cached entries; with
@@ -111,6 +112,7 @@ class MetadataCache:
                         for b in resp.brokers}
         self.cluster_id = getattr(resp, "cluster_id", None)
         self.controller_id = getattr(resp, "controller_id", -1)
+        self._available = {}
         if all_topics:
             self.topics = {}
         for t in resp.topics:
@@ -128,8 +130,12 @@ class MetadataCache:
 
     def available_partitions(self, topic: str) -> list[int]:
         """Partitions with a known leader (``Cluster.availablePartitionsForTopic``)."""
-        t = self.topics.get(topic)
-        return sorted(p for p, info in t.partitions.items() if info.leader >= 0) if t else []
+        found = self._available.get(topic)
+        if found is None:  # the producer asks for every keyless record: kept until the next update
+            t = self.topics.get(topic)
+            found = sorted(p for p, info in t.partitions.items() if info.leader >= 0) if t else []
+            self._available[topic] = found
+        return found
 
     def leader(self, topic: str, partition: int) -> Optional[int]:
         """Leader node id, or None when unknown."""

@@ -346,7 +346,13 @@ class Connection:
 
         ``version`` defaults to the highest version both sides support.
         """
-        fut = self.send(body, version)
+        return await self.response(self.send(body, version), type(body).__name__, timeout=timeout)
+
+    async def response(self, fut: "asyncio.Future[Any]", what: str = "request", *,
+                       timeout: float | None = None) -> Any:
+        """Wait for the answer behind ``fut`` (from :meth:`send`). No answer within ``timeout``
+        closes the connection (later answers could no longer be trusted) and raises
+        :class:`RequestTimeoutError`."""
         timeout = self.request_timeout if timeout is None else timeout
         try:
             await self._writer.drain()  # back-pressure on big requests
@@ -355,8 +361,7 @@ class Connection:
         try:
             return await asyncio.wait_for(asyncio.shield(fut), timeout)
         except asyncio.TimeoutError:
-            err = RequestTimeoutError(
-                f"{type(body).__name__} to {self.host}:{self.port} got no answer in {timeout} s")
+            err = RequestTimeoutError(f"{what} to {self.host}:{self.port} got no answer in {timeout} s")
             self._fail(err)
             raise err from None
 

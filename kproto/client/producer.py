@@ -12,8 +12,10 @@ asyncio layer that sends batches to partition leaders::
 
 Like Kafka's idempotent producer, each partition's batches carry the producer id, epoch and
 consecutive base sequences, and a batch is retried with the same sequence after a retriable
-error, so the broker drops duplicates. This producer keeps one batch in flight per partition
-(Kafka allows five), which keeps the ordering argument trivial.
+error, so the broker drops duplicates. A sender task keeps up to ``max_in_flight`` (5) Produce
+requests in flight per broker, each with at most one batch per partition; when a batch fails,
+the later batches of its partition (answered OUT_OF_ORDER_SEQUENCE_NUMBER) are sent again after
+it, in order, and renumbered when one failed for good, as Kafka's sender does.
 
 With a ``transactional_id`` it is a transactional producer (state in
 :class:`~kproto.client.transactions.TransactionManager`)::
@@ -27,7 +29,9 @@ With a ``transactional_id`` it is a transactional producer (state in
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
 
@@ -45,7 +49,7 @@ __all__ = ["RecordMetadata", "PendingBatch", "RecordAccumulator", "build_produce
            "Producer"]
 
 PRODUCE, INIT_PRODUCER_ID = 0, 22
-LEADER_NOT_AVAILABLE, NETWORK_EXCEPTION, DUPLICATE_SEQUENCE_NUMBER = 5, 13, 46
+NETWORK_EXCEPTION, OUT_OF_ORDER_SEQUENCE_NUMBER, DUPLICATE_SEQUENCE_NUMBER = 13, 45, 46
 #: Errors after which a batch is sent again unchanged (same sequence), after a metadata refresh.
 RETRIABLE_PRODUCE_ERRORS = METADATA_REFRESH_ERRORS | {
     7,   # REQUEST_TIMED_OUT
@@ -58,6 +62,7 @@ RETRIABLE_PRODUCE_ERRORS = METADATA_REFRESH_ERRORS | {
 _RECORD_OVERHEAD = 21
 
 TopicPartition = tuple  # (topic, partition)
+_log = logging.getLogger("kproto.client")
 
 
 @dataclass(frozen=True)
@@ -83,15 +88,24 @@ class PendingBatch:
     attempts: int = 0
     #: error code of the last failed attempt (reported when retries run out)
     last_error: int = 0
+    #: drain order (batches of a partition are sent, and sent again, in this order)
+    number: int = 0
+
+
+def _seq_after(a: int, b: int) -> bool:
+    """Whether sequence ``a`` comes after ``b`` (sequences wrap at 2^31)."""
+    return 0 < (a - b) % (1 << 31) < (1 << 30)
 
 
 class RecordAccumulator:
     """Sans-I/O batching: records per partition, partition choice, sequence numbers.
 
     ``partition()`` chooses like Kafka's built-in partitioner (murmur2 for keyed records,
-    sticky for keyless ones); ``append()`` adds to the partition's open batch; ``drain()`` hands
-    out every non-empty batch, numbered with the partition's next sequence when ``idempotent``;
-    ``complete()`` advances the sequence once the broker accepted a batch.
+    sticky for keyless ones); ``append()`` adds to the partition's last batch, opening a new one
+    when it holds ``batch_size`` bytes; ``drain()`` hands out batches front first, numbered
+    (when ``idempotent``) with consecutive sequences as they leave, so that several batches of a
+    partition can be in flight; ``complete()`` records what the broker acknowledged and
+    ``renumber()`` numbers again, from there, the batches to be sent once more after a failure.
     """
 
     def __init__(self, batch_size: int = 16384, idempotent: bool = True,
@@ -99,9 +113,15 @@ class RecordAccumulator:
         self.batch_size = batch_size
         self.idempotent = idempotent
         self._random = random
-        self._open: dict[TopicPartition, PendingBatch] = {}
+        self._open: dict[TopicPartition, deque[PendingBatch]] = {}
         self._sticky: dict[str, StickyPartitioner] = {}
+        #: partition -> sequence of the next batch to leave
         self.next_sequence: dict[TopicPartition, int] = {}
+        #: partition -> sequence after the last batch the broker acknowledged
+        self.acked_sequence: dict[TopicPartition, int] = {}
+        #: estimated bytes of the records not drained yet
+        self.queued_bytes = 0
+        self._drained = 0
 
     def partition(self, topic: str, key: Optional[bytes], num_partitions: int,
                   available: Sequence[int]) -> int:
@@ -118,14 +138,21 @@ class RecordAccumulator:
                available: Sequence[int] = (), keyed: bool = True) -> bool:
         """Queue a record; returns True when its batch reached ``batch_size`` (send soon)."""
         tp = (topic, partition)
-        batch = self._open.get(tp)
-        if batch is None:
-            batch = self._open[tp] = PendingBatch(topic, partition)
-        size = _RECORD_OVERHEAD + (len(key) if key else 0) + (len(value) if value else 0) + \
-            sum(len(k) + len(v or b"") + 2 for k, v in headers)
+        queue = self._open.get(tp)
+        if queue is None:
+            queue = self._open[tp] = deque()
+        if queue and queue[-1].size < self.batch_size:
+            batch = queue[-1]
+        else:
+            batch = PendingBatch(topic, partition)
+            queue.append(batch)
+        size = _RECORD_OVERHEAD + (len(key) if key else 0) + (len(value) if value else 0)
+        if headers:
+            size += sum(len(k) + len(v or b"") + 2 for k, v in headers)
         batch.records.append((timestamp, key, value, headers))
         batch.futures.append(future)
         batch.size += size
+        self.queued_bytes += size
         full = batch.size >= self.batch_size
         if not keyed:
             sp = self._sticky.get(topic)
@@ -134,26 +161,62 @@ class RecordAccumulator:
         return full
 
     def __len__(self) -> int:
-        return sum(len(b.records) for b in self._open.values())
+        return sum(len(b.records) for q in self._open.values() for b in q)
 
-    def drain(self) -> list[PendingBatch]:
-        """Take every open batch, numbering each (idempotence) with its partition's sequence."""
-        batches = [b for b in self._open.values() if b.records]
-        self._open = {}
-        if self.idempotent:
-            for b in batches:
-                b.base_sequence = self.next_sequence.get((b.topic, b.partition), 0)
-        return batches
+    def drain(self, limit: Callable[[TopicPartition], int] | None = None, *,
+              full_only: bool = False) -> list[PendingBatch]:
+        """Take batches front first: at most ``limit(partition)`` per partition (default all),
+        only full ones with ``full_only``; each is numbered with its partition's next sequence."""
+        out = []
+        for tp, queue in list(self._open.items()):
+            room = len(queue) if limit is None else limit(tp)
+            while queue and room > 0 and (not full_only or queue[0].size >= self.batch_size):
+                b = queue.popleft()
+                room -= 1
+                self.queued_bytes -= b.size
+                self._drained += 1
+                b.number = self._drained
+                if self.idempotent:
+                    seq = self.next_sequence.get(tp, 0)
+                    b.base_sequence = seq
+                    self.next_sequence[tp] = increment_sequence(seq, len(b.records))
+                out.append(b)
+            if not queue:
+                del self._open[tp]
+        return out
 
     def complete(self, batch: PendingBatch) -> None:
-        """The broker accepted ``batch``: the partition's next batch follows it."""
+        """The broker accepted ``batch``."""
         if self.idempotent:
-            self.next_sequence[(batch.topic, batch.partition)] = increment_sequence(
-                batch.base_sequence, len(batch.records))
+            tp = (batch.topic, batch.partition)
+            end = increment_sequence(batch.base_sequence, len(batch.records))
+            if tp not in self.acked_sequence or _seq_after(end, self.acked_sequence[tp]):
+                self.acked_sequence[tp] = end
+
+    def renumber(self, batches: Sequence[PendingBatch]) -> None:
+        """Number ``batches`` (the unacknowledged ones of one partition, in order, none in
+        flight) consecutively from the partition's last acknowledged sequence: a batch that
+        failed for good must not leave a gap the broker would wait for."""
+        if not self.idempotent or not batches:
+            return
+        tp = (batches[0].topic, batches[0].partition)
+        seq = self.acked_sequence.get(tp, 0)
+        for b in batches:
+            b.base_sequence = seq
+            seq = increment_sequence(seq, len(b.records))
+        self.next_sequence[tp] = seq
+
+    def take_all(self) -> list[PendingBatch]:
+        """Remove every queued batch without numbering it (they will not be sent)."""
+        out = [b for q in self._open.values() for b in q]
+        self._open = {}
+        self.queued_bytes = 0
+        return out
 
     def reset_sequences(self) -> None:
         """A new producer id/epoch starts every partition at sequence 0."""
         self.next_sequence.clear()
+        self.acked_sequence.clear()
 
 
 def encode_batch(batch: PendingBatch, compression: int, producer_id: int, producer_epoch: int,
@@ -194,12 +257,15 @@ class Producer:
     def __init__(self, cluster: Cluster, *, idempotent: bool = True, acks: int = -1,
                  compression: int | str = "none", linger_ms: float = 5.0, batch_size: int = 16384,
                  retries: int = 10, request_timeout_ms: int = 30000,
-                 transactional_id: Optional[str] = None,
-                 transaction_timeout_ms: int = 60000) -> None:
+                 transactional_id: Optional[str] = None, transaction_timeout_ms: int = 60000,
+                 max_in_flight: int = 5, buffer_memory: int = 32 << 20) -> None:
         if transactional_id is not None and not idempotent:
             raise ValueError("a transactional producer is idempotent")
         if idempotent and acks != -1:
             raise ValueError("an idempotent producer needs acks=-1 (all)")
+        if idempotent and not 1 <= max_in_flight <= 5:
+            raise ValueError("an idempotent producer keeps 1 to 5 requests in flight (the broker "
+                             "remembers the last 5 batches of a producer)")
         self.cluster = cluster
         self.idempotent = idempotent
         self.acks = acks
@@ -208,9 +274,25 @@ class Producer:
         self.retries = retries
         self.request_timeout_ms = request_timeout_ms
         self.producer_id, self.producer_epoch = -1, -1
+        self.max_in_flight = max_in_flight
+        self.buffer_memory = buffer_memory
         self.accumulator = RecordAccumulator(batch_size, idempotent)
-        self._flush_lock = asyncio.Lock()
-        self._linger_task: Optional[asyncio.Task] = None
+        # sender state: batches sent and not answered, batches waiting to be sent again (both
+        # per partition, in drain order), requests in flight per broker
+        self._inflight: dict[TopicPartition, list[PendingBatch]] = {}
+        self._retry: dict[TopicPartition, list[PendingBatch]] = {}
+        self._retry_at: dict[TopicPartition, float] = {}
+        self._requests: dict[int, int] = {}
+        self._refresh: set[str] = set()          # topics whose leaders must be looked up again
+        self._flushing = 0
+        self._linger_deadline: Optional[float] = None
+        self._wakeup = asyncio.Event()
+        self._changed: Optional[asyncio.Future] = None
+        self._sender_task: Optional[asyncio.Task] = None
+        self._answers: set[asyncio.Task] = set()
+        self._txn_lock = asyncio.Lock()
+        #: partition -> drain number of a batch that failed for good (later ones were not written)
+        self._failed_before: dict[TopicPartition, int] = {}
         #: the transaction state of a transactional producer (None otherwise)
         self.transactions = (TransactionManager(transactional_id, transaction_timeout_ms)
                              if transactional_id is not None else None)
@@ -246,6 +328,11 @@ class Producer:
                         version: range | None = None, group: Optional[str] = None) -> None:
         """Send ``body`` to the transaction coordinator (or ``group``'s coordinator) until the
         manager is done with the answers; Kafka's client backs off 20-100 ms between tries."""
+        async with self._txn_lock:  # one coordinator request at a time, as Kafka's sender
+            await self._txn_call_locked(body, handle, version, group)
+
+    async def _txn_call_locked(self, body: Any, handle: Callable[[Any], Action],
+                               version: range | None, group: Optional[str]) -> None:
         delay, last = 0.02, None
         for _attempt in range(self.retries * 5 + 1):
             key, key_type = (group, 0) if group is not None else (self._tm().transactional_id, 1)
@@ -300,11 +387,13 @@ class Producer:
             await self._txn_call(body, tm.handle_end)
 
     async def abort_transaction(self) -> None:
-        """Drop what is still queued (its futures fail) and abort (EndTxn)."""
+        """Drop what is still queued (its futures fail), wait for what is in flight, and abort
+        (EndTxn)."""
         tm = self._tm()
-        async with self._flush_lock:
-            dropped = self.accumulator.drain()
+        dropped = self.accumulator.take_all() + [b for bs in self._retry.values() for b in bs]
+        self._retry.clear()
         self._fail(dropped, KprotoError("the transaction was aborted before this record was sent"))
+        await self._wait(lambda: not any(self._inflight.values()))
         body = tm.end_request(commit=False)
         if body is not None:
             await self._txn_call(body, tm.handle_end)
@@ -312,9 +401,12 @@ class Producer:
     async def send(self, topic: str, value: Optional[bytes], key: Optional[bytes] = None, *,
                    partition: Optional[int] = None, headers: Sequence[tuple[str, Optional[bytes]]] = (),
                    timestamp_ms: Optional[int] = None) -> "asyncio.Future[RecordMetadata]":
-        """Queue a record; returns a future resolved when the broker acknowledged it."""
+        """Queue a record; returns a future resolved when the broker acknowledged it. Waits
+        while more than ``buffer_memory`` bytes are queued."""
         if self.transactions is not None:
             self.transactions.check_can_send()
+        if self.accumulator.queued_bytes >= self.buffer_memory:
+            await self._wait(lambda: self.accumulator.queued_bytes < self.buffer_memory)
         available: Sequence[int] = ()
         # like Kafka's waitOnMetadata: the topic's metadata first (a broker may create it)
         info = self.cluster.metadata.topics.get(topic)
@@ -329,105 +421,223 @@ class Producer:
             partition = self.accumulator.partition(topic, key, n, available)
         elif not 0 <= partition < n:
             raise KprotoError(f"partition {partition} is not in the range [0...{n}) of {topic}")
-        fut: asyncio.Future = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future = loop.create_future()
         ts = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
         full = self.accumulator.append(topic, partition, ts, key, value, tuple(headers), fut,
                                        num_partitions=n, available=available, keyed=not sticky)
-        if full:
-            await self.flush()
-        elif self._linger_task is None or self._linger_task.done():
-            self._linger_task = asyncio.get_running_loop().create_task(self._linger_flush())
+        if self._linger_deadline is None:  # the sender sleeps until then (or a full batch)
+            self._linger_deadline = loop.time() + self.linger
+            self._wake()
+        elif full:
+            self._wake()
         return fut
-
-    async def _linger_flush(self) -> None:
-        await asyncio.sleep(self.linger)
-        try:
-            await self.flush()
-        except Exception:
-            pass  # reported through the records' futures
 
     async def flush(self) -> None:
         """Send everything queued and wait for the answers."""
-        async with self._flush_lock:
-            batches = self.accumulator.drain()
-            while batches:
-                batches = await self._send_round(batches)
+        self._flushing += 1
+        self._wake()
+        try:
+            await self._wait(lambda: not len(self.accumulator) and not self._retry
+                             and not any(self._inflight.values()))
+        finally:
+            self._flushing -= 1
 
-    async def _send_round(self, batches: list[PendingBatch]) -> list[PendingBatch]:
-        """Send batches grouped by leader; return those to retry."""
+    # -- the sender: a task that drains the accumulator into Produce requests -----------------
+    def _wake(self) -> None:
+        self._wakeup.set()
+        if self._sender_task is None or self._sender_task.done():
+            self._sender_task = asyncio.get_running_loop().create_task(self._sender())
+
+    def _notify(self) -> None:
+        """Wake whoever waits in :meth:`_wait` (and the sender)."""
+        self._wakeup.set()
+        if self._changed is not None and not self._changed.done():
+            self._changed.set_result(None)
+        self._changed = None
+
+    async def _wait(self, done: Callable[[], bool]) -> None:
+        while not done():
+            if self._changed is None:
+                self._changed = asyncio.get_running_loop().create_future()
+            await asyncio.shield(self._changed)
+
+    async def _sender(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            self._wakeup.clear()
+            now = loop.time()
+            try:
+                if self._refresh:
+                    topics, self._refresh = sorted(self._refresh), set()
+                    try:
+                        await self.cluster.refresh_metadata(topics)
+                    except KafkaConnectionError:
+                        self._refresh.update(topics)
+                        await asyncio.sleep(0.1)
+                        continue
+                now = loop.time()
+                lingered = self._linger_deadline is not None and now >= self._linger_deadline
+                by_node = self._ready(now, everything=lingered or self._flushing > 0)
+                if not len(self.accumulator):
+                    self._linger_deadline = None
+                if by_node:
+                    await self._dispatch(by_node)
+                    self._notify()
+                    continue
+            except Exception as e:  # never leave flush() waiting on a dead sender
+                _log.exception("producer sender failed")
+                self._fail(self.accumulator.take_all() + [b for bs in self._retry.values() for b in bs],
+                           e if isinstance(e, KprotoError) else KprotoError(f"producer sender failed: {e!r}"))
+                self._retry.clear()
+                self._notify()
+            waits = [t for t in self._retry_at.values() if t > now]
+            if self._linger_deadline is not None and self._linger_deadline > now:
+                waits.append(self._linger_deadline)
+            try:
+                await asyncio.wait_for(self._wakeup.wait(), min(waits) - now if waits else None)
+            except asyncio.TimeoutError:
+                pass
+
+    def _ready(self, now: float, everything: bool) -> dict[int, list[PendingBatch]]:
+        """One request's worth per broker with room: at most one batch per partition, failed
+        batches (once nothing of their partition is in flight) before new ones, new ones only
+        when full unless ``everything``."""
+        md = self.cluster.metadata
+        by_node: dict[int, list[PendingBatch]] = {}
+        chosen: set[TopicPartition] = set()
+
+        def room(tp: TopicPartition, leader: Optional[int]) -> bool:
+            if leader is None:
+                self._refresh.add(tp[0])
+                return False
+            return self._requests.get(leader, 0) + (leader in by_node) < self.max_in_flight
+
+        for tp in list(self._retry):
+            batches = self._retry[tp]
+            leader = md.leader(*tp)
+            if self._inflight.get(tp) or self._retry_at.get(tp, 0) > now or not room(tp, leader):
+                continue
+            if self.idempotent:  # every unacknowledged batch of tp is here: number them again
+                self.accumulator.renumber(batches)
+                self._failed_before.pop(tp, None)
+            by_node.setdefault(leader, []).append(batches.pop(0))  # type: ignore[arg-type]
+            chosen.add(tp)
+            if not batches:
+                del self._retry[tp]
+
+        def limit(tp: TopicPartition) -> int:  # one batch per partition and request
+            if tp in self._retry or tp in chosen or len(self._inflight.get(tp, ())) >= self.max_in_flight:
+                return 0
+            return int(room(tp, md.leader(*tp)))
+
+        for b in self.accumulator.drain(limit, full_only=not everything):
+            by_node.setdefault(md.leader(b.topic, b.partition), []).append(b)  # type: ignore[arg-type]
+        return by_node
+
+    async def _dispatch(self, by_node: dict[int, list[PendingBatch]]) -> None:
+        batches = [b for bs in by_node.values() for b in bs]
+        for b in batches:  # in flight from here: flush() and commit wait for them
+            self._inflight.setdefault((b.topic, b.partition), []).append(b)
         if self.transactions is not None:
             try:  # the coordinator must hold every partition before its records are sent
                 await self._add_partitions(batches)
             except KprotoError as e:
+                for b in batches:
+                    self._inflight[(b.topic, b.partition)].remove(b)
                 self._fail(batches, e)
-                return []
-        md = self.cluster.metadata
-        by_leader: dict[int, list[PendingBatch]] = {}
-        retry: list[PendingBatch] = []
-        for b in batches:
-            leader = md.leader(b.topic, b.partition)
-            if leader is None:
-                b.last_error = LEADER_NOT_AVAILABLE
-                retry.append(b)
-            else:
-                by_leader.setdefault(leader, []).append(b)
-        results = await asyncio.gather(*(self._send_to(node, bs) for node, bs in by_leader.items()),
-                                       return_exceptions=True)
-        for (node, bs), res in zip(by_leader.items(), results):
-            if isinstance(res, KafkaConnectionError):
-                for b in bs:
-                    b.last_error = NETWORK_EXCEPTION
-                retry.extend(bs)
-            elif isinstance(res, BaseException):
-                self._fail(bs, res)
-            else:
-                retry.extend(res)
-        if retry:
-            still = []
-            for b in retry:
-                b.attempts += 1
-                if b.attempts > self.retries:
-                    self._fail([b], BrokerError(b.last_error, f"produce to {b.topic}-{b.partition}",
-                                                f"gave up after {b.attempts} attempts"))
-                else:
-                    still.append(b)
-            retry = still
-            if retry:
-                await asyncio.sleep(0.1)
-                await self.cluster.refresh_metadata(sorted({b.topic for b in retry}))
-        return retry
-
-    async def _send_to(self, node: int, batches: list[PendingBatch]) -> list[PendingBatch]:
+                return
         tm = self.transactions
-        conn = await self.cluster.connection(node)
-        payloads = {(b.topic, b.partition): encode_batch(b, self.compression, self.producer_id,
-                                                         self.producer_epoch, tm is not None)
-                    for b in batches}
-        req = build_produce_request(payloads, acks=self.acks, timeout_ms=self.request_timeout_ms,
-                                    transactional_id=tm.transactional_id if tm else None)
-        if self.acks == 0:
-            conn.send(req, expect_response=False)
+        for node, bs in by_node.items():
+            try:
+                conn = await self.cluster.connection(node)
+            except KafkaConnectionError as e:
+                for b in bs:
+                    self._settle(b, NETWORK_EXCEPTION, -1, str(e))
+                continue
+            payloads = {(b.topic, b.partition): encode_batch(b, self.compression, self.producer_id,
+                                                             self.producer_epoch, tm is not None)
+                        for b in bs}
+            req = build_produce_request(payloads, acks=self.acks, timeout_ms=self.request_timeout_ms,
+                                        transactional_id=tm.transactional_id if tm else None)
+            if self.acks == 0:
+                conn.send(req, expect_response=False)
+                for b in bs:
+                    self._settle(b, 0, -1, None)
+                continue
+            fut = conn.send(req)  # in the sender, so that requests leave in drain order
+            self._requests[node] = self._requests.get(node, 0) + 1
+            task = asyncio.get_running_loop().create_task(self._answer(node, conn, fut, bs))
+            self._answers.add(task)
+            task.add_done_callback(self._answers.discard)
+
+    async def _answer(self, node: int, conn: Any, fut: "asyncio.Future[Any]", batches: list[PendingBatch]) -> None:
+        try:
+            resp = await conn.response(fut, "ProduceRequest")
+        except KafkaConnectionError as e:
             for b in batches:
-                self._resolve(b, -1)
-            return []
-        resp = await conn.request(req)
+                self._settle(b, NETWORK_EXCEPTION, -1, str(e))
+            return
+        finally:
+            self._requests[node] -= 1
+            self._notify()
         answers = {(t.name, p.index): p for t in resp.responses for p in t.partition_responses}
-        retry = []
         for b in batches:
             p = answers.get((b.topic, b.partition))
             if p is None:
-                self._fail([b], KprotoError(f"the Produce response has no answer for {b.topic}-{b.partition}"))
-            elif p.error_code == 0 or p.error_code == DUPLICATE_SEQUENCE_NUMBER:
-                # A duplicate means an earlier attempt of this very batch was written.
-                self.accumulator.complete(b)
-                self._resolve(b, p.base_offset)
-            elif p.error_code in RETRIABLE_PRODUCE_ERRORS:
-                b.last_error = p.error_code
-                retry.append(b)
+                self._settle(b, -1, -1, f"the Produce response has no answer for {b.topic}-{b.partition}")
             else:
-                self._fail([b], BrokerError(p.error_code, f"produce to {b.topic}-{b.partition}",
-                                            p.error_message))
-        return retry
+                self._settle(b, p.error_code, p.base_offset, p.error_message)
+        self._notify()
+
+    def _settle(self, b: PendingBatch, code: int, base_offset: int, message: Optional[str]) -> None:
+        """Act on a batch's answer: done, send again later, or failed."""
+        tp = (b.topic, b.partition)
+        inflight = self._inflight.get(tp, [])
+        if b in inflight:
+            inflight.remove(b)
+        if code == 0 or code == DUPLICATE_SEQUENCE_NUMBER:
+            # A duplicate means an earlier attempt of this very batch was written.
+            self.accumulator.complete(b)
+            self._resolve(b, base_offset)
+            return
+        # OUT_OF_ORDER_SEQUENCE_NUMBER follows an earlier batch of the partition that was not
+        # written (failed or being retried): this one goes again after it
+        retriable = code in RETRIABLE_PRODUCE_ERRORS or (
+            code == OUT_OF_ORDER_SEQUENCE_NUMBER and self._gap(tp, b))
+        b.attempts += 1
+        if code != OUT_OF_ORDER_SEQUENCE_NUMBER or not b.last_error:
+            b.last_error = code
+        if code == -1:
+            self._fail([b], KprotoError(message or "no answer"))
+        elif not retriable:
+            self._fail([b], BrokerError(code, f"produce to {b.topic}-{b.partition}", message))
+        elif b.attempts > self.retries:
+            self._fail([b], BrokerError(b.last_error, f"produce to {b.topic}-{b.partition}",
+                                        f"gave up after {b.attempts} attempts"))
+        else:
+            queue = self._retry.setdefault(tp, [])
+            queue.append(b)
+            queue.sort(key=lambda x: x.number)
+            self._retry_at[tp] = asyncio.get_running_loop().time() + 0.1
+            if code in METADATA_REFRESH_ERRORS or code == NETWORK_EXCEPTION:
+                self._refresh.add(b.topic)
+            return
+        if not self.idempotent:
+            return
+        if inflight or self._retry.get(tp):
+            # the later batches of tp in flight come back OUT_OF_ORDER_SEQUENCE_NUMBER and
+            # are numbered again without this one
+            self._failed_before.setdefault(tp, b.number)
+        else:  # nothing after it left yet: the next batch takes its sequence
+            self.accumulator.next_sequence[tp] = self.accumulator.acked_sequence.get(tp, 0)
+
+    def _gap(self, tp: TopicPartition, b: PendingBatch) -> bool:
+        """Whether an earlier batch of ``tp`` than ``b`` failed or waits to be sent again."""
+        if any(r.number < b.number for r in self._retry.get(tp, ())):
+            return True
+        failed = self._failed_before.get(tp)
+        return failed is not None and failed < b.number
 
     @staticmethod
     def _resolve(batch: PendingBatch, base_offset: int) -> None:
@@ -447,8 +657,13 @@ class Producer:
     async def close(self) -> None:
         """Flush and stop (the cluster stays open)."""
         await self.flush()
-        if self._linger_task is not None:
-            self._linger_task.cancel()
+        if self._sender_task is not None:
+            self._sender_task.cancel()
+            try:
+                await self._sender_task
+            except asyncio.CancelledError:
+                pass
+            self._sender_task = None
 
     async def __aenter__(self) -> "Producer":
         return await self.start()

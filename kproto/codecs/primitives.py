@@ -109,4 +109,10 @@ def uvarint(value: int) -> bytes:
 
 def varint(value: int) -> bytes:
     """Encode a zig-zag signed varint/varlong."""
+    if -_VARINT_SMALL <= value < _VARINT_SMALL:  # lengths and deltas: one or two bytes
+        return _VARINT_CACHE[value + _VARINT_SMALL]
     return uvarint((value << 1) ^ (value >> 63))
+
+
+_VARINT_SMALL = 8192
+_VARINT_CACHE = [uvarint((v << 1) ^ (v >> 63)) for v in range(-_VARINT_SMALL, _VARINT_SMALL)]

@@ -4,6 +4,8 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import kproto
 from kproto.client.cluster import Cluster
@@ -170,6 +172,38 @@ def test_transaction_request_sequence_and_retried_add_partitions():
                           ("Produce", "tx", True), ("EndTxn", True)]
 
 
+def test_commit_waits_for_batches_still_waiting_for_add_partitions():
+    # the sender took the batch and waits for AddPartitionsToTxn (retried twice) when the
+    # commit starts: EndTxn may only go once the Produce was answered, or the coordinator
+    # could write the COMMIT marker before the records
+    import time as _time
+
+    class Timed(TxnProduceBroker):
+        def __call__(self, header, body):
+            if header.request_api_key in (0, 26):
+                self.log.append(("at", header.request_api_key, _time.monotonic()))
+            return super().__call__(header, body)
+
+    broker = Timed(add_script=[51, 51])
+    delay = 0.05
+
+    async def main():
+        async with FakeBroker(broker, delay=delay) as fb:
+            broker.port = fb.port
+            async with Cluster(f"127.0.0.1:{fb.port}") as cluster:
+                p = await Producer(cluster, transactional_id="tx", linger_ms=0).start()
+                p.begin_transaction()
+                fut = await p.send("t", b"v", partition=0)
+                await asyncio.sleep(0.01)  # the sender has drained the batch
+                assert len(p.accumulator) == 0
+                await p.commit_transaction()
+                return fut.result().offset
+
+    assert asyncio.run(asyncio.wait_for(main(), 30)) == 0
+    times = {key: t for tag, key, t in (e for e in broker.log if e[0] == "at")}
+    assert times[26] - times[0] >= delay * 0.9  # EndTxn came after the Produce's answer
+
+
 def test_a_failed_produce_forces_an_abort_and_abort_drops_what_is_queued():
     broker = TxnProduceBroker(script=[10])  # MESSAGE_TOO_LARGE
 
@@ -227,3 +261,140 @@ def test_an_explicit_partition_is_checked_against_the_metadata():
 
     assert asyncio.run(asyncio.wait_for(main(), 30)).partition == 1
     assert broker.metadata_requests >= 1  # loaded before the first send, as Kafka's waitOnMetadata
+
+
+class SequencingBroker:
+    """A broker that checks sequences as Kafka's log does: a batch is written only if it starts
+    at the partition's next sequence; a repeat of a written batch gets its first answer again;
+    anything else is OUT_OF_ORDER_SEQUENCE_NUMBER. ``inject`` maps (partition, first value) to
+    the error code of that batch's first attempt."""
+
+    def __init__(self, inject: dict | None = None) -> None:
+        self.inject = dict(inject or {})
+        self.log: dict[int, list[bytes]] = {0: [], 1: []}
+        self.next_seq = {0: 0, 1: 0}
+        self.written: dict[tuple[int, int], int] = {}   # (partition, base sequence) -> base offset
+        self.answers: list[tuple[int, int, int]] = []   # (partition, base sequence, error code)
+        self.port = 0
+
+    def __call__(self, header, body):
+        key = header.request_api_key
+        if key == 3:
+            cls = kproto.response(3).cls
+            return cls(brokers=[cls.MetadataResponseBroker(node_id=1, host="127.0.0.1", port=self.port)],
+                       controller_id=1, topics=[cls.MetadataResponseTopic(name="t", partitions=[
+                           cls.MetadataResponsePartition(partition_index=p, leader_id=1) for p in (0, 1)])])
+        if key == 22:
+            return kproto.response(22).cls(producer_id=77, producer_epoch=2)
+        if key != 0:
+            return NotImplemented
+        cls = kproto.response(0).cls
+        parts = []
+        for td in body.topic_data:
+            for pd in td.partition_data:
+                [batch] = iter_batches(pd.records)
+                values = [r.value for r in batch.records()]
+                p, seq, base = pd.index, batch.base_sequence, -1
+                code = self.inject.pop((p, values[0]), 0)
+                if code == 0:
+                    if seq == self.next_seq[p]:
+                        base = self.written[(p, seq)] = len(self.log[p])
+                        self.log[p] += values
+                        self.next_seq[p] += len(values)
+                    elif (p, seq) in self.written:
+                        base = self.written[(p, seq)]
+                    else:
+                        code = 45  # OUT_OF_ORDER_SEQUENCE_NUMBER
+                self.answers.append((p, seq, code))
+                parts.append(cls.PartitionProduceResponse(index=p, error_code=code, base_offset=base))
+        return cls(responses=[cls.TopicProduceResponse(name="t", partition_responses=parts)])
+
+
+def pipelined(broker: SequencingBroker, n: int = 120, max_in_flight: int = 5, delay: float = 0.01):
+    """Send ``n`` records to partition 0 in small batches without waiting; return the results
+    and the most Produce requests seen in flight at once."""
+    async def main():
+        async with FakeBroker(broker, delay=delay) as fb:
+            broker.port = fb.port
+            async with Cluster(f"127.0.0.1:{fb.port}") as cluster:
+                producer = await Producer(cluster, batch_size=100, linger_ms=0,
+                                          max_in_flight=max_in_flight).start()
+                most = 0
+
+                async def watch():
+                    nonlocal most
+                    while True:
+                        most = max(most, producer._requests.get(1, 0))
+                        await asyncio.sleep(0.001)
+
+                watcher = asyncio.get_running_loop().create_task(watch())
+                futs = [await producer.send("t", b"%05d" % i, partition=0) for i in range(n)]
+                await producer.close()
+                watcher.cancel()
+                return [f.result() if f.exception() is None else f.exception() for f in futs], most
+
+    return asyncio.run(asyncio.wait_for(main(), 30))
+
+
+def test_up_to_five_requests_in_flight_keep_the_order():
+    broker = SequencingBroker()
+    results, most = pipelined(broker)
+    assert most == 5
+    assert broker.log[0] == [b"%05d" % i for i in range(120)]
+    assert [m.offset for m in results] == list(range(120))
+    assert all(code == 0 for _, _, code in broker.answers)
+    broker = SequencingBroker()
+    results, most = pipelined(broker, max_in_flight=1)
+    assert most == 1 and broker.log[0] == [b"%05d" % i for i in range(120)]
+
+
+def test_a_retried_batch_goes_again_before_the_ones_behind_it():
+    # NOT_LEADER_OR_FOLLOWER for the batch starting at record 20: the batches already in flight
+    # behind it are refused as out of order and sent again after it
+    broker = SequencingBroker({(0, b"00020"): 6})
+    results, _ = pipelined(broker)
+    assert broker.log[0] == [b"%05d" % i for i in range(120)]
+    assert [m.offset for m in results] == list(range(120))
+    assert any(code == 45 for _, _, code in broker.answers)  # the pipeline was really refused
+
+
+def test_a_batch_failed_for_good_leaves_no_gap_in_the_sequence():
+    broker = SequencingBroker({(0, b"00020"): 10})  # MESSAGE_TOO_LARGE: not retried
+    results, _ = pipelined(broker)
+    failed = [i for i, r in enumerate(results) if isinstance(r, BrokerError)]
+    assert failed and failed == list(range(20, 20 + len(failed))) and all(results[i].code == 10 for i in failed)
+    kept = [i for i in range(120) if i not in failed]
+    assert broker.log[0] == [b"%05d" % i for i in kept]
+    assert [results[i].offset for i in kept] == list(range(len(kept)))
+    assert broker.next_seq[0] == len(kept)  # the later batches were numbered again
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.integers(0, 1), min_size=1, max_size=80), st.dictionaries(
+    st.tuples(st.integers(0, 1), st.integers(0, 79)), st.sampled_from([6, 7, 10, 19]), max_size=4),
+    st.integers(1, 5))
+def test_pipelined_sends_under_injected_failures_keep_kafkas_guarantees(partitions, inject, max_in_flight):
+    """Whatever fails: every record is either acknowledged at its place in the log or failed;
+    the log holds each acknowledged record once, in send order per partition, and its
+    sequences have no gap (the broker accepted them)."""
+    broker = SequencingBroker({(p, b"%05d" % i): code for (p, i), code in inject.items()})
+
+    async def main():
+        async with FakeBroker(broker) as fb:
+            broker.port = fb.port
+            async with Cluster(f"127.0.0.1:{fb.port}") as cluster:
+                producer = await Producer(cluster, batch_size=60, linger_ms=0, max_in_flight=max_in_flight).start()
+                futs = [await producer.send("t", b"%05d" % i, partition=p) for i, p in enumerate(partitions)]
+                await producer.close()
+                return [f.result() if f.exception() is None else f.exception() for f in futs]
+
+    results = asyncio.run(asyncio.wait_for(main(), 30))
+    for p in (0, 1):
+        sent = [i for i, q in enumerate(partitions) if q == p]
+        ok = [i for i in sent if not isinstance(results[i], BaseException)]
+        assert broker.log[p] == [b"%05d" % i for i in ok]
+        assert [results[i].offset for i in ok] == list(range(len(ok)))
+        assert broker.next_seq[p] == len(ok)
+        for i in sent:
+            if isinstance(results[i], BaseException):
+                assert isinstance(results[i], BrokerError) and results[i].code == 10

@@ -73,16 +73,42 @@ def test_accumulator_sequences():
     assert len(acc) == 4
     first = {(b.topic, b.partition): b for b in acc.drain()}
     assert len(acc) == 0 and first[("t", 0)].base_sequence == 0 and first[("t", 0)].futures == ["f0", "f1", "f2"]
-    acc.complete(first[("t", 0)])  # partition 1's batch is not acknowledged (to be retried)
+    acc.complete(first[("t", 0)])
     acc.append("t", 0, 9, None, b"v", (), None)
     acc.append("t", 1, 9, None, b"v", (), None)
     second = {(b.topic, b.partition): b for b in acc.drain()}
-    assert second[("t", 0)].base_sequence == 3 and second[("t", 1)].base_sequence == 0
-    acc.next_sequence[("t", 0)] = 2**31 - 2
-    acc.complete(second[("t", 0)].__class__("t", 0, [(0, None, b"", ())] * 3, base_sequence=2**31 - 2))
-    assert acc.next_sequence[("t", 0)] == 1  # sequences wrap at 2^31 as in Kafka
+    # numbered as they leave: partition 1's second batch follows its first, still unacknowledged
+    assert second[("t", 0)].base_sequence == 3 and second[("t", 1)].base_sequence == 1
+    assert acc.acked_sequence == {("t", 0): 3}
+    # partition 1's first batch failed for good: the second is numbered again from the last ack
+    acc.renumber([second[("t", 1)]])
+    assert second[("t", 1)].base_sequence == 0 and acc.next_sequence[("t", 1)] == 1
+    acc.next_sequence[("t", 0)] = acc.acked_sequence[("t", 0)] = 2**31 - 2
+    acc.append("t", 0, 0, None, b"", (), None)
+    acc.append("t", 0, 0, None, b"", (), None)
+    acc.append("t", 0, 0, None, b"", (), None)
+    [wrapping] = acc.drain()
+    assert wrapping.base_sequence == 2**31 - 2 and acc.next_sequence[("t", 0)] == 1  # wraps as in Kafka
+    acc.complete(wrapping)
+    assert acc.acked_sequence[("t", 0)] == 1
     acc.reset_sequences()
-    assert acc.next_sequence == {}
+    assert acc.next_sequence == {} and acc.acked_sequence == {}
+
+
+def test_accumulator_opens_a_new_batch_when_full_and_drains_by_limit():
+    acc = RecordAccumulator(batch_size=100)
+    for i in range(10):
+        acc.append("t", 0, i, None, b"x" * 29, (), i)  # 50 bytes each: two records a batch
+    assert len(acc) == 10 and acc.queued_bytes == 500
+    assert acc.drain(lambda tp: 0) == []
+    two = acc.drain(lambda tp: 2)
+    assert [b.futures for b in two] == [[0, 1], [2, 3]] and [b.base_sequence for b in two] == [0, 2]
+    acc.append("t", 0, 0, None, b"x", (), 10)  # joins the open batch (4 and 5 fill the third)
+    full = acc.drain(full_only=True)
+    assert [b.futures for b in full] == [[4, 5], [6, 7], [8, 9]] and len(acc) == 1
+    assert [b.number for b in two + full] == [1, 2, 3, 4, 5]
+    [rest] = acc.drain()
+    assert rest.futures == [10] and rest.base_sequence == 10 and acc.queued_bytes == 0
 
 
 def test_encode_batch_and_produce_request():
