@@ -13,7 +13,14 @@ from kproto.client.connection import BrokerError
 from kproto.client.producer import Producer
 from kproto.records import iter_batches
 
-from client_io_fakebroker import FakeBroker
+from client_io_fakebroker import FakeBroker, metadata_response
+
+
+def cluster_answer(key: int, port: int):
+    """Metadata (topic ``t``, 2 partitions, node 1 leads) or InitProducerId (id 77, epoch 2)."""
+    if key == 3:
+        return metadata_response(port, {"t": (kproto.Uuid.ZERO, 2)})
+    return kproto.response(22).cls(producer_id=77, producer_epoch=2)
 
 
 class ProduceBroker:
@@ -28,14 +35,9 @@ class ProduceBroker:
 
     def __call__(self, header, body):
         key = header.request_api_key
-        if key == 3:
-            self.metadata_requests += 1
-            cls = kproto.response(3).cls
-            return cls(brokers=[cls.MetadataResponseBroker(node_id=1, host="127.0.0.1", port=self.port)],
-                       controller_id=1, topics=[cls.MetadataResponseTopic(name="t", partitions=[
-                           cls.MetadataResponsePartition(partition_index=p, leader_id=1) for p in (0, 1)])])
-        if key == 22:
-            return kproto.response(22).cls(producer_id=77, producer_epoch=2)
+        self.metadata_requests += key == 3
+        if key in (3, 22):
+            return cluster_answer(key, self.port)
         if key == 0:
             cls = kproto.response(0).cls
             code = self.script.pop(0) if self.script else 0
@@ -279,13 +281,8 @@ class SequencingBroker:
 
     def __call__(self, header, body):
         key = header.request_api_key
-        if key == 3:
-            cls = kproto.response(3).cls
-            return cls(brokers=[cls.MetadataResponseBroker(node_id=1, host="127.0.0.1", port=self.port)],
-                       controller_id=1, topics=[cls.MetadataResponseTopic(name="t", partitions=[
-                           cls.MetadataResponsePartition(partition_index=p, leader_id=1) for p in (0, 1)])])
-        if key == 22:
-            return kproto.response(22).cls(producer_id=77, producer_epoch=2)
+        if key in (3, 22):
+            return cluster_answer(key, self.port)
         if key != 0:
             return NotImplemented
         cls = kproto.response(0).cls
