@@ -35,6 +35,7 @@ from kproto.client.connection import BrokerError, KafkaConnectionError, raise_fo
 from kproto.client.consumer_protocol import (Assignment, decode_assignment, decode_subscription,
                                              encode_assignment, encode_subscription)
 from kproto.codecs import request as _request_codec
+from kproto.errors import KprotoError
 from kproto.fetch_session import FetchSessionHandler, PartitionData, TopicPartition, response_data
 from kproto.fetch_session.messages import build_fetch_request
 from kproto.records import RecordBatch, iter_batches
@@ -213,6 +214,7 @@ class Consumer:
         self._admin = Admin(cluster)
         self._heartbeat_task: Optional[asyncio.Task] = None
         self._reset: set[tuple[str, int]] = set()
+        self._paused: set[tuple[str, int]] = set()
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> "Consumer":
@@ -320,6 +322,7 @@ class Consumer:
         kept = set(new)
         revoked = [tp for tp in self.assignment if tp not in kept]
         self.assignment = new
+        self._paused &= kept  # pausing a partition lasts while it stays assigned
         if cooperative:
             for tp in revoked:
                 self.positions.pop(tp, None)
@@ -401,6 +404,39 @@ class Consumer:
         """Fetch ``topic``-``partition`` from ``offset`` next."""
         self.positions[(topic, partition)] = offset
 
+    async def seek_to_beginning(self, partitions: Optional[Sequence[tuple[str, int]]] = None) -> None:
+        """Fetch ``partitions`` (default: every assigned one) from their first offset next."""
+        self.positions.update(await self.list_offsets(self._assigned(partitions), EARLIEST))
+
+    async def seek_to_end(self, partitions: Optional[Sequence[tuple[str, int]]] = None) -> None:
+        """Fetch ``partitions`` (default: every assigned one) from their end next (the last
+        stable offset with read_committed): only records written from now on."""
+        self.positions.update(await self.list_offsets(self._assigned(partitions), LATEST))
+
+    def position(self, topic: str, partition: int) -> Optional[int]:
+        """The offset of the next record to fetch (None before the first fetch decides it)."""
+        return self.positions.get((topic, partition))
+
+    def pause(self, *partitions: tuple[str, int]) -> None:
+        """Stop fetching ``partitions`` (they stay assigned) until :meth:`resume`."""
+        self._paused.update(self._assigned(partitions))
+
+    def resume(self, *partitions: tuple[str, int]) -> None:
+        """Fetch paused ``partitions`` again."""
+        self._paused.difference_update(partitions)
+
+    def paused(self) -> set[tuple[str, int]]:
+        """The partitions paused now."""
+        return set(self._paused)
+
+    def _assigned(self, partitions: Optional[Sequence[tuple[str, int]]]) -> list[tuple[str, int]]:
+        if partitions is None:
+            return list(self.assignment)
+        unknown = [tp for tp in partitions if tp not in self.assignment]
+        if unknown:
+            raise KprotoError(f"not assigned to this consumer: {unknown}")
+        return list(partitions)
+
     # -- fetching -----------------------------------------------------------------------------
     async def getmany(self, timeout: float = 1.0) -> list[ConsumerRecord]:
         """Rejoin if needed, then one fetch round to every leader; returns the new records and
@@ -413,7 +449,7 @@ class Consumer:
         by_leader: dict[int, list[tuple[str, int]]] = {}
         for tp in self.assignment:
             leader = md.leader(*tp)
-            if leader is not None:
+            if leader is not None and tp not in self._paused:
                 by_leader.setdefault(leader, []).append(tp)
         if not by_leader:
             await asyncio.sleep(min(timeout, 0.1))
