@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import json
 import ssl
 import sys
@@ -146,9 +147,20 @@ async def _produce(args: argparse.Namespace) -> int:
         print("kproto produce: --abort needs --transactional-id", file=sys.stderr)
         return 2
 
-    values = [v.encode("utf-8") for v in args.values] if args.values else \
-        [line.rstrip("\n").encode("utf-8") for line in sys.stdin]
-    key = None if args.key is None else args.key.encode("utf-8")
+    lines = args.values if args.values else [line.rstrip("\n") for line in sys.stdin]
+    if args.key_separator:  # KEY<sep>VALUE per line, as the console producer's parse.key
+        if args.key is not None:
+            print("kproto produce: --key and --key-separator exclude each other", file=sys.stderr)
+            return 2
+        split = [line.partition(args.key_separator) for line in lines]
+        missing = [n for n, (_, sep, _) in enumerate(split, 1) if not sep]
+        if missing:
+            print(f"kproto produce: no {args.key_separator!r} in line {missing[0]}", file=sys.stderr)
+            return 2
+        records = [(k.encode("utf-8"), v.encode("utf-8")) for k, _, v in split]
+    else:
+        key = None if args.key is None else args.key.encode("utf-8")
+        records = [(key, line.encode("utf-8")) for line in lines]
     async with _cluster(args) as cluster:
         if args.create_partitions:
             await Admin(cluster).create_topics({args.topic: args.create_partitions}, exist_ok=True)
@@ -158,7 +170,7 @@ async def _produce(args: argparse.Namespace) -> int:
                                   transactional_id=args.transactional_id).start()
         if args.transactional_id:
             producer.begin_transaction()
-        futures = [await producer.send(args.topic, v, key, partition=args.partition) for v in values]
+        futures = [await producer.send(args.topic, v, k, partition=args.partition) for k, v in records]
         if args.transactional_id:
             if args.abort:
                 await producer.flush()  # written, then aborted: what read_committed must skip
@@ -175,7 +187,7 @@ async def _produce(args: argparse.Namespace) -> int:
             elif args.verbose:
                 m = f.result()
                 print(f"{m.topic} {m.partition} {m.offset}")
-    print(f"produced {len(values) - failed} of {len(values)} records to {args.topic}", file=sys.stderr)
+    print(f"produced {len(records) - failed} of {len(records)} records to {args.topic}", file=sys.stderr)
     return 1 if failed else 0
 
 
@@ -206,6 +218,10 @@ async def _consume(args: argparse.Namespace) -> int:
                             unprinted.add((r.topic, r.partition))
                             consumer.seek(r.topic, r.partition, r.offset)
                         continue
+                    if args.format == "jsonl":
+                        print(json.dumps(_record_json(r), ensure_ascii=False))
+                        count += 1
+                        continue
                     value = "" if r.value is None else r.value.decode("utf-8", "replace")
                     if args.print_key:
                         key = "" if r.key is None else r.key.decode("utf-8", "replace")
@@ -219,6 +235,30 @@ async def _consume(args: argparse.Namespace) -> int:
         finally:
             await consumer.close()
     return 0
+
+
+def _text_or_base64(doc: dict, name: str, data: bytes | None) -> None:
+    """``name``: the UTF-8 text, or ``name_base64`` when the bytes are not UTF-8 (None: null)."""
+    if data is None:
+        doc[name] = None
+        return
+    try:
+        doc[name] = data.decode("utf-8")
+    except UnicodeDecodeError:
+        doc[name + "_base64"] = base64.b64encode(data).decode("ascii")
+
+
+def _record_json(r: Any) -> dict:
+    doc: dict = {"topic": r.topic, "partition": r.partition, "offset": r.offset, "timestamp": r.timestamp}
+    _text_or_base64(doc, "key", r.key)
+    _text_or_base64(doc, "value", r.value)
+    headers = []
+    for hk, hv in r.headers:
+        h: dict = {"key": hk}
+        _text_or_base64(h, "value", hv)
+        headers.append(h)
+    doc["headers"] = headers
+    return doc
 
 
 def register(subparsers: Any) -> None:
@@ -238,6 +278,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--topic", required=True)
     p.add_argument("--compression", default="none", choices=["none", "gzip", "snappy", "lz4", "zstd"])
     p.add_argument("--key", help="key of every record (default: none, sticky partitioning)")
+    p.add_argument("--key-separator", metavar="SEP",
+                   help="each line (or value) is KEY SEP VALUE, as the console producer's parse.key")
     p.add_argument("--partition", type=int, help="partition (default: the partitioner's choice)")
     p.add_argument("--no-idempotence", action="store_true")
     p.add_argument("--acks", type=int, default=-1, choices=[-1, 0, 1], help="with --no-idempotence")
@@ -263,4 +305,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--idle-timeout", type=float, default=5.0, metavar="S",
                    help="stop after S seconds without records (default 5)")
     p.add_argument("--print-key", action="store_true")
+    p.add_argument("--format", choices=["values", "jsonl"], default="values",
+                   help="jsonl: one object per record (topic, partition, offset, timestamp, key, value, "
+                        "headers; *_base64 where the bytes are not UTF-8)")
     p.set_defaults(func=_run(_consume))

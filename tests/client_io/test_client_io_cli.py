@@ -89,3 +89,39 @@ def test_transactional_produce(peer, capsys):
     assert [line.split()[2] for line in (out + out2).splitlines()] == ["0", "1", "3"]
     assert cli(capsys, *base, "--no-idempotence", "x")[0] == 2
     assert cli(capsys, "produce", "--bootstrap", peer.bootstrap, "--topic", topic, "--abort", "x")[0] == 2
+
+
+def test_keyed_lines_in_and_json_lines_out(peer, capsys, monkeypatch):
+    from kproto.client.partitioner import partition_for_key
+
+    topic = f"clikey-{uuid.uuid4().hex[:8]}"
+    create = ["--create-partitions", "4"] if peer.creates_topics else []
+    lines = [f"user-{i % 3}\tevent {i}" for i in range(9)]
+    code, _, err = cli(capsys, "produce", "--bootstrap", peer.bootstrap, "--topic", topic, "--key-separator",
+                       "\t", *create, *caps(peer), stdin="\n".join(lines) + "\n", monkeypatch=monkeypatch)
+    assert code == 0 and "produced 9 of 9" in err
+    code, out, _ = cli(capsys, "consume", "--bootstrap", peer.bootstrap, "--topic", topic, "--from-beginning",
+                       "--idle-timeout", "1", "--format", "jsonl", *caps(peer))
+    docs = [json.loads(line) for line in out.splitlines()]
+    assert code == 0 and len(docs) == 9
+    assert sorted((d["key"], d["value"]) for d in docs) == sorted(tuple(line.split("\t")) for line in lines)
+    for d in docs:
+        assert d["topic"] == topic and d["headers"] == [] and d["timestamp"] > 0
+        assert d["partition"] == partition_for_key(d["key"].encode(), 4)
+    by_partition: dict = {}
+    for d in docs:
+        by_partition.setdefault(d["partition"], []).append(d["offset"])
+    assert all(offs == list(range(len(offs))) for offs in by_partition.values())
+    code, _, err = cli(capsys, "produce", "--bootstrap", peer.bootstrap, "--topic", topic, "--key-separator",
+                       "=", "no separator here")
+    assert code == 2 and "no '=' in line 1" in err
+
+
+def test_record_json_marks_bytes_that_are_not_text():
+    from kproto.cli.client import _record_json
+    from kproto.client.consumer import ConsumerRecord
+
+    doc = _record_json(ConsumerRecord("t", 1, 5, 7, b"\xff\x00", None, (("h", b"ok"), ("b", b"\xfe"), ("n", None))))
+    assert doc == {"topic": "t", "partition": 1, "offset": 5, "timestamp": 7, "key_base64": "/wA=", "value": None,
+                   "headers": [{"key": "h", "value": "ok"}, {"key": "b", "value_base64": "/g=="},
+                               {"key": "n", "value": None}]}
