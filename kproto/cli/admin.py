@@ -189,6 +189,28 @@ async def _configs(args: argparse.Namespace) -> int:
     return 0
 
 
+async def _acls(args: argparse.Namespace) -> int:
+    from kproto.client.admin import Acl, AclFilter
+
+    async with _cluster(args) as cluster:
+        admin = _admin(cluster)
+        if args.action == "create":
+            await admin.create_acls([Acl(args.resource_type, args.resource_name, args.principal, op,
+                                         "deny" if args.deny else "allow", args.host,
+                                         "prefixed" if args.prefixed else "literal")
+                                     for op in args.operation])
+            return 0
+        match = AclFilter(args.resource_type, args.resource_name, args.principal, args.operation,
+                          args.permission, args.host, args.pattern_type)
+        found = await (admin.describe_acls(match) if args.action == "list" else admin.delete_acls([match]))
+        if args.json:
+            _print_json([vars(a) for a in found])
+        for a in [] if args.json else found:
+            print(f"{a.resource_type}:{a.pattern_type}:{a.resource_name}\t{a.principal}@{a.host}\t"
+                  f"{a.permission} {a.operation}")
+    return 0
+
+
 def register(subparsers: Any) -> None:
     def sub(parent: Any, name: str, help: str) -> argparse.ArgumentParser:
         p = parent.add_parser(name, help=help)
@@ -245,6 +267,31 @@ def register(subparsers: Any) -> None:
     a.add_argument("--dry-run", action="store_true", help="print the offsets, commit nothing")
     for a in actions.choices.values():
         a.set_defaults(func=_run(_groups))
+
+    from kproto.client.admin import ACL_OPERATIONS, ACL_PATTERN_TYPES, ACL_PERMISSIONS, ACL_RESOURCE_TYPES
+
+    p = subparsers.add_parser("acls", help="list, create and delete ACLs")
+    actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+    a = sub(actions, "create", "allow (or --deny) principals operations on a resource")
+    a.add_argument("--resource-type", required=True, choices=sorted(set(ACL_RESOURCE_TYPES) - {"any"}))
+    a.add_argument("--resource-name", required=True)
+    a.add_argument("--principal", required=True, help="e.g. User:alice")
+    a.add_argument("--operation", required=True, action="append", choices=sorted(set(ACL_OPERATIONS) - {"any"}))
+    a.add_argument("--host", default="*")
+    a.add_argument("--deny", action="store_true")
+    a.add_argument("--prefixed", action="store_true", help="every resource whose name starts with the name")
+    for name, what in (("list", "the ACLs matching the filter"), ("delete", "delete the ACLs matching the filter")):
+        a = sub(actions, name, what)
+        a.add_argument("--resource-type", default="any", choices=sorted(ACL_RESOURCE_TYPES))
+        a.add_argument("--resource-name")
+        a.add_argument("--pattern-type", default="any", choices=sorted(ACL_PATTERN_TYPES))
+        a.add_argument("--principal")
+        a.add_argument("--host")
+        a.add_argument("--operation", default="any", choices=sorted(ACL_OPERATIONS))
+        a.add_argument("--permission", default="any", choices=sorted(ACL_PERMISSIONS))
+        a.add_argument("--json", action="store_true")
+    for a in actions.choices.values():
+        a.set_defaults(func=_run(_acls))
 
     p = subparsers.add_parser("offsets", help="a topic's offsets: earliest, latest, max timestamp or at a time")
     _add_common(p)

@@ -1,5 +1,5 @@
 """Cluster administration over a :class:`~kproto.client.cluster.Cluster`: topics, partitions,
-configs, offsets, records and consumer groups, routed as Kafka's AdminClient routes them.
+configs, offsets, records, consumer groups and ACLs, routed as Kafka's AdminClient routes them.
 
 Each call sends the requests it needs (to the controller, a partition leader, a group
 coordinator or every broker), checks every error code in the answers and raises
@@ -23,10 +23,12 @@ from kproto.codecs import request as _request_codec
 from kproto.errors import DecodeError
 
 __all__ = ["Admin", "ConfigEntry", "GroupListing", "MemberDescription", "GroupDescription",
-           "ClusterDescription", "OffsetSpec", "RESOURCE_TYPES", "CONFIG_SOURCES"]
+           "ClusterDescription", "OffsetSpec", "Acl", "AclFilter", "RESOURCE_TYPES", "CONFIG_SOURCES",
+           "ACL_RESOURCE_TYPES", "ACL_PATTERN_TYPES", "ACL_OPERATIONS", "ACL_PERMISSIONS"]
 
 OFFSET_COMMIT, OFFSET_FETCH, DESCRIBE_GROUPS, LIST_GROUPS = 8, 9, 15, 16
 CREATE_TOPICS, DELETE_TOPICS, DELETE_RECORDS, DESCRIBE_CONFIGS = 19, 20, 21, 32
+DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS = 29, 30, 31
 CREATE_PARTITIONS, DELETE_GROUPS, INCREMENTAL_ALTER_CONFIGS = 37, 42, 44
 TOPIC_ALREADY_EXISTS, UNKNOWN_TOPIC_OR_PARTITION = 36, 3
 
@@ -103,6 +105,63 @@ class ClusterDescription:
     cluster_id: Optional[str]
     controller_id: int
     brokers: list[BrokerInfo]
+
+
+#: ACL enums by name (Kafka's ResourceType, PatternType, AclOperation, AclPermissionType)
+ACL_RESOURCE_TYPES = {"any": 1, "topic": 2, "group": 3, "cluster": 4, "transactional_id": 5,
+                      "delegation_token": 6, "user": 7}
+ACL_PATTERN_TYPES = {"any": 1, "match": 2, "literal": 3, "prefixed": 4}
+ACL_OPERATIONS = {"any": 1, "all": 2, "read": 3, "write": 4, "create": 5, "delete": 6, "alter": 7,
+                  "describe": 8, "cluster_action": 9, "describe_configs": 10, "alter_configs": 11,
+                  "idempotent_write": 12, "create_tokens": 13, "describe_tokens": 14}
+ACL_PERMISSIONS = {"any": 1, "deny": 2, "allow": 3}
+
+
+@dataclass(frozen=True)
+class Acl:
+    """An ACL binding: ``principal`` (``User:alice``) from ``host`` may (``permission`` allow) or
+    may not (deny) do ``operation`` on the resource(s) ``resource_name`` names (``pattern_type``
+    literal, or prefixed for every name starting with it)."""
+
+    resource_type: str
+    resource_name: str
+    principal: str
+    operation: str
+    permission: str = "allow"
+    host: str = "*"
+    pattern_type: str = "literal"
+
+
+@dataclass(frozen=True)
+class AclFilter:
+    """Which ACLs to describe or delete: a None name, principal or host, and ``any``, match any;
+    ``pattern_type`` match finds the literal, wildcard and prefixed bindings that apply to
+    ``resource_name``."""
+
+    resource_type: str = "any"
+    resource_name: Optional[str] = None
+    principal: Optional[str] = None
+    operation: str = "any"
+    permission: str = "any"
+    host: Optional[str] = None
+    pattern_type: str = "any"
+
+
+def _code(table: Mapping[str, int], name: str, what: str) -> int:
+    try:
+        return table[name]
+    except KeyError:
+        raise ValueError(f"{what} {name!r} is not one of {sorted(table)}") from None
+
+
+def _name(table: Mapping[str, int], code: int) -> str:
+    return next((k for k, v in table.items() if v == code), f"unknown({code})")
+
+
+def _acl_from(r: Any, pattern: int, a: Any) -> Acl:
+    return Acl(_name(ACL_RESOURCE_TYPES, r.resource_type), r.resource_name, a.principal,
+               _name(ACL_OPERATIONS, a.operation), _name(ACL_PERMISSIONS, a.permission_type), a.host,
+               _name(ACL_PATTERN_TYPES, pattern))
 
 
 def _resource(res: Resource) -> tuple[int, str]:
@@ -309,6 +368,51 @@ class Admin:
                     out[(rt.name, rp.partition_index)] = rp.low_watermark
         return out
 
+    # -- ACLs ------------------------------------------------------------------------------------
+    async def _acl_conn(self, api_key: int, literal_only: bool) -> tuple[Connection, int]:
+        conn = await self.cluster.bootstrap_connection()
+        # v0 knows literal names only: anything else needs v1+ (a clear NoCommonVersionError)
+        return conn, conn.version(api_key, None if literal_only else range(1, 100))
+
+    async def create_acls(self, acls: Iterable[Acl]) -> None:
+        """CreateAcls for ``acls`` (the broker needs an authorizer)."""
+        codec = _request_codec(CREATE_ACLS)
+        acls = list(acls)
+        creations = [codec.cls.AclCreation(
+            resource_type=_code(ACL_RESOURCE_TYPES, a.resource_type, "resource type"),
+            resource_name=a.resource_name,
+            resource_pattern_type=_code(ACL_PATTERN_TYPES, a.pattern_type, "pattern type"),
+            principal=a.principal, host=a.host, operation=_code(ACL_OPERATIONS, a.operation, "operation"),
+            permission_type=_code(ACL_PERMISSIONS, a.permission, "permission")) for a in acls]
+        conn, version = await self._acl_conn(CREATE_ACLS, all(a.pattern_type == "literal" for a in acls))
+        resp = await conn.request(codec.cls(creations=creations), version)
+        for a, r in zip(acls, resp.results):
+            raise_for_error(r.error_code, f"CreateAcls({a.resource_type} {a.resource_name} {a.principal})",
+                            r.error_message)
+
+    async def describe_acls(self, match: AclFilter = AclFilter()) -> list[Acl]:
+        """The ACLs ``match`` selects."""
+        codec = _request_codec(DESCRIBE_ACLS)
+        conn, version = await self._acl_conn(DESCRIBE_ACLS, match.pattern_type == "literal")
+        resp = await conn.request(codec.cls(**_filter_fields(match)), version)
+        raise_for_error(resp.error_code, "DescribeAcls", resp.error_message)
+        return [_acl_from(r, getattr(r, "pattern_type", 3), a) for r in resp.resources for a in r.acls]
+
+    async def delete_acls(self, filters: Iterable[AclFilter]) -> list[Acl]:
+        """Delete the ACLs each filter selects; returns those deleted."""
+        codec = _request_codec(DELETE_ACLS)
+        filters = list(filters)
+        conn, version = await self._acl_conn(DELETE_ACLS, all(f.pattern_type == "literal" for f in filters))
+        resp = await conn.request(codec.cls(filters=[codec.cls.DeleteAclsFilter(**_filter_fields(f))
+                                                     for f in filters]), version)
+        deleted = []
+        for r in resp.filter_results:
+            raise_for_error(r.error_code, "DeleteAcls", r.error_message)
+            for m in r.matching_acls:
+                raise_for_error(m.error_code, f"DeleteAcls({m.resource_name} {m.principal})", m.error_message)
+                deleted.append(_acl_from(m, getattr(m, "pattern_type", 3), m))
+        return deleted
+
     # -- groups ----------------------------------------------------------------------------------
     async def list_groups(self) -> list[GroupListing]:
         """Every group of every broker (ListGroups goes to each one, as Kafka's admin does)."""
@@ -393,6 +497,15 @@ class Admin:
         for t in resp.topics:
             for p in t.partitions:
                 raise_for_error(p.error_code, f"OffsetCommit({t.name}-{p.partition_index})")
+
+
+def _filter_fields(f: AclFilter) -> dict[str, Any]:
+    return dict(resource_type_filter=_code(ACL_RESOURCE_TYPES, f.resource_type, "resource type"),
+                resource_name_filter=f.resource_name,
+                pattern_type_filter=_code(ACL_PATTERN_TYPES, f.pattern_type, "pattern type"),
+                principal_filter=f.principal, host_filter=f.host,
+                operation=_code(ACL_OPERATIONS, f.operation, "operation"),
+                permission_type=_code(ACL_PERMISSIONS, f.permission, "permission"))
 
 
 def _member_assignment(protocol_type: str, data: Any) -> Optional[list[TopicPartition]]:

@@ -3,7 +3,9 @@ through a scripted fake broker for what the peers do not implement, and the admi
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import threading
 
 import pytest
 
@@ -21,10 +23,10 @@ from client_io_fakebroker import FakeBroker, all_versions, metadata_response
 from test_client_io_interop import PARTITIONS, cluster_for, consume_all, created_topic, new_topic, run
 
 
-def ck_admin(peer):
+def ck_admin(bootstrap: str):
     from confluent_kafka.admin import AdminClient
 
-    return AdminClient({"bootstrap.servers": peer.bootstrap})
+    return AdminClient({"bootstrap.servers": bootstrap})
 
 
 def ck_consumer(peer, group: str):
@@ -58,9 +60,9 @@ def test_topics_and_configs_on_tansu(tansu):
 
     names = run(create())
     assert {a, b} <= set(names)
-    assert {a, b} <= set(ck_admin(tansu).list_topics(timeout=10).topics)
+    assert {a, b} <= set(ck_admin(tansu.bootstrap).list_topics(timeout=10).topics)
 
-    ck = ck_admin(tansu)
+    ck = ck_admin(tansu.bootstrap)
 
     def ck_configs(topic):
         fut = ck.describe_configs([ConfigResource(ResourceType.TOPIC, topic)])
@@ -96,7 +98,7 @@ def test_topics_and_configs_on_tansu(tansu):
 
     names = run(delete())
     assert a in names and b not in names
-    assert b not in ck_admin(tansu).list_topics(timeout=10).topics
+    assert b not in ck_admin(tansu.bootstrap).list_topics(timeout=10).topics
 
 
 def test_admin_apis_the_mock_lacks_fail_clearly(rdkafka_mock):
@@ -494,3 +496,134 @@ def test_admin_cli_on_tansu(tansu, capsys):
 def test_admin_cli_reports_unsupported_apis(rdkafka_mock, capsys):
     code, _, err = cli(capsys, "topics", "create", new_topic("x"), "--bootstrap", rdkafka_mock.bootstrap)
     assert code == 1 and "API key 19: broker supports none" in err
+
+
+@contextlib.contextmanager
+def threaded_broker(handler, versions):
+    """A FakeBroker on its own thread and event loop (for synchronous clients); yields its port."""
+    ready, stop, port = threading.Event(), threading.Event(), []
+
+    def serve():
+        async def main():
+            async with FakeBroker(handler, versions=all_versions() | versions) as fb:
+                port.append(fb.port)
+                ready.set()
+                while not stop.is_set():
+                    await asyncio.sleep(0.02)
+        asyncio.run(main())
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    assert ready.wait(10)
+    try:
+        yield port[0]
+    finally:
+        stop.set()
+        thread.join(10)
+
+
+ACL_V2 = {29: (0, 2), 30: (0, 2), 31: (0, 2)}  # what librdkafka 2.x sends: v2
+
+
+class AclBroker:
+    """Scripted ACL APIs over a stored list of bindings (wire codes); logs each request's v2
+    bytes under ``who`` (the client talking now)."""
+
+    STORED = [  # (resource type, name, pattern, principal, host, operation, permission)
+        (2, "events", 3, "User:alice", "*", 3, 3), (3, "etl-", 4, "User:bob", "10.0.0.1", 8, 2)]
+
+    def __init__(self) -> None:
+        self.seen: dict[str, list] = {}
+        self.who = "librdkafka"
+        self.port = 0
+
+    def __call__(self, header, body):
+        key = header.request_api_key
+        if key == 3:
+            return metadata_response(self.port, {})
+        if key not in (29, 30, 31):
+            return NotImplemented
+        self.seen.setdefault(self.who, []).append((key, kproto.request(key).encode(body, 2)))
+        cls = kproto.response(key).cls
+        if key == 30:
+            return cls(results=[cls.AclCreationResult() for _ in body.creations])
+        if key == 29:
+            return cls(resources=[cls.DescribeAclsResource(resource_type=t, resource_name=n, pattern_type=pt, acls=[
+                cls.AclDescription(principal=pr, host=h, operation=op, permission_type=pm)])
+                for t, n, pt, pr, h, op, pm in self.STORED])
+        return cls(filter_results=[cls.DeleteAclsFilterResult(matching_acls=[cls.DeleteAclsMatchingAcl(
+            resource_type=t, resource_name=n, pattern_type=pt, principal=pr, host=h, operation=op,
+            permission_type=pm) for t, n, pt, pr, h, op, pm in self.STORED[1:]]) for _ in body.filters])
+
+
+# -- ACLs: tansu answers CreateAcls with an invalid (null) result array and the mock has no ACL
+# APIs, so kproto is checked against librdkafka's AdminClient: both talk to the same scripted
+# broker, which must see the same request bytes and whose answers both must read alike.
+def test_acls_match_librdkafkas_requests_and_readings():
+    from confluent_kafka.admin import (AclBinding, AclBindingFilter, AclOperation, AclPermissionType,
+                                       ResourcePatternType, ResourceType)
+
+    from kproto.client.admin import Acl, AclFilter
+
+    broker = AclBroker()
+    with threaded_broker(broker, ACL_V2) as bound:
+        broker.port = bound
+        ck = ck_admin(f"127.0.0.1:{bound}")
+        [f.result(10) for f in ck.create_acls([
+            AclBinding(ResourceType.TOPIC, "events", ResourcePatternType.LITERAL, "User:alice", "*",
+                       AclOperation.READ, AclPermissionType.ALLOW),
+            AclBinding(ResourceType.GROUP, "etl-", ResourcePatternType.PREFIXED, "User:bob", "10.0.0.1",
+                       AclOperation.DESCRIBE, AclPermissionType.DENY)]).values()]
+        ck_described = ck.describe_acls(AclBindingFilter(
+            ResourceType.ANY, None, ResourcePatternType.ANY, None, None, AclOperation.ANY,
+            AclPermissionType.ANY)).result(10)
+        ck_deleted = [b for f in ck.delete_acls([AclBindingFilter(
+            ResourceType.GROUP, None, ResourcePatternType.MATCH, "User:bob", None, AclOperation.ANY,
+            AclPermissionType.ANY)]).values() for b in f.result(10)]
+        broker.who = "kproto"
+
+        async def ours():
+            async with Cluster(f"127.0.0.1:{bound}") as cluster:
+                admin = Admin(cluster)
+                await admin.create_acls([Acl("topic", "events", "User:alice", "read"),
+                                         Acl("group", "etl-", "User:bob", "describe", "deny", "10.0.0.1", "prefixed")])
+                described = await admin.describe_acls()
+                deleted = await admin.delete_acls([AclFilter("group", principal="User:bob", pattern_type="match")])
+                return described, deleted
+
+        described, deleted = asyncio.run(asyncio.wait_for(ours(), 30))
+
+    assert [k for k, _ in broker.seen["kproto"]] == [30, 29, 31]
+    assert broker.seen["kproto"] == broker.seen["librdkafka"]  # the same request bytes
+
+    def as_names(b):
+        return (b.restype.name.lower(), b.name, b.principal, b.operation.name.lower(),
+                b.permission_type.name.lower(), b.host, b.resource_pattern_type.name.lower())
+
+    assert [tuple(vars(a).values()) for a in described] == [as_names(b) for b in ck_described]
+    assert [tuple(vars(a).values()) for a in deleted] == [as_names(b) for b in ck_deleted]
+    assert described[1] == Acl("group", "etl-", "User:bob", "describe", "deny", "10.0.0.1", "prefixed")
+
+
+
+def test_acls_cli(capsys):
+    broker = AclBroker()
+    broker.who = "cli"
+    with threaded_broker(broker, ACL_V2) as port:
+        broker.port = port
+        b = ["--bootstrap", f"127.0.0.1:{port}"]
+        assert cli(capsys, "acls", "create", "--resource-type", "group", "--resource-name", "etl-", "--prefixed",
+                   "--principal", "User:bob", "--operation", "describe", "--operation", "read", "--deny",
+                   "--host", "10.0.0.1", *b)[0] == 0
+        code, out, _ = cli(capsys, "acls", "list", "--json", *b)
+        listed = json.loads(out)
+        code, out, _ = cli(capsys, "acls", "delete", "--principal", "User:bob", "--pattern-type", "match", *b)
+        deleted = out.splitlines()
+    create, describe, delete = [kproto.request(k).decode(data, 2) for k, data in broker.seen["cli"]]
+    assert [(c.resource_type, c.resource_name, c.resource_pattern_type, c.principal, c.host, c.operation,
+             c.permission_type) for c in create.creations] == [(3, "etl-", 4, "User:bob", "10.0.0.1", op, 2)
+                                                              for op in (8, 3)]
+    assert (describe.resource_type_filter, describe.pattern_type_filter, describe.operation) == (1, 1, 1)
+    assert (delete.filters[0].principal_filter, delete.filters[0].pattern_type_filter) == ("User:bob", 2)
+    assert [a["principal"] for a in listed] == ["User:alice", "User:bob"] and listed[0]["operation"] == "read"
+    assert deleted == ["group:prefixed:etl-\tUser:bob@10.0.0.1\tdeny describe"]
