@@ -41,7 +41,7 @@ from kproto.client.partitioner import StickyPartitioner, partition_for_key
 from kproto.client.transactions import ADD_PARTITIONS_CLIENT_VERSIONS, Action, TransactionManager
 from kproto.codecs import request as _request_codec
 from kproto.codecs.compression import codec_id
-from kproto.errors import KprotoError
+from kproto.errors import EncodeError, KprotoError
 from kproto.records import RecordBatchBuilder
 from kproto.records.batch import increment_sequence
 
@@ -284,6 +284,7 @@ class Producer:
         self._retry_at: dict[TopicPartition, float] = {}
         self._requests: dict[int, int] = {}
         self._refresh: set[str] = set()          # topics whose leaders must be looked up again
+        self._refresh_after = 0.0
         self._flushing = 0
         self._linger_deadline: Optional[float] = None
         self._wakeup = asyncio.Event()
@@ -405,6 +406,8 @@ class Producer:
         while more than ``buffer_memory`` bytes are queued."""
         if self.transactions is not None:
             self.transactions.check_can_send()
+        if any(k is None for k, _ in headers):
+            raise EncodeError("header keys cannot be null")
         if self.accumulator.queued_bytes >= self.buffer_memory:
             await self._wait(lambda: self.accumulator.queued_bytes < self.buffer_memory)
         available: Sequence[int] = ()
@@ -468,7 +471,8 @@ class Producer:
             self._wakeup.clear()
             now = loop.time()
             try:
-                if self._refresh:
+                if self._refresh and now >= self._refresh_after:
+                    self._refresh_after = now + 0.1  # Kafka's retry.backoff.ms
                     topics, self._refresh = sorted(self._refresh), set()
                     try:
                         await self.cluster.refresh_metadata(topics)
@@ -492,6 +496,8 @@ class Producer:
                 self._retry.clear()
                 self._notify()
             waits = [t for t in self._retry_at.values() if t > now]
+            if self._refresh:
+                waits.append(max(self._refresh_after, now + 0.001))
             if self._linger_deadline is not None and self._linger_deadline > now:
                 waits.append(self._linger_deadline)
             try:
@@ -555,17 +561,28 @@ class Producer:
                 for b in bs:
                     self._settle(b, NETWORK_EXCEPTION, -1, str(e))
                 continue
-            payloads = {(b.topic, b.partition): encode_batch(b, self.compression, self.producer_id,
-                                                             self.producer_epoch, tm is not None)
-                        for b in bs}
+            payloads = {}
+            for b in list(bs):
+                try:
+                    payloads[(b.topic, b.partition)] = encode_batch(
+                        b, self.compression, self.producer_id, self.producer_epoch, tm is not None)
+                except Exception as e:  # a record the codec cannot take: that batch fails alone
+                    bs.remove(b)
+                    self._settle(b, -1, -1, f"cannot encode the batch: {e}")
+            if not bs:
+                continue
             req = build_produce_request(payloads, acks=self.acks, timeout_ms=self.request_timeout_ms,
                                         transactional_id=tm.transactional_id if tm else None)
+            try:  # sent here, in the sender, so that requests leave in drain order
+                fut = conn.send(req, expect_response=self.acks != 0)
+            except KafkaConnectionError as e:
+                for b in bs:
+                    self._settle(b, NETWORK_EXCEPTION, -1, str(e))
+                continue
             if self.acks == 0:
-                conn.send(req, expect_response=False)
                 for b in bs:
                     self._settle(b, 0, -1, None)
                 continue
-            fut = conn.send(req)  # in the sender, so that requests leave in drain order
             self._requests[node] = self._requests.get(node, 0) + 1
             task = asyncio.get_running_loop().create_task(self._answer(node, conn, fut, bs))
             self._answers.add(task)

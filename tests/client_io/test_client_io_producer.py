@@ -395,3 +395,34 @@ def test_pipelined_sends_under_injected_failures_keep_kafkas_guarantees(partitio
         for i in sent:
             if isinstance(results[i], BaseException):
                 assert isinstance(results[i], BrokerError) and results[i].code == 10
+
+
+def test_a_batch_that_cannot_be_encoded_fails_alone(monkeypatch):
+    import kproto.client.producer as producer_module
+
+    real = producer_module.encode_batch
+
+    def encode(batch, *args):
+        if batch.partition == 1:
+            raise RuntimeError("codec exploded")
+        return real(batch, *args)
+
+    monkeypatch.setattr(producer_module, "encode_batch", encode)
+    broker = ProduceBroker([])
+
+    async def main():
+        async with FakeBroker(broker) as fb:
+            broker.port = fb.port
+            async with Cluster(f"127.0.0.1:{fb.port}") as cluster:
+                producer = await Producer(cluster).start()
+                with pytest.raises(kproto.EncodeError, match="header keys cannot be null"):
+                    await producer.send("t", b"v", partition=0, headers=[(None, b"x")])
+                ok = await producer.send("t", b"v", partition=0)
+                bad = await producer.send("t", b"v", partition=1)
+                await asyncio.wait_for(producer.flush(), 5)  # no hang on the batch that failed
+                return ok.result(), bad.exception()
+
+    ok, bad = asyncio.run(asyncio.wait_for(main(), 30))
+    assert (ok.partition, ok.offset) == (0, 0)
+    assert isinstance(bad, kproto.KprotoError) and "codec exploded" in str(bad)
+    assert broker.produced == [(0, 0, 1)]
