@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -14,6 +15,15 @@ from kproto.client.producer import Producer
 from kproto.records import iter_batches
 
 from client_io_fakebroker import FakeBroker, metadata_response
+
+
+@contextlib.asynccontextmanager
+async def fake_cluster(broker, **fake):
+    """A :class:`Cluster` on a FakeBroker answering through ``broker`` (which learns its port)."""
+    async with FakeBroker(broker, **fake) as fb:
+        broker.port = fb.port
+        async with Cluster(f"127.0.0.1:{fb.port}") as cluster:
+            yield cluster
 
 
 def cluster_answer(key: int, port: int):
@@ -59,16 +69,14 @@ def produce(script: list[int], rounds: list[int]):
     broker = ProduceBroker(script)
 
     async def main():
-        async with FakeBroker(broker) as fb:
-            broker.port = fb.port
-            async with Cluster(f"127.0.0.1:{fb.port}") as cluster:
-                producer = await Producer(cluster, linger_ms=1000).start()
-                results = []
-                for count in rounds:
-                    futs = [await producer.send("t", b"v", partition=0) for _ in range(count)]
-                    await producer.flush()
-                    results.append([f.result() if f.exception() is None else f.exception() for f in futs])
-                return results
+        async with fake_cluster(broker) as cluster:
+            producer = await Producer(cluster, linger_ms=1000).start()
+            results = []
+            for count in rounds:
+                futs = [await producer.send("t", b"v", partition=0) for _ in range(count)]
+                await producer.flush()
+                results.append([f.result() if f.exception() is None else f.exception() for f in futs])
+            return results
 
     return broker, asyncio.run(asyncio.wait_for(main(), 30))
 
@@ -96,15 +104,13 @@ def test_retries_are_bounded():
     broker = ProduceBroker([6] * 50)
 
     async def main():
-        async with FakeBroker(broker) as fb:
-            broker.port = fb.port
-            async with Cluster(f"127.0.0.1:{fb.port}") as cluster:
-                producer = await Producer(cluster, retries=2).start()
-                fut = await producer.send("t", b"v", partition=1)
-                await producer.flush()
-                with pytest.raises(BrokerError) as e:
-                    fut.result()
-                assert e.value.code == 6  # the last error seen, NOT_LEADER_OR_FOLLOWER
+        async with fake_cluster(broker) as cluster:
+            producer = await Producer(cluster, retries=2).start()
+            fut = await producer.send("t", b"v", partition=1)
+            await producer.flush()
+            with pytest.raises(BrokerError) as e:
+                fut.result()
+            assert e.value.code == 6  # the last error seen, NOT_LEADER_OR_FOLLOWER
 
     asyncio.run(asyncio.wait_for(main(), 30))
     assert broker.produced == [(1, 0, 1)] * 3  # the first attempt and two retries
@@ -149,11 +155,9 @@ class TxnProduceBroker(ProduceBroker):
 
 def run_txn(broker, steps):
     async def main():
-        async with FakeBroker(broker) as fb:
-            broker.port = fb.port
-            async with Cluster(f"127.0.0.1:{fb.port}") as cluster:
-                producer = await Producer(cluster, transactional_id="tx", linger_ms=1000).start()
-                return await steps(producer)
+        async with fake_cluster(broker) as cluster:
+            producer = await Producer(cluster, transactional_id="tx", linger_ms=1000).start()
+            return await steps(producer)
 
     return asyncio.run(asyncio.wait_for(main(), 30))
 
@@ -190,16 +194,14 @@ def test_commit_waits_for_batches_still_waiting_for_add_partitions():
     delay = 0.05
 
     async def main():
-        async with FakeBroker(broker, delay=delay) as fb:
-            broker.port = fb.port
-            async with Cluster(f"127.0.0.1:{fb.port}") as cluster:
-                p = await Producer(cluster, transactional_id="tx", linger_ms=0).start()
-                p.begin_transaction()
-                fut = await p.send("t", b"v", partition=0)
-                await asyncio.sleep(0.01)  # the sender has drained the batch
-                assert len(p.accumulator) == 0
-                await p.commit_transaction()
-                return fut.result().offset
+        async with fake_cluster(broker, delay=delay) as cluster:
+            p = await Producer(cluster, transactional_id="tx", linger_ms=0).start()
+            p.begin_transaction()
+            fut = await p.send("t", b"v", partition=0)
+            await asyncio.sleep(0.01)  # the sender has drained the batch
+            assert len(p.accumulator) == 0
+            await p.commit_transaction()
+            return fut.result().offset
 
     assert asyncio.run(asyncio.wait_for(main(), 30)) == 0
     times = {key: t for tag, key, t in (e for e in broker.log if e[0] == "at")}
@@ -251,15 +253,13 @@ def test_an_explicit_partition_is_checked_against_the_metadata():
     broker = ProduceBroker([])
 
     async def main():
-        async with FakeBroker(broker) as fb:
-            broker.port = fb.port
-            async with Cluster(f"127.0.0.1:{fb.port}") as cluster:
-                producer = await Producer(cluster).start()
-                with pytest.raises(kproto.KprotoError, match=r"partition 2 is not in the range \[0...2\) of t"):
-                    await producer.send("t", b"v", partition=2)
-                fut = await producer.send("t", b"v", partition=1)
-                await producer.flush()
-                return fut.result()
+        async with fake_cluster(broker) as cluster:
+            producer = await Producer(cluster).start()
+            with pytest.raises(kproto.KprotoError, match=r"partition 2 is not in the range \[0...2\) of t"):
+                await producer.send("t", b"v", partition=2)
+            fut = await producer.send("t", b"v", partition=1)
+            await producer.flush()
+            return fut.result()
 
     assert asyncio.run(asyncio.wait_for(main(), 30)).partition == 1
     assert broker.metadata_requests >= 1  # loaded before the first send, as Kafka's waitOnMetadata
@@ -311,24 +311,22 @@ def pipelined(broker: SequencingBroker, n: int = 120, max_in_flight: int = 5, de
     """Send ``n`` records to partition 0 in small batches without waiting; return the results
     and the most Produce requests seen in flight at once."""
     async def main():
-        async with FakeBroker(broker, delay=delay) as fb:
-            broker.port = fb.port
-            async with Cluster(f"127.0.0.1:{fb.port}") as cluster:
-                producer = await Producer(cluster, batch_size=100, linger_ms=0,
-                                          max_in_flight=max_in_flight).start()
-                most = 0
+        async with fake_cluster(broker, delay=delay) as cluster:
+            producer = await Producer(cluster, batch_size=100, linger_ms=0,
+                                      max_in_flight=max_in_flight).start()
+            most = 0
 
-                async def watch():
-                    nonlocal most
-                    while True:
-                        most = max(most, producer._requests.get(1, 0))
-                        await asyncio.sleep(0.001)
+            async def watch():
+                nonlocal most
+                while True:
+                    most = max(most, producer._requests.get(1, 0))
+                    await asyncio.sleep(0.001)
 
-                watcher = asyncio.get_running_loop().create_task(watch())
-                futs = [await producer.send("t", b"%05d" % i, partition=0) for i in range(n)]
-                await producer.close()
-                watcher.cancel()
-                return [f.result() if f.exception() is None else f.exception() for f in futs], most
+            watcher = asyncio.get_running_loop().create_task(watch())
+            futs = [await producer.send("t", b"%05d" % i, partition=0) for i in range(n)]
+            await producer.close()
+            watcher.cancel()
+            return [f.result() if f.exception() is None else f.exception() for f in futs], most
 
     return asyncio.run(asyncio.wait_for(main(), 30))
 
@@ -377,13 +375,11 @@ def test_pipelined_sends_under_injected_failures_keep_kafkas_guarantees(partitio
     broker = SequencingBroker({(p, b"%05d" % i): code for (p, i), code in inject.items()})
 
     async def main():
-        async with FakeBroker(broker) as fb:
-            broker.port = fb.port
-            async with Cluster(f"127.0.0.1:{fb.port}") as cluster:
-                producer = await Producer(cluster, batch_size=60, linger_ms=0, max_in_flight=max_in_flight).start()
-                futs = [await producer.send("t", b"%05d" % i, partition=p) for i, p in enumerate(partitions)]
-                await producer.close()
-                return [f.result() if f.exception() is None else f.exception() for f in futs]
+        async with fake_cluster(broker) as cluster:
+            producer = await Producer(cluster, batch_size=60, linger_ms=0, max_in_flight=max_in_flight).start()
+            futs = [await producer.send("t", b"%05d" % i, partition=p) for i, p in enumerate(partitions)]
+            await producer.close()
+            return [f.result() if f.exception() is None else f.exception() for f in futs]
 
     results = asyncio.run(asyncio.wait_for(main(), 30))
     for p in (0, 1):
@@ -411,16 +407,14 @@ def test_a_batch_that_cannot_be_encoded_fails_alone(monkeypatch):
     broker = ProduceBroker([])
 
     async def main():
-        async with FakeBroker(broker) as fb:
-            broker.port = fb.port
-            async with Cluster(f"127.0.0.1:{fb.port}") as cluster:
-                producer = await Producer(cluster).start()
-                with pytest.raises(kproto.EncodeError, match="header keys cannot be null"):
-                    await producer.send("t", b"v", partition=0, headers=[(None, b"x")])
-                ok = await producer.send("t", b"v", partition=0)
-                bad = await producer.send("t", b"v", partition=1)
-                await asyncio.wait_for(producer.flush(), 5)  # no hang on the batch that failed
-                return ok.result(), bad.exception()
+        async with fake_cluster(broker) as cluster:
+            producer = await Producer(cluster).start()
+            with pytest.raises(kproto.EncodeError, match="header keys cannot be null"):
+                await producer.send("t", b"v", partition=0, headers=[(None, b"x")])
+            ok = await producer.send("t", b"v", partition=0)
+            bad = await producer.send("t", b"v", partition=1)
+            await asyncio.wait_for(producer.flush(), 5)  # no hang on the batch that failed
+            return ok.result(), bad.exception()
 
     ok, bad = asyncio.run(asyncio.wait_for(main(), 30))
     assert (ok.partition, ok.offset) == (0, 0)
