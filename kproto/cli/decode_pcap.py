@@ -63,14 +63,9 @@ def _progress(packets: Iterable[Any], total: int, stream: TextIO) -> Iterator[An
 
 
 def _api_keys(items: list[str]) -> set[int]:
-    import kproto
+    from kproto.codecs import api_keys
 
-    by_name = {}
-    for key in range(0, 1000):
-        try:
-            by_name[kproto.request(key).name.removesuffix("Request").lower()] = key
-        except KeyError:
-            continue
+    by_name = {name.lower(): key for key, name in api_keys().items()}
     keys = set()
     for item in (i.strip() for chunk in items for i in chunk.split(",")):
         if item.isdigit():

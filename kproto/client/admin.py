@@ -295,11 +295,17 @@ class Admin:
             raise_for_error(r.error_code, f"DeleteTopics({r.name})", getattr(r, "error_message", None))
 
     # -- configs ---------------------------------------------------------------------------------
-    async def _config_conn(self, type_id: int, name: str) -> Connection:
-        # a broker's own configs come from that broker; the rest from any broker (as Kafka routes)
-        if type_id in (4, 8) and name.isdigit():
-            return await self.cluster.connection(int(name))
-        return await self.cluster.bootstrap_connection()
+    async def _by_config_broker(self, resources: Iterable[Resource]
+                                ) -> list[tuple[Connection, list[tuple[Resource, int, str]]]]:
+        """Resources grouped per request: a broker's own configs go to that broker, the rest
+        together to any broker (as Kafka's admin routes them)."""
+        groups: dict[Optional[int], list[tuple[Resource, int, str]]] = {}
+        for res in resources:
+            type_id, name = _resource(res)
+            node = int(name) if type_id in (4, 8) and name.isdigit() else None
+            groups.setdefault(node, []).append((res, type_id, name))
+        return [(await (self.cluster.bootstrap_connection() if node is None else self.cluster.connection(node)),
+                 group) for node, group in groups.items()]
 
     async def describe_configs(self, resources: Iterable[Resource], *,
                                keys: Optional[Iterable[str]] = None) -> dict[Resource, dict[str, ConfigEntry]]:
@@ -309,13 +315,12 @@ class Admin:
         # brokers, tansu 0.6 among them, drop the connection on a key list)
         wanted = None if keys is None else set(keys)
         out: dict[Resource, dict[str, ConfigEntry]] = {}
-        for res in resources:
-            type_id, name = _resource(res)
-            conn = await self._config_conn(type_id, name)
+        for conn, group in await self._by_config_broker(resources):
             version = conn.version(DESCRIBE_CONFIGS)
             resp = await conn.request(codec.cls(resources=[codec.cls.DescribeConfigsResource(
-                resource_type=type_id, resource_name=name, configuration_keys=None)]), version)
-            for r in resp.results:
+                resource_type=type_id, resource_name=name, configuration_keys=None)
+                for _, type_id, name in group]), version)
+            for (res, _, name), r in zip(group, resp.results):
                 raise_for_error(r.error_code, f"DescribeConfigs({res[0]} {name})", r.error_message)
                 out[res] = {c.name: ConfigEntry(
                     c.name, c.value, (5 if c.is_default else -1) if version == 0 else c.config_source,
@@ -327,14 +332,12 @@ class Admin:
         """IncrementalAlterConfigs: ``{resource: {name: value}}`` sets, a None value removes the
         override (back to the default)."""
         codec = _request_codec(INCREMENTAL_ALTER_CONFIGS)
-        for res, configs in changes.items():
-            type_id, name = _resource(res)
-            conn = await self._config_conn(type_id, name)
+        for conn, group in await self._by_config_broker(changes):
             resp = await conn.request(codec.cls(validate_only=validate_only, resources=[
                 codec.cls.AlterConfigsResource(resource_type=type_id, resource_name=name, configs=[
                     codec.cls.AlterableConfig(name=k, config_operation=_DELETE if v is None else _SET, value=v)
-                    for k, v in configs.items()])]))
-            for r in resp.responses:
+                    for k, v in changes[res].items()]) for res, type_id, name in group]))
+            for (res, _, name), r in zip(group, resp.responses):
                 raise_for_error(r.error_code, f"IncrementalAlterConfigs({res[0]} {name})", r.error_message)
 
     # -- offsets and records ---------------------------------------------------------------------

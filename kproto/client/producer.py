@@ -163,6 +163,9 @@ class RecordAccumulator:
     def __len__(self) -> int:
         return sum(len(b.records) for q in self._open.values() for b in q)
 
+    def __bool__(self) -> bool:  # whether anything is queued, without counting it
+        return bool(self._open)
+
     def drain(self, limit: Callable[[TopicPartition], int] | None = None, *,
               full_only: bool = False) -> list[PendingBatch]:
         """Take batches front first: at most ``limit(partition)`` per partition (default all),
@@ -330,26 +333,22 @@ class Producer:
         """Send ``body`` to the transaction coordinator (or ``group``'s coordinator) until the
         manager is done with the answers; Kafka's client backs off 20-100 ms between tries."""
         async with self._txn_lock:  # one coordinator request at a time, as Kafka's sender
-            await self._txn_call_locked(body, handle, version, group)
-
-    async def _txn_call_locked(self, body: Any, handle: Callable[[Any], Action],
-                               version: range | None, group: Optional[str]) -> None:
-        delay, last = 0.02, None
-        for _attempt in range(self.retries * 5 + 1):
-            key, key_type = (group, 0) if group is not None else (self._tm().transactional_id, 1)
-            conn = await self.cluster.coordinator(key, key_type)
-            try:
-                resp = await conn.request(body, conn.version(body.API_KEY, version))
-            except KafkaConnectionError as e:
-                action, last = Action.FIND_COORDINATOR, e
-            else:
-                action = handle(resp)
-            if action is Action.DONE:
-                return
-            if action is Action.FIND_COORDINATOR:
-                self.cluster.forget_coordinator(key, key_type)
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 0.1)
+            delay, last = 0.02, None
+            for _attempt in range(self.retries * 5 + 1):
+                key, key_type = (group, 0) if group is not None else (self._tm().transactional_id, 1)
+                conn = await self.cluster.coordinator(key, key_type)
+                try:
+                    resp = await conn.request(body, conn.version(body.API_KEY, version))
+                except KafkaConnectionError as e:
+                    action, last = Action.FIND_COORDINATOR, e
+                else:
+                    action = handle(resp)
+                if action is Action.DONE:
+                    return
+                if action is Action.FIND_COORDINATOR:
+                    self.cluster.forget_coordinator(key, key_type)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 0.1)
         raise KprotoError(f"{type(body).__name__}: no answer to act on after {self.retries * 5 + 1} "
                           f"tries (last: {last or 'the coordinator asked to retry'})")
 
@@ -406,7 +405,7 @@ class Producer:
         while more than ``buffer_memory`` bytes are queued."""
         if self.transactions is not None:
             self.transactions.check_can_send()
-        if any(k is None for k, _ in headers):
+        if headers and any(k is None for k, _ in headers):
             raise EncodeError("header keys cannot be null")
         if self.accumulator.queued_bytes >= self.buffer_memory:
             await self._wait(lambda: self.accumulator.queued_bytes < self.buffer_memory)
@@ -441,7 +440,7 @@ class Producer:
         self._flushing += 1
         self._wake()
         try:
-            await self._wait(lambda: not len(self.accumulator) and not self._retry
+            await self._wait(lambda: not self.accumulator and not self._retry
                              and not any(self._inflight.values()))
         finally:
             self._flushing -= 1
@@ -483,7 +482,7 @@ class Producer:
                 now = loop.time()
                 lingered = self._linger_deadline is not None and now >= self._linger_deadline
                 by_node = self._ready(now, everything=lingered or self._flushing > 0)
-                if not len(self.accumulator):
+                if not self.accumulator:
                     self._linger_deadline = None
                 if by_node:
                     await self._dispatch(by_node)
@@ -558,8 +557,7 @@ class Producer:
             try:
                 conn = await self.cluster.connection(node)
             except KafkaConnectionError as e:
-                for b in bs:
-                    self._settle(b, NETWORK_EXCEPTION, -1, str(e))
+                self._settle_all(bs, NETWORK_EXCEPTION, str(e))
                 continue
             payloads = {}
             for b in list(bs):
@@ -576,8 +574,7 @@ class Producer:
             try:  # sent here, in the sender, so that requests leave in drain order
                 fut = conn.send(req, expect_response=self.acks != 0)
             except KafkaConnectionError as e:
-                for b in bs:
-                    self._settle(b, NETWORK_EXCEPTION, -1, str(e))
+                self._settle_all(bs, NETWORK_EXCEPTION, str(e))
                 continue
             if self.acks == 0:
                 for b in bs:
@@ -592,20 +589,24 @@ class Producer:
         try:
             resp = await conn.response(fut, "ProduceRequest")
         except KafkaConnectionError as e:
+            self._settle_all(batches, NETWORK_EXCEPTION, str(e))
+        except Exception as e:  # an answer that cannot be read: the batches fail, flush() returns
+            self._settle_all(batches, -1, f"the Produce response could not be read: {e}")
+        else:
+            answers = {(t.name, p.index): p for t in resp.responses for p in t.partition_responses}
             for b in batches:
-                self._settle(b, NETWORK_EXCEPTION, -1, str(e))
-            return
+                p = answers.get((b.topic, b.partition))
+                if p is None:
+                    self._settle(b, -1, -1, f"the Produce response has no answer for {b.topic}-{b.partition}")
+                else:
+                    self._settle(b, p.error_code, p.base_offset, p.error_message)
         finally:
             self._requests[node] -= 1
             self._notify()
-        answers = {(t.name, p.index): p for t in resp.responses for p in t.partition_responses}
+
+    def _settle_all(self, batches: list[PendingBatch], code: int, message: str) -> None:
         for b in batches:
-            p = answers.get((b.topic, b.partition))
-            if p is None:
-                self._settle(b, -1, -1, f"the Produce response has no answer for {b.topic}-{b.partition}")
-            else:
-                self._settle(b, p.error_code, p.base_offset, p.error_message)
-        self._notify()
+            self._settle(b, code, -1, message)
 
     def _settle(self, b: PendingBatch, code: int, base_offset: int, message: Optional[str]) -> None:
         """Act on a batch's answer: done, send again later, or failed."""

@@ -293,17 +293,16 @@ def test_describe_configs_v0_defaults_and_key_filter():
     cls = kproto.response(32).cls
 
     def describe(body, version):
-        r = body.resources[0]
         return cls(results=[cls.DescribeConfigsResult(
             resource_type=r.resource_type, resource_name=r.resource_name, configs=[
                 cls.DescribeConfigsResourceResult(name="retention.ms", value="1", is_default=False),
                 cls.DescribeConfigsResourceResult(name="segment.bytes", value="1073741824", is_default=True),
                 cls.DescribeConfigsResourceResult(name="ssl.key", value=None, read_only=True, is_sensitive=True),
-            ])])
+            ]) for r in body.resources])
 
     async def test(admin, fb):
         full = await admin.describe_configs([("topic", "t"), ("broker", "1")])
-        picked = await admin.describe_configs([("topic", "t")], keys=["segment.bytes"])
+        picked = await admin.describe_configs([("topic", "t"), ("topic", "u")], keys=["segment.bytes"])
         with pytest.raises(ValueError, match="resource type"):
             await admin.describe_configs([("cluster", "x")])
         return full, picked, [b for h, b in fb.requests if h.request_api_key == 32]
@@ -313,9 +312,10 @@ def test_describe_configs_v0_defaults_and_key_filter():
     assert not topic["retention.ms"].is_default and topic["segment.bytes"].is_default
     assert topic["segment.bytes"].source_name == "default" and topic["retention.ms"].source_name == "unknown"
     assert topic["ssl.key"].sensitive and topic["ssl.key"].read_only and topic["ssl.key"].value is None
-    assert list(picked[("topic", "t")]) == ["segment.bytes"]
-    assert [(r.resource_type, r.resource_name, r.configuration_keys) for b in sent for r in b.resources] == \
-        [(2, "t", None), (4, "1", None), (2, "t", None)]
+    assert list(picked[("topic", "t")]) == list(picked[("topic", "u")]) == ["segment.bytes"]
+    # one request per broker asked: broker 1's own configs apart, the topics together
+    assert [[(r.resource_type, r.resource_name, r.configuration_keys) for r in b.resources] for b in sent] == \
+        [[(2, "t", None)], [(4, "1", None)], [(2, "t", None), (2, "u", None)]]
 
 
 def test_alter_configs_sets_and_deletes():

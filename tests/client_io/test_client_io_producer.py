@@ -420,3 +420,28 @@ def test_a_batch_that_cannot_be_encoded_fails_alone(monkeypatch):
     assert (ok.partition, ok.offset) == (0, 0)
     assert isinstance(bad, kproto.KprotoError) and "codec exploded" in str(bad)
     assert broker.produced == [(0, 0, 1)]
+
+
+def test_an_answer_that_cannot_be_read_fails_its_batches(monkeypatch):
+    from kproto.client.connection import Connection
+
+    real = Connection.response
+
+    async def response(self, fut, what="request", **kw):
+        if what == "ProduceRequest":
+            await fut
+            raise kproto.DecodeError("truncated", what="ProduceResponse v9", path="responses", offset=12)
+        return await real(self, fut, what, **kw)
+
+    monkeypatch.setattr(Connection, "response", response)
+    broker = ProduceBroker([])
+
+    async def main():
+        async with fake_cluster(broker) as cluster:
+            producer = await Producer(cluster).start()
+            fut = await producer.send("t", b"v", partition=0)
+            await asyncio.wait_for(producer.flush(), 5)  # the batch is settled, not left in flight
+            return fut.exception()
+
+    error = asyncio.run(asyncio.wait_for(main(), 30))
+    assert isinstance(error, kproto.KprotoError) and "could not be read" in str(error)
