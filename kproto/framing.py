@@ -118,6 +118,10 @@ def decode_response(frame: Buffer, api_key: int, api_version: int, *, size_prefi
     """Decode a response frame to a request of ``api_key`` at ``api_version`` into ``(header, body)``.
 
     ``frame`` includes the 4-byte size prefix unless ``size_prefix=False``.
+
+    An ApiVersions response that does not parse at ``api_version`` is read as v0 when that
+    works, as Kafka's ``ApiVersionsResponse.parse`` does: a broker answers a version it does
+    not support with a v0 body and UNSUPPORTED_VERSION (KIP-511).
     """
     data = _strip_size(frame, size_prefix)
     try:
@@ -125,7 +129,17 @@ def decode_response(frame: Buffer, api_key: int, api_version: int, *, size_prefi
     except KeyError:
         raise DecodeError(f"unknown API key {api_key}", what="ResponseHeader", offset=0) from None
     header, pos = _RESPONSE_HEADER.decode_from(data, 0, response_header_version(api_key, api_version))
-    return header, codec.decode(memoryview(data)[pos:], api_version)
+    body = memoryview(data)[pos:]
+    try:
+        return header, codec.decode(body, api_version)
+    except DecodeError:
+        if api_key != API_VERSIONS_KEY or api_version == 0:
+            raise
+        try:
+            return header, codec.decode(body, 0)
+        except DecodeError:
+            pass
+        raise
 
 
 class FrameBuffer:

@@ -43,16 +43,23 @@ class BodyDecoder:
         self.topic_names: dict[str, str] = {}
         self._sessions: dict[tuple, FetchSessionView] = {}
         self._mechanisms: dict[tuple, str] = {}
+        self._versions: dict[tuple, dict[int, int]] = {}  # connection -> API key -> version
 
     def __call__(self, ex: Exchange) -> None:
         if ex.kind == "sasl":
             self._raw_sasl(ex)
             return
-        if ex.kind != "kafka" or ex.api_key is None:
+        if ex.kind != "kafka":
+            return
+        if ex.api_key is None:
+            if ex.request_bytes == 0 and ex.response_data is not None:
+                self._orphan(ex)
             return
         key, ver = ex.api_key, ex.api_version
         assert ver is not None  # the decoder sets api_key and api_version together
         versions = bodies.api_versions(key)
+        if ex.request_bytes and versions is not None and ver in versions:
+            self._versions.setdefault((ex.client, ex.broker), {})[key] = ver
         if versions is None:
             ex.problems.append(f"unknown API key {key}: body not decoded")
             return
@@ -63,16 +70,7 @@ class BodyDecoder:
                 return
             self._decode_newer(ex, versions)
         else:
-            if ex.request_data is not None:
-                try:
-                    ex.request_header, ex.request = bodies.decode_request(ex.request_data)
-                except DecodeError as e:
-                    ex.problems.append(f"request: {e}")
-            if ex.response_data is not None:
-                try:
-                    ex.response_header, ex.response = bodies.decode_response(ex.response_data, key, ver)
-                except DecodeError as e:
-                    self._bad_response(ex, e)
+            self._decode_known(ex, key, ver)
         if key == _PRODUCE and ex.request is not None and ex.request.acks == 0:
             ex.expects_response = False  # acks=0: the broker never answers
         if ex.response is not None:
@@ -93,6 +91,78 @@ class BodyDecoder:
             self._mechanisms[conn] = ex.request.mechanism
         elif key == _SASL_AUTHENTICATE and ex.request is not None:
             ex.sasl = _describe_token(self._mechanisms.get(conn), ex.request.auth_bytes)
+
+    def _orphan(self, ex: Exchange) -> None:
+        """A response whose request is not in the capture: decode it when one reading is
+        certain, i.e. exactly one (API, version) that the connection's other requests use reads
+        the whole body; failing those, exactly one of every (API, version) does."""
+        assert ex.response_data is not None  # checked by the caller
+        data = ex.response_data
+        used = sorted(self._versions.get((ex.client, ex.broker), {}).items())
+        fits = [kv for kv in used if _read_whole(data, *kv)]
+        how = "the only API version its connection uses that reads the whole body"
+        if not fits:
+            fits = [(k, v) for k in sorted(bodies._api_names()) for v in bodies.api_versions(k) or ()
+                    if _read_whole(data, k, v)]
+            how = "the only API version of all that reads the whole body"
+        if len({k for k, _ in fits}) == 1 and len(fits) > 1:
+            # versions of one API that read these bytes into the same message are one reading
+            key = fits[0][0]
+            objs = [_read_whole(data, key, v).body for _, v in fits]  # type: ignore[union-attr]
+            if all(o == objs[0] for o in objs):
+                how = (f"v{fits[0][1]}-v{fits[-1][1]} read it alike; " + how.replace(
+                    "API version", "API"))
+                fits = fits[-1:]
+        if len(fits) != 1:
+            if fits:
+                ex.notes.append(f"orphan response not decoded: {len(fits)} API versions read "
+                                "its whole body")
+            return
+        (key, ver), = fits
+        got = _read_whole(data, key, ver)
+        assert got is not None  # it is one of the fits
+        ex.response_header, ex.response = got.header, got.body
+        ex.api_key, ex.api_version = key, ver
+        ex.notes.append(f"orphan response decoded as {bodies.api_name(key)} v{ver}: {how}")
+        ex.errors = [error_name(c) for c in bodies.response_error_codes(ex.response)]
+
+    def _decode_known(self, ex: Exchange, key: int, ver: int) -> None:
+        """Bodies of a version the schemas define. Bytes after a complete body do not lose it:
+        they are kept in ``unread`` and noted (brokers ignore them too)."""
+        for side, data in (("request", ex.request_data), ("response", ex.response_data)):
+            if data is None:
+                continue
+            try:
+                got = (bodies.decode_request_as(data, ver) if side == "request"
+                       else bodies.decode_response_as(data, key, ver, ver))
+            except DecodeError as e:
+                if side == "request":
+                    ex.problems.append(f"request: {e}")
+                else:
+                    self._bad_response(ex, e)
+                continue
+            if side == "response" and got.unread and key == _API_VERSIONS:
+                if self._apiversions_v0(ex):
+                    continue
+                if got.body.error_code == _UNSUPPORTED_VERSION:
+                    # the answer to a version the peer does not support must be a v0 body:
+                    # a longer body read in the newer layout is not a complete one
+                    self._bad_response(ex, DecodeError(f"{got.unread} bytes left over"))
+                    continue
+            if side == "request":
+                ex.request_header, ex.request = got.header, got.body
+            else:
+                ex.response_header, ex.response = got.header, got.body
+            if got.unread:
+                offset = len(data) - got.body_start - got.unread
+                tail = got.tail(data)
+                ex.unread[side] = (offset, got.unread, tail[:UNREAD_KEPT])
+                why = ""
+                if side == "request" and key == _API_VERSIONS and ver == 0 and tail == bytes(4):
+                    why = " (old librdkafka's empty int32 array, which brokers ignore)"
+                ex.notes.append(f"{side}: {got.unread} bytes after the end of the "
+                                f"{bodies.api_name(key)} v{ver} body{why}; body decoded, "
+                                "the extra bytes kept in unread")
 
     def _decode_newer(self, ex: Exchange, versions: range) -> None:
         """Bodies of a version newer than the schemas, read with the highest one they define."""
@@ -168,6 +238,15 @@ class BodyDecoder:
         info = _describe_token(mech, ex.request_data or b"")
         info["server_token_bytes"] = None if ex.response_data is None else len(ex.response_data)
         ex.sasl = info
+
+
+def _read_whole(data: bytes, key: int, ver: int) -> Optional[bodies.BestEffort]:
+    """The response read as (key, ver) when that reads every byte of it, else None."""
+    try:
+        got = bodies.decode_response_as(data, key, ver, ver)
+    except DecodeError:
+        return None
+    return None if got.unread else got
 
 
 def _not_defined(key: int, ver: int, versions: range) -> str:

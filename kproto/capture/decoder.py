@@ -206,7 +206,9 @@ class CaptureDecoder:
             conn.closed = True
         if mine.next_seq is None and not flags & SYN and len(seg.payload):
             # No SYN seen for this direction: bytes may start mid-frame.
-            (conn.requests if from_client else conn.responses).synced = False
+            cutter = conn.requests if from_client else conn.responses
+            cutter.synced = False
+            cutter.start_unsure = True
         events = mine.segment(seg.seq, seg.payload, seg.ts, syn=bool(flags & SYN),
                               fin=bool(flags & FIN), tick=conn.ticks)
         handle_mine = self._request_event if from_client else self._response_event
@@ -317,9 +319,11 @@ class CaptureDecoder:
     def _orphan_response(self, conn: Connection, frame: Frame, corr: int) -> Exchange:
         ex = Exchange(conn.client, conn.broker, correlation_id=corr, ts=frame.ts_start,
                       response_start=frame.ts_start, response_end=frame.ts_end,
-                      response_bytes=frame.size + 4, response_data=frame.data,
-                      problems=frame.problems + [f"response with correlation id {corr} matches no "
-                                                 "request in the capture"])
+                      response_bytes=frame.size + 4,
+                      response_data=None if frame.missing or frame.truncated else frame.data,
+                      problems=frame.problems + [
+                          f"orphan response ({frame.size + 4} bytes, correlation id {corr}): "
+                          "matches no request in the capture"])
         return ex
 
     def _looks_like_request(self, frame: Frame) -> bool:

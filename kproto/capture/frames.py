@@ -28,6 +28,7 @@ DEFAULT_MAX_FRAME = 256 << 20
 #: set), and a Kafka release rarely adds more than one or two versions to an API.
 NEWER_VERSIONS = 3
 _first = itemgetter(0)
+_START_WAIT = 4 << 20  # bytes buffered at most to see whether a stream starts with a whole frame
 _I32 = struct.Struct(">i")
 _REQ_HEAD = struct.Struct(">ihhih")  # size, api_key, api_version, correlation_id, client_id length
 
@@ -69,6 +70,11 @@ class FrameRule:
     def plausible(self, buf: Union[bytes, bytearray], pos: int) -> bool:
         """Strict check for a frame start found by scanning after sync was lost."""
         raise NotImplementedError
+
+    def boundary(self, buf: Union[bytes, bytearray], pos: int) -> bool:
+        """Could a frame start at ``pos`` of a stream whose beginning was not captured? (Needs
+        ``4 + head_bytes`` bytes.)"""
+        return self.plausible(buf, pos)
 
     def candidates(self, arr: np.ndarray) -> Iterable[int]:
         """Positions in ``arr`` (uint8) worth a :meth:`plausible` check, in increasing order."""
@@ -154,6 +160,12 @@ class ResponseRule(FrameRule):
     def plausible(self, buf, pos):
         return self.sane(buf, pos) and _I32.unpack_from(buf, pos + 4)[0] in self.pending
 
+    def boundary(self, buf, pos):
+        # the requests of responses at the start of a capture were not captured: any sane
+        # size followed by a non-negative correlation id will do (the caller checks that the
+        # frame ends where the next one, or the captured bytes, begin)
+        return self.sane(buf, pos) and _I32.unpack_from(buf, pos + 4)[0] >= 0
+
     def _vector_filter(self, arr, n):
         ids = np.fromiter(self.pending, dtype=np.int64) if self.pending else np.empty(0, np.int64)
         return np.isin(_be32(arr, n, 4), ids)
@@ -172,6 +184,8 @@ class FrameCutter:
         self.intact = -1           # bytes of the current frame's data before its first hole
         self.skipped = 0           # bytes thrown away while out of sync
         self.raw = False           # raw SASL tokens flow: any size prefix is fine
+        # the stream's first bytes arrived without its SYN: they may start with a whole frame
+        self.start_unsure = False
         self.notes: list[str] = []  # problems waiting for the next frame
         self._ts: list[tuple[int, float]] = []  # (stream offset, ts) of chunk starts in buf
 
@@ -215,12 +229,18 @@ class FrameCutter:
         self.intact = -1
         self.need = None
         self.synced = False
+        self.start_unsure = False
         self.notes.append(f"{size} bytes missing from the capture{why}; looking for the next frame")
         return out
 
     def finish(self, ts: float) -> list[Frame]:
         """End of stream: a partial frame is returned ``truncated``; stray bytes become a note."""
         out: list[Frame] = []
+        if self.start_unsure and not self.synced and self.buf:
+            self.start_unsure = False
+            if self._framed_at_start(final=True):
+                self.synced = True
+                out += self._cut()
         if self.synced and self.buf and self.need is not None:
             self.notes.append(f"stream ends inside a frame: {4 + self.need - len(self.buf) - self.missing}"
                               " bytes never seen")
@@ -295,8 +315,36 @@ class FrameCutter:
         if ts and ts[0][0] < self.base:
             ts[0] = (self.base, ts[0][1])
 
+    def _framed_at_start(self, final: bool = False) -> Optional[bool]:
+        """Does the stream (its start not captured) begin with a whole frame? True when the
+        first bytes are a frame :meth:`FrameRule.boundary` accepts that ends where the captured
+        bytes end or where another such frame begins; None: not yet known."""
+        rule, buf = self.rule, self.buf
+        need = 4 + rule.head_bytes
+        if len(buf) < need:
+            return False if final else None
+        if not rule.boundary(buf, 0):
+            return False
+        end = 4 + _I32.unpack_from(buf, 0)[0]
+        if len(buf) == end or (len(buf) > end and final):
+            return True
+        if len(buf) < end:
+            # a big first frame: decide on its header once a few MiB have been seen
+            return len(buf) >= _START_WAIT if not final else False
+        if len(buf) < end + need:
+            return True if final else None
+        return rule.boundary(buf, end)
+
     def _resync(self) -> bool:
         """Find a plausible frame start in buf; drop what precedes it. False: need more bytes."""
+        if self.start_unsure:
+            verdict = self._framed_at_start()
+            if verdict is None:
+                return False
+            self.start_unsure = False
+            if verdict:
+                self.synced = True
+                return True
         rule = self.rule
         buf = self.buf
         if len(buf) < 4 + rule.head_bytes:

@@ -1,9 +1,11 @@
-"""``kproto dump-log FILE...``: every batch and record of files of concatenated batches.
+"""``kproto dump-log PATH...``: every batch and record of files of concatenated batches, and
+every other file of a broker log directory (indexes, snapshots, checkpoints, metadata).
 
 ``--format jsonl`` writes the line schema of the record vectors' README (batch, record, error,
 summary lines); the default on a terminal is a text format like ``kafka-dump-log
---deep-iteration --print-data-log``. Files are dispatched on their suffix through
-:data:`DUMPERS` so other file kinds (indexes, checkpoints) can be added there.
+--deep-iteration --print-data-log``. A log dir or partition folder is dumped file by file,
+each preceded by a ``file`` line; what is not read gets an ``ignored`` line. A file that cannot
+be read is an ``error`` line (exit status 1) and the dump goes on.
 """
 from __future__ import annotations
 
@@ -13,15 +15,15 @@ import json
 import mmap
 import os
 import sys
-from typing import Callable, Iterator, TextIO
+from typing import Iterator, TextIO
 
 from kproto.codecs.compression import DEFAULT_MAX_SIZE
+from kproto.errors import DecodeError
 from kproto.records.dump import dump_lines
+from kproto.storage.dump import DUMP_KINDS, dump_file, dump_internal_log, metadata_log_topic
+from kproto.storage.layout import file_kind, log_dir_files
 
-__all__ = ["register", "DUMPERS", "dump_log_file", "format_text"]
-
-# A dumper takes (path, args) and yields JSON-able dicts (one per output line).
-Dumper = Callable[[str, argparse.Namespace], Iterator[dict]]
+__all__ = ["register", "dump_path", "dump_log_file", "format_text"]
 
 
 def _map(path: str) -> bytes | mmap.mmap:
@@ -52,15 +54,36 @@ def dump_log_file(path: str, args: argparse.Namespace) -> Iterator[dict]:
                 pass
 
 
-DUMPERS: dict[str, Dumper] = {
-    ".log": dump_log_file,
-}
-DEFAULT_DUMPER: Dumper = dump_log_file  # unknown suffix: treat as concatenated batches
+def dump_path(path: str, args: argparse.Namespace) -> Iterator[dict]:
+    """The lines for ``path``: a log dir or partition folder file by file, a storage file by
+    its name, anything else as concatenated batches (``--decode-internal``: the records of
+    internal topics and KRaft snapshots through their schemas, the others as usual)."""
+    if os.path.isdir(path):
+        for f, why in log_dir_files(path):
+            if why:
+                yield {"type": "ignored", "path": f, "why": why}
+                continue
+            yield {"type": "file", "path": f}
+            try:
+                yield from dump_path(f, args)
+            except (DecodeError, OSError) as exc:
+                yield _error_line(f, exc)
+        return
+    kind, _offset = file_kind(path)
+    if kind in DUMP_KINDS:
+        yield from dump_file(path)
+    elif kind == "lock":
+        return
+    elif getattr(args, "decode_internal", False) and metadata_log_topic(path):
+        yield from dump_internal_log(path)
+    else:
+        yield from dump_log_file(path, args)
 
-# log dirs, partition folders, indexes, snapshots, checkpoints (kproto.storage)
-from kproto.storage.dump import register_dump_log  # noqa: E402
 
-DEFAULT_DUMPER = register_dump_log(DUMPERS, DEFAULT_DUMPER)
+def _error_line(path: str, exc: Exception) -> dict:
+    if isinstance(exc, OSError):
+        return {"type": "error", "path": path, "error": exc.strerror or str(exc)}
+    return {"type": "error", "path": path, "error": str(exc)}
 
 
 # Control characters escaped so that every record stays on one line.
@@ -105,7 +128,15 @@ def format_text(line: dict, timestamp_type: str = "timestamp") -> str:
         return f"{s} key: {_text(line['key'])} payload: {_text(line['value'])}"
     if t == "error":
         where = f" at position {line['position']}" if "position" in line else ""
-        return f"ERROR in batch {line['batch_index']}{where}: {line['error']}"
+        if "batch_index" in line:
+            return f"ERROR in batch {line['batch_index']}{where}: {line['error']}"
+        if "offset" in line:
+            where += f" at offset {line['offset']}"
+        return f"ERROR{' in ' + line['path'] if 'path' in line else ''}{where}: {line['error']}"
+    if t == "file":
+        return f"Dumping {line['path']}"
+    if t == "ignored":
+        return f"Ignored {line['path']}: {line['why']}"
     if t == "summary":
         s = (f"Summary: {line['batches']} batches, {line['records']} records, "
              f"{line['valid_bytes']} valid bytes of {line['file_size']}")
@@ -125,13 +156,12 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     status = 0
     ts_type = "timestamp"
     for path in args.files:
-        dumper = DUMPERS.get(os.path.splitext(path)[1], DEFAULT_DUMPER)
         if fmt == "text":
             out.write(f"Dumping {path}\n")
         elif len(args.files) > 1:
             out.write(json.dumps({"type": "file", "path": path}) + "\n")
         try:
-            for line in dumper(path, args):
+            for line in dump_path(path, args):
                 if line.get("type") == "error" or (args.verify and line.get("is_valid") is False):
                     status = 1
                 if line.get("type") == "batch":
@@ -143,6 +173,10 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
         except OSError as e:
             print(f"kproto dump-log: {path}: {e.strerror or e}", file=sys.stderr)
             status = 2
+        except DecodeError as e:
+            line = _error_line(path, e)
+            out.write((format_text(line) if fmt == "text" else json.dumps(line)) + "\n")
+            status = max(status, 1)
     return status
 
 
@@ -150,7 +184,8 @@ def register(subparsers) -> None:
     p = subparsers.add_parser("dump-log", help="print the batches and records of log files",
                               description=__doc__,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("files", nargs="+", metavar="FILE")
+    p.add_argument("files", nargs="+", metavar="PATH",
+                   help="log segments, other log dir files, partition folders or log dirs")
     p.add_argument("--format", choices=("auto", "text", "jsonl"), default="auto",
                    help="output format (default: text on a terminal, jsonl otherwise)")
     p.add_argument("--batches-only", action="store_true", help="batch headers only, no records")
@@ -159,6 +194,7 @@ def register(subparsers) -> None:
     p.add_argument("--max-decompressed", type=int, default=DEFAULT_MAX_SIZE, metavar="BYTES",
                    help="limit on one batch's decompressed size (default %(default)s)")
     p.add_argument("--decode-internal", action="store_true",
-                   help="decode __consumer_offsets / __transaction_state / __cluster_metadata "
-                        "records through their schemas")
+                   help="decode the records of __consumer_offsets, __transaction_state, "
+                        "__cluster_metadata and KRaft snapshots through their schemas (other "
+                        "topics are dumped as usual)")
     p.set_defaults(func=run)

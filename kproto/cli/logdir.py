@@ -19,8 +19,8 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Exit code 0, or 1 when damage was found."""
-    from kproto.storage.summary import render_text, summarize
+    """Exit code 0, 1 when damage was found (and reported), 2 when the path cannot be read."""
+    from kproto.storage.summary import has_damage, render_text, summarize
 
     try:
         doc = summarize(args.path)
@@ -32,4 +32,4 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
     else:
         print(render_text(doc, segments=not args.no_segments))
-    return 1 if any(p["damage"] for p in doc["partitions"]) else 0
+    return 1 if has_damage(doc) else 0

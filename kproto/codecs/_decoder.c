@@ -19,7 +19,7 @@ enum {
     OP_BOOL = 1, OP_INT8, OP_INT16, OP_UINT16, OP_INT32, OP_UINT32, OP_INT64, OP_FLOAT64,
     OP_UUID, OP_STRING, OP_BYTES, OP_STRUCT, OP_ARRAY
 };
-enum { F_COMPACT = 1, F_NULLABLE = 2, F_VIEW = 4 };
+enum { F_COMPACT = 1, F_NULLABLE = 2, F_VIEW = 4, F_TAGGED = 8 };
 enum { D_CONST = 0, D_LIST = 1, D_STRUCT = 2 };
 
 typedef struct Prog Prog;
@@ -350,7 +350,9 @@ static PyObject *decode_value(Reader *r, Op *op) {
     case OP_STRUCT:
         if (op->flags & F_NULLABLE) {
             if (!NEED(r, 1)) return fail("truncated");
-            if ((int8_t)r->p[r->pos++] < 0) Py_RETURN_NONE;
+            /* Kafka writes a null tagged struct as the byte 0, a regular one as -1 */
+            int8_t marker = (int8_t)r->p[r->pos++];
+            if (marker < 0 || (marker == 0 && (op->flags & F_TAGGED))) Py_RETURN_NONE;
         }
         return decode_struct(r, op->sub);
     case OP_ARRAY: {

@@ -54,6 +54,7 @@ class CodeGen:
         self.ns: Dict[str, Any] = {}
         self._consts: Dict[Any, str] = {}
         self._n = 0
+        self.tag_field: Optional[Field] = None  # the tagged field being read or written
 
     # -- helpers ------------------------------------------------------------------------------
     def const(self, value: Any, hint: str = "k") -> str:
@@ -329,7 +330,8 @@ class CodeGen:
                     mk = self.tmp("m")
                     s(d, f"{mk}, = _I8.unpack_from(buf, pos)")
                     s(d, "pos += 1")
-                s(d, f"if {mk} < 0:")
+                # Kafka writes a null tagged struct as the byte 0 (a regular one as -1)
+                s(d, f"if {mk} {'<=' if f is self.tag_field else '<'} 0:")
                 s(d + 1, f"{dest} = None")
                 s(d, "else:")
                 self.dec_struct(s, d + 1, self.struct_fields(f), t, sub, depth + 1)
@@ -368,7 +370,9 @@ class CodeGen:
             if self.checked:
                 s(d + 3, f"_t[-1] = ({f.attr!r}, pos)")
             # tagged fields are always in their flexible form
+            self.tag_field = f
             self.dec_field(s, d + 3, f, target, depth)
+            self.tag_field = None
             s(d + 3, f"if pos != {end}:")
             self._fail(s, d + 4, f"'tagged field {f.name} should span ' + str({sz}) + ' bytes, read ' + str(pos - {end} + {sz})")
             kw = "elif"
@@ -500,7 +504,8 @@ class CodeGen:
             return
         if kind == "struct":
             if self.nullable(f):
-                s(d, f"{w}(_B_NULL if {ln} < 0 else _B_ONE)")
+                null = "_B_ZERO" if f is self.tag_field else "_B_NULL"
+                s(d, f"{w}({null} if {ln} < 0 else _B_ONE)")
             return
         if self.field_flexible(f):
             s(d, f"{w}(_UV[{ln} + 1] if {ln} < 127 else _uv({ln} + 1))")
@@ -575,7 +580,9 @@ class CodeGen:
             wb = self.tmp("w")
             s(d + 1, f"{wb} = {b}.append")
             pl = self.enc_prepare(s, d + 1, f, obj, depth, wb)
+            self.tag_field = f
             self.enc_write_len(s, d + 1, f, wb, pl)
+            self.tag_field = None
             self.enc_finish(s, d + 1, f, obj, depth, wb, pl)
             s(d + 1, f"{tl}.append(({f.tag}, _join({b})))")
         s(d, f"if {tl}:")

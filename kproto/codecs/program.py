@@ -31,7 +31,7 @@ else:
 OP_CODES = {"bool": 1, "int8": 2, "int16": 3, "uint16": 4, "int32": 5, "uint32": 6, "int64": 7,
             "float64": 8, "uuid": 9, "string": 10, "bytes": 11, "records": 11}
 OP_STRUCT, OP_ARRAY = 12, 13
-F_COMPACT, F_NULLABLE, F_VIEW = 1, 2, 4
+F_COMPACT, F_NULLABLE, F_VIEW, F_TAGGED = 1, 2, 4, 8
 D_CONST, D_LIST, D_STRUCT = 0, 1, 2
 
 
@@ -59,13 +59,15 @@ class ProgramBuilder(CodeGen):
         regular, tagged, absent = self.present(fields)
         defaults = tuple(self.default_entry(cls, f) for f in absent + tagged)
         ops = tuple(self.op(f, slot_offset(cls, f.attr)) for f in regular)
-        tags = tuple((f.tag, self.op(f, slot_offset(cls, f.attr))) for f in tagged)
+        tags = tuple((f.tag, self.op(f, slot_offset(cls, f.attr), tagged=True)) for f in tagged)
         return (cls, slot_offset(cls, "_unknown_tagged_fields"), self.flexible, defaults, ops, tags)
 
-    def op(self, f: Field, offset: int) -> Tuple[Any, ...]:
+    def op(self, f: Field, offset: int, tagged: bool = False) -> Tuple[Any, ...]:
         flags = F_COMPACT if self.field_flexible(f) else 0
         if self.nullable(f):
             flags |= F_NULLABLE
+        if tagged:
+            flags |= F_TAGGED  # a null tagged struct is the byte 0, not -1
         if f.is_array:
             elem = Field(f.name, f.element_type, f.versions, nullable=None, flexible=f.flexible)
             sub: Optional[Tuple[Any, ...]] = self.op(elem, -1)

@@ -18,7 +18,8 @@ internal topics; ``dump`` renders files as JSON.
 from __future__ import annotations
 
 from kproto.storage.checkpoints import (CleanShutdown, EpochEntry, LeaderEpochCheckpoint,
-                                        MetaProperties, OffsetCheckpoint, PartitionMetadata)
+                                        MetaProperties, OffsetCheckpoint, PartitionMetadata,
+                                        QuorumState)
 from kproto.storage.dump import dump_bytes, dump_file
 from kproto.storage.indexes import (AbortedTxn, IndexBuilder, OffsetIndex, TimeIndex,
                                     collect_aborted, encode_txn_index, parse_txn_index)
@@ -57,7 +58,8 @@ def __getattr__(name: str):
 __all__ = [
     "AbortedTxn", "CleanShutdown", "EpochEntry", "IndexBuilder", "LeaderEpochCheckpoint",
     "LogDirLayout", "MetaProperties", "OffsetCheckpoint", "OffsetIndex", "PartitionDir",
-    "PartitionMetadata", "ProducerEntry", "ProducerSnapshot", "SegmentFiles", "TimeIndex",
+    "PartitionMetadata", "ProducerEntry", "ProducerSnapshot", "QuorumState", "SegmentFiles",
+    "TimeIndex",
     "collect_aborted", "dump_bytes", "dump_file", "encode_snapshot", "encode_txn_index",
     "file_kind", "parse_partition_dir_name", "parse_snapshot", "parse_txn_index",
     "scan_log_dir", "scan_partition_dir", *_LAZY,

@@ -4,7 +4,10 @@
   format, ``version\\ncount\\n`` then one space-separated entry per line;
 * ``partition.metadata``: ``version: 0\\ntopic_id: <base64url uuid>`` (no final newline);
 * ``meta.properties``: a Java properties file;
-* ``.kafka_cleanshutdown``: ``{"version":0,"brokerEpoch":N}``.
+* ``.kafka_cleanshutdown``: every form Kafka has written (see :class:`CleanShutdown`).
+
+Kafka creates checkpoint files empty and reads an empty file (or one holding only the version
+line) as "no entries"; so do we.
 """
 from __future__ import annotations
 
@@ -22,6 +25,9 @@ LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
 PARTITION_METADATA = "partition.metadata"
 META_PROPERTIES = "meta.properties"
 CLEAN_SHUTDOWN = ".kafka_cleanshutdown"
+LOCK_FILE = ".lock"
+BOOTSTRAP_CHECKPOINT = "bootstrap.checkpoint"
+QUORUM_STATE = "quorum-state"
 
 
 def _text(data: bytes | memoryview | str, what: str, encoding: str = "utf-8") -> str:
@@ -43,13 +49,18 @@ def _int(token: str, what: str, path: str) -> int:
 
 def _parse_checkpoint(data: bytes | memoryview | str, what: str, arity: int
                       ) -> tuple[int, list[list[str]]]:
-    """Version and the entry lines (each split into ``arity`` tokens) of a CheckpointFile."""
+    """Version and the entry lines (each split into ``arity`` tokens) of a CheckpointFile.
+
+    As Kafka's ``CheckpointFile`` reader: an empty file, or one that ends after the version
+    line, has no entries (version 0 when there is no version line)."""
     lines = _text(data, what).split("\n")
     if lines and lines[-1] == "":
         lines.pop()
-    if len(lines) < 2:
-        raise DecodeError("missing version or count line", what=what)
+    if not lines:
+        return 0, []
     version = _int(lines[0].strip(), what, "version")
+    if len(lines) == 1:
+        return version, []
     count = _int(lines[1].strip(), what, "count")
     rows = []
     for i, line in enumerate(lines[2:]):
@@ -182,6 +193,40 @@ class PartitionMetadata:
     def to_json(self) -> dict:
         """The JSON form used by the fixtures' ``expected/`` files."""
         return {"version": self.version, "topic_id": self.topic_id}
+
+
+@dataclass(frozen=True)
+class QuorumState:
+    """``quorum-state`` of ``__cluster_metadata-0``: the KRaft election state (JSON, kept as
+    read: ``leaderId``, ``leaderEpoch``, ``votedId``, ``currentVoters``, ``data_version``...)."""
+
+    fields: dict
+
+    @classmethod
+    def parse(cls, data: bytes | memoryview | str) -> QuorumState:
+        """Parse the file's bytes; DecodeError if malformed."""
+        what = QUORUM_STATE
+        try:
+            doc = json.loads(_text(data, what))
+        except json.JSONDecodeError as exc:
+            raise DecodeError(f"not JSON: {exc.msg}", what=what, offset=exc.pos) from None
+        if not isinstance(doc, dict) or not isinstance(doc.get("leaderEpoch"), int):
+            raise DecodeError("expected an object with leaderEpoch", what=what)
+        return cls(doc)
+
+    @property
+    def leader_id(self) -> int:
+        """The leader's node id (-1 when unknown)."""
+        return self.fields.get("leaderId", -1)
+
+    @property
+    def leader_epoch(self) -> int:
+        """The epoch of the last election."""
+        return self.fields["leaderEpoch"]
+
+    def to_json(self) -> dict:
+        """The file's JSON object."""
+        return dict(self.fields)
 
 
 # -- Java properties -------------------------------------------------------------------------
@@ -319,31 +364,76 @@ class MetaProperties:
         return dict(sorted(self.properties.items()))
 
 
+_CLEAN_SHUTDOWN_FORMS = ("empty", "text", "json-strings", "json")
+
+
 @dataclass(frozen=True)
 class CleanShutdown:
-    """``.kafka_cleanshutdown``: present after a clean shutdown, with the broker epoch."""
+    """``.kafka_cleanshutdown``: present after a clean shutdown. ``form`` is how it was written,
+    one of every form Kafka has used:
 
-    broker_epoch: int
+    * ``empty``: brokers before KIP-966 (no broker epoch; ``broker_epoch`` is None);
+    * ``text``: ``version: 0\\nbrokerEpoch: N`` (the first KIP-966 handler, in Scala);
+    * ``json-strings``: ``{"broker_epoch":"N","version":"0"}`` (a Jackson map of strings);
+    * ``json``: ``{"version":0,"brokerEpoch":N}`` (Kafka 3.7 on).
+
+    ``encode`` writes the same form back, byte for byte.
+    """
+
+    broker_epoch: int | None
     version: int = 0
+    form: str = "json"
 
     @classmethod
     def parse(cls, data: bytes | memoryview | str) -> CleanShutdown:
-        """Parse the file's bytes; DecodeError if malformed."""
+        """Parse the file's bytes; DecodeError for contents Kafka has never written."""
         what = CLEAN_SHUTDOWN
-        try:
-            doc = json.loads(_text(data, what))
-        except json.JSONDecodeError as exc:
-            raise DecodeError(f"not JSON: {exc.msg}", what=what, offset=exc.pos) from None
-        if not isinstance(doc, dict) or not isinstance(doc.get("version"), int) \
-                or not isinstance(doc.get("brokerEpoch"), int):
-            raise DecodeError("expected {version, brokerEpoch}", what=what)
-        return cls(doc["brokerEpoch"], doc["version"])
+        text = _text(data, what)
+        if not text.strip():
+            return cls(None, 0, "empty")
+        if text.lstrip().startswith("{"):
+            try:
+                doc = json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise DecodeError(f"not JSON: {exc.msg}", what=what, offset=exc.pos) from None
+            if not isinstance(doc, dict):
+                raise DecodeError("expected a JSON object", what=what)
+            if isinstance(doc.get("version"), int) and isinstance(doc.get("brokerEpoch"), int):
+                return cls(doc["brokerEpoch"], doc["version"], "json")
+            if isinstance(doc.get("version"), str) and isinstance(doc.get("broker_epoch"), str):
+                return cls(_int(doc["broker_epoch"], what, "broker_epoch"),
+                           _int(doc["version"], what, "version"), "json-strings")
+            raise DecodeError("expected {version, brokerEpoch} (or {version, broker_epoch} "
+                              "as strings)", what=what)
+        fields = {}
+        for name, line in zip(("version", "brokerEpoch"), text.split("\n")):
+            key, sep, value = line.partition(":")
+            if key != name or not sep or not value[:1].isspace():
+                raise DecodeError(f"not a form Kafka writes: {line[:60]!r}", what=what, path=name)
+            fields[name] = _int(value.strip(), what, name)
+        if len(fields) != 2:
+            raise DecodeError("not a form Kafka writes: missing brokerEpoch line", what=what)
+        return cls(fields["brokerEpoch"], fields["version"], "text")
 
     def encode(self) -> bytes:
-        """The file's bytes, as the broker writes them."""
-        return json.dumps({"version": self.version, "brokerEpoch": self.broker_epoch},
-                          separators=(",", ":")).encode()
+        """The file's bytes, as the broker writes them (in this object's ``form``)."""
+        if self.form == "empty":
+            return b""
+        if self.form == "text":
+            return f"version: {self.version}\nbrokerEpoch: {self.broker_epoch}".encode()
+        if self.form == "json-strings":
+            # a java.util.HashMap of these two keys iterates broker_epoch first
+            return json.dumps({"broker_epoch": str(self.broker_epoch),
+                               "version": str(self.version)}, separators=(",", ":")).encode()
+        if self.form == "json":
+            return json.dumps({"version": self.version, "brokerEpoch": self.broker_epoch},
+                              separators=(",", ":")).encode()
+        raise ValueError(f"unknown form {self.form!r} (one of {', '.join(_CLEAN_SHUTDOWN_FORMS)})")
 
     def to_json(self) -> dict:
-        """The JSON form used by the fixtures' ``expected/`` files."""
-        return {"version": self.version, "brokerEpoch": self.broker_epoch}
+        """The JSON form used by the fixtures' ``expected/`` files (``form`` added when the
+        file is not in Kafka 3.7's JSON form)."""
+        doc: dict = {"version": self.version, "brokerEpoch": self.broker_epoch}
+        if self.form != "json":
+            doc["form"] = self.form
+        return doc

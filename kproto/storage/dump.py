@@ -1,8 +1,9 @@
-"""JSON dumps of the non-``.log`` files of a log directory, in the schemas of the fixtures'
-``expected/`` files (so ``kproto dump-log --format jsonl`` output compares line by line).
+"""JSON dumps of the files of a log directory, in the schemas of the fixtures' ``expected/``
+files (so ``kproto dump-log --format jsonl`` output compares line by line).
 
 :func:`dump_bytes` is the sans-I/O core (kind + bytes -> list of JSON objects); :func:`dump_file`
-reads a file and picks the kind from its name.
+reads a file and picks the kind from its name; :func:`dump_internal_log` decodes the records of
+internal topics (files of batches themselves are dumped by :mod:`kproto.records.dump`).
 """
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Any, Callable, Iterator
 
 from kproto.errors import DecodeError
 from kproto.storage.checkpoints import (CleanShutdown, LeaderEpochCheckpoint, MetaProperties,
-                                        OffsetCheckpoint, PartitionMetadata)
+                                        OffsetCheckpoint, PartitionMetadata, QuorumState)
 from kproto.storage.indexes import (OFFSET_ENTRY_SIZE, TIME_ENTRY_SIZE, OffsetIndex, TimeIndex,
                                     parse_txn_index)
 from kproto.storage.layout import file_kind
@@ -70,6 +71,7 @@ _DUMPERS: dict[str, Callable[..., list[Doc]]] = {
     "meta.properties": _single(MetaProperties.parse),
     "clean-shutdown": _single(CleanShutdown.parse),
     "offset-checkpoint": _single(OffsetCheckpoint.parse),
+    "quorum-state": _single(QuorumState.parse),
 }
 #: File kinds this module dumps (everything of a log dir except ``.log``).
 DUMP_KINDS = frozenset(_DUMPERS)
@@ -101,22 +103,35 @@ def dump_file(path: str) -> list[Doc]:
         raise
 
 
-# -- kproto dump-log integration --------------------------------------------------------------
+def metadata_log_topic(path: str) -> str | None:
+    """The internal topic whose records a file of batches holds, from its place and name:
+    ``__consumer_offsets``/``__transaction_state``/``__cluster_metadata`` for a segment of that
+    topic's folder, ``__cluster_metadata`` for a KRaft snapshot or ``bootstrap.checkpoint``;
+    None for anything else."""
+    from kproto.storage.internal import INTERNAL_TOPICS
+    from kproto.storage.layout import parse_partition_dir_name
+
+    if file_kind(path)[0] == "metadata-snapshot":
+        return "__cluster_metadata"
+    parsed = parse_partition_dir_name(os.path.basename(os.path.dirname(os.path.abspath(path))))
+    return parsed[0] if parsed and parsed[0] in INTERNAL_TOPICS else None
+
 
 def dump_internal_log(path: str, topic: str | None = None) -> Iterator[Doc]:
-    """``.log.decoded.jsonl`` lines for a segment of an internal topic (``topic`` defaults to
-    the one named by the partition folder)."""
+    """``.log.decoded.jsonl`` lines for a file of batches of an internal topic (``topic``
+    defaults to :func:`metadata_log_topic`); a record that does not decode is an ``error``
+    line and the dump goes on."""
     from kproto.records.batch import RecordBatch
     from kproto.storage.internal import decode_internal_record
-    from kproto.storage.layout import parse_partition_dir_name
     from kproto.storage.partition import scan_batches
 
+    topic = topic or metadata_log_topic(path)
     if topic is None:
-        parsed = parse_partition_dir_name(os.path.basename(os.path.dirname(os.path.abspath(path))))
-        topic = parsed[0] if parsed else ""
+        raise ValueError(f"{path}: not a file of an internal topic")
     with open(path, "rb") as f:
         data = f.read()
-    for batch in scan_batches(data, file=path):
+    damage: list = []
+    for batch in scan_batches(data, file=path, damage=damage):
         control = isinstance(batch, RecordBatch) and batch.is_control
         try:
             records = batch.record_list()
@@ -128,66 +143,6 @@ def dump_internal_log(path: str, topic: str | None = None) -> Iterator[Doc]:
                 yield decode_internal_record(topic, r.offset, r.key, r.value, control)
             except DecodeError as exc:
                 yield {"type": "error", "offset": r.offset, "error": str(exc)}
-
-
-def _dir_files(path: str) -> Iterator[tuple[str, str | None]]:
-    """Files of a log dir or partition folder in a stable order; moved folders as a note."""
-    from kproto.storage.layout import is_partition_dir, scan_log_dir, scan_partition_dir
-
-    def part_files(pd):
-        for s in pd.segments:
-            yield from (f for f in (s.log, s.index, s.timeindex, s.txnindex) if f)
-        yield from (p for _, p in pd.snapshots)
-        yield from (f for f in (pd.leader_epoch_checkpoint, pd.partition_metadata) if f)
-
-    if is_partition_dir(path):
-        for f in part_files(scan_partition_dir(path)):
-            yield f, None
-        return
-    layout = scan_log_dir(path)
-    for f in [layout.meta_properties, layout.clean_shutdown, *sorted(layout.checkpoints.values())]:
-        if f:
-            yield f, None
-    for pd in layout.partitions:
-        for f in part_files(pd):
-            yield f, None
-    for pd in layout.moved:
-        yield pd.path, pd.state
-
-
-def dump_path(path: str, args: Any, log_dumper: Callable[[str, Any], Iterator[Doc]]
-              ) -> Iterator[Doc]:
-    """What ``kproto dump-log`` prints for ``path``: a log dir or partition folder (each file
-    preceded by a ``{"type": "file"}`` line), a storage file by its name, or a ``.log``
-    (``--decode-internal``: internal topics decoded) through ``log_dumper``."""
-    if os.path.isdir(path):
-        for f, moved in _dir_files(path):
-            if moved:
-                yield {"type": "skipped", "path": f, "state": moved}
-                continue
-            yield {"type": "file", "path": f}
-            yield from dump_path(f, args, log_dumper)
-        return
-    kind, _offset = file_kind(path)
-    if kind in _DUMPERS:
-        yield from dump_file(path)
-    elif kind == "log" and getattr(args, "decode_internal", False):
-        yield from dump_internal_log(path)
-    else:
-        yield from log_dumper(path, args)
-
-
-def register_dump_log(dumpers: dict, default: Callable[[str, Any], Iterator[Doc]]
-                      ) -> Callable[[str, Any], Iterator[Doc]]:
-    """Register the storage file kinds in ``kproto dump-log``'s suffix table; returns the
-    dumper to use for paths no suffix identifies (folders, checkpoint files), which falls
-    back to ``default``."""
-    log = dumpers.get(".log", default)
-
-    def dumper(path: str, args: Any) -> Iterator[Doc]:
-        return dump_path(path, args, log)
-
-    for suffix in (".log", ".index", ".timeindex", ".txnindex", ".snapshot", ".metadata",
-                   ".properties", ""):
-        dumpers[suffix] = dumper
-    return dumper
+    for d in damage:
+        if d.kind != "crc":
+            yield {"type": "error", "position": d.position, "error": f"{d.kind}: {d.reason}"}

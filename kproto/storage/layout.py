@@ -4,6 +4,7 @@ The name rules are pure functions; :func:`scan_log_dir` and :func:`scan_partitio
 thin I/O layer that lists folders. Partition folders being deleted, moved between log dirs or
 left as strays (``<topic>-<partition>.<uuid>-delete`` / ``-future`` / ``-stray``) are reported,
 never read as data; so are leftover ``.deleted``/``.cleaned``/``.swap``/``.tmp`` files.
+Files that are not Kafka's (an editor's folder, ``.DS_Store``) are listed as ignored, with why.
 """
 from __future__ import annotations
 
@@ -11,13 +12,15 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from kproto.storage.checkpoints import (CLEAN_SHUTDOWN, LEADER_EPOCH_CHECKPOINT, META_PROPERTIES,
-                                        PARTITION_METADATA, ROOT_CHECKPOINTS)
+from kproto.storage.checkpoints import (BOOTSTRAP_CHECKPOINT, CLEAN_SHUTDOWN, LEADER_EPOCH_CHECKPOINT,
+                                        LOCK_FILE, META_PROPERTIES, PARTITION_METADATA,
+                                        QUORUM_STATE, ROOT_CHECKPOINTS)
 
 SEGMENT_SUFFIXES = (".log", ".index", ".timeindex", ".txnindex")
 _OFFSET_FILE = re.compile(r"^(\d{20})(\.log|\.index|\.timeindex|\.txnindex|\.snapshot)$")
 _LEFTOVER = re.compile(r"^(\d{20})(\.log|\.index|\.timeindex|\.txnindex|\.snapshot)"
                        r"(\.deleted|\.cleaned|\.swap)$")
+_METADATA_SNAPSHOT = re.compile(r"^(\d{20})-(\d{10})\.checkpoint$")
 _MOVED = re.compile(r"^(.+)-(\d+)\.([0-9a-fA-F]{32}|[A-Za-z0-9_-]{22})-(delete|future|stray)$")
 _LEGAL_TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 
@@ -58,6 +61,12 @@ def parse_offset_file_name(name: str) -> tuple[int, str] | None:
     return (int(m.group(1)), m.group(2)) if m else None
 
 
+def parse_metadata_snapshot_name(name: str) -> tuple[int, int] | None:
+    """``(end_offset, epoch)`` for a KRaft snapshot name (``<offset>-<epoch>.checkpoint``)."""
+    m = _METADATA_SNAPSHOT.match(name)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
 @dataclass
 class SegmentFiles:
     """The files of one segment (paths; None when absent)."""
@@ -81,6 +90,8 @@ class PartitionDir:
     snapshots: list[tuple[int, str]] = field(default_factory=list)
     leader_epoch_checkpoint: str | None = None
     partition_metadata: str | None = None
+    quorum_state: str | None = None  # KRaft's __cluster_metadata-0 only
+    metadata_snapshots: list[tuple[int, int, str]] = field(default_factory=list)  # offset, epoch
     leftovers: list[str] = field(default_factory=list)  # .deleted/.cleaned/.swap/.tmp/unknown
 
 
@@ -92,9 +103,19 @@ class LogDirLayout:
     meta_properties: str | None = None
     clean_shutdown: str | None = None
     checkpoints: dict[str, str] = field(default_factory=dict)
+    bootstrap_checkpoint: str | None = None  # KRaft bootstrap metadata (record batches)
+    lock: str | None = None  # the broker's directory lock (no content)
     partitions: list[PartitionDir] = field(default_factory=list)  # live ones, sorted
     moved: list[PartitionDir] = field(default_factory=list)  # -delete / -future / -stray
-    others: list[str] = field(default_factory=list)
+    others: list[str] = field(default_factory=list)  # not Kafka's: ignored (see ignored())
+
+    def ignored(self) -> list[tuple[str, str]]:
+        """``(path, why)`` for every entry of the log dir that is not read."""
+        out = [(p.path, f"partition folder marked {p.state}") for p in self.moved]
+        if self.lock:
+            out.append((self.lock, "the broker's directory lock, no content"))
+        out += [(path, why_not_read(path)) for path in self.others]
+        return sorted(out)
 
 
 def partition_from_listing(path: str, names: list[str], topic: str, partition: int,
@@ -116,10 +137,15 @@ def partition_from_listing(path: str, names: list[str], topic: str, partition: i
             pd.leader_epoch_checkpoint = full
         elif name == PARTITION_METADATA:
             pd.partition_metadata = full
+        elif name == QUORUM_STATE:
+            pd.quorum_state = full
+        elif (snap := parse_metadata_snapshot_name(name)) is not None:
+            pd.metadata_snapshots.append((snap[0], snap[1], full))
         else:
             pd.leftovers.append(full)
     pd.segments = [segments[k] for k in sorted(segments)]
     pd.snapshots.sort()
+    pd.metadata_snapshots.sort()
     return pd
 
 
@@ -153,10 +179,55 @@ def scan_log_dir(path: str) -> LogDirLayout:
             out.clean_shutdown = full
         elif name in ROOT_CHECKPOINTS:
             out.checkpoints[name] = full
+        elif name == BOOTSTRAP_CHECKPOINT:
+            out.bootstrap_checkpoint = full
+        elif name == LOCK_FILE:
+            out.lock = full
         else:
             out.others.append(full)
     out.partitions.sort(key=lambda p: (p.topic, p.partition))
     return out
+
+
+def why_not_read(path: str) -> str:
+    """Why a file found in a log dir is not read (a leftover of Kafka's, or not Kafka's)."""
+    base = os.path.basename(path)
+    if base.endswith(".deleted"):
+        return "left by Kafka: scheduled for deletion"
+    if base.endswith((".cleaned", ".swap")):
+        return "left by Kafka: an unfinished log cleaning"
+    if base.endswith(".tmp"):
+        return "left by Kafka: an unfinished write"
+    return f"not a Kafka {'folder' if os.path.isdir(path) else 'file'}"
+
+
+def partition_files(pd: PartitionDir) -> list[str]:
+    """The files of a partition folder that hold data, in reading order."""
+    out = [f for s in pd.segments for f in (s.log, s.index, s.timeindex, s.txnindex) if f]
+    out += [p for _, p in pd.snapshots]
+    out += [f for f in (pd.leader_epoch_checkpoint, pd.partition_metadata, pd.quorum_state) if f]
+    out += [p for _, _, p in pd.metadata_snapshots]
+    return out
+
+
+def log_dir_files(path: str) -> list[tuple[str, str | None]]:
+    """Every entry of a log dir or partition folder in a stable order, as ``(path, None)`` for
+    the files that hold data and ``(path, why)`` for what is not read (moved folders,
+    leftovers, files that are not Kafka's)."""
+    path = os.path.normpath(path)
+    if is_partition_dir(path):
+        pd = scan_partition_dir(path)
+        return [(f, None) for f in partition_files(pd)] + \
+            [(f, why_not_read(f)) for f in pd.leftovers]
+    layout = scan_log_dir(path)
+    out: list[tuple[str, str | None]] = [
+        (f, None) for f in [layout.meta_properties, layout.clean_shutdown,
+                            *sorted(layout.checkpoints.values()), layout.bootstrap_checkpoint]
+        if f]
+    for pd in layout.partitions:
+        out += [(f, None) for f in partition_files(pd)]
+        out += [(f, why_not_read(f)) for f in pd.leftovers]
+    return out + layout.ignored()
 
 
 def is_partition_dir(path: str) -> bool:
@@ -172,12 +243,22 @@ def is_partition_dir(path: str) -> bool:
 def file_kind(name: str) -> tuple[str, int | None]:
     """What a log-dir file is, from its name: ``(kind, offset)`` with kind one of ``log``,
     ``index``, ``timeindex``, ``txnindex``, ``snapshot``, ``leader-epoch-checkpoint``,
-    ``partition.metadata``, ``meta.properties``, ``clean-shutdown``, ``offset-checkpoint``, or
-    ``unknown``."""
+    ``partition.metadata``, ``meta.properties``, ``clean-shutdown``, ``offset-checkpoint``,
+    ``quorum-state``, ``metadata-snapshot`` (a KRaft snapshot or ``bootstrap.checkpoint``: record
+    batches of metadata records), ``lock``, or ``unknown``."""
     base = os.path.basename(name)
     parsed = parse_offset_file_name(base)
     if parsed:
         return parsed[1][1:], parsed[0]
+    snap = parse_metadata_snapshot_name(base)
+    if snap:
+        return "metadata-snapshot", snap[0]
+    if base == BOOTSTRAP_CHECKPOINT:
+        return "metadata-snapshot", 0
+    if base == QUORUM_STATE:
+        return "quorum-state", None
+    if base == LOCK_FILE:
+        return "lock", None
     if base == LEADER_EPOCH_CHECKPOINT:
         return "leader-epoch-checkpoint", None
     if base == PARTITION_METADATA:

@@ -7,9 +7,9 @@ from typing import Any
 
 from kproto.errors import DecodeError
 from kproto.records.batch import RecordBatch
-from kproto.storage.checkpoints import CleanShutdown, MetaProperties, OffsetCheckpoint
+from kproto.storage.checkpoints import CleanShutdown, MetaProperties, OffsetCheckpoint, QuorumState
 from kproto.storage.layout import is_partition_dir, scan_log_dir, scan_partition_dir
-from kproto.storage.partition import Damage, Partition, batch_max_timestamp
+from kproto.storage.partition import Damage, Partition, batch_max_timestamp, scan_batches
 from kproto.storage.reader import first_unstable_offset
 
 Doc = dict[str, Any]
@@ -69,6 +69,14 @@ def summarize_partition(part: Partition) -> Doc:
     latest = part.snapshot(snaps[-1]) if snaps else None
     fuo = first_unstable_offset(part)
     epochs = part.leader_epochs
+    extra: Doc = {}
+    if part.layout.quorum_state:
+        quorum = _read_file(part.layout.quorum_state, QuorumState.parse, part.problems)
+        extra["quorum_state"] = quorum.to_json() if quorum else None
+    if part.layout.metadata_snapshots:
+        extra["metadata_snapshots"] = [
+            {"end_offset": o, "epoch": e, **summarize_metadata_records(p, part.problems)}
+            for o, e, p in part.layout.metadata_snapshots]
     return {
         "topic": part.topic, "partition": part.partition, "path": part.path,
         "topic_id": part.topic_id, "segments": segments, "size": sum(s.log_size for s in part.segments),
@@ -78,39 +86,96 @@ def summarize_partition(part: Partition) -> Doc:
         "producers": len(latest.entries) if latest else None,
         "aborted_transactions": len(part.aborted),
         "first_unstable_offset": fuo,
+        **extra,
         "damage": [d.to_json() for d in damage_all + part.problems],
-        # not read: .deleted/.cleaned/.swap leftovers, KRaft quorum-state and .checkpoint files
+        # not read: .deleted/.cleaned/.swap leftovers and files that are not Kafka's
         "other_files": [os.path.basename(f) for f in part.layout.leftovers],
     }
 
 
-def _parse_file(path: str | None, parse) -> Any:
-    if not path:
-        return None
-    with open(path, "rb") as f:
-        return parse(f.read())
+def _read_file(path: str, parse, problems: list[Damage]) -> Any:
+    """``parse`` of the file's bytes, or None with the reason appended to ``problems``."""
+    try:
+        with open(path, "rb") as f:
+            return parse(f.read())
+    except DecodeError as exc:
+        problems.append(Damage(path, exc.offset or 0, "file", exc.reason))
+    except OSError as exc:
+        problems.append(Damage(path, 0, "file", f"cannot be read: {exc.strerror or exc}"))
+    return None
+
+
+def summarize_metadata_records(path: str, problems: list[Damage]) -> Doc:
+    """Batches and records of a file of KRaft metadata batches (``bootstrap.checkpoint``, a
+    ``__cluster_metadata`` snapshot), and the ``metadata.version`` feature level it sets."""
+    from kproto.storage.internal import decode_metadata_frame
+
+    data = _read_file(path, bytes, problems) or b""
+    batches = records = 0
+    level = None
+    for batch in scan_batches(data, damage=problems, file=path):
+        batches += 1
+        if isinstance(batch, RecordBatch) and batch.is_control:
+            records += batch.count
+            continue
+        try:
+            for r in batch.records():
+                records += 1
+                rec = decode_metadata_frame(r.value) if r.value is not None else None
+                if rec and rec["type"] == "FEATURE_LEVEL_RECORD" \
+                        and rec["data"].get("name") == "metadata.version":
+                    level = rec["data"].get("featureLevel")
+        except DecodeError as exc:
+            problems.append(Damage(path, batch.position, "record", exc.reason))
+    return {"path": path, "batches": batches, "records": records, "metadata_version": level}
 
 
 def summarize(path: str) -> Doc:
-    """Summary of a log dir, or of one partition folder."""
+    """Summary of a log dir, or of one partition folder. Problems with the log dir's own files
+    are in ``problems`` (each partition carries its ``damage``); nothing here raises on bad
+    file contents."""
     path = os.path.normpath(path)
     if is_partition_dir(path):
         return {"path": path, "partitions": [summarize_partition(Partition.open(
-            scan_partition_dir(path)))]}
+            scan_partition_dir(path)))], "problems": []}
     layout = scan_log_dir(path)
-    meta = _parse_file(layout.meta_properties, MetaProperties.parse)
-    clean = _parse_file(layout.clean_shutdown, CleanShutdown.parse)
+    problems: list[Damage] = []
+    meta = clean = None
+    if layout.meta_properties:
+        meta = _read_file(layout.meta_properties, MetaProperties.parse, problems)
+    if layout.clean_shutdown:
+        clean = _read_file(layout.clean_shutdown, CleanShutdown.parse, problems)
+    checkpoints, unmatched = {}, []
+    present = {(p.topic, p.partition) for p in layout.partitions}
+    for full in sorted(layout.checkpoints.values()):
+        name = os.path.basename(full)
+        cp = _read_file(full, lambda b, n=name: OffsetCheckpoint.parse(b, n), problems)
+        if cp is None:
+            continue
+        checkpoints[name] = cp.to_json()
+        # Kafka keeps entries of partitions it no longer has until the next write of the file
+        unmatched += [{"checkpoint": name, "topic": t, "partition": p, "offset": o}
+                      for t, p, o in cp.entries if (t, p) not in present]
     return {
         "path": path,
         "meta_properties": meta.to_json() if meta else None,
         "clean_shutdown": clean.to_json() if clean else None,
-        "checkpoints": {os.path.basename(k): _parse_file(v, OffsetCheckpoint.parse).to_json()
-                        for k, v in sorted(layout.checkpoints.items())},
+        "checkpoints": checkpoints,
+        "checkpoint_entries_without_folder": unmatched,
+        "bootstrap": (summarize_metadata_records(layout.bootstrap_checkpoint, problems)
+                      if layout.bootstrap_checkpoint else None),
         "partitions": [summarize_partition(Partition.open(p)) for p in layout.partitions],
         "moved": [{"path": p.path, "topic": p.topic, "partition": p.partition, "state": p.state}
                   for p in layout.moved],
-        "other": layout.others,
+        "ignored": [{"path": p, "why": why} for p, why in layout.ignored()
+                    if p not in {m.path for m in layout.moved}],
+        "problems": [d.to_json() for d in problems],
     }
+
+
+def has_damage(doc: Doc) -> bool:
+    """True when :func:`summarize` found anything wrong (in a partition or a log dir file)."""
+    return bool(doc.get("problems")) or any(p["damage"] for p in doc["partitions"])
 
 
 def _fmt_range(r: list[int] | None) -> str:
@@ -122,9 +187,14 @@ def _fmt_time(r: list[int] | None) -> str:
         return "-"
     import datetime as dt
 
-    f = [dt.datetime.fromtimestamp(t / 1000, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-         for t in r]
-    return f"{f[0][:-4]}Z .. {f[1][:-4]}Z"
+    def one(t: int) -> str:
+        try:
+            return dt.datetime.fromtimestamp(t / 1000, dt.timezone.utc).strftime(
+                "%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+        except (OverflowError, ValueError, OSError):  # beyond what a calendar date can show
+            return f"{t}ms"
+
+    return f"{one(r[0])} .. {one(r[1])}"
 
 
 def render_text(doc: Doc, segments: bool = True) -> str:
@@ -135,9 +205,25 @@ def render_text(doc: Doc, segments: bool = True) -> str:
         out.append("  " + ", ".join(f"{k}={v}" for k, v in meta.items()))
     if "clean_shutdown" in doc:
         cs = doc["clean_shutdown"]
-        out.append(f"  clean shutdown: {'yes, broker epoch ' + str(cs['brokerEpoch']) if cs else 'no'}")
+        if cs is None:
+            out.append("  clean shutdown: no")
+        elif cs["brokerEpoch"] is None:
+            out.append("  clean shutdown: yes (empty file, as brokers before KIP-966 write it)")
+        else:
+            out.append(f"  clean shutdown: yes, broker epoch {cs['brokerEpoch']}")
+    unmatched: dict[str, list[str]] = {}
+    for u in doc.get("checkpoint_entries_without_folder", []):
+        unmatched.setdefault(u["checkpoint"], []).append(f"{u['topic']}-{u['partition']}")
     for name, cp in doc.get("checkpoints", {}).items():
-        out.append(f"  {name}: {cp['count']} entries")
+        line = f"  {name}: {cp['count']} entries"
+        if name in unmatched:
+            line += (f" ({len(unmatched[name])} without a partition folder: "
+                     f"{' '.join(unmatched[name])})")
+        out.append(line)
+    boot = doc.get("bootstrap")
+    if boot:
+        out.append(f"  bootstrap.checkpoint: {boot['batches']} batches, {boot['records']} "
+                   f"records, metadata.version {boot['metadata_version']}")
     for p in doc["partitions"]:
         out.append(f"{p['topic']}-{p['partition']}  topic_id={p['topic_id']}  "
                    f"offsets {_fmt_range(p['offsets'])}  {len(p['segments'])} segments  "
@@ -157,6 +243,13 @@ def render_text(doc: Doc, segments: bool = True) -> str:
                 out.append(f"  {s['segment']}  {s['size']:>10} B  {s['batches']:>6} batches  "
                            f"offsets {_fmt_range(s['offsets'])}  {_fmt_time(s['timestamps'])}  "
                            f"index {idx}{pre}")
+        if p.get("quorum_state"):
+            q = p["quorum_state"]
+            out.append(f"  quorum-state: leader {q.get('leaderId')}, epoch {q.get('leaderEpoch')}, "
+                       f"voters {[v.get('voterId') for v in q.get('currentVoters') or []]}")
+        for m in p.get("metadata_snapshots", []):
+            out.append(f"  snapshot at offset {m['end_offset']} (epoch {m['epoch']}): "
+                       f"{m['batches']} batches, {m['records']} records")
         if p["other_files"]:
             out.append("  other files (not read): " + " ".join(p["other_files"]))
         for d in p["damage"]:
@@ -164,6 +257,8 @@ def render_text(doc: Doc, segments: bool = True) -> str:
                        f"{d['reason']} ({d['bytes_skipped']} bytes skipped)")
     for m in doc.get("moved", []):
         out.append(f"{m['topic']}-{m['partition']}: {m['state']} folder {m['path']} (not read)")
-    for o in doc.get("other", []):
-        out.append(f"other: {o}")
+    for i in doc.get("ignored", []):
+        out.append(f"ignored: {os.path.basename(i['path'])} ({i['why']})")
+    for d in doc.get("problems", []):
+        out.append(f"PROBLEM {d['kind']}: {os.path.basename(d['file'])}: {d['reason']}")
     return "\n".join(out)

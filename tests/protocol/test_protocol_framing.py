@@ -40,6 +40,29 @@ def test_api_versions_response_uses_header_v0():
     assert header.correlation_id == 9 and obj == body
 
 
+@pytest.mark.parametrize("asked", [1, 3, 4])
+def test_api_versions_response_falls_back_to_v0(asked):
+    # a broker answers an ApiVersions version it does not know with a v0 body and error 35
+    codec = kproto.response(18)
+    body = codec.cls(error_code=35, api_keys=[codec.cls.ApiVersion(api_key=18, min_version=0,
+                                                                    max_version=3)])
+    frame = kproto.encode_response(kproto.ResponseHeader(correlation_id=5), body, 18, 0)
+    with pytest.raises(kproto.DecodeError):
+        codec.decode(frame[8:], asked)  # not a body of the version asked for
+    header, obj = kproto.decode_response(frame, 18, asked)
+    assert header.correlation_id == 5 and obj.error_code == 35
+    assert [(k.api_key, k.max_version) for k in obj.api_keys] == [(18, 3)]
+
+
+def test_no_v0_fallback_for_other_apis_or_bad_bodies():
+    with pytest.raises(kproto.DecodeError):  # neither a v3 nor a v0 body
+        kproto.decode_response(bytes.fromhex("00000005" "0023" "ff"), 18, 3, size_prefix=False)
+    meta_v0 = kproto.encode_response(kproto.ResponseHeader(correlation_id=1),
+                                     kproto.response(3).cls(), 3, 0)
+    with pytest.raises(kproto.DecodeError):
+        kproto.decode_response(meta_v0, 3, 12)
+
+
 def test_controlled_shutdown_v0_header_has_no_client_id():
     h = kproto.RequestHeader(request_api_key=7, request_api_version=0, correlation_id=1, client_id="x")
     frame = kproto.encode_request(h, kproto.request(7).cls(broker_id=5))

@@ -109,7 +109,7 @@ def test_snapshot_malformed(data):
     (LeaderEpochCheckpoint, b"0\n2\n0 0\n"),  # count says 2
     (LeaderEpochCheckpoint, b"1\n0\n"),  # version
     (LeaderEpochCheckpoint, b"0\n1\n0 x\n"),
-    (LeaderEpochCheckpoint, b"0\n"),
+    (LeaderEpochCheckpoint, b"1\n"),  # only a version line, but not version 0
     (OffsetCheckpoint, b"0\n1\ntopic 0\n"),
     (OffsetCheckpoint, b"0\n1\n\xff 0 0\n"),
     (PartitionMetadata, b"version: 0\ntopic_id: short"),
@@ -117,6 +117,10 @@ def test_snapshot_malformed(data):
     (PartitionMetadata, b"topic_id: AAAAAAAAAAAAAAAAAAAAAQ"),
     (CleanShutdown, b"{"),
     (CleanShutdown, b'{"version": 0}'),
+    (CleanShutdown, b'{"version": "0", "brokerEpoch": 3}'),  # a mix of two forms
+    (CleanShutdown, b"brokerEpoch: 3\nversion: 0"),  # lines out of order
+    (CleanShutdown, b"shutdown at 12:00"),
+    (CleanShutdown, b"[]"),
 ])
 def test_text_files_malformed(cls, data):
     with pytest.raises(DecodeError):
