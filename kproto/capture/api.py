@@ -303,7 +303,11 @@ def iter_exchanges(source: Union[str, os.PathLike, BinaryIO, Iterable[Union[Pack
 def _iso(ts: Optional[float]) -> Optional[str]:
     if ts is None:
         return None
-    return _dt.datetime.fromtimestamp(ts, _dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    try:
+        return _dt.datetime.fromtimestamp(ts, _dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    except (OverflowError, ValueError, OSError):
+        # a damaged packet header's time is still data: shown as seconds since the epoch
+        return f"{ts}s"
 
 
 def exchange_to_json(ex: Exchange, *, records: Any = None) -> dict:

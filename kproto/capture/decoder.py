@@ -12,7 +12,7 @@ from typing import Callable, Iterable, Literal, Optional, Union
 from kproto.capture import bodies
 from kproto.capture.exchange import Endpoint, Exchange
 from kproto.capture.frames import DEFAULT_MAX_FRAME, Frame, FrameCutter, RequestRule, ResponseRule
-from kproto.capture.layers import ACK, FIN, RST, SYN, TcpSegment, parse_tcp
+from kproto.capture.layers import ACK, FIN, LINKTYPES, RST, SYN, TcpSegment, parse_tcp
 from kproto.capture.pcap import CaptureProblem, Packet
 from kproto.capture.tcp import TcpStream
 from kproto.errors import KprotoError
@@ -73,6 +73,7 @@ class CaptureDecoder:
         self.packets = 0
         self.bytes = 0
         self.non_tcp = 0
+        self.unknown_links: dict[int, int] = {}   # link type -> packets that could not be read
         self.last_ts = 0.0
         self._out: list[Exchange] = []
 
@@ -92,6 +93,8 @@ class CaptureDecoder:
             seg = parse_tcp(packet.linktype, packet.data, packet.ts, getattr(packet, "index", 0))
             if seg is None:
                 self.non_tcp += 1
+                if packet.linktype not in LINKTYPES:
+                    self.unknown_links[packet.linktype] = self.unknown_links.get(packet.linktype, 0) + 1
                 return []
         self.last_ts = seg.ts
         key = (seg.src, seg.sport, seg.dst, seg.dport)
@@ -121,6 +124,10 @@ class CaptureDecoder:
     def finish(self) -> list[Exchange]:
         """End of capture: flush streams, emit unanswered requests and leftover problems."""
         self._unclassified.clear()  # connections that never looked like Kafka
+        for linktype, n in sorted(self.unknown_links.items()):
+            self.problems.append(f"link type {linktype} is not one kproto reads: {n} packets "
+                                 "not read")
+        self.unknown_links.clear()
         seen = set()
         for conn in self.connections.values():
             if conn is not None and id(conn) not in seen:

@@ -16,7 +16,9 @@ def register(subparsers: Any) -> None:
         "decode-pcap", help="decode the Kafka traffic of a pcap/pcapng capture",
         description="Reassemble TCP, cut Kafka frames, pair responses with requests and decode "
                     "both with kproto's schemas (every API key and version of Kafka 3.9; newer "
-                    "versions best effort with the newest layout known).")
+                    "versions best effort with the newest layout known). Exit status 1 when "
+                    "the capture file is damaged or holds packets of a link type not read, 2 "
+                    "when nothing in it could be read.")
     p.add_argument("file", help="pcap or pcapng file; - reads a stream from stdin as it arrives "
                                 "(tcpdump -i any -w - port 9092 | kproto decode-pcap -)")
     p.add_argument("--port", type=int, action="append", default=None,
@@ -98,7 +100,8 @@ def _selector(args: argparse.Namespace) -> Callable[[Any], bool] | None:
 
 
 def _text_line(ex: Any, doc: dict) -> str:
-    when = (doc["ts"] or "")[11:]
+    when = doc["ts"] or ""
+    when = when[11:] if when.endswith("Z") else when  # time of day, or the raw seconds
     if ex.kind == "stream":
         return f"{when} {doc['client']} -> {doc['broker']} stream: " + "; ".join(ex.problems)
     if ex.kind == "sasl":
@@ -188,7 +191,10 @@ def run(args: argparse.Namespace) -> int:
             print("no Kafka connection recognised; give the broker port with --port", file=sys.stderr)
         if summary is not None:
             out.write(summary.table() + "\n")
-        return 2 if decoder.packets == 0 and decoder.problems else 0
+        # the capture file is damaged or not readable (exchange problems are traffic facts)
+        if decoder.problems:
+            return 2 if decoder.packets == 0 else 1
+        return 0
     finally:
         if out is not sys.stdout:
             out.close()

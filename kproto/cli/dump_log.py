@@ -65,7 +65,10 @@ def dump_path(path: str, args: argparse.Namespace) -> Iterator[dict]:
                 continue
             yield {"type": "file", "path": f}
             try:
-                yield from dump_path(f, args)
+                for line in dump_path(f, args):
+                    if line.get("type") == "error" and "path" not in line:
+                        line = {**line, "path": f}
+                    yield line
             except (DecodeError, OSError) as exc:
                 yield _error_line(f, exc)
         return

@@ -30,6 +30,7 @@ from kproto.errors import DecodeError, EncodeError
 
 __all__ = [
     "NONE", "GZIP", "SNAPPY", "LZ4", "ZSTD", "CODEC_NAMES", "CODEC_IDS", "DEFAULT_MAX_SIZE",
+    "DecompressionBudget",
     "DEFAULT_LEVELS", "DecompressionLimitError", "compress", "decompress", "codec_id",
 ]
 
@@ -41,6 +42,9 @@ CODEC_IDS: dict[str, int] = {v: k for k, v in CODEC_NAMES.items()}
 DEFAULT_LEVELS: dict[int, int] = {GZIP: 6, LZ4: 9, ZSTD: 3}
 # Default ceiling on one decompressed payload; Kafka's own limit is the heap, ours is explicit.
 DEFAULT_MAX_SIZE = 256 * 1024 * 1024
+# Default budget of one read, across its payloads (see DecompressionBudget).
+DEFAULT_BUDGET_FLOOR = 16 * 1024 * 1024
+DEFAULT_BUDGET_RATIO = 64
 
 Buffer = bytes | bytearray | memoryview
 
@@ -397,10 +401,59 @@ def compress(codec: int | str, data: Buffer, level: int | None = None, *,
     return _COMPRESS[cid](data, level)
 
 
+class DecompressionBudget:
+    """What one read (a segment, a records field, a buffer of batches) may decompress in all:
+    ``floor`` bytes plus ``ratio`` times the compressed bytes it has read. Real data stays far
+    below it; a decompression bomb (kilobytes that expand to hundreds of MiB of tiny records)
+    spends it at once, and what it stops is reported as a ``limit``. Raise it when a read of
+    legitimate, extremely compressible data is cut; :meth:`unlimited` has no bound."""
+
+    __slots__ = ("floor", "ratio", "compressed", "decompressed")
+
+    def __init__(self, floor: int = DEFAULT_BUDGET_FLOOR, ratio: int = DEFAULT_BUDGET_RATIO) -> None:
+        self.floor = floor
+        self.ratio = ratio
+        self.compressed = 0
+        self.decompressed = 0
+
+    @classmethod
+    def unlimited(cls) -> DecompressionBudget:
+        """A budget that never runs out (each payload is still capped by its ``max_size``)."""
+        return cls(1 << 62, 0)
+
+    def allowance(self, compressed: int) -> int:
+        """Bytes that ``compressed`` more bytes may decompress to."""
+        return self.floor + self.ratio * (self.compressed + compressed) - self.decompressed
+
+    def __repr__(self) -> str:
+        return (f"DecompressionBudget({self.floor} + {self.ratio} x compressed; spent "
+                f"{self.decompressed} of {self.floor + self.ratio * self.compressed})")
+
+
 def decompress(codec: int | str, data: Buffer, *, max_size: int = DEFAULT_MAX_SIZE,
-               legacy_lz4: bool = False) -> bytes:
+               legacy_lz4: bool = False, budget: DecompressionBudget | None = None) -> bytes:
     """Decompress a Kafka-compressed payload, raising :class:`DecodeError` on corrupt input and
-    :class:`DecompressionLimitError` if the output would exceed ``max_size`` bytes."""
+    :class:`DecompressionLimitError` if the output would exceed ``max_size`` bytes or what is
+    left of ``budget`` (which is charged with what was decompressed)."""
+    if budget is None:
+        return _decompress(codec, data, max_size, legacy_lz4)
+    allowed = budget.allowance(len(data))
+    if allowed >= max_size:
+        out = _decompress(codec, data, max_size, legacy_lz4)
+    else:
+        try:
+            out = _decompress(codec, data, max(allowed, 0), legacy_lz4)
+        except DecompressionLimitError:
+            raise DecompressionLimitError(
+                f"the read's decompression budget is spent ({budget.decompressed} bytes from "
+                f"{budget.compressed} compressed; allowed {budget.floor} + {budget.ratio} x "
+                "compressed): not decompressed", what="decompression budget") from None
+    budget.compressed += len(data)
+    budget.decompressed += len(out)
+    return out
+
+
+def _decompress(codec: int | str, data: Buffer, max_size: int, legacy_lz4: bool) -> bytes:
     cid = codec_id(codec)
     if cid == NONE:
         if len(data) > max_size:

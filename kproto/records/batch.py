@@ -18,7 +18,8 @@ from typing import Iterator, NamedTuple
 
 from crc32c import crc32c
 
-from kproto.codecs.compression import CODEC_NAMES, DEFAULT_MAX_SIZE, decompress
+from kproto.codecs.compression import (CODEC_NAMES, DEFAULT_MAX_SIZE, DecompressionBudget,
+                                       decompress)
 from kproto.codecs.primitives import read_varint, read_varlong
 from kproto.errors import DecodeError
 
@@ -129,12 +130,15 @@ class RecordBatch(CompressionAttributes):
     __slots__ = ("buffer", "position", "base_offset", "batch_length", "partition_leader_epoch",
                  "magic", "crc", "attributes", "last_offset_delta", "first_timestamp",
                  "max_timestamp", "producer_id", "producer_epoch", "base_sequence", "count",
-                 "max_decompressed", "_data")
+                 "max_decompressed", "budget", "_data")
 
     def __init__(self, buffer: bytes | memoryview, position: int = 0, *,
-                 max_decompressed: int = DEFAULT_MAX_SIZE) -> None:
+                 max_decompressed: int = DEFAULT_MAX_SIZE,
+                 budget: DecompressionBudget | None = None) -> None:
         """Parse the header of the batch at ``position`` of ``buffer`` (which must hold all of
-        it); raise :class:`DecodeError` if it is truncated or its lengths are inconsistent."""
+        it); raise :class:`DecodeError` if it is truncated or its lengths are inconsistent.
+        ``budget``: the read's :class:`~kproto.codecs.compression.DecompressionBudget` (a
+        batch on its own gets one of its own)."""
         mv = buffer if isinstance(buffer, memoryview) else memoryview(buffer)
         avail = len(mv) - position
         if avail < HEADER_SIZE:
@@ -160,6 +164,7 @@ class RecordBatch(CompressionAttributes):
         self.buffer = mv[position:position + size]
         self.position = position
         self.max_decompressed = max_decompressed
+        self.budget = budget
         self._data: bytes | memoryview | None = None
 
     # ----------------------------------------------------------------- derived header fields
@@ -226,7 +231,10 @@ class RecordBatch(CompressionAttributes):
                                   offset=self.position + CRC_START)
             else:
                 try:
-                    self._data = decompress(codec, raw, max_size=self.max_decompressed)
+                    if self.budget is None:
+                        self.budget = DecompressionBudget()
+                    self._data = decompress(codec, raw, max_size=self.max_decompressed,
+                                            budget=self.budget)
                 except DecodeError as e:
                     e.offset = self.position + HEADER_SIZE if e.offset is None else \
                         self.position + HEADER_SIZE + e.offset

@@ -12,7 +12,7 @@ import struct
 import zlib
 from typing import Iterator, NamedTuple
 
-from kproto.codecs.compression import DEFAULT_MAX_SIZE, decompress
+from kproto.codecs.compression import DEFAULT_MAX_SIZE, DecompressionBudget, decompress
 from kproto.errors import DecodeError
 from kproto.records.batch import LOG_OVERHEAD, CompressionAttributes
 
@@ -47,10 +47,11 @@ class LegacyMessage(CompressionAttributes):
     :class:`~kproto.records.batch.RecordBatch`: the value is decompressed on first use."""
 
     __slots__ = ("buffer", "position", "offset", "crc", "magic", "attributes", "timestamp",
-                 "key", "value", "max_decompressed", "_inner")
+                 "key", "value", "max_decompressed", "budget", "_inner")
 
     def __init__(self, buffer: bytes | memoryview, position: int = 0, *,
-                 max_decompressed: int = DEFAULT_MAX_SIZE) -> None:
+                 max_decompressed: int = DEFAULT_MAX_SIZE,
+                 budget: DecompressionBudget | None = None) -> None:
         mv = buffer if isinstance(buffer, memoryview) else memoryview(buffer)
         avail = len(mv) - position
         if avail < LOG_OVERHEAD + 6:
@@ -70,6 +71,7 @@ class LegacyMessage(CompressionAttributes):
         self.buffer = mv[position:position + end]
         self.position = position
         self.max_decompressed = max_decompressed
+        self.budget = budget
         self._inner: list[LegacyRecord] | None = None
         pos = 18
         if self.magic == 1:
@@ -164,8 +166,10 @@ class LegacyMessage(CompressionAttributes):
                       else "compressed wrapper with a null value")
             raise DecodeError(reason, what="LegacyMessage", offset=self.position)
         try:
+            if self.budget is None:
+                self.budget = DecompressionBudget()
             data = decompress(codec, self.value, max_size=self.max_decompressed,
-                              legacy_lz4=self.magic == 0)
+                              legacy_lz4=self.magic == 0, budget=self.budget)
         except DecodeError as e:
             e.offset = self.position
             raise
@@ -174,7 +178,8 @@ class LegacyMessage(CompressionAttributes):
         while pos < len(data):
             if len(data) - pos < LOG_OVERHEAD:
                 break  # Kafka's stream reader stops at a partial entry header
-            m = LegacyMessage(data, pos, max_decompressed=self.max_decompressed)
+            m = LegacyMessage(data, pos, max_decompressed=self.max_decompressed,
+                              budget=self.budget)
             if m.magic != self.magic:
                 raise DecodeError(f"inner message magic {m.magic} does not match wrapper magic "
                                   f"{self.magic}", what="LegacyMessage", offset=self.position)
@@ -187,6 +192,11 @@ class LegacyMessage(CompressionAttributes):
         if self.magic == 0:
             return [m._as_record(m.offset, -1) for m in inner]
         base = self.offset - inner[-1].offset
+        lo, hi = min(m.offset for m in inner), max(m.offset for m in inner)
+        if not (-2**63 <= base + lo and base + hi < 2**63):
+            # Java's long arithmetic would wrap: such offsets are not data
+            raise DecodeError(f"inner offsets {lo}..{hi} from wrapper offset {self.offset} pass "
+                              "the int64 range", what="LegacyMessage", offset=self.position)
         return [m._as_record(base + m.offset, self.timestamp if log_append else m.timestamp)
                 for m in inner]
 

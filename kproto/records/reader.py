@@ -13,7 +13,7 @@ import struct
 from dataclasses import dataclass
 from typing import Iterator, Union
 
-from kproto.codecs.compression import DEFAULT_MAX_SIZE
+from kproto.codecs.compression import DEFAULT_MAX_SIZE, DecompressionBudget
 from kproto.errors import DecodeError
 from kproto.records.batch import LOG_OVERHEAD, RecordBatch
 from kproto.records.legacy import LegacyMessage
@@ -41,14 +41,18 @@ class BatchReader:
     ``valid_bytes``, ``trailing_bytes``, ``stopped_by`` and ``errors`` describe the scan.
 
     ``errors``: a list to collect :class:`BatchError` reports into; when None, damage raises
-    :class:`~kproto.errors.DecodeError` instead.
+    :class:`~kproto.errors.DecodeError` instead. ``budget``: what the batches may decompress in
+    all (default: a fresh :class:`~kproto.codecs.compression.DecompressionBudget`).
     """
 
     def __init__(self, buf: bytes | bytearray | memoryview | mmap.mmap, start: int = 0,
                  end: int | None = None, *, verify_crc: bool = False,
                  max_decompressed: int = DEFAULT_MAX_SIZE,
-                 errors: list[BatchError] | None = None) -> None:
+                 errors: list[BatchError] | None = None,
+                 budget: DecompressionBudget | None = None) -> None:
         self.buffer = memoryview(buf).cast("B") if not isinstance(buf, memoryview) else buf
+        # one budget for everything this read decompresses (see DecompressionBudget)
+        self.budget = budget if budget is not None else DecompressionBudget()
         self.start = start
         self.end = len(self.buffer) if end is None else min(end, len(self.buffer))
         self.verify_crc = verify_crc
@@ -89,9 +93,11 @@ class BatchReader:
             try:
                 if magic == 2:
                     batch: Batch = RecordBatch(buf[:end], pos,
-                                               max_decompressed=self.max_decompressed)
+                                               max_decompressed=self.max_decompressed,
+                                               budget=self.budget)
                 elif magic in (0, 1):
-                    batch = LegacyMessage(buf[:end], pos, max_decompressed=self.max_decompressed)
+                    batch = LegacyMessage(buf[:end], pos, max_decompressed=self.max_decompressed,
+                                          budget=self.budget)
                 else:
                     raise DecodeError(f"unknown magic {magic if magic < 128 else magic - 256}",
                                       what="log", offset=pos + 16)
@@ -114,8 +120,9 @@ class BatchReader:
 def iter_batches(buf: bytes | bytearray | memoryview | mmap.mmap, start: int = 0,
                  end: int | None = None, *, verify_crc: bool = False,
                  max_decompressed: int = DEFAULT_MAX_SIZE,
-                 errors: list[BatchError] | None = None) -> Iterator[Batch]:
+                 errors: list[BatchError] | None = None,
+                 budget: DecompressionBudget | None = None) -> Iterator[Batch]:
     """Yield each batch (:class:`RecordBatch` or :class:`LegacyMessage`) of ``buf[start:end]``
     in order; ``batch.position`` is its byte position in ``buf``. See :class:`BatchReader`."""
     return iter(BatchReader(buf, start, end, verify_crc=verify_crc,
-                            max_decompressed=max_decompressed, errors=errors))
+                            max_decompressed=max_decompressed, errors=errors, budget=budget))

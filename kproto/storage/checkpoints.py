@@ -336,8 +336,14 @@ class MetaProperties:
 
     @classmethod
     def parse(cls, data: bytes | memoryview | str) -> MetaProperties:
-        """Parse the file's bytes; DecodeError if malformed."""
-        return cls(parse_properties(data))
+        """Parse the file's bytes; DecodeError without an integer ``version`` (Kafka refuses
+        to start on such a file)."""
+        props = parse_properties(data)
+        version = props.get("version")
+        if version is None:
+            raise DecodeError("no version property", what=META_PROPERTIES)
+        _int(version.strip(), META_PROPERTIES, "version")
+        return cls(props)
 
     def encode(self, when: float | None = None) -> bytes:
         """The file's bytes, as the broker writes them."""

@@ -14,33 +14,37 @@ from kproto.errors import DecodeError
 from kproto.storage.checkpoints import (CleanShutdown, LeaderEpochCheckpoint, MetaProperties,
                                         OffsetCheckpoint, PartitionMetadata, QuorumState)
 from kproto.storage.indexes import (OFFSET_ENTRY_SIZE, TIME_ENTRY_SIZE, OffsetIndex, TimeIndex,
-                                    parse_txn_index)
+                                    parse_txn_index, useful_index_bytes)
 from kproto.storage.layout import file_kind
 from kproto.storage.snapshot import parse_snapshot
 
 Doc = dict[str, Any]
 
 
-def dump_offset_index(data: bytes | memoryview, base_offset: int) -> list[Doc]:
+def dump_offset_index(data: bytes | memoryview, base_offset: int,
+                      file_size: int | None = None) -> list[Doc]:
     """``index_file`` line, then one ``entry`` line per valid slot."""
-    idx = OffsetIndex.parse(data, base_offset)
+    idx = OffsetIndex.parse(data, base_offset, file_size)
     head = {"type": "index_file", "base_offset": base_offset, "file_size": idx.file_size,
             "entry_size": OFFSET_ENTRY_SIZE, "slots": idx.slots, "entries": len(idx),
             "preallocated": idx.preallocated}
     return [head] + [{"type": "entry", "slot": i, "relative_offset": int(r),
                       "offset": int(r) + base_offset, "position": int(p)}
-                     for i, (r, p) in enumerate(zip(idx.relative_offsets, idx.positions))]
+                     for i, (r, p) in enumerate(zip(idx.relative_offsets, idx.positions))] + \
+        [{"type": "error", "error": f"unusable index: {p}"} for p in idx.problems()]
 
 
-def dump_time_index(data: bytes | memoryview, base_offset: int) -> list[Doc]:
+def dump_time_index(data: bytes | memoryview, base_offset: int,
+                    file_size: int | None = None) -> list[Doc]:
     """``timeindex_file`` line, then one ``entry`` line per valid slot."""
-    idx = TimeIndex.parse(data, base_offset)
+    idx = TimeIndex.parse(data, base_offset, file_size)
     head = {"type": "timeindex_file", "base_offset": base_offset, "file_size": idx.file_size,
             "entry_size": TIME_ENTRY_SIZE, "slots": idx.slots, "entries": len(idx),
             "preallocated": idx.preallocated}
     return [head] + [{"type": "entry", "slot": i, "timestamp": int(t), "relative_offset": int(r),
                       "offset": int(r) + base_offset}
-                     for i, (t, r) in enumerate(zip(idx.timestamps, idx.relative_offsets))]
+                     for i, (t, r) in enumerate(zip(idx.timestamps, idx.relative_offsets))] + \
+        [{"type": "error", "error": f"unusable index: {p}"} for p in idx.problems()]
 
 
 def dump_txn_index(data: bytes | memoryview, base_offset: int | None = None) -> list[Doc]:
@@ -87,14 +91,29 @@ def dump_bytes(kind: str, data: bytes | memoryview, offset: int | None = None) -
     return dumper(data, offset)
 
 
+def _read_for_dump(path: str, kind: str) -> bytes:
+    """The bytes of a file to dump; of an index, only what can hold entries (its segment's
+    size bounds that, and a size no broker writes is an error), however large the file."""
+    with open(path, "rb") as f:
+        if kind not in ("index", "timeindex"):
+            return f.read()
+        size = os.fstat(f.fileno()).st_size
+        log = os.path.splitext(path)[0] + ".log"
+        log_size = os.path.getsize(log) if os.path.isfile(log) else None
+        entry = OFFSET_ENTRY_SIZE if kind == "index" else TIME_ENTRY_SIZE
+        return f.read(useful_index_bytes(size, entry, log_size))
+
+
 def dump_file(path: str) -> list[Doc]:
     """Read ``path`` and dump it according to its name."""
     kind, offset = file_kind(path)
     if kind not in _DUMPERS:
         raise DecodeError(f"{os.path.basename(path)}: not a storage file this dumper knows")
-    with open(path, "rb") as f:
-        data = f.read()
     try:
+        data = _read_for_dump(path, kind)
+        if kind in ("index", "timeindex"):
+            size = os.path.getsize(path)
+            return _DUMPERS[kind](data, offset, size)
         return dump_bytes(kind, data, offset)
     except DecodeError as exc:
         if exc.what is None or not exc.what.startswith(path):

@@ -38,6 +38,24 @@ def _valid_prefix(table: np.ndarray, a: str, b: str) -> int:
     return int(hit[0]) if hit.size else int(table.shape[0])
 
 
+#: ``segment.index.bytes`` is an int: no index Kafka writes is larger.
+MAX_INDEX_FILE = 2**31 - 1
+#: The smallest batch on disk (a magic 0 message with empty key and value): an index never has
+#: more entries than its segment has batches, so more slots than that are preallocation.
+MIN_BATCH_BYTES = 26
+
+
+def useful_index_bytes(file_size: int, entry_size: int, log_size: int | None) -> int:
+    """How much of an index file can hold entries: all of it, or (given its segment's size)
+    one entry per smallest possible batch. Raises DecodeError for a size no broker writes."""
+    if file_size > MAX_INDEX_FILE:
+        raise DecodeError(f"implausible size {file_size}: larger than any index Kafka writes",
+                          what="index")
+    if log_size is None:
+        return file_size
+    return min(file_size, entry_size * (log_size // MIN_BATCH_BYTES + 1))
+
+
 def preallocated_size(entry_size: int, max_index_size: int = SEGMENT_INDEX_BYTES) -> int:
     """File size of an active segment's index: ``segment.index.bytes`` rounded down to whole entries."""
     return max_index_size - max_index_size % entry_size
@@ -54,13 +72,17 @@ class OffsetIndex:
     file_size: int = 0
 
     @classmethod
-    def parse(cls, data: bytes | memoryview, base_offset: int) -> OffsetIndex:
-        """Parse index bytes; a partial trailing slot is ignored, as Kafka rounds the size down."""
+    def parse(cls, data: bytes | memoryview, base_offset: int,
+              file_size: int | None = None) -> OffsetIndex:
+        """Parse index bytes; a partial trailing slot is ignored, as Kafka rounds the size down.
+        ``file_size``: the file's size when ``data`` is only its beginning (the rest of a
+        preallocated index is zeros and need not be read)."""
         slots = len(data) // OFFSET_ENTRY_SIZE
         table = np.frombuffer(data, dtype=_OFFSET_DTYPE, count=slots)
         n = _valid_prefix(table, "relative_offset", "position")
         return cls(base_offset, table["relative_offset"][:n].astype(np.int64),
-                   table["position"][:n].astype(np.int64), len(data))
+                   table["position"][:n].astype(np.int64),
+                   len(data) if file_size is None else file_size)
 
     @classmethod
     def from_entries(cls, base_offset: int, entries: Iterable[tuple[int, int]]) -> OffsetIndex:
@@ -132,13 +154,16 @@ class TimeIndex:
     file_size: int = 0
 
     @classmethod
-    def parse(cls, data: bytes | memoryview, base_offset: int) -> TimeIndex:
-        """Parse time-index bytes; a partial trailing slot is ignored."""
+    def parse(cls, data: bytes | memoryview, base_offset: int,
+              file_size: int | None = None) -> TimeIndex:
+        """Parse time-index bytes; a partial trailing slot is ignored. ``file_size``: as for
+        :meth:`OffsetIndex.parse`."""
         slots = len(data) // TIME_ENTRY_SIZE
         table = np.frombuffer(data, dtype=_TIME_DTYPE, count=slots)
         n = _valid_prefix(table, "timestamp", "relative_offset")
         return cls(base_offset, table["timestamp"][:n].astype(np.int64),
-                   table["relative_offset"][:n].astype(np.int64), len(data))
+                   table["relative_offset"][:n].astype(np.int64),
+                   len(data) if file_size is None else file_size)
 
     @classmethod
     def from_entries(cls, base_offset: int, entries: Iterable[tuple[int, int]]) -> TimeIndex:

@@ -13,12 +13,13 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Iterator, Sequence
 
+from kproto.codecs.compression import DecompressionBudget
 from kproto.errors import DecodeError
 from kproto.records.batch import RecordBatch
 from kproto.records.reader import Batch, BatchError, BatchReader
 from kproto.storage.checkpoints import LeaderEpochCheckpoint, PartitionMetadata
-from kproto.storage.indexes import (AbortedTxn, IndexBuilder, OffsetIndex, TimeIndex,
-                                    parse_txn_index)
+from kproto.storage.indexes import (OFFSET_ENTRY_SIZE, TIME_ENTRY_SIZE, AbortedTxn, IndexBuilder,
+                                    OffsetIndex, TimeIndex, parse_txn_index, useful_index_bytes)
 from kproto.storage.layout import PartitionDir, SegmentFiles, scan_partition_dir
 from kproto.storage.snapshot import ProducerSnapshot, parse_snapshot
 
@@ -31,7 +32,9 @@ class Damage:
     whose records do not decode, skipped), ``torn-tail`` (a partial last batch, as a crash
     leaves it; not data), ``index`` (an index file that cannot be used; rebuilt by scanning),
     ``file`` (a metadata file that cannot be parsed), ``record`` (an internal-topic record
-    that does not decode). ``bytes_skipped``: log bytes not read because of it."""
+    that does not decode), ``gap`` (records the indexes know of that the log no longer holds),
+    ``limit`` (a batch not decompressed: the read's decompression budget was spent).
+    ``bytes_skipped``: log bytes not read because of it."""
 
     file: str
     position: int
@@ -62,6 +65,8 @@ class Segment:
         self.log_size = os.path.getsize(files.log) if files.log else 0
         self.problems: list[Damage] = []
         self.indexes_rebuilt = False
+        # the next segment's base offset: no batch of this one may reach it (Partition.open)
+        self.next_base: int | None = None
 
     def __repr__(self) -> str:
         return f"Segment({self.name}, {self.log_size} bytes)"
@@ -70,23 +75,34 @@ class Segment:
         """Bytes ``[start, end)`` of the ``.log`` file."""
         return _read(self.files.log, start, end) if self.files.log else b""
 
+    def _index(self, path: str, cls, entry_size: int):
+        """An index file read within what it can usefully hold; None (reported) if unusable."""
+        try:
+            size = os.path.getsize(path)
+            idx = cls.parse(_read(path, 0, useful_index_bytes(size, entry_size, self.log_size)),
+                            self.base_offset, size)
+            bad = idx.problems(self.log_size) if cls is OffsetIndex else idx.problems()
+            if len(idx) and self.log_size == 0 and not any(d.kind == "gap" for d in self.problems):
+                self.problems.append(Damage(
+                    self.files.log or self.name, 0, "gap",
+                    f"the segment is empty but its {os.path.basename(path)} has entries: its "
+                    f"records (from offset {self.base_offset} on) are lost"))
+        except DecodeError as exc:
+            bad = [exc.reason]
+        except OSError as exc:
+            bad = [f"cannot be read: {exc.strerror or exc}"]
+        if bad:
+            self.problems.append(Damage(path, 0, "index", "; ".join(bad) + "; rebuilt by scanning"))
+            return None
+        return idx
+
     @cached_property
     def _indexes(self) -> tuple[OffsetIndex, TimeIndex]:
         oi = ti = None
         if self.files.index:
-            oi = OffsetIndex.parse(_read(self.files.index), self.base_offset)
-            bad = oi.problems(self.log_size)
-            if bad:
-                self.problems.append(Damage(self.files.index, 0, "index",
-                                            "; ".join(bad) + "; rebuilt by scanning"))
-                oi = None
+            oi = self._index(self.files.index, OffsetIndex, OFFSET_ENTRY_SIZE)
         if self.files.timeindex:
-            ti = TimeIndex.parse(_read(self.files.timeindex), self.base_offset)
-            bad = ti.problems()
-            if bad:
-                self.problems.append(Damage(self.files.timeindex, 0, "index",
-                                            "; ".join(bad) + "; rebuilt by scanning"))
-                ti = None
+            ti = self._index(self.files.timeindex, TimeIndex, TIME_ENTRY_SIZE)
         if oi is None or ti is None:
             # missing or unusable: rebuild both by scanning, as Kafka's recovery does (in memory
             # only; the files are never written)
@@ -137,14 +153,16 @@ class Segment:
         resync = [int(p) - offset for p in self.offset_index.positions]
         for batch in scan_batches(data, start - offset, None if end is None else end - offset,
                                   resync=resync, verify_crc=verify_crc, damage=damage,
-                                  file=self.files.log or self.name, shift=offset):
+                                  file=self.files.log or self.name, shift=offset,
+                                  offsets=(self.base_offset, self.next_base)):
             yield batch
 
 
 def scan_batches(buf: bytes | memoryview, start: int = 0, end: int | None = None, *,
                  resync: Sequence[int] = (), verify_crc: bool = False,
                  damage: list[Damage] | None = None, file: str = "",
-                 shift: int = 0) -> Iterator[Batch]:
+                 shift: int = 0, offsets: tuple[int, int | None] | None = None,
+                 budget: DecompressionBudget | None = None) -> Iterator[Batch]:
     """Batches of ``buf[start:end]`` (sans-I/O). Damage is appended to ``damage`` with file
     positions (buffer position + ``shift``):
 
@@ -152,14 +170,21 @@ def scan_batches(buf: bytes | memoryview, start: int = 0, end: int | None = None
     * unparseable bytes stop :class:`~kproto.records.reader.BatchReader`; reading resumes at the
       next known batch boundary in ``resync`` (offset-index positions), the bytes in between
       reported as skipped;
-    * a partial batch at the end is reported as ``torn-tail``.
+    * a partial batch at the end is reported as ``torn-tail``;
+    * with ``offsets`` = (the segment's base offset, the next segment's or None), a batch whose
+      offsets fall outside that range or go back below the previous batch's is ``corrupt``
+      (its base offset is not covered by the CRC) and skipped.
+
+    ``budget``: what the batches may decompress in all (one fresh budget by default).
     """
     end = len(buf) if end is None else min(end, len(buf))
     damage = damage if damage is not None else []
+    budget = budget if budget is not None else DecompressionBudget()
     pos = start
+    low, high = offsets if offsets is not None else (None, None)
     while pos < end:
         errors: list[BatchError] = []
-        reader = BatchReader(buf, pos, end, verify_crc=False, errors=errors)
+        reader = BatchReader(buf, pos, end, verify_crc=False, errors=errors, budget=budget)
         for batch in reader:
             if not batch.is_valid():
                 damage.append(Damage(file, batch.position + shift, "crc",
@@ -168,6 +193,17 @@ def scan_batches(buf: bytes | memoryview, start: int = 0, end: int | None = None
                                      batch.size_in_bytes if verify_crc else 0))
                 if verify_crc:
                     continue
+            if low is not None:
+                # a legacy wrapper's first offset needs decompressing: its last one is outside
+                first = batch.base_offset if isinstance(batch, RecordBatch) else batch.last_offset
+                last = batch.last_offset
+                if first < low or last < first or (high is not None and last >= high):
+                    where = f"[{low}, {high})" if high is not None else f"from {low}"
+                    damage.append(Damage(file, batch.position + shift, "corrupt",
+                                         f"batch offsets {first}..{last} out of place: "
+                                         f"expected offsets {where}", batch.size_in_bytes))
+                    continue
+                low = last + 1
             yield batch
         pos = reader.position
         if not errors:
@@ -198,6 +234,8 @@ class Partition:
         layout = (path_or_layout if isinstance(path_or_layout, PartitionDir)
                   else scan_partition_dir(path_or_layout))
         segs = [Segment(f) for f in layout.segments if f.log]
+        for seg, nxt in zip(segs, segs[1:]):
+            seg.next_base = nxt.base_offset
         part = cls(layout.path, layout.topic, layout.partition, segs, layout)
         for f in layout.segments:
             if not f.log:

@@ -22,6 +22,8 @@ from typing import Iterable, Iterator, Sequence, TypeGuard
 import numpy as np
 import pyarrow as pa
 
+from kproto.codecs.compression import (DEFAULT_BUDGET_FLOOR, DEFAULT_BUDGET_RATIO,
+                                      DecompressionBudget, DecompressionLimitError)
 from kproto.errors import DecodeError
 from kproto.records.batch import RecordBatch
 from kproto.records.columns import decode_arrow, decode_batches, to_arrow
@@ -67,6 +69,9 @@ class ReadOptions:
     include_control: bool = False
     verify_crc: bool = False
     binary_view: bool = False  # keys/values as binary_view instead of binary
+    # what one split may decompress: floor + ratio x its compressed bytes (DecompressionBudget)
+    budget_floor: int = DEFAULT_BUDGET_FLOOR
+    budget_ratio: int = DEFAULT_BUDGET_RATIO
 
     def __post_init__(self) -> None:
         if self.isolation not in ISOLATIONS:
@@ -87,6 +92,7 @@ class Split:
     resync: tuple[int, ...] = ()  # batch boundaries inside the range (offset-index positions)
     aborted: tuple[AbortedTxn, ...] = ()
     last_stable_offset: int | None = None
+    next_base_offset: int | None = None  # the next segment's: no batch here may reach it
 
     @property
     def size(self) -> int:
@@ -172,6 +178,7 @@ def plan_splits(path: str, *, topics: Iterable[str] | None = None,
                 break
             rng = _segment_range(seg, k == len(segs) - 1, options)
             if rng is None:
+                seg.offset_index  # noqa: B018 - reads the indexes, reporting what they say is lost
                 continue
             assert seg.files.log is not None  # Partition.open keeps only segments with a .log
             lo, hi = rng
@@ -185,7 +192,8 @@ def plan_splits(path: str, *, topics: Iterable[str] | None = None,
             bounds.append(hi)
             for a, b in zip(bounds, bounds[1:]):
                 out.append(Split(seg.files.log, part.topic, part.partition, seg.base_offset, a, b,
-                                 tuple(p for p in cuts if a < p < b), aborted, lso))
+                                 tuple(p for p in cuts if a < p < b), aborted, lso,
+                                 seg.next_base))
         if damage is not None:
             damage.extend(part.problems)
             for seg in part.segments:
@@ -382,13 +390,17 @@ def read_buffer(data: bytes | memoryview, split: Split, options: ReadOptions = R
     pending: list[Batch] = []
     size = 0
     resync = [p - split.start for p in split.resync]
+    budget = DecompressionBudget(options.budget_floor, options.budget_ratio)
     for batch in scan_batches(data, resync=resync, verify_crc=options.verify_crc,
-                              damage=damage, file=split.path, shift=split.start):
+                              damage=damage, file=split.path, shift=split.start,
+                              offsets=(split.base_offset, split.next_base_offset),
+                              budget=budget):
         try:
             keep = _keep_batch(batch, options, aborted, lso)
         except DecodeError as exc:
             # a legacy wrapper knows its first offset only from its (damaged) inner messages
-            damage.append(Damage(split.path, split.start + batch.position, "corrupt",
+            kind = "limit" if isinstance(exc, DecompressionLimitError) else "corrupt"
+            damage.append(Damage(split.path, split.start + batch.position, kind,
                                  f"records do not decode: {exc}", batch.size_in_bytes))
             continue
         if not keep:
@@ -420,7 +432,8 @@ def _decode(batches: list[Batch], split: Split, segment: str, opts: ReadOptions,
             try:
                 rb = _to_arrow([b], split, segment, opts, schema)
             except DecodeError as exc:
-                damage.append(Damage(split.path, split.start + b.position, "corrupt",
+                kind = "limit" if isinstance(exc, DecompressionLimitError) else "corrupt"
+                damage.append(Damage(split.path, split.start + b.position, kind,
                                      f"records do not decode: {exc}", b.size_in_bytes))
                 continue
             if rb is not None:

@@ -50,13 +50,14 @@ def summarize_partition(part: Partition) -> Doc:
                     t_lo = t if t_lo is None else min(t_lo, t)
                     t_hi = t if t_hi is None else max(t_hi, t)
         oi, ti = seg.offset_index, seg.time_index
+        aborted = seg.aborted  # read before the segment's problems are collected
         damage += seg.problems
         segments.append({
             "segment": seg.name, "base_offset": seg.base_offset, "size": seg.log_size,
             "batches": n, "offsets": _range(lo, hi), "timestamps": _range(t_lo, t_hi),
             "index_entries": len(oi), "timeindex_entries": len(ti),
             "preallocated_indexes": oi.preallocated, "indexes_rebuilt": seg.indexes_rebuilt,
-            "aborted_transactions": len(seg.aborted),
+            "aborted_transactions": len(aborted),
             "damage": [d.to_json() for d in damage],
         })
         damage_all += damage
@@ -66,7 +67,9 @@ def summarize_partition(part: Partition) -> Doc:
         if hi is not None:
             log_end = hi
     snaps = part.snapshot_offsets
-    latest = part.snapshot(snaps[-1]) if snaps else None
+    # every snapshot is read (they are small) so that a damaged one is reported
+    read = [part.snapshot(o) for o in snaps]
+    latest = read[-1] if read else None
     fuo = first_unstable_offset(part)
     epochs = part.leader_epochs
     extra: Doc = {}

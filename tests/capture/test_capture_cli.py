@@ -94,7 +94,7 @@ def test_damaged_file_still_decodes(tmp_path, capsys):
     bad.write_bytes(data[: len(data) // 2])
     code, text = _run(tmp_path, str(bad), "--format", "jsonl")
     docs = [json.loads(line) for line in text.splitlines()]
-    assert code == 0 and len([d for d in docs if not d["problems"]]) > 10
+    assert code == 1 and len([d for d in docs if not d["problems"]]) > 10
     assert "capture: pcapng block" in capsys.readouterr().err
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from kproto.errors import DecodeError
 from kproto.storage.checkpoints import (CleanShutdown, LeaderEpochCheckpoint, MetaProperties,
-                                        OffsetCheckpoint, PartitionMetadata)
+                                        OffsetCheckpoint, PartitionMetadata, parse_properties)
 from kproto.storage.dump import dump_file
 from kproto.storage.indexes import OffsetIndex, TimeIndex, encode_txn_index, parse_txn_index
 from kproto.storage.layout import file_kind
@@ -115,6 +115,8 @@ def test_snapshot_malformed(data):
     (PartitionMetadata, b"version: 0\ntopic_id: short"),
     (PartitionMetadata, b"version: 1\ntopic_id: AAAAAAAAAAAAAAAAAAAAAQ"),
     (PartitionMetadata, b"topic_id: AAAAAAAAAAAAAAAAAAAAAQ"),
+    (MetaProperties, b"node.id=1\ncluster.id=x\n"),  # no version: Kafka will not start
+    (MetaProperties, b"version=one\n"),
     (CleanShutdown, b"{"),
     (CleanShutdown, b'{"version": 0}'),
     (CleanShutdown, b'{"version": "0", "brokerEpoch": 3}'),  # a mix of two forms
@@ -137,7 +139,8 @@ def test_txn_index_malformed():
 
 
 def test_properties_escapes_round_trip():
-    props = {"a key": "x=y:z", "uni": "caf\u00e9 \u4e2d", "lead": " spaced", "p.q": "#!\\"}
+    props = {"a key": "x=y:z", "uni": "caf\u00e9 \u4e2d", "lead": " spaced", "p.q": "#!\\",
+             "version": "1"}
     encoded = MetaProperties(props).encode()
     assert encoded.startswith(b"#\n#")
     assert MetaProperties.parse(encoded).properties == props
@@ -145,8 +148,7 @@ def test_properties_escapes_round_trip():
 
 def test_properties_continuation_and_separators():
     text = b"# c\n! c\na = 1\nb:2\nc 3\nd=long\\\n   value\n\ne\n"
-    assert MetaProperties.parse(text).properties == {"a": "1", "b": "2", "c": "3",
-                                                     "d": "longvalue", "e": ""}
+    assert parse_properties(text) == {"a": "1", "b": "2", "c": "3", "d": "longvalue", "e": ""}
 
 
 def test_leader_epoch_for_offset():

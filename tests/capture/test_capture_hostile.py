@@ -1,0 +1,88 @@
+"""Hostile captures (issue 19): a packet time past any calendar, packets of a link type kproto
+does not read, a decompression bomb inside a Produce request. Each is reported, none crashes,
+and the CLI's exit status says when the file itself could not be read."""
+from __future__ import annotations
+
+import io
+import json
+import struct
+import time
+from contextlib import redirect_stdout
+
+import zstandard
+from crc32c import crc32c
+
+import kproto
+from kproto.capture import iter_exchanges
+from kproto.capture.records_view import records_json
+from kproto.cli.main import main
+from kproto.records.batch import CRC_START, HEADER, HEADER_SIZE, LOG_OVERHEAD
+
+from pcapgen import Conversation, request_frame, response_frame, write_pcap, write_pcapng
+
+
+def _cli(path, *argv):
+    buf = io.StringIO()
+    with redirect_stdout(buf):
+        rc = main(["decode-pcap", "--no-progress", *argv, str(path)])
+    return rc, buf.getvalue()
+
+
+def _conversation():
+    conv = Conversation()
+    conv.send(True, request_frame(18, 0, 1))
+    conv.send(False, response_frame(18, 0, 1))
+    conv.close()
+    return conv
+
+
+def test_packet_time_past_any_calendar(tmp_path):
+    frames = _conversation().frames()
+    # a damaged pcapng block: a time in seconds (tsresol 10^0) far past year 9999
+    frames = [(1e15 if i == 3 else ts, f) for i, (ts, f) in enumerate(frames)]
+    path = tmp_path / "future.pcapng"
+    path.write_bytes(write_pcapng(frames, tsresol=0))
+    (ex,) = iter_exchanges(str(path))
+    assert ex.to_json()["ts"] == "1000000000000000.0s"
+    for fmt in ("jsonl", "text"):
+        rc, out = _cli(path, "--format", fmt)
+        assert rc == 0 and "1000000000000000.0s" in out
+
+
+def test_unknown_link_type_is_a_problem_and_a_non_zero_exit(tmp_path, capsys):
+    path = tmp_path / "odd.pcap"
+    frames = _conversation().frames()
+    path.write_bytes(write_pcap(frames, linktype=147))  # a user DLT
+    rc, out = _cli(path, "--format", "jsonl", "--port", "9092")
+    assert rc == 1 and out == ""
+    assert f"link type 147 is not one kproto reads: {len(frames)} packets not read" in \
+        capsys.readouterr().err
+
+
+def _bomb_batch() -> bytes:
+    n = (255 << 20) // 7
+    body = zstandard.ZstdCompressor(level=19).compress(b"\x0c\x00\x00\x00\x01\x01\x00" * n)
+    head = bytearray(HEADER.pack(0, HEADER_SIZE - LOG_OVERHEAD + len(body), 0, 2, 0, 4, n - 1,
+                                 0, 0, -1, -1, -1, n))
+    struct.pack_into(">I", head, 17, crc32c(body, crc32c(bytes(head[CRC_START:]))))
+    return bytes(head) + body
+
+
+def test_bomb_in_a_produce_request_is_reported_quickly(tmp_path):
+    req = kproto.request(0)
+    part = req.classes["PartitionProduceData"](index=0, records=_bomb_batch())
+    body = req.cls(acks=1, timeout_ms=100, topic_data=[
+        req.classes["TopicProduceData"](name="t", partition_data=[part])])
+    conv = Conversation()
+    conv.send(True, request_frame(0, 9, 1, body))
+    conv.send(False, response_frame(0, 9, 1))
+    conv.close()
+    path = tmp_path / "bomb.pcap"
+    path.write_bytes(write_pcap(conv.frames()))
+    t = time.monotonic()
+    rc, out = _cli(path, "--format", "jsonl", "--records")
+    assert rc == 0 and time.monotonic() - t < 10
+    (doc,) = map(json.loads, out.splitlines())
+    view = doc["request"]["topicData"][0]["partitionData"][0]["records"]
+    assert view["records"] == [] and "budget" in view["errors"][0]["error"]
+    assert records_json(_bomb_batch())["errors"]

@@ -1,0 +1,56 @@
+"""Numbers past their range in record batches (issue 19): a legacy wrapper whose inner offsets
+would pass 2^63-1 is corrupt data, reported as a DecodeError by every decoder, never an
+OverflowError or an offset beyond int64."""
+from __future__ import annotations
+
+import struct
+
+import pytest
+import zstandard
+from crc32c import crc32c
+
+from kproto.codecs.compression import compress
+from kproto.errors import DecodeError
+from kproto.records.batch import CRC_START, HEADER, HEADER_SIZE, LOG_OVERHEAD, RecordBatch
+from kproto.records.builder import encode_legacy_message
+from kproto.records.columns import decode_columns
+from kproto.records.reader import iter_batches
+
+LZ4 = 3
+
+
+def _wrapper(wrapper_offset: int, inner_offsets: list[int]) -> bytes:
+    inner = b"".join(encode_legacy_message(o, 1, 0, 1000, b"k", b"v") for o in inner_offsets)
+    return encode_legacy_message(wrapper_offset, 1, LZ4, 1000, None, compress(LZ4, inner))
+
+
+@pytest.mark.parametrize("wrapper,inner", [
+    (2**63 - 1, [5, 0]),        # first absolute offset 2^63 + 4
+    (-2**63, [0, 7]),           # 2^63 below the first
+])
+def test_inner_offsets_past_int64_are_corrupt(wrapper, inner):
+    data = _wrapper(wrapper, inner)
+    (batch,) = iter_batches(data)
+    with pytest.raises(DecodeError, match="int64"):
+        batch.record_list()
+    with pytest.raises(DecodeError, match="int64"):
+        decode_columns(data)
+
+
+def test_inner_offsets_at_the_edge_still_decode():
+    data = _wrapper(2**63 - 1, [0, 1, 2])
+    (batch,) = iter_batches(data)
+    assert [r.offset for r in batch.record_list()] == [2**63 - 3, 2**63 - 2, 2**63 - 1]
+    assert list(decode_columns(data).offset) == [2**63 - 3, 2**63 - 2, 2**63 - 1]
+
+
+def test_batch_without_budget_gets_its_own():
+    # a batch read on its own still has a decompression budget: a bomb is refused, not run
+    n = (64 << 20) // 7
+    body = zstandard.ZstdCompressor(level=19).compress(b"\x0c\x00\x00\x00\x01\x01\x00" * n)
+    head = bytearray(HEADER.pack(0, HEADER_SIZE - LOG_OVERHEAD + len(body), 0, 2, 0, 4, n - 1,
+                                 0, 0, -1, -1, -1, n))
+    struct.pack_into(">I", head, 17, crc32c(body, crc32c(bytes(head[CRC_START:]))))
+    batch = RecordBatch(bytes(head) + body)
+    with pytest.raises(DecodeError, match="budget"):
+        batch.record_list()
