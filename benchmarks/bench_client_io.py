@@ -32,7 +32,7 @@ PEERS = Path(os.environ.get("KPROTO_PEERS", REPO.parent / "shared" / "peers"))
 
 def bench_protocol_core(n: int) -> None:
     """The sans-I/O cost per request: encode, then match and decode its answer."""
-    from kproto.client.connection import ClientProtocol
+    from kproto.client.protocol import ClientProtocol
     from kproto.framing import ResponseHeader, encode_response
 
     proto = ClientProtocol()

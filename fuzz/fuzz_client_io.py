@@ -16,7 +16,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 with atheris.instrument_imports():
     import kproto
-    from kproto.client.connection import ClientProtocol
+    from kproto.client.protocol import ClientProtocol
     from kproto.errors import DecodeError
 
 #: (api key, version) pairs the first input byte chooses the requests in flight from

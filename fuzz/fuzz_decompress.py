@@ -19,10 +19,10 @@ except ImportError:  # pragma: no cover - the test suite drives TestOneInput wit
 
 if atheris is not None:
     with atheris.instrument_imports():
-        from kproto.codecs.compression import compress, decompress
+        from kproto.records.compression import compress, decompress
         from kproto.errors import DecodeError
 else:
-    from kproto.codecs.compression import compress, decompress
+    from kproto.records.compression import compress, decompress
     from kproto.errors import DecodeError
 
 LIMIT = 1 << 16

@@ -16,6 +16,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 with atheris.instrument_imports():
     import kproto
     from kproto import codecs
+    from kproto.codecs.engine import _DECODE_FAULTS
 
 CODECS = [kproto.request(k) for k in sorted(codecs.api_keys())] + \
          [kproto.response(k) for k in sorted(codecs.api_keys())]
@@ -24,7 +25,7 @@ CODECS = [kproto.request(k) for k in sorted(codecs.api_keys())] + \
 def _outcome(fn, data):
     try:
         return fn(data, 0)
-    except codecs._DECODE_FAULTS:
+    except _DECODE_FAULTS:
         return None
 
 

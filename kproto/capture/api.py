@@ -6,16 +6,12 @@
 """
 from __future__ import annotations
 
-import base64
-import datetime as _dt
 import os
 from typing import Any, BinaryIO, Iterable, Iterator, Optional, Union, cast
 
-import kproto
-
 from kproto.capture import bodies
 from kproto.capture.decoder import CaptureDecoder
-from kproto.capture.exchange import UNREAD_KEPT, Exchange
+from kproto.capture.exchange import UNREAD_KEPT, Exchange, exchange_to_json
 from kproto.error_codes import error_name
 from kproto.capture.pcap import CaptureProblem, Packet, read_packets, stream_packets
 from kproto.capture.sessions import FetchSessionView
@@ -298,83 +294,3 @@ def iter_exchanges(source: Union[str, os.PathLike, BinaryIO, Iterable[Union[Pack
     for p in packets:
         yield from decoder.feed(p)
     yield from decoder.finish()
-
-
-def _iso(ts: Optional[float]) -> Optional[str]:
-    if ts is None:
-        return None
-    try:
-        return _dt.datetime.fromtimestamp(ts, _dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    except (OverflowError, ValueError, OSError):
-        # a damaged packet header's time is still data: shown as seconds since the epoch
-        return f"{ts}s"
-
-
-def exchange_to_json(ex: Exchange, *, records: Any = None) -> dict:
-    """One JSON object for an exchange (the ``--format jsonl`` line).
-
-    Bodies follow Kafka's JSON convention, at ``decoded_as`` when the version is newer than the
-    schemas (``unread`` then gives, per body, the offset, count and first bytes in hex of what that
-    layout left unread; null when nothing was). ``records``: a callable turning the bytes of a
-    ``records`` field into a JSON value (see :mod:`kproto.capture.records_view`), or None for base64.
-    """
-    key, ver = ex.api_key, ex.api_version
-    body_ver = ver if ex.decoded_as is None else ex.decoded_as
-    request = response = None
-    if ex.request is not None:
-        assert key is not None and body_ver is not None  # a decoded body has a key and version
-        request = _body_json(kproto.request(key), ex.request, body_ver, records)
-    if ex.response is not None:
-        assert key is not None and body_ver is not None
-        rver = body_ver if ex.response_version is None else ex.response_version
-        response = _body_json(kproto.response(key), ex.response, rver, records)
-    if ex.sasl and request is not None and key == _SASL_AUTHENTICATE:
-        request["authBytes"] = "<redacted>"
-    doc = {
-        "ts": _iso(ex.ts),
-        "client": str(ex.client),
-        "broker": str(ex.broker),
-        "kind": ex.kind,
-        "api_key": key,
-        "api_name": ex.api_name,
-        "api_version": ver,
-        "decoded_as": ex.decoded_as,
-        "correlation_id": ex.correlation_id,
-        "client_id": ex.client_id,
-        "latency_ms": None if ex.latency_ms is None else round(ex.latency_ms, 3),
-        "request_bytes": ex.request_bytes or None,
-        "response_bytes": ex.response_bytes or None,
-        "request": request,
-        "response": response,
-        "errors": ex.errors,
-        "problems": ex.problems,
-        "notes": ex.notes,
-        "unread": {side: {"offset": off, "length": n, "hex": head.hex()}
-                   for side, (off, n, head) in ex.unread.items()} or None,
-    }
-    if ex.fetch_session is not None:
-        doc["fetch_session"] = ex.fetch_session
-    if ex.sasl is not None:
-        doc["sasl"] = ex.sasl
-    return doc
-
-
-def _body_json(codec: Any, obj: Any, version: int, records: Any) -> dict:
-    doc = codec.to_json(obj, version)
-    if records is not None:
-        _replace_records(doc, records)
-    return doc
-
-
-def _replace_records(doc: Any, convert: Any) -> None:
-    """Replace every ``records`` value (base64 in Kafka's JSON) by ``convert(bytes)``."""
-    if isinstance(doc, dict):
-        for k, v in doc.items():
-            if k == "records" and isinstance(v, str):
-                doc[k] = convert(base64.b64decode(v))
-            elif isinstance(v, (dict, list)):
-                _replace_records(v, convert)
-    elif isinstance(doc, list):
-        for v in doc:
-            if isinstance(v, (dict, list)):
-                _replace_records(v, convert)

@@ -19,10 +19,10 @@ _I16 = struct.Struct(">h")
 @functools.lru_cache(maxsize=1024)
 def api_versions(api_key: int) -> Optional[range]:
     """Valid request versions of an API key (Kafka 3.9's); None if the key is unknown."""
-    import kproto
+    from kproto import codecs
 
     try:
-        return kproto.request(api_key).valid_versions
+        return codecs.request(api_key).valid_versions
     except KeyError:
         return None
 
@@ -82,10 +82,10 @@ def _header_versions(api_key: int, version: int) -> tuple[int, int]:
     when the spec's range says so. The codec's ``flexible_versions`` are cut at the highest valid
     version, so the spec's range is asked directly; known versions go through kproto's framing.
     """
-    import kproto
+    from kproto import codecs
     from kproto.framing import API_VERSIONS_KEY, request_header_version, response_header_version
 
-    req, resp = kproto.request(api_key), kproto.response(api_key)
+    req, resp = codecs.request(api_key), codecs.response(api_key)
     if version in req.valid_versions:
         return request_header_version(api_key, version), response_header_version(api_key, version)
     rh = 2 if version in req.schema.flexible_range else 1
@@ -127,24 +127,24 @@ def decode_request_as(data: Any, version: int) -> BestEffort:
     The header is read as the frame's own version wants it. Unlike :func:`decode_request`,
     trailing bytes are not an error: they are counted in ``unread``. Raises DecodeError.
     """
-    import kproto
+    from kproto import codecs
 
     key, ver, _ = read_request_header(data)[:3]
-    header, pos = kproto.message("RequestHeader").decode_from(data, 0, _header_versions(key, ver)[0])
+    header, pos = codecs.message("RequestHeader").decode_from(data, 0, _header_versions(key, ver)[0])
     body = memoryview(data)[pos:]
-    obj, end = kproto.request(key).decode_from(body, 0, version)
+    obj, end = codecs.request(key).decode_from(body, 0, version)
     return BestEffort(header, obj, pos, len(body) - end)
 
 
 def decode_response_as(data: Any, api_key: int, api_version: int, version: int) -> BestEffort:
     """Decode a response frame (no size prefix) to a request of ``api_key`` at ``api_version``,
     its body read with ``version``'s layout; trailing bytes are counted. Raises DecodeError."""
-    import kproto
+    from kproto import codecs
 
-    header, pos = kproto.message("ResponseHeader").decode_from(
+    header, pos = codecs.message("ResponseHeader").decode_from(
         data, 0, _header_versions(api_key, api_version)[1])
     body = memoryview(data)[pos:]
-    obj, end = kproto.response(api_key).decode_from(body, 0, version)
+    obj, end = codecs.response(api_key).decode_from(body, 0, version)
     return BestEffort(header, obj, pos, len(body) - end)
 
 

@@ -18,11 +18,11 @@ from typing import Callable, Container, Iterable, Optional, Union
 import numpy as np
 
 from kproto.capture.tcp import StreamData, StreamGap
+from kproto.framing import DEFAULT_MAX_FRAME
 
 __all__ = ["Frame", "FrameCutter", "FrameRule", "RequestRule", "ResponseRule", "DEFAULT_MAX_FRAME",
            "NEWER_VERSIONS"]
 
-DEFAULT_MAX_FRAME = 256 << 20
 #: Versions above the newest the schemas know that still make a plausible request start: clients
 #: newer than the schemas speak them (librdkafka 2.16 sends Metadata v13 to a Kafka 3.9 schema
 #: set), and a Kafka release rarely adds more than one or two versions to an API.

@@ -38,7 +38,7 @@ def _caps(items: list[str]) -> dict[int, int]:
 
 def _cluster(args: argparse.Namespace):
     from kproto.client.cluster import Cluster
-    from kproto.client.connection import SaslConfig
+    from kproto.client.protocol import SaslConfig
 
     ctx = None
     if args.tls:
@@ -78,10 +78,10 @@ def _run(coro_fn: Callable[[argparse.Namespace], Coroutine[Any, Any, int]]) -> C
 
 
 def _api_name(key: int) -> str:
-    import kproto
+    from kproto.codecs import request
 
     try:
-        return kproto.request(key).name.removesuffix("Request")
+        return request(key).name.removesuffix("Request")
     except KeyError:
         return f"Unknown({key})"
 

@@ -17,7 +17,7 @@ import os
 import sys
 from typing import Iterator, TextIO
 
-from kproto.codecs.compression import DEFAULT_MAX_SIZE
+from kproto.records.compression import DEFAULT_MAX_SIZE
 from kproto.errors import DecodeError
 from kproto.records.dump import dump_lines
 from kproto.storage.dump import DUMP_KINDS, dump_file, dump_internal_log, metadata_log_topic

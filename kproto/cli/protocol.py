@@ -6,9 +6,10 @@ import json
 import sys
 from typing import Any, Dict, List
 
-import kproto
-from kproto.codecs import message, messages, request, response
-from kproto.framing import request_header_version, response_header_version
+from kproto.codecs import KAFKA_VERSION, api_keys, message, messages, request, response
+from kproto.errors import DecodeError
+from kproto.framing import (decode_request, decode_response, request_header_version,
+                            response_header_version)
 
 
 def read_input(arg: str) -> bytes:
@@ -45,7 +46,7 @@ def cmd_schemas(args: argparse.Namespace) -> int:
                          "versions": [c.valid_versions.start, c.valid_versions.stop - 1],
                          "flexible_from": c.flexible_versions.start if c.flexible_versions else None})
     else:
-        for key, api in kproto.codecs.api_keys().items():
+        for key, api in api_keys().items():
             req, resp = request(key), response(key)
             rows.append({"api_key": key, "name": api, "request": req.name, "response": resp.name,
                          "versions": [req.valid_versions.start, req.valid_versions.stop - 1],
@@ -66,15 +67,15 @@ def cmd_schemas(args: argparse.Namespace) -> int:
         flex = f"{r['flexible_from']}+" if r["flexible_from"] is not None else "-"
         print(f"{r['api_key']:>4}  {r['name']:<36} {r['versions'][0]}-{r['versions'][1]:<7} {flex:<9} "
               f"{','.join(r['listeners'])}")
-    print(f"{len(rows)} API keys (Kafka {kproto.codecs.KAFKA_VERSION} schemas)")
+    print(f"{len(rows)} API keys (Kafka {KAFKA_VERSION} schemas)")
     return 0
 
 
 def cmd_decode_request(args: argparse.Namespace) -> int:
     data = _strip_prefix(read_input(args.data), args.size_prefix)
     try:
-        header, body = kproto.decode_request(data, size_prefix=False)
-    except kproto.DecodeError as exc:
+        header, body = decode_request(data, size_prefix=False)
+    except DecodeError as exc:
         print(f"kproto: {exc}", file=sys.stderr)
         return 1
     key, ver = header.request_api_key, header.request_api_version
@@ -87,8 +88,8 @@ def cmd_decode_request(args: argparse.Namespace) -> int:
 def cmd_decode_response(args: argparse.Namespace) -> int:
     data = _strip_prefix(read_input(args.data), args.size_prefix)
     try:
-        header, body = kproto.decode_response(data, args.api_key, args.version, size_prefix=False)
-    except (kproto.DecodeError, KeyError) as exc:
+        header, body = decode_response(data, args.api_key, args.version, size_prefix=False)
+    except (DecodeError, KeyError) as exc:
         print(f"kproto: {exc}", file=sys.stderr)
         return 1
     codec = response(args.api_key)

@@ -5,8 +5,11 @@
 - :mod:`kproto.client.consumer_protocol`: consumer-group subscription/assignment bytes.
 - :mod:`kproto.client.sasl`: SASL PLAIN, SCRAM-SHA-256/512 and OAUTHBEARER client state machines.
 - :mod:`kproto.client.transactions`: the transactional producer's state machine.
-- :mod:`kproto.client.connection`, :mod:`kproto.client.cluster`: asyncio connections (version
-  negotiation, pipelining, SASL, TLS) and the cluster's metadata and coordinators.
+- :mod:`kproto.client.protocol`: one connection's protocol state (framing, correlation,
+  pipelining, version negotiation) and the broker's errors.
+- :mod:`kproto.client.accumulator`: the producer's batching and sequence numbering.
+- :mod:`kproto.client.connection`, :mod:`kproto.client.cluster`: asyncio connections (TLS,
+  SASL) and the cluster's metadata and coordinators.
 - :mod:`kproto.client.producer`, :mod:`kproto.client.consumer`, :mod:`kproto.client.admin`: the
   asyncio producer (idempotent, transactional), group consumer and admin client on top.
 """

@@ -3,7 +3,7 @@ configs, offsets, records, consumer groups and ACLs, routed as Kafka's AdminClie
 
 Each call sends the requests it needs (to the controller, a partition leader, a group
 coordinator or every broker), checks every error code in the answers and raises
-:class:`~kproto.client.connection.BrokerError` naming the first failing item::
+:class:`~kproto.client.protocol.BrokerError` naming the first failing item::
 
     async with Cluster("127.0.0.1:9092") as cluster:
         admin = Admin(cluster)
@@ -17,10 +17,12 @@ from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 
 from kproto.client.cluster import EARLIEST, LATEST, MAX_TIMESTAMP, BrokerInfo, Cluster, TopicInfo
-from kproto.client.connection import BrokerError, Connection, raise_for_error
+from kproto.client.connection import Connection
+from kproto.client.protocol import BrokerError, raise_for_error
 from kproto.client.consumer_protocol import decode_assignment
 from kproto.codecs import request as _request_codec
 from kproto.errors import DecodeError
+from kproto.topic_partition import TopicPartitionKey
 
 __all__ = ["Admin", "ConfigEntry", "GroupListing", "MemberDescription", "GroupDescription",
            "ClusterDescription", "OffsetSpec", "Acl", "AclFilter", "RESOURCE_TYPES", "CONFIG_SOURCES",
@@ -44,7 +46,6 @@ _SET, _DELETE = 0, 1  # IncrementalAlterConfigs operations
 OffsetSpec = Union[str, int]
 _SPECS = {"earliest": EARLIEST, "latest": LATEST, "max_timestamp": MAX_TIMESTAMP}
 Resource = tuple[str, str]
-TopicPartition = tuple[str, int]
 
 
 @dataclass(frozen=True)
@@ -84,7 +85,7 @@ class MemberDescription:
     client_id: str
     client_host: str
     group_instance_id: Optional[str] = None
-    assignment: Optional[list[TopicPartition]] = None
+    assignment: Optional[list[TopicPartitionKey]] = None
 
 
 @dataclass(frozen=True)
@@ -183,7 +184,7 @@ def _timestamp(spec: OffsetSpec) -> int:
     return int(spec)
 
 
-def _by_topic(partitions: Iterable[TopicPartition]) -> dict[str, list[int]]:
+def _by_topic(partitions: Iterable[TopicPartitionKey]) -> dict[str, list[int]]:
     out: dict[str, list[int]] = {}
     for t, p in partitions:
         out.setdefault(t, []).append(p)
@@ -208,7 +209,7 @@ class Admin:
             return await self.cluster.connection(md.controller_id)
         return await self.cluster.bootstrap_connection()
 
-    async def _leaders(self, partitions: Iterable[TopicPartition]) -> dict[int, dict[str, list[int]]]:
+    async def _leaders(self, partitions: Iterable[TopicPartitionKey]) -> dict[int, dict[str, list[int]]]:
         """leader -> topic -> partitions, refreshing metadata for partitions without a known leader."""
         parts = list(partitions)
         md = self.cluster.metadata
@@ -341,8 +342,8 @@ class Admin:
                 raise_for_error(r.error_code, f"IncrementalAlterConfigs({res[0]} {name})", r.error_message)
 
     # -- offsets and records ---------------------------------------------------------------------
-    async def list_offsets(self, partitions: Iterable[TopicPartition], spec: OffsetSpec = "latest", *,
-                           isolation: str = "read_uncommitted") -> dict[TopicPartition, int]:
+    async def list_offsets(self, partitions: Iterable[TopicPartitionKey], spec: OffsetSpec = "latest", *,
+                           isolation: str = "read_uncommitted") -> dict[TopicPartitionKey, int]:
         """Offsets of ``partitions`` for ``spec``: ``"earliest"``, ``"latest"`` (the high watermark,
         or the last stable offset with ``isolation="read_committed"``), ``"max_timestamp"`` (the
         record with the highest timestamp) or a timestamp in ms (the first offset at or after it,
@@ -354,11 +355,11 @@ class Admin:
         return await self.cluster.list_offsets(parts, _timestamp(spec),
                                                isolation_level=int(isolation == "read_committed"))
 
-    async def delete_records(self, before: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
+    async def delete_records(self, before: Mapping[TopicPartitionKey, int]) -> dict[TopicPartitionKey, int]:
         """Delete the records below ``{(topic, partition): offset}`` (-1: the high watermark);
         returns each partition's new low watermark."""
         codec = _request_codec(DELETE_RECORDS)
-        out: dict[TopicPartition, int] = {}
+        out: dict[TopicPartitionKey, int] = {}
         for leader, topics in (await self._leaders(before)).items():
             conn = await self.cluster.connection(leader)
             resp = await conn.request(codec.cls(timeout_ms=self.timeout_ms, topics=[
@@ -453,8 +454,8 @@ class Admin:
             for r in resp.results:
                 raise_for_error(r.error_code, f"DeleteGroups({r.group_id})")
 
-    async def list_group_offsets(self, group_id: str, partitions: Optional[Iterable[TopicPartition]] = None, *,
-                                 require_stable: bool = False) -> dict[TopicPartition, int]:
+    async def list_group_offsets(self, group_id: str, partitions: Optional[Iterable[TopicPartitionKey]] = None, *,
+                                 require_stable: bool = False) -> dict[TopicPartitionKey, int]:
         """The group's committed offsets (every partition it has one for when ``partitions`` is
         None; -1 for a named partition without one). ``require_stable`` makes the broker wait out
         pending transactional commits (OffsetFetch v7+)."""
@@ -485,7 +486,7 @@ class Admin:
                 out[(t.name, p.partition_index)] = p.committed_offset
         return out
 
-    async def alter_group_offsets(self, group_id: str, offsets: Mapping[TopicPartition, int], *,
+    async def alter_group_offsets(self, group_id: str, offsets: Mapping[TopicPartitionKey, int], *,
                                   generation: int = -1, member_id: str = "") -> None:
         """Commit ``offsets`` for the group. Without ``generation``/``member_id`` (a member's own
         commit) the group must have no active members, as with Kafka's admin."""
@@ -511,7 +512,7 @@ def _filter_fields(f: AclFilter) -> dict[str, Any]:
                 permission_type=_code(ACL_PERMISSIONS, f.permission, "permission"))
 
 
-def _member_assignment(protocol_type: str, data: Any) -> Optional[list[TopicPartition]]:
+def _member_assignment(protocol_type: str, data: Any) -> Optional[list[TopicPartitionKey]]:
     if protocol_type != "consumer" or not data:
         return None
     try:

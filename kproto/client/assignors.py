@@ -25,14 +25,14 @@ from typing import Callable, Iterable, Mapping, Sequence, Union
 
 from kproto.errors import KprotoError
 from kproto.javahash import bucket, java_hash_order, java_string_hash
+from kproto.topic_partition import TopicPartitionKey
 
 __all__ = [
-    "TopicPartition", "Subscription", "Cluster", "AssignmentError", "ASSIGNORS", "assign",
+    "Subscription", "Cluster", "AssignmentError", "ASSIGNORS", "assign",
     "range_assign", "roundrobin_assign", "sticky_assign", "cooperative_sticky_assign",
     "encode_sticky_user_data", "decode_sticky_user_data", "java_string_hash", "java_hash_order",
 ]
 
-TopicPartition = tuple  # (topic: str, partition: int)
 #: topic -> partition count, or topic -> per-partition list of replica racks (None: no rack)
 Cluster = Mapping[str, Union[int, Sequence[Sequence[Union[str, None]]]]]
 
@@ -53,7 +53,7 @@ class Subscription:
 
     topics: Sequence[str]
     user_data: bytes | None = None
-    owned_partitions: Sequence[TopicPartition] = ()
+    owned_partitions: Sequence[TopicPartitionKey] = ()
     generation_id: int | None = None
     rack_id: str | None = None
     group_instance_id: str | None = None
@@ -61,7 +61,7 @@ class Subscription:
 
 # ---- Java hashing ----------------------------------------------------------------------------
 
-def _tp_hash(tp: TopicPartition) -> int:
+def _tp_hash(tp: TopicPartitionKey) -> int:
     # TopicPartition.hashCode: 31 * (31 + partition) + topic.hashCode()
     return (31 * (31 + tp[1]) + java_string_hash(tp[0])) & 0xFFFFFFFF
 
@@ -272,7 +272,7 @@ def roundrobin_assign(cluster: Cluster, subscriptions: Mapping[str, Subscription
 _I16, _I32 = struct.Struct(">h"), struct.Struct(">i")
 
 
-def encode_sticky_user_data(partitions: Iterable[TopicPartition], generation: int | None) -> bytes:
+def encode_sticky_user_data(partitions: Iterable[TopicPartitionKey], generation: int | None) -> bytes:
     """``StickyAssignor.serializeTopicPartitionAssignment`` (V1 layout; generation -1 if None).
     Partitions are grouped by topic in first-appearance order (``CollectionUtils.groupPartitionsByTopic``)."""
     grouped: dict[str, list[int]] = {}
@@ -291,7 +291,7 @@ def _read_topic_partitions(buf: memoryview, pos: int) -> tuple[list, int]:
     pos += 4
     if n < 0:
         raise ValueError("negative array size")
-    parts: list[TopicPartition] = []
+    parts: list[TopicPartitionKey] = []
     for _ in range(n):
         ln = _I16.unpack_from(buf, pos)[0]
         pos += 2
@@ -592,7 +592,7 @@ class _StickyRun:
 
         if rack.consumer_racks:  # assignRackAwareRoundRobin
             nxt = 0
-            left: list[TopicPartition] = []
+            left: list[TopicPartitionKey] = []
             for tp in unassigned:
                 c = None
                 idx = rack.next_rack_consumer(tp, under, nxt)

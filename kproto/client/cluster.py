@@ -18,8 +18,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional, Sequence
 
-from kproto.client.connection import (BrokerError, Connection, KafkaConnectionError, SaslConfig,
-                                      raise_for_error)
+from kproto.client.connection import Connection
+from kproto.client.protocol import BrokerError, KafkaConnectionError, SaslConfig, raise_for_error
 from kproto.codecs import request as _request_codec
 from kproto.codecs.primitives import Uuid
 

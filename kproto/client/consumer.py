@@ -31,7 +31,7 @@ from typing import Any, NamedTuple, Optional, Sequence
 from kproto.client.admin import Admin
 from kproto.client.assignors import Subscription, assign, encode_sticky_user_data
 from kproto.client.cluster import EARLIEST, LATEST, METADATA_REFRESH_ERRORS, Cluster
-from kproto.client.connection import BrokerError, KafkaConnectionError, raise_for_error
+from kproto.client.protocol import BrokerError, KafkaConnectionError, raise_for_error
 from kproto.client.consumer_protocol import (Assignment, decode_assignment, decode_subscription,
                                              encode_assignment, encode_subscription)
 from kproto.codecs import request as _request_codec

@@ -17,7 +17,8 @@ import struct
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
-from kproto.client.assignors import Subscription, TopicPartition
+from kproto.client.assignors import Subscription
+from kproto.topic_partition import TopicPartitionKey
 from kproto.errors import DecodeError, EncodeError
 
 __all__ = ["Subscription", "Assignment", "encode_subscription", "decode_subscription",
@@ -32,9 +33,9 @@ _codecs: dict[str, object] = {}
 def _codec(name: str):
     c = _codecs.get(name)
     if c is None:
-        import kproto  # the schema codec; imported lazily to keep this module cheap
+        from kproto.codecs import message  # imported lazily to keep this module cheap
 
-        c = _codecs[name] = kproto.message(name)
+        c = _codecs[name] = message(name)
     return c
 
 
@@ -52,7 +53,7 @@ def _clamp(version: int, versions: range, what: str) -> int:
     return min(version, versions[-1])
 
 
-def _group(partitions: Iterable[TopicPartition]) -> dict[str, list[int]]:
+def _group(partitions: Iterable[TopicPartitionKey]) -> dict[str, list[int]]:
     grouped: dict[str, list[int]] = {}
     for topic, p in partitions:
         grouped.setdefault(topic, []).append(p)
@@ -95,7 +96,7 @@ def decode_subscription(data: bytes | bytearray | memoryview) -> tuple[Subscript
     return sub, version
 
 
-def encode_assignment(assignment: Assignment | Sequence[TopicPartition], version: int = 3) -> bytes:
+def encode_assignment(assignment: Assignment | Sequence[TopicPartitionKey], version: int = 3) -> bytes:
     """``ConsumerProtocol.serializeAssignment``: version prefix + assignment body."""
     if not isinstance(assignment, Assignment):
         assignment = Assignment(list(assignment))

@@ -1,8 +1,8 @@
 """A minimal idempotent producer: partitioning, batching, compression, sequences, retries.
 
-The bookkeeping is sans-I/O (:class:`RecordAccumulator` batches records per partition and
-numbers them; :func:`build_produce_request` lays out the request); :class:`Producer` is the
-asyncio layer that sends batches to partition leaders::
+The bookkeeping is sans-I/O, in :mod:`kproto.client.accumulator` (``RecordAccumulator`` batches
+records per partition and numbers them; ``build_produce_request`` lays out the request);
+:class:`Producer` is the asyncio layer that sends batches to partition leaders::
 
     async with Cluster("127.0.0.1:9092") as cluster:
         producer = await Producer(cluster, compression="zstd").start()
@@ -31,24 +31,21 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import deque
-from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
 
+from kproto.client.accumulator import (PRODUCE, PendingBatch, RecordAccumulator, RecordMetadata,
+                                      build_produce_request, encode_batch)
 from kproto.client.cluster import METADATA_REFRESH_ERRORS, Cluster
-from kproto.client.connection import BrokerError, KafkaConnectionError, raise_for_error
-from kproto.client.partitioner import StickyPartitioner, partition_for_key
+from kproto.client.protocol import BrokerError, KafkaConnectionError, raise_for_error
 from kproto.client.transactions import ADD_PARTITIONS_CLIENT_VERSIONS, Action, TransactionManager
 from kproto.codecs import request as _request_codec
-from kproto.codecs.compression import codec_id
+from kproto.records.compression import codec_id
 from kproto.errors import EncodeError, KprotoError
-from kproto.records import RecordBatchBuilder
-from kproto.records.batch import increment_sequence
+from kproto.topic_partition import TopicPartitionKey
 
-__all__ = ["RecordMetadata", "PendingBatch", "RecordAccumulator", "build_produce_request",
-           "Producer"]
+__all__ = ["Producer", "RecordMetadata"]
 
-PRODUCE, INIT_PRODUCER_ID = 0, 22
+INIT_PRODUCER_ID = 22
 NETWORK_EXCEPTION, OUT_OF_ORDER_SEQUENCE_NUMBER, DUPLICATE_SEQUENCE_NUMBER = 13, 45, 46
 #: Errors after which a batch is sent again unchanged (same sequence), after a metadata refresh.
 RETRIABLE_PRODUCE_ERRORS = METADATA_REFRESH_ERRORS | {
@@ -58,193 +55,8 @@ RETRIABLE_PRODUCE_ERRORS = METADATA_REFRESH_ERRORS | {
     20,  # NOT_ENOUGH_REPLICAS_AFTER_APPEND
     56,  # KAFKA_STORAGE_ERROR
 }
-#: ``DefaultRecord`` overhead bound used to estimate a record's size before it is encoded.
-_RECORD_OVERHEAD = 21
 
-TopicPartition = tuple  # (topic, partition)
 _log = logging.getLogger("kproto.client")
-
-
-@dataclass(frozen=True)
-class RecordMetadata:
-    """Where a record landed (``offset`` -1 with acks=0)."""
-
-    topic: str
-    partition: int
-    offset: int
-    timestamp: int
-
-
-@dataclass
-class PendingBatch:
-    """Records waiting to be sent to one partition, with the futures of their senders."""
-
-    topic: str
-    partition: int
-    records: list[tuple[int, Optional[bytes], Optional[bytes], tuple]] = field(default_factory=list)
-    futures: list[Any] = field(default_factory=list)
-    size: int = 0
-    base_sequence: int = -1
-    attempts: int = 0
-    #: error code of the last failed attempt (reported when retries run out)
-    last_error: int = 0
-    #: drain order (batches of a partition are sent, and sent again, in this order)
-    number: int = 0
-
-
-def _seq_after(a: int, b: int) -> bool:
-    """Whether sequence ``a`` comes after ``b`` (sequences wrap at 2^31)."""
-    return 0 < (a - b) % (1 << 31) < (1 << 30)
-
-
-class RecordAccumulator:
-    """Sans-I/O batching: records per partition, partition choice, sequence numbers.
-
-    ``partition()`` chooses like Kafka's built-in partitioner (murmur2 for keyed records,
-    sticky for keyless ones); ``append()`` adds to the partition's last batch, opening a new one
-    when it holds ``batch_size`` bytes; ``drain()`` hands out batches front first, numbered
-    (when ``idempotent``) with consecutive sequences as they leave, so that several batches of a
-    partition can be in flight; ``complete()`` records what the broker acknowledged and
-    ``renumber()`` numbers again, from there, the batches to be sent once more after a failure.
-    """
-
-    def __init__(self, batch_size: int = 16384, idempotent: bool = True,
-                 random: Callable[[], int] | None = None) -> None:
-        self.batch_size = batch_size
-        self.idempotent = idempotent
-        self._random = random
-        self._open: dict[TopicPartition, deque[PendingBatch]] = {}
-        self._sticky: dict[str, StickyPartitioner] = {}
-        #: partition -> sequence of the next batch to leave
-        self.next_sequence: dict[TopicPartition, int] = {}
-        #: partition -> sequence after the last batch the broker acknowledged
-        self.acked_sequence: dict[TopicPartition, int] = {}
-        #: estimated bytes of the records not drained yet
-        self.queued_bytes = 0
-        self._drained = 0
-
-    def partition(self, topic: str, key: Optional[bytes], num_partitions: int,
-                  available: Sequence[int]) -> int:
-        """Kafka's partition for a record of ``topic`` with ``key`` (None: sticky choice)."""
-        if key is not None:
-            return partition_for_key(key, num_partitions)
-        sp = self._sticky.get(topic)
-        if sp is None:
-            sp = self._sticky[topic] = StickyPartitioner(self.batch_size, self._random)
-        return sp.partition(available, num_partitions)
-
-    def append(self, topic: str, partition: int, timestamp: int, key: Optional[bytes],
-               value: Optional[bytes], headers: tuple, future: Any, *, num_partitions: int = 0,
-               available: Sequence[int] = (), keyed: bool = True) -> bool:
-        """Queue a record; returns True when its batch reached ``batch_size`` (send soon)."""
-        tp = (topic, partition)
-        queue = self._open.get(tp)
-        if queue is None:
-            queue = self._open[tp] = deque()
-        if queue and queue[-1].size < self.batch_size:
-            batch = queue[-1]
-        else:
-            batch = PendingBatch(topic, partition)
-            queue.append(batch)
-        size = _RECORD_OVERHEAD + (len(key) if key else 0) + (len(value) if value else 0)
-        if headers:
-            size += sum(len(k) + len(v or b"") + 2 for k, v in headers)
-        batch.records.append((timestamp, key, value, headers))
-        batch.futures.append(future)
-        batch.size += size
-        self.queued_bytes += size
-        full = batch.size >= self.batch_size
-        if not keyed:
-            sp = self._sticky.get(topic)
-            if sp is not None:
-                sp.on_append(size, available, num_partitions, enable_switch=full)
-        return full
-
-    def __len__(self) -> int:
-        return sum(len(b.records) for q in self._open.values() for b in q)
-
-    def __bool__(self) -> bool:  # whether anything is queued, without counting it
-        return bool(self._open)
-
-    def drain(self, limit: Callable[[TopicPartition], int] | None = None, *,
-              full_only: bool = False) -> list[PendingBatch]:
-        """Take batches front first: at most ``limit(partition)`` per partition (default all),
-        only full ones with ``full_only``; each is numbered with its partition's next sequence."""
-        out = []
-        for tp, queue in list(self._open.items()):
-            room = len(queue) if limit is None else limit(tp)
-            while queue and room > 0 and (not full_only or queue[0].size >= self.batch_size):
-                b = queue.popleft()
-                room -= 1
-                self.queued_bytes -= b.size
-                self._drained += 1
-                b.number = self._drained
-                if self.idempotent:
-                    seq = self.next_sequence.get(tp, 0)
-                    b.base_sequence = seq
-                    self.next_sequence[tp] = increment_sequence(seq, len(b.records))
-                out.append(b)
-            if not queue:
-                del self._open[tp]
-        return out
-
-    def complete(self, batch: PendingBatch) -> None:
-        """The broker accepted ``batch``."""
-        if self.idempotent:
-            tp = (batch.topic, batch.partition)
-            end = increment_sequence(batch.base_sequence, len(batch.records))
-            if tp not in self.acked_sequence or _seq_after(end, self.acked_sequence[tp]):
-                self.acked_sequence[tp] = end
-
-    def renumber(self, batches: Sequence[PendingBatch]) -> None:
-        """Number ``batches`` (the unacknowledged ones of one partition, in order, none in
-        flight) consecutively from the partition's last acknowledged sequence: a batch that
-        failed for good must not leave a gap the broker would wait for."""
-        if not self.idempotent or not batches:
-            return
-        tp = (batches[0].topic, batches[0].partition)
-        seq = self.acked_sequence.get(tp, 0)
-        for b in batches:
-            b.base_sequence = seq
-            seq = increment_sequence(seq, len(b.records))
-        self.next_sequence[tp] = seq
-
-    def take_all(self) -> list[PendingBatch]:
-        """Remove every queued batch without numbering it (they will not be sent)."""
-        out = [b for q in self._open.values() for b in q]
-        self._open = {}
-        self.queued_bytes = 0
-        return out
-
-    def reset_sequences(self) -> None:
-        """A new producer id/epoch starts every partition at sequence 0."""
-        self.next_sequence.clear()
-        self.acked_sequence.clear()
-
-
-def encode_batch(batch: PendingBatch, compression: int, producer_id: int, producer_epoch: int,
-                 transactional: bool = False) -> bytes:
-    """The magic v2 record batch of ``batch``."""
-    b = RecordBatchBuilder(compression=compression, producer_id=producer_id,
-                           producer_epoch=producer_epoch, base_sequence=batch.base_sequence,
-                           transactional=transactional)
-    for ts, key, value, headers in batch.records:
-        b.append(ts, key, value, headers)
-    return b.build()
-
-
-def build_produce_request(payloads: dict[TopicPartition, bytes], *, acks: int = -1,
-                          timeout_ms: int = 30000, transactional_id: Optional[str] = None) -> Any:
-    """A ProduceRequest carrying one records blob per partition (topics in first-seen order)."""
-    cls = _request_codec(PRODUCE).cls
-    topics: dict[str, Any] = {}
-    for (topic, partition), records in payloads.items():
-        td = topics.get(topic)
-        if td is None:
-            td = topics[topic] = cls.TopicProduceData(name=topic, partition_data=[])
-        td.partition_data.append(cls.PartitionProduceData(index=partition, records=records))
-    return cls(transactional_id=transactional_id, acks=acks, timeout_ms=timeout_ms,
-               topic_data=list(topics.values()))
 
 
 class Producer:
@@ -282,9 +94,9 @@ class Producer:
         self.accumulator = RecordAccumulator(batch_size, idempotent)
         # sender state: batches sent and not answered, batches waiting to be sent again (both
         # per partition, in drain order), requests in flight per broker
-        self._inflight: dict[TopicPartition, list[PendingBatch]] = {}
-        self._retry: dict[TopicPartition, list[PendingBatch]] = {}
-        self._retry_at: dict[TopicPartition, float] = {}
+        self._inflight: dict[TopicPartitionKey, list[PendingBatch]] = {}
+        self._retry: dict[TopicPartitionKey, list[PendingBatch]] = {}
+        self._retry_at: dict[TopicPartitionKey, float] = {}
         self._requests: dict[int, int] = {}
         self._refresh: set[str] = set()          # topics whose leaders must be looked up again
         self._refresh_after = 0.0
@@ -296,7 +108,7 @@ class Producer:
         self._answers: set[asyncio.Task] = set()
         self._txn_lock = asyncio.Lock()
         #: partition -> drain number of a batch that failed for good (later ones were not written)
-        self._failed_before: dict[TopicPartition, int] = {}
+        self._failed_before: dict[TopicPartitionKey, int] = {}
         #: the transaction state of a transactional producer (None otherwise)
         self.transactions = (TransactionManager(transactional_id, transaction_timeout_ms)
                              if transactional_id is not None else None)
@@ -510,9 +322,9 @@ class Producer:
         when full unless ``everything``."""
         md = self.cluster.metadata
         by_node: dict[int, list[PendingBatch]] = {}
-        chosen: set[TopicPartition] = set()
+        chosen: set[TopicPartitionKey] = set()
 
-        def room(tp: TopicPartition, leader: Optional[int]) -> bool:
+        def room(tp: TopicPartitionKey, leader: Optional[int]) -> bool:
             if leader is None:
                 self._refresh.add(tp[0])
                 return False
@@ -531,7 +343,7 @@ class Producer:
             if not batches:
                 del self._retry[tp]
 
-        def limit(tp: TopicPartition) -> int:  # one batch per partition and request
+        def limit(tp: TopicPartitionKey) -> int:  # one batch per partition and request
             if tp in self._retry or tp in chosen or len(self._inflight.get(tp, ())) >= self.max_in_flight:
                 return 0
             return int(room(tp, md.leader(*tp)))
@@ -650,7 +462,7 @@ class Producer:
         else:  # nothing after it left yet: the next batch takes its sequence
             self.accumulator.next_sequence[tp] = self.accumulator.acked_sequence.get(tp, 0)
 
-    def _gap(self, tp: TopicPartition, b: PendingBatch) -> bool:
+    def _gap(self, tp: TopicPartitionKey, b: PendingBatch) -> bool:
         """Whether an earlier batch of ``tp`` than ``b`` failed or waits to be sent again."""
         if any(r.number < b.number for r in self._retry.get(tp, ())):
             return True

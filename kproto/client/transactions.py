@@ -21,7 +21,7 @@ from __future__ import annotations
 import enum
 from typing import Any, Iterable, Optional
 
-from kproto.client.connection import BrokerError
+from kproto.client.protocol import BrokerError
 from kproto.codecs import request as _request_codec
 from kproto.errors import KprotoError
 

@@ -17,15 +17,14 @@ import functools
 from typing import Any, Dict, Optional, Tuple
 
 from kproto.codecs.generator import CodeGen
+from kproto.accelerators import load
 from kproto.codecs.objects import parse_default
 from kproto.codecs.primitives import Uuid
 from kproto.schemas.model import Field
 
-try:
-    import kproto.codecs._decoder as _decoder
-except ImportError:  # the C decoder is optional; the generated Python decoders are the reference
-    _decoder = None
-else:
+# optional (see kproto.accelerators): the generated Python decoders are the reference
+_decoder = load("kproto.codecs._decoder")
+if _decoder is not None:
     _decoder.set_uuid_factory(functools.partial(bytes.__new__, Uuid))
 
 OP_CODES = {"bool": 1, "int8": 2, "int16": 3, "uint16": 4, "int32": 5, "uint32": 6, "int64": 7,
@@ -37,6 +36,7 @@ D_CONST, D_LIST, D_STRUCT = 0, 1, 2
 
 def slot_offset(cls: type, attr: str) -> int:
     """Byte offset of the ``__slots__`` member ``attr`` of ``cls`` (defined on it or a base)."""
+    assert _decoder is not None  # programs are built only where the C decoder is
     for klass in cls.__mro__:
         descr = klass.__dict__.get(attr)
         if descr is not None:

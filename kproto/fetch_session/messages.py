@@ -29,9 +29,9 @@ DEFAULT_FETCH_MAX_BYTES = 52_428_800
 
 
 def _codecs() -> tuple[Any, Any]:
-    import kproto
+    from kproto.codecs import request, response
 
-    return kproto.request(FETCH_API_KEY), kproto.response(FETCH_API_KEY)
+    return request(FETCH_API_KEY), response(FETCH_API_KEY)
 
 
 def _epoch(value: Optional[int]) -> int:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import NamedTuple, Optional
 
 from kproto.codecs.primitives import Uuid
+from kproto.topic_partition import TopicIdPartition, TopicPartition
 
 ZERO_UUID: Uuid = Uuid.ZERO
 
@@ -24,32 +25,6 @@ UNKNOWN_TOPIC_ID = 100
 FETCH_SESSION_ID_NOT_FOUND = 70
 INVALID_FETCH_SESSION_EPOCH = 71
 FETCH_SESSION_TOPIC_ID_ERROR = 106
-
-
-class TopicPartition(NamedTuple):
-    """A partition named by topic name (Kafka's ``TopicPartition``)."""
-
-    topic: Optional[str]
-    partition: int
-
-    def __str__(self) -> str:
-        return f"{self.topic}-{self.partition}"
-
-
-class TopicIdPartition(NamedTuple):
-    """A partition named by topic id and name (Kafka's ``TopicIdPartition``); the name may be
-    None on a broker that cannot resolve the id."""
-
-    topic_id: Uuid
-    topic: Optional[str]
-    partition: int
-
-    @property
-    def topic_partition(self) -> TopicPartition:
-        return TopicPartition(self.topic, self.partition)
-
-    def __str__(self) -> str:
-        return f"{self.topic_id}:{self.topic}-{self.partition}"
 
 
 class PartitionData(NamedTuple):

@@ -54,15 +54,15 @@ class SimulatedBroker:
 
     def __init__(self, cache: Optional[FetchSessionCache] = None, record_bytes: int = 100,
                  max_records: int = 100) -> None:
-        import kproto
+        from kproto.codecs import request, response
 
         self.cache = cache if cache is not None else FetchSessionCache()
         self.logs: dict[TopicPartition, PartitionLog] = {}
         self.topic_ids: dict[Uuid, str] = {}
         self.record_bytes = record_bytes
         self.max_records = max_records
-        self._req = kproto.request(1)
-        self._resp = kproto.response(1)
+        self._req = request(1)
+        self._resp = response(1)
 
     def create_topic(self, name: str, partitions: int, topic_id: Uuid) -> None:
         self.topic_ids[topic_id] = name
@@ -119,10 +119,10 @@ class Fetcher:
     handler: FetchSessionHandler = field(default_factory=FetchSessionHandler)
 
     def __post_init__(self) -> None:
-        import kproto
+        from kproto.codecs import request, response
 
-        self._req = kproto.request(1)
-        self._resp = kproto.response(1)
+        self._req = request(1)
+        self._resp = response(1)
 
     def fetch(self, broker: SimulatedBroker, version: int, now_ms: int) -> RoundStats:
         if not self.use_sessions:

@@ -10,13 +10,14 @@ producers.
 * :class:`RecordBatchBuilder` / :class:`LegacyMessageBuilder`: write batches as Kafka does.
 * :func:`decode_control`: control records (transaction markers, KRaft records).
 """
-from kproto.records.batch import Header, Record, RecordBatch
+from kproto.records.batch import RecordBatch
 from kproto.records.builder import LegacyMessageBuilder, RecordBatchBuilder
 from kproto.records.columns import (BatchColumns, RecordColumns, decode_batches, decode_columns,
                                     iter_column_batches, to_arrow)
 from kproto.records.control import ControlRecord, decode_control
 from kproto.records.legacy import LegacyMessage, LegacyRecord
 from kproto.records.reader import Batch, BatchError, BatchReader, iter_batches
+from kproto.records.record import Header, Record
 
 __all__ = [
     "Batch", "BatchColumns", "BatchError", "BatchReader", "ControlRecord", "Header",

@@ -14,111 +14,24 @@ offsetDelta varint, key (varint length, -1 = null), value (same), header count a
 from __future__ import annotations
 
 import struct
-from typing import Iterator, NamedTuple
+from typing import Iterator
 
 from crc32c import crc32c
 
-from kproto.codecs.compression import (CODEC_NAMES, DEFAULT_MAX_SIZE, DecompressionBudget,
-                                       decompress)
+from kproto.records.compression import DEFAULT_MAX_SIZE, DecompressionBudget, decompress
 from kproto.codecs.primitives import read_varint, read_varlong
 from kproto.errors import DecodeError
+from kproto.records.record import (ATTR_CONTROL, ATTR_DELETE_HORIZON,
+                                   ATTR_TIMESTAMP_TYPE, ATTR_TRANSACTIONAL, LOG_OVERHEAD,
+                                   CompressionAttributes, Header, Record, _long,
+                                   increment_sequence, parse_headers)
 
 __all__ = ["RecordBatch", "Record", "Header", "HEADER_SIZE", "TIMESTAMP_TYPES"]
 
 HEADER = struct.Struct(">qiibIhiqqqhii")
 HEADER_SIZE = HEADER.size  # 61
-LOG_OVERHEAD = 12  # offset + length prefix common to every magic
 CRC_START = 21  # the CRC covers attributes .. end of batch
 TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
-
-ATTR_COMPRESSION = 0x07
-ATTR_TIMESTAMP_TYPE = 0x08
-ATTR_TRANSACTIONAL = 0x10
-ATTR_CONTROL = 0x20
-ATTR_DELETE_HORIZON = 0x40
-
-
-def _long(v: int) -> int:
-    """Wrap to a signed 64-bit value, as Java's long arithmetic (and numpy's int64) does."""
-    return ((v + (1 << 63)) & 0xFFFFFFFFFFFFFFFF) - (1 << 63)
-
-
-def increment_sequence(sequence: int, increment: int) -> int:
-    """Kafka's ``DefaultRecordBatch.incrementSequence``: sequences wrap at 2^31."""
-    if sequence < 0:
-        return -1
-    return (sequence + increment) & 0x7FFFFFFF
-
-
-class Header(NamedTuple):
-    """A record header: UTF-8 key and a value that may be null (None)."""
-
-    key: str
-    value: bytes | None
-
-
-class Record(NamedTuple):
-    """One record of a batch, with absolute offset and timestamp already resolved. A tuple, so
-    the bulk path can make millions of them cheaply."""
-
-    offset: int
-    timestamp: int
-    key: bytes | None
-    value: bytes | None
-    headers: tuple[Header, ...] = ()
-    sequence: int = -1
-    size_in_bytes: int = 0
-    attributes: int = 0
-
-    def __repr__(self) -> str:
-        return (f"Record(offset={self.offset}, timestamp={self.timestamp}, key={_short(self.key)}, "
-                f"value={_short(self.value)}, headers={list(self.headers)!r})")
-
-
-def _short(v: bytes | None) -> str:
-    return repr(v) if v is None or len(v) <= 32 else repr(v[:32])[:-1] + "...'"
-
-
-def parse_headers(data: bytes, pos: int, count: int, end: int,
-                  what: str) -> tuple[tuple[Header, ...], int]:
-    """Decode ``count`` record headers from ``data[pos:end]``."""
-    if count > (end - pos) // 2:  # each header takes at least two bytes
-        raise DecodeError(f"header count {count} exceeds the record size", what=what, offset=pos)
-    out = []
-    for _ in range(count):
-        klen, pos = read_varint(data, pos)
-        if klen < 0 or pos + klen > end:
-            raise DecodeError(f"bad header key length {klen}", what=what, offset=pos)
-        # Kafka decodes header keys leniently (new String(bytes, UTF_8) replaces bad bytes).
-        key = data[pos:pos + klen].decode("utf-8", "replace")
-        pos += klen
-        vlen, pos = read_varint(data, pos)
-        if vlen < -1 or pos + vlen > end:
-            raise DecodeError(f"bad header value length {vlen}", what=what, offset=pos)
-        if vlen < 0:
-            out.append(Header(key, None))
-        else:
-            out.append(Header(key, data[pos:pos + vlen]))
-            pos += vlen
-    return tuple(out), pos
-
-
-class CompressionAttributes:
-    """``compression``/``compression_name`` from an ``attributes`` field: the codec bits are the
-    same in v2 batches and legacy messages."""
-
-    __slots__ = ()  # keeps the subclasses' instances without a __dict__
-    attributes: int  # a slot of each subclass
-
-    @property
-    def compression(self) -> int:
-        """Codec id, 0-4 (see :mod:`kproto.codecs.compression`)."""
-        return self.attributes & ATTR_COMPRESSION
-
-    @property
-    def compression_name(self) -> str:
-        return CODEC_NAMES.get(self.compression, f"unknown({self.compression})")
-
 
 class RecordBatch(CompressionAttributes):
     """A magic v2 batch over a buffer (bytes, memoryview or mmap), read lazily.
@@ -137,7 +50,7 @@ class RecordBatch(CompressionAttributes):
                  budget: DecompressionBudget | None = None) -> None:
         """Parse the header of the batch at ``position`` of ``buffer`` (which must hold all of
         it); raise :class:`DecodeError` if it is truncated or its lengths are inconsistent.
-        ``budget``: the read's :class:`~kproto.codecs.compression.DecompressionBudget` (a
+        ``budget``: the read's :class:`~kproto.records.compression.DecompressionBudget` (a
         batch on its own gets one of its own)."""
         mv = buffer if isinstance(buffer, memoryview) else memoryview(buffer)
         avail = len(mv) - position

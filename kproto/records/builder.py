@@ -11,11 +11,12 @@ from typing import Sequence
 
 from crc32c import crc32c
 
-from kproto.codecs.compression import codec_id, compress
+from kproto.records.compression import codec_id, compress
 from kproto.codecs.primitives import varint
 from kproto.errors import EncodeError
-from kproto.records.batch import (ATTR_CONTROL, ATTR_DELETE_HORIZON, ATTR_TIMESTAMP_TYPE,
-                                  ATTR_TRANSACTIONAL, CRC_START, HEADER, HEADER_SIZE, LOG_OVERHEAD)
+from kproto.records.batch import CRC_START, HEADER, HEADER_SIZE
+from kproto.records.record import (ATTR_CONTROL, ATTR_DELETE_HORIZON, ATTR_TIMESTAMP_TYPE,
+                                   ATTR_TRANSACTIONAL, LOG_OVERHEAD)
 from kproto.records.control import encode_control_key, encode_end_txn_marker
 
 __all__ = ["RecordBatchBuilder", "LegacyMessageBuilder", "HeaderInput"]

@@ -33,20 +33,23 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import partial
 from itertools import repeat
-from typing import Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable, Sequence
 
 import numpy as np
 
-from kproto.codecs.compression import DEFAULT_MAX_SIZE
+from kproto.accelerators import load
+from kproto.records.compression import DEFAULT_MAX_SIZE
 from kproto.codecs.primitives import read_varint
 from kproto.errors import DecodeError
-from kproto.records.batch import Record, RecordBatch, parse_headers
 from kproto.records.legacy import LegacyMessage
+from kproto.records.record import Record, parse_headers
 
-try:  # optional C accelerator (kproto/records/_speedups.c); the numpy path is the reference
-    import kproto.records._speedups as _speedups
-except ImportError:  # pragma: no cover - depends on the build
-    _speedups = None
+if TYPE_CHECKING:  # the batch class calls into this module; it is not imported at run time
+    from kproto.records.batch import RecordBatch
+
+# optional C accelerator (kproto/records/_speedups.c, see kproto.accelerators); the numpy path
+# is the reference
+_speedups = load("kproto.records._speedups")
 
 __all__ = ["RecordColumns", "BatchColumns", "ArrowRecords", "decode_columns", "decode_batches",
            "decode_arrow", "batch_records", "record_values", "iter_column_batches", "to_arrow",
@@ -234,6 +237,7 @@ def _scan_c(data: bytes, segments: list[tuple[int, int, int]]) -> _Fields:
     n = sum(c for _, _, c in segments)
     out = [np.empty(n, np.int64) for _ in range(10)]
     attrs = np.empty(n, np.uint8)
+    assert _speedups is not None  # chosen only when the accelerator is there
     try:
         _speedups.scan_v2(data, np.array(segments, np.int64).reshape(-1), n, *out, attrs)
     except ValueError as e:
@@ -250,7 +254,7 @@ def decode_batches(batches: Sequence[RecordBatch | LegacyMessage]) -> RecordColu
     seg: list[tuple[int, int, int]] = []  # (start, end, count) of each v2 batch's records
     total = 0
     for b in batches:
-        if isinstance(b, RecordBatch):
+        if not isinstance(b, LegacyMessage):
             d = b.records_data() if b.count else b""  # Kafka never reads an empty batch
             seg.append((total, total + len(d), b.count))
             parts.append(d)
@@ -291,7 +295,7 @@ def decode_batches(batches: Sequence[RecordBatch | LegacyMessage]) -> RecordColu
     bc = {f: np.empty(nb, np.int64) for f in _BATCH_FIELDS}
     for i, b in enumerate(batches):
         for f in _BATCH_FIELDS:
-            if isinstance(b, RecordBatch) or f in ("position", "magic", "attributes",
+            if not isinstance(b, LegacyMessage) or f in ("position", "magic", "attributes",
                                                    "last_offset"):
                 bc[f][i] = getattr(b, f)
             elif f == "count":
@@ -516,7 +520,7 @@ def decode_arrow(batches: Sequence[RecordBatch]) -> ArrowRecords:
     each batch's records section is scanned where it lies (decompressed, or mapped from a
     file) and the bytes are copied once; without it this goes through :func:`decode_batches`.
     Raises :class:`OverflowError` when keys or values exceed 2 GiB (decode fewer batches)."""
-    if _speedups is None or not all(isinstance(b, RecordBatch) for b in batches):
+    if _speedups is None or any(isinstance(b, LegacyMessage) for b in batches):
         return _decode_arrow_columns(batches)
     parts = []
     counts = np.empty(len(batches), np.int64)

@@ -62,8 +62,8 @@ def decode_control(key: bytes | None, value: bytes | None) -> ControlRecord:
                               what="ControlRecord")
         rec.coordinator_epoch = _END_TXN.unpack_from(value, 0)[1]
     elif schema is not None:
-        import kproto
-        codec = kproto.message(schema)
+        from kproto.codecs import message
+        codec = message(schema)
         # The value's leading int16 is the message's own Version field, decoded with it.
         version = value_version if value_version in codec.valid_versions \
             else codec.valid_versions[-1]

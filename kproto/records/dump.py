@@ -10,7 +10,7 @@ import base64
 import mmap
 from typing import Iterator
 
-from kproto.codecs.compression import DEFAULT_MAX_SIZE
+from kproto.records.compression import DEFAULT_MAX_SIZE
 from kproto.errors import DecodeError, KprotoError
 from kproto.records.batch import Record, RecordBatch
 from kproto.records.control import decode_control

@@ -12,9 +12,9 @@ import struct
 import zlib
 from typing import Iterator, NamedTuple
 
-from kproto.codecs.compression import DEFAULT_MAX_SIZE, DecompressionBudget, decompress
+from kproto.records.compression import DEFAULT_MAX_SIZE, DecompressionBudget, decompress
 from kproto.errors import DecodeError
-from kproto.records.batch import LOG_OVERHEAD, CompressionAttributes
+from kproto.records.record import LOG_OVERHEAD, CompressionAttributes
 
 __all__ = ["LegacyMessage", "LegacyRecord", "LEGACY_TIMESTAMP_TYPES"]
 

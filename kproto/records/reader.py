@@ -13,9 +13,10 @@ import struct
 from dataclasses import dataclass
 from typing import Iterator, Union
 
-from kproto.codecs.compression import DEFAULT_MAX_SIZE, DecompressionBudget
+from kproto.records.compression import DEFAULT_MAX_SIZE, DecompressionBudget
 from kproto.errors import DecodeError
-from kproto.records.batch import LOG_OVERHEAD, RecordBatch
+from kproto.records.batch import RecordBatch
+from kproto.records.record import LOG_OVERHEAD
 from kproto.records.legacy import LegacyMessage
 
 __all__ = ["Batch", "BatchError", "BatchReader", "iter_batches"]
@@ -42,7 +43,7 @@ class BatchReader:
 
     ``errors``: a list to collect :class:`BatchError` reports into; when None, damage raises
     :class:`~kproto.errors.DecodeError` instead. ``budget``: what the batches may decompress in
-    all (default: a fresh :class:`~kproto.codecs.compression.DecompressionBudget`).
+    all (default: a fresh :class:`~kproto.records.compression.DecompressionBudget`).
     """
 
     def __init__(self, buf: bytes | bytearray | memoryview | mmap.mmap, start: int = 0,

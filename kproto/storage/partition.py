@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Iterator, Sequence
 
-from kproto.codecs.compression import DecompressionBudget
+from kproto.records.compression import DecompressionBudget
 from kproto.errors import DecodeError
 from kproto.records.batch import RecordBatch
 from kproto.records.reader import Batch, BatchError, BatchReader

@@ -22,7 +22,7 @@ from typing import Iterable, Iterator, Sequence, TypeGuard
 import numpy as np
 import pyarrow as pa
 
-from kproto.codecs.compression import (DEFAULT_BUDGET_FLOOR, DEFAULT_BUDGET_RATIO,
+from kproto.records.compression import (DEFAULT_BUDGET_FLOOR, DEFAULT_BUDGET_RATIO,
                                       DecompressionBudget, DecompressionLimitError)
 from kproto.errors import DecodeError
 from kproto.records.batch import RecordBatch

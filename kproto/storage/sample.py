@@ -78,9 +78,9 @@ def write_transactions(w: PartitionWriter, rnd: random.Random, transactions: int
 def write_offset_commits(w: PartitionWriter, rnd: random.Random, commits: int) -> None:
     """``__consumer_offsets`` records (OffsetCommitKey v1 / OffsetCommitValue v3) encoded through
     the schemas, plus a tombstone."""
-    import kproto
+    from kproto.codecs import message
 
-    key_c, val_c = kproto.message("OffsetCommitKey"), kproto.message("OffsetCommitValue")
+    key_c, val_c = message("OffsetCommitKey"), message("OffsetCommitValue")
     for i in range(commits):
         key = b"\x00\x01" + key_c.encode(key_c.from_json(
             {"group": "sample-group", "topic": "orders", "partition": i % 3}, 1), 1)

@@ -110,7 +110,7 @@ def test_a_failed_partition_makes_the_transaction_abortable():
 
 
 def test_a_failed_produce_makes_the_transaction_abortable_and_abort_sends_endtxn():
-    from kproto.client.connection import BrokerError
+    from kproto.client.protocol import BrokerError
 
     tm = ready()
     tm.begin()

@@ -13,7 +13,7 @@ import kproto
 from kproto.cli.main import main
 from kproto.client.admin import Admin
 from kproto.client.cluster import Cluster
-from kproto.client.connection import BrokerError, NoCommonVersionError
+from kproto.client.protocol import BrokerError, NoCommonVersionError
 from kproto.client.consumer import Consumer
 from kproto.client.consumer_protocol import encode_assignment
 from kproto.client.producer import Producer

@@ -14,9 +14,10 @@ import subprocess
 import pytest
 
 import kproto
-from kproto.client.connection import (ApiVersionTable, BrokerError, ClientProtocol, Connection,
-                                      ConnectionClosedError, NoCommonVersionError, RequestTimeoutError,
-                                      SaslConfig, raise_for_error)
+from kproto.client.connection import Connection
+from kproto.client.protocol import (ApiVersionTable, BrokerError, ClientProtocol,
+                                    ConnectionClosedError, NoCommonVersionError,
+                                    RequestTimeoutError, SaslConfig, raise_for_error)
 from kproto.client.sasl import SaslAuthenticationError
 from kproto.errors import DecodeError, KprotoError
 from kproto.framing import ResponseHeader, encode_response

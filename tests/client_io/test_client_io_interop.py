@@ -15,11 +15,12 @@ import kproto
 from kproto.client.assignors import Subscription, assign
 from kproto.client.admin import Admin
 from kproto.client.cluster import Cluster
-from kproto.client.connection import Connection, ConnectionClosedError, NoCommonVersionError
+from kproto.client.connection import Connection
+from kproto.client.protocol import ConnectionClosedError, NoCommonVersionError
 from kproto.client.consumer import Consumer
 from kproto.client.partitioner import partition_for_key
 from kproto.client.producer import Producer
-from kproto.codecs.compression import CODEC_IDS
+from kproto.records.compression import CODEC_IDS
 from kproto.errors import DecodeError
 from kproto.fetch_session import FetchSessionHandler, PartitionData, TopicPartition, response_data
 from kproto.fetch_session.messages import build_fetch_request
@@ -350,7 +351,7 @@ def test_kproto_reads_what_confluent_produced(peer):
 def test_tansu_refuses_sasl(tansu):
     """tansu as launched here has no SASL credentials configured: the handshake is refused, so
     the SASL exchanges are tested against the fake broker (test_client_io_connection.py)."""
-    from kproto.client.connection import SaslConfig
+    from kproto.client.protocol import SaslConfig
     from kproto.client.sasl import SaslAuthenticationError
 
     async def main():

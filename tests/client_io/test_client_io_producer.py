@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 import kproto
 from kproto.client.cluster import Cluster
-from kproto.client.connection import BrokerError
+from kproto.client.protocol import BrokerError
 from kproto.client.producer import Producer
 from kproto.records import iter_batches
 

@@ -11,7 +11,7 @@ from kproto.client.cluster import MetadataCache, parse_bootstrap
 from kproto.client.consumer import leader_assignments, parse_records, subscription_metadata
 from kproto.client.consumer_protocol import decode_assignment, decode_subscription
 from kproto.client.partitioner import partition_for_key
-from kproto.client.producer import PendingBatch, RecordAccumulator, build_produce_request, encode_batch
+from kproto.client.accumulator import PendingBatch, RecordAccumulator, build_produce_request, encode_batch
 from kproto.codecs.primitives import Uuid
 from kproto.records import RecordBatchBuilder, iter_batches
 

@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import kproto
-from kproto.codecs import _DECODE_FAULTS
+from kproto.codecs.engine import _DECODE_FAULTS
 from kproto.codecs import program as _program
 from protocol_support import load_vectors
 
@@ -41,8 +41,10 @@ def test_c_decoder_is_built_and_used():
     assert _program._decoder is not None
     compiled = kproto.message("FetchResponse")._get(12)
     assert compiled.decode_c is not None
-    # KPROTO_PURE=1 switches decoding to the generated Python decoders
-    assert compiled.decode is (compiled.decode_py if kproto.codecs._USE_C is False else compiled.decode_c)
+    # KPROTO_PURE=1 (kproto.accelerators.PURE) switches decoding to the generated Python decoders
+    from kproto import accelerators
+
+    assert accelerators.PURE is False and compiled.decode is compiled.decode_c
 
 
 def test_every_good_vector_decodes_the_same_in_c_and_python():

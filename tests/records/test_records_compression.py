@@ -11,7 +11,7 @@ import pytest
 import snappy
 import zstandard
 
-from kproto.codecs.compression import (CODEC_NAMES, DecompressionLimitError, codec_id, compress,
+from kproto.records.compression import (CODEC_NAMES, DecompressionLimitError, codec_id, compress,
                                        decompress)
 from kproto.errors import DecodeError
 

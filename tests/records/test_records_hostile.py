@@ -9,7 +9,7 @@ import pytest
 import zstandard
 from crc32c import crc32c
 
-from kproto.codecs.compression import compress
+from kproto.records.compression import compress
 from kproto.errors import DecodeError
 from kproto.records.batch import CRC_START, HEADER, HEADER_SIZE, LOG_OVERHEAD, RecordBatch
 from kproto.records.builder import encode_legacy_message

@@ -1,0 +1,371 @@
+"""A fuzz campaign over every decoder family, with the promise checked on each input: only the
+documented errors (``kproto.DecodeError``, or a damage/problem report), no hang, no memory
+blow-up.
+
+    python fuzz/campaign.py --seconds 600 --workers 2 --out findings/
+    python fuzz/campaign.py --reproduce findings/records-fuzz_records-<sha>.bin
+
+Each family runs for ``--seconds`` in worker processes; a worker caps its address space at
+``--memory`` bytes above what importing kproto took and gives each input ``--timeout`` seconds.
+Inputs are mutations (bit flips, byte overwrites, inserts, cuts, splices, length-field
+boundary values) of seeds taken from the project's own data (``examples/``), of valid
+record batches of every codec, of decompression bombs and of random bytes. An exception that
+escapes a target, a timeout or a MemoryError is a finding: the input is saved with a ``.txt``
+beside it saying how to reproduce it. The summary (JSON on stdout, ``--json FILE``) gives the
+inputs executed and the findings per family.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import importlib.util
+import io
+import json
+import multiprocessing as mp
+import os
+import random
+import resource
+import shutil
+import signal
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+sys.path.insert(0, str(REPO))
+
+#: family -> the targets run on its inputs (fuzz/<name>.py modules or functions below)
+FAMILIES: dict[str, list[str]] = {
+    "messages": ["fuzz_protocol_request", "fuzz_protocol_response", "fuzz_protocol_headers",
+                 "fuzz_protocol_c_decoder"],
+    "frames": ["fuzz_capture_stream", "fuzz_client_protocol"],
+    "records": ["fuzz_records", "fuzz_decompress", "records_bulk"],
+    "logdirs": ["fuzz_storage_files", "fuzz_storage_log", "logdir_files"],
+    "captures": ["fuzz_capture_file"],
+    "cli": ["cli_files"],
+}
+
+
+# -- targets that have no fuzz/ module of their own ---------------------------------------------
+
+def records_bulk(data: bytes) -> None:
+    """The bulk paths of the records layer on a buffer of batches: columns, Arrow, objects."""
+    from kproto.errors import DecodeError
+    from kproto.records.columns import decode_columns
+    from kproto.records.dump import dump_lines
+    from kproto.records.reader import iter_batches
+
+    with contextlib.suppress(DecodeError):
+        decode_columns(data)
+    for line in dump_lines(data):
+        assert line["type"] in ("batch", "record", "error", "summary")
+    for batch in iter_batches(data, errors=[]):
+        with contextlib.suppress(DecodeError):
+            batch.record_list()
+
+
+_LOGDIR: dict[str, object] = {}
+
+
+def _scratch_logdir() -> tuple[str, list[str]]:
+    """A private copy of examples/logdir (made once per worker) and its files."""
+    if not _LOGDIR:
+        root = tempfile.mkdtemp(prefix="kproto-campaign-")
+        shutil.copytree(REPO / "examples" / "logdir", os.path.join(root, "logdir"))
+        path = os.path.join(root, "logdir")
+        files = sorted(os.path.join(d, f) for d, _, fs in os.walk(path) for f in fs)
+        _LOGDIR.update(path=path, files=files,
+                       pristine={f: Path(f).read_bytes() for f in files})
+    return _LOGDIR["path"], _LOGDIR["files"]  # type: ignore[return-value]
+
+
+def logdir_files(data: bytes) -> None:
+    """One file of a log dir replaced by the input: the summary, the Arrow read and the dumps
+    must report what is wrong and go on."""
+    import kproto.storage as ks
+    from kproto.storage.summary import summarize
+
+    path, files = _scratch_logdir()
+    if not data:
+        return
+    victim = files[data[0] % len(files)]
+    try:
+        Path(victim).write_bytes(data[1:])
+        doc = summarize(path)
+        assert isinstance(doc.get("problems", []), list)
+        damage: list = []
+        ks.read_arrow(path, damage=damage, isolation="read_committed")
+        assert all(d.bytes_skipped >= 0 for d in damage)
+    finally:
+        Path(victim).write_bytes(_LOGDIR["pristine"][victim])  # type: ignore[index]
+
+
+def cli_files(data: bytes) -> None:
+    """The command-line tools on the input as a file of each kind they read: any exit status
+    is fine, an escaping exception is not."""
+    from kproto.cli.main import main
+
+    if not data:
+        return
+    kinds = [("00000000000000000000.log", ["dump-log", "--format", "jsonl", "--decode-internal"]),
+             ("00000000000000000000.index", ["dump-log", "--format", "jsonl"]),
+             ("00000000000000000000.snapshot", ["dump-log", "--format", "jsonl"]),
+             ("leader-epoch-checkpoint", ["dump-log", "--format", "text"]),
+             ("capture.pcap", ["decode-pcap", "--format", "jsonl", "--records", "--no-progress"]),
+             ("capture.pcapng", ["decode-pcap", "--format", "text", "--no-progress"]),
+             ("00000000000000000000.log", ["logdir"])]
+    name, argv = kinds[data[0] % len(kinds)]
+    with tempfile.TemporaryDirectory(prefix="kproto-cli-") as tmp:
+        folder = os.path.join(tmp, "fuzz-0")
+        os.mkdir(folder)
+        target = os.path.join(folder, name)
+        Path(target).write_bytes(data[1:])
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            rc = main(argv + [folder if argv == ["logdir"] else target])
+        assert rc in (0, 1, 2), rc
+
+
+_LOCAL = {"records_bulk": records_bulk, "logdir_files": logdir_files, "cli_files": cli_files}
+
+
+def load_target(name: str):
+    """The ``TestOneInput`` of fuzz/<name>.py, or one of this module's targets."""
+    if name in _LOCAL:
+        return _LOCAL[name]
+    spec = importlib.util.spec_from_file_location(name, HERE / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.TestOneInput
+
+
+# -- inputs -------------------------------------------------------------------------------------
+
+def _bomb(mib: int) -> bytes:
+    import struct
+
+    import zstandard
+    from crc32c import crc32c
+
+    from kproto.records.batch import CRC_START, HEADER, HEADER_SIZE, LOG_OVERHEAD
+
+    n = (mib << 20) // 7
+    body = zstandard.ZstdCompressor(level=19).compress(b"\x0c\x00\x00\x00\x01\x01\x00" * n)
+    head = bytearray(HEADER.pack(0, HEADER_SIZE - LOG_OVERHEAD + len(body), 0, 2, 0, 4, n - 1,
+                                 0, 0, -1, -1, -1, n))
+    struct.pack_into(">I", head, 17, crc32c(body, crc32c(bytes(head[CRC_START:]))))
+    return bytes(head) + body
+
+
+def seeds(family: str) -> list[bytes]:
+    """Starting inputs of a family: the project's own data and hand-made hostile ones."""
+    from kproto.records import LegacyMessageBuilder, RecordBatchBuilder
+
+    out = [b"", b"\x00" * 64, bytes(range(256))]
+    logdir = REPO / "examples" / "logdir"
+    files = sorted(p for p in logdir.rglob("*") if p.is_file())
+    if family in ("records", "logdirs", "cli"):
+        for codec in range(5):
+            b = RecordBatchBuilder(compression=codec)
+            for i in range(5):
+                b.append(1_700_000_000_000 + i, b"k%d" % i, b"v" * i, [("h", b"x")])
+            out.append(b.build())
+            if codec < 4:
+                lb = LegacyMessageBuilder(1, compression=codec)
+                lb.append(1000, b"k", b"v")
+                lb.append(1001, None, b"w")
+                out.append(lb.build())
+        out.append(_bomb(64))
+        out += [p.read_bytes()[:65536] for p in files]
+    if family in ("captures", "cli"):
+        sys.path.insert(0, str(REPO / "tests" / "capture"))
+        import pcapgen
+
+        conv = pcapgen.Conversation()
+        conv.send(True, pcapgen.request_frame(18, 3, 1))
+        conv.send(False, pcapgen.response_frame(18, 3, 1))
+        conv.close()
+        out += [b"\x00" + pcapgen.write_pcap(conv.frames()),
+                b"\x00" + pcapgen.write_pcapng(conv.frames())]
+    if family in ("messages", "frames"):
+        out.append((REPO / "examples" / "fetch_request_v13.bin").read_bytes())
+    if family == "logdirs":
+        out += [bytes([i]) + files[i % len(files)].read_bytes()[:4096] for i in range(len(files))]
+    return out
+
+
+_EDGES = [b"\x00\x00\x00\x00", b"\xff\xff\xff\xff", b"\x7f\xff\xff\xff", b"\x80\x00\x00\x00",
+          b"\x00\x00\x00\x01", b"\xff\xff", b"\x7f\xff", b"\x80"]
+
+
+def mutate(rnd: random.Random, data: bytes, pool: list[bytes]) -> bytes:
+    """One to four random edits of ``data``."""
+    buf = bytearray(data)
+    for _ in range(rnd.randint(1, 4)):
+        op = rnd.randrange(7)
+        pos = rnd.randrange(len(buf) + 1)
+        if op == 0 and buf:
+            i = rnd.randrange(len(buf))
+            buf[i] ^= 1 << rnd.randrange(8)
+        elif op == 1 and buf:
+            i = rnd.randrange(len(buf))
+            buf[i] = rnd.randrange(256)
+        elif op == 2:
+            buf[pos:pos] = os.urandom(rnd.randint(1, 16))
+        elif op == 3 and buf:
+            del buf[pos:pos + rnd.randint(1, 64)]
+        elif op == 4:
+            other = rnd.choice(pool)
+            if other:
+                a = rnd.randrange(len(other))
+                buf[pos:pos] = other[a:a + rnd.randint(1, 256)]
+        elif op == 5:
+            edge = rnd.choice(_EDGES)
+            buf[pos:pos + len(edge)] = edge
+        else:
+            del buf[pos:]
+    return bytes(buf)
+
+
+# -- workers ------------------------------------------------------------------------------------
+
+class _Timeout(BaseException):
+    """Raised in the worker when an input takes longer than its time (not an Exception, so
+    that no target swallows it)."""
+
+
+def _alarm(signum, frame):
+    raise _Timeout()
+
+
+def _limit_memory(extra: int) -> None:
+    with open("/proc/self/statm") as f:
+        used = int(f.read().split()[0]) * resource.getpagesize()
+    resource.setrlimit(resource.RLIMIT_AS, (used + extra, used + extra))
+
+
+def _save(out: Path, family: str, target: str, data: bytes, kind: str, detail: str) -> str:
+    out.mkdir(parents=True, exist_ok=True)
+    sha = hashlib.sha1(data).hexdigest()[:16]
+    path = out / f"{family}-{target}-{sha}.bin"
+    path.write_bytes(data)
+    path.with_suffix(".txt").write_text(
+        f"{kind} in {target} ({family})\n{detail}\n"
+        f"reproduce: python fuzz/campaign.py --reproduce {path} --target {target}\n")
+    return str(path)
+
+
+def worker(family: str, seconds: float, seed: int, timeout: float, memory: int, out: str,
+           queue) -> None:
+    """Run the family's targets on mutated inputs for ``seconds``; report counts and findings."""
+    rnd = random.Random(seed)
+    targets = {name: load_target(name) for name in FAMILIES[family]}
+    pool = seeds(family)
+    for fn in targets.values():  # warm up: first calls import and compile codecs
+        with contextlib.suppress(BaseException):
+            fn(pool[-1])
+    _limit_memory(memory)
+    signal.signal(signal.SIGALRM, _alarm)
+    done, findings = 0, []
+    end = time.monotonic() + seconds
+    names = list(targets)
+    while time.monotonic() < end:
+        name = names[done % len(names)]
+        data = mutate(rnd, rnd.choice(pool), pool) if rnd.random() < 0.95 else rnd.choice(pool)
+        signal.setitimer(signal.ITIMER_REAL, timeout)
+        try:
+            targets[name](data)
+        except _Timeout:
+            findings.append(_save(Path(out), family, name, data, "timeout",
+                                  f"more than {timeout} s"))
+        except MemoryError:
+            findings.append(_save(Path(out), family, name, data, "memory",
+                                  f"MemoryError under a {memory}-byte cap"))
+        except Exception:  # noqa: BLE001 - any escaping exception breaks the promise
+            findings.append(_save(Path(out), family, name, data, "exception",
+                                  traceback.format_exc(limit=8)))
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+        done += 1
+        if len(findings) >= 20:
+            break
+    queue.put((family, done, findings))
+
+
+def run(families: list[str], seconds: float, workers: int, timeout: float, memory: int,
+        out: str, seed: int) -> dict:
+    """The campaign: each family for ``seconds`` on ``workers`` processes."""
+    ctx = mp.get_context("fork")
+    summary: dict = {"seconds_per_family": seconds, "workers": workers, "timeout_s": timeout,
+                     "memory_cap": memory, "families": {}}
+    for family in families:
+        queue = ctx.Queue()
+        procs = [ctx.Process(target=worker, args=(family, seconds, seed + i, timeout, memory,
+                                                  out, queue)) for i in range(workers)]
+        for p in procs:
+            p.start()
+        inputs, findings = 0, []
+        for p in procs:
+            try:
+                _, n, found = queue.get(timeout=seconds + 300)
+            except Exception:  # noqa: BLE001 - a worker that died without reporting
+                found, n = [f"a {family} worker died without reporting"], 0
+            inputs += n
+            findings += found
+        for p in procs:
+            p.join(timeout=30)
+            if p.exitcode not in (0, None):
+                findings.append(f"a {family} worker exited with status {p.exitcode}")
+        summary["families"][family] = {"inputs": inputs, "findings": findings}
+    summary["inputs"] = sum(f["inputs"] for f in summary["families"].values())
+    summary["findings"] = sum(len(f["findings"]) for f in summary["families"].values())
+    return summary
+
+
+def reproduce(path: str, target: str | None) -> int:
+    """Run one saved input through its target, with the traceback if it fails."""
+    name = target or Path(path).stem.split("-")[1]
+    fn = load_target(name)
+    fn(Path(path).read_bytes())
+    print(f"{path}: {name} kept the promise")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--seconds", type=float, default=60, help="per family (default 60)")
+    p.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    p.add_argument("--timeout", type=float, default=2.0, help="per input, seconds (default 2)")
+    p.add_argument("--memory", type=int, default=2 << 30,
+                   help="address space per worker above the imported library (default 2 GiB)")
+    p.add_argument("--families", default=",".join(FAMILIES),
+                   help=f"comma-separated, of {', '.join(FAMILIES)}")
+    p.add_argument("--out", default="fuzz-findings", help="where findings are saved")
+    p.add_argument("--seed", type=int, default=int(time.time()))
+    p.add_argument("--json", help="also write the summary to this file")
+    p.add_argument("--reproduce", metavar="FILE", help="run one saved finding")
+    p.add_argument("--target", help="with --reproduce: the target (default: from the name)")
+    args = p.parse_args(argv)
+    if args.reproduce:
+        return reproduce(args.reproduce, args.target)
+    families = [f for f in args.families.split(",") if f]
+    unknown = set(families) - set(FAMILIES)
+    if unknown:
+        p.error(f"unknown families: {', '.join(sorted(unknown))}")
+    summary = run(families, args.seconds, args.workers, args.timeout, args.memory, args.out,
+                  args.seed)
+    text = json.dumps(summary, indent=1)
+    print(text)
+    if args.json:
+        Path(args.json).write_text(text + "\n")
+    return 1 if summary["findings"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
