@@ -55,7 +55,7 @@ FAMILIES: dict[str, list[str]] = {
 def records_bulk(data: bytes) -> None:
     """The bulk paths of the records layer on a buffer of batches: columns, Arrow, objects."""
     from kproto.errors import DecodeError
-    from kproto.records.columns import decode_columns
+    from kproto.records.reader import decode_columns
     from kproto.records.dump import dump_lines
     from kproto.records.reader import iter_batches
 

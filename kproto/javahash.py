@@ -5,7 +5,8 @@ from __future__ import annotations
 import struct
 from typing import Callable, Iterable, TypeVar, overload
 
-__all__ = ["java_string_hash", "java_hash_order", "hashmap_capacity", "hashmap_copy_capacity", "bucket"]
+__all__ = ["java_string_hash", "java_hash_order", "hashmap_capacity", "hashmap_copy_capacity", "bucket",
+           "topic_partition_hash", "JavaHashSet"]
 
 
 def java_string_hash(s: str) -> int:
@@ -55,3 +56,39 @@ def java_hash_order(keys: Iterable, hash_fn: Callable = java_string_hash, capaci
     keys = list(keys)
     cap = hashmap_capacity(len(keys)) if capacity is None else capacity
     return [k for _, _, k in sorted((bucket(hash_fn(k), cap), i, k) for i, k in enumerate(keys))]
+
+
+def topic_partition_hash(tp: tuple[str, int]) -> int:
+    """``TopicPartition.hashCode()`` (unsigned): ``31 * (31 + partition) + topic.hashCode()``."""
+    return (31 * (31 + tp[1]) + java_string_hash(tp[0])) & 0xFFFFFFFF
+
+
+class JavaHashSet:
+    """A ``HashSet<TopicPartition>`` whose :meth:`first` is what ``iterator().next()`` returns.
+
+    Not modelled: Java's extra resize/treeification when one bucket chain exceeds 8 entries
+    (needs 9+ colliding partitions moved between the same two members)."""
+
+    __slots__ = ("_seq", "_n", "_cap")
+
+    def __init__(self) -> None:
+        self._seq: dict = {}
+        self._n = 0
+        self._cap = 16
+
+    def add(self, tp) -> None:
+        if tp not in self._seq:
+            self._seq[tp] = self._n
+            self._n += 1
+            if len(self._seq) > self._cap * 3 // 4:
+                self._cap *= 2  # the table never shrinks on removal
+
+    def discard(self, tp) -> None:
+        self._seq.pop(tp, None)
+
+    def __len__(self) -> int:
+        return len(self._seq)
+
+    def first(self):
+        cap = self._cap
+        return min(self._seq, key=lambda tp: (bucket(topic_partition_hash(tp), cap), self._seq[tp]))

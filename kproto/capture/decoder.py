@@ -17,7 +17,7 @@ from kproto.capture.pcap import CaptureProblem, Packet
 from kproto.capture.tcp import TcpStream
 from kproto.errors import KprotoError
 
-__all__ = ["CaptureDecoder", "Connection"]
+__all__ = ["CaptureDecoder", "TcpConnection"]
 
 _I32 = struct.Struct(">i")
 _SASL_HANDSHAKE = 17
@@ -27,7 +27,7 @@ _MAX_EARLY = 256     # responses kept per connection while waiting for their req
 ExchangeHook = Callable[[Exchange], None]
 
 
-class Connection:
+class TcpConnection:
     """One TCP connection between a client and a Kafka broker, and its pairing state."""
 
     def __init__(self, client: Endpoint, broker: Endpoint, request_rule: RequestRule,
@@ -48,7 +48,7 @@ class Connection:
         self.closed = False                       # FIN or RST seen
 
     def __repr__(self) -> str:
-        return f"Connection({self.client} -> {self.broker})"
+        return f"TcpConnection({self.client} -> {self.broker})"
 
 
 class CaptureDecoder:
@@ -66,7 +66,7 @@ class CaptureDecoder:
         self.max_frame = max_frame
         self.decode = decode
         self.request_rule = RequestRule(bodies.api_versions, max_frame)
-        self.connections: dict[tuple, Optional[Connection]] = {}
+        self.connections: dict[tuple, Optional[TcpConnection]] = {}
         self._unclassified: dict[tuple, list[TcpSegment]] = {}
         self.chosen_ports: dict[int, str] = {}   # broker port -> why it was taken for Kafka
         self.problems: list[str] = []           # capture-level problems (file damage)
@@ -98,7 +98,7 @@ class CaptureDecoder:
                 return []
         self.last_ts = seg.ts
         key = (seg.src, seg.sport, seg.dst, seg.dport)
-        conn: Union[Connection, None, Literal[False]] = self.connections.get(key, False)
+        conn: Union[TcpConnection, None, Literal[False]] = self.connections.get(key, False)
         if conn and conn.closed and seg.flags & SYN and not seg.flags & ACK:
             # the same addresses and ports again after a close: a new connection
             self._close(conn)
@@ -135,7 +135,7 @@ class CaptureDecoder:
                 self._close(conn)
         return self._take()
 
-    def _close(self, conn: Connection) -> None:
+    def _close(self, conn: TcpConnection) -> None:
         """Flush a connection: held bytes, partial frames, unanswered requests, leftover notes."""
         ts = conn.last_ts
         for ev in conn.c2b.flush(ts):
@@ -163,7 +163,7 @@ class CaptureDecoder:
 
     # -- connections -----------------------------------------------------------------------------
 
-    def _classify(self, key: tuple, seg: TcpSegment) -> Union[Connection, None, Literal[False]]:
+    def _classify(self, key: tuple, seg: TcpSegment) -> Union[TcpConnection, None, Literal[False]]:
         """Find or create the connection of a segment; False while still undecided."""
         src, sport, dst, dport = key
         rkey = (dst, dport, src, sport)
@@ -196,14 +196,14 @@ class CaptureDecoder:
             self.connections[key] = self.connections[rkey] = None
         return False
 
-    def _open(self, client: tuple, broker: tuple) -> Connection:
-        conn = Connection(Endpoint(*client), Endpoint(*broker), self.request_rule, self.max_frame)
+    def _open(self, client: tuple, broker: tuple) -> TcpConnection:
+        conn = TcpConnection(Endpoint(*client), Endpoint(*broker), self.request_rule, self.max_frame)
         c, b = client, broker
         self.connections[(c[0], c[1], b[0], b[1])] = conn
         self.connections[(b[0], b[1], c[0], c[1])] = conn
         return conn
 
-    def _segment(self, conn: Connection, seg: TcpSegment) -> None:
+    def _segment(self, conn: TcpConnection, seg: TcpSegment) -> None:
         conn.ticks += 1
         conn.last_ts = seg.ts
         from_client = seg.sport == conn.client.port and seg.src == conn.client.ip
@@ -228,15 +228,15 @@ class CaptureDecoder:
 
     # -- frames ----------------------------------------------------------------------------------
 
-    def _request_event(self, conn: Connection, ev) -> None:
+    def _request_event(self, conn: TcpConnection, ev) -> None:
         for frame in conn.requests.feed(ev):
             self._request_frame(conn, frame)
 
-    def _response_event(self, conn: Connection, ev) -> None:
+    def _response_event(self, conn: TcpConnection, ev) -> None:
         for frame in conn.responses.feed(ev):
             self._response_frame(conn, frame)
 
-    def _request_frame(self, conn: Connection, frame: Frame) -> None:
+    def _request_frame(self, conn: TcpConnection, frame: Frame) -> None:
         ex = Exchange(conn.client, conn.broker, ts=frame.ts_start, request_end=frame.ts_end,
                       request_bytes=frame.size + 4, problems=list(frame.problems))
         if conn.sasl_raw is not None and not self._looks_like_request(frame):
@@ -276,7 +276,7 @@ class CaptureDecoder:
             return
         conn.pending[corr] = ex
 
-    def _response_frame(self, conn: Connection, frame: Frame) -> None:
+    def _response_frame(self, conn: TcpConnection, frame: Frame) -> None:
         ex: Optional[Exchange]
         if conn.sasl_raw is not None and conn.sasl_token is not None:
             ex = conn.sasl_token
@@ -305,7 +305,7 @@ class CaptureDecoder:
             return
         self._pair(conn, ex, frame)
 
-    def _pair(self, conn: Connection, ex: Exchange, frame: Frame) -> None:
+    def _pair(self, conn: TcpConnection, ex: Exchange, frame: Frame) -> None:
         ex.response_start, ex.response_end = frame.ts_start, frame.ts_end
         ex.response_bytes = frame.size + 4
         ex.problems.extend(frame.problems)
@@ -323,7 +323,7 @@ class CaptureDecoder:
                 conn.requests.raw = conn.responses.raw = True
         self._emit(ex)
 
-    def _orphan_response(self, conn: Connection, frame: Frame, corr: int) -> Exchange:
+    def _orphan_response(self, conn: TcpConnection, frame: Frame, corr: int) -> Exchange:
         ex = Exchange(conn.client, conn.broker, correlation_id=corr, ts=frame.ts_start,
                       response_start=frame.ts_start, response_end=frame.ts_end,
                       response_bytes=frame.size + 4,

@@ -40,6 +40,7 @@ from kproto.fetch_session import FetchSessionHandler, PartitionData, TopicPartit
 from kproto.fetch_session.messages import build_fetch_request
 from kproto.records import RecordBatch, iter_batches
 from kproto.records.columns import decode_batches, record_values
+from kproto.records.transactions import AbortedTransactions
 
 __all__ = ["ConsumerRecord", "Consumer", "parse_records", "subscription_metadata",
            "leader_assignments", "PROTOCOL_TYPE"]
@@ -54,7 +55,6 @@ MEMBER_ID_REQUIRED, FENCED_INSTANCE_ID = 79, 82
 _REJOIN_ERRORS = frozenset({ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS})
 _I32 = struct.Struct(">i")
 _log = logging.getLogger("kproto.client")
-_CONTROL_KEY = struct.Struct(">hh")  # version, type (0: ABORT)
 ISOLATION_LEVELS = {"read_uncommitted": 0, "read_committed": 1}
 
 
@@ -85,21 +85,15 @@ def parse_records(topic: str, partition: int, records: Any, position: int,
     if not records:
         return [], position
     start = position
-    pending = sorted(aborted_transactions or (), key=lambda a: a[1])
-    aborted: set[int] = set()
-    k = 0
+    aborted = (AbortedTransactions.from_fetch(aborted_transactions)
+               if aborted_transactions is not None else None)
     kept: list[Any] = []
     for batch in iter_batches(records):
         nxt = batch.next_offset
-        if aborted_transactions is not None and isinstance(batch, RecordBatch) \
-                and batch.producer_id >= 0:
-            while k < len(pending) and pending[k][1] <= batch.last_offset:
-                aborted.add(pending[k][0])
-                k += 1
+        if aborted is not None and isinstance(batch, RecordBatch) and batch.producer_id >= 0:
             if batch.is_control:
-                if _is_abort_marker(batch):
-                    aborted.discard(batch.producer_id)
-            elif batch.is_transactional and batch.producer_id in aborted:
+                aborted.marker(batch)
+            elif aborted.is_aborted(batch):
                 position = max(position, nxt)
                 continue
         if not (getattr(batch, "is_control", False) or nxt <= position):
@@ -117,12 +111,6 @@ def parse_records(topic: str, partition: int, records: Any, position: int,
 
 
 _new_consumer_record = partial(tuple.__new__, ConsumerRecord)
-
-
-def _is_abort_marker(batch: RecordBatch) -> bool:
-    recs = batch.record_list()
-    return bool(recs) and recs[0].key is not None and len(recs[0].key) >= 4 \
-        and _CONTROL_KEY.unpack_from(recs[0].key)[1] == 0
 
 
 def subscription_metadata(assignor: str, topics: Sequence[str], assigned: Sequence[tuple],

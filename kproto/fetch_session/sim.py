@@ -36,7 +36,7 @@ UNKNOWN_TOPIC_OR_PARTITION = 3
 
 
 @dataclass
-class PartitionLog:
+class SimulatedLog:
     """The broker-side state of one partition that a fetch reads."""
 
     high_watermark: int = 0
@@ -57,7 +57,7 @@ class SimulatedBroker:
         from kproto.codecs import request, response
 
         self.cache = cache if cache is not None else FetchSessionCache()
-        self.logs: dict[TopicPartition, PartitionLog] = {}
+        self.logs: dict[TopicPartition, SimulatedLog] = {}
         self.topic_ids: dict[Uuid, str] = {}
         self.record_bytes = record_bytes
         self.max_records = max_records
@@ -67,7 +67,7 @@ class SimulatedBroker:
     def create_topic(self, name: str, partitions: int, topic_id: Uuid) -> None:
         self.topic_ids[topic_id] = name
         for p in range(partitions):
-            self.logs[TopicPartition(name, p)] = PartitionLog()
+            self.logs[TopicPartition(name, p)] = SimulatedLog()
 
     def handle(self, request_bytes: bytes, version: int, now_ms: int) -> bytes:
         """Decode a FetchRequest body, serve it, and return the encoded FetchResponse body."""

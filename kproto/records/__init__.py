@@ -12,11 +12,11 @@ producers.
 """
 from kproto.records.batch import RecordBatch
 from kproto.records.builder import LegacyMessageBuilder, RecordBatchBuilder
-from kproto.records.columns import (BatchColumns, RecordColumns, decode_batches, decode_columns,
-                                    iter_column_batches, to_arrow)
+from kproto.records.columns import BatchColumns, RecordColumns, decode_batches, to_arrow
 from kproto.records.control import ControlRecord, decode_control
 from kproto.records.legacy import LegacyMessage, LegacyRecord
-from kproto.records.reader import Batch, BatchError, BatchReader, iter_batches
+from kproto.records.reader import (Batch, BatchError, BatchReader, decode_columns, iter_batches,
+                                   iter_column_batches)
 from kproto.records.record import Header, Record
 
 __all__ = [

@@ -1,6 +1,6 @@
 """Bulk, columnar decoding of record batches: the fast path for storage readers and Spark.
 
-Call :func:`decode_columns` with a buffer (bytes, memoryview or mmap) and a byte range holding
+Call :func:`~kproto.records.reader.decode_columns` with a buffer (bytes, memoryview or mmap) and a byte range holding
 whole batches; it returns a :class:`RecordColumns` for every record of every batch there::
 
     cols = decode_columns(segment_bytes, start, end)
@@ -18,7 +18,7 @@ per-record copy is made; :meth:`RecordColumns.binary_offsets` gives the classic 
 (int64 offsets + one contiguous buffer + validity) when needed.
 
 Legacy (magic 0/1) batches in the range are decoded per message and spliced in, in order.
-:func:`iter_column_batches` decodes a long range in chunks of batches to bound memory.
+:func:`~kproto.records.reader.iter_column_batches` decodes a long range in chunks of batches to bound memory.
 :func:`decode_arrow` (v2 batches) goes straight to Arrow's classic ``binary`` keys and values,
 the storage reader's path: no concatenated buffer, one copy of each key and value.
 
@@ -33,7 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import partial
 from itertools import repeat
-from typing import TYPE_CHECKING, Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 
@@ -44,15 +44,16 @@ from kproto.errors import DecodeError
 from kproto.records.legacy import LegacyMessage
 from kproto.records.record import Record, parse_headers
 
-if TYPE_CHECKING:  # the batch class calls into this module; it is not imported at run time
-    from kproto.records.batch import RecordBatch
+# The batches are RecordBatch (magic 2) or LegacyMessage (magic 0/1) objects; this module is
+# what RecordBatch.record_list runs, so it names the v2 class only in prose.
+RecordBatch = Any
 
 # optional C accelerator (kproto/records/_speedups.c, see kproto.accelerators); the numpy path
 # is the reference
 _speedups = load("kproto.records._speedups")
 
-__all__ = ["RecordColumns", "BatchColumns", "ArrowRecords", "decode_columns", "decode_batches",
-           "decode_arrow", "batch_records", "record_values", "iter_column_batches", "to_arrow",
+__all__ = ["RecordColumns", "BatchColumns", "ArrowRecords", "decode_batches",
+           "decode_arrow", "batch_records", "record_values", "to_arrow",
            "binary_view_array",
            "binary_array", "headers_array"]
 
@@ -158,6 +159,15 @@ def _varints(u8: np.ndarray, p: np.ndarray, what: str) -> tuple[np.ndarray, np.n
     return (v >> np.uint64(1)).view(np.int64) ^ -(v & np.uint64(1)).view(np.int64), end
 
 
+def _varints32(u8: np.ndarray, p: np.ndarray, what: str) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_varints` of int32 fields (Kafka's ``readVarint``): at most 5 bytes each."""
+    v, end = _varints(u8, p, what)
+    long = (end - p > 5) | (v > 2**31 - 1) | (v < -2**31)
+    if long.any():
+        raise DecodeError("varint longer than 5 bytes", what=what, offset=int(p[np.argmax(long)]))
+    return v, end
+
+
 def _check(cond: np.ndarray, reason: str, pos: np.ndarray) -> None:
     if cond.any():
         raise DecodeError(reason, what="RecordBatch record", offset=int(pos[np.argmax(cond)]))
@@ -214,20 +224,20 @@ def _scan_numpy(data: bytes, segments: list[tuple[int, int, int]]) -> _Fields:
     bend = np.array(ends, np.int64)
     pstart = np.array(prefix, np.int64)
     what = "RecordBatch record"
-    length, bstart = _varints(u8, pstart, what)
+    length, bstart = _varints32(u8, pstart, what)
     _check((length <= 0) | (bstart + length != bend), "bad record length", pstart)
     # attributes byte (unused by Kafka) at bstart, then the varint fields
     ts_delta, p = _varints(u8, bstart + 1, what)
-    off_delta, p = _varints(u8, p, what)
-    klen, p = _varints(u8, p, what)
+    off_delta, p = _varints32(u8, p, what)
+    klen, p = _varints32(u8, p, what)
     _check((klen < -1) | (klen > bend - p), "bad key length", p)
     kstart = p
     p = p + np.maximum(klen, 0)
-    vlen, p = _varints(u8, p, what)
+    vlen, p = _varints32(u8, p, what)
     _check((vlen < -1) | (vlen > bend - p), "bad value length", p)
     vstart = p
     p = p + np.maximum(vlen, 0)
-    hcount, p = _varints(u8, p, what)
+    hcount, p = _varints32(u8, p, what)
     _check(hcount < 0, "negative header count", p)
     return pstart, bend, u8[bstart], ts_delta, off_delta, kstart, klen, vstart, vlen, hcount, p
 
@@ -355,16 +365,6 @@ def _merge_legacy(cols: RecordColumns, batches, legacy: dict, counts: list) -> R
                          np.array(c[4], np.int64), np.array(c[5], np.int32),
                          np.array(c[6], np.int32), np.array(c[7], np.int32),
                          np.array(c[8], np.int32), cols.batches, np.array(c[9], np.uint8), hdrs)
-
-
-def decode_columns(buf: bytes | bytearray | memoryview, start: int = 0, end: int | None = None,
-                   *, verify_crc: bool = False,
-                   max_decompressed: int = DEFAULT_MAX_SIZE) -> RecordColumns:
-    """Decode every record of the whole batches in ``buf[start:end]`` into columns. A torn
-    tail is ignored; damage raises :class:`~kproto.errors.DecodeError`."""
-    from kproto.records.reader import iter_batches
-    return decode_batches(list(iter_batches(buf, start, end, verify_crc=verify_crc,
-                                            max_decompressed=max_decompressed)))
 
 
 def _slices(data: bytes, start: np.ndarray, length: np.ndarray) -> list:
@@ -617,19 +617,3 @@ def binary_array(cols: RecordColumns, which: str = "value"):
             out = pa.Array.from_buffers(pa.binary(), n, [pa.py_buffer(np.packbits(
                 valid, bitorder="little"))] + out.buffers()[1:])
     return out
-
-
-def iter_column_batches(buf, start: int = 0, end: int | None = None, *,
-                        batches_per_chunk: int = 64, **kw) -> Iterable[RecordColumns]:
-    """Decode a long range in chunks of ``batches_per_chunk`` batches: bounded memory, and
-    about twice the throughput of one huge :func:`decode_columns` (the working set stays in
-    cache). ``kw`` as for :func:`~kproto.records.reader.iter_batches`."""
-    from kproto.records.reader import iter_batches
-    chunk: list = []
-    for b in iter_batches(buf, start, end, **kw):
-        chunk.append(b)
-        if len(chunk) >= batches_per_chunk:
-            yield decode_batches(chunk)
-            chunk = []
-    if chunk:
-        yield decode_batches(chunk)

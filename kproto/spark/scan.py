@@ -6,7 +6,6 @@ evaluate, :meth:`ScanSpec.keeps` selects planned splits. Nothing here touches fi
 """
 from __future__ import annotations
 
-import bisect
 import datetime as _dt
 import json
 from dataclasses import dataclass, field, replace
@@ -81,53 +80,6 @@ def auto_split_bytes(total: int, tasks: int = AUTO_TASKS) -> int:
     """Task size for ``total`` bytes of log when no ``splitSize`` is given: ``tasks`` tasks,
     within ``[MIN_SPLIT_BYTES, MAX_SPLIT_BYTES]``."""
     return min(MAX_SPLIT_BYTES, max(MIN_SPLIT_BYTES, -(-total // max(1, tasks))))
-
-
-def balance(splits: Sequence[Split], target: int) -> list[tuple[Split, ...]]:
-    """Tasks of about ``target`` bytes each over ``splits`` (in order): the splits are laid
-    end to end and cut every ``target`` bytes, at the batch boundary (``Split.resync``, from
-    the ``.index``) nearest each cut. Small segments share a task, as Spark's file sources
-    share one between small files: a task costs more than opening one more file."""
-    groups: list[tuple[Split, ...]] = []
-    group: list[Split] = []
-    done, boundary = 0, target  # bytes laid so far; where the current task should end
-    for s in splits:
-        start = s.start
-        while done + s.end - start > boundary:
-            # cut near the boundary itself, so that cut errors do not add up over many tasks
-            cut = _nearest(s.resync, start, s.end, start + boundary - done)
-            if cut is None:
-                break
-            group.append(_piece(s, start, cut))
-            groups.append(tuple(group))
-            done += cut - start
-            group, start = [], cut
-            boundary = max(boundary + target, done + 1)
-        group.append(_piece(s, start, s.end))
-        done += s.end - start
-        if done >= boundary:
-            groups.append(tuple(group))
-            group = []
-            boundary = max(boundary + target, done + 1)
-    if group:
-        groups.append(tuple(group))
-    return groups
-
-
-def _nearest(positions: Sequence[int], lo: int, hi: int, want: int) -> int | None:
-    """The position strictly inside ``(lo, hi)`` nearest ``want`` (None if there is none)."""
-    i = bisect.bisect_left(positions, want)
-    near = [p for p in positions[max(0, i - 1):i + 1] if lo < p < hi]
-    if not near:  # the neighbours of `want` lie outside: take the closest inside, if any
-        inside = [p for p in positions if lo < p < hi]
-        near = inside[:1] + inside[-1:]
-    return min(near, key=lambda p: abs(p - want)) if near else None
-
-
-def _piece(s: Split, start: int, end: int) -> Split:
-    if (start, end) == (s.start, s.end):
-        return s
-    return replace(s, start=start, end=end, resync=tuple(p for p in s.resync if start < p < end))
 
 
 # ----------------------------------------------------------------------------- options

@@ -1,5 +1,5 @@
 """The ``kafka-segments`` PySpark data source: planning on the driver's Python worker
-(:func:`kproto.storage.plan_splits`, then :func:`kproto.spark.scan.balance` into tasks),
+(:func:`kproto.storage.plan_splits`, then :func:`kproto.storage.reader.balance` into tasks),
 and each split read on an executor into Arrow record batches (:func:`kproto.storage.read_split`)
 handed to Spark as they are.
 """
@@ -16,8 +16,8 @@ from pyspark.sql.types import StructType
 
 from kproto.storage.layout import parse_partition_dir_name
 from kproto.storage.partition import Damage
-from kproto.storage.reader import Split, arrow_schema, plan_splits, read_split
-from kproto.spark.scan import AUTO_TASKS, ScanSpec, auto_split_bytes, balance, parse_options
+from kproto.storage.reader import Split, arrow_schema, balance, plan_splits, read_split
+from kproto.spark.scan import AUTO_TASKS, ScanSpec, auto_split_bytes, parse_options
 
 NAME = "kafka-segments"
 log = logging.getLogger("kproto.spark")
@@ -60,7 +60,7 @@ def _damage_batch(damage: Sequence[Damage], target: pa.Schema) -> pa.RecordBatch
 
 class SplitPartition(InputPartition):
     """A Spark partition: consecutive :class:`kproto.storage.Split` s (byte ranges of
-    segments, see :func:`kproto.spark.scan.balance`)."""
+    segments, see :func:`kproto.storage.reader.balance`)."""
 
     def __init__(self, splits: tuple[Split, ...], damage: tuple[Damage, ...] = ()) -> None:
         super().__init__(splits)
@@ -124,7 +124,7 @@ class KafkaSegmentsReader(DataSourceReader):
         damage: list[Damage] = []
         splits = [s for path in spec.paths
                   for s in plan_splits(path, topics=spec.topics, partitions=spec.partitions,
-                                       options=spec.read, split_bytes=1 << 62, damage=damage)
+                                       options=spec.read, damage=damage)
                   if spec.keeps(s)]  # whole segments (the ranges the bounds leave of them)
         target = spec.split_bytes or auto_split_bytes(sum(s.size for s in splits), self.tasks)
         if spec.pushed:

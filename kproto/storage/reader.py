@@ -16,7 +16,7 @@ from __future__ import annotations
 import bisect
 import mmap
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterable, Iterator, Sequence, TypeGuard
 
 import numpy as np
@@ -28,13 +28,13 @@ from kproto.errors import DecodeError
 from kproto.records.batch import RecordBatch
 from kproto.records.columns import decode_arrow, decode_batches, to_arrow
 from kproto.records.reader import Batch
+from kproto.records.transactions import AbortedTransactions
 from kproto.storage.indexes import AbortedTxn
 from kproto.storage.layout import is_partition_dir, scan_log_dir, scan_partition_dir
 from kproto.storage.partition import Damage, Partition, Segment, scan_batches
 
 ISOLATIONS = ("read_uncommitted", "read_committed")
 COMPRESSION_NAMES = ("none", "gzip", "snappy", "lz4", "zstd")
-DEFAULT_SPLIT_BYTES = 128 * 1024 * 1024
 _CHUNK_BYTES = 4 * 1024 * 1024  # batch bytes decoded per Arrow batch
 
 HEADER_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
@@ -160,10 +160,11 @@ def _segment_range(seg: Segment, is_last: bool, opts: ReadOptions) -> tuple[int,
 
 def plan_splits(path: str, *, topics: Iterable[str] | None = None,
                 partitions: Iterable[int] | None = None, options: ReadOptions = ReadOptions(),
-                split_bytes: int = DEFAULT_SPLIT_BYTES,
+                split_bytes: int | None = None,
                 damage: list[Damage] | None = None) -> list[Split]:
-    """Splits covering what ``options`` asks for, each about ``split_bytes`` (cut at
-    offset-index positions, so never inside a batch)."""
+    """Splits covering what ``options`` asks for: one per segment (the range of it worth
+    reading), or, with ``split_bytes``, pieces of about that size cut by :func:`balance` at
+    offset-index positions (so never inside a batch)."""
     out: list[Split] = []
     for part in _partitions(path, topics, partitions):
         aborted = tuple(part.aborted)
@@ -182,47 +183,70 @@ def plan_splits(path: str, *, topics: Iterable[str] | None = None,
                 continue
             assert seg.files.log is not None  # Partition.open keeps only segments with a .log
             lo, hi = rng
-            idx = seg.offset_index
-            cuts = [int(p) for p in idx.positions if lo < p < hi]
-            bounds, last = [lo], lo
-            for p in cuts:
-                if p - last >= split_bytes:
-                    bounds.append(p)
-                    last = p
-            bounds.append(hi)
-            for a, b in zip(bounds, bounds[1:]):
-                out.append(Split(seg.files.log, part.topic, part.partition, seg.base_offset, a, b,
-                                 tuple(p for p in cuts if a < p < b), aborted, lso,
-                                 seg.next_base))
+            # a missing index is rebuilt (a scan of the whole segment) only to cut it; a read
+            # scans the batches anyway
+            cuts = tuple(int(p) for p in seg.offset_index.positions if lo < p < hi) \
+                if seg.files.index or split_bytes is not None else ()
+            out.append(Split(seg.files.log, part.topic, part.partition, seg.base_offset, lo, hi,
+                             cuts, aborted, lso, seg.next_base))
         if damage is not None:
             damage.extend(part.problems)
             for seg in part.segments:
                 damage.extend(seg.problems)
+    if split_bytes is not None:
+        out = [piece for group in balance(out, split_bytes) for piece in group]
     return out
 
 
+def balance(splits: Sequence[Split], target: int) -> list[tuple[Split, ...]]:
+    """Tasks of about ``target`` bytes each over ``splits`` (in order): the splits are laid
+    end to end and cut every ``target`` bytes, at the batch boundary (``Split.resync``, from
+    the ``.index``) nearest each cut. Small segments share a task, as Spark's file sources
+    share one between small files: a task costs more than opening one more file."""
+    groups: list[tuple[Split, ...]] = []
+    group: list[Split] = []
+    done, boundary = 0, target  # bytes laid so far; where the current task should end
+    for s in splits:
+        start = s.start
+        while done + s.end - start > boundary:
+            # cut near the boundary itself, so that cut errors do not add up over many tasks
+            cut = _nearest(s.resync, start, s.end, start + boundary - done)
+            if cut is None:
+                break
+            group.append(_piece(s, start, cut))
+            groups.append(tuple(group))
+            done += cut - start
+            group, start = [], cut
+            boundary = max(boundary + target, done + 1)
+        group.append(_piece(s, start, s.end))
+        done += s.end - start
+        if done >= boundary:
+            groups.append(tuple(group))
+            group = []
+            boundary = max(boundary + target, done + 1)
+    if group:
+        groups.append(tuple(group))
+    return groups
+
+
+def _nearest(positions: Sequence[int], lo: int, hi: int, want: int) -> int | None:
+    """The position strictly inside ``(lo, hi)`` nearest ``want`` (None if there is none)."""
+    i = bisect.bisect_left(positions, want)
+    near = [p for p in positions[max(0, i - 1):i + 1] if lo < p < hi]
+    if not near:  # the neighbours of `want` lie outside: take the closest inside, if any
+        inside = [p for p in positions if lo < p < hi]
+        near = inside[:1] + inside[-1:]
+    return min(near, key=lambda p: abs(p - want)) if near else None
+
+
+def _piece(s: Split, start: int, end: int) -> Split:
+    if (start, end) == (s.start, s.end):
+        return s
+    return replace(s, start=start, end=end, resync=tuple(p for p in s.resync if start < p < end))
+
+
 # --------------------------------------------------------------------------------- reading
-class _AbortedIndex:
-    """Fetch-side abort rule, stateless so that any split can apply it on its own."""
-
-    def __init__(self, aborted: Sequence[AbortedTxn]) -> None:
-        by_pid: dict[int, list[tuple[int, int]]] = {}
-        for a in aborted:
-            by_pid.setdefault(a.producer_id, []).append((a.first_offset, a.last_offset))
-        self.by_pid = {pid: sorted(v) for pid, v in by_pid.items()}
-
-    def is_aborted(self, batch: RecordBatch) -> bool:
-        """Whether a transactional data batch belongs to an aborted transaction."""
-        spans = self.by_pid.get(batch.producer_id)
-        if not spans:
-            return False
-        # a producer's transactions do not overlap: only the last one starting at or before
-        # the batch can hold it, and its ABORT marker (span end) comes after the batch
-        i = bisect.bisect_right(spans, (batch.base_offset, 1 << 63)) - 1
-        return i >= 0 and batch.last_offset < spans[i][1]
-
-
-def _keep_batch(batch: Batch, opts: ReadOptions, aborted: _AbortedIndex | None,
+def _keep_batch(batch: Batch, opts: ReadOptions, aborted: AbortedTransactions | None,
                 lso: int | None) -> bool:
     if batch.last_offset < (opts.start_offset or 0):
         return False
@@ -384,7 +408,8 @@ def read_buffer(data: bytes | memoryview, split: Split, options: ReadOptions = R
     schema = arrow_schema(options.binary_view)
     segment = os.path.basename(split.path)
     committed = options.isolation == "read_committed"
-    aborted = _AbortedIndex(split.aborted) if committed else None
+    aborted = AbortedTransactions((a.producer_id, a.first_offset, a.last_offset)
+                                  for a in split.aborted) if committed else None
     lso = split.last_stable_offset if committed else None
     damage = damage if damage is not None else []
     pending: list[Batch] = []
@@ -449,9 +474,13 @@ def iter_arrow(path: str, *, topics: Iterable[str] | None = None,
     """Arrow record batches of every record under ``path`` (a log dir or a partition folder),
     partition by partition in offset order. ``options``: the fields of :class:`ReadOptions`.
     Damage found is appended to ``damage`` when given."""
-    opts = ReadOptions(**options)
+    return _iter_arrow(path, topics, partitions, damage, ReadOptions(**options))
+
+
+def _iter_arrow(path: str, topics: Iterable[str] | None, partitions: Iterable[int] | None,
+                damage: list[Damage] | None, opts: ReadOptions) -> Iterator[pa.RecordBatch]:
     for split in plan_splits(path, topics=topics, partitions=partitions, options=opts,
-                             damage=damage, split_bytes=1 << 62):
+                             damage=damage):
         yield from read_split(split, opts, damage=damage)
 
 
@@ -461,6 +490,5 @@ def read_arrow(path: str, *, topics: Iterable[str] | None = None,
     """Every record under ``path`` as one ``pyarrow.Table`` (see :func:`iter_arrow`);
     ``read_arrow(path).to_pandas()`` for pandas."""
     opts = ReadOptions(**options)
-    batches = list(iter_arrow(path, topics=topics, partitions=partitions, damage=damage,
-                              **options))
+    batches = list(_iter_arrow(path, topics, partitions, damage, opts))
     return pa.Table.from_batches(batches, schema=arrow_schema(opts.binary_view))

@@ -18,7 +18,7 @@ from kproto.fetch_session import (
     TopicPartition,
 )
 from kproto.fetch_session.messages import build_fetch_request
-from kproto.fetch_session.sim import PartitionLog, SimulatedBroker
+from kproto.fetch_session.sim import SimulatedLog, SimulatedBroker
 
 from fetch_session_vectors import EXPECTED_TRACES, load_traces, partition_of
 
@@ -49,7 +49,7 @@ def replay(trace: dict, seed: int) -> dict:
             if data.topic_id != data.topic_id.ZERO:
                 broker.topic_ids[data.topic_id] = tp.topic
             if tp not in broker.logs:
-                broker.logs[tp] = PartitionLog(data.fetch_offset + rng.randrange(0, 3), rng.randrange(0, 50))
+                broker.logs[tp] = SimulatedLog(data.fetch_offset + rng.randrange(0, 3), rng.randrange(0, 50))
         for log in broker.logs.values():
             if rng.random() < 0.2:
                 log.high_watermark += 1

@@ -13,7 +13,7 @@ from kproto.records.compression import compress
 from kproto.errors import DecodeError
 from kproto.records.batch import CRC_START, HEADER, HEADER_SIZE, LOG_OVERHEAD, RecordBatch
 from kproto.records.builder import encode_legacy_message
-from kproto.records.columns import decode_columns
+from kproto.records.reader import decode_columns
 from kproto.records.reader import iter_batches
 
 LZ4 = 3

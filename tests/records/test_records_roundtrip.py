@@ -110,7 +110,7 @@ def test_mixed_columns_and_arrow():
     assert blob == b"value" + b"bb" * 20 and valid.tolist() == [True, False, False, True]
     assert offsets.tolist() == [0, 5, 5, 5, 45]
     assert len(decode_batches([])) == 0
-    from kproto.records.columns import iter_column_batches
+    from kproto.records.reader import iter_column_batches
     chunks = list(iter_column_batches(data, batches_per_chunk=1))
     assert [c.offset.tolist() for c in chunks] == [[0, 1], [10, 11]]
 

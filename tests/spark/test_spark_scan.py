@@ -13,8 +13,8 @@ from pyspark.sql.datasource import (EqualTo, GreaterThan, GreaterThanOrEqual, In
                                     StringStartsWith)
 
 from kproto.spark.scan import (AUTO_TASKS, MAX_SPLIT_BYTES, MIN_SPLIT_BYTES, ScanSpec, auto_split_bytes,
-                               balance, parse_options)
-from kproto.storage.reader import ReadOptions, Split
+                               parse_options)
+from kproto.storage.reader import ReadOptions, Split, balance
 
 OPS = {EqualTo: operator.eq, GreaterThan: operator.gt, GreaterThanOrEqual: operator.ge,
        LessThan: operator.lt, LessThanOrEqual: operator.le}

@@ -145,7 +145,7 @@ def test_decompression_bombs_are_cut_and_reported(logdir):
         import json, time
         from kproto.errors import DecodeError
         from kproto.records.batch import RecordBatch
-        from kproto.records.columns import decode_columns
+        from kproto.records.reader import decode_columns
         data = open({os.path.join(part, "00000000000000000000.log")!r}, "rb").read()
         out = []
         for fn in (lambda: decode_columns(data), lambda: RecordBatch(data).record_list()):

@@ -1,271 +1,17 @@
-"""Consumer-group partition assignors, giving the same answers as Kafka 3.9's Java assignors.
-
-``range`` (``RangeAssignor``, rack-aware), ``roundrobin`` (``RoundRobinAssignor``), ``sticky``
-(``StickyAssignor``) and ``cooperative-sticky`` (``CooperativeStickyAssignor``), both sticky ones
-built on ``AbstractStickyAssignor`` with its constrained (all members subscribe to the same topics)
-and general paths and its rack-aware variants.
-
-Inputs are plain data: the cluster is a mapping ``topic -> partition count`` or
-``topic -> [replica racks of partition 0, of partition 1, ...]`` (a rack may be None), and the
-group is a mapping ``member_id -> Subscription`` in the order the members were put into Java's
-``GroupSubscription`` map. Partitions are ``(topic, partition)`` tuples.
-
-Java iterates several ``HashMap``/``HashSet`` instances whose order leaks into the result (which
-member keeps its owned partitions first, which moved partition is moved back). Those iteration
-orders are reproduced from Java's ``String.hashCode``/``TopicPartition.hashCode`` and HashMap's
-bucket layout (:func:`java_hash_order`); Kafka's result itself depends on insertion order only
-when two keys share a bucket.
-"""
+"""The sticky assignors (``StickyAssignor``, ``CooperativeStickyAssignor``), both on
+``AbstractStickyAssignor`` with its constrained and general paths and their rack-aware variants,
+and the sticky user data their members send."""
 from __future__ import annotations
 
 import bisect
 import struct
-from dataclasses import dataclass
-from typing import Callable, Iterable, Mapping, Sequence, Union
+from typing import Callable, Iterable, Mapping
 
-from kproto.errors import KprotoError
-from kproto.javahash import bucket, java_hash_order, java_string_hash
+from kproto.client.assignors.base import (DEFAULT_GENERATION, AssignmentError, ClusterTopics,
+                                          Subscription, _jstr, _member_sort_key,
+                                          _partition_racks, _subscribed_topics, _use_rack_aware)
+from kproto.javahash import JavaHashSet, java_hash_order
 from kproto.topic_partition import TopicPartitionKey
-
-__all__ = [
-    "Subscription", "Cluster", "AssignmentError", "ASSIGNORS", "assign",
-    "range_assign", "roundrobin_assign", "sticky_assign", "cooperative_sticky_assign",
-    "encode_sticky_user_data", "decode_sticky_user_data", "java_string_hash", "java_hash_order",
-]
-
-#: topic -> partition count, or topic -> per-partition list of replica racks (None: no rack)
-Cluster = Mapping[str, Union[int, Sequence[Sequence[Union[str, None]]]]]
-
-DEFAULT_GENERATION = -1
-
-
-class AssignmentError(KprotoError):
-    """The assignor reached a state Kafka's assignor reports as IllegalStateException."""
-
-
-@dataclass
-class Subscription:
-    """What a member sent (``ConsumerPartitionAssignor.Subscription``).
-
-    ``generation_id`` None means absent (-1 on the wire); ``group_instance_id`` comes from the
-    JoinGroup member entry, not from the subscription bytes.
-    """
-
-    topics: Sequence[str]
-    user_data: bytes | None = None
-    owned_partitions: Sequence[TopicPartitionKey] = ()
-    generation_id: int | None = None
-    rack_id: str | None = None
-    group_instance_id: str | None = None
-
-
-# ---- Java hashing ----------------------------------------------------------------------------
-
-def _tp_hash(tp: TopicPartitionKey) -> int:
-    # TopicPartition.hashCode: 31 * (31 + partition) + topic.hashCode()
-    return (31 * (31 + tp[1]) + java_string_hash(tp[0])) & 0xFFFFFFFF
-
-
-class _JavaHashSet:
-    """A ``HashSet<TopicPartition>`` whose :meth:`first` is what ``iterator().next()`` returns.
-
-    Not modelled: Java's extra resize/treeification when one bucket chain exceeds 8 entries
-    (needs 9+ colliding partitions moved between the same two members)."""
-
-    __slots__ = ("_seq", "_n", "_cap")
-
-    def __init__(self) -> None:
-        self._seq: dict = {}
-        self._n = 0
-        self._cap = 16
-
-    def add(self, tp) -> None:
-        if tp not in self._seq:
-            self._seq[tp] = self._n
-            self._n += 1
-            if len(self._seq) > self._cap * 3 // 4:
-                self._cap *= 2  # the table never shrinks on removal
-
-    def discard(self, tp) -> None:
-        self._seq.pop(tp, None)
-
-    def __len__(self) -> int:
-        return len(self._seq)
-
-    def first(self):
-        cap = self._cap
-        return min(self._seq, key=lambda tp: (bucket(_tp_hash(tp), cap), self._seq[tp]))
-
-
-# ---- shared input handling -------------------------------------------------------------------
-
-def _partition_racks(cluster: Cluster, topics: Iterable[str]) -> dict[str, list[frozenset]]:
-    """``partitionsPerTopic``: subscribed topics with metadata and at least one partition, each
-    with the set of non-null replica racks per partition, in Java's iteration order."""
-    out: dict[str, list[frozenset]] = {}
-    for t in java_hash_order(topics):
-        meta = cluster.get(t)
-        if meta is None:
-            continue
-        racks: list[frozenset]
-        if isinstance(meta, int):
-            racks = [frozenset()] * meta
-        else:
-            racks = [frozenset(r for r in replicas if r is not None) for replicas in meta]
-        if racks:
-            out[t] = racks
-    return {t: out[t] for t in java_hash_order(out)}
-
-
-def _subscribed_topics(subscriptions: Mapping[str, Subscription]) -> list[str]:
-    """``allSubscribedTopics``: every subscribed topic once, in first-seen order."""
-    topics: dict[str, None] = {}
-    for m in java_hash_order(subscriptions):
-        topics.update(dict.fromkeys(subscriptions[m].topics))
-    return list(topics)
-
-
-def _jstr(s: str) -> bytes:
-    """Sort key giving Java's ``String.compareTo`` order (UTF-16 code units), which differs from
-    Python's code-point order for characters beyond U+FFFF. Member ids embed the client id, which
-    may be any text; topic names and instance ids are ASCII by Kafka's rules."""
-    return s.encode("utf-16-be", "surrogatepass")
-
-
-def _member_sort_key(member_id: str, sub: Subscription) -> tuple[int, bytes]:
-    # AbstractPartitionAssignor.MemberInfo.compareTo: static members first, by instance id
-    gid = sub.group_instance_id
-    return (0, _jstr(gid)) if gid is not None else (1, _jstr(member_id))
-
-
-def _use_rack_aware(consumer_racks: set, partition_racks_all: set, racks_per_partition) -> bool:
-    if not consumer_racks or consumer_racks.isdisjoint(partition_racks_all):
-        return False
-    return not all(r == partition_racks_all for r in racks_per_partition)
-
-
-# ---- range -------------------------------------------------------------------------------------
-
-class _RangeTopic:
-    __slots__ = ("topic", "consumers", "partition_racks", "unassigned", "assigned", "per_consumer",
-                 "extra", "needs_rack_aware")
-
-    def __init__(self, topic: str, racks: list[frozenset], members: list[tuple[str, tuple[int, bytes]]],
-                 consumer_racks: dict[str, str]) -> None:
-        self.topic = topic
-        self.consumers: dict[str, str | None] = {}
-        for m, _ in sorted(members, key=lambda x: x[1]):
-            self.consumers.setdefault(m, consumer_racks.get(m))
-        n = len(racks)
-        self.unassigned = dict.fromkeys((topic, p) for p in range(n))  # ordered set
-        self.assigned = dict.fromkeys(self.consumers, 0)
-        self.per_consumer = n // len(self.consumers) if self.consumers else 0
-        self.extra = n % len(self.consumers) if self.consumers else 0
-        all_consumer_racks = {consumer_racks[m] for m, _ in members if m in consumer_racks}
-        if all_consumer_racks:
-            self.partition_racks = {(topic, p): r for p, r in enumerate(racks)}
-            all_partition_racks = set().union(*racks)
-        else:
-            self.partition_racks = {}
-            all_partition_racks = set()
-        self.needs_rack_aware = _use_rack_aware(all_consumer_racks, all_partition_racks,
-                                                self.partition_racks.values())
-
-    def racks_match(self, consumer: str, tp) -> bool:
-        rack = self.consumers[consumer]
-        if rack is None:
-            return True
-        replica_racks = self.partition_racks.get(tp)
-        return replica_racks is not None and rack in replica_racks
-
-    def max_assignable(self, consumer: str) -> int:
-        return max(0, self.per_consumer + (1 if self.extra > 0 else 0) - self.assigned[consumer])
-
-    def on_assigned(self, consumer: str, tps: list) -> None:
-        self.assigned[consumer] += len(tps)
-        if self.assigned[consumer] > self.per_consumer:
-            self.extra -= 1
-        for tp in tps:
-            self.unassigned.pop(tp, None)
-
-
-def range_assign(cluster: Cluster, subscriptions: Mapping[str, Subscription]) -> dict[str, list]:
-    """``RangeAssignor``: per topic, contiguous ranges to members in (instance id, member id) order;
-    rack-aware when member and replica racks allow it."""
-    order = java_hash_order(subscriptions)
-    per_topic = _partition_racks(cluster, _subscribed_topics(subscriptions))
-    consumer_racks = {m: r for m in order if (r := subscriptions[m].rack_id)}
-    members_of: dict[str, list] = {}
-    for m in order:
-        sub = subscriptions[m]
-        for t in sub.topics:
-            members_of.setdefault(t, []).append((m, _member_sort_key(m, sub)))
-    states = [_RangeTopic(t, racks, members_of.get(t, []), consumer_racks) for t, racks in per_topic.items()]
-    assignment: dict[str, list] = {m: [] for m in subscriptions}
-
-    def give(consumer, tps, state):
-        assignment[consumer].extend(tps)
-        state.on_assigned(consumer, tps)
-
-    def assign_ranges(state, may_assign):
-        for c in state.consumers:
-            if not state.unassigned:
-                break
-            limit = state.max_assignable(c)
-            tps = [tp for tp in state.unassigned if may_assign(c, tp)][:limit]
-            if tps:
-                give(c, tps, state)
-
-    use_rack_aware = any(s.needs_rack_aware for s in states)
-    if use_rack_aware:
-        groups: dict = {}
-        for s in states:
-            groups.setdefault(tuple(s.consumers.items()), {}).setdefault(len(s.partition_racks), []).append(s)
-        for consumers_key, by_count in groups.items():
-            for num_partitions, co in by_count.items():
-                if len(co) > 1:
-                    remaining = [c for c, _ in consumers_key]
-                    for p in range(num_partitions):
-                        match = next((c for c in remaining if all(
-                            t.racks_match(c, (t.topic, p)) and t.max_assignable(c) > 0 for t in co)), None)
-                        if match is None:
-                            continue
-                        for t in co:
-                            give(match, [(t.topic, p)], t)
-                        if not any(t.max_assignable(match) > 0 for t in co):
-                            remaining.remove(match)
-                            if not remaining:
-                                break
-                elif co[0].needs_rack_aware:
-                    assign_ranges(co[0], co[0].racks_match)
-    for s in states:
-        assign_ranges(s, lambda c, tp: True)
-    if use_rack_aware:
-        for lst in assignment.values():
-            lst.sort()
-    return assignment
-
-
-# ---- round robin ---------------------------------------------------------------------------------
-
-def roundrobin_assign(cluster: Cluster, subscriptions: Mapping[str, Subscription]) -> dict[str, list]:
-    """``RoundRobinAssignor``: all partitions in (topic, partition) order dealt to members in
-    (instance id, member id) order, skipping members not subscribed to the topic."""
-    per_topic = _partition_racks(cluster, _subscribed_topics(subscriptions))
-    assignment: dict[str, list] = {m: [] for m in subscriptions}
-    members = sorted(java_hash_order(subscriptions), key=lambda m: _member_sort_key(m, subscriptions[m]))
-    topic_sets = {m: set(subscriptions[m].topics) for m in members}
-    i, n = 0, len(members)
-    for topic in sorted(_subscribed_topics(subscriptions)):
-        if topic not in per_topic:
-            continue
-        for p in range(len(per_topic[topic])):
-            while topic not in topic_sets[members[i]]:
-                i = (i + 1) % n
-            assignment[members[i]].append((topic, p))
-            i = (i + 1) % n
-    return assignment
-
 
 # ---- sticky user data (StickyAssignor's STICKY_ASSIGNOR_USER_DATA_V0/V1 Struct) ---------------
 
@@ -368,7 +114,7 @@ class _SortedMembers:
 
 class _PartitionMovements:
     def __init__(self) -> None:
-        self.by_topic: dict[str, dict[tuple[str, str], _JavaHashSet]] = {}
+        self.by_topic: dict[str, dict[tuple[str, str], JavaHashSet]] = {}
         self.moves: dict = {}
 
     def _remove(self, tp) -> tuple[str, str]:
@@ -384,7 +130,7 @@ class _PartitionMovements:
 
     def _add(self, tp, pair) -> None:
         self.moves[tp] = pair
-        self.by_topic.setdefault(tp[0], {}).setdefault(pair, _JavaHashSet()).add(tp)
+        self.by_topic.setdefault(tp[0], {}).setdefault(pair, JavaHashSet()).add(tp)
 
     def move(self, tp, old: str, new: str) -> None:
         if tp in self.moves:
@@ -476,7 +222,7 @@ _END = object()
 class _StickyRun:
     """One ``AbstractStickyAssignor.assignPartitions`` call."""
 
-    def __init__(self, cluster: Cluster, subscriptions: Mapping[str, Subscription],
+    def __init__(self, cluster: ClusterTopics, subscriptions: Mapping[str, Subscription],
                  member_data: Callable[[Subscription], tuple[list, int | None]]) -> None:
         self.subs = subscriptions
         self.member_data = member_data
@@ -864,12 +610,12 @@ def _cooperative_member_data(sub: Subscription) -> tuple[list, int | None]:
     return list(sub.owned_partitions), gen
 
 
-def sticky_assign(cluster: Cluster, subscriptions: Mapping[str, Subscription]) -> dict[str, list]:
+def sticky_assign(cluster: ClusterTopics, subscriptions: Mapping[str, Subscription]) -> dict[str, list]:
     """``StickyAssignor`` (eager): balanced, keeping previous owners (read from user data)."""
     return _StickyRun(cluster, subscriptions, _sticky_member_data).run()
 
 
-def cooperative_sticky_assign(cluster: Cluster, subscriptions: Mapping[str, Subscription]) -> dict[str, list]:
+def cooperative_sticky_assign(cluster: ClusterTopics, subscriptions: Mapping[str, Subscription]) -> dict[str, list]:
     """``CooperativeStickyAssignor``: the sticky result minus partitions that change owner (they
     are revoked first and assigned in the next round)."""
     run = _StickyRun(cluster, subscriptions, _cooperative_member_data)
@@ -889,21 +635,3 @@ def cooperative_sticky_assign(cluster: Cluster, subscriptions: Mapping[str, Subs
     for tp, c in transferring.items():
         _remove_first(assignment[c], tp)
     return assignment
-
-
-ASSIGNORS: dict[str, Callable[[Cluster, Mapping[str, Subscription]], dict[str, list]]] = {
-    "range": range_assign,
-    "roundrobin": roundrobin_assign,
-    "sticky": sticky_assign,
-    "cooperative-sticky": cooperative_sticky_assign,
-}
-
-
-def assign(name: str, cluster: Cluster, subscriptions: Mapping[str, Subscription]) -> dict[str, list]:
-    """Run the assignor Kafka calls ``name`` (``range``, ``roundrobin``, ``sticky``,
-    ``cooperative-sticky``); returns ``member_id -> [(topic, partition), ...]`` for every member."""
-    try:
-        fn = ASSIGNORS[name]
-    except KeyError:
-        raise ValueError(f"unknown assignor {name!r}; known: {', '.join(ASSIGNORS)}") from None
-    return fn(cluster, subscriptions)
