@@ -12,6 +12,7 @@ from typing import Any, Iterator, List, Optional, Tuple, Union
 from kproto.codecs import message, request, response
 from kproto.codecs.primitives import INT16, INT32, Buffer
 from kproto.errors import DecodeError, EncodeError
+from kproto.schemas.api_keys import ApiKey
 
 _REQUEST_HEADER = message("RequestHeader")
 _RESPONSE_HEADER = message("ResponseHeader")
@@ -21,8 +22,8 @@ RequestHeader = _REQUEST_HEADER.cls
 ResponseHeader = _RESPONSE_HEADER.cls
 """Response header class: ``correlation_id``."""
 
-API_VERSIONS_KEY = 18
-CONTROLLED_SHUTDOWN_KEY = 7
+API_VERSIONS_KEY = ApiKey.API_VERSIONS
+CONTROLLED_SHUTDOWN_KEY = ApiKey.CONTROLLED_SHUTDOWN
 DEFAULT_MAX_FRAME = 100 * 1024 * 1024   # like Kafka's socket.request.max.bytes default
 
 

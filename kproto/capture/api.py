@@ -16,11 +16,18 @@ from kproto.error_codes import error_name
 from kproto.capture.pcap import CaptureProblem, Packet, read_packets, stream_packets
 from kproto.capture.sessions import FetchSessionView
 from kproto.errors import DecodeError
+from kproto.schemas.api_keys import ApiKey
+from kproto.error_codes import ErrorCode
 
 __all__ = ["BodyDecoder", "iter_exchanges", "exchange_to_json"]
 
-_PRODUCE, _FETCH, _METADATA, _SASL_HANDSHAKE, _API_VERSIONS, _SASL_AUTHENTICATE = 0, 1, 3, 17, 18, 36
-_UNSUPPORTED_VERSION = 35
+_PRODUCE = ApiKey.PRODUCE
+_FETCH = ApiKey.FETCH
+_METADATA = ApiKey.METADATA
+_SASL_HANDSHAKE = ApiKey.SASL_HANDSHAKE
+_API_VERSIONS = ApiKey.API_VERSIONS
+_SASL_AUTHENTICATE = ApiKey.SASL_AUTHENTICATE
+_UNSUPPORTED_VERSION = ErrorCode.UNSUPPORTED_VERSION
 
 
 class BodyDecoder:

@@ -16,11 +16,12 @@ from kproto.capture.layers import ACK, FIN, LINKTYPES, RST, SYN, TcpSegment, par
 from kproto.capture.pcap import CaptureProblem, Packet
 from kproto.capture.tcp import TcpStream
 from kproto.errors import KprotoError
+from kproto.schemas.api_keys import ApiKey
 
 __all__ = ["CaptureDecoder", "TcpConnection"]
 
 _I32 = struct.Struct(">i")
-_SASL_HANDSHAKE = 17
+_SASL_HANDSHAKE = ApiKey.SASL_HANDSHAKE
 _CLASSIFY_LIMIT = 8  # payload segments looked at before calling a connection "not Kafka"
 _MAX_EARLY = 256     # responses kept per connection while waiting for their request
 

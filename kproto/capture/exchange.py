@@ -9,10 +9,11 @@ from typing import Any, Optional
 from kproto import codecs
 from kproto.capture.bodies import api_name
 from kproto.capture.layers import format_ip
+from kproto.schemas.api_keys import ApiKey
 
 __all__ = ["Endpoint", "Exchange", "UNREAD_KEPT", "exchange_to_json"]
 
-_SASL_AUTHENTICATE_KEY = 36
+_SASL_AUTHENTICATE_KEY = ApiKey.SASL_AUTHENTICATE
 
 UNREAD_KEPT = 64  # bytes kept (and shown in hex) of a body's unread tail: enough to recognise a field
 

@@ -22,7 +22,7 @@ from kproto.fetch_session.model import (
 
 __all__ = ["FetchSessionView", "SessionState"]
 
-_EXPLAIN = {
+_EXPLAIN: dict[int, str] = {
     FETCH_SESSION_ID_NOT_FOUND: "the broker does not know session {sid} (evicted, or the broker "
                                 "restarted): the client must send a full fetch (epoch 0) to start again",
     INVALID_FETCH_SESSION_EPOCH: "epoch {epoch} is not the one the broker expects for session {sid} "

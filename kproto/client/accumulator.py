@@ -12,11 +12,12 @@ from kproto.codecs import request as _request_codec
 from kproto.records import RecordBatchBuilder
 from kproto.records.record import increment_sequence
 from kproto.topic_partition import TopicPartitionKey
+from kproto.schemas.api_keys import ApiKey
 
 __all__ = ["RecordMetadata", "PendingBatch", "RecordAccumulator", "encode_batch",
            "build_produce_request"]
 
-PRODUCE = 0
+PRODUCE = ApiKey.PRODUCE
 #: ``DefaultRecord`` overhead bound used to estimate a record's size before it is encoded.
 _RECORD_OVERHEAD = 21
 

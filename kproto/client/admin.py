@@ -23,16 +23,28 @@ from kproto.client.consumer_protocol import decode_assignment
 from kproto.codecs import request as _request_codec
 from kproto.errors import DecodeError
 from kproto.topic_partition import TopicPartitionKey
+from kproto.schemas.api_keys import ApiKey
+from kproto.error_codes import ErrorCode
 
 __all__ = ["Admin", "ConfigEntry", "GroupListing", "MemberDescription", "GroupDescription",
            "ClusterDescription", "OffsetSpec", "Acl", "AclFilter", "RESOURCE_TYPES", "CONFIG_SOURCES",
            "ACL_RESOURCE_TYPES", "ACL_PATTERN_TYPES", "ACL_OPERATIONS", "ACL_PERMISSIONS"]
 
-OFFSET_COMMIT, OFFSET_FETCH, DESCRIBE_GROUPS, LIST_GROUPS = 8, 9, 15, 16
-CREATE_TOPICS, DELETE_TOPICS, DELETE_RECORDS, DESCRIBE_CONFIGS = 19, 20, 21, 32
-DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS = 29, 30, 31
-CREATE_PARTITIONS, DELETE_GROUPS, INCREMENTAL_ALTER_CONFIGS = 37, 42, 44
-TOPIC_ALREADY_EXISTS, UNKNOWN_TOPIC_OR_PARTITION = 36, 3
+OFFSET_COMMIT = ApiKey.OFFSET_COMMIT
+OFFSET_FETCH = ApiKey.OFFSET_FETCH
+DESCRIBE_GROUPS = ApiKey.DESCRIBE_GROUPS
+LIST_GROUPS = ApiKey.LIST_GROUPS
+CREATE_TOPICS = ApiKey.CREATE_TOPICS
+DELETE_TOPICS = ApiKey.DELETE_TOPICS
+DELETE_RECORDS = ApiKey.DELETE_RECORDS
+DESCRIBE_CONFIGS = ApiKey.DESCRIBE_CONFIGS
+DESCRIBE_ACLS = ApiKey.DESCRIBE_ACLS
+CREATE_ACLS = ApiKey.CREATE_ACLS
+DELETE_ACLS = ApiKey.DELETE_ACLS
+CREATE_PARTITIONS = ApiKey.CREATE_PARTITIONS
+DELETE_GROUPS = ApiKey.DELETE_GROUPS
+INCREMENTAL_ALTER_CONFIGS = ApiKey.INCREMENTAL_ALTER_CONFIGS
+TOPIC_ALREADY_EXISTS, UNKNOWN_TOPIC_OR_PARTITION = ErrorCode.TOPIC_ALREADY_EXISTS, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
 #: ConfigResource types by name (``("topic", "events")``, ``("broker", "1")``)
 RESOURCE_TYPES = {"topic": 2, "broker": 4, "broker_logger": 8, "client_metrics": 16, "group": 32}

@@ -22,23 +22,27 @@ from kproto.client.connection import Connection
 from kproto.client.protocol import BrokerError, KafkaConnectionError, SaslConfig, raise_for_error
 from kproto.codecs import request as _request_codec
 from kproto.codecs.primitives import Uuid
+from kproto.schemas.api_keys import ApiKey
+from kproto.error_codes import ErrorCode
 
 __all__ = ["BrokerInfo", "PartitionInfo", "TopicInfo", "MetadataCache", "Cluster",
            "parse_bootstrap", "METADATA_REFRESH_ERRORS", "EARLIEST", "LATEST", "MAX_TIMESTAMP"]
 
-LIST_OFFSETS, METADATA, FIND_COORDINATOR = 2, 3, 10
+LIST_OFFSETS = ApiKey.LIST_OFFSETS
+METADATA = ApiKey.METADATA
+FIND_COORDINATOR = ApiKey.FIND_COORDINATOR
 #: ListOffsets timestamps with a meaning of their own
 EARLIEST, LATEST, MAX_TIMESTAMP = -2, -1, -3
 ZERO_UUID = Uuid.ZERO
 #: Error codes after which the producer/consumer refresh metadata and retry (stale leadership).
 METADATA_REFRESH_ERRORS = frozenset({
-    3,    # UNKNOWN_TOPIC_OR_PARTITION
-    5,    # LEADER_NOT_AVAILABLE
-    6,    # NOT_LEADER_OR_FOLLOWER
-    74,   # FENCED_LEADER_EPOCH
-    75,   # UNKNOWN_LEADER_EPOCH
-    100,  # UNKNOWN_TOPIC_ID
-    103,  # INCONSISTENT_TOPIC_ID
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+    ErrorCode.LEADER_NOT_AVAILABLE,
+    ErrorCode.NOT_LEADER_OR_FOLLOWER,
+    ErrorCode.FENCED_LEADER_EPOCH,
+    ErrorCode.UNKNOWN_LEADER_EPOCH,
+    ErrorCode.UNKNOWN_TOPIC_ID,
+    ErrorCode.INCONSISTENT_TOPIC_ID,
 })
 #: FindCoordinator errors worth retrying after a pause.
 _COORDINATOR_RETRY = frozenset({14, 15, 16})  # LOAD_IN_PROGRESS, NOT_AVAILABLE, NOT_COORDINATOR

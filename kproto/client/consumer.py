@@ -41,17 +41,22 @@ from kproto.fetch_session.messages import build_fetch_request
 from kproto.records import RecordBatch, iter_batches
 from kproto.records.columns import decode_batches, record_values
 from kproto.records.transactions import AbortedTransactions
+from kproto.schemas.api_keys import ApiKey
+from kproto.error_codes import ErrorCode
 
 __all__ = ["ConsumerRecord", "Consumer", "parse_records", "subscription_metadata",
            "leader_assignments", "PROTOCOL_TYPE"]
 
-FETCH = 1
-JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 11, 12, 13, 14
+FETCH = ApiKey.FETCH
+JOIN_GROUP = ApiKey.JOIN_GROUP
+HEARTBEAT = ApiKey.HEARTBEAT
+LEAVE_GROUP = ApiKey.LEAVE_GROUP
+SYNC_GROUP = ApiKey.SYNC_GROUP
 PROTOCOL_TYPE = "consumer"
 # error codes
-OFFSET_OUT_OF_RANGE = 1
-ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS = 22, 25, 27
-MEMBER_ID_REQUIRED, FENCED_INSTANCE_ID = 79, 82
+OFFSET_OUT_OF_RANGE = ErrorCode.OFFSET_OUT_OF_RANGE
+ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS = ErrorCode.ILLEGAL_GENERATION, ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.REBALANCE_IN_PROGRESS
+MEMBER_ID_REQUIRED, FENCED_INSTANCE_ID = ErrorCode.MEMBER_ID_REQUIRED, ErrorCode.FENCED_INSTANCE_ID
 _REJOIN_ERRORS = frozenset({ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS})
 _I32 = struct.Struct(">i")
 _log = logging.getLogger("kproto.client")

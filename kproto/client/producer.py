@@ -42,18 +42,20 @@ from kproto.codecs import request as _request_codec
 from kproto.records.compression import codec_id
 from kproto.errors import EncodeError, KprotoError
 from kproto.topic_partition import TopicPartitionKey
+from kproto.schemas.api_keys import ApiKey
+from kproto.error_codes import ErrorCode
 
 __all__ = ["Producer", "RecordMetadata"]
 
-INIT_PRODUCER_ID = 22
-NETWORK_EXCEPTION, OUT_OF_ORDER_SEQUENCE_NUMBER, DUPLICATE_SEQUENCE_NUMBER = 13, 45, 46
+INIT_PRODUCER_ID = ApiKey.INIT_PRODUCER_ID
+NETWORK_EXCEPTION, OUT_OF_ORDER_SEQUENCE_NUMBER, DUPLICATE_SEQUENCE_NUMBER = ErrorCode.NETWORK_EXCEPTION, ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, ErrorCode.DUPLICATE_SEQUENCE_NUMBER
 #: Errors after which a batch is sent again unchanged (same sequence), after a metadata refresh.
 RETRIABLE_PRODUCE_ERRORS = METADATA_REFRESH_ERRORS | {
-    7,   # REQUEST_TIMED_OUT
-    13,  # NETWORK_EXCEPTION
-    19,  # NOT_ENOUGH_REPLICAS
-    20,  # NOT_ENOUGH_REPLICAS_AFTER_APPEND
-    56,  # KAFKA_STORAGE_ERROR
+    ErrorCode.REQUEST_TIMED_OUT,
+    ErrorCode.NETWORK_EXCEPTION,
+    ErrorCode.NOT_ENOUGH_REPLICAS,
+    ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+    ErrorCode.KAFKA_STORAGE_ERROR,
 }
 
 _log = logging.getLogger("kproto.client")

@@ -17,6 +17,8 @@ from kproto.error_codes import error_name
 from kproto.errors import DecodeError, KprotoError
 from kproto.framing import (DEFAULT_MAX_FRAME, FrameBuffer, RequestHeader, decode_response,
                             encode_request, response_header_version)
+from kproto.schemas.api_keys import ApiKey
+from kproto.error_codes import ErrorCode
 
 __all__ = [
     "KafkaConnectionError", "ConnectionClosedError", "RequestTimeoutError", "BrokerError",
@@ -24,10 +26,10 @@ __all__ = [
     "raise_for_error", "API_VERSIONS", "UNSUPPORTED_VERSION",
 ]
 
-API_VERSIONS = 18
-SASL_HANDSHAKE = 17
-SASL_AUTHENTICATE = 36
-UNSUPPORTED_VERSION = 35
+API_VERSIONS = ApiKey.API_VERSIONS
+SASL_HANDSHAKE = ApiKey.SASL_HANDSHAKE
+SASL_AUTHENTICATE = ApiKey.SASL_AUTHENTICATE
+UNSUPPORTED_VERSION = ErrorCode.UNSUPPORTED_VERSION
 _INT32_MAX = 2**31 - 1
 _RESPONSE_HEADER = _message_codec("ResponseHeader")
 

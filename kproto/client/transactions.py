@@ -24,27 +24,33 @@ from typing import Any, Iterable, Optional
 from kproto.client.protocol import BrokerError
 from kproto.codecs import request as _request_codec
 from kproto.errors import KprotoError
+from kproto.schemas.api_keys import ApiKey
+from kproto.error_codes import ErrorCode
 
 __all__ = ["TransactionManager", "TxnState", "Action", "TransactionFatalError",
            "TransactionAbortableError"]
 
-INIT_PRODUCER_ID, ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, TXN_OFFSET_COMMIT = 22, 24, 25, 26, 28
+INIT_PRODUCER_ID = ApiKey.INIT_PRODUCER_ID
+ADD_PARTITIONS_TO_TXN = ApiKey.ADD_PARTITIONS_TO_TXN
+ADD_OFFSETS_TO_TXN = ApiKey.ADD_OFFSETS_TO_TXN
+END_TXN = ApiKey.END_TXN
+TXN_OFFSET_COMMIT = ApiKey.TXN_OFFSET_COMMIT
 #: The client side of AddPartitionsToTxn: v4+ batches transactions for brokers only.
 ADD_PARTITIONS_CLIENT_VERSIONS = range(0, 4)
 
 _RETRY = frozenset({
     3,   # UNKNOWN_TOPIC_OR_PARTITION (metadata not propagated yet)
-    14,  # COORDINATOR_LOAD_IN_PROGRESS
+    ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
     51,  # CONCURRENT_TRANSACTIONS (the previous transaction is still completing)
     55,  # OPERATION_NOT_ATTEMPTED (another partition of the same request failed)
 })
 _COORDINATOR_MOVED = frozenset({15, 16})  # COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR
 _FATAL = frozenset({
-    35,  # UNSUPPORTED_VERSION
-    47,  # INVALID_PRODUCER_EPOCH
-    48,  # INVALID_TXN_STATE
-    53,  # TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-    90,  # PRODUCER_FENCED
+    ErrorCode.UNSUPPORTED_VERSION,
+    ErrorCode.INVALID_PRODUCER_EPOCH,
+    ErrorCode.INVALID_TXN_STATE,
+    ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+    ErrorCode.PRODUCER_FENCED,
 })
 
 

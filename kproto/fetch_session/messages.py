@@ -21,8 +21,9 @@ from kproto.fetch_session.model import (
     PartitionData,
     TopicIdPartition,
 )
+from kproto.schemas.api_keys import ApiKey
 
-FETCH_API_KEY = 1
+FETCH_API_KEY = ApiKey.FETCH
 _INT32_MAX = 2**31 - 1
 #: ``fetch.max.bytes`` default of Kafka's consumer.
 DEFAULT_FETCH_MAX_BYTES = 52_428_800

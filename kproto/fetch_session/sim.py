@@ -30,9 +30,10 @@ from kproto.fetch_session.model import (
     PartitionData,
     TopicPartition,
 )
+from kproto.error_codes import ErrorCode
 
-OFFSET_OUT_OF_RANGE = 1
-UNKNOWN_TOPIC_OR_PARTITION = 3
+OFFSET_OUT_OF_RANGE = ErrorCode.OFFSET_OUT_OF_RANGE
+UNKNOWN_TOPIC_OR_PARTITION = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
 
 @dataclass
