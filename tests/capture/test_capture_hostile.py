@@ -86,3 +86,39 @@ def test_bomb_in_a_produce_request_is_reported_quickly(tmp_path):
     view = doc["request"]["topicData"][0]["partitionData"][0]["records"]
     assert view["records"] == [] and "budget" in view["errors"][0]["error"]
     assert records_json(_bomb_batch())["errors"]
+
+
+# -- the same classes on the shared real captures, mutated ---------------------------------------
+
+def _shared(name: str) -> bytes:
+    from capture_support import CAPTURES
+
+    return (CAPTURES / name).read_bytes()
+
+
+def test_shared_capture_with_a_bogus_link_type(tmp_path, capsys):
+    data = bytearray(_shared("kafka_python_tansu.pcap"))
+    struct.pack_into("<I", data, 20, 147)  # the global header's link type
+    path = tmp_path / "bogus.pcap"
+    path.write_bytes(bytes(data))
+    rc, out = _cli(path, "--format", "jsonl")
+    assert rc == 1 and out == ""
+    assert "link type 147 is not one kproto reads" in capsys.readouterr().err
+
+
+def test_shared_pcapng_with_a_damaged_timestamp(tmp_path):
+    data = bytearray(_shared("java_tansu.pcapng"))
+    pos = 0
+    while pos < len(data):
+        btype, blen = struct.unpack_from("<II", data, pos)
+        if btype == 6:  # an enhanced packet block: a timestamp high word past year 9999
+            struct.pack_into("<I", data, pos + 12, 0xFFFF0000 | struct.unpack_from("<I", data, pos + 12)[0])
+        pos += blen
+    path = tmp_path / "damaged-time.pcapng"
+    path.write_bytes(bytes(data))
+    for fmt in ("jsonl", "text"):
+        rc, out = _cli(path, "--format", fmt)
+        assert rc == 0 and out.count("\n") > 10  # the rest of the capture is decoded
+    exchanges = list(iter_exchanges(str(path)))
+    assert exchanges and all(e.to_json()["ts"].endswith("s") for e in exchanges)
+    assert sum(1 for e in exchanges if e.response is not None) > 10
