@@ -21,6 +21,7 @@ import struct
 from typing import Any, Dict, List, Optional, Tuple
 
 from kproto.codecs.objects import parse_default
+from kproto.codecs.plan import VersionPlan
 from kproto.schemas.model import Field, Message
 
 FIXED = {  # type -> (struct code, size)
@@ -49,8 +50,7 @@ class CodeGen:
         self.v = version
         self.classes = classes
         self.checked = checked
-        self.flexible = version in message.flexible_range
-        self.structs = message.structs()
+        self.plan = VersionPlan(message, version)
         self.ns: Dict[str, Any] = {}
         self._consts: Dict[Any, str] = {}
         self._n = 0
@@ -70,29 +70,6 @@ class CodeGen:
         self._n += 1
         return f"{prefix}{self._n}"
 
-    def present(self, fields) -> Tuple[List[Field], List[Field], List[Field]]:
-        """Split a struct's fields at this version into (regular, tagged, absent)."""
-        regular, tagged, absent = [], [], []
-        for f in fields:
-            if self.v not in f.version_range:
-                absent.append(f)
-            elif self.flexible and self.v in f.tagged_range:
-                tagged.append(f)
-            else:
-                regular.append(f)
-        tagged.sort(key=lambda f: f.tag)
-        return regular, tagged, absent
-
-    def field_flexible(self, f: Field) -> bool:
-        if f.flexible_range is not None:
-            return self.v in f.flexible_range
-        return self.flexible
-
-    def nullable(self, f: Field) -> bool:
-        return self.v in f.nullable_range
-
-    def struct_fields(self, f: Field):
-        return self.structs[f.element_type].fields
 
     def default_expr(self, f: Field) -> str:
         value, factory = parse_default(f, self.classes)
@@ -162,7 +139,7 @@ class CodeGen:
         s(d, f"{target} = _new({cls})")
         if self.checked:
             s(d, "_t.append(None)")
-        regular, tagged, absent = self.present(fields)
+        regular, tagged, absent = self.plan.present(fields)
         tags_prefix = None
         for f in absent + tagged:
             s(d, f"{target}.{f.attr} = {self.default_expr(f)}")
@@ -180,7 +157,7 @@ class CodeGen:
                 prefix = None
                 if i < len(regular):
                     prefix = self._fixed_prefix(regular[i], speculative=True)
-                elif self.flexible:
+                elif self.plan.flexible:
                     prefix = ("B", 1)   # first byte of the tagged-field count
                 fmt = ">" + "".join(FIXED[g.type][0] for g in group)
                 size = sum(FIXED[g.type][1] for g in group)
@@ -212,7 +189,7 @@ class CodeGen:
                 continue
             self.dec_field(s, d, f, target, depth)
             i += 1
-        if self.flexible:
+        if self.plan.flexible:
             self.dec_tags(s, d, tagged, target, depth, prefix_var=tags_prefix)
         else:
             s(d, f"{target}._unknown_tagged_fields = None")
@@ -227,10 +204,10 @@ class CodeGen:
         """
         compact = ("B", 1) if speculative else None
         if f.is_array or f.type in ("bytes", "records"):
-            return compact if self.field_flexible(f) else ("i", 4)
+            return compact if self.plan.field_flexible(f) else ("i", 4)
         if f.type == "string":
-            return compact if self.field_flexible(f) else ("h", 2)
-        if f.is_struct_type and self.nullable(f):
+            return compact if self.plan.field_flexible(f) else ("h", 2)
+        if f.is_struct_type and self.plan.nullable(f):
             return ("b", 1)
         return None
 
@@ -238,11 +215,11 @@ class CodeGen:
         """Read a length/count into ``var`` as a signed int (-1 = null)."""
         if prefix_var is not None:
             s(d, f"{var} = {prefix_var}")
-            if self.field_flexible(f):
+            if self.plan.field_flexible(f):
                 self._uvarint_rest(s, d, var, two_byte=True)
                 s(d, f"{var} -= 1")
             return
-        if self.field_flexible(f):
+        if self.plan.field_flexible(f):
             self._read_uvarint(s, d, var, two_byte=True)
             s(d, f"{var} -= 1")
         else:
@@ -258,7 +235,7 @@ class CodeGen:
             n = self.tmp("n")
             self._read_len(s, d, f, n, prefix_var)
             s(d, f"if {n} < 0:")
-            if self.nullable(f):
+            if self.plan.nullable(f):
                 s(d + 1, f"{dest} = None")
             else:
                 self._fail(s, d + 1, repr(f"non-nullable field {f.name} was serialized as null"))
@@ -279,7 +256,7 @@ class CodeGen:
                 sub = f"o{depth + 1}"
                 if self.checked:
                     s(d + 2, f"_t[-1] = ({f.attr!r} + '[' + str({idx}) + ']', pos)")
-                self.dec_struct(s, d + 2, self.struct_fields(f), et, sub, depth + 1)
+                self.dec_struct(s, d + 2, self.plan.struct_fields(f), et, sub, depth + 1)
                 s(d + 2, f"{lst}.append({sub})")
             else:
                 ev = self.tmp("e")
@@ -299,7 +276,7 @@ class CodeGen:
             n = self.tmp("n")
             self._read_len(s, d, f, n, prefix_var)
             s(d, f"if {n} < 0:")
-            if self.nullable(f):
+            if self.plan.nullable(f):
                 s(d + 1, f"{dest} = None")
             else:
                 self._fail(s, d + 1, repr(f"non-nullable field {f.name} was serialized as null"))
@@ -323,7 +300,7 @@ class CodeGen:
             return
         if f.is_struct_type:
             sub = f"o{depth + 1}"
-            if self.nullable(f):
+            if self.plan.nullable(f):
                 if prefix_var is not None:
                     mk = prefix_var
                 else:
@@ -334,10 +311,10 @@ class CodeGen:
                 s(d, f"if {mk} {'<=' if f is self.tag_field else '<'} 0:")
                 s(d + 1, f"{dest} = None")
                 s(d, "else:")
-                self.dec_struct(s, d + 1, self.struct_fields(f), t, sub, depth + 1)
+                self.dec_struct(s, d + 1, self.plan.struct_fields(f), t, sub, depth + 1)
                 s(d + 1, f"{dest} = {sub}")
             else:
-                self.dec_struct(s, d, self.struct_fields(f), t, sub, depth + 1)
+                self.dec_struct(s, d, self.plan.struct_fields(f), t, sub, depth + 1)
                 s(d, f"{dest} = {sub}")
             return
         raise ValueError(f"unsupported type {t}")
@@ -397,7 +374,7 @@ class CodeGen:
         s(d, f"raise {exc}({reason_expr})")
 
     def enc_struct(self, s: _Src, d: int, fields, obj: str, depth: int, w: str) -> None:
-        regular, tagged, absent = self.present(fields)
+        regular, tagged, absent = self.plan.present(fields)
         if self.checked:
             s(d, "_t.append(None)")
             s(d, f"if not isinstance({obj}, {self.const(self.classes_for(fields), 'C')}):")
@@ -437,13 +414,13 @@ class CodeGen:
             self.enc_write_len(s, d, f, w, pl)
             self.enc_finish(s, d, f, obj, depth, w, pl)
             i += 1
-        if self.flexible:
+        if self.plan.flexible:
             self.enc_tags(s, d, tagged, obj, depth, w)
         if self.checked:
             s(d, "_t.pop()")
 
     def classes_for(self, fields) -> type:
-        for name, st in self.structs.items():
+        for name, st in self.plan.structs.items():
             if st.fields is fields:
                 return self.classes[name]
         raise KeyError("struct not found")
@@ -454,7 +431,7 @@ class CodeGen:
         v = self.tmp("v")
         s(d, f"{v} = {value if value is not None else obj + '.' + f.attr}")
         t = f.type
-        null_ok = self.nullable(f)
+        null_ok = self.plan.nullable(f)
         if self.checked and t not in FIXED and not null_ok:
             s(d, f"if {v} is None:")
             self._efail(s, d + 1, repr(f"non-nullable field {f.name} was serialized as null"))
@@ -503,11 +480,11 @@ class CodeGen:
         if kind == "fixed":
             return
         if kind == "struct":
-            if self.nullable(f):
+            if self.plan.nullable(f):
                 null = "_B_ZERO" if f is self.tag_field else "_B_NULL"
                 s(d, f"{w}({null} if {ln} < 0 else _B_ONE)")
             return
-        if self.field_flexible(f):
+        if self.plan.field_flexible(f):
             s(d, f"{w}(_UV[{ln} + 1] if {ln} < 127 else _uv({ln} + 1))")
         elif f.type == "string" and not f.is_array:
             s(d, f"{w}(_I16.pack({ln}))")
@@ -532,13 +509,13 @@ class CodeGen:
             return
         if kind == "struct":
             sub = f"o{depth + 1}"
-            if self.nullable(f):
+            if self.plan.nullable(f):
                 s(d, f"if {ln} > 0:")
                 s(d + 1, f"{sub} = {v}")
-                self.enc_struct(s, d + 1, self.struct_fields(f), sub, depth + 1, w)
+                self.enc_struct(s, d + 1, self.plan.struct_fields(f), sub, depth + 1, w)
             else:
                 s(d, f"{sub} = {v}")
-                self.enc_struct(s, d, self.struct_fields(f), sub, depth + 1, w)
+                self.enc_struct(s, d, self.plan.struct_fields(f), sub, depth + 1, w)
             return
         # arrays
         et = f.element_type
@@ -553,7 +530,7 @@ class CodeGen:
         if self.checked:
             s(d + 2, f"_t[-1] = {f.attr!r} + '[' + str({idx}) + ']'")
         if f.is_struct_type:
-            self.enc_struct(s, d + 2, self.struct_fields(f), sub, depth + 1, w)
+            self.enc_struct(s, d + 2, self.plan.struct_fields(f), sub, depth + 1, w)
         else:
             elem = Field(f.name, et, f.versions, nullable=None, flexible=f.flexible)
             epl = self.enc_prepare(s, d + 2, elem, obj, depth, w, value=sub)

@@ -12,6 +12,7 @@ import math
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from kproto.codecs.objects import parse_default
+from kproto.codecs.plan import VersionPlan
 from kproto.codecs.primitives import Uuid
 from kproto.errors import EncodeError
 from kproto.schemas.model import Field, Message
@@ -34,25 +35,20 @@ class _Plan:
 
 
 def build_plan(message: Message, version: int, classes: Dict[str, type]) -> _Plan:
-    flexible = version in message.flexible_range
-    structs = message.structs()
+    plan = VersionPlan(message, version)
     cache: Dict[str, _Plan] = {}
 
     def plan_for(name: str) -> _Plan:
         if name in cache:
             return cache[name]
         entries: List[tuple] = []
-        plan = _Plan(classes[name], entries)
-        cache[name] = plan
-        for f in structs[name].fields:
-            if version not in f.version_range:
-                continue
-            tagged = flexible and version in f.tagged_range
+        out = cache[name] = _Plan(classes[name], entries)
+        for f, tagged in plan.in_order(plan.structs[name].fields):
             value, factory = parse_default(f, classes)
             default = factory() if factory is not None else value
             sub = plan_for(f.element_type) if f.is_struct_type else None
             entries.append((f, tagged, default, sub))
-        return plan
+        return out
 
     return plan_for(message.name)
 

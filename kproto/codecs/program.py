@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 from typing import Any, Dict, Optional, Tuple
 
-from kproto.codecs.generator import CodeGen
+from kproto.codecs.plan import VersionPlan
 from kproto.accelerators import load
 from kproto.codecs.objects import parse_default
 from kproto.codecs.primitives import Uuid
@@ -44,11 +44,13 @@ def slot_offset(cls: type, attr: str) -> int:
     raise AttributeError(f"{cls.__qualname__} has no slot {attr}")
 
 
-class ProgramBuilder(CodeGen):
+class ProgramBuilder:
     """The decoder program of one (message, version); see the module docstring."""
 
     def __init__(self, message, version: int, classes: Dict[str, type]) -> None:
-        super().__init__(message, version, classes, checked=False)
+        self.m = message
+        self.classes = classes
+        self.plan = VersionPlan(message, version)
         self._defaults: Dict[type, Tuple[Any, ...]] = {}
 
     def program(self) -> Tuple[Any, ...]:
@@ -56,15 +58,15 @@ class ProgramBuilder(CodeGen):
 
     def struct_program(self, sname: str, fields) -> Tuple[Any, ...]:
         cls = self.classes[sname]
-        regular, tagged, absent = self.present(fields)
+        regular, tagged, absent = self.plan.present(fields)
         defaults = tuple(self.default_entry(cls, f) for f in absent + tagged)
         ops = tuple(self.op(f, slot_offset(cls, f.attr)) for f in regular)
         tags = tuple((f.tag, self.op(f, slot_offset(cls, f.attr), tagged=True)) for f in tagged)
-        return (cls, slot_offset(cls, "_unknown_tagged_fields"), self.flexible, defaults, ops, tags)
+        return (cls, slot_offset(cls, "_unknown_tagged_fields"), self.plan.flexible, defaults, ops, tags)
 
     def op(self, f: Field, offset: int, tagged: bool = False) -> Tuple[Any, ...]:
-        flags = F_COMPACT if self.field_flexible(f) else 0
-        if self.nullable(f):
+        flags = F_COMPACT if self.plan.field_flexible(f) else 0
+        if self.plan.nullable(f):
             flags |= F_NULLABLE
         if tagged:
             flags |= F_TAGGED  # a null tagged struct is the byte 0, not -1
@@ -73,7 +75,7 @@ class ProgramBuilder(CodeGen):
             sub: Optional[Tuple[Any, ...]] = self.op(elem, -1)
             return (OP_ARRAY, offset, flags, sub)
         if f.is_struct_type:
-            return (OP_STRUCT, offset, flags, self.struct_program(f.type, self.struct_fields(f)))
+            return (OP_STRUCT, offset, flags, self.struct_program(f.type, self.plan.struct_fields(f)))
         if f.type == "records" or f.zero_copy:
             flags |= F_VIEW   # Kafka reads these as slices of the buffer (zeroCopy): so do we
         return (OP_CODES[f.type], offset, flags, None)
