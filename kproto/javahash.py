@@ -5,7 +5,8 @@ from __future__ import annotations
 import struct
 from typing import Callable, Iterable, TypeVar, overload
 
-__all__ = ["java_string_hash", "java_hash_order", "hashmap_capacity", "hashmap_copy_capacity", "bucket",
+__all__ = ["java_string_hash", "java_long_hash", "java_hash_order", "hashmap_capacity",
+           "hashmap_copy_capacity", "concurrent_hashmap_capacity", "bucket",
            "topic_partition_hash", "JavaHashSet"]
 
 
@@ -33,6 +34,21 @@ def hashmap_capacity(n: int) -> int:
     while n > cap * 3 // 4:
         cap *= 2
     return cap
+
+
+def concurrent_hashmap_capacity(n: int) -> int:
+    """Table size of a ``ConcurrentHashMap(8)`` (what ``java.util.Properties`` holds) after
+    ``n`` puts: 16, doubling once 3/4 of it is reached."""
+    cap = 16
+    while n >= cap * 3 // 4:
+        cap *= 2
+    return cap
+
+
+def java_long_hash(v: int) -> int:
+    """``Long.hashCode()`` (unsigned): the two 32-bit halves xor-ed."""
+    v &= 0xFFFFFFFFFFFFFFFF
+    return (v ^ (v >> 32)) & 0xFFFFFFFF
 
 
 def hashmap_copy_capacity(n: int) -> int:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from kproto.errors import DecodeError
-from kproto.javahash import java_string_hash
+from kproto.javahash import concurrent_hashmap_capacity, java_hash_order, java_string_hash
 
 ROOT_CHECKPOINTS = ("recovery-point-offset-checkpoint", "replication-offset-checkpoint",
                     "log-start-offset-checkpoint", "cleaner-offset-checkpoint")
@@ -305,17 +305,9 @@ def _escape(s: str, is_key: bool) -> str:
 
 
 def _properties_order(keys: list[str]) -> list[str]:
-    # Properties is backed by a ConcurrentHashMap(8) (table of 16, doubling at 3/4 full);
-    # store() walks it in table order, which is what a broker's meta.properties shows.
-    capacity = 16
-    while len(keys) >= capacity * 3 // 4:
-        capacity *= 2
-
-    def bucket(k: str) -> int:
-        h = java_string_hash(k)
-        return ((h ^ (h >> 16)) & 0x7FFFFFFF) & (capacity - 1)
-
-    return sorted(keys, key=bucket)
+    # Properties is backed by a ConcurrentHashMap(8); store() walks it in table order, which is
+    # what a broker's meta.properties shows
+    return java_hash_order(keys, java_string_hash, concurrent_hashmap_capacity(len(keys)))
 
 
 def encode_properties(props: Mapping[str, str], when: float | None = None) -> bytes:
@@ -428,9 +420,10 @@ class CleanShutdown:
         if self.form == "text":
             return f"version: {self.version}\nbrokerEpoch: {self.broker_epoch}".encode()
         if self.form == "json-strings":
-            # a java.util.HashMap of these two keys iterates broker_epoch first
-            return json.dumps({"broker_epoch": str(self.broker_epoch),
-                               "version": str(self.version)}, separators=(",", ":")).encode()
+            # Jackson writes the java.util.HashMap the handler filled, in its iteration order
+            values = {"version": str(self.version), "broker_epoch": str(self.broker_epoch)}
+            return json.dumps({k: values[k] for k in java_hash_order(values)},
+                              separators=(",", ":")).encode()
         if self.form == "json":
             return json.dumps({"version": self.version, "brokerEpoch": self.broker_epoch},
                               separators=(",", ":")).encode()

@@ -13,6 +13,7 @@ import construct as cs
 import crc32c
 
 from kproto.errors import DecodeError, EncodeError
+from kproto.javahash import java_hash_order, java_long_hash
 
 SNAPSHOT_VERSION = 1
 _HEADER_SIZE = 10  # version + crc + count
@@ -114,14 +115,4 @@ def java_hashmap_order(keys: Iterable[int]) -> list[int]:
     our snapshots byte-identical to a broker's. (Buckets beyond 8 entries turn into trees in
     Java; with distinct producer ids that needs pathological ids, so it is not modelled.)
     """
-    keys = list(dict.fromkeys(keys))
-    capacity = 16
-    while len(keys) > capacity * 3 // 4:
-        capacity *= 2
-
-    def bucket(k: int) -> int:
-        k &= 0xFFFFFFFFFFFFFFFF
-        h = (k ^ (k >> 32)) & 0xFFFFFFFF  # Long.hashCode
-        return (h ^ (h >> 16)) & (capacity - 1)  # HashMap.hash spread
-
-    return sorted(keys, key=bucket)  # stable: insertion order within a bucket
+    return java_hash_order(dict.fromkeys(keys), java_long_hash)
