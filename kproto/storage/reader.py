@@ -17,7 +17,7 @@ import bisect
 import mmap
 import os
 from dataclasses import dataclass, replace
-from typing import Iterable, Iterator, Sequence, TypeGuard
+from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -26,7 +26,7 @@ from kproto.records.compression import (DEFAULT_BUDGET_FLOOR, DEFAULT_BUDGET_RAT
                                       DecompressionBudget, DecompressionLimitError)
 from kproto.errors import DecodeError
 from kproto.records.batch import RecordBatch
-from kproto.records.columns import decode_arrow, decode_batches, to_arrow
+from kproto.records.columns import decode_arrow
 from kproto.records.reader import Batch
 from kproto.records.transactions import AbortedTransactions
 from kproto.storage.indexes import AbortedTxn
@@ -277,14 +277,11 @@ _COMPRESSION_NAMES = COMPRESSION_NAMES + ("unknown",) * 3
 _COMPRESSION = pa.array(_COMPRESSION_NAMES)
 
 
-def _all_v2(batches: list[Batch]) -> TypeGuard[list[RecordBatch]]:
-    return all(isinstance(b, RecordBatch) for b in batches)
-
-
 def _to_arrow(batches: list[Batch], split: Split, segment: str, opts: ReadOptions,
               schema: pa.Schema) -> pa.RecordBatch | None:
-    if not _all_v2(batches):
-        return _to_arrow_columns(batches, split, segment, opts, schema)
+    """The records of ``batches`` (v2 or legacy) as the reader's Arrow batch, in one assembly:
+    record columns from :func:`~kproto.records.columns.decode_arrow`, batch fields spread over
+    their records (a legacy entry has no leader epoch, producer or sequence: -1)."""
     recs = decode_arrow(batches)
     n = len(recs)
     if n == 0:
@@ -301,23 +298,25 @@ def _to_arrow(batches: list[Batch], split: Split, segment: str, opts: ReadOption
         return pa.array(np.repeat(np.fromiter(values, dtype, nb), counts))
 
     attrs = np.fromiter((b.attributes for b in batches), np.int64, nb)
+    magic = np.fromiter((b.magic for b in batches), np.int64, nb)
     codecs = attrs & 0x07
     if (codecs == codecs[0]).all():  # the usual case: one codec for the whole chunk
         compression = _const_string(_COMPRESSION_NAMES[int(codecs[0])], n)
     else:
         compression = _COMPRESSION.take(pa.array(np.repeat(codecs.astype(np.int8), counts)))
     rec_attrs = np.repeat(attrs, counts)
+    ts_type = np.repeat(np.where(magic == 0, -1, (attrs & 0x08) >> 3), counts)  # magic 0: none
     arrays = [
         _const_string(split.topic, n),
         pa.array(np.full(n, split.partition, np.int32)),
         pa.array(recs.offset),
         pa.array(recs.timestamp).view(pa.timestamp("ms", tz="UTC")),
-        pa.array(((rec_attrs & 0x08) >> 3).astype(np.int8)),  # v2 only: magic 0 has none
+        pa.array(ts_type.astype(np.int8)),
         key, value, recs.headers,
-        per_batch((b.partition_leader_epoch for b in batches), np.int32),
-        per_batch((b.producer_id for b in batches), np.int64),
-        per_batch((b.producer_epoch for b in batches), np.int16),
-        per_batch((b.base_sequence for b in batches), np.int32),
+        per_batch((getattr(b, "partition_leader_epoch", -1) for b in batches), np.int32),
+        per_batch((getattr(b, "producer_id", -1) for b in batches), np.int64),
+        per_batch((getattr(b, "producer_epoch", -1) for b in batches), np.int16),
+        per_batch((getattr(b, "base_sequence", -1) for b in batches), np.int32),
         pa.array((rec_attrs & 0x10) != 0), pa.array((rec_attrs & 0x20) != 0),
         compression,
         _const_string(segment, n),
@@ -325,41 +324,6 @@ def _to_arrow(batches: list[Batch], split: Split, segment: str, opts: ReadOption
     ]
     out = pa.RecordBatch.from_arrays(arrays, schema=schema)
     return _trim(out, recs.offset, recs.timestamp, split, opts)
-
-
-def _to_arrow_columns(batches: list[Batch], split: Split, segment: str, opts: ReadOptions,
-                      schema: pa.Schema) -> pa.RecordBatch | None:
-    """:func:`_to_arrow` through :func:`decode_batches`, for legacy (magic 0/1) batches."""
-    cols = decode_batches(batches)
-    n = len(cols)
-    if n == 0:
-        return None
-    rb = to_arrow(cols)
-    codecs = cols.batches.attributes & 0x07  # the codec bits are the same for every magic
-    if (codecs == codecs[0]).all():
-        compression = _const_string(_COMPRESSION_NAMES[int(codecs[0])], n)
-    else:
-        compression = _COMPRESSION.take(pa.array(codecs[cols.batch_index].astype(np.int8)))
-    arrays = [
-        _const_string(split.topic, n),
-        pa.array(np.full(n, split.partition, np.int32)),
-        rb.column("offset"),
-        rb.column("timestamp").view(pa.timestamp("ms", tz="UTC")),
-        rb.column("timestamp_type"),
-        rb.column("key"), rb.column("value"), rb.column("headers"),
-        rb.column("partition_leader_epoch"), rb.column("producer_id"),
-        rb.column("producer_epoch"),
-        pa.array(cols.batch_field("base_sequence").astype(np.int32)),
-        rb.column("is_transactional"), rb.column("is_control"),
-        compression,
-        _const_string(segment, n),
-        pa.array(cols.batch_field("position") + split.start),
-    ]
-    if not opts.binary_view:
-        arrays[5] = arrays[5].cast(pa.binary())
-        arrays[6] = arrays[6].cast(pa.binary())
-    out = pa.RecordBatch.from_arrays(arrays, schema=schema)
-    return _trim(out, cols.offset, cols.timestamp, split, opts)
 
 
 def _trim(out: pa.RecordBatch, offset: np.ndarray, timestamp: np.ndarray, split: Split,
