@@ -37,6 +37,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(1, str(REPO / "tests"))  # the tests' builders: the bomb, pcaps
 
 #: family -> the targets run on its inputs (fuzz/<name>.py modules or functions below)
 FAMILIES: dict[str, list[str]] = {
@@ -146,24 +147,9 @@ def load_target(name: str):
 
 # -- inputs -------------------------------------------------------------------------------------
 
-def _bomb(mib: int) -> bytes:
-    import struct
-
-    import zstandard
-    from crc32c import crc32c
-
-    from kproto.records.batch import CRC_START, HEADER, HEADER_SIZE, LOG_OVERHEAD
-
-    n = (mib << 20) // 7
-    body = zstandard.ZstdCompressor(level=19).compress(b"\x0c\x00\x00\x00\x01\x01\x00" * n)
-    head = bytearray(HEADER.pack(0, HEADER_SIZE - LOG_OVERHEAD + len(body), 0, 2, 0, 4, n - 1,
-                                 0, 0, -1, -1, -1, n))
-    struct.pack_into(">I", head, 17, crc32c(body, crc32c(bytes(head[CRC_START:]))))
-    return bytes(head) + body
-
-
 def seeds(family: str) -> list[bytes]:
     """Starting inputs of a family: the project's own data and hand-made hostile ones."""
+    from fuzz_support import zstd_bomb
     from kproto.records import LegacyMessageBuilder, RecordBatchBuilder
 
     out = [b"", b"\x00" * 64, bytes(range(256))]
@@ -180,7 +166,7 @@ def seeds(family: str) -> list[bytes]:
                 lb.append(1000, b"k", b"v")
                 lb.append(1001, None, b"w")
                 out.append(lb.build())
-        out.append(_bomb(64))
+        out.append(zstd_bomb(64))
         out += [p.read_bytes()[:65536] for p in files]
     if family in ("captures", "cli"):
         sys.path.insert(0, str(REPO / "tests" / "capture"))

@@ -45,3 +45,22 @@ def load(name: str) -> ModuleType:
     with _uninstrumented():
         spec.loader.exec_module(mod)
     return mod
+
+
+def zstd_bomb(mib: int, base_offset: int = 0) -> bytes:
+    """A valid v2 batch (CRC right) whose few KB of zstd expand to ``mib`` MiB of 7-byte
+    records: the decompression bomb of the hostile-input tests and of fuzz/campaign.py."""
+    import struct
+
+    import zstandard
+    from crc32c import crc32c
+
+    from kproto.records.batch import CRC_START, HEADER, HEADER_SIZE
+    from kproto.records.record import LOG_OVERHEAD
+
+    n = (mib << 20) // 7
+    body = zstandard.ZstdCompressor(level=19).compress(b"\x0c\x00\x00\x00\x01\x01\x00" * n)
+    head = bytearray(HEADER.pack(base_offset, HEADER_SIZE - LOG_OVERHEAD + len(body), 0, 2, 0, 4,
+                                 n - 1, 0, 0, -1, -1, -1, n))
+    struct.pack_into(">I", head, 17, crc32c(body, crc32c(bytes(head[CRC_START:]))))
+    return bytes(head) + body

@@ -212,6 +212,11 @@ class QuorumState:
             raise DecodeError(f"not JSON: {exc.msg}", what=what, offset=exc.pos) from None
         if not isinstance(doc, dict) or not isinstance(doc.get("leaderEpoch"), int):
             raise DecodeError("expected an object with leaderEpoch", what=what)
+        voters = doc.get("currentVoters") or []
+        if not isinstance(voters, list) or not all(isinstance(v, dict) for v in voters) \
+                or not isinstance(doc.get("leaderId", -1), int):
+            raise DecodeError("currentVoters must be a list of {voterId} objects and leaderId "
+                              "an integer", what=what)
         return cls(doc)
 
     @property

@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 from typing import Any, Callable, Iterator
 
+import numpy as np
+
 from kproto.errors import DecodeError
 from kproto.storage.checkpoints import (CleanShutdown, LeaderEpochCheckpoint, MetaProperties,
                                         OffsetCheckpoint, PartitionMetadata, QuorumState)
@@ -91,17 +93,27 @@ def dump_bytes(kind: str, data: bytes | memoryview, offset: int | None = None) -
     return dumper(data, offset)
 
 
-def _read_for_dump(path: str, kind: str) -> bytes:
-    """The bytes of a file to dump; of an index, only what can hold entries (its segment's
-    size bounds that, and a size no broker writes is an error), however large the file."""
+def _read_for_dump(path: str, kind: str) -> tuple[bytes, int]:
+    """The bytes of a file to dump, and its size; of an index, only what can hold entries:
+    as far as its segment's size allows, or (no ``.log`` beside it) up to the first all-zero
+    slot, so a huge preallocated or sparse file costs no more than its entries. A size no
+    broker writes is an error."""
     with open(path, "rb") as f:
-        if kind not in ("index", "timeindex"):
-            return f.read()
         size = os.fstat(f.fileno()).st_size
-        log = os.path.splitext(path)[0] + ".log"
-        log_size = os.path.getsize(log) if os.path.isfile(log) else None
+        if kind not in ("index", "timeindex"):
+            return f.read(), size
         entry = OFFSET_ENTRY_SIZE if kind == "index" else TIME_ENTRY_SIZE
-        return f.read(useful_index_bytes(size, entry, log_size))
+        log = os.path.splitext(path)[0] + ".log"
+        if os.path.isfile(log):
+            return f.read(useful_index_bytes(size, entry, os.path.getsize(log))), size
+        useful_index_bytes(size, entry, None)  # the size check
+        parts, chunk = [], entry * 65536
+        while True:
+            part = f.read(chunk)
+            parts.append(part)
+            slots = np.frombuffer(part[:len(part) - len(part) % entry], np.uint8).reshape(-1, entry)
+            if len(part) < chunk or not slots.any(axis=1).all():
+                return b"".join(parts), size
 
 
 def dump_file(path: str) -> list[Doc]:
@@ -110,9 +122,8 @@ def dump_file(path: str) -> list[Doc]:
     if kind not in _DUMPERS:
         raise DecodeError(f"{os.path.basename(path)}: not a storage file this dumper knows")
     try:
-        data = _read_for_dump(path, kind)
+        data, size = _read_for_dump(path, kind)
         if kind in ("index", "timeindex"):
-            size = os.path.getsize(path)
             return _DUMPERS[kind](data, offset, size)
         return dump_bytes(kind, data, offset)
     except DecodeError as exc:

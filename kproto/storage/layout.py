@@ -110,8 +110,9 @@ class LogDirLayout:
     others: list[str] = field(default_factory=list)  # not Kafka's: ignored (see ignored())
 
     def ignored(self) -> list[tuple[str, str]]:
-        """``(path, why)`` for every entry of the log dir that is not read."""
-        out = [(p.path, f"partition folder marked {p.state}") for p in self.moved]
+        """``(path, why)`` for the entries of the log dir that are not Kafka's data (moved
+        partition folders are in :attr:`moved`)."""
+        out = []
         if self.lock:
             out.append((self.lock, "the broker's directory lock, no content"))
         out += [(path, why_not_read(path)) for path in self.others]
@@ -227,6 +228,7 @@ def log_dir_files(path: str) -> list[tuple[str, str | None]]:
     for pd in layout.partitions:
         out += [(f, None) for f in partition_files(pd)]
         out += [(f, why_not_read(f)) for f in pd.leftovers]
+    out += [(p.path, f"partition folder marked {p.state}") for p in layout.moved]
     return out + layout.ignored()
 
 

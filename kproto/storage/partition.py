@@ -55,6 +55,18 @@ def _read(path: str, start: int = 0, end: int | None = None) -> bytes:
         return f.read(-1 if end is None else max(0, end - start))
 
 
+def read_file(path: str, parse, problems: list[Damage]):
+    """``parse`` of a small file's bytes, or None with why appended to ``problems`` (a
+    ``file`` damage: contents that do not parse, or a file that cannot be read)."""
+    try:
+        return parse(_read(path))
+    except DecodeError as exc:
+        problems.append(Damage(path, exc.offset or 0, "file", exc.reason))
+    except OSError as exc:
+        problems.append(Damage(path, 0, "file", f"cannot be read: {exc.strerror or exc}"))
+    return None
+
+
 class Segment:
     """One segment: ``<base>.log`` and its ``.index``/``.timeindex``/``.txnindex``."""
 
@@ -247,13 +259,7 @@ class Partition:
         return f"Partition({self.topic}-{self.partition}, {len(self.segments)} segments)"
 
     def _parse(self, path: str | None, parse):
-        if not path:
-            return None
-        try:
-            return parse(_read(path))
-        except DecodeError as exc:
-            self.problems.append(Damage(path, exc.offset or 0, "file", exc.reason))
-            return None
+        return read_file(path, parse, self.problems) if path else None
 
     @cached_property
     def metadata(self) -> PartitionMetadata | None:

@@ -9,7 +9,8 @@ from kproto.errors import DecodeError
 from kproto.records.batch import RecordBatch
 from kproto.storage.checkpoints import CleanShutdown, MetaProperties, OffsetCheckpoint, QuorumState
 from kproto.storage.layout import is_partition_dir, scan_log_dir, scan_partition_dir
-from kproto.storage.partition import Damage, Partition, batch_max_timestamp, scan_batches
+from kproto.storage.partition import (Damage, Partition, batch_max_timestamp, read_file,
+                                      scan_batches)
 from kproto.storage.reader import first_unstable_offset
 
 Doc = dict[str, Any]
@@ -74,7 +75,7 @@ def summarize_partition(part: Partition) -> Doc:
     epochs = part.leader_epochs
     extra: Doc = {}
     if part.layout.quorum_state:
-        quorum = _read_file(part.layout.quorum_state, QuorumState.parse, part.problems)
+        quorum = read_file(part.layout.quorum_state, QuorumState.parse, part.problems)
         extra["quorum_state"] = quorum.to_json() if quorum else None
     if part.layout.metadata_snapshots:
         extra["metadata_snapshots"] = [
@@ -96,24 +97,12 @@ def summarize_partition(part: Partition) -> Doc:
     }
 
 
-def _read_file(path: str, parse, problems: list[Damage]) -> Any:
-    """``parse`` of the file's bytes, or None with the reason appended to ``problems``."""
-    try:
-        with open(path, "rb") as f:
-            return parse(f.read())
-    except DecodeError as exc:
-        problems.append(Damage(path, exc.offset or 0, "file", exc.reason))
-    except OSError as exc:
-        problems.append(Damage(path, 0, "file", f"cannot be read: {exc.strerror or exc}"))
-    return None
-
-
 def summarize_metadata_records(path: str, problems: list[Damage]) -> Doc:
     """Batches and records of a file of KRaft metadata batches (``bootstrap.checkpoint``, a
     ``__cluster_metadata`` snapshot), and the ``metadata.version`` feature level it sets."""
     from kproto.storage.internal import decode_metadata_frame
 
-    data = _read_file(path, bytes, problems) or b""
+    data = read_file(path, bytes, problems) or b""
     batches = records = 0
     level = None
     for batch in scan_batches(data, damage=problems, file=path):
@@ -145,14 +134,14 @@ def summarize(path: str) -> Doc:
     problems: list[Damage] = []
     meta = clean = None
     if layout.meta_properties:
-        meta = _read_file(layout.meta_properties, MetaProperties.parse, problems)
+        meta = read_file(layout.meta_properties, MetaProperties.parse, problems)
     if layout.clean_shutdown:
-        clean = _read_file(layout.clean_shutdown, CleanShutdown.parse, problems)
+        clean = read_file(layout.clean_shutdown, CleanShutdown.parse, problems)
     checkpoints, unmatched = {}, []
     present = {(p.topic, p.partition) for p in layout.partitions}
     for full in sorted(layout.checkpoints.values()):
         name = os.path.basename(full)
-        cp = _read_file(full, lambda b, n=name: OffsetCheckpoint.parse(b, n), problems)
+        cp = read_file(full, lambda b, n=name: OffsetCheckpoint.parse(b, n), problems)
         if cp is None:
             continue
         checkpoints[name] = cp.to_json()
@@ -170,8 +159,7 @@ def summarize(path: str) -> Doc:
         "partitions": [summarize_partition(Partition.open(p)) for p in layout.partitions],
         "moved": [{"path": p.path, "topic": p.topic, "partition": p.partition, "state": p.state}
                   for p in layout.moved],
-        "ignored": [{"path": p, "why": why} for p, why in layout.ignored()
-                    if p not in {m.path for m in layout.moved}],
+        "ignored": [{"path": p, "why": why} for p, why in layout.ignored()],
         "problems": [d.to_json() for d in problems],
     }
 

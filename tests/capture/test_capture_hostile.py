@@ -9,15 +9,13 @@ import struct
 import time
 from contextlib import redirect_stdout
 
-import zstandard
-from crc32c import crc32c
 
 import kproto
 from kproto.capture import iter_exchanges
 from kproto.capture.records_view import records_json
 from kproto.cli.main import main
-from kproto.records.batch import CRC_START, HEADER, HEADER_SIZE, LOG_OVERHEAD
 
+from fuzz_support import zstd_bomb
 from pcapgen import Conversation, request_frame, response_frame, write_pcap, write_pcapng
 
 
@@ -59,18 +57,9 @@ def test_unknown_link_type_is_a_problem_and_a_non_zero_exit(tmp_path, capsys):
         capsys.readouterr().err
 
 
-def _bomb_batch() -> bytes:
-    n = (255 << 20) // 7
-    body = zstandard.ZstdCompressor(level=19).compress(b"\x0c\x00\x00\x00\x01\x01\x00" * n)
-    head = bytearray(HEADER.pack(0, HEADER_SIZE - LOG_OVERHEAD + len(body), 0, 2, 0, 4, n - 1,
-                                 0, 0, -1, -1, -1, n))
-    struct.pack_into(">I", head, 17, crc32c(body, crc32c(bytes(head[CRC_START:]))))
-    return bytes(head) + body
-
-
 def test_bomb_in_a_produce_request_is_reported_quickly(tmp_path):
     req = kproto.request(0)
-    part = req.classes["PartitionProduceData"](index=0, records=_bomb_batch())
+    part = req.classes["PartitionProduceData"](index=0, records=zstd_bomb(255))
     body = req.cls(acks=1, timeout_ms=100, topic_data=[
         req.classes["TopicProduceData"](name="t", partition_data=[part])])
     conv = Conversation()
@@ -85,7 +74,7 @@ def test_bomb_in_a_produce_request_is_reported_quickly(tmp_path):
     (doc,) = map(json.loads, out.splitlines())
     view = doc["request"]["topicData"][0]["partitionData"][0]["records"]
     assert view["records"] == [] and "budget" in view["errors"][0]["error"]
-    assert records_json(_bomb_batch())["errors"]
+    assert records_json(zstd_bomb(255))["errors"]
 
 
 # -- the same classes on the shared real captures, mutated ---------------------------------------

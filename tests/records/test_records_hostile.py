@@ -3,18 +3,16 @@ would pass 2^63-1 is corrupt data, reported as a DecodeError by every decoder, n
 OverflowError or an offset beyond int64."""
 from __future__ import annotations
 
-import struct
-
 import pytest
-import zstandard
-from crc32c import crc32c
 
 from kproto.records.compression import compress
 from kproto.errors import DecodeError
-from kproto.records.batch import CRC_START, HEADER, HEADER_SIZE, LOG_OVERHEAD, RecordBatch
+from kproto.records.batch import RecordBatch
 from kproto.records.builder import encode_legacy_message
 from kproto.records.reader import decode_columns
 from kproto.records.reader import iter_batches
+
+from fuzz_support import zstd_bomb
 
 LZ4 = 3
 
@@ -46,11 +44,6 @@ def test_inner_offsets_at_the_edge_still_decode():
 
 def test_batch_without_budget_gets_its_own():
     # a batch read on its own still has a decompression budget: a bomb is refused, not run
-    n = (64 << 20) // 7
-    body = zstandard.ZstdCompressor(level=19).compress(b"\x0c\x00\x00\x00\x01\x01\x00" * n)
-    head = bytearray(HEADER.pack(0, HEADER_SIZE - LOG_OVERHEAD + len(body), 0, 2, 0, 4, n - 1,
-                                 0, 0, -1, -1, -1, n))
-    struct.pack_into(">I", head, 17, crc32c(body, crc32c(bytes(head[CRC_START:]))))
-    batch = RecordBatch(bytes(head) + body)
+    batch = RecordBatch(zstd_bomb(64))
     with pytest.raises(DecodeError, match="budget"):
         batch.record_list()

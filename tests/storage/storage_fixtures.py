@@ -135,3 +135,16 @@ def committed_rows(rows: list[dict], part: str, include_control: bool) -> list[d
 
     return [r for r in rows if (lso is None or r["offset"] < lso) and not aborted_record(r)
             and (include_control or not r["is_control"])]
+
+
+def run_cli(argv: list[str]) -> tuple[int, str]:
+    """``kproto ARGV`` in-process: (exit status, what it printed)."""
+    import io
+    from contextlib import redirect_stdout
+
+    from kproto.cli.main import main
+
+    buf = io.StringIO()
+    with redirect_stdout(buf):
+        rc = main(argv)
+    return rc, buf.getvalue()

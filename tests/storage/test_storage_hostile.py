@@ -4,7 +4,6 @@ data still read, memory and time bounded. Built by mutating copies of the shared
 allocation-heavy cases run in a subprocess under an address-space limit."""
 from __future__ import annotations
 
-import io
 import json
 import os
 import shutil
@@ -13,27 +12,16 @@ import subprocess
 import sys
 import textwrap
 import time
-from contextlib import redirect_stdout
 
 import pytest
-import zstandard
-from crc32c import crc32c
 
 import kproto.storage as ks
-from kproto.cli.main import main
-from kproto.records.batch import CRC_START, HEADER, HEADER_SIZE, LOG_OVERHEAD
 
-from storage_fixtures import LOGDIRS
+from fuzz_support import zstd_bomb
+from storage_fixtures import LOGDIRS, run_cli
 
 CLEAN = os.path.join(LOGDIRS, "broker1-clean")
 GIB = 1 << 30
-
-
-def _run(argv):
-    buf = io.StringIO()
-    with redirect_stdout(buf):
-        rc = main(argv)
-    return rc, buf.getvalue()
 
 
 @pytest.fixture()
@@ -74,10 +62,10 @@ def test_one_bad_metadata_file_is_reported_and_the_rest_read(logdir, rel):
     with open(os.path.join(logdir, rel), "wb") as f:
         f.write(GARBAGE)
     name = os.path.basename(rel)
-    rc, out = _run(["logdir", logdir])
+    rc, out = run_cli(["logdir", logdir])
     assert rc == 1 and name in out and ("DAMAGE" in out or "PROBLEM" in out)
     assert out.count("offsets [") >= 8  # every partition still summarised
-    rc, out = _run(["dump-log", "--format", "jsonl", logdir])
+    rc, out = run_cli(["dump-log", "--format", "jsonl", logdir])
     lines = [json.loads(x) for x in out.splitlines()]
     errors = [x for x in lines if x.get("type") == "error"]
     assert rc == 1 and errors and all(name in x.get("path", "") + x.get("error", "")
@@ -125,20 +113,10 @@ def test_sparse_3gib_index_is_damage_not_memory(logdir):
     assert logdir_cli == [1, True] and dump_cli == [1, True]
 
 
-def _zstd_bomb(mib: int, base: int = 0) -> bytes:
-    """A valid v2 batch whose few KB of zstd expand to ``mib`` MiB of 7-byte records."""
-    n = (mib << 20) // 7
-    body = zstandard.ZstdCompressor(level=19).compress(b"\x0c\x00\x00\x00\x01\x01\x00" * n)
-    head = bytearray(HEADER.pack(base, HEADER_SIZE - LOG_OVERHEAD + len(body), 0, 2, 0, 4, n - 1,
-                                 0, 0, -1, -1, -1, n))
-    struct.pack_into(">I", head, 17, crc32c(body, crc32c(bytes(head[CRC_START:]))))
-    return bytes(head) + body
-
-
 def test_decompression_bombs_are_cut_and_reported(logdir):
     part = os.path.join(logdir, "bombs-0")
     os.mkdir(part)
-    bombs = b"".join(_zstd_bomb(255 if i == 0 else 8, base=i * 10**8) for i in range(10))
+    bombs = b"".join(zstd_bomb(255 if i == 0 else 8, i * 10**8) for i in range(10))
     with open(os.path.join(part, "00000000000000000000.log"), "wb") as f:
         f.write(bombs)
     proc = _limited(f"""
@@ -173,7 +151,7 @@ def test_decompression_bombs_are_cut_and_reported(logdir):
 
 
 def test_ten_bombs_in_a_segment_take_little_time(tmp_path):
-    data = b"".join(_zstd_bomb(8, base=i * 10**7) for i in range(10))
+    data = b"".join(zstd_bomb(8, i * 10**7) for i in range(10))
     from kproto.records.reader import iter_batches
 
     t = time.monotonic()
@@ -198,7 +176,7 @@ def test_timestamps_past_any_calendar_are_printed_as_numbers(logdir):
     b.append(2**63 - 2, b"k", b"v")
     with open(os.path.join(part, "00000000000000000000.log"), "wb") as f:
         f.write(b.build())
-    rc, out = _run(["logdir", part])
+    rc, out = run_cli(["logdir", part])
     assert rc == 0 and f"{2**63 - 2}ms" in out
 
 
@@ -213,7 +191,7 @@ def test_base_offset_outside_the_crc_is_damage(logdir):
     assert [(d.kind, d.position) for d in damage] == [("corrupt", second)]
     assert "out of place" in damage[0].reason and damage[0].bytes_skipped > 0
     assert rows < FULL_ROWS
-    rc, out = _run(["logdir", os.path.dirname(path)])
+    rc, out = run_cli(["logdir", os.path.dirname(path)])
     assert rc == 1 and "out of place" in out
 
 
@@ -225,3 +203,19 @@ def test_emptied_middle_segment_is_a_gap(logdir):
     assert "gap" in kinds and rows < _rows(CLEAN, topics=["orders"])[0]
     gap = next(d for d in damage if d.kind == "gap")
     assert gap.file == path and "records (from offset 633 on) are lost" in gap.reason
+
+
+def test_lone_sparse_index_is_dumped_from_its_entries_only(tmp_path):
+    from kproto.storage.dump import dump_file
+    from kproto.storage.indexes import OffsetIndex
+
+    path = tmp_path / "00000000000000000100.index"  # no .log beside it
+    entries = OffsetIndex.from_entries(100, [(105, 0), (140, 4096)]).encode()
+    with open(path, "wb") as f:
+        f.write(entries)
+        f.truncate(1536 << 20)  # preallocated far beyond anything, sparse
+    t = time.monotonic()
+    head, *lines = dump_file(str(path))
+    assert time.monotonic() - t < 2
+    assert head["slots"] == (1536 << 20) // 8 and head["entries"] == 2 and head["preallocated"]
+    assert [x["offset"] for x in lines] == [105, 140]

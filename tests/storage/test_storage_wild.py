@@ -3,31 +3,21 @@
 entries of partitions that are gone, and files that are not Kafka's. None of it stops a read."""
 from __future__ import annotations
 
-import io
 import json
 import os
 import shutil
-from contextlib import redirect_stdout
 
 import pytest
 
-from kproto.cli.main import main
 from kproto.errors import DecodeError
 from kproto.storage.checkpoints import (ROOT_CHECKPOINTS, CleanShutdown, LeaderEpochCheckpoint,
                                         OffsetCheckpoint, QuorumState)
 from kproto.storage.layout import file_kind, log_dir_files, scan_log_dir
 from kproto.storage.summary import has_damage, render_text, summarize
 
-from storage_fixtures import LOGDIRS
+from storage_fixtures import LOGDIRS, run_cli
 
 CLEAN = os.path.join(LOGDIRS, "broker1-clean")
-
-
-def _run(argv: list[str]) -> tuple[int, str]:
-    buf = io.StringIO()
-    with redirect_stdout(buf):
-        rc = main(argv)
-    return rc, buf.getvalue()
 
 
 def _jsonl(text: str) -> list[dict]:
@@ -69,6 +59,8 @@ def test_quorum_state():
     assert (q.leader_id, q.leader_epoch) == (1, 3) and q.to_json()["currentVoters"] == [{"voterId": 1}]
     with pytest.raises(DecodeError):
         QuorumState.parse(b'{"leaderId": 1}')
+    with pytest.raises(DecodeError):  # voters as bare numbers: not what Kafka writes
+        QuorumState.parse(b'{"leaderEpoch": 1, "currentVoters": [1]}')
 
 
 def test_file_kinds_of_kraft_and_lock_files():
@@ -142,19 +134,19 @@ def test_summary_reports_no_damage_and_mentions_everything(untidy):
 
 
 def test_logdir_cli_exit_codes(untidy):
-    rc, out = _run(["logdir", untidy])
+    rc, out = run_cli(["logdir", untidy])
     assert rc == 0 and "PROBLEM" not in out and "DAMAGE" not in out
     with open(os.path.join(untidy, ".kafka_cleanshutdown"), "w") as f:
         f.write("shutdown at noon")  # a form Kafka never wrote: reported, the rest still read
-    rc, out = _run(["logdir", untidy])
+    rc, out = run_cli(["logdir", untidy])
     assert rc == 1 and "PROBLEM file: .kafka_cleanshutdown" in out
     assert "orders-0" in out and "clean shutdown: no" in out
-    rc, out = _run(["logdir", "--format", "json", untidy])
+    rc, out = run_cli(["logdir", "--format", "json", untidy])
     assert rc == 1 and json.loads(out)["problems"][0]["kind"] == "file"
 
 
 def test_dump_log_of_the_dir_reports_and_goes_on(untidy):
-    rc, out = _run(["dump-log", "--format", "jsonl", untidy])
+    rc, out = run_cli(["dump-log", "--format", "jsonl", untidy])
     lines = _jsonl(out)
     assert rc == 0 and not [x for x in lines if x.get("type") == "error"]
     ignored = {os.path.basename(x["path"]) for x in lines if x.get("type") == "ignored"}
@@ -164,7 +156,7 @@ def test_dump_log_of_the_dir_reports_and_goes_on(untidy):
     assert "__cluster_metadata-0/quorum-state" in files
     with open(os.path.join(untidy, "log-start-offset-checkpoint"), "w") as f:
         f.write("0\n3\nx 0 0\n")  # count says 3, one entry
-    rc, out = _run(["dump-log", "--format", "jsonl", untidy])
+    rc, out = run_cli(["dump-log", "--format", "jsonl", untidy])
     errors = [x for x in _jsonl(out) if x.get("type") == "error"]
     assert rc == 1 and len(errors) == 1 and errors[0]["path"].endswith("log-start-offset-checkpoint")
     assert "expected 3 entries" in errors[0]["error"]
@@ -173,7 +165,7 @@ def test_dump_log_of_the_dir_reports_and_goes_on(untidy):
 
 
 def test_dump_log_decode_internal_on_a_dir_with_regular_topics(untidy):
-    rc, out = _run(["dump-log", "--format", "jsonl", "--decode-internal", untidy])
+    rc, out = run_cli(["dump-log", "--format", "jsonl", "--decode-internal", untidy])
     assert rc == 0
     lines = _jsonl(out)
     sections: dict[str, list] = {}
@@ -191,7 +183,7 @@ def test_dump_log_decode_internal_on_a_dir_with_regular_topics(untidy):
     boot = sections["bootstrap.checkpoint"]
     assert boot and all("frame_version" in x or x["is_control"] for x in boot)
     # one regular segment given directly: dumped as batches, not refused
-    rc, out = _run(["dump-log", "--format", "jsonl", "--decode-internal",
+    rc, out = run_cli(["dump-log", "--format", "jsonl", "--decode-internal",
                     os.path.join(untidy, "orders-0", "00000000000000000000.log")])
     assert rc == 0 and _jsonl(out)[0]["type"] == "batch"
 
