@@ -1,0 +1,672 @@
+"""The broker's sans-I/O core: request frames in, response frames out, through callbacks.
+
+:class:`BrokerCore` decodes a request with kproto's codecs, runs its handler and hands the
+encoded response to the connection (:class:`Channel`: ``respond`` once per request, with None
+when there is no answer as for acks=0; or ``close``). Requests that wait (a Fetch for
+``min_bytes``/``max_wait_ms``) go to the fetch purgatory and answer from there, either when a
+produce brings enough data or when the timer expires them. Time: :meth:`BrokerCore.advance_clock`
+runs the timer; :meth:`BrokerCore.next_deadline_ms` says when it must next be called.
+
+As in Kafka, one request per connection is handled at a time (the socket layer mutes the
+connection until the answer is out), so answers keep the order of their requests.
+"""
+from __future__ import annotations
+
+import logging
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Hashable, Optional, Protocol, Union
+
+from kproto.broker.log import BrokerError, Log, LogConfig, LogManager, Topic
+from kproto.broker.purgatory import DelayedOperation, DelayedOperationPurgatory
+from kproto.broker.timer import CallbackTask, Clock, SystemClock, SystemTimer
+from kproto.codecs import request as request_codec
+from kproto.codecs import response as response_codec
+from kproto.codecs.primitives import Uuid
+from kproto.error_codes import ErrorCode
+from kproto.errors import DecodeError
+from kproto.fetch_session import FetchSessionCache, SessionErrorContext
+from kproto.fetch_session.messages import (build_fetch_response, request_fetch_data,
+                                           request_metadata, request_replica_id)
+from kproto.fetch_session.model import TopicIdPartition
+from kproto.framing import (ResponseHeader, decode_request, encode_response,
+                            peek_request_header)
+from kproto.schemas.api_keys import ApiKey
+
+__all__ = ["BrokerConfig", "BrokerCore", "Channel", "Intercept", "ControlHandle", "IMPLEMENTED"]
+
+log = logging.getLogger("kproto.broker")
+
+_INT32_MAX = 2**31 - 1
+_LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]+")
+ZERO_UUID = Uuid.ZERO
+
+#: What the handlers implement: API key -> (lowest, highest version). ApiVersions advertises
+#: the intersection with the versions the codecs know (:meth:`BrokerCore.api_versions`), so a
+#: schema update never advertises a version no handler was written for.
+IMPLEMENTED: dict[int, tuple[int, int]] = {
+    ApiKey.PRODUCE: (3, 11),
+    ApiKey.FETCH: (4, 17),
+    ApiKey.LIST_OFFSETS: (1, 9),
+    ApiKey.METADATA: (0, 12),
+    ApiKey.FIND_COORDINATOR: (0, 6),
+    ApiKey.API_VERSIONS: (0, 4),
+    ApiKey.CREATE_TOPICS: (2, 7),
+    ApiKey.DELETE_TOPICS: (1, 6),
+    ApiKey.INIT_PRODUCER_ID: (0, 5),
+}
+
+
+class Channel(Protocol):
+    """One client connection as the core sees it."""
+
+    def respond(self, frame: Optional[bytes]) -> None:
+        """The answer to the current request (None: the request has no answer)."""
+
+    def close(self, reason: str) -> None:
+        """Drop the connection (bad frame, unknown API, a test's hook)."""
+
+
+@dataclass
+class BrokerConfig:
+    """Broker settings (Kafka's names in the comments)."""
+
+    node_id: int = 1                      # node.id
+    host: str = "127.0.0.1"               # advertised host
+    port: int = 0                         # advertised port (set by the server once bound)
+    cluster_id: Optional[str] = None      # new directories get a random one
+    auto_create_topics: bool = True       # auto.create.topics.enable
+    num_partitions: int = 1               # num.partitions
+    log: LogConfig = field(default_factory=LogConfig)
+    fetch_session_slots: int = 1000       # max.incremental.fetch.session.cache.slots
+    fetch_max_bytes: int = 55 * 1024 * 1024  # fetch.max.bytes (broker cap on a response)
+
+
+@dataclass
+class Intercept:
+    """What a test hook does with a request (franz-go kfake's ControlKey model):
+    ``error`` answers with that code everywhere the response has an error code, ``delay_ms``
+    holds the request back (then handles it, or applies ``error``/``drop``), ``drop`` closes
+    the connection, and an Intercept with nothing set lets the request through."""
+
+    error: Optional[int] = None
+    delay_ms: int = 0
+    drop: bool = False
+
+    @property
+    def passes(self) -> bool:
+        return self.error is None and not self.drop and self.delay_ms <= 0
+
+
+HookAction = Union[Intercept, Callable[[Any, Any], Optional[Intercept]]]
+
+
+class ControlHandle:
+    """A registered hook; ``remove()`` ends it. ``seen`` counts the requests it acted on."""
+
+    def __init__(self, core: BrokerCore, api_key: int, action: HookAction,
+                 times: Optional[int]) -> None:
+        self.core, self.api_key, self.action, self.times = core, api_key, action, times
+        self.seen = 0
+
+    def remove(self) -> None:
+        hooks = self.core.hooks.get(self.api_key, [])
+        if self in hooks:
+            hooks.remove(self)
+
+    @property
+    def active(self) -> bool:
+        return self in self.core.hooks.get(self.api_key, [])
+
+
+@dataclass
+class _Request:
+    channel: Channel
+    header: Any
+    body: Any
+    api_key: int
+    version: int
+    received_ms: int
+
+    def respond(self, body: Any, api_version: Optional[int] = None) -> None:
+        ver = self.version if api_version is None else api_version
+        frame = encode_response(ResponseHeader(correlation_id=self.header.correlation_id), body,
+                                self.api_key, ver)
+        self.channel.respond(frame)
+
+
+def topic_name_error(name: str) -> Optional[str]:
+    """Kafka's ``Topic.validate``: why ``name`` is not a legal topic name, or None."""
+    if not name:
+        return "Topic name is illegal, it can't be empty"
+    if name in (".", ".."):
+        return "Topic name cannot be \".\" or \"..\""
+    if len(name) > 249:
+        return f"Topic name is illegal, it can't be longer than 249 characters, topic name: {name}"
+    if not _LEGAL_TOPIC.fullmatch(name):
+        return (f"Topic name \"{name}\" is illegal, it contains a character other than ASCII "
+                "alphanumerics, '.', '_' and '-'")
+    return None
+
+
+class DelayedFetch(DelayedOperation):
+    """A Fetch waiting for ``min_bytes`` (Kafka's ``DelayedFetch``): completes as soon as the
+    partitions hold enough new bytes, or one of them is in error, or at ``max_wait_ms``."""
+
+    def __init__(self, core: BrokerCore, req: _Request, ctx: Any,
+                 parts: list[tuple[TopicIdPartition, Any]], min_bytes: int, max_wait_ms: int) -> None:
+        super().__init__(max_wait_ms)
+        self.core, self.req, self.ctx, self.parts = core, req, ctx, parts
+        self.min_bytes = min_bytes
+
+    def try_complete(self) -> bool:
+        total = 0
+        for tip, data in self.parts:
+            lg = self.core.log_for(tip)
+            if lg is None:
+                return self.force_complete()  # unknown partition: answer with its error now
+            if data.fetch_offset > lg.log_end_offset or data.fetch_offset < lg.log_start_offset:
+                return self.force_complete()
+            total += min(lg.bytes_available(data.fetch_offset), max(data.max_bytes, 0))
+        if total >= self.min_bytes:
+            return self.force_complete()
+        return False
+
+    def on_complete(self) -> None:
+        self.core._answer_fetch(self.req, self.ctx, self.parts)
+
+
+class BrokerCore:
+    """Everything a broker does between bytes in and bytes out, with no sockets."""
+
+    def __init__(self, data_dir: str, config: Optional[BrokerConfig] = None, *,
+                 clock: Optional[Clock] = None,
+                 wall_clock: Optional[Callable[[], int]] = None) -> None:
+        self.config = config or BrokerConfig()
+        self.clock: Clock = clock if clock is not None else SystemClock()
+        # record timestamps are wall-clock time; the timer runs on the monotonic clock
+        self.wall_ms: Callable[[], int] = wall_clock or (lambda: time.time_ns() // 1_000_000)
+        self.timer = SystemTimer(clock=self.clock)
+        self.fetch_purgatory: DelayedOperationPurgatory[DelayedFetch] = \
+            DelayedOperationPurgatory("Fetch", self.timer)
+        self.sessions = FetchSessionCache(self.config.fetch_session_slots)
+        self.logs = LogManager(data_dir, node_id=self.config.node_id,
+                               cluster_id=self.config.cluster_id, defaults=self.config.log)
+        self.hooks: dict[int, list[ControlHandle]] = {}
+        self._next_producer_id = 1 + max(
+            (pid for t in self.logs.topics.values() for lg in t.partitions for pid in lg.producers),
+            default=-1)
+        self.handlers: dict[int, Callable[[_Request], None]] = {
+            ApiKey.PRODUCE: self._produce, ApiKey.FETCH: self._fetch,
+            ApiKey.LIST_OFFSETS: self._list_offsets, ApiKey.METADATA: self._metadata,
+            ApiKey.FIND_COORDINATOR: self._find_coordinator,
+            ApiKey.API_VERSIONS: self._api_versions, ApiKey.CREATE_TOPICS: self._create_topics,
+            ApiKey.DELETE_TOPICS: self._delete_topics,
+            ApiKey.INIT_PRODUCER_ID: self._init_producer_id,
+        }
+        self.requests_handled = 0
+
+    # ------------------------------------------------------------------ versions
+    def api_versions(self) -> dict[int, tuple[int, int]]:
+        """API key -> (min, max) advertised: implemented versions the codecs know."""
+        out = {}
+        for key, (lo, hi) in IMPLEMENTED.items():
+            try:
+                valid = request_codec(key).valid_versions
+            except KeyError:
+                continue
+            lo2, hi2 = max(lo, valid.start), min(hi, valid[-1])
+            if lo2 <= hi2:
+                out[int(key)] = (lo2, hi2)
+        return out
+
+    # ------------------------------------------------------------------ time
+    def advance_clock(self) -> None:
+        """Run what the timer holds that is due (expired fetches answer here)."""
+        self.fetch_purgatory.advance_clock()
+
+    def next_deadline_ms(self) -> Optional[int]:
+        return self.timer.next_expiration_ms()
+
+    # ------------------------------------------------------------------ hooks
+    def control(self, api_key: int, action: HookAction, *, times: Optional[int] = 1) -> ControlHandle:
+        """Intercept requests of ``api_key``: ``action`` is an :class:`Intercept` or a function
+        of (header, body) returning one (None: let it through, not counted). ``times``: how many
+        requests it acts on before removing itself (None: until ``remove()``)."""
+        handle = ControlHandle(self, int(api_key), action, times)
+        self.hooks.setdefault(int(api_key), []).append(handle)
+        return handle
+
+    def _intercept(self, header: Any, body: Any) -> Optional[Intercept]:
+        for handle in list(self.hooks.get(header.request_api_key, [])):
+            act = handle.action
+            result = act(header, body) if callable(act) else act
+            if result is None:
+                continue
+            handle.seen += 1
+            if handle.times is not None and handle.seen >= handle.times:
+                handle.remove()
+            return result
+        return None
+
+    # ------------------------------------------------------------------ dispatch
+    def handle(self, channel: Channel, frame: bytes) -> None:
+        """Handle one request frame (without its size prefix). The channel gets exactly one
+        ``respond`` or ``close`` for it, now or later."""
+        try:
+            key, ver, cid = peek_request_header(frame, size_prefix=False)
+        except DecodeError as exc:
+            channel.close(f"bad request header: {exc}")
+            return
+        supported = self.api_versions()
+        if key == ApiKey.API_VERSIONS and (key not in supported or ver > supported[key][1]):
+            # KIP-511: a version too new is answered in v0 form with the versions we have
+            body = response_codec(key).cls(error_code=ErrorCode.UNSUPPORTED_VERSION, api_keys=[
+                response_codec(key).cls.ApiVersion(api_key=key, min_version=supported[key][0],
+                                                   max_version=supported[key][1])])
+            channel.respond(encode_response(ResponseHeader(correlation_id=cid), body, key, 0))
+            return
+        try:
+            header, body = decode_request(frame, size_prefix=False)
+        except DecodeError as exc:
+            # Kafka closes a connection whose request it cannot parse
+            channel.close(f"cannot parse request (API key {key} v{ver}): {exc}")
+            return
+        req = _Request(channel, header, body, key, ver, self.clock.now_ms())
+        hook = self._intercept(header, body)
+        if hook is not None and not hook.passes:
+            if hook.delay_ms > 0:
+                after = Intercept(error=hook.error, drop=hook.drop)
+                self.timer.add(CallbackTask(hook.delay_ms, lambda: self._dispatch(req, after)))
+                return
+        self._dispatch(req, hook)
+
+    def _dispatch(self, req: _Request, hook: Optional[Intercept]) -> None:
+        if hook is not None and hook.drop:
+            req.channel.close(f"dropped by a test hook on API key {req.api_key}")
+            return
+        if hook is not None and hook.error is not None:
+            self._answer_error(req, hook.error, run_handler=req.api_key in self.handlers)
+            return
+        self.requests_handled += 1
+        rng = self.api_versions().get(req.api_key)
+        handler = self.handlers.get(req.api_key)
+        if handler is None or rng is None or not rng[0] <= req.version <= rng[1]:
+            self._answer_error(req, ErrorCode.UNSUPPORTED_VERSION, run_handler=False)
+            return
+        try:
+            handler(req)
+        except Exception:  # a handler bug must not take the broker down
+            log.exception("error handling %s v%d", request_codec(req.api_key).name, req.version)
+            self._answer_error(req, ErrorCode.UNKNOWN_SERVER_ERROR, run_handler=False)
+
+    def _answer_error(self, req: _Request, code: int, run_handler: bool) -> None:
+        """Answer with ``code`` (Kafka's ``getErrorResponse``): for the implemented APIs the
+        request's topics and partitions mirrored with the error, nothing done; for the others
+        the response's top-level error code; an API whose response has none closes the
+        connection, as Kafka does with a request it cannot serve."""
+        body = error_response(req.api_key, req.version, req.body, code) if run_handler else None
+        if body is None:
+            body = response_codec(req.api_key).cls()
+            if not hasattr(body, "error_code"):
+                req.channel.close(f"{ErrorCode(code).name} for API key {req.api_key} v{req.version}")
+                return
+            body.error_code = code
+        if req.api_key == ApiKey.PRODUCE and req.body.acks == 0:
+            req.channel.respond(None)
+            return
+        req.respond(body)
+
+    # ------------------------------------------------------------------ helpers
+    def log_for(self, tip: TopicIdPartition) -> Optional[Log]:
+        if tip.topic is None:
+            return None
+        return self.logs.get(tip.topic, tip.partition)
+
+    def _create_topic(self, name: str, partitions: int, configs: Optional[dict] = None) -> Topic:
+        topic = self.logs.create_topic(name, partitions, configs)
+        return topic
+
+    # ------------------------------------------------------------------ ApiVersions
+    def _api_versions(self, req: _Request) -> None:
+        cls = response_codec(ApiKey.API_VERSIONS).cls
+        req.respond(cls(error_code=0, api_keys=[
+            cls.ApiVersion(api_key=k, min_version=lo, max_version=hi)
+            for k, (lo, hi) in sorted(self.api_versions().items())]))
+
+    # ------------------------------------------------------------------ Metadata
+    def _metadata(self, req: _Request) -> None:
+        body, ver = req.body, req.version
+        cls = response_codec(ApiKey.METADATA).cls
+        cfg = self.config
+        topics_out = []
+        if body.topics is None or (ver == 0 and not body.topics):
+            wanted: list[tuple[Optional[str], Uuid]] = [(n, ZERO_UUID) for n in sorted(self.logs.topics)]
+        else:
+            wanted = [(t.name, getattr(t, "topic_id", ZERO_UUID) or ZERO_UUID) for t in body.topics]
+        auto = cfg.auto_create_topics and (ver < 4 or body.allow_auto_topic_creation)
+        for name, tid in wanted:
+            topic: Optional[Topic] = None
+            if name is None:
+                topic = self.logs.topics_by_id.get(tid)
+                if topic is None:
+                    topics_out.append(cls.MetadataResponseTopic(
+                        error_code=ErrorCode.UNKNOWN_TOPIC_ID, name=None, topic_id=tid))
+                    continue
+            else:
+                topic = self.logs.topics.get(name)
+                if topic is None:
+                    why = topic_name_error(name)
+                    if why is not None:
+                        topics_out.append(cls.MetadataResponseTopic(
+                            error_code=ErrorCode.INVALID_TOPIC_EXCEPTION, name=name))
+                        continue
+                    if not auto:
+                        topics_out.append(cls.MetadataResponseTopic(
+                            error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name=name))
+                        continue
+                    topic = self._create_topic(name, cfg.num_partitions)
+            topics_out.append(cls.MetadataResponseTopic(
+                error_code=0, name=topic.name, topic_id=topic.topic_id, is_internal=topic.is_internal,
+                partitions=[cls.MetadataResponsePartition(
+                    error_code=0, partition_index=p, leader_id=cfg.node_id, leader_epoch=lg.leader_epoch,
+                    replica_nodes=[cfg.node_id], isr_nodes=[cfg.node_id], offline_replicas=[])
+                    for p, lg in enumerate(topic.partitions)]))
+        req.respond(cls(
+            brokers=[cls.MetadataResponseBroker(node_id=cfg.node_id, host=cfg.host, port=cfg.port)],
+            cluster_id=self.logs.cluster_id, controller_id=cfg.node_id, topics=topics_out))
+
+    # ------------------------------------------------------------------ FindCoordinator
+    def _find_coordinator(self, req: _Request) -> None:
+        cls = response_codec(ApiKey.FIND_COORDINATOR).cls
+        cfg = self.config
+        if req.version < 4:
+            req.respond(cls(error_code=0, node_id=cfg.node_id, host=cfg.host, port=cfg.port))
+            return
+        req.respond(cls(coordinators=[
+            cls.Coordinator(key=k, node_id=cfg.node_id, host=cfg.host, port=cfg.port, error_code=0)
+            for k in req.body.coordinator_keys]))
+
+    # ------------------------------------------------------------------ InitProducerId
+    def _init_producer_id(self, req: _Request) -> None:
+        cls = response_codec(ApiKey.INIT_PRODUCER_ID).cls
+        if req.body.transactional_id is not None:
+            # no transaction coordinator yet
+            req.respond(cls(error_code=ErrorCode.UNSUPPORTED_VERSION, producer_id=-1, producer_epoch=-1))
+            return
+        pid = self._next_producer_id
+        self._next_producer_id += 1
+        req.respond(cls(error_code=0, producer_id=pid, producer_epoch=0))
+
+    # ------------------------------------------------------------------ CreateTopics
+    def _create_topics(self, req: _Request) -> None:
+        body, ver = req.body, req.version
+        cls = response_codec(ApiKey.CREATE_TOPICS).cls
+        results = []
+        seen: set[str] = set()
+        dupes = {t.name for t in body.topics if sum(1 for u in body.topics if u.name == t.name) > 1}
+        for t in body.topics:
+            res = cls.CreatableTopicResult(name=t.name, error_code=0)
+            results.append(res)
+            if t.name in dupes:
+                if t.name in seen:
+                    results.pop()
+                    continue
+                seen.add(t.name)
+                res.error_code = ErrorCode.INVALID_REQUEST
+                res.error_message = f"Create topics request from client `{req.header.client_id}` " \
+                                    f"contains multiple entries for the following topics: {t.name}"
+                continue
+            try:
+                n, configs = self._check_new_topic(t)
+            except BrokerError as exc:
+                res.error_code, res.error_message = exc.code, exc.message
+                continue
+            res.num_partitions, res.replication_factor = n, 1
+            res.configs = [cls.CreatableTopicConfigs(name=k, value=v, read_only=False, config_source=1,
+                                                     is_sensitive=False) for k, v in configs.items()]
+            if not body.validate_only:
+                topic = self._create_topic(t.name, n, configs)
+                res.topic_id = topic.topic_id
+        req.respond(cls(topics=results))
+
+    def _check_new_topic(self, t: Any) -> tuple[int, dict[str, str]]:
+        why = topic_name_error(t.name)
+        if why is not None:
+            raise BrokerError(ErrorCode.INVALID_TOPIC_EXCEPTION, why)
+        if t.name in self.logs.topics:
+            raise BrokerError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{t.name}' already exists.")
+        if t.assignments:
+            if t.num_partitions != -1 or t.replication_factor != -1:
+                raise BrokerError(ErrorCode.INVALID_REQUEST,
+                                  "Both numPartitions or replicationFactor and replicasAssignments "
+                                  "were set. Both cannot be used at the same time.")
+            for a in t.assignments:
+                if list(a.broker_ids) != [self.config.node_id]:
+                    raise BrokerError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                                      f"Unknown broker(s) in the assignment of partition "
+                                      f"{a.partition_index}: {list(a.broker_ids)}")
+            if sorted(a.partition_index for a in t.assignments) != list(range(len(t.assignments))):
+                raise BrokerError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                                  "Partitions should be a consecutive 0-based integer sequence")
+            n = len(t.assignments)
+        else:
+            n = self.config.num_partitions if t.num_partitions == -1 else t.num_partitions
+            if n <= 0:
+                raise BrokerError(ErrorCode.INVALID_PARTITIONS,
+                                  "Number of partitions must be larger than 0.")
+            rf = 1 if t.replication_factor == -1 else t.replication_factor
+            if rf <= 0:
+                raise BrokerError(ErrorCode.INVALID_REPLICATION_FACTOR,
+                                  "Replication factor must be larger than 0.")
+            if rf > 1:
+                raise BrokerError(ErrorCode.INVALID_REPLICATION_FACTOR,
+                                  f"Unable to replicate the partition {rf} time(s): The target "
+                                  "replication factor of 1 cannot be reached because only 1 "
+                                  "broker(s) are registered.")
+        configs = {c.name: c.value for c in t.configs}
+        self.logs.config_for(configs)  # raises INVALID_CONFIG
+        return n, configs
+
+    # ------------------------------------------------------------------ DeleteTopics
+    def _delete_topics(self, req: _Request) -> None:
+        body, ver = req.body, req.version
+        cls = response_codec(ApiKey.DELETE_TOPICS).cls
+        if ver < 6:
+            wanted = [(n, ZERO_UUID) for n in body.topic_names]
+        else:
+            wanted = [(t.name, t.topic_id) for t in body.topics]
+        results = []
+        for name, tid in wanted:
+            topic = self.logs.topics.get(name) if name is not None else self.logs.topics_by_id.get(tid)
+            if topic is None:
+                code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if name is not None else ErrorCode.UNKNOWN_TOPIC_ID
+                results.append(cls.DeletableTopicResult(name=name, topic_id=tid, error_code=code))
+                continue
+            self.logs.delete_topic(topic.name)
+            for p in range(len(topic.partitions)):
+                # waiting fetches of the partition answer now, with its error
+                self.fetch_purgatory.check_and_complete((topic.name, p))
+            results.append(cls.DeletableTopicResult(name=topic.name, topic_id=topic.topic_id, error_code=0))
+        req.respond(cls(responses=results))
+
+    # ------------------------------------------------------------------ ListOffsets
+    def _list_offsets(self, req: _Request) -> None:
+        body, ver = req.body, req.version
+        cls = response_codec(ApiKey.LIST_OFFSETS).cls
+        committed = ver >= 2 and body.isolation_level == 1
+        topics = []
+        for t in body.topics:
+            parts = []
+            for p in t.partitions:
+                res = cls.ListOffsetsPartitionResponse(partition_index=p.partition_index, error_code=0,
+                                                       timestamp=-1, offset=-1, leader_epoch=-1)
+                parts.append(res)
+                lg = self.logs.get(t.name, p.partition_index)
+                if lg is None:
+                    res.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                    continue
+                res.leader_epoch = lg.leader_epoch
+                ts = p.timestamp
+                if ts in (-2, -4):        # EARLIEST, EARLIEST_LOCAL
+                    res.offset = lg.log_start_offset
+                elif ts == -1:            # LATEST
+                    res.offset = lg.last_stable_offset if committed else lg.high_watermark
+                elif ts == -3:            # MAX_TIMESTAMP (KIP-734)
+                    mts, moff = lg.max_timestamp
+                    if moff >= lg.log_start_offset:
+                        res.timestamp, res.offset = mts, moff
+                elif ts == -5:            # LATEST_TIERED: nothing is tiered
+                    res.offset = -1
+                elif ts >= 0:
+                    found = lg.offset_for_timestamp(ts)
+                    if found is not None:
+                        res.offset, res.timestamp = found
+                else:
+                    res.error_code = ErrorCode.UNSUPPORTED_VERSION  # an unknown special timestamp
+            topics.append(cls.ListOffsetsTopicResponse(name=t.name, partitions=parts))
+        req.respond(cls(topics=topics))
+
+    # ------------------------------------------------------------------ Produce
+    def _produce(self, req: _Request) -> None:
+        body = req.body
+        cls = response_codec(ApiKey.PRODUCE).cls
+        acks = body.acks
+        now = self.wall_ms()
+        topics = []
+        appended: list[Hashable] = []
+        for t in body.topic_data:
+            parts = []
+            for p in t.partition_data:
+                res = cls.PartitionProduceResponse(index=p.index, error_code=0, base_offset=-1,
+                                                   log_append_time_ms=-1, log_start_offset=-1)
+                parts.append(res)
+                if acks not in (0, 1, -1):
+                    res.error_code = ErrorCode.INVALID_REQUIRED_ACKS
+                    continue
+                if body.transactional_id is not None:
+                    res.error_code = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+                    continue
+                lg = self.logs.get(t.name, p.index)
+                if lg is None:
+                    res.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                    continue
+                if p.records is None:
+                    res.error_code = ErrorCode.INVALID_RECORD
+                    continue
+                try:
+                    info = lg.append_as_leader(p.records, now)
+                except BrokerError as exc:
+                    res.error_code, res.error_message = exc.code, exc.message
+                    res.log_start_offset = lg.log_start_offset
+                    continue
+                res.base_offset, res.log_append_time_ms = info.base_offset, info.log_append_time
+                res.log_start_offset = info.log_start_offset
+                if not info.duplicate:
+                    appended.append((t.name, p.index))
+            topics.append(cls.TopicProduceResponse(name=t.name, partition_responses=parts))
+        # a single replica: the high watermark moved with the append, so acks=-1 is answered
+        # at once (DelayedProduce would wait for followers); waiting fetches may now complete
+        if acks == 0:
+            req.channel.respond(None)
+        else:
+            req.respond(cls(responses=topics))
+        for key in appended:
+            self.fetch_purgatory.check_and_complete(key)
+
+    # ------------------------------------------------------------------ Fetch
+    def _fetch(self, req: _Request) -> None:
+        body, ver = req.body, req.version
+        names = {t.topic_id: t.name for t in self.logs.topics.values()} if ver >= 13 else {}
+        fetch_data, to_forget = request_fetch_data(body, ver, names)
+        is_follower = request_replica_id(body, ver) >= 0
+        ctx = self.sessions.new_context(ver, request_metadata(body), is_follower, fetch_data,
+                                        to_forget, names, self.clock.now_ms())
+        if isinstance(ctx, SessionErrorContext):
+            req.respond(build_fetch_response(ctx.update_and_generate_response_data({}), ver))
+            return
+        parts = list(ctx.partitions())
+        op = DelayedFetch(self, req, ctx, parts, body.min_bytes, body.max_wait_ms)
+        if body.max_wait_ms <= 0 or not parts or body.min_bytes <= 0:
+            op.force_complete()
+            return
+        keys = [(tip.topic, tip.partition) for tip, _ in parts if tip.topic is not None]
+        self.fetch_purgatory.try_complete_else_watch(op, keys)
+
+    def _answer_fetch(self, req: _Request, ctx: Any, parts: list[tuple[TopicIdPartition, Any]]) -> None:
+        body, ver = req.body, req.version
+        cls = response_codec(ApiKey.FETCH).cls
+        committed = ver >= 4 and body.isolation_level == 1
+        budget = min(body.max_bytes if ver >= 3 else _INT32_MAX, self.config.fetch_max_bytes)
+        first = True
+        updates: dict[TopicIdPartition, Any] = {}
+        for tip, data in parts:
+            pd = cls.PartitionData(partition_index=tip.partition, error_code=0, high_watermark=-1,
+                                   last_stable_offset=-1, log_start_offset=-1,
+                                   aborted_transactions=[] if committed else None,
+                                   preferred_read_replica=-1, records=None)
+            updates[tip] = pd
+            lg = self.log_for(tip)
+            if lg is None:
+                pd.error_code = (ErrorCode.UNKNOWN_TOPIC_ID if tip.topic is None
+                                 else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                continue
+            pd.high_watermark, pd.log_start_offset = lg.high_watermark, lg.log_start_offset
+            pd.last_stable_offset = lg.last_stable_offset
+            try:
+                records = lg.read(data.fetch_offset, min(max(data.max_bytes, 0), budget), first)
+            except BrokerError as exc:
+                pd.error_code = exc.code
+                continue
+            pd.records = records
+            if records:
+                first = False
+                budget = max(0, budget - len(records))
+        answer = ctx.update_and_generate_response_data(updates)
+        req.respond(build_fetch_response(answer, ver))
+
+    # ------------------------------------------------------------------ lifecycle
+    def close(self, clean: bool = True) -> None:
+        """Stop: waiting operations are dropped unanswered, logs closed (checkpoints and the
+        clean-shutdown marker with ``clean``)."""
+        self.fetch_purgatory.shutdown()
+        self.logs.close(clean)
+
+
+def error_response(api_key: int, version: int, body: Any, code: int) -> Optional[Any]:
+    """The response to ``body`` carrying ``code`` wherever it has an error (the request's
+    topics and partitions mirrored), for the APIs the broker implements; None for others."""
+    cls = response_codec(api_key).cls
+    if api_key == ApiKey.PRODUCE:
+        return cls(responses=[cls.TopicProduceResponse(name=t.name, partition_responses=[
+            cls.PartitionProduceResponse(index=p.index, error_code=code, base_offset=-1,
+                                         log_append_time_ms=-1, log_start_offset=-1)
+            for p in t.partition_data]) for t in body.topic_data])
+    if api_key == ApiKey.FETCH:
+        return cls(error_code=code, session_id=0, responses=[cls.FetchableTopicResponse(
+            topic=t.topic, topic_id=t.topic_id, partitions=[cls.PartitionData(
+                partition_index=p.partition, error_code=code, high_watermark=-1,
+                last_stable_offset=-1, log_start_offset=-1, records=None) for p in t.partitions])
+            for t in body.topics])
+    if api_key == ApiKey.LIST_OFFSETS:
+        return cls(topics=[cls.ListOffsetsTopicResponse(name=t.name, partitions=[
+            cls.ListOffsetsPartitionResponse(partition_index=p.partition_index, error_code=code)
+            for p in t.partitions]) for t in body.topics])
+    if api_key == ApiKey.METADATA:
+        return cls(topics=[cls.MetadataResponseTopic(error_code=code, name=t.name,
+                                                     topic_id=getattr(t, "topic_id", ZERO_UUID))
+                           for t in body.topics or ()])
+    if api_key == ApiKey.CREATE_TOPICS:
+        return cls(topics=[cls.CreatableTopicResult(name=t.name, error_code=code) for t in body.topics])
+    if api_key == ApiKey.DELETE_TOPICS:
+        if version < 6:
+            return cls(responses=[cls.DeletableTopicResult(name=n, error_code=code) for n in body.topic_names])
+        return cls(responses=[cls.DeletableTopicResult(name=t.name, topic_id=t.topic_id, error_code=code)
+                              for t in body.topics])
+    if api_key == ApiKey.FIND_COORDINATOR and version >= 4:
+        return cls(coordinators=[cls.Coordinator(key=k, node_id=-1, host="", port=-1, error_code=code)
+                                 for k in body.coordinator_keys])
+    if api_key == ApiKey.INIT_PRODUCER_ID:
+        return cls(error_code=code, producer_id=-1, producer_epoch=-1)
+    return None

@@ -1,0 +1,654 @@
+"""Partition logs of the broker: append with validation, reads, recovery (sans-I/O core plus
+plain file I/O; no sockets).
+
+The files are laid out by :class:`kproto.storage.writer.PartitionLog` (segments, indexes,
+producer snapshots, epochs): this module decides *what* to append and applies the file
+operations it returns. Each append is validated as Kafka's ``LogValidator`` does for a v2
+batch and patched in place (base offset, partition leader epoch, the max timestamp and
+timestamp type where the topic's ``message.timestamp.type`` asks, then the CRC), never
+re-encoded. Idempotent producers are checked as ``ProducerStateManager`` does (the last five
+batches of each producer are remembered; a duplicate gets its original offsets back).
+
+Reads find a batch through an in-memory table of every batch's last offset and position
+(the broker is for tests and tools: one entry per batch is cheap) and return whole batches.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import struct
+from bisect import bisect_left, bisect_right
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Optional
+
+from crc32c import crc32c
+
+from kproto.codecs.primitives import Uuid
+from kproto.error_codes import ErrorCode
+from kproto.errors import DecodeError
+from kproto.records.batch import CRC_START, RecordBatch
+from kproto.records.reader import BatchReader
+from kproto.records.record import ATTR_TIMESTAMP_TYPE, increment_sequence
+from kproto.storage.checkpoints import (CleanShutdown, EpochEntry, LeaderEpochCheckpoint,
+                                        MetaProperties, OffsetCheckpoint, PartitionMetadata)
+from kproto.storage.indexes import IndexBuilder
+from kproto.storage.layout import (offset_file_name, parse_partition_dir_name, partition_dir_name,
+                                   scan_partition_dir)
+from kproto.storage.writer import FileOp, PartitionLog
+
+__all__ = ["BrokerError", "LogConfig", "AppendInfo", "Log", "LogManager", "Topic"]
+
+_INT64_MAX = 2**63 - 1
+_I64 = struct.Struct(">q")
+_I32 = struct.Struct(">i")
+_U32 = struct.Struct(">I")
+_I16 = struct.Struct(">h")
+# byte positions in a v2 batch header
+_PLE_AT, _CRC_AT, _ATTR_AT, _MAX_TS_AT = 12, 17, 21, 35
+#: Kafka's ProducerStateManager.NUM_BATCHES_TO_RETAIN: duplicates are found among these.
+NUM_BATCHES_TO_RETAIN = 5
+
+
+class BrokerError(Exception):
+    """A request-level failure with the Kafka error code to answer."""
+
+    def __init__(self, code: int, message: Optional[str] = None) -> None:
+        super().__init__(message or ErrorCode(code).name)
+        self.code = int(code)
+        self.message = message
+
+
+@dataclass
+class LogConfig:
+    """The topic configs the log obeys (Kafka's names in :data:`CONFIG_NAMES`)."""
+
+    segment_bytes: int = 1024 * 1024 * 1024
+    index_interval_bytes: int = 4096
+    segment_index_bytes: int = 10 * 1024 * 1024
+    message_timestamp_type: str = "CreateTime"
+    timestamp_before_max_ms: int = _INT64_MAX
+    timestamp_after_max_ms: int = _INT64_MAX
+    max_message_bytes: int = 1048588
+
+    def with_overrides(self, configs: Mapping[str, Optional[str]]) -> LogConfig:
+        """A copy with topic configs applied; :class:`BrokerError` (INVALID_CONFIG) on a bad
+        value. Unknown names are kept by the topic but change nothing here."""
+        out = LogConfig(**self.__dict__)
+        for name, value in configs.items():
+            attr = CONFIG_NAMES.get(name)
+            if attr is None or value is None:
+                continue
+            if attr == "message_timestamp_type":
+                if value not in ("CreateTime", "LogAppendTime"):
+                    raise BrokerError(ErrorCode.INVALID_CONFIG,
+                                      f"Invalid value {value} for configuration {name}")
+                out.message_timestamp_type = value
+                continue
+            try:
+                number = int(value)
+            except ValueError:
+                raise BrokerError(ErrorCode.INVALID_CONFIG,
+                                  f"Invalid value {value} for configuration {name}: Not a number "
+                                  "of type LONG") from None
+            if number < 0 or (attr == "segment_bytes" and number < 14):
+                raise BrokerError(ErrorCode.INVALID_CONFIG,
+                                  f"Invalid value {value} for configuration {name}")
+            setattr(out, attr, number)
+        return out
+
+
+CONFIG_NAMES = {
+    "segment.bytes": "segment_bytes",
+    "index.interval.bytes": "index_interval_bytes",
+    "segment.index.bytes": "segment_index_bytes",
+    "message.timestamp.type": "message_timestamp_type",
+    "message.timestamp.before.max.ms": "timestamp_before_max_ms",
+    "message.timestamp.after.max.ms": "timestamp_after_max_ms",
+    "max.message.bytes": "max_message_bytes",
+}
+
+
+@dataclass(frozen=True)
+class AppendInfo:
+    """What an append did: offsets assigned (or found, for a duplicate)."""
+
+    base_offset: int
+    last_offset: int
+    log_append_time: int  # -1 unless the topic uses LogAppendTime
+    log_start_offset: int
+    duplicate: bool = False
+
+
+@dataclass
+class _BatchMeta:
+    first_seq: int
+    last_seq: int
+    first_offset: int
+    last_offset: int
+    timestamp: int
+
+
+@dataclass
+class _ProducerState:
+    epoch: int
+    batches: deque = field(default_factory=lambda: deque(maxlen=NUM_BATCHES_TO_RETAIN))
+
+
+@dataclass
+class _Seg:
+    base_offset: int
+    path: str
+    global_start: int  # byte position of the segment's start in the log's concatenation
+    size: int = 0
+    fd: Optional[int] = None
+
+    def pread(self, pos: int, n: int) -> bytes:
+        if self.fd is None:
+            self.fd = os.open(self.path, os.O_RDONLY)
+        return os.pread(self.fd, n, pos)
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
+def _validate(batch: RecordBatch, config: LogConfig, now_ms: int) -> tuple[int, int]:
+    """Kafka's ``LogValidator`` checks of a client's v2 batch; returns (max timestamp, offset
+    delta of the record holding it). Records are decoded (decompressed) to be checked."""
+    if batch.is_control:
+        raise BrokerError(ErrorCode.INVALID_RECORD, "Clients are not allowed to write control records")
+    if batch.count != batch.last_offset_delta + 1 or batch.count <= 0:
+        raise BrokerError(ErrorCode.INVALID_RECORD,
+                          f"Record count {batch.count} does not match the last offset delta "
+                          f"{batch.last_offset_delta}")
+    if batch.producer_id >= 0 and batch.base_sequence < 0:
+        raise BrokerError(ErrorCode.INVALID_RECORD,
+                          f"Invalid sequence number {batch.base_sequence} in record batch "
+                          f"with producerId {batch.producer_id}")
+    try:
+        records = batch.record_list()
+    except DecodeError as exc:
+        raise BrokerError(ErrorCode.CORRUPT_MESSAGE, f"Record batch is corrupt: {exc}") from None
+    if len(records) != batch.count:
+        raise BrokerError(ErrorCode.CORRUPT_MESSAGE,
+                          f"Record batch has {len(records)} records, its header says {batch.count}")
+    create_time = config.message_timestamp_type == "CreateTime"
+    max_ts, max_delta = -1, 0
+    first_ts = batch.first_timestamp
+    for i, r in enumerate(records):
+        if r.offset - batch.base_offset != i:
+            raise BrokerError(ErrorCode.INVALID_RECORD,
+                              f"Record offset delta {r.offset - batch.base_offset} should be {i}")
+        # r.timestamp is the batch's max under LogAppendTime: recompute CreateTime stamps
+        ts = r.timestamp if batch.timestamp_type == 0 else first_ts
+        if create_time and (now_ms - ts > config.timestamp_before_max_ms
+                            or ts - now_ms > config.timestamp_after_max_ms):
+            raise BrokerError(ErrorCode.INVALID_TIMESTAMP,
+                              f"Timestamp {ts} of message with offset {r.offset} is out of range")
+        if ts > max_ts:
+            max_ts, max_delta = ts, i
+    return max_ts, max_delta
+
+
+def patch_batch(buf: bytearray, base_offset: int, leader_epoch: int,
+                timestamp: Optional[tuple[int, int]]) -> None:
+    """Kafka's in-place offset assignment: base offset and partition leader epoch (outside the
+    CRC), then, when ``timestamp`` = (type, max timestamp) differs from the header, the
+    attributes and max timestamp, and the CRC over attributes..end recomputed."""
+    _I64.pack_into(buf, 0, base_offset)
+    _I32.pack_into(buf, _PLE_AT, leader_epoch)
+    if timestamp is None:
+        return
+    ts_type, max_ts = timestamp
+    attrs = _I16.unpack_from(buf, _ATTR_AT)[0]
+    new_attrs = (attrs | ATTR_TIMESTAMP_TYPE) if ts_type == 1 else (attrs & ~ATTR_TIMESTAMP_TYPE)
+    if new_attrs == attrs and _I64.unpack_from(buf, _MAX_TS_AT)[0] == max_ts:
+        return
+    _I16.pack_into(buf, _ATTR_AT, new_attrs)
+    _I64.pack_into(buf, _MAX_TS_AT, max_ts)
+    _U32.pack_into(buf, _CRC_AT, crc32c(memoryview(buf)[CRC_START:]))
+
+
+class Log:
+    """One partition: its folder, the storage ``PartitionLog`` writing it, and what reads
+    need in memory. Single replica: the high watermark is the log end offset."""
+
+    def __init__(self, path: str, topic: str, partition: int, topic_id: Uuid, config: LogConfig,
+                 *, recover: bool = False, start_offset: Optional[int] = None) -> None:
+        self.path, self.topic, self.partition = path, topic, partition
+        self.topic_id = topic_id
+        self.config = config
+        self.leader_epoch = 0
+        self.segments: list[_Seg] = []
+        self.last_offsets: list[int] = []     # per batch, ascending
+        self.positions: list[int] = []        # per batch: global byte position
+        self.max_timestamps: list[int] = []   # per batch
+        self.total_bytes = 0
+        self.max_timestamp = (-1, -1)          # (timestamp, offset) of the largest so far
+        self.producers: dict[int, _ProducerState] = {}
+        self.recovery: list[str] = []  # what recovery truncated or deleted
+        self._append_fds: dict[str, int] = {}
+        os.makedirs(path, exist_ok=True)
+        next_offset = 0
+        epochs: list = []
+        if recover:
+            next_offset, epochs = self._recover()
+        self.plog = PartitionLog(base_offset=next_offset, segment_bytes=config.segment_bytes,
+                                 index_interval=config.index_interval_bytes,
+                                 segment_index_bytes=config.segment_index_bytes)
+        if recover:
+            self._replay_producer_state()
+            self.plog.epochs = epochs
+        self.plog.start_offset = self.segments[0].base_offset if self.segments else next_offset
+        if start_offset is not None and start_offset > self.plog.start_offset:
+            self.plog.start_offset = min(start_offset, next_offset)
+        if not recover or not os.path.exists(os.path.join(path, "partition.metadata")):
+            self._apply([FileOp("partition.metadata", PartitionMetadata(str(topic_id)).encode())])
+
+    # ------------------------------------------------------------------------ offsets
+    @property
+    def log_end_offset(self) -> int:
+        return self.plog.next_offset
+
+    @property
+    def high_watermark(self) -> int:
+        return self.plog.next_offset
+
+    @property
+    def last_stable_offset(self) -> int:
+        # no transactions are accepted yet: everything below the high watermark is stable
+        return self.plog.next_offset
+
+    @property
+    def log_start_offset(self) -> int:
+        return self.plog.start_offset
+
+    # ------------------------------------------------------------------------ files
+    def _apply(self, ops: Iterable[FileOp]) -> None:
+        for op in ops:
+            full = os.path.join(self.path, op.name)
+            if op.mode == "a":
+                fd = self._append_fds.get(op.name)
+                if fd is None:
+                    fd = os.open(full, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+                    self._append_fds[op.name] = fd
+                    if op.name.endswith(".log") and not any(s.path == full for s in self.segments):
+                        self.segments.append(_Seg(self.plog.segment.base_offset, full, self.total_bytes))
+                if op.data:
+                    os.write(fd, op.data)
+            else:
+                # an index or snapshot written whole: the previous active .log is done with
+                with open(full, "wb") as f:
+                    f.write(op.data)
+        # keep only the active segment's append descriptor open
+        active = offset_file_name(self.plog.segment.base_offset, ".log")
+        for name in [n for n in self._append_fds if n != active]:
+            os.close(self._append_fds.pop(name))
+
+    def _recover(self) -> tuple[int, list[EpochEntry]]:
+        """Read the folder as a restarted broker does: every batch is scanned (framing, CRC,
+        offsets in order); the first bad one truncates its segment there and the segments
+        after it are deleted (Kafka's recovery); indexes of the last segment are rebuilt.
+        Returns (log end offset, leader epoch entries)."""
+        layout = scan_partition_dir(self.path)
+        epochs: list[EpochEntry] = []
+        if layout.leader_epoch_checkpoint:
+            try:
+                with open(layout.leader_epoch_checkpoint, "rb") as f:
+                    epochs = list(LeaderEpochCheckpoint.parse(f.read()).entries)
+            except DecodeError:
+                epochs = []
+        segs = [f for f in layout.segments if f.log]
+        next_offset = segs[0].base_offset if segs else 0
+        keep: list[RecordBatch] = []
+        for i, files in enumerate(segs):
+            assert files.log is not None
+            with open(files.log, "rb") as f:
+                data = f.read()
+            reader = BatchReader(data)
+            builder = IndexBuilder(files.base_offset, self.config.index_interval_bytes)
+            valid, why = 0, None
+            try:
+                for b in reader:
+                    if not isinstance(b, RecordBatch) or not b.is_valid() or b.base_offset < next_offset:
+                        why = "CRC mismatch, legacy batch or offsets out of order"
+                        break
+                    builder.append(b.position, b.size_in_bytes, b.last_offset,
+                                   [(b.max_timestamp, b.last_offset)])
+                    valid = b.position + b.size_in_bytes
+                    next_offset = b.last_offset + 1
+                    keep.append(b)
+            except DecodeError as exc:
+                why = exc.reason
+            if why is None and valid < len(data):
+                why = f"partial batch: {len(data) - valid} bytes"
+            s = _Seg(files.base_offset, files.log, self.total_bytes, valid)
+            self.segments.append(s)
+            for b in keep[len(self.last_offsets):]:
+                self.last_offsets.append(b.last_offset)
+                self.positions.append(s.global_start + b.position)
+                self.max_timestamps.append(b.max_timestamp)
+                if b.max_timestamp > self.max_timestamp[0]:
+                    self.max_timestamp = (b.max_timestamp, b.last_offset)
+            self.total_bytes += valid
+            if why is not None:
+                self.recovery.append(f"{files.log}: truncated at {valid} ({why})")
+                with open(files.log, "r+b") as out:
+                    out.truncate(valid)
+            if why is not None or i == len(segs) - 1:
+                # the active segment of a crashed broker has stale, preallocated indexes
+                builder.close()
+                self._apply([FileOp(offset_file_name(files.base_offset, ".index"),
+                                    builder.offset_index().encode()),
+                             FileOp(offset_file_name(files.base_offset, ".timeindex"),
+                                    builder.time_index().encode())])
+            if why is not None:
+                for later in segs[i + 1:]:
+                    for p in (later.log, later.index, later.timeindex, later.txnindex):
+                        if p:
+                            os.unlink(p)
+                    self.recovery.append(f"{later.log}: deleted after the truncation")
+                break
+        self._recovered_batches = keep
+        return next_offset, [e for e in epochs if e.start_offset < next_offset]
+
+    def _replay_producer_state(self) -> None:
+        for b in self._recovered_batches:
+            if isinstance(b, RecordBatch):
+                self.plog.producers.append(b)
+                if b.producer_id >= 0 and not b.is_control:
+                    st = self.producers.get(b.producer_id)
+                    if st is None or st.epoch != b.producer_epoch:
+                        st = self.producers[b.producer_id] = _ProducerState(b.producer_epoch)
+                    st.batches.append(_BatchMeta(b.base_sequence, b.last_sequence, b.base_offset,
+                                                 b.last_offset, b.max_timestamp))
+        del self._recovered_batches
+
+    # ------------------------------------------------------------------------ append
+    def _check_producer(self, batch: RecordBatch) -> Optional[_BatchMeta]:
+        """Kafka's ``ProducerAppendInfo`` checks; returns the original batch of a duplicate."""
+        pid, epoch, seq = batch.producer_id, batch.producer_epoch, batch.base_sequence
+        st = self.producers.get(pid)
+        if st is None:
+            if seq != 0:
+                raise BrokerError(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                                  f"Out of order sequence number for producer {pid}: found {seq} "
+                                  "(incoming seq. number), but there is no state for this producer")
+            return None
+        if epoch < st.epoch:
+            raise BrokerError(ErrorCode.INVALID_PRODUCER_EPOCH,
+                              f"Epoch of producer {pid} is {epoch}, which is smaller than the "
+                              f"last seen epoch {st.epoch}")
+        if epoch > st.epoch:
+            if seq != 0:
+                raise BrokerError(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                                  f"Invalid sequence number for new epoch of producer {pid} at "
+                                  f"offset {self.log_end_offset}: {epoch} (request epoch), {seq} "
+                                  "(seq. number), 0 (expected)")
+            return None
+        for meta in st.batches:
+            if meta.first_seq == seq and meta.last_seq == batch.last_sequence:
+                return meta
+        last = st.batches[-1].last_seq if st.batches else -1
+        if seq != increment_sequence(last, 1):
+            raise BrokerError(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                              f"Out of order sequence number for producer {pid} at offset "
+                              f"{self.log_end_offset}: {seq} (incoming seq. number), {last} "
+                              "(current end sequence number)")
+        return None
+
+    def append_as_leader(self, records: bytes | memoryview, now_ms: int) -> AppendInfo:
+        """Validate and append one produce request's records for this partition."""
+        if len(records) > self.config.max_message_bytes + 12:
+            raise BrokerError(ErrorCode.MESSAGE_TOO_LARGE,
+                              f"The request included a message larger than the max message "
+                              f"size the server will accept ({self.config.max_message_bytes})")
+        reader = BatchReader(records)
+        try:
+            batches = list(reader)
+        except DecodeError as exc:
+            raise BrokerError(ErrorCode.CORRUPT_MESSAGE, f"Record batch is corrupt: {exc}") from None
+        if reader.trailing_bytes or not batches:
+            raise BrokerError(ErrorCode.CORRUPT_MESSAGE, "Record batch is partial or missing")
+        if len(batches) != 1:
+            raise BrokerError(ErrorCode.INVALID_RECORD,
+                              "Produce requests with version 3 and later are only allowed to "
+                              "contain exactly one record batch")
+        batch = batches[0]
+        if not isinstance(batch, RecordBatch):
+            raise BrokerError(ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT,
+                              "Only magic v2 record batches are accepted")
+        if not batch.is_valid():
+            raise BrokerError(ErrorCode.CORRUPT_MESSAGE,
+                              f"Record is corrupt (stored crc = {batch.crc}, computed crc = "
+                              f"{batch.compute_crc()})")
+        if batch.is_transactional:
+            raise BrokerError(ErrorCode.INVALID_TXN_STATE,
+                              "Transactions are not supported by this broker yet")
+        max_ts, max_delta = _validate(batch, self.config, now_ms)
+        if batch.producer_id >= 0:
+            dup = self._check_producer(batch)
+            if dup is not None:
+                return AppendInfo(dup.first_offset, dup.last_offset, -1, self.log_start_offset, True)
+        base = self.log_end_offset
+        buf = bytearray(batch.buffer)
+        log_append = self.config.message_timestamp_type == "LogAppendTime"
+        if log_append:
+            max_ts, max_delta = now_ms, 0
+        patch_batch(buf, base, self.leader_epoch, (1 if log_append else 0, max_ts))
+        last = base + batch.last_offset_delta
+        ops = self.plog.append(bytes(buf))
+        self._apply(ops)
+        seg = self.segments[-1]
+        pos_in_seg = self.plog.segment.size - len(buf)
+        seg.size = self.plog.segment.size
+        self.last_offsets.append(last)
+        self.positions.append(seg.global_start + pos_in_seg)
+        self.max_timestamps.append(max_ts)
+        self.total_bytes = seg.global_start + seg.size
+        if max_ts > self.max_timestamp[0]:
+            self.max_timestamp = (max_ts, base + max_delta)
+        if batch.producer_id >= 0:
+            st = self.producers.get(batch.producer_id)
+            if st is None or st.epoch != batch.producer_epoch:
+                st = self.producers[batch.producer_id] = _ProducerState(batch.producer_epoch)
+            st.batches.append(_BatchMeta(batch.base_sequence, batch.last_sequence, base, last, max_ts))
+        return AppendInfo(base, last, now_ms if log_append else -1, self.log_start_offset)
+
+    # ------------------------------------------------------------------------ reads
+    def bytes_available(self, offset: int) -> int:
+        """Bytes of whole batches from the one holding ``offset`` to the log end."""
+        i = bisect_left(self.last_offsets, offset)
+        return 0 if i >= len(self.positions) else self.total_bytes - self.positions[i]
+
+    def read(self, offset: int, max_bytes: int, min_one_batch: bool = True) -> bytes:
+        """Whole batches from the one holding ``offset``, up to ``max_bytes`` (but at least
+        one batch with ``min_one_batch``, KIP-74), within one segment as Kafka reads.
+        :class:`BrokerError` OFFSET_OUT_OF_RANGE outside [log start, log end]."""
+        if offset < self.log_start_offset or offset > self.log_end_offset:
+            raise BrokerError(ErrorCode.OFFSET_OUT_OF_RANGE,
+                              f"Offset {offset} is out of range [{self.log_start_offset}, "
+                              f"{self.log_end_offset}] of {self.topic}-{self.partition}")
+        i = bisect_left(self.last_offsets, offset)
+        positions = self.positions
+        if i >= len(positions):
+            return b""
+        start = positions[i]
+        s = bisect_right([seg.global_start for seg in self.segments], start) - 1
+        seg = self.segments[s]
+        cap = min(start + max(max_bytes, 0), seg.global_start + seg.size)
+
+        def end_of(k: int) -> int:  # batches are contiguous, also across segments
+            return positions[k + 1] if k + 1 < len(positions) else self.total_bytes
+
+        j = bisect_right(positions, cap) - 1  # the last batch starting within the cap
+        end = end_of(j) if end_of(j) <= cap else positions[j]
+        if end <= start:
+            if not min_one_batch:
+                return b""
+            end = end_of(i)
+        return seg.pread(start - seg.global_start, end - start)
+
+    def offset_for_timestamp(self, timestamp: int) -> Optional[tuple[int, int]]:
+        """(offset, timestamp) of the first record with a timestamp >= ``timestamp``."""
+        for i, mts in enumerate(self.max_timestamps):
+            if mts >= timestamp and self.last_offsets[i] >= self.log_start_offset:
+                start = self.last_offsets[i - 1] + 1 if i else self.log_start_offset
+                data = self.read(max(start, self.log_start_offset), 1, True)
+                for b in BatchReader(data):
+                    for r in b.records():
+                        if r.timestamp >= timestamp and r.offset >= self.log_start_offset:
+                            return r.offset, r.timestamp
+        return None
+
+    # ------------------------------------------------------------------------ lifecycle
+    def close(self, clean: bool = True) -> None:
+        self._apply(self.plog.close(clean))
+        for fd in self._append_fds.values():
+            os.close(fd)
+        self._append_fds.clear()
+        for seg in self.segments:
+            seg.close()
+
+    def delete(self) -> None:
+        for fd in self._append_fds.values():
+            os.close(fd)
+        self._append_fds.clear()
+        for seg in self.segments:
+            seg.close()
+        shutil.rmtree(self.path, ignore_errors=True)
+
+
+@dataclass
+class Topic:
+    name: str
+    topic_id: Uuid
+    partitions: list[Log]
+    configs: dict[str, str]
+    is_internal: bool = False
+
+
+class LogManager:
+    """The broker's log directory: ``meta.properties``, topics and their partition logs, root
+    checkpoints and ``.kafka_cleanshutdown`` at a clean close. A directory left by an earlier
+    run is recovered (partition folders, topic ids from ``partition.metadata``)."""
+
+    def __init__(self, data_dir: str, *, node_id: int = 1, cluster_id: Optional[str] = None,
+                 defaults: Optional[LogConfig] = None) -> None:
+        self.data_dir = data_dir
+        self.defaults = defaults or LogConfig()
+        self.topics: dict[str, Topic] = {}
+        self.topics_by_id: dict[Uuid, Topic] = {}
+        os.makedirs(data_dir, exist_ok=True)
+        meta_path = os.path.join(data_dir, "meta.properties")
+        self.clean_start = os.path.exists(os.path.join(data_dir, ".kafka_cleanshutdown"))
+        if os.path.exists(meta_path):
+            with open(meta_path, "rb") as f:
+                meta = MetaProperties.parse(f.read())
+            if meta.node_id is not None and meta.node_id != node_id:
+                raise ValueError(f"Stale node.id: {data_dir} belongs to node {meta.node_id}, "
+                                 f"not {node_id}")
+            if cluster_id is not None and meta.cluster_id not in (None, cluster_id):
+                raise ValueError(f"Invalid cluster.id in {meta_path}: expected {cluster_id}, "
+                                 f"found {meta.cluster_id}")
+            self.cluster_id = meta.cluster_id or cluster_id or str(Uuid(os.urandom(16)))
+        else:
+            self.cluster_id = cluster_id or str(Uuid(os.urandom(16)))
+            props = {"version": "1", "cluster.id": self.cluster_id, "node.id": str(node_id),
+                     "directory.id": str(Uuid(os.urandom(16)))}
+            with open(meta_path, "wb") as f:
+                f.write(MetaProperties(props).encode())
+        self.node_id = node_id
+        self._load()
+        # Kafka removes the marker at start: a crash from here on is an unclean shutdown
+        try:
+            os.unlink(os.path.join(data_dir, ".kafka_cleanshutdown"))
+        except FileNotFoundError:
+            pass
+
+    def _load(self) -> None:
+        starts: dict[tuple[str, int], int] = {}
+        ckpt = os.path.join(self.data_dir, "log-start-offset-checkpoint")
+        if os.path.exists(ckpt):
+            with open(ckpt, "rb") as f:
+                try:
+                    starts = {(t, p): o for t, p, o in OffsetCheckpoint.parse(f.read()).entries}
+                except DecodeError:
+                    starts = {}
+        found: dict[str, dict[int, str]] = {}
+        for name in sorted(os.listdir(self.data_dir)):
+            path = os.path.join(self.data_dir, name)
+            if not os.path.isdir(path):
+                continue
+            parsed = parse_partition_dir_name(name)
+            if parsed is None or parsed[2] != "live":
+                continue
+            topic, partition = parsed[0], parsed[1]
+            found.setdefault(topic, {})[partition] = path
+        for topic, parts in found.items():
+            if sorted(parts) != list(range(len(parts))):
+                continue  # not a whole topic: leave it alone
+            topic_id: Optional[Uuid] = None
+            for path in parts.values():
+                try:
+                    with open(os.path.join(path, "partition.metadata"), "rb") as f:
+                        topic_id = Uuid(PartitionMetadata.parse(f.read()).topic_id)
+                    break
+                except (OSError, DecodeError, ValueError):
+                    continue
+            topic_id = topic_id or Uuid(os.urandom(16))
+            logs = [Log(parts[p], topic, p, topic_id, self.defaults, recover=True,
+                        start_offset=starts.get((topic, p))) for p in sorted(parts)]
+            self._register(Topic(topic, topic_id, logs, {}, topic.startswith("__")))
+
+    def _register(self, topic: Topic) -> None:
+        self.topics[topic.name] = topic
+        self.topics_by_id[topic.topic_id] = topic
+
+    def get(self, topic: str, partition: int) -> Optional[Log]:
+        t = self.topics.get(topic)
+        if t is None or not 0 <= partition < len(t.partitions):
+            return None
+        return t.partitions[partition]
+
+    def config_for(self, configs: Mapping[str, Optional[str]]) -> LogConfig:
+        return self.defaults.with_overrides(configs)
+
+    def create_topic(self, name: str, partitions: int, configs: Optional[Mapping[str, str]] = None,
+                     topic_id: Optional[Uuid] = None) -> Topic:
+        configs = dict(configs or {})
+        config = self.config_for(configs)
+        tid = topic_id or Uuid(os.urandom(16))
+        logs = [Log(os.path.join(self.data_dir, partition_dir_name(name, p)), name, p, tid, config)
+                for p in range(partitions)]
+        topic = Topic(name, tid, logs, configs, name.startswith("__"))
+        self._register(topic)
+        return topic
+
+    def delete_topic(self, name: str) -> Topic:
+        topic = self.topics.pop(name)
+        self.topics_by_id.pop(topic.topic_id, None)
+        for log in topic.partitions:
+            log.delete()
+        return topic
+
+    def close(self, clean: bool = True, broker_epoch: int = 1) -> None:
+        """Finish every partition's files; a clean close writes the root checkpoints and the
+        clean-shutdown marker, as Kafka's ``LogManager.shutdown``."""
+        logs = sorted(((t.name, log.partition, log) for t in self.topics.values()
+                       for log in t.partitions), key=lambda x: (x[0], x[1]))
+        for _, _, log in logs:
+            log.close(clean)
+        if not clean:
+            return
+        ends = [(t, p, log.log_end_offset) for t, p, log in logs]
+        files = {"recovery-point-offset-checkpoint": ends, "replication-offset-checkpoint": ends,
+                 "log-start-offset-checkpoint": [(t, p, log.log_start_offset) for t, p, log in logs]}
+        for fname, entries in files.items():
+            with open(os.path.join(self.data_dir, fname), "wb") as f:
+                f.write(OffsetCheckpoint(entries).encode())
+        with open(os.path.join(self.data_dir, ".kafka_cleanshutdown"), "wb") as f:
+            f.write(CleanShutdown(broker_epoch).encode())
+

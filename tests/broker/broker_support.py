@@ -1,0 +1,66 @@
+"""Helpers for the broker tests: a recording channel and request round trips through the
+sans-I/O core."""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import kproto
+from kproto.broker.core import BrokerCore
+from kproto.framing import RequestHeader, decode_response, encode_request
+from kproto.records import RecordBatchBuilder
+
+
+class Recorder:
+    """A channel that keeps what the core sends."""
+
+    def __init__(self) -> None:
+        self.frames: list[Optional[bytes]] = []
+        self.closed: Optional[str] = None
+
+    def respond(self, frame: Optional[bytes]) -> None:
+        self.frames.append(frame)
+
+    def close(self, reason: str) -> None:
+        self.closed = reason
+
+
+class Client:
+    """Sends requests to a core and decodes the answers."""
+
+    def __init__(self, core: BrokerCore) -> None:
+        self.core = core
+        self.channel = Recorder()
+        self.cid = 0
+        self.sent: list[tuple[int, int, int]] = []
+
+    def send(self, api_key: int, version: int, body: Any) -> int:
+        """Send without waiting; returns the index its answer will have in ``channel.frames``."""
+        self.cid += 1
+        header = RequestHeader(request_api_key=api_key, request_api_version=version,
+                               correlation_id=self.cid, client_id="test")
+        self.sent.append((api_key, version, self.cid))
+        self.core.handle(self.channel, encode_request(header, body)[4:])
+        return len(self.sent) - 1
+
+    def answer(self, index: int) -> Any:
+        api_key, version, cid = self.sent[index]
+        frame = self.channel.frames[index]
+        assert frame is not None
+        header, body = decode_response(frame, api_key, version)
+        assert header.correlation_id == cid
+        return body
+
+    def call(self, api_key: int, version: int, **fields: Any) -> Any:
+        before = len(self.channel.frames)
+        i = self.send(api_key, version, kproto.request(api_key).cls(**fields))
+        assert len(self.channel.frames) == before + 1, "no immediate answer"
+        return self.answer(i)
+
+
+def batch(values: list[bytes], *, timestamp: int = 1_700_000_000_000, producer_id: int = -1,
+          producer_epoch: int = -1, base_sequence: int = -1, compression: int = 0) -> bytes:
+    b = RecordBatchBuilder(base_offset=0, producer_id=producer_id, producer_epoch=producer_epoch,
+                           base_sequence=base_sequence, compression=compression)
+    for i, v in enumerate(values):
+        b.append(timestamp + i, b"k%d" % i, v, [])
+    return b.build()
