@@ -340,10 +340,11 @@ class Log:
             if why is not None or i == len(segs) - 1:
                 # the active segment of a crashed broker has stale, preallocated indexes
                 builder.close()
-                self._apply([FileOp(offset_file_name(files.base_offset, ".index"),
-                                    builder.offset_index().encode()),
-                             FileOp(offset_file_name(files.base_offset, ".timeindex"),
-                                    builder.time_index().encode())])
+                for name, data_ in ((".index", builder.offset_index().encode()),
+                                    (".timeindex", builder.time_index().encode())):
+                    with open(os.path.join(self.path, offset_file_name(files.base_offset, name)),
+                              "wb") as out:
+                        out.write(data_)
             if why is not None:
                 for later in segs[i + 1:]:
                     for p in (later.log, later.index, later.timeindex, later.txnindex):

@@ -11,6 +11,7 @@ from typing import Sequence
 SUBCOMMAND_MODULES = [
     "kproto.cli.admin",
     "kproto.cli.assign",
+    "kproto.cli.broker",
     "kproto.cli.client",
     "kproto.cli.decode_pcap",
     "kproto.cli.dump_log",

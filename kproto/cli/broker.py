@@ -1,0 +1,47 @@
+"""``kproto broker``: run kproto's broker on a data directory until SIGTERM or SIGINT."""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+from typing import Any
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("broker", help="run a single-node Kafka broker (for tests and tools)",
+                       description="Run kproto's Kafka broker over a log directory. The first "
+                                   "line on stdout is 'listening on HOST:PORT'; SIGTERM shuts "
+                                   "down cleanly and a later start recovers the directory.")
+    p.add_argument("--data", required=True, metavar="DIR", help="log directory")
+    p.add_argument("--port", type=int, default=0, help="port (default 0: a free one)")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on and advertise")
+    p.add_argument("--node-id", type=int, default=1, help="node.id (default 1)")
+    p.add_argument("--partitions", type=int, default=1,
+                   help="num.partitions of auto-created topics (default 1)")
+    p.add_argument("--no-auto-create", action="store_true", help="auto.create.topics.enable=false")
+    p.set_defaults(func=run)
+
+
+async def _serve(args: argparse.Namespace) -> int:
+    from kproto.broker.server import Broker
+
+    broker = Broker(args.data, args.port, host=args.host, node_id=args.node_id,
+                    num_partitions=args.partitions, auto_create_topics=not args.no_auto_create)
+    try:
+        await broker.start()
+    except (OSError, ValueError) as exc:
+        print(f"kproto broker: {exc}", file=sys.stderr)
+        return 2
+    print(f"listening on {broker.bootstrap}", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    await broker.close(clean=True)
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    return asyncio.run(_serve(args))
