@@ -1,0 +1,122 @@
+"""Partition logs: segment rolls, reads across segments, recovery after a crash."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+import kproto.storage as ks
+from kproto.broker.log import BrokerError, LogConfig, LogManager
+from kproto.codecs.primitives import Uuid
+from kproto.error_codes import ErrorCode as E
+from kproto.records import iter_batches
+
+from broker_support import batch
+
+
+def values(data):
+    return [r.value for b in iter_batches(data) for r in b.records()]
+
+
+def fill(log, n, now=1_700_000_000_000):
+    for i in range(n):
+        log.append_as_leader(batch([b"v%03d" % i]), now)
+
+
+def test_segments_roll_by_size_and_reads_stay_within_one_segment(tmp_path):
+    mgr = LogManager(str(tmp_path), defaults=LogConfig(segment_bytes=500))
+    log = mgr.create_topic("t", 1).partitions[0]
+    fill(log, 30)
+    assert len(log.segments) > 3
+    seen = []
+    offset = 0
+    while offset < 30:
+        data = log.read(offset, 10_000)
+        got = values(data)
+        assert got and len(data) <= 500
+        seen += got
+        offset = next(iter_batches(data)).base_offset + len(got)
+    assert seen == [b"v%03d" % i for i in range(30)]
+    assert values(log.read(7, 1)) == [b"v007"]  # one whole batch even past max bytes
+    assert log.read(7, 1, min_one_batch=False) == b""
+    with pytest.raises(BrokerError) as exc:
+        log.read(31, 100)
+    assert exc.value.code == E.OFFSET_OUT_OF_RANGE
+    mgr.close()
+    table = ks.read_arrow(str(tmp_path))
+    assert table.column("value").to_pylist() == [b"v%03d" % i for i in range(30)]
+    assert table.column("offset").to_pylist() == list(range(30))
+
+
+def test_a_crash_leaves_a_torn_tail_that_the_next_start_truncates(tmp_path):
+    mgr = LogManager(str(tmp_path))
+    topic = mgr.create_topic("t", 1)
+    log = topic.partitions[0]
+    fill(log, 5)
+    seg_path = log.segments[-1].path
+    mgr.close(clean=False)
+    with open(seg_path, "ab") as f:  # half a batch, as a crash in the middle of a write
+        f.write(batch([b"torn"])[:30])
+    mgr2 = LogManager(str(tmp_path))
+    log2 = mgr2.topics["t"].partitions[0]
+    assert mgr2.topics["t"].topic_id == topic.topic_id
+    assert log2.log_end_offset == 5 and log2.recovery and "partial" in log2.recovery[0]
+    log2.append_as_leader(batch([b"after"]), 0)
+    assert values(log2.read(0, 1 << 20)) == [b"v%03d" % i for i in range(5)]
+    assert values(log2.read(5, 1 << 20)) == [b"after"]
+    mgr2.close()
+    assert ks.read_arrow(str(tmp_path)).column("value").to_pylist()[-1] == b"after"
+    found: list = []
+    ks.read_arrow(str(tmp_path), damage=found)
+    assert found == []
+
+
+def test_a_corrupt_batch_truncates_the_log_there_and_drops_later_segments(tmp_path):
+    mgr = LogManager(str(tmp_path), defaults=LogConfig(segment_bytes=300))
+    log = mgr.create_topic("t", 1).partitions[0]
+    fill(log, 12)
+    first = log.segments[0]
+    n_segments = len(log.segments)
+    assert n_segments >= 3
+    mgr.close()
+    with open(first.path, "r+b") as f:  # flip a byte in the second batch's records
+        data = f.read()
+        second = next(b for i, b in enumerate(iter_batches(data)) if i == 1)
+        f.seek(second.position + second.size_in_bytes - 1)
+        f.write(bytes([data[second.position + second.size_in_bytes - 1] ^ 0xFF]))
+    log2 = LogManager(str(tmp_path)).topics["t"].partitions[0]
+    assert log2.log_end_offset == 1
+    assert sum(1 for r in log2.recovery if "deleted" in r) == n_segments - 1
+    assert values(log2.read(0, 1 << 20)) == [b"v000"]
+
+
+def test_producer_state_survives_a_restart(tmp_path):
+    mgr = LogManager(str(tmp_path))
+    log = mgr.create_topic("t", 1).partitions[0]
+    for seq in (0, 1):
+        log.append_as_leader(batch([b"%d" % seq], producer_id=7, producer_epoch=0, base_sequence=seq), 0)
+    mgr.close()
+    log2 = LogManager(str(tmp_path)).topics["t"].partitions[0]
+    dup = log2.append_as_leader(batch([b"1"], producer_id=7, producer_epoch=0, base_sequence=1), 0)
+    assert dup.duplicate and dup.base_offset == 1
+    with pytest.raises(BrokerError) as exc:
+        log2.append_as_leader(batch([b"x"], producer_id=7, producer_epoch=0, base_sequence=5), 0)
+    assert exc.value.code == E.OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert log2.append_as_leader(batch([b"2"], producer_id=7, producer_epoch=0, base_sequence=2), 0).base_offset == 2
+
+
+def test_a_directory_of_another_node_is_refused(tmp_path):
+    LogManager(str(tmp_path), node_id=1).close()
+    with pytest.raises(ValueError, match="node"):
+        LogManager(str(tmp_path), node_id=2)
+    assert isinstance(Uuid(LogManager(str(tmp_path), node_id=1).cluster_id), bytes)
+
+
+def test_timestamps_too_far_from_now_are_refused_when_configured(tmp_path):
+    mgr = LogManager(str(tmp_path))
+    log = mgr.create_topic("t", 1, {"message.timestamp.after.max.ms": "1000"}).partitions[0]
+    with pytest.raises(BrokerError) as exc:
+        log.append_as_leader(batch([b"x"], timestamp=10_000), 0)
+    assert exc.value.code == E.INVALID_TIMESTAMP
+    assert log.append_as_leader(batch([b"x"], timestamp=500), 0).base_offset == 0
+    assert os.path.exists(os.path.join(str(tmp_path), "t-0", "partition.metadata"))
