@@ -22,6 +22,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Optional
 
+import numpy as np
 from crc32c import crc32c
 
 from kproto.codecs.primitives import Uuid
@@ -168,27 +169,33 @@ def _validate(batch: RecordBatch, config: LogConfig, now_ms: int) -> tuple[int, 
                           f"Invalid sequence number {batch.base_sequence} in record batch "
                           f"with producerId {batch.producer_id}")
     try:
-        records = batch.record_list()
+        cols = batch.columns()  # bulk (columnar) decoding: no object per record
     except DecodeError as exc:
         raise BrokerError(ErrorCode.CORRUPT_MESSAGE, f"Record batch is corrupt: {exc}") from None
-    if len(records) != batch.count:
+    n = len(cols)
+    if n != batch.count:
         raise BrokerError(ErrorCode.CORRUPT_MESSAGE,
-                          f"Record batch has {len(records)} records, its header says {batch.count}")
-    create_time = config.message_timestamp_type == "CreateTime"
-    max_ts, max_delta = -1, 0
-    first_ts = batch.first_timestamp
-    for i, r in enumerate(records):
-        if r.offset - batch.base_offset != i:
-            raise BrokerError(ErrorCode.INVALID_RECORD,
-                              f"Record offset delta {r.offset - batch.base_offset} should be {i}")
-        # r.timestamp is the batch's max under LogAppendTime: recompute CreateTime stamps
-        ts = r.timestamp if batch.timestamp_type == 0 else first_ts
-        if create_time and (now_ms - ts > config.timestamp_before_max_ms
-                            or ts - now_ms > config.timestamp_after_max_ms):
+                          f"Record batch has {n} records, its header says {batch.count}")
+    deltas = cols.offset - batch.base_offset
+    if not np.array_equal(deltas, np.arange(n)):
+        bad = int(np.flatnonzero(deltas != np.arange(n))[0])
+        raise BrokerError(ErrorCode.INVALID_RECORD,
+                          f"Record offset delta {int(deltas[bad])} should be {bad}")
+    # under LogAppendTime the decoded stamps are the batch's max: the producer's own are lost
+    # to the broker as well, so the base timestamp stands for them
+    ts = cols.timestamp if batch.timestamp_type == 0 else np.full(n, batch.first_timestamp)
+    if config.message_timestamp_type == "CreateTime" and (
+            config.timestamp_before_max_ms < _INT64_MAX or config.timestamp_after_max_ms < _INT64_MAX):
+        late = (now_ms - ts) > config.timestamp_before_max_ms
+        early = (ts - now_ms) > config.timestamp_after_max_ms
+        bad_ts = np.flatnonzero(late | early)
+        if len(bad_ts):
+            i = int(bad_ts[0])
             raise BrokerError(ErrorCode.INVALID_TIMESTAMP,
-                              f"Timestamp {ts} of message with offset {r.offset} is out of range")
-        if ts > max_ts:
-            max_ts, max_delta = ts, i
+                              f"Timestamp {int(ts[i])} of message with offset {int(cols.offset[i])} "
+                              "is out of range")
+    max_delta = int(np.argmax(ts))
+    max_ts = int(ts[max_delta])
     return max_ts, max_delta
 
 

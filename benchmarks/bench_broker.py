@@ -1,0 +1,116 @@
+"""Produce and consume throughput of confluent-kafka against kproto's broker, tansu and
+librdkafka's mock cluster, in one run (each broker in its own process, 127.0.0.1).
+
+    python benchmarks/bench_broker.py [--records 200000] [--size 110] [--peers kproto,tansu,mock]
+
+Produce: acks=all, linger.ms 5, one partition; records/s until flush, and the p99 of the
+time from produce() to the delivery report. Consume: assign from the beginning, records/s
+until all are read.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+PEERS = os.environ.get("KPROTO_PEERS", os.path.join(os.path.dirname(__file__), "..", "..", "shared", "peers"))
+
+
+def start(peer: str, tmp: str) -> tuple[subprocess.Popen, str]:
+    if peer == "kproto":
+        cmd = [sys.executable, "-m", "kproto", "broker", "--data", os.path.join(tmp, "data")]
+        prefix = "listening on "
+    elif peer == "tansu":
+        cmd = [sys.executable, os.path.join(PEERS, "tansu.py"), "run"]
+        prefix = "BOOTSTRAP "
+    else:
+        cmd = [sys.executable, os.path.join(PEERS, "mock_cluster.py"), "--brokers", "1", "--lifetime", "300"]
+        prefix = "BOOTSTRAP "
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 20
+    assert proc.stdout is not None
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if line.startswith(prefix):
+            return proc, line[len(prefix):].split()[0]
+        if not line and proc.poll() is not None:
+            break
+    proc.kill()
+    raise RuntimeError(f"{peer} did not start")
+
+
+def bench(bootstrap: str, n: int, size: int, topic: str) -> tuple[float, float, float]:
+    import confluent_kafka as ck
+
+    try:
+        admin = ck.admin.AdminClient({"bootstrap.servers": bootstrap})
+        for f in admin.create_topics([ck.admin.NewTopic(topic, 1, 1)]).values():
+            f.result(10)
+    except Exception:
+        pass  # the mock has no CreateTopics: it auto-creates
+    p = ck.Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5,
+                     "queue.buffering.max.messages": 1_000_000})
+    value = b"x" * size
+    lat: list[float] = []
+    t0 = time.perf_counter()
+    for i in range(n):
+        sent = time.perf_counter()
+        while True:
+            try:
+                p.produce(topic, value, partition=0,
+                          on_delivery=lambda err, msg, sent=sent: lat.append(time.perf_counter() - sent))
+                break
+            except BufferError:
+                p.poll(0.01)
+        if i % 1000 == 0:
+            p.poll(0)
+    p.flush(60)
+    produce_s = time.perf_counter() - t0
+    lat.sort()
+    p99 = lat[int(len(lat) * 0.99)] * 1000 if lat else float("nan")
+    c = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": "bench", "enable.auto.commit": False})
+    c.assign([ck.TopicPartition(topic, 0, ck.OFFSET_BEGINNING)])
+    got = 0
+    t0 = time.perf_counter()
+    deadline = time.monotonic() + 60
+    while got < n and time.monotonic() < deadline:
+        got += sum(1 for m in c.consume(10000, 1.0) if m.error() is None)
+    consume_s = time.perf_counter() - t0
+    c.close()
+    return n / produce_s, p99, got / consume_s
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--records", type=int, default=200_000)
+    ap.add_argument("--size", type=int, default=110)
+    ap.add_argument("--peers", default="kproto,tansu,mock")
+    args = ap.parse_args()
+    results = {}
+    for peer in args.peers.split(","):
+        with tempfile.TemporaryDirectory() as tmp:
+            proc, bootstrap = start(peer, tmp)
+            try:
+                results[peer] = bench(bootstrap, args.records, args.size, "bench")
+            finally:
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+        prod, p99, cons = results[peer]
+        print(f"{peer:8s} produce {prod:10,.0f} rec/s  p99 {p99:7.1f} ms  consume {cons:10,.0f} rec/s",
+              flush=True)
+    if "kproto" in results:
+        for peer, (prod, _, cons) in results.items():
+            if peer != "kproto":
+                k = results["kproto"]
+                print(f"kproto / {peer}: produce x{k[0] / prod:.2f}, consume x{k[2] / cons:.2f}")
+
+
+if __name__ == "__main__":
+    main()
