@@ -22,14 +22,12 @@ RequestHeader = _REQUEST_HEADER.cls
 ResponseHeader = _RESPONSE_HEADER.cls
 """Response header class: ``correlation_id``."""
 
-API_VERSIONS_KEY = ApiKey.API_VERSIONS
-CONTROLLED_SHUTDOWN_KEY = ApiKey.CONTROLLED_SHUTDOWN
 DEFAULT_MAX_FRAME = 100 * 1024 * 1024   # like Kafka's socket.request.max.bytes default
 
 
 def request_header_version(api_key: int, api_version: int) -> int:
     """Header version of a request: 2 for flexible versions, else 1 (0 for ControlledShutdown v0)."""
-    if api_key == CONTROLLED_SHUTDOWN_KEY and api_version == 0:
+    if api_key == ApiKey.CONTROLLED_SHUTDOWN and api_version == 0:
         # ControlledShutdownRequest v0 predates the client id: Kafka gives it header v0.
         return 0
     return 2 if api_version in request(api_key).flexible_versions else 1
@@ -41,7 +39,7 @@ def response_header_version(api_key: int, api_version: int) -> int:
     ApiVersionsResponse is always read and written with header v0, whatever its version: a client
     that does not yet know the broker's versions must be able to parse the answer (KIP-511).
     """
-    if api_key == API_VERSIONS_KEY:
+    if api_key == ApiKey.API_VERSIONS:
         return 0
     return 1 if api_version in response(api_key).flexible_versions else 0
 
@@ -134,7 +132,7 @@ def decode_response(frame: Buffer, api_key: int, api_version: int, *, size_prefi
     try:
         return header, codec.decode(body, api_version)
     except DecodeError:
-        if api_key != API_VERSIONS_KEY or api_version == 0:
+        if api_key != ApiKey.API_VERSIONS or api_version == 0:
             raise
         try:
             return header, codec.decode(body, 0)

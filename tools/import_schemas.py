@@ -207,6 +207,8 @@ def main(argv=None) -> int:
         kinds[e[2]] = kinds.get(e[2], 0) + 1
     print(f"wrote {len(entries)} schemas to {args.dest}: "
           + ", ".join(f"{v} {k}" for k, v in sorted(kinds.items())))
+    from emit_errors import emit as emit_error_codes  # tools/ (this script's folder) is on sys.path
+    print(f"wrote {emit_error_codes()} from the error table (tools/kafka_errors.tsv)")
     return 0
 
 

@@ -83,13 +83,14 @@ def _header_versions(api_key: int, version: int) -> tuple[int, int]:
     version, so the spec's range is asked directly; known versions go through kproto's framing.
     """
     from kproto import codecs
-    from kproto.framing import API_VERSIONS_KEY, request_header_version, response_header_version
+    from kproto.framing import request_header_version, response_header_version
+    from kproto.schemas.api_keys import ApiKey
 
     req, resp = codecs.request(api_key), codecs.response(api_key)
     if version in req.valid_versions:
         return request_header_version(api_key, version), response_header_version(api_key, version)
     rh = 2 if version in req.schema.flexible_range else 1
-    sh = 0 if api_key == API_VERSIONS_KEY else (1 if version in resp.schema.flexible_range else 0)
+    sh = 0 if api_key == ApiKey.API_VERSIONS else (1 if version in resp.schema.flexible_range else 0)
     return rh, sh
 
 

@@ -17,7 +17,6 @@ from kproto.schemas.api_keys import ApiKey
 __all__ = ["RecordMetadata", "PendingBatch", "RecordAccumulator", "encode_batch",
            "build_produce_request"]
 
-PRODUCE = ApiKey.PRODUCE
 #: ``DefaultRecord`` overhead bound used to estimate a record's size before it is encoded.
 _RECORD_OVERHEAD = 21
 
@@ -193,7 +192,7 @@ def encode_batch(batch: PendingBatch, compression: int, producer_id: int, produc
 def build_produce_request(payloads: dict[TopicPartitionKey, bytes], *, acks: int = -1,
                           timeout_ms: int = 30000, transactional_id: Optional[str] = None) -> Any:
     """A ProduceRequest carrying one records blob per partition (topics in first-seen order)."""
-    cls = _request_codec(PRODUCE).cls
+    cls = _request_codec(ApiKey.PRODUCE).cls
     topics: dict[str, Any] = {}
     for (topic, partition), records in payloads.items():
         td = topics.get(topic)

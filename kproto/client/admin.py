@@ -30,21 +30,6 @@ __all__ = ["Admin", "ConfigEntry", "GroupListing", "MemberDescription", "GroupDe
            "ClusterDescription", "OffsetSpec", "Acl", "AclFilter", "RESOURCE_TYPES", "CONFIG_SOURCES",
            "ACL_RESOURCE_TYPES", "ACL_PATTERN_TYPES", "ACL_OPERATIONS", "ACL_PERMISSIONS"]
 
-OFFSET_COMMIT = ApiKey.OFFSET_COMMIT
-OFFSET_FETCH = ApiKey.OFFSET_FETCH
-DESCRIBE_GROUPS = ApiKey.DESCRIBE_GROUPS
-LIST_GROUPS = ApiKey.LIST_GROUPS
-CREATE_TOPICS = ApiKey.CREATE_TOPICS
-DELETE_TOPICS = ApiKey.DELETE_TOPICS
-DELETE_RECORDS = ApiKey.DELETE_RECORDS
-DESCRIBE_CONFIGS = ApiKey.DESCRIBE_CONFIGS
-DESCRIBE_ACLS = ApiKey.DESCRIBE_ACLS
-CREATE_ACLS = ApiKey.CREATE_ACLS
-DELETE_ACLS = ApiKey.DELETE_ACLS
-CREATE_PARTITIONS = ApiKey.CREATE_PARTITIONS
-DELETE_GROUPS = ApiKey.DELETE_GROUPS
-INCREMENTAL_ALTER_CONFIGS = ApiKey.INCREMENTAL_ALTER_CONFIGS
-TOPIC_ALREADY_EXISTS, UNKNOWN_TOPIC_OR_PARTITION = ErrorCode.TOPIC_ALREADY_EXISTS, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
 #: ConfigResource types by name (``("topic", "events")``, ``("broker", "1")``)
 RESOURCE_TYPES = {"topic": 2, "broker": 4, "broker_logger": 8, "client_metrics": 16, "group": 32}
@@ -233,9 +218,9 @@ class Admin:
             leader = md.leader(t, p)
             if leader is None:
                 topic = md.topics.get(t)
-                raise_for_error(topic.error_code if topic and topic.error_code else UNKNOWN_TOPIC_OR_PARTITION,
+                raise_for_error(topic.error_code if topic and topic.error_code else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                                 f"{t}-{p}")
-                raise BrokerError(5, f"{t}-{p}")  # LEADER_NOT_AVAILABLE
+                raise BrokerError(ErrorCode.LEADER_NOT_AVAILABLE, f"{t}-{p}")
             out.setdefault(leader, {}).setdefault(t, []).append(p)
         return out
 
@@ -257,7 +242,7 @@ class Admin:
         md = await self.cluster.refresh_metadata(names)
         for n in names:
             t = md.topics.get(n)
-            raise_for_error(t.error_code if t is not None else UNKNOWN_TOPIC_OR_PARTITION, f"Metadata({n})")
+            raise_for_error(t.error_code if t is not None else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Metadata({n})")
         return {n: md.topics[n] for n in names}
 
     async def create_topics(self, topics: Mapping[str, int], replication_factor: int = 1, *,
@@ -266,7 +251,7 @@ class Admin:
         """CreateTopics ``{name: partition count}``; ``configs``: name -> topic configs.
         ``exist_ok`` ignores TOPIC_ALREADY_EXISTS. Leaders appear shortly after: see
         :meth:`Cluster.wait_for_leaders`."""
-        codec = _request_codec(CREATE_TOPICS)
+        codec = _request_codec(ApiKey.CREATE_TOPICS)
         configs = configs or {}
         unknown = set(configs) - set(topics)
         if unknown:
@@ -278,13 +263,13 @@ class Admin:
         conn = await self._controller()
         resp = await conn.request(req)
         for t in resp.topics:
-            if exist_ok and t.error_code == TOPIC_ALREADY_EXISTS:
+            if exist_ok and t.error_code == ErrorCode.TOPIC_ALREADY_EXISTS:
                 continue
             raise_for_error(t.error_code, f"CreateTopics({t.name})", getattr(t, "error_message", None))
 
     async def create_partitions(self, totals: Mapping[str, int], *, validate_only: bool = False) -> None:
         """Grow each topic to ``{name: new total partition count}``."""
-        codec = _request_codec(CREATE_PARTITIONS)
+        codec = _request_codec(ApiKey.CREATE_PARTITIONS)
         req = codec.cls(timeout_ms=self.timeout_ms, validate_only=validate_only, topics=[
             codec.cls.CreatePartitionsTopic(name=n, count=c, assignments=None) for n, c in totals.items()])
         resp = await (await self._controller()).request(req)
@@ -293,17 +278,17 @@ class Admin:
 
     async def delete_topics(self, names: Iterable[str], *, missing_ok: bool = False) -> None:
         """DeleteTopics; ``missing_ok`` ignores topics that do not exist."""
-        codec = _request_codec(DELETE_TOPICS)
+        codec = _request_codec(ApiKey.DELETE_TOPICS)
         names = list(names)
         conn = await self._controller()
-        version = conn.version(DELETE_TOPICS)
+        version = conn.version(ApiKey.DELETE_TOPICS)
         if version >= 6:
             req = codec.cls(timeout_ms=self.timeout_ms, topics=[codec.cls.DeleteTopicState(name=n) for n in names])
         else:
             req = codec.cls(timeout_ms=self.timeout_ms, topic_names=names)
         resp = await conn.request(req, version)
         for r in resp.responses:
-            if missing_ok and r.error_code == UNKNOWN_TOPIC_OR_PARTITION:
+            if missing_ok and r.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
                 continue
             raise_for_error(r.error_code, f"DeleteTopics({r.name})", getattr(r, "error_message", None))
 
@@ -323,13 +308,13 @@ class Admin:
     async def describe_configs(self, resources: Iterable[Resource], *,
                                keys: Optional[Iterable[str]] = None) -> dict[Resource, dict[str, ConfigEntry]]:
         """Configs of ``("topic", name)`` / ``("broker", id)`` resources (only ``keys`` if given)."""
-        codec = _request_codec(DESCRIBE_CONFIGS)
+        codec = _request_codec(ApiKey.DESCRIBE_CONFIGS)
         # every config is asked for and ``keys`` picked here, as Kafka's admin does (some
         # brokers, tansu 0.6 among them, drop the connection on a key list)
         wanted = None if keys is None else set(keys)
         out: dict[Resource, dict[str, ConfigEntry]] = {}
         for conn, group in await self._by_config_broker(resources):
-            version = conn.version(DESCRIBE_CONFIGS)
+            version = conn.version(ApiKey.DESCRIBE_CONFIGS)
             resp = await conn.request(codec.cls(resources=[codec.cls.DescribeConfigsResource(
                 resource_type=type_id, resource_name=name, configuration_keys=None)
                 for _, type_id, name in group]), version)
@@ -344,7 +329,7 @@ class Admin:
                             validate_only: bool = False) -> None:
         """IncrementalAlterConfigs: ``{resource: {name: value}}`` sets, a None value removes the
         override (back to the default)."""
-        codec = _request_codec(INCREMENTAL_ALTER_CONFIGS)
+        codec = _request_codec(ApiKey.INCREMENTAL_ALTER_CONFIGS)
         for conn, group in await self._by_config_broker(changes):
             resp = await conn.request(codec.cls(validate_only=validate_only, resources=[
                 codec.cls.AlterConfigsResource(resource_type=type_id, resource_name=name, configs=[
@@ -370,7 +355,7 @@ class Admin:
     async def delete_records(self, before: Mapping[TopicPartitionKey, int]) -> dict[TopicPartitionKey, int]:
         """Delete the records below ``{(topic, partition): offset}`` (-1: the high watermark);
         returns each partition's new low watermark."""
-        codec = _request_codec(DELETE_RECORDS)
+        codec = _request_codec(ApiKey.DELETE_RECORDS)
         out: dict[TopicPartitionKey, int] = {}
         for leader, topics in (await self._leaders(before)).items():
             conn = await self.cluster.connection(leader)
@@ -392,7 +377,7 @@ class Admin:
 
     async def create_acls(self, acls: Iterable[Acl]) -> None:
         """CreateAcls for ``acls`` (the broker needs an authorizer)."""
-        codec = _request_codec(CREATE_ACLS)
+        codec = _request_codec(ApiKey.CREATE_ACLS)
         acls = list(acls)
         creations = [codec.cls.AclCreation(
             resource_type=_code(ACL_RESOURCE_TYPES, a.resource_type, "resource type"),
@@ -400,7 +385,7 @@ class Admin:
             resource_pattern_type=_code(ACL_PATTERN_TYPES, a.pattern_type, "pattern type"),
             principal=a.principal, host=a.host, operation=_code(ACL_OPERATIONS, a.operation, "operation"),
             permission_type=_code(ACL_PERMISSIONS, a.permission, "permission")) for a in acls]
-        conn, version = await self._acl_conn(CREATE_ACLS, all(a.pattern_type == "literal" for a in acls))
+        conn, version = await self._acl_conn(ApiKey.CREATE_ACLS, all(a.pattern_type == "literal" for a in acls))
         resp = await conn.request(codec.cls(creations=creations), version)
         for a, r in zip(acls, resp.results):
             raise_for_error(r.error_code, f"CreateAcls({a.resource_type} {a.resource_name} {a.principal})",
@@ -408,17 +393,17 @@ class Admin:
 
     async def describe_acls(self, match: AclFilter = AclFilter()) -> list[Acl]:
         """The ACLs ``match`` selects."""
-        codec = _request_codec(DESCRIBE_ACLS)
-        conn, version = await self._acl_conn(DESCRIBE_ACLS, match.pattern_type == "literal")
+        codec = _request_codec(ApiKey.DESCRIBE_ACLS)
+        conn, version = await self._acl_conn(ApiKey.DESCRIBE_ACLS, match.pattern_type == "literal")
         resp = await conn.request(codec.cls(**_filter_fields(match)), version)
         raise_for_error(resp.error_code, "DescribeAcls", resp.error_message)
         return [_acl_from(r, getattr(r, "pattern_type", 3), a) for r in resp.resources for a in r.acls]
 
     async def delete_acls(self, filters: Iterable[AclFilter]) -> list[Acl]:
         """Delete the ACLs each filter selects; returns those deleted."""
-        codec = _request_codec(DELETE_ACLS)
+        codec = _request_codec(ApiKey.DELETE_ACLS)
         filters = list(filters)
-        conn, version = await self._acl_conn(DELETE_ACLS, all(f.pattern_type == "literal" for f in filters))
+        conn, version = await self._acl_conn(ApiKey.DELETE_ACLS, all(f.pattern_type == "literal" for f in filters))
         resp = await conn.request(codec.cls(filters=[codec.cls.DeleteAclsFilter(**_filter_fields(f))
                                                      for f in filters]), version)
         deleted = []
@@ -432,7 +417,7 @@ class Admin:
     # -- groups ----------------------------------------------------------------------------------
     async def list_groups(self) -> list[GroupListing]:
         """Every group of every broker (ListGroups goes to each one, as Kafka's admin does)."""
-        codec = _request_codec(LIST_GROUPS)
+        codec = _request_codec(ApiKey.LIST_GROUPS)
         md = await self.cluster.refresh_metadata([])
         found: dict[str, GroupListing] = {}
         for node in sorted(md.brokers):
@@ -446,7 +431,7 @@ class Admin:
 
     async def describe_groups(self, group_ids: Iterable[str]) -> dict[str, GroupDescription]:
         """State, protocol and members of each group; consumer groups' member assignments decoded."""
-        codec = _request_codec(DESCRIBE_GROUPS)
+        codec = _request_codec(ApiKey.DESCRIBE_GROUPS)
         out = {}
         for gid in group_ids:
             resp = await self.cluster.coordinator_request(gid, codec.cls(groups=[gid]))
@@ -460,7 +445,7 @@ class Admin:
 
     async def delete_groups(self, group_ids: Iterable[str]) -> None:
         """Delete empty groups (their committed offsets go with them)."""
-        codec = _request_codec(DELETE_GROUPS)
+        codec = _request_codec(ApiKey.DELETE_GROUPS)
         for gid in group_ids:
             resp = await self.cluster.coordinator_request(gid, codec.cls(groups_names=[gid]))
             for r in resp.results:
@@ -471,10 +456,10 @@ class Admin:
         """The group's committed offsets (every partition it has one for when ``partitions`` is
         None; -1 for a named partition without one). ``require_stable`` makes the broker wait out
         pending transactional commits (OffsetFetch v7+)."""
-        codec = _request_codec(OFFSET_FETCH)
+        codec = _request_codec(ApiKey.OFFSET_FETCH)
         by_topic = None if partitions is None else _by_topic(partitions)
         conn = await self.cluster.coordinator(group_id)
-        version = conn.version(OFFSET_FETCH, range(2, 100) if by_topic is None else None)
+        version = conn.version(ApiKey.OFFSET_FETCH, range(2, 100) if by_topic is None else None)
         if version >= 8:
             topics = None if by_topic is None else [codec.cls.OffsetFetchRequestTopics(name=t, partition_indexes=ps)
                                                     for t, ps in by_topic.items()]
@@ -504,7 +489,7 @@ class Admin:
         commit) the group must have no active members, as with Kafka's admin."""
         if not offsets:
             return
-        codec = _request_codec(OFFSET_COMMIT)
+        codec = _request_codec(ApiKey.OFFSET_COMMIT)
         req = codec.cls(group_id=group_id, generation_id_or_member_epoch=generation, member_id=member_id, topics=[
             codec.cls.OffsetCommitRequestTopic(name=t, partitions=[
                 codec.cls.OffsetCommitRequestPartition(partition_index=p, committed_offset=offsets[(t, p)])

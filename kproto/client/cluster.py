@@ -23,18 +23,18 @@ from kproto.client.protocol import BrokerError, KafkaConnectionError, SaslConfig
 from kproto.codecs import request as _request_codec
 from kproto.codecs.primitives import Uuid
 from kproto.schemas.api_keys import ApiKey
-from kproto.error_codes import ErrorCode
+from kproto.error_codes import ErrorCode, is_retriable
 
 __all__ = ["BrokerInfo", "PartitionInfo", "TopicInfo", "MetadataCache", "Cluster",
            "parse_bootstrap", "METADATA_REFRESH_ERRORS", "EARLIEST", "LATEST", "MAX_TIMESTAMP"]
 
-LIST_OFFSETS = ApiKey.LIST_OFFSETS
-METADATA = ApiKey.METADATA
-FIND_COORDINATOR = ApiKey.FIND_COORDINATOR
 #: ListOffsets timestamps with a meaning of their own
 EARLIEST, LATEST, MAX_TIMESTAMP = -2, -1, -3
 ZERO_UUID = Uuid.ZERO
 #: Error codes after which the producer/consumer refresh metadata and retry (stale leadership).
+#: A choice of Kafka's retriable codes (every one has the table's ``retriable`` flag), as Kafka's
+#: Fetcher names the ones that make it refresh; not the table's flag itself: most retriable codes
+#: (a timeout, a coordinator loading) say nothing about leadership.
 METADATA_REFRESH_ERRORS = frozenset({
     ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
     ErrorCode.LEADER_NOT_AVAILABLE,
@@ -44,8 +44,14 @@ METADATA_REFRESH_ERRORS = frozenset({
     ErrorCode.UNKNOWN_TOPIC_ID,
     ErrorCode.INCONSISTENT_TOPIC_ID,
 })
-#: FindCoordinator errors worth retrying after a pause.
-_COORDINATOR_RETRY = frozenset({14, 15, 16})  # LOAD_IN_PROGRESS, NOT_AVAILABLE, NOT_COORDINATOR
+#: A coordinator's answers meaning "ask again, maybe elsewhere": it is loading, gone or not the
+#: coordinator (Kafka's clients look the coordinator up again for these three; the table's
+#: ``retriable`` flag covers more, e.g. NOT_ENOUGH_REPLICAS, which a new lookup does not cure).
+_COORDINATOR_MOVED = frozenset({
+    ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+    ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_COORDINATOR,
+})
 
 
 def parse_bootstrap(bootstrap: str | Sequence[str]) -> list[tuple[str, int]]:
@@ -235,8 +241,8 @@ class Cluster:
                                allow_auto_create: bool = False) -> MetadataCache:
         """Fetch metadata for ``topics`` (None: every topic; []: brokers only) into the cache."""
         conn = await self.bootstrap_connection()
-        codec = _request_codec(METADATA)
-        version = conn.version(METADATA)
+        codec = _request_codec(ApiKey.METADATA)
+        version = conn.version(ApiKey.METADATA)
         names = None if topics is None else list(topics)
         req_topics: list | None
         if names is None:
@@ -263,17 +269,17 @@ class Cluster:
                 return md
             if time.monotonic() > deadline:
                 codes = {t: md.topics[t].error_code if t in md.topics else None for t in missing}
-                raise BrokerError(next((c for c in codes.values() if c), 5),
+                raise BrokerError(next((c for c in codes.values() if c), ErrorCode.LEADER_NOT_AVAILABLE),
                                   f"no leaders for {', '.join(missing)} after {timeout} s")
             await asyncio.sleep(0.1)
 
     async def find_coordinator(self, key: str, key_type: int = 0, retries: int = 20) -> int:
         """The node id coordinating group (``key_type`` 0) or transaction (1) ``key``; its
         address is remembered for :meth:`connection` with purpose ``coordinator``."""
-        codec = _request_codec(FIND_COORDINATOR)
+        codec = _request_codec(ApiKey.FIND_COORDINATOR)
         for attempt in range(retries):
             conn = await self.bootstrap_connection()
-            version = conn.version(FIND_COORDINATOR)
+            version = conn.version(ApiKey.FIND_COORDINATOR)
             if version >= 4:
                 resp = await conn.request(codec.cls(key_type=key_type, coordinator_keys=[key]), version)
                 c = resp.coordinators[0]
@@ -282,7 +288,7 @@ class Cluster:
                 resp = await conn.request(codec.cls(key=key, key_type=key_type), version)
                 code, node_id, host, port = resp.error_code, resp.node_id, resp.host, resp.port
                 msg = getattr(resp, "error_message", None)
-            if code in _COORDINATOR_RETRY and attempt + 1 < retries:
+            if is_retriable(code) and attempt + 1 < retries:  # as Kafka's coordinators do
                 await asyncio.sleep(0.1)
                 continue
             raise_for_error(code, f"FindCoordinator({key!r})", msg)
@@ -314,7 +320,7 @@ class Cluster:
                 if attempt:
                     raise
                 continue
-            if getattr(resp, "error_code", 0) in _COORDINATOR_RETRY and not attempt:
+            if getattr(resp, "error_code", ErrorCode.NONE) in _COORDINATOR_MOVED and not attempt:
                 self.forget_coordinator(key, key_type)
                 await asyncio.sleep(0.1)
                 continue
@@ -326,12 +332,12 @@ class Cluster:
         """ListOffsets from each partition's leader: ``timestamp`` is ``EARLIEST`` (-2), ``LATEST``
         (-1), ``MAX_TIMESTAMP`` (-3) or a time in ms (the first offset at or after it; -1 when none).
         ``isolation_level`` 1 (read_committed) answers the last stable offset for ``LATEST``."""
-        lo = _request_codec(LIST_OFFSETS)
+        lo = _request_codec(ApiKey.LIST_OFFSETS)
         by_leader: dict[int, dict[str, list[int]]] = {}
         for t, p in partitions:
             leader = self.metadata.leader(t, p)
             if leader is None:
-                raise BrokerError(5, f"ListOffsets({t}-{p})")
+                raise BrokerError(ErrorCode.LEADER_NOT_AVAILABLE, f"ListOffsets({t}-{p})")
             by_leader.setdefault(leader, {}).setdefault(t, []).append(p)
         # Kafka's client: read_committed needs v2+, where the isolation level exists, and
         # MAX_TIMESTAMP v7+ (KIP-734)
@@ -339,7 +345,7 @@ class Cluster:
         out = {}
         for leader, topics in by_leader.items():
             conn = await self.connection(leader)
-            version = conn.version(LIST_OFFSETS, wanted)
+            version = conn.version(ApiKey.LIST_OFFSETS, wanted)
             req = lo.cls(replica_id=-1, isolation_level=isolation_level, topics=[lo.cls.ListOffsetsTopic(name=t, partitions=[
                 lo.cls.ListOffsetsPartition(partition_index=p, timestamp=timestamp, max_num_offsets=1)
                 for p in ps]) for t, ps in topics.items()])

@@ -19,16 +19,15 @@ import asyncio
 import ssl as _ssl
 from typing import Any, Iterable, Optional
 
-from kproto.client.protocol import (API_VERSIONS, SASL_AUTHENTICATE, SASL_HANDSHAKE,
-                                    UNSUPPORTED_VERSION, ApiVersionTable, ClientProtocol,
-                                    ConnectionClosedError, KafkaConnectionError,
-                                    NoCommonVersionError, RequestTimeoutError, SaslConfig,
-                                    raise_for_error)
+from kproto.client.protocol import (ApiVersionTable, ClientProtocol, ConnectionClosedError,
+                                    KafkaConnectionError, NoCommonVersionError,
+                                    RequestTimeoutError, SaslConfig, raise_for_error)
 from kproto.client.sasl import OAuthBearerClient, SaslAuthenticationError
 from kproto.codecs import request as _request_codec
-from kproto.error_codes import error_name
+from kproto.error_codes import ErrorCode, error_name
 from kproto.errors import DecodeError
 from kproto.framing import DEFAULT_MAX_FRAME
+from kproto.schemas.api_keys import ApiKey
 
 __all__ = ["Connection"]
 
@@ -177,14 +176,14 @@ class Connection:
     async def negotiate_versions(self) -> ApiVersionTable:
         """ApiVersions at our highest version; on UNSUPPORTED_VERSION retry at the broker's
         highest ApiVersions version if its answer names one, else at v0 (as Kafka clients do)."""
-        codec = _request_codec(API_VERSIONS)
+        codec = _request_codec(ApiKey.API_VERSIONS)
         ours = codec.valid_versions
         version = ours[-1]
         for _ in range(3):
             body = codec.cls(client_software_name="kproto", client_software_version="0.1.0")
             resp = await self.request(body, version)
-            if resp.error_code == UNSUPPORTED_VERSION and version > 0:
-                theirs = [a.max_version for a in resp.api_keys if a.api_key == API_VERSIONS]
+            if resp.error_code == ErrorCode.UNSUPPORTED_VERSION and version > 0:
+                theirs = [a.max_version for a in resp.api_keys if a.api_key == ApiKey.API_VERSIONS]
                 version = min(theirs[0], ours[-1]) if theirs and theirs[0] < version else 0
                 continue
             raise_for_error(resp.error_code, "ApiVersions")
@@ -194,16 +193,16 @@ class Connection:
 
     async def authenticate(self, config: SaslConfig) -> None:
         """SaslHandshake (v1) then SaslAuthenticate round trips until the mechanism completes."""
-        if not self.versions.supported(SASL_HANDSHAKE) or self.versions.supported(SASL_HANDSHAKE)[-1] < 1:
+        if not self.versions.supported(ApiKey.SASL_HANDSHAKE) or self.versions.supported(ApiKey.SASL_HANDSHAKE)[-1] < 1:
             raise SaslAuthenticationError("broker does not support SaslHandshake v1 (KIP-152)")
-        hs = await self.request(_request_codec(SASL_HANDSHAKE).cls(mechanism=config.mechanism), 1)
+        hs = await self.request(_request_codec(ApiKey.SASL_HANDSHAKE).cls(mechanism=config.mechanism), 1)
         if hs.error_code:
             raise SaslAuthenticationError(
                 f"mechanism {config.mechanism} refused ({error_name(hs.error_code)}); "
                 f"broker offers {', '.join(hs.mechanisms)}")
         mech = config.client()
         token: bytes | None = mech.initial()
-        auth_cls = _request_codec(SASL_AUTHENTICATE).cls
+        auth_cls = _request_codec(ApiKey.SASL_AUTHENTICATE).cls
         while token is not None:
             resp = await self.request(auth_cls(auth_bytes=token))
             if resp.error_code:

@@ -47,17 +47,11 @@ from kproto.error_codes import ErrorCode
 __all__ = ["ConsumerRecord", "Consumer", "parse_records", "subscription_metadata",
            "leader_assignments", "PROTOCOL_TYPE"]
 
-FETCH = ApiKey.FETCH
-JOIN_GROUP = ApiKey.JOIN_GROUP
-HEARTBEAT = ApiKey.HEARTBEAT
-LEAVE_GROUP = ApiKey.LEAVE_GROUP
-SYNC_GROUP = ApiKey.SYNC_GROUP
 PROTOCOL_TYPE = "consumer"
-# error codes
-OFFSET_OUT_OF_RANGE = ErrorCode.OFFSET_OUT_OF_RANGE
-ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS = ErrorCode.ILLEGAL_GENERATION, ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.REBALANCE_IN_PROGRESS
-MEMBER_ID_REQUIRED, FENCED_INSTANCE_ID = ErrorCode.MEMBER_ID_REQUIRED, ErrorCode.FENCED_INSTANCE_ID
-_REJOIN_ERRORS = frozenset({ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS})
+#: Group answers after which the member joins the group again (Kafka's ConsumerCoordinator
+#: rejoins for these; none is a retriable code: the request is not sent again as it is)
+_REJOIN_ERRORS = frozenset({ErrorCode.ILLEGAL_GENERATION, ErrorCode.UNKNOWN_MEMBER_ID,
+                            ErrorCode.REBALANCE_IN_PROGRESS})
 _I32 = struct.Struct(">i")
 _log = logging.getLogger("kproto.client")
 ISOLATION_LEVELS = {"read_uncommitted": 0, "read_committed": 1}
@@ -269,7 +263,7 @@ class Consumer:
             _log.warning("auto-commit of group %s failed: %s", self.group_id, e)
 
     async def _join_and_sync(self) -> None:
-        jg = _request_codec(JOIN_GROUP)
+        jg = _request_codec(ApiKey.JOIN_GROUP)
         protocols = [jg.cls.JoinGroupRequestProtocol(name=a, metadata=subscription_metadata(
             a, self.topics, self.assignment, self.generation, cooperative=self.cooperative, rack=self.rack))
             for a in self.assignors]
@@ -277,13 +271,13 @@ class Consumer:
                      rebalance_timeout_ms=self.rebalance_timeout_ms, member_id=self.member_id,
                      protocol_type=PROTOCOL_TYPE, protocols=protocols)
         resp = await self._group_request(req)
-        if resp.error_code == MEMBER_ID_REQUIRED:  # KIP-394: rejoin with the id we were given
+        if resp.error_code == ErrorCode.MEMBER_ID_REQUIRED:  # KIP-394: rejoin with the id we were given
             self.member_id = resp.member_id
             return
-        if resp.error_code == UNKNOWN_MEMBER_ID:
+        if resp.error_code == ErrorCode.UNKNOWN_MEMBER_ID:
             self.member_id = ""
             return
-        if resp.error_code == REBALANCE_IN_PROGRESS:
+        if resp.error_code == ErrorCode.REBALANCE_IN_PROGRESS:
             return
         raise_for_error(resp.error_code, f"JoinGroup({self.group_id})")
         self.member_id, self.generation = resp.member_id, resp.generation_id
@@ -295,14 +289,14 @@ class Consumer:
             await self.cluster.refresh_metadata(subscribed)
             assignments = leader_assignments(self.protocol, members,
                                              self.cluster.metadata.partition_counts())
-        sg = _request_codec(SYNC_GROUP)
+        sg = _request_codec(ApiKey.SYNC_GROUP)
         sync = await self._group_request(sg.cls(
             group_id=self.group_id, generation_id=self.generation, member_id=self.member_id,
             protocol_type=PROTOCOL_TYPE, protocol_name=self.protocol,
             assignments=[sg.cls.SyncGroupRequestAssignment(member_id=m, assignment=a)
                          for m, a in assignments.items()]))
         if sync.error_code in _REJOIN_ERRORS:
-            if sync.error_code == UNKNOWN_MEMBER_ID:
+            if sync.error_code == ErrorCode.UNKNOWN_MEMBER_ID:
                 self.member_id = ""
             return
         raise_for_error(sync.error_code, f"SyncGroup({self.group_id})")
@@ -327,7 +321,7 @@ class Consumer:
             self._needs_join = False
 
     async def _heartbeat_loop(self) -> None:
-        hb = _request_codec(HEARTBEAT)
+        hb = _request_codec(ApiKey.HEARTBEAT)
         while True:
             await asyncio.sleep(self.heartbeat_interval)
             if self._needs_join or not self.member_id:
@@ -337,15 +331,15 @@ class Consumer:
                     group_id=self.group_id, generation_id=self.generation, member_id=self.member_id))
             except (BrokerError, KafkaConnectionError):
                 continue
-            if resp.error_code in _REJOIN_ERRORS or resp.error_code == FENCED_INSTANCE_ID:
-                if resp.error_code == UNKNOWN_MEMBER_ID:
+            if resp.error_code in _REJOIN_ERRORS or resp.error_code == ErrorCode.FENCED_INSTANCE_ID:
+                if resp.error_code == ErrorCode.UNKNOWN_MEMBER_ID:
                     self.member_id = ""
                 self._needs_join = True
 
     async def _leave_group(self) -> None:
-        lg = _request_codec(LEAVE_GROUP)
+        lg = _request_codec(ApiKey.LEAVE_GROUP)
         conn = await self.cluster.coordinator(self._group)
-        version = conn.version(LEAVE_GROUP)
+        version = conn.version(ApiKey.LEAVE_GROUP)
         if version >= 3:
             req = lg.cls(group_id=self.group_id, members=[lg.cls.MemberIdentity(member_id=self.member_id)])
         else:
@@ -478,7 +472,7 @@ class Consumer:
                 md.topic_id(t), self.positions[(t, p)], -1, self.max_partition_fetch_bytes,
                 epoch if epoch >= 0 else None))
         built = builder.build()
-        version = conn.version(FETCH, range(7, 18) if built.can_use_topic_ids else range(7, 13))
+        version = conn.version(ApiKey.FETCH, range(7, 18) if built.can_use_topic_ids else range(7, 13))
         req = build_fetch_request(built, version, max_wait_ms=min(self.fetch_max_wait_ms, int(timeout * 1000)),
                                   min_bytes=self.fetch_min_bytes, max_bytes=self.fetch_max_bytes,
                                   isolation_level=self.isolation_level, rack_id=self.rack or "")
@@ -488,7 +482,7 @@ class Consumer:
             handler.handle_error(e)
             raise
         if not handler.handle_response(resp, version):
-            return [], resp.error_code != 0
+            return [], resp.error_code != ErrorCode.NONE
         records: list[ConsumerRecord] = []
         refresh = False
         for (name, p), pd in response_data(resp, version, handler.session_topic_names).items():
@@ -496,7 +490,7 @@ class Consumer:
             tp = (t, p)
             if tp not in self.positions:
                 continue  # revoked while the fetch was in flight
-            if pd.error_code == OFFSET_OUT_OF_RANGE:
+            if pd.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
                 del self.positions[tp]
                 self._reset.add(tp)  # auto_offset_reset, not the committed offset again
                 continue

@@ -33,7 +33,7 @@ import logging
 import time
 from typing import Any, Callable, Optional, Sequence
 
-from kproto.client.accumulator import (PRODUCE, PendingBatch, RecordAccumulator, RecordMetadata,
+from kproto.client.accumulator import (PendingBatch, RecordAccumulator, RecordMetadata,
                                       build_produce_request, encode_batch)
 from kproto.client.cluster import METADATA_REFRESH_ERRORS, Cluster
 from kproto.client.protocol import BrokerError, KafkaConnectionError, raise_for_error
@@ -43,20 +43,10 @@ from kproto.records.compression import codec_id
 from kproto.errors import EncodeError, KprotoError
 from kproto.topic_partition import TopicPartitionKey
 from kproto.schemas.api_keys import ApiKey
-from kproto.error_codes import ErrorCode
+from kproto.error_codes import ErrorCode, is_retriable
 
 __all__ = ["Producer", "RecordMetadata"]
 
-INIT_PRODUCER_ID = ApiKey.INIT_PRODUCER_ID
-NETWORK_EXCEPTION, OUT_OF_ORDER_SEQUENCE_NUMBER, DUPLICATE_SEQUENCE_NUMBER = ErrorCode.NETWORK_EXCEPTION, ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, ErrorCode.DUPLICATE_SEQUENCE_NUMBER
-#: Errors after which a batch is sent again unchanged (same sequence), after a metadata refresh.
-RETRIABLE_PRODUCE_ERRORS = METADATA_REFRESH_ERRORS | {
-    ErrorCode.REQUEST_TIMED_OUT,
-    ErrorCode.NETWORK_EXCEPTION,
-    ErrorCode.NOT_ENOUGH_REPLICAS,
-    ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
-    ErrorCode.KAFKA_STORAGE_ERROR,
-}
 
 _log = logging.getLogger("kproto.client")
 
@@ -129,7 +119,7 @@ class Producer:
             await self._txn_call(tm.init_producer_id_request(), tm.handle_init_producer_id)
             self.producer_id, self.producer_epoch = tm.producer_id, tm.producer_epoch
         else:
-            codec = _request_codec(INIT_PRODUCER_ID)
+            codec = _request_codec(ApiKey.INIT_PRODUCER_ID)
             conn = await self.cluster.bootstrap_connection()
             resp = await conn.request(codec.cls(transactional_id=None, transaction_timeout_ms=60000))
             raise_for_error(resp.error_code, "InitProducerId")
@@ -371,7 +361,7 @@ class Producer:
             try:
                 conn = await self.cluster.connection(node)
             except KafkaConnectionError as e:
-                self._settle_all(bs, NETWORK_EXCEPTION, str(e))
+                self._settle_all(bs, ErrorCode.NETWORK_EXCEPTION, str(e))
                 continue
             payloads = {}
             for b in list(bs):
@@ -380,7 +370,7 @@ class Producer:
                         b, self.compression, self.producer_id, self.producer_epoch, tm is not None)
                 except Exception as e:  # a record the codec cannot take: that batch fails alone
                     bs.remove(b)
-                    self._settle(b, -1, -1, f"cannot encode the batch: {e}")
+                    self._settle(b, ErrorCode.UNKNOWN_SERVER_ERROR, -1, f"cannot encode the batch: {e}")
             if not bs:
                 continue
             req = build_produce_request(payloads, acks=self.acks, timeout_ms=self.request_timeout_ms,
@@ -388,11 +378,11 @@ class Producer:
             try:  # sent here, in the sender, so that requests leave in drain order
                 fut = conn.send(req, expect_response=self.acks != 0)
             except KafkaConnectionError as e:
-                self._settle_all(bs, NETWORK_EXCEPTION, str(e))
+                self._settle_all(bs, ErrorCode.NETWORK_EXCEPTION, str(e))
                 continue
             if self.acks == 0:
                 for b in bs:
-                    self._settle(b, 0, -1, None)
+                    self._settle(b, ErrorCode.NONE, -1, None)
                 continue
             self._requests[node] = self._requests.get(node, 0) + 1
             task = asyncio.get_running_loop().create_task(self._answer(node, conn, fut, bs))
@@ -403,15 +393,19 @@ class Producer:
         try:
             resp = await conn.response(fut, "ProduceRequest")
         except KafkaConnectionError as e:
-            self._settle_all(batches, NETWORK_EXCEPTION, str(e))
+            self._settle_all(batches, ErrorCode.NETWORK_EXCEPTION, str(e))
         except Exception as e:  # an answer that cannot be read: the batches fail, flush() returns
-            self._settle_all(batches, -1, f"the Produce response could not be read: {e}")
+            # (settled as UNKNOWN_SERVER_ERROR, like a batch without answer or one that cannot
+            # be encoded: each fails with its message, as a KprotoError)
+            self._settle_all(batches, ErrorCode.UNKNOWN_SERVER_ERROR,
+                             f"the Produce response could not be read: {e}")
         else:
             answers = {(t.name, p.index): p for t in resp.responses for p in t.partition_responses}
             for b in batches:
                 p = answers.get((b.topic, b.partition))
                 if p is None:
-                    self._settle(b, -1, -1, f"the Produce response has no answer for {b.topic}-{b.partition}")
+                    self._settle(b, ErrorCode.UNKNOWN_SERVER_ERROR, -1,
+                                 f"the Produce response has no answer for {b.topic}-{b.partition}")
                 else:
                     self._settle(b, p.error_code, p.base_offset, p.error_message)
         finally:
@@ -428,19 +422,22 @@ class Producer:
         inflight = self._inflight.get(tp, [])
         if b in inflight:
             inflight.remove(b)
-        if code == 0 or code == DUPLICATE_SEQUENCE_NUMBER:
-            # A duplicate means an earlier attempt of this very batch was written.
+        if code == ErrorCode.NONE or code == ErrorCode.DUPLICATE_SEQUENCE_NUMBER:
+            # A duplicate means an earlier attempt of this very batch was written (Kafka's
+            # Sender counts it as written too, although the code is not a retriable one).
             self.accumulator.complete(b)
             self._resolve(b, base_offset)
             return
-        # OUT_OF_ORDER_SEQUENCE_NUMBER follows an earlier batch of the partition that was not
-        # written (failed or being retried): this one goes again after it
-        retriable = code in RETRIABLE_PRODUCE_ERRORS or (
-            code == OUT_OF_ORDER_SEQUENCE_NUMBER and self._gap(tp, b))
+        # A batch goes again unchanged (same sequence) after an error Kafka's clients retry (the
+        # error table's flag: Kafka's Sender asks the same of the exception), and, as Kafka's
+        # TransactionManager.canRetry does, after OUT_OF_ORDER_SEQUENCE_NUMBER (not retriable)
+        # when an earlier batch of the partition was not written (failed or being retried).
+        retriable = is_retriable(code) or (
+            code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER and self._gap(tp, b))
         b.attempts += 1
-        if code != OUT_OF_ORDER_SEQUENCE_NUMBER or not b.last_error:
+        if code != ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER or not b.last_error:
             b.last_error = code
-        if code == -1:
+        if code == ErrorCode.UNKNOWN_SERVER_ERROR:  # also the producer's own failures, see _answer
             self._fail([b], KprotoError(message or "no answer"))
         elif not retriable:
             self._fail([b], BrokerError(code, f"produce to {b.topic}-{b.partition}", message))
@@ -452,7 +449,7 @@ class Producer:
             queue.append(b)
             queue.sort(key=lambda x: x.number)
             self._retry_at[tp] = asyncio.get_running_loop().time() + 0.1
-            if code in METADATA_REFRESH_ERRORS or code == NETWORK_EXCEPTION:
+            if code in METADATA_REFRESH_ERRORS or code == ErrorCode.NETWORK_EXCEPTION:
                 self._refresh.add(b.topic)
             return
         if not self.idempotent:

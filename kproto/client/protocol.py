@@ -23,13 +23,9 @@ from kproto.error_codes import ErrorCode
 __all__ = [
     "KafkaConnectionError", "ConnectionClosedError", "RequestTimeoutError", "BrokerError",
     "NoCommonVersionError", "ApiVersionTable", "ClientProtocol", "SaslConfig",
-    "raise_for_error", "API_VERSIONS", "UNSUPPORTED_VERSION",
+    "raise_for_error",
 ]
 
-API_VERSIONS = ApiKey.API_VERSIONS
-SASL_HANDSHAKE = ApiKey.SASL_HANDSHAKE
-SASL_AUTHENTICATE = ApiKey.SASL_AUTHENTICATE
-UNSUPPORTED_VERSION = ErrorCode.UNSUPPORTED_VERSION
 _INT32_MAX = 2**31 - 1
 _RESPONSE_HEADER = _message_codec("ResponseHeader")
 
@@ -192,14 +188,14 @@ class ClientProtocol:
 
     @staticmethod
     def _decode(frame: bytes, head: _InFlight) -> Any:
-        if head.api_key == API_VERSIONS and head.version > 0 and len(frame) >= 6 \
-                and INT16.unpack_from(frame, 4)[0] == UNSUPPORTED_VERSION:
+        if head.api_key == ApiKey.API_VERSIONS and head.version > 0 and len(frame) >= 6 \
+                and INT16.unpack_from(frame, 4)[0] == ErrorCode.UNSUPPORTED_VERSION:
             # A broker answers an ApiVersions version it does not know in v0 form (KIP-511), and
             # some (librdkafka's mock) in a malformed one: read what v0 can, else just the error.
             try:
-                return decode_response(frame, API_VERSIONS, 0, size_prefix=False)[1]
+                return decode_response(frame, ApiKey.API_VERSIONS, 0, size_prefix=False)[1]
             except DecodeError:
-                return _response_codec(API_VERSIONS).cls(error_code=UNSUPPORTED_VERSION)
+                return _response_codec(ApiKey.API_VERSIONS).cls(error_code=ErrorCode.UNSUPPORTED_VERSION)
         # Bytes after the body are ignored, as Kafka's clients ignore them (librdkafka's mock
         # appends a stray byte to some flexible responses).
         _, pos = _RESPONSE_HEADER.decode_from(frame, 0, response_header_version(head.api_key, head.version))

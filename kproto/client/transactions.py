@@ -30,21 +30,22 @@ from kproto.error_codes import ErrorCode
 __all__ = ["TransactionManager", "TxnState", "Action", "TransactionFatalError",
            "TransactionAbortableError"]
 
-INIT_PRODUCER_ID = ApiKey.INIT_PRODUCER_ID
-ADD_PARTITIONS_TO_TXN = ApiKey.ADD_PARTITIONS_TO_TXN
-ADD_OFFSETS_TO_TXN = ApiKey.ADD_OFFSETS_TO_TXN
-END_TXN = ApiKey.END_TXN
-TXN_OFFSET_COMMIT = ApiKey.TXN_OFFSET_COMMIT
 #: The client side of AddPartitionsToTxn: v4+ batches transactions for brokers only.
 ADD_PARTITIONS_CLIENT_VERSIONS = range(0, 4)
 
+# What Kafka's TransactionManager does with each transactional answer, code by code (its
+# handlers name them; the error table's ``retriable`` flag is not what decides here):
+#: sent again as it is
 _RETRY = frozenset({
-    3,   # UNKNOWN_TOPIC_OR_PARTITION (metadata not propagated yet)
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,    # metadata not propagated yet
     ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
-    51,  # CONCURRENT_TRANSACTIONS (the previous transaction is still completing)
-    55,  # OPERATION_NOT_ATTEMPTED (another partition of the same request failed)
+    ErrorCode.CONCURRENT_TRANSACTIONS,       # the previous transaction is still completing
+    ErrorCode.OPERATION_NOT_ATTEMPTED,       # another partition of the same request failed (not retriable)
 })
-_COORDINATOR_MOVED = frozenset({15, 16})  # COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR
+#: sent again after looking the coordinator up again (retriable codes, but a retry as it is
+#: would go to the same broker)
+_COORDINATOR_MOVED = frozenset({ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR})
+#: the producer cannot go on; every other code makes the transaction abortable
 _FATAL = frozenset({
     ErrorCode.UNSUPPORTED_VERSION,
     ErrorCode.INVALID_PRODUCER_EPOCH,
@@ -131,7 +132,7 @@ class TransactionManager:
             self.last_error = error
 
     def _error(self, code: int, what: str, message: Optional[str] = None) -> Action:
-        if code == 0:
+        if code == ErrorCode.NONE:
             return Action.DONE
         if code in _RETRY:
             return Action.RETRY
@@ -150,7 +151,7 @@ class TransactionManager:
     # -- InitProducerId ------------------------------------------------------------------------
     def init_producer_id_request(self) -> Any:
         self._expect(TxnState.UNINITIALIZED, TxnState.READY, doing="initialise transactions")
-        return _request_codec(INIT_PRODUCER_ID).cls(
+        return _request_codec(ApiKey.INIT_PRODUCER_ID).cls(
             transactional_id=self.transactional_id,
             transaction_timeout_ms=self.transaction_timeout_ms)
 
@@ -169,7 +170,7 @@ class TransactionManager:
 
     def add_partitions_request(self, tps: Iterable[tuple[str, int]]) -> Any:
         """The same body at every client version (v0-3, :data:`ADD_PARTITIONS_CLIENT_VERSIONS`)."""
-        cls = _request_codec(ADD_PARTITIONS_TO_TXN).cls
+        cls = _request_codec(ApiKey.ADD_PARTITIONS_TO_TXN).cls
         by_topic: dict[str, list[int]] = {}
         for t, p in sorted(tps):
             by_topic.setdefault(t, []).append(p)
@@ -197,7 +198,7 @@ class TransactionManager:
     # -- offsets in the transaction (consume-transform-produce) --------------------------------
     def add_offsets_request(self, group_id: str) -> Any:
         self.check_can_send()
-        return _request_codec(ADD_OFFSETS_TO_TXN).cls(
+        return _request_codec(ApiKey.ADD_OFFSETS_TO_TXN).cls(
             transactional_id=self.transactional_id, producer_id=self.producer_id,
             producer_epoch=self.producer_epoch, group_id=group_id)
 
@@ -212,7 +213,7 @@ class TransactionManager:
                                   group_instance_id: Optional[str] = None) -> Any:
         """To the group coordinator, after AddOffsetsToTxn: ``offsets`` are the next offsets
         to consume, committed with the transaction."""
-        cls = _request_codec(TXN_OFFSET_COMMIT).cls
+        cls = _request_codec(ApiKey.TXN_OFFSET_COMMIT).cls
         by_topic: dict[str, list[Any]] = {}
         for (t, p), off in sorted(offsets.items()):
             by_topic.setdefault(t, []).append(cls.TxnOffsetCommitRequestPartition(
@@ -247,7 +248,7 @@ class TransactionManager:
         if not self.started:
             self._complete()
             return None
-        return _request_codec(END_TXN).cls(
+        return _request_codec(ApiKey.END_TXN).cls(
             transactional_id=self.transactional_id, producer_id=self.producer_id,
             producer_epoch=self.producer_epoch, committed=commit)
 

@@ -41,13 +41,9 @@ from kproto.fetch_session.cache import (
 )
 from kproto.fetch_session.handler import FetchRequestData, FetchSessionHandler, response_data, response_topic_ids
 from kproto.fetch_session.model import (
-    FETCH_SESSION_ID_NOT_FOUND,
-    FETCH_SESSION_TOPIC_ID_ERROR,
     FINAL_EPOCH,
     INITIAL_EPOCH,
-    INVALID_FETCH_SESSION_EPOCH,
     INVALID_SESSION_ID,
-    UNKNOWN_TOPIC_ID,
     ZERO_UUID,
     FetchMetadata,
     PartitionData,
@@ -61,8 +57,7 @@ __all__ = [
     "FetchSessionCacheShard", "FullFetchContext", "IncrementalFetchContext", "SessionErrorContext",
     "SessionlessFetchContext", "FetchRequestData", "FetchSessionHandler", "response_data",
     "response_topic_ids",
-    "FETCH_SESSION_ID_NOT_FOUND", "FETCH_SESSION_TOPIC_ID_ERROR", "FINAL_EPOCH", "INITIAL_EPOCH",
-    "INVALID_FETCH_SESSION_EPOCH", "INVALID_SESSION_ID", "UNKNOWN_TOPIC_ID", "ZERO_UUID",
+    "FINAL_EPOCH", "INITIAL_EPOCH", "INVALID_SESSION_ID", "ZERO_UUID",
     "FetchMetadata", "PartitionData", "TopicIdPartition", "TopicPartition",
     "next_epoch",
 ]

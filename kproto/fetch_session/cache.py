@@ -19,14 +19,11 @@ from bisect import bisect_left, insort
 from typing import Any, Callable, Iterator, Mapping, NamedTuple, Optional, Sequence
 
 from kproto.codecs.primitives import Uuid
+from kproto.error_codes import ErrorCode
 from kproto.fetch_session.model import (
-    FETCH_SESSION_ID_NOT_FOUND,
-    FETCH_SESSION_TOPIC_ID_ERROR,
     FINAL_EPOCH,
     INITIAL_EPOCH,
-    INVALID_FETCH_SESSION_EPOCH,
     INVALID_SESSION_ID,
-    NONE,
     ZERO_UUID,
     FetchMetadata,
     PartitionData,
@@ -111,7 +108,7 @@ class CachedPartition:
             must = True
             if update:
                 self.local_log_start_offset = lso
-        if resp.error_code != NONE:
+        if resp.error_code != ErrorCode.NONE:
             # Forget the high watermark so the partition is sent again once the error clears.
             if update:
                 self.high_watermark = -1
@@ -342,7 +339,7 @@ class FetchContext:
 
     def get_throttled_response(self, throttle_time_ms: int) -> FetchContextResponse:
         """The empty response sent instead when the fetcher is throttled (KIP-219)."""
-        return FetchContextResponse(NONE, throttle_time_ms, INVALID_SESSION_ID, {})
+        return FetchContextResponse(ErrorCode.NONE, throttle_time_ms, INVALID_SESSION_ID, {})
 
 
 class SessionErrorContext(FetchContext):
@@ -377,7 +374,7 @@ class SessionlessFetchContext(FetchContext):
         return iter(self.fetch_data.items())
 
     def update_and_generate_response_data(self, updates: dict[TopicIdPartition, Any]) -> FetchContextResponse:
-        return FetchContextResponse(NONE, 0, INVALID_SESSION_ID, updates)
+        return FetchContextResponse(ErrorCode.NONE, 0, INVALID_SESSION_ID, updates)
 
 
 class FullFetchContext(SessionlessFetchContext):
@@ -407,7 +404,7 @@ class FullFetchContext(SessionlessFetchContext):
         shard = self.cache.next_shard()
         session_id = shard.maybe_create_session(self.now_ms, self.is_from_follower, len(updates),
                                                 self.uses_topic_ids, create)
-        return FetchContextResponse(NONE, 0, session_id, updates)
+        return FetchContextResponse(ErrorCode.NONE, 0, session_id, updates)
 
 
 class IncrementalFetchContext(FetchContext):
@@ -438,7 +435,7 @@ class IncrementalFetchContext(FetchContext):
     def update_and_generate_response_data(self, updates: dict[TopicIdPartition, Any]) -> FetchContextResponse:
         session = self.session
         if not self._epoch_is_current():
-            return FetchContextResponse(INVALID_FETCH_SESSION_EPOCH, 0, session.id, {})
+            return FetchContextResponse(ErrorCode.INVALID_FETCH_SESSION_EPOCH, 0, session.id, {})
         pm = session.partition_map
         zero = ZERO_UUID
         for part, resp in list(updates.items()):
@@ -456,12 +453,12 @@ class IncrementalFetchContext(FetchContext):
                     pm[k] = cached
             else:
                 del updates[part]
-        return FetchContextResponse(NONE, 0, session.id, updates)
+        return FetchContextResponse(ErrorCode.NONE, 0, session.id, updates)
 
     def get_throttled_response(self, throttle_time_ms: int) -> FetchContextResponse:
         if not self._epoch_is_current():
-            return FetchContextResponse(INVALID_FETCH_SESSION_EPOCH, throttle_time_ms, self.session.id, {})
-        return FetchContextResponse(NONE, throttle_time_ms, self.session.id, {})
+            return FetchContextResponse(ErrorCode.INVALID_FETCH_SESSION_EPOCH, throttle_time_ms, self.session.id, {})
+        return FetchContextResponse(ErrorCode.NONE, throttle_time_ms, self.session.id, {})
 
 
 class FetchSessionCache:
@@ -538,11 +535,11 @@ class FetchSessionCache:
         shard = self.shard_for(metadata.session_id)
         session = None if shard is None else shard.get(metadata.session_id)
         if session is None:
-            return SessionErrorContext(FETCH_SESSION_ID_NOT_FOUND, metadata)
+            return SessionErrorContext(ErrorCode.FETCH_SESSION_ID_NOT_FOUND, metadata)
         if session.epoch != metadata.epoch:
-            return SessionErrorContext(INVALID_FETCH_SESSION_EPOCH, metadata)
+            return SessionErrorContext(ErrorCode.INVALID_FETCH_SESSION_EPOCH, metadata)
         if session.uses_topic_ids != (version >= 13):
-            return SessionErrorContext(FETCH_SESSION_TOPIC_ID_ERROR, metadata)
+            return SessionErrorContext(ErrorCode.FETCH_SESSION_TOPIC_ID_ERROR, metadata)
         session.update(fetch_data, to_forget)
         if session.is_empty():
             shard.remove(session)  # type: ignore[union-attr]

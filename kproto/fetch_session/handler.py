@@ -12,10 +12,9 @@ from dataclasses import dataclass
 from typing import AbstractSet, Any, Mapping, Optional
 
 from kproto.codecs.primitives import Uuid
+from kproto.error_codes import ErrorCode
 from kproto.fetch_session.model import (
-    FETCH_SESSION_ID_NOT_FOUND,
     INVALID_SESSION_ID,
-    NONE,
     ZERO_UUID,
     FetchMetadata,
     PartitionData,
@@ -151,14 +150,14 @@ class FetchSessionHandler:
         response could not be used: a top-level error, or partitions missing or unexpected;
         the next request is then a full one."""
         error_code = response.error_code
-        if error_code != NONE:
+        if error_code != ErrorCode.NONE:
             return self._handle_error_code(error_code)
         partitions = response_data(response, version, self.session_topic_names).keys()
         return self._handle_ok(partitions, response_topic_ids(response), response.throttle_time_ms,
                                response.session_id, version)
 
     def _handle_error_code(self, error_code: int) -> bool:
-        if error_code == FETCH_SESSION_ID_NOT_FOUND:
+        if error_code == ErrorCode.FETCH_SESSION_ID_NOT_FOUND:
             self.next_metadata = FetchMetadata.INITIAL  # type: ignore[attr-defined]
         else:
             self.next_metadata = self.next_metadata.next_close_existing_attempt_new()

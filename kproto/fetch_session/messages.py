@@ -23,7 +23,6 @@ from kproto.fetch_session.model import (
 )
 from kproto.schemas.api_keys import ApiKey
 
-FETCH_API_KEY = ApiKey.FETCH
 _INT32_MAX = 2**31 - 1
 #: ``fetch.max.bytes`` default of Kafka's consumer.
 DEFAULT_FETCH_MAX_BYTES = 52_428_800
@@ -32,7 +31,7 @@ DEFAULT_FETCH_MAX_BYTES = 52_428_800
 def _codecs() -> tuple[Any, Any]:
     from kproto.codecs import request, response
 
-    return request(FETCH_API_KEY), response(FETCH_API_KEY)
+    return request(ApiKey.FETCH), response(ApiKey.FETCH)
 
 
 def _epoch(value: Optional[int]) -> int:

@@ -10,7 +10,6 @@ from typing import NamedTuple, Optional
 
 from kproto.codecs.primitives import Uuid
 from kproto.topic_partition import TopicIdPartition, TopicPartition
-from kproto.error_codes import ErrorCode
 
 ZERO_UUID: Uuid = Uuid.ZERO
 
@@ -19,13 +18,6 @@ INVALID_SESSION_ID = 0
 INITIAL_EPOCH = 0
 FINAL_EPOCH = -1
 _INT32_MAX = 2**31 - 1
-
-# Error codes that matter to fetch sessions (org.apache.kafka.common.protocol.Errors).
-NONE = ErrorCode.NONE
-UNKNOWN_TOPIC_ID = ErrorCode.UNKNOWN_TOPIC_ID
-FETCH_SESSION_ID_NOT_FOUND = ErrorCode.FETCH_SESSION_ID_NOT_FOUND
-INVALID_FETCH_SESSION_EPOCH = ErrorCode.INVALID_FETCH_SESSION_EPOCH
-FETCH_SESSION_TOPIC_ID_ERROR = ErrorCode.FETCH_SESSION_TOPIC_ID_ERROR
 
 
 class PartitionData(NamedTuple):

@@ -25,15 +25,11 @@ from kproto.fetch_session.messages import (
     request_replica_id,
 )
 from kproto.fetch_session.model import (
-    UNKNOWN_TOPIC_ID,
     FetchMetadata,
     PartitionData,
     TopicPartition,
 )
 from kproto.error_codes import ErrorCode
-
-OFFSET_OUT_OF_RANGE = ErrorCode.OFFSET_OUT_OF_RANGE
-UNKNOWN_TOPIC_OR_PARTITION = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
 
 @dataclass
@@ -83,11 +79,11 @@ class SimulatedBroker:
         for tip, data in ctx.partitions():
             log = self.logs.get(TopicPartition(tip.topic, tip.partition)) if tip.topic is not None else None
             if log is None:
-                code = UNKNOWN_TOPIC_ID if tip.topic is None else UNKNOWN_TOPIC_OR_PARTITION
+                code = ErrorCode.UNKNOWN_TOPIC_ID if tip.topic is None else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 updates[tip] = PartitionData_(error_code=code, high_watermark=-1)
                 continue
             if not log.log_start_offset <= data.fetch_offset <= log.high_watermark:
-                updates[tip] = PartitionData_(error_code=OFFSET_OUT_OF_RANGE, high_watermark=-1)
+                updates[tip] = PartitionData_(error_code=ErrorCode.OFFSET_OUT_OF_RANGE, high_watermark=-1)
                 continue
             records = min(log.high_watermark - data.fetch_offset, self.max_records)
             size = min(records * self.record_bytes, max(data.max_bytes, 0))

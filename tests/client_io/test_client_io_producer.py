@@ -12,6 +12,7 @@ import kproto
 from kproto.client.cluster import Cluster
 from kproto.client.protocol import BrokerError
 from kproto.client.producer import Producer
+from kproto.error_codes import ErrorCode
 from kproto.records import iter_batches
 
 from client_io_fakebroker import FakeBroker, metadata_response
@@ -86,6 +87,23 @@ def test_retriable_error_resends_same_sequence():
     assert broker.produced == [(0, 0, 3), (0, 0, 3), (0, 3, 2)]
     assert broker.metadata_requests >= 2  # the error made the producer refresh leadership
     assert [m.offset for m in first] == [0, 1, 2] and [m.offset for m in second] == [3, 4]
+
+
+@pytest.mark.parametrize("code", [ErrorCode.CORRUPT_MESSAGE, ErrorCode.NOT_CONTROLLER,
+                                  ErrorCode.THROTTLING_QUOTA_EXCEEDED, ErrorCode.OFFSET_NOT_AVAILABLE])
+def test_every_error_kafka_retries_is_retried(code):
+    # the error table's retriable flag decides, as Kafka's Sender asks of the exception
+    broker, [records] = produce([code, 0], [2])
+    assert broker.produced == [(0, 0, 2), (0, 0, 2)]
+    assert [m.offset for m in records] == [0, 1]
+
+
+@pytest.mark.parametrize("code", [ErrorCode.INVALID_RECORD, ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                                  ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT])
+def test_errors_kafka_does_not_retry_fail_the_records(code):
+    broker, [[a, b]] = produce([code], [2])
+    assert isinstance(a, BrokerError) and a.code == code and b is a
+    assert broker.produced == [(0, 0, 2)]
 
 
 def test_duplicate_sequence_counts_as_written():

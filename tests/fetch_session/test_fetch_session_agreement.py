@@ -11,8 +11,8 @@ import random
 
 
 import kproto
+from kproto.error_codes import ErrorCode
 from kproto.fetch_session import (
-    FETCH_SESSION_TOPIC_ID_ERROR,
     FetchSessionCache,
     FetchSessionHandler,
     TopicPartition,
@@ -70,7 +70,7 @@ def replay(trace: dict, seed: int) -> dict:
             if not ok:
                 # The only refusal a well-behaved pair can produce: the fetcher changed version
                 # across 13 within a session (the session uses topic ids or not).
-                assert response.error_code == FETCH_SESSION_TOPIC_ID_ERROR, where
+                assert response.error_code == ErrorCode.FETCH_SESSION_TOPIC_ID_ERROR, where
                 assert incremental and (prev_version >= 13) != (version >= 13), where
                 counts["topic_id_errors"] += 1
             elif incremental:

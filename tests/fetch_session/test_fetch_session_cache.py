@@ -7,11 +7,9 @@ from types import SimpleNamespace
 import pytest
 
 from kproto.codecs.primitives import Uuid
+from kproto.error_codes import ErrorCode
 from kproto.fetch_session import (
-    FETCH_SESSION_ID_NOT_FOUND,
-    FETCH_SESSION_TOPIC_ID_ERROR,
     FINAL_EPOCH,
-    INVALID_FETCH_SESSION_EPOCH,
     FetchMetadata,
     FetchSessionCache,
     FullFetchContext,
@@ -117,10 +115,10 @@ def test_forgetting_every_partition_closes_the_session():
 
 
 @pytest.mark.parametrize("metadata_of, version, error", [
-    (lambda sid: FetchMetadata(sid + 1, 1), V, FETCH_SESSION_ID_NOT_FOUND),
-    (lambda sid: FetchMetadata(-5, 1), V, FETCH_SESSION_ID_NOT_FOUND),
-    (lambda sid: FetchMetadata(sid, 2), V, INVALID_FETCH_SESSION_EPOCH),
-    (lambda sid: FetchMetadata(sid, 1), 13, FETCH_SESSION_TOPIC_ID_ERROR),
+    (lambda sid: FetchMetadata(sid + 1, 1), V, ErrorCode.FETCH_SESSION_ID_NOT_FOUND),
+    (lambda sid: FetchMetadata(-5, 1), V, ErrorCode.FETCH_SESSION_ID_NOT_FOUND),
+    (lambda sid: FetchMetadata(sid, 2), V, ErrorCode.INVALID_FETCH_SESSION_EPOCH),
+    (lambda sid: FetchMetadata(sid, 1), 13, ErrorCode.FETCH_SESSION_TOPIC_ID_ERROR),
 ])
 def test_session_errors(metadata_of, version, error):
     cache = FetchSessionCache(rng=random.Random(5))
@@ -149,8 +147,8 @@ def test_duplicate_incremental_request_gets_epoch_error():
     first = cache.new_context(V, FetchMetadata(sid, 1), False, {}, [], {}, 5)
     cache.get(sid).epoch = 7  # another request of the session was served in between
     answer = first.update_and_generate_response_data({tip(0): resp(hw=99)})
-    assert answer.error_code == INVALID_FETCH_SESSION_EPOCH and answer.session_id == sid
-    assert first.get_throttled_response(30).error_code == INVALID_FETCH_SESSION_EPOCH
+    assert answer.error_code == ErrorCode.INVALID_FETCH_SESSION_EPOCH and answer.session_id == sid
+    assert first.get_throttled_response(30).error_code == ErrorCode.INVALID_FETCH_SESSION_EPOCH
 
 
 def test_topic_ids_resolved_later():

@@ -12,10 +12,8 @@ from collections import Counter
 
 import kproto
 from kproto.codecs.primitives import Uuid
+from kproto.error_codes import ErrorCode
 from kproto.fetch_session import (
-    FETCH_SESSION_ID_NOT_FOUND,
-    FETCH_SESSION_TOPIC_ID_ERROR,
-    INVALID_FETCH_SESSION_EPOCH,
     FetchSessionCache,
     FetchSessionHandler,
     PartitionData,
@@ -92,6 +90,6 @@ def test_recovery_from_every_session_error():
     total: Counter = Counter()
     for seed in range(25):
         total += run(seed)
-    for what in (FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH, FETCH_SESSION_TOPIC_ID_ERROR,
-                 "restart", "lost", "incremental"):
+    for what in (ErrorCode.FETCH_SESSION_ID_NOT_FOUND, ErrorCode.INVALID_FETCH_SESSION_EPOCH,
+                 ErrorCode.FETCH_SESSION_TOPIC_ID_ERROR, "restart", "lost", "incremental"):
         assert total[what] > 0, what
