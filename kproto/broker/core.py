@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable, Optional, Protocol, Union
 
+from kproto.broker.group import GroupCoordinator
 from kproto.broker.log import BrokerError, Log, LogConfig, LogManager, Topic
 from kproto.broker.purgatory import DelayedOperation, DelayedOperationPurgatory
 from kproto.broker.timer import CallbackTask, Clock, SystemClock, SystemTimer
@@ -55,6 +56,17 @@ IMPLEMENTED: dict[int, tuple[int, int]] = {
     ApiKey.CREATE_TOPICS: (2, 7),
     ApiKey.DELETE_TOPICS: (1, 6),
     ApiKey.INIT_PRODUCER_ID: (0, 5),
+    # classic groups; OffsetCommit/OffsetFetch v10 name topics by id (KIP-848), not yet
+    ApiKey.JOIN_GROUP: (0, 9),
+    ApiKey.SYNC_GROUP: (0, 5),
+    ApiKey.HEARTBEAT: (0, 4),
+    ApiKey.LEAVE_GROUP: (0, 5),
+    ApiKey.OFFSET_COMMIT: (0, 9),
+    ApiKey.OFFSET_FETCH: (0, 9),
+    ApiKey.OFFSET_DELETE: (0, 0),
+    ApiKey.DESCRIBE_GROUPS: (0, 6),
+    ApiKey.LIST_GROUPS: (0, 5),
+    ApiKey.DELETE_GROUPS: (0, 2),
 }
 
 
@@ -81,6 +93,11 @@ class BrokerConfig:
     log: LogConfig = field(default_factory=LogConfig)
     fetch_session_slots: int = 1000       # max.incremental.fetch.session.cache.slots
     fetch_max_bytes: int = 55 * 1024 * 1024  # fetch.max.bytes (broker cap on a response)
+    offsets_topic_num_partitions: int = 50          # offsets.topic.num.partitions
+    group_initial_rebalance_delay_ms: int = 3000    # group.initial.rebalance.delay.ms
+    group_min_session_timeout_ms: int = 6000        # group.min.session.timeout.ms
+    group_max_session_timeout_ms: int = 1800000     # group.max.session.timeout.ms
+    offset_metadata_max_bytes: int = 4096           # offset.metadata.max.bytes
 
 
 @dataclass
@@ -134,6 +151,11 @@ class _Request:
         frame = encode_response(ResponseHeader(correlation_id=self.header.correlation_id), body,
                                 self.api_key, ver)
         self.channel.respond(frame)
+
+
+def _peer(channel: Channel) -> str:
+    """The client's host as Kafka reports it (``/127.0.0.1``); channels may carry ``peer``."""
+    return getattr(channel, "peer", None) or "/127.0.0.1"
 
 
 def topic_name_error(name: str) -> Optional[str]:
@@ -197,7 +219,20 @@ class BrokerCore:
         self._next_producer_id = 1 + max(
             (pid for t in self.logs.topics.values() for lg in t.partitions for pid in lg.producers),
             default=-1)
+        self.groups = GroupCoordinator(self)
+        g = self.groups
         self.handlers: dict[int, Callable[[_Request], None]] = {
+            ApiKey.JOIN_GROUP: lambda r: g.join_group(r.body, r.version, r.header.client_id or "",
+                                                      _peer(r.channel), r.respond),
+            ApiKey.SYNC_GROUP: lambda r: g.sync_group(r.body, r.version, r.respond),
+            ApiKey.HEARTBEAT: lambda r: g.heartbeat(r.body, r.version, r.respond),
+            ApiKey.LEAVE_GROUP: lambda r: g.leave_group(r.body, r.version, r.respond),
+            ApiKey.OFFSET_COMMIT: lambda r: g.commit_offsets(r.body, r.version, r.respond),
+            ApiKey.OFFSET_FETCH: lambda r: g.fetch_offsets(r.body, r.version, r.respond),
+            ApiKey.OFFSET_DELETE: lambda r: g.delete_offsets(r.body, r.version, r.respond),
+            ApiKey.DESCRIBE_GROUPS: lambda r: g.describe_groups(r.body, r.version, r.respond),
+            ApiKey.LIST_GROUPS: lambda r: g.list_groups(r.body, r.version, r.respond),
+            ApiKey.DELETE_GROUPS: lambda r: g.delete_groups(r.body, r.version, r.respond),
             ApiKey.PRODUCE: self._produce, ApiKey.FETCH: self._fetch,
             ApiKey.LIST_OFFSETS: self._list_offsets, ApiKey.METADATA: self._metadata,
             ApiKey.FIND_COORDINATOR: self._find_coordinator,
@@ -223,8 +258,11 @@ class BrokerCore:
 
     # ------------------------------------------------------------------ time
     def advance_clock(self) -> None:
-        """Run what the timer holds that is due (expired fetches answer here)."""
+        """Run what the timer holds that is due (expired fetches answer here, sessions
+        expire, rebalances time out); each purgatory then purges past its threshold."""
         self.fetch_purgatory.advance_clock()
+        self.groups.rebalance_purgatory.advance_clock()
+        self.groups.heartbeat_purgatory.advance_clock()
 
     def next_deadline_ms(self) -> Optional[int]:
         return self.timer.next_expiration_ms()
@@ -379,14 +417,29 @@ class BrokerCore:
 
     # ------------------------------------------------------------------ FindCoordinator
     def _find_coordinator(self, req: _Request) -> None:
+        """This broker coordinates every group and transactional id; the internal topic of
+        the key type is created on first use, as Kafka does."""
         cls = response_codec(ApiKey.FIND_COORDINATOR).cls
         cfg = self.config
+        key_type = req.body.key_type if req.version >= 1 else 0
+        if key_type == 0:
+            self.groups.ensure_topic()
+            err = 0
+        elif key_type == 1:
+            self._ensure_txn_topic()
+            err = 0
+        else:
+            err = ErrorCode.INVALID_REQUEST
+        node, host, port = (cfg.node_id, cfg.host, cfg.port) if not err else (-1, "", -1)
         if req.version < 4:
-            req.respond(cls(error_code=0, node_id=cfg.node_id, host=cfg.host, port=cfg.port))
+            req.respond(cls(error_code=err, node_id=node, host=host, port=port))
             return
         req.respond(cls(coordinators=[
-            cls.Coordinator(key=k, node_id=cfg.node_id, host=cfg.host, port=cfg.port, error_code=0)
+            cls.Coordinator(key=k, node_id=node, host=host, port=port, error_code=err)
             for k in req.body.coordinator_keys]))
+
+    def _ensure_txn_topic(self) -> None:
+        pass
 
     # ------------------------------------------------------------------ InitProducerId
     def _init_producer_id(self, req: _Request) -> None:
@@ -631,6 +684,7 @@ class BrokerCore:
         """Stop: waiting operations are dropped unanswered, logs closed (checkpoints and the
         clean-shutdown marker with ``clean``)."""
         self.fetch_purgatory.shutdown()
+        self.groups.shutdown()
         self.logs.close(clean)
 
 
@@ -669,4 +723,17 @@ def error_response(api_key: int, version: int, body: Any, code: int) -> Optional
                                  for k in body.coordinator_keys])
     if api_key == ApiKey.INIT_PRODUCER_ID:
         return cls(error_code=code, producer_id=-1, producer_epoch=-1)
+    if api_key == ApiKey.OFFSET_COMMIT:
+        return cls(topics=[cls.OffsetCommitResponseTopic(name=t.name, partitions=[
+            cls.OffsetCommitResponsePartition(partition_index=p.partition_index, error_code=code)
+            for p in t.partitions]) for t in body.topics])
+    if api_key == ApiKey.OFFSET_FETCH and version >= 8:
+        return cls(groups=[cls.OffsetFetchResponseGroup(group_id=g.group_id, error_code=code)
+                           for g in body.groups])
+    if api_key == ApiKey.DESCRIBE_GROUPS:
+        return cls(groups=[cls.DescribedGroup(error_code=code, group_id=g, group_state="",
+                                              protocol_type="", protocol_data="") for g in body.groups])
+    if api_key == ApiKey.DELETE_GROUPS:
+        return cls(results=[cls.DeletableGroupResult(group_id=g, error_code=code)
+                            for g in body.groups_names])
     return None

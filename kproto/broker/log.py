@@ -235,6 +235,9 @@ class Log:
         self.total_bytes = 0
         self.max_timestamp = (-1, -1)          # (timestamp, offset) of the largest so far
         self.producers: dict[int, _ProducerState] = {}
+        # aborted transactions (producer id, first offset, last offset = the ABORT marker's),
+        # in marker order: what read_committed fetches list (Kafka reads them from .txnindex)
+        self.aborted: list[tuple[int, int, int]] = []
         self.recovery: list[str] = []  # what recovery truncated or deleted
         self._append_fds: dict[str, int] = {}
         os.makedirs(path, exist_ok=True)
@@ -265,8 +268,9 @@ class Log:
 
     @property
     def last_stable_offset(self) -> int:
-        # no transactions are accepted yet: everything below the high watermark is stable
-        return self.plog.next_offset
+        """The first offset of the oldest open transaction, else the high watermark."""
+        ongoing = self.plog.producers.ongoing
+        return min(ongoing.values()) if ongoing else self.plog.next_offset
 
     @property
     def log_start_offset(self) -> int:
@@ -365,14 +369,26 @@ class Log:
     def _replay_producer_state(self) -> None:
         for b in self._recovered_batches:
             if isinstance(b, RecordBatch):
-                self.plog.producers.append(b)
-                if b.producer_id >= 0 and not b.is_control:
-                    st = self.producers.get(b.producer_id)
-                    if st is None or st.epoch != b.producer_epoch:
-                        st = self.producers[b.producer_id] = _ProducerState(b.producer_epoch)
-                    st.batches.append(_BatchMeta(b.base_sequence, b.last_sequence, b.base_offset,
-                                                 b.last_offset, b.max_timestamp))
+                first = self.plog.producers.ongoing.get(b.producer_id)
+                aborted = self.plog.producers.append(b)
+                if aborted is not None and first is not None:
+                    self.aborted.append((b.producer_id, first, b.last_offset))
+                self._track_producer(b, b.base_offset, b.last_offset, b.max_timestamp)
         del self._recovered_batches
+
+    def _track_producer(self, b: RecordBatch, base: int, last: int, max_ts: int) -> None:
+        """Remember a producer's batch for duplicate and sequence checks; a marker of a newer
+        epoch (a fenced transaction's abort) resets the producer to that epoch."""
+        if b.producer_id < 0:
+            return
+        st = self.producers.get(b.producer_id)
+        if b.is_control:
+            if st is None or st.epoch != b.producer_epoch:
+                self.producers[b.producer_id] = _ProducerState(b.producer_epoch)
+            return
+        if st is None or st.epoch != b.producer_epoch:
+            st = self.producers[b.producer_id] = _ProducerState(b.producer_epoch)
+        st.batches.append(_BatchMeta(b.base_sequence, b.last_sequence, base, last, max_ts))
 
     # ------------------------------------------------------------------------ append
     def _check_producer(self, batch: RecordBatch) -> Optional[_BatchMeta]:
@@ -432,9 +448,9 @@ class Log:
             raise BrokerError(ErrorCode.CORRUPT_MESSAGE,
                               f"Record is corrupt (stored crc = {batch.crc}, computed crc = "
                               f"{batch.compute_crc()})")
-        if batch.is_transactional:
-            raise BrokerError(ErrorCode.INVALID_TXN_STATE,
-                              "Transactions are not supported by this broker yet")
+        if batch.is_transactional and batch.producer_id < 0:
+            raise BrokerError(ErrorCode.INVALID_RECORD,
+                              "A transactional batch must carry a producer id")
         max_ts, max_delta = _validate(batch, self.config, now_ms)
         if batch.producer_id >= 0:
             dup = self._check_producer(batch)
@@ -446,11 +462,33 @@ class Log:
         if log_append:
             max_ts, max_delta = now_ms, 0
         patch_batch(buf, base, self.leader_epoch, (1 if log_append else 0, max_ts))
+        last = self._write(batch, bytes(buf), base, max_ts, max_delta)
+        return AppendInfo(base, last, now_ms if log_append else -1, self.log_start_offset)
+
+    def append_internal(self, data: bytes) -> AppendInfo:
+        """Append one batch the broker built itself (coordinator records, transaction
+        markers: Kafka's ``AppendOrigin.COORDINATOR``), its offsets already starting at the log
+        end: no client validation, no sequence checks."""
+        batch = RecordBatch(data)
+        if batch.base_offset != self.log_end_offset:
+            raise ValueError(f"internal batch at {batch.base_offset}, log end {self.log_end_offset}")
+        buf = bytearray(data)
+        patch_batch(buf, batch.base_offset, self.leader_epoch, None)
+        last = self._write(batch, bytes(buf), batch.base_offset, batch.max_timestamp, 0)
+        return AppendInfo(batch.base_offset, last, -1, self.log_start_offset)
+
+    def _write(self, batch: RecordBatch, data: bytes, base: int, max_ts: int, max_delta: int) -> int:
+        """Hand a patched batch to the storage log and index it in memory; returns its last offset."""
         last = base + batch.last_offset_delta
-        ops = self.plog.append(bytes(buf))
+        first_of_txn = self.plog.producers.ongoing.get(batch.producer_id)
+        ops = self.plog.append(data)
         self._apply(ops)
+        if batch.is_control and first_of_txn is not None and batch.producer_id not in \
+                self.plog.producers.ongoing and self.plog.segment.aborted and \
+                self.plog.segment.aborted[-1].last_offset == last:
+            self.aborted.append((batch.producer_id, first_of_txn, last))
         seg = self.segments[-1]
-        pos_in_seg = self.plog.segment.size - len(buf)
+        pos_in_seg = self.plog.segment.size - len(data)
         seg.size = self.plog.segment.size
         self.last_offsets.append(last)
         self.positions.append(seg.global_start + pos_in_seg)
@@ -458,22 +496,33 @@ class Log:
         self.total_bytes = seg.global_start + seg.size
         if max_ts > self.max_timestamp[0]:
             self.max_timestamp = (max_ts, base + max_delta)
-        if batch.producer_id >= 0:
-            st = self.producers.get(batch.producer_id)
-            if st is None or st.epoch != batch.producer_epoch:
-                st = self.producers[batch.producer_id] = _ProducerState(batch.producer_epoch)
-            st.batches.append(_BatchMeta(batch.base_sequence, batch.last_sequence, base, last, max_ts))
-        return AppendInfo(base, last, now_ms if log_append else -1, self.log_start_offset)
+        self._track_producer(batch, base, last, max_ts)
+        return last
 
     # ------------------------------------------------------------------------ reads
-    def bytes_available(self, offset: int) -> int:
-        """Bytes of whole batches from the one holding ``offset`` to the log end."""
-        i = bisect_left(self.last_offsets, offset)
-        return 0 if i >= len(self.positions) else self.total_bytes - self.positions[i]
+    def _end_position(self, max_offset: Optional[int]) -> int:
+        """Byte position where batches at or past ``max_offset`` begin (None: the log end)."""
+        if max_offset is None:
+            return self.total_bytes
+        k = bisect_left(self.last_offsets, max_offset)
+        return self.positions[k] if k < len(self.positions) else self.total_bytes
 
-    def read(self, offset: int, max_bytes: int, min_one_batch: bool = True) -> bytes:
+    def bytes_available(self, offset: int, max_offset: Optional[int] = None) -> int:
+        """Bytes of whole batches from the one holding ``offset`` to the log end (or to the
+        batches below ``max_offset``, the last stable offset of a read_committed fetch)."""
+        i = bisect_left(self.last_offsets, offset)
+        return 0 if i >= len(self.positions) else max(0, self._end_position(max_offset) - self.positions[i])
+
+    def aborted_between(self, start: int, end: int) -> list[tuple[int, int]]:
+        """(producer id, first offset) of the aborted transactions overlapping [start, end)
+        (Kafka's ``collectAbortedTransactions``)."""
+        return [(pid, first) for pid, first, last in self.aborted if last >= start and first < end]
+
+    def read(self, offset: int, max_bytes: int, min_one_batch: bool = True,
+             max_offset: Optional[int] = None) -> bytes:
         """Whole batches from the one holding ``offset``, up to ``max_bytes`` (but at least
-        one batch with ``min_one_batch``, KIP-74), within one segment as Kafka reads.
+        one batch with ``min_one_batch``, KIP-74), within one segment as Kafka reads, and
+        only batches below ``max_offset`` when given (read_committed: the LSO).
         :class:`BrokerError` OFFSET_OUT_OF_RANGE outside [log start, log end]."""
         if offset < self.log_start_offset or offset > self.log_end_offset:
             raise BrokerError(ErrorCode.OFFSET_OUT_OF_RANGE,
@@ -484,9 +533,12 @@ class Log:
         if i >= len(positions):
             return b""
         start = positions[i]
+        limit = self._end_position(max_offset)
+        if start >= limit:
+            return b""
         s = bisect_right([seg.global_start for seg in self.segments], start) - 1
         seg = self.segments[s]
-        cap = min(start + max(max_bytes, 0), seg.global_start + seg.size)
+        cap = min(start + max(max_bytes, 0), seg.global_start + seg.size, limit)
 
         def end_of(k: int) -> int:  # batches are contiguous, also across segments
             return positions[k + 1] if k + 1 < len(positions) else self.total_bytes
@@ -494,7 +546,7 @@ class Log:
         j = bisect_right(positions, cap) - 1  # the last batch starting within the cap
         end = end_of(j) if end_of(j) <= cap else positions[j]
         if end <= start:
-            if not min_one_batch:
+            if not min_one_batch or end_of(i) > limit:
                 return b""
             end = end_of(i)
         return seg.pread(start - seg.global_start, end - start)

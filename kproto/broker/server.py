@@ -34,6 +34,8 @@ class _Connection:
 
     def __init__(self, writer: asyncio.StreamWriter) -> None:
         self.writer = writer
+        peer = writer.get_extra_info("peername")
+        self.peer = f"/{peer[0]}" if isinstance(peer, tuple) else "/127.0.0.1"
         self.done: Optional[asyncio.Future[None]] = None
         self.closed: Optional[str] = None
 

@@ -349,6 +349,5 @@ def test_unknown_keys_and_bad_frames_close_the_connection(core):
 
 def test_a_known_but_unimplemented_api_gets_unsupported_version(core):
     client = Client(core)
-    r = client.call(K.JOIN_GROUP, 5, group_id="g", session_timeout_ms=1000, rebalance_timeout_ms=1000,
-                    member_id="", protocol_type="consumer", protocols=[])
+    r = client.call(K.SASL_HANDSHAKE, 1, mechanism="PLAIN")
     assert r.error_code == E.UNSUPPORTED_VERSION
