@@ -56,6 +56,7 @@ FAMILIES: dict[str, list[str]] = {
 def records_bulk(data: bytes) -> None:
     """The bulk paths of the records layer on a buffer of batches: columns, Arrow, objects."""
     from kproto.errors import DecodeError
+    from kproto.problems import Problems
     from kproto.records.reader import decode_columns
     from kproto.records.dump import dump_lines
     from kproto.records.reader import iter_batches
@@ -64,7 +65,7 @@ def records_bulk(data: bytes) -> None:
         decode_columns(data)
     for line in dump_lines(data):
         assert line["type"] in ("batch", "record", "error", "summary")
-    for batch in iter_batches(data, errors=[]):
+    for batch in iter_batches(data, problems=Problems()):
         with contextlib.suppress(DecodeError):
             batch.record_list()
 
@@ -88,6 +89,7 @@ def logdir_files(data: bytes) -> None:
     """One file of a log dir replaced by the input: the summary, the Arrow read and the dumps
     must report what is wrong and go on."""
     import kproto.storage as ks
+    from kproto.problems import Problems
     from kproto.storage.summary import summarize
 
     path, files = _scratch_logdir()
@@ -98,8 +100,8 @@ def logdir_files(data: bytes) -> None:
         Path(victim).write_bytes(data[1:])
         doc = summarize(path)
         assert isinstance(doc.get("problems", []), list)
-        damage: list = []
-        ks.read_arrow(path, damage=damage, isolation="read_committed")
+        damage = Problems()
+        ks.read_arrow(path, problems=damage, isolation="read_committed")
         assert all(d.bytes_skipped >= 0 for d in damage)
     finally:
         Path(victim).write_bytes(_LOGDIR["pristine"][victim])  # type: ignore[index]

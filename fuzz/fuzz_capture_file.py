@@ -61,7 +61,7 @@ def _conversation(fdp: atheris.FuzzedDataProvider) -> bytes:
 
 def _norm(items) -> list:
     return [(x.ts, x.linktype, bytes(x.data), x.orig_len, x.index) if isinstance(x, Packet)
-            else (x.message, x.index, x.offset) for x in items]
+            else (x.reason, x.index, x.position) for x in items]
 
 
 def TestOneInput(data: bytes) -> None:

@@ -21,11 +21,13 @@ except ImportError:  # pragma: no cover - the test suite drives TestOneInput wit
 if atheris is not None:
     with atheris.instrument_imports():
         from kproto.errors import DecodeError
+        from kproto.problems import Problems
         from kproto.records import (LegacyMessageBuilder, RecordBatch, RecordBatchBuilder,
                                     iter_batches)
         from kproto.records.dump import dump_lines
 else:
     from kproto.errors import DecodeError
+    from kproto.problems import Problems
     from kproto.records import LegacyMessageBuilder, RecordBatch, RecordBatchBuilder, iter_batches
     from kproto.records.dump import dump_lines
 
@@ -55,8 +57,8 @@ SEEDS = _seeds()
 
 def check(buf: bytes) -> None:
     """Read everything in ``buf`` every way kproto can; only DecodeError may escape."""
-    errors: list = []
-    for batch in iter_batches(buf, max_decompressed=LIMIT, errors=errors):
+    found = Problems()
+    for batch in iter_batches(buf, max_decompressed=LIMIT, problems=found):
         batch.is_valid()
         try:
             recs = batch.record_list()

@@ -15,6 +15,7 @@ import atheris
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 with atheris.instrument_imports():
+    from kproto.problems import Problems
     from kproto.storage.indexes import AbortedTxn, OffsetIndex
     from kproto.storage.partition import rebuild_indexes
     from kproto.storage.reader import ReadOptions, Split, read_buffer
@@ -33,8 +34,8 @@ def TestOneInput(data: bytes) -> None:
     opts = ReadOptions(isolation="read_committed" if flags & 1 else "read_uncommitted",
                        include_control=bool(flags & 2), verify_crc=bool(flags & 8),
                        start_offset=1 if flags & 16 else None)
-    damage: list = []
-    rows = sum(rb.num_rows for rb in read_buffer(segment, split, opts, damage=damage,
+    damage = Problems()
+    rows = sum(rb.num_rows for rb in read_buffer(segment, split, opts, problems=damage,
                                                   chunk_bytes=64))
     assert rows >= 0 and all(d.bytes_skipped >= 0 for d in damage)
     if flags & 32:

@@ -15,11 +15,12 @@ if TYPE_CHECKING:  # type checkers see the real names; at run time they load on 
     from kproto.framing import (RequestHeader, ResponseHeader, decode_request, decode_response,
                                 encode_request, encode_response, request_header_version,
                                 response_header_version)
+    from kproto.problems import Problem, Problems
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "DecodeError", "EncodeError", "KprotoError", "UnsupportedVersionError",
+    "DecodeError", "EncodeError", "KprotoError", "UnsupportedVersionError", "Problem", "Problems",
     "message", "request", "response", "Uuid",
     "RequestHeader", "ResponseHeader",
     "encode_request", "decode_request", "encode_response", "decode_response",
@@ -39,6 +40,8 @@ _LAZY = {
     "decode_response": "kproto.framing",
     "request_header_version": "kproto.framing",
     "response_header_version": "kproto.framing",
+    "Problem": "kproto.problems",
+    "Problems": "kproto.problems",
 }
 
 

@@ -33,9 +33,9 @@ USER_CODE = textwrap.dedent("""
     for batch in iter_batches(b.build()):
         print(batch.base_offset, batch.last_offset)
 
-    found: list[ks.Damage] = []
-    table = ks.read_arrow("examples/logdir", isolation="read_committed", damage=found)
-    print(table.num_rows, [d.bytes_skipped for d in found])
+    found = kproto.Problems()
+    table = ks.read_arrow("examples/logdir", isolation="read_committed", problems=found)
+    print(table.num_rows, [(p.kind, p.topic, p.partition, p.bytes_skipped) for p in found])
     for ex in iter_exchanges("capture.pcapng"):
         print(ex.api_name, ex.latency_ms)
 

@@ -13,13 +13,22 @@ from kproto.capture import bodies
 from kproto.capture.decoder import CaptureDecoder
 from kproto.capture.exchange import UNREAD_KEPT, Exchange, exchange_to_json
 from kproto.error_codes import error_name
-from kproto.capture.pcap import CaptureProblem, Packet, read_packets, stream_packets
+from kproto.capture.pcap import Packet, read_packets, stream_packets
 from kproto.capture.sessions import FetchSessionView
 from kproto.errors import DecodeError
+from kproto.problems import Problem
 from kproto.schemas.api_keys import ApiKey
 from kproto.error_codes import ErrorCode
 
 __all__ = ["BodyDecoder", "iter_exchanges", "exchange_to_json"]
+
+_PRODUCE = ApiKey.PRODUCE
+_FETCH = ApiKey.FETCH
+_METADATA = ApiKey.METADATA
+_SASL_HANDSHAKE = ApiKey.SASL_HANDSHAKE
+_API_VERSIONS = ApiKey.API_VERSIONS
+_SASL_AUTHENTICATE = ApiKey.SASL_AUTHENTICATE
+_UNSUPPORTED_VERSION = ErrorCode.UNSUPPORTED_VERSION
 
 
 class BodyDecoder:
@@ -56,35 +65,35 @@ class BodyDecoder:
         if ex.request_bytes and versions is not None and ver in versions:
             self._versions.setdefault((ex.client, ex.broker), {})[key] = ver
         if versions is None:
-            ex.problems.append(f"unknown API key {key}: body not decoded")
+            ex.problems.report("decode", f"unknown API key {key}: body not decoded")
             return
         if ver not in versions:
             newer = self.best_effort and bodies.best_effort_version(key, ver) is not None
             if not newer:
-                ex.problems.append(f"{_not_defined(key, ver, versions)}: body not decoded")
+                ex.problems.report("decode", f"{_not_defined(key, ver, versions)}: body not decoded")
                 return
             self._decode_newer(ex, versions)
         else:
             self._decode_known(ex, key, ver)
-        if key == ApiKey.PRODUCE and ex.request is not None and ex.request.acks == 0:
+        if key == _PRODUCE and ex.request is not None and ex.request.acks == 0:
             ex.expects_response = False  # acks=0: the broker never answers
         if ex.response is not None:
             ex.errors = [error_name(c) for c in bodies.response_error_codes(ex.response)]
         conn = (ex.client, ex.broker)
-        if key == ApiKey.FETCH and ex.request is not None:
+        if key == _FETCH and ex.request is not None:
             view = self._sessions.get(conn)
             if view is None:
                 view = self._sessions[conn] = FetchSessionView(self.topic_names)
             ex.fetch_session = view.request(ex.request, ver if ex.decoded_as is None else ex.decoded_as)
             if ex.response is not None:
-                ex.problems.extend(view.response(ex.response, ex.fetch_session))
-        elif key == ApiKey.METADATA and ex.response is not None:
+                view.response(ex.response, ex.fetch_session, ex.problems)
+        elif key == _METADATA and ex.response is not None:
             for t in ex.response.topics:
                 if getattr(t, "topic_id", None) is not None and t.name:
                     self.topic_names[str(t.topic_id)] = t.name
-        elif key == ApiKey.SASL_HANDSHAKE and ex.request is not None:
+        elif key == _SASL_HANDSHAKE and ex.request is not None:
             self._mechanisms[conn] = ex.request.mechanism
-        elif key == ApiKey.SASL_AUTHENTICATE and ex.request is not None:
+        elif key == _SASL_AUTHENTICATE and ex.request is not None:
             ex.sasl = _describe_token(self._mechanisms.get(conn), ex.request.auth_bytes)
 
     def _orphan(self, ex: Exchange) -> None:
@@ -110,15 +119,15 @@ class BodyDecoder:
                 fits = fits[-1:]
         if len(fits) != 1:
             if fits:
-                ex.notes.append(f"orphan response not decoded: {len(fits)} API versions read "
-                                "its whole body")
+                ex.notes.report("pairing", f"orphan response not decoded: {len(fits)} API versions "
+                                "read its whole body")
             return
         (key, ver), = fits
         got = _read_whole(data, key, ver)
         assert got is not None  # it is one of the fits
         ex.response_header, ex.response = got.header, got.body
         ex.api_key, ex.api_version = key, ver
-        ex.notes.append(f"orphan response decoded as {bodies.api_name(key)} v{ver}: {how}")
+        ex.notes.report("pairing", f"orphan response decoded as {bodies.api_name(key)} v{ver}: {how}")
         ex.errors = [error_name(c) for c in bodies.response_error_codes(ex.response)]
 
     def _decode_known(self, ex: Exchange, key: int, ver: int) -> None:
@@ -132,14 +141,14 @@ class BodyDecoder:
                        else bodies.decode_response_as(data, key, ver, ver))
             except DecodeError as e:
                 if side == "request":
-                    ex.problems.append(f"request: {e}")
+                    ex.problems.report("decode", f"request: {e}")
                 else:
                     self._bad_response(ex, e)
                 continue
-            if side == "response" and got.unread and key == ApiKey.API_VERSIONS:
+            if side == "response" and got.unread and key == _API_VERSIONS:
                 if self._apiversions_v0(ex):
                     continue
-                if got.body.error_code == ErrorCode.UNSUPPORTED_VERSION:
+                if got.body.error_code == _UNSUPPORTED_VERSION:
                     # the answer to a version the peer does not support must be a v0 body:
                     # a longer body read in the newer layout is not a complete one
                     self._bad_response(ex, DecodeError(f"{got.unread} bytes left over"))
@@ -153,11 +162,11 @@ class BodyDecoder:
                 tail = got.tail(data)
                 ex.unread[side] = (offset, got.unread, tail[:UNREAD_KEPT])
                 why = ""
-                if side == "request" and key == ApiKey.API_VERSIONS and ver == 0 and tail == bytes(4):
+                if side == "request" and key == _API_VERSIONS and ver == 0 and tail == bytes(4):
                     why = " (old librdkafka's empty int32 array, which brokers ignore)"
-                ex.notes.append(f"{side}: {got.unread} bytes after the end of the "
+                ex.notes.report("unread", f"{side}: {got.unread} bytes after the end of the "
                                 f"{bodies.api_name(key)} v{ver} body{why}; body decoded, "
-                                "the extra bytes kept in unread")
+                                "the extra bytes kept in unread", bytes_skipped=got.unread)
 
     def _decode_newer(self, ex: Exchange, versions: range) -> None:
         """Bodies of a version newer than the schemas, read with the highest one they define."""
@@ -182,7 +191,7 @@ class BodyDecoder:
             except DecodeError as e:
                 why = f"{newer}; decoding with the v{as_ver} layout failed"
                 if side == "request":
-                    ex.problems.append(f"request: {why}: {e}")
+                    ex.problems.report("decode", f"request: {why}: {e}")
                 else:
                     self._bad_response(ex, e, why)
                 continue
@@ -191,21 +200,23 @@ class BodyDecoder:
                 continue
             offset = len(data) - got.body_start - got.unread
             ex.unread[side] = (offset, got.unread, got.tail(data)[:UNREAD_KEPT])
-            ex.problems.append(f"{side}: {got.unread} bytes at body offset {offset} not understood: "
-                               f"{newer}, and the v{as_ver} layout explains only the bytes before them")
+            ex.problems.report("unread", f"{side}: {got.unread} bytes at body offset {offset} not "
+                               f"understood: {newer}, and the v{as_ver} layout explains only the "
+                               "bytes before them", position=offset, bytes_skipped=got.unread)
         if full:
-            ex.notes.append(f"{newer}; {' and '.join(full)} decoded with the v{as_ver} layout")
+            ex.notes.report("version", f"{newer}; {' and '.join(full)} decoded with the "
+                            f"v{as_ver} layout")
 
     def _apiversions_v0(self, ex: Exchange) -> bool:
         """A broker that does not support the requested ApiVersions version answers with a v0
         body and UNSUPPORTED_VERSION (KIP-511): decode it so, if that is what it is."""
         assert ex.response_data is not None  # called only for a captured response
-        if ex.api_key != ApiKey.API_VERSIONS or ex.api_version == 0 or len(ex.response_data) < 6:
+        if ex.api_key != _API_VERSIONS or ex.api_version == 0 or len(ex.response_data) < 6:
             return False
-        if int.from_bytes(ex.response_data[4:6], "big", signed=True) != ErrorCode.UNSUPPORTED_VERSION:
+        if int.from_bytes(ex.response_data[4:6], "big", signed=True) != _UNSUPPORTED_VERSION:
             return False
         try:
-            ex.response_header, ex.response = bodies.decode_response(ex.response_data, ApiKey.API_VERSIONS, 0)
+            ex.response_header, ex.response = bodies.decode_response(ex.response_data, _API_VERSIONS, 0)
         except DecodeError:
             return False
         ex.response_version = 0  # normal: the broker lists its versions, client retries
@@ -213,20 +224,20 @@ class BodyDecoder:
 
     def _bad_response(self, ex: Exchange, err: DecodeError, why: str = "") -> None:
         assert ex.response_data is not None  # called only for a captured response
-        if ex.api_key == ApiKey.API_VERSIONS and len(ex.response_data) >= 6:
+        if ex.api_key == _API_VERSIONS and len(ex.response_data) >= 6:
             hdr_code = int.from_bytes(ex.response_data[4:6], "big", signed=True)
-            if hdr_code == ErrorCode.UNSUPPORTED_VERSION and ex.api_version != 0:
+            if hdr_code == _UNSUPPORTED_VERSION and ex.api_version != 0:
                 if self._apiversions_v0(ex):
                     return
                 ex.errors = [error_name(hdr_code)]
                 as_ = "" if ex.decoded_as is None else f" (read with the v{ex.decoded_as} layout)"
-                ex.problems.append(
-                    f"peer sent a malformed ApiVersions v{ex.api_version} response: neither a "
+                ex.problems.report(
+                    "decode", f"peer sent a malformed ApiVersions v{ex.api_version} response: neither a "
                     f"v{ex.api_version}{as_} nor a v0 body ({err}); what could be read: error_code "
                     f"{hdr_code} ({error_name(hdr_code)}), then {len(ex.response_data) - 6} bytes "
                     f"{ex.response_data[6:].hex()}")
                 return
-        ex.problems.append(f"response: {why}: {err}" if why else f"response: {err}")
+        ex.problems.report("decode", f"response: {why}: {err}" if why else f"response: {err}")
 
     def _raw_sasl(self, ex: Exchange) -> None:
         mech = (ex.sasl or {}).get("mechanism")
@@ -269,7 +280,7 @@ def _describe_token(mechanism: Optional[str], token: bytes) -> dict:
     return info
 
 
-def iter_exchanges(source: Union[str, os.PathLike, BinaryIO, Iterable[Union[Packet, CaptureProblem]]],
+def iter_exchanges(source: Union[str, os.PathLike, BinaryIO, Iterable[Union[Packet, Problem]]],
                    ports: Optional[Iterable[int]] = None, *, decode: bool = True,
                    best_effort: bool = True,
                    decoder: Optional[CaptureDecoder] = None) -> Iterator[Exchange]:
@@ -283,13 +294,13 @@ def iter_exchanges(source: Union[str, os.PathLike, BinaryIO, Iterable[Union[Pack
     """
     if decoder is None:
         decoder = CaptureDecoder(ports, decode=BodyDecoder(best_effort=best_effort) if decode else None)
-    packets: Iterable[Union[Packet, CaptureProblem]]
+    packets: Iterable[Union[Packet, Problem]]
     if isinstance(source, (str, os.PathLike)):
         packets = read_packets(source)
     elif hasattr(source, "read"):  # a binary stream: packets as they arrive
         packets = stream_packets(cast(BinaryIO, source))
     else:
-        packets = cast(Iterable[Union[Packet, CaptureProblem]], source)
+        packets = cast(Iterable[Union[Packet, Problem]], source)
     for p in packets:
         yield from decoder.feed(p)
     yield from decoder.finish()

@@ -7,20 +7,23 @@ far. :meth:`CaptureDecoder.finish` returns the rest (requests never answered, st
 from __future__ import annotations
 
 import struct
+from dataclasses import replace
 from typing import Callable, Iterable, Literal, Optional, Union
 
 from kproto.capture import bodies
 from kproto.capture.exchange import Endpoint, Exchange
 from kproto.capture.frames import DEFAULT_MAX_FRAME, Frame, FrameCutter, RequestRule, ResponseRule
 from kproto.capture.layers import ACK, FIN, LINKTYPES, RST, SYN, TcpSegment, parse_tcp
-from kproto.capture.pcap import CaptureProblem, Packet
+from kproto.capture.pcap import Packet
 from kproto.capture.tcp import TcpStream
 from kproto.errors import KprotoError
+from kproto.problems import Problem, Problems
 from kproto.schemas.api_keys import ApiKey
 
 __all__ = ["CaptureDecoder", "TcpConnection"]
 
 _I32 = struct.Struct(">i")
+_SASL_HANDSHAKE = ApiKey.SASL_HANDSHAKE
 _CLASSIFY_LIMIT = 8  # payload segments looked at before calling a connection "not Kafka"
 _MAX_EARLY = 256     # responses kept per connection while waiting for their request
 
@@ -69,7 +72,7 @@ class CaptureDecoder:
         self.connections: dict[tuple, Optional[TcpConnection]] = {}
         self._unclassified: dict[tuple, list[TcpSegment]] = {}
         self.chosen_ports: dict[int, str] = {}   # broker port -> why it was taken for Kafka
-        self.problems: list[str] = []           # capture-level problems (file damage)
+        self.problems = Problems()  # capture-level: file damage (capture), link types not read
         self.packets = 0
         self.bytes = 0
         self.non_tcp = 0
@@ -79,10 +82,10 @@ class CaptureDecoder:
 
     # -- input -----------------------------------------------------------------------------------
 
-    def feed(self, packet: Union[Packet, CaptureProblem, TcpSegment]) -> list[Exchange]:
+    def feed(self, packet: Union[Packet, Problem, TcpSegment]) -> list[Exchange]:
         """Process one packet (or a capture problem from the reader); return finished exchanges."""
-        if isinstance(packet, CaptureProblem):
-            self.problems.append(packet.message)
+        if isinstance(packet, Problem):
+            self.problems.add(packet)
             return []
         seg: Optional[TcpSegment]
         if isinstance(packet, TcpSegment):
@@ -113,7 +116,7 @@ class CaptureDecoder:
             self._segment(conn, seg)
         return self._take()
 
-    def feed_all(self, packets: Iterable[Union[Packet, CaptureProblem]]) -> list[Exchange]:
+    def feed_all(self, packets: Iterable[Union[Packet, Problem]]) -> list[Exchange]:
         """Feed every packet and finish; return all exchanges."""
         out: list[Exchange] = []
         for p in packets:
@@ -125,8 +128,8 @@ class CaptureDecoder:
         """End of capture: flush streams, emit unanswered requests and leftover problems."""
         self._unclassified.clear()  # connections that never looked like Kafka
         for linktype, n in sorted(self.unknown_links.items()):
-            self.problems.append(f"link type {linktype} is not one kproto reads: {n} packets "
-                                 "not read")
+            self.problems.report("link", f"link type {linktype} is not one kproto reads: {n} "
+                                 "packets not read")
         self.unknown_links.clear()
         seen = set()
         for conn in self.connections.values():
@@ -156,10 +159,12 @@ class CaptureDecoder:
             self._emit(ex, unanswered="the connection was closed" if conn.closed
                        else "the capture ended with the connection still open")
         conn.pending.clear()
-        notes = [f"client->broker: {n}" for n in conn.requests.take_notes()]
-        notes += [f"broker->client: {n}" for n in conn.responses.take_notes()]
-        if notes:
-            self._emit(Exchange(conn.client, conn.broker, kind="stream", ts=ts, problems=notes))
+        left = Problems(replace(p, reason=f"{side}: {p.reason}")
+                        for side, cutter in (("client->broker", conn.requests),
+                                             ("broker->client", conn.responses))
+                        for p in cutter.take_pending())
+        if left:
+            self._emit(Exchange(conn.client, conn.broker, kind="stream", ts=ts, problems=left))
 
     # -- connections -----------------------------------------------------------------------------
 
@@ -238,7 +243,7 @@ class CaptureDecoder:
 
     def _request_frame(self, conn: TcpConnection, frame: Frame) -> None:
         ex = Exchange(conn.client, conn.broker, ts=frame.ts_start, request_end=frame.ts_end,
-                      request_bytes=frame.size + 4, problems=list(frame.problems))
+                      request_bytes=frame.size + 4, problems=Problems(frame.problems))
         if conn.sasl_raw is not None and not self._looks_like_request(frame):
             ex.kind = "sasl"
             ex.request_data = frame.data
@@ -255,20 +260,25 @@ class CaptureDecoder:
             key, ver, corr, cid = bodies.read_request_header(
                 frame.data if frame.intact < 0 else frame.data[:frame.intact])
         except ValueError as e:
-            ex.problems.append("request header lost in a capture gap" if frame.intact >= 0 else str(e))
+            if frame.intact >= 0:
+                ex.problems.report("gap", "request header lost in a capture gap")
+            else:
+                ex.problems.report("decode", str(e))
             ex.kind = "stream"
             self._emit(ex)
             return
         ex.api_key, ex.api_version, ex.correlation_id, ex.client_id = key, ver, corr, cid
         if frame.missing:
-            ex.problems.append(f"request incomplete: {frame.missing} of {frame.size} bytes not captured")
+            ex.problems.report("gap", f"request incomplete: {frame.missing} of {frame.size} bytes "
+                               "not captured", bytes_skipped=frame.missing)
         elif frame.truncated:
-            ex.problems.append("request cut off by the end of the capture")
+            ex.problems.report("gap", "request cut off by the end of the capture")
         else:
             ex.request_data = frame.data
         if corr in conn.pending:
             old = conn.pending.pop(corr)
-            old.problems.append(f"correlation id {corr} reused before a response was seen")
+            old.problems.report("pairing", f"correlation id {corr} reused before a response was "
+                                "seen")
             self._emit(old)
         early = conn.early.pop(corr, None)
         if early is not None:  # held behind a hole in the request stream, or capture reordering
@@ -289,8 +299,9 @@ class CaptureDecoder:
             return
         if len(frame.data) < 4 or 0 <= frame.intact < 4:
             ex = Exchange(conn.client, conn.broker, kind="stream", ts=frame.ts_start,
-                          problems=frame.problems + [f"response frame of {frame.size} bytes has no "
-                                                     "correlation id"])
+                          problems=Problems(frame.problems))
+            ex.problems.report("pairing", f"response frame of {frame.size} bytes has no "
+                               "correlation id")
             self._emit(ex)
             return
         corr = _I32.unpack_from(frame.data, 0)[0]
@@ -310,12 +321,13 @@ class CaptureDecoder:
         ex.response_bytes = frame.size + 4
         ex.problems.extend(frame.problems)
         if frame.missing:
-            ex.problems.append(f"response incomplete: {frame.missing} of {frame.size} bytes not captured")
+            ex.problems.report("gap", f"response incomplete: {frame.missing} of {frame.size} bytes "
+                               "not captured", bytes_skipped=frame.missing)
         elif frame.truncated:
-            ex.problems.append("response cut off by the end of the capture")
+            ex.problems.report("gap", "response cut off by the end of the capture")
         else:
             ex.response_data = frame.data
-        if ex.api_key == ApiKey.SASL_HANDSHAKE and ex.api_version == 0 and ex.response_data is not None:
+        if ex.api_key == _SASL_HANDSHAKE and ex.api_version == 0 and ex.response_data is not None:
             mechanism = _sasl_v0_success(ex)
             if mechanism is not None:
                 # SaslHandshake v0 succeeded: raw, size-prefixed SASL tokens follow (KIP-43).
@@ -328,9 +340,9 @@ class CaptureDecoder:
                       response_start=frame.ts_start, response_end=frame.ts_end,
                       response_bytes=frame.size + 4,
                       response_data=None if frame.missing or frame.truncated else frame.data,
-                      problems=frame.problems + [
-                          f"orphan response ({frame.size + 4} bytes, correlation id {corr}): "
-                          "matches no request in the capture"])
+                      problems=Problems(frame.problems))
+        ex.problems.report("pairing", f"orphan response ({frame.size + 4} bytes, correlation id "
+                           f"{corr}): matches no request in the capture")
         return ex
 
     def _looks_like_request(self, frame: Frame) -> bool:
@@ -341,7 +353,7 @@ class CaptureDecoder:
         if self.decode is not None:
             self.decode(ex)  # may clear expects_response (a Produce with acks=0)
         if unanswered and ex.expects_response:
-            ex.problems.append(f"no response: {unanswered}")
+            ex.problems.report("pairing", f"no response: {unanswered}")
         self._out.append(ex)
 
     def _take(self) -> list[Exchange]:
@@ -360,7 +372,7 @@ def _sasl_v0_success(ex: Exchange) -> Optional[str]:
         return None
     try:
         _, req = bodies.decode_request(ex.request_data)
-        _, resp = bodies.decode_response(ex.response_data, ApiKey.SASL_HANDSHAKE, 0)
+        _, resp = bodies.decode_response(ex.response_data, _SASL_HANDSHAKE, 0)
     except (KprotoError, KeyError, TypeError):
         return None
     return req.mechanism if resp.error_code == 0 else None

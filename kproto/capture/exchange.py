@@ -9,9 +9,12 @@ from typing import Any, Optional
 from kproto import codecs
 from kproto.capture.bodies import api_name
 from kproto.capture.layers import format_ip
+from kproto.problems import Problems
 from kproto.schemas.api_keys import ApiKey
 
 __all__ = ["Endpoint", "Exchange", "UNREAD_KEPT", "exchange_to_json"]
+
+_SASL_AUTHENTICATE_KEY = ApiKey.SASL_AUTHENTICATE
 
 UNREAD_KEPT = 64  # bytes kept (and shown in hex) of a body's unread tail: enough to recognise a field
 
@@ -41,6 +44,11 @@ class Exchange:
     An ``api_version`` newer than kproto's schemas is decoded, best effort, with the highest
     version they define: ``decoded_as`` says which, ``notes`` says so, and bytes that layout
     does not explain are in ``unread`` and reported as a problem.
+
+    ``problems`` and ``notes`` (informational: ``note`` set) are
+    :class:`~kproto.problems.Problems` of :class:`~kproto.problems.Problem` records (kinds
+    ``gap``, ``resync``, ``pairing``, ``decode``, ``unread``, ``session``, ``version``); the
+    exchange is where they are, so their ``source`` is empty.
     """
 
     client: Endpoint
@@ -64,8 +72,8 @@ class Exchange:
     response_start: Optional[float] = None
     response_end: Optional[float] = None
     expects_response: bool = True
-    problems: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)     # informational, not problems
+    problems: Problems = field(default_factory=Problems)
+    notes: Problems = field(default_factory=lambda: Problems(note=True))  # not problems
     errors: list[str] = field(default_factory=list)
     # "request"/"response" -> bytes a best-effort decode left unread: (offset in the body, count,
     # the first UNREAD_KEPT of them)
@@ -136,7 +144,7 @@ def exchange_to_json(ex: Exchange, *, records: Any = None) -> dict:
         assert key is not None and body_ver is not None
         rver = body_ver if ex.response_version is None else ex.response_version
         response = _body_json(codecs.response(key), ex.response, rver, records)
-    if ex.sasl and request is not None and key == ApiKey.SASL_AUTHENTICATE:
+    if ex.sasl and request is not None and key == _SASL_AUTHENTICATE_KEY:
         request["authBytes"] = "<redacted>"
     doc = {
         "ts": _iso(ex.ts),
@@ -155,8 +163,8 @@ def exchange_to_json(ex: Exchange, *, records: Any = None) -> dict:
         "request": request,
         "response": response,
         "errors": ex.errors,
-        "problems": ex.problems,
-        "notes": ex.notes,
+        "problems": ex.problems.reasons(),
+        "notes": ex.notes.reasons(),
         "unread": {side: {"offset": off, "length": n, "hex": head.hex()}
                    for side, (off, n, head) in ex.unread.items()} or None,
     }

@@ -19,6 +19,7 @@ import numpy as np
 
 from kproto.capture.tcp import StreamData, StreamGap
 from kproto.framing import DEFAULT_MAX_FRAME
+from kproto.problems import Problems
 
 __all__ = ["Frame", "FrameCutter", "FrameRule", "RequestRule", "ResponseRule", "DEFAULT_MAX_FRAME",
            "NEWER_VERSIONS"]
@@ -39,7 +40,8 @@ class Frame:
 
     ``missing`` counts bytes of the frame the capture lost (then ``data`` holds only the bytes
     present, before and after the holes, and is not decodable). ``problems`` are stream-level
-    notes that precede this frame (gaps, bytes skipped while resynchronising).
+    problems that precede this frame (``gap``: bytes the capture lost; ``resync``: bytes skipped
+    while resynchronising).
     """
 
     data: bytes
@@ -49,7 +51,7 @@ class Frame:
     offset: int
     missing: int = 0
     truncated: bool = False
-    problems: list[str] = field(default_factory=list)
+    problems: Problems = field(default_factory=Problems)
     intact: int = -1   # leading bytes of ``data`` before the first hole (-1: no hole)
 
 
@@ -186,7 +188,7 @@ class FrameCutter:
         self.raw = False           # raw SASL tokens flow: any size prefix is fine
         # the stream's first bytes arrived without its SYN: they may start with a whole frame
         self.start_unsure = False
-        self.notes: list[str] = []  # problems waiting for the next frame
+        self.pending = Problems()  # problems waiting for the next frame
         self._ts: list[tuple[int, float]] = []  # (stream offset, ts) of chunk starts in buf
 
     # -- input -----------------------------------------------------------------------------------
@@ -215,10 +217,12 @@ class FrameCutter:
                 self.intact = max(len(self.buf) - 4, 0)
             if size <= remaining:
                 self.missing += size
-                self.notes.append(f"{size} bytes of this frame missing from the capture{why}")
+                self.pending.report("gap", f"{size} bytes of this frame missing from the "
+                                    f"capture{why}", bytes_skipped=size)
                 return self._cut()
             self.missing += remaining
-            self.notes.append(f"{remaining} bytes of this frame missing from the capture{why}")
+            self.pending.report("gap", f"{remaining} bytes of this frame missing from the "
+                                f"capture{why}", bytes_skipped=remaining)
             out.append(self._emit())
             size -= remaining
         self.skipped += len(self.buf)
@@ -230,11 +234,13 @@ class FrameCutter:
         self.need = None
         self.synced = False
         self.start_unsure = False
-        self.notes.append(f"{size} bytes missing from the capture{why}; looking for the next frame")
+        self.pending.report("gap", f"{size} bytes missing from the capture{why}; looking for the "
+                            "next frame", bytes_skipped=size)
         return out
 
     def finish(self, ts: float) -> list[Frame]:
-        """End of stream: a partial frame is returned ``truncated``; stray bytes become a note."""
+        """End of stream: a partial frame is returned ``truncated``; stray bytes become a
+        problem."""
         out: list[Frame] = []
         if self.start_unsure and not self.synced and self.buf:
             self.start_unsure = False
@@ -242,21 +248,23 @@ class FrameCutter:
                 self.synced = True
                 out += self._cut()
         if self.synced and self.buf and self.need is not None:
-            self.notes.append(f"stream ends inside a frame: {4 + self.need - len(self.buf) - self.missing}"
-                              " bytes never seen")
+            unseen = 4 + self.need - len(self.buf) - self.missing
+            self.pending.report("gap", f"stream ends inside a frame: {unseen} bytes never seen",
+                                bytes_skipped=unseen)
             out.append(self._emit(truncated=True))
         elif self.buf:
             self.skipped += len(self.buf)
             self.buf.clear()
         if self.skipped:
-            self.notes.append(f"{self.skipped} bytes at the end of the stream are not a Kafka frame")
+            self.pending.report("resync", f"{self.skipped} bytes at the end of the stream are not "
+                                "a Kafka frame", bytes_skipped=self.skipped)
             self.skipped = 0
         return out
 
-    def take_notes(self) -> list[str]:
+    def take_pending(self) -> Problems:
         """Problems not attached to any frame (left over at the end of the stream)."""
-        notes, self.notes = self.notes, []
-        return notes
+        pending, self.pending = self.pending, Problems()
+        return pending
 
     # -- internals -------------------------------------------------------------------------------
 
@@ -272,8 +280,9 @@ class FrameCutter:
                     return out
                 if not (0 <= _I32.unpack_from(buf, 0)[0] <= rule.max_frame if self.raw
                         else rule.sane(buf, 0)):
-                    self.notes.append(f"implausible frame header {bytes(buf[:12]).hex()}: "
-                                      "not Kafka? looking for the next frame")
+                    self.pending.report("resync", f"implausible frame header "
+                                        f"{bytes(buf[:12]).hex()}: not Kafka? looking for the "
+                                        "next frame")
                     self.synced = False
                     self.skipped += 1
                     self._drop(1)
@@ -292,8 +301,8 @@ class FrameCutter:
         last = bisect_left(ts, end_off, key=_first) - 1  # chunk holding the frame's last byte
         ts_end = ts[last][1] if last >= 0 else ts_start
         frame = Frame(bytes(self.buf[4:n]) if n > 4 else b"", self.need, ts_start, ts_end,
-                      self.base, self.missing, truncated, self.notes, self.intact)
-        self.notes = []
+                      self.base, self.missing, truncated, self.pending, self.intact)
+        self.pending = Problems()
         self.intact = -1
         self.base += self.missing
         self.missing = 0
@@ -364,7 +373,8 @@ class FrameCutter:
             return False
         self.skipped += found
         if self.skipped:
-            self.notes.append(f"skipped {self.skipped} bytes to resynchronise on the next plausible frame")
+            self.pending.report("resync", f"skipped {self.skipped} bytes to resynchronise on the "
+                                "next plausible frame", bytes_skipped=self.skipped)
         self.skipped = 0
         self._drop(found)
         self.synced = True

@@ -1,7 +1,8 @@
 """pcap and pcapng parsing from bytes (sans-I/O), with thin file and stream readers on top.
 
 ``iter_packets(buf)`` yields :class:`Packet` objects and, for damaged files, a final
-:class:`CaptureProblem` instead of raising: a truncated capture still gives every complete packet.
+:class:`~kproto.problems.Problem` (kind ``capture``: ``index`` the packet's number, ``position``
+the byte offset) instead of raising: a truncated capture still gives every complete packet.
 ``stream_packets(f)`` does the same for a stream (``tcpdump -w - | kproto decode-pcap -``),
 yielding each packet as soon as its record has arrived.
 """
@@ -9,10 +10,12 @@ from __future__ import annotations
 
 import os
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import BinaryIO, Generator, Iterator, Union
 
-__all__ = ["Packet", "CaptureProblem", "iter_packets", "read_packets", "stream_packets",
+from kproto.problems import Problem
+
+__all__ = ["Packet", "iter_packets", "read_packets", "stream_packets",
            "LINKTYPE_ETHERNET"]
 
 LINKTYPE_ETHERNET = 1
@@ -39,26 +42,22 @@ class Packet:
     index: int = 0
 
 
-@dataclass(slots=True)
-class CaptureProblem:
+def _damage(reason: str, index: int = 0, offset: int = 0) -> Problem:
     """Something wrong with the capture file itself (not with the traffic in it)."""
-
-    message: str
-    index: int = 0
-    offset: int = 0
+    return Problem("capture", reason, position=offset, index=index)
 
 
-def iter_packets(buf: Union[bytes, bytearray, memoryview]) -> Iterator[Union[Packet, CaptureProblem]]:
+def iter_packets(buf: Union[bytes, bytearray, memoryview]) -> Iterator[Union[Packet, Problem]]:
     """Yield the packets of a pcap or pcapng capture held in ``buf`` (zero-copy slices)."""
     mv = memoryview(buf).cast("B") if not isinstance(buf, memoryview) else buf.cast("B")
     if len(mv) < 4:
-        yield CaptureProblem("file too short to be a capture", 0, 0)
+        yield _damage("file too short to be a capture", 0, 0)
         return
     yield from _parse(mv)
 
 
 def _parse(mv: memoryview, index: int = 0,
-           shift: int = 0) -> Generator[Union[Packet, CaptureProblem], None, tuple[int, bool]]:
+           shift: int = 0) -> Generator[Union[Packet, Problem], None, tuple[int, bool]]:
     """``index``: packets before ``mv``; ``shift``: where ``mv`` starts in the capture (a
     stream's records are parsed one by one behind their headers). Returns the packets counted
     and whether the parse reached the end (False: it stopped at damage)."""
@@ -67,14 +66,14 @@ def _parse(mv: memoryview, index: int = 0,
         return (yield from _iter_pcapng(mv, index, shift))
     if magic in _PCAP_MAGICS:
         return (yield from _iter_pcap(mv, *_PCAP_MAGICS[magic], index, shift))
-    yield CaptureProblem(f"not a pcap or pcapng file (magic 0x{magic:08x})", 0, 0)
+    yield _damage(f"not a pcap or pcapng file (magic 0x{magic:08x})", 0, 0)
     return index, False
 
 
 def _iter_pcap(mv: memoryview, order: str, nanos: bool, index: int = 0,
-               shift: int = 0) -> Generator[Union[Packet, CaptureProblem], None, tuple[int, bool]]:
+               shift: int = 0) -> Generator[Union[Packet, Problem], None, tuple[int, bool]]:
     if len(mv) < 24:
-        yield CaptureProblem("pcap file header truncated", 0, len(mv))
+        yield _damage("pcap file header truncated", 0, len(mv))
         return index, False
     linktype = struct.unpack_from(order + "I", mv, 20)[0] & 0x0FFFFFFF
     rec = struct.Struct(order + "IIII")
@@ -83,14 +82,14 @@ def _iter_pcap(mv: memoryview, order: str, nanos: bool, index: int = 0,
     while pos < end:
         index += 1
         if pos + 16 > end:
-            yield CaptureProblem(f"packet {index}: record header truncated ({end - pos} of 16 bytes)",
-                                 index, pos + shift)
+            yield _damage(f"packet {index}: record header truncated ({end - pos} of 16 bytes)",
+                          index, pos + shift)
             return index, False
         sec, frac, incl, orig = rec.unpack_from(mv, pos)
         pos += 16
         if pos + incl > end:
-            yield CaptureProblem(f"packet {index}: truncated ({end - pos} of {incl} bytes present)",
-                                 index, pos - 16 + shift)
+            yield _damage(f"packet {index}: truncated ({end - pos} of {incl} bytes present)",
+                          index, pos - 16 + shift)
             return index, False
         yield Packet(sec + frac * scale, linktype, mv[pos:pos + incl], orig, index)
         pos += incl
@@ -98,7 +97,7 @@ def _iter_pcap(mv: memoryview, order: str, nanos: bool, index: int = 0,
 
 
 def _iter_pcapng(mv: memoryview, index: int = 0,
-                 shift: int = 0) -> Generator[Union[Packet, CaptureProblem], None, tuple[int, bool]]:
+                 shift: int = 0) -> Generator[Union[Packet, Problem], None, tuple[int, bool]]:
     pos, end = 0, len(mv)
     order = "<"
     # per interface: (linktype, seconds per timestamp unit, timestamp offset)
@@ -106,7 +105,7 @@ def _iter_pcapng(mv: memoryview, index: int = 0,
     while pos < end:
         at = pos + shift  # where the block is in the whole capture
         if pos + 12 > end:
-            yield CaptureProblem(f"pcapng block header truncated at byte {at}", index + 1, at)
+            yield _damage(f"pcapng block header truncated at byte {at}", index + 1, at)
             return index, False
         btype = struct.unpack_from("<I", mv, pos)[0]
         if btype == _PCAPNG_SHB:
@@ -116,30 +115,30 @@ def _iter_pcapng(mv: memoryview, index: int = 0,
             elif bom == 0x4D3C2B1A:
                 order = ">"
             else:
-                yield CaptureProblem(f"pcapng section header with bad byte-order magic at byte {at}",
-                                     index + 1, at)
+                yield _damage(f"pcapng section header with bad byte-order magic at byte {at}",
+                              index + 1, at)
                 return index, False
             ifaces = []
         else:
             btype = struct.unpack_from(order + "I", mv, pos)[0]
         blen = struct.unpack_from(order + "I", mv, pos + 4)[0]
         if blen < 12 or blen % 4:
-            yield CaptureProblem(f"pcapng block at byte {at} has invalid length {blen}", index + 1, at)
+            yield _damage(f"pcapng block at byte {at} has invalid length {blen}", index + 1, at)
             return index, False
         if pos + blen > end:
-            yield CaptureProblem(f"pcapng block at byte {at} truncated ({end - pos} of {blen} bytes)",
-                                 index + 1, at)
+            yield _damage(f"pcapng block at byte {at} truncated ({end - pos} of {blen} bytes)",
+                          index + 1, at)
             return index, False
         body = mv[pos + 8:pos + blen - 4]
         if btype == 1:  # Interface Description Block
             if len(body) < 8:
-                yield CaptureProblem(f"pcapng interface block at byte {at} too short", index + 1, at)
+                yield _damage(f"pcapng interface block at byte {at} too short", index + 1, at)
                 return index, False
             linktype = struct.unpack_from(order + "H", body, 0)[0]
             ifaces.append((linktype, *_idb_time(body[8:], order)))
         elif btype in (6, 2):  # Enhanced Packet Block, obsolete Packet Block
             if len(body) < 20:
-                yield CaptureProblem(f"pcapng packet block at byte {at} too short", index + 1, at)
+                yield _damage(f"pcapng packet block at byte {at} too short", index + 1, at)
                 return index, False
             if btype == 6:
                 iface, hi, lo, incl, orig = struct.unpack_from(order + "IIIII", body, 0)
@@ -147,15 +146,15 @@ def _iter_pcapng(mv: memoryview, index: int = 0,
                 iface, _drops, hi, lo, incl, orig = struct.unpack_from(order + "HHIIII", body, 0)
             index += 1
             if iface >= len(ifaces):
-                yield CaptureProblem(f"packet {index}: unknown interface {iface}", index, at)
+                yield _damage(f"packet {index}: unknown interface {iface}", index, at)
             elif 20 + incl > len(body):
-                yield CaptureProblem(f"packet {index}: captured length {incl} exceeds its block", index, at)
+                yield _damage(f"packet {index}: captured length {incl} exceeds its block", index, at)
             else:
                 linktype, unit, offset = ifaces[iface]
                 yield Packet(((hi << 32) | lo) * unit + offset, linktype, body[20:20 + incl], orig, index)
         elif btype == 3:  # Simple Packet Block: no timestamp, interface 0
             if len(body) < 4 or not ifaces:
-                yield CaptureProblem(f"pcapng simple packet block at byte {at} unusable", index + 1, at)
+                yield _damage(f"pcapng simple packet block at byte {at} unusable", index + 1, at)
             else:
                 index += 1
                 orig = struct.unpack_from(order + "I", body, 0)[0]
@@ -181,14 +180,17 @@ def _idb_time(options: memoryview, order: str) -> tuple[float, int]:
     return unit, offset
 
 
-def read_packets(path: Union[str, os.PathLike]) -> Iterator[Union[Packet, CaptureProblem]]:
-    """Yield the packets of a capture file (read whole; packet data are views into it)."""
+def read_packets(path: Union[str, os.PathLike]) -> Iterator[Union[Packet, Problem]]:
+    """Yield the packets of a capture file (read whole; packet data are views into it); a
+    problem's ``source`` is ``path``."""
     with open(path, "rb") as f:
         data = f.read()
+    source = os.fsdecode(path)
     if not data:
-        yield CaptureProblem("empty file", 0, 0)
+        yield replace(_damage("empty file", 0, 0), source=source)
         return
-    yield from iter_packets(data)
+    for item in iter_packets(data):
+        yield replace(item, source=source) if isinstance(item, Problem) else item
 
 
 #: A record or block longer than this in a stream is damage, not data (snap lengths are at
@@ -196,7 +198,7 @@ def read_packets(path: Union[str, os.PathLike]) -> Iterator[Union[Packet, Captur
 MAX_STREAM_RECORD = 64 << 20
 
 
-def stream_packets(f: BinaryIO) -> Iterator[Union[Packet, CaptureProblem]]:
+def stream_packets(f: BinaryIO) -> Iterator[Union[Packet, Problem]]:
     """Yield the packets of a pcap or pcapng stream (a pipe, a socket, a growing file) as
     their records arrive: the same packets and problems as :func:`iter_packets` on the whole
     stream. Each record is parsed with the stream's headers (the pcap file header, or the
@@ -214,13 +216,13 @@ def stream_packets(f: BinaryIO) -> Iterator[Union[Packet, CaptureProblem]]:
 
     head = read(4)
     if len(head) < 4:
-        yield from (iter_packets(head) if head else [CaptureProblem("empty stream", 0, 0)])
+        yield from (iter_packets(head) if head else [_damage("empty stream", 0, 0)])
         return
     magic = struct.unpack_from("<I", head, 0)[0]
     index = 0
 
     def parsed(prefix: bytes, unit: bytes,
-               unit_pos: int) -> Generator[Union[Packet, CaptureProblem], None, bool]:
+               unit_pos: int) -> Generator[Union[Packet, Problem], None, bool]:
         """``unit`` parsed after ``prefix``, numbered and placed as in the whole stream; False
         when the parser stopped at damage, as it would have in the whole stream."""
         nonlocal index
@@ -241,8 +243,8 @@ def stream_packets(f: BinaryIO) -> Iterator[Union[Packet, CaptureProblem]]:
             if len(unit) == 16:
                 incl = struct.unpack_from(order + "I", unit, 8)[0]
                 if incl > MAX_STREAM_RECORD:
-                    yield CaptureProblem(f"packet {index + 1}: captured length {incl} is not "
-                                         "plausible; the stream is damaged", index + 1, pos)
+                    yield _damage(f"packet {index + 1}: captured length {incl} is not "
+                                  "plausible; the stream is damaged", index + 1, pos)
                     return
                 unit += read(incl)
             if not (yield from parsed(prefix, unit, pos)):  # a truncated record: the end
@@ -265,8 +267,8 @@ def stream_packets(f: BinaryIO) -> Iterator[Union[Packet, CaptureProblem]]:
             if len(hdr) >= 8:
                 blen = struct.unpack_from(order + "I", hdr, 4)[0]
                 if blen > MAX_STREAM_RECORD:
-                    yield CaptureProblem(f"pcapng block at byte {pos} has implausible length "
-                                         f"{blen}; the stream is damaged", index + 1, pos)
+                    yield _damage(f"pcapng block at byte {pos} has implausible length "
+                                  f"{blen}; the stream is damaged", index + 1, pos)
                     return
                 # at least the 12 bytes the parser needs to judge a length (invalid below 12)
                 block += read(max(blen, 12) - len(hdr))

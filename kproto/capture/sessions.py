@@ -10,26 +10,26 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from kproto.error_codes import ErrorCode
 from kproto.fetch_session.model import (
+    FETCH_SESSION_ID_NOT_FOUND,
+    FETCH_SESSION_TOPIC_ID_ERROR,
     FINAL_EPOCH,
     INITIAL_EPOCH,
+    INVALID_FETCH_SESSION_EPOCH,
     INVALID_SESSION_ID,
     next_epoch,
 )
+from kproto.problems import Problems
 
 __all__ = ["FetchSessionView", "SessionState"]
 
 _EXPLAIN: dict[int, str] = {
-    ErrorCode.FETCH_SESSION_ID_NOT_FOUND:
-        "the broker does not know session {sid} (evicted, or the broker "
-        "restarted): the client must send a full fetch (epoch 0) to start again",
-    ErrorCode.INVALID_FETCH_SESSION_EPOCH:
-        "epoch {epoch} is not the one the broker expects for session {sid} "
-        "(a request was lost or resent): the client must start a new session",
-    ErrorCode.FETCH_SESSION_TOPIC_ID_ERROR:
-        "the topic ids of session {sid} changed (topic recreated?): the "
-        "client must start a new session",
+    FETCH_SESSION_ID_NOT_FOUND: "the broker does not know session {sid} (evicted, or the broker "
+                                "restarted): the client must send a full fetch (epoch 0) to start again",
+    INVALID_FETCH_SESSION_EPOCH: "epoch {epoch} is not the one the broker expects for session {sid} "
+                                 "(a request was lost or resent): the client must start a new session",
+    FETCH_SESSION_TOPIC_ID_ERROR: "the topic ids of session {sid} changed (topic recreated?): the "
+                                  "client must start a new session",
 }
 
 
@@ -70,7 +70,7 @@ class FetchSessionView:
         forgotten = [(_topic_key(t, names), p) for t in getattr(req, "forgotten_topics_data", None) or []
                      for p in t.partitions]
         info: dict = {"session_id": sid, "epoch": epoch}
-        problems: list[str] = []
+        problems = Problems()  # reported with the response
         if epoch == FINAL_EPOCH:
             info["kind"] = "sessionless" if sid == INVALID_SESSION_ID else "close"
             self.sessions.pop(sid, None)
@@ -83,12 +83,12 @@ class FetchSessionView:
             info["kind"] = "incremental"
             state = self.sessions.get(sid)
             if state is None:
-                problems.append(f"incremental fetch on session {sid} whose creation was not captured: "
-                                "partition set incomplete")
+                problems.report("session", f"incremental fetch on session {sid} whose creation was "
+                                "not captured: partition set incomplete")
                 state = self.sessions[sid] = SessionState(sid, epoch)
             elif epoch != next_epoch(state.epoch):
-                problems.append(f"epoch {epoch} follows {state.epoch} on session {sid}: expected "
-                                f"{next_epoch(state.epoch)}")
+                problems.report("session", f"epoch {epoch} follows {state.epoch} on session {sid}: "
+                                f"expected {next_epoch(state.epoch)}")
             state.epoch = epoch
             for tp in forgotten:
                 state.partitions.pop(tp, None)
@@ -100,17 +100,19 @@ class FetchSessionView:
         self._last_request = {"sid": sid, "epoch": epoch, "full": full, "problems": problems}
         return info
 
-    def response(self, resp: Any, info: dict) -> list[str]:
-        """Complete ``info`` (from :meth:`request`) with the response; returns problems."""
-        last = self._last_request or {"sid": 0, "epoch": FINAL_EPOCH, "full": {}, "problems": []}
+    def response(self, resp: Any, info: dict, problems: Problems) -> None:
+        """Complete ``info`` (from :meth:`request`) with the response; what does not add up in
+        the request and its response is reported in ``problems`` (kind ``session``)."""
+        last = self._last_request or {"sid": 0, "epoch": FINAL_EPOCH, "full": {},
+                                      "problems": Problems()}
         self._last_request = None
-        problems = list(last["problems"])
+        problems.extend(last["problems"])
         sid, epoch = last["sid"], last["epoch"]
         err = getattr(resp, "error_code", 0)
         if err in _EXPLAIN:
             info["error"] = _EXPLAIN[err].format(sid=sid, epoch=epoch)
             self.sessions.pop(sid, None)
-            return problems
+            return
         new_sid = getattr(resp, "session_id", INVALID_SESSION_ID)
         if epoch == INITIAL_EPOCH:
             if new_sid != INVALID_SESSION_ID:
@@ -128,7 +130,6 @@ class FetchSessionView:
                 info["response_partitions"] = sum(len(t.partitions) for t in resp.responses)
                 info["high_watermarks"] = {f"{k[0]}-{k[1]}": v for k, v in state.high_watermarks.items()
                                            if k in state.partitions}
-        return problems
 
     def learn_topics(self, metadata_response: Any) -> None:
         """Remember topic id -> name from a Metadata response (for readable partition names)."""

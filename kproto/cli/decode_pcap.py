@@ -103,7 +103,7 @@ def _text_line(ex: Any, doc: dict) -> str:
     when = doc["ts"] or ""
     when = when[11:] if when.endswith("Z") else when  # time of day, or the raw seconds
     if ex.kind == "stream":
-        return f"{when} {doc['client']} -> {doc['broker']} stream: " + "; ".join(ex.problems)
+        return f"{when} {doc['client']} -> {doc['broker']} stream: " + "; ".join(doc["problems"])
     if ex.kind == "sasl":
         head = f"{when} {doc['client']} -> {doc['broker']} SASL token {json.dumps(ex.sasl)}"
     else:
@@ -114,9 +114,9 @@ def _text_line(ex: Any, doc: dict) -> str:
                 f"corr={doc['correlation_id']} client_id={doc['client_id']!r} {lat}")
     if ex.errors:
         head += " errors=" + ",".join(ex.errors)
-    for note in ex.notes:
+    for note in doc["notes"]:
         head += f"\n    i {note}"
-    for problem in ex.problems:
+    for problem in doc["problems"]:
         head += f"\n    ! {problem}"
     for side, part in (doc.get("unread") or {}).items():
         more = "..." if part["length"] * 2 > len(part["hex"]) else ""
@@ -186,7 +186,7 @@ def run(args: argparse.Namespace) -> int:
             pass
         emit(decoder.finish())
         for problem in decoder.problems:
-            print(f"capture: {problem}", file=sys.stderr)
+            print(f"capture: {problem.reason}", file=sys.stderr)
         if args.port is None and not decoder.chosen_ports:
             print("no Kafka connection recognised; give the broker port with --port", file=sys.stderr)
         if summary is not None:

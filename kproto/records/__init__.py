@@ -2,7 +2,8 @@
 over bytes/memoryview/mmap, decoded per record or in bulk into columns, and built for
 producers.
 
-* :func:`iter_batches` / :class:`BatchReader`: the batches of a buffer, with damage reports.
+* :func:`iter_batches` / :class:`BatchReader`: the batches of a buffer, with damage reported
+  into a :class:`~kproto.problems.Problems` collector.
 * :class:`RecordBatch` (v2) and :class:`LegacyMessage` (magic 0/1): header fields without
   decompressing; ``.records()`` iterates :class:`Record` objects; ``.columns()`` decodes in bulk.
 * :func:`decode_columns`: every record of a byte range as numpy columns, ready for Arrow
@@ -15,12 +16,12 @@ from kproto.records.builder import LegacyMessageBuilder, RecordBatchBuilder
 from kproto.records.columns import BatchColumns, RecordColumns, decode_batches, to_arrow
 from kproto.records.control import ControlRecord, decode_control
 from kproto.records.legacy import LegacyMessage, LegacyRecord
-from kproto.records.reader import (Batch, BatchError, BatchReader, decode_columns, iter_batches,
+from kproto.records.reader import (Batch, BatchReader, decode_columns, iter_batches,
                                    iter_column_batches)
 from kproto.records.record import Header, Record
 
 __all__ = [
-    "Batch", "BatchColumns", "BatchError", "BatchReader", "ControlRecord", "Header",
+    "Batch", "BatchColumns", "BatchReader", "ControlRecord", "Header",
     "LegacyMessage", "LegacyMessageBuilder", "LegacyRecord", "Record", "RecordBatch",
     "RecordBatchBuilder", "RecordColumns", "decode_batches", "decode_columns", "decode_control",
     "iter_batches", "iter_column_batches", "to_arrow",

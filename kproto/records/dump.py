@@ -15,7 +15,8 @@ from kproto.errors import DecodeError, KprotoError
 from kproto.records.batch import Record, RecordBatch
 from kproto.records.control import decode_control
 from kproto.records.legacy import LegacyRecord
-from kproto.records.reader import Batch, BatchError, BatchReader
+from kproto.records.reader import Batch, BatchReader
+from kproto.problems import Problems
 
 __all__ = ["dump_lines", "batch_line", "record_line"]
 
@@ -90,8 +91,8 @@ def record_line(rec: Record | LegacyRecord, batch_index: int, control: bool = Fa
 def dump_lines(buf: bytes | bytearray | memoryview | mmap.mmap, *, deep: bool = True,
                max_decompressed: int = DEFAULT_MAX_SIZE) -> Iterator[dict]:
     """Yield the JSON-lines dicts for every batch (and, if ``deep``, record) of ``buf``."""
-    errors: list[BatchError] = []
-    reader = BatchReader(buf, max_decompressed=max_decompressed, errors=errors)
+    problems = Problems()
+    reader = BatchReader(buf, max_decompressed=max_decompressed, problems=problems)
     batches = records = 0
     for batch in reader:
         index = batches
@@ -115,9 +116,9 @@ def dump_lines(buf: bytes | bytearray | memoryview | mmap.mmap, *, deep: bool = 
                 break
             records += 1
             yield line
-    for err in errors:
-        yield {"type": "error", "batch_index": err.index, "position": err.position,
-               "error": err.reason}
+    for p in problems:
+        yield {"type": "error", "batch_index": p.index, "position": p.position,
+               "error": p.reason}
     yield {"type": "summary", "batches": batches, "records": records,
            "valid_bytes": reader.valid_bytes, "file_size": len(reader.buffer),
            "trailing_bytes": reader.trailing_bytes, "stopped_by": reader.stopped_by}

@@ -4,13 +4,13 @@ response's records), any magic, over bytes/memoryview/mmap without copying.
 Framing follows Kafka's ``ByteBufferLogInputStream``: fewer than 12 bytes left, or a batch
 that does not fit, ends the iteration as a torn tail (``trailing_bytes``); a size below the
 minimum or an unknown magic is corruption that stops it (``stopped_by``). With
-``verify_crc=True`` a batch whose checksum fails is reported and skipped.
+``verify_crc=True`` a batch whose checksum fails is reported and skipped. Damage is reported
+into a :class:`~kproto.problems.Problems` collector (kinds ``corrupt``, fatal, and ``crc``).
 """
 from __future__ import annotations
 
 import mmap
 import struct
-from dataclasses import dataclass
 from typing import Iterable, Iterator, Union
 
 from kproto.records.compression import DEFAULT_MAX_SIZE, DecompressionBudget
@@ -19,8 +19,9 @@ from kproto.records.batch import RecordBatch
 from kproto.records.columns import RecordColumns, decode_batches
 from kproto.records.record import LOG_OVERHEAD
 from kproto.records.legacy import LegacyMessage
+from kproto.problems import Problems
 
-__all__ = ["Batch", "BatchError", "BatchReader", "iter_batches", "decode_columns",
+__all__ = ["Batch", "BatchReader", "iter_batches", "decode_columns",
            "iter_column_batches"]
 
 Batch = Union[RecordBatch, LegacyMessage]
@@ -28,30 +29,21 @@ _SIZE = struct.Struct(">i")  # the batch length field, at +8
 MIN_RECORD_SIZE = 14  # LegacyRecord.RECORD_OVERHEAD_V0, Kafka's first sanity bound
 
 
-@dataclass(frozen=True)
-class BatchError:
-    """Damage found while reading: where, which batch (by index) and why. ``fatal`` errors
-    stopped the iteration; the others skipped one batch."""
-
-    position: int
-    index: int
-    reason: str
-    fatal: bool
-
-
 class BatchReader:
     """Iterator of the batches in ``buf[start:end]``; after (or during) iteration,
-    ``valid_bytes``, ``trailing_bytes``, ``stopped_by`` and ``errors`` describe the scan.
+    ``valid_bytes``, ``trailing_bytes``, ``stopped_by`` and ``problems`` describe the scan.
 
-    ``errors``: a list to collect :class:`BatchError` reports into; when None, damage raises
-    :class:`~kproto.errors.DecodeError` instead. ``budget``: what the batches may decompress in
-    all (default: a fresh :class:`~kproto.records.compression.DecompressionBudget`).
+    ``problems``: where damage is reported (a :class:`~kproto.problems.Problem` with the
+    position, ``index``: the batch's number, and ``fatal`` when it stopped the iteration); when
+    None, damage raises :class:`~kproto.errors.DecodeError` instead. ``budget``: what the
+    batches may decompress in all (default: a fresh
+    :class:`~kproto.records.compression.DecompressionBudget`).
     """
 
     def __init__(self, buf: bytes | bytearray | memoryview | mmap.mmap, start: int = 0,
                  end: int | None = None, *, verify_crc: bool = False,
                  max_decompressed: int = DEFAULT_MAX_SIZE,
-                 errors: list[BatchError] | None = None,
+                 problems: Problems | None = None,
                  budget: DecompressionBudget | None = None) -> None:
         self.buffer = memoryview(buf).cast("B") if not isinstance(buf, memoryview) else buf
         # one budget for everything this read decompresses (see DecompressionBudget)
@@ -60,7 +52,7 @@ class BatchReader:
         self.end = len(self.buffer) if end is None else min(end, len(self.buffer))
         self.verify_crc = verify_crc
         self.max_decompressed = max_decompressed
-        self.errors = errors
+        self.problems = problems
         self.position = start
         self.count = 0
         self.stopped_by: str | None = None
@@ -74,12 +66,13 @@ class BatchReader:
     def trailing_bytes(self) -> int:
         return self.end - self.position
 
-    def _report(self, reason: str, fatal: bool, exc: DecodeError | None = None) -> None:
-        if self.errors is None:
+    def _report(self, kind: str, reason: str, fatal: bool,
+                exc: DecodeError | None = None) -> None:
+        if self.problems is None:
             if exc is not None:
                 raise exc
             raise DecodeError(reason, what="log", offset=self.position)
-        self.errors.append(BatchError(self.position, self.count, reason, fatal))
+        self.problems.report(kind, reason, position=self.position, index=self.count, fatal=fatal)
 
     def __iter__(self) -> Iterator[Batch]:
         buf, end = self.buffer, self.end
@@ -88,7 +81,7 @@ class BatchReader:
             size = _SIZE.unpack_from(buf, pos + 8)[0]
             if size < MIN_RECORD_SIZE:
                 self.stopped_by = f"batch size {size} is below the minimum {MIN_RECORD_SIZE}"
-                self._report(self.stopped_by, True)
+                self._report("corrupt", self.stopped_by, True)
                 return
             if LOG_OVERHEAD + size > end - pos:
                 return  # torn tail: a partial batch, as at the end of an active segment
@@ -106,15 +99,15 @@ class BatchReader:
                                       what="log", offset=pos + 16)
             except DecodeError as e:
                 self.stopped_by = e.reason
-                self._report(e.reason, True, e)
+                self._report("corrupt", e.reason, True, e)
                 return
             self.position = pos + batch.size_in_bytes
             index = self.count
             self.count += 1
             if self.verify_crc and not batch.is_valid():
                 self.position, self.count = pos, index  # report at the batch's own place
-                self._report(f"CRC mismatch: stored {batch.crc}, computed {batch.compute_crc()}",
-                             False)
+                self._report("crc", f"CRC mismatch: stored {batch.crc}, computed "
+                             f"{batch.compute_crc()}", False)
                 self.position, self.count = pos + batch.size_in_bytes, index + 1
                 continue
             yield batch
@@ -123,12 +116,13 @@ class BatchReader:
 def iter_batches(buf: bytes | bytearray | memoryview | mmap.mmap, start: int = 0,
                  end: int | None = None, *, verify_crc: bool = False,
                  max_decompressed: int = DEFAULT_MAX_SIZE,
-                 errors: list[BatchError] | None = None,
+                 problems: Problems | None = None,
                  budget: DecompressionBudget | None = None) -> Iterator[Batch]:
     """Yield each batch (:class:`RecordBatch` or :class:`LegacyMessage`) of ``buf[start:end]``
     in order; ``batch.position`` is its byte position in ``buf``. See :class:`BatchReader`."""
     return iter(BatchReader(buf, start, end, verify_crc=verify_crc,
-                            max_decompressed=max_decompressed, errors=errors, budget=budget))
+                            max_decompressed=max_decompressed, problems=problems,
+                            budget=budget))
 
 
 def decode_columns(buf: bytes | bytearray | memoryview, start: int = 0, end: int | None = None,

@@ -7,15 +7,14 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Iterator, Sequence
+from typing import Iterable, Iterator, Sequence
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
 
-from kproto.storage.layout import parse_partition_dir_name
-from kproto.storage.partition import Damage
+from kproto.problems import Problem, Problems
 from kproto.storage.reader import Split, arrow_schema, balance, plan_splits, read_split
 from kproto.spark.scan import AUTO_TASKS, ScanSpec, auto_split_bytes, parse_options
 
@@ -37,24 +36,24 @@ DAMAGE_SCHEMA = pa.schema([
 
 
 def damage_spark_schema() -> StructType:
-    """Columns of ``.option("output", "damage")``: one row per :class:`kproto.storage.Damage`
-    (``kind``: crc, corrupt, torn-tail, index, file; ``position``: byte position in ``file``;
-    ``bytes_skipped``: log bytes not read because of it), with the topic and partition of the
-    folder holding ``file``."""
+    """Columns of ``.option("output", "damage")``: one row per :class:`kproto.Problem` a read
+    meets (``kind``: crc, corrupt, torn-tail, index, file, gap, limit; ``file``: its source;
+    ``position``: byte position in ``file``; ``bytes_skipped``: log bytes not read because of
+    it), with its topic and partition."""
     return from_arrow_schema(DAMAGE_SCHEMA)
 
 
-def _damage_batch(damage: Sequence[Damage], target: pa.Schema) -> pa.RecordBatch:
-    names = [parse_partition_dir_name(os.path.basename(os.path.dirname(d.file)))
-             for d in damage]
+def _damage_batch(damage: Iterable[Problem], target: pa.Schema) -> pa.RecordBatch:
+    """The damage rows of ``damage``: topic and partition are the records' own."""
+    rows = list(damage)
     return pa.RecordBatch.from_arrays([
-        pa.array([n[0] if n else None for n in names], pa.string()),
-        pa.array([n[1] if n else None for n in names], pa.int32()),
-        pa.array([d.file for d in damage], pa.string()),
-        pa.array([d.position for d in damage], pa.int64()),
-        pa.array([d.kind for d in damage], pa.string()),
-        pa.array([d.reason for d in damage], pa.string()),
-        pa.array([d.bytes_skipped for d in damage], pa.int64()),
+        pa.array([d.topic for d in rows], pa.string()),
+        pa.array([d.partition for d in rows], pa.int32()),
+        pa.array([d.source for d in rows], pa.string()),
+        pa.array([d.position for d in rows], pa.int64()),
+        pa.array([d.kind for d in rows], pa.string()),
+        pa.array([d.reason for d in rows], pa.string()),
+        pa.array([d.bytes_skipped for d in rows], pa.int64()),
     ], schema=DAMAGE_SCHEMA).select(target.names).cast(target)
 
 
@@ -62,10 +61,10 @@ class SplitPartition(InputPartition):
     """A Spark partition: consecutive :class:`kproto.storage.Split` s (byte ranges of
     segments, see :func:`kproto.storage.reader.balance`)."""
 
-    def __init__(self, splits: tuple[Split, ...], damage: tuple[Damage, ...] = ()) -> None:
+    def __init__(self, splits: tuple[Split, ...], problems: tuple[Problem, ...] = ()) -> None:
         super().__init__(splits)
         self.splits = splits
-        self.damage = damage  # found while planning, reported by this task (damage output)
+        self.problems = problems  # found while planning, reported by this task (damage output)
 
     def __repr__(self) -> str:
         return "SplitPartition(" + ", ".join(
@@ -121,10 +120,10 @@ class KafkaSegmentsReader(DataSourceReader):
         spec = self.spec
         if spec.empty:
             return []
-        damage: list[Damage] = []
+        damage = Problems()
         splits = [s for path in spec.paths
                   for s in plan_splits(path, topics=spec.topics, partitions=spec.partitions,
-                                       options=spec.read, damage=damage)
+                                       options=spec.read, problems=damage)
                   if spec.keeps(s)]  # whole segments (the ranges the bounds leave of them)
         target = spec.split_bytes or auto_split_bytes(sum(s.size for s in splits), self.tasks)
         if spec.pushed:
@@ -142,13 +141,13 @@ class KafkaSegmentsReader(DataSourceReader):
         """The records of the partition's splits, as Arrow batches of the Spark schema."""
         # () for Spark's placeholder partition of an empty scan
         splits = getattr(partition, "splits", ())
-        damage: list[Damage] = []
         if self.spec.output == "damage":
-            yield from self._read_damage(splits, list(getattr(partition, "damage", ())))
+            yield from self._read_damage(splits, Problems(getattr(partition, "problems", ())))
             return
+        damage = Problems()
         full = self.columns == arrow_schema().names
         for split in splits:
-            for rb in read_split(split, self.spec.read, damage=damage):
+            for rb in read_split(split, self.spec.read, problems=damage):
                 if not full:
                     rb = rb.select(self.columns)
                 yield rb.cast(self.target)
@@ -156,11 +155,11 @@ class KafkaSegmentsReader(DataSourceReader):
             log.warning("kafka-segments: %s", d)
 
     def _read_damage(self, splits: Sequence[Split],
-                     damage: list[Damage]) -> Iterator[pa.RecordBatch]:
+                     damage: Problems) -> Iterator[pa.RecordBatch]:
         """The damage a records read of ``splits`` meets, read in full (records that do
         not decode are found only by decoding them) and dropped."""
         for split in splits:
-            for _ in read_split(split, self.spec.read, damage=damage):
+            for _ in read_split(split, self.spec.read, problems=damage):
                 pass
         if damage:
             yield _damage_batch(damage, self.target)

@@ -5,7 +5,7 @@ snapshots, checkpoints, and every record as Arrow.
     table = ks.read_arrow("/var/lib/kafka/data", isolation="read_committed")   # pyarrow.Table
     for rb in ks.iter_arrow(path, topics=["orders"]): ...                       # large data
     splits = ks.plan_splits(path, split_bytes=64 << 20); ks.read_split(splits[0])  # distributed
-    damage = []; ks.read_arrow(path, damage=damage)     # torn tails, CRC errors, bad indexes
+    found = kproto.Problems(); ks.read_arrow(path, problems=found)  # torn tails, bad CRCs...
     ks.read_internal(path)["PartitionChangeRecord"]     # internal topics as typed tables
     ks.Partition.open("/var/lib/kafka/data/orders-0").offset_for_timestamp(ts)
     w = ks.PartitionWriter(out_dir, "orders", 0); w.append(batch_bytes); w.close()
@@ -30,7 +30,7 @@ from kproto.storage.snapshot import (ProducerEntry, ProducerSnapshot, encode_sna
 
 # the record-level parts need kproto.records and pyarrow: imported on first use
 _LAZY = {
-    "Damage": "kproto.storage.partition", "Partition": "kproto.storage.partition",
+    "Partition": "kproto.storage.partition",
     "Segment": "kproto.storage.partition", "rebuild_indexes": "kproto.storage.partition",
     "ReadOptions": "kproto.storage.reader", "Split": "kproto.storage.reader",
     "arrow_schema": "kproto.storage.reader", "iter_arrow": "kproto.storage.reader",

@@ -151,6 +151,7 @@ def dump_internal_log(path: str, topic: str | None = None) -> Iterator[Doc]:
     """``.log.decoded.jsonl`` lines for a file of batches of an internal topic (``topic``
     defaults to :func:`metadata_log_topic`); a record that does not decode is an ``error``
     line and the dump goes on."""
+    from kproto.problems import Problems
     from kproto.records.batch import RecordBatch
     from kproto.storage.internal import decode_internal_record
     from kproto.storage.partition import scan_batches
@@ -160,8 +161,8 @@ def dump_internal_log(path: str, topic: str | None = None) -> Iterator[Doc]:
         raise ValueError(f"{path}: not a file of an internal topic")
     with open(path, "rb") as f:
         data = f.read()
-    damage: list = []
-    for batch in scan_batches(data, file=path, damage=damage):
+    damage = Problems(source=path)
+    for batch in scan_batches(data, problems=damage):
         control = isinstance(batch, RecordBatch) and batch.is_control
         try:
             records = batch.record_list()

@@ -18,6 +18,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from kproto.errors import DecodeError
+from kproto.problems import Problems
 
 if TYPE_CHECKING:  # pyarrow is imported only by the Arrow helpers
     import pyarrow as pa
@@ -225,19 +226,19 @@ def decode_internal_typed(topic: str, key: bytes | None, value: bytes | None
     return names[0][:-3] if names[0].endswith("Key") else names[0], row
 
 
-def read_internal(path: str, *, damage: list | None = None, **options) -> dict[str, pa.Table]:
+def read_internal(path: str, *, problems: Problems | None = None,
+                  **options) -> dict[str, pa.Table]:
     """Every internal-topic record under ``path`` (log dir or partition folder), decoded through
     the schemas into one typed ``pyarrow.Table`` per record type: ``OffsetCommit``,
     ``GroupMetadata``, ``TransactionLog``, ``RegisterBrokerRecord``, ``PartitionChangeRecord``,
     ... Each has ``topic``, ``partition``, ``offset``, ``timestamp`` and the decoded columns.
-    Records that do not decode are reported in ``damage`` and left out."""
+    Records that do not decode are reported in ``problems`` (kind ``record``) and left out."""
     import pyarrow as pa
 
-    from kproto.storage.partition import Damage
     from kproto.storage.reader import iter_arrow
 
     rows: dict[str, list[dict[str, Any]]] = {}
-    for rb in iter_arrow(path, topics=INTERNAL_TOPICS, damage=damage, **options):
+    for rb in iter_arrow(path, topics=INTERNAL_TOPICS, problems=problems, **options):
         cols = {c: rb.column(c).to_pylist() for c in ("topic", "partition", "offset",
                                                       "timestamp", "key", "value", "segment",
                                                       "position")}
@@ -246,9 +247,10 @@ def read_internal(path: str, *, damage: list | None = None, **options) -> dict[s
             try:
                 name, row = decode_internal_typed(topic, cols["key"][i], cols["value"][i])
             except DecodeError as exc:
-                if damage is not None:
-                    damage.append(Damage(cols["segment"][i], cols["position"][i], "record",
-                                         f"offset {cols['offset'][i]}: {exc}"))
+                if problems is not None:
+                    problems.report("record", f"offset {cols['offset'][i]}: {exc}",
+                                    source=cols["segment"][i], position=cols["position"][i],
+                                    topic=topic, partition=cols["partition"][i])
                 continue
             rows.setdefault(name, []).append({"topic": topic, "partition": cols["partition"][i],
                                               "offset": cols["offset"][i],

@@ -16,36 +16,13 @@ from typing import Iterator, Sequence
 from kproto.records.compression import DecompressionBudget
 from kproto.errors import DecodeError
 from kproto.records.batch import RecordBatch
-from kproto.records.reader import Batch, BatchError, BatchReader
+from kproto.problems import Problems
+from kproto.records.reader import Batch, BatchReader
 from kproto.storage.checkpoints import LeaderEpochCheckpoint, PartitionMetadata
 from kproto.storage.indexes import (OFFSET_ENTRY_SIZE, TIME_ENTRY_SIZE, AbortedTxn, IndexBuilder,
                                     OffsetIndex, TimeIndex, parse_txn_index, useful_index_bytes)
 from kproto.storage.layout import PartitionDir, SegmentFiles, scan_partition_dir
 from kproto.storage.snapshot import ProducerSnapshot, parse_snapshot
-
-
-@dataclass(frozen=True)
-class Damage:
-    """Something wrong in a file. ``kind``: ``crc`` (checksum mismatch; the batch is still
-    readable and is skipped only with CRC verification), ``corrupt`` (unparseable bytes,
-    skipped up to the next batch boundary the offset index knows, or to the end; or a batch
-    whose records do not decode, skipped), ``torn-tail`` (a partial last batch, as a crash
-    leaves it; not data), ``index`` (an index file that cannot be used; rebuilt by scanning),
-    ``file`` (a metadata file that cannot be parsed), ``record`` (an internal-topic record
-    that does not decode), ``gap`` (records the indexes know of that the log no longer holds),
-    ``limit`` (a batch not decompressed: the read's decompression budget was spent).
-    ``bytes_skipped``: log bytes not read because of it."""
-
-    file: str
-    position: int
-    kind: str
-    reason: str
-    bytes_skipped: int = 0
-
-    def to_json(self) -> dict:
-        """The JSON form used by the fixtures' ``expected/`` files."""
-        return {"file": self.file, "position": self.position, "kind": self.kind,
-                "reason": self.reason, "bytes_skipped": self.bytes_skipped}
 
 
 def _read(path: str, start: int = 0, end: int | None = None) -> bytes:
@@ -55,27 +32,32 @@ def _read(path: str, start: int = 0, end: int | None = None) -> bytes:
         return f.read(-1 if end is None else max(0, end - start))
 
 
-def read_file(path: str, parse, problems: list[Damage]):
-    """``parse`` of a small file's bytes, or None with why appended to ``problems`` (a
-    ``file`` damage: contents that do not parse, or a file that cannot be read)."""
+def read_file(path: str, parse, problems: Problems):
+    """``parse`` of a small file's bytes, or None with why reported in ``problems`` (a
+    ``file`` problem: contents that do not parse, or a file that cannot be read)."""
     try:
         return parse(_read(path))
     except DecodeError as exc:
-        problems.append(Damage(path, exc.offset or 0, "file", exc.reason))
+        problems.report("file", exc.reason, source=path, position=exc.offset or 0)
     except OSError as exc:
-        problems.append(Damage(path, 0, "file", f"cannot be read: {exc.strerror or exc}"))
+        problems.report("file", f"cannot be read: {exc.strerror or exc}", source=path)
     return None
 
 
 class Segment:
-    """One segment: ``<base>.log`` and its ``.index``/``.timeindex``/``.txnindex``."""
+    """One segment: ``<base>.log`` and its ``.index``/``.timeindex``/``.txnindex``, of the
+    partition ``topic``-``partition`` when known. ``problems``: what is wrong with its index
+    files (the log's own damage is reported by each :meth:`scan`)."""
 
-    def __init__(self, files: SegmentFiles) -> None:
+    def __init__(self, files: SegmentFiles, topic: str | None = None,
+                 partition: int | None = None) -> None:
         self.files = files
+        self.topic = topic
+        self.partition = partition
         self.base_offset = files.base_offset
         self.name = os.path.basename(files.log) if files.log else f"{files.base_offset:020d}.log"
         self.log_size = os.path.getsize(files.log) if files.log else 0
-        self.problems: list[Damage] = []
+        self.problems = Problems(topic=topic, partition=partition)
         self.indexes_rebuilt = False
         # the next segment's base offset: no batch of this one may reach it (Partition.open)
         self.next_base: int | None = None
@@ -95,16 +77,16 @@ class Segment:
                             self.base_offset, size)
             bad = idx.problems(self.log_size) if cls is OffsetIndex else idx.problems()
             if len(idx) and self.log_size == 0 and not any(d.kind == "gap" for d in self.problems):
-                self.problems.append(Damage(
-                    self.files.log or self.name, 0, "gap",
-                    f"the segment is empty but its {os.path.basename(path)} has entries: its "
-                    f"records (from offset {self.base_offset} on) are lost"))
+                self.problems.report(
+                    "gap", f"the segment is empty but its {os.path.basename(path)} has entries: "
+                    f"its records (from offset {self.base_offset} on) are lost",
+                    source=self.files.log or self.name)
         except DecodeError as exc:
             bad = [exc.reason]
         except OSError as exc:
             bad = [f"cannot be read: {exc.strerror or exc}"]
         if bad:
-            self.problems.append(Damage(path, 0, "index", "; ".join(bad) + "; rebuilt by scanning"))
+            self.problems.report("index", "; ".join(bad) + "; rebuilt by scanning", source=path)
             return None
         return idx
 
@@ -141,7 +123,8 @@ class Segment:
         try:
             return parse_txn_index(_read(self.files.txnindex))
         except DecodeError as exc:
-            self.problems.append(Damage(self.files.txnindex, exc.offset or 0, "index", exc.reason))
+            self.problems.report("index", exc.reason, source=self.files.txnindex,
+                                 position=exc.offset or 0)
             return []
 
     def position_of(self, offset: int) -> int:
@@ -154,9 +137,10 @@ class Segment:
         return self.position_of(self.time_index.lookup(timestamp)[1])
 
     def scan(self, start: int = 0, end: int | None = None, *, verify_crc: bool = False,
-             damage: list[Damage] | None = None, data: bytes | None = None) -> Iterator[Batch]:
+             problems: Problems | None = None, data: bytes | None = None) -> Iterator[Batch]:
         """Batches of the segment from byte ``start`` (a batch boundary) to ``end``; see
-        :func:`scan_batches`. ``data``: the whole file, if already read."""
+        :func:`scan_batches` (``problems`` gets the segment's file, topic and partition).
+        ``data``: the whole file, if already read."""
         if data is None:
             data = self.read(start, end)
             offset = start
@@ -164,19 +148,21 @@ class Segment:
             offset = 0
         resync = [int(p) - offset for p in self.offset_index.positions]
         for batch in scan_batches(data, start - offset, None if end is None else end - offset,
-                                  resync=resync, verify_crc=verify_crc, damage=damage,
-                                  file=self.files.log or self.name, shift=offset,
-                                  offsets=(self.base_offset, self.next_base)):
+                                  resync=resync, verify_crc=verify_crc,
+                                  problems=None if problems is None else problems.scope(
+                                      source=self.files.log or self.name, topic=self.topic,
+                                      partition=self.partition),
+                                  shift=offset, offsets=(self.base_offset, self.next_base)):
             yield batch
 
 
 def scan_batches(buf: bytes | memoryview, start: int = 0, end: int | None = None, *,
                  resync: Sequence[int] = (), verify_crc: bool = False,
-                 damage: list[Damage] | None = None, file: str = "",
-                 shift: int = 0, offsets: tuple[int, int | None] | None = None,
+                 problems: Problems | None = None, shift: int = 0,
+                 offsets: tuple[int, int | None] | None = None,
                  budget: DecompressionBudget | None = None) -> Iterator[Batch]:
-    """Batches of ``buf[start:end]`` (sans-I/O). Damage is appended to ``damage`` with file
-    positions (buffer position + ``shift``):
+    """Batches of ``buf[start:end]`` (sans-I/O). Damage is reported in ``problems`` (scope it
+    with the file) at file positions (buffer position + ``shift``):
 
     * a CRC mismatch is always reported; the batch is still yielded unless ``verify_crc``;
     * unparseable bytes stop :class:`~kproto.records.reader.BatchReader`; reading resumes at the
@@ -190,19 +176,18 @@ def scan_batches(buf: bytes | memoryview, start: int = 0, end: int | None = None
     ``budget``: what the batches may decompress in all (one fresh budget by default).
     """
     end = len(buf) if end is None else min(end, len(buf))
-    damage = damage if damage is not None else []
+    problems = problems if problems is not None else Problems()
     budget = budget if budget is not None else DecompressionBudget()
     pos = start
     low, high = offsets if offsets is not None else (None, None)
     while pos < end:
-        errors: list[BatchError] = []
-        reader = BatchReader(buf, pos, end, verify_crc=False, errors=errors, budget=budget)
+        stopped = Problems()
+        reader = BatchReader(buf, pos, end, verify_crc=False, problems=stopped, budget=budget)
         for batch in reader:
             if not batch.is_valid():
-                damage.append(Damage(file, batch.position + shift, "crc",
-                                     f"CRC mismatch: stored {batch.crc}, computed "
-                                     f"{batch.compute_crc()}",
-                                     batch.size_in_bytes if verify_crc else 0))
+                problems.report("crc", f"CRC mismatch: stored {batch.crc}, computed "
+                                f"{batch.compute_crc()}", position=batch.position + shift,
+                                bytes_skipped=batch.size_in_bytes if verify_crc else 0)
                 if verify_crc:
                     continue
             if low is not None:
@@ -211,48 +196,50 @@ def scan_batches(buf: bytes | memoryview, start: int = 0, end: int | None = None
                 last = batch.last_offset
                 if first < low or last < first or (high is not None and last >= high):
                     where = f"[{low}, {high})" if high is not None else f"from {low}"
-                    damage.append(Damage(file, batch.position + shift, "corrupt",
-                                         f"batch offsets {first}..{last} out of place: "
-                                         f"expected offsets {where}", batch.size_in_bytes))
+                    problems.report("corrupt", f"batch offsets {first}..{last} out of place: "
+                                    f"expected offsets {where}", position=batch.position + shift,
+                                    bytes_skipped=batch.size_in_bytes)
                     continue
                 low = last + 1
             yield batch
         pos = reader.position
-        if not errors:
+        if not stopped:
             if reader.trailing_bytes:
-                damage.append(Damage(file, pos + shift, "torn-tail",
-                                     f"partial batch: {reader.trailing_bytes} bytes",
-                                     reader.trailing_bytes))
+                problems.report("torn-tail", f"partial batch: {reader.trailing_bytes} bytes",
+                                position=pos + shift, bytes_skipped=reader.trailing_bytes)
             return
         nxt = next((p for p in resync if p > pos), end)
-        damage.append(Damage(file, pos + shift, "corrupt", errors[-1].reason, nxt - pos))
+        problems.report("corrupt", stopped[-1].reason, position=pos + shift,
+                        bytes_skipped=nxt - pos)
         pos = nxt
 
 
 @dataclass
 class Partition:
-    """A partition folder: segments (sorted by base offset) and the partition's metadata."""
+    """A partition folder: segments (sorted by base offset) and the partition's metadata.
+    ``problems``: what is wrong with the partition's own files (each segment has its own)."""
 
     path: str
     topic: str
     partition: int
     segments: list[Segment]
     layout: PartitionDir
-    problems: list[Damage] = field(default_factory=list)
+    problems: Problems = field(default_factory=Problems)
 
     @classmethod
     def open(cls, path_or_layout: str | PartitionDir) -> Partition:
         """Open a partition folder (path or an already scanned layout)."""
         layout = (path_or_layout if isinstance(path_or_layout, PartitionDir)
                   else scan_partition_dir(path_or_layout))
-        segs = [Segment(f) for f in layout.segments if f.log]
+        segs = [Segment(f, layout.topic, layout.partition) for f in layout.segments if f.log]
         for seg, nxt in zip(segs, segs[1:]):
             seg.next_base = nxt.base_offset
-        part = cls(layout.path, layout.topic, layout.partition, segs, layout)
+        part = cls(layout.path, layout.topic, layout.partition, segs, layout,
+                   Problems(topic=layout.topic, partition=layout.partition))
         for f in layout.segments:
             if not f.log:
-                part.problems.append(Damage(f.index or f.timeindex or f.txnindex or "", 0,
-                                            "file", "index files without a .log"))
+                part.problems.report("file", "index files without a .log",
+                                     source=f.index or f.timeindex or f.txnindex or "")
         return part
 
     def __repr__(self) -> str:
@@ -315,12 +302,12 @@ class Partition:
         return None
 
     def batches(self, *, start_offset: int | None = None, verify_crc: bool = False,
-                damage: list[Damage] | None = None) -> Iterator[tuple[Segment, Batch]]:
+                problems: Problems | None = None) -> Iterator[tuple[Segment, Batch]]:
         """Every batch from the one holding ``start_offset`` (index-aware seek) to the end."""
         first = self.segment_for(start_offset) if start_offset is not None else 0
         for i, seg in enumerate(self.segments[first:]):
             pos = seg.position_of(start_offset) if (start_offset is not None and i == 0) else 0
-            for batch in seg.scan(pos, verify_crc=verify_crc, damage=damage):
+            for batch in seg.scan(pos, verify_crc=verify_crc, problems=problems):
                 if start_offset is not None and batch.last_offset < start_offset:
                     continue
                 yield seg, batch

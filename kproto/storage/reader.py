@@ -25,13 +25,14 @@ import pyarrow as pa
 from kproto.records.compression import (DEFAULT_BUDGET_FLOOR, DEFAULT_BUDGET_RATIO,
                                       DecompressionBudget, DecompressionLimitError)
 from kproto.errors import DecodeError
+from kproto.problems import Problems
 from kproto.records.batch import RecordBatch
 from kproto.records.columns import decode_arrow
 from kproto.records.reader import Batch
 from kproto.records.transactions import AbortedTransactions
 from kproto.storage.indexes import AbortedTxn
 from kproto.storage.layout import is_partition_dir, scan_log_dir, scan_partition_dir
-from kproto.storage.partition import Damage, Partition, Segment, scan_batches
+from kproto.storage.partition import Partition, Segment, scan_batches
 
 ISOLATIONS = ("read_uncommitted", "read_committed")
 COMPRESSION_NAMES = ("none", "gzip", "snappy", "lz4", "zstd")
@@ -161,10 +162,11 @@ def _segment_range(seg: Segment, is_last: bool, opts: ReadOptions) -> tuple[int,
 def plan_splits(path: str, *, topics: Iterable[str] | None = None,
                 partitions: Iterable[int] | None = None, options: ReadOptions = ReadOptions(),
                 split_bytes: int | None = None,
-                damage: list[Damage] | None = None) -> list[Split]:
+                problems: Problems | None = None) -> list[Split]:
     """Splits covering what ``options`` asks for: one per segment (the range of it worth
     reading), or, with ``split_bytes``, pieces of about that size cut by :func:`balance` at
-    offset-index positions (so never inside a batch)."""
+    offset-index positions (so never inside a batch). What is wrong with the partitions'
+    index and metadata files is reported in ``problems``."""
     out: list[Split] = []
     for part in _partitions(path, topics, partitions):
         aborted = tuple(part.aborted)
@@ -189,10 +191,10 @@ def plan_splits(path: str, *, topics: Iterable[str] | None = None,
                 if seg.files.index or split_bytes is not None else ()
             out.append(Split(seg.files.log, part.topic, part.partition, seg.base_offset, lo, hi,
                              cuts, aborted, lso, seg.next_base))
-        if damage is not None:
-            damage.extend(part.problems)
+        if problems is not None:
+            problems.extend(part.problems)
             for seg in part.segments:
-                damage.extend(seg.problems)
+                problems.extend(seg.problems)
     if split_bytes is not None:
         out = [piece for group in balance(out, split_bytes) for piece in group]
     return out
@@ -346,9 +348,10 @@ def _trim(out: pa.RecordBatch, offset: np.ndarray, timestamp: np.ndarray, split:
 
 
 def read_split(split: Split, options: ReadOptions = ReadOptions(), *,
-               damage: list[Damage] | None = None,
+               problems: Problems | None = None,
                chunk_bytes: int = _CHUNK_BYTES) -> Iterator[pa.RecordBatch]:
-    """The records of one split as Arrow record batches (of about ``chunk_bytes`` of log)."""
+    """The records of one split as Arrow record batches (of about ``chunk_bytes`` of log);
+    damage met is reported in ``problems`` (with the split's file, topic and partition)."""
     if split.end <= split.start:
         return
     with open(split.path, "rb") as f:
@@ -356,7 +359,7 @@ def read_split(split: Split, options: ReadOptions = ReadOptions(), *,
         mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
     view = memoryview(mm)[split.start:split.end]
     try:
-        yield from read_buffer(view, split, options, damage=damage, chunk_bytes=chunk_bytes)
+        yield from read_buffer(view, split, options, problems=problems, chunk_bytes=chunk_bytes)
     finally:
         view.release()
         try:
@@ -366,7 +369,7 @@ def read_split(split: Split, options: ReadOptions = ReadOptions(), *,
 
 
 def read_buffer(data: bytes | memoryview, split: Split, options: ReadOptions = ReadOptions(), *,
-                damage: list[Damage] | None = None,
+                problems: Problems | None = None,
                 chunk_bytes: int = _CHUNK_BYTES) -> Iterator[pa.RecordBatch]:
     """Sans-I/O core of :func:`read_split`: ``data`` holds the split's bytes."""
     schema = arrow_schema(options.binary_view)
@@ -375,13 +378,14 @@ def read_buffer(data: bytes | memoryview, split: Split, options: ReadOptions = R
     aborted = AbortedTransactions((a.producer_id, a.first_offset, a.last_offset)
                                   for a in split.aborted) if committed else None
     lso = split.last_stable_offset if committed else None
-    damage = damage if damage is not None else []
+    found = (problems if problems is not None else Problems()).scope(
+        source=split.path, topic=split.topic, partition=split.partition)
     pending: list[Batch] = []
     size = 0
     resync = [p - split.start for p in split.resync]
     budget = DecompressionBudget(options.budget_floor, options.budget_ratio)
     for batch in scan_batches(data, resync=resync, verify_crc=options.verify_crc,
-                              damage=damage, file=split.path, shift=split.start,
+                              problems=found, shift=split.start,
                               offsets=(split.base_offset, split.next_base_offset),
                               budget=budget):
         try:
@@ -389,22 +393,22 @@ def read_buffer(data: bytes | memoryview, split: Split, options: ReadOptions = R
         except DecodeError as exc:
             # a legacy wrapper knows its first offset only from its (damaged) inner messages
             kind = "limit" if isinstance(exc, DecompressionLimitError) else "corrupt"
-            damage.append(Damage(split.path, split.start + batch.position, kind,
-                                 f"records do not decode: {exc}", batch.size_in_bytes))
+            found.report(kind, f"records do not decode: {exc}",
+                         position=split.start + batch.position, bytes_skipped=batch.size_in_bytes)
             continue
         if not keep:
             continue
         pending.append(batch)
         size += batch.size_in_bytes
         if size >= chunk_bytes:
-            yield from _decode(pending, split, segment, options, schema, damage)
+            yield from _decode(pending, split, segment, options, schema, found)
             pending, size = [], 0
     if pending:
-        yield from _decode(pending, split, segment, options, schema, damage)
+        yield from _decode(pending, split, segment, options, schema, found)
 
 
 def _decode(batches: list[Batch], split: Split, segment: str, opts: ReadOptions,
-            schema: pa.Schema, damage: list[Damage]) -> Iterator[pa.RecordBatch]:
+            schema: pa.Schema, problems: Problems) -> Iterator[pa.RecordBatch]:
     try:
         rb = _to_arrow(batches, split, segment, opts, schema)
     except OverflowError:
@@ -412,8 +416,8 @@ def _decode(batches: list[Batch], split: Split, segment: str, opts: ReadOptions,
             raise
         # over 2 GiB of keys or values (very compressible batches): decode in halves
         half = len(batches) // 2
-        yield from _decode(batches[:half], split, segment, opts, schema, damage)
-        yield from _decode(batches[half:], split, segment, opts, schema, damage)
+        yield from _decode(batches[:half], split, segment, opts, schema, problems)
+        yield from _decode(batches[half:], split, segment, opts, schema, problems)
         return
     except DecodeError:
         # some batch's records do not decode: go batch by batch, reporting the bad ones
@@ -422,8 +426,8 @@ def _decode(batches: list[Batch], split: Split, segment: str, opts: ReadOptions,
                 rb = _to_arrow([b], split, segment, opts, schema)
             except DecodeError as exc:
                 kind = "limit" if isinstance(exc, DecompressionLimitError) else "corrupt"
-                damage.append(Damage(split.path, split.start + b.position, kind,
-                                     f"records do not decode: {exc}", b.size_in_bytes))
+                problems.report(kind, f"records do not decode: {exc}",
+                                position=split.start + b.position, bytes_skipped=b.size_in_bytes)
                 continue
             if rb is not None:
                 yield rb
@@ -433,26 +437,26 @@ def _decode(batches: list[Batch], split: Split, segment: str, opts: ReadOptions,
 
 
 def iter_arrow(path: str, *, topics: Iterable[str] | None = None,
-               partitions: Iterable[int] | None = None, damage: list[Damage] | None = None,
+               partitions: Iterable[int] | None = None, problems: Problems | None = None,
                **options) -> Iterator[pa.RecordBatch]:
     """Arrow record batches of every record under ``path`` (a log dir or a partition folder),
     partition by partition in offset order. ``options``: the fields of :class:`ReadOptions`.
-    Damage found is appended to ``damage`` when given."""
-    return _iter_arrow(path, topics, partitions, damage, ReadOptions(**options))
+    Damage found is reported in ``problems`` when given."""
+    return _iter_arrow(path, topics, partitions, problems, ReadOptions(**options))
 
 
 def _iter_arrow(path: str, topics: Iterable[str] | None, partitions: Iterable[int] | None,
-                damage: list[Damage] | None, opts: ReadOptions) -> Iterator[pa.RecordBatch]:
+                problems: Problems | None, opts: ReadOptions) -> Iterator[pa.RecordBatch]:
     for split in plan_splits(path, topics=topics, partitions=partitions, options=opts,
-                             damage=damage):
-        yield from read_split(split, opts, damage=damage)
+                             problems=problems):
+        yield from read_split(split, opts, problems=problems)
 
 
 def read_arrow(path: str, *, topics: Iterable[str] | None = None,
-               partitions: Iterable[int] | None = None, damage: list[Damage] | None = None,
+               partitions: Iterable[int] | None = None, problems: Problems | None = None,
                **options) -> pa.Table:
     """Every record under ``path`` as one ``pyarrow.Table`` (see :func:`iter_arrow`);
     ``read_arrow(path).to_pandas()`` for pandas."""
     opts = ReadOptions(**options)
-    batches = list(_iter_arrow(path, topics, partitions, damage, opts))
+    batches = list(_iter_arrow(path, topics, partitions, problems, opts))
     return pa.Table.from_batches(batches, schema=arrow_schema(opts.binary_view))

@@ -6,11 +6,11 @@ import os
 from typing import Any
 
 from kproto.errors import DecodeError
+from kproto.problems import Problems
 from kproto.records.batch import RecordBatch
 from kproto.storage.checkpoints import CleanShutdown, MetaProperties, OffsetCheckpoint, QuorumState
 from kproto.storage.layout import is_partition_dir, scan_log_dir, scan_partition_dir
-from kproto.storage.partition import (Damage, Partition, batch_max_timestamp, read_file,
-                                      scan_batches)
+from kproto.storage.partition import Partition, batch_max_timestamp, read_file, scan_batches
 from kproto.storage.reader import first_unstable_offset
 
 Doc = dict[str, Any]
@@ -25,21 +25,22 @@ def _range(lo: int | None, hi: int | None) -> list[int] | None:
 
 def summarize_partition(part: Partition) -> Doc:
     """Per-partition facts; segment entries carry their own damage."""
-    segments, damage_all = [], []
+    segments = []
+    damage_all = Problems()
     first_offset = log_end = None
     batches_total = 0
     for seg in part.segments:
-        damage: list[Damage] = []
+        damage = Problems(topic=part.topic, partition=part.partition)
         n = 0
         lo = hi = t_lo = t_hi = None
-        for b in seg.scan(damage=damage):
+        for b in seg.scan(problems=damage):
             n += 1
             if lo is None:
                 try:
                     lo = b.base_offset
                 except DecodeError as exc:  # a legacy wrapper that does not decompress
-                    damage.append(Damage(seg.files.log or seg.name, b.position, "corrupt",
-                                         f"records do not decode: {exc}"))
+                    damage.report("corrupt", f"records do not decode: {exc}",
+                                  source=seg.files.log or seg.name, position=b.position)
                     lo = b.last_offset
             hi = b.last_offset + 1
             ts = batch_max_timestamp(b)
@@ -52,16 +53,16 @@ def summarize_partition(part: Partition) -> Doc:
                     t_hi = t if t_hi is None else max(t_hi, t)
         oi, ti = seg.offset_index, seg.time_index
         aborted = seg.aborted  # read before the segment's problems are collected
-        damage += seg.problems
+        damage.extend(seg.problems)
         segments.append({
             "segment": seg.name, "base_offset": seg.base_offset, "size": seg.log_size,
             "batches": n, "offsets": _range(lo, hi), "timestamps": _range(t_lo, t_hi),
             "index_entries": len(oi), "timeindex_entries": len(ti),
             "preallocated_indexes": oi.preallocated, "indexes_rebuilt": seg.indexes_rebuilt,
             "aborted_transactions": len(aborted),
-            "damage": [d.to_json() for d in damage],
+            "damage": damage.to_json(),
         })
-        damage_all += damage
+        damage_all.extend(damage)
         batches_total += n
         if lo is not None and first_offset is None:
             first_offset = lo
@@ -91,13 +92,13 @@ def summarize_partition(part: Partition) -> Doc:
         "aborted_transactions": len(part.aborted),
         "first_unstable_offset": fuo,
         **extra,
-        "damage": [d.to_json() for d in damage_all + part.problems],
+        "damage": damage_all.to_json() + part.problems.to_json(),
         # not read: .deleted/.cleaned/.swap leftovers and files that are not Kafka's
         "other_files": [os.path.basename(f) for f in part.layout.leftovers],
     }
 
 
-def summarize_metadata_records(path: str, problems: list[Damage]) -> Doc:
+def summarize_metadata_records(path: str, problems: Problems) -> Doc:
     """Batches and records of a file of KRaft metadata batches (``bootstrap.checkpoint``, a
     ``__cluster_metadata`` snapshot), and the ``metadata.version`` feature level it sets."""
     from kproto.storage.internal import decode_metadata_frame
@@ -105,7 +106,7 @@ def summarize_metadata_records(path: str, problems: list[Damage]) -> Doc:
     data = read_file(path, bytes, problems) or b""
     batches = records = 0
     level = None
-    for batch in scan_batches(data, damage=problems, file=path):
+    for batch in scan_batches(data, problems=problems.scope(source=path)):
         batches += 1
         if isinstance(batch, RecordBatch) and batch.is_control:
             records += batch.count
@@ -118,7 +119,7 @@ def summarize_metadata_records(path: str, problems: list[Damage]) -> Doc:
                         and rec["data"].get("name") == "metadata.version":
                     level = rec["data"].get("featureLevel")
         except DecodeError as exc:
-            problems.append(Damage(path, batch.position, "record", exc.reason))
+            problems.report("record", exc.reason, source=path, position=batch.position)
     return {"path": path, "batches": batches, "records": records, "metadata_version": level}
 
 
@@ -131,7 +132,7 @@ def summarize(path: str) -> Doc:
         return {"path": path, "partitions": [summarize_partition(Partition.open(
             scan_partition_dir(path)))], "problems": []}
     layout = scan_log_dir(path)
-    problems: list[Damage] = []
+    problems = Problems()
     meta = clean = None
     if layout.meta_properties:
         meta = read_file(layout.meta_properties, MetaProperties.parse, problems)
@@ -160,7 +161,7 @@ def summarize(path: str) -> Doc:
         "moved": [{"path": p.path, "topic": p.topic, "partition": p.partition, "state": p.state}
                   for p in layout.moved],
         "ignored": [{"path": p, "why": why} for p, why in layout.ignored()],
-        "problems": [d.to_json() for d in problems],
+        "problems": problems.to_json(),
     }
 
 

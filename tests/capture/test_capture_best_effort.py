@@ -43,7 +43,7 @@ def test_mock_metadata_v13_decoded_with_the_v12_layout():
             assert off + n == len(body) and head == body[off:off + 64]
         else:
             off = len(body)
-            assert any("Metadata v13 is newer" in x and "request" in x for x in e.notes)
+            assert any("Metadata v13 is newer" in x and "request" in x for x in e.notes.reasons())
         assert kproto.request(3).encode(e.request, top) == body[:off]
         # the response keeps what the known layout reads; the bytes after it are reported
         assert {b.port for b in e.response.brokers} == ports
@@ -51,7 +51,8 @@ def test_mock_metadata_v13_decoded_with_the_v12_layout():
         body = _body(e.response_data, _RESP_HEADER, 1)
         off, n, head = e.unread["response"]
         assert n > 0 and off + n == len(body) and head == body[off:][:64]
-        assert f"response: {n} bytes at body offset {off} not understood" in " ".join(e.problems)
+        assert f"response: {n} bytes at body offset {off} not understood" in \
+            " ".join(e.problems.reasons())
         doc = e.to_json()
         assert doc["decoded_as"] == top and doc["response"]["clusterId"] == e.response.cluster_id
         assert doc["unread"]["response"] == {"offset": off, "length": n, "hex": head.hex()}
@@ -87,15 +88,16 @@ def test_newer_version_fully_read_gets_a_note_not_a_problem():
     known = kproto.request(HEARTBEAT).valid_versions[-1]
     got, _ = _run([_heartbeat(known + 3, 1, error_code=27)])
     ex = got[1]
-    assert ex.problems == [] and ex.unread == {} and ex.decoded_as == known
-    assert ex.notes == [f"Heartbeat v{known + 3} is newer than kproto's schemas ({KAFKA}, "
-                        f"v0-{known}); request and response decoded with the v{known} layout"]
+    assert not ex.problems and ex.unread == {} and ex.decoded_as == known
+    assert ex.notes.reasons() == [
+        f"Heartbeat v{known + 3} is newer than kproto's schemas ({KAFKA}, v0-{known}); request "
+        f"and response decoded with the v{known} layout"]
     assert (ex.request.group_id, ex.request.generation_id, ex.request.member_id) == ("g", 7, "m-1")
     assert ex.errors == ["REBALANCE_IN_PROGRESS"]
     doc = ex.to_json()
     assert doc["api_version"] == known + 3 and doc["decoded_as"] == known and doc["unread"] is None
     assert doc["request"] == kproto.request(HEARTBEAT).to_json(ex.request, known)
-    assert doc["response"]["errorCode"] == 27 and doc["notes"] == ex.notes
+    assert doc["response"]["errorCode"] == 27 and doc["notes"] == ex.notes.reasons()
 
 
 def test_bytes_the_known_layout_leaves_are_reported_with_offset_and_hex():
@@ -107,16 +109,18 @@ def test_bytes_the_known_layout_leaves_are_reported_with_offset_and_hex():
     off, n, head = ex.unread["response"]
     body = _body(ex.response_data, _RESP_HEADER, 1)
     assert n == len(tail) and off == len(body) - len(tail) and head == tail[:64]
-    assert ex.problems == [f"response: {n} bytes at body offset {off} not understood: Heartbeat "
-                           f"v{known + 1} is newer than kproto's schemas ({KAFKA}, v0-{known}), "
-                           f"and the v{known} layout explains only the bytes before them"]
+    assert ex.problems.reasons() == [
+        f"response: {n} bytes at body offset {off} not understood: Heartbeat v{known + 1} is newer "
+        f"than kproto's schemas ({KAFKA}, v0-{known}), and the v{known} layout explains only the "
+        "bytes before them"]
     assert ex.response.error_code == 27 and ex.errors == ["REBALANCE_IN_PROGRESS"]  # part kept
-    assert ex.notes and "request decoded" in ex.notes[0] and "response" not in ex.notes[0]
+    assert ex.notes and "request decoded" in ex.notes[0].reason
+    assert "response" not in ex.notes[0].reason
     assert ex.to_json()["unread"] == {"response": {"offset": off, "length": n, "hex": tail[:64].hex()}}
     ex = got[2]
     assert list(ex.unread) == ["request"] and ex.unread["request"][1:] == (2, b"\xab\xcd")
-    assert ex.problems[0].startswith("request: 2 bytes at body offset")
-    assert ex.request.member_id == "m-1" and "response decoded" in ex.notes[0]
+    assert ex.problems[0].reason.startswith("request: 2 bytes at body offset")
+    assert ex.request.member_id == "m-1" and "response decoded" in ex.notes[0].reason
 
 
 def test_newer_apiversions_answered_with_a_v0_body():
@@ -126,7 +130,7 @@ def test_newer_apiversions_answered_with_a_v0_body():
     api = kproto.response(18).classes["ApiVersion"](api_key=18, min_version=0, max_version=known)
     resp = response_frame(18, 0, 1, kproto.response(18).cls(error_code=35, api_keys=[api]))
     ex = _run([(req, resp)])[0][1]
-    assert ex.problems == [] and ex.decoded_as == known and ex.response_version == 0
+    assert not ex.problems and ex.decoded_as == known and ex.response_version == 0
     assert ex.errors == ["UNSUPPORTED_VERSION"] and ex.response.api_keys == [api]
 
 
@@ -134,9 +138,9 @@ def test_switched_off():
     known = kproto.request(HEARTBEAT).valid_versions[-1]
     got, conv = _run([_heartbeat(known + 1, 1)], best_effort=False)
     ex = got[1]
-    assert ex.request is ex.response is ex.decoded_as is None and ex.notes == []
-    assert ex.problems == [f"Heartbeat v{known + 1} is not a version {KAFKA} defines "
-                           f"(valid 0-{known}): body not decoded"]
+    assert ex.request is ex.response is ex.decoded_as is None and not ex.notes
+    assert ex.problems.reasons() == [f"Heartbeat v{known + 1} is not a version {KAFKA} defines "
+                                     f"(valid 0-{known}): body not decoded"]
     frames = packets_of(conv.frames())
     assert [e.decoded_as for e in iter_exchanges(frames, [PORT], best_effort=False)] == [None]
     assert [e.decoded_as for e in iter_exchanges(frames, [PORT])] == [known]
@@ -214,7 +218,7 @@ def test_every_api_above_its_schema_with_mangled_bytes_never_raises():
                 if side in ex.unread:
                     assert getattr(ex, side) is not None
                     assert any(p.startswith(f"{side}: {ex.unread[side][1]} bytes at body offset")
-                               for p in ex.problems)
+                               for p in ex.problems.reasons())
             json.dumps(ex.to_json())
     assert tried and decoded_as == tried
 
@@ -239,7 +243,7 @@ def test_resync_after_a_gap_finds_requests_newer_than_the_schemas():
     for best_effort in (True, False):
         dec = CaptureDecoder([PORT], decode=BodyDecoder(best_effort=best_effort))
         by = {e.correlation_id: e for e in dec.feed_all(packets_of(frames))}
-        assert any("not captured" in p for p in by[11].problems)
+        assert any("not captured" in p for p in by[11].problems.reasons())
         assert 12 not in by or by[12].request_data is None  # its start is gone
         assert all(13 + i in by for i in range(3))  # every later one is found again
         for corr in (10, 13, 14, 15):
@@ -247,8 +251,8 @@ def test_resync_after_a_gap_finds_requests_newer_than_the_schemas():
             assert ex.request_data is not None and ex.response_data is not None
             assert ex.api_version == known + 1 + (corr - 10) % NEWER_VERSIONS
             if best_effort:
-                assert ex.problems == [] or corr == 13  # 13 carries the resync note
+                assert not ex.problems or corr == 13  # 13 carries the resync note
                 assert ex.decoded_as == known and ex.request.member_id == "m-1"
             else:
-                assert ex.decoded_as is None and "not a version" in ex.problems[-1]
-        assert any("resynchronise" in p for p in by[13].problems)
+                assert ex.decoded_as is None and "not a version" in ex.problems[-1].reason
+        assert any("resynchronise" in p for p in by[13].problems.reasons())

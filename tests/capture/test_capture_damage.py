@@ -84,9 +84,9 @@ def test_lost_segment_inside_a_request_damages_only_it():
     del frames[4]  # the second data segment of the big request (its ACK follows later)
     got, _ = _run(frames)
     by = {e.correlation_id: e for e in got}
-    assert by[1].request_data is None and any("1000 of" in p for p in by[1].problems)
+    assert by[1].request_data is None and any("1000 of" in p for p in by[1].problems.reasons())
     assert by[1].response_data is not None  # the answer itself is intact and paired
-    assert by[2].problems == [] and by[2].request is None  # no BodyDecoder here: framing only
+    assert not by[2].problems and by[2].request is None  # no BodyDecoder here: framing only
     assert len(seg_idx) == 1
 
 
@@ -104,13 +104,13 @@ def test_lost_frame_boundary_resynchronises():
     frames = [f for i, f in enumerate(conv.frames()) if i not in lost]
     got, _ = _run(frames)
     by = {e.correlation_id: e for e in got if e.correlation_id is not None}
-    assert by[10].problems == []
-    assert any("not captured" in p for p in by[11].problems)
+    assert not by[10].problems
+    assert any("not captured" in p for p in by[11].problems.reasons())
     # requests whose start was lost are gone, but every later one is found again and paired
     later = [c for c in range(12, 16) if c in by and by[c].response_data is not None
              and by[c].request_data is not None]
     assert later and later[-1] == 15 and set(range(later[0], 16)) <= set(later)
-    notes = " ".join(p for e in got for p in e.problems)
+    notes = " ".join(p for e in got for p in e.problems.reasons())
     assert "resynchronise" in notes or "missing from the capture" in notes
 
 
@@ -125,8 +125,8 @@ def test_garbage_on_the_kafka_port_is_reported_and_skipped():
     paired = {e.correlation_id: e for e in got if e.response_data is not None}
     assert sorted(paired) == [5, 6]
     notes = [p for e in got for p in e.problems]
-    assert any("implausible frame header" in p for p in notes)
-    assert any("skipped" in p for p in notes)
+    assert any("implausible frame header" in p.reason and p.kind == "resync" for p in notes)
+    assert any("skipped" in p.reason and p.kind == "resync" for p in notes)
 
 
 def test_unknown_api_key_and_version_are_reported_and_decoding_goes_on():
@@ -145,15 +145,15 @@ def test_unknown_api_key_and_version_are_reported_and_decoding_goes_on():
     conv.close()
     dec = CaptureDecoder([PORT], decode=BodyDecoder())
     got = {e.correlation_id: e for e in dec.feed_all(packets_of(conv.frames()))}
-    assert "unknown API key 200" in got[1].problems[0]
+    assert "unknown API key 200" in got[1].problems[0].reason
     # v77 is above the schemas: tried with the v4 layout, which cannot read this v0-shaped frame
-    assert "v77 is newer than kproto's schemas" in got[2].problems[0]
-    assert "v4 layout failed" in got[2].problems[0] and got[2].request is None
-    assert got[3].problems == [] and got[3].response.api_keys == []
+    assert "v77 is newer than kproto's schemas" in got[2].problems[0].reason
+    assert "v4 layout failed" in got[2].problems[0].reason and got[2].request is None
+    assert not got[3].problems and got[3].response.api_keys == []
     dec = CaptureDecoder([PORT], decode=BodyDecoder(best_effort=False))
     got = {e.correlation_id: e for e in dec.feed_all(packets_of(conv.frames()))}
-    assert got[2].problems == ["ApiVersions v77 is not a version Kafka 3.9 defines (valid 0-4): "
-                               "body not decoded"]
+    assert got[2].problems.reasons() == ["ApiVersions v77 is not a version Kafka 3.9 defines "
+                                         "(valid 0-4): body not decoded"]
 
 
 def test_reassembler_overlap_retransmission_and_gaps():
@@ -228,7 +228,7 @@ def test_apiversions_answered_with_v0_body_like_kafka_does():
     conv.close()
     dec = CaptureDecoder([PORT], decode=BodyDecoder())
     (ex,) = dec.feed_all(packets_of(conv.frames()))
-    assert ex.problems == [] and ex.response_version == 0 and ex.errors == ["UNSUPPORTED_VERSION"]
+    assert not ex.problems and ex.response_version == 0 and ex.errors == ["UNSUPPORTED_VERSION"]
     assert ex.to_json()["response"]["apiKeys"] == [{"apiKey": 18, "minVersion": 0, "maxVersion": 3}]
 
 
@@ -239,7 +239,7 @@ def test_port_reuse_starts_a_new_connection():
     b.send(False, response_frame(18, 0, 100))
     b.close()
     got, _ = _run(a.frames() + b.frames())
-    assert [(e.api_key, e.correlation_id, e.problems) for e in got] == \
+    assert [(e.api_key, e.correlation_id, e.problems.reasons()) for e in got] == \
         [(3, 100, []), (3, 101, []), (18, 100, [])]
 
 
@@ -251,7 +251,8 @@ def test_responses_without_requests_are_reported():
     conv.close()
     got, _ = _run(conv.frames())
     orphans = [e for e in got if e.request_bytes == 0]
-    assert len(orphans) == 300 and all("matches no request" in e.problems[-1] for e in orphans)
+    assert len(orphans) == 300
+    assert all("matches no request" in e.problems[-1].reason for e in orphans)
     assert [e.correlation_id for e in got if not e.problems] == [1]
 
 
@@ -264,5 +265,5 @@ def test_produce_with_acks_0_expects_no_answer():
     conv.close()
     dec = CaptureDecoder([PORT], decode=BodyDecoder())
     got = {e.correlation_id: e for e in dec.feed_all(packets_of(conv.frames()))}
-    assert got[1].problems == [] and not got[1].expects_response and got[1].latency_ms is None
-    assert got[2].problems == ["no response: the connection was closed"]
+    assert not got[1].problems and not got[1].expects_response and got[1].latency_ms is None
+    assert got[2].problems.reasons() == ["no response: the connection was closed"]

@@ -25,7 +25,7 @@ def test_resync_finds_a_frame_starting_at_the_last_possible_position():
     got = cut.data(junk + frame[:14], 1.0)  # exactly the bytes needed to judge the start
     assert got == [] and cut.synced
     got = cut.data(frame[14:], 2.0)
-    assert [f.data for f in got] == [frame[4:]] and "skipped 37 bytes" in got[0].problems[0]
+    assert [f.data for f in got] == [frame[4:]] and "skipped 37 bytes" in got[0].problems[0].reason
 
 
 def test_response_resync_needs_a_pending_correlation_id():
@@ -56,4 +56,4 @@ def test_hole_inside_a_request_header():
     dec._close(conn)
     out = dec._take()
     assert [(e.kind, e.correlation_id) for e in out] == [("stream", None), ("kafka", 2)]
-    assert "request header lost in a capture gap" in out[0].problems
+    assert "request header lost in a capture gap" in out[0].problems.reasons()

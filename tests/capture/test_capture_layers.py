@@ -18,7 +18,7 @@ def _ip_packets(name=SOURCE):
 
 def _key(exchanges):
     return sorted((e.client.port, e.correlation_id, e.api_key, e.api_version, e.request_data,
-                   e.response_data, tuple(e.problems)) for e in exchanges)
+                   e.response_data, tuple(e.problems.reasons())) for e in exchanges)
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +67,7 @@ def test_truncated_file_keeps_every_complete_exchange():
     cut = len(data) * 2 // 3 + 7  # inside a packet record
     dec = CaptureDecoder(ports)
     part = dec.feed_all(iter_packets(data[:cut]))
-    assert len(dec.problems) == 1 and "truncated" in dec.problems[0]
+    assert len(dec.problems) == 1 and "truncated" in dec.problems[0].reason
     last_ts = max(p.ts for p in iter_packets(data[:cut]) if hasattr(p, "ts"))
     done = {(e.client.port, e.correlation_id): e for e in full if (e.response_end or 0) <= last_ts}
     got = {(e.client.port, e.correlation_id): e for e in part if e.response_data is not None}
@@ -79,14 +79,15 @@ def test_truncated_file_keeps_every_complete_exchange():
 
 
 def test_not_a_capture_is_reported():
-    assert [type(p).__name__ for p in iter_packets(b"GET / HTTP/1.1\r\n")] == ["CaptureProblem"]
-    assert [type(p).__name__ for p in iter_packets(b"")] == ["CaptureProblem"]
+    assert [(type(p).__name__, p.kind) for p in iter_packets(b"GET / HTTP/1.1\r\n")] == \
+        [("Problem", "capture")]
+    assert [(type(p).__name__, p.kind) for p in iter_packets(b"")] == [("Problem", "capture")]
     # a pcapng whose second block is cut
     conv = Conversation()
     simple_exchange(conv, 18, 0, 1)
     ng = write_pcapng(conv.frames())
     out = list(iter_packets(ng[:-10]))
-    assert type(out[-1]).__name__ == "CaptureProblem" and len(out) == len(conv.packets)
+    assert type(out[-1]).__name__ == "Problem" and len(out) == len(conv.packets)
 
 
 def test_non_tcp_and_short_frames_are_skipped():
@@ -99,7 +100,7 @@ def test_non_tcp_and_short_frames_are_skipped():
     dec = CaptureDecoder([9092])
     got = dec.feed_all(packets_of(junk + conv.frames()))
     assert dec.non_tcp == 4
-    assert [(e.api_key, e.correlation_id, e.problems) for e in got] == [(18, 7, [])]
+    assert [(e.api_key, e.correlation_id, e.problems.reasons()) for e in got] == [(18, 7, [])]
 
 
 def test_tcp_parse_trims_ethernet_padding():

@@ -35,7 +35,7 @@ class Trickle(io.RawIOBase):
 
 def _norm(items) -> list:
     return [("packet", x.ts, x.linktype, bytes(x.data), x.orig_len, x.index) if isinstance(x, Packet)
-            else ("problem", x.message, x.index, x.offset) for x in items]
+            else ("problem", x.reason, x.index, x.position) for x in items]
 
 
 @pytest.mark.parametrize("name", capture_names())
@@ -54,9 +54,9 @@ def test_implausible_lengths_and_empty_streams_are_problems():
 
     head = struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1)
     [problem] = stream_packets(io.BytesIO(head + struct.pack("<IIII", 0, 0, 1 << 30, 60)))
-    assert "not plausible" in problem.message and problem.offset == 24
-    assert [p.message for p in stream_packets(io.BytesIO(b""))] == ["empty stream"]
-    assert "not a pcap" in next(stream_packets(io.BytesIO(b"GET / HTTP/1.1\r\n"))).message
+    assert "not plausible" in problem.reason and problem.position == 24
+    assert [p.reason for p in stream_packets(io.BytesIO(b""))] == ["empty stream"]
+    assert "not a pcap" in next(stream_packets(io.BytesIO(b"GET / HTTP/1.1\r\n"))).reason
 
 
 def test_iter_exchanges_reads_a_binary_stream():

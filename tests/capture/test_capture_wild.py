@@ -30,11 +30,12 @@ def test_librdkafka_apiversions_v0_request_keeps_its_body():
     conv.send(False, response_frame(18, 0, 1))
     conv.close()
     (ex,) = _decode(conv.frames())
-    assert ex.problems == []
+    assert not ex.problems
     assert ex.request is not None and ex.request_header.client_id == "rdkafka"
     assert ex.unread["request"] == (0, 4, bytes(4))
-    assert len(ex.notes) == 1 and "4 bytes after the end of the ApiVersions v0 body" in ex.notes[0]
-    assert "librdkafka" in ex.notes[0]
+    assert len(ex.notes) == 1
+    assert "4 bytes after the end of the ApiVersions v0 body" in ex.notes[0].reason
+    assert "librdkafka" in ex.notes[0].reason
     assert ex.to_json()["request"] == {}
 
 
@@ -45,10 +46,10 @@ def test_bytes_after_a_complete_response_body_are_noted_and_the_body_kept():
     conv.send(False, _with_tail(response_frame(12, 1, 5, body), b"\x01\x02\x03"))
     conv.close()
     (ex,) = _decode(conv.frames())
-    assert ex.problems == [] and ex.response.error_code == 27
+    assert not ex.problems and ex.response.error_code == 27
     assert ex.errors == ["REBALANCE_IN_PROGRESS"]
     assert ex.unread["response"] == (6, 3, b"\x01\x02\x03")
-    assert "3 bytes after the end of the Heartbeat v1 body" in ex.notes[0]
+    assert "3 bytes after the end of the Heartbeat v1 body" in ex.notes[0].reason
 
 
 def test_capture_starting_with_the_brokers_answer_keeps_framing():
@@ -62,14 +63,14 @@ def test_capture_starting_with_the_brokers_answer_keeps_framing():
     got = _decode(frames)
     by_corr = {e.correlation_id: e for e in got}
     assert sorted(by_corr) == [7, 8, 9]
-    assert by_corr[8].problems == [] and by_corr[9].problems == []  # nothing skipped
+    assert not by_corr[8].problems and not by_corr[9].problems  # nothing skipped
     orphan = by_corr[7]
-    assert orphan.problems == ["orphan response (21 bytes, correlation id 7): matches no request "
-                               "in the capture"]
+    assert orphan.problems.reasons() == ["orphan response (21 bytes, correlation id 7): matches "
+                                         "no request in the capture"]
     assert orphan.request is None and orphan.response_bytes == 21
     # Metadata v12 is what the connection's later requests use, and it reads the whole body
     assert (orphan.api_key, orphan.api_version) == (3, 12)
-    assert orphan.response is not None and "decoded as Metadata v12" in orphan.notes[0]
+    assert orphan.response is not None and "decoded as Metadata v12" in orphan.notes[0].reason
 
 
 def test_orphan_response_decoded_when_its_body_is_unambiguous():
@@ -83,7 +84,7 @@ def test_orphan_response_decoded_when_its_body_is_unambiguous():
     conv.close()
     (ex,) = _decode(conv.frames()[5:])  # only the answer was captured
     assert (ex.api_key, ex.api_version) == (18, 0) and ex.response == body
-    assert "the only API version of all" in ex.notes[0]
+    assert "the only API version of all" in ex.notes[0].reason
 
 
 def test_orphan_response_left_undecoded_when_ambiguous():
@@ -93,8 +94,8 @@ def test_orphan_response_left_undecoded_when_ambiguous():
     conv.close()
     (ex,) = _decode(conv.frames()[5:])
     assert ex.api_key is None and ex.response is None and ex.response_bytes == 21
-    assert "orphan response not decoded" in ex.notes[0]
-    assert "matches no request" in ex.problems[0]
+    assert "orphan response not decoded" in ex.notes[0].reason
+    assert "matches no request" in ex.problems[0].reason
 
 
 def test_stream_starting_mid_frame_still_resynchronises():
@@ -112,5 +113,5 @@ def test_stream_starting_mid_frame_still_resynchronises():
     (ex,) = got
     assert (ex.api_key, ex.correlation_id) == (18, 2) and ex.response is not None
     # the rest of the big answer is not mistaken for frames: it is skipped, and said so
-    assert len(ex.problems) == 1 and ex.problems[0].startswith("skipped ")
-    assert "to resynchronise" in ex.problems[0]
+    assert len(ex.problems) == 1 and ex.problems[0].reason.startswith("skipped ")
+    assert "to resynchronise" in ex.problems[0].reason

@@ -16,6 +16,7 @@ import pytest
 import kproto.storage as ks
 from kproto.cli.main import main
 from kproto.storage.summary import summarize
+from kproto.problems import Problems
 
 from external_support import LOGDIRS, logdir
 
@@ -158,9 +159,9 @@ def test_dump_log(name, mode):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_read_arrow(name):
-    damage: list = []
-    table = ks.read_arrow(logdir(name), damage=damage)
-    assert damage == []
+    damage = Problems()
+    table = ks.read_arrow(logdir(name), problems=damage)
+    assert not damage
     counts = {}
     for topic, part in zip(table.column("topic").to_pylist(), table.column("partition").to_pylist()):
         counts[(topic, part)] = counts.get((topic, part), 0) + 1

@@ -6,6 +6,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kproto.errors import DecodeError
+from kproto.problems import Problems
 from kproto.records import RecordBatch, RecordBatchBuilder, iter_batches
 
 from .conftest import VECTORS, vector_names
@@ -19,7 +20,7 @@ def _outcome(fn):
 
 
 def _compare(data: bytes) -> None:
-    for batch in iter_batches(data, errors=[]):
+    for batch in iter_batches(data, problems=Problems()):
         if isinstance(batch, RecordBatch):
             bulk = _outcome(batch.record_list)
             ref = _outcome(lambda: list(batch.iter_records_slow()))
@@ -63,5 +64,5 @@ def test_legacy_attribute_bits_above_the_codec_survive_the_merge(engine):
     v2 = RecordBatchBuilder(base_offset=1)
     v2.append(1_700_000_000_001, b"k2", b"v2")
     data += v2.build()
-    cols = decode_batches(list(iter_batches(bytes(data), errors=[])))
+    cols = decode_batches(list(iter_batches(bytes(data), problems=Problems())))
     assert list(cols.offset) == [0, 1] and list(cols.attributes) == [0xF8, 0]

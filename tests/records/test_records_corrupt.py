@@ -8,7 +8,8 @@ import pytest
 from crc32c import crc32c
 
 from kproto.errors import DecodeError
-from kproto.records import BatchError, RecordBatch, RecordBatchBuilder, decode_columns, iter_batches
+from kproto.problems import Problem, Problems
+from kproto.records import RecordBatch, RecordBatchBuilder, decode_columns, iter_batches
 from kproto.records.dump import dump_lines
 
 
@@ -28,11 +29,12 @@ def test_bad_crc_reported_and_skipped_with_verify():
     good1, bad, good2 = _batch(0), bytearray(_batch(3)), _batch(6)
     bad[-2] ^= 0x40
     data = good1 + bytes(bad) + good2
-    errors: list[BatchError] = []
-    got = [b.base_offset for b in iter_batches(data, verify_crc=True, errors=errors)]
+    found = Problems()
+    got = [b.base_offset for b in iter_batches(data, verify_crc=True, problems=found)]
     assert got == [0, 6]
-    assert errors == [BatchError(len(good1), 1, errors[0].reason, False)]
-    assert "CRC" in errors[0].reason
+    assert list(found) == [Problem("crc", found[0].reason, position=len(good1), index=1,
+                                   fatal=False)]
+    assert "CRC" in found[0].reason
     # without verification the batch is read, flagged invalid
     assert [b.is_valid() for b in iter_batches(data)] == [True, False, True]
     with pytest.raises(DecodeError):
@@ -41,11 +43,11 @@ def test_bad_crc_reported_and_skipped_with_verify():
 
 def test_torn_tail_is_not_an_error():
     data = _batch(0) + _batch(3)[:-7]
-    errors: list = []
+    found = Problems()
     from kproto.records import BatchReader
-    r = BatchReader(data, errors=errors)
+    r = BatchReader(data, problems=found)
     assert [b.base_offset for b in r] == [0]
-    assert r.trailing_bytes == len(_batch(3)) - 7 and r.stopped_by is None and not errors
+    assert r.trailing_bytes == len(_batch(3)) - 7 and r.stopped_by is None and not found
 
 
 @pytest.mark.parametrize("size", [-1, 0, 13])
@@ -53,9 +55,9 @@ def test_batch_size_below_minimum_stops(size):
     bad = bytearray(_batch(3))
     struct.pack_into(">i", bad, 8, size)
     data = _batch(0) + bytes(bad) + _batch(6)
-    errors: list = []
-    assert [b.base_offset for b in iter_batches(data, errors=errors)] == [0]
-    assert errors[0].fatal and errors[0].position == len(_batch(0))
+    found = Problems()
+    assert [b.base_offset for b in iter_batches(data, problems=found)] == [0]
+    assert found[0].fatal and found[0].kind == "corrupt" and found[0].position == len(_batch(0))
     summary = list(dump_lines(data))[-1]
     assert summary["stopped_by"] and summary["valid_bytes"] == len(_batch(0))
     with pytest.raises(DecodeError):
@@ -68,14 +70,14 @@ def test_unknown_magic_and_garbage_after_a_batch():
     assert summary["batches"] == 1 and summary["trailing_bytes"] == 53
     # ... and garbage whose "size" is impossible is corruption that stops the scan
     data = _batch(0) + b"\xff" * 40
-    errors: list = []
-    assert len(list(iter_batches(data, errors=errors))) == 1
-    assert errors and errors[0].fatal and errors[0].position == len(_batch(0))
+    found = Problems()
+    assert len(list(iter_batches(data, problems=found))) == 1
+    assert found and found[0].fatal and found[0].position == len(_batch(0))
     garbage = bytearray(_batch(3))
     garbage[16] = 3
-    errors = []
-    assert list(iter_batches(bytes(garbage), errors=errors)) == []
-    assert "magic" in errors[0].reason
+    found = Problems()
+    assert list(iter_batches(bytes(garbage), problems=found)) == []
+    assert "magic" in found[0].reason
 
 
 def test_v2_length_below_header_size():

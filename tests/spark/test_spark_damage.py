@@ -12,6 +12,7 @@ from pyspark.sql.datasource import DataSourceReader
 
 from kproto.spark import KafkaSegmentsReader, damage_spark_schema, parse_options, spark_schema
 from kproto.storage import read_arrow
+from kproto.problems import Problems
 
 from spark_expected import LOGDIRS, expected_records
 
@@ -32,13 +33,16 @@ def _rows(df) -> list[tuple]:
 
 
 def _reference(path, **options) -> list[tuple]:
-    """What read_arrow reports for the same read."""
-    damage = []
-    read_arrow(path, damage=damage, **options)
+    """What read_arrow reports for the same read (each record says its topic and partition:
+    those of the folder holding its file)."""
+    damage = Problems()
+    read_arrow(path, problems=damage, **options)
     out = []
     for d in damage:
-        topic, part = os.path.basename(os.path.dirname(d.file)).rsplit("-", 1)
-        out.append((topic, int(part), d.file, d.position, d.kind, d.reason, d.bytes_skipped))
+        topic, part = os.path.basename(os.path.dirname(d.source)).rsplit("-", 1)
+        assert (d.topic, d.partition) == (topic, int(part))
+        out.append((d.topic, d.partition, d.source, d.position, d.kind, d.reason,
+                    d.bytes_skipped))
     return sorted(out)
 
 
@@ -74,6 +78,35 @@ def test_damage_rows_follow_the_options(spark):
         finally:
             spark.conf.unset(PUSHDOWN)
         assert got == [r for r in _reference(CRASHED) if r[1] == 2]
+
+
+def test_damage_rows_take_topic_and_partition_from_the_record():
+    # not from the file's folder name: a record found outside a partition folder (or in a
+    # folder named otherwise) still lands on its partition's row
+    from kproto.spark.source import DAMAGE_SCHEMA, _damage_batch
+
+    found = Problems()
+    found.scope(topic="orders", partition=3).report(
+        "index", "bad; rebuilt by scanning", source="/copied/somewhere/00000000000000000000.index")
+    found.report("file", "no topic known", source="/logs/meta.properties")
+    rows = _damage_batch(found, DAMAGE_SCHEMA).to_pylist()
+    assert [(r["topic"], r["partition"], r["file"], r["kind"]) for r in rows] == [
+        ("orders", 3, "/copied/somewhere/00000000000000000000.index", "index"),
+        (None, None, "/logs/meta.properties", "file")]
+
+
+def test_planning_damage_rows_carry_the_partition(spark, tmp_path):
+    # a bad index is found while planning, on the driver: its row still has its partition
+    import shutil
+
+    part = tmp_path / "events-1"
+    shutil.copytree(os.path.join(CRASHED, "events-1"), part)
+    index = sorted(part.glob("*.index"))[0]
+    index.chmod(0o644)
+    index.write_bytes(b"\xff" * 12)
+    rows = _rows(_damage(spark, str(tmp_path)))
+    assert rows == _reference(str(tmp_path))
+    assert ("events", 1, "index") in {(r[0], r[1], r[4]) for r in rows}
 
 
 def test_no_damage_rows_on_a_clean_broker(spark):

@@ -16,6 +16,7 @@ import time
 import pytest
 
 import kproto.storage as ks
+from kproto.problems import Problems
 
 from fuzz_support import zstd_bomb
 from storage_fixtures import LOGDIRS, run_cli
@@ -35,8 +36,8 @@ def logdir(tmp_path):
 
 
 def _rows(path, **kw):
-    damage: list = []
-    table = ks.read_arrow(path, damage=damage, **kw)
+    damage = Problems()
+    table = ks.read_arrow(path, problems=damage, **kw)
     return table.num_rows, damage
 
 
@@ -74,7 +75,9 @@ def test_one_bad_metadata_file_is_reported_and_the_rest_read(logdir, rel):
     rows, damage = _rows(logdir)
     assert rows == FULL_ROWS
     if rel.endswith((".index", ".timeindex", ".txnindex")):
-        assert [d.kind for d in damage] == ["index"] and damage[0].file.endswith(name)
+        assert [d.kind for d in damage] == ["index"] and damage[0].source.endswith(name)
+        topic, partition = rel.split("/")[0].rsplit("-", 1)  # the record says whose it is
+        assert (damage[0].topic, damage[0].partition) == (topic, int(partition))
 
 
 def _limited(code: str, limit: int = 2 * GIB, timeout: float = 60) -> subprocess.CompletedProcess:
@@ -98,8 +101,8 @@ def test_sparse_3gib_index_is_damage_not_memory(logdir):
     proc = _limited(f"""
         import json, io, contextlib
         from kproto.cli.main import main
-        d = []
-        t = kproto.storage.read_arrow({logdir!r}, damage=d)
+        d = kproto.Problems()
+        t = kproto.storage.read_arrow({logdir!r}, problems=d)
         print(json.dumps([t.num_rows, [x.kind for x in d]]))
         for argv in (["logdir", {logdir!r}], ["dump-log", "--format", "jsonl", {logdir!r}]):
             buf = io.StringIO()
@@ -134,9 +137,9 @@ def test_decompression_bombs_are_cut_and_reported(logdir):
             except DecodeError as exc:
                 out.append(type(exc).__name__)
             out.append(time.monotonic() - t < 5)
-        d = []
+        d = kproto.Problems()
         t = time.monotonic()
-        table = kproto.storage.read_arrow({logdir!r}, damage=d)
+        table = kproto.storage.read_arrow({logdir!r}, problems=d)
         out += [table.num_rows, sorted({{x.kind for x in d}}), len(d), time.monotonic() - t < 30]
         print(json.dumps(out))
     """)
@@ -202,7 +205,8 @@ def test_emptied_middle_segment_is_a_gap(logdir):
     kinds = sorted(d.kind for d in damage)
     assert "gap" in kinds and rows < _rows(CLEAN, topics=["orders"])[0]
     gap = next(d for d in damage if d.kind == "gap")
-    assert gap.file == path and "records (from offset 633 on) are lost" in gap.reason
+    assert gap.source == path and "records (from offset 633 on) are lost" in gap.reason
+    assert (gap.topic, gap.partition) == ("orders", 0)
 
 
 def test_lone_sparse_index_is_dumped_from_its_entries_only(tmp_path):

@@ -10,6 +10,7 @@ import pytest
 
 from kproto.errors import DecodeError
 from kproto.storage.internal import decode_internal_record, decode_metadata_frame
+from kproto.problems import Problems
 
 from storage_fixtures import expected_files, load_expected
 
@@ -77,9 +78,9 @@ def test_read_internal_typed_tables_match_expected():
 
     from storage_fixtures import LOGDIRS
 
-    damage = []
-    tables = read_internal(os.path.join(LOGDIRS, "broker1-clean"), damage=damage)
-    assert damage == []
+    damage = Problems()
+    tables = read_internal(os.path.join(LOGDIRS, "broker1-clean"), problems=damage)
+    assert not damage
     rows = {(r["topic"], r["offset"]): (name, r) for name, t in tables.items() for r in t.to_pylist()}
     expected = 0
     for rel in DECODED:

@@ -11,6 +11,7 @@ from kproto.storage.layout import scan_log_dir
 from kproto.storage.partition import (Partition, batch_max_timestamp, rebuild_indexes,
                                      scan_batches)
 from kproto.storage.reader import plan_splits, read_arrow
+from kproto.problems import Problems
 
 from storage_fixtures import LOGDIRS, load_expected, partition_dirs
 
@@ -90,8 +91,8 @@ def test_corrupt_length_resyncs_at_next_index_entry(tmp_path):
     raw = bytearray(seg.read())
     raw[victim["position"] + 8:victim["position"] + 12] = b"\x00\x00\x00\x05"  # size 5
     (dst / seg.name).write_bytes(bytes(raw))
-    damage = []
-    rows = read_arrow(str(dst), damage=damage).column("offset").to_pylist()
+    damage = Problems()
+    rows = read_arrow(str(dst), problems=damage).column("offset").to_pylist()
     resume = int(idx.positions[3])
     assert [(d.kind, d.position, d.bytes_skipped) for d in damage] == [
         ("corrupt", victim["position"], resume - victim["position"])]
@@ -123,8 +124,8 @@ def test_missing_index_is_rebuilt_by_scanning(tmp_path):
 def test_garbage_index_is_reported_not_trusted(tmp_path):
     dst = _copy_partition(tmp_path, "broker1-clean/clicks-0")
     (dst / "00000000000000000000.index").write_bytes(b"\x00\x00\x00\x10\x7f\x00\x00\x00" * 3)
-    damage = []
-    t = read_arrow(str(dst), damage=damage, start_offset=300)
+    damage = Problems()
+    t = read_arrow(str(dst), problems=damage, start_offset=300)
     assert [d.kind for d in damage] == ["index"] and "rebuilt" in damage[0].reason
     assert t.column("offset").to_pylist()[0] == 300
     seg = Partition.open(str(dst)).segments[0]

@@ -8,6 +8,7 @@ import pyarrow as pa
 import pytest
 
 from kproto.storage.reader import arrow_schema, plan_splits, read_arrow, read_split, ReadOptions
+from kproto.problems import Problems
 
 from storage_fixtures import (LOGDIRS, committed_rows as _committed, expected_aborted, expected_lso,
                               expected_records, load_expected, partition_dirs, want_row as _want_row)
@@ -62,10 +63,10 @@ def test_torn_tail_reported_and_not_read():
     seg = _notes(part)["segments"][-1]
     summary = load_expected(os.path.join(part, f"{seg['base_offset']:020d}.log.jsonl"))[-1]
     for isolation in ("read_uncommitted", "read_committed"):
-        damage = []
-        table = read_arrow(os.path.join(LOGDIRS, part), damage=damage, isolation=isolation)
+        damage = Problems()
+        table = read_arrow(os.path.join(LOGDIRS, part), problems=damage, isolation=isolation)
         assert table.column("offset").to_pylist()[-1] == seg["last_batch_last_offset"]
-        assert [(d.kind, os.path.basename(d.file), d.position, d.bytes_skipped)
+        assert [(d.kind, os.path.basename(d.source), d.position, d.bytes_skipped)
                 for d in damage] == [("torn-tail", f"{seg['base_offset']:020d}.log",
                                       seg["valid_bytes"], summary["trailing_bytes"])]
 
@@ -77,23 +78,35 @@ def test_crc_damage_reported_and_skipped_only_when_verifying():
     assert bad
     segment, position, size = bad[0][:3]
     assert f"batch at {position}" in _notes(part)["note"]
-    damage = []
-    table = read_arrow(os.path.join(LOGDIRS, part), damage=damage)
+    damage = Problems()
+    table = read_arrow(os.path.join(LOGDIRS, part), problems=damage)
     assert table.num_rows == len(expected_records(part))
-    assert [(d.kind, os.path.basename(d.file), d.position, d.bytes_skipped) for d in damage] == [
+    assert [(d.kind, os.path.basename(d.source), d.position, d.bytes_skipped) for d in damage] == [
         ("crc", segment, position, 0)]
-    damage = []
-    table = read_arrow(os.path.join(LOGDIRS, part), damage=damage, verify_crc=True)
+    damage = Problems()
+    table = read_arrow(os.path.join(LOGDIRS, part), problems=damage, verify_crc=True)
     assert [(d.kind, d.position, d.bytes_skipped) for d in damage] == [("crc", position, size)]
     skipped = {o for *_x, o in bad}
     assert set(table.column("offset").to_pylist()) == \
         {r["offset"] for r in expected_records(part)} - skipped
 
 
+def test_damage_records_say_their_topic_and_partition():
+    # every problem of a read carries the partition it was found in (Spark's damage rows
+    # take it from there), whether met while planning (an index) or while reading (a batch)
+    crashed = os.path.join(LOGDIRS, "broker1-crashed")
+    found = Problems()
+    read_arrow(crashed, problems=found)
+    assert {(p.kind, p.topic, p.partition) for p in found} == \
+        {("torn-tail", "events", 1), ("crc", "events", 2)}
+    assert all(os.path.basename(os.path.dirname(p.source)) == f"{p.topic}-{p.partition}"
+               for p in found)
+
+
 def test_clean_fixtures_have_no_damage():
-    damage = []
-    read_arrow(os.path.join(LOGDIRS, "broker1-clean"), damage=damage)
-    assert damage == []
+    damage = Problems()
+    read_arrow(os.path.join(LOGDIRS, "broker1-clean"), problems=damage)
+    assert not damage
 
 
 @pytest.mark.parametrize("part", [p for p in PARTS if "legacy" not in p])
@@ -189,9 +202,9 @@ def test_legacy_wrapper_that_does_not_decompress_is_damage_in_both_isolations(is
     data = first + bad + encode_legacy_message(4, 1, 0, 1002, b"k4", b"v4")
     split = Split("t-0/00000000000000000000.log", "t", 0, 0, 0, len(data),
                   last_stable_offset=10)
-    damage: list = []
+    damage = Problems()
     rows = [rb for rb in read_buffer(data, split, ReadOptions(isolation=isolation),
-                                     damage=damage)]
+                                     problems=damage)]
     assert pa.Table.from_batches(rows).column("offset").to_pylist() == [0, 4]
     assert [(d.kind, d.position, d.bytes_skipped) for d in damage] == [
         ("corrupt", len(first), len(bad))]

@@ -14,6 +14,7 @@ from kproto.storage.checkpoints import (ROOT_CHECKPOINTS, CleanShutdown, LeaderE
                                         OffsetCheckpoint, QuorumState)
 from kproto.storage.layout import file_kind, log_dir_files, scan_log_dir
 from kproto.storage.summary import has_damage, render_text, summarize
+from kproto.problems import Problems
 
 from storage_fixtures import LOGDIRS, run_cli
 
@@ -191,6 +192,6 @@ def test_dump_log_decode_internal_on_a_dir_with_regular_topics(untidy):
 def test_read_arrow_reports_no_damage(untidy):
     import kproto.storage as ks
 
-    damage: list = []
-    table = ks.read_arrow(untidy, damage=damage)
-    assert damage == [] and table.num_rows > 0
+    damage = Problems()
+    table = ks.read_arrow(untidy, problems=damage)
+    assert not damage and table.num_rows > 0
