@@ -4,6 +4,7 @@
 - :mod:`~kproto.broker.purgatory`: delayed operations (``DelayedOperationPurgatory``).
 - :mod:`~kproto.broker.log`: partition logs in Kafka's layout through :mod:`kproto.storage`.
 - :mod:`~kproto.broker.group`: the classic group coordinator over ``__consumer_offsets``.
+- :mod:`~kproto.broker.txn`: the transaction coordinator over ``__transaction_state``.
 - :mod:`~kproto.broker.core`: the sans-I/O request handling (:class:`BrokerCore`).
 - :mod:`~kproto.broker.server`: the asyncio TCP layer, :class:`Broker`.
 

@@ -21,6 +21,7 @@ from typing import Any, Callable, Hashable, Optional, Protocol, Union
 from kproto.broker.group import GroupCoordinator
 from kproto.broker.log import BrokerError, Log, LogConfig, LogManager, Topic
 from kproto.broker.purgatory import DelayedOperation, DelayedOperationPurgatory
+from kproto.broker.txn import TransactionCoordinator
 from kproto.broker.timer import CallbackTask, Clock, SystemClock, SystemTimer
 from kproto.codecs import request as request_codec
 from kproto.codecs import response as response_codec
@@ -67,6 +68,12 @@ IMPLEMENTED: dict[int, tuple[int, int]] = {
     ApiKey.DESCRIBE_GROUPS: (0, 6),
     ApiKey.LIST_GROUPS: (0, 5),
     ApiKey.DELETE_GROUPS: (0, 2),
+    # transactions, protocol version 1: EndTxn v5, AddPartitionsToTxn v5, TxnOffsetCommit v5
+    # and Produce v12 belong to transaction version 2 (KIP-890), not implemented
+    ApiKey.ADD_PARTITIONS_TO_TXN: (0, 4),
+    ApiKey.ADD_OFFSETS_TO_TXN: (0, 4),
+    ApiKey.END_TXN: (0, 4),
+    ApiKey.TXN_OFFSET_COMMIT: (0, 4),
 }
 
 
@@ -98,6 +105,8 @@ class BrokerConfig:
     group_min_session_timeout_ms: int = 6000        # group.min.session.timeout.ms
     group_max_session_timeout_ms: int = 1800000     # group.max.session.timeout.ms
     offset_metadata_max_bytes: int = 4096           # offset.metadata.max.bytes
+    transaction_state_num_partitions: int = 50      # transaction.state.log.num.partitions
+    transaction_max_timeout_ms: int = 900000        # transaction.max.timeout.ms
 
 
 @dataclass
@@ -153,6 +162,11 @@ class _Request:
         self.channel.respond(frame)
 
 
+def _producer_id(records: Any) -> int:
+    """The producer id in a v2 batch header (bytes 43..51), -1 if there is none."""
+    return int.from_bytes(bytes(records[43:51]), "big", signed=True) if len(records) >= 61 else -1
+
+
 def _peer(channel: Channel) -> str:
     """The client's host as Kafka reports it (``/127.0.0.1``); channels may carry ``peer``."""
     return getattr(channel, "peer", None) or "/127.0.0.1"
@@ -181,6 +195,7 @@ class DelayedFetch(DelayedOperation):
         super().__init__(max_wait_ms)
         self.core, self.req, self.ctx, self.parts = core, req, ctx, parts
         self.min_bytes = min_bytes
+        self.committed = req.version >= 4 and req.body.isolation_level == 1
 
     def try_complete(self) -> bool:
         total = 0
@@ -190,7 +205,8 @@ class DelayedFetch(DelayedOperation):
                 return self.force_complete()  # unknown partition: answer with its error now
             if data.fetch_offset > lg.log_end_offset or data.fetch_offset < lg.log_start_offset:
                 return self.force_complete()
-            total += min(lg.bytes_available(data.fetch_offset), max(data.max_bytes, 0))
+            upto = lg.last_stable_offset if self.committed else None
+            total += min(lg.bytes_available(data.fetch_offset, upto), max(data.max_bytes, 0))
         if total >= self.min_bytes:
             return self.force_complete()
         return False
@@ -220,8 +236,13 @@ class BrokerCore:
             (pid for t in self.logs.topics.values() for lg in t.partitions for pid in lg.producers),
             default=-1)
         self.groups = GroupCoordinator(self)
-        g = self.groups
+        self.txns = TransactionCoordinator(self)
+        g, tx = self.groups, self.txns
         self.handlers: dict[int, Callable[[_Request], None]] = {
+            ApiKey.ADD_PARTITIONS_TO_TXN: lambda r: tx.add_partitions(r.body, r.version, r.respond),
+            ApiKey.ADD_OFFSETS_TO_TXN: lambda r: tx.add_offsets(r.body, r.version, r.respond),
+            ApiKey.END_TXN: lambda r: tx.end_txn(r.body, r.version, r.respond),
+            ApiKey.TXN_OFFSET_COMMIT: lambda r: g.txn_commit_offsets(r.body, r.version, r.respond),
             ApiKey.JOIN_GROUP: lambda r: g.join_group(r.body, r.version, r.header.client_id or "",
                                                       _peer(r.channel), r.respond),
             ApiKey.SYNC_GROUP: lambda r: g.sync_group(r.body, r.version, r.respond),
@@ -439,18 +460,24 @@ class BrokerCore:
             for k in req.body.coordinator_keys]))
 
     def _ensure_txn_topic(self) -> None:
-        pass
+        self.txns.ensure_topic()
+
+    def allocate_producer_id(self) -> int:
+        pid = self._next_producer_id
+        self._next_producer_id += 1
+        return pid
+
+    def reserve_producer_id(self, pid: int) -> None:
+        """An id found in ``__transaction_state`` at start is never handed out again."""
+        self._next_producer_id = max(self._next_producer_id, pid + 1)
 
     # ------------------------------------------------------------------ InitProducerId
     def _init_producer_id(self, req: _Request) -> None:
         cls = response_codec(ApiKey.INIT_PRODUCER_ID).cls
         if req.body.transactional_id is not None:
-            # no transaction coordinator yet
-            req.respond(cls(error_code=ErrorCode.UNSUPPORTED_VERSION, producer_id=-1, producer_epoch=-1))
+            self.txns.init_producer_id(req.body, req.version, req.respond)
             return
-        pid = self._next_producer_id
-        self._next_producer_id += 1
-        req.respond(cls(error_code=0, producer_id=pid, producer_epoch=0))
+        req.respond(cls(error_code=0, producer_id=self.allocate_producer_id(), producer_epoch=0))
 
     # ------------------------------------------------------------------ CreateTopics
     def _create_topics(self, req: _Request) -> None:
@@ -598,9 +625,6 @@ class BrokerCore:
                 if acks not in (0, 1, -1):
                     res.error_code = ErrorCode.INVALID_REQUIRED_ACKS
                     continue
-                if body.transactional_id is not None:
-                    res.error_code = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-                    continue
                 lg = self.logs.get(t.name, p.index)
                 if lg is None:
                     res.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
@@ -608,6 +632,13 @@ class BrokerCore:
                 if p.records is None:
                     res.error_code = ErrorCode.INVALID_RECORD
                     continue
+                if body.transactional_id is not None:
+                    # KIP-890 part 1: the partition must be in the producer's transaction
+                    err = self.txns.verify_produce(body.transactional_id, _producer_id(p.records),
+                                                   t.name, p.index)
+                    if err:
+                        res.error_code = err
+                        continue
                 try:
                     info = lg.append_as_leader(p.records, now)
                 except BrokerError as exc:
@@ -666,13 +697,17 @@ class BrokerCore:
                                  else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
                 continue
             pd.high_watermark, pd.log_start_offset = lg.high_watermark, lg.log_start_offset
-            pd.last_stable_offset = lg.last_stable_offset
+            pd.last_stable_offset = lso = lg.last_stable_offset
             try:
-                records = lg.read(data.fetch_offset, min(max(data.max_bytes, 0), budget), first)
+                records = lg.read(data.fetch_offset, min(max(data.max_bytes, 0), budget), first,
+                                  lso if committed else None)
             except BrokerError as exc:
                 pd.error_code = exc.code
                 continue
             pd.records = records
+            if committed and records:
+                pd.aborted_transactions = [cls.AbortedTransaction(producer_id=pid, first_offset=off)
+                                           for pid, off in lg.aborted_between(data.fetch_offset, lso)]
             if records:
                 first = False
                 budget = max(0, budget - len(records))
@@ -685,6 +720,7 @@ class BrokerCore:
         clean-shutdown marker with ``clean``)."""
         self.fetch_purgatory.shutdown()
         self.groups.shutdown()
+        self.txns.shutdown()
         self.logs.close(clean)
 
 
@@ -733,6 +769,15 @@ def error_response(api_key: int, version: int, body: Any, code: int) -> Optional
     if api_key == ApiKey.DESCRIBE_GROUPS:
         return cls(groups=[cls.DescribedGroup(error_code=code, group_id=g, group_state="",
                                               protocol_type="", protocol_data="") for g in body.groups])
+    if api_key == ApiKey.ADD_PARTITIONS_TO_TXN and version < 4:
+        return cls(results_by_topic_v3_and_below=[cls.AddPartitionsToTxnTopicResult(
+            name=t.name, results_by_partition=[cls.AddPartitionsToTxnPartitionResult(
+                partition_index=p, partition_error_code=code) for p in t.partitions])
+            for t in body.v3_and_below_topics])
+    if api_key == ApiKey.TXN_OFFSET_COMMIT:
+        return cls(topics=[cls.TxnOffsetCommitResponseTopic(name=t.name, partitions=[
+            cls.TxnOffsetCommitResponsePartition(partition_index=p.partition_index, error_code=code)
+            for p in t.partitions]) for t in body.topics])
     if api_key == ApiKey.DELETE_GROUPS:
         return cls(results=[cls.DeletableGroupResult(group_id=g, error_code=code)
                             for g in body.groups_names])

@@ -131,3 +131,56 @@ def test_confluent_kafka_group_rebalances_on_join_and_leave_commits_and_resumes_
 
     d = run(second_run())
     assert sorted(d.values) == sorted(b"job-%d" % i for i in range(600, 660))
+
+
+def test_confluent_kafka_transactions_read_committed_consumers_never_see_aborted_records(tmp_path):
+    ck = pytest.importorskip("confluent_kafka")
+
+    async def main():
+        async with Broker(tmp_path / "data", num_partitions=3, **GROUP_CFG) as broker:
+            def work():
+                p = ck.Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "etl"})
+                p.init_transactions(10)
+                sent = {}
+                for n, commit in enumerate([True, False, True, False, True]):
+                    p.begin_transaction()
+                    for i in range(30):
+                        p.produce("ledger", value=b"t%d-%d" % (n, i), partition=i % 3)
+                    p.flush(10)                     # the records reach the log before the end
+                    (p.commit_transaction if commit else p.abort_transaction)(10)
+                    sent[n] = commit
+
+                def consume(isolation, group):
+                    c = ck.Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group,
+                                     "auto.offset.reset": "earliest", "isolation.level": isolation,
+                                     "enable.auto.commit": False})
+                    c.subscribe(["ledger"])
+                    got = []
+                    deadline = time.monotonic() + 10
+                    want = 150 if isolation == "read_uncommitted" else 90
+                    while len(got) < want and time.monotonic() < deadline:
+                        m = c.poll(0.1)
+                        if m is not None and not m.error():
+                            got.append(m.value())
+                    end = time.monotonic() + 0.3
+                    while time.monotonic() < end:       # and nothing more comes
+                        m = c.poll(0.05)
+                        if m is not None and not m.error():
+                            got.append(m.value())
+                    c.close()
+                    return got
+
+                # a transaction left open is what read_committed consumers wait behind
+                p.begin_transaction()
+                p.produce("ledger", value=b"open", partition=0)
+                p.flush(10)
+                committed = consume("read_committed", "rc")
+                everything = consume("read_uncommitted", "ru")
+                p.abort_transaction(10)
+                return committed, everything
+
+            return await asyncio.get_running_loop().run_in_executor(None, work)
+
+    committed, everything = run(main())
+    assert sorted(committed) == sorted(b"t%d-%d" % (n, i) for n in (0, 2, 4) for i in range(30))
+    assert len(everything) == 151 and b"open" in everything

@@ -1,0 +1,330 @@
+"""The transaction coordinator (Kafka's ``TransactionCoordinator`` and ``TransactionMetadata``,
+transaction protocol version 1), sans-I/O.
+
+A transactional id maps to a producer id and epoch (InitProducerId bumps the epoch and so
+fences older producers; an open transaction found there is aborted first). AddPartitionsToTxn
+and AddOffsetsToTxn move it to Ongoing and start its timeout on the broker's timer; EndTxn
+goes through PrepareCommit/PrepareAbort, writes a COMMIT or ABORT control batch to every
+partition of the transaction (which moves their last stable offset; an ABORT also lands in the
+aborted-transaction index) and completes. A transaction that outlives its timeout is aborted
+with a bumped epoch (the producer is fenced), as Kafka's ``abortTimedOutTransactions`` does.
+
+Every transition is written to ``__transaction_state`` (TransactionLogKey/Value v0, Kafka
+3.9/4.x's form without transaction version 2) and read back at start; a transaction caught in
+PrepareCommit/PrepareAbort by a restart is completed then.
+"""
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Optional
+
+from kproto.broker.group import OFFSETS_TOPIC, _batches, partition_for
+from kproto.broker.timer import CallbackTask
+from kproto.codecs import message
+from kproto.codecs import response as response_codec
+from kproto.error_codes import ErrorCode as E
+from kproto.errors import DecodeError
+from kproto.records.builder import RecordBatchBuilder
+from kproto.schemas.api_keys import ApiKey
+
+if TYPE_CHECKING:
+    from kproto.broker.core import BrokerCore
+
+__all__ = ["TransactionCoordinator", "TxnMetadata", "TXN_TOPIC"]
+
+TXN_TOPIC = "__transaction_state"
+EMPTY, ONGOING, PREPARE_COMMIT, PREPARE_ABORT, COMPLETE_COMMIT, COMPLETE_ABORT, DEAD, PREPARE_EPOCH_FENCE = range(8)
+STATE_NAMES = ["Empty", "Ongoing", "PrepareCommit", "PrepareAbort", "CompleteCommit", "CompleteAbort",
+               "Dead", "PrepareEpochFence"]
+_I16 = struct.Struct(">h")
+_SHORT_MAX = 32767
+TXN_VALUE_VERSION = 0
+Respond = Callable[[Any], None]
+
+
+@dataclass
+class TxnMetadata:
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    timeout_ms: int
+    state: int = EMPTY
+    partitions: set[tuple[str, int]] = field(default_factory=set)
+    start_ms: int = -1
+    update_ms: int = -1
+    timeout_task: Optional[CallbackTask] = None
+
+
+class TransactionCoordinator:
+    """Transactional ids of one broker (it leads every ``__transaction_state`` partition)."""
+
+    def __init__(self, core: BrokerCore) -> None:
+        self.core = core
+        self.config = core.config
+        self.txns: dict[str, TxnMetadata] = {}
+        self.coordinator_epoch = 0
+        if TXN_TOPIC in core.logs.topics:
+            self._load()
+
+    # -------------------------------------------------------------- plumbing
+    def ensure_topic(self) -> None:
+        if TXN_TOPIC not in self.core.logs.topics:
+            self.core.logs.create_topic(TXN_TOPIC, self.config.transaction_state_num_partitions,
+                                        {"cleanup.policy": "compact", "compression.type": "uncompressed",
+                                         "segment.bytes": "104857600", "min.insync.replicas": "1"})
+
+    def _write(self, txn: TxnMetadata) -> None:
+        """One TransactionLog record for the txn's current state."""
+        self.ensure_topic()
+        topic = self.core.logs.topics[TXN_TOPIC]
+        lg = topic.partitions[partition_for(txn.transactional_id, len(topic.partitions))]
+        key = _I16.pack(0) + message("TransactionLogKey").encode(
+            message("TransactionLogKey").cls(transactional_id=txn.transactional_id), 0)
+        vcls = message("TransactionLogValue").cls
+        by_topic: dict[str, list[int]] = {}
+        for t, p in sorted(txn.partitions):
+            by_topic.setdefault(t, []).append(p)
+        value = vcls(producer_id=txn.producer_id, producer_epoch=txn.producer_epoch,
+                     transaction_timeout_ms=txn.timeout_ms, transaction_status=txn.state,
+                     transaction_partitions=None if txn.state == EMPTY else [
+                         vcls.PartitionsSchema(topic=t, partition_ids=ps) for t, ps in by_topic.items()],
+                     transaction_last_update_timestamp_ms=txn.update_ms,
+                     transaction_start_timestamp_ms=txn.start_ms)
+        data = _I16.pack(TXN_VALUE_VERSION) + message("TransactionLogValue").encode(value, TXN_VALUE_VERSION)
+        b = RecordBatchBuilder(base_offset=lg.log_end_offset)
+        b.append(self.core.wall_ms(), key, data)
+        lg.append_internal(b.build())
+        self.core.fetch_purgatory.check_and_complete((lg.topic, lg.partition))
+
+    def _transit(self, txn: TxnMetadata, state: int) -> None:
+        txn.state = state
+        txn.update_ms = self.core.wall_ms()
+        self._write(txn)
+
+    # -------------------------------------------------------------- load
+    def _load(self) -> None:
+        for lg in self.core.logs.topics[TXN_TOPIC].partitions:
+            for batch in _batches(lg):
+                for r in batch.records():
+                    try:
+                        self._load_record(r.key, r.value)
+                    except (DecodeError, struct.error):
+                        continue
+        now = self.core.wall_ms()
+        for txn in list(self.txns.values()):
+            self.core.reserve_producer_id(txn.producer_id)
+            if txn.state in (PREPARE_COMMIT, PREPARE_ABORT):
+                self._complete(txn, txn.state == PREPARE_COMMIT)
+            elif txn.state == ONGOING:
+                self._arm_timeout(txn, max(0, txn.start_ms + txn.timeout_ms - now))
+
+    def _load_record(self, key: Optional[bytes], value: Optional[bytes]) -> None:
+        if key is None:
+            return
+        k = message("TransactionLogKey").decode(memoryview(key)[2:], 0)
+        if value is None:
+            self.txns.pop(k.transactional_id, None)
+            return
+        ver = _I16.unpack_from(value, 0)[0]
+        v = message("TransactionLogValue").decode(memoryview(value)[2:], ver)
+        self.txns[k.transactional_id] = TxnMetadata(
+            k.transactional_id, v.producer_id, v.producer_epoch, v.transaction_timeout_ms,
+            v.transaction_status, {(t.topic, p) for t in v.transaction_partitions or () for p in t.partition_ids},
+            v.transaction_start_timestamp_ms, v.transaction_last_update_timestamp_ms)
+
+    # -------------------------------------------------------------- markers and timeouts
+    def _complete(self, txn: TxnMetadata, commit: bool) -> None:
+        """Write the markers of a prepared transaction and move it to Complete*."""
+        now = self.core.wall_ms()
+        for topic, p in sorted(txn.partitions):
+            lg = self.core.logs.get(topic, p)
+            if lg is None:
+                continue  # the topic went away meanwhile
+            b = RecordBatchBuilder(base_offset=lg.log_end_offset, producer_id=txn.producer_id,
+                                   producer_epoch=txn.producer_epoch, transactional=True, control=True)
+            b.append_end_txn_marker(commit, self.coordinator_epoch, now)
+            lg.append_internal(b.build())
+            if topic == OFFSETS_TOPIC:
+                self.core.groups.complete_txn(p, txn.producer_id, commit)
+            self.core.fetch_purgatory.check_and_complete((topic, p))
+        txn.partitions = set()
+        self._transit(txn, COMPLETE_COMMIT if commit else COMPLETE_ABORT)
+
+    def _end(self, txn: TxnMetadata, commit: bool) -> None:
+        if txn.timeout_task is not None:
+            txn.timeout_task.cancel()
+            txn.timeout_task = None
+        self._transit(txn, PREPARE_COMMIT if commit else PREPARE_ABORT)
+        self._complete(txn, commit)
+
+    def _arm_timeout(self, txn: TxnMetadata, delay_ms: int) -> None:
+        epoch = txn.producer_epoch
+
+        def expire() -> None:
+            txn.timeout_task = None
+            if txn.state == ONGOING and txn.producer_epoch == epoch:
+                self._fence_and_abort(txn)
+
+        txn.timeout_task = CallbackTask(delay_ms, expire)
+        self.core.timer.add(txn.timeout_task)
+
+    def _fence_and_abort(self, txn: TxnMetadata) -> None:
+        """Abort an open transaction under a bumped epoch: its producer is fenced."""
+        if txn.producer_epoch < _SHORT_MAX - 1:
+            txn.producer_epoch += 1
+        self._end(txn, False)
+
+    # -------------------------------------------------------------- validation
+    def _check(self, tid: str, pid: int, epoch: int) -> tuple[Optional[TxnMetadata], int]:
+        txn = self.txns.get(tid)
+        if txn is None or txn.producer_id != pid:
+            return txn, E.INVALID_PRODUCER_ID_MAPPING
+        if txn.producer_epoch != epoch:
+            return txn, E.PRODUCER_FENCED
+        if txn.state in (PREPARE_COMMIT, PREPARE_ABORT):
+            return txn, E.CONCURRENT_TRANSACTIONS
+        return txn, E.NONE
+
+    @staticmethod
+    def _old_fenced(code: int, version: int, since: int) -> int:
+        # KIP-588: requests older than ``since`` know PRODUCER_FENCED as INVALID_PRODUCER_EPOCH
+        return E.INVALID_PRODUCER_EPOCH if code == E.PRODUCER_FENCED and version < since else code
+
+    def verify_produce(self, tid: str, pid: int, topic: str, partition: int) -> int:
+        """A transactional produce must be to a partition its transaction has added."""
+        txn = self.txns.get(tid)
+        if txn is None or txn.producer_id != pid:
+            return E.INVALID_PRODUCER_ID_MAPPING
+        if txn.state != ONGOING or (topic, partition) not in txn.partitions:
+            return E.INVALID_TXN_STATE
+        return E.NONE
+
+    # -------------------------------------------------------------- InitProducerId
+    def init_producer_id(self, body: Any, version: int, respond: Respond) -> None:
+        cls = response_codec(ApiKey.INIT_PRODUCER_ID).cls
+
+        def answer(code: int, pid: int = -1, epoch: int = -1) -> None:
+            respond(cls(error_code=self._old_fenced(code, version, 4), producer_id=pid, producer_epoch=epoch))
+
+        tid = body.transactional_id
+        if tid == "":
+            return answer(E.INVALID_REQUEST)
+        if not 0 < body.transaction_timeout_ms <= self.config.transaction_max_timeout_ms:
+            return answer(E.INVALID_TRANSACTION_TIMEOUT)
+        self.ensure_topic()
+        txn = self.txns.get(tid)
+        now = self.core.wall_ms()
+        if txn is None:
+            txn = TxnMetadata(tid, self.core.allocate_producer_id(), 0, body.transaction_timeout_ms,
+                              EMPTY, set(), -1, now)
+            self.txns[tid] = txn
+            self._write(txn)
+            return answer(E.NONE, txn.producer_id, txn.producer_epoch)
+        given_pid = body.producer_id if version >= 3 else -1
+        if given_pid >= 0 and (given_pid != txn.producer_id or body.producer_epoch != txn.producer_epoch):
+            return answer(E.INVALID_PRODUCER_ID_MAPPING if given_pid != txn.producer_id else E.PRODUCER_FENCED)
+        if txn.state in (PREPARE_COMMIT, PREPARE_ABORT):
+            return answer(E.CONCURRENT_TRANSACTIONS)
+        if txn.state == ONGOING:
+            # abort the open transaction under a new epoch; the client retries and gets
+            # another bump (Kafka never returns the epoch used for the abort)
+            self._fence_and_abort(txn)
+            return answer(E.CONCURRENT_TRANSACTIONS)
+        if txn.producer_epoch >= _SHORT_MAX - 1:
+            txn.producer_id, txn.producer_epoch = self.core.allocate_producer_id(), 0
+        else:
+            txn.producer_epoch += 1
+        txn.timeout_ms = body.transaction_timeout_ms
+        txn.partitions, txn.start_ms = set(), -1
+        self._transit(txn, EMPTY)
+        answer(E.NONE, txn.producer_id, txn.producer_epoch)
+
+    # -------------------------------------------------------------- AddPartitionsToTxn
+    def _add(self, txn: TxnMetadata, parts: set[tuple[str, int]]) -> None:
+        if txn.state == ONGOING and parts <= txn.partitions:
+            return
+        if txn.state != ONGOING:
+            txn.start_ms = self.core.wall_ms()
+            self._arm_timeout(txn, txn.timeout_ms)
+        txn.partitions |= parts
+        self._transit(txn, ONGOING)
+
+    def _add_partitions(self, tid: str, pid: int, epoch: int, topics: list[tuple[str, list[int]]],
+                        version: int, verify_only: bool = False) -> dict[tuple[str, int], int]:
+        wanted = [(t, p) for t, ps in topics for p in ps]
+        unknown = {tp for tp in wanted if self.core.logs.get(*tp) is None}
+        if unknown:
+            return {tp: E.UNKNOWN_TOPIC_OR_PARTITION if tp in unknown else E.OPERATION_NOT_ATTEMPTED
+                    for tp in wanted}
+        txn, err = self._check(tid, pid, epoch)
+        if err:
+            return {tp: self._old_fenced(err, version, 2) for tp in wanted}
+        assert txn is not None
+        if verify_only:
+            return {tp: E.NONE if txn.state == ONGOING and tp in txn.partitions else E.INVALID_TXN_STATE
+                    for tp in wanted}
+        if txn.state not in (EMPTY, ONGOING, COMPLETE_COMMIT, COMPLETE_ABORT):
+            return {tp: E.INVALID_TXN_STATE for tp in wanted}
+        self._add(txn, set(wanted))
+        return {tp: E.NONE for tp in wanted}
+
+    def add_partitions(self, body: Any, version: int, respond: Respond) -> None:
+        cls = response_codec(ApiKey.ADD_PARTITIONS_TO_TXN).cls
+
+        def results(codes: dict[tuple[str, int], int]) -> list[Any]:
+            by_topic: dict[str, list[Any]] = {}
+            for (t, p), c in codes.items():
+                by_topic.setdefault(t, []).append(cls.AddPartitionsToTxnPartitionResult(
+                    partition_index=p, partition_error_code=c))
+            return [cls.AddPartitionsToTxnTopicResult(name=t, results_by_partition=ps)
+                    for t, ps in by_topic.items()]
+
+        if version < 4:
+            codes = self._add_partitions(body.v3_and_below_transactional_id, body.v3_and_below_producer_id,
+                                         body.v3_and_below_producer_epoch,
+                                         [(t.name, list(t.partitions)) for t in body.v3_and_below_topics], version)
+            return respond(cls(throttle_time_ms=0, results_by_topic_v3_and_below=results(codes)))
+        out = []
+        for tx in body.transactions:
+            codes = self._add_partitions(tx.transactional_id, tx.producer_id, tx.producer_epoch,
+                                         [(t.name, list(t.partitions)) for t in tx.topics], version,
+                                         tx.verify_only)
+            out.append(cls.AddPartitionsToTxnResult(transactional_id=tx.transactional_id,
+                                                    topic_results=results(codes)))
+        respond(cls(throttle_time_ms=0, error_code=E.NONE, results_by_transaction=out))
+
+    # -------------------------------------------------------------- AddOffsetsToTxn
+    def add_offsets(self, body: Any, version: int, respond: Respond) -> None:
+        cls = response_codec(ApiKey.ADD_OFFSETS_TO_TXN).cls
+        if not body.group_id:
+            return respond(cls(throttle_time_ms=0, error_code=E.INVALID_GROUP_ID))
+        self.core.groups.ensure_topic()
+        tp = (OFFSETS_TOPIC, partition_for(body.group_id, self.core.groups.num_partitions))
+        codes = self._add_partitions(body.transactional_id, body.producer_id, body.producer_epoch,
+                                     [(tp[0], [tp[1]])], version)
+        respond(cls(throttle_time_ms=0, error_code=self._old_fenced(codes[tp], version, 2)))
+
+    # -------------------------------------------------------------- EndTxn
+    def end_txn(self, body: Any, version: int, respond: Respond) -> None:
+        cls = response_codec(ApiKey.END_TXN).cls
+
+        def answer(code: int) -> None:
+            respond(cls(throttle_time_ms=0, error_code=self._old_fenced(code, version, 2)))
+
+        txn, err = self._check(body.transactional_id, body.producer_id, body.producer_epoch)
+        if err:
+            return answer(err)
+        assert txn is not None
+        commit = body.committed
+        if txn.state == ONGOING:
+            self._end(txn, commit)
+            return answer(E.NONE)
+        if (txn.state, commit) in ((COMPLETE_COMMIT, True), (COMPLETE_ABORT, False)):
+            return answer(E.NONE)  # a retry of the EndTxn that completed it
+        answer(E.INVALID_TXN_STATE)
+
+    def shutdown(self) -> None:
+        for txn in self.txns.values():
+            if txn.timeout_task is not None:
+                txn.timeout_task.cancel()
