@@ -22,14 +22,6 @@ from kproto.error_codes import ErrorCode
 
 __all__ = ["BodyDecoder", "iter_exchanges", "exchange_to_json"]
 
-_PRODUCE = ApiKey.PRODUCE
-_FETCH = ApiKey.FETCH
-_METADATA = ApiKey.METADATA
-_SASL_HANDSHAKE = ApiKey.SASL_HANDSHAKE
-_API_VERSIONS = ApiKey.API_VERSIONS
-_SASL_AUTHENTICATE = ApiKey.SASL_AUTHENTICATE
-_UNSUPPORTED_VERSION = ErrorCode.UNSUPPORTED_VERSION
-
 
 class BodyDecoder:
     """Decode the bodies of finished exchanges in place (the ``decode`` hook of CaptureDecoder).
@@ -75,25 +67,25 @@ class BodyDecoder:
             self._decode_newer(ex, versions)
         else:
             self._decode_known(ex, key, ver)
-        if key == _PRODUCE and ex.request is not None and ex.request.acks == 0:
+        if key == ApiKey.PRODUCE and ex.request is not None and ex.request.acks == 0:
             ex.expects_response = False  # acks=0: the broker never answers
         if ex.response is not None:
             ex.errors = [error_name(c) for c in bodies.response_error_codes(ex.response)]
         conn = (ex.client, ex.broker)
-        if key == _FETCH and ex.request is not None:
+        if key == ApiKey.FETCH and ex.request is not None:
             view = self._sessions.get(conn)
             if view is None:
                 view = self._sessions[conn] = FetchSessionView(self.topic_names)
             ex.fetch_session = view.request(ex.request, ver if ex.decoded_as is None else ex.decoded_as)
             if ex.response is not None:
                 view.response(ex.response, ex.fetch_session, ex.problems)
-        elif key == _METADATA and ex.response is not None:
+        elif key == ApiKey.METADATA and ex.response is not None:
             for t in ex.response.topics:
                 if getattr(t, "topic_id", None) is not None and t.name:
                     self.topic_names[str(t.topic_id)] = t.name
-        elif key == _SASL_HANDSHAKE and ex.request is not None:
+        elif key == ApiKey.SASL_HANDSHAKE and ex.request is not None:
             self._mechanisms[conn] = ex.request.mechanism
-        elif key == _SASL_AUTHENTICATE and ex.request is not None:
+        elif key == ApiKey.SASL_AUTHENTICATE and ex.request is not None:
             ex.sasl = _describe_token(self._mechanisms.get(conn), ex.request.auth_bytes)
 
     def _orphan(self, ex: Exchange) -> None:
@@ -145,10 +137,10 @@ class BodyDecoder:
                 else:
                     self._bad_response(ex, e)
                 continue
-            if side == "response" and got.unread and key == _API_VERSIONS:
+            if side == "response" and got.unread and key == ApiKey.API_VERSIONS:
                 if self._apiversions_v0(ex):
                     continue
-                if got.body.error_code == _UNSUPPORTED_VERSION:
+                if got.body.error_code == ErrorCode.UNSUPPORTED_VERSION:
                     # the answer to a version the peer does not support must be a v0 body:
                     # a longer body read in the newer layout is not a complete one
                     self._bad_response(ex, DecodeError(f"{got.unread} bytes left over"))
@@ -162,7 +154,7 @@ class BodyDecoder:
                 tail = got.tail(data)
                 ex.unread[side] = (offset, got.unread, tail[:UNREAD_KEPT])
                 why = ""
-                if side == "request" and key == _API_VERSIONS and ver == 0 and tail == bytes(4):
+                if side == "request" and key == ApiKey.API_VERSIONS and ver == 0 and tail == bytes(4):
                     why = " (old librdkafka's empty int32 array, which brokers ignore)"
                 ex.notes.report("unread", f"{side}: {got.unread} bytes after the end of the "
                                 f"{bodies.api_name(key)} v{ver} body{why}; body decoded, "
@@ -211,12 +203,12 @@ class BodyDecoder:
         """A broker that does not support the requested ApiVersions version answers with a v0
         body and UNSUPPORTED_VERSION (KIP-511): decode it so, if that is what it is."""
         assert ex.response_data is not None  # called only for a captured response
-        if ex.api_key != _API_VERSIONS or ex.api_version == 0 or len(ex.response_data) < 6:
+        if ex.api_key != ApiKey.API_VERSIONS or ex.api_version == 0 or len(ex.response_data) < 6:
             return False
-        if int.from_bytes(ex.response_data[4:6], "big", signed=True) != _UNSUPPORTED_VERSION:
+        if int.from_bytes(ex.response_data[4:6], "big", signed=True) != ErrorCode.UNSUPPORTED_VERSION:
             return False
         try:
-            ex.response_header, ex.response = bodies.decode_response(ex.response_data, _API_VERSIONS, 0)
+            ex.response_header, ex.response = bodies.decode_response(ex.response_data, ApiKey.API_VERSIONS, 0)
         except DecodeError:
             return False
         ex.response_version = 0  # normal: the broker lists its versions, client retries
@@ -224,9 +216,9 @@ class BodyDecoder:
 
     def _bad_response(self, ex: Exchange, err: DecodeError, why: str = "") -> None:
         assert ex.response_data is not None  # called only for a captured response
-        if ex.api_key == _API_VERSIONS and len(ex.response_data) >= 6:
+        if ex.api_key == ApiKey.API_VERSIONS and len(ex.response_data) >= 6:
             hdr_code = int.from_bytes(ex.response_data[4:6], "big", signed=True)
-            if hdr_code == _UNSUPPORTED_VERSION and ex.api_version != 0:
+            if hdr_code == ErrorCode.UNSUPPORTED_VERSION and ex.api_version != 0:
                 if self._apiversions_v0(ex):
                     return
                 ex.errors = [error_name(hdr_code)]

@@ -23,7 +23,6 @@ from kproto.schemas.api_keys import ApiKey
 __all__ = ["CaptureDecoder", "TcpConnection"]
 
 _I32 = struct.Struct(">i")
-_SASL_HANDSHAKE = ApiKey.SASL_HANDSHAKE
 _CLASSIFY_LIMIT = 8  # payload segments looked at before calling a connection "not Kafka"
 _MAX_EARLY = 256     # responses kept per connection while waiting for their request
 
@@ -327,7 +326,7 @@ class CaptureDecoder:
             ex.problems.report("gap", "response cut off by the end of the capture")
         else:
             ex.response_data = frame.data
-        if ex.api_key == _SASL_HANDSHAKE and ex.api_version == 0 and ex.response_data is not None:
+        if ex.api_key == ApiKey.SASL_HANDSHAKE and ex.api_version == 0 and ex.response_data is not None:
             mechanism = _sasl_v0_success(ex)
             if mechanism is not None:
                 # SaslHandshake v0 succeeded: raw, size-prefixed SASL tokens follow (KIP-43).
@@ -372,7 +371,7 @@ def _sasl_v0_success(ex: Exchange) -> Optional[str]:
         return None
     try:
         _, req = bodies.decode_request(ex.request_data)
-        _, resp = bodies.decode_response(ex.response_data, _SASL_HANDSHAKE, 0)
+        _, resp = bodies.decode_response(ex.response_data, ApiKey.SASL_HANDSHAKE, 0)
     except (KprotoError, KeyError, TypeError):
         return None
     return req.mechanism if resp.error_code == 0 else None

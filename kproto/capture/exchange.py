@@ -14,8 +14,6 @@ from kproto.schemas.api_keys import ApiKey
 
 __all__ = ["Endpoint", "Exchange", "UNREAD_KEPT", "exchange_to_json"]
 
-_SASL_AUTHENTICATE_KEY = ApiKey.SASL_AUTHENTICATE
-
 UNREAD_KEPT = 64  # bytes kept (and shown in hex) of a body's unread tail: enough to recognise a field
 
 
@@ -144,7 +142,7 @@ def exchange_to_json(ex: Exchange, *, records: Any = None) -> dict:
         assert key is not None and body_ver is not None
         rver = body_ver if ex.response_version is None else ex.response_version
         response = _body_json(codecs.response(key), ex.response, rver, records)
-    if ex.sasl and request is not None and key == _SASL_AUTHENTICATE_KEY:
+    if ex.sasl and request is not None and key == ApiKey.SASL_AUTHENTICATE:
         request["authBytes"] = "<redacted>"
     doc = {
         "ts": _iso(ex.ts),

@@ -10,12 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from kproto.error_codes import ErrorCode
 from kproto.fetch_session.model import (
-    FETCH_SESSION_ID_NOT_FOUND,
-    FETCH_SESSION_TOPIC_ID_ERROR,
     FINAL_EPOCH,
     INITIAL_EPOCH,
-    INVALID_FETCH_SESSION_EPOCH,
     INVALID_SESSION_ID,
     next_epoch,
 )
@@ -24,12 +22,15 @@ from kproto.problems import Problems
 __all__ = ["FetchSessionView", "SessionState"]
 
 _EXPLAIN: dict[int, str] = {
-    FETCH_SESSION_ID_NOT_FOUND: "the broker does not know session {sid} (evicted, or the broker "
-                                "restarted): the client must send a full fetch (epoch 0) to start again",
-    INVALID_FETCH_SESSION_EPOCH: "epoch {epoch} is not the one the broker expects for session {sid} "
-                                 "(a request was lost or resent): the client must start a new session",
-    FETCH_SESSION_TOPIC_ID_ERROR: "the topic ids of session {sid} changed (topic recreated?): the "
-                                  "client must start a new session",
+    ErrorCode.FETCH_SESSION_ID_NOT_FOUND:
+        "the broker does not know session {sid} (evicted, or the broker "
+        "restarted): the client must send a full fetch (epoch 0) to start again",
+    ErrorCode.INVALID_FETCH_SESSION_EPOCH:
+        "epoch {epoch} is not the one the broker expects for session {sid} "
+        "(a request was lost or resent): the client must start a new session",
+    ErrorCode.FETCH_SESSION_TOPIC_ID_ERROR:
+        "the topic ids of session {sid} changed (topic recreated?): the "
+        "client must start a new session",
 }
 
 
