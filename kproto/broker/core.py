@@ -587,7 +587,8 @@ class BrokerCore:
                 if lg is None:
                     res.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                     continue
-                res.leader_epoch = lg.leader_epoch
+                if ver >= 4:  # the field is v4+; the codec refuses a non-default value before
+                    res.leader_epoch = lg.leader_epoch
                 ts = p.timestamp
                 if ts in (-2, -4):        # EARLIEST, EARLIEST_LOCAL
                     res.offset = lg.log_start_offset

@@ -351,3 +351,15 @@ def test_a_known_but_unimplemented_api_gets_unsupported_version(core):
     client = Client(core)
     r = client.call(K.SASL_HANDSHAKE, 1, mechanism="PLAIN")
     assert r.error_code == E.UNSUPPORTED_VERSION
+
+
+def test_list_offsets_before_v4_has_no_leader_epoch_to_write(core):
+    client = Client(core)
+    create(client, "lo")
+    produce(client, "lo", 0, batch([b"a", b"b"]))
+    req = kproto.request(2).cls
+    for version in (1, 3, 4):
+        r = client.call(K.LIST_OFFSETS, version, replica_id=-1, isolation_level=0, topics=[
+            req.ListOffsetsTopic(name="lo", partitions=[req.ListOffsetsPartition(partition_index=0, timestamp=-1)])])
+        p = r.topics[0].partitions[0]
+        assert (p.error_code, p.offset) == (0, 2)
