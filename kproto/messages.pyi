@@ -80,7 +80,8 @@ class AddRaftVoterRequest(MessageObject):
     voter_id: int
     voter_directory_id: Uuid
     listeners: list[AddRaftVoterRequest.Listener]
-    def __init__(self, *, cluster_id: Optional[str] = ..., timeout_ms: int = ..., voter_id: int = ..., voter_directory_id: Uuid = ..., listeners: list[AddRaftVoterRequest.Listener] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+    ack_when_committed: bool
+    def __init__(self, *, cluster_id: Optional[str] = ..., timeout_ms: int = ..., voter_id: int = ..., voter_directory_id: Uuid = ..., listeners: list[AddRaftVoterRequest.Listener] = ..., ack_when_committed: bool = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
 
 
 class AddRaftVoterResponse(MessageObject):
@@ -191,8 +192,9 @@ class AlterPartitionReassignmentsRequest(MessageObject):
         replicas: Optional[list[int]]
         def __init__(self, *, partition_index: int = ..., replicas: Optional[list[int]] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
     timeout_ms: int
+    allow_replication_factor_change: bool
     topics: list[AlterPartitionReassignmentsRequest.ReassignableTopic]
-    def __init__(self, *, timeout_ms: int = ..., topics: list[AlterPartitionReassignmentsRequest.ReassignableTopic] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+    def __init__(self, *, timeout_ms: int = ..., allow_replication_factor_change: bool = ..., topics: list[AlterPartitionReassignmentsRequest.ReassignableTopic] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
 
 
 class AlterPartitionReassignmentsResponse(MessageObject):
@@ -208,10 +210,11 @@ class AlterPartitionReassignmentsResponse(MessageObject):
         error_message: Optional[str]
         def __init__(self, *, partition_index: int = ..., error_code: int = ..., error_message: Optional[str] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
     throttle_time_ms: int
+    allow_replication_factor_change: bool
     error_code: int
     error_message: Optional[str]
     responses: list[AlterPartitionReassignmentsResponse.ReassignableTopicResponse]
-    def __init__(self, *, throttle_time_ms: int = ..., error_code: int = ..., error_message: Optional[str] = ..., responses: list[AlterPartitionReassignmentsResponse.ReassignableTopicResponse] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+    def __init__(self, *, throttle_time_ms: int = ..., allow_replication_factor_change: bool = ..., error_code: int = ..., error_message: Optional[str] = ..., responses: list[AlterPartitionReassignmentsResponse.ReassignableTopicResponse] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
 
 
 class AlterPartitionRequest(MessageObject):
@@ -292,6 +295,42 @@ class AlterReplicaLogDirsResponse(MessageObject):
     throttle_time_ms: int
     results: list[AlterReplicaLogDirsResponse.AlterReplicaLogDirTopicResult]
     def __init__(self, *, throttle_time_ms: int = ..., results: list[AlterReplicaLogDirsResponse.AlterReplicaLogDirTopicResult] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+
+
+class AlterShareGroupOffsetsRequest(MessageObject):
+    API_KEY: Optional[int]
+    MESSAGE_KIND: str
+    class AlterShareGroupOffsetsRequestTopic(MessageObject):
+        topic_name: str
+        partitions: list[AlterShareGroupOffsetsRequest.AlterShareGroupOffsetsRequestPartition]
+        def __init__(self, *, topic_name: str = ..., partitions: list[AlterShareGroupOffsetsRequest.AlterShareGroupOffsetsRequestPartition] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+    class AlterShareGroupOffsetsRequestPartition(MessageObject):
+        partition_index: int
+        start_offset: int
+        def __init__(self, *, partition_index: int = ..., start_offset: int = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+    group_id: str
+    topics: list[AlterShareGroupOffsetsRequest.AlterShareGroupOffsetsRequestTopic]
+    def __init__(self, *, group_id: str = ..., topics: list[AlterShareGroupOffsetsRequest.AlterShareGroupOffsetsRequestTopic] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+
+
+class AlterShareGroupOffsetsResponse(MessageObject):
+    API_KEY: Optional[int]
+    MESSAGE_KIND: str
+    class AlterShareGroupOffsetsResponseTopic(MessageObject):
+        topic_name: str
+        topic_id: Uuid
+        partitions: list[AlterShareGroupOffsetsResponse.AlterShareGroupOffsetsResponsePartition]
+        def __init__(self, *, topic_name: str = ..., topic_id: Uuid = ..., partitions: list[AlterShareGroupOffsetsResponse.AlterShareGroupOffsetsResponsePartition] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+    class AlterShareGroupOffsetsResponsePartition(MessageObject):
+        partition_index: int
+        error_code: int
+        error_message: Optional[str]
+        def __init__(self, *, partition_index: int = ..., error_code: int = ..., error_message: Optional[str] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+    throttle_time_ms: int
+    error_code: int
+    error_message: Optional[str]
+    responses: list[AlterShareGroupOffsetsResponse.AlterShareGroupOffsetsResponseTopic]
+    def __init__(self, *, throttle_time_ms: int = ..., error_code: int = ..., error_message: Optional[str] = ..., responses: list[AlterShareGroupOffsetsResponse.AlterShareGroupOffsetsResponseTopic] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
 
 
 class AlterUserScramCredentialsRequest(MessageObject):
@@ -461,7 +500,8 @@ class BrokerHeartbeatRequest(MessageObject):
     want_fence: bool
     want_shut_down: bool
     offline_log_dirs: list[Uuid]
-    def __init__(self, *, broker_id: int = ..., broker_epoch: int = ..., current_metadata_offset: int = ..., want_fence: bool = ..., want_shut_down: bool = ..., offline_log_dirs: list[Uuid] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+    cordoned_log_dirs: Optional[list[Uuid]]
+    def __init__(self, *, broker_id: int = ..., broker_epoch: int = ..., current_metadata_offset: int = ..., want_fence: bool = ..., want_shut_down: bool = ..., offline_log_dirs: list[Uuid] = ..., cordoned_log_dirs: Optional[list[Uuid]] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
 
 
 class BrokerHeartbeatResponse(MessageObject):
@@ -543,7 +583,8 @@ class ConsumerGroupDescribeResponse(MessageObject):
         subscribed_topic_regex: Optional[str]
         assignment: ConsumerGroupDescribeResponse.Assignment
         target_assignment: ConsumerGroupDescribeResponse.Assignment
-        def __init__(self, *, member_id: str = ..., instance_id: Optional[str] = ..., rack_id: Optional[str] = ..., member_epoch: int = ..., client_id: str = ..., client_host: str = ..., subscribed_topic_names: list[str] = ..., subscribed_topic_regex: Optional[str] = ..., assignment: ConsumerGroupDescribeResponse.Assignment = ..., target_assignment: ConsumerGroupDescribeResponse.Assignment = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+        member_type: int
+        def __init__(self, *, member_id: str = ..., instance_id: Optional[str] = ..., rack_id: Optional[str] = ..., member_epoch: int = ..., client_id: str = ..., client_host: str = ..., subscribed_topic_names: list[str] = ..., subscribed_topic_regex: Optional[str] = ..., assignment: ConsumerGroupDescribeResponse.Assignment = ..., target_assignment: ConsumerGroupDescribeResponse.Assignment = ..., member_type: int = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
     class TopicPartitions(MessageObject):
         topic_id: Uuid
         topic_name: str
@@ -571,9 +612,10 @@ class ConsumerGroupHeartbeatRequest(MessageObject):
     rack_id: Optional[str]
     rebalance_timeout_ms: int
     subscribed_topic_names: Optional[list[str]]
+    subscribed_topic_regex: Optional[str]
     server_assignor: Optional[str]
     topic_partitions: Optional[list[ConsumerGroupHeartbeatRequest.TopicPartitions]]
-    def __init__(self, *, group_id: str = ..., member_id: str = ..., member_epoch: int = ..., instance_id: Optional[str] = ..., rack_id: Optional[str] = ..., rebalance_timeout_ms: int = ..., subscribed_topic_names: Optional[list[str]] = ..., server_assignor: Optional[str] = ..., topic_partitions: Optional[list[ConsumerGroupHeartbeatRequest.TopicPartitions]] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+    def __init__(self, *, group_id: str = ..., member_id: str = ..., member_epoch: int = ..., instance_id: Optional[str] = ..., rack_id: Optional[str] = ..., rebalance_timeout_ms: int = ..., subscribed_topic_names: Optional[list[str]] = ..., subscribed_topic_regex: Optional[str] = ..., server_assignor: Optional[str] = ..., topic_partitions: Optional[list[ConsumerGroupHeartbeatRequest.TopicPartitions]] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
 
 
 class ConsumerGroupHeartbeatResponse(MessageObject):
@@ -621,6 +663,13 @@ class ConsumerProtocolSubscription(MessageObject):
     generation_id: int
     rack_id: Optional[str]
     def __init__(self, *, topics: list[str] = ..., user_data: Optional[bytes] = ..., owned_partitions: list[ConsumerProtocolSubscription.TopicPartition] = ..., generation_id: int = ..., rack_id: Optional[str] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+
+
+class ControlRecordTypeSchema(MessageObject):
+    API_KEY: Optional[int]
+    MESSAGE_KIND: str
+    type: int
+    def __init__(self, *, type: int = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
 
 
 class ControlledShutdownRequest(MessageObject):
@@ -913,6 +962,33 @@ class DeleteRecordsResponse(MessageObject):
     def __init__(self, *, throttle_time_ms: int = ..., topics: list[DeleteRecordsResponse.DeleteRecordsTopicResult] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
 
 
+class DeleteShareGroupOffsetsRequest(MessageObject):
+    API_KEY: Optional[int]
+    MESSAGE_KIND: str
+    class DeleteShareGroupOffsetsRequestTopic(MessageObject):
+        topic_name: str
+        def __init__(self, *, topic_name: str = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+    group_id: str
+    topics: list[DeleteShareGroupOffsetsRequest.DeleteShareGroupOffsetsRequestTopic]
+    def __init__(self, *, group_id: str = ..., topics: list[DeleteShareGroupOffsetsRequest.DeleteShareGroupOffsetsRequestTopic] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+
+
+class DeleteShareGroupOffsetsResponse(MessageObject):
+    API_KEY: Optional[int]
+    MESSAGE_KIND: str
+    class DeleteShareGroupOffsetsResponseTopic(MessageObject):
+        topic_name: str
+        topic_id: Uuid
+        error_code: int
+        error_message: Optional[str]
+        def __init__(self, *, topic_name: str = ..., topic_id: Uuid = ..., error_code: int = ..., error_message: Optional[str] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+    throttle_time_ms: int
+    error_code: int
+    error_message: Optional[str]
+    responses: list[DeleteShareGroupOffsetsResponse.DeleteShareGroupOffsetsResponseTopic]
+    def __init__(self, *, throttle_time_ms: int = ..., error_code: int = ..., error_message: Optional[str] = ..., responses: list[DeleteShareGroupOffsetsResponse.DeleteShareGroupOffsetsResponseTopic] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+
+
 class DeleteShareGroupStateRequest(MessageObject):
     API_KEY: Optional[int]
     MESSAGE_KIND: str
@@ -1046,7 +1122,8 @@ class DescribeClusterRequest(MessageObject):
     MESSAGE_KIND: str
     include_cluster_authorized_operations: bool
     endpoint_type: int
-    def __init__(self, *, include_cluster_authorized_operations: bool = ..., endpoint_type: int = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+    include_fenced_brokers: bool
+    def __init__(self, *, include_cluster_authorized_operations: bool = ..., endpoint_type: int = ..., include_fenced_brokers: bool = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
 
 
 class DescribeClusterResponse(MessageObject):
@@ -1057,7 +1134,8 @@ class DescribeClusterResponse(MessageObject):
         host: str
         port: int
         rack: Optional[str]
-        def __init__(self, *, broker_id: int = ..., host: str = ..., port: int = ..., rack: Optional[str] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+        is_fenced: bool
+        def __init__(self, *, broker_id: int = ..., host: str = ..., port: int = ..., rack: Optional[str] = ..., is_fenced: bool = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
     throttle_time_ms: int
     error_code: int
     error_message: Optional[str]
@@ -1163,13 +1241,14 @@ class DescribeGroupsResponse(MessageObject):
     MESSAGE_KIND: str
     class DescribedGroup(MessageObject):
         error_code: int
+        error_message: Optional[str]
         group_id: str
         group_state: str
         protocol_type: str
         protocol_data: str
         members: list[DescribeGroupsResponse.DescribedGroupMember]
         authorized_operations: int
-        def __init__(self, *, error_code: int = ..., group_id: str = ..., group_state: str = ..., protocol_type: str = ..., protocol_data: str = ..., members: list[DescribeGroupsResponse.DescribedGroupMember] = ..., authorized_operations: int = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+        def __init__(self, *, error_code: int = ..., error_message: Optional[str] = ..., group_id: str = ..., group_state: str = ..., protocol_type: str = ..., protocol_data: str = ..., members: list[DescribeGroupsResponse.DescribedGroupMember] = ..., authorized_operations: int = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
     class DescribedGroupMember(MessageObject):
         member_id: str
         group_instance_id: Optional[str]
@@ -1203,7 +1282,8 @@ class DescribeLogDirsResponse(MessageObject):
         topics: list[DescribeLogDirsResponse.DescribeLogDirsTopic]
         total_bytes: int
         usable_bytes: int
-        def __init__(self, *, error_code: int = ..., log_dir: str = ..., topics: list[DescribeLogDirsResponse.DescribeLogDirsTopic] = ..., total_bytes: int = ..., usable_bytes: int = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+        is_cordoned: bool
+        def __init__(self, *, error_code: int = ..., log_dir: str = ..., topics: list[DescribeLogDirsResponse.DescribeLogDirsTopic] = ..., total_bytes: int = ..., usable_bytes: int = ..., is_cordoned: bool = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
     class DescribeLogDirsTopic(MessageObject):
         name: str
         partitions: list[DescribeLogDirsResponse.DescribeLogDirsPartition]
@@ -1309,6 +1389,48 @@ class DescribeQuorumResponse(MessageObject):
     topics: list[DescribeQuorumResponse.TopicData]
     nodes: list[DescribeQuorumResponse.Node]
     def __init__(self, *, error_code: int = ..., error_message: Optional[str] = ..., topics: list[DescribeQuorumResponse.TopicData] = ..., nodes: list[DescribeQuorumResponse.Node] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+
+
+class DescribeShareGroupOffsetsRequest(MessageObject):
+    API_KEY: Optional[int]
+    MESSAGE_KIND: str
+    class DescribeShareGroupOffsetsRequestGroup(MessageObject):
+        group_id: str
+        topics: Optional[list[DescribeShareGroupOffsetsRequest.DescribeShareGroupOffsetsRequestTopic]]
+        def __init__(self, *, group_id: str = ..., topics: Optional[list[DescribeShareGroupOffsetsRequest.DescribeShareGroupOffsetsRequestTopic]] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+    class DescribeShareGroupOffsetsRequestTopic(MessageObject):
+        topic_name: str
+        partitions: list[int]
+        def __init__(self, *, topic_name: str = ..., partitions: list[int] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+    groups: list[DescribeShareGroupOffsetsRequest.DescribeShareGroupOffsetsRequestGroup]
+    def __init__(self, *, groups: list[DescribeShareGroupOffsetsRequest.DescribeShareGroupOffsetsRequestGroup] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+
+
+class DescribeShareGroupOffsetsResponse(MessageObject):
+    API_KEY: Optional[int]
+    MESSAGE_KIND: str
+    class DescribeShareGroupOffsetsResponseGroup(MessageObject):
+        group_id: str
+        topics: list[DescribeShareGroupOffsetsResponse.DescribeShareGroupOffsetsResponseTopic]
+        error_code: int
+        error_message: Optional[str]
+        def __init__(self, *, group_id: str = ..., topics: list[DescribeShareGroupOffsetsResponse.DescribeShareGroupOffsetsResponseTopic] = ..., error_code: int = ..., error_message: Optional[str] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+    class DescribeShareGroupOffsetsResponseTopic(MessageObject):
+        topic_name: str
+        topic_id: Uuid
+        partitions: list[DescribeShareGroupOffsetsResponse.DescribeShareGroupOffsetsResponsePartition]
+        def __init__(self, *, topic_name: str = ..., topic_id: Uuid = ..., partitions: list[DescribeShareGroupOffsetsResponse.DescribeShareGroupOffsetsResponsePartition] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+    class DescribeShareGroupOffsetsResponsePartition(MessageObject):
+        partition_index: int
+        start_offset: int
+        leader_epoch: int
+        lag: int
+        error_code: int
+        error_message: Optional[str]
+        def __init__(self, *, partition_index: int = ..., start_offset: int = ..., leader_epoch: int = ..., lag: int = ..., error_code: int = ..., error_message: Optional[str] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+    throttle_time_ms: int
+    groups: list[DescribeShareGroupOffsetsResponse.DescribeShareGroupOffsetsResponseGroup]
+    def __init__(self, *, throttle_time_ms: int = ..., groups: list[DescribeShareGroupOffsetsResponse.DescribeShareGroupOffsetsResponseGroup] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
 
 
 class DescribeTopicPartitionsRequest(MessageObject):
@@ -1502,6 +1624,13 @@ class EndQuorumEpochResponse(MessageObject):
     def __init__(self, *, error_code: int = ..., topics: list[EndQuorumEpochResponse.TopicData] = ..., node_endpoints: list[EndQuorumEpochResponse.NodeEndpoint] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
 
 
+class EndTxnMarker(MessageObject):
+    API_KEY: Optional[int]
+    MESSAGE_KIND: str
+    coordinator_epoch: int
+    def __init__(self, *, coordinator_epoch: int = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+
+
 class EndTxnRequest(MessageObject):
     API_KEY: Optional[int]
     MESSAGE_KIND: str
@@ -1517,7 +1646,9 @@ class EndTxnResponse(MessageObject):
     MESSAGE_KIND: str
     throttle_time_ms: int
     error_code: int
-    def __init__(self, *, throttle_time_ms: int = ..., error_code: int = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+    producer_id: int
+    producer_epoch: int
+    def __init__(self, *, throttle_time_ms: int = ..., error_code: int = ..., producer_id: int = ..., producer_epoch: int = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
 
 
 class EnvelopeRequest(MessageObject):
@@ -1574,7 +1705,8 @@ class FetchRequest(MessageObject):
         log_start_offset: int
         partition_max_bytes: int
         replica_directory_id: Uuid
-        def __init__(self, *, partition: int = ..., current_leader_epoch: int = ..., fetch_offset: int = ..., last_fetched_epoch: int = ..., log_start_offset: int = ..., partition_max_bytes: int = ..., replica_directory_id: Uuid = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+        high_watermark: int
+        def __init__(self, *, partition: int = ..., current_leader_epoch: int = ..., fetch_offset: int = ..., last_fetched_epoch: int = ..., log_start_offset: int = ..., partition_max_bytes: int = ..., replica_directory_id: Uuid = ..., high_watermark: int = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
     class ForgottenTopic(MessageObject):
         topic: str
         topic_id: Uuid
@@ -1816,7 +1948,9 @@ class InitProducerIdRequest(MessageObject):
     transaction_timeout_ms: int
     producer_id: int
     producer_epoch: int
-    def __init__(self, *, transactional_id: Optional[str] = ..., transaction_timeout_ms: int = ..., producer_id: int = ..., producer_epoch: int = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+    enable2_pc: bool
+    keep_prepared_txn: bool
+    def __init__(self, *, transactional_id: Optional[str] = ..., transaction_timeout_ms: int = ..., producer_id: int = ..., producer_epoch: int = ..., enable2_pc: bool = ..., keep_prepared_txn: bool = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
 
 
 class InitProducerIdResponse(MessageObject):
@@ -1826,7 +1960,9 @@ class InitProducerIdResponse(MessageObject):
     error_code: int
     producer_id: int
     producer_epoch: int
-    def __init__(self, *, throttle_time_ms: int = ..., error_code: int = ..., producer_id: int = ..., producer_epoch: int = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+    ongoing_txn_producer_id: int
+    ongoing_txn_producer_epoch: int
+    def __init__(self, *, throttle_time_ms: int = ..., error_code: int = ..., producer_id: int = ..., producer_epoch: int = ..., ongoing_txn_producer_id: int = ..., ongoing_txn_producer_epoch: int = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
 
 
 class InitializeShareGroupStateRequest(MessageObject):
@@ -2006,22 +2142,24 @@ class LeaveGroupResponse(MessageObject):
     def __init__(self, *, throttle_time_ms: int = ..., error_code: int = ..., members: list[LeaveGroupResponse.MemberResponse] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
 
 
-class ListClientMetricsResourcesRequest(MessageObject):
+class ListConfigResourcesRequest(MessageObject):
     API_KEY: Optional[int]
     MESSAGE_KIND: str
-    def __init__(self, *, _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+    resource_types: list[int]
+    def __init__(self, *, resource_types: list[int] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
 
 
-class ListClientMetricsResourcesResponse(MessageObject):
+class ListConfigResourcesResponse(MessageObject):
     API_KEY: Optional[int]
     MESSAGE_KIND: str
-    class ClientMetricsResource(MessageObject):
-        name: str
-        def __init__(self, *, name: str = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+    class ConfigResource(MessageObject):
+        resource_name: str
+        resource_type: int
+        def __init__(self, *, resource_name: str = ..., resource_type: int = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
     throttle_time_ms: int
     error_code: int
-    client_metrics_resources: list[ListClientMetricsResourcesResponse.ClientMetricsResource]
-    def __init__(self, *, throttle_time_ms: int = ..., error_code: int = ..., client_metrics_resources: list[ListClientMetricsResourcesResponse.ClientMetricsResource] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+    config_resources: list[ListConfigResourcesResponse.ConfigResource]
+    def __init__(self, *, throttle_time_ms: int = ..., error_code: int = ..., config_resources: list[ListConfigResourcesResponse.ConfigResource] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
 
 
 class ListGroupsRequest(MessageObject):
@@ -2063,7 +2201,8 @@ class ListOffsetsRequest(MessageObject):
     replica_id: int
     isolation_level: int
     topics: list[ListOffsetsRequest.ListOffsetsTopic]
-    def __init__(self, *, replica_id: int = ..., isolation_level: int = ..., topics: list[ListOffsetsRequest.ListOffsetsTopic] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+    timeout_ms: int
+    def __init__(self, *, replica_id: int = ..., isolation_level: int = ..., topics: list[ListOffsetsRequest.ListOffsetsTopic] = ..., timeout_ms: int = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
 
 
 class ListOffsetsResponse(MessageObject):
@@ -2124,7 +2263,8 @@ class ListTransactionsRequest(MessageObject):
     state_filters: list[str]
     producer_id_filters: list[int]
     duration_filter: int
-    def __init__(self, *, state_filters: list[str] = ..., producer_id_filters: list[int] = ..., duration_filter: int = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+    transactional_id_pattern: Optional[str]
+    def __init__(self, *, state_filters: list[str] = ..., producer_id_filters: list[int] = ..., duration_filter: int = ..., transactional_id_pattern: Optional[str] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
 
 
 class ListTransactionsResponse(MessageObject):
@@ -2188,7 +2328,8 @@ class MetadataResponse(MessageObject):
     controller_id: int
     topics: list[MetadataResponse.MetadataResponseTopic]
     cluster_authorized_operations: int
-    def __init__(self, *, throttle_time_ms: int = ..., brokers: list[MetadataResponse.MetadataResponseBroker] = ..., cluster_id: Optional[str] = ..., controller_id: int = ..., topics: list[MetadataResponse.MetadataResponseTopic] = ..., cluster_authorized_operations: int = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+    error_code: int
+    def __init__(self, *, throttle_time_ms: int = ..., brokers: list[MetadataResponse.MetadataResponseBroker] = ..., cluster_id: Optional[str] = ..., controller_id: int = ..., topics: list[MetadataResponse.MetadataResponseTopic] = ..., cluster_authorized_operations: int = ..., error_code: int = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
 
 
 class OffsetCommitRequest(MessageObject):
@@ -2196,15 +2337,16 @@ class OffsetCommitRequest(MessageObject):
     MESSAGE_KIND: str
     class OffsetCommitRequestTopic(MessageObject):
         name: str
+        topic_id: Uuid
         partitions: list[OffsetCommitRequest.OffsetCommitRequestPartition]
-        def __init__(self, *, name: str = ..., partitions: list[OffsetCommitRequest.OffsetCommitRequestPartition] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+        def __init__(self, *, name: str = ..., topic_id: Uuid = ..., partitions: list[OffsetCommitRequest.OffsetCommitRequestPartition] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
     class OffsetCommitRequestPartition(MessageObject):
         partition_index: int
         committed_offset: int
-        committed_leader_epoch: int
         commit_timestamp: int
+        committed_leader_epoch: int
         committed_metadata: Optional[str]
-        def __init__(self, *, partition_index: int = ..., committed_offset: int = ..., committed_leader_epoch: int = ..., commit_timestamp: int = ..., committed_metadata: Optional[str] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+        def __init__(self, *, partition_index: int = ..., committed_offset: int = ..., commit_timestamp: int = ..., committed_leader_epoch: int = ..., committed_metadata: Optional[str] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
     group_id: str
     generation_id_or_member_epoch: int
     member_id: str
@@ -2219,8 +2361,9 @@ class OffsetCommitResponse(MessageObject):
     MESSAGE_KIND: str
     class OffsetCommitResponseTopic(MessageObject):
         name: str
+        topic_id: Uuid
         partitions: list[OffsetCommitResponse.OffsetCommitResponsePartition]
-        def __init__(self, *, name: str = ..., partitions: list[OffsetCommitResponse.OffsetCommitResponsePartition] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+        def __init__(self, *, name: str = ..., topic_id: Uuid = ..., partitions: list[OffsetCommitResponse.OffsetCommitResponsePartition] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
     class OffsetCommitResponsePartition(MessageObject):
         partition_index: int
         error_code: int
@@ -2277,8 +2420,9 @@ class OffsetFetchRequest(MessageObject):
         def __init__(self, *, group_id: str = ..., member_id: Optional[str] = ..., member_epoch: int = ..., topics: Optional[list[OffsetFetchRequest.OffsetFetchRequestTopics]] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
     class OffsetFetchRequestTopics(MessageObject):
         name: str
+        topic_id: Uuid
         partition_indexes: list[int]
-        def __init__(self, *, name: str = ..., partition_indexes: list[int] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+        def __init__(self, *, name: str = ..., topic_id: Uuid = ..., partition_indexes: list[int] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
     group_id: str
     topics: Optional[list[OffsetFetchRequest.OffsetFetchRequestTopic]]
     groups: list[OffsetFetchRequest.OffsetFetchRequestGroup]
@@ -2307,8 +2451,9 @@ class OffsetFetchResponse(MessageObject):
         def __init__(self, *, group_id: str = ..., topics: list[OffsetFetchResponse.OffsetFetchResponseTopics] = ..., error_code: int = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
     class OffsetFetchResponseTopics(MessageObject):
         name: str
+        topic_id: Uuid
         partitions: list[OffsetFetchResponse.OffsetFetchResponsePartitions]
-        def __init__(self, *, name: str = ..., partitions: list[OffsetFetchResponse.OffsetFetchResponsePartitions] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+        def __init__(self, *, name: str = ..., topic_id: Uuid = ..., partitions: list[OffsetFetchResponse.OffsetFetchResponsePartitions] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
     class OffsetFetchResponsePartitions(MessageObject):
         partition_index: int
         committed_offset: int
@@ -2363,8 +2508,9 @@ class ProduceRequest(MessageObject):
     MESSAGE_KIND: str
     class TopicProduceData(MessageObject):
         name: str
+        topic_id: Uuid
         partition_data: list[ProduceRequest.PartitionProduceData]
-        def __init__(self, *, name: str = ..., partition_data: list[ProduceRequest.PartitionProduceData] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+        def __init__(self, *, name: str = ..., topic_id: Uuid = ..., partition_data: list[ProduceRequest.PartitionProduceData] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
     class PartitionProduceData(MessageObject):
         index: int
         records: Optional[bytes | memoryview]
@@ -2381,8 +2527,9 @@ class ProduceResponse(MessageObject):
     MESSAGE_KIND: str
     class TopicProduceResponse(MessageObject):
         name: str
+        topic_id: Uuid
         partition_responses: list[ProduceResponse.PartitionProduceResponse]
-        def __init__(self, *, name: str = ..., partition_responses: list[ProduceResponse.PartitionProduceResponse] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+        def __init__(self, *, name: str = ..., topic_id: Uuid = ..., partition_responses: list[ProduceResponse.PartitionProduceResponse] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
     class PartitionProduceResponse(MessageObject):
         index: int
         error_code: int
@@ -2501,8 +2648,10 @@ class ReadShareGroupStateSummaryResponse(MessageObject):
         error_code: int
         error_message: Optional[str]
         state_epoch: int
+        leader_epoch: int
         start_offset: int
-        def __init__(self, *, partition: int = ..., error_code: int = ..., error_message: Optional[str] = ..., state_epoch: int = ..., start_offset: int = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+        delivery_complete_count: int
+        def __init__(self, *, partition: int = ..., error_code: int = ..., error_message: Optional[str] = ..., state_epoch: int = ..., leader_epoch: int = ..., start_offset: int = ..., delivery_complete_count: int = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
     results: list[ReadShareGroupStateSummaryResponse.ReadStateSummaryResult]
     def __init__(self, *, results: list[ReadShareGroupStateSummaryResponse.ReadStateSummaryResult] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
 
@@ -2610,8 +2759,9 @@ class ShareAcknowledgeRequest(MessageObject):
     group_id: Optional[str]
     member_id: Optional[str]
     share_session_epoch: int
+    is_renew_ack: bool
     topics: list[ShareAcknowledgeRequest.AcknowledgeTopic]
-    def __init__(self, *, group_id: Optional[str] = ..., member_id: Optional[str] = ..., share_session_epoch: int = ..., topics: list[ShareAcknowledgeRequest.AcknowledgeTopic] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+    def __init__(self, *, group_id: Optional[str] = ..., member_id: Optional[str] = ..., share_session_epoch: int = ..., is_renew_ack: bool = ..., topics: list[ShareAcknowledgeRequest.AcknowledgeTopic] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
 
 
 class ShareAcknowledgeResponse(MessageObject):
@@ -2640,9 +2790,10 @@ class ShareAcknowledgeResponse(MessageObject):
     throttle_time_ms: int
     error_code: int
     error_message: Optional[str]
+    acquisition_lock_timeout_ms: int
     responses: list[ShareAcknowledgeResponse.ShareAcknowledgeTopicResponse]
     node_endpoints: list[ShareAcknowledgeResponse.NodeEndpoint]
-    def __init__(self, *, throttle_time_ms: int = ..., error_code: int = ..., error_message: Optional[str] = ..., responses: list[ShareAcknowledgeResponse.ShareAcknowledgeTopicResponse] = ..., node_endpoints: list[ShareAcknowledgeResponse.NodeEndpoint] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+    def __init__(self, *, throttle_time_ms: int = ..., error_code: int = ..., error_message: Optional[str] = ..., acquisition_lock_timeout_ms: int = ..., responses: list[ShareAcknowledgeResponse.ShareAcknowledgeTopicResponse] = ..., node_endpoints: list[ShareAcknowledgeResponse.NodeEndpoint] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
 
 
 class ShareFetchRequest(MessageObject):
@@ -2672,9 +2823,13 @@ class ShareFetchRequest(MessageObject):
     max_wait_ms: int
     min_bytes: int
     max_bytes: int
+    max_records: int
+    batch_size: int
+    share_acquire_mode: int
+    is_renew_ack: bool
     topics: list[ShareFetchRequest.FetchTopic]
     forgotten_topics_data: list[ShareFetchRequest.ForgottenTopic]
-    def __init__(self, *, group_id: Optional[str] = ..., member_id: Optional[str] = ..., share_session_epoch: int = ..., max_wait_ms: int = ..., min_bytes: int = ..., max_bytes: int = ..., topics: list[ShareFetchRequest.FetchTopic] = ..., forgotten_topics_data: list[ShareFetchRequest.ForgottenTopic] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+    def __init__(self, *, group_id: Optional[str] = ..., member_id: Optional[str] = ..., share_session_epoch: int = ..., max_wait_ms: int = ..., min_bytes: int = ..., max_bytes: int = ..., max_records: int = ..., batch_size: int = ..., share_acquire_mode: int = ..., is_renew_ack: bool = ..., topics: list[ShareFetchRequest.FetchTopic] = ..., forgotten_topics_data: list[ShareFetchRequest.ForgottenTopic] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
 
 
 class ShareFetchResponse(MessageObject):
@@ -2712,9 +2867,10 @@ class ShareFetchResponse(MessageObject):
     throttle_time_ms: int
     error_code: int
     error_message: Optional[str]
+    acquisition_lock_timeout_ms: int
     responses: list[ShareFetchResponse.ShareFetchableTopicResponse]
     node_endpoints: list[ShareFetchResponse.NodeEndpoint]
-    def __init__(self, *, throttle_time_ms: int = ..., error_code: int = ..., error_message: Optional[str] = ..., responses: list[ShareFetchResponse.ShareFetchableTopicResponse] = ..., node_endpoints: list[ShareFetchResponse.NodeEndpoint] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+    def __init__(self, *, throttle_time_ms: int = ..., error_code: int = ..., error_message: Optional[str] = ..., acquisition_lock_timeout_ms: int = ..., responses: list[ShareFetchResponse.ShareFetchableTopicResponse] = ..., node_endpoints: list[ShareFetchResponse.NodeEndpoint] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
 
 
 class ShareGroupDescribeRequest(MessageObject):
@@ -2849,6 +3005,194 @@ class StopReplicaResponse(MessageObject):
     error_code: int
     partition_errors: list[StopReplicaResponse.StopReplicaPartitionError]
     def __init__(self, *, error_code: int = ..., partition_errors: list[StopReplicaResponse.StopReplicaPartitionError] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+
+
+class StreamsGroupDescribeRequest(MessageObject):
+    API_KEY: Optional[int]
+    MESSAGE_KIND: str
+    group_ids: list[str]
+    include_authorized_operations: bool
+    def __init__(self, *, group_ids: list[str] = ..., include_authorized_operations: bool = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+
+
+class StreamsGroupDescribeResponse(MessageObject):
+    API_KEY: Optional[int]
+    MESSAGE_KIND: str
+    class DescribedGroup(MessageObject):
+        error_code: int
+        error_message: Optional[str]
+        group_id: str
+        group_state: str
+        group_epoch: int
+        assignment_epoch: int
+        topology: Optional[StreamsGroupDescribeResponse.Topology]
+        members: list[StreamsGroupDescribeResponse.Member]
+        authorized_operations: int
+        def __init__(self, *, error_code: int = ..., error_message: Optional[str] = ..., group_id: str = ..., group_state: str = ..., group_epoch: int = ..., assignment_epoch: int = ..., topology: Optional[StreamsGroupDescribeResponse.Topology] = ..., members: list[StreamsGroupDescribeResponse.Member] = ..., authorized_operations: int = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+    class Topology(MessageObject):
+        epoch: int
+        subtopologies: Optional[list[StreamsGroupDescribeResponse.Subtopology]]
+        def __init__(self, *, epoch: int = ..., subtopologies: Optional[list[StreamsGroupDescribeResponse.Subtopology]] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+    class Subtopology(MessageObject):
+        subtopology_id: str
+        source_topics: list[str]
+        repartition_sink_topics: list[str]
+        state_changelog_topics: list[StreamsGroupDescribeResponse.TopicInfo]
+        repartition_source_topics: list[StreamsGroupDescribeResponse.TopicInfo]
+        def __init__(self, *, subtopology_id: str = ..., source_topics: list[str] = ..., repartition_sink_topics: list[str] = ..., state_changelog_topics: list[StreamsGroupDescribeResponse.TopicInfo] = ..., repartition_source_topics: list[StreamsGroupDescribeResponse.TopicInfo] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+    class Member(MessageObject):
+        member_id: str
+        member_epoch: int
+        instance_id: Optional[str]
+        rack_id: Optional[str]
+        client_id: str
+        client_host: str
+        topology_epoch: int
+        process_id: str
+        user_endpoint: Optional[StreamsGroupDescribeResponse.Endpoint]
+        client_tags: list[StreamsGroupDescribeResponse.KeyValue]
+        task_offsets: list[StreamsGroupDescribeResponse.TaskOffset]
+        task_end_offsets: list[StreamsGroupDescribeResponse.TaskOffset]
+        assignment: StreamsGroupDescribeResponse.Assignment
+        target_assignment: StreamsGroupDescribeResponse.Assignment
+        is_classic: bool
+        def __init__(self, *, member_id: str = ..., member_epoch: int = ..., instance_id: Optional[str] = ..., rack_id: Optional[str] = ..., client_id: str = ..., client_host: str = ..., topology_epoch: int = ..., process_id: str = ..., user_endpoint: Optional[StreamsGroupDescribeResponse.Endpoint] = ..., client_tags: list[StreamsGroupDescribeResponse.KeyValue] = ..., task_offsets: list[StreamsGroupDescribeResponse.TaskOffset] = ..., task_end_offsets: list[StreamsGroupDescribeResponse.TaskOffset] = ..., assignment: StreamsGroupDescribeResponse.Assignment = ..., target_assignment: StreamsGroupDescribeResponse.Assignment = ..., is_classic: bool = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+    class Endpoint(MessageObject):
+        host: str
+        port: int
+        def __init__(self, *, host: str = ..., port: int = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+    class TaskOffset(MessageObject):
+        subtopology_id: str
+        partition: int
+        offset: int
+        def __init__(self, *, subtopology_id: str = ..., partition: int = ..., offset: int = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+    class Assignment(MessageObject):
+        active_tasks: list[StreamsGroupDescribeResponse.TaskIds]
+        standby_tasks: list[StreamsGroupDescribeResponse.TaskIds]
+        warmup_tasks: list[StreamsGroupDescribeResponse.TaskIds]
+        def __init__(self, *, active_tasks: list[StreamsGroupDescribeResponse.TaskIds] = ..., standby_tasks: list[StreamsGroupDescribeResponse.TaskIds] = ..., warmup_tasks: list[StreamsGroupDescribeResponse.TaskIds] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+    class TaskIds(MessageObject):
+        subtopology_id: str
+        partitions: list[int]
+        def __init__(self, *, subtopology_id: str = ..., partitions: list[int] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+    class KeyValue(MessageObject):
+        key: str
+        value: str
+        def __init__(self, *, key: str = ..., value: str = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+    class TopicInfo(MessageObject):
+        name: str
+        partitions: int
+        replication_factor: int
+        topic_configs: list[StreamsGroupDescribeResponse.KeyValue]
+        def __init__(self, *, name: str = ..., partitions: int = ..., replication_factor: int = ..., topic_configs: list[StreamsGroupDescribeResponse.KeyValue] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+    throttle_time_ms: int
+    groups: list[StreamsGroupDescribeResponse.DescribedGroup]
+    def __init__(self, *, throttle_time_ms: int = ..., groups: list[StreamsGroupDescribeResponse.DescribedGroup] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+
+
+class StreamsGroupHeartbeatRequest(MessageObject):
+    API_KEY: Optional[int]
+    MESSAGE_KIND: str
+    class Topology(MessageObject):
+        epoch: int
+        subtopologies: list[StreamsGroupHeartbeatRequest.Subtopology]
+        def __init__(self, *, epoch: int = ..., subtopologies: list[StreamsGroupHeartbeatRequest.Subtopology] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+    class Subtopology(MessageObject):
+        subtopology_id: str
+        source_topics: list[str]
+        source_topic_regex: list[str]
+        state_changelog_topics: list[StreamsGroupHeartbeatRequest.TopicInfo]
+        repartition_sink_topics: list[str]
+        repartition_source_topics: list[StreamsGroupHeartbeatRequest.TopicInfo]
+        copartition_groups: list[StreamsGroupHeartbeatRequest.CopartitionGroup]
+        def __init__(self, *, subtopology_id: str = ..., source_topics: list[str] = ..., source_topic_regex: list[str] = ..., state_changelog_topics: list[StreamsGroupHeartbeatRequest.TopicInfo] = ..., repartition_sink_topics: list[str] = ..., repartition_source_topics: list[StreamsGroupHeartbeatRequest.TopicInfo] = ..., copartition_groups: list[StreamsGroupHeartbeatRequest.CopartitionGroup] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+    class CopartitionGroup(MessageObject):
+        source_topics: list[int]
+        source_topic_regex: list[int]
+        repartition_source_topics: list[int]
+        def __init__(self, *, source_topics: list[int] = ..., source_topic_regex: list[int] = ..., repartition_source_topics: list[int] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+    class KeyValue(MessageObject):
+        key: str
+        value: str
+        def __init__(self, *, key: str = ..., value: str = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+    class TopicInfo(MessageObject):
+        name: str
+        partitions: int
+        replication_factor: int
+        topic_configs: list[StreamsGroupHeartbeatRequest.KeyValue]
+        def __init__(self, *, name: str = ..., partitions: int = ..., replication_factor: int = ..., topic_configs: list[StreamsGroupHeartbeatRequest.KeyValue] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+    class Endpoint(MessageObject):
+        host: str
+        port: int
+        def __init__(self, *, host: str = ..., port: int = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+    class TaskOffset(MessageObject):
+        subtopology_id: str
+        partition: int
+        offset: int
+        def __init__(self, *, subtopology_id: str = ..., partition: int = ..., offset: int = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+    class TaskIds(MessageObject):
+        subtopology_id: str
+        partitions: list[int]
+        def __init__(self, *, subtopology_id: str = ..., partitions: list[int] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+    group_id: str
+    member_id: str
+    member_epoch: int
+    endpoint_information_epoch: int
+    instance_id: Optional[str]
+    rack_id: Optional[str]
+    rebalance_timeout_ms: int
+    topology: Optional[StreamsGroupHeartbeatRequest.Topology]
+    active_tasks: Optional[list[StreamsGroupHeartbeatRequest.TaskIds]]
+    standby_tasks: Optional[list[StreamsGroupHeartbeatRequest.TaskIds]]
+    warmup_tasks: Optional[list[StreamsGroupHeartbeatRequest.TaskIds]]
+    process_id: Optional[str]
+    user_endpoint: Optional[StreamsGroupHeartbeatRequest.Endpoint]
+    client_tags: Optional[list[StreamsGroupHeartbeatRequest.KeyValue]]
+    task_offsets: Optional[list[StreamsGroupHeartbeatRequest.TaskOffset]]
+    task_end_offsets: Optional[list[StreamsGroupHeartbeatRequest.TaskOffset]]
+    shutdown_application: bool
+    def __init__(self, *, group_id: str = ..., member_id: str = ..., member_epoch: int = ..., endpoint_information_epoch: int = ..., instance_id: Optional[str] = ..., rack_id: Optional[str] = ..., rebalance_timeout_ms: int = ..., topology: Optional[StreamsGroupHeartbeatRequest.Topology] = ..., active_tasks: Optional[list[StreamsGroupHeartbeatRequest.TaskIds]] = ..., standby_tasks: Optional[list[StreamsGroupHeartbeatRequest.TaskIds]] = ..., warmup_tasks: Optional[list[StreamsGroupHeartbeatRequest.TaskIds]] = ..., process_id: Optional[str] = ..., user_endpoint: Optional[StreamsGroupHeartbeatRequest.Endpoint] = ..., client_tags: Optional[list[StreamsGroupHeartbeatRequest.KeyValue]] = ..., task_offsets: Optional[list[StreamsGroupHeartbeatRequest.TaskOffset]] = ..., task_end_offsets: Optional[list[StreamsGroupHeartbeatRequest.TaskOffset]] = ..., shutdown_application: bool = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+
+
+class StreamsGroupHeartbeatResponse(MessageObject):
+    API_KEY: Optional[int]
+    MESSAGE_KIND: str
+    class EndpointToPartitions(MessageObject):
+        user_endpoint: StreamsGroupHeartbeatResponse.Endpoint
+        active_partitions: list[StreamsGroupHeartbeatResponse.TopicPartition]
+        standby_partitions: list[StreamsGroupHeartbeatResponse.TopicPartition]
+        def __init__(self, *, user_endpoint: StreamsGroupHeartbeatResponse.Endpoint = ..., active_partitions: list[StreamsGroupHeartbeatResponse.TopicPartition] = ..., standby_partitions: list[StreamsGroupHeartbeatResponse.TopicPartition] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+    class Status(MessageObject):
+        status_code: int
+        status_detail: str
+        def __init__(self, *, status_code: int = ..., status_detail: str = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+    class TopicPartition(MessageObject):
+        topic: str
+        partitions: list[int]
+        def __init__(self, *, topic: str = ..., partitions: list[int] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+    class TaskIds(MessageObject):
+        subtopology_id: str
+        partitions: list[int]
+        def __init__(self, *, subtopology_id: str = ..., partitions: list[int] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+    class Endpoint(MessageObject):
+        host: str
+        port: int
+        def __init__(self, *, host: str = ..., port: int = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+    throttle_time_ms: int
+    error_code: int
+    error_message: Optional[str]
+    member_id: str
+    member_epoch: int
+    heartbeat_interval_ms: int
+    acceptable_recovery_lag: int
+    task_offset_interval_ms: int
+    status: Optional[list[StreamsGroupHeartbeatResponse.Status]]
+    active_tasks: Optional[list[StreamsGroupHeartbeatResponse.TaskIds]]
+    standby_tasks: Optional[list[StreamsGroupHeartbeatResponse.TaskIds]]
+    warmup_tasks: Optional[list[StreamsGroupHeartbeatResponse.TaskIds]]
+    endpoint_information_epoch: int
+    partitions_by_user_endpoint: Optional[list[StreamsGroupHeartbeatResponse.EndpointToPartitions]]
+    def __init__(self, *, throttle_time_ms: int = ..., error_code: int = ..., error_message: Optional[str] = ..., member_id: str = ..., member_epoch: int = ..., heartbeat_interval_ms: int = ..., acceptable_recovery_lag: int = ..., task_offset_interval_ms: int = ..., status: Optional[list[StreamsGroupHeartbeatResponse.Status]] = ..., active_tasks: Optional[list[StreamsGroupHeartbeatResponse.TaskIds]] = ..., standby_tasks: Optional[list[StreamsGroupHeartbeatResponse.TaskIds]] = ..., warmup_tasks: Optional[list[StreamsGroupHeartbeatResponse.TaskIds]] = ..., endpoint_information_epoch: int = ..., partitions_by_user_endpoint: Optional[list[StreamsGroupHeartbeatResponse.EndpointToPartitions]] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
 
 
 class SyncGroupRequest(MessageObject):
@@ -3060,13 +3404,14 @@ class VoteRequest(MessageObject):
         def __init__(self, *, topic_name: str = ..., partitions: list[VoteRequest.PartitionData] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
     class PartitionData(MessageObject):
         partition_index: int
-        candidate_epoch: int
-        candidate_id: int
-        candidate_directory_id: Uuid
+        replica_epoch: int
+        replica_id: int
+        replica_directory_id: Uuid
         voter_directory_id: Uuid
         last_offset_epoch: int
         last_offset: int
-        def __init__(self, *, partition_index: int = ..., candidate_epoch: int = ..., candidate_id: int = ..., candidate_directory_id: Uuid = ..., voter_directory_id: Uuid = ..., last_offset_epoch: int = ..., last_offset: int = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+        pre_vote: bool
+        def __init__(self, *, partition_index: int = ..., replica_epoch: int = ..., replica_id: int = ..., replica_directory_id: Uuid = ..., voter_directory_id: Uuid = ..., last_offset_epoch: int = ..., last_offset: int = ..., pre_vote: bool = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
     cluster_id: Optional[str]
     voter_id: int
     topics: list[VoteRequest.TopicData]
@@ -3133,8 +3478,9 @@ class WriteShareGroupStateRequest(MessageObject):
         state_epoch: int
         leader_epoch: int
         start_offset: int
+        delivery_complete_count: int
         state_batches: list[WriteShareGroupStateRequest.StateBatch]
-        def __init__(self, *, partition: int = ..., state_epoch: int = ..., leader_epoch: int = ..., start_offset: int = ..., state_batches: list[WriteShareGroupStateRequest.StateBatch] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+        def __init__(self, *, partition: int = ..., state_epoch: int = ..., leader_epoch: int = ..., start_offset: int = ..., delivery_complete_count: int = ..., state_batches: list[WriteShareGroupStateRequest.StateBatch] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
     class StateBatch(MessageObject):
         first_offset: int
         last_offset: int
@@ -3171,7 +3517,8 @@ class WriteTxnMarkersRequest(MessageObject):
         transaction_result: bool
         topics: list[WriteTxnMarkersRequest.WritableTxnMarkerTopic]
         coordinator_epoch: int
-        def __init__(self, *, producer_id: int = ..., producer_epoch: int = ..., transaction_result: bool = ..., topics: list[WriteTxnMarkersRequest.WritableTxnMarkerTopic] = ..., coordinator_epoch: int = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+        transaction_version: int
+        def __init__(self, *, producer_id: int = ..., producer_epoch: int = ..., transaction_result: bool = ..., topics: list[WriteTxnMarkersRequest.WritableTxnMarkerTopic] = ..., coordinator_epoch: int = ..., transaction_version: int = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
     class WritableTxnMarkerTopic(MessageObject):
         name: str
         partition_indexes: list[int]
@@ -3235,7 +3582,15 @@ class BrokerRegistrationChangeRecord(MessageObject):
     fenced: int
     in_controlled_shutdown: int
     log_dirs: list[Uuid]
-    def __init__(self, *, broker_id: int = ..., broker_epoch: int = ..., fenced: int = ..., in_controlled_shutdown: int = ..., log_dirs: list[Uuid] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+    cordoned_log_dirs: Optional[list[Uuid]]
+    def __init__(self, *, broker_id: int = ..., broker_epoch: int = ..., fenced: int = ..., in_controlled_shutdown: int = ..., log_dirs: list[Uuid] = ..., cordoned_log_dirs: Optional[list[Uuid]] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+
+
+class ClearElrRecord(MessageObject):
+    API_KEY: Optional[int]
+    MESSAGE_KIND: str
+    topic_name: str
+    def __init__(self, *, topic_name: str = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
 
 
 class ClientQuotaRecord(MessageObject):
@@ -3372,7 +3727,8 @@ class RegisterBrokerRecord(MessageObject):
     fenced: bool
     in_controlled_shutdown: bool
     log_dirs: list[Uuid]
-    def __init__(self, *, broker_id: int = ..., is_migrating_zk_broker: bool = ..., incarnation_id: Uuid = ..., broker_epoch: int = ..., end_points: list[RegisterBrokerRecord.BrokerEndpoint] = ..., features: list[RegisterBrokerRecord.BrokerFeature] = ..., rack: Optional[str] = ..., fenced: bool = ..., in_controlled_shutdown: bool = ..., log_dirs: list[Uuid] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+    cordoned_log_dirs: Optional[list[Uuid]]
+    def __init__(self, *, broker_id: int = ..., is_migrating_zk_broker: bool = ..., incarnation_id: Uuid = ..., broker_epoch: int = ..., end_points: list[RegisterBrokerRecord.BrokerEndpoint] = ..., features: list[RegisterBrokerRecord.BrokerFeature] = ..., rack: Optional[str] = ..., fenced: bool = ..., in_controlled_shutdown: bool = ..., log_dirs: list[Uuid] = ..., cordoned_log_dirs: Optional[list[Uuid]] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
 
 
 class RegisterControllerRecord(MessageObject):
@@ -3483,7 +3839,8 @@ class ConsumerGroupCurrentMemberAssignmentValue(MessageObject):
     class TopicPartitions(MessageObject):
         topic_id: Uuid
         partitions: list[int]
-        def __init__(self, *, topic_id: Uuid = ..., partitions: list[int] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+        assignment_epochs: Optional[list[int]]
+        def __init__(self, *, topic_id: Uuid = ..., partitions: list[int] = ..., assignment_epochs: Optional[list[int]] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
     member_epoch: int
     previous_member_epoch: int
     state: int
@@ -3534,7 +3891,8 @@ class ConsumerGroupMetadataValue(MessageObject):
     API_KEY: Optional[int]
     MESSAGE_KIND: str
     epoch: int
-    def __init__(self, *, epoch: int = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+    metadata_hash: int
+    def __init__(self, *, epoch: int = ..., metadata_hash: int = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
 
 
 class ConsumerGroupPartitionMetadataKey(MessageObject):
@@ -3559,6 +3917,23 @@ class ConsumerGroupPartitionMetadataValue(MessageObject):
         def __init__(self, *, partition: int = ..., racks: list[str] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
     topics: list[ConsumerGroupPartitionMetadataValue.TopicMetadata]
     def __init__(self, *, topics: list[ConsumerGroupPartitionMetadataValue.TopicMetadata] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+
+
+class ConsumerGroupRegularExpressionKey(MessageObject):
+    API_KEY: Optional[int]
+    MESSAGE_KIND: str
+    group_id: str
+    regular_expression: str
+    def __init__(self, *, group_id: str = ..., regular_expression: str = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+
+
+class ConsumerGroupRegularExpressionValue(MessageObject):
+    API_KEY: Optional[int]
+    MESSAGE_KIND: str
+    topics: list[str]
+    version: int
+    timestamp: int
+    def __init__(self, *, topics: list[str] = ..., version: int = ..., timestamp: int = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
 
 
 class ConsumerGroupTargetAssignmentMemberKey(MessageObject):
@@ -3591,7 +3966,8 @@ class ConsumerGroupTargetAssignmentMetadataValue(MessageObject):
     API_KEY: Optional[int]
     MESSAGE_KIND: str
     assignment_epoch: int
-    def __init__(self, *, assignment_epoch: int = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+    assignment_timestamp: int
+    def __init__(self, *, assignment_epoch: int = ..., assignment_timestamp: int = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
 
 
 class GroupMetadataKey(MessageObject):
@@ -3623,6 +3999,24 @@ class GroupMetadataValue(MessageObject):
     def __init__(self, *, protocol_type: str = ..., generation: int = ..., protocol: Optional[str] = ..., leader: Optional[str] = ..., current_state_timestamp: int = ..., members: list[GroupMetadataValue.MemberMetadata] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
 
 
+class LegacyOffsetCommitKey(MessageObject):
+    API_KEY: Optional[int]
+    MESSAGE_KIND: str
+    group: str
+    topic: str
+    partition: int
+    def __init__(self, *, group: str = ..., topic: str = ..., partition: int = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+
+
+class LegacyOffsetCommitValue(MessageObject):
+    API_KEY: Optional[int]
+    MESSAGE_KIND: str
+    offset: int
+    metadata: str
+    commit_timestamp: int
+    def __init__(self, *, offset: int = ..., metadata: str = ..., commit_timestamp: int = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+
+
 class OffsetCommitKey(MessageObject):
     API_KEY: Optional[int]
     MESSAGE_KIND: str
@@ -3640,7 +4034,30 @@ class OffsetCommitValue(MessageObject):
     metadata: str
     commit_timestamp: int
     expire_timestamp: int
-    def __init__(self, *, offset: int = ..., leader_epoch: int = ..., metadata: str = ..., commit_timestamp: int = ..., expire_timestamp: int = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+    topic_id: Uuid
+    def __init__(self, *, offset: int = ..., leader_epoch: int = ..., metadata: str = ..., commit_timestamp: int = ..., expire_timestamp: int = ..., topic_id: Uuid = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+
+
+class ShareGroupCurrentMemberAssignmentKey(MessageObject):
+    API_KEY: Optional[int]
+    MESSAGE_KIND: str
+    group_id: str
+    member_id: str
+    def __init__(self, *, group_id: str = ..., member_id: str = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+
+
+class ShareGroupCurrentMemberAssignmentValue(MessageObject):
+    API_KEY: Optional[int]
+    MESSAGE_KIND: str
+    class TopicPartitions(MessageObject):
+        topic_id: Uuid
+        partitions: list[int]
+        def __init__(self, *, topic_id: Uuid = ..., partitions: list[int] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+    member_epoch: int
+    previous_member_epoch: int
+    state: int
+    assigned_partitions: list[ShareGroupCurrentMemberAssignmentValue.TopicPartitions]
+    def __init__(self, *, member_epoch: int = ..., previous_member_epoch: int = ..., state: int = ..., assigned_partitions: list[ShareGroupCurrentMemberAssignmentValue.TopicPartitions] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
 
 
 class ShareGroupMemberMetadataKey(MessageObject):
@@ -3672,7 +4089,8 @@ class ShareGroupMetadataValue(MessageObject):
     API_KEY: Optional[int]
     MESSAGE_KIND: str
     epoch: int
-    def __init__(self, *, epoch: int = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+    metadata_hash: int
+    def __init__(self, *, epoch: int = ..., metadata_hash: int = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
 
 
 class ShareGroupPartitionMetadataKey(MessageObject):
@@ -3699,6 +4117,220 @@ class ShareGroupPartitionMetadataValue(MessageObject):
     def __init__(self, *, initialized_topics: list[ShareGroupPartitionMetadataValue.TopicPartitionsInfo] = ..., deleting_topics: list[ShareGroupPartitionMetadataValue.TopicInfo] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
 
 
+class ShareGroupStatePartitionMetadataKey(MessageObject):
+    API_KEY: Optional[int]
+    MESSAGE_KIND: str
+    group_id: str
+    def __init__(self, *, group_id: str = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+
+
+class ShareGroupStatePartitionMetadataValue(MessageObject):
+    API_KEY: Optional[int]
+    MESSAGE_KIND: str
+    class TopicPartitionsInfo(MessageObject):
+        topic_id: Uuid
+        topic_name: str
+        partitions: list[int]
+        def __init__(self, *, topic_id: Uuid = ..., topic_name: str = ..., partitions: list[int] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+    class TopicInfo(MessageObject):
+        topic_id: Uuid
+        topic_name: str
+        def __init__(self, *, topic_id: Uuid = ..., topic_name: str = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+    initializing_topics: list[ShareGroupStatePartitionMetadataValue.TopicPartitionsInfo]
+    initialized_topics: list[ShareGroupStatePartitionMetadataValue.TopicPartitionsInfo]
+    deleting_topics: list[ShareGroupStatePartitionMetadataValue.TopicInfo]
+    def __init__(self, *, initializing_topics: list[ShareGroupStatePartitionMetadataValue.TopicPartitionsInfo] = ..., initialized_topics: list[ShareGroupStatePartitionMetadataValue.TopicPartitionsInfo] = ..., deleting_topics: list[ShareGroupStatePartitionMetadataValue.TopicInfo] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+
+
+class ShareGroupTargetAssignmentMemberKey(MessageObject):
+    API_KEY: Optional[int]
+    MESSAGE_KIND: str
+    group_id: str
+    member_id: str
+    def __init__(self, *, group_id: str = ..., member_id: str = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+
+
+class ShareGroupTargetAssignmentMemberValue(MessageObject):
+    API_KEY: Optional[int]
+    MESSAGE_KIND: str
+    class TopicPartition(MessageObject):
+        topic_id: Uuid
+        partitions: list[int]
+        def __init__(self, *, topic_id: Uuid = ..., partitions: list[int] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+    topic_partitions: list[ShareGroupTargetAssignmentMemberValue.TopicPartition]
+    def __init__(self, *, topic_partitions: list[ShareGroupTargetAssignmentMemberValue.TopicPartition] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+
+
+class ShareGroupTargetAssignmentMetadataKey(MessageObject):
+    API_KEY: Optional[int]
+    MESSAGE_KIND: str
+    group_id: str
+    def __init__(self, *, group_id: str = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+
+
+class ShareGroupTargetAssignmentMetadataValue(MessageObject):
+    API_KEY: Optional[int]
+    MESSAGE_KIND: str
+    assignment_epoch: int
+    assignment_timestamp: int
+    def __init__(self, *, assignment_epoch: int = ..., assignment_timestamp: int = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+
+
+class StreamsGroupCurrentMemberAssignmentKey(MessageObject):
+    API_KEY: Optional[int]
+    MESSAGE_KIND: str
+    group_id: str
+    member_id: str
+    def __init__(self, *, group_id: str = ..., member_id: str = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+
+
+class StreamsGroupCurrentMemberAssignmentValue(MessageObject):
+    API_KEY: Optional[int]
+    MESSAGE_KIND: str
+    class TaskIds(MessageObject):
+        subtopology_id: str
+        partitions: list[int]
+        assignment_epochs: Optional[list[int]]
+        def __init__(self, *, subtopology_id: str = ..., partitions: list[int] = ..., assignment_epochs: Optional[list[int]] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+    member_epoch: int
+    previous_member_epoch: int
+    state: int
+    active_tasks: list[StreamsGroupCurrentMemberAssignmentValue.TaskIds]
+    standby_tasks: list[StreamsGroupCurrentMemberAssignmentValue.TaskIds]
+    warmup_tasks: list[StreamsGroupCurrentMemberAssignmentValue.TaskIds]
+    active_tasks_pending_revocation: list[StreamsGroupCurrentMemberAssignmentValue.TaskIds]
+    standby_tasks_pending_revocation: list[StreamsGroupCurrentMemberAssignmentValue.TaskIds]
+    warmup_tasks_pending_revocation: list[StreamsGroupCurrentMemberAssignmentValue.TaskIds]
+    def __init__(self, *, member_epoch: int = ..., previous_member_epoch: int = ..., state: int = ..., active_tasks: list[StreamsGroupCurrentMemberAssignmentValue.TaskIds] = ..., standby_tasks: list[StreamsGroupCurrentMemberAssignmentValue.TaskIds] = ..., warmup_tasks: list[StreamsGroupCurrentMemberAssignmentValue.TaskIds] = ..., active_tasks_pending_revocation: list[StreamsGroupCurrentMemberAssignmentValue.TaskIds] = ..., standby_tasks_pending_revocation: list[StreamsGroupCurrentMemberAssignmentValue.TaskIds] = ..., warmup_tasks_pending_revocation: list[StreamsGroupCurrentMemberAssignmentValue.TaskIds] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+
+
+class StreamsGroupMemberMetadataKey(MessageObject):
+    API_KEY: Optional[int]
+    MESSAGE_KIND: str
+    group_id: str
+    member_id: str
+    def __init__(self, *, group_id: str = ..., member_id: str = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+
+
+class StreamsGroupMemberMetadataValue(MessageObject):
+    API_KEY: Optional[int]
+    MESSAGE_KIND: str
+    class Endpoint(MessageObject):
+        host: str
+        port: int
+        def __init__(self, *, host: str = ..., port: int = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+    class KeyValue(MessageObject):
+        key: str
+        value: str
+        def __init__(self, *, key: str = ..., value: str = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+    instance_id: Optional[str]
+    rack_id: Optional[str]
+    client_id: str
+    client_host: str
+    rebalance_timeout_ms: int
+    topology_epoch: int
+    process_id: str
+    user_endpoint: Optional[StreamsGroupMemberMetadataValue.Endpoint]
+    client_tags: list[StreamsGroupMemberMetadataValue.KeyValue]
+    def __init__(self, *, instance_id: Optional[str] = ..., rack_id: Optional[str] = ..., client_id: str = ..., client_host: str = ..., rebalance_timeout_ms: int = ..., topology_epoch: int = ..., process_id: str = ..., user_endpoint: Optional[StreamsGroupMemberMetadataValue.Endpoint] = ..., client_tags: list[StreamsGroupMemberMetadataValue.KeyValue] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+
+
+class StreamsGroupMetadataKey(MessageObject):
+    API_KEY: Optional[int]
+    MESSAGE_KIND: str
+    group_id: str
+    def __init__(self, *, group_id: str = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+
+
+class StreamsGroupMetadataValue(MessageObject):
+    API_KEY: Optional[int]
+    MESSAGE_KIND: str
+    class LastAssignmentConfig(MessageObject):
+        key: str
+        value: str
+        def __init__(self, *, key: str = ..., value: str = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+    epoch: int
+    metadata_hash: int
+    validated_topology_epoch: int
+    last_assignment_configs: Optional[list[StreamsGroupMetadataValue.LastAssignmentConfig]]
+    def __init__(self, *, epoch: int = ..., metadata_hash: int = ..., validated_topology_epoch: int = ..., last_assignment_configs: Optional[list[StreamsGroupMetadataValue.LastAssignmentConfig]] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+
+
+class StreamsGroupTargetAssignmentMemberKey(MessageObject):
+    API_KEY: Optional[int]
+    MESSAGE_KIND: str
+    group_id: str
+    member_id: str
+    def __init__(self, *, group_id: str = ..., member_id: str = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+
+
+class StreamsGroupTargetAssignmentMemberValue(MessageObject):
+    API_KEY: Optional[int]
+    MESSAGE_KIND: str
+    class TaskIds(MessageObject):
+        subtopology_id: str
+        partitions: list[int]
+        def __init__(self, *, subtopology_id: str = ..., partitions: list[int] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+    active_tasks: list[StreamsGroupTargetAssignmentMemberValue.TaskIds]
+    standby_tasks: list[StreamsGroupTargetAssignmentMemberValue.TaskIds]
+    warmup_tasks: list[StreamsGroupTargetAssignmentMemberValue.TaskIds]
+    def __init__(self, *, active_tasks: list[StreamsGroupTargetAssignmentMemberValue.TaskIds] = ..., standby_tasks: list[StreamsGroupTargetAssignmentMemberValue.TaskIds] = ..., warmup_tasks: list[StreamsGroupTargetAssignmentMemberValue.TaskIds] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+
+
+class StreamsGroupTargetAssignmentMetadataKey(MessageObject):
+    API_KEY: Optional[int]
+    MESSAGE_KIND: str
+    group_id: str
+    def __init__(self, *, group_id: str = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+
+
+class StreamsGroupTargetAssignmentMetadataValue(MessageObject):
+    API_KEY: Optional[int]
+    MESSAGE_KIND: str
+    assignment_epoch: int
+    assignment_timestamp: int
+    def __init__(self, *, assignment_epoch: int = ..., assignment_timestamp: int = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+
+
+class StreamsGroupTopologyKey(MessageObject):
+    API_KEY: Optional[int]
+    MESSAGE_KIND: str
+    group_id: str
+    def __init__(self, *, group_id: str = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+
+
+class StreamsGroupTopologyValue(MessageObject):
+    API_KEY: Optional[int]
+    MESSAGE_KIND: str
+    class Subtopology(MessageObject):
+        subtopology_id: str
+        source_topics: list[str]
+        source_topic_regex: list[str]
+        state_changelog_topics: list[StreamsGroupTopologyValue.TopicInfo]
+        repartition_sink_topics: list[str]
+        repartition_source_topics: list[StreamsGroupTopologyValue.TopicInfo]
+        copartition_groups: list[StreamsGroupTopologyValue.CopartitionGroup]
+        def __init__(self, *, subtopology_id: str = ..., source_topics: list[str] = ..., source_topic_regex: list[str] = ..., state_changelog_topics: list[StreamsGroupTopologyValue.TopicInfo] = ..., repartition_sink_topics: list[str] = ..., repartition_source_topics: list[StreamsGroupTopologyValue.TopicInfo] = ..., copartition_groups: list[StreamsGroupTopologyValue.CopartitionGroup] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+    class CopartitionGroup(MessageObject):
+        source_topics: list[int]
+        source_topic_regex: list[int]
+        repartition_source_topics: list[int]
+        def __init__(self, *, source_topics: list[int] = ..., source_topic_regex: list[int] = ..., repartition_source_topics: list[int] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+    class TopicConfig(MessageObject):
+        key: str
+        value: str
+        def __init__(self, *, key: str = ..., value: str = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+    class TopicInfo(MessageObject):
+        name: str
+        partitions: int
+        replication_factor: int
+        topic_configs: list[StreamsGroupTopologyValue.TopicConfig]
+        def __init__(self, *, name: str = ..., partitions: int = ..., replication_factor: int = ..., topic_configs: list[StreamsGroupTopologyValue.TopicConfig] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+    epoch: int
+    subtopologies: list[StreamsGroupTopologyValue.Subtopology]
+    def __init__(self, *, epoch: int = ..., subtopologies: list[StreamsGroupTopologyValue.Subtopology] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+
+
 class TransactionLogKey(MessageObject):
     API_KEY: Optional[int]
     MESSAGE_KIND: str
@@ -3714,13 +4346,72 @@ class TransactionLogValue(MessageObject):
         partition_ids: list[int]
         def __init__(self, *, topic: str = ..., partition_ids: list[int] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
     producer_id: int
+    previous_producer_id: int
+    next_producer_id: int
     producer_epoch: int
+    next_producer_epoch: int
     transaction_timeout_ms: int
     transaction_status: int
     transaction_partitions: Optional[list[TransactionLogValue.PartitionsSchema]]
     transaction_last_update_timestamp_ms: int
     transaction_start_timestamp_ms: int
-    def __init__(self, *, producer_id: int = ..., producer_epoch: int = ..., transaction_timeout_ms: int = ..., transaction_status: int = ..., transaction_partitions: Optional[list[TransactionLogValue.PartitionsSchema]] = ..., transaction_last_update_timestamp_ms: int = ..., transaction_start_timestamp_ms: int = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+    client_transaction_version: int
+    def __init__(self, *, producer_id: int = ..., previous_producer_id: int = ..., next_producer_id: int = ..., producer_epoch: int = ..., next_producer_epoch: int = ..., transaction_timeout_ms: int = ..., transaction_status: int = ..., transaction_partitions: Optional[list[TransactionLogValue.PartitionsSchema]] = ..., transaction_last_update_timestamp_ms: int = ..., transaction_start_timestamp_ms: int = ..., client_transaction_version: int = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+
+
+class ShareSnapshotKey(MessageObject):
+    API_KEY: Optional[int]
+    MESSAGE_KIND: str
+    group_id: str
+    topic_id: Uuid
+    partition: int
+    def __init__(self, *, group_id: str = ..., topic_id: Uuid = ..., partition: int = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+
+
+class ShareSnapshotValue(MessageObject):
+    API_KEY: Optional[int]
+    MESSAGE_KIND: str
+    class StateBatch(MessageObject):
+        first_offset: int
+        last_offset: int
+        delivery_state: int
+        delivery_count: int
+        def __init__(self, *, first_offset: int = ..., last_offset: int = ..., delivery_state: int = ..., delivery_count: int = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+    snapshot_epoch: int
+    state_epoch: int
+    leader_epoch: int
+    start_offset: int
+    delivery_complete_count: int
+    create_timestamp: int
+    write_timestamp: int
+    state_batches: list[ShareSnapshotValue.StateBatch]
+    def __init__(self, *, snapshot_epoch: int = ..., state_epoch: int = ..., leader_epoch: int = ..., start_offset: int = ..., delivery_complete_count: int = ..., create_timestamp: int = ..., write_timestamp: int = ..., state_batches: list[ShareSnapshotValue.StateBatch] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+
+
+class ShareUpdateKey(MessageObject):
+    API_KEY: Optional[int]
+    MESSAGE_KIND: str
+    group_id: str
+    topic_id: Uuid
+    partition: int
+    def __init__(self, *, group_id: str = ..., topic_id: Uuid = ..., partition: int = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+
+
+class ShareUpdateValue(MessageObject):
+    API_KEY: Optional[int]
+    MESSAGE_KIND: str
+    class StateBatch(MessageObject):
+        first_offset: int
+        last_offset: int
+        delivery_state: int
+        delivery_count: int
+        def __init__(self, *, first_offset: int = ..., last_offset: int = ..., delivery_state: int = ..., delivery_count: int = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+    snapshot_epoch: int
+    leader_epoch: int
+    start_offset: int
+    delivery_complete_count: int
+    state_batches: list[ShareUpdateValue.StateBatch]
+    def __init__(self, *, snapshot_epoch: int = ..., leader_epoch: int = ..., start_offset: int = ..., delivery_complete_count: int = ..., state_batches: list[ShareUpdateValue.StateBatch] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
 
 
 class QuorumStateData(MessageObject):
@@ -3772,3 +4463,107 @@ class SubscriptionInfoData(MessageObject):
     error_code: int
     client_tags: list[SubscriptionInfoData.ClientTag]
     def __init__(self, *, version: int = ..., latest_supported_version: int = ..., process_id: Uuid = ..., prev_tasks: list[SubscriptionInfoData.TaskId] = ..., standby_tasks: list[SubscriptionInfoData.TaskId] = ..., user_end_point: bytes = ..., task_offset_sums: list[SubscriptionInfoData.TaskOffsetSum] = ..., unique_field: int = ..., error_code: int = ..., client_tags: list[SubscriptionInfoData.ClientTag] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+
+
+class ProducerSnapshot(MessageObject):
+    API_KEY: Optional[int]
+    MESSAGE_KIND: str
+    class ProducerEntry(MessageObject):
+        producer_id: int
+        epoch: int
+        last_sequence: int
+        last_offset: int
+        offset_delta: int
+        timestamp: int
+        coordinator_epoch: int
+        current_txn_first_offset: int
+        def __init__(self, *, producer_id: int = ..., epoch: int = ..., last_sequence: int = ..., last_offset: int = ..., offset_delta: int = ..., timestamp: int = ..., coordinator_epoch: int = ..., current_txn_first_offset: int = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+    crc: int
+    producer_entries: list[ProducerSnapshot.ProducerEntry]
+    def __init__(self, *, crc: int = ..., producer_entries: list[ProducerSnapshot.ProducerEntry] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+
+
+class RemoteLogSegmentMetadataRecord(MessageObject):
+    API_KEY: Optional[int]
+    MESSAGE_KIND: str
+    class RemoteLogSegmentIdEntry(MessageObject):
+        topic_id_partition: RemoteLogSegmentMetadataRecord.TopicIdPartitionEntry
+        id: Uuid
+        def __init__(self, *, topic_id_partition: RemoteLogSegmentMetadataRecord.TopicIdPartitionEntry = ..., id: Uuid = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+    class TopicIdPartitionEntry(MessageObject):
+        name: str
+        id: Uuid
+        partition: int
+        def __init__(self, *, name: str = ..., id: Uuid = ..., partition: int = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+    class SegmentLeaderEpochEntry(MessageObject):
+        leader_epoch: int
+        offset: int
+        def __init__(self, *, leader_epoch: int = ..., offset: int = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+    remote_log_segment_id: RemoteLogSegmentMetadataRecord.RemoteLogSegmentIdEntry
+    start_offset: int
+    end_offset: int
+    broker_id: int
+    max_timestamp_ms: int
+    event_timestamp_ms: int
+    segment_leader_epochs: list[RemoteLogSegmentMetadataRecord.SegmentLeaderEpochEntry]
+    segment_size_in_bytes: int
+    custom_metadata: Optional[bytes]
+    remote_log_segment_state: int
+    txn_index_empty: bool
+    def __init__(self, *, remote_log_segment_id: RemoteLogSegmentMetadataRecord.RemoteLogSegmentIdEntry = ..., start_offset: int = ..., end_offset: int = ..., broker_id: int = ..., max_timestamp_ms: int = ..., event_timestamp_ms: int = ..., segment_leader_epochs: list[RemoteLogSegmentMetadataRecord.SegmentLeaderEpochEntry] = ..., segment_size_in_bytes: int = ..., custom_metadata: Optional[bytes] = ..., remote_log_segment_state: int = ..., txn_index_empty: bool = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+
+
+class RemoteLogSegmentMetadataSnapshotRecord(MessageObject):
+    API_KEY: Optional[int]
+    MESSAGE_KIND: str
+    class SegmentLeaderEpochEntry(MessageObject):
+        leader_epoch: int
+        offset: int
+        def __init__(self, *, leader_epoch: int = ..., offset: int = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+    segment_id: Uuid
+    start_offset: int
+    end_offset: int
+    broker_id: int
+    max_timestamp_ms: int
+    event_timestamp_ms: int
+    segment_leader_epochs: list[RemoteLogSegmentMetadataSnapshotRecord.SegmentLeaderEpochEntry]
+    segment_size_in_bytes: int
+    custom_metadata: Optional[bytes]
+    remote_log_segment_state: int
+    txn_index_empty: bool
+    def __init__(self, *, segment_id: Uuid = ..., start_offset: int = ..., end_offset: int = ..., broker_id: int = ..., max_timestamp_ms: int = ..., event_timestamp_ms: int = ..., segment_leader_epochs: list[RemoteLogSegmentMetadataSnapshotRecord.SegmentLeaderEpochEntry] = ..., segment_size_in_bytes: int = ..., custom_metadata: Optional[bytes] = ..., remote_log_segment_state: int = ..., txn_index_empty: bool = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+
+
+class RemoteLogSegmentMetadataUpdateRecord(MessageObject):
+    API_KEY: Optional[int]
+    MESSAGE_KIND: str
+    class RemoteLogSegmentIdEntry(MessageObject):
+        topic_id_partition: RemoteLogSegmentMetadataUpdateRecord.TopicIdPartitionEntry
+        id: Uuid
+        def __init__(self, *, topic_id_partition: RemoteLogSegmentMetadataUpdateRecord.TopicIdPartitionEntry = ..., id: Uuid = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+    class TopicIdPartitionEntry(MessageObject):
+        name: str
+        id: Uuid
+        partition: int
+        def __init__(self, *, name: str = ..., id: Uuid = ..., partition: int = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+    remote_log_segment_id: RemoteLogSegmentMetadataUpdateRecord.RemoteLogSegmentIdEntry
+    broker_id: int
+    event_timestamp_ms: int
+    custom_metadata: Optional[bytes]
+    remote_log_segment_state: int
+    def __init__(self, *, remote_log_segment_id: RemoteLogSegmentMetadataUpdateRecord.RemoteLogSegmentIdEntry = ..., broker_id: int = ..., event_timestamp_ms: int = ..., custom_metadata: Optional[bytes] = ..., remote_log_segment_state: int = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+
+
+class RemotePartitionDeleteMetadataRecord(MessageObject):
+    API_KEY: Optional[int]
+    MESSAGE_KIND: str
+    class TopicIdPartitionEntry(MessageObject):
+        name: str
+        id: Uuid
+        partition: int
+        def __init__(self, *, name: str = ..., id: Uuid = ..., partition: int = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+    topic_id_partition: RemotePartitionDeleteMetadataRecord.TopicIdPartitionEntry
+    broker_id: int
+    event_timestamp_ms: int
+    remote_partition_delete_state: int
+    def __init__(self, *, topic_id_partition: RemotePartitionDeleteMetadataRecord.TopicIdPartitionEntry = ..., broker_id: int = ..., event_timestamp_ms: int = ..., remote_partition_delete_state: int = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...

@@ -6,7 +6,7 @@ import json
 import sys
 from typing import Any, Dict, List
 
-from kproto.codecs import KAFKA_VERSION, api_keys, message, messages, request, response
+from kproto.codecs import RELEASES, api_keys, message, messages, request, response
 from kproto.errors import DecodeError
 from kproto.framing import (decode_request, decode_response, request_header_version,
                             response_header_version)
@@ -37,14 +37,28 @@ def _print(doc: Any) -> None:
     sys.stdout.write(json.dumps(doc, ensure_ascii=False, indent=2) + "\n")
 
 
+def _releases(codec: Any) -> List[Dict[str, Any]]:
+    """Which Kafka release defines which versions: [{"versions": [lo, hi], "release": "3.9"}, ...]."""
+    return [{"versions": [r.start, r.stop - 1], "release": name} for r, name in codec.releases]
+
+
+def _releases_text(runs: List[Dict[str, Any]]) -> str:
+    return ", ".join(f"{_span(r['versions'])} {r['release']}" for r in runs)
+
+
+def _span(v: List[int]) -> str:
+    return f"{v[0]}" if v[0] == v[1] else f"{v[0]}-{v[1]}"
+
+
 def cmd_schemas(args: argparse.Namespace) -> int:
     rows: List[Dict[str, Any]] = []
     if args.all:
         for name in messages():
             c = message(name)
-            rows.append({"name": name, "kind": c.kind, "api_key": c.api_key,
+            rows.append({"name": name, "kind": c.kind, "api_key": c.api_key, "source": c.schema.source,
                          "versions": [c.valid_versions.start, c.valid_versions.stop - 1],
-                         "flexible_from": c.flexible_versions.start if c.flexible_versions else None})
+                         "flexible_from": c.flexible_versions.start if c.flexible_versions else None,
+                         "releases": _releases(c)})
     else:
         for key, api in api_keys().items():
             req, resp = request(key), response(key)
@@ -53,21 +67,27 @@ def cmd_schemas(args: argparse.Namespace) -> int:
                          "flexible_from": req.flexible_versions.start if req.flexible_versions else None,
                          "deprecated": ([req.deprecated_versions.start, req.deprecated_versions.stop - 1]
                                         if req.deprecated_versions else None),
+                         "releases": _releases(req),
+                         "aliases": [a[:-len("Request")] for a in req.aliases],
                          "listeners": list(req.schema.listeners)})
     if args.json:
         _print(rows)
         return 0
+    releases = " and ".join(RELEASES)
     if args.all:
         for r in rows:
             api_key = "" if r["api_key"] is None else r["api_key"]
-            print(f"{r['name']:<48} {r['kind']:<9} {api_key!s:>4}  v{r['versions'][0]}-{r['versions'][1]}")
+            print(f"{r['name']:<48} {r['kind']:<17} {api_key!s:>4}  v{_span(r['versions']):<6} "
+                  f"{_releases_text(r['releases'])}")
+        print(f"{len(rows)} messages (Kafka {releases} schemas)")
         return 0
-    print(f"{'key':>4}  {'API':<36} {'versions':<9} {'flexible':<9} listeners")
+    print(f"{'key':>4}  {'API':<36} {'versions':<9} {'flexible':<9} {'releases':<20} listeners")
     for r in rows:
         flex = f"{r['flexible_from']}+" if r["flexible_from"] is not None else "-"
-        print(f"{r['api_key']:>4}  {r['name']:<36} {r['versions'][0]}-{r['versions'][1]:<7} {flex:<9} "
-              f"{','.join(r['listeners'])}")
-    print(f"{len(rows)} API keys (Kafka {KAFKA_VERSION} schemas)")
+        print(f"{r['api_key']:>4}  {r['name']:<36} {_span(r['versions']):<9} {flex:<9} "
+              f"{_releases_text(r['releases']):<20} {','.join(r['listeners'])}")
+    print(f"{len(rows)} API keys (Kafka {releases} schemas; each version as the newest release "
+          "that has it defines it)")
     return 0
 
 
@@ -100,7 +120,7 @@ def cmd_decode_response(args: argparse.Namespace) -> int:
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("schemas", help="list API keys, names and versions")
+    p = sub.add_parser("schemas", help="list API keys, names, versions and the Kafka release defining them")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--all", action="store_true", help="every message (headers, data, metadata records too)")
     p.set_defaults(func=cmd_schemas)

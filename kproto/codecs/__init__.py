@@ -11,10 +11,12 @@ code, :mod:`~kproto.codecs.json_convention` into Kafka's JSON.
 """
 from __future__ import annotations
 
-from kproto.codecs.engine import (KAFKA_VERSION, MessageCodec, api_keys, message, messages,
-                                  metadata_record, request, response, schema)
+from kproto.codecs.engine import (KAFKA_VERSION, RELEASES, MessageCodec, api_keys,
+                                  coordinator_record, message, messages, metadata_record, request,
+                                  response, schema)
 from kproto.codecs.objects import MessageObject
 from kproto.codecs.primitives import Uuid
 
 __all__ = ["MessageCodec", "message", "request", "response", "messages", "schema", "Uuid",
-           "MessageObject", "KAFKA_VERSION", "metadata_record", "api_keys"]
+           "MessageObject", "KAFKA_VERSION", "RELEASES", "metadata_record", "coordinator_record",
+           "api_keys"]

@@ -15,11 +15,12 @@ from kproto.codecs.objects import MessageObject, build_classes
 from kproto.codecs.program import compile_decoder
 from kproto.codecs.primitives import INT8, INT16, INT32, Buffer, Uuid, read_uvarint, uvarint
 from kproto.errors import DecodeError, EncodeError, UnsupportedVersionError
-from kproto.schemas._index import KAFKA_VERSION, SCHEMAS
+from kproto.schemas._index import ALIASES, KAFKA_VERSION, RELEASES, SCHEMAS
 from kproto.schemas.model import Message
 
 __all__ = ["MessageCodec", "message", "request", "response", "messages", "schema", "Uuid",
-           "MessageObject", "KAFKA_VERSION"]
+           "MessageObject", "KAFKA_VERSION", "RELEASES", "metadata_record", "coordinator_record",
+           "api_keys"]
 
 
 class _Fail(Exception):
@@ -133,6 +134,11 @@ class MessageCodec:
         self.deprecated_versions: range = (
             range(dr.lo, (dr.hi if dr.hi is not None else hi) + 1) if schema.deprecated and not dr.empty
             else range(0))
+        self.aliases: Tuple[str, ...] = tuple(schema.aliases)
+        #: (versions, Kafka release) runs in version order: which release's spec defines each version
+        self.releases: List[Tuple[range, str]] = sorted(
+            ((range(r.lo, (r.hi if r.hi is not None else hi) + 1), name)
+             for r, name in schema.release_ranges), key=lambda x: x[0].start)
         self.classes: Dict[str, type] = build_classes(schema)
         self.cls: Any = self.classes[schema.name]  # generated: nested classes are attributes
         self._compiled: Dict[int, _Compiled] = {}
@@ -141,6 +147,14 @@ class MessageCodec:
     def __repr__(self) -> str:
         return (f"<MessageCodec {self.name} api_key={self.api_key} "
                 f"versions={self.valid_versions.start}-{self.valid_versions.stop - 1}>")
+
+    def release(self, version: int) -> str:
+        """The Kafka release whose spec defines ``version`` (``"3.9"``, ``"4.3.1"``): the newest
+        release that has it; versions a newer release dropped keep their older definition."""
+        self._check_version(version)
+        name = self.schema.release(version)
+        assert name is not None, (self.name, version)
+        return name
 
     # -- compilation --------------------------------------------------------------------------
     def _check_version(self, version: int) -> None:
@@ -305,31 +319,35 @@ def _path(trail: List[Any]) -> Optional[str]:
 
 
 _codecs: Dict[str, MessageCodec] = {}
-_by_key: Dict[Tuple[str, int], str] = {}
-for _name, (_mod, _kind, _key, _valid, _flex) in SCHEMAS.items():
+# requests and responses by (kind, API key); records by (spec folder, kind, record type), as
+# record types are numbered per folder (metadata/ and storage/ both have a type 0)
+_by_key: Dict[Tuple[Any, ...], str] = {}
+for _name, (_mod, _kind, _key, _valid, _flex, _source) in SCHEMAS.items():
     if _key is not None:
-        _by_key[(_kind, _key)] = _name
+        _by_key[(_kind, _key) if _kind in ("request", "response") else (_source, _kind, _key)] = _name
 _reg_lock = threading.Lock()
 
 
 def schema(name: str) -> Message:
-    """The declarative schema of a message by name."""
+    """The declarative schema of a message by name (or a name an older release gave it)."""
     try:
-        mod = SCHEMAS[name][0]
+        mod = SCHEMAS[ALIASES.get(name, name)][0]
     except KeyError:
         raise KeyError(f"unknown message {name!r}") from None
     return importlib.import_module(mod).SCHEMA
 
 
 def message(name: str) -> MessageCodec:
-    """The codec of a message by its spec name (``"ProduceRequest"``, ``"RequestHeader"``, ...)."""
+    """The codec of a message by its spec name (``"ProduceRequest"``, ``"RequestHeader"``, ...);
+    a name an older Kafka release used (``"ListClientMetricsResourcesRequest"``) gives the
+    message under its newest name."""
     c = _codecs.get(name)
     if c is None:
         with _reg_lock:
             c = _codecs.get(name)
             if c is None:
-                c = MessageCodec(schema(name))
-                _codecs[name] = c
+                c = _codecs.get(ALIASES.get(name, name)) or MessageCodec(schema(name))
+                _codecs[name] = _codecs[c.name] = c
     return c
 
 
@@ -352,13 +370,26 @@ def response(api_key: int) -> MessageCodec:
 def metadata_record(record_type: int) -> MessageCodec:
     """The codec of a KRaft metadata record (``__cluster_metadata``) by its type id."""
     try:
-        return message(_by_key[("metadata", record_type)])
+        return message(_by_key[("metadata", "metadata", record_type)])
     except KeyError:
         raise KeyError(f"no metadata record type {record_type}") from None
 
 
+def coordinator_record(source: str, record_type: int) -> Tuple[MessageCodec, MessageCodec]:
+    """The (key, value) codecs of a coordinator record by its spec folder and record type (the
+    int16 before the key): ``coordinator_record("group-coordinator", 1)`` is OffsetCommitKey and
+    OffsetCommitValue. Keys are read at version 0 (Kafka 4's form; before 4.0 the record type
+    was called the key's version), values at the int16 version before them."""
+    try:
+        return (message(_by_key[(source, "coordinator-key", record_type)]),
+                message(_by_key[(source, "coordinator-value", record_type)]))
+    except KeyError:
+        raise KeyError(f"no {source} record type {record_type}") from None
+
+
 def messages(kind: Optional[str] = None) -> Iterator[str]:
-    """Names of every known message, optionally only of one kind (request, response, header, data, metadata)."""
+    """Names of every known message, optionally only of one kind (request, response, header,
+    data, metadata, coordinator-key, coordinator-value)."""
     for name, (_mod, k, *_rest) in SCHEMAS.items():
         if kind is None or k == kind:
             yield name
@@ -366,4 +397,5 @@ def messages(kind: Optional[str] = None) -> Iterator[str]:
 
 def api_keys() -> Dict[int, str]:
     """API key -> API name (the request name without ``Request``)."""
-    return {key: name[: -len("Request")] for (kind, key), name in sorted(_by_key.items()) if kind == "request"}
+    return {int(k[1]): _by_key[k][: -len("Request")]
+            for k in sorted(k for k in _by_key if k[0] == "request")}

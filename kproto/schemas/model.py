@@ -9,7 +9,7 @@ from __future__ import annotations
 import keyword
 import re
 from dataclasses import dataclass, field
-from typing import Iterator, Optional, Sequence
+from typing import Dict, Iterator, Mapping, Optional, Sequence, Tuple
 
 PRIMITIVE_TYPES = frozenset({
     "bool", "int8", "int16", "uint16", "int32", "uint32", "int64", "float64",
@@ -145,12 +145,24 @@ class Message:
     latest_version_unstable: bool = False
     common_structs: Sequence[Struct] = field(default_factory=tuple)
     source: str = ""               # e.g. "message", "metadata", "group-coordinator"
+    # which Kafka release defines which versions: version range -> release ("0-2": "3.9")
+    releases: Mapping[str, str] = field(default_factory=dict)
+    aliases: Sequence[str] = ()    # names older releases gave this message
 
     def __post_init__(self) -> None:
         self.valid_range = Versions.parse(self.valid)
         self.flexible_range = Versions.parse(self.flexible)
         self.deprecated_range = Versions.parse(self.deprecated)
+        self.release_ranges: Tuple[Tuple[Versions, str], ...] = tuple(
+            (Versions.parse(r), name) for r, name in self.releases.items())
         self._structs: Optional[dict] = None
+
+    def release(self, version: int) -> Optional[str]:
+        """The Kafka release whose spec defines ``version`` (None if no release does)."""
+        for r, name in self.release_ranges:
+            if version in r:
+                return name
+        return None
 
     @property
     def versions(self) -> range:

@@ -1,9 +1,10 @@
 """Records of Kafka's internal topics decoded through the schemas (never by hand):
 
-* ``__consumer_offsets``: key and value each start with an int16 version; the key version picks
-  the record type (0-1 OffsetCommitKey, 2 GroupMetadataKey, 3+ the consumer/share group
-  records), the value type is the key's name with ``Key`` -> ``Value``. A null value is a
-  tombstone.
+* ``__consumer_offsets``: key and value each start with an int16; the key's is the record type
+  (0 LegacyOffsetCommitKey, 1 OffsetCommitKey, 2 GroupMetadataKey, 3+ the consumer/share/streams
+  group records; before Kafka 4.0 it was called the key's version, and it is reported as
+  ``version``), the key itself is read at version 0, the value at its int16 version. A null
+  value is a tombstone.
 * ``__transaction_state``: TransactionLogKey / TransactionLogValue, same framing.
 * ``__cluster_metadata``: null key; the value is a KRaft frame ``uvarint frame_version (1),
   uvarint api_key, uvarint version`` followed by the metadata record.
@@ -29,14 +30,15 @@ _VERSION = struct.Struct(">h")
 
 @lru_cache(maxsize=None)
 def _group_key_types() -> dict[int, tuple[str, str]]:
-    """Key version -> (key message, value message) for ``__consumer_offsets``, from the schemas."""
-    from kproto.codecs import message, messages, schema
+    """Record type -> (key message, value message) for ``__consumer_offsets``, from the schemas."""
+    from kproto.codecs import coordinator_record, messages, schema
 
     out = {}
-    for name in messages("data"):
-        if name.endswith("Key") and schema(name).source == "group-coordinator":
-            for v in message(name).valid_versions:
-                out[v] = (name, name[:-3] + "Value")
+    for name in messages("coordinator-key"):
+        s = schema(name)
+        if s.source == "group-coordinator" and s.api_key is not None:
+            key, value = coordinator_record(s.source, s.api_key)
+            out[s.api_key] = (key.name, value.name)
     return out
 
 
@@ -47,10 +49,11 @@ def _versioned(data: bytes | memoryview, name: str, what: str) -> dict[str, Any]
         raise DecodeError("missing int16 version", what=what, offset=0)
     (version,) = _VERSION.unpack_from(data, 0)
     codec = message(name)
-    if version not in codec.valid_versions:
+    at = 0 if codec.kind == "coordinator-key" else version   # a key's int16 is its record type
+    if at not in codec.valid_versions:
         raise DecodeError(f"unknown {name} version {version}", what=what, offset=0)
-    obj = codec.decode(memoryview(data)[2:], version)
-    return {"version": version, "type": name, "data": codec.to_json(obj, version)}
+    obj = codec.decode(memoryview(data)[2:], at)
+    return {"version": version, "type": name, "data": codec.to_json(obj, at)}
 
 
 def _key_value(key: bytes | memoryview | None, value: bytes | memoryview | None,
@@ -215,7 +218,8 @@ def decode_internal_typed(topic: str, key: bytes | None, value: bytes | None
         names = ("TransactionLogKey", "TransactionLogValue")
     else:
         raise ValueError(f"{topic!r} is not an internal topic with a schema")
-    row: dict[str, Any] = {"key_version": kv, "key": _typed(names[0], memoryview(key)[2:], kv),
+    # the key's int16 is its record type; keys are read at version 0
+    row: dict[str, Any] = {"key_version": kv, "key": _typed(names[0], memoryview(key)[2:], 0),
                            "value_version": None, "value": None}
     if value is not None:
         if len(value) < 2:

@@ -76,14 +76,14 @@ def write_transactions(w: PartitionWriter, rnd: random.Random, transactions: int
 
 
 def write_offset_commits(w: PartitionWriter, rnd: random.Random, commits: int) -> None:
-    """``__consumer_offsets`` records (OffsetCommitKey v1 / OffsetCommitValue v3) encoded through
-    the schemas, plus a tombstone."""
+    """``__consumer_offsets`` records (record type 1: OffsetCommitKey / OffsetCommitValue v3)
+    encoded through the schemas, plus a tombstone."""
     from kproto.codecs import message
 
     key_c, val_c = message("OffsetCommitKey"), message("OffsetCommitValue")
     for i in range(commits):
         key = b"\x00\x01" + key_c.encode(key_c.from_json(
-            {"group": "sample-group", "topic": "orders", "partition": i % 3}, 1), 1)
+            {"group": "sample-group", "topic": "orders", "partition": i % 3}, 0), 0)
         value = None if i == commits - 1 else b"\x00\x03" + val_c.encode(val_c.from_json(
             {"offset": 100 * i, "leaderEpoch": 0, "metadata": "", "commitTimestamp": BASE_TS + i},
             3), 3)

@@ -152,7 +152,7 @@ def test_unknown_api_key_and_version_are_reported_and_decoding_goes_on():
     assert not got[3].problems and got[3].response.api_keys == []
     dec = CaptureDecoder([PORT], decode=BodyDecoder(best_effort=False))
     got = {e.correlation_id: e for e in dec.feed_all(packets_of(conv.frames()))}
-    assert got[2].problems.reasons() == ["ApiVersions v77 is not a version Kafka 3.9 defines "
+    assert got[2].problems.reasons() == ["ApiVersions v77 is not a version Kafka 4.3.1 defines "
                                          "(valid 0-4): body not decoded"]
 
 

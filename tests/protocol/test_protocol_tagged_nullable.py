@@ -18,7 +18,8 @@ VECTORS = Path(os.environ.get("KPROTO_VECTORS", Path(__file__).parents[2].parent
 
 
 def _tagged_nullable_structs():
-    """(message, version, field path) of every tagged nullable struct field at the top level."""
+    """(message, version, field path) of every tagged nullable struct field (or array of structs)
+    at the top level."""
     out = []
     for name in messages():
         msg = schema(name)
@@ -57,10 +58,14 @@ def test_null_and_present_tagged_struct(name, version, field):
     for decode in _decoders(name, version):
         back, end = decode(data, 0)
         assert end == len(data) and getattr(back, field.attr) is None
-    # a present (default-valued) struct: the byte 1, then the struct
-    sub = codec.classes[field.type]()
+    # a present (default-valued) struct: the byte 1, then the struct (an array: its elements)
+    sub = codec.classes[field.element_type]()
+    if field.is_array:
+        sub = [sub]
     setattr(obj, field.attr, sub)
     assert codec.decode(codec.encode(obj, version), version) == obj
+    if field.is_array:     # a null compact array is the length 0, tagged or not
+        return
     # what a regular nullable struct uses for null (-1) is still read as null
     legacy = data[:-1] + b"\xff"
     for decode in _decoders(name, version):

@@ -3,11 +3,13 @@ from kproto.schemas.model import Field as F, Message, Struct
 
 SCHEMA = Message(
     name='ShareGroupPartitionMetadataKey',
-    kind='data',
+    kind='coordinator-key',
     source='group-coordinator',
-    valid='9',
+    api_key=9,
+    valid='0',
     flexible='none',
+    releases={'0': '3.9'},
     fields=[
-        F('GroupId', 'string', '9'),
+        F('GroupId', 'string', '0'),
     ],
 )

@@ -3,10 +3,12 @@ from kproto.schemas.model import Field as F, Message, Struct
 
 SCHEMA = Message(
     name='ShareGroupPartitionMetadataValue',
-    kind='data',
+    kind='coordinator-value',
     source='group-coordinator',
+    api_key=9,
     valid='0',
     flexible='0+',
+    releases={'0': '3.9'},
     fields=[
         F('InitializedTopics', '[]TopicPartitionsInfo', '0+'),
         F('DeletingTopics', '[]TopicInfo', '0+'),

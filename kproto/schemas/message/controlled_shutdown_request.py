@@ -9,6 +9,7 @@ SCHEMA = Message(
     valid='0-3',
     flexible='3+',
     listeners=('zkBroker', 'controller'),
+    releases={'0-3': '3.9'},
     fields=[
         F('BrokerId', 'int32', '0+', entity='brokerId'),
         F('BrokerEpoch', 'int64', '2+', default='-1', ignorable=True),

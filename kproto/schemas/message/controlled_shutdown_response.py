@@ -8,6 +8,7 @@ SCHEMA = Message(
     api_key=7,
     valid='0-3',
     flexible='3+',
+    releases={'0-3': '3.9'},
     fields=[
         F('ErrorCode', 'int16', '0+'),
         F('RemainingPartitions', '[]RemainingPartition', '0+', fields=[

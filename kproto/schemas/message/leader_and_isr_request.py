@@ -9,6 +9,7 @@ SCHEMA = Message(
     valid='0-7',
     flexible='4+',
     listeners=('zkBroker',),
+    releases={'0-7': '3.9'},
     fields=[
         F('ControllerId', 'int32', '0+', entity='brokerId'),
         F('isKRaftController', 'bool', '7+', default='false'),

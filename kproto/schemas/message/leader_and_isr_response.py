@@ -8,6 +8,7 @@ SCHEMA = Message(
     api_key=4,
     valid='0-7',
     flexible='4+',
+    releases={'0-7': '3.9'},
     fields=[
         F('ErrorCode', 'int16', '0+'),
         F('PartitionErrors', '[]LeaderAndIsrPartitionError', '0-4'),

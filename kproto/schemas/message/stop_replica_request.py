@@ -9,6 +9,7 @@ SCHEMA = Message(
     valid='0-4',
     flexible='2+',
     listeners=('zkBroker',),
+    releases={'0-4': '3.9'},
     fields=[
         F('ControllerId', 'int32', '0+', entity='brokerId'),
         F('isKRaftController', 'bool', '4+', default='false'),

@@ -8,6 +8,7 @@ SCHEMA = Message(
     api_key=5,
     valid='0-4',
     flexible='2+',
+    releases={'0-4': '3.9'},
     fields=[
         F('ErrorCode', 'int16', '0+'),
         F('PartitionErrors', '[]StopReplicaPartitionError', '0+', fields=[

@@ -9,6 +9,7 @@ SCHEMA = Message(
     valid='0-8',
     flexible='6+',
     listeners=('zkBroker',),
+    releases={'0-8': '3.9'},
     fields=[
         F('ControllerId', 'int32', '0+', entity='brokerId'),
         F('isKRaftController', 'bool', '8+', default='false'),

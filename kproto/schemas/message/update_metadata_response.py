@@ -8,6 +8,7 @@ SCHEMA = Message(
     api_key=6,
     valid='0-8',
     flexible='6+',
+    releases={'0-8': '3.9'},
     fields=[
         F('ErrorCode', 'int16', '0+'),
     ],

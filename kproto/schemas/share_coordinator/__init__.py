@@ -1,0 +1,1 @@
+"""Schemas from Kafka's share-coordinator/ specs (generated)."""

@@ -1,0 +1,1 @@
+"""Schemas from Kafka's storage/ specs (generated)."""
