@@ -6,7 +6,8 @@
 - :mod:`kproto.client.sasl`: SASL PLAIN, SCRAM-SHA-256/512 and OAUTHBEARER client state machines.
 - :mod:`kproto.client.transactions`: the transactional producer's state machine.
 - :mod:`kproto.client.protocol`: one connection's protocol state (framing, correlation,
-  pipelining, version negotiation) and the broker's errors.
+  pipelining, version negotiation over ``CLIENT_VERSIONS``, the versions the client code
+  writes and reads per API) and the broker's errors.
 - :mod:`kproto.client.accumulator`: the producer's batching and sequence numbering.
 - :mod:`kproto.client.connection`, :mod:`kproto.client.cluster`: asyncio connections (TLS,
   SASL) and the cluster's metadata and coordinators.

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 from kproto.client.partitioner import StickyPartitioner, partition_for_key
 from kproto.codecs import request as _request_codec
@@ -190,14 +190,21 @@ def encode_batch(batch: PendingBatch, compression: int, producer_id: int, produc
 
 
 def build_produce_request(payloads: dict[TopicPartitionKey, bytes], *, acks: int = -1,
-                          timeout_ms: int = 30000, transactional_id: Optional[str] = None) -> Any:
-    """A ProduceRequest carrying one records blob per partition (topics in first-seen order)."""
+                          timeout_ms: int = 30000, transactional_id: Optional[str] = None,
+                          topic_ids: Optional[Mapping[str, Any]] = None) -> Any:
+    """A ProduceRequest carrying one records blob per partition (topics in first-seen order).
+    With ``topic_ids`` (topic -> id) each topic is also named by its id, which is how v13 names
+    it (KIP-516; below v13 the ids are not written); every topic then needs an id."""
     cls = _request_codec(ApiKey.PRODUCE).cls
     topics: dict[str, Any] = {}
     for (topic, partition), records in payloads.items():
         td = topics.get(topic)
         if td is None:
-            td = topics[topic] = cls.TopicProduceData(name=topic, partition_data=[])
+            if topic_ids is None:
+                td = cls.TopicProduceData(name=topic, partition_data=[])
+            else:
+                td = cls.TopicProduceData(name=topic, topic_id=topic_ids[topic], partition_data=[])
+            topics[topic] = td
         td.partition_data.append(cls.PartitionProduceData(index=partition, records=records))
     return cls(transactional_id=transactional_id, acks=acks, timeout_ms=timeout_ms,
                topic_data=list(topics.values()))

@@ -253,6 +253,9 @@ class Cluster:
             req_topics = [codec.cls.MetadataRequestTopic(name=n) for n in names]
         resp = await conn.request(codec.cls(topics=req_topics, allow_auto_topic_creation=allow_auto_create),
                                   version)
+        # v13 (KIP-1102) answers a request-level failure (e.g. REBOOTSTRAP_REQUIRED) with a
+        # top-level error and no brokers: not a metadata to apply
+        raise_for_error(getattr(resp, "error_code", ErrorCode.NONE), "Metadata")
         self.metadata.update(resp, all_topics=topics is None)
         return self.metadata
 

@@ -5,7 +5,7 @@ into frames and received bytes into responses; ``ApiVersionTable`` picks version
 :class:`Connection` is the thin asyncio layer around it::
 
     conn = await Connection.open("127.0.0.1", 9092)        # ApiVersions negotiated on connect
-    md = await conn.request(kproto.request(3).cls(topics=None))   # highest common version
+    md = await conn.request(kproto.request(3).cls(topics=None))   # highest usable version
     await conn.close()
 
 Many requests may be in flight at once; Kafka answers them in order on one connection, so each
@@ -21,7 +21,8 @@ from typing import Any, Iterable, Optional
 
 from kproto.client.protocol import (ApiVersionTable, ClientProtocol, ConnectionClosedError,
                                     KafkaConnectionError, NoCommonVersionError,
-                                    RequestTimeoutError, SaslConfig, raise_for_error)
+                                    RequestTimeoutError, SaslConfig, UnsupportedVersionError,
+                                    raise_for_error)
 from kproto.client.sasl import OAuthBearerClient, SaslAuthenticationError
 from kproto.codecs import request as _request_codec
 from kproto.error_codes import ErrorCode, error_name
@@ -135,7 +136,8 @@ class Connection:
     async def request(self, body: Any, version: int | None = None, *, timeout: float | None = None) -> Any:
         """Send a request message object and return the decoded response body.
 
-        ``version`` defaults to the highest version both sides support.
+        ``version`` defaults to the highest version the broker and kproto's client both
+        support (:meth:`version`); an explicit ``version`` is sent as it is.
         """
         return await self.response(self.send(body, version), type(body).__name__, timeout=timeout)
 
@@ -177,7 +179,7 @@ class Connection:
         """ApiVersions at our highest version; on UNSUPPORTED_VERSION retry at the broker's
         highest ApiVersions version if its answer names one, else at v0 (as Kafka clients do)."""
         codec = _request_codec(ApiKey.API_VERSIONS)
-        ours = codec.valid_versions
+        ours = self.versions.ours(ApiKey.API_VERSIONS)
         version = ours[-1]
         for _ in range(3):
             body = codec.cls(client_software_name="kproto", client_software_version="0.1.0")
@@ -193,9 +195,11 @@ class Connection:
 
     async def authenticate(self, config: SaslConfig) -> None:
         """SaslHandshake (v1) then SaslAuthenticate round trips until the mechanism completes."""
-        if not self.versions.supported(ApiKey.SASL_HANDSHAKE) or self.versions.supported(ApiKey.SASL_HANDSHAKE)[-1] < 1:
-            raise SaslAuthenticationError("broker does not support SaslHandshake v1 (KIP-152)")
-        hs = await self.request(_request_codec(ApiKey.SASL_HANDSHAKE).cls(mechanism=config.mechanism), 1)
+        try:
+            version = self.version(ApiKey.SASL_HANDSHAKE)  # v1 (KIP-152), the client's only one
+        except UnsupportedVersionError:
+            raise SaslAuthenticationError("broker does not support SaslHandshake v1 (KIP-152)") from None
+        hs = await self.request(_request_codec(ApiKey.SASL_HANDSHAKE).cls(mechanism=config.mechanism), version)
         if hs.error_code:
             raise SaslAuthenticationError(
                 f"mechanism {config.mechanism} refused ({error_name(hs.error_code)}); "

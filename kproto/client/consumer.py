@@ -472,7 +472,8 @@ class Consumer:
                 md.topic_id(t), self.positions[(t, p)], -1, self.max_partition_fetch_bytes,
                 epoch if epoch >= 0 else None))
         built = builder.build()
-        version = conn.version(ApiKey.FETCH, range(7, 18) if built.can_use_topic_ids else range(7, 13))
+        # v13+ name topics by id: only when every partition's topic has one (Kafka's Fetcher)
+        version = conn.version(ApiKey.FETCH, None if built.can_use_topic_ids else range(0, 13))
         req = build_fetch_request(built, version, max_wait_ms=min(self.fetch_max_wait_ms, int(timeout * 1000)),
                                   min_bytes=self.fetch_min_bytes, max_bytes=self.fetch_max_bytes,
                                   isolation_level=self.isolation_level, rack_id=self.rack or "")

@@ -36,9 +36,12 @@ from typing import Any, Callable, Optional, Sequence
 from kproto.client.accumulator import (PendingBatch, RecordAccumulator, RecordMetadata,
                                       build_produce_request, encode_batch)
 from kproto.client.cluster import METADATA_REFRESH_ERRORS, Cluster
-from kproto.client.protocol import BrokerError, KafkaConnectionError, raise_for_error
-from kproto.client.transactions import ADD_PARTITIONS_CLIENT_VERSIONS, Action, TransactionManager
+from kproto.client.protocol import (BrokerError, KafkaConnectionError, UnsupportedVersionError,
+                                    raise_for_error)
+from kproto.client.transactions import (ADD_PARTITIONS_CLIENT_VERSIONS, PRODUCE_TXN_V1_VERSIONS,
+                                       Action, TransactionManager)
 from kproto.codecs import request as _request_codec
+from kproto.codecs.primitives import Uuid
 from kproto.records.compression import codec_id
 from kproto.errors import EncodeError, KprotoError
 from kproto.topic_partition import TopicPartitionKey
@@ -46,6 +49,9 @@ from kproto.schemas.api_keys import ApiKey
 from kproto.error_codes import ErrorCode, is_retriable
 
 __all__ = ["Producer", "RecordMetadata"]
+
+#: Produce v13 names topics by id (KIP-516); below it, by name
+_PRODUCE_TOPIC_IDS = 13
 
 
 _log = logging.getLogger("kproto.client")
@@ -373,10 +379,17 @@ class Producer:
                     self._settle(b, ErrorCode.UNKNOWN_SERVER_ERROR, -1, f"cannot encode the batch: {e}")
             if not bs:
                 continue
+            try:
+                version, ids = self._produce_version(conn, bs)
+            except UnsupportedVersionError as e:  # nothing to send this broker: fail, not retry
+                for b in bs:
+                    self._settle(b, ErrorCode.UNKNOWN_SERVER_ERROR, -1, str(e), e)
+                continue
             req = build_produce_request(payloads, acks=self.acks, timeout_ms=self.request_timeout_ms,
-                                        transactional_id=tm.transactional_id if tm else None)
+                                        transactional_id=tm.transactional_id if tm else None,
+                                        topic_ids=ids if version >= _PRODUCE_TOPIC_IDS else None)
             try:  # sent here, in the sender, so that requests leave in drain order
-                fut = conn.send(req, expect_response=self.acks != 0)
+                fut = conn.send(req, version, expect_response=self.acks != 0)
             except KafkaConnectionError as e:
                 self._settle_all(bs, ErrorCode.NETWORK_EXCEPTION, str(e))
                 continue
@@ -385,11 +398,29 @@ class Producer:
                     self._settle(b, ErrorCode.NONE, -1, None)
                 continue
             self._requests[node] = self._requests.get(node, 0) + 1
-            task = asyncio.get_running_loop().create_task(self._answer(node, conn, fut, bs))
+            names = {tid: t for t, tid in ids.items()} if version >= _PRODUCE_TOPIC_IDS else None
+            task = asyncio.get_running_loop().create_task(self._answer(node, conn, fut, bs, names))
             self._answers.add(task)
             task.add_done_callback(self._answers.discard)
 
-    async def _answer(self, node: int, conn: Any, fut: "asyncio.Future[Any]", batches: list[PendingBatch]) -> None:
+    def _produce_version(self, conn: Any, batches: list[PendingBatch]) -> tuple[int, dict[str, Uuid]]:
+        """The Produce version for a request of ``batches`` to ``conn``, and their topics' ids.
+        As Kafka's Sender: v13 (topics by id) only when every topic has an id from Metadata,
+        else 12 at most; a transactional producer (transaction version 1) 11 at most."""
+        md = self.cluster.metadata
+        ids = {b.topic: md.topic_id(b.topic) for b in batches}
+        if self.transactions is not None:
+            wanted: range | None = PRODUCE_TXN_V1_VERSIONS
+        elif any(tid == Uuid.ZERO for tid in ids.values()):
+            wanted = range(0, _PRODUCE_TOPIC_IDS)
+        else:
+            wanted = None
+        return conn.version(ApiKey.PRODUCE, wanted), ids
+
+    async def _answer(self, node: int, conn: Any, fut: "asyncio.Future[Any]", batches: list[PendingBatch],
+                      names: Optional[dict[Uuid, str]] = None) -> None:
+        """Settle ``batches`` with the answer behind ``fut``; ``names`` (topic id -> name) reads
+        a v13 answer, whose topics are named by id."""
         try:
             resp = await conn.response(fut, "ProduceRequest")
         except KafkaConnectionError as e:
@@ -400,7 +431,11 @@ class Producer:
             self._settle_all(batches, ErrorCode.UNKNOWN_SERVER_ERROR,
                              f"the Produce response could not be read: {e}")
         else:
-            answers = {(t.name, p.index): p for t in resp.responses for p in t.partition_responses}
+            if names is None:
+                answers = {(t.name, p.index): p for t in resp.responses for p in t.partition_responses}
+            else:  # an id the request did not carry answers nothing: "no answer" below
+                answers = {(names.get(t.topic_id), p.index): p for t in resp.responses
+                           for p in t.partition_responses}
             for b in batches:
                 p = answers.get((b.topic, b.partition))
                 if p is None:
@@ -416,8 +451,10 @@ class Producer:
         for b in batches:
             self._settle(b, code, -1, message)
 
-    def _settle(self, b: PendingBatch, code: int, base_offset: int, message: Optional[str]) -> None:
-        """Act on a batch's answer: done, send again later, or failed."""
+    def _settle(self, b: PendingBatch, code: int, base_offset: int, message: Optional[str],
+                exc: Optional[KprotoError] = None) -> None:
+        """Act on a batch's answer: done, send again later, or failed (with ``exc`` when the
+        producer itself failed it)."""
         tp = (b.topic, b.partition)
         inflight = self._inflight.get(tp, [])
         if b in inflight:
@@ -438,7 +475,7 @@ class Producer:
         if code != ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER or not b.last_error:
             b.last_error = code
         if code == ErrorCode.UNKNOWN_SERVER_ERROR:  # also the producer's own failures, see _answer
-            self._fail([b], KprotoError(message or "no answer"))
+            self._fail([b], exc or KprotoError(message or "no answer"))
         elif not retriable:
             self._fail([b], BrokerError(code, f"produce to {b.topic}-{b.partition}", message))
         elif b.attempts > self.retries:

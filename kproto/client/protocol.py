@@ -1,12 +1,13 @@
 """The client side of the Kafka protocol on one connection, sans-I/O: request objects in,
 frames out; bytes in, responses out, in correlation order; version negotiation
-(:class:`ApiVersionTable`), SASL settings, and the errors a broker answers with. The asyncio
-:class:`~kproto.client.connection.Connection` drives it."""
+(:class:`ApiVersionTable` over :data:`CLIENT_VERSIONS`), SASL settings, and the errors a broker
+answers with. The asyncio :class:`~kproto.client.connection.Connection` drives it."""
 from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from types import MappingProxyType
+from typing import Any, Mapping, Optional
 
 from kproto.client.sasl import OAuthBearerClient, PlainClient, ScramClient, sasl_client
 from kproto.codecs import message as _message_codec
@@ -15,6 +16,7 @@ from kproto.codecs import response as _response_codec
 from kproto.codecs.primitives import INT16, INT32
 from kproto.error_codes import error_name
 from kproto.errors import DecodeError, KprotoError
+from kproto.errors import UnsupportedVersionError as _CodecUnsupportedVersionError
 from kproto.framing import (DEFAULT_MAX_FRAME, FrameBuffer, RequestHeader, decode_response,
                             encode_request, response_header_version)
 from kproto.schemas.api_keys import ApiKey
@@ -22,8 +24,8 @@ from kproto.error_codes import ErrorCode
 
 __all__ = [
     "KafkaConnectionError", "ConnectionClosedError", "RequestTimeoutError", "BrokerError",
-    "NoCommonVersionError", "ApiVersionTable", "ClientProtocol", "SaslConfig",
-    "raise_for_error",
+    "NoCommonVersionError", "UnsupportedVersionError", "ApiVersionTable", "ClientProtocol",
+    "SaslConfig", "raise_for_error", "CLIENT_VERSIONS",
 ]
 
 _INT32_MAX = 2**31 - 1
@@ -57,49 +59,129 @@ class NoCommonVersionError(KprotoError):
     """The broker and kproto share no version of an API."""
 
 
+class UnsupportedVersionError(NoCommonVersionError, _CodecUnsupportedVersionError):
+    """No version of an API is both advertised by the broker and implemented by kproto's client
+    (:data:`CLIENT_VERSIONS`), e.g. a broker whose lowest version is above what the client
+    writes: raised before anything is sent, instead of a request the broker would refuse (or,
+    worse, read differently). Kafka's client throws ``UnsupportedVersionException`` here; this
+    is also a :class:`kproto.UnsupportedVersionError` (the codec's "not at this version")."""
+
+
 def raise_for_error(code: int, what: str = "", message: str | None = None) -> None:
     """Raise :class:`BrokerError` unless ``code`` is 0 (NONE)."""
     if code:
         raise BrokerError(code, what, message)
 
 
+#: The versions kproto's client code (cluster, producer, consumer, admin, transactions, SASL)
+#: builds and reads, per API key: each request it sends is at the highest version in both this
+#: range and the broker's (and the codec's), never simply the newest version of the schemas, so
+#: that a schema regeneration never changes what the client sends. Raise a top only together
+#: with the code that writes and reads the new version. Where a version changes meaning, the
+#: top is where kproto stops:
+#:
+#: - Produce 3-13: record batches (magic 2) need v3; v13 names topics by id (the producer falls
+#:   back to 12 while a topic's id is unknown); a transactional producer stops at 11, as Kafka's
+#:   does without transaction version 2 (v12 within a transaction means KIP-890 part 2).
+#: - Fetch 7-18: fetch sessions (KIP-227) need v7; v13+ name topics by id (12 while an id is
+#:   unknown).
+#: - OffsetCommit/OffsetFetch up to 9: v10 names topics by id only (KIP-848); not written yet.
+#: - TxnOffsetCommit up to 4 and EndTxn up to 4: v5 of each is transaction version 2 (KIP-890
+#:   part 2: implicit AddOffsetsToTxn, an epoch bump at every EndTxn), which the transaction
+#:   manager does not do. AddPartitionsToTxn up to 3: v4+ is the brokers' batched form.
+#: - SaslHandshake: the client sends v1 only (KIP-152: SaslAuthenticate frames the tokens).
+CLIENT_VERSIONS: Mapping[int, range] = MappingProxyType({
+    ApiKey.PRODUCE: range(3, 14),
+    ApiKey.FETCH: range(7, 19),
+    ApiKey.LIST_OFFSETS: range(0, 12),
+    ApiKey.METADATA: range(0, 14),
+    ApiKey.OFFSET_COMMIT: range(0, 10),
+    ApiKey.OFFSET_FETCH: range(0, 10),
+    ApiKey.FIND_COORDINATOR: range(0, 7),
+    ApiKey.JOIN_GROUP: range(0, 10),
+    ApiKey.HEARTBEAT: range(0, 5),
+    ApiKey.LEAVE_GROUP: range(0, 6),
+    ApiKey.SYNC_GROUP: range(0, 6),
+    ApiKey.DESCRIBE_GROUPS: range(0, 7),
+    ApiKey.LIST_GROUPS: range(0, 6),
+    ApiKey.SASL_HANDSHAKE: range(1, 2),
+    ApiKey.API_VERSIONS: range(0, 5),
+    ApiKey.CREATE_TOPICS: range(0, 8),
+    ApiKey.DELETE_TOPICS: range(0, 7),
+    ApiKey.DELETE_RECORDS: range(0, 3),
+    ApiKey.INIT_PRODUCER_ID: range(0, 7),
+    ApiKey.ADD_PARTITIONS_TO_TXN: range(0, 4),
+    ApiKey.ADD_OFFSETS_TO_TXN: range(0, 5),
+    ApiKey.END_TXN: range(0, 5),
+    ApiKey.TXN_OFFSET_COMMIT: range(0, 5),
+    ApiKey.DESCRIBE_ACLS: range(0, 4),
+    ApiKey.CREATE_ACLS: range(0, 4),
+    ApiKey.DELETE_ACLS: range(0, 4),
+    ApiKey.DESCRIBE_CONFIGS: range(0, 5),
+    ApiKey.SASL_AUTHENTICATE: range(0, 3),
+    ApiKey.CREATE_PARTITIONS: range(0, 4),
+    ApiKey.DELETE_GROUPS: range(0, 3),
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: range(0, 2),
+})
+
+
+def _overlap(a: range, b: range) -> range:
+    return range(max(a.start, b.start), min(a.stop, b.stop))
+
+
 class ApiVersionTable:
-    """The versions a broker advertised, and the highest version both sides support per API.
+    """The versions a broker advertised, and the version to use per API: the highest one the
+    broker, kproto's client (:data:`CLIENT_VERSIONS`) and the codec all have (Kafka's
+    ``NodeApiVersions.latestUsableVersion`` over the client's own ``ApiKeys`` ranges).
 
     ``caps`` (API key -> highest version to use) works around brokers that advertise versions
-    they do not handle correctly.
+    they do not handle correctly. ``client`` replaces :data:`CLIENT_VERSIONS` (tests).
     """
 
-    def __init__(self, ranges: dict[int, range], caps: Optional[dict[int, int]] = None) -> None:
+    def __init__(self, ranges: dict[int, range], caps: Optional[dict[int, int]] = None,
+                 client: Mapping[int, range] = CLIENT_VERSIONS) -> None:
         #: API key -> versions the broker supports
         self.broker = ranges
         self.caps = dict(caps or {})
+        self.client = client
 
     @classmethod
     def from_response(cls, resp: Any, caps: Optional[dict[int, int]] = None) -> "ApiVersionTable":
         return cls({a.api_key: range(a.min_version, a.max_version + 1) for a in resp.api_keys}, caps)
 
-    def supported(self, api_key: int) -> range:
-        """Versions both sides support (may be empty)."""
+    def ours(self, api_key: int, wanted: range | None = None) -> range:
+        """The versions kproto can send of ``api_key``: the client's table (or, for an API the
+        client code does not send, ``wanted``, the caller's own range) within the codec's."""
         try:
-            ours = _request_codec(api_key).valid_versions
+            codec = _request_codec(api_key).valid_versions
         except KeyError:
             return range(0)
+        mine = self.client.get(api_key)
+        if mine is None:
+            mine = wanted if wanted is not None else range(0)
+        elif wanted is not None:
+            mine = _overlap(mine, wanted)
+        return _overlap(mine, codec)
+
+    def supported(self, api_key: int, wanted: range | None = None) -> range:
+        """Versions both sides support (may be empty), within ``wanted`` when given."""
         theirs = self.broker.get(api_key, range(0))
-        stop = min(ours.stop, theirs.stop, self.caps.get(api_key, _INT32_MAX) + 1)
-        return range(max(ours.start, theirs.start), stop)
+        both = _overlap(self.ours(api_key, wanted), theirs)
+        return range(both.start, min(both.stop, self.caps.get(api_key, _INT32_MAX) + 1))
 
     def pick(self, api_key: int, wanted: range | None = None) -> int:
-        """The highest common version, within ``wanted`` when given (Kafka's
-        ``NodeApiVersions.latestUsableVersion``)."""
-        both = self.supported(api_key)
-        if wanted is not None:
-            both = range(max(both.start, wanted.start), min(both.stop, wanted.stop))
+        """The highest common version, within ``wanted`` when given; raises
+        :class:`UnsupportedVersionError` when there is none."""
+        both = self.supported(api_key, wanted)
         if not both:
-            raise NoCommonVersionError(
-                f"API key {api_key}: broker supports {_fmt(self.broker.get(api_key))}, kproto "
-                f"{_fmt(_request_codec(api_key).valid_versions) if _known(api_key) else 'none'}"
-                + (f", wanted {_fmt(wanted)}" if wanted is not None else ""))
+            client = self.client.get(api_key)
+            raise UnsupportedVersionError(
+                f"{_api_name(api_key)} (API key {api_key}): broker supports "
+                f"{_fmt(self.broker.get(api_key))}, kproto's client "
+                + (_fmt(_overlap(client, _request_codec(api_key).valid_versions))
+                   if client is not None and _known(api_key) else "implements none")
+                + (f", wanted {_fmt(wanted)}" if wanted is not None else "")
+                + (f", capped at {self.caps[api_key]}" if api_key in self.caps else ""))
         return both[-1]
 
 
@@ -109,6 +191,13 @@ def _known(api_key: int) -> bool:
         return True
     except KeyError:
         return False
+
+
+def _api_name(api_key: int) -> str:
+    try:
+        return ApiKey(api_key).name
+    except ValueError:
+        return "unknown API"
 
 
 def _fmt(r: range | None) -> str:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import enum
 from typing import Any, Iterable, Optional
 
-from kproto.client.protocol import BrokerError
+from kproto.client.protocol import CLIENT_VERSIONS, BrokerError
 from kproto.codecs import request as _request_codec
 from kproto.errors import KprotoError
 from kproto.schemas.api_keys import ApiKey
@@ -30,8 +30,12 @@ from kproto.error_codes import ErrorCode
 __all__ = ["TransactionManager", "TxnState", "Action", "TransactionFatalError",
            "TransactionAbortableError"]
 
-#: The client side of AddPartitionsToTxn: v4+ batches transactions for brokers only.
-ADD_PARTITIONS_CLIENT_VERSIONS = range(0, 4)
+#: The client side of AddPartitionsToTxn (v4+ batches transactions for brokers only), as
+#: :data:`~kproto.client.protocol.CLIENT_VERSIONS` has it.
+ADD_PARTITIONS_CLIENT_VERSIONS = CLIENT_VERSIONS[ApiKey.ADD_PARTITIONS_TO_TXN]
+#: Produce versions within a transaction: v12+ means transaction version 2 (KIP-890 part 2),
+#: which this manager does not do (Kafka's ``ProduceRequest.LAST_STABLE_VERSION_BEFORE_TRANSACTION_V2``)
+PRODUCE_TXN_V1_VERSIONS = range(0, 12)
 
 # What Kafka's TransactionManager does with each transactional answer, code by code (its
 # handlers name them; the error table's ``retriable`` flag is not what decides here):

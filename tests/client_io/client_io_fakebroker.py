@@ -9,9 +9,11 @@ from __future__ import annotations
 import asyncio
 import base64
 import hmac
+import json
 import os
 import re
 import ssl
+from pathlib import Path
 from typing import Any, Callable, Optional
 
 import kproto
@@ -46,6 +48,26 @@ def all_versions() -> dict[int, tuple[int, int]]:
         except KeyError:
             continue
         out[k] = (v.start, v[-1])
+    return out
+
+
+REFERENCE = Path(os.environ.get("KPROTO_REFERENCE",
+                                 Path(__file__).resolve().parents[3] / "shared" / "reference"))
+
+
+def kafka_ranges(release: str) -> dict[int, tuple[int, int]]:
+    """API key -> (min, max) of every request Apache Kafka ``release`` (``3.9``, ``4.3.1``)
+    defines, read from its own specs in ``$KPROTO_REFERENCE/kafka-<release>/message``: what a
+    broker of that release advertises (4.x: KIP-896's raised minimums, e.g. Produce 3-13)."""
+    out = {}
+    for path in sorted((REFERENCE / f"kafka-{release}" / "message").glob("*Request.json")):
+        text = re.sub(r"^\s*//.*$", "", path.read_text(), flags=re.M)
+        spec = json.loads(text)
+        if spec.get("type") != "request" or spec.get("validVersions") in (None, "none"):
+            continue
+        lo, _, hi = spec["validVersions"].partition("-")
+        out[spec["apiKey"]] = (int(lo), int(hi or lo))
+    assert out, f"no Kafka {release} specs under {REFERENCE} (set KPROTO_REFERENCE)"
     return out
 
 

@@ -495,7 +495,7 @@ def test_admin_cli_on_tansu(tansu, capsys):
 
 def test_admin_cli_reports_unsupported_apis(rdkafka_mock, capsys):
     code, _, err = cli(capsys, "topics", "create", new_topic("x"), "--bootstrap", rdkafka_mock.bootstrap)
-    assert code == 1 and "API key 19: broker supports none" in err
+    assert code == 1 and "CREATE_TOPICS (API key 19): broker supports none, kproto's client 0-7" in err
 
 
 @contextlib.contextmanager
