@@ -482,8 +482,8 @@ def merge_releases(releases: Sequence[Release]) -> List[Merged]:
                     if layout(spec, t) != layout(top, 0):
                         raise MergeError(f"{spec['name']}: {releases[rank].name} v{t} is not "
                                          f"{releases[top_rank].name}'s v0")
-                    notes.append(f"{spec['name']}: {releases[rank].name} v{t} = "
-                                 f"{releases[top_rank].name} v0 (record type {top['apiKey']})")
+                    notes.append(f"{spec['name']}: {releases[rank].name} v{t} (its record type) has the "
+                                 f"bytes of {releases[top_rank].name} v0 (record type {top['apiKey']})")
             entries = kept
         if (folder in new_style and _old_style_coordinator(folder, top)
                 and top["name"].endswith("Value")):
@@ -760,6 +760,9 @@ def main(argv=None) -> int:
     names = [name for _, name in args.releases]
     if len(set(names)) != len(names):
         p.error(f"a release given twice: {names}")
+    numbers = [tuple(int(x) for x in n.split(".")) for n in names if re.fullmatch(r"\d+(\.\d+)*", n)]
+    if len(numbers) == len(names) and numbers != sorted(numbers):
+        p.error(f"releases go oldest first, the newest last: {names}")
     releases = [load_release(path, name) for path, name in args.releases]
     entries, merged, checked = import_releases(releases, args.dest, args.stub)
     kinds: dict = {}

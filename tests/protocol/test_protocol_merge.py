@@ -102,8 +102,9 @@ def test_every_version_has_the_plan_of_its_release(name):
         assert {k: mine[k] for k in their if k in mine} == their, f"{name} v{v}"
 
 
-# Versions both releases define, where 4.3.1 says something else than 3.9 (kproto follows 4.3.1):
-DIFFERENT = {
+# Versions two consecutive releases both define, where the newer says something else than the
+# older (kproto follows the newer):
+DIFFERENT = {("3.9", "4.3.1"): {
     # other bytes: early-access messages redefined
     ("ReadShareGroupStateSummaryResponse", 0): "redefined",   # + Partitions.LeaderEpoch int32
     ("ShareGroupMetadataValue", 0): "redefined",              # + MetadataHash int64
@@ -111,7 +112,7 @@ DIFFERENT = {
     ("VoteRequest", 0): "renamed",                            # Candidate* -> Replica*
     ("VoteRequest", 1): "renamed",
     ("ListConfigResourcesResponse", 0): "renamed",            # was ListClientMetricsResources
-    # tagged fields added to an existing version: 3.9's bytes read the same
+    # tagged fields added to an existing version: the older release's bytes read the same
     ("ConsumerGroupCurrentMemberAssignmentValue", 0): "tagged",
     ("ConsumerGroupMetadataValue", 0): "tagged",
     ("ConsumerGroupTargetAssignmentMetadataValue", 0): "tagged",
@@ -119,11 +120,11 @@ DIFFERENT = {
     ("TransactionLogValue", 1): "tagged",
     # a bytes field read as a view of the input (zeroCopy): same bytes and values
     ("PushTelemetryRequest", 0): "zero copy",
-}
+}}
 
 
-def test_versions_both_releases_define():
-    old, new = RELEASES[0], RELEASES[-1]
+@pytest.mark.parametrize("old,new", list(zip(RELEASES, RELEASES[1:])))
+def test_versions_both_releases_define(old, new):
     found = {}
     for name in messages():
         merged = schema(name)
@@ -147,7 +148,7 @@ def test_versions_both_releases_define():
                 found[(name, v)] = "tagged"
             else:
                 found[(name, v)] = "redefined"
-    assert found == DIFFERENT
+    assert found == DIFFERENT.get((old, new), {})
 
 
 # -- the merge itself, on small specs -----------------------------------------------------------
@@ -240,3 +241,5 @@ def test_release_arguments():
     tool = import_tool()
     assert tool.release_arg("../shared/reference/kafka-4.3.1") == (Path("../shared/reference/kafka-4.3.1"), "4.3.1")
     assert tool.release_arg("specs=4.4.0") == (Path("specs"), "4.4.0")
+    with pytest.raises(SystemExit):       # newest last
+        tool.main(["../shared/reference/kafka-4.3.1", "../shared/reference/kafka-3.9"])
