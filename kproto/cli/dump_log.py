@@ -198,6 +198,6 @@ def register(subparsers) -> None:
                    help="limit on one batch's decompressed size (default %(default)s)")
     p.add_argument("--decode-internal", action="store_true",
                    help="decode the records of __consumer_offsets, __transaction_state, "
-                        "__cluster_metadata and KRaft snapshots through their schemas (other "
+                        "__share_group_state, __cluster_metadata and KRaft snapshots through their schemas (other "
                         "topics are dumped as usual)")
     p.set_defaults(func=run)

@@ -135,9 +135,10 @@ def dump_file(path: str) -> list[Doc]:
 
 def metadata_log_topic(path: str) -> str | None:
     """The internal topic whose records a file of batches holds, from its place and name:
-    ``__consumer_offsets``/``__transaction_state``/``__cluster_metadata`` for a segment of that
-    topic's folder, ``__cluster_metadata`` for a KRaft snapshot or ``bootstrap.checkpoint``;
-    None for anything else."""
+    the topic of a segment's folder if it is one of :data:`kproto.storage.internal.INTERNAL_TOPICS`
+    (``__consumer_offsets``, ``__transaction_state``, ``__share_group_state``,
+    ``__cluster_metadata``), ``__cluster_metadata`` for a KRaft snapshot or
+    ``bootstrap.checkpoint``; None for anything else."""
     from kproto.storage.internal import INTERNAL_TOPICS
     from kproto.storage.layout import parse_partition_dir_name
 

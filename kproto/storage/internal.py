@@ -1,13 +1,17 @@
 """Records of Kafka's internal topics decoded through the schemas (never by hand):
 
-* ``__consumer_offsets``: key and value each start with an int16; the key's is the record type
-  (0 LegacyOffsetCommitKey, 1 OffsetCommitKey, 2 GroupMetadataKey, 3+ the consumer/share/streams
-  group records; before Kafka 4.0 it was called the key's version, and it is reported as
-  ``version``), the key itself is read at version 0, the value at its int16 version. A null
-  value is a tombstone.
-* ``__transaction_state``: TransactionLogKey / TransactionLogValue, same framing.
-* ``__cluster_metadata``: null key; the value is a KRaft frame ``uvarint frame_version (1),
-  uvarint api_key, uvarint version`` followed by the metadata record.
+* the coordinator topics, ``__consumer_offsets`` (the group-coordinator folder's records:
+  offsets, classic groups, KIP-848 consumer groups, share groups, streams groups),
+  ``__transaction_state`` (transaction-coordinator) and ``__share_group_state``
+  (share-coordinator: ShareSnapshot, ShareUpdate): key and value each start with an int16; the
+  key's is the record type (before Kafka 4.0 it was called the key's version, and it is reported
+  as ``version``), the key itself is read at version 0, the value at its int16 version. A null
+  value is a tombstone. Which record type is which message comes from the schemas'
+  ``coordinator-key``/``coordinator-value`` records of that folder, so a release that adds
+  record types needs no code here.
+* ``__cluster_metadata`` (and KRaft snapshots): null key; the value is a KRaft frame
+  ``uvarint frame_version (1), uvarint api_key, uvarint version`` followed by the metadata
+  record, found by its type among the schemas' ``metadata`` records.
 
 Output is Kafka's generated JSON form, as in the fixtures' ``.log.decoded.jsonl`` files.
 """
@@ -24,22 +28,43 @@ from kproto.problems import Problems
 if TYPE_CHECKING:  # pyarrow is imported only by the Arrow helpers
     import pyarrow as pa
 
-INTERNAL_TOPICS = ("__consumer_offsets", "__transaction_state", "__cluster_metadata")
+#: Coordinator topic -> the spec folder of its records (Kafka's code ties the two; the record
+#: types within a folder come from the schemas).
+COORDINATOR_TOPICS = {"__consumer_offsets": "group-coordinator",
+                      "__transaction_state": "transaction-coordinator",
+                      "__share_group_state": "share-coordinator"}
+INTERNAL_TOPICS = (*COORDINATOR_TOPICS, "__cluster_metadata")
 _VERSION = struct.Struct(">h")
 
 
 @lru_cache(maxsize=None)
-def _group_key_types() -> dict[int, tuple[str, str]]:
-    """Record type -> (key message, value message) for ``__consumer_offsets``, from the schemas."""
+def record_types(source: str) -> dict[int, tuple[str, str]]:
+    """Record type -> (key message, value message) of a coordinator spec folder
+    (``"group-coordinator"``, ...), from the schemas."""
     from kproto.codecs import coordinator_record, messages, schema
 
     out = {}
     for name in messages("coordinator-key"):
         s = schema(name)
-        if s.source == "group-coordinator" and s.api_key is not None:
+        if s.source == source and s.api_key is not None:
             key, value = coordinator_record(s.source, s.api_key)
             out[s.api_key] = (key.name, value.name)
     return out
+
+
+def _record_names(topic: str, key: bytes | memoryview | None) -> tuple[int, tuple[str, str]]:
+    """The record type of a coordinator topic's key and its (key, value) message names."""
+    try:
+        source = COORDINATOR_TOPICS[topic]
+    except KeyError:
+        raise ValueError(f"{topic!r} is not an internal topic with a schema") from None
+    if key is None or len(key) < 2:
+        raise DecodeError("missing key version", what=topic)
+    (kv,) = _VERSION.unpack_from(key, 0)
+    names = record_types(source).get(kv)
+    if names is None:
+        raise DecodeError(f"unknown key version {kv}", what=topic)
+    return kv, names
 
 
 def _versioned(data: bytes | memoryview, name: str, what: str) -> dict[str, Any]:
@@ -99,22 +124,13 @@ def decode_internal_record(topic: str, offset: int, key: bytes | memoryview | No
     out: dict[str, Any] = {"offset": offset, "is_control": is_control}
     if is_control:
         return out
-    if topic == "__consumer_offsets":
-        if key is None or len(key) < 2:
-            raise DecodeError("missing key version", what=topic)
-        (kv,) = _VERSION.unpack_from(key, 0)
-        names = _group_key_types().get(kv)
-        if names is None:
-            raise DecodeError(f"unknown key version {kv}", what=topic)
-        out.update(_key_value(key, value, *names, topic))
-    elif topic == "__transaction_state":
-        out.update(_key_value(key, value, "TransactionLogKey", "TransactionLogValue", topic))
-    elif topic == "__cluster_metadata":
+    if topic == "__cluster_metadata":
         if value is None:
             raise DecodeError("null value", what=topic)
         out.update(decode_metadata_frame(value))
     else:
-        raise ValueError(f"{topic!r} is not an internal topic with a schema")
+        _kv, names = _record_names(topic, key)
+        out.update(_key_value(key, value, *names, topic))
     return out
 
 
@@ -207,17 +223,8 @@ def decode_internal_typed(topic: str, key: bytes | None, value: bytes | None
         except KeyError:
             raise DecodeError(f"unknown metadata record type {api_key}", what=topic) from None
         return name, {"version": version, "record": _typed(name, memoryview(value)[pos:], version)}
-    if key is None or len(key) < 2:
-        raise DecodeError("missing key version", what=topic)
-    (kv,) = _VERSION.unpack_from(key, 0)
-    if topic == "__consumer_offsets":
-        names = _group_key_types().get(kv)
-        if names is None:
-            raise DecodeError(f"unknown key version {kv}", what=topic)
-    elif topic == "__transaction_state":
-        names = ("TransactionLogKey", "TransactionLogValue")
-    else:
-        raise ValueError(f"{topic!r} is not an internal topic with a schema")
+    kv, names = _record_names(topic, key)
+    assert key is not None
     # the key's int16 is its record type; keys are read at version 0
     row: dict[str, Any] = {"key_version": kv, "key": _typed(names[0], memoryview(key)[2:], 0),
                            "value_version": None, "value": None}
@@ -227,21 +234,28 @@ def decode_internal_typed(topic: str, key: bytes | None, value: bytes | None
         (vv,) = _VERSION.unpack_from(value, 0)
         row["value_version"] = vv
         row["value"] = _typed(names[1], memoryview(value)[2:], vv)
-    return names[0][:-3] if names[0].endswith("Key") else names[0], row
+    return table_name(names[0]), row
+
+
+def table_name(key_name: str) -> str:
+    """The table of a coordinator record: its key's name without ``Key``."""
+    return key_name[:-3] if key_name.endswith("Key") else key_name
 
 
 def read_internal(path: str, *, problems: Problems | None = None,
                   **options) -> dict[str, pa.Table]:
     """Every internal-topic record under ``path`` (log dir or partition folder), decoded through
     the schemas into one typed ``pyarrow.Table`` per record type: ``OffsetCommit``,
-    ``GroupMetadata``, ``TransactionLog``, ``RegisterBrokerRecord``, ``PartitionChangeRecord``,
-    ... Each has ``topic``, ``partition``, ``offset``, ``timestamp`` and the decoded columns.
+    ``GroupMetadata``, ``ConsumerGroupMetadata``, ``StreamsGroupTopology``, ``ShareSnapshot``,
+    ``TransactionLog``, ``RegisterBrokerRecord``, ``PartitionChangeRecord``, ... (a coordinator
+    record's table is named by its key without ``Key``). Each has ``topic``, ``partition``, ``offset``, ``timestamp`` and the decoded columns.
     Records that do not decode are reported in ``problems`` (kind ``record``) and left out."""
     import pyarrow as pa
 
     from kproto.storage.reader import iter_arrow
 
     rows: dict[str, list[dict[str, Any]]] = {}
+    messages: dict[str, tuple[str, str]] = {}  # coordinator table -> (key, value) message
     for rb in iter_arrow(path, topics=INTERNAL_TOPICS, problems=problems, **options):
         cols = {c: rb.column(c).to_pylist() for c in ("topic", "partition", "offset",
                                                       "timestamp", "key", "value", "segment",
@@ -256,6 +270,8 @@ def read_internal(path: str, *, problems: Problems | None = None,
                                     source=cols["segment"][i], position=cols["position"][i],
                                     topic=topic, partition=cols["partition"][i])
                 continue
+            if topic in COORDINATOR_TOPICS and name not in messages:
+                messages[name] = record_types(COORDINATOR_TOPICS[topic])[row["key_version"]]
             rows.setdefault(name, []).append({"topic": topic, "partition": cols["partition"][i],
                                               "offset": cols["offset"][i],
                                               "timestamp": cols["timestamp"][i], **row})
@@ -266,10 +282,10 @@ def read_internal(path: str, *, problems: Problems | None = None,
         if "record" in rs[0]:
             fields = head + [pa.field("version", pa.int16()), pa.field("record", arrow_type(name))]
         else:
-            key_name = "TransactionLogKey" if name == "TransactionLog" else name + "Key"
+            key_name, value_name = messages[name]
             fields = head + [pa.field("key_version", pa.int16()),
                              pa.field("key", arrow_type(key_name)),
                              pa.field("value_version", pa.int16()),
-                             pa.field("value", arrow_type(key_name[:-3] + "Value"))]
+                             pa.field("value", arrow_type(value_name))]
         out[name] = pa.Table.from_pylist(rs, schema=pa.schema(fields))
     return out
