@@ -15,6 +15,7 @@ from kproto.capture.exchange import UNREAD_KEPT, Exchange, exchange_to_json
 from kproto.error_codes import error_name
 from kproto.capture.pcap import Packet, read_packets, stream_packets
 from kproto.capture.sessions import FetchSessionView
+from kproto.capture.topics import TopicNames, topic_ids
 from kproto.errors import DecodeError
 from kproto.problems import Problem
 from kproto.schemas.api_keys import ApiKey
@@ -22,12 +23,18 @@ from kproto.error_codes import ErrorCode
 
 __all__ = ["BodyDecoder", "iter_exchanges", "exchange_to_json"]
 
+#: Responses that name topic ids: Metadata (v10+), CreateTopics (v7+), DescribeTopicPartitions.
+_NAMES_IDS = frozenset({ApiKey.METADATA, ApiKey.CREATE_TOPICS, ApiKey.DESCRIBE_TOPIC_PARTITIONS})
+
 
 class BodyDecoder:
     """Decode the bodies of finished exchanges in place (the ``decode`` hook of CaptureDecoder).
 
     Never raises on bad bytes: what cannot be decoded becomes a problem on the exchange. Also
-    follows fetch sessions per connection and remembers SASL mechanisms for redaction.
+    follows fetch sessions per connection, remembers SASL mechanisms for redaction, and names
+    topic ids (Fetch v13+, Produce v13, ...) from the capture's Metadata responses, per cluster
+    (see :mod:`kproto.capture.topics`): :attr:`Exchange.topic_names` holds the names found, and
+    an id no response named so far gets a note.
 
     ``best_effort``: an API version newer than the schemas is decoded with the highest version
     they define when the header versions agree (see :attr:`Exchange.decoded_as`); False leaves
@@ -36,7 +43,7 @@ class BodyDecoder:
 
     def __init__(self, *, best_effort: bool = True) -> None:
         self.best_effort = best_effort
-        self.topic_names: dict[str, str] = {}
+        self.topics = TopicNames()
         self._sessions: dict[tuple, FetchSessionView] = {}
         self._mechanisms: dict[tuple, str] = {}
         self._versions: dict[tuple, dict[int, int]] = {}  # connection -> API key -> version
@@ -71,22 +78,40 @@ class BodyDecoder:
             ex.expects_response = False  # acks=0: the broker never answers
         if ex.response is not None:
             ex.errors = [error_name(c) for c in bodies.response_error_codes(ex.response)]
+        self._name_topics(ex)
         conn = (ex.client, ex.broker)
         if key == ApiKey.FETCH and ex.request is not None:
             view = self._sessions.get(conn)
             if view is None:
-                view = self._sessions[conn] = FetchSessionView(self.topic_names)
+                view = self._sessions[conn] = FetchSessionView(self.topics.for_broker(ex.broker))
             ex.fetch_session = view.request(ex.request, ver if ex.decoded_as is None else ex.decoded_as)
             if ex.response is not None:
                 view.response(ex.response, ex.fetch_session, ex.problems)
-        elif key == ApiKey.METADATA and ex.response is not None:
-            for t in ex.response.topics:
-                if getattr(t, "topic_id", None) is not None and t.name:
-                    self.topic_names[str(t.topic_id)] = t.name
+        elif key in _NAMES_IDS and ex.response is not None:
+            self.topics.learn(ex.broker, ex.response)
         elif key == ApiKey.SASL_HANDSHAKE and ex.request is not None:
             self._mechanisms[conn] = ex.request.mechanism
         elif key == ApiKey.SASL_AUTHENTICATE and ex.request is not None:
             ex.sasl = _describe_token(self._mechanisms.get(conn), ex.request.auth_bytes)
+
+    def _name_topics(self, ex: Exchange) -> None:
+        """Names of the topic ids the bodies use without a name, as far as the capture says."""
+        ids = {t: None for body in (ex.request, ex.response) if body is not None
+               for t in topic_ids(body)}
+        if not ids:
+            return
+        unknown = []
+        for tid in ids:
+            name = self.topics.name(ex.broker, tid)
+            if name is None:
+                unknown.append(tid)
+            else:
+                ex.topic_names[tid] = name
+        if unknown:
+            ex.notes.report("topic", f"topic id{'s' if len(unknown) > 1 else ''} "
+                            f"{', '.join(unknown)} not resolved: no Metadata response seen so "
+                            "far in the capture names "
+                            f"{'them' if len(unknown) > 1 else 'it'}")
 
     def _orphan(self, ex: Exchange) -> None:
         """A response whose request is not in the capture: decode it when one reading is

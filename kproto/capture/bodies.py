@@ -18,7 +18,8 @@ _I16 = struct.Struct(">h")
 
 @functools.lru_cache(maxsize=1024)
 def api_versions(api_key: int) -> Optional[range]:
-    """Valid request versions of an API key (Kafka 3.9's); None if the key is unknown."""
+    """Valid request versions of an API key (every version of the schemas, up to Kafka 4.3.1's
+    newest and down to the ones 4.0 dropped); None if the key is unknown."""
     from kproto import codecs
 
     try:
@@ -69,7 +70,7 @@ def decode_response(data: bytes, api_key: int, api_version: int) -> tuple[Any, A
 
 
 def schemas_release() -> str:
-    """The Kafka release kproto's schemas come from (``"3.9"``)."""
+    """The newest Kafka release kproto's schemas come from (``"4.3.1"``)."""
     from kproto.codecs import KAFKA_VERSION
 
     return KAFKA_VERSION

@@ -45,8 +45,13 @@ class Exchange:
 
     ``problems`` and ``notes`` (informational: ``note`` set) are
     :class:`~kproto.problems.Problems` of :class:`~kproto.problems.Problem` records (kinds
-    ``gap``, ``resync``, ``pairing``, ``decode``, ``unread``, ``session``, ``version``); the
-    exchange is where they are, so their ``source`` is empty.
+    ``gap``, ``resync``, ``pairing``, ``decode``, ``unread``, ``session``, ``version``, and the
+    note ``topic``); the exchange is where they are, so their ``source`` is empty.
+
+    ``topic_names``: topic id (Kafka's base64 text) -> name for the ids its bodies use without a
+    name (Fetch v13+, Produce v13, ...), as the capture's Metadata responses named them; the
+    JSON form shows each as ``topicName`` beside its ``topicId``. An id no response named is in
+    a ``topic`` note instead.
     """
 
     client: Endpoint
@@ -77,6 +82,7 @@ class Exchange:
     # the first UNREAD_KEPT of them)
     unread: dict[str, tuple[int, int, bytes]] = field(default_factory=dict)
     fetch_session: Optional[dict] = None
+    topic_names: dict[str, str] = field(default_factory=dict)
     sasl: Optional[dict] = None
     # raw frames (without size prefix), kept for lazy body decoding and re-export
     request_data: Optional[bytes] = None
@@ -131,17 +137,19 @@ def exchange_to_json(ex: Exchange, *, records: Any = None) -> dict:
     schemas (``unread`` then gives, per body, the offset, count and first bytes in hex of what that
     layout left unread; null when nothing was). ``records``: a callable turning the bytes of a
     ``records`` field into a JSON value (see :mod:`kproto.capture.records_view`), or None for base64.
+    A topic named only by id gets ``topicName`` beside its ``topicId`` where the capture named it
+    (:attr:`Exchange.topic_names`).
     """
     key, ver = ex.api_key, ex.api_version
     body_ver = ver if ex.decoded_as is None else ex.decoded_as
     request = response = None
     if ex.request is not None:
         assert key is not None and body_ver is not None  # a decoded body has a key and version
-        request = _body_json(codecs.request(key), ex.request, body_ver, records)
+        request = _body_json(codecs.request(key), ex.request, body_ver, records, ex.topic_names)
     if ex.response is not None:
         assert key is not None and body_ver is not None
         rver = body_ver if ex.response_version is None else ex.response_version
-        response = _body_json(codecs.response(key), ex.response, rver, records)
+        response = _body_json(codecs.response(key), ex.response, rver, records, ex.topic_names)
     if ex.sasl and request is not None and key == ApiKey.SASL_AUTHENTICATE:
         request["authBytes"] = "<redacted>"
     doc = {
@@ -173,11 +181,31 @@ def exchange_to_json(ex: Exchange, *, records: Any = None) -> dict:
     return doc
 
 
-def _body_json(codec: Any, obj: Any, version: int, records: Any) -> dict:
+def _body_json(codec: Any, obj: Any, version: int, records: Any,
+               topic_names: dict[str, str]) -> dict:
     doc = codec.to_json(obj, version)
     if records is not None:
         _replace_records(doc, records)
+    if topic_names:
+        doc = _name_topics(doc, topic_names)
     return doc
+
+
+def _name_topics(doc: Any, names: dict[str, str]) -> Any:
+    """``doc`` with ``topicName`` after every ``topicId`` that ``names`` knows, in an object
+    that has no name of its own (``name``/``topic``)."""
+    if isinstance(doc, list):
+        return [_name_topics(v, names) if isinstance(v, (dict, list)) else v for v in doc]
+    if not isinstance(doc, dict):
+        return doc
+    named = "topicId" in doc and doc["topicId"] in names and not (doc.get("name")
+                                                                  or doc.get("topic"))
+    out = {}
+    for k, v in doc.items():
+        out[k] = _name_topics(v, names) if isinstance(v, (dict, list)) and k != "records" else v
+        if named and k == "topicId":
+            out["topicName"] = names[v]
+    return out
 
 
 def _replace_records(doc: Any, convert: Any) -> None:

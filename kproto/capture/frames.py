@@ -25,8 +25,9 @@ __all__ = ["Frame", "FrameCutter", "FrameRule", "RequestRule", "ResponseRule", "
            "NEWER_VERSIONS"]
 
 #: Versions above the newest the schemas know that still make a plausible request start: clients
-#: newer than the schemas speak them (librdkafka 2.16 sends Metadata v13 to a Kafka 3.9 schema
-#: set), and a Kafka release rarely adds more than one or two versions to an API.
+#: newer than the schemas speak them (a client of a Kafka release after 4.3.1 talking to a
+#: broker that knows its versions), and a release rarely adds more than one or two versions to
+#: an API.
 NEWER_VERSIONS = 3
 _first = itemgetter(0)
 _START_WAIT = 4 << 20  # bytes buffered at most to see whether a stream starts with a whole frame

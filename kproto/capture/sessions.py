@@ -8,6 +8,7 @@ incremental response only partitions with news). Session errors are explained.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from collections.abc import Mapping
 from typing import Any, Optional
 
 from kproto.error_codes import ErrorCode
@@ -44,7 +45,7 @@ class SessionState:
     high_watermarks: dict = field(default_factory=dict)
 
 
-def _topic_key(topic: Any, names: dict) -> str:
+def _topic_key(topic: Any, names: Mapping[str, str]) -> str:
     name = getattr(topic, "topic", None)
     if name:
         return name
@@ -55,10 +56,11 @@ def _topic_key(topic: Any, names: dict) -> str:
 class FetchSessionView:
     """Fetch-session state of one connection, fed with decoded Fetch requests and responses."""
 
-    def __init__(self, topic_names: Optional[dict[str, str]] = None) -> None:
+    def __init__(self, topic_names: Optional[Mapping[str, str]] = None) -> None:
         self.sessions: dict[int, SessionState] = {}
-        # topic id (text) -> name, learnt from Metadata responses (shared across connections)
-        self.topic_names: dict[str, str] = {} if topic_names is None else topic_names
+        # topic id (text) -> name, learnt from Metadata responses (shared across connections;
+        # BodyDecoder gives a view of its kproto.capture.topics.TopicNames for the broker)
+        self.topic_names: Mapping[str, str] = {} if topic_names is None else topic_names
         self._last_request: Optional[dict] = None
 
     def request(self, req: Any, version: int) -> dict:
@@ -133,11 +135,15 @@ class FetchSessionView:
                                            if k in state.partitions}
 
     def learn_topics(self, metadata_response: Any) -> None:
-        """Remember topic id -> name from a Metadata response (for readable partition names)."""
+        """Remember topic id -> name from a Metadata response (for readable partition names);
+        only for a view made with its own dict (BodyDecoder's names are learnt there)."""
+        names = self.topic_names
+        if not isinstance(names, dict):
+            return
         for t in getattr(metadata_response, "topics", None) or []:
             tid, name = getattr(t, "topic_id", None), getattr(t, "name", None)
             if tid is not None and name:
-                self.topic_names[str(tid)] = name
+                names[str(tid)] = name
 
 
 def _fmt(parts: dict) -> list[str]:

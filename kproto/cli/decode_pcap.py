@@ -15,8 +15,10 @@ def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "decode-pcap", help="decode the Kafka traffic of a pcap/pcapng capture",
         description="Reassemble TCP, cut Kafka frames, pair responses with requests and decode "
-                    "both with kproto's schemas (every API key and version of Kafka 3.9; newer "
-                    "versions best effort with the newest layout known). Exit status 1 when "
+                    "both with kproto's schemas (every API key and version up to Kafka 4.3.1's, "
+                    "the versions 4.0 dropped included; newer versions best effort with the "
+                    "newest layout known; topic ids named from the capture's Metadata "
+                    "responses as topicName). Exit status 1 when "
                     "the capture file is damaged or holds packets of a link type not read, 2 "
                     "when nothing in it could be read.")
     p.add_argument("file", help="pcap or pcapng file; - reads a stream from stdin as it arrives "

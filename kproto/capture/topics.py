@@ -1,0 +1,101 @@
+"""Topic ids named from the traffic itself (sans-I/O).
+
+Fetch v13+, Produce v13 and other 4.x requests name topics by id only. The capture's own
+Metadata responses (and CreateTopics v7+ / DescribeTopicPartitions responses, which name ids as
+well) say which name each id has. Ids are learnt per cluster: the broker that answered and the
+brokers a Metadata response lists (by address and port) belong to its ``cluster_id``, so a
+Metadata answer on one connection names the ids used on any connection to the same cluster.
+A broker whose cluster is not known (its address is advertised by host name, say) falls back to
+every cluster seen, when they agree on the id's name.
+"""
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterator, Mapping
+from typing import Any, Optional
+
+from kproto.capture.exchange import Endpoint
+from kproto.codecs.objects import MessageObject
+
+__all__ = ["TopicNames", "topic_ids"]
+
+_ZERO = "AAAAAAAAAAAAAAAAAAAAAA"  # Uuid.ZERO_UUID in Kafka's base64 form
+
+
+class TopicNames:
+    """Topic id (Kafka's base64 text) -> name, per cluster, fed with decoded responses."""
+
+    def __init__(self) -> None:
+        self.clusters: dict[Optional[str], dict[str, str]] = {}  # cluster id -> id -> name
+        self.cluster_of: dict[Endpoint, Optional[str]] = {}      # broker -> its cluster id
+
+    def learn(self, broker: Endpoint, response: Any) -> None:
+        """Remember what a Metadata, CreateTopics or DescribeTopicPartitions response names."""
+        cluster = getattr(response, "cluster_id", None)
+        if cluster is not None or broker not in self.cluster_of:
+            self.cluster_of[broker] = cluster
+        cluster = self.cluster_of[broker]
+        for b in getattr(response, "brokers", None) or []:
+            try:
+                ip = ipaddress.ip_address(b.host).packed
+            except (ValueError, AttributeError):
+                continue  # a host name: its address is not in the capture
+            self.cluster_of.setdefault(Endpoint(ip, b.port), cluster)
+        names = self.clusters.setdefault(cluster, {})
+        for t in getattr(response, "topics", None) or []:
+            tid, name = getattr(t, "topic_id", None), getattr(t, "name", None)
+            if tid is not None and name and str(tid) != _ZERO:
+                names[str(tid)] = name
+
+    def name(self, broker: Endpoint, topic_id: str) -> Optional[str]:
+        """The name of a topic id used on a connection to ``broker``, or None."""
+        if broker in self.cluster_of:
+            found = self.clusters.get(self.cluster_of[broker], {}).get(topic_id)
+            if found is not None:
+                return found
+        seen = {n[topic_id] for n in self.clusters.values() if topic_id in n}
+        return seen.pop() if len(seen) == 1 else None
+
+    def for_broker(self, broker: Endpoint) -> Mapping[str, str]:
+        """A read-only mapping id -> name as seen from connections to ``broker``."""
+        return _BrokerView(self, broker)
+
+
+class _BrokerView(Mapping[str, str]):
+    def __init__(self, names: TopicNames, broker: Endpoint) -> None:
+        self._names, self._broker = names, broker
+
+    def __getitem__(self, topic_id: str) -> str:
+        found = self._names.name(self._broker, topic_id)
+        if found is None:
+            raise KeyError(topic_id)
+        return found
+
+    def __iter__(self) -> Iterator[str]:
+        return iter({t for n in self._names.clusters.values() for t in n if t in self})
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
+def topic_ids(obj: Any) -> list[str]:
+    """Every non-zero topic id (text) of a message object that names its topic by id only (no
+    ``name``/``topic`` beside it), in field order, each once."""
+    out: dict[str, None] = {}
+    _walk(obj, out)
+    return list(out)
+
+
+def _walk(obj: Any, out: dict[str, None]) -> None:
+    for attr in obj._fields:
+        v = getattr(obj, attr)
+        if isinstance(v, list):
+            if v and isinstance(v[0], MessageObject):
+                for item in v:
+                    _walk(item, out)
+        elif isinstance(v, MessageObject):
+            _walk(v, out)
+        elif attr == "topic_id" and v is not None:
+            text = str(v)
+            if text != _ZERO and not (getattr(obj, "name", None) or getattr(obj, "topic", None)):
+                out[text] = None
