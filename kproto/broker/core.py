@@ -18,9 +18,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable, Optional, Protocol, Union
 
+from kproto.broker.admin import ADMIN_VERSIONS, AdminHandlers, admin_error_response
+from kproto.broker.configs import ConfigManager
 from kproto.broker.group import GroupCoordinator
 from kproto.broker.log import BrokerError, Log, LogConfig, LogManager, Topic
 from kproto.broker.purgatory import DelayedOperation, DelayedOperationPurgatory
+from kproto.broker.retention import RetentionManager, maybe_roll_by_time
 from kproto.broker.txn import TransactionCoordinator
 from kproto.broker.timer import CallbackTask, Clock, SystemClock, SystemTimer
 from kproto.codecs import request as request_codec
@@ -32,8 +35,9 @@ from kproto.fetch_session import FetchSessionCache, SessionErrorContext
 from kproto.fetch_session.messages import (build_fetch_response, request_fetch_data,
                                            request_metadata, request_replica_id)
 from kproto.fetch_session.model import TopicIdPartition
+from kproto.codecs import message
 from kproto.framing import (ResponseHeader, decode_request, encode_response,
-                            peek_request_header)
+                            peek_request_header, request_header_version)
 from kproto.schemas.api_keys import ApiKey
 
 __all__ = ["BrokerConfig", "BrokerCore", "Channel", "Intercept", "ControlHandle", "IMPLEMENTED"]
@@ -43,6 +47,7 @@ log = logging.getLogger("kproto.broker")
 _INT32_MAX = 2**31 - 1
 _LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]+")
 ZERO_UUID = Uuid.ZERO
+_REQUEST_HEADER = message("RequestHeader")
 
 #: What the handlers implement: API key -> (lowest, highest version). ApiVersions advertises
 #: the intersection with the versions the codecs know (:meth:`BrokerCore.api_versions`), so a
@@ -74,6 +79,7 @@ IMPLEMENTED: dict[int, tuple[int, int]] = {
     ApiKey.ADD_OFFSETS_TO_TXN: (0, 4),
     ApiKey.END_TXN: (0, 4),
     ApiKey.TXN_OFFSET_COMMIT: (0, 4),
+    **ADMIN_VERSIONS,
 }
 
 
@@ -107,6 +113,17 @@ class BrokerConfig:
     offset_metadata_max_bytes: int = 4096           # offset.metadata.max.bytes
     transaction_state_num_partitions: int = 50      # transaction.state.log.num.partitions
     transaction_max_timeout_ms: int = 900000        # transaction.max.timeout.ms
+    # broker-level defaults of topic configs (see kproto.broker.configs for the others)
+    log_retention_ms: int = 604800000               # log.retention.ms (log.retention.hours=168)
+    log_retention_bytes: int = -1                   # log.retention.bytes
+    log_roll_ms: int = 604800000                    # log.roll.ms (log.roll.hours=168)
+    log_cleanup_policy: str = "delete"              # log.cleanup.policy
+    min_insync_replicas: int = 1                    # min.insync.replicas
+    log_retention_check_interval_ms: int = 300000   # log.retention.check.interval.ms
+    # limits of the socket layer (kproto.broker.server)
+    queued_max_requests: int = 500                  # queued.max.requests
+    queued_max_request_bytes: int = 256 * 1024 * 1024  # queued.max.request.bytes (Kafka: -1)
+    socket_request_max_bytes: int = 100 * 1024 * 1024  # socket.request.max.bytes
 
 
 @dataclass
@@ -172,6 +189,18 @@ def _peer(channel: Channel) -> str:
     return getattr(channel, "peer", None) or "/127.0.0.1"
 
 
+def _decode_ignoring_trailing_bytes(frame: bytes, key: int, ver: int) -> Optional[tuple[Any, Any]]:
+    """A request whose body parses but leaves bytes over, or None. Kafka reads a request
+    body without checking that it was all consumed, and librdkafka 2.x sends such a Metadata
+    v12 (three bytes after an all-topics request), so the broker accepts them too."""
+    try:
+        header, pos = _REQUEST_HEADER.decode_from(frame, 0, request_header_version(key, ver))
+        body, _ = request_codec(key).decode_from(memoryview(frame), pos, ver)
+    except (DecodeError, KeyError):
+        return None
+    return header, body
+
+
 def topic_name_error(name: str) -> Optional[str]:
     """Kafka's ``Topic.validate``: why ``name`` is not a legal topic name, or None."""
     if not name:
@@ -231,13 +260,17 @@ class BrokerCore:
         self.sessions = FetchSessionCache(self.config.fetch_session_slots)
         self.logs = LogManager(data_dir, node_id=self.config.node_id,
                                cluster_id=self.config.cluster_id, defaults=self.config.log)
+        # topic and dynamic broker configs from our configs file, before anything reads a log
+        self.configs = ConfigManager(self.config, self.logs)
         self.hooks: dict[int, list[ControlHandle]] = {}
         self._next_producer_id = 1 + max(
             (pid for t in self.logs.topics.values() for lg in t.partitions for pid in lg.producers),
             default=-1)
         self.groups = GroupCoordinator(self)
         self.txns = TransactionCoordinator(self)
-        g, tx = self.groups, self.txns
+        self.retention = RetentionManager(self)
+        self.admin = AdminHandlers(self)
+        g, tx, adm = self.groups, self.txns, self.admin
         self.handlers: dict[int, Callable[[_Request], None]] = {
             ApiKey.ADD_PARTITIONS_TO_TXN: lambda r: tx.add_partitions(r.body, r.version, r.respond),
             ApiKey.ADD_OFFSETS_TO_TXN: lambda r: tx.add_offsets(r.body, r.version, r.respond),
@@ -254,6 +287,14 @@ class BrokerCore:
             ApiKey.DESCRIBE_GROUPS: lambda r: g.describe_groups(r.body, r.version, r.respond),
             ApiKey.LIST_GROUPS: lambda r: g.list_groups(r.body, r.version, r.respond),
             ApiKey.DELETE_GROUPS: lambda r: g.delete_groups(r.body, r.version, r.respond),
+            ApiKey.CREATE_PARTITIONS: lambda r: adm.create_partitions(r.body, r.version, r.respond),
+            ApiKey.DESCRIBE_CONFIGS: lambda r: adm.describe_configs(r.body, r.version, r.respond),
+            ApiKey.ALTER_CONFIGS: lambda r: adm.alter_configs(r.body, r.version, r.respond),
+            ApiKey.INCREMENTAL_ALTER_CONFIGS:
+                lambda r: adm.incremental_alter_configs(r.body, r.version, r.respond),
+            ApiKey.DESCRIBE_CLUSTER: lambda r: adm.describe_cluster(r.body, r.version, r.respond),
+            ApiKey.DESCRIBE_LOG_DIRS: lambda r: adm.describe_log_dirs(r.body, r.version, r.respond),
+            ApiKey.DELETE_RECORDS: lambda r: adm.delete_records(r.body, r.version, r.respond),
             ApiKey.PRODUCE: self._produce, ApiKey.FETCH: self._fetch,
             ApiKey.LIST_OFFSETS: self._list_offsets, ApiKey.METADATA: self._metadata,
             ApiKey.FIND_COORDINATOR: self._find_coordinator,
@@ -329,9 +370,12 @@ class BrokerCore:
         try:
             header, body = decode_request(frame, size_prefix=False)
         except DecodeError as exc:
-            # Kafka closes a connection whose request it cannot parse
-            channel.close(f"cannot parse request (API key {key} v{ver}): {exc}")
-            return
+            parsed = _decode_ignoring_trailing_bytes(frame, key, ver)
+            if parsed is None:
+                # Kafka closes a connection whose request it cannot parse
+                channel.close(f"cannot parse request (API key {key} v{ver}): {exc}")
+                return
+            header, body = parsed
         req = _Request(channel, header, body, key, ver, self.clock.now_ms())
         hook = self._intercept(header, body)
         if hook is not None and not hook.passes:
@@ -504,11 +548,19 @@ class BrokerCore:
                 res.error_code, res.error_message = exc.code, exc.message
                 continue
             res.num_partitions, res.replication_factor = n, 1
-            res.configs = [cls.CreatableTopicConfigs(name=k, value=v, read_only=False, config_source=1,
-                                                     is_sensitive=False) for k, v in configs.items()]
-            if not body.validate_only:
-                topic = self._create_topic(t.name, n, configs)
-                res.topic_id = topic.topic_id
+            if body.validate_only:
+                res.configs = [cls.CreatableTopicConfigs(name=k, value=v, read_only=False,
+                                                         config_source=1, is_sensitive=False)
+                               for k, v in configs.items()]
+                continue
+            topic = self._create_topic(t.name, n, configs)
+            res.topic_id = topic.topic_id
+            # v5+: every config of the new topic, as DescribeConfigs would show it (KIP-525)
+            res.configs = [cls.CreatableTopicConfigs(name=e.name, value=e.value, read_only=e.read_only,
+                                                     config_source=e.source, is_sensitive=e.sensitive)
+                           for e in self.configs.describe_topic(topic)]
+            if configs:
+                self.configs.save()
         req.respond(cls(topics=results))
 
     def _check_new_topic(self, t: Any) -> tuple[int, dict[str, str]]:
@@ -545,8 +597,7 @@ class BrokerCore:
                                   f"Unable to replicate the partition {rf} time(s): The target "
                                   "replication factor of 1 cannot be reached because only 1 "
                                   "broker(s) are registered.")
-        configs = {c.name: c.value for c in t.configs}
-        self.logs.config_for(configs)  # raises INVALID_CONFIG
+        configs = self.configs.validate_topic({c.name: c.value for c in t.configs})  # INVALID_CONFIG
         return n, configs
 
     # ------------------------------------------------------------------ DeleteTopics
@@ -565,6 +616,8 @@ class BrokerCore:
                 results.append(cls.DeletableTopicResult(name=name, topic_id=tid, error_code=code))
                 continue
             self.logs.delete_topic(topic.name)
+            if topic.configs:
+                self.configs.save()
             for p in range(len(topic.partitions)):
                 # waiting fetches of the partition answer now, with its error
                 self.fetch_purgatory.check_and_complete((topic.name, p))
@@ -640,6 +693,13 @@ class BrokerCore:
                     if err:
                         res.error_code = err
                         continue
+                st = self.configs.settings(self.logs.topics[t.name])
+                if acks == -1 and st.min_insync_replicas > 1:
+                    # a single replica is in sync: acks=all cannot be satisfied (Kafka's
+                    # Partition.appendRecordsToLeader)
+                    res.error_code = ErrorCode.NOT_ENOUGH_REPLICAS
+                    continue
+                maybe_roll_by_time(lg, now, st.segment_ms, st.segment_jitter_ms)
                 try:
                     info = lg.append_as_leader(p.records, now)
                 except BrokerError as exc:
@@ -720,6 +780,7 @@ class BrokerCore:
         """Stop: waiting operations are dropped unanswered, logs closed (checkpoints and the
         clean-shutdown marker with ``clean``)."""
         self.fetch_purgatory.shutdown()
+        self.retention.shutdown()
         self.groups.shutdown()
         self.txns.shutdown()
         self.logs.close(clean)
@@ -728,6 +789,8 @@ class BrokerCore:
 def error_response(api_key: int, version: int, body: Any, code: int) -> Optional[Any]:
     """The response to ``body`` carrying ``code`` wherever it has an error (the request's
     topics and partitions mirrored), for the APIs the broker implements; None for others."""
+    if api_key in ADMIN_VERSIONS:
+        return admin_error_response(api_key, version, body, code)
     cls = response_codec(api_key).cls
     if api_key == ApiKey.PRODUCE:
         return cls(responses=[cls.TopicProduceResponse(name=t.name, partition_responses=[

@@ -1,0 +1,326 @@
+"""Admin APIs of the broker: CreatePartitions, DescribeConfigs, AlterConfigs,
+IncrementalAlterConfigs, DescribeCluster, DescribeLogDirs and DeleteRecords, answered as a
+single-node KRaft broker (which is also its own controller) answers them."""
+from __future__ import annotations
+
+import os
+import shutil
+from typing import TYPE_CHECKING, Any, Callable, Optional
+
+from kproto.broker.configs import TOPIC_CONFIGS, ConfigEntry
+from kproto.broker.log import BrokerError, Log, Topic
+from kproto.codecs import response as response_codec
+from kproto.error_codes import ErrorCode
+from kproto.schemas.api_keys import ApiKey
+from kproto.storage.layout import partition_dir_name
+
+if TYPE_CHECKING:
+    from kproto.broker.core import BrokerCore
+
+__all__ = ["AdminHandlers", "ADMIN_VERSIONS", "admin_error_response"]
+
+#: API key -> (lowest, highest version) the handlers here implement
+ADMIN_VERSIONS: dict[int, tuple[int, int]] = {
+    ApiKey.CREATE_PARTITIONS: (0, 3),
+    ApiKey.DESCRIBE_CONFIGS: (0, 4),
+    ApiKey.ALTER_CONFIGS: (0, 2),
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
+    ApiKey.DESCRIBE_CLUSTER: (0, 2),
+    ApiKey.DESCRIBE_LOG_DIRS: (0, 5),
+    ApiKey.DELETE_RECORDS: (0, 2),
+}
+
+TOPIC, BROKER = 2, 4  # ConfigResource types
+_SET, _DELETE, _APPEND, _SUBTRACT = 0, 1, 2, 3
+#: Kafka's AclOperation bits a cluster resource supports (ALTER, ALTER_CONFIGS, CLUSTER_ACTION,
+#: CREATE, DESCRIBE, DESCRIBE_CONFIGS, IDEMPOTENT_WRITE, CREATE_TOKENS, DESCRIBE_TOKENS):
+#: without an authorizer every one is allowed
+_CLUSTER_OPERATIONS = sum(1 << op for op in (5, 7, 8, 9, 10, 11, 12, 13, 14))
+_INT32_MIN = -2**31
+
+Respond = Callable[[Any], None]
+
+
+class AdminHandlers:
+    """The handlers, bound to a :class:`~kproto.broker.core.BrokerCore`."""
+
+    def __init__(self, core: BrokerCore) -> None:
+        self.core = core
+
+    # ------------------------------------------------------------------ CreatePartitions
+    def create_partitions(self, body: Any, version: int, respond: Respond) -> None:
+        cls = response_codec(ApiKey.CREATE_PARTITIONS).cls
+        names = [t.name for t in body.topics]
+        results = []
+        for t in body.topics:
+            res = cls.CreatePartitionsTopicResult(name=t.name, error_code=0, error_message=None)
+            results.append(res)
+            if names.count(t.name) > 1:
+                res.error_code, res.error_message = ErrorCode.INVALID_REQUEST, "Duplicate topic in request."
+                continue
+            try:
+                self._add_partitions(t, body.validate_only)
+            except BrokerError as exc:
+                res.error_code, res.error_message = exc.code, exc.message
+        respond(cls(results=results))
+
+    def _add_partitions(self, t: Any, validate_only: bool) -> None:
+        core = self.core
+        topic = core.logs.topics.get(t.name)
+        if topic is None:
+            raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                              "This server does not host this topic-partition.")
+        have = len(topic.partitions)
+        if t.count < have:
+            raise BrokerError(ErrorCode.INVALID_PARTITIONS,
+                              f"The topic {t.name} currently has {have} partition(s); {t.count} would "
+                              "not be an increase.")
+        if t.count == have:
+            raise BrokerError(ErrorCode.INVALID_PARTITIONS, f"Topic already has {have} partition(s).")
+        if t.assignments is not None:
+            if len(t.assignments) != t.count - have:
+                raise BrokerError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                                  f"Attempted to add {t.count - have} additional partition(s), but only "
+                                  f"{len(t.assignments)} assignment(s) were specified.")
+            for a in t.assignments:
+                if list(a.broker_ids) != [core.config.node_id]:
+                    raise BrokerError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                                      f"The manual partition assignment includes broker(s) "
+                                      f"{list(a.broker_ids)}, but only broker {core.config.node_id} "
+                                      "is registered.")
+        if validate_only:
+            return
+        cfg = topic.partitions[0].config if topic.partitions else core.logs.defaults
+        for p in range(have, t.count):
+            path = os.path.join(core.logs.data_dir, partition_dir_name(topic.name, p))
+            topic.partitions.append(Log(path, topic.name, p, topic.topic_id, cfg))
+
+    # ------------------------------------------------------------------ DescribeConfigs
+    def describe_configs(self, body: Any, version: int, respond: Respond) -> None:
+        cls = response_codec(ApiKey.DESCRIBE_CONFIGS).cls
+        synonyms = version >= 1 and body.include_synonyms
+        docs = version >= 3 and body.include_documentation
+        results = []
+        for r in body.resources:
+            res = cls.DescribeConfigsResult(error_code=0, error_message=None, resource_type=r.resource_type,
+                                            resource_name=r.resource_name, configs=[])
+            results.append(res)
+            try:
+                entries = self._entries(r.resource_type, r.resource_name)
+            except BrokerError as exc:
+                res.error_code, res.error_message = exc.code, exc.message
+                continue
+            keys = None if r.configuration_keys is None else set(r.configuration_keys)
+            res.configs = [self._entry(cls, e, version, synonyms, docs)
+                           for e in entries if keys is None or e.name in keys]
+        respond(cls(results=results))
+
+    @staticmethod
+    def _entry(cls: Any, e: ConfigEntry, version: int, synonyms: bool, docs: bool) -> Any:
+        out = cls.DescribeConfigsResourceResult(name=e.name, value=e.value, read_only=e.read_only,
+                                                is_sensitive=e.sensitive)
+        if version == 0:
+            out.is_default = e.source == 5
+            return out
+        out.config_source = e.source
+        if synonyms:
+            out.synonyms = [cls.DescribeConfigsSynonym(name=n, value=v, source=s) for n, v, s in e.synonyms]
+        if version >= 3:
+            out.config_type = e.type
+            out.documentation = e.doc if docs else None
+        return out
+
+    def _topic(self, name: str) -> Topic:
+        from kproto.broker.core import topic_name_error
+        why = topic_name_error(name)
+        if why is not None:
+            raise BrokerError(ErrorCode.INVALID_TOPIC_EXCEPTION, why)
+        topic = self.core.logs.topics.get(name)
+        if topic is None:
+            raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                              f"The topic '{name}' does not exist.")
+        return topic
+
+    def _broker_name(self, name: str) -> str:
+        if name == "":
+            return name
+        if not name.lstrip("-").isdigit():
+            raise BrokerError(ErrorCode.INVALID_REQUEST,
+                              f"Broker id must be an integer, but it is: {name}")
+        if int(name) != self.core.config.node_id:
+            raise BrokerError(ErrorCode.INVALID_REQUEST,
+                              f"Unexpected broker id, expected {self.core.config.node_id} or empty "
+                              f"string, but received {name}")
+        return str(int(name))
+
+    def _entries(self, rtype: int, name: str) -> list[ConfigEntry]:
+        configs = self.core.configs
+        if rtype == TOPIC:
+            return configs.describe_topic(self._topic(name))
+        if rtype == BROKER:
+            return configs.broker_entries(self._broker_name(name))
+        raise BrokerError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type: {rtype}")
+
+    # ------------------------------------------------------------------ AlterConfigs
+    def alter_configs(self, body: Any, version: int, respond: Respond) -> None:
+        """The legacy AlterConfigs: each resource's dynamic configs are replaced whole."""
+        cls = response_codec(ApiKey.ALTER_CONFIGS).cls
+        self._alter(cls, body, lambda current, r: {c.name: c.value for c in r.configs}, respond)
+
+    def incremental_alter_configs(self, body: Any, version: int, respond: Respond) -> None:
+        cls = response_codec(ApiKey.INCREMENTAL_ALTER_CONFIGS).cls
+        self._alter(cls, body, self._incremental, respond)
+
+    def _incremental(self, current: dict[str, str], r: Any) -> dict[str, Optional[str]]:
+        out: dict[str, Optional[str]] = dict(current)
+        names = [c.name for c in r.configs]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise BrokerError(ErrorCode.INVALID_REQUEST,
+                              f"Error due to duplicate config keys: {', '.join(dupes)}")
+        for c in r.configs:
+            op = c.config_operation
+            if op == _SET:
+                out[c.name] = c.value
+            elif op == _DELETE:
+                out.pop(c.name, None)
+            elif op in (_APPEND, _SUBTRACT):
+                d = TOPIC_CONFIGS.get(c.name) if r.resource_type == TOPIC else None
+                if d is None or d.type != 7:
+                    raise BrokerError(ErrorCode.INVALID_CONFIG, f"Config value append is not allowed "
+                                      f"for config key: {c.name}" if op == _APPEND else
+                                      f"Config value subtract is not allowed for config key: {c.name}")
+                now = out.get(c.name)
+                if now is None:
+                    now = self.core.configs.broker_value(d)[0] or ""
+                items = [s for s in now.split(",") if s]
+                given = [s.strip() for s in (c.value or "").split(",") if s.strip()]
+                if op == _APPEND:
+                    items += [s for s in given if s not in items]
+                else:
+                    items = [s for s in items if s not in given]
+                out[c.name] = ",".join(items)
+            else:
+                raise BrokerError(ErrorCode.INVALID_REQUEST, f"Unknown alter config operation {op}")
+        return out
+
+    def _alter(self, cls: Any, body: Any, change: Callable[[dict[str, str], Any], dict[str, Optional[str]]],
+               respond: Respond) -> None:
+        configs = self.core.configs
+        keys = [(r.resource_type, r.resource_name) for r in body.resources]
+        results = []
+        for r in body.resources:
+            res = cls.AlterConfigsResourceResponse(error_code=0, error_message=None,
+                                                   resource_type=r.resource_type, resource_name=r.resource_name)
+            results.append(res)
+            try:
+                if keys.count((r.resource_type, r.resource_name)) > 1:
+                    raise BrokerError(ErrorCode.INVALID_REQUEST,
+                                      f"Error due to duplicate resource {r.resource_name} in the request")
+                if r.resource_type == TOPIC:
+                    topic = self._topic(r.resource_name)
+                    wanted = configs.validate_topic(change(dict(topic.configs), r))
+                    if not body.validate_only:
+                        configs.set_topic(topic, wanted)
+                elif r.resource_type == BROKER:
+                    name = self._broker_name(r.resource_name)
+                    bwanted = configs.validate_broker(change(dict(configs.broker_dynamic[name]), r))
+                    if not body.validate_only:
+                        configs.set_broker(name, bwanted)
+                else:
+                    raise BrokerError(ErrorCode.INVALID_REQUEST,
+                                      f"Unsupported resource type: {r.resource_type}")
+            except BrokerError as exc:
+                res.error_code, res.error_message = exc.code, exc.message
+        respond(cls(responses=results))
+
+    # ------------------------------------------------------------------ DescribeCluster
+    def describe_cluster(self, body: Any, version: int, respond: Respond) -> None:
+        cls = response_codec(ApiKey.DESCRIBE_CLUSTER).cls
+        cfg = self.core.config
+        endpoint = body.endpoint_type if version >= 1 else 1
+        out = cls(error_code=0, error_message=None, cluster_id=self.core.logs.cluster_id,
+                  controller_id=cfg.node_id, brokers=[cls.DescribeClusterBroker(
+                      broker_id=cfg.node_id, host=cfg.host, port=cfg.port, rack=None)],
+                  cluster_authorized_operations=(_CLUSTER_OPERATIONS
+                                                 if body.include_cluster_authorized_operations
+                                                 else _INT32_MIN))
+        if version >= 1:
+            out.endpoint_type = endpoint
+        if endpoint != 1:
+            # a broker answers for brokers only; controllers are asked directly (KIP-919)
+            out = cls(error_code=ErrorCode.UNSUPPORTED_ENDPOINT_TYPE,
+                      error_message="The request was sent to an endpoint of type BROKER, but we "
+                      f"wanted an endpoint of type {'CONTROLLER' if endpoint == 2 else endpoint}",
+                      cluster_id="", controller_id=-1, brokers=[], endpoint_type=endpoint)
+        respond(out)
+
+    # ------------------------------------------------------------------ DescribeLogDirs
+    def describe_log_dirs(self, body: Any, version: int, respond: Respond) -> None:
+        cls = response_codec(ApiKey.DESCRIBE_LOG_DIRS).cls
+        logs = self.core.logs
+        if body.topics is None:
+            wanted = [(t, list(range(len(t.partitions)))) for t in sorted(logs.topics.values(),
+                                                                       key=lambda t: t.name)]
+        else:
+            wanted = [(logs.topics[t.topic], [p for p in t.partitions
+                                              if 0 <= p < len(logs.topics[t.topic].partitions)])
+                      for t in body.topics if t.topic in logs.topics]
+        topics = [cls.DescribeLogDirsTopic(name=t.name, partitions=[cls.DescribeLogDirsPartition(
+            partition_index=p, partition_size=sum(s.size for s in t.partitions[p].segments),
+            offset_lag=0, is_future_key=False) for p in ps]) for t, ps in wanted if ps]
+        result = cls.DescribeLogDirsResult(error_code=0, log_dir=os.path.abspath(logs.data_dir),
+                                           topics=topics)
+        if version >= 4:
+            usage = shutil.disk_usage(logs.data_dir)
+            result.total_bytes, result.usable_bytes = usage.total, usage.free
+        out = cls(results=[result])
+        if version >= 3:
+            out.error_code = 0
+        respond(out)
+
+    # ------------------------------------------------------------------ DeleteRecords
+    def delete_records(self, body: Any, version: int, respond: Respond) -> None:
+        cls = response_codec(ApiKey.DELETE_RECORDS).cls
+        topics = []
+        for t in body.topics:
+            parts = []
+            topic = self.core.logs.topics.get(t.name)
+            for p in t.partitions:
+                res = cls.DeleteRecordsPartitionResult(partition_index=p.partition_index,
+                                                       low_watermark=-1, error_code=0)
+                parts.append(res)
+                lg = self.core.logs.get(t.name, p.partition_index)
+                if topic is None or lg is None:
+                    res.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                    continue
+                try:
+                    res.low_watermark = self.core.retention.delete_records(topic, lg, p.offset)
+                except BrokerError as exc:
+                    res.error_code = exc.code
+            topics.append(cls.DeleteRecordsTopicResult(name=t.name, partitions=parts))
+        respond(cls(topics=topics))
+
+
+def admin_error_response(api_key: int, version: int, body: Any, code: int) -> Optional[Any]:
+    """``code`` mirrored over the request's resources/topics (a test hook's error)."""
+    cls = response_codec(api_key).cls
+    if api_key == ApiKey.CREATE_PARTITIONS:
+        return cls(results=[cls.CreatePartitionsTopicResult(name=t.name, error_code=code)
+                            for t in body.topics])
+    if api_key == ApiKey.DESCRIBE_CONFIGS:
+        return cls(results=[cls.DescribeConfigsResult(error_code=code, resource_type=r.resource_type,
+                                                      resource_name=r.resource_name, configs=[])
+                            for r in body.resources])
+    if api_key in (ApiKey.ALTER_CONFIGS, ApiKey.INCREMENTAL_ALTER_CONFIGS):
+        return cls(responses=[cls.AlterConfigsResourceResponse(
+            error_code=code, resource_type=r.resource_type, resource_name=r.resource_name)
+            for r in body.resources])
+    if api_key == ApiKey.DELETE_RECORDS:
+        return cls(topics=[cls.DeleteRecordsTopicResult(name=t.name, partitions=[
+            cls.DeleteRecordsPartitionResult(partition_index=p.partition_index, low_watermark=-1,
+                                             error_code=code) for p in t.partitions])
+            for t in body.topics])
+    if api_key == ApiKey.DESCRIBE_LOG_DIRS and version < 3:
+        return cls(results=[cls.DescribeLogDirsResult(error_code=code, log_dir="", topics=[])])
+    return None

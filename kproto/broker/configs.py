@@ -1,0 +1,466 @@
+"""Topic and broker configs as Kafka names, defaults, validates and describes them.
+
+:data:`TOPIC_CONFIGS` is Kafka's ``LogConfig`` table (3.9 defaults): each topic config with
+its type, default and broker synonyms (``retention.ms`` <- ``log.retention.ms``,
+``log.retention.minutes``, ``log.retention.hours``). A topic's value comes, as in Kafka, from
+the first level that sets it: the topic's own override (DYNAMIC_TOPIC_CONFIG), a dynamic
+config of this broker (DYNAMIC_BROKER_CONFIG), the dynamic cluster default
+(DYNAMIC_DEFAULT_BROKER_CONFIG), the broker's start-up settings (STATIC_BROKER_CONFIG),
+Kafka's default (DEFAULT_CONFIG); DescribeConfigs lists the levels that are set as synonyms.
+
+Persistence: a KRaft broker keeps topic and dynamic broker configs as ConfigRecords in
+``__cluster_metadata``; this broker keeps them in ``kproto-configs.json`` beside
+``meta.properties`` (a file a real Kafka ignores: it only scans folders and its own
+checkpoints), rewritten atomically on every change and read back at start.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Optional
+
+from kproto.broker.log import BrokerError, LogConfig, Topic
+from kproto.error_codes import ErrorCode
+
+if TYPE_CHECKING:
+    from kproto.broker.core import BrokerConfig
+    from kproto.broker.log import LogManager
+
+__all__ = ["ConfigDef", "TOPIC_CONFIGS", "ConfigEntry", "TopicSettings", "ConfigManager", "CONFIGS_FILE",
+           "DYNAMIC_TOPIC", "DYNAMIC_BROKER", "DYNAMIC_DEFAULT_BROKER", "STATIC_BROKER", "DEFAULT"]
+
+CONFIGS_FILE = "kproto-configs.json"
+
+# DescribeConfigs' ConfigSource values
+DYNAMIC_TOPIC, DYNAMIC_BROKER, DYNAMIC_DEFAULT_BROKER, STATIC_BROKER, DEFAULT = 1, 2, 3, 4, 5
+# DescribeConfigs' ConfigType values
+BOOLEAN, STRING, INT, SHORT, LONG, DOUBLE, LIST, CLASS, PASSWORD = 1, 2, 3, 4, 5, 6, 7, 8, 9
+
+_LONG_MAX = str(2**63 - 1)
+_TYPE_NAMES = {BOOLEAN: "BOOLEAN", STRING: "STRING", INT: "INT", LONG: "LONG", DOUBLE: "DOUBLE",
+               LIST: "LIST"}
+
+
+@dataclass(frozen=True)
+class ConfigDef:
+    """One topic config: ``synonyms`` are (broker config name, multiplier to the topic
+    config's unit), most specific first; ``broker_default`` is the Kafka default of the last
+    synonym when it differs in unit (``log.retention.hours=168``)."""
+
+    name: str
+    type: int
+    default: Optional[str]
+    synonyms: tuple[tuple[str, int], ...] = ()
+    broker_default: Optional[str] = None
+    min: Optional[float] = None
+    max: Optional[float] = None
+    choices: tuple[str, ...] = ()
+    doc: str = ""
+
+    def check(self, value: Optional[str]) -> str:
+        """``value`` normalised, or :class:`BrokerError` INVALID_CONFIG as Kafka's
+        ``ConfigDef`` validators word it."""
+        if value is None:
+            raise BrokerError(ErrorCode.INVALID_CONFIG,
+                              f"Null value not supported for topic configs: {self.name}")
+        v = value.strip()
+        kind = _TYPE_NAMES.get(self.type, "STRING")
+        if self.type in (INT, LONG, SHORT):
+            try:
+                number: float = int(v)
+            except ValueError:
+                raise BrokerError(ErrorCode.INVALID_CONFIG, f"Invalid value {value} for "
+                                  f"configuration {self.name}: Not a number of type {kind}") from None
+            bits = 63 if self.type == LONG else 31
+            if not -(2**bits) <= number < 2**bits:
+                raise BrokerError(ErrorCode.INVALID_CONFIG, f"Invalid value {value} for "
+                                  f"configuration {self.name}: Not a number of type {kind}")
+        elif self.type == DOUBLE:
+            try:
+                number = float(v)
+            except ValueError:
+                raise BrokerError(ErrorCode.INVALID_CONFIG, f"Invalid value {value} for "
+                                  f"configuration {self.name}: Not a number of type DOUBLE") from None
+        elif self.type == BOOLEAN:
+            if v.lower() not in ("true", "false"):
+                raise BrokerError(ErrorCode.INVALID_CONFIG, f"Invalid value {value} for "
+                                  f"configuration {self.name}: Expected value to be either true or false")
+            return v.lower()
+        elif self.type == LIST:
+            items = [s.strip() for s in v.split(",") if s.strip()]
+            bad = [s for s in items if self.choices and s not in self.choices]
+            if bad or (self.choices and not items):
+                raise BrokerError(ErrorCode.INVALID_CONFIG, f"Invalid value {value} for configuration "
+                                  f"{self.name}: String must be one of: {', '.join(self.choices)}")
+            return ",".join(items)
+        else:
+            if self.choices and v not in self.choices:
+                raise BrokerError(ErrorCode.INVALID_CONFIG, f"Invalid value {value} for configuration "
+                                  f"{self.name}: String must be one of: {', '.join(self.choices)}")
+            return v
+        if (self.min is not None and number < self.min) or (self.max is not None and number > self.max):
+            bound = (f"Value must be at least {_num(self.min)}" if self.max is None else
+                     f"Value must be no more than {_num(self.max)}" if self.min is None else
+                     f"Value must be in the range [{_num(self.min)}, {_num(self.max)}]")
+            raise BrokerError(ErrorCode.INVALID_CONFIG,
+                              f"Invalid value {value} for configuration {self.name}: {bound}")
+        return v
+
+
+def _num(x: Optional[float]) -> str:
+    return str(int(x)) if x is not None and x == int(x) else str(x)
+
+
+_H, _M = 3_600_000, 60_000
+
+
+def _defs() -> dict[str, ConfigDef]:
+    d = [
+        ConfigDef("cleanup.policy", LIST, "delete", (("log.cleanup.policy", 1),),
+                  choices=("compact", "delete"), doc="delete: old segments are removed by retention; "
+                  "compact: the log is compacted (not implemented by this broker)"),
+        ConfigDef("compression.gzip.level", INT, "-1", (("compression.gzip.level", 1),), min=-1, max=9),
+        ConfigDef("compression.lz4.level", INT, "9", (("compression.lz4.level", 1),), min=1, max=17),
+        ConfigDef("compression.type", STRING, "producer", (("compression.type", 1),),
+                  choices=("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")),
+        ConfigDef("compression.zstd.level", INT, "3", (("compression.zstd.level", 1),), min=-131072, max=22),
+        ConfigDef("delete.retention.ms", LONG, "86400000", (("log.cleaner.delete.retention.ms", 1),), min=0),
+        ConfigDef("file.delete.delay.ms", LONG, "60000", (("log.segment.delete.delay.ms", 1),), min=0),
+        ConfigDef("flush.messages", LONG, _LONG_MAX, (("log.flush.interval.messages", 1),), min=1),
+        ConfigDef("flush.ms", LONG, _LONG_MAX, (("log.flush.interval.ms", 1),), min=0),
+        ConfigDef("follower.replication.throttled.replicas", LIST, "",
+                  (("follower.replication.throttled.replicas", 1),)),
+        ConfigDef("index.interval.bytes", INT, "4096", (("log.index.interval.bytes", 1),), min=0,
+                  doc="bytes between entries of the offset index"),
+        ConfigDef("leader.replication.throttled.replicas", LIST, "",
+                  (("leader.replication.throttled.replicas", 1),)),
+        ConfigDef("local.retention.bytes", LONG, "-2", (("log.local.retention.bytes", 1),), min=-2),
+        ConfigDef("local.retention.ms", LONG, "-2", (("log.local.retention.ms", 1),), min=-2),
+        ConfigDef("max.compaction.lag.ms", LONG, _LONG_MAX, (("log.cleaner.max.compaction.lag.ms", 1),), min=1),
+        ConfigDef("max.message.bytes", INT, "1048588", (("message.max.bytes", 1),), min=0,
+                  doc="the largest record batch size allowed"),
+        ConfigDef("message.timestamp.after.max.ms", LONG, _LONG_MAX,
+                  (("log.message.timestamp.after.max.ms", 1),), min=0),
+        ConfigDef("message.timestamp.before.max.ms", LONG, _LONG_MAX,
+                  (("log.message.timestamp.before.max.ms", 1),), min=0),
+        ConfigDef("message.timestamp.type", STRING, "CreateTime", (("log.message.timestamp.type", 1),),
+                  choices=("CreateTime", "LogAppendTime"),
+                  doc="CreateTime keeps the producer's timestamps, LogAppendTime stamps the broker's"),
+        ConfigDef("min.cleanable.dirty.ratio", DOUBLE, "0.5", (("log.cleaner.min.cleanable.ratio", 1),),
+                  min=0, max=1),
+        ConfigDef("min.compaction.lag.ms", LONG, "0", (("log.cleaner.min.compaction.lag.ms", 1),), min=0),
+        ConfigDef("min.insync.replicas", INT, "1", (("min.insync.replicas", 1),), min=1,
+                  doc="acks=all produce fails with NOT_ENOUGH_REPLICAS below this many in-sync replicas"),
+        ConfigDef("preallocate", BOOLEAN, "false", (("log.preallocate", 1),)),
+        ConfigDef("remote.storage.enable", BOOLEAN, "false"),
+        ConfigDef("retention.bytes", LONG, "-1", (("log.retention.bytes", 1),),
+                  doc="segments are deleted, oldest first, while the partition is larger (-1: no limit)"),
+        ConfigDef("retention.ms", LONG, "604800000",
+                  (("log.retention.ms", 1), ("log.retention.minutes", _M), ("log.retention.hours", _H)),
+                  broker_default="168", min=-1,
+                  doc="segments whose largest timestamp is older are deleted (-1: no limit)"),
+        ConfigDef("segment.bytes", INT, "1073741824", (("log.segment.bytes", 1),), min=14,
+                  doc="a segment rolls when it would grow past this size"),
+        ConfigDef("segment.index.bytes", INT, "10485760", (("log.index.size.max.bytes", 1),), min=4),
+        ConfigDef("segment.jitter.ms", LONG, "0", (("log.roll.jitter.ms", 1), ("log.roll.jitter.hours", _H)),
+                  broker_default="0", min=0),
+        ConfigDef("segment.ms", LONG, "604800000", (("log.roll.ms", 1), ("log.roll.hours", _H)),
+                  broker_default="168", min=1,
+                  doc="a segment rolls when its first batch is older than this"),
+        ConfigDef("unclean.leader.election.enable", BOOLEAN, "false",
+                  (("unclean.leader.election.enable", 1),)),
+    ]
+    return {c.name: c for c in d}
+
+
+#: Kafka's topic configs by name.
+TOPIC_CONFIGS: dict[str, ConfigDef] = _defs()
+#: broker config name -> (topic config, multiplier): the dynamically updatable log defaults
+BROKER_SYNONYMS: dict[str, tuple[ConfigDef, int]] = {
+    s: (c, m) for c in TOPIC_CONFIGS.values() for s, m in c.synonyms}
+
+
+@dataclass(frozen=True)
+class TopicSettings:
+    """The effective values the broker acts on, cached per topic."""
+
+    retention_ms: int
+    retention_bytes: int
+    segment_ms: int
+    segment_jitter_ms: int
+    min_insync_replicas: int
+    deletes: bool  # cleanup.policy includes delete
+
+
+@dataclass
+class ConfigEntry:
+    """One described config, independent of the response version."""
+
+    name: str
+    value: Optional[str]
+    source: int
+    read_only: bool = False
+    sensitive: bool = False
+    synonyms: tuple[tuple[str, Optional[str], int], ...] = ()
+    type: int = STRING
+    doc: Optional[str] = None
+
+
+def _static_broker_values(cfg: BrokerConfig) -> dict[str, str]:
+    """The broker's start-up settings that Kafka would show as STATIC_BROKER_CONFIG: those
+    that differ from Kafka's defaults."""
+    lg = cfg.log
+    values = {
+        "log.segment.bytes": lg.segment_bytes, "log.index.interval.bytes": lg.index_interval_bytes,
+        "log.index.size.max.bytes": lg.segment_index_bytes,
+        "log.message.timestamp.type": lg.message_timestamp_type,
+        "log.message.timestamp.before.max.ms": lg.timestamp_before_max_ms,
+        "log.message.timestamp.after.max.ms": lg.timestamp_after_max_ms,
+        "message.max.bytes": lg.max_message_bytes,
+        "log.retention.ms": cfg.log_retention_ms, "log.retention.bytes": cfg.log_retention_bytes,
+        "log.roll.ms": cfg.log_roll_ms, "log.cleanup.policy": cfg.log_cleanup_policy,
+        "min.insync.replicas": cfg.min_insync_replicas,
+    }
+    # every name here is a synonym in the topic config's own unit
+    return {name: str(v) for name, v in values.items() if str(v) != BROKER_SYNONYMS[name][0].default}
+
+
+class ConfigManager:
+    """Effective configs of topics and this broker, their changes and their file."""
+
+    def __init__(self, config: BrokerConfig, logs: LogManager) -> None:
+        self.config, self.logs = config, logs
+        self.path = os.path.join(logs.data_dir, CONFIGS_FILE)
+        self.static = _static_broker_values(config)
+        self.static_log = logs.defaults
+        # "" (cluster default) and str(node id) -> dynamic broker configs
+        self.broker_dynamic: dict[str, dict[str, str]] = {"": {}, str(config.node_id): {}}
+        self.load_problems: list[str] = []
+        self._settings: dict[str, tuple[Any, TopicSettings]] = {}
+        self._load()
+
+    # ------------------------------------------------------------------ file
+    def _load(self) -> None:
+        try:
+            with open(self.path, "rb") as f:
+                doc = json.loads(f.read())
+        except FileNotFoundError:
+            self._apply_broker()
+            return
+        except (OSError, ValueError) as exc:
+            # a broken file must not stop the broker; the topics keep the defaults
+            self.load_problems.append(f"{self.path}: {exc}")
+            self._apply_broker()
+            return
+        broker = doc.get("broker", {}) if isinstance(doc, dict) else {}
+        for key in self.broker_dynamic:
+            got = broker.get(key, {})
+            if isinstance(got, dict):
+                self.broker_dynamic[key] = {str(k): str(v) for k, v in got.items() if k in BROKER_SYNONYMS}
+        self._apply_broker()
+        topics = doc.get("topics", {}) if isinstance(doc, dict) else {}
+        for name, entry in topics.items() if isinstance(topics, dict) else ():
+            topic = self.logs.topics.get(name)
+            if topic is None or not isinstance(entry, dict) or entry.get("topic_id") != str(topic.topic_id):
+                continue  # deleted, or recreated under the same name while we were down
+            configs = entry.get("configs", {})
+            if isinstance(configs, dict):
+                try:
+                    self.apply_topic(topic, {str(k): str(v) for k, v in configs.items()})
+                except BrokerError as exc:
+                    self.load_problems.append(f"{name}: {exc.message}")
+
+    def save(self) -> None:
+        topics = {t.name: {"topic_id": str(t.topic_id), "configs": dict(sorted(t.configs.items()))}
+                  for t in sorted(self.logs.topics.values(), key=lambda t: t.name) if t.configs}
+        doc = {"version": 1, "topics": topics,
+               "broker": {k: dict(sorted(v.items())) for k, v in self.broker_dynamic.items() if v}}
+        tmp = self.path + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(doc, f, indent=1)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+
+    # ------------------------------------------------------------------ values
+    def _broker_levels(self, broker_name: str) -> list[tuple[Optional[str], int]]:
+        """(value, source) of a broker config at each level that sets it, most specific first."""
+        out: list[tuple[Optional[str], int]] = []
+        node = self.broker_dynamic.get(str(self.config.node_id), {})
+        if broker_name in node:
+            out.append((node[broker_name], DYNAMIC_BROKER))
+        if broker_name in self.broker_dynamic[""]:
+            out.append((self.broker_dynamic[""][broker_name], DYNAMIC_DEFAULT_BROKER))
+        if broker_name in self.static:
+            out.append((self.static[broker_name], STATIC_BROKER))
+        return out
+
+    def _synonyms(self, d: ConfigDef) -> list[tuple[str, Optional[str], int, int]]:
+        """(broker name, value, source, multiplier) of every level that sets ``d`` at broker
+        level, ending with Kafka's default of the last synonym."""
+        out = [(s, v, src, m) for s, m in d.synonyms for v, src in self._broker_levels(s)]
+        if d.synonyms:
+            last, m = d.synonyms[-1]
+            default = d.broker_default if d.broker_default is not None else d.default
+            out.append((last, default, DEFAULT, m))
+        return out
+
+    def broker_value(self, d: ConfigDef) -> tuple[Optional[str], int]:
+        """The value a topic without an override gets, in the topic config's unit."""
+        for _, v, src, m in self._synonyms(d):
+            if v is not None and src != DEFAULT:
+                return (str(int(v) * m) if m != 1 else v), src
+        return d.default, DEFAULT
+
+    def topic_value(self, topic: Topic, name: str) -> Optional[str]:
+        if name in topic.configs:
+            return topic.configs[name]
+        return self.broker_value(TOPIC_CONFIGS[name])[0]
+
+    def settings(self, topic: Topic) -> TopicSettings:
+        """``topic``'s retention, roll and replica settings (cached until a config changes)."""
+        got = self._settings.get(topic.name)
+        if got is not None and got[0] == topic.topic_id:
+            return got[1]
+        v: Callable[[str], int] = lambda n: int(self.topic_value(topic, n) or 0)  # noqa: E731
+        policy = self.topic_value(topic, "cleanup.policy") or ""
+        st = TopicSettings(v("retention.ms"), v("retention.bytes"), v("segment.ms"),
+                           v("segment.jitter.ms"), v("min.insync.replicas"),
+                           "delete" in policy.split(","))
+        self._settings[topic.name] = (topic.topic_id, st)
+        return st
+
+    def validate_topic(self, configs: Mapping[str, Optional[str]]) -> dict[str, str]:
+        """Topic configs checked and normalised; INVALID_CONFIG for an unknown name or a bad
+        value, as Kafka's ``LogConfig.validate``."""
+        out = {}
+        for name, value in configs.items():
+            d = TOPIC_CONFIGS.get(name)
+            if d is None:
+                raise BrokerError(ErrorCode.INVALID_CONFIG, f"Unknown topic config name: {name}")
+            out[name] = d.check(value)
+        self.static_log.with_overrides(out)  # the log's own checks (segment.bytes minimum, ...)
+        return out
+
+    # ------------------------------------------------------------------ changes
+    def _log_defaults(self) -> LogConfig:
+        """The broker-level LogConfig: start-up settings with the dynamic log defaults."""
+        dyn = {}
+        for name, d in TOPIC_CONFIGS.items():
+            v, src = self.broker_value(d)
+            if src in (DYNAMIC_BROKER, DYNAMIC_DEFAULT_BROKER) and v is not None:
+                dyn[name] = v
+        return self.static_log.with_overrides(dyn)
+
+    def _apply_broker(self) -> None:
+        self._settings.clear()
+        self.logs.defaults = self._log_defaults()
+        for topic in self.logs.topics.values():
+            self.apply_topic(topic, topic.configs)
+
+    def apply_topic(self, topic: Topic, configs: Mapping[str, str]) -> None:
+        """Give ``topic`` these overrides (validated) and its logs the resulting settings."""
+        valid = self.validate_topic(configs)
+        cfg = self.logs.defaults.with_overrides(valid)
+        self._settings.pop(topic.name, None)
+        topic.configs = valid
+        for lg in topic.partitions:
+            lg.config = cfg
+            # the storage log rolls and indexes by these (the active segment's index
+            # interval stays as it was when the segment was opened)
+            lg.plog.segment_bytes = cfg.segment_bytes
+            lg.plog.index_interval = cfg.index_interval_bytes
+            lg.plog.segment_index_bytes = cfg.segment_index_bytes
+
+    def set_topic(self, topic: Topic, configs: Mapping[str, str]) -> None:
+        self.apply_topic(topic, configs)
+        self.save()
+
+    def set_broker(self, name: str, configs: Mapping[str, str]) -> None:
+        """Replace the dynamic configs of broker ``name`` ("" = the cluster default)."""
+        self.broker_dynamic[name] = dict(configs)
+        self._apply_broker()
+        self.save()
+
+    def validate_broker(self, configs: Mapping[str, Optional[str]]) -> dict[str, str]:
+        out = {}
+        fixed = sorted(n for n in configs if n not in BROKER_SYNONYMS)
+        if fixed:
+            raise BrokerError(ErrorCode.INVALID_CONFIG,
+                              f"Cannot update these configs dynamically: {', '.join(fixed)}")
+        for name, value in configs.items():
+            d, _ = BROKER_SYNONYMS[name]
+            if value is None:
+                raise BrokerError(ErrorCode.INVALID_CONFIG, f"Null value not supported for {name}")
+            out[name] = ConfigDef(name, d.type, None, min=d.min, max=d.max, choices=d.choices).check(value)
+        return out
+
+    # ------------------------------------------------------------------ describe
+    def describe_topic(self, topic: Topic, keys: Optional[Iterable[str]] = None) -> list[ConfigEntry]:
+        wanted = None if keys is None else set(keys)
+        out = []
+        for name, d in sorted(TOPIC_CONFIGS.items()):
+            if wanted is not None and name not in wanted:
+                continue
+            syn = [(s, v, src) for s, v, src, _ in self._synonyms(d)]
+            value: Optional[str]
+            if name in topic.configs:
+                value, source = topic.configs[name], DYNAMIC_TOPIC
+                syn.insert(0, (name, value, DYNAMIC_TOPIC))
+            else:
+                value, source = self.broker_value(d)
+            out.append(ConfigEntry(name, value, source, False, False, tuple(syn), d.type, d.doc or None))
+        return out
+
+    def broker_entries(self, name: str) -> list[ConfigEntry]:
+        """Broker ``name``'s configs ("" = the cluster defaults: only the dynamic ones, as Kafka
+        describes the default resource)."""
+        out = []
+        value: Optional[str]
+        if name == "":
+            for key, value in sorted(self.broker_dynamic[""].items()):
+                d, _ = BROKER_SYNONYMS[key]
+                out.append(ConfigEntry(key, value, DYNAMIC_DEFAULT_BROKER, False, False,
+                                       ((key, value, DYNAMIC_DEFAULT_BROKER),), d.type))
+            return out
+        for key, (d, mult) in sorted(BROKER_SYNONYMS.items()):
+            levels = self._broker_levels(key)
+            syn: tuple[tuple[str, Optional[str], int], ...] = tuple((key, v, src) for v, src in levels)
+            if levels:
+                value, source = levels[0]
+            else:
+                is_last = d.synonyms[-1][0] == key
+                value = (d.broker_default if d.broker_default is not None else d.default) \
+                    if is_last else None
+                source = DEFAULT
+                syn = ((key, value, DEFAULT),) if value is not None else ()
+            out.append(ConfigEntry(key, value, source, False, False, syn, d.type))
+        c = self.config
+        fixed: dict[str, tuple[Any, int]] = {
+            "node.id": (c.node_id, INT), "broker.id": (c.node_id, INT),
+            "process.roles": ("broker,controller", LIST), "log.dirs": (self.logs.data_dir, STRING),
+            "advertised.listeners": (f"PLAINTEXT://{c.host}:{c.port}", STRING),
+            "num.partitions": (c.num_partitions, INT),
+            "auto.create.topics.enable": (str(c.auto_create_topics).lower(), BOOLEAN),
+            "default.replication.factor": (1, INT),
+            "offsets.topic.num.partitions": (c.offsets_topic_num_partitions, INT),
+            "offsets.topic.replication.factor": (1, SHORT),
+            "transaction.state.log.num.partitions": (c.transaction_state_num_partitions, INT),
+            "transaction.max.timeout.ms": (c.transaction_max_timeout_ms, INT),
+            "group.initial.rebalance.delay.ms": (c.group_initial_rebalance_delay_ms, INT),
+            "group.min.session.timeout.ms": (c.group_min_session_timeout_ms, INT),
+            "group.max.session.timeout.ms": (c.group_max_session_timeout_ms, INT),
+            "offset.metadata.max.bytes": (c.offset_metadata_max_bytes, INT),
+            "fetch.max.bytes": (c.fetch_max_bytes, INT),
+            "max.incremental.fetch.session.cache.slots": (c.fetch_session_slots, INT),
+            "log.retention.check.interval.ms": (c.log_retention_check_interval_ms, LONG),
+            "queued.max.requests": (c.queued_max_requests, INT),
+            "queued.max.request.bytes": (c.queued_max_request_bytes, LONG),
+            "socket.request.max.bytes": (c.socket_request_max_bytes, INT),
+        }
+        for key, (value, typ) in sorted(fixed.items()):
+            # start-up settings: read-only, as Kafka marks configs it cannot update dynamically
+            out.append(ConfigEntry(key, str(value), STATIC_BROKER, True, False,
+                                   ((key, str(value), STATIC_BROKER),), typ))
+        return out
