@@ -11,7 +11,7 @@ from typing import Any, Iterator, List, Optional, Tuple, Union
 
 from kproto.codecs import message, request, response
 from kproto.codecs.primitives import INT16, INT32, Buffer
-from kproto.errors import DecodeError, EncodeError
+from kproto.errors import DecodeError, EncodeError, UnsupportedVersionError
 from kproto.schemas.api_keys import ApiKey
 
 _REQUEST_HEADER = message("RequestHeader")
@@ -116,11 +116,20 @@ def decode_request(frame: Buffer, *, size_prefix: bool = True) -> Tuple[Any, Any
 def decode_response(frame: Buffer, api_key: int, api_version: int, *, size_prefix: bool = True) -> Tuple[Any, Any]:
     """Decode a response frame to a request of ``api_key`` at ``api_version`` into ``(header, body)``.
 
-    ``frame`` includes the 4-byte size prefix unless ``size_prefix=False``.
+    ``frame`` includes the 4-byte size prefix unless ``size_prefix=False``. An ApiVersions answer
+    may be a v0 body (see :func:`decode_response_version`).
+    """
+    header, body, _ = decode_response_version(frame, api_key, api_version, size_prefix=size_prefix)
+    return header, body
 
-    An ApiVersions response that does not parse at ``api_version`` is read as v0 when that
-    works, as Kafka's ``ApiVersionsResponse.parse`` does: a broker answers a version it does
-    not support with a v0 body and UNSUPPORTED_VERSION (KIP-511).
+
+def decode_response_version(frame: Buffer, api_key: int, api_version: int, *,
+                            size_prefix: bool = True) -> Tuple[Any, Any, int]:
+    """:func:`decode_response` that also says which version the body was read at.
+
+    That is ``api_version``, except for an ApiVersions response that does not parse at it but
+    does as v0, which is then read so, as Kafka's ``ApiVersionsResponse.parse`` does: a broker
+    answers a version it does not support with a v0 body and UNSUPPORTED_VERSION (KIP-511).
     """
     data = _strip_size(frame, size_prefix)
     try:
@@ -130,12 +139,12 @@ def decode_response(frame: Buffer, api_key: int, api_version: int, *, size_prefi
     header, pos = _RESPONSE_HEADER.decode_from(data, 0, response_header_version(api_key, api_version))
     body = memoryview(data)[pos:]
     try:
-        return header, codec.decode(body, api_version)
-    except DecodeError:
+        return header, codec.decode(body, api_version), api_version
+    except (DecodeError, UnsupportedVersionError):  # the latter: a version newer than ours
         if api_key != ApiKey.API_VERSIONS or api_version == 0:
             raise
         try:
-            return header, codec.decode(body, 0)
+            return header, codec.decode(body, 0), 0
         except DecodeError:
             pass
         raise

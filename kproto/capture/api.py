@@ -228,14 +228,19 @@ class BodyDecoder:
         """A broker that does not support the requested ApiVersions version answers with a v0
         body and UNSUPPORTED_VERSION (KIP-511): decode it so, if that is what it is."""
         assert ex.response_data is not None  # called only for a captured response
-        if ex.api_key != ApiKey.API_VERSIONS or ex.api_version == 0 or len(ex.response_data) < 6:
+        if (ex.api_key != ApiKey.API_VERSIONS or not ex.api_version
+                or len(ex.response_data) < 6):
             return False
         if int.from_bytes(ex.response_data[4:6], "big", signed=True) != ErrorCode.UNSUPPORTED_VERSION:
             return False
         try:
-            ex.response_header, ex.response = bodies.decode_response(ex.response_data, ApiKey.API_VERSIONS, 0)
+            header, body, version = bodies.decode_response_version(
+                ex.response_data, ApiKey.API_VERSIONS, ex.api_version)
         except DecodeError:
             return False
+        if version != 0:  # a whole body of the version asked: not the KIP-511 answer
+            return False
+        ex.response_header, ex.response = header, body
         ex.response_version = 0  # normal: the broker lists its versions, client retries
         return True
 

@@ -10,7 +10,7 @@ import struct
 from typing import Any, NamedTuple, Optional
 
 __all__ = ["BestEffort", "api_name", "api_versions", "best_effort_version", "decode_request",
-           "decode_request_as", "decode_response", "decode_response_as", "read_request_header",
+           "decode_request_as", "decode_response_version", "decode_response_as", "read_request_header",
            "response_error_codes", "schemas_release"]
 
 _I16 = struct.Struct(">h")
@@ -62,11 +62,12 @@ def decode_request(data: bytes) -> tuple[Any, Any]:
     return decode_request(data, size_prefix=False)
 
 
-def decode_response(data: bytes, api_key: int, api_version: int) -> tuple[Any, Any]:
-    """(header, body) of a response frame (no size prefix), by its request's API key and version."""
-    from kproto.framing import decode_response
+def decode_response_version(data: bytes, api_key: int, api_version: int) -> tuple[Any, Any, int]:
+    """(header, body, version read) of a response frame (no size prefix), by its request's API
+    key and version: an ApiVersions answer may be a v0 body (KIP-511)."""
+    from kproto.framing import decode_response_version
 
-    return decode_response(data, api_key, api_version, size_prefix=False)
+    return decode_response_version(data, api_key, api_version, size_prefix=False)
 
 
 def schemas_release() -> str:

@@ -371,7 +371,7 @@ def _sasl_v0_success(ex: Exchange) -> Optional[str]:
         return None
     try:
         _, req = bodies.decode_request(ex.request_data)
-        _, resp = bodies.decode_response(ex.response_data, ApiKey.SASL_HANDSHAKE, 0)
+        _, resp, _ = bodies.decode_response_version(ex.response_data, ApiKey.SASL_HANDSHAKE, 0)
     except (KprotoError, KeyError, TypeError):
         return None
     return req.mechanism if resp.error_code == 0 else None

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 import kproto
-from kproto.framing import FrameBuffer, peek_request_header
+from kproto.framing import FrameBuffer, decode_response_version, peek_request_header
 
 
 def test_request_round_trip_with_size_prefix():
@@ -52,6 +52,11 @@ def test_api_versions_response_falls_back_to_v0(asked):
     header, obj = kproto.decode_response(frame, 18, asked)
     assert header.correlation_id == 5 and obj.error_code == 35
     assert [(k.api_key, k.max_version) for k in obj.api_keys] == [(18, 3)]
+    assert decode_response_version(frame, 18, asked)[2] == 0  # says the body was read as v0
+    newer = codec.valid_versions[-1] + 1  # a client newer than the schemas gets the same answer
+    assert decode_response_version(frame, 18, newer)[1:] == (obj, 0)
+    v3 = kproto.encode_response(kproto.ResponseHeader(correlation_id=5), obj, 18, 3)
+    assert decode_response_version(v3, 18, 3)[1:] == (obj, 3)
 
 
 def test_no_v0_fallback_for_other_apis_or_bad_bodies():
