@@ -13,6 +13,8 @@ import struct
 from dataclasses import dataclass, replace
 from typing import BinaryIO, Generator, Iterator, Union
 
+import construct as cs
+
 from kproto.problems import Problem
 
 __all__ = ["Packet", "iter_packets", "read_packets", "stream_packets",
@@ -29,6 +31,25 @@ _PCAP_MAGICS = {
 }
 _PCAPNG_SHB = 0x0A0D0D0A
 _BYTE_ORDER_MAGIC = 0x1A2B3C4D
+
+
+def _layouts(order: str) -> tuple[cs.Construct, cs.Construct, cs.Construct]:
+    """The headers of a capture file in one byte order, declared (packet records, read for
+    every packet, stay plain ``struct`` calls): the pcap file header, a pcapng Interface
+    Description Block's body and its options (code, length, value padded to 32 bits)."""
+    u16, u32, i32 = ((cs.Int16ul, cs.Int32ul, cs.Int32sl) if order == "<"
+                     else (cs.Int16ub, cs.Int32ub, cs.Int32sb))
+    file_header = cs.Struct("magic" / u32, "version_major" / u16, "version_minor" / u16,
+                            "thiszone" / i32, "sigfigs" / u32, "snaplen" / u32, "network" / u32)
+    option = cs.Struct("code" / u16, "length" / u16, "value" / cs.Bytes(cs.this.length),
+                       cs.Padding(lambda ctx: -ctx.length % 4))
+    interface = cs.Struct("linktype" / u16, "reserved" / u16, "snaplen" / u32,
+                          "options" / cs.GreedyRange(option))
+    return file_header, interface, option
+
+
+_LAYOUTS = {order: _layouts(order) for order in "<>"}
+_PCAP_HEADER_SIZE = _LAYOUTS["<"][0].sizeof()
 
 
 @dataclass(slots=True)
@@ -72,13 +93,14 @@ def _parse(mv: memoryview, index: int = 0,
 
 def _iter_pcap(mv: memoryview, order: str, nanos: bool, index: int = 0,
                shift: int = 0) -> Generator[Union[Packet, Problem], None, tuple[int, bool]]:
-    if len(mv) < 24:
+    if len(mv) < _PCAP_HEADER_SIZE:
         yield _damage("pcap file header truncated", 0, len(mv))
         return index, False
-    linktype = struct.unpack_from(order + "I", mv, 20)[0] & 0x0FFFFFFF
+    # the upper bits of the link type field carry FCS information (pcap's LINKTYPE_MASK)
+    linktype = _LAYOUTS[order][0].parse(mv[:_PCAP_HEADER_SIZE]).network & 0x0FFFFFFF
     rec = struct.Struct(order + "IIII")
     scale = 1e-9 if nanos else 1e-6
-    pos, end = 24, len(mv)
+    pos, end = _PCAP_HEADER_SIZE, len(mv)
     while pos < end:
         index += 1
         if pos + 16 > end:
@@ -134,8 +156,8 @@ def _iter_pcapng(mv: memoryview, index: int = 0,
             if len(body) < 8:
                 yield _damage(f"pcapng interface block at byte {at} too short", index + 1, at)
                 return index, False
-            linktype = struct.unpack_from(order + "H", body, 0)[0]
-            ifaces.append((linktype, *_idb_time(body[8:], order)))
+            idb = _LAYOUTS[order][1].parse(body)
+            ifaces.append((idb.linktype, *_idb_time(idb.options, order)))
         elif btype in (6, 2):  # Enhanced Packet Block, obsolete Packet Block
             if len(body) < 20:
                 yield _damage(f"pcapng packet block at byte {at} too short", index + 1, at)
@@ -163,20 +185,18 @@ def _iter_pcapng(mv: memoryview, index: int = 0,
     return index, True
 
 
-def _idb_time(options: memoryview, order: str) -> tuple[float, int]:
-    """Timestamp unit (if_tsresol, default microseconds) and offset (if_tsoffset) of an interface."""
-    unit, offset, pos = 1e-6, 0, 0
-    while pos + 4 <= len(options):
-        code, length = struct.unpack_from(order + "HH", options, pos)
-        if code == 0:
+def _idb_time(options: list, order: str) -> tuple[float, int]:
+    """Timestamp unit (if_tsresol, default microseconds) and offset (if_tsoffset) of an
+    interface, from its options up to opt_endofopt."""
+    unit, offset = 1e-6, 0
+    for opt in options:
+        if opt.code == 0:
             break
-        value = options[pos + 4:pos + 4 + length]
-        if code == 9 and length >= 1:
-            r = value[0]
+        if opt.code == 9 and opt.length >= 1:
+            r = opt.value[0]
             unit = 2.0 ** -(r & 0x7F) if r & 0x80 else 10.0 ** -r
-        elif code == 14 and length >= 8:
-            offset = struct.unpack_from(order + "q", value, 0)[0]
-        pos += 4 + length + (-length % 4)
+        elif opt.code == 14 and opt.length >= 8:
+            offset = struct.unpack_from(order + "q", opt.value, 0)[0]
     return unit, offset
 
 
