@@ -227,18 +227,24 @@ class CodeGen:
             s(d, f"{var}, = {code}.unpack_from(buf, pos)")
             s(d, f"pos += {2 if code == '_I16' else 4}")
 
+    def _read_len_or_null(self, s: _Src, d: int, f: Field, dest: str, prefix_var: Optional[str]) -> str:
+        """Read the length of ``f`` into a new variable (returned) and open an ``if`` on a
+        negative one: null where ``f`` is nullable, an error where not."""
+        n = self.tmp("n")
+        self._read_len(s, d, f, n, prefix_var)
+        s(d, f"if {n} < 0:")
+        if self.plan.nullable(f):
+            s(d + 1, f"{dest} = None")
+        else:
+            self._fail(s, d + 1, repr(f"non-nullable field {f.name} was serialized as null"))
+        return n
+
     def dec_field(self, s: _Src, d: int, f: Field, target: str, depth: int, prefix_var: Optional[str] = None,
                   assign: Optional[str] = None) -> None:
         dest = assign or f"{target}.{f.attr}"
         t = f.type
         if f.is_array:
-            n = self.tmp("n")
-            self._read_len(s, d, f, n, prefix_var)
-            s(d, f"if {n} < 0:")
-            if self.plan.nullable(f):
-                s(d + 1, f"{dest} = None")
-            else:
-                self._fail(s, d + 1, repr(f"non-nullable field {f.name} was serialized as null"))
+            n = self._read_len_or_null(s, d, f, dest, prefix_var)
             s(d, f"elif {n} > blen - pos:")
             self._fail(s, d + 1, f"'array of ' + str({n}) + ' elements but only ' + str(blen - pos) + ' bytes left'")
             s(d, "else:")
@@ -273,13 +279,7 @@ class CodeGen:
             s(d, f"{dest} = _bnew(_Uuid, {tv})" if t == "uuid" else f"{dest} = {tv}")
             return
         if t in ("string", "bytes", "records"):
-            n = self.tmp("n")
-            self._read_len(s, d, f, n, prefix_var)
-            s(d, f"if {n} < 0:")
-            if self.plan.nullable(f):
-                s(d + 1, f"{dest} = None")
-            else:
-                self._fail(s, d + 1, repr(f"non-nullable field {f.name} was serialized as null"))
+            n = self._read_len_or_null(s, d, f, dest, prefix_var)
             if t == "string":
                 s(d, f"elif {n} > 32767:")
                 self._fail(s, d + 1, repr(f"string field {f.name} had invalid length ") + f" + str({n})")

@@ -43,3 +43,16 @@ def decoded(name: str, guess_ports: bool = False) -> tuple:
 
 ALL = capture_names()
 
+
+def decode_pcap_cli(tmp_path, *argv) -> str:
+    """What ``kproto decode-pcap ARGV`` writes (run in-process; it must exit 0)."""
+    import argparse
+
+    from kproto.cli import decode_pcap
+
+    parser = argparse.ArgumentParser()
+    decode_pcap.register(parser.add_subparsers())
+    out = tmp_path / "out.txt"
+    args = parser.parse_args(["decode-pcap", *argv, "-o", str(out)])
+    assert args.func(args) == 0
+    return out.read_text()

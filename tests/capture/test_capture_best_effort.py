@@ -2,14 +2,13 @@
 (A real capture's exchanges relabelled newer than the schemas: test_capture_versions.py.)"""
 from __future__ import annotations
 
-import argparse
 import json
 
 import kproto
 
 from kproto.capture import BodyDecoder, CaptureDecoder, iter_exchanges
 from kproto.codecs import KAFKA_VERSION
-from kproto.cli import decode_pcap
+from capture_support import decode_pcap_cli
 from pcapgen import Conversation, packets_of, request_frame, response_frame, write_pcap
 
 PORT = 9092
@@ -109,27 +108,18 @@ def test_switched_off():
     assert [e.decoded_as for e in iter_exchanges(frames, [PORT])] == [known]
 
 
-def _cli(tmp_path, *argv) -> str:
-    parser = argparse.ArgumentParser()
-    decode_pcap.register(parser.add_subparsers())
-    out = tmp_path / "out.txt"
-    args = parser.parse_args(["decode-pcap", *argv, "-o", str(out)])
-    assert args.func(args) == 0
-    return out.read_text()
-
-
 def test_cli_text_jsonl_and_switch(tmp_path):
     known = kproto.request(HEARTBEAT).valid_versions[-1]
     _, conv = _run([_heartbeat(known + 1, 1, resp_extra=b"\x01\x02")])
     pcap = tmp_path / "newer.pcap"
     pcap.write_bytes(write_pcap(conv.frames()))
-    text = _cli(tmp_path, str(pcap), "--port", str(PORT), "--format", "text")
+    text = decode_pcap_cli(tmp_path, str(pcap), "--port", str(PORT), "--format", "text")
     assert f"Heartbeat v{known + 1} (as v{known}) corr=1" in text
     assert "i Heartbeat" in text and "! response: 2 bytes" in text and "0102" in text
-    (doc,) = map(json.loads, _cli(tmp_path, str(pcap), "--port", str(PORT)).splitlines())
+    (doc,) = map(json.loads, decode_pcap_cli(tmp_path, str(pcap), "--port", str(PORT)).splitlines())
     assert doc["decoded_as"] == known and doc["unread"]["response"]["hex"] == "0102"
     assert doc["request"]["memberId"] == "m-1"
-    (doc,) = map(json.loads, _cli(tmp_path, str(pcap), "--port", str(PORT),
+    (doc,) = map(json.loads, decode_pcap_cli(tmp_path, str(pcap), "--port", str(PORT),
                                   "--no-best-effort").splitlines())
     assert doc["decoded_as"] is None and doc["request"] is None and doc["unread"] is None
     assert "not a version" in doc["problems"][0]

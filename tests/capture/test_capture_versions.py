@@ -5,14 +5,12 @@ Metadata v13: its exchanges with librdkafka's mock broker are read with the v13 
 field appended to the answer) are read with the v13 layout, what it leaves reported."""
 from __future__ import annotations
 
-import argparse
 
 import kproto
 import pytest
 
-from capture_support import ALL, CAPTURES, decoded, truth, tshark_summary
+from capture_support import ALL, CAPTURES, decode_pcap_cli, decoded, truth, tshark_summary
 from kproto.capture import BodyDecoder, CaptureDecoder
-from kproto.cli import decode_pcap
 from pcapgen import Conversation, packets_of, write_pcap
 
 MOCK = "ck_mock3_all.pcap"
@@ -125,15 +123,6 @@ def test_newer_metadata_decoded_with_the_newest_layout():
         assert doc["unread"]["response"] == {"offset": off, "length": n, "hex": head.hex()}
 
 
-def _cli(tmp_path, *argv) -> str:
-    parser = argparse.ArgumentParser()
-    decode_pcap.register(parser.add_subparsers())
-    out = tmp_path / "out.txt"
-    args = parser.parse_args(["decode-pcap", *argv, "-o", str(out)])
-    assert args.func(args) == 0
-    return out.read_text()
-
-
 def _metadata_row(text: str) -> str:
     return next(line for line in text.splitlines() if line.startswith("Metadata(3)"))
 
@@ -142,12 +131,12 @@ def _metadata_row(text: str) -> str:
 def test_cli_summary_shows_the_layout_used(tmp_path, best_effort):
     switch = [] if best_effort else ["--no-best-effort"]
     # the mock's Metadata v13: Kafka 4.3.1's layout, no problem either way
-    row = _metadata_row(_cli(tmp_path, str(CAPTURES / MOCK), "--summary", *switch))
+    row = _metadata_row(decode_pcap_cli(tmp_path, str(CAPTURES / MOCK), "--summary", *switch))
     n = len(_v13())
     assert f"v13×{n}" in row and "(as" not in row
     assert row.split()[6] == "0"      # the problems column
     # relabelled v14: read as v13 with best effort, left undecoded without
     _, _, pcap = _relabelled_v14(tmp_path)
-    row = _metadata_row(_cli(tmp_path, str(pcap), "--port", "9092", "--summary", *switch))
+    row = _metadata_row(decode_pcap_cli(tmp_path, str(pcap), "--port", "9092", "--summary", *switch))
     assert (f"v14 (as v13)×{n}" in row) is best_effort
     assert (f"v14×{n}" in row) is not best_effort

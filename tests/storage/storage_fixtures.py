@@ -148,3 +148,18 @@ def run_cli(argv: list[str]) -> tuple[int, str]:
     with redirect_stdout(buf):
         rc = main(argv)
     return rc, buf.getvalue()
+
+
+def same_as_kafka_json(want, got) -> bool:
+    """Kafka's JSON form (camelCase, base64 bytes) against a typed row (snake_case, bytes)."""
+    from kproto.schemas.model import snake_case
+
+    if isinstance(want, dict):
+        return isinstance(got, dict) and all(same_as_kafka_json(v, got[snake_case(k)])
+                                             for k, v in want.items())
+    if isinstance(want, list):
+        return (isinstance(got, list) and len(want) == len(got)
+                and all(map(same_as_kafka_json, want, got)))
+    if isinstance(got, bytes):
+        return base64.b64decode(want) == got
+    return want == got

@@ -12,7 +12,7 @@ from kproto.errors import DecodeError
 from kproto.storage.internal import decode_internal_record, decode_metadata_frame
 from kproto.problems import Problems
 
-from storage_fixtures import expected_files, load_expected
+from storage_fixtures import expected_files, load_expected, same_as_kafka_json
 
 DECODED = expected_files("*/*/*.log.decoded.jsonl")
 
@@ -60,17 +60,6 @@ def test_not_internal():
         decode_metadata_frame(b"")
 
 
-def _same(want, got) -> bool:
-    """Kafka's JSON form (camelCase, base64 bytes) against our typed row (snake_case, bytes)."""
-    from kproto.schemas.model import snake_case
-
-    if isinstance(want, dict):
-        return isinstance(got, dict) and all(_same(v, got[snake_case(k)]) for k, v in want.items())
-    if isinstance(want, list):
-        return isinstance(got, list) and len(want) == len(got) and all(map(_same, want, got))
-    if isinstance(got, bytes):
-        return base64.b64decode(want) == got
-    return want == got
 
 
 def test_read_internal_typed_tables_match_expected():
@@ -93,15 +82,15 @@ def test_read_internal_typed_tables_match_expected():
             name, r = rows[(topic, w["offset"])]
             if topic == "__cluster_metadata":
                 assert name.upper() == w["type"].replace("_", "")
-                assert r["version"] == w["version"] and _same(w["data"], r["record"])
+                assert r["version"] == w["version"] and same_as_kafka_json(w["data"], r["record"])
             else:
                 assert name + "Key" == w["key"]["type"] or name == "TransactionLog"
-                assert r["key_version"] == w["key"]["version"] and _same(w["key"]["data"], r["key"])
+                assert r["key_version"] == w["key"]["version"] and same_as_kafka_json(w["key"]["data"], r["key"])
                 if w["value"] is None:
                     assert r["value"] is None and r["value_version"] is None
                 else:
                     assert r["value_version"] == w["value"]["version"]
-                    assert _same(w["value"]["data"], r["value"])
+                    assert same_as_kafka_json(w["value"]["data"], r["value"])
     assert expected == len(rows)
 
 

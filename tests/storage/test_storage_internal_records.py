@@ -7,7 +7,6 @@ and a KRaft snapshot), taken from the golden vectors Apache Kafka 4.3.1's classe
 (``$KPROTO_VECTORS/kafka-4.3/messages.jsonl.gz``)."""
 from __future__ import annotations
 
-import base64
 import gzip
 import json
 import os
@@ -18,11 +17,10 @@ import pytest
 from kproto.codecs import message
 from kproto.problems import Problems
 from kproto.records import RecordBatchBuilder
-from kproto.schemas.model import snake_case
 from kproto.storage import LogDirWriter
 from kproto.storage.internal import COORDINATOR_TOPICS, read_internal, record_types
 
-from storage_fixtures import REPO, run_cli
+from storage_fixtures import REPO, run_cli, same_as_kafka_json
 
 VECTORS = os.path.join(os.environ.get("KPROTO_VECTORS", os.path.join(REPO, "..", "shared",
                                                                      "vectors")),
@@ -119,15 +117,6 @@ def logdir(tmp_path_factory):
     return path, expected, snap_want, vectors
 
 
-def _same(want, got) -> bool:
-    """Kafka's JSON form (camelCase, base64 bytes) against a typed row (snake_case, bytes)."""
-    if isinstance(want, dict):
-        return isinstance(got, dict) and all(_same(v, got[snake_case(k)]) for k, v in want.items())
-    if isinstance(want, list):
-        return isinstance(got, list) and len(want) == len(got) and all(map(_same, want, got))
-    if isinstance(got, bytes):
-        return base64.b64decode(want) == got
-    return want == got
 
 
 def test_every_43_record_type_is_written(logdir):
@@ -171,16 +160,16 @@ def test_read_internal_decodes_every_record(logdir):
         name, row = rows[where]
         if "name" in want:
             assert name == want["name"] and row["version"] == want["version"]
-            assert _same(want["data"], row["record"]), where
+            assert same_as_kafka_json(want["data"], row["record"]), where
         else:
             assert name + "Key" == want["key"]["type"]
             assert row["key_version"] == want["key"]["version"]
-            assert _same(want["key"]["data"], row["key"]), where
+            assert same_as_kafka_json(want["key"]["data"], row["key"]), where
             if want["value"] is None:
                 assert row["value"] is None and row["value_version"] is None
             else:
                 assert row["value_version"] == want["value"]["version"]
-                assert _same(want["value"]["data"], row["value"]), where
+                assert same_as_kafka_json(want["value"]["data"], row["value"]), where
     assert {"ShareSnapshot", "ShareUpdate", "StreamsGroupTopology", "ConsumerGroupMetadata",
             "ShareGroupMetadata", "TransactionLog", "OffsetCommit"} <= set(tables)
     assert set(tables["ShareSnapshot"].column("topic").to_pylist()) == {"__share_group_state"}
