@@ -48,6 +48,7 @@ FAMILIES: dict[str, list[str]] = {
     "logdirs": ["fuzz_storage_files", "fuzz_storage_log", "logdir_files"],
     "captures": ["fuzz_capture_file"],
     "cli": ["cli_files"],
+    "broker": ["fuzz_broker_request"],
 }
 
 
@@ -182,6 +183,10 @@ def seeds(family: str) -> list[bytes]:
                 b"\x00" + pcapgen.write_pcapng(conv.frames())]
     if family in ("messages", "frames"):
         out.append((REPO / "examples" / "fetch_request_v13.bin").read_bytes())
+    if family == "broker":
+        # each template request whole (byte 0 picks it; bit 7 clear: written at position 0)
+        from fuzz_broker_request import TEMPLATES
+        out += [bytes([i, 0]) + t for i, t in enumerate(TEMPLATES)]
     if family == "logdirs":
         out += [bytes([i]) + files[i % len(files)].read_bytes()[:4096] for i in range(len(files))]
     return out

@@ -77,6 +77,10 @@ class AdminHandlers:
                               "not be an increase.")
         if t.count == have:
             raise BrokerError(ErrorCode.INVALID_PARTITIONS, f"Topic already has {have} partition(s).")
+        if t.count - have > core.config.max_partitions_per_request:
+            raise BrokerError(ErrorCode.POLICY_VIOLATION,
+                              f"Unable to add {t.count - have} partitions in one operation: the "
+                              f"limit is {core.config.max_partitions_per_request}")
         if t.assignments is not None:
             if len(t.assignments) != t.count - have:
                 raise BrokerError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,

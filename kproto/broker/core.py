@@ -30,7 +30,7 @@ from kproto.codecs import request as request_codec
 from kproto.codecs import response as response_codec
 from kproto.codecs.primitives import Uuid
 from kproto.error_codes import ErrorCode
-from kproto.errors import DecodeError
+from kproto.errors import DecodeError, EncodeError
 from kproto.fetch_session import FetchSessionCache, SessionErrorContext
 from kproto.fetch_session.messages import (build_fetch_response, request_fetch_data,
                                            request_metadata, request_replica_id)
@@ -124,6 +124,9 @@ class BrokerConfig:
     queued_max_requests: int = 500                  # queued.max.requests
     queued_max_request_bytes: int = 256 * 1024 * 1024  # queued.max.request.bytes (Kafka: -1)
     socket_request_max_bytes: int = 100 * 1024 * 1024  # socket.request.max.bytes
+    # partitions one CreateTopics/CreatePartitions may add (KRaft's controller refuses an
+    # operation of more than 10000 records, QuorumController.MAX_RECORDS_PER_USER_OP)
+    max_partitions_per_request: int = 10000
 
 
 @dataclass
@@ -370,7 +373,8 @@ class BrokerCore:
         try:
             header, body = decode_request(frame, size_prefix=False)
         except DecodeError as exc:
-            parsed = _decode_ignoring_trailing_bytes(frame, key, ver)
+            parsed = (_decode_ignoring_trailing_bytes(frame, key, ver)
+                      if "trailing bytes after the message" in str(exc) else None)
             if parsed is None:
                 # Kafka closes a connection whose request it cannot parse
                 channel.close(f"cannot parse request (API key {key} v{ver}): {exc}")
@@ -419,7 +423,11 @@ class BrokerCore:
         if req.api_key == ApiKey.PRODUCE and req.body.acks == 0:
             req.channel.respond(None)
             return
-        req.respond(body)
+        try:
+            req.respond(body)
+        except EncodeError:
+            # the response has no error code at this version (ElectLeaders v0, ...)
+            req.channel.close(f"{ErrorCode(code).name} for API key {req.api_key} v{req.version}")
 
     # ------------------------------------------------------------------ helpers
     def log_for(self, tip: TopicIdPartition) -> Optional[Log]:
@@ -544,6 +552,10 @@ class BrokerCore:
                 continue
             try:
                 n, configs = self._check_new_topic(t)
+                if n > self.config.max_partitions_per_request:
+                    raise BrokerError(ErrorCode.POLICY_VIOLATION,
+                                      f"Unable to create {n} partitions in one operation: the "
+                                      f"limit is {self.config.max_partitions_per_request}")
             except BrokerError as exc:
                 res.error_code, res.error_message = exc.code, exc.message
                 continue

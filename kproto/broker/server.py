@@ -63,11 +63,15 @@ class Broker:
     """
 
     def __init__(self, data_dir: str | os.PathLike[str], port: int = 0, *, host: str = "127.0.0.1",
-                 max_frame: int = DEFAULT_MAX_FRAME, **config: Any) -> None:
+                 max_frame: Optional[int] = None, **config: Any) -> None:
         log_cfg = {k: config.pop(k) for k in list(config) if k in _LOG_CONFIGS}
+        if max_frame is not None:  # the older name of socket.request.max.bytes
+            config["socket_request_max_bytes"] = max_frame
         self.config = BrokerConfig(host=host, port=port, log=LogConfig(**log_cfg), **config)
         self.data_dir = os.fspath(data_dir)
-        self.max_frame = max_frame
+        # socket.request.max.bytes: a frame announcing more is refused and its connection
+        # closed before its bytes are read, as Kafka's NetworkReceive does
+        self.max_frame = self.config.socket_request_max_bytes or DEFAULT_MAX_FRAME
         self.core: Optional[BrokerCore] = None
         self._server: Optional[asyncio.AbstractServer] = None
         self._wakeup: Optional[asyncio.TimerHandle] = None
@@ -170,7 +174,11 @@ class Broker:
                         if core is None:
                             return
                         conn.done = loop.create_future()
-                        core.handle(conn, frame)
+                        try:
+                            core.handle(conn, frame)
+                        except Exception:  # a core bug ends this connection, not the broker
+                            log.exception("error handling a request")
+                            conn.close("internal error")
                         self._arm_timer()
                         await conn.done
                         if conn.closed is not None:

@@ -1,0 +1,61 @@
+"""Limits of the socket layer: socket.request.max.bytes refuses a larger frame and closes only
+its connection; a request the core cannot serve does not stop the broker."""
+from __future__ import annotations
+
+import asyncio
+
+import kproto
+from kproto.broker import Broker
+from kproto.framing import RequestHeader, decode_response, encode_request
+
+
+def api_versions_frame(cid: int) -> bytes:
+    header = RequestHeader(request_api_key=18, request_api_version=3, correlation_id=cid, client_id="t")
+    return encode_request(header, kproto.request(18).cls(client_software_name="t",
+                                                         client_software_version="1"))
+
+
+async def ask(reader, writer, cid):
+    writer.write(api_versions_frame(cid))
+    size = int.from_bytes(await reader.readexactly(4), "big")
+    header, body = decode_response(await reader.readexactly(size), 18, 3, size_prefix=False)
+    return header.correlation_id, body.error_code
+
+
+def test_a_frame_over_socket_request_max_bytes_closes_only_its_connection(tmp_path):
+    async def main():
+        async with Broker(tmp_path / "d", socket_request_max_bytes=1000) as broker:
+            good = await asyncio.open_connection(broker.host, broker.port)
+            bad = await asyncio.open_connection(broker.host, broker.port)
+            assert await ask(*good, 1) == (1, 0)
+            # 1001 bytes announced: refused from the size prefix alone, nothing more is read
+            bad[1].write((1001).to_bytes(4, "big") + b"\x00" * 16)
+            assert await asyncio.wait_for(bad[0].read(), 5) == b""
+            # exactly the limit is fine; the other connection keeps being served
+            frame = api_versions_frame(2)
+            padded = frame[4:] + b"\x00" * (1000 - len(frame) + 4)  # trailing bytes are tolerated
+            good[1].write(len(padded).to_bytes(4, "big") + padded)
+            size = int.from_bytes(await good[0].readexactly(4), "big")
+            assert decode_response(await good[0].readexactly(size), 18, 3, size_prefix=False)[0].correlation_id == 2
+            assert await ask(*good, 3) == (3, 0)
+            good[1].close()
+            bad[1].close()
+
+    asyncio.run(asyncio.wait_for(main(), 30))
+
+
+def test_an_error_inside_the_core_closes_the_connection_and_the_broker_serves_on(tmp_path):
+    async def main():
+        async with Broker(tmp_path / "d") as broker:
+            def boom(header, body):
+                raise RuntimeError("a bug")
+            broker.control(18, boom)
+            first = await asyncio.open_connection(broker.host, broker.port)
+            first[1].write(api_versions_frame(1))
+            assert await asyncio.wait_for(first[0].read(), 5) == b""
+            second = await asyncio.open_connection(broker.host, broker.port)
+            broker.core.hooks.clear()
+            assert await ask(*second, 2) == (2, 0)
+            second[1].close()
+
+    asyncio.run(asyncio.wait_for(main(), 30))
