@@ -79,6 +79,9 @@ IMPLEMENTED: dict[int, tuple[int, int]] = {
     ApiKey.ADD_OFFSETS_TO_TXN: (0, 4),
     ApiKey.END_TXN: (0, 4),
     ApiKey.TXN_OFFSET_COMMIT: (0, 4),
+    # KIP-848 consumer groups (kproto.broker.consumer_group)
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: (0, 1),
+    ApiKey.CONSUMER_GROUP_DESCRIBE: (0, 1),
     **ADMIN_VERSIONS,
 }
 
@@ -110,6 +113,9 @@ class BrokerConfig:
     group_initial_rebalance_delay_ms: int = 3000    # group.initial.rebalance.delay.ms
     group_min_session_timeout_ms: int = 6000        # group.min.session.timeout.ms
     group_max_session_timeout_ms: int = 1800000     # group.max.session.timeout.ms
+    group_consumer_session_timeout_ms: int = 45000  # group.consumer.session.timeout.ms
+    group_consumer_heartbeat_interval_ms: int = 5000  # group.consumer.heartbeat.interval.ms
+    group_consumer_assignors: str = "uniform,range"  # group.consumer.assignors (first: default)
     offset_metadata_max_bytes: int = 4096           # offset.metadata.max.bytes
     transaction_state_num_partitions: int = 50      # transaction.state.log.num.partitions
     transaction_max_timeout_ms: int = 900000        # transaction.max.timeout.ms
@@ -292,6 +298,9 @@ class BrokerCore:
             ApiKey.DESCRIBE_GROUPS: lambda r: g.describe_groups(r.body, r.version, r.respond),
             ApiKey.LIST_GROUPS: lambda r: g.list_groups(r.body, r.version, r.respond),
             ApiKey.DELETE_GROUPS: lambda r: g.delete_groups(r.body, r.version, r.respond),
+            ApiKey.CONSUMER_GROUP_HEARTBEAT: lambda r: g.consumer.heartbeat(
+                r.body, r.version, r.header.client_id or "", _peer(r.channel), r.respond),
+            ApiKey.CONSUMER_GROUP_DESCRIBE: lambda r: g.consumer.describe(r.body, r.version, r.respond),
             ApiKey.CREATE_PARTITIONS: lambda r: adm.create_partitions(r.body, r.version, r.respond),
             ApiKey.DESCRIBE_CONFIGS: lambda r: adm.describe_configs(r.body, r.version, r.respond),
             ApiKey.ALTER_CONFIGS: lambda r: adm.alter_configs(r.body, r.version, r.respond),
@@ -856,6 +865,9 @@ def error_response(api_key: int, version: int, body: Any, code: int) -> Optional
         return cls(topics=[cls.TxnOffsetCommitResponseTopic(name=t.name, partitions=[
             cls.TxnOffsetCommitResponsePartition(partition_index=p.partition_index, error_code=code)
             for p in t.partitions]) for t in body.topics])
+    if api_key == ApiKey.CONSUMER_GROUP_DESCRIBE:
+        return cls(groups=[cls.DescribedGroup(error_code=code, group_id=g, group_state="", assignor_name="")
+                           for g in body.group_ids])
     if api_key == ApiKey.DELETE_GROUPS:
         return cls(results=[cls.DeletableGroupResult(group_id=g, error_code=code)
                             for g in body.groups_names])

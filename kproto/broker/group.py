@@ -19,8 +19,10 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Union
 
+from kproto.broker.consumer_group import RECORD_TYPES as CONSUMER_RECORD_TYPES
+from kproto.broker.consumer_group import ConsumerGroup, ConsumerGroupCoordinator
 from kproto.broker.log import Log
 from kproto.broker.purgatory import DelayedOperation, DelayedOperationPurgatory
 from kproto.codecs import message
@@ -308,6 +310,8 @@ class GroupCoordinator:
             DelayedOperationPurgatory("Rebalance", core.timer)
         self.heartbeat_purgatory: DelayedOperationPurgatory[DelayedHeartbeat] = \
             DelayedOperationPurgatory("Heartbeat", core.timer)
+        # KIP-848 consumer groups: their own state machine, sharing __consumer_offsets
+        self.consumer = ConsumerGroupCoordinator(self)
         if OFFSETS_TOPIC in core.logs.topics:
             self._load()
 
@@ -412,6 +416,7 @@ class GroupCoordinator:
                 continue
             for member in group.members.values():
                 self.complete_and_schedule_heartbeat(group, member)
+        self.consumer.after_load()
 
     def _group(self, group_id: str) -> Group:
         g = self.groups.get(group_id)
@@ -465,6 +470,8 @@ class GroupCoordinator:
                 if m.group_instance_id is not None:
                     group.static_members[m.group_instance_id] = m.member_id
             group.state = STABLE if group.members else EMPTY
+        elif rtype in CONSUMER_RECORD_TYPES:
+            self.consumer.replay(rtype, memoryview(key)[2:], None if value is None else memoryview(value))
 
     # -------------------------------------------------------------- heartbeats
     def complete_and_schedule_heartbeat(self, group: Group, member: Member,
@@ -608,6 +615,10 @@ class GroupCoordinator:
         if not cfg.group_min_session_timeout_ms <= body.session_timeout_ms <= cfg.group_max_session_timeout_ms:
             return answer(JoinResult(E.INVALID_SESSION_TIMEOUT, member_id))
         self.ensure_topic()
+        if body.group_id in self.consumer.groups:
+            err = self.consumer.classic_join(body.group_id)
+            if err:
+                return answer(JoinResult(err, member_id))
         group = self.groups.get(body.group_id)
         if group is None:
             if member_id:
@@ -834,6 +845,13 @@ class GroupCoordinator:
         if not body.group_id:
             return respond(result(lambda t, p: E.INVALID_GROUP_ID))
         self.ensure_topic()
+        cg = self.consumer.groups.get(body.group_id)
+        if cg is not None:
+            cerr = self.consumer.offset_commit_error(cg, member_id, generation, version)
+            if cerr:
+                return respond(result(lambda t, p: cerr))
+            codes = self._store_offsets(cg, body.topics, version >= 6, now)
+            return respond(result(lambda t, p: codes.get((t, p.partition_index), E.NONE)))
         group = self.groups.get(body.group_id)
         err: int = E.NONE
         if group is None:
@@ -856,9 +874,15 @@ class GroupCoordinator:
                     self.complete_and_schedule_heartbeat(group, group.members[member_id])
         if err or group is None:
             return respond(result(lambda t, p: err))
+        codes = self._store_offsets(group, body.topics, version >= 6, now)
+        respond(result(lambda t, p: codes.get((t, p.partition_index), E.NONE)))
+
+    def _store_offsets(self, group: Union[Group, ConsumerGroup], topics: Any, with_epoch: bool,
+                       now: int) -> dict[tuple[str, int], int]:
+        """Write an OffsetCommit's offsets for a validated group; the per-partition errors."""
         codes: dict[tuple[str, int], int] = {}
         records, oms = [], {}
-        for t in body.topics:
+        for t in topics:
             for p in t.partitions:
                 tp = (t.name, p.partition_index)
                 if self.core.logs.get(t.name, p.partition_index) is None:
@@ -867,7 +891,7 @@ class GroupCoordinator:
                         len(p.committed_metadata.encode()) > self.config.offset_metadata_max_bytes:
                     codes[tp] = E.OFFSET_METADATA_TOO_LARGE
                 else:
-                    om = OffsetAndMetadata(p.committed_offset, p.committed_leader_epoch if version >= 6 else -1,
+                    om = OffsetAndMetadata(p.committed_offset, p.committed_leader_epoch if with_epoch else -1,
                                            p.committed_metadata or "", now)
                     oms[tp] = om
                     records.append(self._offset_record(group.group_id, tp, om))
@@ -876,20 +900,30 @@ class GroupCoordinator:
             for i, (tp, om) in enumerate(oms.items()):
                 om.record_offset = base + i
                 group.offsets[tp] = om
-        respond(result(lambda t, p: codes.get((t, p.partition_index), E.NONE)))
+        return codes
 
     def fetch_offsets(self, body: Any, version: int, respond: Respond) -> None:
         cls = response_codec(ApiKey.OFFSET_FETCH).cls
         if version < 8:
             wanted = [(body.group_id, None if body.topics is None else
-                       [(t.name, list(t.partition_indexes)) for t in body.topics])]
+                       [(t.name, list(t.partition_indexes)) for t in body.topics], None, -1)]
         else:
             wanted = [(g.group_id, None if g.topics is None else
-                       [(t.name, list(t.partition_indexes)) for t in g.topics]) for g in body.groups]
+                       [(t.name, list(t.partition_indexes)) for t in g.topics],
+                       g.member_id if version >= 9 else None, g.member_epoch if version >= 9 else -1)
+                      for g in body.groups]
         stable = version >= 7 and body.require_stable
-        out = []
-        for group_id, topics in wanted:
-            group = self.groups.get(group_id)
+        out: list[Any] = []
+        errors: dict[str, int] = {}
+        for group_id, topics, fetch_member, fetch_epoch in wanted:
+            # a consumer group's member fetches at its current epoch (KIP-848)
+            gerr = self.consumer.offset_fetch_error(group_id, fetch_member, fetch_epoch)
+            if gerr:
+                errors[group_id] = gerr
+                out.append((group_id, []))
+                continue
+            group: Union[Group, ConsumerGroup, None] = \
+                self.consumer.groups.get(group_id) or self.groups.get(group_id)
             offsets = group.offsets if group is not None else {}
             pending: set[tuple[str, int]] = set()
             if group is not None:
@@ -919,7 +953,7 @@ class GroupCoordinator:
                                                  committed_leader_epoch=e, metadata=m, error_code=c)
                 for p, o, e, m, c in ps]) for n, ps in rows]))
             return
-        respond(cls(groups=[cls.OffsetFetchResponseGroup(group_id=g, error_code=E.NONE, topics=[
+        respond(cls(groups=[cls.OffsetFetchResponseGroup(group_id=g, error_code=errors.get(g, E.NONE), topics=[
             cls.OffsetFetchResponseTopics(name=n, partitions=[
                 cls.OffsetFetchResponsePartitions(partition_index=p, committed_offset=o,
                                                   committed_leader_epoch=e, metadata=m, error_code=c)
@@ -937,11 +971,18 @@ class GroupCoordinator:
 
         if not body.group_id:
             return answer(E.INVALID_GROUP_ID, {})
-        if group is None or group.state == DEAD:
-            return answer(E.GROUP_ID_NOT_FOUND, {})
-        subscribed = group.subscribed_topics() if group.state != EMPTY else set()
-        if group.state != EMPTY and subscribed is None:
-            return answer(E.NON_EMPTY_GROUP, {})
+        cg = self.consumer.groups.get(body.group_id)
+        holder: Union[Group, ConsumerGroup]
+        subscribed: Optional[set[str]]
+        if cg is not None:
+            holder, subscribed = cg, self.consumer.subscribed_topics(cg)
+        else:
+            if group is None or group.state == DEAD:
+                return answer(E.GROUP_ID_NOT_FOUND, {})
+            subscribed = group.subscribed_topics() if group.state != EMPTY else set()
+            if group.state != EMPTY and subscribed is None:
+                return answer(E.NON_EMPTY_GROUP, {})
+            holder = group
         codes: dict[tuple[str, int], int] = {}
         records = []
         for t in body.topics:
@@ -951,10 +992,10 @@ class GroupCoordinator:
                     codes[tp] = E.UNKNOWN_TOPIC_OR_PARTITION
                 elif subscribed and t.name in subscribed:
                     codes[tp] = E.GROUP_SUBSCRIBED_TO_TOPIC
-                elif group.offsets.pop(tp, None) is not None:
-                    records.append(self._offset_record(group.group_id, tp, None))
+                elif holder.offsets.pop(tp, None) is not None:
+                    records.append(self._offset_record(holder.group_id, tp, None))
         if records:
-            self._append(group.group_id, records)
+            self._append(holder.group_id, records)
         answer(E.NONE, codes)
 
     # -------------------------------------------------------------- admin
@@ -968,8 +1009,9 @@ class GroupCoordinator:
                                               protocol_type="", protocol_data="", members=[]))
             elif group is None or group.state == DEAD:
                 code = E.GROUP_ID_NOT_FOUND if version >= 6 else E.NONE
+                what = "is not a classic group" if gid in self.consumer.groups else "not found"
                 out.append(cls.DescribedGroup(
-                    error_code=code, error_message=f"Group {gid} not found." if code else None,
+                    error_code=code, error_message=f"Group {gid} {what}." if code else None,
                     group_id=gid, group_state=DEAD, protocol_type="", protocol_data="", members=[]))
             else:
                 stable = group.state == STABLE
@@ -996,6 +1038,11 @@ class GroupCoordinator:
                 continue
             out.append(cls.ListedGroup(group_id=group.group_id, protocol_type=group.protocol_type or "",
                                        group_state=group.state, group_type="classic"))
+        for cg in self.consumer.groups.values():
+            if (states and cg.state.lower() not in states) or (types and "consumer" not in types):
+                continue
+            out.append(cls.ListedGroup(group_id=cg.group_id, protocol_type="consumer",
+                                       group_state=cg.state, group_type="consumer"))
         respond(cls(error_code=E.NONE, groups=out))
 
     def delete_groups(self, body: Any, version: int, respond: Respond) -> None:
@@ -1003,8 +1050,12 @@ class GroupCoordinator:
         results = []
         for gid in body.groups_names:
             group = self.groups.get(gid)
+            cg = self.consumer.groups.get(gid)
+            code: int
             if not gid:
                 code = E.INVALID_GROUP_ID
+            elif cg is not None:
+                code = self.consumer.delete_group(cg)
             elif group is None or group.state == DEAD:
                 code = E.GROUP_ID_NOT_FOUND
             elif group.state != EMPTY:
@@ -1026,7 +1077,14 @@ class GroupCoordinator:
         cls = response_codec(ApiKey.TXN_OFFSET_COMMIT).cls
         err: int = E.NONE
         group = self.groups.get(body.group_id)
-        if version >= 3 and group is not None and body.generation_id >= 0:
+        cg = self.consumer.groups.get(body.group_id)
+        if cg is not None:
+            # a transactional producer without group metadata (epoch -1) commits as Kafka's
+            # old sendOffsetsToTransaction(offsets, groupId) did
+            if version >= 3 and body.generation_id >= 0:
+                err = self.consumer.offset_commit_error(cg, body.member_id, body.generation_id, version,
+                                                        transactional=True)
+        elif version >= 3 and group is not None and body.generation_id >= 0:
             if group.state == DEAD:
                 err = E.COORDINATOR_NOT_AVAILABLE
             else:
@@ -1039,7 +1097,7 @@ class GroupCoordinator:
         codes: dict[tuple[str, int], int] = {}
         records, oms = [], {}
         if not err:
-            group = self._group(body.group_id)
+            holder: Union[Group, ConsumerGroup] = cg if cg is not None else self._group(body.group_id)
             for t in body.topics:
                 for p in t.partitions:
                     tp = (t.name, p.partition_index)
@@ -1055,7 +1113,7 @@ class GroupCoordinator:
                         records.append(self._offset_record(body.group_id, tp, om))
             if records:
                 base = self._append(body.group_id, records, body.producer_id, body.producer_epoch)
-                pend = group.pending_txn_offsets.setdefault(body.producer_id, {})
+                pend = holder.pending_txn_offsets.setdefault(body.producer_id, {})
                 for i, (tp, om) in enumerate(oms.items()):
                     om.record_offset = base + i
                     pend[tp] = om
@@ -1068,7 +1126,8 @@ class GroupCoordinator:
         """A transaction marker landed on ``__consumer_offsets`` ``partition``: the producer's
         pending offsets of the groups there become committed, or are dropped."""
         n = self.num_partitions
-        for group in list(self.groups.values()):
+        holders: list[Union[Group, ConsumerGroup]] = [*self.groups.values(), *self.consumer.groups.values()]
+        for group in holders:
             if partition_for(group.group_id, n) != partition:
                 continue
             pend = group.pending_txn_offsets.pop(producer_id, None)
@@ -1082,6 +1141,7 @@ class GroupCoordinator:
     def shutdown(self) -> None:
         self.rebalance_purgatory.shutdown()
         self.heartbeat_purgatory.shutdown()
+        self.consumer.shutdown()
 
 
 def _batches(lg: Log) -> Iterator[RecordBatch]:
