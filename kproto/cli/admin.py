@@ -110,7 +110,8 @@ async def _groups(args: argparse.Namespace) -> int:
                 _print_json([{"group_id": g.group_id, "protocol_type": g.protocol_type, "state": g.state,
                               "type": g.type} for g in groups])
             for g in [] if args.json else groups:
-                print(f"{g.group_id}\t{g.protocol_type or '-'}\t{g.state or '-'}")
+                # ListGroups v5 names the group type (classic or consumer, KIP-848)
+                print(f"{g.group_id}\t{g.protocol_type or '-'}\t{g.state or '-'}\t{g.type or '-'}")
         elif args.action == "describe":
             g = (await admin.describe_groups([args.group]))[args.group]
             committed = await admin.list_group_offsets(args.group)
@@ -120,19 +121,35 @@ async def _groups(args: argparse.Namespace) -> int:
             offsets = [{"topic": t, "partition": p, "committed": off, "end": ends[(t, p)],
                         "lag": ends[(t, p)] - off if off >= 0 else None, "member": owner.get((t, p))}
                        for (t, p), off in sorted(committed.items())]
-            doc = {"group_id": g.group_id, "state": g.state, "protocol_type": g.protocol_type,
+            doc = {"group_id": g.group_id, "type": g.type, "state": g.state, "protocol_type": g.protocol_type,
                    "protocol": g.protocol, "members": [
                        {"member_id": m.member_id, "client_id": m.client_id, "client_host": m.client_host,
                         "group_instance_id": m.group_instance_id,
                         "assignment": None if m.assignment is None else [list(tp) for tp in m.assignment]}
+                       | ({} if g.type != "consumer" else {
+                           "member_epoch": m.member_epoch, "subscribed_topics": m.subscribed_topics,
+                           "subscribed_topic_regex": m.subscribed_topic_regex,
+                           "target_assignment": [list(tp) for tp in m.target_assignment or []]})
                        for m in g.members], "offsets": offsets}
+            if g.type == "consumer":  # KIP-848: the group's epochs; protocol is the broker's assignor
+                doc |= {"group_epoch": g.group_epoch, "assignment_epoch": g.assignment_epoch}
             if args.json:
                 _print_json(doc)
                 return 0
-            print(f"group {g.group_id} state {g.state} protocol {g.protocol_type}/{g.protocol or '-'} "
-                  f"members {len(g.members)}")
+            if g.type == "consumer":
+                print(f"group {g.group_id} type consumer state {g.state} assignor {g.protocol or '-'} "
+                      f"epoch {g.group_epoch} assignment epoch {g.assignment_epoch} members {len(g.members)}")
+            else:
+                print(f"group {g.group_id} state {g.state} protocol {g.protocol_type}/{g.protocol or '-'} "
+                      f"members {len(g.members)}")
             for m in g.members:
-                print(f"  member {m.member_id} client {m.client_id} host {m.client_host}")
+                line = f"  member {m.member_id} client {m.client_id} host {m.client_host}"
+                if g.type == "consumer":
+                    owned = ",".join(f"{t}-{p}" for t, p in m.assignment or []) or "-"
+                    line += f" epoch {m.member_epoch} assigned {owned}"
+                    if m.target_assignment != m.assignment:
+                        line += " target " + (",".join(f"{t}-{p}" for t, p in m.target_assignment or []) or "-")
+                print(line)
             print(f"  {'topic':<24} {'partition':>9} {'committed':>12} {'end':>12} {'lag':>8}")
             for o in offsets:
                 lag = "-" if o["lag"] is None else o["lag"]

@@ -83,6 +83,13 @@ class MemberDescription:
     client_host: str
     group_instance_id: Optional[str] = None
     assignment: Optional[list[TopicPartitionKey]] = None
+    #: consumer-protocol groups (KIP-848, ConsumerGroupDescribe): the member's epoch, what it
+    #: subscribes to (topics, or a regex), and the assignment the broker is moving it to
+    member_epoch: Optional[int] = None
+    subscribed_topics: Optional[list[str]] = None
+    subscribed_topic_regex: Optional[str] = None
+    target_assignment: Optional[list[TopicPartitionKey]] = None
+    rack_id: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -94,6 +101,11 @@ class GroupDescription:
     protocol_type: str
     protocol: str
     members: list[MemberDescription] = field(default_factory=list)
+    #: ``classic`` (DescribeGroups) or ``consumer`` (KIP-848, ConsumerGroupDescribe; then
+    #: ``protocol`` is the server-side assignor and the epochs are the group's)
+    type: str = "classic"
+    group_epoch: Optional[int] = None
+    assignment_epoch: Optional[int] = None
 
 
 @dataclass(frozen=True)
@@ -430,10 +442,19 @@ class Admin:
         return sorted(found.values(), key=lambda g: g.group_id)
 
     async def describe_groups(self, group_ids: Iterable[str]) -> dict[str, GroupDescription]:
-        """State, protocol and members of each group; consumer groups' member assignments decoded."""
+        """State, protocol and members of each group; consumer groups' member assignments decoded.
+
+        Groups of the consumer protocol (KIP-848) are described by ConsumerGroupDescribe where
+        the coordinator has it: those its ListGroups (v5+) lists with type ``consumer``, or, from
+        a coordinator without ListGroups v5, any group it does not answer GROUP_ID_NOT_FOUND for
+        (Kafka's answer for a classic group, as its admin reads it); the others by DescribeGroups."""
         codec = _request_codec(ApiKey.DESCRIBE_GROUPS)
         out = {}
         for gid in group_ids:
+            found = await self._describe_consumer_group(gid)
+            if found is not None:
+                out[gid] = found
+                continue
             resp = await self.cluster.coordinator_request(gid, codec.cls(groups=[gid]))
             g = resp.groups[0]
             raise_for_error(g.error_code, f"DescribeGroups({gid})", getattr(g, "error_message", None))
@@ -442,6 +463,40 @@ class Admin:
                                   _member_assignment(g.protocol_type, m.member_assignment))
                 for m in g.members])
         return out
+
+    async def _describe_consumer_group(self, gid: str) -> Optional[GroupDescription]:
+        conn = await self.cluster.coordinator(gid)
+        if not conn.versions.supported(ApiKey.CONSUMER_GROUP_DESCRIBE):
+            return None
+        if conn.versions.supported(ApiKey.LIST_GROUPS, range(5, 100)):
+            # ListGroups v5 names each group's type: ask ConsumerGroupDescribe only for a
+            # consumer-protocol group (some brokers, e.g. tansu 0.6, describe any group with it,
+            # a classic one as a member-less "consumer" group, where Kafka says GROUP_ID_NOT_FOUND)
+            lg = _request_codec(ApiKey.LIST_GROUPS)
+            listed = await self.cluster.coordinator_request(gid, lg.cls(states_filter=[], types_filter=[]))
+            if listed.error_code == ErrorCode.NONE:
+                types = {g.group_id: getattr(g, "group_type", "") for g in listed.groups}
+                if types.get(gid, "").lower() != "consumer":
+                    return None
+        codec = _request_codec(ApiKey.CONSUMER_GROUP_DESCRIBE)
+        resp = await self.cluster.coordinator_request(gid, codec.cls(group_ids=[gid]))
+        g = resp.groups[0] if resp.groups else None
+        if g is None or g.error_code in (ErrorCode.GROUP_ID_NOT_FOUND, ErrorCode.UNSUPPORTED_VERSION):
+            return None
+        raise_for_error(g.error_code, f"ConsumerGroupDescribe({gid})", g.error_message)
+        names = self.cluster.metadata.topic_names()
+
+        def parts(a: Any) -> list[TopicPartitionKey]:
+            return sorted((tp.topic_name or names.get(tp.topic_id, str(tp.topic_id)), p)
+                          for tp in a.topic_partitions for p in tp.partitions)
+
+        return GroupDescription(g.group_id, g.group_state, "consumer", g.assignor_name, [
+            MemberDescription(m.member_id, m.client_id, m.client_host, m.instance_id, parts(m.assignment),
+                              member_epoch=m.member_epoch, subscribed_topics=list(m.subscribed_topic_names),
+                              subscribed_topic_regex=m.subscribed_topic_regex,
+                              target_assignment=parts(m.target_assignment), rack_id=m.rack_id)
+            for m in g.members], type="consumer", group_epoch=g.group_epoch,
+            assignment_epoch=g.assignment_epoch)
 
     async def delete_groups(self, group_ids: Iterable[str]) -> None:
         """Delete empty groups (their committed offsets go with them)."""
@@ -452,10 +507,13 @@ class Admin:
                 raise_for_error(r.error_code, f"DeleteGroups({r.group_id})")
 
     async def list_group_offsets(self, group_id: str, partitions: Optional[Iterable[TopicPartitionKey]] = None, *,
-                                 require_stable: bool = False) -> dict[TopicPartitionKey, int]:
+                                 require_stable: bool = False, member_id: Optional[str] = None,
+                                 member_epoch: int = -1) -> dict[TopicPartitionKey, int]:
         """The group's committed offsets (every partition it has one for when ``partitions`` is
         None; -1 for a named partition without one). ``require_stable`` makes the broker wait out
-        pending transactional commits (OffsetFetch v7+)."""
+        pending transactional commits (OffsetFetch v7+). A member of a consumer-protocol group
+        (KIP-848) names itself with ``member_id`` and ``member_epoch`` (sent from v9, where the
+        broker checks them, as Kafka's consumer sends them)."""
         codec = _request_codec(ApiKey.OFFSET_FETCH)
         by_topic = None if partitions is None else _by_topic(partitions)
         conn = await self.cluster.coordinator(group_id)
@@ -463,8 +521,10 @@ class Admin:
         if version >= 8:
             topics = None if by_topic is None else [codec.cls.OffsetFetchRequestTopics(name=t, partition_indexes=ps)
                                                     for t, ps in by_topic.items()]
-            req = codec.cls(require_stable=require_stable, groups=[
-                codec.cls.OffsetFetchRequestGroup(group_id=group_id, topics=topics)])
+            group_req = codec.cls.OffsetFetchRequestGroup(group_id=group_id, topics=topics)
+            if version >= 9 and member_id is not None:
+                group_req.member_id, group_req.member_epoch = member_id, member_epoch
+            req = codec.cls(require_stable=require_stable, groups=[group_req])
         else:
             topics = None if by_topic is None else [codec.cls.OffsetFetchRequestTopic(name=t, partition_indexes=ps)
                                                     for t, ps in by_topic.items()]
@@ -484,17 +544,24 @@ class Admin:
         return out
 
     async def alter_group_offsets(self, group_id: str, offsets: Mapping[TopicPartitionKey, int], *,
-                                  generation: int = -1, member_id: str = "") -> None:
+                                  generation: int = -1, member_id: str = "",
+                                  member_epoch: bool = False) -> None:
         """Commit ``offsets`` for the group. Without ``generation``/``member_id`` (a member's own
-        commit) the group must have no active members, as with Kafka's admin."""
+        commit) the group must have no active members, as with Kafka's admin. ``member_epoch``:
+        ``generation`` is a consumer-protocol member's epoch (KIP-848), which Kafka's broker takes
+        from OffsetCommit v9 only (older versions are refused for such members)."""
         if not offsets:
             return
         codec = _request_codec(ApiKey.OFFSET_COMMIT)
+        version = None
+        if member_epoch:
+            conn = await self.cluster.coordinator(group_id)
+            version = conn.version(ApiKey.OFFSET_COMMIT, range(9, 100))
         req = codec.cls(group_id=group_id, generation_id_or_member_epoch=generation, member_id=member_id, topics=[
             codec.cls.OffsetCommitRequestTopic(name=t, partitions=[
                 codec.cls.OffsetCommitRequestPartition(partition_index=p, committed_offset=offsets[(t, p)])
                 for p in ps]) for t, ps in _by_topic(offsets).items()])
-        resp = await self.cluster.coordinator_request(group_id, req)
+        resp = await self.cluster.coordinator_request(group_id, req, version=version)
         for t in resp.topics:
             for p in t.partitions:
                 raise_for_error(p.error_code, f"OffsetCommit({t.name}-{p.partition_index})")

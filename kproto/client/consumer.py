@@ -17,6 +17,12 @@ across the rebalance keep their positions and a revocation triggers the follow-u
 cooperative protocol needs. Fetches go to each partition leader through one
 :class:`~kproto.fetch_session.FetchSessionHandler` per broker, which falls back to full
 requests whenever the broker grants no session.
+
+``group_protocol="consumer"`` (Kafka's ``group.protocol=consumer``) joins with the consumer group
+protocol of KIP-848 instead: ConsumerGroupHeartbeat with the assignment computed by the broker,
+driven through the sans-I/O :class:`~kproto.client.membership.ConsumerMembership` by a background
+task of the consumer; a rebalance revokes (after committing their offsets) only what the broker
+moves away and adds what it hands over, while fetching of the other partitions goes on.
 """
 from __future__ import annotations
 
@@ -34,6 +40,7 @@ from kproto.client.cluster import EARLIEST, LATEST, METADATA_REFRESH_ERRORS, Clu
 from kproto.client.protocol import BrokerError, KafkaConnectionError, raise_for_error
 from kproto.client.consumer_protocol import (Assignment, decode_assignment, decode_subscription,
                                              encode_assignment, encode_subscription)
+from kproto.client.membership import ConsumerMembership, MemberState, Reconciliation
 from kproto.codecs import request as _request_codec
 from kproto.errors import KprotoError
 from kproto.fetch_session import FetchSessionHandler, PartitionData, TopicPartition, response_data
@@ -55,6 +62,10 @@ _REJOIN_ERRORS = frozenset({ErrorCode.ILLEGAL_GENERATION, ErrorCode.UNKNOWN_MEMB
 _I32 = struct.Struct(">i")
 _log = logging.getLogger("kproto.client")
 ISOLATION_LEVELS = {"read_uncommitted": 0, "read_committed": 1}
+GROUP_PROTOCOLS = ("classic", "consumer")
+#: Commit answers after which a consumer-protocol member commits again with its newer epoch
+#: (the heartbeat moved the epoch on while the commit was on its way; Kafka's consumer retries)
+_STALE_EPOCH = ErrorCode.STALE_MEMBER_EPOCH
 
 
 class ConsumerRecord(NamedTuple):
@@ -161,11 +172,19 @@ class Consumer:
                  fetch_min_bytes: int = 1, max_partition_fetch_bytes: int = 1048576,
                  fetch_max_bytes: int = 52428800, rack: Optional[str] = None,
                  isolation_level: str = "read_uncommitted", enable_auto_commit: bool = True,
-                 auto_commit_interval_ms: int = 5000) -> None:
+                 auto_commit_interval_ms: int = 5000, group_protocol: str = "classic",
+                 pattern: Optional[str] = None, group_instance_id: Optional[str] = None,
+                 server_assignor: Optional[str] = None) -> None:
         if auto_offset_reset not in ("earliest", "latest"):
             raise ValueError("auto_offset_reset must be 'earliest' or 'latest'")
         if isolation_level not in ISOLATION_LEVELS:
             raise ValueError("isolation_level must be 'read_uncommitted' or 'read_committed'")
+        if group_protocol not in GROUP_PROTOCOLS:
+            raise ValueError("group_protocol must be 'classic' or 'consumer'")
+        if pattern is not None and (group_protocol != "consumer" or group_id is None or topics):
+            # the broker resolves the pattern (SubscribedTopicRegex); there is no client-side
+            # matching for the classic protocol here
+            raise ValueError("pattern= needs group_protocol='consumer', a group_id and no topics")
         #: 1 (read_committed): fetches stop at the last stable offset and leave out aborted
         #: transactions; ``latest`` is the last stable offset.
         self.isolation_level = ISOLATION_LEVELS[isolation_level]
@@ -202,18 +221,42 @@ class Consumer:
         self._heartbeat_task: Optional[asyncio.Task] = None
         self._reset: set[tuple[str, int]] = set()
         self._paused: set[tuple[str, int]] = set()
+        #: the KIP-848 member (``group_protocol="consumer"``); None for the classic protocol
+        self.group_protocol = group_protocol
+        self.pattern = pattern
+        self.membership: Optional[ConsumerMembership] = None
+        if group_protocol == "consumer" and group_id is not None:
+            self.membership = ConsumerMembership(
+                group_id, topics=self.topics, pattern=pattern, instance_id=group_instance_id, rack_id=rack,
+                rebalance_timeout_ms=rebalance_timeout_ms, server_assignor=server_assignor)
+            self.member_id = self.membership.member_id
+            self._needs_join = False  # the membership task joins; ensure_group is the classic path
+        self._member_task: Optional[asyncio.Task] = None
+        self._wake = asyncio.Event()
+        self._member_error: Optional[BaseException] = None
+        #: loop time of each finished reconciliation (tests and measurements)
+        self.reconciled_at: list[float] = []
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> "Consumer":
         """Load the topics' metadata; without a group, assign every partition to this consumer."""
-        await self.cluster.wait_for_leaders(self.topics, allow_auto_create=True)
+        if self.pattern is not None:
+            await self.cluster.refresh_metadata(None)  # topic ids of whatever the pattern matches
+        else:
+            await self.cluster.wait_for_leaders(self.topics, allow_auto_create=True)
         self._next_auto_commit = asyncio.get_running_loop().time() + self.auto_commit_interval
         if self.group_id is None:
             self.assignment = [(t, p) for t in self.topics for p in self.cluster.metadata.partitions(t)]
+        if self.membership is not None and (self._member_task is None or self._member_task.done()):
+            self.membership.join()
+            self._member_task = asyncio.get_running_loop().create_task(self._membership_loop())
         return self
 
     async def close(self) -> None:
         """Commit (with auto-commit) and leave the group (the cluster stays open)."""
+        if self.membership is not None:
+            await self._leave_consumer_group()
+            return
         await self._auto_commit(force=True)
         if self._heartbeat_task is not None:
             self._heartbeat_task.cancel()
@@ -244,6 +287,8 @@ class Consumer:
 
     async def ensure_group(self) -> None:
         """(Re)join the group when needed: JoinGroup, SyncGroup, then fetch committed offsets."""
+        if self.membership is not None:
+            return  # the consumer protocol has no join round: the membership task heartbeats
         if self._needs_join:
             await self._auto_commit(force=True)  # Kafka's onJoinPrepare, before partitions move
         while self._needs_join:
@@ -347,6 +392,155 @@ class Consumer:
         resp = await conn.request(req, version)
         raise_for_error(resp.error_code, f"LeaveGroup({self.group_id})")
 
+    # -- the consumer group protocol (KIP-848) -----------------------------------------------------
+    async def _membership_loop(self) -> None:
+        """Drive :attr:`membership`: heartbeat when it is due, reconcile a new target assignment,
+        release the partitions after fencing. Runs until the member left or failed."""
+        m = self.membership
+        assert m is not None
+        loop = asyncio.get_running_loop()
+        try:
+            while True:
+                if m.state is MemberState.FENCED:
+                    # the partitions are lost: another member may own them already, so their
+                    # positions are dropped without a commit (Kafka's onPartitionsLost)
+                    _log.info("member %s of group %s fenced (%s): rejoining", m.member_id, self.group_id, m.error)
+                    self._drop(set(m.owned) | set(self.assignment))
+                    self.assignment = []
+                    m.released()
+                if m.state is MemberState.RECONCILING:
+                    await self._reconcile(m)
+                if m.state is MemberState.FATAL:
+                    code, message = m.error or (ErrorCode.UNKNOWN_SERVER_ERROR, None)
+                    self._member_error = BrokerError(code, f"ConsumerGroupHeartbeat({self.group_id})", message)
+                    _log.error("consumer group member failed: %s", self._member_error)
+                    return
+                if m.state is MemberState.UNSUBSCRIBED:
+                    return
+                delay = m.time_to_heartbeat(loop.time())
+                if delay is None or delay > 0:
+                    # a reconciliation waiting for metadata retries every 0.1 s
+                    wait = 0.1 if delay is None or m.state is MemberState.RECONCILING else delay
+                    self._wake.clear()
+                    try:
+                        await asyncio.wait_for(self._wake.wait(), wait)
+                    except asyncio.TimeoutError:
+                        pass
+                    continue
+                await self._heartbeat_once(m)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # noqa: BLE001 - surfaced to the application by getmany
+            self._member_error = e
+            _log.exception("consumer group membership task failed")
+
+    async def _heartbeat_once(self, m: ConsumerMembership) -> None:
+        loop = asyncio.get_running_loop()
+        group = self._group
+        try:
+            conn = await self.cluster.coordinator(group)
+            # a pattern needs v1 (SubscribedTopicRegex); the member id is the client's from v1
+            version = conn.version(ApiKey.CONSUMER_GROUP_HEARTBEAT, range(1, 2) if m.pattern is not None else None)
+            req = m.heartbeat_request(loop.time())
+            resp = await conn.request(req, version, timeout=conn.request_timeout)
+        except (KafkaConnectionError, BrokerError) as e:  # no answer, or no coordinator found
+            _log.info("heartbeat of group %s failed: %s", group, e)
+            self.cluster.forget_coordinator(group)
+            m.on_heartbeat_failure(loop.time())
+            return
+        if resp.error_code in (ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE):
+            self.cluster.forget_coordinator(group)
+        m.on_heartbeat_response(resp, loop.time())
+        self.member_id, self.generation = m.member_id, m.member_epoch
+
+    async def _reconcile(self, m: ConsumerMembership) -> None:
+        """One reconciliation step as Kafka's ConsumerMembershipManager takes it: topic ids named
+        from metadata (refreshed when one is unknown), then the revoked partitions' positions
+        committed (auto-commit) and dropped, then the new assignment taken; the next heartbeat
+        acknowledges it."""
+        names = self.cluster.metadata.topic_names()
+        if m.unresolved(names):
+            try:
+                await self.cluster.refresh_metadata(None)
+            except (BrokerError, KafkaConnectionError) as e:
+                _log.info("metadata refresh for group %s failed: %s", self.group_id, e)
+                return
+            names = self.cluster.metadata.topic_names()
+        plan = m.reconcile(names)
+        if plan is None:
+            return
+        await self._apply_reconciliation(m, plan)
+
+    async def _apply_reconciliation(self, m: ConsumerMembership, plan: Reconciliation) -> None:
+        revoked = set(plan.revoked)
+        if revoked:
+            # revoke first: stop fetching them, then commit where they got to (Kafka commits
+            # before onPartitionsRevoked and goes on with the revocation if the commit fails)
+            self.assignment = [tp for tp in self.assignment if tp not in revoked]
+            done = {tp: self.positions[tp] for tp in revoked if tp in self.positions}
+            if self.enable_auto_commit and done:
+                try:
+                    await self._commit_as_member(done)
+                except (BrokerError, KafkaConnectionError) as e:
+                    _log.warning("commit of revoked partitions of group %s failed: %s", self.group_id, e)
+            self._drop(revoked)
+        self.assignment = sorted(plan.assigned)
+        self._paused &= set(plan.assigned)
+        if m.reconciled(plan):
+            self.reconciled_at.append(asyncio.get_running_loop().time())
+            _log.info("group %s member %s epoch %d: revoked %s, added %s", self.group_id, m.member_id,
+                      plan.epoch, sorted(plan.revoked), sorted(plan.added))
+
+    def _drop(self, partitions: set[tuple[str, int]]) -> None:
+        for tp in partitions:
+            self.positions.pop(tp, None)
+            self._reset.discard(tp)
+        self._paused -= partitions
+
+    async def _leave_consumer_group(self) -> None:
+        """Kafka's close for the consumer protocol: commit (auto-commit), revoke everything, then
+        the leave heartbeat (epoch -1; -2 for a static member, whose assignment the broker keeps
+        for its return), waiting for it at most the request timeout."""
+        m = self.membership
+        assert m is not None
+        try:
+            if m.state not in (MemberState.UNSUBSCRIBED, MemberState.FATAL, MemberState.FENCED) \
+                    and self._member_task is not None and not self._member_task.done():
+                owned = m.leave()
+                done = {tp: off for tp, off in self.positions.items() if tp in owned}
+                if self.enable_auto_commit and done:
+                    try:
+                        await self._commit_as_member(done)
+                    except (BrokerError, KafkaConnectionError) as e:
+                        _log.warning("commit on close of group %s failed: %s", self.group_id, e)
+                self._drop(set(self.assignment))
+                self.assignment = []
+                m.left_prepared()
+                self._wake.set()
+                try:
+                    await asyncio.wait_for(asyncio.shield(self._member_task), self.cluster.request_timeout)
+                except asyncio.TimeoutError:
+                    pass
+        finally:
+            if self._member_task is not None:
+                self._member_task.cancel()
+                self._member_task = None
+
+    async def wait_for_assignment(self, timeout: float = 30.0) -> list[tuple[str, int]]:
+        """Consumer protocol: wait until the member is STABLE (its assignment reconciled and
+        acknowledged); returns the assignment."""
+        m = self.membership
+        if m is None:
+            raise KprotoError("wait_for_assignment is for group_protocol='consumer'")
+        deadline = asyncio.get_running_loop().time() + timeout
+        while m.state is not MemberState.STABLE:
+            if self._member_error is not None:
+                raise self._member_error
+            if asyncio.get_running_loop().time() > deadline:
+                raise asyncio.TimeoutError(f"member of {self.group_id} not stable after {timeout} s ({m.state.name})")
+            await asyncio.sleep(0.02)
+        return list(self.assignment)
+
     @property
     def rebalance_needed(self) -> bool:
         """True when the next :meth:`getmany` will rejoin the group first."""
@@ -355,12 +549,18 @@ class Consumer:
     # -- offsets ------------------------------------------------------------------------------
     async def committed(self, partitions: Sequence[tuple[str, int]]) -> dict[tuple[str, int], int]:
         """Committed offsets of ``partitions`` for the group (-1 when none)."""
+        if self.membership is not None:
+            return await self._admin.list_group_offsets(self._group, partitions, member_id=self.membership.member_id,
+                                                        member_epoch=self.membership.member_epoch)
         return await self._admin.list_group_offsets(self._group, partitions)
 
     async def commit(self, offsets: Optional[dict[tuple[str, int], int]] = None) -> None:
         """Commit ``offsets`` (default: the current positions) for the group."""
         group = self._group
         offsets = dict(self.positions) if offsets is None else offsets
+        if self.membership is not None:
+            await self._commit_as_member(offsets)
+            return
         try:
             await self._admin.alter_group_offsets(group, offsets, generation=self.generation,
                                                   member_id=self.member_id)
@@ -368,6 +568,25 @@ class Consumer:
             if e.code in _REJOIN_ERRORS:
                 self._needs_join = True
             raise
+
+    async def _commit_as_member(self, offsets: dict[tuple[str, int], int]) -> None:
+        """OffsetCommit v9+ with the member epoch as generation (KIP-848). STALE_MEMBER_EPOCH
+        (a heartbeat moved the epoch on meanwhile) is retried with the newer epoch."""
+        m = self.membership
+        assert m is not None
+        for attempt in range(5):
+            epoch = m.member_epoch
+            try:
+                await self._admin.alter_group_offsets(self._group, offsets, generation=epoch,
+                                                      member_id=m.member_id, member_epoch=True)
+                return
+            except BrokerError as e:
+                if e.code != _STALE_EPOCH or attempt == 4:
+                    raise
+                for _ in range(20):  # until the heartbeat brings the newer epoch (or 1 s)
+                    if m.member_epoch != epoch:
+                        break
+                    await asyncio.sleep(0.05)
 
     async def list_offsets(self, partitions: Sequence[tuple[str, int]], timestamp: int) -> dict[tuple[str, int], int]:
         """ListOffsets (``EARLIEST``/``LATEST`` or a timestamp) at this consumer's isolation level."""
@@ -380,12 +599,15 @@ class Consumer:
         lookup = [tp for tp in missing if tp not in self._reset]
         committed = await self.committed(lookup) if self.group_id is not None and lookup else {}
         self._reset.difference_update(missing)
+        # a consumer-protocol member may have given a partition up while these awaits ran:
+        # a position only for what is still assigned
         for tp in missing:
-            if committed.get(tp, -1) >= 0:
+            if committed.get(tp, -1) >= 0 and tp in self.assignment:
                 self.positions[tp] = committed[tp]
-        reset = [tp for tp in missing if tp not in self.positions]
+        reset = [tp for tp in missing if tp not in self.positions and tp in self.assignment]
         if reset:
-            self.positions.update(await self.list_offsets(reset, self.reset_to))
+            found = await self.list_offsets(reset, self.reset_to)
+            self.positions.update({tp: off for tp, off in found.items() if tp in self.assignment})
 
     def seek(self, topic: str, partition: int, offset: int) -> None:
         """Fetch ``topic``-``partition`` from ``offset`` next."""
@@ -428,6 +650,8 @@ class Consumer:
     async def getmany(self, timeout: float = 1.0) -> list[ConsumerRecord]:
         """Rejoin if needed, then one fetch round to every leader; returns the new records and
         advances the positions."""
+        if self._member_error is not None:
+            raise self._member_error
         if self.group_id is not None:
             await self.ensure_group()
             await self._auto_commit()
@@ -455,7 +679,7 @@ class Consumer:
                 records.extend(recs)
                 refresh |= need_refresh
         if refresh:
-            await self.cluster.refresh_metadata(self.topics)
+            await self.cluster.refresh_metadata(sorted(set(self.topics) | {t for t, _ in self.assignment}))
         return records
 
     async def _fetch_from(self, node: int, tps: list[tuple[str, int]], timeout: float

@@ -90,6 +90,8 @@ def raise_for_error(code: int, what: str = "", message: str | None = None) -> No
 #:   part 2: implicit AddOffsetsToTxn, an epoch bump at every EndTxn), which the transaction
 #:   manager does not do. AddPartitionsToTxn up to 3: v4+ is the brokers' batched form.
 #: - SaslHandshake: the client sends v1 only (KIP-152: SaslAuthenticate frames the tokens).
+#: - ConsumerGroupHeartbeat 0-1 (KIP-848; v1: the member id is the client's own, and
+#:   SubscribedTopicRegex; a pattern subscription needs v1) and ConsumerGroupDescribe 0-1.
 CLIENT_VERSIONS: Mapping[int, range] = MappingProxyType({
     ApiKey.PRODUCE: range(3, 14),
     ApiKey.FETCH: range(7, 19),
@@ -122,6 +124,8 @@ CLIENT_VERSIONS: Mapping[int, range] = MappingProxyType({
     ApiKey.CREATE_PARTITIONS: range(0, 4),
     ApiKey.DELETE_GROUPS: range(0, 3),
     ApiKey.INCREMENTAL_ALTER_CONFIGS: range(0, 2),
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: range(0, 2),
+    ApiKey.CONSUMER_GROUP_DESCRIBE: range(0, 2),
 })
 
 

@@ -388,13 +388,39 @@ def test_delete_records_goes_to_leaders():
     assert admin_run(Scripted(DeleteRecordsRequest=delete_records), test) == {("t", 0): 10, ("t", 1): 50}
 
 
+T_ID = kproto.Uuid(bytes(range(16)))
+
+
+def consumer_group_describe(body, version):
+    """Kafka's answer: a consumer-protocol group "g3" (KIP-848) is described; any other group is
+    GROUP_ID_NOT_FOUND ("not a consumer group"), after which the admin asks DescribeGroups."""
+    cd = kproto.response(69).cls
+
+    def parts(ps):
+        return cd.Assignment(topic_partitions=[cd.TopicPartitions(topic_id=T_ID, topic_name="t", partitions=ps)])
+
+    return cd(groups=[cd.DescribedGroup(
+        group_id=g, group_state="Reconciling", group_epoch=7, assignment_epoch=7, assignor_name="uniform",
+        members=[cd.Member(member_id="m-a", client_id="ca", client_host="/127.0.0.1", member_epoch=7,
+                           subscribed_topic_names=["t"], assignment=parts([0]), target_assignment=parts([0])),
+                 cd.Member(member_id="m-b", client_id="cb", client_host="/127.0.0.1", member_epoch=6,
+                           instance_id="host-b", subscribed_topic_names=[], subscribed_topic_regex="^t$",
+                           assignment=parts([1, 2]), target_assignment=parts([1]))])
+        if g == "g3" else cd.DescribedGroup(group_id=g, error_code=69, error_message=f"Group {g} is not a consumer group.")
+        for g in body.group_ids])
+
+
 def test_groups_listing_and_consumer_assignments():
     lg, dg, dl = kproto.response(16).cls, kproto.response(15).cls, kproto.response(42).cls
     assignment = encode_assignment([("t", 0), ("t", 1)])
 
     def list_groups(body, version):
-        return lg(groups=[lg.ListedGroup(group_id="g2", protocol_type="consumer", group_state="Empty"),
-                          lg.ListedGroup(group_id="g1", protocol_type="connect", group_state="Stable")])
+        return lg(groups=[lg.ListedGroup(group_id="g2", protocol_type="consumer", group_state="Empty",
+                                         group_type="classic"),
+                          lg.ListedGroup(group_id="g1", protocol_type="connect", group_state="Stable",
+                                         group_type="classic"),
+                          lg.ListedGroup(group_id="g3", protocol_type="consumer", group_state="Reconciling",
+                                         group_type="consumer")])
 
     def describe_groups(body, version):
         return dg(groups=[dg.DescribedGroup(group_id=g, group_state="Stable", protocol_type="consumer",
@@ -415,11 +441,12 @@ def test_groups_listing_and_consumer_assignments():
                                 for k in body.coordinator_keys])
 
     handler = Scripted(ListGroupsRequest=list_groups, DescribeGroupsRequest=describe_groups,
-                       DeleteGroupsRequest=delete_groups, FindCoordinatorRequest=find_coordinator)
+                       DeleteGroupsRequest=delete_groups, FindCoordinatorRequest=find_coordinator,
+                       ConsumerGroupDescribeRequest=consumer_group_describe)
 
     async def test(admin, fb):
         listed = await admin.list_groups()
-        described = await admin.describe_groups(["g2"])
+        described = await admin.describe_groups(["g2", "g3"])
         with pytest.raises(BrokerError, match="GROUP_ID_NOT_FOUND"):
             await admin.describe_groups(["gone"])
         await admin.delete_groups(["g2"])
@@ -428,11 +455,77 @@ def test_groups_listing_and_consumer_assignments():
         return listed, described
 
     listed, described = admin_run(handler, test)
-    assert [(g.group_id, g.protocol_type, g.state) for g in listed] == [
-        ("g1", "connect", "Stable"), ("g2", "consumer", "Empty")]
+    assert [(g.group_id, g.protocol_type, g.state, g.type) for g in listed] == [
+        ("g1", "connect", "Stable", "classic"), ("g2", "consumer", "Empty", "classic"),
+        ("g3", "consumer", "Reconciling", "consumer")]
     g = described["g2"]
-    assert (g.state, g.protocol, g.members[0].client_id) == ("Stable", "range", "c1")
+    assert (g.type, g.state, g.protocol, g.members[0].client_id) == ("classic", "Stable", "range", "c1")
     assert g.members[0].assignment == [("t", 0), ("t", 1)]
+    c = described["g3"]   # a KIP-848 group: ConsumerGroupDescribe
+    assert (c.type, c.state, c.protocol, c.group_epoch, c.assignment_epoch) == ("consumer", "Reconciling", "uniform", 7, 7)
+    a, b = c.members
+    assert (a.member_epoch, a.subscribed_topics, a.assignment, a.target_assignment) == (7, ["t"], [("t", 0)], [("t", 0)])
+    assert (b.group_instance_id, b.subscribed_topic_regex, b.assignment, b.target_assignment) == \
+        ("host-b", "^t$", [("t", 1), ("t", 2)], [("t", 1)])
+
+
+def test_groups_describe_cli_shows_both_protocols(capsys):
+    of, lo = kproto.response(9).cls, kproto.response(2).cls
+    port: list = []
+
+    def handler(header, body):
+        key, version = header.request_api_key, header.request_api_version
+        if key == 3:
+            return metadata_response(port[0], {"t": (T_ID, 3)})
+        if key == 10:
+            fc = kproto.response(10).cls
+            return fc(coordinators=[fc.Coordinator(key=k, node_id=1, host="127.0.0.1", port=port[0])
+                                    for k in body.coordinator_keys])
+        if key == 69:
+            return consumer_group_describe(body, version)
+        if key == 16 and version < 5:
+            raise AssertionError("ListGroups v5 is what names the group type")
+        if key == 16:  # ListGroups v5: the type of each group
+            lg = kproto.response(16).cls
+            return lg(groups=[lg.ListedGroup(group_id=g, protocol_type="consumer", group_type=t)
+                              for g, t in (("g3", "consumer"), ("g-classic", "classic"))])
+        if key == 15:
+            dg = kproto.response(15).cls
+            return dg(groups=[dg.DescribedGroup(group_id=g, group_state="Empty", protocol_type="consumer")
+                              for g in body.groups])
+        if key == 9:
+            return of(groups=[of.OffsetFetchResponseGroup(group_id=g.group_id, topics=[
+                of.OffsetFetchResponseTopics(name="t", partitions=[
+                    of.OffsetFetchResponsePartitions(partition_index=p, committed_offset=5) for p in range(3)])])
+                for g in body.groups])
+        if key == 2:
+            return lo(topics=[lo.ListOffsetsTopicResponse(name=t.name, partitions=[
+                lo.ListOffsetsPartitionResponse(partition_index=p.partition_index, offset=9)
+                for p in t.partitions]) for t in body.topics])
+        return NotImplemented
+
+    # with ListGroups v5 (the group's type decides) and without it (ConsumerGroupDescribe first,
+    # DescribeGroups for what it answers GROUP_ID_NOT_FOUND, as Kafka's admin reads it)
+    for versions in ({}, {16: (0, 4)}):
+        check_describe_cli(capsys, handler, versions, port)
+
+
+def check_describe_cli(capsys, handler, versions, port):
+    port.clear()
+    with threaded_broker(handler, versions) as p:
+        port.append(p)
+        b = ["--bootstrap", f"127.0.0.1:{p}"]
+        code, out, _ = cli(capsys, "groups", "describe", "g3", *b)
+        assert code == 0
+        assert "group g3 type consumer state Reconciling assignor uniform epoch 7 assignment epoch 7 members 2" in out
+        assert "member m-a client ca host /127.0.0.1 epoch 7 assigned t-0\n" in out
+        assert "member m-b client cb host /127.0.0.1 epoch 6 assigned t-1,t-2 target t-1\n" in out
+        code, out, _ = cli(capsys, "groups", "describe", "g3", "--json", *b)
+        doc = json.loads(out)
+        assert (doc["type"], doc["group_epoch"], doc["members"][1]["subscribed_topic_regex"]) == ("consumer", 7, "^t$")
+        assert [(o["partition"], o["lag"], o["member"]) for o in doc["offsets"]] == [(0, 4, "m-a"), (1, 4, "m-b"), (2, 4, "m-b")]
+        code, out, _ = cli(capsys, "groups", "describe", "g-classic", "--json", *b)
+        assert json.loads(out)["type"] == "classic" and json.loads(out)["state"] == "Empty"
 
 
 def test_create_topics_arguments_checked():

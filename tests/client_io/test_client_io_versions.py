@@ -57,6 +57,8 @@ EXPECTED = {
     K.CREATE_PARTITIONS:           (3, 3),
     K.DELETE_GROUPS:               (2, 2),
     K.INCREMENTAL_ALTER_CONFIGS:   (1, 1),
+    K.CONSUMER_GROUP_HEARTBEAT:    (0, 1),
+    K.CONSUMER_GROUP_DESCRIBE:     (0, 1),
 }
 
 HAS_V13 = kproto.request(K.PRODUCE).valid_versions[-1] >= 13
