@@ -1,0 +1,68 @@
+"""The Java client (kafka-clients 3.9.1 from the shigawire-apache-flink-libraries wheel, a dev
+dependency) for the interop tests: ``tests/broker/java/KprotoInterop.java`` compiled once per
+test session against the wheel's jars, run against a broker, its JSON lines returned.
+
+Also imported by ``tests/spark/test_spark_broker_logdir.py`` (which puts this folder on
+``sys.path``)."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+from typing import Any
+
+SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "java", "KprotoInterop.java")
+#: kafka-clients and what it loads at run time (logging API, the codecs' libraries)
+JARS = ["kafka-clients", "slf4j-api", "lz4-java", "snappy-java", "zstd-jni"]
+
+_compiled: dict[str, str] = {}
+
+
+def jar_dir() -> str:
+    """``pyflink/lib`` of the installed wheel (a namespace package: the wheel has no __init__)."""
+    spec = importlib.util.find_spec("pyflink")
+    for root in (spec.submodule_search_locations or []) if spec else []:
+        lib = os.path.join(root, "lib")
+        if os.path.isfile(os.path.join(lib, "kafka-clients.jar")):
+            return lib
+    raise AssertionError("kafka-clients.jar not found: pip install -e '.[dev]' "
+                         "(shigawire-apache-flink-libraries)")
+
+
+def classpath(workdir: str) -> str:
+    """Compile KprotoInterop.java into ``workdir`` (once per process) and return the class path."""
+    if "cp" not in _compiled:
+        javac = shutil.which("javac")
+        assert javac and shutil.which("java"), "Java 17 (java, javac) is needed for the Java interop tests"
+        lib = jar_dir()
+        jars = [os.path.join(lib, f"{name}.jar") for name in JARS]
+        for jar in jars:
+            assert os.path.isfile(jar), jar
+        out = os.path.join(workdir, "classes")
+        os.makedirs(out, exist_ok=True)
+        proc = subprocess.run([javac, "-nowarn", "-encoding", "UTF-8", "-cp", jars[0], "-d", out, SOURCE],
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        _compiled["cp"] = os.pathsep.join([out] + jars)
+    return _compiled["cp"]
+
+
+def run(cp: str, bootstrap: str, *phases: str, limit_s: int = 60) -> list[dict[str, Any]]:
+    """Run the phases in one JVM (``admin`` first: it creates the topics); the events it printed.
+    The program's own watchdog stops it after ``limit_s``; the process is killed a little later."""
+    java = shutil.which("java")
+    assert java
+    proc = subprocess.run([java, "-Xmx512m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+                           "-cp", cp, "KprotoInterop", bootstrap, str(limit_s), *phases],
+                          capture_output=True, text=True, timeout=limit_s + 30)
+    assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stderr[-8000:]}\n{proc.stdout[-3000:]}"
+    events = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    done = [e["phase"] for e in events if e["event"] == "done"]
+    assert done == list(phases), (done, proc.stderr[-3000:])
+    return events
+
+
+def of(events: list[dict[str, Any]], phase: str, event: str) -> list[dict[str, Any]]:
+    return [e for e in events if e["phase"] == phase and e["event"] == event]
