@@ -1,6 +1,7 @@
 """The Java client (Apache Kafka's kafka-clients 3.9.1, Java 17) against kproto's broker on
 127.0.0.1: admin operations, produce with every codec and acks (idempotent with acks=all), a
-group of two members with commits and rebalances on join and leave, a transactional producer
+group of two members with commits and rebalances on join and leave (the classic protocol, and
+KIP-848's group.protocol=consumer), a transactional producer
 read at read_committed and read_uncommitted, and the consumer's incremental fetch sessions,
 seen on the broker's side through a request hook (KIP-227: a non-zero session id, then
 requests that carry only what changed).
@@ -35,6 +36,13 @@ class Wire:
         self.produces: list[tuple] = []
         broker.control(ApiKey.FETCH, self._fetch, times=None)
         broker.control(ApiKey.PRODUCE, self._produce, times=None)
+        self.group_calls: Counter = Counter()
+        for key in (ApiKey.JOIN_GROUP, ApiKey.CONSUMER_GROUP_HEARTBEAT):
+            broker.control(key, self._group_call, times=None)
+
+    def _group_call(self, header, body):
+        self.group_calls[(header.request_api_key, header.client_id.rsplit("-", 1)[0])] += 1
+        return None
 
     def _fetch(self, header, body):
         self.fetches[header.client_id].append((
@@ -54,10 +62,56 @@ class Wire:
         return None
 
 
+def check_group(ev, phase, classic):
+    """Members a, then a and b (two partitions each), a alone after b left, then c resuming at
+    the commits: every record consumed exactly once, ownership as the protocol hands it over."""
+    prefix = f"j-{phase}-"
+    produced = {(a["partition"], a["offset"]): (a["key"], a["value"]) for a in ev(phase, "acked")}
+    assert len(produced) == 280
+    consumed = [(c["partition"], c["offset"], c["key"], c["value"]) for c in ev(phase, "consumed")]
+    assert Counter((p, o) for p, o, _, _ in consumed).most_common(1)[0][1] == 1, "a record consumed twice"
+    assert {(p, o): (k, v) for p, o, k, v in consumed} == produced
+    by_member = Counter(c["member"] for c in ev(phase, "consumed"))
+    assert by_member[prefix + "a"] >= 100 and by_member[prefix + "b"] >= 20   # b: ten of 200-240 in each of its two
+    b_parts = {c["partition"] for c in ev(phase, "consumed") if c["member"] == prefix + "b"}
+    assert len(b_parts) == 2
+    # who owns what, after each callback
+    changes = [(e["member"][len(prefix):], e["owned"])
+               for e in sorted(ev(phase, "assigned") + ev(phase, "revoked"), key=lambda e: e["seq"])]
+    owned = {}
+    history = []
+    for member, parts in changes:
+        owned[member] = parts
+        flat = [p for ps in owned.values() for p in ps]
+        assert len(flat) == len(set(flat)), f"{phase}: a partition owned twice: {owned}"
+        history.append({m: tuple(ps) for m, ps in owned.items() if ps})
+    split = {"a": tuple(sorted({0, 1, 2, 3} - b_parts)), "b": tuple(sorted(b_parts))}
+    assert history[0] == {"a": (0, 1, 2, 3)}
+    assert split in history and history.index(split) > 0
+    assert {"a": (0, 1, 2, 3)} in history[history.index(split):]
+    assert history[-2:] == [{"c": (0, 1, 2, 3)}, {}]   # c, then c's own close
+    if classic:   # eager: everything revoked, then the new assignment, at a higher generation
+        generations = [e["generation"] for e in sorted(ev(phase, "assigned"), key=lambda e: e["seq"])]
+        assert generations == sorted(generations) and len(set(generations)) >= 4
+    ends = {p: 1 + max(o for q, o in produced if q == p) for p in range(4)}
+    assert ev(phase, "committed")[0]["offsets"] == {str(p): e for p, e in ends.items()}
+    (resumed,) = ev(phase, "resumed")
+    assert resumed["positions"] == {str(p): e for p, e in ends.items()} and resumed["consumed_total"] == 280
+    (group,) = ev(phase, "describe-group")
+    assert group["state"] == "Stable"
+    assert (group["type"], group["assignor"]) == (("Classic", "range") if classic else ("Consumer", "uniform"))
+    assert group["members"] == [prefix + "c:[0, 1, 2, 3]"]
+    assert group["offsets"] == {f"j-{phase}-{p}": e for p, e in ends.items()}
+
+
+# KIP-848 members reconcile at each heartbeat: Kafka's 5 s interval would make this slow
+@pytest.mark.kafka_broker(group_consumer_heartbeat_interval_ms=500)
 def test_java_client_against_the_broker(kafka_broker, java_cp):
     wire = Wire(kafka_broker)
     started = time.monotonic()
-    events = jv.run(java_cp, kafka_broker.bootstrap, "admin", "produce", "group", "session", "txn")
+    events = jv.run(java_cp, kafka_broker.bootstrap, "admin", "produce", "group", "group848", "session", "txn")
+    for seq, e in enumerate(events):
+        e["seq"] = seq
     elapsed = time.monotonic() - started
     assert elapsed < 60
     ev = lambda phase, event: jv.of(events, phase, event)  # noqa: E731
@@ -66,10 +120,10 @@ def test_java_client_against_the_broker(kafka_broker, java_cp):
     (existing,) = ev("admin", "create-existing")
     assert existing["error"] == "TopicExistsException"
     (listed,) = ev("admin", "list-topics")
-    assert {"j-codecs", "j-group", "j-session", "j-txn", "j-admin", "j-scratch"} <= set(listed["names"])
+    assert {"j-codecs", "j-group", "j-group848", "j-session", "j-txn", "j-admin", "j-scratch"} <= set(listed["names"])
     described = {d["topic"]: d for d in ev("admin", "describe-topic")}
     assert {t: d["partitions"] for t, d in described.items()} == \
-        {"j-codecs": 3, "j-group": 4, "j-session": 3, "j-txn": 1, "j-admin": 2, "j-scratch": 1}
+        {"j-codecs": 3, "j-group": 4, "j-group848": 4, "j-session": 3, "j-txn": 1, "j-admin": 2, "j-scratch": 1}
     assert all(d["leaders"] == [1] * d["partitions"] and not d["internal"] for d in described.values())
     (cluster,) = ev("admin", "describe-cluster")
     assert cluster["nodes"] == [kafka_broker.bootstrap + "/1"] and cluster["controller"] == 1
@@ -102,32 +156,11 @@ def test_java_client_against_the_broker(kafka_broker, java_cp):
     # batching happened (linger.ms=5): fewer batches than records for at least some producers
     assert len([p for p in wire.produces if p[0].startswith("j-produce-")]) < 450
 
-    # ---------------------------------------------------------------- group: join, leave, commits
-    produced = {(a["partition"], a["offset"]): (a["key"], a["value"]) for a in ev("group", "acked")}
-    assert len(produced) == 280
-    consumed = [(c["partition"], c["offset"], c["key"], c["value"]) for c in ev("group", "consumed")]
-    assert Counter((p, o) for p, o, _, _ in consumed).most_common(1)[0][1] == 1, "a record consumed twice"
-    assert {(p, o): (k, v) for p, o, k, v in consumed} == produced
-    by_member = Counter(c["member"] for c in ev("group", "consumed"))
-    assert by_member["j-member-a"] >= 100 and by_member["j-member-b"] >= 20   # b: ten of 200-240 in each of its two
-    assert {c["partition"] for c in ev("group", "consumed") if c["member"] == "j-member-b"} == {2, 3}
-    assigned = [(a["member"], a["partitions"], a["generation"]) for a in ev("group", "assigned")]
-    # a alone, a and b two each after b joined, a alone again after b left, then c
-    a_b = [(m, p) for m, p, _ in assigned]
-    assert a_b[0] == ("j-member-a", [0, 1, 2, 3])
-    assert ("j-member-b", [2, 3]) in a_b and ("j-member-a", [0, 1]) in a_b
-    assert a_b.index(("j-member-a", [0, 1])) < len(a_b) - 2 and a_b[-2:] == [
-        ("j-member-a", [0, 1, 2, 3]), ("j-member-c", [0, 1, 2, 3])]
-    generations = [g for _, _, g in assigned]
-    assert generations == sorted(generations) and len(set(generations)) >= 4
-    ends = {p: 1 + max(o for q, o in produced if q == p) for p in range(4)}
-    assert ev("group", "committed")[0]["offsets"] == {str(p): e for p, e in ends.items()}
-    (resumed,) = ev("group", "resumed")
-    assert resumed["positions"] == {str(p): e for p, e in ends.items()} and resumed["consumed_total"] == 280
-    (group,) = ev("group", "describe-group")
-    assert group["state"] == "Stable" and group["protocol"] == "range"
-    assert group["members"] == ["j-member-c:[0, 1, 2, 3]"]
-    assert group["offsets"] == {f"j-group-{p}": e for p, e in ends.items()}
+    # ---------------------------------------------------------------- groups: join, leave, commits
+    check_group(ev, "group", classic=True)
+    check_group(ev, "group848", classic=False)
+    assert set(wire.group_calls) == {(ApiKey.JOIN_GROUP, "j-group"),
+                                     (ApiKey.CONSUMER_GROUP_HEARTBEAT, "j-group848")}
 
     # ---------------------------------------------------------------- incremental fetch sessions
     topic_id = described["j-session"]["topic_id"]

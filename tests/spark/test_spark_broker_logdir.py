@@ -1,6 +1,6 @@
 """The data directory kproto's broker leaves after real clients wrote to it (the Java client:
-every codec and acks, idempotent and transactional, admin DeleteRecords; confluent-kafka: every
-codec and acks) is read by ``kproto.storage.read_arrow`` (while the broker runs, and after a
+every codec and acks, idempotent and transactional, admin DeleteRecords, classic and KIP-848
+groups committing; confluent-kafka: every codec and acks) is read by ``kproto.storage.read_arrow`` (while the broker runs, and after a
 clean stop), ``kproto logdir`` and the Spark source, with exactly the records the clients
 produced and acknowledged: same topic, partition, offset, key and value (acks=0 records, which
 get no offset back, by everything but the offset), each written with its producer's codec."""
@@ -20,14 +20,14 @@ from kproto.cli.main import main as cli_main
 from kproto.records import iter_batches
 from kproto.schemas.api_keys import ApiKey
 from kproto.storage.checkpoints import OffsetCheckpoint
-from kproto.testing import kafka_broker  # noqa: F401  (fixture)
+from kproto.testing import TEST_DEFAULTS, BrokerThread
 
 sys.path.append(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "broker"))
 import java_interop as jv  # noqa: E402
 
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 ACKS = ["0", "1", "all"]
-TOPICS = ["j-codecs", "j-txn", "j-admin", "ck-codecs"]
+TOPICS = ["j-codecs", "j-txn", "j-admin", "j-group", "j-group848", "ck-codecs"]
 
 
 @pytest.fixture(scope="session")
@@ -106,10 +106,17 @@ def check_rows(rows, expected, start_offsets, what):
         assert r["compression"] == e["wire_codec"], (what, key)
 
 
+@pytest.fixture
+def kafka_broker(tmp_path):
+    """kproto.testing's broker; KIP-848 members reconcile at each heartbeat (500 ms here, not 5 s)."""
+    with BrokerThread(tmp_path / "kafka", **TEST_DEFAULTS, group_consumer_heartbeat_interval_ms=500) as broker:
+        yield broker
+
+
 def test_broker_log_directory_reads_back_with_storage_logdir_and_spark(kafka_broker, java_cp, spark):
     data = kafka_broker.data_dir
     wire = WireCodecs(kafka_broker)
-    events = jv.run(java_cp, kafka_broker.bootstrap, "admin", "produce", "txn")
+    events = jv.run(java_cp, kafka_broker.bootstrap, "admin", "produce", "group", "group848", "txn")
     java = [e for e in events if e["event"] == "acked"]
     (deleted,) = jv.of(events, "admin", "delete-records")
     start = {("j-admin", 2): deleted["low_watermark"]}
@@ -124,7 +131,7 @@ def test_broker_log_directory_reads_back_with_storage_logdir_and_spark(kafka_bro
             assert e["wire_codec"] in (e["codec"], "none"), e
     for codec in CODECS:
         assert sum(e["wire_codec"] == codec for e in everything if e.get("codec") == codec) >= 170, codec
-    assert len(everything) == 450 + 30 + 6 + 450 and len(committed) == len(everything) - 10
+    assert len(everything) == 450 + 30 + 6 + 2 * 280 + 450 and len(committed) == len(everything) - 10
 
     # while the broker runs (clients done, their data acknowledged)
     check_rows(rows_of(ks.read_arrow(data, topics=TOPICS)), everything, start, "live read_arrow")
@@ -136,6 +143,24 @@ def test_broker_log_directory_reads_back_with_storage_logdir_and_spark(kafka_bro
     with open(os.path.join(data, "log-start-offset-checkpoint"), "rb") as f:
         log_start = {(t, p): o for t, p, o in OffsetCheckpoint.parse(f.read()).entries}
     assert log_start[("j-admin", 2)] == 4   # DeleteRecords reached the checkpoint
+
+    # the coordinators' state, as read_internal decodes it: the last commit of every partition
+    # is what the Java consumers committed, the transaction ended committed, both group types
+    internal = ks.read_internal(data)
+    last = {}
+    for row in internal["OffsetCommit"].to_pylist():
+        k = row["key"]
+        last[(k["group"], k["topic"], k["partition"])] = row["value"]["offset"] if row["value"] else None
+    want = {("j-txn-group", "j-txn", 0): 20}
+    for phase in ("group", "group848"):
+        (committed_event,) = jv.of(events, phase, "committed")
+        want.update({(f"j-{phase}", f"j-{phase}", int(p)): o for p, o in committed_event["offsets"].items()})
+    assert last == want
+    txn_states = [r["value"]["transaction_status"] for r in internal["TransactionLog"].to_pylist()
+                  if r["key"]["transactional_id"] == "j-txn-producer"]
+    assert txn_states[-1] == 4   # CompleteCommit
+    assert {r["key"]["group"] for r in internal["GroupMetadata"].to_pylist()} == {"j-group"}
+    assert {r["key"]["group_id"] for r in internal["ConsumerGroupMetadata"].to_pylist()} == {"j-group848"}
 
     out = io.StringIO()
     with contextlib.redirect_stdout(out):

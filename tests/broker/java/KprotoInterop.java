@@ -1,7 +1,10 @@
 // The Java client (kafka-clients) against kproto's broker: run by tests/broker/test_broker_java.py,
 // which compiles it against the jars of the shigawire-apache-flink-libraries wheel.
 //
-//   java -cp ... KprotoInterop BOOTSTRAP SECONDS PHASE...     phases: admin produce group session txn
+//   java -cp ... KprotoInterop BOOTSTRAP SECONDS PHASE...
+//
+// phases: admin produce group group848 session txn (group848: the group phase with KIP-848's
+// group.protocol=consumer instead of the classic protocol)
 //
 // admin creates the topics the other phases use, so it comes first. SECONDS bounds the whole run:
 // a watchdog prints every thread's stack to stderr and exits with code 2 when it is over.
@@ -50,7 +53,8 @@ public class KprotoInterop {
                 switch (args[i]) {
                     case "admin": admin(); break;
                     case "produce": produce(); break;
-                    case "group": group(); break;
+                    case "group": group("group", "classic"); break;
+                    case "group848": group("group848", "consumer"); break;
                     case "session": session(); break;
                     case "txn": txn(); break;
                     default: throw new IllegalArgumentException(args[i]);
@@ -178,6 +182,7 @@ public class KprotoInterop {
     static {
         TOPICS.put("j-codecs", 3);
         TOPICS.put("j-group", 4);
+        TOPICS.put("j-group848", 4);
         TOPICS.put("j-session", 3);
         TOPICS.put("j-txn", 1);
         TOPICS.put("j-admin", 2);
@@ -284,36 +289,43 @@ public class KprotoInterop {
 
     // ------------------------------------------------------------------ group: two members, commits, rebalances
     static class Member implements ConsumerRebalanceListener {
-        final String name;
+        final String name, phase;
         final KafkaConsumer<String, String> consumer;
         Set<TopicPartition> assigned = new TreeSet<>(Comparator.comparing(TopicPartition::toString));
         int generation = 0;
 
-        Member(String name) {
+        Member(String phase, String protocol, String name) {
             this.name = name;
-            this.consumer = consumer(name, Map.of("group.id", "j-group", "session.timeout.ms", "10000", "max.poll.records", "10",
-                                                  "heartbeat.interval.ms", "500", "max.poll.interval.ms", "15000"));
-            consumer.subscribe(List.of("j-group"), this);
+            this.phase = phase;
+            String topic = "j-" + phase;
+            Map<String, String> cfg = new HashMap<>(Map.of("group.id", topic, "group.protocol", protocol,
+                "max.poll.records", "10", "max.poll.interval.ms", "15000"));
+            if (protocol.equals("classic")) {   // the consumer protocol has these on the broker's side
+                cfg.put("session.timeout.ms", "10000");
+                cfg.put("heartbeat.interval.ms", "500");
+            }
+            this.consumer = consumer(name, cfg);
+            consumer.subscribe(List.of(topic), this);
         }
 
         public void onPartitionsRevoked(Collection<TopicPartition> parts) {
             // commit what was consumed before giving the partitions up: no record is seen twice
             consumer.commitSync(Duration.ofSeconds(10));
             assigned.removeAll(parts);
-            emit("phase", "group", "event", "revoked", "member", name, "partitions", names(parts));
+            emit("phase", phase, "event", "revoked", "member", name, "partitions", names(parts), "owned", names(assigned));
         }
 
         public void onPartitionsAssigned(Collection<TopicPartition> parts) {
             assigned.addAll(parts);
             generation = consumer.groupMetadata().generationId();
-            emit("phase", "group", "event", "assigned", "member", name, "partitions", names(parts),
+            emit("phase", phase, "event", "assigned", "member", name, "partitions", names(parts), "owned", names(assigned),
                  "generation", generation, "member_id", consumer.groupMetadata().memberId());
         }
 
         int poll() {
             ConsumerRecords<String, String> recs = consumer.poll(POLL);
             for (ConsumerRecord<String, String> r : recs)
-                emit("phase", "group", "event", "consumed", "member", name, "topic", r.topic(),
+                emit("phase", phase, "event", "consumed", "member", name, "topic", r.topic(),
                      "partition", r.partition(), "offset", r.offset(), "key", r.key(), "value", r.value());
             return recs.count();
         }
@@ -342,26 +354,27 @@ public class KprotoInterop {
         }
     }
 
-    static void group() throws Exception {
-        fill("group", "j-group", 4, 0, 200);
-        Member a = new Member("j-member-a");
+    static void group(String phase, String protocol) throws Exception {
+        String topic = "j-" + phase, prefix = "j-" + phase + "-";
+        fill(phase, topic, 4, 0, 200);
+        Member a = new Member(phase, protocol, prefix + "a");
         int[] seen = {0};
         until("a owns all four partitions and has consumed 100 records",
               () -> a.assigned.size() == 4 && seen[0] >= 100, () -> seen[0] += a.poll());
         a.consumer.commitSync(Duration.ofSeconds(10));
-        emit("phase", "group", "event", "step", "what", "b joins");
-        Member b = new Member("j-member-b");
+        emit("phase", phase, "event", "step", "what", "b joins");
+        Member b = new Member(phase, protocol, prefix + "b");
         until("two members with two partitions each, all 200 records consumed",
               () -> a.assigned.size() == 2 && b.assigned.size() == 2 && seen[0] >= 200,
               () -> { seen[0] += a.poll(); seen[0] += b.poll(); });
-        fill("group", "j-group", 4, 200, 240);  // ten more in each partition, for both members
+        fill(phase, topic, 4, 200, 240);  // ten more in each partition, for both members
         until("the 40 new records", () -> seen[0] >= 240, () -> { seen[0] += a.poll(); seen[0] += b.poll(); });
         a.consumer.commitSync(Duration.ofSeconds(10));
         b.consumer.commitSync(Duration.ofSeconds(10));
-        emit("phase", "group", "event", "step", "what", "b leaves");
+        emit("phase", phase, "event", "step", "what", "b leaves");
         // b leaves (LeaveGroup): a takes all four partitions back and consumes what follows
         b.consumer.close(Duration.ofSeconds(10));
-        fill("group", "j-group", 4, 240, 280);
+        fill(phase, topic, 4, 240, 280);
         until("a owns all four partitions again and has consumed 280 records",
               () -> a.assigned.size() == 4 && seen[0] >= 280, () -> seen[0] += a.poll());
         a.consumer.commitSync(Duration.ofSeconds(10));
@@ -369,29 +382,29 @@ public class KprotoInterop {
         Map<String, Object> c = new TreeMap<>();
         for (Map.Entry<TopicPartition, OffsetAndMetadata> e : committed.entrySet())
             c.put(Integer.toString(e.getKey().partition()), e.getValue().offset());
-        emit("phase", "group", "event", "committed", "offsets", c);
+        emit("phase", phase, "event", "committed", "offsets", c);
         a.consumer.close(Duration.ofSeconds(10));
         // a new member resumes at the committed offsets: nothing left to read
-        Member c2 = new Member("j-member-c");
+        Member c2 = new Member(phase, protocol, prefix + "c");
         until("c owns all four partitions", () -> c2.assigned.size() == 4, () -> seen[0] += c2.poll());
         Map<String, Object> positions = new TreeMap<>();
         for (TopicPartition tp : c2.assigned) positions.put(Integer.toString(tp.partition()), c2.consumer.position(tp, Duration.ofSeconds(10)));
         for (int i = 0; i < 3; i++) seen[0] += c2.poll();
-        emit("phase", "group", "event", "resumed", "positions", positions, "consumed_total", seen[0]);
+        emit("phase", phase, "event", "resumed", "positions", positions, "consumed_total", seen[0]);
         try (Admin admin = adminClient()) {
             Collection<ConsumerGroupListing> groups = admin.listConsumerGroups().all().get(15, TimeUnit.SECONDS);
             List<Object> ids = new ArrayList<>();
             for (ConsumerGroupListing g : groups) ids.add(g.groupId());
-            ConsumerGroupDescription d = admin.describeConsumerGroups(List.of("j-group")).all().get(15, TimeUnit.SECONDS).get("j-group");
+            ConsumerGroupDescription d = admin.describeConsumerGroups(List.of(topic)).all().get(15, TimeUnit.SECONDS).get(topic);
             List<Object> members = new ArrayList<>();
             for (MemberDescription m : d.members()) members.add(m.clientId() + ":" + names(m.assignment().topicPartitions()));
-            Map<TopicPartition, OffsetAndMetadata> offs = admin.listConsumerGroupOffsets("j-group")
+            Map<TopicPartition, OffsetAndMetadata> offs = admin.listConsumerGroupOffsets(topic)
                 .partitionsToOffsetAndMetadata().get(15, TimeUnit.SECONDS);
             Map<String, Object> o = new TreeMap<>();
             for (Map.Entry<TopicPartition, OffsetAndMetadata> e : offs.entrySet())
                 o.put(e.getKey().topic() + "-" + e.getKey().partition(), e.getValue().offset());
-            emit("phase", "group", "event", "describe-group", "groups", ids, "state", d.state().toString(),
-                 "protocol", d.partitionAssignor(), "members", members, "offsets", o);
+            emit("phase", phase, "event", "describe-group", "groups", ids, "state", d.state().toString(),
+                 "assignor", d.partitionAssignor(), "type", String.valueOf(d.type()), "members", members, "offsets", o);
         }
         c2.consumer.close(Duration.ofSeconds(10));
     }
