@@ -27,7 +27,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 with atheris.instrument_imports():
     import kproto
-    from kproto.broker.core import BrokerConfig, BrokerCore
+    from kproto.broker.configs import BrokerConfig
+    from kproto.broker.core import BrokerCore
     from kproto.broker.log import LogConfig
     from kproto.broker.timer import FakeClock
     from kproto.framing import RequestHeader, encode_request, request_header_version

@@ -13,7 +13,8 @@
 """
 from __future__ import annotations
 
-from kproto.broker.core import BrokerConfig, BrokerCore, ControlHandle, Intercept
+from kproto.broker.configs import BrokerConfig
+from kproto.broker.core import BrokerCore, ControlHandle, Intercept
 from kproto.broker.log import LogConfig
 from kproto.broker.server import Broker
 

@@ -5,17 +5,17 @@ from __future__ import annotations
 
 import os
 import shutil
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import Any, Callable, Optional
 
+from kproto.broker.context import BrokerContext
+from kproto.broker.retention import RetentionManager
 from kproto.broker.configs import TOPIC_CONFIGS, ConfigEntry
-from kproto.broker.log import BrokerError, Log, Topic
+from kproto.broker.log import BrokerError, Log, Topic, topic_name_error
 from kproto.codecs import response as response_codec
 from kproto.error_codes import ErrorCode
 from kproto.schemas.api_keys import ApiKey
 from kproto.storage.layout import partition_dir_name
 
-if TYPE_CHECKING:
-    from kproto.broker.core import BrokerCore
 
 __all__ = ["AdminHandlers", "ADMIN_VERSIONS", "admin_error_response"]
 
@@ -42,10 +42,12 @@ Respond = Callable[[Any], None]
 
 
 class AdminHandlers:
-    """The handlers, bound to a :class:`~kproto.broker.core.BrokerCore`."""
+    """The handlers, bound to the broker (and its retention manager, which moves log start
+    offsets for DeleteRecords)."""
 
-    def __init__(self, core: BrokerCore) -> None:
+    def __init__(self, core: BrokerContext, retention: RetentionManager) -> None:
         self.core = core
+        self.retention = retention
 
     # ------------------------------------------------------------------ CreatePartitions
     def create_partitions(self, body: Any, version: int, respond: Respond) -> None:
@@ -135,7 +137,6 @@ class AdminHandlers:
         return out
 
     def _topic(self, name: str) -> Topic:
-        from kproto.broker.core import topic_name_error
         why = topic_name_error(name)
         if why is not None:
             raise BrokerError(ErrorCode.INVALID_TOPIC_EXCEPTION, why)
@@ -299,7 +300,7 @@ class AdminHandlers:
                     res.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                     continue
                 try:
-                    res.low_watermark = self.core.retention.delete_records(topic, lg, p.offset)
+                    res.low_watermark = self.retention.delete_records(topic, lg, p.offset)
                 except BrokerError as exc:
                     res.error_code = exc.code
             topics.append(cls.DeleteRecordsTopicResult(name=t.name, partitions=parts))

@@ -17,18 +17,59 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Optional
 
 from kproto.broker.log import BrokerError, LogConfig, Topic
 from kproto.error_codes import ErrorCode
 
 if TYPE_CHECKING:
-    from kproto.broker.core import BrokerConfig
     from kproto.broker.log import LogManager
 
-__all__ = ["ConfigDef", "TOPIC_CONFIGS", "ConfigEntry", "TopicSettings", "ConfigManager", "CONFIGS_FILE",
+__all__ = ["BrokerConfig", "ConfigDef", "TOPIC_CONFIGS", "ConfigEntry", "TopicSettings", "ConfigManager", "CONFIGS_FILE",
            "DYNAMIC_TOPIC", "DYNAMIC_BROKER", "DYNAMIC_DEFAULT_BROKER", "STATIC_BROKER", "DEFAULT"]
+
+
+@dataclass
+class BrokerConfig:
+    """Broker settings (Kafka's names in the comments)."""
+
+    node_id: int = 1                      # node.id
+    host: str = "127.0.0.1"               # advertised host
+    port: int = 0                         # advertised port (set by the server once bound)
+    cluster_id: Optional[str] = None      # new directories get a random one
+    auto_create_topics: bool = True       # auto.create.topics.enable
+    num_partitions: int = 1               # num.partitions
+    log: LogConfig = field(default_factory=LogConfig)
+    fetch_session_slots: int = 1000       # max.incremental.fetch.session.cache.slots
+    fetch_max_bytes: int = 55 * 1024 * 1024  # fetch.max.bytes (broker cap on a response)
+    offsets_topic_num_partitions: int = 50          # offsets.topic.num.partitions
+    group_initial_rebalance_delay_ms: int = 3000    # group.initial.rebalance.delay.ms
+    group_min_session_timeout_ms: int = 6000        # group.min.session.timeout.ms
+    group_max_session_timeout_ms: int = 1800000     # group.max.session.timeout.ms
+    group_consumer_session_timeout_ms: int = 45000  # group.consumer.session.timeout.ms
+    group_consumer_heartbeat_interval_ms: int = 5000  # group.consumer.heartbeat.interval.ms
+    group_consumer_assignors: str = "uniform,range"  # group.consumer.assignors (first: default)
+    offset_metadata_max_bytes: int = 4096           # offset.metadata.max.bytes
+    transaction_state_num_partitions: int = 50      # transaction.state.log.num.partitions
+    transaction_max_timeout_ms: int = 900000        # transaction.max.timeout.ms
+    # broker-level defaults of topic configs (see kproto.broker.configs for the others)
+    log_retention_ms: int = 604800000               # log.retention.ms (log.retention.hours=168)
+    log_retention_bytes: int = -1                   # log.retention.bytes
+    log_roll_ms: int = 604800000                    # log.roll.ms (log.roll.hours=168)
+    log_cleanup_policy: str = "delete"              # log.cleanup.policy
+    min_insync_replicas: int = 1                    # min.insync.replicas
+    log_retention_check_interval_ms: int = 300000   # log.retention.check.interval.ms
+    # limits of the socket layer (kproto.broker.server); only the frame size is enforced so
+    # far (each connection has one request in flight, as Kafka mutes it, and reads ahead at
+    # most one 256 KiB chunk plus one frame): the two queue caps are reported, not applied
+    queued_max_requests: int = 500                  # queued.max.requests
+    queued_max_request_bytes: int = -1              # queued.max.request.bytes
+    socket_request_max_bytes: int = 100 * 1024 * 1024  # socket.request.max.bytes
+    # partitions one CreateTopics/CreatePartitions may add (KRaft's controller refuses an
+    # operation of more than 10000 records, QuorumController.MAX_RECORDS_PER_USER_OP)
+    max_partitions_per_request: int = 10000
+
 
 CONFIGS_FILE = "kproto-configs.json"
 

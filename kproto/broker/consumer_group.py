@@ -32,8 +32,11 @@ import base64
 import os
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import Any, Callable, Optional, Protocol
 
+from kproto.broker.configs import BrokerConfig
+from kproto.broker.context import BrokerContext
+from kproto.broker.offsets_topic import OffsetAndMetadata, record_key, record_value
 from kproto.broker.timer import CallbackTask
 from kproto.codecs import message
 from kproto.codecs import response as response_codec
@@ -41,10 +44,8 @@ from kproto.codecs.primitives import Uuid
 from kproto.error_codes import ErrorCode as E
 from kproto.schemas.api_keys import ApiKey
 
-if TYPE_CHECKING:
-    from kproto.broker.group import GroupCoordinator, OffsetAndMetadata
 
-__all__ = ["ConsumerGroupCoordinator", "ConsumerGroup", "ConsumerMember", "Assignment",
+__all__ = ["ClassicGroups", "ConsumerGroupCoordinator", "ConsumerGroup", "ConsumerMember", "Assignment",
            "reconcile", "uniform_assign", "range_assign", "ASSIGNORS", "RECORD_TYPES",
            "STABLE", "UNREVOKED_PARTITIONS", "UNRELEASED_PARTITIONS"]
 
@@ -331,11 +332,35 @@ def _empty(s: Optional[str]) -> bool:
 
 
 # ---------------------------------------------------------------------------- coordinator
+class ClassicGroups(Protocol):
+    """What consumer groups use of the classic coordinator (:mod:`kproto.broker.group`): it owns
+    ``__consumer_offsets`` and the other half of the group ids (an id names a classic group or a
+    consumer group, not both), and takes an empty consumer group over when a classic member
+    joins it. Its groups are read for their ``offsets``, ``pending_txn_offsets``, ``members``,
+    ``state``, ``generation_id`` and ``protocol_type``."""
+
+    core: BrokerContext
+    config: BrokerConfig
+    groups: dict[str, Any]
+
+    def ensure_topic(self) -> None: ...
+
+    def append_records(self, group_id: str, records: list[tuple[bytes, Optional[bytes]]],
+                       producer_id: int = -1, producer_epoch: int = -1) -> int: ...
+
+    def offset_record(self, group_id: str, tp: tuple[str, int],
+                      om: Optional[OffsetAndMetadata]) -> tuple[bytes, Optional[bytes]]: ...
+
+    def group_record(self, group: Any, deleted: bool = False) -> tuple[bytes, Optional[bytes]]: ...
+
+    def get_or_create_group(self, group_id: str) -> Any: ...
+
+
 class ConsumerGroupCoordinator:
-    """Consumer groups (KIP-848) beside the classic ones of :class:`GroupCoordinator`, which
+    """Consumer groups (KIP-848) beside the classic ones of :class:`ClassicGroups`, which
     owns ``__consumer_offsets`` and delegates here for groups of type consumer."""
 
-    def __init__(self, classic: GroupCoordinator) -> None:
+    def __init__(self, classic: ClassicGroups) -> None:
         self.classic = classic
         self.core = classic.core
         self.config = classic.config
@@ -360,8 +385,8 @@ class ConsumerGroupCoordinator:
 
     # ------------------------------------------------------------------ records
     def _rec(self, rtype: int, key_name: str, key: dict[str, Any], value: Optional[Any]) -> tuple[bytes, Optional[bytes]]:
-        k = self.classic._key(rtype, message(key_name).cls(**key))
-        return k, None if value is None else self.classic._value(0, value)
+        k = record_key(rtype, message(key_name).cls(**key))
+        return k, None if value is None else record_value(0, value)
 
     @staticmethod
     def _tps(cls: Any, a: Assignment) -> list[Any]:
@@ -409,7 +434,7 @@ class ConsumerGroupCoordinator:
 
     def _write(self, gid: str, records: list[tuple[bytes, Optional[bytes]]]) -> None:
         if records:
-            self.classic._append(gid, records)
+            self.classic.append_records(gid, records)
 
     # ------------------------------------------------------------------ replay (load)
     def replay(self, rtype: int, key: memoryview, value: Optional[memoryview]) -> None:
@@ -631,7 +656,7 @@ class ConsumerGroupCoordinator:
             # an empty classic group (offsets only) becomes a consumer group, offsets kept
             self._adopt_classic(group)
             if classic.generation_id > 0 or classic.protocol_type is not None:
-                self._write(gid, [self.classic._group_record(classic, deleted=True)])
+                self._write(gid, [self.classic.group_record(classic, deleted=True)])
         return group
 
     @staticmethod
@@ -902,7 +927,7 @@ class ConsumerGroupCoordinator:
         if group.members:
             return E.NON_EMPTY_GROUP
         gid = group.group_id
-        records = [self.classic._offset_record(gid, tp, None) for tp in group.offsets]
+        records = [self.classic.offset_record(gid, tp, None) for tp in group.offsets]
         self._write(gid, records + self.delete_group_records(group))
         group.deleted = True
         del self.groups[gid]
@@ -917,7 +942,7 @@ class ConsumerGroupCoordinator:
             return E.INCONSISTENT_GROUP_PROTOCOL
         self._write(group_id, self.delete_group_records(group))
         del self.groups[group_id]
-        classic = self.classic._group(group_id)
+        classic = self.classic.get_or_create_group(group_id)
         classic.offsets.update(group.offsets)
         for pid, items in group.pending_txn_offsets.items():
             classic.pending_txn_offsets.setdefault(pid, {}).update(items)

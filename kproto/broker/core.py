@@ -13,15 +13,14 @@ connection until the answer is out), so answers keep the order of their requests
 from __future__ import annotations
 
 import logging
-import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Hashable, Optional, Protocol, Union
 
 from kproto.broker.admin import ADMIN_VERSIONS, AdminHandlers, admin_error_response
-from kproto.broker.configs import ConfigManager
+from kproto.broker.configs import BrokerConfig, ConfigManager
 from kproto.broker.group import GroupCoordinator
-from kproto.broker.log import BrokerError, Log, LogConfig, LogManager, Topic
+from kproto.broker.log import BrokerError, Log, LogManager, Topic, topic_name_error
 from kproto.broker.purgatory import DelayedOperation, DelayedOperationPurgatory
 from kproto.broker.retention import RetentionManager, maybe_roll_by_time
 from kproto.broker.txn import TransactionCoordinator
@@ -45,7 +44,6 @@ __all__ = ["BrokerConfig", "BrokerCore", "Channel", "Intercept", "ControlHandle"
 log = logging.getLogger("kproto.broker")
 
 _INT32_MAX = 2**31 - 1
-_LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]+")
 ZERO_UUID = Uuid.ZERO
 _REQUEST_HEADER = message("RequestHeader")
 
@@ -94,47 +92,6 @@ class Channel(Protocol):
 
     def close(self, reason: str) -> None:
         """Drop the connection (bad frame, unknown API, a test's hook)."""
-
-
-@dataclass
-class BrokerConfig:
-    """Broker settings (Kafka's names in the comments)."""
-
-    node_id: int = 1                      # node.id
-    host: str = "127.0.0.1"               # advertised host
-    port: int = 0                         # advertised port (set by the server once bound)
-    cluster_id: Optional[str] = None      # new directories get a random one
-    auto_create_topics: bool = True       # auto.create.topics.enable
-    num_partitions: int = 1               # num.partitions
-    log: LogConfig = field(default_factory=LogConfig)
-    fetch_session_slots: int = 1000       # max.incremental.fetch.session.cache.slots
-    fetch_max_bytes: int = 55 * 1024 * 1024  # fetch.max.bytes (broker cap on a response)
-    offsets_topic_num_partitions: int = 50          # offsets.topic.num.partitions
-    group_initial_rebalance_delay_ms: int = 3000    # group.initial.rebalance.delay.ms
-    group_min_session_timeout_ms: int = 6000        # group.min.session.timeout.ms
-    group_max_session_timeout_ms: int = 1800000     # group.max.session.timeout.ms
-    group_consumer_session_timeout_ms: int = 45000  # group.consumer.session.timeout.ms
-    group_consumer_heartbeat_interval_ms: int = 5000  # group.consumer.heartbeat.interval.ms
-    group_consumer_assignors: str = "uniform,range"  # group.consumer.assignors (first: default)
-    offset_metadata_max_bytes: int = 4096           # offset.metadata.max.bytes
-    transaction_state_num_partitions: int = 50      # transaction.state.log.num.partitions
-    transaction_max_timeout_ms: int = 900000        # transaction.max.timeout.ms
-    # broker-level defaults of topic configs (see kproto.broker.configs for the others)
-    log_retention_ms: int = 604800000               # log.retention.ms (log.retention.hours=168)
-    log_retention_bytes: int = -1                   # log.retention.bytes
-    log_roll_ms: int = 604800000                    # log.roll.ms (log.roll.hours=168)
-    log_cleanup_policy: str = "delete"              # log.cleanup.policy
-    min_insync_replicas: int = 1                    # min.insync.replicas
-    log_retention_check_interval_ms: int = 300000   # log.retention.check.interval.ms
-    # limits of the socket layer (kproto.broker.server); only the frame size is enforced so
-    # far (each connection has one request in flight, as Kafka mutes it, and reads ahead at
-    # most one 256 KiB chunk plus one frame): the two queue caps are reported, not applied
-    queued_max_requests: int = 500                  # queued.max.requests
-    queued_max_request_bytes: int = -1              # queued.max.request.bytes
-    socket_request_max_bytes: int = 100 * 1024 * 1024  # socket.request.max.bytes
-    # partitions one CreateTopics/CreatePartitions may add (KRaft's controller refuses an
-    # operation of more than 10000 records, QuorumController.MAX_RECORDS_PER_USER_OP)
-    max_partitions_per_request: int = 10000
 
 
 @dataclass
@@ -212,20 +169,6 @@ def _decode_ignoring_trailing_bytes(frame: bytes, key: int, ver: int) -> Optiona
     return header, body
 
 
-def topic_name_error(name: str) -> Optional[str]:
-    """Kafka's ``Topic.validate``: why ``name`` is not a legal topic name, or None."""
-    if not name:
-        return "Topic name is illegal, it can't be empty"
-    if name in (".", ".."):
-        return "Topic name cannot be \".\" or \"..\""
-    if len(name) > 249:
-        return f"Topic name is illegal, it can't be longer than 249 characters, topic name: {name}"
-    if not _LEGAL_TOPIC.fullmatch(name):
-        return (f"Topic name \"{name}\" is illegal, it contains a character other than ASCII "
-                "alphanumerics, '.', '_' and '-'")
-    return None
-
-
 class DelayedFetch(DelayedOperation):
     """A Fetch waiting for ``min_bytes`` (Kafka's ``DelayedFetch``): completes as soon as the
     partitions hold enough new bytes, or one of them is in error, or at ``max_wait_ms``."""
@@ -278,9 +221,9 @@ class BrokerCore:
             (pid for t in self.logs.topics.values() for lg in t.partitions for pid in lg.producers),
             default=-1)
         self.groups = GroupCoordinator(self)
-        self.txns = TransactionCoordinator(self)
+        self.txns = TransactionCoordinator(self, self.groups)
         self.retention = RetentionManager(self)
-        self.admin = AdminHandlers(self)
+        self.admin = AdminHandlers(self, self.retention)
         g, tx, adm = self.groups, self.txns, self.admin
         self.handlers: dict[int, Callable[[_Request], None]] = {
             ApiKey.ADD_PARTITIONS_TO_TXN: lambda r: tx.add_partitions(r.body, r.version, r.respond),

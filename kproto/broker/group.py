@@ -19,55 +19,37 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Union
+from typing import Any, Callable, Optional, Union
 
 from kproto.broker.consumer_group import RECORD_TYPES as CONSUMER_RECORD_TYPES
 from kproto.broker.consumer_group import ConsumerGroup, ConsumerGroupCoordinator
+from kproto.broker.context import BrokerContext
 from kproto.broker.log import Log
+from kproto.broker.offsets_topic import (OFFSETS_TOPIC, OffsetAndMetadata, partition_for, record_key,
+                                         record_value)
 from kproto.broker.purgatory import DelayedOperation, DelayedOperationPurgatory
 from kproto.codecs import message
 from kproto.codecs import response as response_codec
 from kproto.error_codes import ErrorCode as E
 from kproto.errors import DecodeError
-from kproto.javahash import java_string_hash
 from kproto.records.batch import RecordBatch
 from kproto.records.builder import RecordBatchBuilder
-from kproto.records.reader import BatchReader
 from kproto.schemas.api_keys import ApiKey
 
-if TYPE_CHECKING:
-    from kproto.broker.core import BrokerCore
 
 __all__ = ["GroupCoordinator", "Group", "Member", "OffsetAndMetadata", "partition_for",
            "EMPTY", "PREPARING_REBALANCE", "COMPLETING_REBALANCE", "STABLE", "DEAD"]
 
-OFFSETS_TOPIC = "__consumer_offsets"
 EMPTY, PREPARING_REBALANCE, COMPLETING_REBALANCE, STABLE, DEAD = (
     "Empty", "PreparingRebalance", "CompletingRebalance", "Stable", "Dead")
 #: Kafka's GroupCoordinator.NewMemberJoinTimeoutMs: a new member's first join may wait this long.
 NEW_MEMBER_JOIN_TIMEOUT_MS = 5 * 60 * 1000
-_I16 = struct.Struct(">h")
 # record versions Kafka 3.9/4.x write (GroupCoordinatorRecordHelpers): OffsetCommitValue v3
 # unless an expire timestamp is set (v1), GroupMetadataValue v3
 OFFSET_VALUE_VERSION, GROUP_VALUE_VERSION = 3, 3
+_I16 = struct.Struct(">h")
 
 Respond = Callable[[Any], None]
-
-
-def partition_for(group_id: str, partitions: int) -> int:
-    """``Utils.abs(groupId.hashCode) % partitions`` (Kafka's ``partitionFor``)."""
-    h = java_string_hash(group_id)
-    signed = h - (1 << 32) if h >= 1 << 31 else h
-    return (0 if signed == -(1 << 31) else abs(signed)) % partitions
-
-
-@dataclass
-class OffsetAndMetadata:
-    offset: int
-    leader_epoch: int
-    metadata: str
-    commit_timestamp: int
-    record_offset: int = -1  # where it is in __consumer_offsets (txn commits compare these)
 
 
 @dataclass
@@ -302,7 +284,7 @@ class GroupCoordinator:
     """Classic groups and committed offsets of one broker (it leads every partition of
     ``__consumer_offsets``)."""
 
-    def __init__(self, core: BrokerCore) -> None:
+    def __init__(self, core: BrokerContext) -> None:
         self.core = core
         self.config = core.config
         self.groups: dict[str, Group] = {}
@@ -337,7 +319,7 @@ class GroupCoordinator:
         assert lg is not None
         return lg
 
-    def _append(self, group_id: str, records: list[tuple[bytes, Optional[bytes]]],
+    def append_records(self, group_id: str, records: list[tuple[bytes, Optional[bytes]]],
                 producer_id: int = -1, producer_epoch: int = -1) -> int:
         """Write records for ``group_id``; returns the offset of the first."""
         lg = self.partition_log(group_id)
@@ -352,29 +334,21 @@ class GroupCoordinator:
         self.core.fetch_purgatory.check_and_complete((lg.topic, lg.partition))
         return info.base_offset
 
-    @staticmethod
-    def _key(record_type: int, obj: Any) -> bytes:
-        return _I16.pack(record_type) + message(type(obj).__name__).encode(obj, 0)
-
-    @staticmethod
-    def _value(version: int, obj: Any) -> bytes:
-        return _I16.pack(version) + message(type(obj).__name__).encode(obj, version)
-
-    def _offset_record(self, group_id: str, tp: tuple[str, int],
+    def offset_record(self, group_id: str, tp: tuple[str, int],
                        om: Optional[OffsetAndMetadata]) -> tuple[bytes, Optional[bytes]]:
-        key = self._key(1, message("OffsetCommitKey").cls(group=group_id, topic=tp[0], partition=tp[1]))
+        key = record_key(1, message("OffsetCommitKey").cls(group=group_id, topic=tp[0], partition=tp[1]))
         if om is None:
             return key, None
-        return key, self._value(OFFSET_VALUE_VERSION, message("OffsetCommitValue").cls(
+        return key, record_value(OFFSET_VALUE_VERSION, message("OffsetCommitValue").cls(
             offset=om.offset, leader_epoch=om.leader_epoch, metadata=om.metadata,
             commit_timestamp=om.commit_timestamp))
 
-    def _group_record(self, group: Group, deleted: bool = False) -> tuple[bytes, Optional[bytes]]:
-        key = self._key(2, message("GroupMetadataKey").cls(group=group.group_id))
+    def group_record(self, group: Group, deleted: bool = False) -> tuple[bytes, Optional[bytes]]:
+        key = record_key(2, message("GroupMetadataKey").cls(group=group.group_id))
         if deleted:
             return key, None
         cls = message("GroupMetadataValue").cls
-        return key, self._value(GROUP_VALUE_VERSION, cls(
+        return key, record_value(GROUP_VALUE_VERSION, cls(
             protocol_type=group.protocol_type or "", generation=group.generation_id,
             protocol=group.protocol_name, leader=group.leader_id,
             current_state_timestamp=self.core.wall_ms(),
@@ -385,7 +359,7 @@ class GroupCoordinator:
                 assignment=m.assignment) for m in group.members.values()]))
 
     def store_group(self, group: Group) -> None:
-        self._append(group.group_id, [self._group_record(group)])
+        self.append_records(group.group_id, [self.group_record(group)])
 
     # -------------------------------------------------------------- load
     def _load(self) -> None:
@@ -393,13 +367,13 @@ class GroupCoordinator:
         topic = self.core.logs.topics[OFFSETS_TOPIC]
         for lg in topic.partitions:
             pending: dict[int, list[tuple[str, tuple[str, int], Optional[OffsetAndMetadata]]]] = {}
-            for batch in _batches(lg):
+            for batch in lg.batches():
                 if batch.is_control:
                     recs = batch.record_list()
                     commit = bool(recs) and recs[0].key is not None and _I16.unpack_from(recs[0].key, 2)[0] == 1
                     for gid, tp, om in pending.pop(batch.producer_id, []):
                         if commit and om is not None:
-                            self._group(gid).offsets[tp] = om
+                            self.get_or_create_group(gid).offsets[tp] = om
                     continue
                 for r in batch.records():
                     try:
@@ -409,7 +383,7 @@ class GroupCoordinator:
             for pid, items in pending.items():  # open transactions: offsets still pending
                 for gid, tp, om in items:
                     if om is not None:
-                        self._group(gid).pending_txn_offsets.setdefault(pid, {})[tp] = om
+                        self.get_or_create_group(gid).pending_txn_offsets.setdefault(pid, {})[tp] = om
         for group in list(self.groups.values()):
             if group.state == DEAD:
                 del self.groups[group.group_id]
@@ -418,7 +392,7 @@ class GroupCoordinator:
                 self.complete_and_schedule_heartbeat(group, member)
         self.consumer.after_load()
 
-    def _group(self, group_id: str) -> Group:
+    def get_or_create_group(self, group_id: str) -> Group:
         g = self.groups.get(group_id)
         if g is None:
             g = self.groups[group_id] = Group(group_id, self.now())
@@ -440,7 +414,7 @@ class GroupCoordinator:
             if batch.is_transactional:
                 pending.setdefault(batch.producer_id, []).append((k.group, tp, om))
                 return
-            group = self._group(k.group)
+            group = self.get_or_create_group(k.group)
             if om is None:
                 group.offsets.pop(tp, None)
             else:
@@ -456,7 +430,7 @@ class GroupCoordinator:
                 return
             ver = _I16.unpack_from(value, 0)[0]
             v = message("GroupMetadataValue").decode(memoryview(value)[2:], ver)
-            group = self._group(k.group)
+            group = self.get_or_create_group(k.group)
             group.members.clear()
             group.static_members.clear()
             group.generation_id, group.protocol_type = v.generation, v.protocol_type or None
@@ -623,7 +597,7 @@ class GroupCoordinator:
         if group is None:
             if member_id:
                 return answer(JoinResult(E.UNKNOWN_MEMBER_ID, member_id))
-            group = self._group(body.group_id)
+            group = self.get_or_create_group(body.group_id)
         if group.state == DEAD:
             return answer(JoinResult(E.COORDINATOR_NOT_AVAILABLE, member_id))
         if not group.supports_protocols(body.protocol_type, protocols):
@@ -858,7 +832,7 @@ class GroupCoordinator:
             if generation >= 0:
                 err = E.ILLEGAL_GENERATION
             else:
-                group = self._group(body.group_id)
+                group = self.get_or_create_group(body.group_id)
         if group is not None and not err:
             if group.state == DEAD:
                 err = E.COORDINATOR_NOT_AVAILABLE
@@ -894,9 +868,9 @@ class GroupCoordinator:
                     om = OffsetAndMetadata(p.committed_offset, p.committed_leader_epoch if with_epoch else -1,
                                            p.committed_metadata or "", now)
                     oms[tp] = om
-                    records.append(self._offset_record(group.group_id, tp, om))
+                    records.append(self.offset_record(group.group_id, tp, om))
         if records:
-            base = self._append(group.group_id, records)
+            base = self.append_records(group.group_id, records)
             for i, (tp, om) in enumerate(oms.items()):
                 om.record_offset = base + i
                 group.offsets[tp] = om
@@ -993,9 +967,9 @@ class GroupCoordinator:
                 elif subscribed and t.name in subscribed:
                     codes[tp] = E.GROUP_SUBSCRIBED_TO_TOPIC
                 elif holder.offsets.pop(tp, None) is not None:
-                    records.append(self._offset_record(holder.group_id, tp, None))
+                    records.append(self.offset_record(holder.group_id, tp, None))
         if records:
-            self._append(holder.group_id, records)
+            self.append_records(holder.group_id, records)
         answer(E.NONE, codes)
 
     # -------------------------------------------------------------- admin
@@ -1061,9 +1035,9 @@ class GroupCoordinator:
             elif group.state != EMPTY:
                 code = E.NON_EMPTY_GROUP
             else:
-                records = [self._offset_record(gid, tp, None) for tp in group.offsets]
-                records.append(self._group_record(group, deleted=True))
-                self._append(gid, records)
+                records = [self.offset_record(gid, tp, None) for tp in group.offsets]
+                records.append(self.group_record(group, deleted=True))
+                self.append_records(gid, records)
                 group.transition(DEAD, self.now())
                 del self.groups[gid]
                 code = E.NONE
@@ -1097,7 +1071,7 @@ class GroupCoordinator:
         codes: dict[tuple[str, int], int] = {}
         records, oms = [], {}
         if not err:
-            holder: Union[Group, ConsumerGroup] = cg if cg is not None else self._group(body.group_id)
+            holder: Union[Group, ConsumerGroup] = cg if cg is not None else self.get_or_create_group(body.group_id)
             for t in body.topics:
                 for p in t.partitions:
                     tp = (t.name, p.partition_index)
@@ -1110,9 +1084,9 @@ class GroupCoordinator:
                         om = OffsetAndMetadata(p.committed_offset, p.committed_leader_epoch if version >= 2 else -1,
                                                p.committed_metadata or "", now)
                         oms[tp] = om
-                        records.append(self._offset_record(body.group_id, tp, om))
+                        records.append(self.offset_record(body.group_id, tp, om))
             if records:
-                base = self._append(body.group_id, records, body.producer_id, body.producer_epoch)
+                base = self.append_records(body.group_id, records, body.producer_id, body.producer_epoch)
                 pend = holder.pending_txn_offsets.setdefault(body.producer_id, {})
                 for i, (tp, om) in enumerate(oms.items()):
                     om.record_offset = base + i
@@ -1143,17 +1117,3 @@ class GroupCoordinator:
         self.heartbeat_purgatory.shutdown()
         self.consumer.shutdown()
 
-
-def _batches(lg: Log) -> Iterator[RecordBatch]:
-    """Every batch of a partition, from its start."""
-    offset = lg.log_start_offset
-    while offset < lg.log_end_offset:
-        data = lg.read(offset, 1 << 20, True)
-        if not data:
-            return
-        last = offset
-        for b in BatchReader(data):
-            if isinstance(b, RecordBatch):
-                yield b
-                last = b.last_offset
-        offset = last + 1

@@ -15,12 +15,13 @@ Reads find a batch through an in-memory table of every batch's last offset and p
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import struct
 from bisect import bisect_left, bisect_right
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Optional
+from typing import Iterable, Iterator, Mapping, Optional
 
 import numpy as np
 from crc32c import crc32c
@@ -38,7 +39,24 @@ from kproto.storage.layout import (offset_file_name, parse_partition_dir_name, p
                                    scan_partition_dir)
 from kproto.storage.writer import FileOp, PartitionLog
 
-__all__ = ["BrokerError", "LogConfig", "AppendInfo", "Log", "LogManager", "Topic"]
+__all__ = ["BrokerError", "LogConfig", "AppendInfo", "Log", "LogManager", "Topic",
+           "topic_name_error"]
+
+_LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]+")
+
+
+def topic_name_error(name: str) -> Optional[str]:
+    """Kafka's ``Topic.validate``: why ``name`` is not a legal topic name, or None."""
+    if not name:
+        return "Topic name is illegal, it can't be empty"
+    if name in (".", ".."):
+        return "Topic name cannot be \".\" or \"..\""
+    if len(name) > 249:
+        return f"Topic name is illegal, it can't be longer than 249 characters, topic name: {name}"
+    if not _LEGAL_TOPIC.fullmatch(name):
+        return (f"Topic name \"{name}\" is illegal, it contains a character other than ASCII "
+                "alphanumerics, '.', '_' and '-'")
+    return None
 
 _INT64_MAX = 2**63 - 1
 _I64 = struct.Struct(">q")
@@ -517,6 +535,21 @@ class Log:
         """(producer id, first offset) of the aborted transactions overlapping [start, end)
         (Kafka's ``collectAbortedTransactions``)."""
         return [(pid, first) for pid, first, last in self.aborted if last >= start and first < end]
+
+    def batches(self) -> Iterator[RecordBatch]:
+        """Every v2 batch of the partition, from its start (coordinators replay their topics
+        with it)."""
+        offset = self.log_start_offset
+        while offset < self.log_end_offset:
+            data = self.read(offset, 1 << 20, True)
+            if not data:
+                return
+            last = offset
+            for b in BatchReader(data):
+                if isinstance(b, RecordBatch):
+                    yield b
+                    last = b.last_offset
+            offset = last + 1
 
     def read(self, offset: int, max_bytes: int, min_one_batch: bool = True,
              max_offset: Optional[int] = None) -> bytes:

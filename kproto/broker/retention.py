@@ -16,16 +16,15 @@ from __future__ import annotations
 
 import os
 from bisect import bisect_left
-from typing import TYPE_CHECKING, Callable, Optional
+from typing import Callable, Optional
 
+from kproto.broker.context import BrokerContext
 from kproto.broker.log import BrokerError, Log, Topic
 from kproto.broker.timer import CallbackTask
 from kproto.error_codes import ErrorCode
 from kproto.storage.checkpoints import OffsetCheckpoint
 from kproto.storage.layout import offset_file_name
 
-if TYPE_CHECKING:
-    from kproto.broker.core import BrokerCore
 
 __all__ = ["RetentionManager", "segment_stats", "delete_oldest_segments", "roll"]
 
@@ -106,7 +105,7 @@ def delete_oldest_segments(lg: Log, count: int) -> list[str]:
 class RetentionManager:
     """The broker's retention task and log start offset bookkeeping."""
 
-    def __init__(self, core: BrokerCore) -> None:
+    def __init__(self, core: BrokerContext) -> None:
         self.core = core
         self.interval_ms = core.config.log_retention_check_interval_ms
         self.checks = 0

@@ -15,7 +15,8 @@ import logging
 import os
 from typing import Any, Optional
 
-from kproto.broker.core import BrokerConfig, BrokerCore, ControlHandle, HookAction
+from kproto.broker.configs import BrokerConfig
+from kproto.broker.core import BrokerCore, ControlHandle, HookAction
 from kproto.broker.log import LogConfig
 from kproto.errors import DecodeError
 from kproto.framing import DEFAULT_MAX_FRAME, FrameBuffer
@@ -57,7 +58,7 @@ class _Connection:
 class Broker:
     """A single-node Kafka broker on ``host:port`` (port 0: a free one) over ``data_dir``.
 
-    ``config``: :class:`~kproto.broker.core.BrokerConfig` fields (``node_id``,
+    ``config``: :class:`~kproto.broker.configs.BrokerConfig` fields (``node_id``,
     ``auto_create_topics``, ``num_partitions``, ...) and the log defaults of
     :class:`~kproto.broker.log.LogConfig` (``segment_bytes``, ``message_timestamp_type``, ...).
     """

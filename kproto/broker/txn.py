@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import Any, Callable, Optional
 
-from kproto.broker.group import OFFSETS_TOPIC, _batches, partition_for
+from kproto.broker.context import BrokerContext
+from kproto.broker.group import GroupCoordinator
+from kproto.broker.offsets_topic import OFFSETS_TOPIC, partition_for
 from kproto.broker.timer import CallbackTask
 from kproto.codecs import message
 from kproto.codecs import response as response_codec
@@ -28,8 +30,6 @@ from kproto.errors import DecodeError
 from kproto.records.builder import RecordBatchBuilder
 from kproto.schemas.api_keys import ApiKey
 
-if TYPE_CHECKING:
-    from kproto.broker.core import BrokerCore
 
 __all__ = ["TransactionCoordinator", "TxnMetadata", "TXN_TOPIC"]
 
@@ -59,8 +59,9 @@ class TxnMetadata:
 class TransactionCoordinator:
     """Transactional ids of one broker (it leads every ``__transaction_state`` partition)."""
 
-    def __init__(self, core: BrokerCore) -> None:
+    def __init__(self, core: BrokerContext, groups: GroupCoordinator) -> None:
         self.core = core
+        self.groups = groups  # transactional offset commits complete with the markers
         self.config = core.config
         self.txns: dict[str, TxnMetadata] = {}
         self.coordinator_epoch = 0
@@ -105,7 +106,7 @@ class TransactionCoordinator:
     # -------------------------------------------------------------- load
     def _load(self) -> None:
         for lg in self.core.logs.topics[TXN_TOPIC].partitions:
-            for batch in _batches(lg):
+            for batch in lg.batches():
                 for r in batch.records():
                     try:
                         self._load_record(r.key, r.value)
@@ -146,7 +147,7 @@ class TransactionCoordinator:
             b.append_end_txn_marker(commit, self.coordinator_epoch, now)
             lg.append_internal(b.build())
             if topic == OFFSETS_TOPIC:
-                self.core.groups.complete_txn(p, txn.producer_id, commit)
+                self.groups.complete_txn(p, txn.producer_id, commit)
             self.core.fetch_purgatory.check_and_complete((topic, p))
         txn.partitions = set()
         self._transit(txn, COMPLETE_COMMIT if commit else COMPLETE_ABORT)
@@ -299,8 +300,8 @@ class TransactionCoordinator:
         cls = response_codec(ApiKey.ADD_OFFSETS_TO_TXN).cls
         if not body.group_id:
             return respond(cls(throttle_time_ms=0, error_code=E.INVALID_GROUP_ID))
-        self.core.groups.ensure_topic()
-        tp = (OFFSETS_TOPIC, partition_for(body.group_id, self.core.groups.num_partitions))
+        self.groups.ensure_topic()
+        tp = (OFFSETS_TOPIC, partition_for(body.group_id, self.groups.num_partitions))
         codes = self._add_partitions(body.transactional_id, body.producer_id, body.producer_epoch,
                                      [(tp[0], [tp[1]])], version)
         respond(cls(throttle_time_ms=0, error_code=self._old_fenced(codes[tp], version, 2)))

@@ -10,7 +10,8 @@ import pytest
 
 import kproto
 from kproto.broker.configs import CONFIGS_FILE
-from kproto.broker.core import BrokerConfig, BrokerCore
+from kproto.broker.configs import BrokerConfig
+from kproto.broker.core import BrokerCore
 from kproto.broker.log import LogConfig
 from kproto.broker.timer import FakeClock
 from kproto.error_codes import ErrorCode as E

@@ -8,7 +8,8 @@ import pytest
 import kproto
 from kproto.broker.consumer_group import (STABLE, UNRELEASED_PARTITIONS, UNREVOKED_PARTITIONS,
                                           ConsumerMember, range_assign, reconcile, uniform_assign)
-from kproto.broker.core import BrokerConfig, BrokerCore
+from kproto.broker.configs import BrokerConfig
+from kproto.broker.core import BrokerCore
 from kproto.broker.timer import FakeClock
 from kproto.codecs.primitives import Uuid
 from kproto.error_codes import ErrorCode as E

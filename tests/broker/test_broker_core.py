@@ -6,7 +6,8 @@ import os
 import pytest
 
 import kproto
-from kproto.broker.core import IMPLEMENTED, BrokerConfig, BrokerCore, Intercept
+from kproto.broker.configs import BrokerConfig
+from kproto.broker.core import IMPLEMENTED, BrokerCore, Intercept
 from kproto.broker.timer import FakeClock
 from kproto.error_codes import ErrorCode as E
 from kproto.records import iter_batches

@@ -4,8 +4,9 @@ from __future__ import annotations
 import pytest
 
 import kproto
-from kproto.broker.core import BrokerConfig, BrokerCore
-from kproto.broker.group import partition_for
+from kproto.broker.configs import BrokerConfig
+from kproto.broker.core import BrokerCore
+from kproto.broker.offsets_topic import partition_for
 from kproto.broker.timer import FakeClock
 from kproto.error_codes import ErrorCode as E
 from kproto.javahash import java_string_hash

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 import kproto
-from kproto.broker.core import BrokerConfig, BrokerCore
+from kproto.broker.configs import BrokerConfig
+from kproto.broker.core import BrokerCore
 from kproto.broker.timer import FakeClock
 from kproto.error_codes import ErrorCode as E
 from kproto.records import RecordBatchBuilder, iter_batches

@@ -1,0 +1,35 @@
+"""What the broker's coordinators and managers use of it.
+
+:class:`BrokerCore` builds the group and transaction coordinators, the admin handlers and the
+retention manager and hands itself to them; they see it through :class:`BrokerContext`, so they
+depend on this narrow face and not on the core that depends on them.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Protocol
+
+from kproto.broker.configs import BrokerConfig, ConfigManager
+from kproto.broker.log import LogManager
+from kproto.broker.purgatory import DelayedOperationPurgatory
+from kproto.broker.timer import Clock, SystemTimer
+
+__all__ = ["BrokerContext"]
+
+
+class BrokerContext(Protocol):
+    """The broker's settings, logs, configs, clocks, timer and fetch purgatory, and its
+    producer id allocation."""
+
+    config: BrokerConfig
+    logs: LogManager
+    configs: ConfigManager
+    clock: Clock
+    timer: SystemTimer
+    #: wall-clock milliseconds (record timestamps; the timer runs on ``clock``)
+    wall_ms: Callable[[], int]
+    #: fetches waiting for data: a write that can complete them checks its partition's key
+    fetch_purgatory: DelayedOperationPurgatory[Any]
+
+    def allocate_producer_id(self) -> int: ...
+
+    def reserve_producer_id(self, pid: int) -> None: ...
