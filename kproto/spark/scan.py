@@ -28,7 +28,7 @@ _US = _dt.timedelta(microseconds=1)
 #: every option the source understands (keys as Spark hands them over: lower-cased)
 OPTIONS = ("path", "paths", "topics", "partitions", "startingoffsets", "endingoffsets",
            "startingtimestamp", "endingtimestamp", "isolation", "includecontrol", "verifycrc",
-           "splitsize", "output")
+           "splitsize", "output", "includedeleted")
 #: values of the ``output`` option: the records, or the damage a read of them meets
 OUTPUTS = ("records", "damage")
 
@@ -116,6 +116,7 @@ def parse_options(options: Mapping[str, str]) -> ScanSpec:
         end_timestamp=_int(opts, "endingtimestamp"),
         isolation=isolation,
         include_control=_bool(opts, "includecontrol"),
+        include_deleted=_bool(opts, "includedeleted"),
         verify_crc=_bool(opts, "verifycrc"),
     )
     topics = _names(opts.get("topics"))

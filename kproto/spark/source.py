@@ -173,7 +173,8 @@ class KafkaSegmentsDataSource(DataSource):
     ``startingOffsets`` / ``endingOffsets`` (``[start, end)``, or ``earliest`` / ``latest``),
     ``startingTimestamp`` / ``endingTimestamp`` (ms since the epoch, ``[start, end)``),
     ``isolation`` (``read_uncommitted`` or ``read_committed``), ``includeControl``,
-    ``verifyCrc`` (skip batches whose CRC does not match), ``splitSize`` (bytes per task, e.g.
+    ``includeDeleted`` (also the records below a partition's log start offset, which
+    ``log-start-offset-checkpoint`` says DeleteRecords or retention removed), ``verifyCrc`` (skip batches whose CRC does not match), ``splitSize`` (bytes per task, e.g.
     ``64m``; segments are cut at batch boundaries found through their ``.index``; default:
     what is read over ``tasks`` tasks, see :func:`kproto.spark.register`), ``output``
     (``records``, or ``damage``: instead of the records, one row per damage a read with the

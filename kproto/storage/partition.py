@@ -18,10 +18,12 @@ from kproto.errors import DecodeError
 from kproto.records.batch import RecordBatch
 from kproto.problems import Problems
 from kproto.records.reader import Batch, BatchReader
-from kproto.storage.checkpoints import LeaderEpochCheckpoint, PartitionMetadata
+from kproto.storage.checkpoints import LeaderEpochCheckpoint, OffsetCheckpoint, PartitionMetadata
 from kproto.storage.indexes import (OFFSET_ENTRY_SIZE, TIME_ENTRY_SIZE, AbortedTxn, IndexBuilder,
                                     OffsetIndex, TimeIndex, parse_txn_index, useful_index_bytes)
 from kproto.storage.layout import PartitionDir, SegmentFiles, scan_partition_dir
+
+LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
 from kproto.storage.snapshot import ProducerSnapshot, parse_snapshot
 
 
@@ -42,6 +44,20 @@ def read_file(path: str, parse, problems: Problems):
     except OSError as exc:
         problems.report("file", f"cannot be read: {exc.strerror or exc}", source=path)
     return None
+
+
+def read_log_start_offsets(log_dir: str, problems: Problems | None = None
+                           ) -> dict[tuple[str, int], int]:
+    """The log start offsets of ``log_dir``'s ``log-start-offset-checkpoint`` by (topic,
+    partition): where DeleteRecords or retention moved a partition's start above its first
+    segment (Kafka leaves the other partitions out, or writes their first offset). Empty when
+    the file is missing or empty; a malformed one is reported in ``problems`` and ignored."""
+    path = os.path.join(log_dir, LOG_START_OFFSET_CHECKPOINT)
+    if not os.path.isfile(path):
+        return {}
+    cp = read_file(path, lambda b: OffsetCheckpoint.parse(b, LOG_START_OFFSET_CHECKPOINT),
+                   problems if problems is not None else Problems())
+    return {(t, p): o for t, p, o in cp.entries} if cp is not None else {}
 
 
 class Segment:
@@ -225,17 +241,23 @@ class Partition:
     segments: list[Segment]
     layout: PartitionDir
     problems: Problems = field(default_factory=Problems)
+    #: the log start offset of the log dir's ``log-start-offset-checkpoint`` (None: no entry);
+    #: records below it are deleted (DeleteRecords, retention) though still on disk
+    checkpoint_start_offset: int | None = None
 
     @classmethod
-    def open(cls, path_or_layout: str | PartitionDir) -> Partition:
-        """Open a partition folder (path or an already scanned layout)."""
+    def open(cls, path_or_layout: str | PartitionDir, *,
+             log_start_offset: int | None = None) -> Partition:
+        """Open a partition folder (path or an already scanned layout). ``log_start_offset``:
+        its entry in the log dir's ``log-start-offset-checkpoint``, if any (see
+        :func:`read_log_start_offsets`)."""
         layout = (path_or_layout if isinstance(path_or_layout, PartitionDir)
                   else scan_partition_dir(path_or_layout))
         segs = [Segment(f, layout.topic, layout.partition) for f in layout.segments if f.log]
         for seg, nxt in zip(segs, segs[1:]):
             seg.next_base = nxt.base_offset
         part = cls(layout.path, layout.topic, layout.partition, segs, layout,
-                   Problems(topic=layout.topic, partition=layout.partition))
+                   Problems(topic=layout.topic, partition=layout.partition), log_start_offset)
         for f in layout.segments:
             if not f.log:
                 part.problems.report("file", "index files without a .log",
@@ -272,6 +294,16 @@ class Partition:
     def snapshot_offsets(self) -> list[int]:
         """Offsets of the producer snapshots, ascending."""
         return [o for o, _ in self.layout.snapshots]
+
+    @property
+    def log_start_offset(self) -> int | None:
+        """Kafka's log start offset: the checkpoint's entry when it is above the first segment's
+        base offset, else that base offset (None: no segment and no entry)."""
+        first = self.segments[0].base_offset if self.segments else None
+        if self.checkpoint_start_offset is None:
+            return first
+        return self.checkpoint_start_offset if first is None \
+            else max(first, self.checkpoint_start_offset)
 
     @property
     def aborted(self) -> list[AbortedTxn]:

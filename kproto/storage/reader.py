@@ -10,6 +10,11 @@ sees: no batch of an aborted transaction (``.txnindex``; a transactional batch o
 aborted when an aborted transaction of P spans it, i.e. Kafka's fetch-side rule), nothing at or
 past the last stable offset (the first offset of a transaction still open in the log), and no
 control records unless ``include_control``.
+
+Each partition is read from its log start offset: records below the log dir's
+``log-start-offset-checkpoint`` entry (removed by DeleteRecords or retention, though their
+segment is still on disk) are left out, as no consumer can fetch them, unless
+``include_deleted``.
 """
 from __future__ import annotations
 
@@ -32,7 +37,7 @@ from kproto.records.reader import Batch
 from kproto.records.transactions import AbortedTransactions
 from kproto.storage.indexes import AbortedTxn
 from kproto.storage.layout import is_partition_dir, scan_log_dir, scan_partition_dir
-from kproto.storage.partition import Partition, Segment, scan_batches
+from kproto.storage.partition import Partition, Segment, read_log_start_offsets, scan_batches
 
 ISOLATIONS = ("read_uncommitted", "read_committed")
 COMPRESSION_NAMES = ("none", "gzip", "snappy", "lz4", "zstd")
@@ -68,6 +73,8 @@ class ReadOptions:
     end_timestamp: int | None = None
     isolation: str = "read_uncommitted"
     include_control: bool = False
+    # records below a partition's log start offset (log-start-offset-checkpoint) too
+    include_deleted: bool = False
     verify_crc: bool = False
     binary_view: bool = False  # keys/values as binary_view instead of binary
     # what one split may decompress: floor + ratio x its compressed bytes (DecompressionBudget)
@@ -94,6 +101,9 @@ class Split:
     aborted: tuple[AbortedTxn, ...] = ()
     last_stable_offset: int | None = None
     next_base_offset: int | None = None  # the next segment's: no batch here may reach it
+    # the partition's log start offset when it falls inside this segment (records below it
+    # are deleted: skipped unless ReadOptions.include_deleted)
+    log_start_offset: int | None = None
 
     @property
     def size(self) -> int:
@@ -103,13 +113,21 @@ class Split:
 
 # -------------------------------------------------------------------------------- planning
 def _partitions(path: str, topics: Iterable[str] | None = None,
-                partitions: Iterable[int] | None = None) -> list[Partition]:
+                partitions: Iterable[int] | None = None,
+                problems: Problems | None = None) -> list[Partition]:
+    """The selected partitions, each with its entry of the log dir's
+    ``log-start-offset-checkpoint`` (for a partition folder: that of the folder it is in)."""
     path = os.path.normpath(path)
-    layouts = [scan_partition_dir(path)] if is_partition_dir(path) else scan_log_dir(path).partitions
+    single = is_partition_dir(path)
+    layouts = [scan_partition_dir(path)] if single else scan_log_dir(path).partitions
     topics = set(topics) if topics is not None else None
     parts = set(partitions) if partitions is not None else None
-    return [Partition.open(p) for p in layouts
-            if (topics is None or p.topic in topics) and (parts is None or p.partition in parts)]
+    layouts = [p for p in layouts
+               if (topics is None or p.topic in topics) and (parts is None or p.partition in parts)]
+    starts = read_log_start_offsets(os.path.dirname(path) if single else path, problems) \
+        if layouts else {}
+    return [Partition.open(p, log_start_offset=starts.get((p.topic, p.partition)))
+            for p in layouts]
 
 
 def first_unstable_offset(part: Partition) -> int | None:
@@ -168,18 +186,26 @@ def plan_splits(path: str, *, topics: Iterable[str] | None = None,
     offset-index positions (so never inside a batch). What is wrong with the partitions'
     index and metadata files is reported in ``problems``."""
     out: list[Split] = []
-    for part in _partitions(path, topics, partitions):
+    for part in _partitions(path, topics, partitions, problems):
         aborted = tuple(part.aborted)
         lso = first_unstable_offset(part) if options.isolation == "read_committed" else None
+        # the log start offset narrows the read like a start offset (segments below it are
+        # skipped, the one holding it is entered through its index)
+        log_start = None if options.include_deleted else part.checkpoint_start_offset
+        opts = options
+        if log_start is not None and (opts.start_offset is None or opts.start_offset < log_start):
+            opts = replace(opts, start_offset=log_start)
+        else:
+            log_start = None
         segs = part.segments
-        if options.start_offset is not None:
-            segs = segs[part.segment_for(options.start_offset):]
+        if opts.start_offset is not None:
+            segs = segs[part.segment_for(opts.start_offset):]
         for k, seg in enumerate(segs):
-            if options.end_offset is not None and seg.base_offset >= options.end_offset:
+            if opts.end_offset is not None and seg.base_offset >= opts.end_offset:
                 break
             if lso is not None and seg.base_offset >= lso:
                 break
-            rng = _segment_range(seg, k == len(segs) - 1, options)
+            rng = _segment_range(seg, k == len(segs) - 1, opts)
             if rng is None:
                 seg.offset_index  # noqa: B018 - reads the indexes, reporting what they say is lost
                 continue
@@ -190,7 +216,9 @@ def plan_splits(path: str, *, topics: Iterable[str] | None = None,
             cuts = tuple(int(p) for p in seg.offset_index.positions if lo < p < hi) \
                 if seg.files.index or split_bytes is not None else ()
             out.append(Split(seg.files.log, part.topic, part.partition, seg.base_offset, lo, hi,
-                             cuts, aborted, lso, seg.next_base))
+                             cuts, aborted, lso, seg.next_base,
+                             log_start if log_start is not None and log_start > seg.base_offset
+                             else None))
         if problems is not None:
             problems.extend(part.problems)
             for seg in part.segments:
@@ -372,6 +400,10 @@ def read_buffer(data: bytes | memoryview, split: Split, options: ReadOptions = R
                 problems: Problems | None = None,
                 chunk_bytes: int = _CHUNK_BYTES) -> Iterator[pa.RecordBatch]:
     """Sans-I/O core of :func:`read_split`: ``data`` holds the split's bytes."""
+    if split.log_start_offset is not None and not options.include_deleted and (
+            options.start_offset is None or options.start_offset < split.log_start_offset):
+        # once per split: records below the log start are cut as by a start offset
+        options = replace(options, start_offset=split.log_start_offset)
     schema = arrow_schema(options.binary_view)
     segment = os.path.basename(split.path)
     committed = options.isolation == "read_committed"

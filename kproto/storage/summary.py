@@ -10,7 +10,8 @@ from kproto.problems import Problems
 from kproto.records.batch import RecordBatch
 from kproto.storage.checkpoints import CleanShutdown, MetaProperties, OffsetCheckpoint, QuorumState
 from kproto.storage.layout import is_partition_dir, scan_log_dir, scan_partition_dir
-from kproto.storage.partition import Partition, batch_max_timestamp, read_file, scan_batches
+from kproto.storage.partition import (Partition, batch_max_timestamp, read_file,
+                                      read_log_start_offsets, scan_batches)
 from kproto.storage.reader import first_unstable_offset
 
 Doc = dict[str, Any]
@@ -24,7 +25,9 @@ def _range(lo: int | None, hi: int | None) -> list[int] | None:
 
 
 def summarize_partition(part: Partition) -> Doc:
-    """Per-partition facts; segment entries carry their own damage."""
+    """Per-partition facts; segment entries carry their own damage. ``offsets`` is what the
+    segments hold, ``log_start_offset`` where a consumer can start (the log dir's
+    ``log-start-offset-checkpoint`` when it is above the first offset on disk)."""
     segments = []
     damage_all = Problems()
     first_offset = log_end = None
@@ -68,6 +71,11 @@ def summarize_partition(part: Partition) -> Doc:
             first_offset = lo
         if hi is not None:
             log_end = hi
+    log_start = first_offset if first_offset is not None else (
+        part.segments[0].base_offset if part.segments else None)
+    if part.checkpoint_start_offset is not None:
+        log_start = part.checkpoint_start_offset if log_start is None \
+            else max(log_start, part.checkpoint_start_offset)
     snaps = part.snapshot_offsets
     # every snapshot is read (they are small) so that a damaged one is reported
     read = [part.snapshot(o) for o in snaps]
@@ -86,6 +94,7 @@ def summarize_partition(part: Partition) -> Doc:
         "topic": part.topic, "partition": part.partition, "path": part.path,
         "topic_id": part.topic_id, "segments": segments, "size": sum(s.log_size for s in part.segments),
         "batches": batches_total, "offsets": _range(first_offset, log_end),
+        "log_start_offset": log_start,
         "leader_epochs": epochs.to_json()["entries"] if epochs else None,
         "producer_snapshots": snaps,
         "producers": len(latest.entries) if latest else None,
@@ -129,8 +138,10 @@ def summarize(path: str) -> Doc:
     file contents."""
     path = os.path.normpath(path)
     if is_partition_dir(path):
+        pd = scan_partition_dir(path)
+        starts = read_log_start_offsets(os.path.dirname(path))
         return {"path": path, "partitions": [summarize_partition(Partition.open(
-            scan_partition_dir(path)))], "problems": []}
+            pd, log_start_offset=starts.get((pd.topic, pd.partition))))], "problems": []}
     layout = scan_log_dir(path)
     problems = Problems()
     meta = clean = None
@@ -138,6 +149,8 @@ def summarize(path: str) -> Doc:
         meta = read_file(layout.meta_properties, MetaProperties.parse, problems)
     if layout.clean_shutdown:
         clean = read_file(layout.clean_shutdown, CleanShutdown.parse, problems)
+    # a malformed checkpoint is reported once, by the loop below
+    starts = read_log_start_offsets(path)
     checkpoints, unmatched = {}, []
     present = {(p.topic, p.partition) for p in layout.partitions}
     for full in sorted(layout.checkpoints.values()):
@@ -157,7 +170,8 @@ def summarize(path: str) -> Doc:
         "checkpoint_entries_without_folder": unmatched,
         "bootstrap": (summarize_metadata_records(layout.bootstrap_checkpoint, problems)
                       if layout.bootstrap_checkpoint else None),
-        "partitions": [summarize_partition(Partition.open(p)) for p in layout.partitions],
+        "partitions": [summarize_partition(Partition.open(
+            p, log_start_offset=starts.get((p.topic, p.partition)))) for p in layout.partitions],
         "moved": [{"path": p.path, "topic": p.topic, "partition": p.partition, "state": p.state}
                   for p in layout.moved],
         "ignored": [{"path": p, "why": why} for p, why in layout.ignored()],
@@ -172,6 +186,10 @@ def has_damage(doc: Doc) -> bool:
 
 def _fmt_range(r: list[int] | None) -> str:
     return "-" if r is None else f"[{r[0]}, {r[1]})"
+
+
+def _fmt_offset(o: int | None) -> str:
+    return "-" if o is None else str(o)
 
 
 def _fmt_time(r: list[int] | None) -> str:
@@ -218,7 +236,8 @@ def render_text(doc: Doc, segments: bool = True) -> str:
                    f"records, metadata.version {boot['metadata_version']}")
     for p in doc["partitions"]:
         out.append(f"{p['topic']}-{p['partition']}  topic_id={p['topic_id']}  "
-                   f"offsets {_fmt_range(p['offsets'])}  {len(p['segments'])} segments  "
+                   f"offsets {_fmt_range(p['offsets'])}  log start {_fmt_offset(p['log_start_offset'])}  "
+                   f"{len(p['segments'])} segments  "
                    f"{p['size']} bytes  {p['batches']} batches")
         extra = [f"producers={p['producers']}", f"aborted txns={p['aborted_transactions']}"]
         if p["first_unstable_offset"] is not None:

@@ -3,7 +3,9 @@ every codec and acks, idempotent and transactional, admin DeleteRecords, classic
 groups committing; confluent-kafka: every codec and acks) is read by ``kproto.storage.read_arrow`` (while the broker runs, and after a
 clean stop), ``kproto logdir`` and the Spark source, with exactly the records the clients
 produced and acknowledged: same topic, partition, offset, key and value (acks=0 records, which
-get no offset back, by everything but the offset), each written with its producer's codec."""
+get no offset back, by everything but the offset), each written with its producer's codec.
+The records below j-admin-2's log start offset (DeleteRecords) are left out by the readers
+themselves, and read back with ``include_deleted`` / ``includeDeleted``."""
 from __future__ import annotations
 
 import contextlib
@@ -86,11 +88,10 @@ def rows_of(table):
     return [dict(zip(cols, r)) for r in zip(*(table.column(c).to_pylist() for c in cols))]
 
 
-def check_rows(rows, expected, start_offsets, what):
+def check_rows(rows, expected, what):
     """``rows`` (dicts with bytes keys and values) hold exactly ``expected`` (acked records: the
-    offset compared unless it is -1), from ``start_offsets`` (log start after DeleteRecords) on."""
-    rows = [r for r in rows if r["topic"] in TOPICS and not r["is_control"]
-            and r["offset"] >= start_offsets.get((r["topic"], r["partition"]), 0)]
+    offset compared unless it is -1)."""
+    rows = [r for r in rows if r["topic"] in TOPICS and not r["is_control"]]
     where = Counter((r["topic"], r["partition"], r["offset"]) for r in rows)
     assert where.most_common(1)[0][1] == 1, f"{what}: an offset read twice"
     got = {r["key"].decode(): r for r in rows}
@@ -122,10 +123,14 @@ def test_broker_log_directory_reads_back_with_storage_logdir_and_spark(kafka_bro
     start = {("j-admin", 2): deleted["low_watermark"]}
     assert start == {("j-admin", 2): 4}
     ck_acked = confluent_produce(kafka_broker.bootstrap)
-    everything = [e for e in java + ck_acked if (e["topic"], e["partition"]) not in start
+    every_acked = java + ck_acked
+    everything = [e for e in every_acked if (e["topic"], e["partition"]) not in start
                   or e["offset"] >= start[(e["topic"], e["partition"])]]
+    deleted = [e for e in every_acked if (e["topic"], e["partition"]) in start
+               and e["offset"] < start[(e["topic"], e["partition"])]]
+    assert sorted(e["offset"] for e in deleted) == [0, 1, 2, 3]
     committed = [e for e in everything if e.get("outcome") != "abort"]
-    for e in everything:
+    for e in every_acked:
         e["wire_codec"] = wire.codec[e["key"]]
         if "codec" in e:   # the producer's setting, or none for a batch it left uncompressed
             assert e["wire_codec"] in (e["codec"], "none"), e
@@ -134,12 +139,16 @@ def test_broker_log_directory_reads_back_with_storage_logdir_and_spark(kafka_bro
     assert len(everything) == 450 + 30 + 6 + 2 * 280 + 450 and len(committed) == len(everything) - 10
 
     # while the broker runs (clients done, their data acknowledged)
-    check_rows(rows_of(ks.read_arrow(data, topics=TOPICS)), everything, start, "live read_arrow")
+    # the readers leave out what DeleteRecords removed (log-start-offset-checkpoint) themselves
+    check_rows(rows_of(ks.read_arrow(data, topics=TOPICS)), everything, "live read_arrow")
 
     kafka_broker.stop()
-    check_rows(rows_of(ks.read_arrow(data, topics=TOPICS)), everything, start, "read_arrow")
-    check_rows(rows_of(ks.read_arrow(data, topics=TOPICS, isolation="read_committed")), committed, start,
+    check_rows(rows_of(ks.read_arrow(data, topics=TOPICS)), everything, "read_arrow")
+    check_rows(rows_of(ks.read_arrow(data, topics=TOPICS, isolation="read_committed")), committed,
                "read_arrow read_committed")
+    # still on disk in the first segment, and there for the asking
+    check_rows(rows_of(ks.read_arrow(data, topics=TOPICS, include_deleted=True)), every_acked,
+               "read_arrow include_deleted")
     with open(os.path.join(data, "log-start-offset-checkpoint"), "rb") as f:
         log_start = {(t, p): o for t, p, o in OffsetCheckpoint.parse(f.read()).entries}
     assert log_start[("j-admin", 2)] == 4   # DeleteRecords reached the checkpoint
@@ -173,13 +182,17 @@ def test_broker_log_directory_reads_back_with_storage_logdir_and_spark(kafka_bro
         for p in range(3):
             assert parts[(topic, p)]["offsets"] == [0, 150] and parts[(topic, p)]["damage"] == []
     assert parts[("j-txn", 0)]["offsets"] == [0, 33] and parts[("j-txn", 0)]["aborted_transactions"] == 1
-    assert parts[("j-admin", 2)]["offsets"][1] == 10
+    assert parts[("j-admin", 2)]["offsets"] == [0, 10] and parts[("j-admin", 2)]["log_start_offset"] == 4
+    assert parts[("j-codecs", 0)]["log_start_offset"] == 0
 
-    for isolation, want in (("read_uncommitted", everything), ("read_committed", committed)):
+    for isolation, deleted_too, want in (("read_uncommitted", False, everything),
+                                         ("read_committed", False, committed),
+                                         ("read_uncommitted", True, every_acked)):
         df = (spark.read.format("kafka-segments").option("isolation", isolation)
+              .option("includeDeleted", str(deleted_too).lower())
               .option("topics", ",".join(TOPICS)).load(data))
         rows = [r.asDict() for r in df.select("topic", "partition", "offset", "key", "value",
                                               "compression", "is_control").collect()]
         for r in rows:
             r["key"], r["value"] = bytes(r["key"]), bytes(r["value"])
-        check_rows(rows, want, start, f"spark {isolation}")
+        check_rows(rows, want, f"spark {isolation}{' includeDeleted' if deleted_too else ''}")
