@@ -69,6 +69,15 @@ class BrokerConfig:
     # partitions one CreateTopics/CreatePartitions may add (KRaft's controller refuses an
     # operation of more than 10000 records, QuorumController.MAX_RECORDS_PER_USER_OP)
     max_partitions_per_request: int = 10000
+    # security (kproto.broker.auth, kproto.broker.acl): SASL on the listener when mechanisms
+    # are enabled (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512), users name -> password (PLAIN's JAAS
+    # user_<name> options; the SCRAM credentials are salted from them), and the authorizer
+    sasl_enabled_mechanisms: tuple[str, ...] = ()   # sasl.enabled.mechanisms (empty: no SASL)
+    sasl_users: dict[str, str] = field(default_factory=dict)
+    scram_iterations: int = 4096                    # of the credentials made from sasl_users
+    authorizer: bool = False                        # authorizer.class.name=StandardAuthorizer
+    super_users: tuple[str, ...] = ()               # super.users (User:admin, ...)
+    allow_everyone_if_no_acl_found: bool = False    # allow.everyone.if.no.acl.found
 
 
 CONFIGS_FILE = "kproto-configs.json"

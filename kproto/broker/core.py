@@ -17,7 +17,10 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Hashable, Optional, Protocol, Union
 
+from kproto.broker.acl import ACL_VERSIONS, AclHandlers, Authorizer, SecurityFile
 from kproto.broker.admin import ADMIN_VERSIONS, AdminHandlers, admin_error_response
+from kproto.broker.auth import SASL_VERSIONS, Security
+from kproto.broker.authz import RequestAuthorizer
 from kproto.broker.configs import BrokerConfig, ConfigManager
 from kproto.broker.group import GroupCoordinator
 from kproto.broker.log import BrokerError, Log, LogManager, Topic, topic_name_error
@@ -81,6 +84,8 @@ IMPLEMENTED: dict[int, tuple[int, int]] = {
     ApiKey.CONSUMER_GROUP_HEARTBEAT: (0, 1),
     ApiKey.CONSUMER_GROUP_DESCRIBE: (0, 1),
     **ADMIN_VERSIONS,
+    **SASL_VERSIONS,    # kproto.broker.auth
+    **ACL_VERSIONS,     # kproto.broker.acl
 }
 
 
@@ -139,9 +144,13 @@ class _Request:
     api_key: int
     version: int
     received_ms: int
+    #: puts back what the authorizer took out of the request (kproto.broker.authz)
+    patch: Optional[Callable[[Any], Any]] = None
 
     def respond(self, body: Any, api_version: Optional[int] = None) -> None:
         ver = self.version if api_version is None else api_version
+        if self.patch is not None:
+            body = self.patch(body)
         frame = encode_response(ResponseHeader(correlation_id=self.header.correlation_id), body,
                                 self.api_key, ver)
         self.channel.respond(frame)
@@ -224,6 +233,19 @@ class BrokerCore:
         self.txns = TransactionCoordinator(self, self.groups)
         self.retention = RetentionManager(self)
         self.admin = AdminHandlers(self, self.retention)
+        # security: SASL per connection, ACLs and SCRAM credentials in kproto-security.json
+        self.security = Security(self.config)
+        self.security_file = SecurityFile(data_dir)
+        acls, altered = self.security_file.load()
+        self._stored_acls = acls  # kept in the file even while no authorizer is configured
+        self.security.store.apply_altered(altered)
+        self.authorizer: Optional[Authorizer] = (
+            Authorizer(self.config.super_users, self.config.allow_everyone_if_no_acl_found, acls)
+            if self.config.authorizer else None)
+        self.authz = RequestAuthorizer(self.authorizer, self) if self.authorizer is not None else None
+        self.security.on_change = lambda _store: self._save_security()
+        acl = AclHandlers(self.authorizer, self._save_security)
+        sec = self.security
         g, tx, adm = self.groups, self.txns, self.admin
         self.handlers: dict[int, Callable[[_Request], None]] = {
             ApiKey.ADD_PARTITIONS_TO_TXN: lambda r: tx.add_partitions(r.body, r.version, r.respond),
@@ -252,6 +274,13 @@ class BrokerCore:
             ApiKey.DESCRIBE_CLUSTER: lambda r: adm.describe_cluster(r.body, r.version, r.respond),
             ApiKey.DESCRIBE_LOG_DIRS: lambda r: adm.describe_log_dirs(r.body, r.version, r.respond),
             ApiKey.DELETE_RECORDS: lambda r: adm.delete_records(r.body, r.version, r.respond),
+            ApiKey.SASL_HANDSHAKE: lambda r: sec.handshake(r.channel, r.body, r.version, r.respond),
+            ApiKey.SASL_AUTHENTICATE: lambda r: sec.authenticate(r.channel, r.body, r.version, r.respond),
+            ApiKey.CREATE_ACLS: lambda r: acl.create_acls(r.body, r.version, r.respond),
+            ApiKey.DESCRIBE_ACLS: lambda r: acl.describe_acls(r.body, r.version, r.respond),
+            ApiKey.DELETE_ACLS: lambda r: acl.delete_acls(r.body, r.version, r.respond),
+            ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: lambda r: sec.describe_scram(r.body, r.version, r.respond),
+            ApiKey.ALTER_USER_SCRAM_CREDENTIALS: lambda r: sec.alter_scram(r.body, r.version, r.respond),
             ApiKey.PRODUCE: self._produce, ApiKey.FETCH: self._fetch,
             ApiKey.LIST_OFFSETS: self._list_offsets, ApiKey.METADATA: self._metadata,
             ApiKey.FIND_COORDINATOR: self._find_coordinator,
@@ -314,7 +343,11 @@ class BrokerCore:
         try:
             key, ver, cid = peek_request_header(frame, size_prefix=False)
         except DecodeError as exc:
+            if self.security.gate(channel, frame, None):  # a legacy SASL token has no header
+                return
             channel.close(f"bad request header: {exc}")
+            return
+        if self.security.gate(channel, frame, key):  # before authentication: SASL only
             return
         supported = self.api_versions()
         if key == ApiKey.API_VERSIONS and (key not in supported or ver > supported[key][1]):
@@ -357,6 +390,17 @@ class BrokerCore:
             self._answer_error(req, ErrorCode.UNSUPPORTED_VERSION, run_handler=False)
             return
         try:
+            if self.authz is not None:
+                verdict = self.authz.check(req.api_key, req.version, req.body,
+                                           self.security.session(req.channel))
+                if verdict is not None:
+                    if verdict.error is not None:
+                        self._answer_error(req, verdict.error, run_handler=True)
+                        return
+                    if verdict.response is not None:
+                        req.respond(verdict.response)
+                        return
+                    req.patch = verdict.patch
             handler(req)
         except Exception:  # a handler bug must not take the broker down
             log.exception("error handling %s v%d", request_codec(req.api_key).name, req.version)
@@ -388,6 +432,10 @@ class BrokerCore:
         if tip.topic is None:
             return None
         return self.logs.get(tip.topic, tip.partition)
+
+    def _save_security(self) -> None:
+        self.security_file.save(self.authorizer.acls if self.authorizer is not None else self._stored_acls,
+                                self.security.store)
 
     def _create_topic(self, name: str, partitions: int, configs: Optional[dict] = None) -> Topic:
         topic = self.logs.create_topic(name, partitions, configs)

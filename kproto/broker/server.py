@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import ssl as _ssl
 from typing import Any, Optional
 
 from kproto.broker.configs import BrokerConfig
@@ -61,15 +62,20 @@ class Broker:
     ``config``: :class:`~kproto.broker.configs.BrokerConfig` fields (``node_id``,
     ``auto_create_topics``, ``num_partitions``, ...) and the log defaults of
     :class:`~kproto.broker.log.LogConfig` (``segment_bytes``, ``message_timestamp_type``, ...).
+    ``ssl_context`` (a server-side :class:`ssl.SSLContext`) makes the listener SSL, or SASL_SSL
+    with ``sasl_enabled_mechanisms``; security settings are in :mod:`kproto.broker.auth` and
+    :mod:`kproto.broker.acl` (``sasl_users``, ``authorizer``, ``super_users``).
     """
 
     def __init__(self, data_dir: str | os.PathLike[str], port: int = 0, *, host: str = "127.0.0.1",
-                 max_frame: Optional[int] = None, **config: Any) -> None:
+                 max_frame: Optional[int] = None, ssl_context: Optional[_ssl.SSLContext] = None,
+                 **config: Any) -> None:
         log_cfg = {k: config.pop(k) for k in list(config) if k in _LOG_CONFIGS}
         if max_frame is not None:  # the older name of socket.request.max.bytes
             config["socket_request_max_bytes"] = max_frame
         self.config = BrokerConfig(host=host, port=port, log=LogConfig(**log_cfg), **config)
         self.data_dir = os.fspath(data_dir)
+        self.ssl_context = ssl_context
         # socket.request.max.bytes: a frame announcing more is refused and its connection
         # closed before its bytes are read, as Kafka's NetworkReceive does
         self.max_frame = self.config.socket_request_max_bytes or DEFAULT_MAX_FRAME
@@ -82,7 +88,8 @@ class Broker:
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> Broker:
-        self._server = await asyncio.start_server(self._serve, self.config.host, self.config.port)
+        self._server = await asyncio.start_server(self._serve, self.config.host, self.config.port,
+                                                  ssl=self.ssl_context)
         self.config.port = self._server.sockets[0].getsockname()[1]
         # the core opens (and recovers) the log directory once the advertised port is known
         self.core = BrokerCore(self.data_dir, self.config)
@@ -121,6 +128,14 @@ class Broker:
     @property
     def port(self) -> int:
         return self.config.port
+
+    @property
+    def security_protocol(self) -> str:
+        """The listener's, as a client names it (``security.protocol``)."""
+        sasl = bool(self.config.sasl_enabled_mechanisms)
+        tls = self.ssl_context is not None
+        return {(False, False): "PLAINTEXT", (False, True): "SSL", (True, False): "SASL_PLAINTEXT",
+                (True, True): "SASL_SSL"}[(sasl, tls)]
 
     @property
     def bootstrap(self) -> str:

@@ -350,7 +350,7 @@ def test_unknown_keys_and_bad_frames_close_the_connection(core):
 
 def test_a_known_but_unimplemented_api_gets_unsupported_version(core):
     client = Client(core)
-    r = client.call(K.SASL_HANDSHAKE, 1, mechanism="PLAIN")
+    r = client.call(K.DESCRIBE_DELEGATION_TOKEN, 1, owners=None)
     assert r.error_code == E.UNSUPPORTED_VERSION
 
 

@@ -1,0 +1,445 @@
+"""SASL on the broker's side, sans-I/O: PLAIN and SCRAM-SHA-256/512 as Kafka's
+``SaslServerAuthenticator``, ``PlainSaslServer`` and ``ScramSaslServer`` run them.
+
+Each connection has a :class:`ConnectionAuth` (kept by :class:`Security`, keyed by the core's
+channel): on a SASL listener it starts in the handshake state, where only ApiVersions and
+SaslHandshake are served (anything else closes the connection, as Kafka's authenticator does);
+SaslHandshake v1 moves it to SaslAuthenticate round trips, v0 to the legacy flow of raw
+size-prefixed tokens without a Kafka header. A failed exchange is answered with
+SASL_AUTHENTICATION_FAILED (v1) and the connection closed. Once authenticated the principal is
+``User:<name>``; without SASL (a PLAINTEXT or SSL listener) it is ``User:ANONYMOUS``.
+
+Credentials: ``sasl_users`` (name -> password) of :class:`~kproto.broker.configs.BrokerConfig`
+are the PLAIN users (Kafka's ``user_<name>="<password>"`` JAAS options) and, salted with
+``scram_iterations``, the SCRAM credentials of each SCRAM mechanism enabled;
+AlterUserScramCredentials adds, replaces and deletes SCRAM credentials, kept in
+``kproto-security.json`` (see :mod:`kproto.broker.acl`) across restarts. The SCRAM math is
+:mod:`kproto.client.sasl`'s (RFC 5802 / RFC 7677), shared with the client.
+"""
+from __future__ import annotations
+
+import base64
+import binascii
+import hmac as _hmac
+import re
+import secrets
+import weakref
+from dataclasses import dataclass
+from typing import Any, Callable, Optional, Union
+
+from kproto.broker.configs import BrokerConfig
+from kproto.client.sasl import (SCRAM_MECHANISMS, auth_message, client_key, client_signature,
+                                digest, salted_password, server_key, server_signature, stored_key,
+                                username_from_sasl_name)
+from kproto.codecs import response as response_codec
+from kproto.error_codes import ErrorCode
+from kproto.schemas.api_keys import ApiKey
+
+__all__ = ["ScramCredential", "CredentialStore", "PlainServer", "ScramServer", "SaslFailed",
+           "ConnectionAuth", "Security", "ANONYMOUS", "SCRAM_MECHANISM_IDS", "SASL_VERSIONS"]
+
+ANONYMOUS = "User:ANONYMOUS"
+#: AlterUserScramCredentials' mechanism numbers (Kafka's ScramMechanism)
+SCRAM_MECHANISM_IDS = {"SCRAM-SHA-256": 1, "SCRAM-SHA-512": 2}
+#: what the SASL handlers implement
+SASL_VERSIONS: dict[int, tuple[int, int]] = {
+    ApiKey.SASL_HANDSHAKE: (0, 1),
+    ApiKey.SASL_AUTHENTICATE: (0, 2),
+}
+#: the requests a connection may send before it is authenticated
+_PRE_AUTH = {ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE}
+
+Respond = Callable[[Any], None]
+
+
+class SaslFailed(Exception):
+    """The exchange failed: ``message`` is what the client is told (Kafka's wording)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+def _generic_failure(mechanism: str) -> SaslFailed:
+    # what Kafka's authenticator answers to a SaslException (not a SaslAuthenticationException)
+    return SaslFailed("Authentication failed during authentication due to invalid credentials "
+                      f"with SASL mechanism {mechanism}")
+
+
+# ------------------------------------------------------------------ credentials
+
+@dataclass(frozen=True)
+class ScramCredential:
+    """What the server keeps of a SCRAM password (Kafka's ``ScramCredential``)."""
+
+    salt: bytes
+    stored_key: bytes
+    server_key: bytes
+    iterations: int
+
+    @classmethod
+    def from_salted(cls, mechanism: str, salted: bytes, salt: bytes, iterations: int) -> ScramCredential:
+        h = SCRAM_MECHANISMS[mechanism][0]
+        return cls(salt, stored_key(h, client_key(h, salted)), server_key(h, salted), iterations)
+
+    @classmethod
+    def from_password(cls, mechanism: str, password: str, iterations: int = 4096,
+                      salt: Optional[bytes] = None) -> ScramCredential:
+        salt = salt if salt is not None else secrets.token_bytes(32)
+        h = SCRAM_MECHANISMS[mechanism][0]
+        return cls.from_salted(mechanism, salted_password(h, password, salt, iterations), salt, iterations)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"salt": base64.b64encode(self.salt).decode(), "stored_key":
+                base64.b64encode(self.stored_key).decode(), "server_key":
+                base64.b64encode(self.server_key).decode(), "iterations": self.iterations}
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> ScramCredential:
+        return cls(base64.b64decode(doc["salt"]), base64.b64decode(doc["stored_key"]),
+                   base64.b64decode(doc["server_key"]), int(doc["iterations"]))
+
+
+class CredentialStore:
+    """PLAIN passwords and SCRAM credentials by (mechanism, user)."""
+
+    def __init__(self, plain: Optional[dict[str, str]] = None) -> None:
+        self.plain: dict[str, str] = dict(plain or {})
+        self.scram: dict[tuple[str, str], ScramCredential] = {}
+        #: what AlterUserScramCredentials changed (None: deleted), kept across restarts
+        self.altered: dict[tuple[str, str], Optional[ScramCredential]] = {}
+
+    def apply_altered(self, altered: dict[tuple[str, str], Optional[ScramCredential]]) -> None:
+        for key, cred in altered.items():
+            self.altered[key] = cred
+            if cred is None:
+                self.scram.pop(key, None)
+            else:
+                self.scram[key] = cred
+
+    @classmethod
+    def from_config(cls, config: BrokerConfig) -> CredentialStore:
+        store = cls(config.sasl_users)
+        for mech in config.sasl_enabled_mechanisms:
+            if mech in SCRAM_MECHANISMS:
+                for user, password in config.sasl_users.items():
+                    store.scram[(mech, user)] = ScramCredential.from_password(
+                        mech, password, config.scram_iterations)
+        return store
+
+
+# ------------------------------------------------------------------ mechanisms
+
+class PlainServer:
+    """Kafka's ``PlainSaslServer``: one message ``authzid NUL user NUL password``."""
+
+    mechanism = "PLAIN"
+
+    def __init__(self, store: CredentialStore) -> None:
+        self.store = store
+        self.complete = False
+        self.username: Optional[str] = None
+
+    def step(self, token: bytes) -> bytes:
+        try:
+            text = token.decode("utf-8")
+        except UnicodeDecodeError:
+            raise SaslFailed("Invalid SASL/PLAIN response: not UTF-8") from None
+        parts = text.split("\0")
+        if len(parts) != 3:
+            raise SaslFailed(f"Invalid SASL/PLAIN response: expected 3 tokens, got {len(parts)}")
+        authzid, user, password = parts
+        if not user:
+            raise SaslFailed("Authentication failed: username not specified")
+        if not password:
+            raise SaslFailed("Authentication failed: password not specified")
+        expected = self.store.plain.get(user)
+        if expected is None or not _hmac.compare_digest(expected.encode(), password.encode()):
+            raise SaslFailed("Authentication failed: Invalid username or password")
+        if authzid and authzid != user:
+            raise SaslFailed("Authentication failed: Client requested an authorization id that "
+                             "is different from username")
+        self.username, self.complete = user, True
+        return b""
+
+
+_SASLNAME = r"(?:[\x01-\x2b\x2d-\x3c\x3e-\x7f]|=2C|=3D)+"
+_CLIENT_FIRST = re.compile(rf"n,(?:a=({_SASLNAME}))?,(n=({_SASLNAME}),r=([\x21-\x2b\x2d-\x7e]+)"
+                           r"((?:,[A-Za-z]+=[\x01-\x2b\x2d-\x7f]*)*))")
+_CLIENT_FINAL = re.compile(r"(c=([A-Za-z0-9+/]*={0,2}),r=([\x21-\x2b\x2d-\x7e]+)"
+                           r"(?:,[A-Za-z]+=[\x01-\x2b\x2d-\x7f]*)*),p=([A-Za-z0-9+/]+={0,2})")
+
+
+class ScramServer:
+    """Kafka's ``ScramSaslServer``: client-first -> server-first, client-final -> server-final."""
+
+    def __init__(self, mechanism: str, store: CredentialStore, nonce: Optional[str] = None) -> None:
+        self.mechanism = mechanism
+        self.hash_name = SCRAM_MECHANISMS[mechanism][0]
+        self.store = store
+        self._nonce_suffix = nonce if nonce is not None else secrets.token_urlsafe(24)
+        self.complete = False
+        self.username: Optional[str] = None
+        self._state = "client-first"
+        self._cred: Optional[ScramCredential] = None
+        self._client_first_bare = self._server_first = self._nonce = ""
+
+    def step(self, token: bytes) -> bytes:
+        try:
+            text = token.decode("utf-8")
+        except UnicodeDecodeError:
+            raise _generic_failure(self.mechanism) from None
+        if self._state == "client-first":
+            return self._client_first(text)
+        if self._state == "client-final":
+            return self._client_final(text)
+        raise SaslFailed("Unexpected SASL token after the exchange completed")
+
+    def _client_first(self, text: str) -> bytes:
+        m = _CLIENT_FIRST.fullmatch(text)
+        if m is None:
+            raise SaslFailed("Invalid SCRAM client first message format")
+        authzid, bare, name, nonce, ext = m.groups()
+        if "tokenauth=" in (ext or ""):
+            raise _generic_failure(self.mechanism)  # delegation tokens: not supported
+        user = username_from_sasl_name(name)
+        cred = self.store.scram.get((self.mechanism, user))
+        if cred is None:
+            raise _generic_failure(self.mechanism)  # "Invalid user credentials"
+        if authzid and username_from_sasl_name(authzid) != user:
+            raise SaslFailed("Authentication failed: Client requested an authorization id that "
+                             "is different from username")
+        self.username, self._cred = user, cred
+        self._client_first_bare = bare
+        self._nonce = nonce + self._nonce_suffix
+        self._server_first = (f"r={self._nonce},s={base64.b64encode(cred.salt).decode()},"
+                              f"i={cred.iterations}")
+        self._state = "client-final"
+        return self._server_first.encode()
+
+    def _client_final(self, text: str) -> bytes:
+        self._state = "failed"
+        m = _CLIENT_FINAL.fullmatch(text)
+        if m is None:
+            raise _generic_failure(self.mechanism)
+        without_proof, _channel, nonce, proof_b64 = m.groups()
+        if nonce != self._nonce:
+            raise _generic_failure(self.mechanism)  # "Invalid client nonce in the final client message."
+        try:
+            proof = base64.b64decode(proof_b64, validate=True)
+        except (binascii.Error, ValueError):
+            raise _generic_failure(self.mechanism) from None
+        cred = self._cred
+        assert cred is not None
+        h = self.hash_name
+        auth = auth_message(self._client_first_bare, self._server_first, without_proof)
+        signature = client_signature(h, cred.stored_key, auth)
+        if len(proof) != len(signature):
+            raise _generic_failure(self.mechanism)
+        computed = digest(h, bytes(a ^ b for a, b in zip(proof, signature)))
+        if not _hmac.compare_digest(computed, cred.stored_key):
+            raise _generic_failure(self.mechanism)  # "Invalid client credentials"
+        self._state, self.complete = "done", True
+        sig = server_signature(h, cred.server_key, auth)
+        return f"v={base64.b64encode(sig).decode()}".encode()
+
+
+Mechanism = Union[PlainServer, ScramServer]
+
+
+# ------------------------------------------------------------------ connections
+
+class ConnectionAuth:
+    """One connection's authentication state (Kafka's ``SaslServerAuthenticator`` states:
+    ``handshake`` (HANDSHAKE_OR_VERSIONS_REQUEST), ``authenticate``, ``legacy`` (after a v0
+    handshake: raw tokens), ``complete``, ``failed``)."""
+
+    def __init__(self, sasl: bool, host: str) -> None:
+        self.state = "handshake" if sasl else "complete"
+        self.principal = ANONYMOUS
+        self.host = host
+        self.mechanism: Optional[Mechanism] = None
+
+    @property
+    def authenticated(self) -> bool:
+        return self.state == "complete"
+
+
+class Security:
+    """The listener's security: which SASL mechanisms it takes, the credentials, and each
+    connection's :class:`ConnectionAuth`."""
+
+    def __init__(self, config: BrokerConfig, store: Optional[CredentialStore] = None) -> None:
+        self.config = config
+        self.mechanisms = [m for m in config.sasl_enabled_mechanisms]
+        for m in self.mechanisms:
+            if m != "PLAIN" and m not in SCRAM_MECHANISMS:
+                raise ValueError(f"unsupported SASL mechanism {m!r} (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512)")
+        self.store = store if store is not None else CredentialStore.from_config(config)
+        self._sessions: weakref.WeakKeyDictionary[Any, ConnectionAuth] = weakref.WeakKeyDictionary()
+        #: called with the store after AlterUserScramCredentials changed it (persistence)
+        self.on_change: Optional[Callable[[CredentialStore], None]] = None
+
+    @property
+    def sasl(self) -> bool:
+        return bool(self.mechanisms)
+
+    def session(self, channel: Any) -> ConnectionAuth:
+        s = self._sessions.get(channel)
+        if s is None:
+            peer = getattr(channel, "peer", None) or "/127.0.0.1"
+            s = ConnectionAuth(self.sasl, peer.lstrip("/"))
+            self._sessions[channel] = s
+        return s
+
+    # -------------------------------------------------------------- gate
+    def gate(self, channel: Any, frame: bytes, api_key: Optional[int]) -> bool:
+        """Called for every frame before the core reads it: True when this frame was
+        handled here (a legacy raw token, or a request refused before authentication, whose
+        connection is then closed); False lets the core handle it."""
+        if not self.sasl:
+            return False
+        s = self.session(channel)
+        if s.state == "complete":
+            return False
+        if s.state == "legacy":
+            self._legacy_token(channel, s, bytes(frame))
+            return True
+        if s.state == "handshake" and api_key in _PRE_AUTH:
+            return False
+        if s.state == "authenticate" and api_key == ApiKey.SASL_AUTHENTICATE:
+            return False
+        name = (ApiKey(api_key).name if api_key is not None and api_key in ApiKey._value2member_map_
+                else str(api_key))
+        during = "SASL handshake" if s.state == "handshake" else "SASL authentication"
+        s.state = "failed"
+        channel.close(f"Unexpected Kafka request of type {name} during {during}.")
+        return True
+
+    def _legacy_token(self, channel: Any, s: ConnectionAuth, token: bytes) -> None:
+        assert s.mechanism is not None
+        try:
+            out = s.mechanism.step(token)
+        except SaslFailed as exc:
+            s.state = "failed"
+            channel.close(f"SASL authentication failed: {exc.message}")
+            return
+        if s.mechanism.complete:
+            self._authenticated(s)
+        channel.respond(len(out).to_bytes(4, "big") + out)
+
+    def _authenticated(self, s: ConnectionAuth) -> None:
+        assert s.mechanism is not None and s.mechanism.username is not None
+        s.state, s.principal = "complete", f"User:{s.mechanism.username}"
+
+    def _new_mechanism(self, name: str) -> Mechanism:
+        return PlainServer(self.store) if name == "PLAIN" else ScramServer(name, self.store)
+
+    # -------------------------------------------------------------- handlers
+    def handshake(self, channel: Any, body: Any, version: int, respond: Respond) -> None:
+        cls = response_codec(ApiKey.SASL_HANDSHAKE).cls
+        s = self.session(channel)
+        if s.state != "handshake":
+            # a PLAINTEXT/SSL listener, or after authentication: KafkaApis answers this
+            respond(cls(error_code=ErrorCode.ILLEGAL_SASL_STATE, mechanisms=[]))
+            return
+        if body.mechanism not in self.mechanisms:
+            s.state = "failed"
+            respond(cls(error_code=ErrorCode.UNSUPPORTED_SASL_MECHANISM, mechanisms=list(self.mechanisms)))
+            channel.close(f"Unsupported SASL mechanism {body.mechanism}")
+            return
+        s.mechanism = self._new_mechanism(body.mechanism)
+        s.state = "authenticate" if version >= 1 else "legacy"
+        respond(cls(error_code=0, mechanisms=list(self.mechanisms)))
+
+    def authenticate(self, channel: Any, body: Any, version: int, respond: Respond) -> None:
+        cls = response_codec(ApiKey.SASL_AUTHENTICATE).cls
+        s = self.session(channel)
+        if s.state != "authenticate" or s.mechanism is None:
+            respond(cls(error_code=ErrorCode.ILLEGAL_SASL_STATE, error_message=
+                        "SaslAuthenticate request received after successful authentication",
+                        auth_bytes=b""))
+            return
+        try:
+            out = s.mechanism.step(bytes(body.auth_bytes))
+        except SaslFailed as exc:
+            s.state = "failed"
+            respond(cls(error_code=ErrorCode.SASL_AUTHENTICATION_FAILED, error_message=exc.message,
+                        auth_bytes=b""))
+            channel.close(f"SASL authentication failed: {exc.message}")
+            return
+        if s.mechanism.complete:
+            self._authenticated(s)
+        respond(cls(error_code=0, error_message=None, auth_bytes=out))
+
+    # -------------------------------------------------------------- SCRAM credential admin
+    def describe_scram(self, body: Any, version: int, respond: Respond) -> None:
+        cls = response_codec(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS).cls
+        users: dict[str, list[tuple[str, ScramCredential]]] = {}
+        for (mech, user), cred in sorted(self.store.scram.items()):
+            users.setdefault(user, []).append((mech, cred))
+        wanted = [u.name for u in body.users] if body.users else sorted(users)
+        results = []
+        for name in dict.fromkeys(wanted):
+            res = cls.DescribeUserScramCredentialsResult(user=name, error_code=0, error_message=None,
+                                                         credential_infos=[])
+            if wanted.count(name) > 1:
+                res.error_code = ErrorCode.DUPLICATE_RESOURCE
+                res.error_message = f"Cannot describe SCRAM credentials for the same user twice in a single request: {name}"
+            elif name not in users:
+                res.error_code = ErrorCode.RESOURCE_NOT_FOUND
+                res.error_message = f"Attempt to describe a user credential that does not exist: {name}"
+            else:
+                res.credential_infos = [cls.CredentialInfo(mechanism=SCRAM_MECHANISM_IDS[m],
+                                                           iterations=c.iterations)
+                                        for m, c in users[name]]
+            results.append(res)
+        respond(cls(error_code=0, error_message=None, results=results))
+
+    def alter_scram(self, body: Any, version: int, respond: Respond) -> None:
+        cls = response_codec(ApiKey.ALTER_USER_SCRAM_CREDENTIALS).cls
+        by_id = {v: k for k, v in SCRAM_MECHANISM_IDS.items()}
+        names = [d.name for d in body.deletions] + [u.name for u in body.upsertions]
+        errors: dict[str, tuple[int, str]] = {}
+        for n in names:
+            if names.count(n) > 1:
+                errors.setdefault(n, (ErrorCode.DUPLICATE_RESOURCE,
+                                      "A user credential cannot be altered twice in the same request"))
+        changed = False
+        for d in body.deletions:
+            if d.name in errors:
+                continue
+            mech = by_id.get(d.mechanism)
+            if not d.name:
+                errors[d.name] = (ErrorCode.UNACCEPTABLE_CREDENTIAL, "Username must not be empty")
+            elif mech is None:
+                errors[d.name] = (ErrorCode.UNSUPPORTED_SASL_MECHANISM, "Unknown SCRAM mechanism")
+            elif (mech, d.name) not in self.store.scram:
+                errors[d.name] = (ErrorCode.RESOURCE_NOT_FOUND,
+                                  "Attempt to delete a user credential that does not exist")
+            else:
+                self.store.apply_altered({(mech, d.name): None})
+                changed = True
+        for u in body.upsertions:
+            if u.name in errors:
+                continue
+            mech = by_id.get(u.mechanism)
+            if not u.name:
+                errors[u.name] = (ErrorCode.UNACCEPTABLE_CREDENTIAL, "Username must not be empty")
+            elif mech is None:
+                errors[u.name] = (ErrorCode.UNSUPPORTED_SASL_MECHANISM, "Unknown SCRAM mechanism")
+            elif not 4096 <= u.iterations <= 16384:
+                errors[u.name] = (ErrorCode.UNACCEPTABLE_CREDENTIAL, "Iterations must be between "
+                                  "4096 and 16384" if u.iterations > 4096 else
+                                  "Too few iterations" if u.iterations > 0 else "Iterations must be positive")
+            elif not u.salt or not u.salted_password:
+                errors[u.name] = (ErrorCode.UNACCEPTABLE_CREDENTIAL, "Salt and salted password must not be empty")
+            else:
+                self.store.apply_altered({(mech, u.name): ScramCredential.from_salted(
+                    mech, bytes(u.salted_password), bytes(u.salt), u.iterations)})
+                changed = True
+        if changed and self.on_change is not None:
+            self.on_change(self.store)
+        respond(cls(results=[cls.AlterUserScramCredentialsResult(
+            user=n, error_code=errors.get(n, (0, None))[0], error_message=errors.get(n, (0, None))[1])
+            for n in dict.fromkeys(names)]))
