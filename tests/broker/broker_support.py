@@ -5,7 +5,9 @@ from __future__ import annotations
 from typing import Any, Optional
 
 import kproto
+from kproto.broker.configs import BrokerConfig
 from kproto.broker.core import BrokerCore
+from kproto.broker.timer import FakeClock
 from kproto.framing import RequestHeader, decode_response, encode_request
 from kproto.records import RecordBatchBuilder
 
@@ -64,3 +66,9 @@ def batch(values: list[bytes], *, timestamp: int = 1_700_000_000_000, producer_i
     for i, v in enumerate(values):
         b.append(timestamp + i, b"k%d" % i, v, [])
     return b.build()
+
+
+def fake_core(path: Any, clock: FakeClock, **config: Any) -> BrokerCore:
+    """A core on ``clock`` (record timestamps follow it from 2023-11-14), advertising port 9092."""
+    return BrokerCore(str(path), BrokerConfig(port=9092, **config), clock=clock,
+                      wall_clock=lambda: 1_700_000_000_000 + clock.now_ms())

@@ -1,2 +1,10 @@
-"""The broker tests use kproto.testing's fixture as users do."""
+"""The broker tests use kproto.testing's fixture as users do; sans-I/O tests run on a fake clock."""
+import pytest
+
+from kproto.broker.timer import FakeClock
 from kproto.testing import kafka_broker, pytest_configure  # noqa: F401  (fixture, marker registration)
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock(1_000)

@@ -8,15 +8,12 @@ import pytest
 import kproto
 from kproto.broker.consumer_group import (STABLE, UNRELEASED_PARTITIONS, UNREVOKED_PARTITIONS,
                                           ConsumerMember, range_assign, reconcile, uniform_assign)
-from kproto.broker.configs import BrokerConfig
-from kproto.broker.core import BrokerCore
-from kproto.broker.timer import FakeClock
 from kproto.codecs.primitives import Uuid
 from kproto.error_codes import ErrorCode as E
 from kproto.schemas.api_keys import ApiKey as K
 from kproto.storage import read_internal
 
-from broker_support import Client
+from broker_support import Client, fake_core
 
 HB = K.CONSUMER_GROUP_HEARTBEAT
 T1, T2 = Uuid(b"\x01" * 16), Uuid(b"\x02" * 16)
@@ -24,13 +21,7 @@ T1, T2 = Uuid(b"\x01" * 16), Uuid(b"\x02" * 16)
 
 def make_core(path, clock, **cfg):
     cfg.setdefault("offsets_topic_num_partitions", 3)
-    return BrokerCore(str(path), BrokerConfig(port=9092, **cfg), clock=clock,
-                      wall_clock=lambda: 1_700_000_000_000 + clock.now_ms())
-
-
-@pytest.fixture
-def clock():
-    return FakeClock(1_000)
+    return fake_core(path, clock, **cfg)
 
 
 @pytest.fixture

@@ -4,29 +4,20 @@ from __future__ import annotations
 import pytest
 
 import kproto
-from kproto.broker.configs import BrokerConfig
-from kproto.broker.core import BrokerCore
 from kproto.broker.offsets_topic import partition_for
-from kproto.broker.timer import FakeClock
 from kproto.error_codes import ErrorCode as E
 from kproto.javahash import java_string_hash
 from kproto.schemas.api_keys import ApiKey as K
 from kproto.storage import read_internal
 
-from broker_support import Client
+from broker_support import Client, fake_core
 
 SESSION, REBALANCE = 10_000, 30_000
 
 
 def make_core(path, clock, **cfg):
     cfg.setdefault("offsets_topic_num_partitions", 5)
-    return BrokerCore(str(path), BrokerConfig(port=9092, **cfg), clock=clock,
-                      wall_clock=lambda: 1_700_000_000_000 + clock.now_ms())
-
-
-@pytest.fixture
-def clock():
-    return FakeClock(1_000)
+    return fake_core(path, clock, **cfg)
 
 
 @pytest.fixture

@@ -5,26 +5,16 @@ from __future__ import annotations
 import pytest
 
 import kproto
-from kproto.broker.configs import BrokerConfig
-from kproto.broker.core import BrokerCore
-from kproto.broker.timer import FakeClock
 from kproto.error_codes import ErrorCode as E
 from kproto.records import RecordBatchBuilder, iter_batches
 from kproto.schemas.api_keys import ApiKey as K
 from kproto.storage import read_internal
 
-from broker_support import Client
+from broker_support import Client, fake_core
 
 
 def make_core(path, clock):
-    return BrokerCore(str(path), BrokerConfig(port=9092, offsets_topic_num_partitions=3,
-                                              transaction_state_num_partitions=3), clock=clock,
-                      wall_clock=lambda: 1_700_000_000_000 + clock.now_ms())
-
-
-@pytest.fixture
-def clock():
-    return FakeClock(1_000)
+    return fake_core(path, clock, offsets_topic_num_partitions=3, transaction_state_num_partitions=3)
 
 
 def with_topic(path, clock):
