@@ -34,10 +34,10 @@ from kproto.records.reader import BatchReader
 from kproto.records.record import ATTR_TIMESTAMP_TYPE, increment_sequence
 from kproto.storage.checkpoints import (CleanShutdown, EpochEntry, LeaderEpochCheckpoint,
                                         MetaProperties, OffsetCheckpoint, PartitionMetadata)
-from kproto.storage.indexes import IndexBuilder
+from kproto.storage.indexes import IndexBuilder, encode_txn_index
 from kproto.storage.layout import (offset_file_name, parse_partition_dir_name, partition_dir_name,
                                    scan_partition_dir)
-from kproto.storage.writer import FileOp, PartitionLog
+from kproto.storage.writer import FileOp, PartitionLog, ProducerStateTracker, rebuild_txn_index
 
 __all__ = ["BrokerError", "LogConfig", "AppendInfo", "Log", "LogManager", "Topic",
            "topic_name_error"]
@@ -263,12 +263,17 @@ class Log:
         epochs: list = []
         if recover:
             next_offset, epochs = self._recover()
-        self.plog = PartitionLog(base_offset=next_offset, segment_bytes=config.segment_bytes,
-                                 index_interval=config.index_interval_bytes,
-                                 segment_index_bytes=config.segment_index_bytes)
-        if recover:
+            # appends go on in the last (recovered) segment, as Kafka's do after a restart
+            self.plog = PartitionLog.resume(
+                path, start_offset=start_offset, segment_bytes=config.segment_bytes,
+                index_interval=config.index_interval_bytes,
+                segment_index_bytes=config.segment_index_bytes)
             self._replay_producer_state()
             self.plog.epochs = epochs
+        else:
+            self.plog = PartitionLog(base_offset=next_offset, segment_bytes=config.segment_bytes,
+                                     index_interval=config.index_interval_bytes,
+                                     segment_index_bytes=config.segment_index_bytes)
         self.plog.start_offset = self.segments[0].base_offset if self.segments else next_offset
         if start_offset is not None and start_offset > self.plog.start_offset:
             self.plog.start_offset = min(start_offset, next_offset)
@@ -303,7 +308,8 @@ class Log:
                 if fd is None:
                     fd = os.open(full, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
                     self._append_fds[op.name] = fd
-                    if op.name.endswith(".log") and not any(s.path == full for s in self.segments):
+                    if op.name.endswith(".log") and not any(
+                            os.path.normpath(s.path) == os.path.normpath(full) for s in self.segments):
                         self.segments.append(_Seg(self.plog.segment.base_offset, full, self.total_bytes))
                 if op.data:
                     os.write(fd, op.data)
@@ -337,6 +343,7 @@ class Log:
             with open(files.log, "rb") as f:
                 data = f.read()
             reader = BatchReader(data)
+            first_here = len(keep)
             builder = IndexBuilder(files.base_offset, self.config.index_interval_bytes)
             valid, why = 0, None
             try:
@@ -369,8 +376,17 @@ class Log:
             if why is not None or i == len(segs) - 1:
                 # the active segment of a crashed broker has stale, preallocated indexes
                 builder.close()
-                for name, data_ in ((".index", builder.offset_index().encode()),
-                                    (".timeindex", builder.time_index().encode())):
+                # and its .txnindex: the ABORT markers of its batches, over the producer
+                # state of the batches before it (Kafka's LogSegment.recover)
+                before = ProducerStateTracker()
+                for b in keep[:first_here]:
+                    before.append(b)
+                aborted = rebuild_txn_index(keep[first_here:], before)
+                rebuilt = [(".index", builder.offset_index().encode()),
+                           (".timeindex", builder.time_index().encode())]
+                if aborted or files.txnindex:
+                    rebuilt.append((".txnindex", encode_txn_index(aborted)))
+                for name, data_ in rebuilt:
                     with open(os.path.join(self.path, offset_file_name(files.base_offset, name)),
                               "wb") as out:
                         out.write(data_)
@@ -385,12 +401,14 @@ class Log:
         return next_offset, [e for e in epochs if e.start_offset < next_offset]
 
     def _replay_producer_state(self) -> None:
+        # the storage log resumed its producer state from the folder; this replay finds the
+        # aborted transactions and the broker's own duplicate-check state
+        tracker = ProducerStateTracker()
         for b in self._recovered_batches:
             if isinstance(b, RecordBatch):
-                first = self.plog.producers.ongoing.get(b.producer_id)
-                aborted = self.plog.producers.append(b)
-                if aborted is not None and first is not None:
-                    self.aborted.append((b.producer_id, first, b.last_offset))
+                aborted = tracker.append(b)
+                if aborted is not None:
+                    self.aborted.append((b.producer_id, aborted.first_offset, b.last_offset))
                 self._track_producer(b, b.base_offset, b.last_offset, b.max_timestamp)
         del self._recovered_batches
 
@@ -498,13 +516,10 @@ class Log:
     def _write(self, batch: RecordBatch, data: bytes, base: int, max_ts: int, max_delta: int) -> int:
         """Hand a patched batch to the storage log and index it in memory; returns its last offset."""
         last = base + batch.last_offset_delta
-        first_of_txn = self.plog.producers.ongoing.get(batch.producer_id)
         ops = self.plog.append(data)
         self._apply(ops)
-        if batch.is_control and first_of_txn is not None and batch.producer_id not in \
-                self.plog.producers.ongoing and self.plog.segment.aborted and \
-                self.plog.segment.aborted[-1].last_offset == last:
-            self.aborted.append((batch.producer_id, first_of_txn, last))
+        for a in ops.aborted:   # the transaction an ABORT marker completed
+            self.aborted.append((a.producer_id, a.first_offset, a.last_offset))
         seg = self.segments[-1]
         pos_in_seg = self.plog.segment.size - len(data)
         seg.size = self.plog.segment.size

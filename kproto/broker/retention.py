@@ -44,13 +44,9 @@ def segment_stats(lg: Log) -> list[tuple[int, int, int]]:
 
 
 def roll(lg: Log) -> None:
-    """Start a new active segment at the log end (Kafka's ``roll``), if the active one has data.
-
-    The storage log has no public roll: its ``_roll`` is the operation its own size check
-    uses, and the file operations it returns are applied as every append's are."""
-    if lg.plog.segment.size == 0:
-        return
-    lg._apply(lg.plog._roll(lg.log_end_offset))
+    """Start a new active segment at the log end (Kafka's ``roll``), if the active one has data;
+    the storage log's file operations are applied as every append's are."""
+    lg._apply(lg.plog.roll(lg.log_end_offset))
 
 
 def _first_batch_timestamp(lg: Log) -> Optional[int]:

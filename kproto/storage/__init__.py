@@ -9,6 +9,7 @@ snapshots, checkpoints, and every record as Arrow.
     ks.read_internal(path)["PartitionChangeRecord"]     # internal topics as typed tables
     ks.Partition.open("/var/lib/kafka/data/orders-0").offset_for_timestamp(ts)
     w = ks.PartitionWriter(out_dir, "orders", 0); w.append(batch_bytes); w.close()
+    w = ks.PartitionWriter.open(out_dir, "orders", 0)   # continue it, as a restarted broker
 
 Sans-I/O parsers/encoders live in ``indexes``, ``snapshot`` and ``checkpoints``; ``layout``
 finds the files; ``partition`` scans segments (damage, index-aware seeks); ``reader`` turns
@@ -38,7 +39,8 @@ _LAZY = {
     "read_split": "kproto.storage.reader",
     "first_unstable_offset": "kproto.storage.reader",
     "LogDirWriter": "kproto.storage.writer", "PartitionWriter": "kproto.storage.writer",
-    "PartitionLog": "kproto.storage.writer",
+    "PartitionLog": "kproto.storage.writer", "ProducerStateTracker": "kproto.storage.writer",
+    "rebuild_txn_index": "kproto.storage.writer",
     "decode_internal_record": "kproto.storage.internal",
     "read_internal": "kproto.storage.internal",
     "write_sample_log_dir": "kproto.storage.sample",

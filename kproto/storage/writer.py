@@ -10,26 +10,34 @@ Appends carry batches whose offsets are already assigned (build them with
 next append would push the active segment past ``segment_bytes``; ``.index``/``.timeindex``
 entries follow ``index.interval.bytes``; an ABORT marker adds a ``.txnindex`` entry to the
 segment holding it; a producer snapshot is taken at every roll and at a clean close.
+
+:meth:`PartitionLog.resume` (and :meth:`PartitionWriter.open`) continue an existing partition
+folder in its last segment, as a restarted broker does; :func:`rebuild_txn_index` is the
+``.txnindex`` half of a segment's recovery (:func:`kproto.storage.partition.rebuild_indexes`
+is the other).
 """
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field, replace
-from typing import Iterable
+from typing import Iterable, Sequence
 
 from kproto.codecs.primitives import Uuid
-from kproto.errors import EncodeError
+from kproto.errors import DecodeError, EncodeError
 from kproto.records.batch import RecordBatch
 from kproto.records.control import decode_control
-from kproto.records.reader import iter_batches
+from kproto.records.reader import Batch, iter_batches
 from kproto.storage.checkpoints import (CleanShutdown, EpochEntry, LeaderEpochCheckpoint,
                                         MetaProperties, OffsetCheckpoint, PartitionMetadata)
-from kproto.storage.indexes import (INDEX_INTERVAL_BYTES, OFFSET_ENTRY_SIZE, SEGMENT_INDEX_BYTES,
-                                    TIME_ENTRY_SIZE, AbortedTxn, IndexBuilder, encode_txn_index,
+from kproto.storage.indexes import (INDEX_INTERVAL_BYTES, NO_TIMESTAMP, OFFSET_ENTRY_SIZE,
+                                    SEGMENT_INDEX_BYTES, TIME_ENTRY_SIZE, AbortedTxn, IndexBuilder,
+                                    OffsetIndex, TimeIndex, encode_txn_index, parse_txn_index,
                                     preallocated_size)
-from kproto.storage.layout import offset_file_name, partition_dir_name
-from kproto.storage.partition import batch_max_timestamp
-from kproto.storage.snapshot import ProducerEntry, encode_snapshot, java_hashmap_order
+from kproto.storage.layout import offset_file_name, partition_dir_name, scan_partition_dir
+from kproto.storage.partition import (LOG_START_OFFSET_CHECKPOINT, batch_max_timestamp,
+                                      rebuild_indexes, scan_batches)
+from kproto.storage.snapshot import (ProducerEntry, encode_snapshot, java_hashmap_order,
+                                     parse_snapshot)
 
 DEFAULT_SEGMENT_BYTES = 1024 * 1024 * 1024
 _INT32_MAX = 2**31 - 1
@@ -56,6 +64,16 @@ class ProducerStateTracker:
     def __init__(self) -> None:
         self.producers: dict[int, ProducerEntry] = {}
         self.ongoing: dict[int, int] = {}  # producer id -> first offset of its open transaction
+
+    @classmethod
+    def from_snapshot(cls, entries: Iterable[ProducerEntry]) -> ProducerStateTracker:
+        """The state a producer snapshot holds (Kafka's ``loadFromSnapshot``)."""
+        out = cls()
+        for e in entries:
+            out.producers[e.producer_id] = e
+            if e.current_txn_first_offset >= 0:
+                out.ongoing[e.producer_id] = e.current_txn_first_offset
+        return out
 
     def append(self, batch: RecordBatch) -> AbortedTxn | None:
         """Apply one v2 batch; returns the aborted transaction an ABORT marker completes."""
@@ -94,6 +112,25 @@ class ProducerStateTracker:
         return encode_snapshot(self.producers[p] for p in java_hashmap_order(self.producers))
 
 
+def rebuild_txn_index(batches: bytes | memoryview | Iterable[Batch],
+                      producers: ProducerStateTracker | None = None) -> list[AbortedTxn]:
+    """A segment's ``.txnindex`` entries rebuilt from its batches (a segment's bytes, or its
+    batches), as Kafka's ``LogSegment.recover`` does: the producer state at the segment's
+    base offset (``producers``, updated in place; None: no transaction open before it) takes
+    every batch, and each ABORT marker that completes a transaction adds its entry. Encode
+    them with :func:`~kproto.storage.indexes.encode_txn_index`."""
+    tracker = producers if producers is not None else ProducerStateTracker()
+    if isinstance(batches, (bytes, bytearray, memoryview)):
+        batches = scan_batches(batches)
+    out = []
+    for b in batches:
+        if isinstance(b, RecordBatch):
+            aborted = tracker.append(b)
+            if aborted is not None:
+                out.append(aborted)
+    return out
+
+
 @dataclass
 class _Segment:
     base_offset: int
@@ -109,6 +146,15 @@ class FileOp:
     name: str
     data: bytes
     mode: str = "w"
+
+
+class AppendResult(list[FileOp]):
+    """The file operations of one :meth:`PartitionLog.append` (a list, as before), and
+    ``aborted``: the aborted transactions its ABORT markers completed (usually none or one)."""
+
+    def __init__(self, ops: Iterable[FileOp] = (), aborted: Sequence[AbortedTxn] = ()) -> None:
+        super().__init__(ops)
+        self.aborted: tuple[AbortedTxn, ...] = tuple(aborted)
 
 
 class PartitionLog:
@@ -127,6 +173,93 @@ class PartitionLog:
         self.segment = _Segment(base_offset, IndexBuilder(base_offset, index_interval))
         self.closed = False
 
+    @classmethod
+    def resume(cls, path: str, *, segment_bytes: int = DEFAULT_SEGMENT_BYTES,
+               index_interval: int = INDEX_INTERVAL_BYTES,
+               segment_index_bytes: int = SEGMENT_INDEX_BYTES, start_offset: int | None = None,
+               continuous: bool = False) -> PartitionLog:
+        """Continue the partition folder ``path`` (a broker restart): the next append goes to
+        its last segment, whose size, ``.index``/``.timeindex`` entries and ``.txnindex`` are
+        taken from the files; the producer state is the latest usable snapshot at or below
+        the log end plus the batches after it (all batches without one); leader epochs are
+        ``leader-epoch-checkpoint``'s below the log end plus those the batches read start.
+
+        As Kafka's ``LogSegment`` after a restart, the bytes since the last index entry count
+        from zero and the largest timestamp so far is the last time-index entry (its final
+        entry at a clean close included). ``continuous=True`` instead picks up exactly where
+        an uninterrupted writer would be (the bytes since the last offset-index entry's append,
+        the largest timestamp found by scanning the batches after it, the final time-index
+        entry of a clean close dropped), so the files end up byte for byte those of one
+        uninterrupted write.
+
+        ``start_offset``: the log start offset (default: the folder's entry in the log dir's
+        ``log-start-offset-checkpoint``, else its first segment's base offset). The last
+        segment must end with a whole batch (recover a crashed folder first): DecodeError."""
+        layout = scan_partition_dir(path)
+        segs = [f for f in layout.segments if f.log]
+        if start_offset is None:
+            start_offset = _checkpoint_start(os.path.dirname(layout.path), layout.topic,
+                                             layout.partition)
+        first_base = segs[0].base_offset if segs else (start_offset or 0)
+        base = segs[-1].base_offset if segs else first_base
+        log = cls(base_offset=base, segment_bytes=segment_bytes, index_interval=index_interval,
+                  segment_index_bytes=segment_index_bytes)
+        log.start_offset = max(first_base, start_offset) if start_offset is not None else first_base
+        if not segs:
+            return log
+        active = segs[-1]
+        assert active.log is not None
+        data = _read_file(active.log)
+        try:
+            batches = list(iter_batches(data))
+        except DecodeError as exc:
+            raise DecodeError(f"{exc.reason}: recover the folder before resuming it",
+                              what=active.log, offset=exc.offset) from None
+        size = sum(b.size_in_bytes for b in batches)
+        if size != len(data):
+            raise DecodeError(f"{len(data) - size} bytes after the last whole batch: recover the "
+                              "folder before resuming it", what=active.log, offset=size)
+        log.next_offset = batches[-1].last_offset + 1 if batches else base
+        # producer state: the latest usable snapshot at or below the log end, then the batches
+        snap_at = None
+        for offset, snap_path in reversed(layout.snapshots):
+            if offset > log.next_offset:
+                continue
+            try:
+                snap = parse_snapshot(_read_file(snap_path))
+            except (DecodeError, OSError):
+                continue
+            if snap.crc_valid:
+                log.producers = ProducerStateTracker.from_snapshot(snap.entries)
+                snap_at = offset
+                break
+        if layout.leader_epoch_checkpoint:
+            try:
+                entries = LeaderEpochCheckpoint.parse(
+                    _read_file(layout.leader_epoch_checkpoint)).entries
+                log.epochs = [e for e in entries if e.start_offset < log.next_offset]
+            except (DecodeError, OSError):
+                log.epochs = []
+        for files in segs:
+            if snap_at is not None and files is not active and files.log is not None \
+                    and _next_base(segs, files) <= snap_at:
+                continue  # wholly below the snapshot
+            assert files.log is not None
+            for b in (batches if files is active else iter_batches(_read_file(files.log))):
+                if not isinstance(b, RecordBatch):
+                    log.epochs = []
+                    continue
+                if b.partition_leader_epoch >= 0 and (
+                        not log.epochs or b.partition_leader_epoch > log.epochs[-1].epoch):
+                    log.epochs.append(EpochEntry(b.partition_leader_epoch, b.base_offset))
+                if snap_at is None or b.base_offset >= snap_at:
+                    log.producers.append(b)
+        log.segment = _Segment(base, _resumed_index(active, data, batches, index_interval,
+                                                    continuous), len(data))
+        if active.txnindex:
+            log.segment.aborted = parse_txn_index(_read_file(active.txnindex))
+        return log
+
     def _index_files(self, seg: _Segment, active: bool) -> list[FileOp]:
         oi, ti = seg.index.offset_index(), seg.index.time_index()
         o_size = preallocated_size(OFFSET_ENTRY_SIZE, self.segment_index_bytes) if active else None
@@ -138,6 +271,21 @@ class PartitionLog:
                               encode_txn_index(seg.aborted)))
         return ops
 
+    def roll(self, new_base: int | None = None) -> list[FileOp]:
+        """Close the active segment and start a new one at ``new_base`` (default: the log end),
+        as Kafka's ``UnifiedLog.roll``: the closed segment's indexes trimmed with their final
+        time-index entry, a producer snapshot at the new base, the new empty ``.log``. Nothing
+        (an empty list) when the active segment is empty."""
+        if self.closed:
+            raise EncodeError("log is closed")
+        new_base = self.next_offset if new_base is None else new_base
+        if new_base < self.next_offset:
+            raise EncodeError(f"a new segment at {new_base} would start below the log end "
+                              f"{self.next_offset}")
+        if self.segment.size == 0:
+            return []
+        return self._roll(new_base)
+
     def _roll(self, new_base: int) -> list[FileOp]:
         seg = self.segment
         seg.index.close()
@@ -147,11 +295,15 @@ class PartitionLog:
         ops.append(FileOp(offset_file_name(new_base, ".log"), b"", "a"))
         return ops
 
-    def append(self, data: bytes) -> list[FileOp]:
-        """Append whole batches (one broker append). Offsets must follow :attr:`next_offset`."""
+    def append(self, data: bytes, batches: Sequence[Batch] | None = None) -> AppendResult:
+        """Append whole batches (one broker append). Offsets must follow :attr:`next_offset`.
+        Returns the file operations, with the aborted transactions the append's ABORT markers
+        completed as ``.aborted``. ``batches``: the batches of ``data`` when the caller parsed
+        them already (in order, covering ``data`` exactly: only their sizes are checked)."""
         if self.closed:
             raise EncodeError("log is closed")
-        batches = list(iter_batches(data))
+        if batches is None:
+            batches = list(iter_batches(data))
         used = sum(b.size_in_bytes for b in batches)
         if not batches or used != len(data):
             raise EncodeError("an append must hold whole batches only")
@@ -161,7 +313,7 @@ class PartitionLog:
         if batches[0].base_offset < self.next_offset:
             raise EncodeError(f"offset {batches[0].base_offset} is below the log end "
                               f"{self.next_offset}")
-        ops: list[FileOp] = []
+        ops = AppendResult()
         seg = self.segment
         last = batches[-1].last_offset
         # LogSegment.shouldRoll: size, a full index, or offsets too far for relative int32s
@@ -186,6 +338,7 @@ class PartitionLog:
                 aborted = self.producers.append(b)
                 if aborted is not None:
                     seg.aborted.append(aborted)
+                    ops.aborted += (aborted,)
             else:
                 self.epochs = []  # Kafka clears the epoch cache on a pre-v2 append
         seg.index.append(seg.size, len(data), last, stamps)
@@ -215,6 +368,61 @@ class PartitionLog:
         return ops
 
 
+def _read_file(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def _next_base(segs: list, files) -> int:
+    i = segs.index(files)
+    return segs[i + 1].base_offset if i + 1 < len(segs) else 2**63 - 1
+
+
+def _checkpoint_start(log_dir: str, topic: str, partition: int) -> int | None:
+    path = os.path.join(log_dir, LOG_START_OFFSET_CHECKPOINT)
+    try:
+        entries = OffsetCheckpoint.parse(_read_file(path)).entries
+    except (OSError, DecodeError):
+        return None
+    return next((o for t, p, o in entries if (t, p) == (topic, partition)), None)
+
+
+def _resumed_index(files, data: bytes, batches: list[Batch], interval: int,
+                   continuous: bool) -> IndexBuilder:
+    """The index builder of a resumed active segment (see :meth:`PartitionLog.resume`)."""
+    base = files.base_offset
+    oi = ti = None
+    try:
+        if files.index:
+            oi = OffsetIndex.parse(_read_file(files.index), base)
+        if files.timeindex:
+            ti = TimeIndex.parse(_read_file(files.timeindex), base)
+    except (DecodeError, OSError):
+        oi = ti = None
+    if oi is None or ti is None or oi.problems(len(data)) or ti.problems():
+        oi, ti = rebuild_indexes(data, base, active=True, interval=interval)
+    b = IndexBuilder(base, interval)
+    b.offset_entries = [(int(o), int(p)) for o, p in zip(oi.offsets, oi.positions)]
+    b.time_entries = [(int(t), int(o)) for t, o in zip(ti.timestamps, ti.offsets)]
+    if not continuous:
+        # Kafka's LogSegment as loaded: bytesSinceLastIndexEntry = 0, the max timestamp so far
+        # is the time index's last entry ((-1, base offset) when it has none)
+        b.max_timestamp, b.offset_of_max_timestamp = b.time_entries[-1] if b.time_entries \
+            else (NO_TIMESTAMP, base)
+        return b
+    last_off, last_pos = b.offset_entries[-1] if b.offset_entries else (None, 0)
+    # a time entry past the last offset-index entry's append was added by a clean close
+    if b.time_entries and (last_off is None or b.time_entries[-1][1] > last_off):
+        b.time_entries.pop()
+    if b.time_entries:
+        b.max_timestamp, b.offset_of_max_timestamp = b.time_entries[-1]
+    for batch in batches:
+        if batch.position >= last_pos and batch_max_timestamp(batch) > b.max_timestamp:
+            b.max_timestamp, b.offset_of_max_timestamp = batch_max_timestamp(batch), batch.last_offset
+    b._bytes_since_entry = len(data) - last_pos
+    return b
+
+
 class PartitionWriter:
     """Writes one partition folder ``<log dir>/<topic>-<partition>``."""
 
@@ -228,6 +436,24 @@ class PartitionWriter:
             topic_id = os.urandom(16)
         self.topic_id = str(Uuid(topic_id))  # Kafka's base64url form
         self._apply([FileOp("partition.metadata", PartitionMetadata(self.topic_id).encode())])
+
+    @classmethod
+    def open(cls, log_dir: str, topic: str, partition: int, **resume_options) -> PartitionWriter:
+        """Continue an existing partition folder (see :meth:`PartitionLog.resume`, which takes
+        ``resume_options``); its ``partition.metadata`` is kept."""
+        self = cls.__new__(cls)
+        self.topic, self.partition = topic, partition
+        self.path = os.path.join(log_dir, partition_dir_name(topic, partition))
+        if not os.path.isdir(self.path):
+            raise FileNotFoundError(f"{self.path}: no such partition folder")
+        self.log = PartitionLog.resume(self.path, **resume_options)
+        try:
+            self.topic_id = PartitionMetadata.parse(
+                _read_file(os.path.join(self.path, "partition.metadata"))).topic_id
+        except OSError:
+            self.topic_id = str(Uuid(os.urandom(16)))
+            self._apply([FileOp("partition.metadata", PartitionMetadata(self.topic_id).encode())])
+        return self
 
     @property
     def next_offset(self) -> int:

@@ -64,7 +64,9 @@ def test_a_crash_leaves_a_torn_tail_that_the_next_start_truncates(tmp_path):
     assert mgr2.topics["t"].topic_id == topic.topic_id
     assert log2.log_end_offset == 5 and log2.recovery and "partial" in log2.recovery[0]
     log2.append_as_leader(batch([b"after"]), 0)
-    assert values(log2.read(0, 1 << 20)) == [b"v%03d" % i for i in range(5)]
+    # appended to the recovered segment, as Kafka does after a restart (no new segment)
+    assert [s.path for s in log2.segments] == [seg_path]
+    assert values(log2.read(0, 1 << 20)) == [b"v%03d" % i for i in range(5)] + [b"after"]
     assert values(log2.read(5, 1 << 20)) == [b"after"]
     mgr2.close()
     assert ks.read_arrow(str(tmp_path)).column("value").to_pylist() == \
@@ -124,3 +126,45 @@ def test_timestamps_too_far_from_now_are_refused_when_configured(tmp_path):
     assert exc.value.code == E.INVALID_TIMESTAMP
     assert log.append_as_leader(batch([b"x"], timestamp=500), 0).base_offset == 0
     assert os.path.exists(os.path.join(str(tmp_path), "t-0", "partition.metadata"))
+
+
+@pytest.mark.parametrize("damage", ["missing", "truncated", "empty"])
+def test_recovery_rebuilds_the_txnindex_of_the_recovered_segment(tmp_path, damage):
+    from kproto.records import RecordBatchBuilder
+
+    mgr = LogManager(str(tmp_path), defaults=LogConfig(segment_bytes=400))
+    log = mgr.create_topic("t", 1).partitions[0]
+    fill(log, 4)
+    txn = RecordBatchBuilder(producer_id=5, producer_epoch=0, base_sequence=0, transactional=True)
+    txn.append(1_700_000_000_000, b"k", b"aborted")
+    first = log.append_as_leader(txn.build(), 1_700_000_000_000).base_offset
+    fill(log, 1)
+    marker = RecordBatchBuilder(base_offset=log.log_end_offset, producer_id=5, producer_epoch=0,
+                                transactional=True, control=True)
+    marker.append_end_txn_marker(False, 3, 1_700_000_000_000)
+    last = log.append_internal(marker.build()).last_offset
+    fill(log, 1)
+    assert log.aborted == [(5, first, last)]
+    active = log.segments[-1]
+    # the transaction began in the segment before the one its ABORT marker is in: the rebuild
+    # needs the producer state of the earlier batches
+    assert len(log.segments) > 1 and first < active.base_offset <= last
+    txnindex = active.path[:-4] + ".txnindex"
+    mgr.close(clean=False)
+    with open(txnindex, "rb") as f:
+        want = f.read()
+    assert [(a.first_offset, a.last_offset) for a in ks.parse_txn_index(want)] == [(first, last)]
+    if damage == "missing":
+        os.unlink(txnindex)
+    else:
+        with open(txnindex, "r+b") as f:
+            f.truncate(0 if damage == "empty" else 20)
+    mgr2 = LogManager(str(tmp_path), defaults=LogConfig(segment_bytes=400))
+    log2 = mgr2.topics["t"].partitions[0]
+    with open(txnindex, "rb") as f:
+        assert f.read() == want       # rebuilt at the start, before any append
+    assert log2.aborted == [(5, first, last)]
+    mgr2.close()
+    committed = ks.read_arrow(str(tmp_path), isolation="read_committed")
+    assert b"aborted" not in committed.column("value").to_pylist()
+    assert len(committed) == 6
