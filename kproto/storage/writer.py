@@ -295,15 +295,13 @@ class PartitionLog:
         ops.append(FileOp(offset_file_name(new_base, ".log"), b"", "a"))
         return ops
 
-    def append(self, data: bytes, batches: Sequence[Batch] | None = None) -> AppendResult:
+    def append(self, data: bytes) -> AppendResult:
         """Append whole batches (one broker append). Offsets must follow :attr:`next_offset`.
         Returns the file operations, with the aborted transactions the append's ABORT markers
-        completed as ``.aborted``. ``batches``: the batches of ``data`` when the caller parsed
-        them already (in order, covering ``data`` exactly: only their sizes are checked)."""
+        completed as ``.aborted``."""
         if self.closed:
             raise EncodeError("log is closed")
-        if batches is None:
-            batches = list(iter_batches(data))
+        batches = list(iter_batches(data))
         used = sum(b.size_in_bytes for b in batches)
         if not batches or used != len(data):
             raise EncodeError("an append must hold whole batches only")

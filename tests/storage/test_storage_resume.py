@@ -187,10 +187,3 @@ def test_append_returns_aborted_and_roll(tmp_path):
                      "00000000000000000000.txnindex", "00000000000000000004.snapshot",
                      "00000000000000000004.log"]
     assert log.segment.base_offset == 4
-    # pre-parsed batches give the same files
-    from kproto.records import iter_batches
-    other = PartitionLog()
-    data = _plain(0, 0)
-    assert other.append(data, list(iter_batches(data))) == PartitionLog().append(data)
-    with pytest.raises(EncodeError):
-        other.append(data + data, list(iter_batches(data)))
