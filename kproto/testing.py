@@ -28,7 +28,10 @@ from kproto.broker.core import HookAction
 __all__ = ["BrokerThread", "kafka_broker", "TEST_DEFAULTS"]
 
 #: What the fixture changes from Kafka's defaults.
-TEST_DEFAULTS: dict[str, Any] = {"group_initial_rebalance_delay_ms": 0}
+#: Rebalances of both group protocols settle in well under a second instead of seconds:
+#: no initial rebalance delay, and KIP-848 members heartbeat every 500 ms (Kafka: 5 s).
+TEST_DEFAULTS: dict[str, Any] = {"group_initial_rebalance_delay_ms": 0,
+                                 "group_consumer_heartbeat_interval_ms": 500}
 
 
 class BrokerThread:
