@@ -154,7 +154,9 @@ class RequestAuthorizer:
             topic=name_of(t) if ver < 13 else "", topic_id=t.topic_id if ver >= 13 else Uuid.ZERO,
             partitions=[cls.PartitionData(partition_index=p.partition, error_code=_TOPIC_DENIED,
                                           high_watermark=-1, last_stable_offset=-1, log_start_offset=-1,
-                                          records=None) for p in t.partitions]) for t in denied], denied)
+                                          # empty, not null, as Kafka's MemoryRecords.EMPTY:
+                                          # librdkafka refuses a null record set
+                                          records=b"") for p in t.partitions]) for t in denied], denied)
 
     def _list_offsets(self, ver: int, body: Any, s: ConnectionAuth) -> Optional[Verdict]:
         body.topics, denied = self._strip(list(body.topics), lambda t: self.ok(s, DESCRIBE, TOPIC, t.name))
