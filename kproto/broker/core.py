@@ -760,11 +760,13 @@ class BrokerCore:
         budget = min(body.max_bytes if ver >= 3 else _INT32_MAX, self.config.fetch_max_bytes)
         first = True
         updates: dict[TopicIdPartition, Any] = {}
+        # records start empty, not null, as Kafka answers (MemoryRecords.EMPTY): librdkafka
+        # refuses a null record set at v12+ ("invalid MessageSetSize -1") and fetches again at once
         for tip, data in parts:
             pd = cls.PartitionData(partition_index=tip.partition, error_code=0, high_watermark=-1,
                                    last_stable_offset=-1, log_start_offset=-1,
                                    aborted_transactions=[] if committed else None,
-                                   preferred_read_replica=-1, records=None)
+                                   preferred_read_replica=-1, records=b"")
             updates[tip] = pd
             lg = self.log_for(tip)
             if lg is None:
@@ -815,7 +817,7 @@ def error_response(api_key: int, version: int, body: Any, code: int) -> Optional
         return cls(error_code=code, session_id=0, responses=[cls.FetchableTopicResponse(
             topic=t.topic, topic_id=t.topic_id, partitions=[cls.PartitionData(
                 partition_index=p.partition, error_code=code, high_watermark=-1,
-                last_stable_offset=-1, log_start_offset=-1, records=None) for p in t.partitions])
+                last_stable_offset=-1, log_start_offset=-1, records=b"") for p in t.partitions])
             for t in body.topics])
     if api_key == ApiKey.LIST_OFFSETS:
         return cls(topics=[cls.ListOffsetsTopicResponse(name=t.name, partitions=[
