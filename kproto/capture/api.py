@@ -96,8 +96,10 @@ class BodyDecoder:
 
     def _name_topics(self, ex: Exchange) -> None:
         """Names of the topic ids the bodies use without a name, as far as the capture says."""
-        ids = {t: None for body in (ex.request, ex.response) if body is not None
-               for t in topic_ids(body)}
+        ver = ex.api_version if ex.decoded_as is None else ex.decoded_as
+        ids = {t: None for body, v in ((ex.request, ver), (ex.response, ex.response_version
+                                                              if ex.response_version is not None else ver))
+               if body is not None for t in topic_ids(body, v)}
         if not ids:
             return
         unknown = []

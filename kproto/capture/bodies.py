@@ -77,6 +77,7 @@ def schemas_release() -> str:
     return KAFKA_VERSION
 
 
+@functools.lru_cache(maxsize=4096)
 def _header_versions(api_key: int, version: int) -> tuple[int, int]:
     """(request, response) header versions of any version, known to the schemas or newer.
 

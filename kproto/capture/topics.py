@@ -10,12 +10,15 @@ every cluster seen, when they agree on the id's name.
 """
 from __future__ import annotations
 
+import functools
 import ipaddress
 from collections.abc import Iterator, Mapping
 from typing import Any, Optional
 
 from kproto.capture.exchange import Endpoint
+from kproto.codecs import message
 from kproto.codecs.objects import MessageObject
+from kproto.schemas.model import Versions
 
 __all__ = ["TopicNames", "topic_ids"]
 
@@ -78,12 +81,41 @@ class _BrokerView(Mapping[str, str]):
         return sum(1 for _ in self)
 
 
-def topic_ids(obj: Any) -> list[str]:
+def topic_ids(obj: Any, version: Optional[int] = None) -> list[str]:
     """Every non-zero topic id (text) of a message object that names its topic by id only (no
-    ``name``/``topic`` beside it), in field order, each once."""
+    ``name``/``topic`` beside it), in field order, each once. ``version``: the body's, when
+    known (bodies whose version cannot name a topic by id alone are not walked)."""
+    if not _may_name_ids(type(obj).__name__, version):
+        return []  # most bodies: no walk over their objects
     out: dict[str, None] = {}
     _walk(obj, out)
     return list(out)
+
+
+@functools.lru_cache(maxsize=None)
+def _may_name_ids(message_name: str, version: Optional[int]) -> bool:
+    """Whether a message (at ``version``, or at any) can name a topic by id alone: a struct of
+    its schema has a TopicId and its name field (Name or Topic) is missing or nullable."""
+    try:
+        schema = message(message_name).schema
+    except KeyError:
+        return True
+
+    def present(spec: Optional[str]) -> bool:
+        if spec is None:
+            return False
+        r = Versions.parse(spec)
+        return not r.empty if version is None else version in r
+
+    structs = ([schema.fields] + [c.fields for c in schema.common_structs]
+               + [f.fields for f in schema.walk_fields() if f.fields])
+    for fields in structs:
+        if not any(f.name == "TopicId" and present(f.versions) for f in fields):
+            continue
+        named = [f for f in fields if f.name in ("Name", "Topic") and present(f.versions)]
+        if not named or present(named[0].nullable) or version is None:
+            return True
+    return False
 
 
 def _walk(obj: Any, out: dict[str, None]) -> None:
