@@ -292,7 +292,14 @@ class BrokerCore:
 
     # ------------------------------------------------------------------ versions
     def api_versions(self) -> dict[int, tuple[int, int]]:
-        """API key -> (min, max) advertised: implemented versions the codecs know."""
+        """API key -> (min, max) advertised: implemented versions the codecs know (computed
+        once: every request looks its range up, and the walk over the codecs costs ~0.1 ms)."""
+        cached = self.__dict__.get("_api_versions_cache")
+        if cached is None:
+            cached = self._api_versions_cache = self._compute_api_versions()
+        return cached
+
+    def _compute_api_versions(self) -> dict[int, tuple[int, int]]:
         out = {}
         for key, (lo, hi) in IMPLEMENTED.items():
             try:

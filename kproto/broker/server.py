@@ -19,6 +19,8 @@ from typing import Any, Optional
 from kproto.broker.configs import BrokerConfig
 from kproto.broker.core import BrokerCore, ControlHandle, HookAction
 from kproto.broker.log import LogConfig
+from kproto.codecs import request as request_codec
+from kproto.codecs import response as response_codec
 from kproto.errors import DecodeError
 from kproto.framing import DEFAULT_MAX_FRAME, FrameBuffer
 
@@ -29,6 +31,10 @@ log = logging.getLogger("kproto.broker")
 _LOG_CONFIGS = {"segment_bytes", "index_interval_bytes", "segment_index_bytes",
                 "message_timestamp_type", "timestamp_before_max_ms", "timestamp_after_max_ms",
                 "max_message_bytes"}
+
+
+# Produce, Fetch, ListOffsets, Metadata, OffsetFetch, FindCoordinator, ApiVersions, InitProducerId
+_HOT_APIS = (0, 1, 2, 3, 9, 10, 18, 22)
 
 
 class _Connection:
@@ -93,7 +99,23 @@ class Broker:
         self.config.port = self._server.sockets[0].getsockname()[1]
         # the core opens (and recovers) the log directory once the advertised port is known
         self.core = BrokerCore(self.data_dir, self.config)
+        self._warm(list(_HOT_APIS))
         return self
+
+    def _warm(self, keys: list[int]) -> None:
+        """Compile the codecs of the APIs a client calls first and most (request decoder and
+        response encoder at the newest advertised version), one per turn of the loop while the
+        client connects: compiled lazily, Produce's cost its first request ~10 ms. Process-wide
+        caches: only the first broker of a process pays."""
+        core = self.core
+        if core is None or not keys:
+            return
+        key = keys.pop()
+        rng = core.api_versions().get(key)
+        if rng is not None:
+            request_codec(key).source(rng[1])
+            response_codec(key).source(rng[1])
+        asyncio.get_running_loop().call_soon(self._warm, keys)
 
     async def close(self, clean: bool = True) -> None:
         """Stop accepting, drop the connections, close the logs (``clean``: checkpoints and
