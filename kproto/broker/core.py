@@ -375,7 +375,12 @@ class BrokerCore:
                 return
             header, body = parsed
         req = _Request(channel, header, body, key, ver, self.clock.now_ms())
-        hook = self._intercept(header, body)
+        try:
+            hook = self._intercept(header, body)
+        except Exception:  # a test's hook that raises: close, do not leave the request unanswered
+            log.exception("a test hook on API key %d raised", key)
+            channel.close(f"a test hook on API key {key} raised")
+            return
         if hook is not None and not hook.passes:
             if hook.delay_ms > 0:
                 after = Intercept(error=hook.error, drop=hook.drop)

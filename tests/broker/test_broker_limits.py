@@ -6,6 +6,7 @@ import asyncio
 
 import kproto
 from kproto.broker import Broker
+from kproto.broker.configs import BrokerConfig
 from kproto.framing import RequestHeader, decode_response, encode_request
 
 
@@ -59,3 +60,41 @@ def test_an_error_inside_the_core_closes_the_connection_and_the_broker_serves_on
             second[1].close()
 
     asyncio.run(asyncio.wait_for(main(), 30))
+
+
+def test_a_test_hook_that_raises_closes_its_connection_the_broker_keeps_serving(tmp_path):
+    from kproto.broker.core import BrokerCore
+    closed = []
+
+    class Channel:
+        def respond(self, frame):
+            raise AssertionError("answered")
+
+        def close(self, reason):
+            closed.append(reason)
+
+    core = BrokerCore(str(tmp_path / "sansio"), BrokerConfig(port=9092))
+    core.control(18, lambda h, b: 1 / 0)
+    core.handle(Channel(), api_versions_frame(1)[4:])  # sans-I/O: the core closes it itself
+    assert closed == ["a test hook on API key 18 raised"]
+    core.close()
+
+    async def main():
+        async with Broker(tmp_path / "d") as broker:
+            def boom(header, body):
+                raise RuntimeError("a bug in the test's hook")
+            handle = broker.control(18, boom)
+            victim = await asyncio.open_connection(broker.host, broker.port)
+            victim[1].write(api_versions_frame(1))
+            # closed at once, not left unanswered until the client's timeout
+            assert await asyncio.wait_for(victim[0].read(), 5) == b""
+            handle.remove()
+            other = await asyncio.open_connection(broker.host, broker.port)
+            assert await ask(*other, 2) == (2, 0)
+            # a hook that lets some requests through and raises on another
+            broker.control(18, lambda h, b: (_ for _ in ()).throw(RuntimeError("late")) if h.correlation_id == 4 else None,
+                           times=None)
+            assert await ask(*other, 3) == (3, 0)
+            other[1].write(api_versions_frame(4))
+            assert await asyncio.wait_for(other[0].read(), 5) == b""
+    asyncio.run(main())
