@@ -60,9 +60,9 @@ class BrokerConfig:
     log_cleanup_policy: str = "delete"              # log.cleanup.policy
     min_insync_replicas: int = 1                    # min.insync.replicas
     log_retention_check_interval_ms: int = 300000   # log.retention.check.interval.ms
-    # limits of the socket layer (kproto.broker.server); only the frame size is enforced so
-    # far (each connection has one request in flight, as Kafka mutes it, and reads ahead at
-    # most one 256 KiB chunk plus one frame): the two queue caps are reported, not applied
+    # limits of the socket layer (kproto.broker.server): each connection has one request in
+    # flight (Kafka mutes it); the queue caps hold across connections the requests read (or
+    # being read) and not yet handled: a connection whose next frame does not fit waits
     queued_max_requests: int = 500                  # queued.max.requests
     queued_max_request_bytes: int = -1              # queued.max.request.bytes
     socket_request_max_bytes: int = 100 * 1024 * 1024  # socket.request.max.bytes

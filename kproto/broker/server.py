@@ -14,6 +14,7 @@ import asyncio
 import logging
 import os
 import ssl as _ssl
+from collections import deque
 from typing import Any, Optional
 
 from kproto.broker.configs import BrokerConfig
@@ -21,8 +22,7 @@ from kproto.broker.core import BrokerCore, ControlHandle, HookAction
 from kproto.broker.log import LogConfig
 from kproto.codecs import request as request_codec
 from kproto.codecs import response as response_codec
-from kproto.errors import DecodeError
-from kproto.framing import DEFAULT_MAX_FRAME, FrameBuffer
+from kproto.framing import DEFAULT_MAX_FRAME
 
 __all__ = ["Broker"]
 
@@ -35,6 +35,59 @@ _LOG_CONFIGS = {"segment_bytes", "index_interval_bytes", "segment_index_bytes",
 
 # Produce, Fetch, ListOffsets, Metadata, OffsetFetch, FindCoordinator, ApiVersions, InitProducerId
 _HOT_APIS = (0, 1, 2, 3, 9, 10, 18, 22)
+
+
+def _newest(rng: Optional[tuple[int, int]], n: int) -> list[int]:
+    return [] if rng is None else list(range(max(rng[0], rng[1] - n + 1), rng[1] + 1))
+
+
+class _QueueBudget:
+    """Kafka's ``queued.max.requests`` and ``queued.max.request.bytes`` across connections:
+    requests read (or being read) and not yet handled. A connection whose next frame does not
+    fit waits, reading nothing more, until handled requests make room; it is not dropped. A
+    frame larger than the whole byte budget is admitted when nothing else is held (Kafka's
+    non-strict memory pool), so it cannot wait forever."""
+
+    def __init__(self, max_requests: int, max_bytes: int) -> None:
+        self.max_requests = max_requests if max_requests > 0 else None
+        self.max_bytes = max_bytes if max_bytes >= 0 else None
+        self.requests = 0
+        self.bytes = 0
+        self.peak_requests = 0
+        self.peak_bytes = 0
+        self._waiters: deque[asyncio.Future[None]] = deque()
+
+    def _fits(self, size: int) -> bool:
+        if self.max_requests is not None and self.requests >= self.max_requests:
+            return False
+        return self.max_bytes is None or self.bytes == 0 or self.bytes + size <= self.max_bytes
+
+    async def acquire(self, size: int) -> None:
+        if self._waiters or not self._fits(size):  # first come, first served
+            loop = asyncio.get_running_loop()
+            fut: asyncio.Future[None] = loop.create_future()
+            self._waiters.append(fut)
+            try:
+                await fut  # only the head of the line is woken
+                while not self._fits(size):
+                    fut = self._waiters[0] = loop.create_future()
+                    await fut
+            finally:
+                self._waiters.remove(fut)
+                self._wake()  # the next in line checks once this one has taken its share
+        self.requests += 1
+        self.bytes += size
+        self.peak_requests = max(self.peak_requests, self.requests)
+        self.peak_bytes = max(self.peak_bytes, self.bytes)
+
+    def release(self, size: int) -> None:
+        self.requests -= 1
+        self.bytes -= size
+        self._wake()
+
+    def _wake(self) -> None:
+        if self._waiters and not self._waiters[0].done():
+            self._waiters[0].set_result(None)
 
 
 class _Connection:
@@ -91,6 +144,8 @@ class Broker:
         self._wakeup_at: Optional[int] = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._connections: set[_Connection] = set()
+        self._queue = _QueueBudget(self.config.queued_max_requests,
+                                   self.config.queued_max_request_bytes)
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> Broker:
@@ -99,23 +154,22 @@ class Broker:
         self.config.port = self._server.sockets[0].getsockname()[1]
         # the core opens (and recovers) the log directory once the advertised port is known
         self.core = BrokerCore(self.data_dir, self.config)
-        self._warm(list(_HOT_APIS))
+        versions = self.core.api_versions()
+        self._warm([(key, v) for key in _HOT_APIS for v in _newest(versions.get(key), 3)])
         return self
 
-    def _warm(self, keys: list[int]) -> None:
+    def _warm(self, todo: list[tuple[int, int]]) -> None:
         """Compile the codecs of the APIs a client calls first and most (request decoder and
-        response encoder at the newest advertised version), one per turn of the loop while the
-        client connects: compiled lazily, Produce's cost its first request ~10 ms. Process-wide
-        caches: only the first broker of a process pays."""
-        core = self.core
-        if core is None or not keys:
+        response encoder of their newest versions: librdkafka 2.16 sends Produce v10, Java 3.9
+        v11), one version per turn of the loop while the client connects: compiled lazily,
+        they cost a client's first Produce ~10 ms. The caches are process-wide: only the first
+        broker of a process pays."""
+        if not todo or self.core is None:
             return
-        key = keys.pop()
-        rng = core.api_versions().get(key)
-        if rng is not None:
-            request_codec(key).source(rng[1])
-            response_codec(key).source(rng[1])
-        asyncio.get_running_loop().call_soon(self._warm, keys)
+        key, version = todo.pop()
+        request_codec(key).source(version)
+        response_codec(key).source(version)
+        asyncio.get_running_loop().call_soon(self._warm, todo)
 
     async def close(self, clean: bool = True) -> None:
         """Stop accepting, drop the connections, close the logs (``clean``: checkpoints and
@@ -198,34 +252,40 @@ class Broker:
         self._tasks.add(task)
         conn = _Connection(writer)
         self._connections.add(conn)
-        frames = FrameBuffer(self.max_frame)
         loop = asyncio.get_running_loop()
+        budget = self._queue
         try:
             while conn.closed is None:
-                data = await reader.read(256 * 1024)
-                if not data:
-                    break
-                frames.feed(data)
-                try:
-                    for frame in frames.frames():
-                        core = self.core
-                        if core is None:
-                            return
-                        conn.done = loop.create_future()
-                        try:
-                            core.handle(conn, frame)
-                        except Exception:  # a core bug ends this connection, not the broker
-                            log.exception("error handling a request")
-                            conn.close("internal error")
-                        self._arm_timer()
-                        await conn.done
-                        if conn.closed is not None:
-                            return
-                        if writer.transport.get_write_buffer_size() > 1 << 20:
-                            await writer.drain()
-                except DecodeError as exc:  # a frame size out of range
-                    conn.close(str(exc))
+                size = int.from_bytes(await reader.readexactly(4), "big", signed=True)
+                if size < 0 or size > self.max_frame:
+                    # refused from its size prefix alone, before its bytes are read
+                    conn.close(f"frame size {size} out of range (max {self.max_frame})")
                     return
+                # queued.max.requests / queued.max.request.bytes: the frame's bytes are read
+                # only once the shared budget has room (the socket is not read meanwhile)
+                await budget.acquire(size)
+                try:
+                    frame = await reader.readexactly(size)
+                    core = self.core
+                    if core is None:
+                        return
+                    conn.done = loop.create_future()
+                    try:
+                        core.handle(conn, frame)
+                    except Exception:  # a core bug ends this connection, not the broker
+                        log.exception("error handling a request")
+                        conn.close("internal error")
+                finally:
+                    # handled (Kafka releases the request's buffer once its handler returns;
+                    # a long poll waits in the purgatory, not in the queue)
+                    budget.release(size)
+                del frame
+                self._arm_timer()
+                await conn.done
+                if conn.closed is not None:
+                    return
+                if writer.transport.get_write_buffer_size() > 1 << 20:
+                    await writer.drain()
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
         except asyncio.CancelledError:

@@ -98,3 +98,41 @@ def test_a_test_hook_that_raises_closes_its_connection_the_broker_keeps_serving(
             other[1].write(api_versions_frame(4))
             assert await asyncio.wait_for(other[0].read(), 5) == b""
     asyncio.run(main())
+
+
+def test_queue_caps_bound_the_bytes_held_and_every_connection_is_answered(tmp_path):
+    """queued.max.request.bytes and queued.max.requests across connections: twenty
+    connections each send three 300 KB requests at once; at most 1 MB (three frames) and two
+    requests are held at any time, the others wait unread, and every request is answered."""
+    frame = api_versions_frame(0)
+    pad = 300_000
+
+    def big(cid):
+        body = api_versions_frame(cid)[4:] + b"\x00" * pad  # trailing bytes are tolerated
+        return len(body).to_bytes(4, "big") + body
+
+    async def client(broker, n):
+        reader, writer = await asyncio.open_connection(broker.host, broker.port)
+        for k in range(3):  # pipelined: all three written before any answer is read
+            writer.write(big(n * 10 + k))
+        got = []
+        for _ in range(3):
+            size = int.from_bytes(await reader.readexactly(4), "big")
+            got.append(decode_response(await reader.readexactly(size), 18, 3, size_prefix=False)[0].correlation_id)
+        writer.close()
+        return got
+
+    async def main():
+        async with Broker(tmp_path / "d", queued_max_request_bytes=1_000_000,
+                          queued_max_requests=2) as broker:
+            got = await asyncio.wait_for(asyncio.gather(*(client(broker, n) for n in range(20))), 60)
+            assert got == [[n * 10, n * 10 + 1, n * 10 + 2] for n in range(20)]
+            q = broker._queue
+            assert q.peak_requests == 2 and q.peak_bytes <= 1_000_000
+            assert q.requests == 0 and q.bytes == 0
+        async with Broker(tmp_path / "e", queued_max_request_bytes=100_000) as broker:
+            # a frame larger than the whole budget still gets through, alone
+            assert await asyncio.wait_for(client(broker, 7), 20) == [70, 71, 72]
+            assert broker._queue.peak_bytes == len(frame) - 4 + pad
+
+    asyncio.run(main())
