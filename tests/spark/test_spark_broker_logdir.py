@@ -110,7 +110,7 @@ def check_rows(rows, expected, what):
 @pytest.fixture
 def kafka_broker(tmp_path):
     """kproto.testing's broker; KIP-848 members reconcile at each heartbeat (500 ms here, not 5 s)."""
-    with BrokerThread(tmp_path / "kafka", **TEST_DEFAULTS, group_consumer_heartbeat_interval_ms=500) as broker:
+    with BrokerThread(tmp_path / "kafka", **TEST_DEFAULTS) as broker:
         yield broker
 
 
