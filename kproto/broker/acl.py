@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Callable, Iterable, Optional
 
 from kproto.broker.auth import CredentialStore, ScramCredential
+from kproto.broker.log import replace_file
 from kproto.codecs import response as response_codec
 from kproto.error_codes import ErrorCode
 from kproto.schemas.api_keys import ApiKey
@@ -234,12 +235,7 @@ class SecurityFile:
             {"mechanism": m, "user": u, "credential": None if c is None else c.to_json()}
             for (m, u), c in sorted(store.altered.items())]
         doc = {"version": 1, "acls": [asdict(a) for a in sorted(acls)], "scram": scram}
-        tmp = self.path + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(doc, f, indent=1)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
+        replace_file(self.path, json.dumps(doc, indent=1).encode())
 
 
 

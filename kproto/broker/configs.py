@@ -20,7 +20,7 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Optional
 
-from kproto.broker.log import BrokerError, LogConfig, Topic
+from kproto.broker.log import BrokerError, LogConfig, Topic, replace_file
 from kproto.error_codes import ErrorCode
 
 if TYPE_CHECKING:
@@ -326,12 +326,7 @@ class ConfigManager:
                   for t in sorted(self.logs.topics.values(), key=lambda t: t.name) if t.configs}
         doc = {"version": 1, "topics": topics,
                "broker": {k: dict(sorted(v.items())) for k, v in self.broker_dynamic.items() if v}}
-        tmp = self.path + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(doc, f, indent=1)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
+        replace_file(self.path, json.dumps(doc, indent=1).encode())
 
     # ------------------------------------------------------------------ values
     def _broker_levels(self, broker_name: str) -> list[tuple[Optional[str], int]]:

@@ -547,7 +547,7 @@ class BrokerCore:
 
     # ------------------------------------------------------------------ CreateTopics
     def _create_topics(self, req: _Request) -> None:
-        body, ver = req.body, req.version
+        body = req.body
         cls = response_codec(ApiKey.CREATE_TOPICS).cls
         results = []
         seen: set[str] = set()

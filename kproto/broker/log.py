@@ -40,9 +40,20 @@ from kproto.storage.layout import (offset_file_name, parse_partition_dir_name, p
 from kproto.storage.writer import FileOp, PartitionLog, ProducerStateTracker, rebuild_txn_index
 
 __all__ = ["BrokerError", "LogConfig", "AppendInfo", "Log", "LogManager", "Topic",
-           "topic_name_error"]
+           "topic_name_error", "replace_file"]
 
 _LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]+")
+
+
+def replace_file(path: str, data: bytes) -> None:
+    """Write ``path`` whole through a temporary file, synced before the rename, as Kafka writes
+    its checkpoint files: a crash leaves the old file or the new one, never half of one."""
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
 
 
 def topic_name_error(name: str) -> Optional[str]:

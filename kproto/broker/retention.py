@@ -19,7 +19,7 @@ from bisect import bisect_left
 from typing import Callable, Optional
 
 from kproto.broker.context import BrokerContext
-from kproto.broker.log import BrokerError, Log, Topic
+from kproto.broker.log import BrokerError, Log, Topic, replace_file
 from kproto.broker.timer import CallbackTask
 from kproto.error_codes import ErrorCode
 from kproto.storage.checkpoints import OffsetCheckpoint
@@ -208,6 +208,4 @@ class RetentionManager:
                          for t in self.core.logs.topics.values() for lg in t.partitions
                          if lg.segments and lg.log_start_offset > lg.segments[0].base_offset)
         path = os.path.join(self.core.logs.data_dir, "log-start-offset-checkpoint")
-        with open(path + ".tmp", "wb") as f:
-            f.write(OffsetCheckpoint(entries).encode())
-        os.replace(path + ".tmp", path)
+        replace_file(path, OffsetCheckpoint(entries).encode())
