@@ -72,3 +72,14 @@ def fake_core(path: Any, clock: FakeClock, **config: Any) -> BrokerCore:
     """A core on ``clock`` (record timestamps follow it from 2023-11-14), advertising port 9092."""
     return BrokerCore(str(path), BrokerConfig(port=9092, **config), clock=clock,
                       wall_clock=lambda: 1_700_000_000_000 + clock.now_ms())
+
+
+def produce_jobs(bootstrap: str, start: int, n: int) -> None:
+    """``job-<i>`` for i in start..start+n-1 into topic ``jobs``, partition i % 6, with
+    confluent-kafka (the group interop tests' workload)."""
+    import confluent_kafka
+
+    p = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "linger.ms": 2})
+    for i in range(start, start + n):
+        p.produce("jobs", value=b"job-%d" % i, partition=i % 6)
+    assert p.flush(10) == 0

@@ -12,6 +12,8 @@ import pytest
 from kproto.broker import Broker
 from kproto.storage import read_internal
 
+from broker_support import produce_jobs
+
 CFG = dict(group_initial_rebalance_delay_ms=0, offsets_topic_num_partitions=4,
            group_consumer_heartbeat_interval_ms=100)
 
@@ -90,19 +92,13 @@ def test_confluent_kafka_consumer_protocol_group_shares_hands_over_and_resumes_a
         pytest.skip("librdkafka < 2.10 has no generally available group.protocol=consumer")
     data = tmp_path / "data"
 
-    def produce(bootstrap, start, n):
-        p = ck.Producer({"bootstrap.servers": bootstrap, "linger.ms": 2})
-        for i in range(start, start + n):
-            p.produce("jobs", value=b"job-%d" % i, partition=i % 6)
-        assert p.flush(10) == 0
-
     async def first_run():
         async with Broker(data, **CFG) as broker:
             admin = ck_admin.AdminClient({"bootstrap.servers": broker.bootstrap})
 
             def work():
                 admin.create_topics([ck_admin.NewTopic("jobs", 6, 1)])["jobs"].result(10)
-                produce(broker.bootstrap, 0, 300)
+                produce_jobs(broker.bootstrap, 0, 300)
                 # Offsets committed before anyone joins (into the empty group, which the first
                 # heartbeat converts): no member needs auto.offset.reset's ListOffsets. In
                 # librdkafka 2.16 a ListOffsets still in flight when the member's assignment
@@ -120,12 +116,12 @@ def test_confluent_kafka_consumer_protocol_group_shares_hands_over_and_resumes_a
                     m.start()
                 wait_for(lambda: sorted(p for m in members for p in m.assignment) == list(range(6))
                          and all(len(m.assignment) == 2 for m in members), what="three share six")
-                produce(broker.bootstrap, 300, 300)
+                produce_jobs(broker.bootstrap, 300, 300)
                 wait_for(lambda: sum(len(m.values) for m in members) >= 600, what="all consumed")
                 a, b, c = members
                 c.finish()                      # c leaves: a and b take its partitions
                 wait_for(lambda: sorted(a.assignment + b.assignment) == list(range(6)), what="c's share moves")
-                produce(broker.bootstrap, 600, 60)
+                produce_jobs(broker.bootstrap, 600, 60)
                 wait_for(lambda: sum(len(m.values) for m in members) >= 660, what="the rest consumed")
                 core = broker.core
                 group = core.groups.consumer.groups["workers"]
@@ -153,7 +149,7 @@ def test_confluent_kafka_consumer_protocol_group_shares_hands_over_and_resumes_a
     async def second_run():
         async with Broker(data, **CFG) as broker:
             def work():
-                produce(broker.bootstrap, 660, 60)
+                produce_jobs(broker.bootstrap, 660, 60)
                 m = Member(ck, broker.bootstrap, "d")
                 m.start()
                 wait_for(lambda: len(m.values) >= 60, what="d consumes the new records")

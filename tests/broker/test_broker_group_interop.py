@@ -11,6 +11,8 @@ import pytest
 from kproto.broker import Broker
 from kproto.storage import read_internal
 
+from broker_support import produce_jobs
+
 GROUP_CFG = dict(group_initial_rebalance_delay_ms=0, offsets_topic_num_partitions=4)
 
 
@@ -71,19 +73,13 @@ def test_confluent_kafka_group_rebalances_on_join_and_leave_commits_and_resumes_
     ck_admin = pytest.importorskip("confluent_kafka.admin")
     data = tmp_path / "data"
 
-    def produce(bootstrap, start, n):
-        p = ck.Producer({"bootstrap.servers": bootstrap, "linger.ms": 2})
-        for i in range(start, start + n):
-            p.produce("jobs", value=b"job-%d" % i, partition=i % 6)
-        assert p.flush(10) == 0
-
     async def first_run():
         async with Broker(data, **GROUP_CFG) as broker:
             admin = ck_admin.AdminClient({"bootstrap.servers": broker.bootstrap})
 
             def work():
                 admin.create_topics([ck_admin.NewTopic("jobs", 6, 1)])["jobs"].result(10)
-                produce(broker.bootstrap, 0, 300)
+                produce_jobs(broker.bootstrap, 0, 300)
                 a = Member(ck, broker.bootstrap, "jobs", "a")
                 a.start()
                 wait_for(lambda: a.assignment == list(range(6)), what="a owns all six")
@@ -94,7 +90,7 @@ def test_confluent_kafka_group_rebalances_on_join_and_leave_commits_and_resumes_
                 c.start()
                 wait_for(lambda: [len(m.assignment) for m in (a, b, c)] == [2, 2, 2], what="three share")
                 assert sorted(a.assignment + b.assignment + c.assignment) == list(range(6))
-                produce(broker.bootstrap, 300, 300)
+                produce_jobs(broker.bootstrap, 300, 300)
                 wait_for(lambda: len(set(a.values + b.values + c.values)) == 600, what="all consumed")
                 c.finish()                              # c leaves: a and b take its partitions
                 wait_for(lambda: sorted(a.assignment + b.assignment) == list(range(6)), what="c's share moves")
@@ -120,7 +116,7 @@ def test_confluent_kafka_group_rebalances_on_join_and_leave_commits_and_resumes_
     async def second_run():
         async with Broker(data, **GROUP_CFG) as broker:
             def work():
-                produce(broker.bootstrap, 600, 60)
+                produce_jobs(broker.bootstrap, 600, 60)
                 d = Member(ck, broker.bootstrap, "jobs", "d")
                 d.start()
                 wait_for(lambda: len(d.values) >= 60, what="the new records")
