@@ -83,3 +83,14 @@ def produce_jobs(bootstrap: str, start: int, n: int) -> None:
     for i in range(start, start + n):
         p.produce("jobs", value=b"job-%d" % i, partition=i % 6)
     assert p.flush(10) == 0
+
+
+def wait_for(cond, timeout: float = 20.0, what: str = "condition") -> None:
+    """Poll ``cond`` every 20 ms until it holds; AssertionError after ``timeout`` seconds."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)

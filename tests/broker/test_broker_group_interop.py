@@ -11,21 +11,13 @@ import pytest
 from kproto.broker import Broker
 from kproto.storage import read_internal
 
-from broker_support import produce_jobs
+from broker_support import produce_jobs, wait_for
 
 GROUP_CFG = dict(group_initial_rebalance_delay_ms=0, offsets_topic_num_partitions=4)
 
 
 def run(coro, timeout=60):
     return asyncio.run(asyncio.wait_for(coro, timeout))
-
-
-def wait_for(cond, timeout=15.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
 
 
 class Member(threading.Thread):
