@@ -47,6 +47,10 @@ def register(subparsers: Any) -> None:
     p.add_argument("-v", "--verbose", action="store_true", help="text format: print bodies too")
     p.add_argument("-o", "--output", default="-", help="output file (default stdout)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    p.add_argument("--report", default=None, metavar="HTML",
+                   help="also write a self-contained HTML page with charts of the (filtered) "
+                        "exchanges: latency percentiles, rate, bytes, errors, fetch sessions "
+                        "(needs the extra kproto[report]; -o /dev/null for the page only)")
     p.set_defaults(func=run)
 
 
@@ -126,6 +130,20 @@ def _text_line(ex: Any, doc: dict) -> str:
     return head
 
 
+def _report(args: argparse.Namespace) -> Any:
+    """The report accumulator for --report (None without it, False when Bokeh is missing)."""
+    if args.report is None:
+        return None
+    from kproto.report import CaptureReport, ReportUnavailable, require
+
+    try:
+        require()  # before decoding: a long capture should not be read for nothing
+    except ReportUnavailable as exc:
+        print(f"kproto decode-pcap: {exc}", file=sys.stderr)
+        return False
+    return CaptureReport()
+
+
 def run(args: argparse.Namespace) -> int:
     from kproto.capture.api import BodyDecoder, exchange_to_json
     from kproto.capture.decoder import CaptureDecoder
@@ -133,6 +151,9 @@ def run(args: argparse.Namespace) -> int:
     from kproto.capture.summary import Summary
 
     keep = _selector(args)
+    report = _report(args)
+    if report is False:
+        return 2
     out = sys.stdout if args.output == "-" else open(args.output, "w", encoding="utf-8")
     try:
         fmt = args.format
@@ -166,6 +187,8 @@ def run(args: argparse.Namespace) -> int:
             for ex in exchanges:
                 if keep is not None and not keep(ex):
                     continue
+                if report is not None:
+                    report.add(ex)
                 if summary is not None:
                     summary.add(ex)
                     continue  # --summary: just the table
@@ -193,6 +216,10 @@ def run(args: argparse.Namespace) -> int:
             print("no Kafka connection recognised; give the broker port with --port", file=sys.stderr)
         if summary is not None:
             out.write(summary.table() + "\n")
+        if report is not None:
+            from kproto.report import render_capture, write_page
+
+            write_page(render_capture(report.data(), os.path.basename(args.file)), args.report)
         # the capture file is damaged or not readable (exchange problems are traffic facts)
         if decoder.problems:
             return 2 if decoder.packets == 0 else 1

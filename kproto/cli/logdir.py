@@ -15,6 +15,10 @@ def register(subparsers) -> None:
     p.add_argument("path", help="a log dir (entry of log.dirs) or a <topic>-<partition> folder")
     p.add_argument("--format", choices=("text", "json"), default="text")
     p.add_argument("--no-segments", action="store_true", help="one line per partition only")
+    p.add_argument("--report", default=None, metavar="HTML",
+                   help="also write a self-contained HTML page with charts: records and bytes "
+                        "per partition over time, segment sizes, leader epochs (needs the extra "
+                        "kproto[report])")
     p.set_defaults(func=run)
 
 
@@ -22,6 +26,14 @@ def run(args: argparse.Namespace) -> int:
     """Exit code 0, 1 when damage was found (and reported), 2 when the path cannot be read."""
     from kproto.storage.summary import has_damage, render_text, summarize
 
+    if args.report is not None:
+        from kproto.report import ReportUnavailable, require
+
+        try:
+            require()
+        except ReportUnavailable as exc:
+            print(f"kproto logdir: {exc}", file=sys.stderr)
+            return 2
     try:
         doc = summarize(args.path)
     except (OSError, ValueError) as exc:
@@ -32,4 +44,8 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
     else:
         print(render_text(doc, segments=not args.no_segments))
+    if args.report is not None:
+        from kproto.report import read_logdir, render_logdir, write_page
+
+        write_page(render_logdir(read_logdir(doc).data(), doc["path"]), args.report)
     return 1 if has_damage(doc) else 0
