@@ -1,4 +1,4 @@
-"""PySpark data source ``kafka-segments``: a Kafka log directory as a Spark DataFrame, read
+"""PySpark data sources ``kafka-segments``, a Kafka log directory as a Spark DataFrame, read
 offline from the segment files (no broker); tasks are byte ranges of segments cut at batch
 boundaries the ``.index`` knows, so one huge segment still spreads over many tasks.
 
@@ -15,11 +15,17 @@ into the scan when ``spark.sql.python.filterPushdown.enabled`` is true (Spark 4.
 Spark filters the rows itself. Damage found (torn tails, CRC mismatches) is logged as warnings
 of the ``kproto.spark`` logger; ``.option("output", "damage")`` returns it as rows instead of
 the records (columns: :func:`damage_spark_schema`).
+
+``kafka-pcap`` (:mod:`kproto.spark.pcap`, registered by the same call, and automatically by
+``pyspark_kafka_pcap``) reads capture files: one row per exchange of ``kproto decode-pcap``, or
+per Produce/Fetch record with ``.option("expand", "records")``.
 """
 from __future__ import annotations
 
 from typing import Any, cast
 
+from kproto.spark.pcap import (KafkaPcapDataSource, KafkaPcapReader, PcapSpec,
+                               parse_pcap_options, pcap_spark_schema)
 from kproto.spark.scan import ScanSpec, auto_split_bytes, parse_options
 from kproto.spark.source import (NAME, KafkaSegmentsDataSource, KafkaSegmentsPushdownReader,
                                  KafkaSegmentsReader, SplitPartition, damage_spark_schema,
@@ -27,7 +33,8 @@ from kproto.spark.source import (NAME, KafkaSegmentsDataSource, KafkaSegmentsPus
 
 
 def register(spark: Any, *, tasks: int | None = None) -> None:
-    """Make ``spark.read.format("kafka-segments")`` available in ``spark`` (a SparkSession).
+    """Make ``spark.read.format("kafka-segments")`` and ``format("kafka-pcap")`` available in
+    ``spark`` (a SparkSession).
 
     ``tasks``: how many tasks a read is cut into when it sets no ``splitSize`` (default: the
     session's default parallelism, which Python data sources cannot see themselves)."""
@@ -39,14 +46,15 @@ def register(spark: Any, *, tasks: int | None = None) -> None:
             tasks = spark.sparkContext.defaultParallelism
         except Exception:  # Spark Connect has no SparkContext: keep the class default
             tasks = None
-    source = KafkaSegmentsDataSource
-    if tasks is not None and tasks != source.tasks:
-        # a subclass defined here is pickled by value, so the setting reaches the planner
-        source = cast("type[KafkaSegmentsDataSource]",
-                      type(source.__name__, (source,), {"tasks": int(tasks), "__module__": __name__}))
-    spark.dataSource.register(source)
+    for source in (KafkaSegmentsDataSource, KafkaPcapDataSource):
+        if tasks is not None and tasks != source.tasks:
+            # a subclass defined here is pickled by value, so the setting reaches the planner
+            source = cast("type[Any]", type(source.__name__, (source,),
+                                            {"tasks": int(tasks), "__module__": __name__}))
+        spark.dataSource.register(source)
 
 
-__all__ = ["NAME", "KafkaSegmentsDataSource", "KafkaSegmentsPushdownReader",
-           "KafkaSegmentsReader", "ScanSpec", "SplitPartition", "auto_split_bytes",
-           "damage_spark_schema", "parse_options", "register", "spark_schema"]
+__all__ = ["NAME", "KafkaPcapDataSource", "KafkaPcapReader", "KafkaSegmentsDataSource", "KafkaSegmentsPushdownReader",
+           "KafkaSegmentsReader", "PcapSpec", "ScanSpec", "SplitPartition", "auto_split_bytes",
+           "damage_spark_schema", "parse_options", "parse_pcap_options", "pcap_spark_schema",
+           "register", "spark_schema"]

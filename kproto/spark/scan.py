@@ -89,22 +89,7 @@ def parse_options(options: Mapping[str, str]) -> ScanSpec:
     unknown = sorted(set(opts) - set(OPTIONS))
     if unknown:
         raise ValueError(f"kafka-segments: unknown option(s) {unknown}; known: {list(OPTIONS)}")
-    paths: list[str] = []
-    if opts.get("path"):
-        paths.append(opts["path"])
-    if opts.get("paths"):  # Spark's JSON list, from .load([a, b])
-        try:
-            extra = json.loads(opts["paths"])
-        except ValueError:
-            extra = None
-        if isinstance(extra, str):
-            extra = [extra]
-        if not isinstance(extra, list) or not all(isinstance(p, str) for p in extra):
-            raise ValueError(f"kafka-segments: paths must be a JSON list of strings: "
-                             f"{opts['paths']!r}")
-        paths += extra
-    if not paths:
-        raise ValueError("kafka-segments: no path (use .load(path))")
+    paths = option_paths(opts)
     isolation = opts.get("isolation", "read_uncommitted").lower()
     if isolation not in ISOLATIONS:
         raise ValueError(f"kafka-segments: isolation must be one of {ISOLATIONS}, "
@@ -134,6 +119,28 @@ def parse_options(options: Mapping[str, str]) -> ScanSpec:
                              partitions=partitions, split_bytes=split, output=output))
 
 
+def option_paths(opts: Mapping[str, str], source: str = "kafka-segments") -> list[str]:
+    """The paths of a read: ``.load(path)`` gives ``path``, ``.load([a, b])`` gives ``paths``
+    (Spark's JSON list); ``ValueError`` when there is none."""
+    paths: list[str] = []
+    if opts.get("path"):
+        paths.append(opts["path"])
+    if opts.get("paths"):
+        try:
+            extra = json.loads(opts["paths"])
+        except ValueError:
+            extra = None
+        if isinstance(extra, str):
+            extra = [extra]
+        if not isinstance(extra, list) or not all(isinstance(p, str) for p in extra):
+            raise ValueError(f"{source}: paths must be a JSON list of strings: "
+                             f"{opts['paths']!r}")
+        paths += extra
+    if not paths:
+        raise ValueError(f"{source}: no path (use .load(path))")
+    return paths
+
+
 def _names(value: str | None) -> list[str] | None:
     if value is None:
         return None
@@ -155,14 +162,15 @@ def _offset(opts: Mapping[str, str], key: str, open_end: str) -> int | None:
     return _int(opts, key)
 
 
-def _bool(opts: Mapping[str, str], key: str) -> bool:
-    value = str(opts.get(key, "false")).lower()
+def _bool(opts: Mapping[str, str], key: str, default: str = "false",
+          source: str = "kafka-segments") -> bool:
+    value = str(opts.get(key, default)).lower()
     if value not in _TRUE + _FALSE:
-        raise ValueError(f"kafka-segments: {key} must be true or false: {opts[key]!r}")
+        raise ValueError(f"{source}: {key} must be true or false: {opts[key]!r}")
     return value in _TRUE
 
 
-def _size(value: str | None) -> int | None:
+def _size(value: str | None, source: str = "kafka-segments") -> int | None:
     if value is None:
         return None
     text = value.strip().lower()
@@ -170,10 +178,10 @@ def _size(value: str | None) -> int | None:
     try:
         size = int(digits) * _SIZE_SUFFIXES[text[len(digits):]]
     except (ValueError, KeyError):
-        raise ValueError(f"kafka-segments: splitSize must be bytes like 67108864 or 64m: "
+        raise ValueError(f"{source}: splitSize must be bytes like 67108864 or 64m: "
                          f"{value!r}") from None
     if size <= 0:
-        raise ValueError(f"kafka-segments: splitSize must be positive: {value!r}")
+        raise ValueError(f"{source}: splitSize must be positive: {value!r}")
     return size
 
 
