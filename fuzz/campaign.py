@@ -42,7 +42,7 @@ sys.path.insert(1, str(REPO / "tests"))  # the tests' builders: the bomb, pcaps
 #: family -> the targets run on its inputs (fuzz/<name>.py modules or functions below)
 FAMILIES: dict[str, list[str]] = {
     "messages": ["fuzz_protocol_request", "fuzz_protocol_response", "fuzz_protocol_headers",
-                 "fuzz_protocol_c_decoder"],
+                 "fuzz_protocol_c_decoder", "fuzz_protocol_c_encoder"],
     "frames": ["fuzz_capture_stream", "fuzz_client_protocol"],
     "records": ["fuzz_records", "fuzz_decompress", "records_bulk"],
     "logdirs": ["fuzz_storage_files", "fuzz_storage_log", "logdir_files"],

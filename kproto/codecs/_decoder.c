@@ -1,9 +1,15 @@
-/* The decoder of kproto's codec engine in C (optional; the generated Python decoders are the
- * reference and run when this module is not built).
+/* The decoder and encoder of kproto's codec engine in C (optional; the generated Python decoders
+ * and encoders are the reference and run when this module is not built).
  *
- * kproto.codecs.generator turns one (message, version) into a program: nested tuples saying, for
+ * kproto.codecs.program turns one (message, version) into a program: nested tuples saying, for
  * each struct, which class to build, which slots get defaults, and which field ops read the bytes.
- * Program() compiles that into C arrays once; Program.decode(buf, pos) then walks the bytes.
+ * Program() compiles that into C arrays once; Program.decode(buf, pos) then walks the bytes, and
+ * Program.encode(obj) / Program.encode_parts(obj, parts) walk the same ops the other way, reading
+ * the slots directly.
+ *
+ * The encoder accepts only what it can write exactly as the generated Python encoder would (the
+ * generated classes, ints, floats, str, bytes-like, lists and tuples); on anything else it raises
+ * and the codec re-runs the Python encoder, which either writes the value or says what is wrong.
  *
  * The fast path does not explain failures: on malformed input it raises ValueError and the codec
  * re-runs the checked Python decoder, which says what was wrong, in which field, at which offset.
@@ -39,21 +45,28 @@ typedef struct {
     Prog *sub;              /* D_STRUCT: the struct's default program */
 } Dflt;
 
+typedef struct {
+    int64_t tag;
+    Op op;
+    Dflt dflt;              /* the field's default: a tagged field is written only when not at it */
+} Tag;
+
 struct Prog {
     PyTypeObject *type;     /* borrowed from the spec */
     Py_ssize_t unknown_offset;
     int flexible;
-    Py_ssize_t ndflt, nops, ntags;
+    Py_ssize_t ndflt, nops, ntags, nguards;
     Dflt *dflt;
     Op *ops;
-    int64_t *tag_ids;
-    Op *tag_ops;
+    Tag *tags;
+    Dflt *guards;           /* fields absent at this version: encoding needs them at their default */
 };
 
 typedef struct {
     PyObject_HEAD
     PyObject *spec;         /* keeps every borrowed class and constant alive */
     Prog *root;
+    Py_ssize_t last_size;   /* size of the last encoding: the next one's first buffer */
     void **blocks;          /* everything allocated for the program, freed together */
     Py_ssize_t nblocks, cap;
 } ProgramObject;
@@ -107,21 +120,31 @@ static int compile_op(ProgramObject *self, PyObject *spec, Op *op) {
     return 0;
 }
 
-static int compile_defaults(ProgramObject *self, PyObject *seq, Prog *pg) {
-    /* ((offset, kind, value), ...): value is a constant, unused, or a default-struct spec */
-    if (!PyTuple_Check(seq)) { PyErr_SetString(PyExc_TypeError, "defaults must be a tuple"); return -1; }
-    pg->ndflt = PyTuple_GET_SIZE(seq);
-    pg->dflt = arena(self, sizeof(Dflt) * pg->ndflt);
-    if (!pg->dflt) return -1;
-    for (Py_ssize_t i = 0; i < pg->ndflt; i++) {
-        Dflt *d = &pg->dflt[i];
-        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(seq, i), "niO", &d->offset, &d->kind, &d->value)) return -1;
-        if (d->kind == D_STRUCT) {
-            d->sub = compile_default(self, d->value);
-            if (!d->sub) return -1;
-        }
+static int compile_dflt(ProgramObject *self, PyObject *spec, Dflt *d) {
+    /* (offset, kind, value): value is a constant, unused, or a default-struct spec */
+    if (!PyTuple_Check(spec) || !PyArg_ParseTuple(spec, "niO", &d->offset, &d->kind, &d->value)) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "bad default spec");
+        return -1;
+    }
+    if (d->kind == D_STRUCT) {
+        d->sub = compile_default(self, d->value);
+        if (!d->sub) return -1;
     }
     return 0;
+}
+
+static int compile_dflt_list(ProgramObject *self, PyObject *seq, Dflt **out, Py_ssize_t *n) {
+    if (!PyTuple_Check(seq)) { PyErr_SetString(PyExc_TypeError, "defaults must be a tuple"); return -1; }
+    *n = PyTuple_GET_SIZE(seq);
+    *out = arena(self, sizeof(Dflt) * *n);
+    if (!*out) return -1;
+    for (Py_ssize_t i = 0; i < *n; i++)
+        if (compile_dflt(self, PyTuple_GET_ITEM(seq, i), &(*out)[i]) < 0) return -1;
+    return 0;
+}
+
+static int compile_defaults(ProgramObject *self, PyObject *seq, Prog *pg) {
+    return compile_dflt_list(self, seq, &pg->dflt, &pg->ndflt);
 }
 
 static int set_type(Prog *pg, PyObject *cls) {
@@ -141,13 +164,15 @@ static Prog *compile_default(ProgramObject *self, PyObject *spec) {
 }
 
 static Prog *compile_struct(ProgramObject *self, PyObject *spec) {
-    /* (cls, unknown_offset, flexible, defaults, ops, ((tag, op), ...)) */
-    PyObject *cls, *defaults, *ops, *tags;
+    /* (cls, unknown_offset, flexible, defaults, ops, ((tag, op, default), ...), guards) */
+    PyObject *cls, *defaults, *ops, *tags, *guards;
     Prog *pg = arena(self, sizeof(Prog));
     if (!pg) return NULL;
-    if (!PyArg_ParseTuple(spec, "OnpOOO", &cls, &pg->unknown_offset, &pg->flexible, &defaults, &ops, &tags))
+    if (!PyArg_ParseTuple(spec, "OnpOOOO", &cls, &pg->unknown_offset, &pg->flexible, &defaults, &ops, &tags,
+                          &guards))
         return NULL;
     if (set_type(pg, cls) < 0 || compile_defaults(self, defaults, pg) < 0) return NULL;
+    if (compile_dflt_list(self, guards, &pg->guards, &pg->nguards) < 0) return NULL;
     if (!PyTuple_Check(ops) || !PyTuple_Check(tags)) {
         PyErr_SetString(PyExc_TypeError, "ops and tags must be tuples");
         return NULL;
@@ -158,15 +183,15 @@ static Prog *compile_struct(ProgramObject *self, PyObject *spec) {
     for (Py_ssize_t i = 0; i < pg->nops; i++)
         if (compile_op(self, PyTuple_GET_ITEM(ops, i), &pg->ops[i]) < 0) return NULL;
     pg->ntags = PyTuple_GET_SIZE(tags);
-    pg->tag_ids = arena(self, sizeof(int64_t) * pg->ntags);
-    pg->tag_ops = arena(self, sizeof(Op) * pg->ntags);
-    if (!pg->tag_ids || !pg->tag_ops) return NULL;
+    pg->tags = arena(self, sizeof(Tag) * pg->ntags);
+    if (!pg->tags) return NULL;
     for (Py_ssize_t i = 0; i < pg->ntags; i++) {
-        PyObject *op;
+        PyObject *op, *dflt;
         long long tag;
-        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(tags, i), "LO", &tag, &op)) return NULL;
-        pg->tag_ids[i] = tag;
-        if (compile_op(self, op, &pg->tag_ops[i]) < 0) return NULL;
+        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(tags, i), "LOO", &tag, &op, &dflt)) return NULL;
+        pg->tags[i].tag = tag;
+        if (compile_op(self, op, &pg->tags[i].op) < 0 || compile_dflt(self, dflt, &pg->tags[i].dflt) < 0)
+            return NULL;
     }
     return pg;
 }
@@ -389,11 +414,11 @@ static int decode_tags(Reader *r, Prog *pg, PyObject *o) {
         Py_ssize_t end = r->pos + (Py_ssize_t)size;
         Py_ssize_t i;
         for (i = 0; i < pg->ntags; i++)
-            if (pg->tag_ids[i] == tag) break;
+            if (pg->tags[i].tag == tag) break;
         if (i < pg->ntags) {
-            PyObject *v = decode_value(r, &pg->tag_ops[i]);
+            PyObject *v = decode_value(r, &pg->tags[i].op);
             if (!v) goto error;
-            set_slot(o, pg->tag_ops[i].offset, v);
+            set_slot(o, pg->tags[i].op.offset, v);
             if (r->pos != end) { fail("tagged field size mismatch"); goto error; }
         } else {
             if (!unknown && !(unknown = PyList_New(0))) goto error;
@@ -432,6 +457,356 @@ static PyObject *decode_struct(Reader *r, Prog *pg) {
 error:
     Py_DECREF(o);
     return NULL;
+}
+
+/* -- writing ---------------------------------------------------------------------------------- */
+
+/* Values of at least this many bytes in bytes/records fields go to encode_parts' list as they are
+ * (Kafka's zero-copy Send of records); smaller ones are cheaper copied than sent as a part. */
+#define ZERO_COPY_MIN 1024
+
+typedef struct {
+    PyObject *buf;          /* the bytes object being filled (NULL until the first write) */
+    char *p;                /* PyBytes_AS_STRING(buf) */
+    Py_ssize_t len, cap;
+    Py_ssize_t hint;        /* first allocation */
+    PyObject *parts;        /* encode_parts' list, or NULL: everything into buf */
+} Writer;
+
+/* Fails an encoding: the codec then runs the Python encoder, which says what is wrong. */
+static int efail(const char *why) {
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, why);
+    return -1;
+}
+
+static int grow(Writer *w, Py_ssize_t n) {
+    Py_ssize_t need = w->len + n;
+    if (need <= w->cap) return 0;
+    Py_ssize_t cap = w->cap ? w->cap * 2 : (w->hint > 64 ? w->hint : 64);
+    if (cap < need) cap = need;
+    if (!w->buf) {
+        w->buf = PyBytes_FromStringAndSize(NULL, cap);
+        if (!w->buf) return -1;
+    } else if (_PyBytes_Resize(&w->buf, cap) < 0) {
+        return -1;
+    }
+    w->p = PyBytes_AS_STRING(w->buf);
+    w->cap = cap;
+    return 0;
+}
+
+#define ENSURE(w, n) (((w)->len + (Py_ssize_t)(n) <= (w)->cap) ? 0 : grow((w), (n)))
+
+static inline int put(Writer *w, const void *src, Py_ssize_t n) {
+    if (ENSURE(w, n) < 0) return -1;
+    memcpy(w->p + w->len, src, n);
+    w->len += n;
+    return 0;
+}
+
+static inline int put_u8(Writer *w, uint8_t b) {
+    if (ENSURE(w, 1) < 0) return -1;
+    w->p[w->len++] = (char)b;
+    return 0;
+}
+
+static inline int put_be(Writer *w, uint64_t v, int n) {
+    if (ENSURE(w, n) < 0) return -1;
+    for (int i = n - 1; i >= 0; i--) { w->p[w->len + i] = (char)(v & 0xff); v >>= 8; }
+    w->len += n;
+    return 0;
+}
+
+static int put_uvarint(Writer *w, uint64_t v) {
+    if (ENSURE(w, 10) < 0) return -1;
+    while (v >= 0x80) { w->p[w->len++] = (char)((v & 0x7f) | 0x80); v >>= 7; }
+    w->p[w->len++] = (char)v;
+    return 0;
+}
+
+/* A length or count (-1: null), as read_len reads it. */
+static int put_len(Writer *w, int flags, int is_string, Py_ssize_t n) {
+    if (flags & F_COMPACT) return put_uvarint(w, (uint64_t)(n + 1));
+    return is_string ? put_be(w, (uint16_t)(int16_t)n, 2) : put_be(w, (uint32_t)(int32_t)n, 4);
+}
+
+/* The bytes written so far become one part, the next ones go to a new buffer. */
+static int flush_part(Writer *w) {
+    if (!w->buf) return 0;
+    if (_PyBytes_Resize(&w->buf, w->len) < 0) { w->buf = NULL; return -1; }
+    int rc = PyList_Append(w->parts, w->buf);
+    Py_CLEAR(w->buf);
+    w->p = NULL;
+    w->len = w->cap = 0;
+    w->hint = 256;
+    return rc;
+}
+
+static PyObject *finish(Writer *w) {
+    if (!w->buf) return PyBytes_FromStringAndSize(NULL, 0);
+    if (_PyBytes_Resize(&w->buf, w->len) < 0) { w->buf = NULL; return NULL; }
+    PyObject *out = w->buf;
+    w->buf = NULL;
+    return out;
+}
+
+/* A long that fits [lo, hi], as struct.pack takes it (ints only: __index__ goes to Python). */
+static int get_int(PyObject *v, long long lo, long long hi, long long *out) {
+    if (!PyLong_Check(v)) return efail("not an int");
+    int overflow;
+    long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+    if (x == -1 && PyErr_Occurred()) return -1;
+    if (overflow || x < lo || x > hi) return efail("int out of range");
+    *out = x;
+    return 0;
+}
+
+/* v != default, as the generated encoder's differs_from_default decides it. */
+static int differs(PyObject *v, Dflt *d) {
+    if (d->kind == D_CONST) {
+        if (d->value == Py_None) return v != Py_None;
+        if (v == d->value && !PyFloat_Check(v)) return 0;   /* NaN != NaN */
+        PyObject *ne = PyObject_RichCompare(v, d->value, Py_NE);
+        if (!ne) return -1;
+        int r = PyObject_IsTrue(ne);
+        Py_DECREF(ne);
+        return r;
+    }
+    if (d->kind == D_LIST) {
+        if (PyList_CheckExact(v)) return PyList_GET_SIZE(v) != 0;
+        PyObject *empty = PyList_New(0);
+        if (!empty) return -1;
+        PyObject *ne = PyObject_RichCompare(v, empty, Py_NE);
+        Py_DECREF(empty);
+        if (!ne) return -1;
+        int r = PyObject_IsTrue(ne);
+        Py_DECREF(ne);
+        return r;
+    }
+    Prog *pg = d->sub;
+    if (Py_TYPE(v) != pg->type) return 1;
+    for (Py_ssize_t i = 0; i < pg->ndflt; i++) {
+        PyObject *sub = SLOT(v, pg->dflt[i].offset);
+        if (!sub) return efail("unset slot");
+        Py_INCREF(sub);
+        int r = differs(sub, &pg->dflt[i]);
+        Py_DECREF(sub);
+        if (r) return r;
+    }
+    PyObject *unknown = SLOT(v, pg->unknown_offset);
+    if (!unknown) return efail("unset slot");
+    return PyObject_IsTrue(unknown);
+}
+
+static int encode_struct(Writer *w, Prog *pg, PyObject *o);
+
+static int encode_bytes(Writer *w, Op *op, PyObject *v) {
+    Py_buffer view;
+    int rc;
+    if (PyBytes_Check(v) || PyByteArray_Check(v)) {
+        if (PyObject_GetBuffer(v, &view, PyBUF_SIMPLE) < 0) return -1;
+    } else if (PyMemoryView_Check(v)) {
+        if (PyObject_GetBuffer(v, &view, PyBUF_SIMPLE) < 0) return -1;   /* fails once released */
+        Py_buffer *b = PyMemoryView_GET_BUFFER(v);
+        /* len() of the view must be its size in bytes, as the Python encoder writes len() */
+        if (b->ndim != 1 || b->itemsize != 1) { PyBuffer_Release(&view); return efail("not a byte view"); }
+    } else {
+        return efail("not bytes");
+    }
+    rc = put_len(w, op->flags, 0, view.len);
+    if (rc == 0) {
+        if (w->parts && view.len >= ZERO_COPY_MIN) {
+            /* the value itself is the next part, as the Python encoder appends it */
+            rc = flush_part(w);
+            if (rc == 0) rc = PyList_Append(w->parts, v);
+        } else {
+            rc = put(w, view.buf, view.len);
+        }
+    }
+    PyBuffer_Release(&view);
+    return rc;
+}
+
+static int encode_value(Writer *w, Op *op, PyObject *v) {
+    long long x;
+    switch (op->code) {
+    case OP_BOOL: {
+        int t = PyObject_IsTrue(v);
+        if (t < 0) return -1;
+        return put_u8(w, (uint8_t)t);
+    }
+    case OP_INT8:
+        if (get_int(v, -128, 127, &x) < 0) return -1;
+        return put_u8(w, (uint8_t)(int8_t)x);
+    case OP_INT16:
+        if (get_int(v, INT16_MIN, INT16_MAX, &x) < 0) return -1;
+        return put_be(w, (uint16_t)(int16_t)x, 2);
+    case OP_UINT16:
+        if (get_int(v, 0, UINT16_MAX, &x) < 0) return -1;
+        return put_be(w, (uint64_t)x, 2);
+    case OP_INT32:
+        if (get_int(v, INT32_MIN, INT32_MAX, &x) < 0) return -1;
+        return put_be(w, (uint32_t)(int32_t)x, 4);
+    case OP_UINT32:
+        if (get_int(v, 0, UINT32_MAX, &x) < 0) return -1;
+        return put_be(w, (uint64_t)x, 4);
+    case OP_INT64:
+        if (get_int(v, INT64_MIN, INT64_MAX, &x) < 0) return -1;
+        return put_be(w, (uint64_t)x, 8);
+    case OP_FLOAT64: {
+        if (!PyFloat_Check(v) && !PyLong_Check(v)) return efail("not a float");
+        double d = PyFloat_AsDouble(v);
+        if (d == -1.0 && PyErr_Occurred()) return -1;
+        uint64_t bits;
+        memcpy(&bits, &d, 8);
+        return put_be(w, bits, 8);
+    }
+    case OP_UUID:
+        if (!PyBytes_Check(v) || PyBytes_GET_SIZE(v) != 16) return efail("not a uuid");
+        return put(w, PyBytes_AS_STRING(v), 16);
+    case OP_STRING: {
+        if (v == Py_None) {
+            if (!(op->flags & F_NULLABLE)) return efail("null in a non-nullable field");
+            return put_len(w, op->flags, 1, -1);
+        }
+        if (!PyUnicode_Check(v)) return efail("not a str");
+        Py_ssize_t n;
+        const char *s = PyUnicode_AsUTF8AndSize(v, &n);
+        if (!s) return -1;
+        if (n > 32767) return efail("string too long");
+        if (put_len(w, op->flags, 1, n) < 0) return -1;
+        return put(w, s, n);
+    }
+    case OP_BYTES:
+        if (v == Py_None) {
+            if (!(op->flags & F_NULLABLE)) return efail("null in a non-nullable field");
+            return put_len(w, op->flags, 0, -1);
+        }
+        return encode_bytes(w, op, v);
+    case OP_STRUCT:
+        if (op->flags & F_NULLABLE) {
+            if (v == Py_None)   /* Kafka writes a null tagged struct as the byte 0, a regular one as -1 */
+                return put_u8(w, (op->flags & F_TAGGED) ? 0 : 0xff);
+            if (put_u8(w, 1) < 0) return -1;
+        }
+        return encode_struct(w, op->sub, v);
+    case OP_ARRAY: {
+        if (v == Py_None) {
+            if (!(op->flags & F_NULLABLE)) return efail("null in a non-nullable array");
+            return put_len(w, op->flags, 0, -1);
+        }
+        int is_list = PyList_Check(v);
+        if (!is_list && !PyTuple_Check(v)) return efail("not a list");
+        Py_ssize_t n = Py_SIZE(v);
+        if (put_len(w, op->flags, 0, n) < 0) return -1;
+        /* a list may change under a callback (__bool__, __ne__): hold each item, re-check size */
+        for (Py_ssize_t i = 0; i < n; i++) {
+            if (is_list && i >= PyList_GET_SIZE(v)) return efail("list changed size");
+            PyObject *item = is_list ? PyList_GET_ITEM(v, i) : PyTuple_GET_ITEM(v, i);
+            Py_INCREF(item);
+            int rc = encode_value(w, op->elem, item);
+            Py_DECREF(item);
+            if (rc < 0) return -1;
+        }
+        return 0;
+    }
+    }
+    return efail("bad op");
+}
+
+typedef struct {
+    int64_t tag;
+    PyObject *data;         /* owned: unknown field bytes, or a known field's encoding */
+} TagOut;
+
+/* The tagged fields of a struct: the known ones not at their default plus the unknown ones, in
+ * tag order (unknown first on equal tags, as the Python encoder's stable sort leaves them). */
+static int encode_tags(Writer *w, Prog *pg, PyObject *o) {
+    PyObject *unknown = SLOT(o, pg->unknown_offset);
+    if (!unknown) return efail("unset slot");
+    int has_unknown = PyObject_IsTrue(unknown);
+    if (has_unknown < 0) return -1;
+    if (!has_unknown && pg->ntags == 0) return put_u8(w, 0);
+    Py_ssize_t nunk = 0;
+    PyObject *unk = NULL;
+    if (has_unknown) {
+        if (!PyList_CheckExact(unknown)) return efail("unknown tagged fields not a list");
+        unk = PyList_GetSlice(unknown, 0, PyList_GET_SIZE(unknown));   /* a snapshot */
+        if (!unk) return -1;
+        nunk = PyList_GET_SIZE(unk);
+    }
+    Py_ssize_t cap = nunk + pg->ntags, n = 0;
+    TagOut stack[16];
+    TagOut *out = cap <= 16 ? stack : PyMem_Malloc(sizeof(TagOut) * cap);
+    int rc = -1;
+    if (!out) { PyErr_NoMemory(); goto done; }
+    for (Py_ssize_t i = 0; i < nunk; i++) {
+        PyObject *item = PyList_GET_ITEM(unk, i);
+        if (!PyTuple_CheckExact(item) || PyTuple_GET_SIZE(item) != 2 ||
+            !PyBytes_CheckExact(PyTuple_GET_ITEM(item, 1))) { efail("bad unknown tagged field"); goto done; }
+        long long tag;
+        if (get_int(PyTuple_GET_ITEM(item, 0), 0, INT64_MAX, &tag) < 0) goto done;
+        out[n].tag = tag;
+        out[n].data = Py_NewRef(PyTuple_GET_ITEM(item, 1));
+        n++;
+    }
+    for (Py_ssize_t i = 0; i < pg->ntags; i++) {
+        Tag *t = &pg->tags[i];
+        PyObject *v = SLOT(o, t->op.offset);
+        if (!v) { efail("unset slot"); goto done; }
+        Py_INCREF(v);
+        int d = differs(v, &t->dflt);
+        if (d > 0) {
+            Writer sub = {NULL, NULL, 0, 0, 64, NULL};
+            if (encode_value(&sub, &t->op, v) < 0) { Py_XDECREF(sub.buf); d = -1; }
+            else if (!(out[n].data = finish(&sub))) d = -1;
+            else out[n++].tag = t->tag;
+        }
+        Py_DECREF(v);
+        if (d < 0) goto done;
+    }
+    for (Py_ssize_t i = 1; i < n; i++) {   /* insertion sort: stable, and n is small */
+        TagOut x = out[i];
+        Py_ssize_t j = i;
+        while (j > 0 && out[j - 1].tag > x.tag) { out[j] = out[j - 1]; j--; }
+        out[j] = x;
+    }
+    if (put_uvarint(w, (uint64_t)n) < 0) goto done;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_ssize_t size = PyBytes_GET_SIZE(out[i].data);
+        if (put_uvarint(w, (uint64_t)out[i].tag) < 0 || put_uvarint(w, (uint64_t)size) < 0 ||
+            put(w, PyBytes_AS_STRING(out[i].data), size) < 0) goto done;
+    }
+    rc = 0;
+done:
+    if (out) {
+        for (Py_ssize_t i = 0; i < n; i++) Py_DECREF(out[i].data);
+        if (out != stack) PyMem_Free(out);
+    }
+    Py_XDECREF(unk);
+    return rc;
+}
+
+static int encode_struct(Writer *w, Prog *pg, PyObject *o) {
+    if (Py_TYPE(o) != pg->type) return efail("not the message's class");
+    for (Py_ssize_t i = 0; i < pg->nguards; i++) {
+        PyObject *v = SLOT(o, pg->guards[i].offset);
+        if (!v) return efail("unset slot");
+        Py_INCREF(v);
+        int d = differs(v, &pg->guards[i]);
+        Py_DECREF(v);
+        if (d) return d < 0 ? -1 : efail("a field absent at this version is set");
+    }
+    for (Py_ssize_t i = 0; i < pg->nops; i++) {
+        Op *op = &pg->ops[i];
+        PyObject *v = SLOT(o, op->offset);
+        if (!v) return efail("unset slot");
+        Py_INCREF(v);
+        int rc = encode_value(w, op, v);
+        Py_DECREF(v);
+        if (rc < 0) return -1;
+    }
+    return pg->flexible ? encode_tags(w, pg, o) : 0;
 }
 
 /* -- the Program type ------------------------------------------------------------------------- */
@@ -478,8 +853,38 @@ static PyObject *Program_decode(ProgramObject *self, PyObject *const *args, Py_s
     return result;
 }
 
+PyDoc_STRVAR(encode_doc, "encode(obj) -> bytes; raises on anything the Python encoder must handle.");
+
+static PyObject *Program_encode(ProgramObject *self, PyObject *obj) {
+    Writer w = {NULL, NULL, 0, 0, self->last_size + 16, NULL};
+    if (encode_struct(&w, self->root, obj) < 0) { Py_XDECREF(w.buf); return NULL; }
+    self->last_size = w.len;
+    return finish(&w);
+}
+
+PyDoc_STRVAR(encode_parts_doc,
+             "encode_parts(obj, parts): append the encoding to the list parts, bytes/records values "
+             "of 1 KiB or more as they are; on failure parts is left as it was.");
+
+static PyObject *Program_encode_parts(ProgramObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2 || !PyList_Check(args[1]))
+        return PyErr_Format(PyExc_TypeError, "encode_parts(obj, parts: list)");
+    PyObject *parts = args[1];
+    Py_ssize_t mark = PyList_GET_SIZE(parts);
+    Writer w = {NULL, NULL, 0, 0, self->last_size + 16, parts};
+    if (encode_struct(&w, self->root, args[0]) < 0 || flush_part(&w) < 0) {
+        Py_XDECREF(w.buf);
+        PyList_SetSlice(parts, mark, PyList_GET_SIZE(parts), NULL);
+        return NULL;
+    }
+    if (PyList_GET_SIZE(parts) == mark + 1) self->last_size = PyBytes_GET_SIZE(PyList_GET_ITEM(parts, mark));
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef Program_methods[] = {
     {"decode", (PyCFunction)(void (*)(void))Program_decode, METH_FASTCALL, decode_doc},
+    {"encode", (PyCFunction)Program_encode, METH_O, encode_doc},
+    {"encode_parts", (PyCFunction)(void (*)(void))Program_encode_parts, METH_FASTCALL, encode_parts_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -489,7 +894,7 @@ static PyTypeObject ProgramType = {
     .tp_basicsize = sizeof(ProgramObject),
     .tp_dealloc = (destructor)Program_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = PyDoc_STR("A compiled decoder program for one (message, version)."),
+    .tp_doc = PyDoc_STR("A compiled decoder and encoder program for one (message, version)."),
     .tp_methods = Program_methods,
     .tp_new = Program_new,
 };
@@ -516,7 +921,7 @@ static PyMethodDef module_methods[] = {
 };
 
 static struct PyModuleDef moduledef = {
-    PyModuleDef_HEAD_INIT, "_decoder", "Compiled decoder programs for kproto's codec.", -1, module_methods,
+    PyModuleDef_HEAD_INIT, "_decoder", "Compiled decoder and encoder programs for kproto's codec.", -1, module_methods,
 };
 
 PyMODINIT_FUNC PyInit__decoder(void) {

@@ -1,5 +1,5 @@
 """The codec engine: schema + version in, specialised encoder and decoder out (generated
-Python, and a program for the C decoder), compiled on first use and cached per version; the
+Python, and a program for the C decoder and encoder), compiled on first use and cached per version; the
 registry of messages by name, API key and metadata record type."""
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 import kproto.codecs.generator as _gen
 from kproto.codecs.json_convention import build_plan, struct_from_json, struct_to_json
 from kproto.codecs.objects import MessageObject, build_classes
-from kproto.codecs.program import compile_decoder
+from kproto.codecs.program import compile_program
 from kproto.codecs.primitives import INT8, INT16, INT32, Buffer, Uuid, read_uvarint, uvarint
 from kproto.errors import DecodeError, EncodeError, UnsupportedVersionError
 from kproto.schemas._index import ALIASES, KAFKA_VERSION, RELEASES, SCHEMAS
@@ -104,14 +104,16 @@ _ENCODE_FAULTS = (struct.error, AttributeError, TypeError, ValueError, OverflowE
 class _Compiled:
     """The generated functions of one version (checked ones built on first failure)."""
 
-    __slots__ = ("decode", "decode_py", "decode_c", "encode", "decode_checked", "encode_checked",
-                 "json_plan", "source")
+    __slots__ = ("decode", "decode_py", "decode_c", "encode", "encode_c", "encode_parts_c",
+                 "decode_checked", "encode_checked", "json_plan", "source")
 
     def __init__(self) -> None:
         self.decode: Any = None      # decode_c when the C decoder is built, else decode_py
         self.decode_py: Any = None
         self.decode_c: Any = None
-        self.encode: Any = None
+        self.encode: Any = None      # the generated Python encoder encode(obj, write): the reference
+        self.encode_c: Any = None    # the C program's encode(obj) -> bytes, where built
+        self.encode_parts_c: Any = None  # ... and its encode_parts(obj, parts)
         self.source = ""
         self.decode_checked: Any = None
         self.encode_checked: Any = None
@@ -177,7 +179,9 @@ class MessageCodec:
                     ns.update(gen.ns)
                     exec(compile(src, f"<kproto {self.name} v{version}>", "exec"), ns)
                     c.decode_py, c.encode, c.source = ns["decode"], ns["encode"], src
-                    c.decode_c = compile_decoder(self.schema, version, self.classes)
+                    prog = compile_program(self.schema, version, self.classes)
+                    if prog is not None:
+                        c.decode_c, c.encode_c, c.encode_parts_c = prog.decode, prog.encode, prog.encode_parts
                     c.decode = c.decode_c or c.decode_py  # the C decoder where built
                     self._compiled[version] = c
         return c
@@ -257,17 +261,34 @@ class MessageCodec:
 
     def encode(self, obj: Any, version: int) -> bytes:
         """Encode ``obj`` at ``version``: the bytes of the body exactly as Apache Kafka writes them."""
+        c = self._compiled.get(version) or self._get(version)
+        if c.encode_c is not None:
+            try:
+                return c.encode_c(obj)
+            except Exception:   # whatever C declines (or rejects) the Python encoder decides
+                pass
         parts: List[Any] = []
-        self.encode_parts(obj, version, parts)
+        self._encode_py(c, obj, version, parts)
         return b"".join(parts)
 
     def encode_parts(self, obj: Any, version: int, parts: List[Any]) -> None:
         """Append the encoding of ``obj`` to the list ``parts`` as a sequence of bytes-like pieces.
 
-        Joining them gives :meth:`encode`'s result; large ``bytes``/``records`` values are appended
-        as they are, not copied (handy for ``socket.sendmsg``).
+        Joining them gives :meth:`encode`'s result; large ``bytes``/``records`` values (1 KiB or
+        more) are appended as they are, not copied: a zero-copy send for ``socket.sendmsg`` or
+        ``writelines``, as Kafka's ``Send`` writes records.
         """
-        c = self._get(version)
+        c = self._compiled.get(version) or self._get(version)
+        if c.encode_parts_c is not None:
+            try:
+                c.encode_parts_c(obj, parts)
+                return
+            except Exception:   # whatever C declines (or rejects) the Python encoder decides
+                pass
+        self._encode_py(c, obj, version, parts)
+
+    def _encode_py(self, c: _Compiled, obj: Any, version: int, parts: List[Any]) -> None:
+        """The generated Python encoder, and the checked one to explain its failures."""
         mark = len(parts)
         try:
             c.encode(obj, parts.append)

@@ -1,9 +1,12 @@
-"""Decoder programs for the C decoder (``kproto.codecs._decoder``), built from the same schema walk
-as the generated Python decoders.
+"""Programs for the C decoder and encoder (``kproto.codecs._decoder``), built from the same schema
+walk as the generated Python decoders and encoders.
 
 A program is plain nested tuples, compiled once by ``_decoder.Program``:
 
-* struct: ``(cls, unknown_offset, flexible, defaults, ops, ((tag, op), ...))``
+* struct: ``(cls, unknown_offset, flexible, defaults, ops, ((tag, op, default), ...), guards)``:
+  ``guards`` are the defaults of the fields absent at this version that the encoder must find at
+  their default (the spec's non-ignorable ones), a tagged field's ``default`` tells the encoder
+  when to leave it out
 * op: ``(code, slot_offset, flags, sub)``: ``sub`` is the element op of an array or the struct
   program of a struct field
 * default: ``(slot_offset, kind, value)``: a constant, a new empty list, or a default struct
@@ -61,8 +64,11 @@ class ProgramBuilder:
         regular, tagged, absent = self.plan.present(fields)
         defaults = tuple(self.default_entry(cls, f) for f in absent + tagged)
         ops = tuple(self.op(f, slot_offset(cls, f.attr)) for f in regular)
-        tags = tuple((f.tag, self.op(f, slot_offset(cls, f.attr), tagged=True)) for f in tagged)
-        return (cls, slot_offset(cls, "_unknown_tagged_fields"), self.plan.flexible, defaults, ops, tags)
+        tags = tuple((f.tag, self.op(f, slot_offset(cls, f.attr), tagged=True), self.default_entry(cls, f))
+                     for f in tagged)
+        guards = tuple(self.default_entry(cls, f) for f in absent if not f.ignorable)
+        return (cls, slot_offset(cls, "_unknown_tagged_fields"), self.plan.flexible, defaults, ops, tags,
+                guards)
 
     def op(self, f: Field, offset: int, tagged: bool = False) -> Tuple[Any, ...]:
         flags = F_COMPACT if self.plan.field_flexible(f) else 0
@@ -100,8 +106,9 @@ class ProgramBuilder:
         return spec
 
 
-def compile_decoder(message, version: int, classes: Dict[str, type]) -> Optional[Any]:
-    """The C decoder's ``decode(buf, pos)`` for this version, or None without the C module."""
+def compile_program(message, version: int, classes: Dict[str, type]) -> Optional[Any]:
+    """The C program of this version (``decode(buf, pos)``, ``encode(obj)``,
+    ``encode_parts(obj, parts)``), or None without the C module."""
     if _decoder is None:
         return None
-    return _decoder.Program(ProgramBuilder(message, version, classes).program()).decode
+    return _decoder.Program(ProgramBuilder(message, version, classes).program())
