@@ -14,7 +14,8 @@ in the interpreter ``PYSPARK_PYTHON`` names. Columns: :func:`spark_schema`; opti
 into the scan when ``spark.sql.python.filterPushdown.enabled`` is true (Spark 4.1+); without it
 Spark filters the rows itself. Damage found (torn tails, CRC mismatches) is logged as warnings
 of the ``kproto.spark`` logger; ``.option("output", "damage")`` returns it as rows instead of
-the records (columns: :func:`damage_spark_schema`).
+the records (columns: :func:`damage_spark_schema`); ``.option("decode", "internal")`` reads
+the internal topics, each record decoded into typed columns (:func:`internal_spark_schema`).
 
 ``kafka-pcap`` (:mod:`kproto.spark.pcap`, registered by the same call, and automatically by
 ``pyspark_kafka_pcap``) reads capture files: one row per exchange of ``kproto decode-pcap``, or
@@ -29,7 +30,7 @@ from kproto.spark.pcap import (KafkaPcapDataSource, KafkaPcapReader, PcapSpec,
 from kproto.spark.scan import ScanSpec, auto_split_bytes, parse_options
 from kproto.spark.source import (NAME, KafkaSegmentsDataSource, KafkaSegmentsPushdownReader,
                                  KafkaSegmentsReader, SplitPartition, damage_spark_schema,
-                                 spark_schema)
+                                 internal_spark_schema, spark_schema)
 
 
 def register(spark: Any, *, tasks: int | None = None) -> None:
@@ -54,7 +55,8 @@ def register(spark: Any, *, tasks: int | None = None) -> None:
         spark.dataSource.register(source)
 
 
-__all__ = ["NAME", "KafkaPcapDataSource", "KafkaPcapReader", "KafkaSegmentsDataSource", "KafkaSegmentsPushdownReader",
-           "KafkaSegmentsReader", "PcapSpec", "ScanSpec", "SplitPartition", "auto_split_bytes",
-           "damage_spark_schema", "parse_options", "parse_pcap_options", "pcap_spark_schema",
-           "register", "spark_schema"]
+__all__ = ["NAME", "KafkaPcapDataSource", "KafkaPcapReader", "KafkaSegmentsDataSource",
+           "KafkaSegmentsPushdownReader", "KafkaSegmentsReader", "PcapSpec", "ScanSpec",
+           "SplitPartition", "auto_split_bytes", "damage_spark_schema", "internal_spark_schema",
+           "parse_options", "parse_pcap_options", "pcap_spark_schema", "register",
+           "spark_schema"]

@@ -11,6 +11,7 @@ import json
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Mapping, Sequence
 
+from kproto.storage.internal import INTERNAL_TOPICS
 from kproto.storage.reader import ISOLATIONS, ReadOptions, Split
 
 # without a splitSize option: about `tasks` tasks (AUTO_TASKS when the session's parallelism is
@@ -24,13 +25,16 @@ _SIZE_SUFFIXES = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "m": 1 << 20, "mb"
 _TRUE, _FALSE = ("true", "1", "yes"), ("false", "0", "no")
 _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
 _US = _dt.timedelta(microseconds=1)
+INTERNAL = frozenset(INTERNAL_TOPICS)
 
 #: every option the source understands (keys as Spark hands them over: lower-cased)
 OPTIONS = ("path", "paths", "topics", "partitions", "startingoffsets", "endingoffsets",
            "startingtimestamp", "endingtimestamp", "isolation", "includecontrol", "verifycrc",
-           "splitsize", "output", "includedeleted")
+           "splitsize", "output", "includedeleted", "decode")
 #: values of the ``output`` option: the records, or the damage a read of them meets
 OUTPUTS = ("records", "damage")
+#: values of the ``decode`` option: records as stored, or internal topics' records decoded
+DECODES = ("none", "internal")
 
 
 @dataclass(frozen=True)
@@ -45,6 +49,7 @@ class ScanSpec:
     partition_range: tuple[int | None, int | None] = (None, None)  # inclusive bounds
     split_bytes: int | None = None  # None: auto_split_bytes of what is read
     output: str = "records"  # or "damage": one row per damage found instead of the records
+    decode: str = "none"  # or "internal": internal topics only, each record decoded
     empty: bool = False  # the bounds exclude every record
     pushed: tuple[str, ...] = field(default=(), compare=False)  # filters taken (logged)
 
@@ -115,8 +120,14 @@ def parse_options(options: Mapping[str, str]) -> ScanSpec:
     output = opts.get("output", "records").lower()
     if output not in OUTPUTS:
         raise ValueError(f"kafka-segments: output must be one of {OUTPUTS}, not {output!r}")
-    return _checked(ScanSpec(tuple(paths), read, frozenset(topics) if topics is not None else None,
-                             partitions=partitions, split_bytes=split, output=output))
+    decode = opts.get("decode", "none").lower()
+    if decode not in DECODES:
+        raise ValueError(f"kafka-segments: decode must be one of {DECODES}, not {decode!r}")
+    chosen = frozenset(topics) if topics is not None else None
+    if decode == "internal":
+        chosen = INTERNAL if chosen is None else chosen & INTERNAL
+    return _checked(ScanSpec(tuple(paths), read, chosen, partitions=partitions,
+                             split_bytes=split, output=output, decode=decode))
 
 
 def option_paths(opts: Mapping[str, str], source: str = "kafka-segments") -> list[str]:

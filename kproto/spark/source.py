@@ -15,6 +15,7 @@ from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
 
 from kproto.problems import Problem, Problems
+from kproto.storage.internal import decode_internal_batch, internal_arrow_schema
 from kproto.storage.reader import Split, arrow_schema, balance, plan_splits, read_split
 from kproto.spark.scan import AUTO_TASKS, ScanSpec, auto_split_bytes, parse_options
 
@@ -25,6 +26,12 @@ log = logging.getLogger("kproto.spark")
 def spark_schema() -> StructType:
     """The source's Spark schema: :func:`kproto.storage.arrow_schema` in Spark types."""
     return from_arrow_schema(arrow_schema())
+
+
+def internal_spark_schema() -> StructType:
+    """Columns of ``.option("decode", "internal")``:
+    :func:`kproto.storage.internal.internal_arrow_schema` in Spark types."""
+    return from_arrow_schema(internal_arrow_schema())
 
 
 DAMAGE_SCHEMA = pa.schema([
@@ -108,7 +115,8 @@ class KafkaSegmentsReader(DataSourceReader):
         self.columns = schema.fieldNames()
         # exactly the Arrow schema Spark checks every batch against
         self.target = to_arrow_schema(schema, timezone="UTC")
-        known = DAMAGE_SCHEMA if spec.output == "damage" else arrow_schema()
+        known = DAMAGE_SCHEMA if spec.output == "damage" else (
+            internal_arrow_schema() if spec.decode == "internal" else arrow_schema())
         unknown = set(self.columns) - set(known.names)
         if unknown:
             raise ValueError(f"kafka-segments: unknown column(s) {sorted(unknown)}")
@@ -145,9 +153,12 @@ class KafkaSegmentsReader(DataSourceReader):
             yield from self._read_damage(splits, Problems(getattr(partition, "problems", ())))
             return
         damage = Problems()
-        full = self.columns == arrow_schema().names
+        internal = self.spec.decode == "internal"
+        full = self.columns == (internal_arrow_schema() if internal else arrow_schema()).names
         for split in splits:
             for rb in read_split(split, self.spec.read, problems=damage):
+                if internal:
+                    rb = decode_internal_batch(rb)
                 if not full:
                     rb = rb.select(self.columns)
                 yield rb.cast(self.target)
@@ -178,7 +189,10 @@ class KafkaSegmentsDataSource(DataSource):
     ``64m``; segments are cut at batch boundaries found through their ``.index``; default:
     what is read over ``tasks`` tasks, see :func:`kproto.spark.register`), ``output``
     (``records``, or ``damage``: instead of the records, one row per damage a read with the
-    same options meets, columns :func:`damage_spark_schema`).
+    same options meets, columns :func:`damage_spark_schema`), ``decode`` (``none``, or
+    ``internal``: only ``__consumer_offsets``, ``__transaction_state``, ``__share_group_state``
+    and ``__cluster_metadata``, one typed row per record, columns
+    :func:`internal_spark_schema`; with ``output=damage`` the damage rows are returned).
     """
 
     tasks: int = AUTO_TASKS  # tasks per read without splitSize
@@ -188,9 +202,10 @@ class KafkaSegmentsDataSource(DataSource):
         return NAME
 
     def schema(self) -> StructType:
-        if parse_options(self.options).output == "damage":
+        spec = parse_options(self.options)
+        if spec.output == "damage":
             return damage_spark_schema()
-        return spark_schema()
+        return internal_spark_schema() if spec.decode == "internal" else spark_schema()
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return KafkaSegmentsReader(parse_options(self.options), schema, self.tasks)

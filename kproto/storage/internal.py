@@ -289,3 +289,109 @@ def read_internal(path: str, *, problems: Problems | None = None,
                              pa.field("value", arrow_type(value_name))]
         out[name] = pa.Table.from_pylist(rs, schema=pa.schema(fields))
     return out
+
+
+# -- one table for every record type (the Spark source's decode=internal) ----------------------
+
+def internal_arrow_schema() -> pa.Schema:
+    """Columns of :func:`decode_internal_batch`: the record's place (``topic``, ``partition``,
+    ``offset``, ``timestamp``, ``is_control``), its ``record_type`` (the table name of
+    :func:`read_internal`: ``OffsetCommit``, ``GroupMetadata``, ``TransactionLog``,
+    ``PartitionChangeRecord``, ...), ``key_version`` (a coordinator key's record type),
+    ``value_version`` (a value's or metadata record's version), ``key``/``value`` in Kafka's
+    JSON form as text (a metadata record is its ``value``; a tombstone's is null), the facts
+    most asked for as typed columns (``group_id``, ``member_id``; an offset commit's
+    ``committed_*``, ``commit_metadata``, ``commit_timestamp``, ``expire_timestamp``; a
+    transaction's ``transactional_id``, ``producer_id``, ``producer_epoch``,
+    ``transaction_status``), and ``decode_error`` for a record that does not decode (its
+    other decoded columns null)."""
+    import pyarrow as pa
+
+    ms = pa.timestamp("ms", tz="UTC")
+    return pa.schema([
+        pa.field("topic", pa.string(), False), pa.field("partition", pa.int32(), False),
+        pa.field("offset", pa.int64(), False), pa.field("timestamp", ms, False),
+        pa.field("is_control", pa.bool_(), False), pa.field("record_type", pa.string()),
+        pa.field("key_version", pa.int16()), pa.field("value_version", pa.int16()),
+        pa.field("key", pa.string()), pa.field("value", pa.string()),
+        pa.field("group_id", pa.string()), pa.field("member_id", pa.string()),
+        pa.field("committed_topic", pa.string()), pa.field("committed_partition", pa.int32()),
+        pa.field("committed_offset", pa.int64()), pa.field("committed_leader_epoch", pa.int32()),
+        pa.field("commit_metadata", pa.string()), pa.field("commit_timestamp", ms),
+        pa.field("expire_timestamp", ms), pa.field("transactional_id", pa.string()),
+        pa.field("producer_id", pa.int64()), pa.field("producer_epoch", pa.int16()),
+        pa.field("transaction_status", pa.int8()), pa.field("decode_error", pa.string()),
+    ])
+
+
+# typed column -> the field of the key (k) or value (v) JSON it comes from, per record type
+_OFFSET_COMMIT = {"group_id": ("k", "group"), "committed_topic": ("k", "topic"),
+                  "committed_partition": ("k", "partition"), "committed_offset": ("v", "offset"),
+                  "committed_leader_epoch": ("v", "leaderEpoch"),
+                  "commit_metadata": ("v", "metadata"),
+                  "commit_timestamp": ("v", "commitTimestamp"),
+                  "expire_timestamp": ("v", "expireTimestamp")}
+_TYPED = {"OffsetCommit": _OFFSET_COMMIT, "LegacyOffsetCommit": _OFFSET_COMMIT,
+          "GroupMetadata": {"group_id": ("k", "group")},
+          "TransactionLog": {"transactional_id": ("k", "transactionalId"),
+                             "producer_id": ("v", "producerId"),
+                             "producer_epoch": ("v", "producerEpoch"),
+                             "transaction_status": ("v", "transactionStatus")}}
+# any other coordinator key naming these (KIP-848 consumer, share and streams groups)
+_ANY_KEY = {"group_id": "groupId", "member_id": "memberId"}
+
+
+def _internal_row(topic: str, offset: int, key: bytes | None, value: bytes | None,
+                  is_control: bool) -> dict[str, Any]:
+    """The decoded columns of one record (see :func:`internal_arrow_schema`)."""
+    import json
+
+    from kproto.codecs import metadata_record
+
+    if is_control:
+        return {}
+    try:
+        doc = decode_internal_record(topic, offset, key, value)
+    except DecodeError as exc:
+        return {"decode_error": str(exc)}
+    if topic == "__cluster_metadata":
+        return {"record_type": metadata_record(doc["api_key"]).name,
+                "value_version": doc["version"],
+                "value": json.dumps(doc["data"], ensure_ascii=False)}
+    k, v = doc["key"], doc["value"]
+    name = table_name(k["type"])
+    kd, vd = k["data"], (v or {}).get("data") or {}
+    row: dict[str, Any] = {"record_type": name, "key_version": k["version"],
+                           "value_version": None if v is None else v["version"],
+                           "key": json.dumps(kd, ensure_ascii=False),
+                           "value": None if v is None else json.dumps(vd, ensure_ascii=False)}
+    for col, field in _ANY_KEY.items():
+        if field in kd:
+            row[col] = kd[field]
+    for col, (side, field) in _TYPED.get(name, {}).items():
+        row[col] = (kd if side == "k" else vd).get(field)
+    for col in ("commit_timestamp", "expire_timestamp"):
+        if row.get(col) == -1:  # Kafka's "not set"
+            row[col] = None
+    return row
+
+
+def decode_internal_batch(rb: pa.RecordBatch) -> pa.RecordBatch:
+    """Records of internal topics (an Arrow batch with the columns of
+    :func:`kproto.storage.arrow_schema`) decoded into one row each with the columns of
+    :func:`internal_arrow_schema` (sans-I/O; what the Spark source's ``decode=internal``
+    returns)."""
+    import pyarrow as pa
+
+    cols = {c: rb.column(c).to_pylist() for c in ("topic", "offset", "key", "value",
+                                                  "is_control")}
+    rows = [_internal_row(cols["topic"][i], cols["offset"][i], cols["key"][i],
+                          cols["value"][i], cols["is_control"][i]) for i in range(rb.num_rows)]
+    schema = internal_arrow_schema()
+    arrays = []
+    for f in schema:
+        if f.name in ("topic", "partition", "offset", "timestamp", "is_control"):
+            arrays.append(rb.column(f.name).cast(f.type))
+        else:
+            arrays.append(pa.array([r.get(f.name) for r in rows], f.type))
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
