@@ -141,7 +141,9 @@ class CaptureReport:
                 values.sort()
                 series["t"].append(t)
                 for q in PERCENTILES:
-                    series[f"p{q}"].append(_percentile(values, q))
+                    value = _percentile(values, q)
+                    assert value is not None  # values is not empty
+                    series[f"p{q}"].append(value)
             out["latency"][api] = series
         out["errors"] = {name: {"t": starts, "count": errors[name]} for name in sorted(errors)}
         for ts, session, kind, held, listed in sorted(self._fetches):

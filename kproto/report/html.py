@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import html
 import itertools
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, Literal, Sequence
 
 __all__ = ["MISSING", "ReportUnavailable", "render_capture", "render_logdir", "require"]
 
@@ -34,7 +34,7 @@ def _palette() -> Iterator[str]:
     return itertools.cycle(list(Category10_10) + list(Category20_20[1::2]))
 
 
-def _figure(title: str, *, x_type: str = "datetime", x_label: str = "", y_label: str = "",
+def _figure(title: str, *, x_type: Literal["auto", "linear", "datetime"] = "datetime", x_label: str = "", y_label: str = "",
             **kw: Any) -> Any:
     from bokeh.plotting import figure
 
@@ -71,7 +71,7 @@ def _coloured(series: dict[str, dict[str, list]], y: str, fig: Any, scale: float
 
 
 def _empty(fig: Any, why: str) -> Any:
-    from bokeh.models import Label
+    from bokeh.models.annotations import Label
 
     fig.add_layout(Label(x=_WIDTH // 3, y=_HEIGHT // 3, x_units="screen", y_units="screen",
                          text=why, text_color="#888888", text_font_size="16px"))

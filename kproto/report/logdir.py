@@ -55,14 +55,14 @@ class LogdirReport:
         if ts >= 0:  # magic 0 has no time; -1 is Kafka's "none"
             self._batches[name].append((ts, n, batch.size_in_bytes))
         # legacy messages carry no leader epoch: -1, as Kafka reads them
-        v2 = isinstance(batch, RecordBatch)
-        epoch = batch.partition_leader_epoch if v2 else -1
         end = batch.last_offset + 1
+        first, epoch = ((batch.base_offset, batch.partition_leader_epoch)
+                        if isinstance(batch, RecordBatch) else (end - n, -1))
         runs = self._epochs[name]
         if runs and runs[-1][2] == epoch:
             runs[-1][1] = end
         else:
-            runs.append([batch.base_offset if v2 else end - n, end, epoch])
+            runs.append([first, end, epoch])
 
     def update(self, topic: str | None, partition: int, batches: Iterable[Batch]) -> "LogdirReport":
         """:meth:`add_batch` each batch of one partition."""
