@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import sys
@@ -21,8 +22,11 @@ def register(subparsers: Any) -> None:
                     "responses as topicName). Exit status 1 when "
                     "the capture file is damaged or holds packets of a link type not read, 2 "
                     "when nothing in it could be read.")
-    p.add_argument("file", help="pcap or pcapng file; - reads a stream from stdin as it arrives "
-                                "(tcpdump -i any -w - port 9092 | kproto decode-pcap -)")
+    p.add_argument("file", nargs="+",
+                   help="pcap or pcapng files, read in the order given as one capture (rotated "
+                        "tcpdump files: a connection goes on from one file to the next); - "
+                        "alone reads a stream from stdin as it arrives "
+                        "(tcpdump -i any -w - port 9092 | kproto decode-pcap -)")
     p.add_argument("--port", type=int, action="append", default=None,
                    help="Kafka broker port (repeatable); default: guessed per connection")
     p.add_argument("--format", choices=("auto", "text", "jsonl"), default="auto",
@@ -166,13 +170,15 @@ def run(args: argparse.Namespace) -> int:
             cap = args.records_max_bytes or DEFAULT_RECORDS_CAP
             convert = lambda data: records_json(data, cap)  # noqa: E731
         decoder = CaptureDecoder(args.port, decode=BodyDecoder(best_effort=args.best_effort))
-        streaming = args.file == "-"
+        if "-" in args.file and len(args.file) > 1:
+            raise SystemExit("kproto decode-pcap: - (stdin) cannot be read with other files")
+        streaming = args.file == ["-"]
         packets: Iterable[Any]
         if streaming:  # each exchange is written (and flushed) as soon as it completes
             packets = stream_packets(sys.stdin.buffer)
         else:
-            packets = read_packets(args.file)
-            size = os.path.getsize(args.file)
+            packets = itertools.chain.from_iterable(read_packets(f) for f in args.file)
+            size = sum(os.path.getsize(f) for f in args.file)
             # a bar for large files, unless it would interleave with text on the same terminal
             if not args.no_progress and sys.stderr.isatty() and size > (4 << 20) and \
                     (args.summary or not out.isatty()):
@@ -219,7 +225,9 @@ def run(args: argparse.Namespace) -> int:
         if report is not None:
             from kproto.report import render_capture, write_page
 
-            write_page(render_capture(report.data(), os.path.basename(args.file)), args.report)
+            more = f" (+{len(args.file) - 1} more)" if len(args.file) > 1 else ""
+            write_page(render_capture(report.data(), os.path.basename(args.file[0]) + more),
+                       args.report)
         # the capture file is damaged or not readable (exchange problems are traffic facts)
         if decoder.problems:
             return 2 if decoder.packets == 0 else 1

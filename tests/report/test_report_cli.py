@@ -50,3 +50,18 @@ def test_without_bokeh_the_error_names_the_extra(tmp_path, capsys, monkeypatch, 
     err = capsys.readouterr().err
     assert "kproto[report]" in err and "Bokeh" in err
     assert not page.exists()
+
+
+def test_decode_pcap_reads_several_files_as_one_capture(tmp_path):
+    other = capture_support.CAPTURES / "aiokafka_tansu.pcap"
+    alone = []
+    for f in (CAPTURE, other):
+        out = tmp_path / f"{f.name}.jsonl"
+        assert cli_main(["decode-pcap", str(f), "--format", "jsonl", "-o", str(out)]) == 0
+        alone += out.read_text().splitlines()
+    both, page = tmp_path / "both.jsonl", tmp_path / "r.html"
+    assert cli_main(["decode-pcap", str(CAPTURE), str(other), "--format", "jsonl",
+                     "-o", str(both), "--report", str(page)]) == 0
+    assert sorted(both.read_text().splitlines()) == sorted(alone)
+    html = page.read_text()
+    assert "kafka_python_tansu.pcap (+1 more)" in html and f"<td>{len(alone)}</td>" in html
