@@ -11,6 +11,12 @@ too (about 0.25 CPU s per scan here, for the ceiling as well), so local[2] gains
 at most wall(local[1]) / (CPU(local[2]) / 2).
 
     python benchmarks/bench_spark.py [--records N] [--codecs none,lz4,zstd] [--split-size 16m]
+
+With ``--pcap PATHS`` (comma-separated capture files, globs or directories; ``--codecs ""``
+skips the log dirs): MB/s of capture bytes through the ``kafka-pcap`` source (exchange rows
+and ``expand=records``) in each master, against ``kproto decode-pcap --format jsonl`` alone
+(its ``run``, in this process, one file after the other, output to /dev/null).
+``--pcap-copies N`` reads N copies of the files (in a temp dir) for a longer scan.
 """
 from __future__ import annotations
 
@@ -170,9 +176,15 @@ def main() -> None:
     ap.add_argument("--masters", default="local[1],local[2]")
     ap.add_argument("--split-size", default=None, help="kafka-segments splitSize (default: auto)")
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--pcap", default=None, help="captures for the kafka-pcap source")
+    ap.add_argument("--pcap-copies", type=int, default=1)
     args = ap.parse_args()
-    codecs = args.codecs.split(",")
+    codecs = [c for c in args.codecs.split(",") if c]
     masters = args.masters.split(",")
+    if args.pcap:
+        bench_pcap(args.pcap.split(","), masters, args.repeat, args.pcap_copies)
+    if not codecs:
+        return
     rate: dict[tuple[str, str], float] = {}
     cpu: dict[tuple[str, str], tuple[float, ...]] = {}
     tasks: dict[tuple[str, str], int] = {}
@@ -244,6 +256,51 @@ def main() -> None:
                     cpu2 = sum(cpu[(codec, f"{n} {masters[-1]}")])
                     bounds.append(f"{n}: {wall1 / (cpu2 / 2):.2f}")
                 print(f"{codec:6} " + "  ".join(bounds))
+
+
+def bench_pcap(paths: list[str], masters: list[str], repeat: int, copies: int) -> None:
+    """MB/s of capture files: ``decode-pcap`` alone, then the ``kafka-pcap`` source."""
+    import contextlib
+    import io
+    import shutil
+
+    from kproto.capture.table import capture_files
+    from kproto.cli.main import main as cli_main
+
+    with tempfile.TemporaryDirectory() as tmp:
+        files = [f for f, _ in capture_files(paths)]
+        if copies > 1:  # distinct names: the source reads each path once
+            files = [shutil.copy(f, os.path.join(tmp, f"{i}-{n}-{os.path.basename(f)}"))
+                     for i in range(copies) for n, f in enumerate(files)]
+        mb = sum(os.path.getsize(f) for f in files) / 1e6
+        print(f"pcap: {len(files)} files, {mb:.1f} MB", flush=True)
+
+        def cli() -> None:
+            with contextlib.redirect_stderr(io.StringIO()):
+                for f in files:
+                    cli_main(["decode-pcap", f, "--format", "jsonl", "--no-progress",
+                              "-o", os.devnull])
+
+        rate = {"decode-pcap": mb / best_of({"": cli}, repeat)[""][0]}
+        tasks = {}
+        for master in masters:
+            spark = spark_session(master)
+            scans = {}
+            for expand in ("exchanges", "records"):
+                df = spark.read.format("kafka-pcap").option("expand", expand).load(files)
+                tasks[f"{expand} {master}"] = df.rdd.getNumPartitions()
+
+                def scan(frame=df) -> None:
+                    frame.write.format("noop").mode("overwrite").save()
+                scan()  # warm the Python workers
+                scans[f"{expand} {master}"] = scan
+            for name, (wall, *_) in best_of(scans, repeat).items():
+                rate[name] = mb / wall
+            spark.stop()
+    print(f"\ncapture MB/s (best of {repeat}, wall clock; tasks in brackets)")
+    for name, r in rate.items():
+        n = f" [{tasks[name]} tasks]" if name in tasks else ""
+        print(f"{name:>24} {r:8.2f} MB/s  {r / rate['decode-pcap']:5.2f}x decode-pcap{n}")
 
 
 if __name__ == "__main__":

@@ -225,25 +225,43 @@ def exchange_records(ex: Exchange) -> pa.Table | None:
     return pa.concat_tables(parts) if parts else None
 
 
-def record_batches(exchanges: Iterable[Exchange], file: str, *,
+def record_batches(exchanges: Iterable[Exchange], file: str, *, batch_rows: int = 8192,
                    schema: pa.Schema = RECORD_SCHEMA) -> Iterator[pa.RecordBatch]:
     """One row per record of the Produce requests and Fetch responses among the exchanges
     of capture ``file``, with the exchange's identity columns (:data:`RECORD_SCHEMA`, or the
-    subset ``schema`` names)."""
+    subset ``schema`` names), about ``batch_rows`` per Arrow batch."""
+    idents: list[dict] = []
+    parts: list[pa.Table] = []
+    rows = 0
     for index, ex in enumerate(exchanges):
         if ex.api_key not in (ApiKey.PRODUCE, ApiKey.FETCH):
             continue
         records = exchange_records(ex)
         if records is None:
             continue
-        ident = _identity_of(file, index, ex)
-        n = records.num_rows
-        cols = {name: pa.array([ident[name]] * n, RECORD_SCHEMA.field(name).type)
-                for name in ident if name in schema.names}
-        for name in schema.names:
-            if name not in cols:
-                cols[name] = records.column(name)
-        yield from pa.table(cols).select(schema.names).cast(schema).to_batches()
+        idents.append(_identity_of(file, index, ex))
+        parts.append(records)
+        rows += records.num_rows
+        if rows >= batch_rows:
+            yield from _with_identity(idents, parts, schema)
+            idents, parts, rows = [], [], 0
+    if parts:
+        yield from _with_identity(idents, parts, schema)
+
+
+_IDENTITY_SCHEMA = pa.schema(_IDENTITY)
+
+
+def _with_identity(idents: list[dict], parts: list[pa.Table],
+                   schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    """The records of ``parts`` beside the identity of the exchange each came from (one
+    assembly for many exchanges: Arrow calls cost more than small exchanges hold)."""
+    owner = np.repeat(np.arange(len(parts)), [p.num_rows for p in parts])
+    ident = pa.Table.from_pylist(idents, schema=_IDENTITY_SCHEMA).take(pa.array(owner))
+    records = pa.concat_tables(parts)
+    cols = [ident.column(n) if n in _IDENTITY_SCHEMA.names else records.column(n)
+            for n in schema.names]
+    yield from pa.table(cols, names=schema.names).cast(schema).to_batches()
 
 
 def group_files(files: Sequence[tuple[str, int]], budget: int) -> list[list[str]]:
