@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import html
 import itertools
+import math
 from typing import Any, Iterator, Literal, Sequence
 
 __all__ = ["MISSING", "ReportUnavailable", "render_capture", "render_logdir", "require"]
@@ -49,14 +50,19 @@ def _finish(fig: Any, legend: bool = True) -> Any:
     if legend and fig.legend:
         fig.legend.click_policy = "hide"  # a click on an entry hides the series
         fig.legend.location = "top_left"
+        fig.legend.label_text_font_size, fig.legend.spacing = "8pt", 0
+        fig.legend.glyph_height = fig.legend.label_height = 14
         fig.add_layout(fig.legend[0], "right")
     return fig
 
 
 def _coloured(series: dict[str, dict[str, list]], y: str, fig: Any, scale: float = 1.0,
-              mode: str = "line") -> Any:
+              mode: str = "line", empty: str = "no data") -> Any:
+    """One coloured series per entry (line, step or points); the ``empty`` note without any."""
     from bokeh.models import ColumnDataSource
 
+    if not series:
+        return _empty(fig, empty)
     colours = _palette()
     for i, (name, s) in enumerate(series.items()):
         colour = next(colours)
@@ -66,16 +72,36 @@ def _coloured(series: dict[str, dict[str, list]], y: str, fig: Any, scale: float
             fig.step("x", "y", source=src, color=colour, line_width=2, mode="after", **kw)
         elif mode == "line":
             fig.line("x", "y", source=src, color=colour, line_width=2, **kw)
-        fig.scatter("x", "y", source=src, color=colour, size=5 if mode == "points" else 4, **kw)
+        # markers where a line would not show (a point or two); each glyph costs Bokeh time
+        if mode == "points" or len(s["t"]) <= 2:
+            fig.scatter("x", "y", source=src, color=colour, size=5, **kw)
     return _finish(fig)
 
 
-def _empty(fig: Any, why: str) -> Any:
+def _broken(series: dict[str, list], ys: Sequence[str], width: float, scale: float
+            ) -> dict[str, list[float]]:
+    """Columns x (scaled) and ``ys`` with a NaN point between buckets that are not adjacent, so
+    a line does not bridge the time when nothing was measured."""
+    out: dict[str, list[float]] = {"x": [], **{y: [] for y in ys}}
+    last = None
+    for i, t in enumerate(series["t"]):
+        if last is not None and t - last > width * 1.5:
+            out["x"].append((last + width) * scale)
+            for y in ys:
+                out[y].append(math.nan)
+        out["x"].append(t * scale)
+        for y in ys:
+            out[y].append(series[y][i])
+        last = t
+    return out
+
+
+def _empty(fig: Any, why: str, x: Any = 0) -> Any:
     from bokeh.models.annotations import Label
 
     fig.add_layout(Label(x=_WIDTH // 3, y=_HEIGHT // 3, x_units="screen", y_units="screen",
                          text=why, text_color="#888888", text_font_size="16px"))
-    fig.scatter([0], [0], alpha=0)  # an empty plot renders its axes only with some data
+    fig.scatter([x], [1], alpha=0)  # an empty plot renders its axes only with some data
     return fig
 
 
@@ -134,6 +160,8 @@ def _page(title: str, intro: str, parts: list[tuple[str, Any]]) -> str:
 def render_capture(data: dict[str, Any], title: str) -> str:
     """The page of :meth:`kproto.report.capture.CaptureReport.data`."""
     require()
+    from bokeh.models import ColumnDataSource
+
     ms = 1000.0  # Bokeh's datetime axis counts milliseconds
     s = data["summary"]
     totals = _table(["exchanges", "APIs", "connections", "client ids", "errors",
@@ -148,7 +176,7 @@ def render_capture(data: dict[str, Any], title: str) -> str:
     clients = ("<p class=note>client ids: " + html.escape(", ".join(s["client_ids"]) or "-")
                + "</p>")
     width = data["bucket_s"]
-    bucket = "" if width is None else f"{width:g} s"
+    bucket = "bucket" if width is None else f"{width:g} s"
     intro = (f"<h2>Summary</h2>{totals}{per_api}{clients}"
              f"<p class=note>Time charts use buckets of {bucket}; latency is from a request's "
              "last byte to its response's last byte (nearest-rank percentiles).</p>")
@@ -158,30 +186,31 @@ def render_capture(data: dict[str, Any], title: str) -> str:
     colours = _palette()
     for i, (api, sr) in enumerate(data["latency"].items()):
         colour = next(colours)
+        src = ColumnDataSource(_broken(sr, ("p50", "p90", "p99"), width, ms))
         for q, dash in (("p50", "solid"), ("p90", "dashed"), ("p99", "dotted")):
             kw: dict[str, Any] = {"legend_label": api} if i < _MAX_LEGEND else {}
-            lat.line([t * ms for t in sr["t"]], sr[q], color=colour, line_dash=dash,
-                     line_width=2, **kw)
-        lat.scatter([t * ms for t in sr["t"]], sr["p99"], color=colour, size=4)
+            lat.line("x", q, source=src, color=colour, line_dash=dash, line_width=2, **kw)
+        lat.scatter("x", "p99", source=src, color=colour, size=4)
     parts: list[tuple[str, Any]] = [
         ("<h2>Latency</h2>", _finish(lat) if data["latency"] else _empty(lat, "no answered requests")),
         ("<h2>Request rate</h2>",
-         _coloured(data["rate"], "per_s", _figure("Requests per second per API", y_label="requests/s"), ms)),
+         _coloured(data["rate"], "per_s", _figure("Requests per second per API", y_label="requests/s"), ms,
+                   empty="no exchanges")),
         ("<h2>Bytes</h2>",
          _coloured(data["rate"], "bytes_per_s",
                    _figure("Bytes per second per API (requests + responses)", y_label="bytes/s"), ms)),
     ]
     err = _figure(f"Errors per {bucket} by error name", y_label="responses with the error")
-    parts.append(("<h2>Errors</h2>", _coloured(data["errors"], "count", err, ms) if data["errors"]
-                  else _empty(err, "no error codes in the responses")))
+    parts.append(("<h2>Errors</h2>",
+                  _coloured(data["errors"], "count", err, ms, empty="no error codes in the responses")))
     sess = _figure("Fetch session size: partitions the session holds after each request",
                    y_label="partitions")
     parts.append(("<h2>Fetch sessions</h2>",
-                  _coloured(data["fetch_sessions"], "partitions", sess, ms, mode="step")
-                  if data["fetch_sessions"] else _empty(sess, "no Fetch requests")))
+                  _coloured(data["fetch_sessions"], "partitions", sess, ms, mode="step",
+                            empty="no Fetch requests")))
     req = _figure("Partitions listed per Fetch request, by kind", y_label="partitions")
-    parts.append(("", _coloured(data["fetch_requests"], "partitions", req, ms, mode="points")
-                  if data["fetch_requests"] else _empty(req, "no Fetch requests")))
+    parts.append(("", _coloured(data["fetch_requests"], "partitions", req, ms, mode="points",
+                                empty="no Fetch requests")))
     return _page(title, intro, parts)
 
 
@@ -195,17 +224,15 @@ def render_logdir(data: dict[str, Any], title: str) -> str:
                      r["size"], r["batches"], r["records"], r["leader_epochs"], r["damage"]]
                     for r in rows])
     width = data["bucket_ms"]
-    bucket = "" if width is None else f"{width / 1000:g} s"
+    bucket = "bucket" if width is None else f"{width / 1000:g} s"
     intro = (f"<h2>Summary</h2>{table}<p class=note>Batches are placed in time by their max "
              f"timestamp, in buckets of {bucket}; records and bytes are what the segments hold "
              "(nothing is decompressed).</p>")
     rec = _figure(f"Records per partition per {bucket}", y_label="records")
     byt = _figure(f"Bytes per partition per {bucket}", y_label="bytes")
     parts: list[tuple[str, Any]] = [
-        ("<h2>Records</h2>", _coloured(data["records"], "count", rec) if data["records"]
-         else _empty(rec, "no batch with a timestamp")),
-        ("<h2>Bytes</h2>", _coloured(data["bytes"], "count", byt) if data["bytes"]
-         else _empty(byt, "no batch with a timestamp")),
+        ("<h2>Records</h2>", _coloured(data["records"], "count", rec, empty="no batch with a timestamp")),
+        ("<h2>Bytes</h2>", _coloured(data["bytes"], "count", byt, empty="no batch with a timestamp")),
     ]
     segs = data["segments"]
     names = [f"{s['partition']} @{s['base_offset']}" for s in segs]
@@ -222,12 +249,12 @@ def render_logdir(data: dict[str, Any], title: str) -> str:
         seg.vbar(x="x", top="top", width=0.8, color="colour", source=ColumnDataSource(
             {"x": names, "top": [s["size"] for s in segs],
              "colour": [parts_seen[s["partition"]] for s in segs]}))
-    parts.append(("<h2>Segments</h2>", seg if segs else _empty(seg, "no segments")))
+    parts.append(("<h2>Segments</h2>", seg if segs else _empty(seg, "no segments", x="-")))
     epochs = {name: {"t": [r[0] for r in e["batches"]] + ([e["batches"][-1][1]] if e["batches"] else []),
                      "epoch": [r[2] for r in e["batches"]] + ([e["batches"][-1][2]] if e["batches"] else [])}
               for name, e in data["leader_epochs"].items() if e["batches"]}
     ep = _figure("Leader epoch of the batches over offsets (a step per new epoch)",
                  x_type="linear", x_label="offset", y_label="leader epoch")
-    parts.append(("<h2>Leader epochs</h2>", _coloured(epochs, "epoch", ep, mode="step") if epochs
-                  else _empty(ep, "no batches")))
+    parts.append(("<h2>Leader epochs</h2>", _coloured(epochs, "epoch", ep, mode="step",
+                                                      empty="no batches")))
     return _page(title, intro, parts)
