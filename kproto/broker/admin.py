@@ -1,5 +1,5 @@
 """Admin APIs of the broker: CreatePartitions, DescribeConfigs, AlterConfigs,
-IncrementalAlterConfigs, DescribeCluster, DescribeLogDirs and DeleteRecords, answered as a
+IncrementalAlterConfigs, DescribeCluster, DescribeLogDirs, DeleteRecords and DescribeProducers, answered as a
 single-node KRaft broker (which is also its own controller) answers them."""
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ ADMIN_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.DESCRIBE_CLUSTER: (0, 2),
     ApiKey.DESCRIBE_LOG_DIRS: (0, 5),
     ApiKey.DELETE_RECORDS: (0, 2),
+    ApiKey.DESCRIBE_PRODUCERS: (0, 0),
 }
 
 TOPIC, BROKER = 2, 4  # ConfigResource types
@@ -306,6 +307,28 @@ class AdminHandlers:
             topics.append(cls.DeleteRecordsTopicResult(name=t.name, partitions=parts))
         respond(cls(topics=topics))
 
+    # ------------------------------------------------------------------ DescribeProducers
+    def describe_producers(self, body: Any, version: int, respond: Respond) -> None:
+        """The producers a partition's leader keeps state for (``kafka-transactions.sh
+        describe-producers``): epoch, last sequence and timestamp, open transaction's start."""
+        cls = response_codec(ApiKey.DESCRIBE_PRODUCERS).cls
+        topics = []
+        for t in body.topics:
+            parts = []
+            for p in t.partition_indexes:
+                res = cls.PartitionResponse(partition_index=p, error_code=0, error_message=None)
+                parts.append(res)
+                lg = self.core.logs.get(t.name, p)
+                if lg is None:
+                    res.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                    continue
+                for pid, epoch, last_seq, last_ts, txn_start in lg.producer_states():
+                    res.active_producers.append(cls.ProducerState(
+                        producer_id=pid, producer_epoch=epoch, last_sequence=last_seq, last_timestamp=last_ts,
+                        coordinator_epoch=-1, current_txn_start_offset=txn_start))
+            topics.append(cls.TopicResponse(name=t.name, partitions=parts))
+        respond(cls(throttle_time_ms=0, topics=topics))
+
 
 def admin_error_response(api_key: int, version: int, body: Any, code: int) -> Optional[Any]:
     """``code`` mirrored over the request's resources/topics (a test hook's error)."""
@@ -326,6 +349,11 @@ def admin_error_response(api_key: int, version: int, body: Any, code: int) -> Op
             cls.DeleteRecordsPartitionResult(partition_index=p.partition_index, low_watermark=-1,
                                              error_code=code) for p in t.partitions])
             for t in body.topics])
+    if api_key == ApiKey.DESCRIBE_PRODUCERS:
+        return cls(topics=[cls.TopicResponse(name=t.name, partitions=[
+            cls.PartitionResponse(partition_index=p, error_code=code) for p in t.partition_indexes])
+            for t in body.topics])
     if api_key == ApiKey.DESCRIBE_LOG_DIRS and version < 3:
         return cls(results=[cls.DescribeLogDirsResult(error_code=code, log_dir="", topics=[])])
     return None
+

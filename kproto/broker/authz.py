@@ -88,6 +88,9 @@ class RequestAuthorizer:
             ApiKey.INIT_PRODUCER_ID: self._init_producer_id,
             ApiKey.ADD_PARTITIONS_TO_TXN: self._add_partitions_to_txn,
             ApiKey.ADD_OFFSETS_TO_TXN: self._add_offsets_to_txn, ApiKey.END_TXN: self._end_txn,
+            ApiKey.DESCRIBE_TRANSACTIONS: self._describe_transactions,
+            ApiKey.LIST_TRANSACTIONS: self._list_transactions,
+            ApiKey.DESCRIBE_PRODUCERS: self._describe_producers,
             ApiKey.CREATE_ACLS: self._create_acls, ApiKey.DELETE_ACLS: self._delete_acls,
             ApiKey.DESCRIBE_ACLS: self._cluster_top_level(DESCRIBE),
             ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: self._cluster_top_level(DESCRIBE),
@@ -470,6 +473,36 @@ class RequestAuthorizer:
 
     def _end_txn(self, ver: int, body: Any, s: ConnectionAuth) -> Optional[Verdict]:
         return None if self.ok(s, WRITE, TRANSACTIONAL_ID, body.transactional_id) else Verdict(error=_TXN_DENIED)
+
+    def _describe_transactions(self, ver: int, body: Any, s: ConnectionAuth) -> Optional[Verdict]:
+        # Kafka: DESCRIBE on each transactional id, and only the topics the caller may describe
+        body.transactional_ids, denied = self._strip(
+            list(body.transactional_ids), lambda t: self.ok(s, DESCRIBE, TRANSACTIONAL_ID, t))
+
+        def patch(resp: Any) -> Any:
+            cls = type(resp)
+            for st in resp.transaction_states:
+                st.topics = [t for t in st.topics if self.ok(s, DESCRIBE, TOPIC, t.topic)]
+            resp.transaction_states.extend(cls.TransactionState(
+                error_code=_TXN_DENIED, transactional_id=t, transaction_state="", producer_id=-1,
+                producer_epoch=-1) for t in denied)
+            return resp
+        return Verdict(patch=patch)
+
+    def _list_transactions(self, ver: int, body: Any, s: ConnectionAuth) -> Optional[Verdict]:
+        def only_described(resp: Any) -> Any:
+            resp.transaction_states = [t for t in resp.transaction_states
+                                       if self.ok(s, DESCRIBE, TRANSACTIONAL_ID, t.transactional_id)]
+            return resp
+        return Verdict(patch=only_described)
+
+    def _describe_producers(self, ver: int, body: Any, s: ConnectionAuth) -> Optional[Verdict]:
+        body.topics, denied = self._strip(list(body.topics), lambda t: self.ok(s, READ, TOPIC, t.name))
+        if not denied:
+            return None
+        return self._patch_list("topics", lambda cls: [cls.TopicResponse(name=t.name, partitions=[
+            cls.PartitionResponse(partition_index=p, error_code=_TOPIC_DENIED)
+            for p in t.partition_indexes]) for t in denied], denied)
 
     # -------------------------------------------------------------- ACLs and credentials
     def _cluster_top_level(self, op: int) -> Rule:

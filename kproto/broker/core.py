@@ -80,6 +80,8 @@ IMPLEMENTED: dict[int, tuple[int, int]] = {
     ApiKey.ADD_OFFSETS_TO_TXN: (0, 4),
     ApiKey.END_TXN: (0, 4),
     ApiKey.TXN_OFFSET_COMMIT: (0, 4),
+    ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),
+    ApiKey.LIST_TRANSACTIONS: (0, 2),
     # KIP-848 consumer groups (kproto.broker.consumer_group)
     ApiKey.CONSUMER_GROUP_HEARTBEAT: (0, 1),
     ApiKey.CONSUMER_GROUP_DESCRIBE: (0, 1),
@@ -159,6 +161,12 @@ class _Request:
 def _producer_id(records: Any) -> int:
     """The producer id in a v2 batch header (bytes 43..51), -1 if there is none."""
     return int.from_bytes(bytes(records[43:51]), "big", signed=True) if len(records) >= 61 else -1
+
+
+def _close_for_acks0(req: _Request) -> None:
+    """An acks=0 produce that failed anywhere closes its connection, as Kafka's KafkaApis does:
+    the producer expects no answer, and a closed connection makes it refresh metadata."""
+    req.channel.close(f"an error handling acks=0 produce request {req.header.correlation_id}")
 
 
 def _peer(channel: Channel) -> str:
@@ -252,6 +260,8 @@ class BrokerCore:
             ApiKey.ADD_OFFSETS_TO_TXN: lambda r: tx.add_offsets(r.body, r.version, r.respond),
             ApiKey.END_TXN: lambda r: tx.end_txn(r.body, r.version, r.respond),
             ApiKey.TXN_OFFSET_COMMIT: lambda r: g.txn_commit_offsets(r.body, r.version, r.respond),
+            ApiKey.DESCRIBE_TRANSACTIONS: lambda r: tx.describe_transactions(r.body, r.version, r.respond),
+            ApiKey.LIST_TRANSACTIONS: lambda r: tx.list_transactions(r.body, r.version, r.respond),
             ApiKey.JOIN_GROUP: lambda r: g.join_group(r.body, r.version, r.header.client_id or "",
                                                       _peer(r.channel), r.respond),
             ApiKey.SYNC_GROUP: lambda r: g.sync_group(r.body, r.version, r.respond),
@@ -274,6 +284,7 @@ class BrokerCore:
             ApiKey.DESCRIBE_CLUSTER: lambda r: adm.describe_cluster(r.body, r.version, r.respond),
             ApiKey.DESCRIBE_LOG_DIRS: lambda r: adm.describe_log_dirs(r.body, r.version, r.respond),
             ApiKey.DELETE_RECORDS: lambda r: adm.delete_records(r.body, r.version, r.respond),
+            ApiKey.DESCRIBE_PRODUCERS: lambda r: adm.describe_producers(r.body, r.version, r.respond),
             ApiKey.SASL_HANDSHAKE: lambda r: sec.handshake(r.channel, r.body, r.version, r.respond),
             ApiKey.SASL_AUTHENTICATE: lambda r: sec.authenticate(r.channel, r.body, r.version, r.respond),
             ApiKey.CREATE_ACLS: lambda r: acl.create_acls(r.body, r.version, r.respond),
@@ -431,7 +442,7 @@ class BrokerCore:
                 return
             body.error_code = code
         if req.api_key == ApiKey.PRODUCE and req.body.acks == 0:
-            req.channel.respond(None)
+            _close_for_acks0(req)
             return
         try:
             req.respond(body)
@@ -740,7 +751,10 @@ class BrokerCore:
         # a single replica: the high watermark moved with the append, so acks=-1 is answered
         # at once (DelayedProduce would wait for followers); waiting fetches may now complete
         if acks == 0:
-            req.channel.respond(None)
+            if req.patch is not None or any(p.error_code for t in topics for p in t.partition_responses):
+                _close_for_acks0(req)  # partitions refused by the authorizer, or an append failed
+            else:
+                req.channel.respond(None)
         else:
             req.respond(cls(responses=topics))
         for key in appended:

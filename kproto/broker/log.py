@@ -437,6 +437,17 @@ class Log:
             st = self.producers[b.producer_id] = _ProducerState(b.producer_epoch)
         st.batches.append(_BatchMeta(b.base_sequence, b.last_sequence, base, last, max_ts))
 
+    def producer_states(self) -> list[tuple[int, int, int, int, int]]:
+        """(producer id, epoch, last sequence, last timestamp, open transaction's first offset)
+        of each producer this partition keeps state for; -1 where there is none."""
+        ongoing = self.plog.producers.ongoing
+        out = []
+        for pid, st in sorted(self.producers.items()):
+            last = st.batches[-1] if st.batches else None
+            out.append((pid, st.epoch, last.last_seq if last else -1, last.timestamp if last else -1,
+                        ongoing.get(pid, -1)))
+        return out
+
     # ------------------------------------------------------------------------ append
     def _check_producer(self, batch: RecordBatch) -> Optional[_BatchMeta]:
         """Kafka's ``ProducerAppendInfo`` checks; returns the original batch of a duplicate."""

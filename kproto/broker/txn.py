@@ -15,6 +15,7 @@ PrepareCommit/PrepareAbort by a restart is completed then.
 """
 from __future__ import annotations
 
+import re
 import struct
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
@@ -324,6 +325,59 @@ class TransactionCoordinator:
         if (txn.state, commit) in ((COMPLETE_COMMIT, True), (COMPLETE_ABORT, False)):
             return answer(E.NONE)  # a retry of the EndTxn that completed it
         answer(E.INVALID_TXN_STATE)
+
+    # -------------------------------------------------------------- DescribeTransactions, ListTransactions
+    def describe_transactions(self, body: Any, version: int, respond: Respond) -> None:
+        """The state of each transactional id (``kafka-transactions.sh describe``)."""
+        cls = response_codec(ApiKey.DESCRIBE_TRANSACTIONS).cls
+        out = []
+        for tid in body.transactional_ids:
+            txn = self.txns.get(tid)
+            if txn is None or txn.state == DEAD:
+                out.append(cls.TransactionState(error_code=E.TRANSACTIONAL_ID_NOT_FOUND, transactional_id=tid,
+                                                transaction_state="", producer_id=-1, producer_epoch=-1))
+                continue
+            by_topic: dict[str, list[int]] = {}
+            for t, p in sorted(txn.partitions):
+                by_topic.setdefault(t, []).append(p)
+            out.append(cls.TransactionState(
+                error_code=E.NONE, transactional_id=tid, transaction_state=STATE_NAMES[txn.state],
+                transaction_timeout_ms=txn.timeout_ms, transaction_start_time_ms=txn.start_ms,
+                producer_id=txn.producer_id, producer_epoch=txn.producer_epoch,
+                topics=[cls.TopicData(topic=t, partitions=ps) for t, ps in by_topic.items()]))
+        respond(cls(throttle_time_ms=0, transaction_states=out))
+
+    def list_transactions(self, body: Any, version: int, respond: Respond) -> None:
+        """Transactional ids by state, producer id, age (v1) and id pattern (v2), as Kafka's
+        ``TransactionStateManager.listTransactionStates`` filters them."""
+        cls = response_codec(ApiKey.LIST_TRANSACTIONS).cls
+        resp = cls(throttle_time_ms=0, error_code=E.NONE)
+        states = set()
+        for name in body.state_filters:
+            if name in STATE_NAMES:
+                states.add(STATE_NAMES.index(name))
+            else:
+                resp.unknown_state_filters.append(name)
+        if body.state_filters and not states:
+            return respond(resp)  # only states that do not exist were asked for
+        pattern = None
+        if version >= 2 and body.transactional_id_pattern:
+            try:
+                pattern = re.compile(body.transactional_id_pattern)
+            except re.error:
+                resp.error_code = E.INVALID_REGULAR_EXPRESSION
+                return respond(resp)
+        pids = set(body.producer_id_filters)
+        now = self.core.wall_ms()
+        for tid, txn in sorted(self.txns.items()):
+            if (txn.state == DEAD or (pids and txn.producer_id not in pids)
+                    or (states and txn.state not in states)
+                    or (version >= 1 and body.duration_filter >= 0 and now - txn.start_ms <= body.duration_filter)
+                    or (pattern is not None and pattern.fullmatch(tid) is None)):
+                continue
+            resp.transaction_states.append(cls.TransactionState(
+                transactional_id=tid, producer_id=txn.producer_id, transaction_state=STATE_NAMES[txn.state]))
+        respond(resp)
 
     def shutdown(self) -> None:
         for txn in self.txns.values():

@@ -366,3 +366,24 @@ def test_list_offsets_before_v4_has_no_leader_epoch_to_write(core):
             req.ListOffsetsTopic(name="lo", partitions=[req.ListOffsetsPartition(partition_index=0, timestamp=-1)])])
         p = r.topics[0].partitions[0]
         assert (p.error_code, p.offset) == (0, 2)
+
+
+def test_an_acks0_produce_that_fails_closes_the_connection(core):
+    client = Client(core)
+    create(client, "t")
+    req = kproto.request(0).cls
+
+    def acks0(partition):
+        c = Client(core)
+        c.send(K.PRODUCE, 9, req(acks=0, timeout_ms=1000, topic_data=[req.TopicProduceData(
+            name="t", partition_data=[req.PartitionProduceData(index=partition, records=batch([b"v"]))])]))
+        return c.channel
+    ok = acks0(0)
+    assert ok.frames == [None] and ok.closed is None            # no answer, connection kept
+    bad = acks0(5)                                              # UNKNOWN_TOPIC_OR_PARTITION
+    assert bad.frames == [] and bad.closed and "acks=0" in bad.closed
+    # a test hook's error is a failure too
+    core.control(K.PRODUCE, Intercept(error=E.NOT_LEADER_OR_FOLLOWER), times=1)
+    hooked = acks0(0)
+    assert hooked.frames == [] and hooked.closed
+    assert core.logs.get("t", 0).log_end_offset == 1

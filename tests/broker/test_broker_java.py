@@ -210,6 +210,14 @@ def test_java_client_against_the_broker(kafka_broker, java_cp):
     assert {f[2] for f in wire.fetches["j-txn-read_uncommitted"]} == {0}
     txn_batches = [p for p in wire.produces if p[0] == "j-txn-producer"]
     assert {b[2] for b in txn_batches} == {"j-txn-producer"} and all(b[6] >= 0 for b in txn_batches)
+    # kafka-transactions.sh's view: the producer's three transactions ended committed
+    [adm] = ev("txn", "txn-admin")
+    assert "j-txn-producer=CompleteCommit" in adm["listed"]
+    assert (adm["state"], adm["timeout_ms"], adm["partitions"]) == ("CompleteCommit", 30000, 0)
+    assert {adm["producer_id"]} == {b[6] for b in txn_batches}
+    [st] = adm["producers"]
+    assert (st["producer_id"], st["epoch"], st["last_sequence"], st["open"]) == (
+        adm["producer_id"], adm["epoch"], 29, False)  # 30 records over three transactions
 
     timings = {e["phase"]: e["ms"] for e in events if e["event"] == "done"}
     (client,) = ev("admin", "client")

@@ -409,3 +409,59 @@ def test_anonymous_principal_on_a_plaintext_listener_with_an_authorizer(tmp_path
     assert metadata(client, "t", "u") == [("t", 0), ("u", E.TOPIC_AUTHORIZATION_FAILED)]
     assert produce(client, "t") == 0  # the ACL was kept; User:* covers ANONYMOUS
     core.close()
+
+
+def test_transaction_and_producer_descriptions_need_describe_and_read(secured):
+    admin, bob = user(secured, "admin"), user(secured, "bob")
+    ctr = kproto.request(K.CREATE_TOPICS).cls
+    admin.call(K.CREATE_TOPICS, 7, topics=[ctr.CreatableTopic(name=n, num_partitions=1, replication_factor=1)
+                                           for n in ("t", "u")], timeout_ms=1000)
+    for tid in ("tx1", "tx2"):
+        r = admin.call(K.INIT_PRODUCER_ID, 4, transactional_id=tid, transaction_timeout_ms=60000,
+                       producer_id=-1, producer_epoch=-1)
+        assert r.error_code == 0
+    pid = r.producer_id
+    ap = kproto.request(K.ADD_PARTITIONS_TO_TXN).cls
+    r = admin.call(K.ADD_PARTITIONS_TO_TXN, 3, v3_and_below_transactional_id="tx2", v3_and_below_producer_id=pid,
+                   v3_and_below_producer_epoch=0, v3_and_below_topics=[
+                       ap.AddPartitionsToTxnTopic(name=t, partitions=[0]) for t in ("t", "u")])
+    assert [p.partition_error_code for t in r.results_by_topic_v3_and_below for p in t.results_by_partition] == [0, 0]
+
+    def described():
+        r = bob.call(K.DESCRIBE_TRANSACTIONS, 0, transactional_ids=["tx1", "tx2"])
+        return [(s.transactional_id, s.error_code, [t.topic for t in s.topics]) for s in r.transaction_states]
+
+    def listed():
+        return [t.transactional_id for t in bob.call(K.LIST_TRANSACTIONS, 1).transaction_states]
+
+    def producers():
+        dp = kproto.request(K.DESCRIBE_PRODUCERS).cls
+        r = bob.call(K.DESCRIBE_PRODUCERS, 0, topics=[dp.TopicRequest(name="t", partition_indexes=[0])])
+        return r.topics[0].partitions[0].error_code
+
+    denied = E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    assert described() == [("tx1", denied, []), ("tx2", denied, [])]
+    assert listed() == [] and producers() == E.TOPIC_AUTHORIZATION_FAILED
+    assert create_acls(admin, acl(TRANSACTIONAL_ID, "tx2", "User:bob", DESCRIBE),
+                       acl(TOPIC, "t", "User:bob", READ)) == [0, 0]
+    # READ implies DESCRIBE on the topic; u stays hidden in tx2's partitions
+    assert described() == [("tx2", 0, ["t"]), ("tx1", denied, [])]
+    assert listed() == ["tx2"] and producers() == 0
+
+
+def test_an_acks0_produce_to_a_denied_topic_closes_the_connection(secured):
+    admin, alice = user(secured, "admin"), user(secured, "alice")
+    ctr = kproto.request(K.CREATE_TOPICS).cls
+    admin.call(K.CREATE_TOPICS, 7, topics=[ctr.CreatableTopic(name=n, num_partitions=1, replication_factor=1)
+                                           for n in ("t1", "t2")], timeout_ms=1000)
+    assert create_acls(admin, acl(TOPIC, "t1", "User:alice", WRITE)) == [0]
+    cls = kproto.request(K.PRODUCE).cls
+
+    def acks0(*topics):
+        before = len(alice.channel.frames)
+        alice.send(K.PRODUCE, 9, cls(acks=0, timeout_ms=1000, topic_data=[cls.TopicProduceData(
+            name=t, partition_data=[cls.PartitionProduceData(index=0, records=batch([b"v"]))]) for t in topics]))
+        return alice.channel.frames[before:]
+    assert acks0("t1") == [None] and alice.channel.closed is None
+    assert acks0("t1", "t2") == [] and alice.channel.closed
+    assert secured.logs.get("t1", 0).log_end_offset == 2 and secured.logs.get("t2", 0).log_end_offset == 0

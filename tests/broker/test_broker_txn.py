@@ -213,3 +213,53 @@ def test_transaction_state_is_written_in_kafkas_format_and_a_restart_resumes_it(
         assert values(fetch(c, 0, committed=True).records) == [b"open"]
     finally:
         again.close()
+
+
+def test_describe_and_list_transactions_and_describe_producers(core, clock):
+    c = Client(core)
+    _, pid, ep = init(c, "tx-a", timeout=30_000)
+    _, pid_b, _ = init(c, "tx-b")
+    add(c, pid, ep, [("t", 1), ("t", 0)], tid="tx-a")
+    assert produce(c, pid, ep, 0, [b"a1", b"a2"], tid="tx-a").error_code == 0
+    clock.advance(2_000)
+
+    d = c.call(K.DESCRIBE_TRANSACTIONS, 0, transactional_ids=["tx-a", "tx-b", "nope"])
+    a, b, nope = d.transaction_states
+    assert (a.error_code, a.transaction_state, a.producer_id, a.producer_epoch, a.transaction_timeout_ms) == (
+        0, "Ongoing", pid, ep, 30_000)
+    assert [(t.topic, t.partitions) for t in a.topics] == [("t", [0, 1])]
+    assert a.transaction_start_time_ms > 0
+    assert (b.transaction_state, b.producer_id, b.topics) == ("Empty", pid_b, [])
+    assert nope.error_code == E.TRANSACTIONAL_ID_NOT_FOUND
+
+    def listed(version=2, **filters):
+        r = c.call(K.LIST_TRANSACTIONS, version, **filters)
+        return r.error_code, r.unknown_state_filters, [(t.transactional_id, t.transaction_state)
+                                                       for t in r.transaction_states]
+    assert listed() == (0, [], [("tx-a", "Ongoing"), ("tx-b", "Empty")])
+    assert listed(state_filters=["Ongoing", "Bogus"]) == (0, ["Bogus"], [("tx-a", "Ongoing")])
+    assert listed(state_filters=["Bogus"]) == (0, ["Bogus"], [])
+    assert listed(producer_id_filters=[pid_b]) == (0, [], [("tx-b", "Empty")])
+    assert listed(transactional_id_pattern="tx-.") == (0, [], [("tx-a", "Ongoing"), ("tx-b", "Empty")])
+    assert listed(transactional_id_pattern="tx") == (0, [], [])             # a whole match, as Java's
+    assert listed(transactional_id_pattern="(")[0] == E.INVALID_REGULAR_EXPRESSION
+    # running longer than the filter: tx-a began when it added partitions; tx-b has no start
+    # time (-1), so Kafka's rule (now - start > duration) always lists it
+    started = a.transaction_start_time_ms
+    longer = listed(version=1, duration_filter=core.wall_ms() - started - 1)[2]
+    assert [t for t, _ in longer] == ["tx-a", "tx-b"]
+    assert [t for t, _ in listed(version=1, duration_filter=core.wall_ms() - started)[2]] == ["tx-b"]
+
+    r = c.call(K.DESCRIBE_PRODUCERS, 0, topics=[kproto.request(K.DESCRIBE_PRODUCERS).cls.TopicRequest(
+        name="t", partition_indexes=[0, 1, 7])])
+    p0, p1, p7 = r.topics[0].partitions
+    [st] = p0.active_producers
+    assert (st.producer_id, st.producer_epoch, st.last_sequence, st.current_txn_start_offset) == (pid, ep, 1, 0)
+    assert st.last_timestamp == 1_700_000_000_001
+    assert p1.active_producers == [] and p7.error_code == E.UNKNOWN_TOPIC_OR_PARTITION
+
+    assert end(c, pid, ep, True, tid="tx-a") == 0
+    assert listed(state_filters=["CompleteCommit"])[2] == [("tx-a", "CompleteCommit")]
+    [st] = c.call(K.DESCRIBE_PRODUCERS, 0, topics=[kproto.request(K.DESCRIBE_PRODUCERS).cls.TopicRequest(
+        name="t", partition_indexes=[0])]).topics[0].partitions[0].active_producers
+    assert st.current_txn_start_offset == -1

@@ -486,6 +486,19 @@ public class KprotoInterop {
             OffsetAndMetadata om = admin.listConsumerGroupOffsets("j-txn-group").partitionsToOffsetAndMetadata()
                 .get(15, TimeUnit.SECONDS).get(tp);
             emit("phase", "txn", "event", "txn-offset", "offset", om == null ? null : om.offset());
+            // what kafka-transactions.sh asks: list, describe, describe-producers
+            List<String> listed = new ArrayList<>();
+            for (TransactionListing l : admin.listTransactions().all().get(15, TimeUnit.SECONDS))
+                listed.add(l.transactionalId() + "=" + l.state());
+            TransactionDescription d = admin.describeTransactions(List.of("j-txn-producer")).all()
+                .get(15, TimeUnit.SECONDS).get("j-txn-producer");
+            List<Object> producers = new ArrayList<>();
+            for (ProducerState st : admin.describeProducers(List.of(tp)).partitionResult(tp).get(15, TimeUnit.SECONDS).activeProducers())
+                producers.add(Map.of("producer_id", st.producerId(), "epoch", st.producerEpoch(),
+                                     "last_sequence", st.lastSequence(), "open", st.currentTransactionStartOffset().isPresent()));
+            emit("phase", "txn", "event", "txn-admin", "listed", listed, "state", d.state().toString(),
+                 "producer_id", d.producerId(), "epoch", d.producerEpoch(), "timeout_ms", d.transactionTimeoutMs(),
+                 "partitions", d.topicPartitions().size(), "producers", producers);
         }
     }
 }
