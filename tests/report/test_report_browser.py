@@ -78,8 +78,13 @@ def inspect(browser, page: Path) -> dict:
         tab.wait_for_timeout(100)
     charts = []
     figures = tab.locator(".bk-Figure")
+    # one screenshot of the whole page (not scrolled: its boxes are page coordinates), cut per chart
+    page_img = np.asarray(Image.open(io.BytesIO(tab.screenshot(full_page=True))).convert("RGB"))
     for i in range(figures.count()):
-        img = np.asarray(Image.open(io.BytesIO(figures.nth(i).screenshot())).convert("RGB"))
+        box = figures.nth(i).bounding_box()
+        assert box is not None
+        x, y = int(box["x"]), int(box["y"])
+        img = page_img[y:y + int(box["height"]), x:x + int(box["width"])]
         # grey (axes, grid, text) has r = g = b; the series' palette colours do not
         data = img[img.max(axis=2).astype(int) - img.min(axis=2) > 60]
         charts.append({"pixels": len(data), "colours": len(np.unique(data, axis=0))})
