@@ -184,3 +184,14 @@ def test_found_without_registration(tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     want = sum(len(cli_lines(f)) for f, _ in capture_files([path]))
     assert f"COUNT {want}" in out.stdout.splitlines()
+
+
+def test_record_columns_join_kafka_segments_columns():
+    from kproto.spark import spark_schema
+
+    segments = {f.name: f.dataType for f in spark_schema().fields}
+    shared = [f for f in pcap_spark_schema("records").fields if f.name in segments]
+    assert {f.name for f in shared} >= {"topic", "partition", "offset", "timestamp", "key",
+                                        "value", "headers", "timestamp_type", "producer_id"}
+    for f in shared:
+        assert f.dataType == segments[f.name], f.name
