@@ -25,7 +25,7 @@ enum {
     OP_BOOL = 1, OP_INT8, OP_INT16, OP_UINT16, OP_INT32, OP_UINT32, OP_INT64, OP_FLOAT64,
     OP_UUID, OP_STRING, OP_BYTES, OP_STRUCT, OP_ARRAY
 };
-enum { F_COMPACT = 1, F_NULLABLE = 2, F_VIEW = 4, F_TAGGED = 8 };
+enum { F_COMPACT = 1, F_NULLABLE = 2, F_VIEW = 4, F_TAGGED = 8, F_LAZY = 16 };
 enum { D_CONST = 0, D_LIST = 1, D_STRUCT = 2 };
 
 typedef struct Prog Prog;
@@ -266,7 +266,6 @@ static PyObject *view_slice(PyObject *mv, Py_ssize_t at, Py_ssize_t n) {
 }
 
 static PyObject *decode_struct(Reader *r, Prog *pg);
-static PyObject *make_default(Prog *pg);
 
 static inline int64_t fixed_width(int code) {
     switch (code) {
@@ -287,20 +286,12 @@ static int fill_defaults(PyObject *o, Prog *pg) {
         } else if (d->kind == D_LIST) {
             v = PyList_New(0);
         } else {
-            v = make_default(d->sub);
+            continue;   /* a LazyDefault field: made on first read (the objects are new, the slot empty) */
         }
         if (!v) return -1;
         set_slot(o, d->offset, v);
     }
     return 0;
-}
-
-static PyObject *make_default(Prog *pg) {
-    PyObject *o = pg->type->tp_alloc(pg->type, 0);
-    if (!o) return NULL;
-    if (fill_defaults(o, pg) < 0) { Py_DECREF(o); return NULL; }
-    set_slot(o, pg->unknown_offset, Py_NewRef(Py_None));
-    return o;
 }
 
 static PyObject *decode_value(Reader *r, Op *op) {
@@ -587,7 +578,10 @@ static int differs(PyObject *v, Dflt *d) {
     if (Py_TYPE(v) != pg->type) return 1;
     for (Py_ssize_t i = 0; i < pg->ndflt; i++) {
         PyObject *sub = SLOT(v, pg->dflt[i].offset);
-        if (!sub) return efail("unset slot");
+        if (!sub) {
+            if (pg->dflt[i].kind == D_STRUCT) continue;   /* a LazyDefault not yet read */
+            return efail("unset slot");
+        }
         Py_INCREF(sub);
         int r = differs(sub, &pg->dflt[i]);
         Py_DECREF(sub);
@@ -753,7 +747,11 @@ static int encode_tags(Writer *w, Prog *pg, PyObject *o) {
     for (Py_ssize_t i = 0; i < pg->ntags; i++) {
         Tag *t = &pg->tags[i];
         PyObject *v = SLOT(o, t->op.offset);
-        if (!v) { efail("unset slot"); goto done; }
+        if (!v) {
+            if (t->dflt.kind == D_STRUCT) continue;   /* a LazyDefault not yet read: at its default */
+            efail("unset slot");
+            goto done;
+        }
         Py_INCREF(v);
         int d = differs(v, &t->dflt);
         if (d > 0) {
@@ -791,7 +789,10 @@ static int encode_struct(Writer *w, Prog *pg, PyObject *o) {
     if (Py_TYPE(o) != pg->type) return efail("not the message's class");
     for (Py_ssize_t i = 0; i < pg->nguards; i++) {
         PyObject *v = SLOT(o, pg->guards[i].offset);
-        if (!v) return efail("unset slot");
+        if (!v) {
+            if (pg->guards[i].kind == D_STRUCT) continue;   /* a LazyDefault not yet read */
+            return efail("unset slot");
+        }
         Py_INCREF(v);
         int d = differs(v, &pg->guards[i]);
         Py_DECREF(v);
@@ -800,14 +801,100 @@ static int encode_struct(Writer *w, Prog *pg, PyObject *o) {
     for (Py_ssize_t i = 0; i < pg->nops; i++) {
         Op *op = &pg->ops[i];
         PyObject *v = SLOT(o, op->offset);
-        if (!v) return efail("unset slot");
-        Py_INCREF(v);
+        if (v) {
+            Py_INCREF(v);
+        } else if (op->flags & F_LAZY) {   /* a LazyDefault not yet read: its default struct */
+            v = PyObject_CallMethod((PyObject *)op->sub->type, "_make_default", NULL);
+            if (!v) return -1;
+        } else {
+            return efail("unset slot");
+        }
         int rc = encode_value(w, op, v);
         Py_DECREF(v);
         if (rc < 0) return -1;
     }
     return pg->flexible ? encode_tags(w, pg, o) : 0;
 }
+
+
+/* -- struct fields made on first use ------------------------------------------------------------
+ *
+ * A struct-typed field whose default is a struct (not null) gets a LazyDefault in place of its
+ * slot descriptor: the decoder leaves the slot empty where the field is absent or tagged and not
+ * on the wire (three of a FetchResponse partition's seven objects), and the first read makes the
+ * default and keeps it, so the field reads as it would have. The encoder takes an empty slot of
+ * such a field as its default. */
+
+typedef struct {
+    PyObject_HEAD
+    Py_ssize_t offset;
+    PyObject *name;
+    PyObject *factory;      /* the struct class's _make_default */
+} LazyObject;
+
+static PyObject *Lazy_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    PyObject *member, *factory;
+    static char *kwlist[] = {"member", "factory", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO:LazyDefault", kwlist, &member, &factory)) return NULL;
+    if (!PyObject_TypeCheck(member, &PyMemberDescr_Type) ||
+        ((PyMemberDescrObject *)member)->d_member->type != T_OBJECT_EX)
+        return PyErr_Format(PyExc_TypeError, "expected an object slot's member descriptor");
+    LazyObject *self = (LazyObject *)type->tp_alloc(type, 0);
+    if (!self) return NULL;
+    self->offset = ((PyMemberDescrObject *)member)->d_member->offset;
+    self->name = Py_NewRef(PyDescr_NAME(member));
+    self->factory = Py_NewRef(factory);
+    return (PyObject *)self;
+}
+
+static void Lazy_dealloc(LazyObject *self) {
+    Py_XDECREF(self->name);
+    Py_XDECREF(self->factory);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *Lazy_get(LazyObject *self, PyObject *obj, PyObject *type) {
+    if (!obj) return Py_NewRef(self);
+    PyObject *v = SLOT(obj, self->offset);
+    if (!v) {
+        v = PyObject_CallNoArgs(self->factory);
+        if (!v) return NULL;
+        set_slot(obj, self->offset, v);   /* kept: the field now reads as the same object */
+    }
+    return Py_NewRef(v);
+}
+
+static int Lazy_set(LazyObject *self, PyObject *obj, PyObject *value) {
+    if (!value && !SLOT(obj, self->offset)) {
+        PyErr_SetObject(PyExc_AttributeError, self->name);
+        return -1;
+    }
+    Py_XINCREF(value);
+    set_slot(obj, self->offset, value);
+    return 0;
+}
+
+static PyObject *Lazy_offset(LazyObject *self, void *closure) { return PyLong_FromSsize_t(self->offset); }
+static PyObject *Lazy_name(LazyObject *self, void *closure) { return Py_NewRef(self->name); }
+
+static PyGetSetDef Lazy_getset[] = {
+    {"offset", (getter)Lazy_offset, NULL, "byte offset of the slot", NULL},
+    {"__name__", (getter)Lazy_name, NULL, "the field's name", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject LazyType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "kproto.codecs._decoder.LazyDefault",
+    .tp_basicsize = sizeof(LazyObject),
+    .tp_dealloc = (destructor)Lazy_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = PyDoc_STR("LazyDefault(member, factory): a slot whose default struct is made on first read."),
+    .tp_getset = Lazy_getset,
+    .tp_descr_get = (descrgetfunc)Lazy_get,
+    .tp_descr_set = (descrsetfunc)Lazy_set,
+    .tp_new = Lazy_new,
+};
 
 /* -- the Program type ------------------------------------------------------------------------- */
 
@@ -901,6 +988,7 @@ static PyTypeObject ProgramType = {
 
 /* The offset of a __slots__ member descriptor, so the program can fill slots directly. */
 static PyObject *slot_offset(PyObject *mod, PyObject *descr) {
+    if (PyObject_TypeCheck(descr, &LazyType)) return PyLong_FromSsize_t(((LazyObject *)descr)->offset);
     if (!PyObject_TypeCheck(descr, &PyMemberDescr_Type))
         return PyErr_Format(PyExc_TypeError, "expected a slot member descriptor, got %.100s",
                             Py_TYPE(descr)->tp_name);
@@ -925,11 +1013,16 @@ static struct PyModuleDef moduledef = {
 };
 
 PyMODINIT_FUNC PyInit__decoder(void) {
-    if (PyType_Ready(&ProgramType) < 0) return NULL;
+    if (PyType_Ready(&ProgramType) < 0 || PyType_Ready(&LazyType) < 0) return NULL;
     PyObject *m = PyModule_Create(&moduledef);
     if (!m) return NULL;
     if (PyModule_AddObject(m, "Program", Py_NewRef((PyObject *)&ProgramType)) < 0) {
         Py_DECREF(&ProgramType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    if (PyModule_AddObject(m, "LazyDefault", Py_NewRef((PyObject *)&LazyType)) < 0) {
+        Py_DECREF(&LazyType);
         Py_DECREF(m);
         return NULL;
     }

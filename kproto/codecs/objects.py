@@ -4,15 +4,21 @@ A class carries the union of its struct's fields over all versions as ``__slots_
 names, a keyword constructor filled with the schema's defaults, equality, a readable repr and type
 annotations. Unknown tagged fields read from the wire live in ``_unknown_tagged_fields`` (a list of
 ``(tag, bytes)``) and are written back unchanged.
+
+Where the C decoder is built, a struct field whose default is a struct reads through a
+``LazyDefault``: the C decoder leaves it empty when the field is not on the wire, and the first
+read makes the default struct (a FetchResponse partition has three such tagged fields).
 """
 from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Tuple
 
+from kproto.accelerators import load
 from kproto.codecs.primitives import Uuid
 from kproto.schemas.model import Field, Message, Struct
 
 _MISSING = object()
+_decoder = load("kproto.codecs._decoder")   # optional: LazyDefault
 
 _PY_TYPES = {
     "bool": "bool", "int8": "int", "int16": "int", "uint16": "int", "int32": "int", "uint32": "int",
@@ -165,6 +171,14 @@ def build_classes(message: Message) -> Dict[str, type]:
         lines += ["    o._unknown_tagged_fields = None", "    return o"]
         exec("\n".join(lines) + "\n", ns)
         cls._make_default = staticmethod(ns["make_default"])
+    if _decoder is not None:
+        for name, struct in structs.items():
+            cls = classes[name]
+            for f in struct.fields:
+                factory = parse_default(f, classes)[1]
+                if factory is not None and factory is not list:
+                    setattr(cls, f.attr, _decoder.LazyDefault(cls.__dict__[f.attr],
+                                                              factory._make_default))  # type: ignore[attr-defined]
     top = classes[message.name]
     top.API_KEY = message.api_key
     top.MESSAGE_KIND = message.kind

@@ -10,7 +10,8 @@ A program is plain nested tuples, compiled once by ``_decoder.Program``:
 * op: ``(code, slot_offset, flags, sub)``: ``sub`` is the element op of an array or the struct
   program of a struct field
 * default: ``(slot_offset, kind, value)``: a constant, a new empty list, or a default struct
-  ``(cls, unknown_offset, defaults)``
+  ``(cls, unknown_offset, defaults)``; the decoder leaves a default struct's slot empty (the
+  field's LazyDefault makes it on first read) and the encoder takes an empty one as the default
 
 Slots are addressed by byte offset, so the C side fills objects without attribute lookups.
 """
@@ -33,7 +34,7 @@ if _decoder is not None:
 OP_CODES = {"bool": 1, "int8": 2, "int16": 3, "uint16": 4, "int32": 5, "uint32": 6, "int64": 7,
             "float64": 8, "uuid": 9, "string": 10, "bytes": 11, "records": 11}
 OP_STRUCT, OP_ARRAY = 12, 13
-F_COMPACT, F_NULLABLE, F_VIEW, F_TAGGED = 1, 2, 4, 8
+F_COMPACT, F_NULLABLE, F_VIEW, F_TAGGED, F_LAZY = 1, 2, 4, 8, 16
 D_CONST, D_LIST, D_STRUCT = 0, 1, 2
 
 
@@ -81,6 +82,8 @@ class ProgramBuilder:
             sub: Optional[Tuple[Any, ...]] = self.op(elem, -1)
             return (OP_ARRAY, offset, flags, sub)
         if f.is_struct_type:
+            if offset >= 0 and parse_default(f, self.classes)[1] is not None:
+                flags |= F_LAZY   # a LazyDefault slot (kproto.codecs.objects): empty means default
             return (OP_STRUCT, offset, flags, self.struct_program(f.type, self.plan.struct_fields(f)))
         if f.type == "records" or f.zero_copy:
             flags |= F_VIEW   # Kafka reads these as slices of the buffer (zeroCopy): so do we
@@ -93,6 +96,7 @@ class ProgramBuilder:
             return (offset, D_CONST, value)
         if factory is list:
             return (offset, D_LIST, None)
+        assert _decoder is not None and isinstance(getattr(cls, f.attr), _decoder.LazyDefault), (cls, f.attr)
         return (offset, D_STRUCT, self.default_struct(factory))
 
     def default_struct(self, cls: type) -> Tuple[Any, ...]:
