@@ -60,6 +60,7 @@ class BrokerConfig:
     log_cleanup_policy: str = "delete"              # log.cleanup.policy
     min_insync_replicas: int = 1                    # min.insync.replicas
     log_retention_check_interval_ms: int = 300000   # log.retention.check.interval.ms
+    replica_high_watermark_checkpoint_interval_ms: int = 5000  # replica.high.watermark.checkpoint.interval.ms
     # limits of the socket layer (kproto.broker.server): each connection has one request in
     # flight (Kafka mutes it); the queue caps hold across connections the requests read (or
     # being read) and not yet handled: a connection whose next frame does not fit waits
@@ -500,6 +501,8 @@ class ConfigManager:
             "fetch.max.bytes": (c.fetch_max_bytes, INT),
             "max.incremental.fetch.session.cache.slots": (c.fetch_session_slots, INT),
             "log.retention.check.interval.ms": (c.log_retention_check_interval_ms, LONG),
+            "replica.high.watermark.checkpoint.interval.ms":
+                (c.replica_high_watermark_checkpoint_interval_ms, LONG),
             "queued.max.requests": (c.queued_max_requests, INT),
             "queued.max.request.bytes": (c.queued_max_request_bytes, LONG),
             "socket.request.max.bytes": (c.socket_request_max_bytes, INT),

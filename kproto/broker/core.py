@@ -240,6 +240,8 @@ class BrokerCore:
         self.groups = GroupCoordinator(self)
         self.txns = TransactionCoordinator(self, self.groups)
         self.retention = RetentionManager(self)
+        self._hw_task: Optional[CallbackTask] = None
+        self._checkpoint_high_watermarks(schedule_only=True)
         self.admin = AdminHandlers(self, self.retention)
         # security: SASL per connection, ACLs and SCRAM credentials in kproto-security.json
         self.security = Security(self.config)
@@ -818,9 +820,18 @@ class BrokerCore:
         req.respond(build_fetch_response(answer, ver))
 
     # ------------------------------------------------------------------ lifecycle
+    def _checkpoint_high_watermarks(self, schedule_only: bool = False) -> None:
+        if not schedule_only:
+            self.logs.write_high_watermarks()
+        self._hw_task = CallbackTask(max(1, self.config.replica_high_watermark_checkpoint_interval_ms),
+                                     self._checkpoint_high_watermarks)
+        self.timer.add(self._hw_task)
+
     def close(self, clean: bool = True) -> None:
         """Stop: waiting operations are dropped unanswered, logs closed (checkpoints and the
         clean-shutdown marker with ``clean``)."""
+        if self._hw_task is not None:
+            self._hw_task.cancel()
         self.fetch_purgatory.shutdown()
         self.retention.shutdown()
         self.groups.shutdown()

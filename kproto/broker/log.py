@@ -691,6 +691,7 @@ class LogManager:
             with open(meta_path, "wb") as f:
                 f.write(MetaProperties(props).encode())
         self.node_id = node_id
+        self._last_high_watermarks: Optional[list[tuple[str, int, int]]] = None
         self._load()
         # Kafka removes the marker at start: a crash from here on is an unclean shutdown
         try:
@@ -777,8 +778,20 @@ class LogManager:
         files = {"recovery-point-offset-checkpoint": ends, "replication-offset-checkpoint": ends,
                  "log-start-offset-checkpoint": [(t, p, log.log_start_offset) for t, p, log in logs]}
         for fname, entries in files.items():
-            with open(os.path.join(self.data_dir, fname), "wb") as f:
-                f.write(OffsetCheckpoint(entries).encode())
-        with open(os.path.join(self.data_dir, ".kafka_cleanshutdown"), "wb") as f:
-            f.write(CleanShutdown(broker_epoch).encode())
+            replace_file(os.path.join(self.data_dir, fname), OffsetCheckpoint(entries).encode())
+        replace_file(os.path.join(self.data_dir, ".kafka_cleanshutdown"), CleanShutdown(broker_epoch).encode())
+
+    def write_high_watermarks(self) -> bool:
+        """``replication-offset-checkpoint``: every partition's high watermark, as Kafka's
+        ReplicaManager writes it every ``replica.high.watermark.checkpoint.interval.ms``, so
+        that readers of a live directory know how far records are committed. Written only
+        when a watermark moved; returns whether it was."""
+        entries = sorted((t.name, lg.partition, lg.high_watermark)
+                         for t in self.topics.values() for lg in t.partitions)
+        if entries == self._last_high_watermarks:
+            return False
+        replace_file(os.path.join(self.data_dir, "replication-offset-checkpoint"),
+                     OffsetCheckpoint(entries).encode())
+        self._last_high_watermarks = entries
+        return True
 

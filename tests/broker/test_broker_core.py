@@ -387,3 +387,32 @@ def test_an_acks0_produce_that_fails_closes_the_connection(core):
     hooked = acks0(0)
     assert hooked.frames == [] and hooked.closed
     assert core.logs.get("t", 0).log_end_offset == 1
+
+
+def test_high_watermarks_are_checkpointed_every_interval_while_running(core):
+    from kproto.storage.checkpoints import OffsetCheckpoint
+    path = os.path.join(core.logs.data_dir, "replication-offset-checkpoint")
+
+    def checkpoint():
+        with open(path, "rb") as f:
+            return OffsetCheckpoint.parse(f.read()).entries
+
+    client = Client(core)
+    create(client, "t", partitions=2)
+    produce(client, "t", 1, batch([b"a", b"b"]))
+    assert not os.path.exists(path)
+    core.timer.clock.advance(4_999)  # type: ignore[attr-defined]
+    core.advance_clock()
+    assert not os.path.exists(path)
+    core.timer.clock.advance(1)  # type: ignore[attr-defined]
+    core.advance_clock()                                     # replica.high.watermark.checkpoint.interval.ms
+    assert sorted(checkpoint()) == [("t", 0, 0), ("t", 1, 2)]
+    produce(client, "t", 0, batch([b"c"]))
+    assert sorted(checkpoint()) == [("t", 0, 0), ("t", 1, 2)]   # not before the next turn
+    core.timer.clock.advance(5_000)  # type: ignore[attr-defined]
+    core.advance_clock()
+    assert sorted(checkpoint()) == [("t", 0, 1), ("t", 1, 2)]
+    before = os.stat(path).st_mtime_ns
+    core.timer.clock.advance(5_000)  # type: ignore[attr-defined]
+    core.advance_clock()
+    assert os.stat(path).st_mtime_ns == before               # nothing moved: not rewritten
