@@ -70,10 +70,10 @@ def files() -> list[str]:
     return found
 
 
-def test_every_capture_as_decode_pcap_jsonl(spark, files):
-    df = spark.read.format("kafka-pcap").load(DIRS)
-    assert df.schema == pcap_spark_schema()
-    got = by_file(df.toArrow())
+def assert_as_decode_pcap(table, files: list[str]) -> None:
+    """``table`` (a collected ``kafka-pcap`` read of ``files``) holds exactly the exchanges
+    ``kproto decode-pcap --format jsonl`` prints for each file, in order."""
+    got = by_file(table)
     for path in files:
         want = list(cli_lines(path))
         rows = got.get(path, [])
@@ -86,6 +86,12 @@ def test_every_capture_as_decode_pcap_jsonl(spark, files):
             assert as_line(row) == line, (path, row["index"])
     assert set(got) == set(files)
     assert sum(len(cli_lines(p)) for p in files) > 1000  # the whole material was compared
+
+
+def test_every_capture_as_decode_pcap_jsonl(spark, files):
+    df = spark.read.format("kafka-pcap").load(DIRS)
+    assert df.schema == pcap_spark_schema()
+    assert_as_decode_pcap(df.toArrow(), files)
 
 
 def _produced_key(r: dict) -> tuple:
