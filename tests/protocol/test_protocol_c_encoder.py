@@ -216,3 +216,41 @@ def test_an_emptied_struct_field_is_its_default():
     c = _c(codec, 0, obj)   # (before Python reads the field, which makes the default)
     assert c[0] == "ok" and c == _py(codec, 0, obj)
     assert part.snapshot_id == R.SnapshotId()
+
+
+def test_message_objects_freed_by_their_slots():
+    import gc
+    import sys
+    import weakref
+
+    from kproto.codecs import program
+
+    R = kproto.message("FetchResponse").cls
+
+    class Held:   # a value whose freeing we can see
+        pass
+
+    class Sub(R.PartitionData):   # a user's subclass keeps CPython's dealloc, then ours
+        __slots__ = ("extra", "__weakref__", "__dict__")
+
+    for cls in (R.PartitionData, Sub):
+        before = sys.getrefcount(cls)
+        held = Held()
+        gone = weakref.ref(held)
+        obj = cls(partition_index=1, records=held)
+        if cls is Sub:
+            obj.extra, obj.other = Held(), Held()
+            extra, other, me = weakref.ref(obj.extra), weakref.ref(obj.other), weakref.ref(obj)
+        del held, obj
+        assert gone() is None and sys.getrefcount(cls) == before
+        if cls is Sub:
+            assert extra() is None and other() is None and me() is None
+    gc.collect()
+    # a class with more than object slots is refused
+    with_dict = type("WithDict", (R.PartitionData,), {})
+    try:
+        program._decoder.set_fast_dealloc(with_dict)
+    except TypeError:
+        pass
+    else:
+        raise AssertionError("a class with a __dict__ must keep CPython's dealloc")
