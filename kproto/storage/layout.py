@@ -12,6 +12,7 @@ import os
 import re
 from dataclasses import dataclass, field
 
+from kproto.storage import fs
 from kproto.storage.checkpoints import (BOOTSTRAP_CHECKPOINT, CLEAN_SHUTDOWN, LEADER_EPOCH_CHECKPOINT,
                                         LOCK_FILE, META_PROPERTIES, PARTITION_METADATA,
                                         QUORUM_STATE, ROOT_CHECKPOINTS)
@@ -152,27 +153,30 @@ def partition_from_listing(path: str, names: list[str], topic: str, partition: i
 
 def scan_partition_dir(path: str) -> PartitionDir:
     """List a partition folder. Raises ValueError if its name is not ``<topic>-<partition>``."""
-    path = os.path.normpath(path)
+    path = fs.normpath(path)
     parsed = parse_partition_dir_name(os.path.basename(path))
     if parsed is None:
         raise ValueError(f"{path}: not a partition folder name (<topic>-<partition>)")
-    names = [n for n in os.listdir(path) if os.path.isfile(os.path.join(path, n))]
-    return partition_from_listing(path, names, *parsed)
+    return partition_from_listing(path, _file_names(path), *parsed)
+
+
+def _file_names(path: str) -> list[str]:
+    return [e.name for e in fs.listdir(path) if e.is_file]
 
 
 def scan_log_dir(path: str) -> LogDirLayout:
     """List a log directory: root files, live partition folders and moved/deleted ones."""
-    path = os.path.normpath(path)
+    path = fs.normpath(path)
     out = LogDirLayout(path)
-    for name in sorted(os.listdir(path)):
+    for entry in sorted(fs.listdir(path), key=lambda e: e.name):
+        name = entry.name
         full = os.path.join(path, name)
-        if os.path.isdir(full):
+        if entry.is_dir:
             parsed = parse_partition_dir_name(name)
             if parsed is None:
                 out.others.append(full)
                 continue
-            names = [n for n in os.listdir(full) if os.path.isfile(os.path.join(full, n))]
-            pd = partition_from_listing(full, names, *parsed)
+            pd = partition_from_listing(full, _file_names(full), *parsed)
             (out.partitions if pd.state == "live" else out.moved).append(pd)
         elif name == META_PROPERTIES:
             out.meta_properties = full
@@ -199,7 +203,7 @@ def why_not_read(path: str) -> str:
         return "left by Kafka: an unfinished log cleaning"
     if base.endswith(".tmp"):
         return "left by Kafka: an unfinished write"
-    return f"not a Kafka {'folder' if os.path.isdir(path) else 'file'}"
+    return f"not a Kafka {'folder' if fs.isdir(path) else 'file'}"
 
 
 def partition_files(pd: PartitionDir) -> list[str]:
@@ -215,7 +219,7 @@ def log_dir_files(path: str) -> list[tuple[str, str | None]]:
     """Every entry of a log dir or partition folder in a stable order, as ``(path, None)`` for
     the files that hold data and ``(path, why)`` for what is not read (moved folders,
     leftovers, files that are not Kafka's)."""
-    path = os.path.normpath(path)
+    path = fs.normpath(path)
     if is_partition_dir(path):
         pd = scan_partition_dir(path)
         return [(f, None) for f in partition_files(pd)] + \
@@ -234,12 +238,12 @@ def log_dir_files(path: str) -> list[tuple[str, str | None]]:
 
 def is_partition_dir(path: str) -> bool:
     """True when ``path`` looks like a live partition folder rather than a log dir."""
-    path = os.path.normpath(path)
+    path = fs.normpath(path)
     parsed = parse_partition_dir_name(os.path.basename(path))
-    if parsed is None or not os.path.isdir(path):
+    if parsed is None or not fs.isdir(path):
         return False
-    return any(parse_offset_file_name(n) for n in os.listdir(path)) or \
-        os.path.exists(os.path.join(path, PARTITION_METADATA))
+    names = [e.name for e in fs.listdir(path)]
+    return any(parse_offset_file_name(n) for n in names) or PARTITION_METADATA in names
 
 
 def file_kind(name: str) -> tuple[str, int | None]:

@@ -18,6 +18,7 @@ from kproto.errors import DecodeError
 from kproto.records.batch import RecordBatch
 from kproto.problems import Problems
 from kproto.records.reader import Batch, BatchReader
+from kproto.storage import fs
 from kproto.storage.checkpoints import LeaderEpochCheckpoint, OffsetCheckpoint, PartitionMetadata
 from kproto.storage.indexes import (OFFSET_ENTRY_SIZE, TIME_ENTRY_SIZE, AbortedTxn, IndexBuilder,
                                     OffsetIndex, TimeIndex, parse_txn_index, useful_index_bytes)
@@ -27,11 +28,7 @@ LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
 from kproto.storage.snapshot import ProducerSnapshot, parse_snapshot
 
 
-def _read(path: str, start: int = 0, end: int | None = None) -> bytes:
-    with open(path, "rb") as f:
-        if start:
-            f.seek(start)
-        return f.read(-1 if end is None else max(0, end - start))
+_read = fs.read_range  # local file or URI (a ranged read)
 
 
 def read_file(path: str, parse, problems: Problems):
@@ -53,7 +50,7 @@ def read_log_start_offsets(log_dir: str, problems: Problems | None = None
     segment (Kafka leaves the other partitions out, or writes their first offset). Empty when
     the file is missing or empty; a malformed one is reported in ``problems`` and ignored."""
     path = os.path.join(log_dir, LOG_START_OFFSET_CHECKPOINT)
-    if not os.path.isfile(path):
+    if not fs.isfile(path):
         return {}
     cp = read_file(path, lambda b: OffsetCheckpoint.parse(b, LOG_START_OFFSET_CHECKPOINT),
                    problems if problems is not None else Problems())
@@ -72,7 +69,7 @@ class Segment:
         self.partition = partition
         self.base_offset = files.base_offset
         self.name = os.path.basename(files.log) if files.log else f"{files.base_offset:020d}.log"
-        self.log_size = os.path.getsize(files.log) if files.log else 0
+        self.log_size = fs.getsize(files.log) if files.log else 0
         self.problems = Problems(topic=topic, partition=partition)
         self.indexes_rebuilt = False
         # the next segment's base offset: no batch of this one may reach it (Partition.open)
@@ -88,7 +85,7 @@ class Segment:
     def _index(self, path: str, cls, entry_size: int):
         """An index file read within what it can usefully hold; None (reported) if unusable."""
         try:
-            size = os.path.getsize(path)
+            size = fs.getsize(path)
             idx = cls.parse(_read(path, 0, useful_index_bytes(size, entry_size, self.log_size)),
                             self.base_offset, size)
             bad = idx.problems(self.log_size) if cls is OffsetIndex else idx.problems()

@@ -22,7 +22,7 @@ import bisect
 import mmap
 import os
 from dataclasses import dataclass, replace
-from typing import Iterable, Iterator, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -35,6 +35,7 @@ from kproto.records.batch import RecordBatch
 from kproto.records.columns import decode_arrow
 from kproto.records.reader import Batch
 from kproto.records.transactions import AbortedTransactions
+from kproto.storage import fs
 from kproto.storage.indexes import AbortedTxn
 from kproto.storage.layout import is_partition_dir, scan_log_dir, scan_partition_dir
 from kproto.storage.partition import Partition, Segment, read_log_start_offsets, scan_batches
@@ -42,6 +43,9 @@ from kproto.storage.partition import Partition, Segment, read_log_start_offsets,
 ISOLATIONS = ("read_uncommitted", "read_committed")
 COMPRESSION_NAMES = ("none", "gzip", "snappy", "lz4", "zstd")
 _CHUNK_BYTES = 4 * 1024 * 1024  # batch bytes decoded per Arrow batch
+# bytes of a remote segment fetched per ranged read: large enough that a request's latency is
+# small beside its transfer, small enough to bound what a task holds
+REMOTE_READ_BYTES = 32 << 20
 
 HEADER_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 
@@ -117,7 +121,7 @@ def _partitions(path: str, topics: Iterable[str] | None = None,
                 problems: Problems | None = None) -> list[Partition]:
     """The selected partitions, each with its entry of the log dir's
     ``log-start-offset-checkpoint`` (for a partition folder: that of the folder it is in)."""
-    path = os.path.normpath(path)
+    path = fs.normpath(path)
     single = is_partition_dir(path)
     layouts = [scan_partition_dir(path)] if single else scan_log_dir(path).partitions
     topics = set(topics) if topics is not None else None
@@ -180,11 +184,16 @@ def _segment_range(seg: Segment, is_last: bool, opts: ReadOptions) -> tuple[int,
 def plan_splits(path: str, *, topics: Iterable[str] | None = None,
                 partitions: Iterable[int] | None = None, options: ReadOptions = ReadOptions(),
                 split_bytes: int | None = None,
-                problems: Problems | None = None) -> list[Split]:
+                problems: Problems | None = None,
+                storage_options: Mapping[str, Any] | None = None) -> list[Split]:
     """Splits covering what ``options`` asks for: one per segment (the range of it worth
     reading), or, with ``split_bytes``, pieces of about that size cut by :func:`balance` at
     offset-index positions (so never inside a batch). What is wrong with the partitions'
-    index and metadata files is reported in ``problems``."""
+    index and metadata files is reported in ``problems``. ``path`` may be a URI
+    (``s3://``...; see :mod:`kproto.storage.fs`, ``storage_options`` for its filesystem):
+    planning lists folders and reads index files, never segment bodies (unless an index
+    is missing, or ``read_committed`` scans for open transactions)."""
+    fs.configure(path, storage_options)
     out: list[Split] = []
     for part in _partitions(path, topics, partitions, problems):
         aborted = tuple(part.aborted)
@@ -376,11 +385,22 @@ def _trim(out: pa.RecordBatch, offset: np.ndarray, timestamp: np.ndarray, split:
 
 
 def read_split(split: Split, options: ReadOptions = ReadOptions(), *,
-               problems: Problems | None = None,
-               chunk_bytes: int = _CHUNK_BYTES) -> Iterator[pa.RecordBatch]:
+               problems: Problems | None = None, chunk_bytes: int = _CHUNK_BYTES,
+               storage_options: Mapping[str, Any] | None = None) -> Iterator[pa.RecordBatch]:
     """The records of one split as Arrow record batches (of about ``chunk_bytes`` of log);
-    damage met is reported in ``problems`` (with the split's file, topic and partition)."""
+    damage met is reported in ``problems`` (with the split's file, topic and partition).
+    A remote split is fetched in ranged reads of about :data:`REMOTE_READ_BYTES`, cut at
+    its batch boundaries."""
     if split.end <= split.start:
+        return
+    if fs.is_remote(split.path):
+        fs.configure(split.path, storage_options)
+        with fs.open_input(split.path) as f:
+            for group in balance([split], REMOTE_READ_BYTES):
+                for piece in group:
+                    data = f.read_at(piece.size, piece.start)
+                    yield from read_buffer(data, piece, options, problems=problems,
+                                           chunk_bytes=chunk_bytes)
         return
     with open(split.path, "rb") as f:
         # mapped, not read: the decoder copies the records once anyway
@@ -470,25 +490,29 @@ def _decode(batches: list[Batch], split: Split, segment: str, opts: ReadOptions,
 
 def iter_arrow(path: str, *, topics: Iterable[str] | None = None,
                partitions: Iterable[int] | None = None, problems: Problems | None = None,
+               storage_options: Mapping[str, Any] | None = None,
                **options) -> Iterator[pa.RecordBatch]:
-    """Arrow record batches of every record under ``path`` (a log dir or a partition folder),
-    partition by partition in offset order. ``options``: the fields of :class:`ReadOptions`.
-    Damage found is reported in ``problems`` when given."""
-    return _iter_arrow(path, topics, partitions, problems, ReadOptions(**options))
+    """Arrow record batches of every record under ``path`` (a log dir or a partition folder,
+    local or a URI; ``storage_options``: see :func:`plan_splits`), partition by partition in
+    offset order. ``options``: the fields of :class:`ReadOptions`. Damage found is reported
+    in ``problems`` when given."""
+    return _iter_arrow(path, topics, partitions, problems, ReadOptions(**options),
+                       storage_options)
 
 
 def _iter_arrow(path: str, topics: Iterable[str] | None, partitions: Iterable[int] | None,
-                problems: Problems | None, opts: ReadOptions) -> Iterator[pa.RecordBatch]:
+                problems: Problems | None, opts: ReadOptions,
+                storage_options: Mapping[str, Any] | None = None) -> Iterator[pa.RecordBatch]:
     for split in plan_splits(path, topics=topics, partitions=partitions, options=opts,
-                             problems=problems):
+                             problems=problems, storage_options=storage_options):
         yield from read_split(split, opts, problems=problems)
 
 
 def read_arrow(path: str, *, topics: Iterable[str] | None = None,
                partitions: Iterable[int] | None = None, problems: Problems | None = None,
-               **options) -> pa.Table:
+               storage_options: Mapping[str, Any] | None = None, **options) -> pa.Table:
     """Every record under ``path`` as one ``pyarrow.Table`` (see :func:`iter_arrow`);
     ``read_arrow(path).to_pandas()`` for pandas."""
     opts = ReadOptions(**options)
-    batches = list(_iter_arrow(path, topics, partitions, problems, opts))
+    batches = list(_iter_arrow(path, topics, partitions, problems, opts, storage_options))
     return pa.Table.from_batches(batches, schema=arrow_schema(opts.binary_view))
