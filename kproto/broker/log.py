@@ -269,6 +269,19 @@ class Log:
         self.aborted: list[tuple[int, int, int]] = []
         self.recovery: list[str] = []  # what recovery truncated or deleted
         self._append_fds: dict[str, int] = {}
+        # None: a single replica, whose high watermark is its log end; a replicated partition
+        # has it set by its leader's rule (kproto.broker.replica)
+        self._high_watermark: Optional[int] = None
+        self._open(recover, start_offset)
+
+    def _open(self, recover: bool, start_offset: Optional[int]) -> None:
+        path, config = self.path, self.config
+        self.segments = []
+        self.last_offsets, self.positions, self.max_timestamps = [], [], []
+        self.total_bytes = 0
+        self.max_timestamp = (-1, -1)
+        self.producers = {}
+        self.aborted = []
         os.makedirs(path, exist_ok=True)
         next_offset = 0
         epochs: list = []
@@ -289,7 +302,7 @@ class Log:
         if start_offset is not None and start_offset > self.plog.start_offset:
             self.plog.start_offset = min(start_offset, next_offset)
         if not recover or not os.path.exists(os.path.join(path, "partition.metadata")):
-            self._apply([FileOp("partition.metadata", PartitionMetadata(str(topic_id)).encode())])
+            self._apply([FileOp("partition.metadata", PartitionMetadata(str(self.topic_id)).encode())])
 
     # ------------------------------------------------------------------------ offsets
     @property
@@ -298,13 +311,43 @@ class Log:
 
     @property
     def high_watermark(self) -> int:
-        return self.plog.next_offset
+        """What consumers may read up to: the log end of a single replica, else what the
+        replication rule set (never above the log end)."""
+        hw = self._high_watermark
+        return self.plog.next_offset if hw is None else min(hw, self.plog.next_offset)
+
+    def set_high_watermark(self, offset: Optional[int]) -> bool:
+        """Set by replication (None: follow the log end again); returns whether it moved."""
+        before = self.high_watermark
+        self._high_watermark = offset
+        return self.high_watermark != before
 
     @property
     def last_stable_offset(self) -> int:
         """The first offset of the oldest open transaction, else the high watermark."""
         ongoing = self.plog.producers.ongoing
-        return min(ongoing.values()) if ongoing else self.plog.next_offset
+        hw = self.high_watermark
+        return min(min(ongoing.values()), hw) if ongoing else hw
+
+    # ------------------------------------------------------------------------ leader epochs
+    @property
+    def latest_epoch(self) -> int:
+        """The leader epoch of the newest batch (-1 for none): the epoch cache's last entry."""
+        return self.plog.epochs[-1].epoch if self.plog.epochs else -1
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """(epoch, end offset) as Kafka's ``LeaderEpochFileCache.endOffsetFor`` answers
+        OffsetsForLeaderEpoch: the start of the first epoch above ``epoch`` (the log end for
+        the latest), with the largest epoch at or below it; (-1, -1) when unknown."""
+        epochs = self.plog.epochs
+        if not epochs or epoch < epochs[0].epoch:
+            return -1, -1
+        if epoch == epochs[-1].epoch:
+            return epoch, self.log_end_offset
+        for i, e in enumerate(epochs):
+            if e.epoch > epoch:
+                return epochs[i - 1].epoch, e.start_offset
+        return epochs[-1].epoch, self.log_end_offset
 
     @property
     def log_start_offset(self) -> int:
@@ -535,10 +578,71 @@ class Log:
         last = self._write(batch, bytes(buf), batch.base_offset, batch.max_timestamp, 0)
         return AppendInfo(batch.base_offset, last, -1, self.log_start_offset)
 
+    def append_as_follower(self, records: bytes | memoryview) -> int:
+        """Append what a leader's fetch returned: whole batches, offsets and leader epochs as
+        the leader wrote them (a partial batch at the end is left for the next fetch, as
+        Kafka's follower does); CRCs checked, no producer checks. Returns the log end."""
+        try:
+            for b in BatchReader(records):
+                if not isinstance(b, RecordBatch) or not b.is_valid():
+                    raise BrokerError(ErrorCode.CORRUPT_MESSAGE, "a corrupt batch from the leader")
+                if b.base_offset < self.log_end_offset:
+                    if b.last_offset < self.log_end_offset:
+                        continue  # already here (a retried fetch)
+                    raise BrokerError(ErrorCode.UNKNOWN_SERVER_ERROR,
+                                      f"batch at {b.base_offset} overlaps the log end {self.log_end_offset}")
+                # a v2 batch's time-index entry names its last offset (Kafka's
+                # shallowOffsetOfMaxTimestamp)
+                self._write(b, bytes(b.buffer), b.base_offset, b.max_timestamp, b.last_offset_delta)
+        except DecodeError as exc:
+            raise BrokerError(ErrorCode.CORRUPT_MESSAGE, f"Record batch is corrupt: {exc}") from None
+        return self.log_end_offset
+
+    def truncate_to(self, offset: int) -> int:
+        """Remove the batches at and above ``offset`` (a batch holding it goes whole), as
+        Kafka's ``UnifiedLog.truncateTo`` does for a follower whose log diverged from its
+        leader's: segment files cut or deleted, producer snapshots past the end dropped,
+        leader epochs from the end on forgotten, then the partition reopened. Returns the
+        new log end."""
+        if offset >= self.log_end_offset:
+            return self.log_end_offset
+        k = bisect_left(self.last_offsets, offset)
+        cut = self.positions[k] if k < len(self.positions) else self.total_bytes
+        if k:
+            new_end = self.last_offsets[k - 1] + 1
+        else:
+            new_end = self.segments[0].base_offset if self.segments else self.log_end_offset
+        epochs = [e for e in self.plog.epochs if e.start_offset < new_end]
+        start = self.log_start_offset
+        self.close(clean=False)
+        for seg in self.segments:
+            if seg.global_start >= cut and seg.global_start > 0:
+                for ext in (".log", ".index", ".timeindex", ".txnindex"):
+                    try:
+                        os.unlink(os.path.join(self.path, offset_file_name(seg.base_offset, ext)))
+                    except FileNotFoundError:
+                        pass
+            elif seg.global_start <= cut < seg.global_start + max(seg.size, 1):
+                with open(seg.path, "r+b") as f:
+                    f.truncate(cut - seg.global_start)
+        for snap in scan_partition_dir(self.path).snapshots:
+            if snap[0] > new_end:
+                os.unlink(snap[1])
+        replace_file(os.path.join(self.path, "leader-epoch-checkpoint"),
+                     LeaderEpochCheckpoint(epochs).encode())
+        self._open(True, start)
+        self.recovery.append(f"truncated to {new_end} (asked {offset})")
+        return self.log_end_offset
+
     def _write(self, batch: RecordBatch, data: bytes, base: int, max_ts: int, max_delta: int) -> int:
         """Hand a patched batch to the storage log and index it in memory; returns its last offset."""
         last = base + batch.last_offset_delta
+        epochs_before = len(self.plog.epochs)
         ops = self.plog.append(data)
+        if len(self.plog.epochs) != epochs_before:
+            # Kafka flushes the epoch cache as soon as an epoch is assigned: a follower
+            # truncating after a crash relies on it
+            ops.append(FileOp("leader-epoch-checkpoint", self.plog.leader_epoch_checkpoint()))
         self._apply(ops)
         for a in ops.aborted:   # the transaction an ABORT marker completed
             self.aborted.append((a.producer_id, a.first_offset, a.last_offset))

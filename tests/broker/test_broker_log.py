@@ -20,6 +20,10 @@ def values(data):
     return [r.value for b in iter_batches(data) for r in b.records()]
 
 
+def all_values(log):
+    return [r.value for b in log.batches() for r in b.records()]
+
+
 def fill(log, n, now=1_700_000_000_000):
     for i in range(n):
         log.append_as_leader(batch([b"v%03d" % i]), now)
@@ -168,3 +172,75 @@ def test_recovery_rebuilds_the_txnindex_of_the_recovered_segment(tmp_path, damag
     committed = ks.read_arrow(str(tmp_path), isolation="read_committed")
     assert b"aborted" not in committed.column("value").to_pylist()
     assert len(committed) == 6
+
+
+def test_a_follower_copies_the_leaders_batches_and_truncates_where_they_diverge(tmp_path):
+    """Replication's log operations: the leader's batches appended as they are (offsets and
+    leader epochs kept), the epoch cache answering OffsetsForLeaderEpoch, truncation across
+    segments, and a reopened log that agrees with the storage reader."""
+    from kproto.storage.checkpoints import LeaderEpochCheckpoint
+    mgr = LogManager(str(tmp_path / "leader"), defaults=LogConfig(segment_bytes=400))
+    leader = mgr.create_topic("t", 1).partitions[0]
+    for epoch, n in ((0, 6), (3, 5), (4, 6)):
+        leader.leader_epoch = epoch
+        fill(leader, n)
+    assert [(e.epoch, e.start_offset) for e in leader.plog.epochs] == [(0, 0), (3, 6), (4, 11)]
+    assert leader.end_offset_for_epoch(0) == (0, 6)
+    assert leader.end_offset_for_epoch(2) == (0, 6)      # the largest epoch below, where 3 began
+    assert leader.end_offset_for_epoch(3) == (3, 11)
+    assert leader.end_offset_for_epoch(4) == (4, 17)     # the latest: the log end
+    assert leader.end_offset_for_epoch(9) == (4, 17)
+    fmgr = LogManager(str(tmp_path / "follower"), node_id=2, defaults=LogConfig(segment_bytes=400))
+    follower = fmgr.create_topic("t", 1, topic_id=leader.topic_id).partitions[0]
+    offset = 0
+    while offset < leader.log_end_offset:
+        chunk = leader.read(offset, 250)
+        offset = follower.append_as_follower(chunk + chunk[:30])   # a partial batch after
+    assert offset == 17 and follower.append_as_follower(leader.read(15, 1000)) == 17  # a retry
+    assert all_values(follower) == all_values(leader)
+    assert follower.read(11, 1 << 20) == leader.read(11, 1 << 20)   # byte for byte
+    assert [(e.epoch, e.start_offset) for e in follower.plog.epochs] == [(0, 0), (3, 6), (4, 11)]
+    with open(os.path.join(follower.path, "leader-epoch-checkpoint"), "rb") as f:
+        assert [(e.epoch, e.start_offset) for e in LeaderEpochCheckpoint.parse(f.read()).entries] == \
+            [(0, 0), (3, 6), (4, 11)]   # written as each epoch began, not only at close
+    from kproto.records import RecordBatchBuilder
+    b = RecordBatchBuilder(base_offset=17)
+    b.append(1_700_000_000_000, None, b"next")
+    bad = bytearray(b.build())
+    bad[-1] ^= 0xFF
+    with pytest.raises(BrokerError) as exc:
+        follower.append_as_follower(bytes(bad))
+    assert exc.value.code == E.CORRUPT_MESSAGE and follower.log_end_offset == 17
+
+    # diverged from offset 8 on: the follower keeps 0..7
+    segments_before = len(follower.segments)
+    assert follower.truncate_to(8) == 8
+    assert len(follower.segments) < segments_before
+    assert all_values(follower) == [b"v%03d" % i for i in range(6)] + [b"v000", b"v001"]
+    assert [(e.epoch, e.start_offset) for e in follower.plog.epochs] == [(0, 0), (3, 6)]
+    assert follower.end_offset_for_epoch(3) == (3, 8)
+    follower.leader_epoch = 5
+    follower.append_as_leader(batch([b"new"]), 1_700_000_000_000)
+    assert follower.log_end_offset == 9 and follower.latest_epoch == 5
+    assert follower.truncate_to(100) == 9                  # past the end: nothing to do
+    assert follower.truncate_to(0) == 0 and follower.read(0, 100) == b""
+    follower.leader_epoch = 6
+    follower.append_as_leader(batch([b"again"]), 1_700_000_000_000)
+    fmgr.close()
+    mgr.close()
+    table = ks.read_arrow(str(tmp_path / "follower"))
+    assert table.column("value").to_pylist() == [b"again"]
+    assert table.column("offset").to_pylist() == [0]
+
+
+def test_the_high_watermark_follows_the_log_end_until_replication_sets_it(tmp_path):
+    mgr = LogManager(str(tmp_path))
+    log = mgr.create_topic("t", 1).partitions[0]
+    fill(log, 3)
+    assert log.high_watermark == 3
+    assert log.set_high_watermark(1)
+    assert log.high_watermark == 1 and log.last_stable_offset == 1
+    assert log.bytes_available(0, log.high_watermark) > 0 and log.read(1, 1000, max_offset=1) == b""
+    assert log.set_high_watermark(10) and log.high_watermark == 3   # never past the log end
+    assert not log.set_high_watermark(None)
+    mgr.close()
