@@ -94,12 +94,13 @@ def _type_name(name: str) -> str:
     return re.sub(r"(?<!^)(?=[A-Z])", "_", name).upper()
 
 
-def decode_metadata_frame(value: bytes | memoryview) -> dict[str, Any]:
-    """A ``__cluster_metadata`` record value: frame fields and the record in JSON form."""
+def read_metadata_frame(value: bytes | memoryview, what: str = "__cluster_metadata record"
+                        ) -> tuple[int, int, Any, int]:
+    """The KRaft frame of a ``__cluster_metadata`` value: ``(record type, version, codec,
+    position of the record body)``; :class:`DecodeError` for an unknown frame, type or version."""
     from kproto.codecs import metadata_record
     from kproto.codecs.primitives import read_uvarint
 
-    what = "__cluster_metadata record"
     frame_version, pos = read_uvarint(value, 0)
     if frame_version != 1:
         raise DecodeError(f"unknown frame version {frame_version}", what=what, offset=0)
@@ -111,8 +112,14 @@ def decode_metadata_frame(value: bytes | memoryview) -> dict[str, Any]:
         raise DecodeError(f"unknown metadata record type {api_key}", what=what) from None
     if version not in codec.valid_versions:
         raise DecodeError(f"unknown {codec.name} version {version}", what=what)
+    return api_key, version, codec, pos
+
+
+def decode_metadata_frame(value: bytes | memoryview) -> dict[str, Any]:
+    """A ``__cluster_metadata`` record value: frame fields and the record in JSON form."""
+    api_key, version, codec, pos = read_metadata_frame(value)
     obj = codec.decode(memoryview(value)[pos:], version)
-    return {"frame_version": frame_version, "api_key": api_key, "type": _type_name(codec.name),
+    return {"frame_version": 1, "api_key": api_key, "type": _type_name(codec.name),
             "version": version, "data": codec.to_json(obj, version)}
 
 
