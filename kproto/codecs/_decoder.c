@@ -383,6 +383,14 @@ static PyObject *decode_value(Reader *r, Op *op) {
         if (n * fixed_width(op->elem->code) > r->len - r->pos) return fail("count beyond the data");
         PyObject *list = PyList_New((Py_ssize_t)n);
         if (!list) return NULL;
+        if (op->elem->code == OP_INT32) {   /* bounds checked above for all n */
+            for (Py_ssize_t i = 0; i < (Py_ssize_t)n; i++, r->pos += 4) {
+                PyObject *v = PyLong_FromLong((int32_t)be32(r->p + r->pos));
+                if (!v) { Py_DECREF(list); return NULL; }
+                PyList_SET_ITEM(list, i, v);
+            }
+            return list;
+        }
         for (Py_ssize_t i = 0; i < (Py_ssize_t)n; i++) {
             PyObject *v = decode_value(r, op->elem);
             if (!v) { Py_DECREF(list); return NULL; }
@@ -542,7 +550,26 @@ static PyObject *finish(Writer *w) {
 }
 
 /* A long that fits [lo, hi], as struct.pack takes it (ints only: __index__ goes to Python). */
+/* An exact int of one digit, without a call: (1 and *out) or 0. */
+static inline int small_int(PyObject *v, long long *out) {
+    if (!PyLong_CheckExact(v)) return 0;
+#if PY_VERSION_HEX >= 0x030C0000
+    if (!PyUnstable_Long_IsCompact((PyLongObject *)v)) return 0;
+    *out = (long long)PyUnstable_Long_CompactValue((PyLongObject *)v);
+    return 1;
+#else
+    Py_ssize_t size = Py_SIZE(v);
+    if (size < -1 || size > 1) return 0;
+    *out = (long long)size * (long long)((PyLongObject *)v)->ob_digit[0];
+    return 1;
+#endif
+}
+
 static int get_int(PyObject *v, long long lo, long long hi, long long *out) {
+    if (small_int(v, out)) {
+        if (*out < lo || *out > hi) return efail("int out of range");
+        return 0;
+    }
     if (!PyLong_Check(v)) return efail("not an int");
     int overflow;
     long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
@@ -693,8 +720,20 @@ static int encode_value(Writer *w, Op *op, PyObject *v) {
         if (!is_list && !PyTuple_Check(v)) return efail("not a list");
         Py_ssize_t n = Py_SIZE(v);
         if (put_len(w, op->flags, 0, n) < 0) return -1;
+        Py_ssize_t i = 0;
+        if (op->elem->code == OP_INT32) {   /* broker ids, replicas, partitions: no calls */
+            long long x;
+            if (ENSURE(w, 4 * n) < 0) return -1;
+            PyObject **items = is_list ? ((PyListObject *)v)->ob_item : ((PyTupleObject *)v)->ob_item;
+            for (; i < n && small_int(items[i], &x) && x >= INT32_MIN && x <= INT32_MAX; i++) {
+                uint32_t u = (uint32_t)(int32_t)x;
+                uint8_t *q = (uint8_t *)w->p + w->len;
+                q[0] = (uint8_t)(u >> 24); q[1] = (uint8_t)(u >> 16); q[2] = (uint8_t)(u >> 8); q[3] = (uint8_t)u;
+                w->len += 4;
+            }
+        }
         /* a list may change under a callback (__bool__, __ne__): hold each item, re-check size */
-        for (Py_ssize_t i = 0; i < n; i++) {
+        for (; i < n; i++) {
             if (is_list && i >= PyList_GET_SIZE(v)) return efail("list changed size");
             PyObject *item = is_list ? PyList_GET_ITEM(v, i) : PyTuple_GET_ITEM(v, i);
             Py_INCREF(item);
