@@ -134,13 +134,16 @@ def _partitions(path: str, topics: Iterable[str] | None = None,
             for p in layouts]
 
 
-def first_unstable_offset(part: Partition) -> int | None:
+def first_unstable_offset(part: Partition, end_offset: int | None = None) -> int | None:
     """First offset of the earliest transaction still open at the end of the log (None if
     none): the producer state of the latest usable snapshot, brought up to date by scanning the
-    batches after it, as a broker's recovery does."""
+    batches after it, as a broker's recovery does. ``end_offset``: as of that offset instead,
+    as if nothing at or past it were written (a transaction whose marker is there is open)."""
     ongoing: dict[int, int] = {}
     start = None
     for offset in sorted(part.snapshot_offsets, reverse=True):
+        if end_offset is not None and offset > end_offset:
+            continue
         snap = part.snapshot(offset)
         if snap is not None and snap.crc_valid:
             ongoing = {e.producer_id: e.current_txn_first_offset for e in snap.entries
@@ -148,6 +151,8 @@ def first_unstable_offset(part: Partition) -> int | None:
             start = offset
             break
     for _seg, batch in part.batches(start_offset=start):
+        if end_offset is not None and batch.base_offset >= end_offset:
+            break
         if not isinstance(batch, RecordBatch) or not batch.is_transactional:
             continue
         if start is not None and batch.base_offset < start:
