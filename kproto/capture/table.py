@@ -6,7 +6,8 @@ exactly what the JSON lines hold: nested parts (bodies, ``unread``, ``fetch_sess
 as JSON text, the rest as typed columns. Record rows use the column names and types of
 :func:`kproto.storage.arrow_schema` where they mean the same (``topic``, ``partition``,
 ``offset``, ``timestamp``, ``key``, ``value``, ``headers``, ...), so traffic joins log data.
-Sans-I/O apart from :func:`capture_files` (which lists files) and reading the files named.
+Sans-I/O apart from :func:`capture_files` (which lists files) and :func:`capture_packets`
+(which reads one), both through :mod:`kproto.storage.fs` (local paths or URIs).
 """
 from __future__ import annotations
 
@@ -14,16 +15,21 @@ import datetime as _dt
 import glob
 import json
 import os
-from typing import Any, Iterable, Iterator, Sequence
+from dataclasses import replace
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
 
 from kproto.capture.exchange import Exchange, _iso, exchange_to_json
+from kproto.capture.pcap import Packet, _damage, iter_packets, read_packets
 from kproto.errors import DecodeError
+from kproto.problems import Problem
 from kproto.schemas.api_keys import ApiKey
+from kproto.storage import fs
 
-__all__ = ["EXCHANGE_SCHEMA", "RECORD_SCHEMA", "capture_files", "exchange_batches",
+__all__ = ["EXCHANGE_SCHEMA", "RECORD_SCHEMA", "capture_files", "capture_packets",
+           "exchange_batches",
            "exchange_records", "group_files", "record_batches"]
 
 _HEADERS = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
@@ -68,25 +74,47 @@ _ZERO_ID = "AAAAAAAAAAAAAAAAAAAAAA"
 _CAPTURE_MARKS = (".pcap", ".cap")
 
 
-def capture_files(paths: Iterable[str]) -> list[tuple[str, int]]:
+def capture_files(paths: Iterable[str],
+                  storage_options: Mapping[str, Any] | None = None) -> list[tuple[str, int]]:
     """``(path, size)`` of the capture files named by ``paths`` (files, glob patterns, or
-    directories, whose files with ``.pcap``/``.cap`` in their name are taken, recursively),
-    sorted and without repeats. ``FileNotFoundError`` for a path or pattern matching nothing."""
-    found: set[str] = set()
+    directories, whose files with ``.pcap``/``.cap`` in their name are taken, recursively;
+    local or URIs such as ``s3://bucket/captures/*.pcap*``, ``storage_options`` for their
+    filesystem: see :mod:`kproto.storage.fs`), sorted and without repeats.
+    ``FileNotFoundError`` for a path or pattern matching nothing."""
+    found: dict[str, int] = {}
     for path in paths:
-        matches = sorted(glob.glob(path, recursive=True)) if glob.has_magic(path) else [path]
-        if not matches or not all(os.path.exists(m) for m in matches):
+        fs.configure(path, storage_options)
+        if not glob.has_magic(path):
+            matches = [path]
+        elif fs.is_remote(path):
+            matches = fs.glob(path)
+        else:
+            matches = sorted(glob.glob(path, recursive=True))
+        if not matches or not all(fs.exists(m) for m in matches):
             raise FileNotFoundError(f"no capture file at {path!r}")
         for m in matches:
-            if os.path.isdir(m):
-                for root, dirs, files in os.walk(m):
-                    dirs[:] = [d for d in dirs if not d.startswith(".")]
-                    found.update(os.path.join(root, f) for f in files
-                                 if not f.startswith(".")
-                                 and any(mark in f.lower() for mark in _CAPTURE_MARKS))
+            if fs.isdir(m):
+                found.update((f, n) for f, n in fs.walk_files(m)
+                             if any(mark in os.path.basename(f).lower() for mark in _CAPTURE_MARKS))
             else:
-                found.add(m)
-    return [(f, os.path.getsize(f)) for f in sorted(found)]
+                found[m] = fs.getsize(m)
+    return sorted(found.items())
+
+
+def capture_packets(path: str) -> Iterator[Packet | Problem]:
+    """The packets of a capture file: :func:`~kproto.capture.pcap.read_packets` of a local
+    one, the same of a URI's bytes (one ranged read: a capture is decoded from its start)."""
+    if not fs.is_remote(path):
+        return read_packets(path)
+    return _packets_of(fs.read_range(path), path)
+
+
+def _packets_of(data: bytes, source: str) -> Iterator[Packet | Problem]:
+    if not data:
+        yield replace(_damage("empty file", 0, 0), source=source)
+        return
+    for item in iter_packets(data):
+        yield replace(item, source=source) if isinstance(item, Problem) else item
 
 
 def _ts(text: str | None) -> _dt.datetime | None:

@@ -23,8 +23,10 @@ from pyspark.sql.types import StructType
 from kproto.capture.api import BodyDecoder, iter_exchanges
 from kproto.capture.decoder import CaptureDecoder
 from kproto.capture.table import (EXCHANGE_SCHEMA, RECORD_SCHEMA, capture_files,
-                                  exchange_batches, group_files, record_batches)
-from kproto.spark.scan import AUTO_TASKS, _bool, _size, option_paths
+                                  capture_packets, exchange_batches, group_files,
+                                  record_batches)
+from kproto.spark.scan import AUTO_TASKS, FS_PREFIX, _bool, _size, fs_options, option_paths
+from kproto.storage import fs
 
 NAME = "kafka-pcap"
 log = logging.getLogger("kproto.spark")
@@ -48,12 +50,13 @@ class PcapSpec:
     ports: tuple[int, ...] | None = None  # None: guessed per connection, as decode-pcap does
     best_effort: bool = True
     split_bytes: int | None = None
+    storage_options: tuple[tuple[str, str], ...] = ()  # the fs.* options (remote paths)
 
 
 def parse_pcap_options(options: Mapping[str, str]) -> PcapSpec:
     """A :class:`PcapSpec` from the source's options; ``ValueError`` names a bad one."""
     opts = {k.lower(): v for k, v in options.items()}
-    unknown = sorted(set(opts) - set(OPTIONS))
+    unknown = sorted(k for k in set(opts) - set(OPTIONS) if not k.startswith(FS_PREFIX))
     if unknown:
         raise ValueError(f"{NAME}: unknown option(s) {unknown}; known: {list(OPTIONS)}")
     expand = opts.get("expand", "exchanges").lower()
@@ -66,7 +69,8 @@ def parse_pcap_options(options: Mapping[str, str]) -> PcapSpec:
         except ValueError:
             raise ValueError(f"{NAME}: ports must be integers: {opts['ports']!r}") from None
     return PcapSpec(tuple(option_paths(opts, NAME)), expand, ports,
-                    _bool(opts, "besteffort", "true", NAME), _size(opts.get("splitsize"), NAME))
+                    _bool(opts, "besteffort", "true", NAME), _size(opts.get("splitsize"), NAME),
+                    fs_options(opts))
 
 
 def pcap_spark_schema(expand: str = "exchanges") -> StructType:
@@ -99,7 +103,7 @@ class KafkaPcapReader(DataSourceReader):
     def partitions(self) -> Sequence[InputPartition]:
         """One task per file, or per run of small files up to ``splitSize`` bytes (default:
         the files' bytes over ``tasks``, within 1-64 MiB)."""
-        files = capture_files(self.spec.paths)
+        files = capture_files(self.spec.paths, dict(self.spec.storage_options))
         total = sum(n for _, n in files)
         budget = self.spec.split_bytes or min(MAX_TASK_BYTES, max(
             MIN_TASK_BYTES, -(-total // max(1, self.tasks))))
@@ -109,9 +113,11 @@ class KafkaPcapReader(DataSourceReader):
         """The rows of the task's files, file by file, in each file's exchange order."""
         rows = record_batches if self.spec.expand == "records" else exchange_batches
         for path in getattr(partition, "files", ()):
+            fs.configure(path, dict(self.spec.storage_options))
             decoder = CaptureDecoder(self.spec.ports,
                                      decode=BodyDecoder(best_effort=self.spec.best_effort))
-            for rb in rows(iter_exchanges(path, decoder=decoder), path, schema=self.schema):
+            exchanges = iter_exchanges(capture_packets(path), decoder=decoder)
+            for rb in rows(exchanges, path, schema=self.schema):
                 yield rb.cast(self.target)
             for problem in decoder.problems:  # damage of the file itself, as decode-pcap says
                 log.warning("%s: %s: %s", NAME, path, problem.reason)
@@ -125,7 +131,9 @@ class KafkaPcapDataSource(DataSource):
     :func:`pcap_spark_schema`; ``records``: a row per Produce/Fetch record), ``ports``
     (comma-separated broker ports; default guessed per connection), ``bestEffort`` (decode
     versions newer than the schemas with the newest layout; default true), ``splitSize``
-    (bytes of files per task, e.g. ``16m``; a larger file is a task of its own).
+    (bytes of files per task, e.g. ``16m``; a larger file is a task of its own),
+    ``fs.<name>`` (for ``s3://``... paths: the filesystem's arguments, as for
+    ``kafka-segments``).
     """
 
     tasks: int = AUTO_TASKS  # tasks per read without splitSize (see kproto.spark.register)

@@ -31,6 +31,9 @@ INTERNAL = frozenset(INTERNAL_TOPICS)
 OPTIONS = ("path", "paths", "topics", "partitions", "startingoffsets", "endingoffsets",
            "startingtimestamp", "endingtimestamp", "isolation", "includecontrol", "verifycrc",
            "splitsize", "output", "includedeleted", "decode")
+#: options starting with this go to the filesystem of remote paths, prefix removed
+#: (``fs.endpoint_override``, ``fs.access_key``...: see :mod:`kproto.storage.fs`)
+FS_PREFIX = "fs."
 #: values of the ``output`` option: the records, or the damage a read of them meets
 OUTPUTS = ("records", "damage")
 #: values of the ``decode`` option: records as stored, or internal topics' records decoded
@@ -52,6 +55,7 @@ class ScanSpec:
     decode: str = "none"  # or "internal": internal topics only, each record decoded
     empty: bool = False  # the bounds exclude every record
     pushed: tuple[str, ...] = field(default=(), compare=False)  # filters taken (logged)
+    storage_options: tuple[tuple[str, str], ...] = ()  # the fs.* options (remote paths)
 
     def keeps(self, split: Split) -> bool:
         """Whether ``split`` belongs to the partitions this scan selects."""
@@ -91,7 +95,7 @@ def auto_split_bytes(total: int, tasks: int = AUTO_TASKS) -> int:
 def parse_options(options: Mapping[str, str]) -> ScanSpec:
     """A :class:`ScanSpec` from the source's options; ``ValueError`` names a bad one."""
     opts = {k.lower(): v for k, v in options.items()}
-    unknown = sorted(set(opts) - set(OPTIONS))
+    unknown = sorted(k for k in set(opts) - set(OPTIONS) if not k.startswith(FS_PREFIX))
     if unknown:
         raise ValueError(f"kafka-segments: unknown option(s) {unknown}; known: {list(OPTIONS)}")
     paths = option_paths(opts)
@@ -127,7 +131,14 @@ def parse_options(options: Mapping[str, str]) -> ScanSpec:
     if decode == "internal":
         chosen = INTERNAL if chosen is None else chosen & INTERNAL
     return _checked(ScanSpec(tuple(paths), read, chosen, partitions=partitions,
-                             split_bytes=split, output=output, decode=decode))
+                             split_bytes=split, output=output, decode=decode,
+                             storage_options=fs_options(opts)))
+
+
+def fs_options(opts: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """The ``fs.*`` options, prefix removed, sorted: the remote filesystem's arguments."""
+    return tuple(sorted((k[len(FS_PREFIX):], v) for k, v in opts.items()
+                        if k.startswith(FS_PREFIX)))
 
 
 def option_paths(opts: Mapping[str, str], source: str = "kafka-segments") -> list[str]:

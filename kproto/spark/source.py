@@ -131,7 +131,8 @@ class KafkaSegmentsReader(DataSourceReader):
         damage = Problems()
         splits = [s for path in spec.paths
                   for s in plan_splits(path, topics=spec.topics, partitions=spec.partitions,
-                                       options=spec.read, problems=damage)
+                                       options=spec.read, problems=damage,
+                                       storage_options=dict(spec.storage_options))
                   if spec.keeps(s)]  # whole segments (the ranges the bounds leave of them)
         target = spec.split_bytes or auto_split_bytes(sum(s.size for s in splits), self.tasks)
         if spec.pushed:
@@ -156,7 +157,8 @@ class KafkaSegmentsReader(DataSourceReader):
         internal = self.spec.decode == "internal"
         full = self.columns == (internal_arrow_schema() if internal else arrow_schema()).names
         for split in splits:
-            for rb in read_split(split, self.spec.read, problems=damage):
+            for rb in read_split(split, self.spec.read, problems=damage,
+                                 storage_options=dict(self.spec.storage_options)):
                 if internal:
                     rb = decode_internal_batch(rb)
                 if not full:
@@ -170,7 +172,8 @@ class KafkaSegmentsReader(DataSourceReader):
         """The damage a records read of ``splits`` meets, read in full (records that do
         not decode are found only by decoding them) and dropped."""
         for split in splits:
-            for _ in read_split(split, self.spec.read, problems=damage):
+            for _ in read_split(split, self.spec.read, problems=damage,
+                                storage_options=dict(self.spec.storage_options)):
                 pass
         if damage:
             yield _damage_batch(damage, self.target)
@@ -192,7 +195,10 @@ class KafkaSegmentsDataSource(DataSource):
     same options meets, columns :func:`damage_spark_schema`), ``decode`` (``none``, or
     ``internal``: only ``__consumer_offsets``, ``__transaction_state``, ``__share_group_state``
     and ``__cluster_metadata``, one typed row per record, columns
-    :func:`internal_spark_schema`; with ``output=damage`` the damage rows are returned).
+    :func:`internal_spark_schema`; with ``output=damage`` the damage rows are returned),
+    ``fs.<name>`` (for ``s3://``, ``gs://``, ``hdfs://``... paths: the filesystem's
+    arguments, e.g. ``fs.endpoint_override``, ``fs.access_key``; see
+    :mod:`kproto.storage.fs`).
     """
 
     tasks: int = AUTO_TASKS  # tasks per read without splitSize

@@ -8,7 +8,8 @@ to ``GcsFileSystem``, ``hdfs`` to ``HadoopFileSystem``, other schemes pyarrow kn
 ``FileSystem.from_uri``, and schemes only fsspec knows through
 ``PyFileSystem(FSSpecHandler(fsspec.filesystem(scheme)))``. Credentials come from where those
 libraries look (``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``/``AWS_ENDPOINT_URL``, ``~/.aws``,
-instance roles, ``GOOGLE_APPLICATION_CREDENTIALS``, ...), or from options given with
+instance roles, ``GOOGLE_APPLICATION_CREDENTIALS``, ...; ``AWS_ENDPOINT_URL_S3`` or
+``AWS_ENDPOINT_URL`` for an S3-compatible server, as boto3 reads them), or from options given with
 :func:`configure` (the keyword arguments of the filesystem class, e.g. ``endpoint_override``,
 ``access_key``, ``secret_key``, ``region``, ``scheme``; for fsspec its storage options).
 
@@ -136,6 +137,11 @@ def resolve(path: str) -> tuple[pafs.FileSystem, str]:
         return pafs.LocalFileSystem(), os.path.abspath(_local(path))
     scheme, root, rest = _root(path)
     opts = _options.get(root, {})
+    if scheme in _S3 and "endpoint_override" not in opts:
+        # the AWS SDKs' variables (boto3, the CLI), which pyarrow's S3 client does not read
+        endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+        if endpoint:
+            opts = {**opts, "endpoint_override": endpoint}
     key = (root, tuple(sorted((k, repr(v)) for k, v in opts.items())))
     with _lock:
         made = _filesystems.get(key)
@@ -351,4 +357,10 @@ def glob(pattern: str) -> list[str]:
         return []
     rx = _glob_regex(remaining)
     cut = len(inner.rstrip("/")) + 1
-    return sorted(f"{base}/{i.path[cut:]}" for i in infos if rx.fullmatch(i.path[cut:]))
+    out = []
+    for info in infos:
+        rel = info.path[cut:]
+        if rx.fullmatch(rel):
+            out.append(f"{base}/{rel}")
+            _file_info(os.path.dirname(out[-1]), [info])  # what exists/getsize ask next
+    return sorted(out)

@@ -1,0 +1,210 @@
+"""Log dirs and captures read from object storage (kproto.storage.fs) give what local reads
+give; planning reads indexes, never segment bodies. Against moto's S3 server on loopback
+(tests/storage/s3_support.py), which counts what it serves."""
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import sys
+
+import pyarrow as pa
+import pytest
+
+import kproto.storage as ks
+from kproto.problems import Problems
+from kproto.records.builder import RecordBatchBuilder
+from kproto.storage import fs
+from kproto.storage.reader import REMOTE_READ_BYTES
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from s3_support import BUCKET, start_s3_server  # noqa: E402
+from storage_fixtures import LOGDIRS  # noqa: E402
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+EXAMPLE = os.path.join(REPO, "examples", "logdir")
+CAPTURES = os.path.join(REPO, "..", "shared", "captures")
+
+
+@pytest.fixture(scope="module")
+def s3():
+    server = start_s3_server()
+    yield server
+    server.stop()
+
+
+def _same(local: str, uri: str, options: dict, **read) -> None:
+    found_local, found_remote = Problems(), Problems()
+    a = ks.read_arrow(local, problems=found_local, **read)
+    b = ks.read_arrow(uri, problems=found_remote, storage_options=options, **read)
+    assert a.num_rows > 0
+    assert a.equals(b), read
+    # the same damage, at the same places of the same files
+    assert [(d.kind, os.path.relpath(d.source, local), d.position, d.bytes_skipped)
+            for d in found_local] == \
+        [(d.kind, d.source[len(uri) + 1:], d.position, d.bytes_skipped) for d in found_remote]
+
+
+@pytest.mark.parametrize("name", ["example", "broker1-clean", "broker1-crashed"])
+def test_log_dir_rows_as_local(s3, name):
+    local = EXAMPLE if name == "example" else os.path.join(LOGDIRS, name)
+    uri = s3.upload_tree(local, BUCKET, f"logdirs/{name}")
+    for isolation in ("read_uncommitted", "read_committed"):
+        _same(local, uri, s3.options, isolation=isolation)
+    _same(local, uri, s3.options, start_offset=100, end_offset=900)
+    part = sorted(p for p in os.listdir(local) if p[-2:] in ("-0", "-1"))[-1]
+    _same(os.path.join(local, part), f"{uri}/{part}", s3.options)  # a partition folder
+
+
+def test_splits_and_tasks_as_local(s3):
+    uri = s3.upload_tree(EXAMPLE, BUCKET, "splits/example")
+    local = ks.plan_splits(EXAMPLE, split_bytes=16 << 10)
+    remote = ks.plan_splits(uri, split_bytes=16 << 10, storage_options=s3.options)
+    assert len(local) > 5
+    key = [(s.topic, s.partition, os.path.basename(s.path), s.start, s.end, s.resync)
+           for s in local]
+    assert key == [(s.topic, s.partition, os.path.basename(s.path), s.start, s.end, s.resync)
+                   for s in remote]
+    for a, b in zip(local, remote):
+        assert pa.Table.from_batches(list(ks.read_split(a)), ks.arrow_schema()).equals(
+            pa.Table.from_batches(list(ks.read_split(b)), ks.arrow_schema()))
+
+
+def _synthetic_log_dir(path: str, value_size: int, segments: int = 6, partitions: int = 2,
+                       batches: int = 24) -> None:
+    """``partitions`` partitions of ``segments`` closed segments of ``batches`` batches each
+    (10 records of ``value_size`` bytes a batch): bodies scale with ``value_size``, the
+    number of files does not."""
+    rnd = random.Random(7)
+
+    def batch(offset: int) -> bytes:
+        b = RecordBatchBuilder(base_offset=offset)
+        for i in range(10):
+            b.append(1_700_000_000_000 + offset + i, b"k%07d" % (offset + i),
+                     rnd.randbytes(value_size))
+        return b.build()
+
+    size = len(batch(0))
+    d = ks.LogDirWriter(path, cluster_id="c3ludGhldGljLWNsdXN0ZXI",
+                        segment_bytes=batches * size + size // 2)
+    for p in range(partitions):
+        w = d.partition("big", p, topic_id=bytes([p + 1]) * 16)
+        for _ in range(segments * batches + 1):  # + 1: the active segment
+            w.append(batch(w.next_offset))
+    d.close()
+
+
+def _planning_cost(s3, tmp_path, value_size: int) -> tuple[list, int, int]:
+    local = str(tmp_path / f"v{value_size}")
+    _synthetic_log_dir(local, value_size)
+    uri = s3.upload_tree(local, BUCKET, f"planning/v{value_size}")
+    log_bytes = sum(os.path.getsize(os.path.join(r, f)) for r, _, fs_ in os.walk(local)
+                    for f in fs_ if f.endswith(".log"))
+    s3.log.clear()
+    splits = ks.plan_splits(uri, split_bytes=log_bytes // 7, storage_options=s3.options)
+    served = list(s3.log)
+    assert sum(s.size for s in splits) == log_bytes  # the whole scan is planned...
+    assert len({s.path for s in splits}) == 2 * 7
+    assert splits == ks.plan_splits(uri, split_bytes=log_bytes // 7)  # options are kept
+    return served, log_bytes, len(splits)
+
+
+def test_planning_reads_no_segment_bodies(s3, tmp_path):
+    """A scan is planned from listings and index files: no request touches a ``.log``, and
+    the requests do not grow with the segments' bodies (32x larger here)."""
+    small, small_bytes, _ = _planning_cost(s3, tmp_path, 256)
+    large, large_bytes, _ = _planning_cost(s3, tmp_path, 8192)
+    assert large_bytes > 25 * small_bytes
+    for served in (small, large):
+        assert not [r for r in served if r.key.endswith(".log")]
+        assert all(r.method in ("GET", "HEAD") for r in served)
+        # listings (bucket-level GETs) and small files: indexes, checkpoints
+        body_files = {os.path.basename(r.key) for r in served if r.bytes and "list-type" not in r.query}
+        assert all(f.endswith((".index", ".timeindex")) or "checkpoint" in f for f in body_files)
+    shape = [(r.method, "list-type" in r.query, os.path.basename(r.key).split(".")[-1])
+             for r in small]
+    assert sorted(shape) == sorted((r.method, "list-type" in r.query,
+                                    os.path.basename(r.key).split(".")[-1]) for r in large)
+    # index bytes: a few per 4 KiB of log, nothing like the bodies
+    assert sum(r.bytes for r in large) < large_bytes / 200
+
+
+def test_remote_reads_are_large_ranges(s3, tmp_path):
+    """Tasks read their byte ranges of the ``.log`` in ranged GETs of at most
+    REMOTE_READ_BYTES, each byte once."""
+    local = str(tmp_path / "ranges")
+    _synthetic_log_dir(local, 4096, segments=2, partitions=1)
+    uri = s3.upload_tree(local, BUCKET, "ranges")
+    splits = ks.plan_splits(uri, split_bytes=200 << 10, storage_options=s3.options)
+    assert len(splits) > 2
+    s3.log.clear()
+    rows = sum(rb.num_rows for s in splits for rb in ks.read_split(s))
+    assert rows == ks.read_arrow(local).num_rows
+    gets = [r for r in s3.log if r.method == "GET" and r.key.endswith(".log")]
+    assert gets and all(r.range and r.status == 206 and r.bytes <= REMOTE_READ_BYTES for r in gets)
+    assert sum(r.bytes for r in gets) == sum(s.size for s in splits)
+    assert len(gets) == len(splits)  # one ranged GET per split of < REMOTE_READ_BYTES
+
+
+def test_missing_bucket_or_key(s3):
+    options = s3.options
+    with pytest.raises(FileNotFoundError, match="s3://no-such-bucket-kproto/logs"):
+        ks.read_arrow("s3://no-such-bucket-kproto/logs", storage_options=options)
+    s3.upload_tree(EXAMPLE, BUCKET, "present")
+    with pytest.raises(FileNotFoundError, match=f"s3://{BUCKET}/absent"):
+        ks.read_arrow(f"s3://{BUCKET}/absent", storage_options=options)
+    with pytest.raises(FileNotFoundError, match="orders-0/00000000000000000999.log"):
+        fs.read_range(f"s3://{BUCKET}/present/orders-0/00000000000000000999.log")
+
+
+def test_credentials_from_the_environment(s3, monkeypatch):
+    """No options: pyarrow's S3 client takes the endpoint and keys from AWS_* variables."""
+    uri = s3.upload_tree(EXAMPLE, "kproto-env", "example")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3.endpoint)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    assert ks.read_arrow(uri).equals(ks.read_arrow(EXAMPLE))
+
+
+def test_fsspec_only_scheme(tmp_path):
+    """A scheme pyarrow lacks (fsspec's memory://) goes through PyFileSystem(FSSpecHandler)."""
+    import fsspec
+
+    mem = fsspec.filesystem("memory")
+    for root, _dirs, files in os.walk(EXAMPLE):
+        for f in files:
+            rel = os.path.relpath(os.path.join(root, f), EXAMPLE)
+            with open(os.path.join(root, f), "rb") as src:
+                mem.pipe(f"/kproto-example/{rel}", src.read())
+    try:
+        assert ks.read_arrow("memory://kproto-example").equals(ks.read_arrow(EXAMPLE))
+    finally:
+        mem.rm("/kproto-example", recursive=True)
+
+
+def test_local_paths_and_file_uris_stay_local(tmp_path):
+    assert not fs.is_remote("/var/lib/kafka") and not fs.is_remote("C:/kafka")
+    assert not fs.is_remote("file:///var/lib/kafka") and fs.is_remote("s3a://b/k")
+    assert fs.normpath("s3://bucket/a/./b/") == "s3://bucket/a/b"
+    shutil.copytree(EXAMPLE, tmp_path / "logdir")
+    assert ks.read_arrow(f"file://{tmp_path}/logdir").equals(ks.read_arrow(EXAMPLE))
+
+
+def test_captures_listed_and_read_as_local(s3):
+    from kproto.capture.api import iter_exchanges
+    from kproto.capture.table import capture_files, capture_packets, exchange_batches
+
+    uri = s3.upload_tree(CAPTURES, BUCKET, "captures")
+    local = capture_files([os.path.join(CAPTURES, "*.pcap*")])
+    remote = capture_files([f"{uri}/*.pcap*"], s3.options)
+    assert len(local) > 3
+    assert [(os.path.basename(p), n) for p, n in local] == \
+        [(os.path.basename(p), n) for p, n in remote]
+    assert [p for p, _ in capture_files([uri])] == [p for p, _ in remote]  # a folder
+    for (lp, _), (rp, _) in zip(local[:4], remote[:4]):
+        a = pa.Table.from_batches(list(exchange_batches(iter_exchanges(lp), "f")))
+        b = pa.Table.from_batches(list(exchange_batches(iter_exchanges(capture_packets(rp)), "f")))
+        assert a.num_rows and a.equals(b)
+    with pytest.raises(FileNotFoundError, match="no capture file"):
+        capture_files([f"{uri}/*.nothing"])
