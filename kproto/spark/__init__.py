@@ -20,6 +20,10 @@ the internal topics, each record decoded into typed columns (:func:`internal_spa
 ``kafka-pcap`` (:mod:`kproto.spark.pcap`, registered by the same call, and automatically by
 ``pyspark_kafka_pcap``) reads capture files: one row per exchange of ``kproto decode-pcap``, or
 per Produce/Fetch record with ``.option("expand", "records")``.
+
+``spark.readStream.format("kafka-segments").load(path)`` tails a live log directory in
+micro-batches (:mod:`kproto.spark.stream`): offsets in Spark's checkpoint, bounded by the high
+watermark or the log end (``bound``), read_committed respected.
 """
 from __future__ import annotations
 
@@ -28,6 +32,8 @@ from typing import Any, cast
 from kproto.spark.pcap import (KafkaPcapDataSource, KafkaPcapReader, PcapSpec,
                                parse_pcap_options, pcap_spark_schema)
 from kproto.spark.scan import ScanSpec, auto_split_bytes, parse_options
+from kproto.spark.stream import (KafkaSegmentsStreamReader, StreamPartition,
+                                  parse_stream_options)
 from kproto.spark.source import (NAME, KafkaSegmentsDataSource, KafkaSegmentsPushdownReader,
                                  KafkaSegmentsReader, SplitPartition, damage_spark_schema,
                                  internal_spark_schema, spark_schema)
@@ -56,7 +62,8 @@ def register(spark: Any, *, tasks: int | None = None) -> None:
 
 
 __all__ = ["NAME", "KafkaPcapDataSource", "KafkaPcapReader", "KafkaSegmentsDataSource",
-           "KafkaSegmentsPushdownReader", "KafkaSegmentsReader", "PcapSpec", "ScanSpec",
+           "KafkaSegmentsPushdownReader", "KafkaSegmentsReader", "KafkaSegmentsStreamReader",
+           "PcapSpec", "ScanSpec",
            "SplitPartition", "auto_split_bytes", "damage_spark_schema", "internal_spark_schema",
-           "parse_options", "parse_pcap_options", "pcap_spark_schema", "register",
-           "spark_schema"]
+           "parse_options", "parse_pcap_options", "parse_stream_options", "pcap_spark_schema",
+           "register", "spark_schema", "StreamPartition"]

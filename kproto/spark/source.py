@@ -10,7 +10,8 @@ import os
 from typing import Iterable, Iterator, Sequence
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.datasource import (DataSource, DataSourceReader, DataSourceStreamReader,
+                                    InputPartition)
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
 
@@ -18,6 +19,7 @@ from kproto.problems import Problem, Problems
 from kproto.storage.internal import decode_internal_batch, internal_arrow_schema
 from kproto.storage.reader import Split, arrow_schema, balance, plan_splits, read_split
 from kproto.spark.scan import AUTO_TASKS, ScanSpec, auto_split_bytes, parse_options
+from kproto.spark.stream import KafkaSegmentsStreamReader, without_stream_options
 
 NAME = "kafka-segments"
 log = logging.getLogger("kproto.spark")
@@ -208,13 +210,17 @@ class KafkaSegmentsDataSource(DataSource):
         return NAME
 
     def schema(self) -> StructType:
-        spec = parse_options(self.options)
+        spec = parse_options(without_stream_options(self.options))
         if spec.output == "damage":
             return damage_spark_schema()
         return internal_spark_schema() if spec.decode == "internal" else spark_schema()
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return KafkaSegmentsReader(parse_options(self.options), schema, self.tasks)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        """``spark.readStream.format("kafka-segments")``: see :mod:`kproto.spark.stream`."""
+        return KafkaSegmentsStreamReader(self.options, schema, self.tasks, KafkaSegmentsReader)
 
 
 #: Earlier name of the reader used with pushdown on; every reader takes filters now.
