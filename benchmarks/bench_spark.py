@@ -17,6 +17,9 @@ skips the log dirs): MB/s of capture bytes through the ``kafka-pcap`` source (ex
 and ``expand=records``) in each master, against ``kproto decode-pcap --format jsonl`` alone
 (its ``run``, in this process, one file after the other, output to /dev/null).
 ``--pcap-copies N`` reads N copies of the files (in a temp dir) for a longer scan.
+
+With ``--remote``: rows/s of ``read_arrow`` and ``kafka-segments`` on the same log dir from
+local disk and from an S3-compatible server on loopback (moto's, from the dev extra).
 """
 from __future__ import annotations
 
@@ -169,6 +172,51 @@ def spark_session(master: str):
     return spark
 
 
+def bench_remote(records: int, codec: str, masters: list[str], repeat: int) -> None:
+    """Rows/s of one log dir read from local disk and from an S3-compatible server on
+    loopback (moto's, as the tests start it: tests/storage/s3_support.py; it serves from this
+    process, so on 2 cores it takes CPU from the scan): ``read_arrow`` and ``kafka-segments``
+    in each master."""
+    sys.path.insert(0, os.path.join(HERE, "..", "tests", "storage"))
+    from s3_support import start_s3_server
+
+    server = start_s3_server()
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            local = os.path.join(tmp, codec)
+            write_benchmark_log_dir(local, records, compression=codec)
+            uri = server.upload_tree(local, "kproto-bench", codec)
+            opts = server.options
+            print(f"remote: {records} records ({codec}) at {uri}", flush=True)
+            rate = {}
+            lib = {"read_arrow local": functools.partial(read_arrow, local),
+                   "read_arrow s3": functools.partial(read_arrow, uri, storage_options=opts)}
+            for name, (wall, *_) in best_of(lib, repeat).items():
+                rate[name] = records / wall
+            for master in masters:
+                spark = spark_session(master)
+                scans = {}
+                for where, path in (("local", local), ("s3", uri)):
+                    df = (spark.read.format("kafka-segments")
+                          .options(**{f"fs.{k}": v for k, v in opts.items()}).load(path))
+                    assert df.count() == records
+
+                    def scan(frame=df) -> None:
+                        frame.write.format("noop").mode("overwrite").save()
+                    scan()  # warm the Python workers
+                    scans[f"spark {master} {where}"] = scan
+                for name, (wall, *_) in best_of(scans, repeat).items():
+                    rate[name] = records / wall
+                spark.stop()
+    finally:
+        server.stop()
+    print(f"\nrows/s, local disk vs S3-compatible server (best of {repeat}, wall clock)")
+    for name in [n for n in rate if n.endswith("local")]:
+        base = name[:-len("local")]
+        print(f"{base:>18} local {rate[name]:12,.0f}  s3 {rate[base + 's3']:12,.0f}  "
+              f"s3/local {rate[base + 's3'] / rate[name]:.2f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--records", type=int, default=1_000_000)
@@ -178,9 +226,14 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--pcap", default=None, help="captures for the kafka-pcap source")
     ap.add_argument("--pcap-copies", type=int, default=1)
+    ap.add_argument("--remote", action="store_true",
+                    help="only local vs S3-compatible reads (first codec of --codecs)")
     args = ap.parse_args()
     codecs = [c for c in args.codecs.split(",") if c]
     masters = args.masters.split(",")
+    if args.remote:
+        bench_remote(args.records, (codecs or ["none"])[0], masters, args.repeat)
+        return
     if args.pcap:
         bench_pcap(args.pcap.split(","), masters, args.repeat, args.pcap_copies)
     if not codecs:
