@@ -1,0 +1,165 @@
+"""Requests between the nodes of a cluster, over real connections, with faults on demand.
+
+Every node (broker or controller) is a Kafka-protocol listener; a node's requests to another
+(a follower's Fetch, AlterPartition, BrokerHeartbeat, Raft's Vote and Fetch) leave through
+:meth:`NodeNetwork.transport`, the :class:`~kproto.broker.replica.Transport` the sans-I/O
+parts are written against. Connections are kproto's own client connections on loopback,
+one per ordered pair of nodes, opened on first use.
+
+Faults, as a test injects them (Jepsen's nemesis):
+
+* :meth:`NodeNetwork.partition` cuts the link between two nodes both ways: requests sent
+  while it is cut, and answers arriving while it is cut, are lost; their senders see no
+  answer until their timeout, as across a real partition (no reset arrives).
+* :meth:`NodeNetwork.isolate` cuts a node from every other; :meth:`NodeNetwork.heal` mends all.
+* :meth:`NodeNetwork.slow` delays every request and answer on a link.
+"""
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Callable, Iterable, Optional
+
+from kproto.client.connection import Connection
+from kproto.client.protocol import KafkaConnectionError
+
+__all__ = ["NodeNetwork"]
+
+
+class NodeNetwork:
+    """The links between nodes: addresses, connections and injected faults."""
+
+    def __init__(self) -> None:
+        self.addresses: dict[int, tuple[str, int]] = {}
+        self._cut: set[frozenset[int]] = set()
+        self._delay_ms: dict[frozenset[int], int] = {}
+        self._connections: dict[tuple[int, int], Connection] = {}
+        self._connecting: dict[tuple[int, int], asyncio.Future[Connection]] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self.lost = 0  # requests or answers dropped by a cut
+
+    # ------------------------------------------------------------------ topology
+    def register(self, node: int, host: str, port: int) -> None:
+        """Where ``node`` listens (again, after a restart on a new port)."""
+        self.addresses[node] = (host, port)
+        self.drop_connections(node)
+
+    def drop_connections(self, node: int) -> None:
+        """Close every connection to or from ``node`` (it stopped or restarted)."""
+        for key in [k for k in self._connections if node in k]:
+            conn = self._connections.pop(key)
+            self._spawn(conn.close())
+
+    # ------------------------------------------------------------------ faults
+    def partition(self, a: int, b: int) -> None:
+        """Cut the link between ``a`` and ``b`` (both ways)."""
+        self._cut.add(frozenset((a, b)))
+
+    def isolate(self, node: int, others: Optional[Iterable[int]] = None) -> None:
+        """Cut ``node`` from ``others`` (default: every node known)."""
+        for other in (self.addresses if others is None else others):
+            if other != node:
+                self.partition(node, other)
+
+    def slow(self, a: int, b: int, delay_ms: int) -> None:
+        """Delay requests and answers between ``a`` and ``b`` by ``delay_ms`` (0: no delay)."""
+        key = frozenset((a, b))
+        if delay_ms > 0:
+            self._delay_ms[key] = delay_ms
+        else:
+            self._delay_ms.pop(key, None)
+
+    def heal(self) -> None:
+        """Mend every cut and remove every delay."""
+        self._cut.clear()
+        self._delay_ms.clear()
+
+    def is_cut(self, a: int, b: int) -> bool:
+        return frozenset((a, b)) in self._cut
+
+    # ------------------------------------------------------------------ requests
+    def transport(self, src: int) -> "_NodeTransport":
+        """The transport of node ``src`` (what its replica manager, Raft replica and
+        controller channel send through)."""
+        return _NodeTransport(self, src)
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _connection(self, src: int, dst: int) -> Connection:
+        key = (src, dst)
+        conn = self._connections.get(key)
+        if conn is not None and not conn.closed:
+            return conn
+        pending = self._connecting.get(key)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        fut: asyncio.Future[Connection] = asyncio.get_running_loop().create_future()
+        self._connecting[key] = fut
+        try:
+            host, port = self.addresses[dst]
+            conn = await Connection.open(host, port, client_id=f"kproto-node-{src}", negotiate=False,
+                                         connect_timeout=5.0)
+            self._connections[key] = conn
+            fut.set_result(conn)
+            return conn
+        except BaseException as exc:
+            fut.set_exception(exc)
+            fut.exception()  # retrieved: waiters re-raise it themselves
+            raise
+        finally:
+            self._connecting.pop(key, None)
+
+    async def request(self, src: int, dst: int, api_key: int, version: int, body: Any,
+                      timeout_ms: int) -> Optional[Any]:
+        """One request from ``src`` to ``dst``: its answer, or None (no answer in time, the
+        link cut, the node gone)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_ms / 1000
+        link = frozenset((src, dst))
+
+        async def lost() -> None:
+            self.lost += 1
+            await asyncio.sleep(max(0.0, deadline - loop.time()))
+
+        if link in self._cut or dst not in self.addresses:
+            await lost()
+            return None
+        delay = self._delay_ms.get(link, 0) / 1000
+        if delay:
+            await asyncio.sleep(delay)
+        try:
+            conn = await asyncio.wait_for(self._connection(src, dst), max(0.001, deadline - loop.time()))
+            fut = conn.send(body, version)
+            answer = await conn.response(fut, type(body).__name__,
+                                         timeout=max(0.001, deadline - loop.time()))
+        except (KafkaConnectionError, OSError, asyncio.TimeoutError):
+            return None
+        if delay:
+            await asyncio.sleep(delay)
+        if link in self._cut:
+            await lost()  # cut while the answer was on its way
+            return None
+        return answer
+
+    async def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        for conn in list(self._connections.values()):
+            await conn.close()
+        self._connections.clear()
+
+
+class _NodeTransport:
+    """A node's side of the network (:class:`kproto.broker.replica.Transport`)."""
+
+    def __init__(self, network: NodeNetwork, src: int) -> None:
+        self.network, self.src = network, src
+
+    def send(self, dst: int, api_key: int, version: int, body: Any,
+             on_response: Callable[[Optional[Any]], None], timeout_ms: int) -> None:
+        async def run() -> None:
+            answer = await self.network.request(self.src, dst, api_key, version, body, timeout_ms)
+            on_response(answer)
+        self.network._spawn(run())
