@@ -69,6 +69,7 @@ class RequestAuthorizer:
         self.rules: dict[int, Rule] = {
             ApiKey.PRODUCE: self._produce, ApiKey.FETCH: self._fetch,
             ApiKey.LIST_OFFSETS: self._list_offsets, ApiKey.METADATA: self._metadata,
+            ApiKey.OFFSET_FOR_LEADER_EPOCH: self._offsets_for_leader_epoch,
             ApiKey.CREATE_TOPICS: self._create_topics, ApiKey.DELETE_TOPICS: self._delete_topics,
             ApiKey.CREATE_PARTITIONS: self._create_partitions,
             ApiKey.DELETE_RECORDS: self._delete_records,
@@ -169,6 +170,18 @@ class RequestAuthorizer:
             name=t.name, partitions=[cls.ListOffsetsPartitionResponse(
                 partition_index=p.partition_index, error_code=_TOPIC_DENIED, timestamp=-1, offset=-1)
                 for p in t.partitions]) for t in denied], denied)
+
+    def _offsets_for_leader_epoch(self, ver: int, body: Any, s: ConnectionAuth) -> Optional[Verdict]:
+        # a follower's request (replica_id >= 0, v3+) needs CLUSTER_ACTION, a client's DESCRIBE
+        if ver >= 3 and body.replica_id >= 0:
+            return None if self._cluster(s, CLUSTER_ACTION) else Verdict(error=_CLUSTER_DENIED)
+        body.topics, denied = self._strip(list(body.topics), lambda t: self.ok(s, DESCRIBE, TOPIC, t.topic))
+        if not denied:
+            return None
+        return self._patch_list("topics", lambda cls: [cls.OffsetForLeaderTopicResult(
+            topic=t.topic, partitions=[cls.EpochEndOffset(error_code=_TOPIC_DENIED, partition=p.partition,
+                                                          leader_epoch=-1, end_offset=-1)
+                                       for p in t.partitions]) for t in denied], denied)
 
     def _metadata(self, ver: int, body: Any, s: ConnectionAuth) -> Optional[Verdict]:
         if body.topics is None or (ver == 0 and not body.topics):

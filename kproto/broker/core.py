@@ -57,6 +57,7 @@ IMPLEMENTED: dict[int, tuple[int, int]] = {
     ApiKey.PRODUCE: (3, 11),
     ApiKey.FETCH: (4, 17),
     ApiKey.LIST_OFFSETS: (1, 9),
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: (0, 4),
     ApiKey.METADATA: (0, 12),
     ApiKey.FIND_COORDINATOR: (0, 6),
     ApiKey.API_VERSIONS: (0, 4),
@@ -296,6 +297,7 @@ class BrokerCore:
             ApiKey.ALTER_USER_SCRAM_CREDENTIALS: lambda r: sec.alter_scram(r.body, r.version, r.respond),
             ApiKey.PRODUCE: self._produce, ApiKey.FETCH: self._fetch,
             ApiKey.LIST_OFFSETS: self._list_offsets, ApiKey.METADATA: self._metadata,
+            ApiKey.OFFSET_FOR_LEADER_EPOCH: self._offsets_for_leader_epoch,
             ApiKey.FIND_COORDINATOR: self._find_coordinator,
             ApiKey.API_VERSIONS: self._api_versions, ApiKey.CREATE_TOPICS: self._create_topics,
             ApiKey.DELETE_TOPICS: self._delete_topics,
@@ -701,6 +703,35 @@ class BrokerCore:
             topics.append(cls.ListOffsetsTopicResponse(name=t.name, partitions=parts))
         req.respond(cls(topics=topics))
 
+    # ------------------------------------------------------------------ OffsetsForLeaderEpoch
+    def _offsets_for_leader_epoch(self, req: _Request) -> None:
+        """Where each asked epoch ended in the leader's log (KIP-101's epoch cache): clients
+        check their position after a leader change with it (KIP-320), followers find where
+        their log diverged."""
+        body, ver = req.body, req.version
+        cls = response_codec(ApiKey.OFFSET_FOR_LEADER_EPOCH).cls
+        topics = []
+        for t in body.topics:
+            parts = []
+            for p in t.partitions:
+                res = cls.EpochEndOffset(error_code=0, partition=p.partition, leader_epoch=-1, end_offset=-1)
+                parts.append(res)
+                lg = self.logs.get(t.topic, p.partition)
+                current = p.current_leader_epoch if ver >= 2 else -1
+                if lg is None:
+                    res.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                elif 0 <= current < lg.leader_epoch:
+                    res.error_code = ErrorCode.FENCED_LEADER_EPOCH
+                elif current > lg.leader_epoch:
+                    res.error_code = ErrorCode.UNKNOWN_LEADER_EPOCH
+                else:
+                    epoch, end = lg.end_offset_for_epoch(p.leader_epoch)
+                    if ver >= 1:
+                        res.leader_epoch = epoch
+                    res.end_offset = end
+            topics.append(cls.OffsetForLeaderTopicResult(topic=t.topic, partitions=parts))
+        req.respond(cls(throttle_time_ms=0, topics=topics))
+
     # ------------------------------------------------------------------ Produce
     def _produce(self, req: _Request) -> None:
         body = req.body
@@ -864,6 +895,10 @@ def error_response(api_key: int, version: int, body: Any, code: int) -> Optional
         return cls(topics=[cls.MetadataResponseTopic(error_code=code, name=t.name,
                                                      topic_id=getattr(t, "topic_id", ZERO_UUID))
                            for t in body.topics or ()])
+    if api_key == ApiKey.OFFSET_FOR_LEADER_EPOCH:
+        return cls(topics=[cls.OffsetForLeaderTopicResult(topic=t.topic, partitions=[cls.EpochEndOffset(
+            error_code=code, partition=p.partition, leader_epoch=-1, end_offset=-1) for p in t.partitions])
+            for t in body.topics])
     if api_key == ApiKey.CREATE_TOPICS:
         return cls(topics=[cls.CreatableTopicResult(name=t.name, error_code=code) for t in body.topics])
     if api_key == ApiKey.DELETE_TOPICS:

@@ -416,3 +416,26 @@ def test_high_watermarks_are_checkpointed_every_interval_while_running(core):
     core.timer.clock.advance(5_000)  # type: ignore[attr-defined]
     core.advance_clock()
     assert os.stat(path).st_mtime_ns == before               # nothing moved: not rewritten
+
+
+def test_offsets_for_leader_epoch_answers_from_the_epoch_cache(core):
+    client = Client(core)
+    create(client, "t")
+    produce(client, "t", 0, batch([b"a", b"b"]))
+    req = kproto.request(K.OFFSET_FOR_LEADER_EPOCH).cls
+
+    def ask(epoch, current=-1, version=4, topic="t", partition=0):
+        r = client.call(K.OFFSET_FOR_LEADER_EPOCH, version, replica_id=-1, topics=[req.OffsetForLeaderTopic(
+            topic=topic, partitions=[req.OffsetForLeaderPartition(partition=partition, current_leader_epoch=current,
+                                                                  leader_epoch=epoch)])])
+        p = r.topics[0].partitions[0]
+        return p.error_code, p.leader_epoch, p.end_offset
+    assert ask(0) == (0, 0, 2)                      # the current epoch ends at the log end
+    assert ask(0, current=0) == (0, 0, 2)
+    assert ask(0, current=1)[0] == E.UNKNOWN_LEADER_EPOCH
+    assert ask(0, version=0) == (0, -1, 2)          # v0 has no epoch in the answer
+    assert ask(0, partition=3)[0] == E.UNKNOWN_TOPIC_OR_PARTITION
+    core.logs.get("t", 0).leader_epoch = 2          # as after two leader changes
+    produce(client, "t", 0, batch([b"c"]))
+    assert ask(0) == (0, 0, 2) and ask(1) == (0, 0, 2) and ask(2) == (0, 2, 3)
+    assert ask(0, current=1)[0] == E.FENCED_LEADER_EPOCH

@@ -465,3 +465,21 @@ def test_an_acks0_produce_to_a_denied_topic_closes_the_connection(secured):
     assert acks0("t1") == [None] and alice.channel.closed is None
     assert acks0("t1", "t2") == [] and alice.channel.closed
     assert secured.logs.get("t1", 0).log_end_offset == 2 and secured.logs.get("t2", 0).log_end_offset == 0
+
+
+def test_offsets_for_leader_epoch_needs_describe_on_the_topic(secured):
+    admin, alice = user(secured, "admin"), user(secured, "alice")
+    ctr = kproto.request(K.CREATE_TOPICS).cls
+    admin.call(K.CREATE_TOPICS, 7, topics=[ctr.CreatableTopic(name="t1", num_partitions=1, replication_factor=1)],
+               timeout_ms=1000)
+    req = kproto.request(K.OFFSET_FOR_LEADER_EPOCH).cls
+
+    def ask(client, replica_id=-1):
+        r = client.call(K.OFFSET_FOR_LEADER_EPOCH, 4, replica_id=replica_id, topics=[req.OffsetForLeaderTopic(
+            topic="t1", partitions=[req.OffsetForLeaderPartition(partition=0, leader_epoch=0)])])
+        return r.topics[0].partitions[0].error_code
+    assert ask(alice) == E.TOPIC_AUTHORIZATION_FAILED
+    assert ask(admin) == 0
+    assert create_acls(admin, acl(TOPIC, "t1", "User:alice", DESCRIBE)) == [0]
+    assert ask(alice) == 0
+    assert ask(alice, replica_id=2) == E.CLUSTER_AUTHORIZATION_FAILED   # a follower's request
