@@ -15,7 +15,8 @@ at most wall(local[1]) / (CPU(local[2]) / 2).
 With ``--pcap PATHS`` (comma-separated capture files, globs or directories; ``--codecs ""``
 skips the log dirs): MB/s of capture bytes through the ``kafka-pcap`` source (exchange rows
 and ``expand=records``) in each master, against ``kproto decode-pcap --format jsonl`` alone
-(its ``run``, in this process, one file after the other, output to /dev/null).
+(its ``run``, in this process, one file after the other, output to /dev/null), and rows/s next
+to the trivial source's ceiling for the same rows (kind ``pcap-exchanges``/``pcap-records``).
 ``--pcap-copies N`` reads N copies of the files (in a temp dir) for a longer scan.
 
 With ``--remote``: rows/s of ``read_arrow`` and ``kafka-segments`` on the same log dir from
@@ -25,7 +26,9 @@ from __future__ import annotations
 
 import argparse
 import functools
+import json
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -46,23 +49,45 @@ from kproto.storage.sample import write_benchmark_log_dir  # noqa: E402
 
 
 @functools.lru_cache(maxsize=4)
-def _sample_batch(path: str, rows: int) -> pa.RecordBatch:
-    """``rows`` real records of the log dir, already in the Spark schema's Arrow form, made
-    once per worker process (workers are reused; the timed scans follow a warm-up scan)."""
+def _sample_batch(kind: str, path: str, rows: int) -> pa.RecordBatch:
+    """``rows`` real rows of the source ``kind`` reads (``segments``: a log dir;
+    ``pcap-exchanges`` / ``pcap-records``: capture files, ``path`` a JSON list), already in its
+    Spark schema's Arrow form, made once per worker process (workers are reused; the timed
+    scans follow a warm-up scan)."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    split = plan_splits(path)[0]
-    table = pa.Table.from_batches(list(read_split(split))).slice(0, rows)
+    if kind == "segments":
+        split = plan_splits(path)[0]
+        batches = read_split(split)
+    else:
+        expand = kind.split("-", 1)[1]
+        reader = kproto.spark.KafkaPcapReader(
+            kproto.spark.parse_pcap_options({"paths": path, "expand": expand}),
+            kproto.spark.pcap_spark_schema(expand))
+        batches = (rb for task in reader.partitions() for rb in reader.read(task))
+    got: list[pa.RecordBatch] = []
+    for rb in batches:  # the first rows only: a capture decodes at a few MB/s
+        got.append(rb)
+        if sum(b.num_rows for b in got) >= rows:
+            break
+    table = pa.Table.from_batches(got).slice(0, rows)
     return table.combine_chunks().to_batches()[0].cast(
-        to_arrow_schema(kproto.spark.spark_schema(), timezone="UTC"))
+        to_arrow_schema(_Ceiling.spark_schema(kind), timezone="UTC"))
 
 
 class _Ceiling(DataSourceReader):
     def __init__(self, options: dict) -> None:
+        self.kind = options.get("kind", "segments")
         self.path = options["path"]
         self.rows = int(options["rows"])
         self.tasks = int(options["tasks"])
         self.batch_rows = int(options["batch_rows"])
+
+    @staticmethod
+    def spark_schema(kind: str):
+        if kind == "segments":
+            return kproto.spark.spark_schema()
+        return kproto.spark.pcap_spark_schema(kind.split("-", 1)[1])
 
     def partitions(self):
         per = self.rows // self.tasks
@@ -70,7 +95,7 @@ class _Ceiling(DataSourceReader):
                 for i in range(self.tasks)]
 
     def read(self, partition):
-        batch = _sample_batch(self.path, self.batch_rows)
+        batch = _sample_batch(self.kind, self.path, self.batch_rows)
         n = partition.value
         while n > 0:
             yield batch if n >= batch.num_rows else batch.slice(0, n)
@@ -78,14 +103,15 @@ class _Ceiling(DataSourceReader):
 
 
 class CeilingSource(DataSource):
-    """Spark's ceiling for a Python source: the same batches, made once, yielded again."""
+    """Spark's ceiling for a Python source: the same batches, made once, yielded again
+    (option ``kind``: ``segments``, ``pcap-exchanges`` or ``pcap-records``: whose rows)."""
 
     @classmethod
     def name(cls) -> str:
         return "arrow-ceiling"
 
     def schema(self):
-        return kproto.spark.spark_schema()
+        return _Ceiling.spark_schema(self.options.get("kind", "segments"))
 
     def reader(self, schema):
         return _Ceiling(self.options)
@@ -140,10 +166,11 @@ def _process_cpu() -> dict[str, float]:
     return out
 
 
-def best_of(fns: dict, repeat: int) -> dict[str, tuple[float, ...]]:
+def best_of(fns: dict, repeat: int,
+            walls: dict[str, list[float]] | None = None) -> dict[str, tuple[float, ...]]:
     """Best wall time of each function, runs interleaved so that load bursts of the shared
     machine hit all of them, with the JVM, JIT-compiler and Python-worker CPU seconds of that
-    best run."""
+    best run; every round's wall time is appended to ``walls[name]`` if given."""
     best: dict[str, tuple[float, ...]] = {}
     for _ in range(repeat):
         for name, fn in fns.items():
@@ -151,11 +178,18 @@ def best_of(fns: dict, repeat: int) -> dict[str, tuple[float, ...]]:
             t = time.perf_counter()
             fn()
             wall = time.perf_counter() - t
+            if walls is not None:
+                walls.setdefault(name, []).append(wall)
             after = _process_cpu()
             cpu = [after.get(k, 0.0) - before.get(k, 0.0) for k in ("jvm", "jit", "python")]
             if name not in best or wall < best[name][0]:
                 best[name] = (wall, *cpu)
     return best
+
+
+def median_ratio(num: list[float], den: list[float]) -> float:
+    """Median over rounds of ``num[i] / den[i]`` (wall times of one round)."""
+    return statistics.median(a / b for a, b in zip(num, den))
 
 
 def spark_session(master: str):
@@ -239,6 +273,7 @@ def main() -> None:
     if not codecs:
         return
     rate: dict[tuple[str, str], float] = {}
+    walls: dict[str, dict[str, list[float]]] = {}  # codec -> scan -> wall time of each round
     cpu: dict[tuple[str, str], tuple[float, ...]] = {}
     tasks: dict[tuple[str, str], int] = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -269,7 +304,8 @@ def main() -> None:
                         frame.write.format("noop").mode("overwrite").save()
                     scan()  # warm the Python workers
                     scans[f"{name} {master}"] = scan
-                for name, (wall, *used) in best_of(scans, args.repeat).items():
+                for name, (wall, *used) in best_of(scans, args.repeat,
+                                                   walls.setdefault(codec, {})).items():
                     rate[(codec, name)] = args.records / wall
                     cpu[(codec, name)] = tuple(used)
                 print(f"{master} {codec}: {n} tasks", flush=True)
@@ -290,6 +326,12 @@ def main() -> None:
             for n in ("spark", "ceiling"):
                 line += f" {r[f'{n} {last}'] / r[f'{n} {first}']:22.2f}"
         print(line)
+    # the scans of a round run back to back: their ratio shares that round's load
+    print(f"\nsource/ceiling rows/s, median of {args.repeat} rounds' ratios")
+    for codec in codecs:
+        w = walls[codec]
+        print(f"{codec:6} " + "  ".join(
+            f"{m}: {median_ratio(w[f'ceiling {m}'], w[f'spark {m}']):.2f}" for m in masters))
     if any(any(v) for v in cpu.values()):
         print("\nCPU seconds per scan of the best run: JVM (driver + executor) / its JIT "
               "compiler threads / Python workers")
@@ -335,25 +377,49 @@ def bench_pcap(paths: list[str], masters: list[str], repeat: int, copies: int) -
                               "-o", os.devnull])
 
         rate = {"decode-pcap": mb / best_of({"": cli}, repeat)[""][0]}
+        rows_per_s: dict[str, float] = {}
+        walls: dict[str, list[float]] = {}
         tasks = {}
         for master in masters:
             spark = spark_session(master)
             scans = {}
             for expand in ("exchanges", "records"):
                 df = spark.read.format("kafka-pcap").option("expand", expand).load(files)
-                tasks[f"{expand} {master}"] = df.rdd.getNumPartitions()
-
-                def scan(frame=df) -> None:
-                    frame.write.format("noop").mode("overwrite").save()
-                scan()  # warm the Python workers
-                scans[f"{expand} {master}"] = scan
-            for name, (wall, *_) in best_of(scans, repeat).items():
+                n = tasks[f"{expand} {master}"] = df.rdd.getNumPartitions()
+                rows = df.count()
+                # the same rows in the same tasks, made once: Spark's share of the scan
+                ceiling = (spark.read.format("arrow-ceiling").option("kind", f"pcap-{expand}")
+                           .option("path", json.dumps(files)).option("rows", rows)
+                           .option("tasks", n).option("batch_rows", 4096).load())
+                for name, frame in ((f"{expand} {master}", df),
+                                    (f"{expand} ceiling {master}", ceiling)):
+                    def scan(frame=frame) -> None:
+                        frame.write.format("noop").mode("overwrite").save()
+                    scan()  # warm the Python workers
+                    scans[name] = (scan, rows)
+            best = best_of({k: fn for k, (fn, _) in scans.items()}, repeat, walls)
+            for name, (wall, *_) in best.items():
                 rate[name] = mb / wall
+                rows_per_s[name] = scans[name][1] / wall
             spark.stop()
-    print(f"\ncapture MB/s (best of {repeat}, wall clock; tasks in brackets)")
+    print(f"\ncapture MB/s and rows/s (best of {repeat}, wall clock; tasks in brackets)")
     for name, r in rate.items():
         n = f" [{tasks[name]} tasks]" if name in tasks else ""
-        print(f"{name:>24} {r:8.2f} MB/s  {r / rate['decode-pcap']:5.2f}x decode-pcap{n}")
+        line = f"{name:>28} {r:8.2f} MB/s  {r / rate['decode-pcap']:6.2f}x decode-pcap"
+        if name in rows_per_s:
+            line += f"  {rows_per_s[name]:12,.0f} rows/s"
+        print(line + n)
+    last = masters[-1]
+    for expand in ("exchanges", "records"):
+        mid = median_ratio(walls[f"{expand} ceiling {last}"], walls[f"{expand} {last}"])
+        line = (f"kafka-pcap {expand}: source/ceiling {last} "
+                f"{rate[f'{expand} {last}'] / rate[f'{expand} ceiling {last}']:.3f} "
+                f"(median of rounds {mid:.3f})")
+        if len(masters) > 1:
+            line += "".join(f", {w} {last}/{masters[0]} "
+                            f"{rate[f'{k} {last}'] / rate[f'{k} {masters[0]}']:.2f}"
+                            for w, k in (("source", expand), ("ceiling", f"{expand} ceiling")))
+        print(line)
 
 
 if __name__ == "__main__":
