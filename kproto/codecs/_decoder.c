@@ -437,8 +437,10 @@ error:
     return -1;
 }
 
+static PyObject *new_message(PyTypeObject *type);
+
 static PyObject *decode_struct(Reader *r, Prog *pg) {
-    PyObject *o = pg->type->tp_alloc(pg->type, 0);
+    PyObject *o = new_message(pg->type);
     if (!o) return NULL;
     if (fill_defaults(o, pg) < 0) goto error;
     for (Py_ssize_t i = 0; i < pg->nops; i++) {
@@ -941,7 +943,32 @@ static PyTypeObject LazyType = {
  * so it is freed by dropping each slot; CPython's generic subtype_dealloc walks the member tables
  * and finalizer checks of every class instead (a fifth of decoding a FetchResponse went to freeing
  * the previous one). A user's subclass keeps subtype_dealloc, which clears what the subclass added
- * and then calls this. */
+ * and then calls this. Objects of the generated classes are kept for reuse (below), all alike in
+ * memory for a number of slots: a GC header and the object, nothing before it (no managed dict or
+ * weak references, which set_fast_dealloc checks). */
+
+/* Freed objects of the generated classes, by number of slots, for the decoder to fill again:
+ * a message's objects are freed together and the next decode makes as many (no allocator round
+ * trip, no zeroing: their slots were emptied when they were freed). */
+#define FREE_MAX_SLOTS 32
+#define FREE_MAX_KEEP 1024
+static PyObject *free_objects[FREE_MAX_SLOTS + 1][FREE_MAX_KEEP];
+static int free_count[FREE_MAX_SLOTS + 1];
+
+static void message_dealloc(PyObject *self);
+
+static PyObject *new_message(PyTypeObject *type) {
+    if (type->tp_dealloc == message_dealloc) {
+        Py_ssize_t k = (type->tp_basicsize - (Py_ssize_t)sizeof(PyObject)) / (Py_ssize_t)sizeof(PyObject *);
+        if (k <= FREE_MAX_SLOTS && free_count[k] > 0) {
+            PyObject *o = free_objects[k][--free_count[k]];
+            PyObject_Init(o, type);   /* the type (a heap type: increfed) and a reference count of 1 */
+            PyObject_GC_Track(o);
+            return o;
+        }
+    }
+    return type->tp_alloc(type, 0);
+}
 
 static void message_dealloc(PyObject *self) {
     PyTypeObject *tp = Py_TYPE(self), *t = tp;
@@ -950,7 +977,11 @@ static void message_dealloc(PyObject *self) {
     PyObject **p = (PyObject **)((char *)self + sizeof(PyObject));
     PyObject **end = (PyObject **)((char *)self + t->tp_basicsize);
     for (; p < end; p++) Py_CLEAR(*p);
-    tp->tp_free(self);
+    Py_ssize_t k = (t->tp_basicsize - (Py_ssize_t)sizeof(PyObject)) / (Py_ssize_t)sizeof(PyObject *);
+    if (tp == t && k <= FREE_MAX_SLOTS && free_count[k] < FREE_MAX_KEEP)
+        free_objects[k][free_count[k]++] = self;   /* slots empty, untracked: new_message's */
+    else
+        tp->tp_free(self);
     Py_DECREF(tp);   /* a heap type: its instances hold a reference (subtype_dealloc leaves it to us) */
 }
 
@@ -969,6 +1000,9 @@ static PyObject *set_fast_dealloc(PyObject *mod, PyObject *cls) {
     }
     if (t->tp_base == NULL || t->tp_dictoffset != 0 || t->tp_weaklistoffset != 0 || t->tp_itemsize != 0 ||
         (t->tp_flags & Py_TPFLAGS_MANAGED_DICT) || t->tp_del || t->tp_finalize ||
+#ifdef Py_TPFLAGS_MANAGED_WEAKREF
+        (t->tp_flags & Py_TPFLAGS_MANAGED_WEAKREF) ||
+#endif
         t->tp_basicsize != (Py_ssize_t)(sizeof(PyObject) + nslots * sizeof(PyObject *)) ||
         !(t->tp_flags & Py_TPFLAGS_HAVE_GC) || t->tp_free != PyObject_GC_Del)
         return PyErr_Format(PyExc_TypeError, "%.100s is not a plain slots class", t->tp_name);
