@@ -189,6 +189,8 @@ class KRaftReplica:
         self._parked: list[tuple[int, Any, Callable[[Any], None], CallbackTask]] = []
         self._fetching = False
         self._resign_successors: list[int] = []
+        self._prev_state: Optional[str] = None
+        self._election_deadline: Optional[int] = None
         self._initialize()
 
     # ------------------------------------------------------------------ client API
@@ -276,6 +278,7 @@ class KRaftReplica:
     def _transition(self, state: str, epoch: int, *, leader: Optional[int] = None,
                     voted: Optional[int] = None) -> None:
         was_leader = self.state == LEADER
+        self._prev_state = self.state
         self.state, self._epoch, self._leader, self._voted = state, epoch, leader, voted
         self._gen += 1
         self._cancel_tasks()
@@ -306,8 +309,11 @@ class KRaftReplica:
         return max(self.log.latest_epoch, 0), self.log.log_end_offset
 
     def _election_timeout(self) -> int:
+        """A fresh randomized election timeout, remembered as the state's deadline."""
         t = self.config.election_timeout_ms
-        return t + self.rng.randrange(t)
+        delay = t + self.rng.randrange(t)
+        self._election_deadline = self.timer.clock.now_ms() + delay
+        return delay
 
     # ------------------------------------------------------------------ timers
     def _schedule(self, name: str, delay_ms: int, fn: Callable[[], None]) -> None:
@@ -344,7 +350,13 @@ class KRaftReplica:
     # ------------------------------------------------------------------ states
     def _enter_unattached(self) -> None:
         if self.is_voter:
-            self._schedule("election", self._election_timeout(), self._become_candidate)
+            if self._prev_state in (UNATTACHED, VOTED, CANDIDATE) and self._election_deadline is not None:
+                # Kafka keeps the election time left: a candidate that cannot win (a stale
+                # log) bumping the epoch again and again must not hold the others back
+                delay = self._election_deadline - self.timer.clock.now_ms()
+            else:
+                delay = self._election_timeout()
+            self._schedule("election", delay, self._become_candidate)
         else:
             # an observer finds the leader by fetching from any voter
             self._schedule("fetch", self.config.retry_backoff_ms, self._send_fetch)
