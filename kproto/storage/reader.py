@@ -21,6 +21,7 @@ from __future__ import annotations
 import bisect
 import mmap
 import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
@@ -400,12 +401,16 @@ def read_split(split: Split, options: ReadOptions = ReadOptions(), *,
         return
     if fs.is_remote(split.path):
         fs.configure(split.path, storage_options)
-        with fs.open_input(split.path) as f:
-            for group in balance([split], REMOTE_READ_BYTES):
-                for piece in group:
-                    data = f.read_at(piece.size, piece.start)
-                    yield from read_buffer(data, piece, options, problems=problems,
-                                           chunk_bytes=chunk_bytes)
+        pieces = [p for group in balance([split], REMOTE_READ_BYTES) for p in group]
+        # the next piece downloads while this one decodes (pyarrow reads without the GIL)
+        with fs.open_input(split.path) as f, ThreadPoolExecutor(1) as pool:
+            fetch = [pool.submit(f.read_at, p.size, p.start) for p in pieces[:1]]
+            for i, piece in enumerate(pieces):
+                data = fetch.pop().result()
+                if i + 1 < len(pieces):
+                    fetch.append(pool.submit(f.read_at, pieces[i + 1].size, pieces[i + 1].start))
+                yield from read_buffer(data, piece, options, problems=problems,
+                                       chunk_bytes=chunk_bytes)
         return
     with open(split.path, "rb") as f:
         # mapped, not read: the decoder copies the records once anyway

@@ -208,3 +208,20 @@ def test_captures_listed_and_read_as_local(s3):
         assert a.num_rows and a.equals(b)
     with pytest.raises(FileNotFoundError, match="no capture file"):
         capture_files([f"{uri}/*.nothing"])
+
+
+@pytest.mark.parametrize("name", ["example", "broker1-crashed"])
+def test_segments_fetched_in_pieces(s3, monkeypatch, name):
+    """A segment larger than a ranged read is fetched in pieces cut at its batch boundaries
+    (the next one downloading while one decodes): the same rows and damage as local."""
+    import kproto.storage.reader as reader
+
+    monkeypatch.setattr(reader, "REMOTE_READ_BYTES", 16 << 10)
+    local = EXAMPLE if name == "example" else os.path.join(LOGDIRS, name)
+    uri = s3.upload_tree(local, BUCKET, f"pieces/{name}")
+    splits = ks.plan_splits(uri, storage_options=s3.options)
+    s3.log.clear()
+    _same(local, uri, s3.options)
+    gets = [r for r in s3.log if r.method == "GET" and r.key.endswith(".log")]
+    assert len(gets) > 2 * len(splits)
+    assert max(r.bytes for r in gets) < 64 << 10
