@@ -7,8 +7,7 @@ mmap): every function here checks :func:`is_remote` first. A URI is resolved onc
 to ``GcsFileSystem``, ``hdfs`` to ``HadoopFileSystem``, other schemes pyarrow knows through
 ``FileSystem.from_uri``, and schemes only fsspec knows through
 ``PyFileSystem(FSSpecHandler(fsspec.filesystem(scheme)))``. Credentials come from where those
-libraries look (``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``/``AWS_ENDPOINT_URL``, ``~/.aws``,
-instance roles, ``GOOGLE_APPLICATION_CREDENTIALS``, ...; ``AWS_ENDPOINT_URL_S3`` or
+libraries look (``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``, ``~/.aws``, instance roles, ``GOOGLE_APPLICATION_CREDENTIALS``, ...; ``AWS_ENDPOINT_URL_S3`` or
 ``AWS_ENDPOINT_URL`` for an S3-compatible server, as boto3 reads them), or from options given with
 :func:`configure` (the keyword arguments of the filesystem class, e.g. ``endpoint_override``,
 ``access_key``, ``secret_key``, ``region``, ``scheme``; for fsspec its storage options).
@@ -35,6 +34,9 @@ __all__ = ["Entry", "configure", "exists", "getsize", "glob", "is_remote", "isdi
 
 _S3 = ("s3", "s3a", "s3n")
 _TRUE, _FALSE = ("true", "yes"), ("false", "no")
+# the numeric arguments of pyarrow's S3, GCS and HDFS filesystems
+_NUMERIC = frozenset({"connect_timeout", "request_timeout", "retry_limit_seconds", "replication",
+                      "buffer_size", "default_block_size", "port"})
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]+")  # RFC 3986; one letter is a Windows drive
 
 
@@ -74,15 +76,15 @@ _filesystems: dict[tuple[str, tuple], tuple[pafs.FileSystem, str]] = {}
 _lock = threading.Lock()
 
 
-def _coerce(value: Any) -> Any:
-    """Spark hands options over as strings: ``true``/``false`` become booleans, whole numbers
-    ints (the filesystem classes check their argument types)."""
+def _coerce(key: str, value: Any) -> Any:
+    """Spark hands options over as strings, the filesystem classes check their argument
+    types: ``true``/``false`` become booleans, the values of numeric arguments numbers."""
     if isinstance(value, str):
         low = value.strip().lower()
         if low in _TRUE + _FALSE:
             return low in _TRUE
-        if low.isdigit():
-            return int(low)
+        if key in _NUMERIC:
+            return float(low) if "." in low else int(low)
     return value
 
 
@@ -94,7 +96,7 @@ def configure(path: str, options: Mapping[str, Any] | None) -> None:
         return
     _, root, _ = _root(path)
     with _lock:
-        _options[root] = {k: _coerce(v) for k, v in options.items()}
+        _options[root] = {k: _coerce(k, v) for k, v in options.items()}
 
 
 def _make(scheme: str, root: str, opts: dict[str, Any]) -> tuple[pafs.FileSystem, str]:
@@ -107,9 +109,8 @@ def _make(scheme: str, root: str, opts: dict[str, Any]) -> tuple[pafs.FileSystem
     if scheme in ("gs", "gcs"):
         return pafs.GcsFileSystem(**opts), netloc
     if scheme in ("hdfs", "viewfs"):
-        parts = urlsplit(root)
-        host = f"{scheme}://{parts.hostname}" if parts.hostname else "default"
-        return pafs.HadoopFileSystem(host, parts.port or 0, **opts), "/"
+        parts = urlsplit(root)  # no host: the fs.defaultFS of core-site.xml
+        return pafs.HadoopFileSystem(parts.hostname or "default", parts.port or 0, **opts), "/"
     if not opts:
         try:
             fs, inner = pafs.FileSystem.from_uri(root + "/")

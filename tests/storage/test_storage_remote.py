@@ -187,6 +187,8 @@ def test_local_paths_and_file_uris_stay_local(tmp_path):
     assert not fs.is_remote("/var/lib/kafka") and not fs.is_remote("C:/kafka")
     assert not fs.is_remote("file:///var/lib/kafka") and fs.is_remote("s3a://b/k")
     assert fs.normpath("s3://bucket/a/./b/") == "s3://bucket/a/b"
+    with pytest.raises(ValueError, match="nosuchscheme"):
+        ks.read_arrow("nosuchscheme://bucket/logs")
     shutil.copytree(EXAMPLE, tmp_path / "logdir")
     assert ks.read_arrow(f"file://{tmp_path}/logdir").equals(ks.read_arrow(EXAMPLE))
 
