@@ -1,0 +1,222 @@
+"""``spark.readStream.format("kafka-segments")`` over the data directory of kproto's broker
+while clients write to it: a parquet sink gets every produced record exactly once (by topic,
+partition, offset and value) across a stop and restart of the query from its checkpoint, with
+read_committed: a committed transaction's records are there, an aborted one's are not, and
+transactions still open when a micro-batch is planned are not cut; a topic created while the
+query runs is read. Reads stop at the checkpointed high watermark (Trigger.AvailableNow on a
+storage-writer log dir), and options a stream cannot honour are refused."""
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import threading
+import time
+from collections import Counter
+
+import pytest
+
+from kproto.client.admin import Admin
+from kproto.client.cluster import Cluster
+from kproto.client.producer import Producer
+from kproto.records import RecordBatchBuilder
+from kproto.storage import LogDirWriter, OffsetCheckpoint
+from kproto.testing import TEST_DEFAULTS, BrokerThread
+
+TOPICS = {"events": 2, "audit": 1}
+WAVES = 20  # one wave every 0.2 s
+PAUSE = 14  # the clients wait there (transaction 2 open) until the first query is stopped
+
+
+class Clients:
+    """Produces in a background thread: plain records in waves, one transaction aborted and
+    one committed, each spanning several waves (so several micro-batches see it open), and a
+    topic created half-way; waits at wave ``PAUSE`` until ``resume`` is set. Keeps what the
+    broker acknowledged."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self.bootstrap = bootstrap
+        self.acked: list[tuple[str, int, int, str]] = []   # what the sink must hold
+        self.aborted: list[tuple[str, int, int, str]] = []
+        self.wave = 0
+        self.error: BaseException | None = None
+        self.paused, self.resume = threading.Event(), threading.Event()
+        self.thread = threading.Thread(target=self._run, name="producers", daemon=True)
+
+    def _run(self) -> None:
+        try:
+            asyncio.run(asyncio.wait_for(self._produce(), 60))
+        except BaseException as exc:  # reported by the test
+            self.error = exc
+
+    async def _produce(self) -> None:
+        async with Cluster(self.bootstrap) as cluster:
+            await Admin(cluster).create_topics({"events": TOPICS["events"]})
+            plain = await Producer(cluster, linger_ms=2).start()
+            tx = await Producer(cluster, transactional_id="stream-tx", linger_ms=2).start()
+            pending: list = []
+            tx_sent: list = []
+            for wave in range(WAVES):
+                self.wave = wave
+                if wave == PAUSE:
+                    self.paused.set()
+                    await asyncio.get_running_loop().run_in_executor(None, self.resume.wait, 60)
+                if wave == WAVES // 2:
+                    await Admin(cluster).create_topics({"audit": TOPICS["audit"]})
+                if wave in (2, 12):
+                    tx.begin_transaction()
+                if 2 <= wave < 8 or 12 <= wave < 17:
+                    for part in range(2):
+                        v = f"tx{wave // 10}-{wave}-{part}"
+                        tx_sent.append((v, await tx.send("events", v.encode(), partition=part)))
+                    await tx.flush()
+                if wave == 8:
+                    await tx.abort_transaction()
+                    self.aborted += [self._row(f, v) for v, f in tx_sent]
+                    tx_sent = []
+                if wave == 17:
+                    await tx.commit_transaction()
+                    self.acked += [self._row(f, v) for v, f in tx_sent]
+                    tx_sent = []
+                for i in range(15):
+                    topic = "audit" if wave >= WAVES // 2 and i % 3 == 0 else "events"
+                    v = f"p-{wave}-{i}"
+                    pending.append((v, await plain.send(topic, v.encode())))
+                await plain.flush()
+                self.acked += [self._row(f, v) for v, f in pending]
+                pending = []
+                await asyncio.sleep(0.2)
+            self.wave = WAVES
+
+    @staticmethod
+    def _row(fut, value: str) -> tuple[str, int, int, str]:
+        md = fut.result()
+        return md.topic, md.partition, md.offset, value
+
+
+def _rows(spark, out):
+    from pyspark.errors import AnalysisException
+
+    try:  # only the files of committed micro-batches (the sink's _spark_metadata log)
+        found = spark.read.parquet(out).select("topic", "partition", "offset", "value").collect()
+    except AnalysisException:  # no micro-batch committed a file yet
+        return []
+    # the broker's internal topics are streamed too (transaction state, ...): not ours
+    return [(r.topic, r.partition, r.offset, r.value.decode())
+            for r in found if not r.topic.startswith("__")]
+
+
+def _high_watermarks(data):
+    try:
+        with open(os.path.join(data, "replication-offset-checkpoint"), "rb") as f:
+            return {(t, p): o for t, p, o in OffsetCheckpoint.parse(f.read()).entries}
+    except FileNotFoundError:
+        return {}
+
+
+def _wait(what, cond, timeout=45.0):
+    end = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < end, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def test_stream_of_a_live_broker_exactly_once_across_a_restart(spark, tmp_path):
+    data, out, ckpt = (str(tmp_path / n) for n in ("kafka", "out", "ckpt"))
+    broker = BrokerThread(data, segment_bytes=2048, **TEST_DEFAULTS,
+                          replica_high_watermark_checkpoint_interval_ms=200).start()
+    try:
+        clients = Clients(broker.bootstrap)
+
+        def start():
+            return (spark.readStream.format("kafka-segments").option("isolation", "read_committed")
+                    .load(data).writeStream.format("parquet").option("checkpointLocation", ckpt)
+                    .trigger(processingTime="300 milliseconds").start(out))
+
+        clients.thread.start()
+        _wait("the topic", lambda: os.path.isdir(os.path.join(data, "events-1")))
+        q = start()
+        # stop once the sink has the audit records written while transaction 2 is open
+        # (so a micro-batch was planned then), the clients waiting with it still open
+        _wait("the clients' pause", clients.paused.is_set)
+        waited = {v for t, _, _, v in clients.acked if t == "audit"}
+        _wait("the first query's records", lambda: waited <= {v for *_, v in _rows(spark, out)})
+        q.stop()
+        first = _rows(spark, out)
+        q = start()
+        clients.resume.set()
+        clients.thread.join(60)
+        assert clients.error is None, clients.error
+        # the stream reads below the high watermarks the broker checkpoints (bound=auto):
+        # everything is available once the checkpoint has caught up with the last records
+        ends = Counter()
+        for t, p, o, _ in clients.acked:
+            ends[(t, p)] = max(ends[(t, p)], o + 1)
+        _wait("the high-watermark checkpoint", lambda: all(
+            hw.get(tp, 0) >= end for hw in [_high_watermarks(data)] for tp, end in ends.items()))
+        q.processAllAvailable()
+        q.stop()
+        rows = _rows(spark, out)
+    finally:
+        broker.stop()
+    assert 0 < len(first) < len(rows)
+    assert not any(v.startswith("tx1-") for *_, v in first)  # open when the first query stopped
+    counts = Counter((t, p, o) for t, p, o, _ in rows)
+    assert max(counts.values()) == 1, [k for k, n in counts.items() if n > 1][:5]
+    want = set(clients.acked)
+    got = set(rows)
+    assert got == want, (f"{len(want - got)} records missing, e.g. {sorted(want - got)[:3]}; "
+                         f"{len(got - want)} too many, e.g. {sorted(got - want)[:3]}")
+    assert {t for t, _, _, _ in rows} == set(TOPICS)
+    assert any(v.startswith("tx1-") for *_, v in rows) and clients.aborted
+    assert not {v for *_, v in clients.aborted} & {v for *_, v in rows}
+
+
+def _append(w, values):
+    b = RecordBatchBuilder(base_offset=w.next_offset)
+    for v in values:
+        b.append(1_700_000_000_000, None, v.encode())
+    w.append(b.build())
+
+
+def test_available_now_stops_at_the_checkpointed_high_watermark(spark, tmp_path):
+    data, out, ckpt = (str(tmp_path / n) for n in ("logs", "out", "ckpt"))
+    w = LogDirWriter(data, cluster_id="Gbic2Gj7Dm9oTfmSNSzM_A").partition("t", 0)
+    for i in range(4):
+        _append(w, [f"v{i}a", f"v{i}b"])
+
+    def hw(offset):
+        with open(os.path.join(data, "replication-offset-checkpoint"), "wb") as f:
+            f.write(OffsetCheckpoint([("t", 0, offset)]).encode())
+
+    def run(**options):
+        reader = spark.readStream.format("kafka-segments")
+        for k, v in options.items():
+            reader = reader.option(k, v)
+        q = (reader.load(data).writeStream.format("parquet").option("checkpointLocation", ckpt)
+             .trigger(availableNow=True).start(out))
+        q.awaitTermination(60)
+        assert q.exception() is None, q.exception()
+        return sorted(v for *_, v in _rows(spark, out))
+
+    hw(4)
+    assert run() == ["v0a", "v0b", "v1a", "v1b"]
+    hw(8)
+    assert run() == sorted(f"v{i}{s}" for i in range(4) for s in "ab")
+    _append(w, ["late"])
+    assert run() == sorted(f"v{i}{s}" for i in range(4) for s in "ab")  # not below the hw yet
+    shutil.rmtree(ckpt)
+    shutil.rmtree(out)
+    assert run(bound="end", startingOffsets='{"t": {"0": 6}}') == ["late", "v3a", "v3b"]
+
+
+def test_stream_options_that_a_stream_cannot_honour_are_refused(spark, tmp_path):
+    w = LogDirWriter(str(tmp_path), cluster_id="Gbic2Gj7Dm9oTfmSNSzM_A").partition("t", 0)
+    _append(w, ["x"])
+    with pytest.raises(Exception, match="bound must be one of"):
+        (spark.readStream.format("kafka-segments").option("bound", "lso").load(str(tmp_path))
+         .writeStream.format("memory").queryName("bad").start()).processAllAvailable()
+    with pytest.raises(Exception, match="NotImplementedError|do not support"):
+        (spark.readStream.format("kafka-segments").option("endingOffsets", "5")
+         .load(str(tmp_path)).writeStream.format("memory").queryName("bad2").start()
+         ).processAllAvailable()
