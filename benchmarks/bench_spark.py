@@ -208,13 +208,12 @@ def spark_session(master: str):
 
 def bench_remote(records: int, codec: str, masters: list[str], repeat: int) -> None:
     """Rows/s of one log dir read from local disk and from an S3-compatible server on
-    loopback (moto's, as the tests start it: tests/storage/s3_support.py; it serves from this
-    process, so on 2 cores it takes CPU from the scan): ``read_arrow`` and ``kafka-segments``
-    in each master."""
+    loopback (moto's, in a process of its own: tests/storage/s3_support.py; on 2 cores it
+    takes CPU from the scan): ``read_arrow`` and ``kafka-segments`` in each master."""
     sys.path.insert(0, os.path.join(HERE, "..", "tests", "storage"))
-    from s3_support import start_s3_server
+    from s3_support import start_s3_process
 
-    server = start_s3_server()
+    server = start_s3_process()
     try:
         with tempfile.TemporaryDirectory() as tmp:
             local = os.path.join(tmp, codec)

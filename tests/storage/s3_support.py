@@ -4,7 +4,11 @@ tests can say what a planner read."""
 from __future__ import annotations
 
 import os
+import socket
+import subprocess
+import sys
 import threading
+import time
 from dataclasses import dataclass, field
 from urllib.parse import unquote
 
@@ -32,6 +36,7 @@ class S3Server:
     log: list[Served] = field(default_factory=list)
     _server: object = None
     _thread: threading.Thread | None = None
+    _process: subprocess.Popen | None = None
 
     @property
     def options(self) -> dict[str, str]:
@@ -64,6 +69,10 @@ class S3Server:
         return f"s3://{bucket}/{prefix}"
 
     def stop(self) -> None:
+        if self._process is not None:
+            self._process.terminate()
+            self._process.wait()
+            return
         self._server.shutdown()  # type: ignore[attr-defined]
         self._thread.join()  # type: ignore[union-attr]
 
@@ -104,3 +113,25 @@ def start_s3_server() -> S3Server:
     thread.start()
     host, port = server.server_address[:2]
     return S3Server(f"http://{host}:{port}", log, server, thread)
+
+
+def start_s3_process() -> S3Server:
+    """moto's S3 server in a process of its own (``python -m moto.server``), for benchmarks:
+    it does not share this interpreter's GIL with the reader; nothing is counted."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1",
+                             "-p", str(port)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                raise RuntimeError("moto.server did not start") from None
+            time.sleep(0.1)
+    return S3Server(f"http://127.0.0.1:{port}", _process=proc)
