@@ -1046,7 +1046,7 @@ class QuorumController:
             b = self.image.brokers.get(r)
             ok = (b is not None and not b.fenced and not b.in_controlled_shutdown
                   and (epoch == -1 or epoch == b.epoch))
-            if not ok and r not in p.isr:
+            if not ok:
                 return ErrorCode.INELIGIBLE_REPLICA if version >= 1 else ErrorCode.OPERATION_NOT_ATTEMPTED
         return 0
 
