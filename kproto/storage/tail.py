@@ -16,10 +16,11 @@ What may be read of a partition is bounded by ``bound``:
 * ``hw``: the high watermark the log dir's ``replication-offset-checkpoint`` holds (never past
   the log end): only records every in-sync replica has, as a consumer sees them. A partition
   without an entry has none readable yet (Kafka checkpoints every partition it hosts);
-* ``auto`` (default): ``hw`` when that checkpoint file exists, else ``end``. Kafka rewrites the
-  file every ``replica.high.watermark.checkpoint.interval.ms`` (5 s), so a stream lags that
-  much behind a Kafka broker; kproto's broker (single replica: high watermark = log end) writes
-  it only at a clean shutdown, so over a kproto broker that ran before use ``bound=end``.
+* ``auto`` (default): ``hw`` when that checkpoint file exists, else ``end``. Kafka and
+  kproto's broker rewrite the file every ``replica.high.watermark.checkpoint.interval.ms``
+  (5 s) while a watermark moves, so a stream lags up to that much behind them; ``end`` reads
+  what a single-replica broker has (its high watermark is its log end) without the lag, or a
+  log dir whose checkpoint is stale (a writer that does not maintain it).
 
 With ``read_committed`` the bound is lowered to the last stable offset *as of the bound*: the
 first offset of a transaction not ended below it. A step therefore never ends inside an open
