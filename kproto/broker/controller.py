@@ -205,6 +205,14 @@ class _BrokerList:
         return b
 
 
+def _topic_config(name: str) -> Any:
+    """The definition of a topic config, or INVALID_CONFIG as Kafka's validator words it."""
+    d = TOPIC_CONFIGS.get(name)
+    if d is None:
+        raise BrokerError(ErrorCode.INVALID_CONFIG, f"Unknown topic config name: {name}")
+    return d
+
+
 def _copy_without(xs: Iterable[int], drop: int) -> list[int]:
     return [x for x in xs if x != drop]
 
@@ -798,15 +806,9 @@ class QuorumController:
         return out
 
     def _topic_config_records(self, name: str, configs: Iterable[Any]) -> list[tuple[Any, int]]:
-        out = []
-        for c in configs:
-            d = TOPIC_CONFIGS.get(c.name)
-            if d is None:
-                raise BrokerError(ErrorCode.INVALID_CONFIG, f"Unknown topic config name: {c.name}")
-            value = d.check(c.value)
-            out.append((metadata_record(4)(resource_type=TOPIC_RESOURCE, resource_name=name,
-                                           name=c.name, value=value), 0))
-        return out
+        return [(metadata_record(4)(resource_type=TOPIC_RESOURCE, resource_name=name, name=c.name,
+                                    value=_topic_config(c.name).check(c.value)), 0)
+                for c in configs]
 
     def _create_topics(self, version: int, body: Any, respond: Respond) -> None:
         cls = response_codec(ApiKey.CREATE_TOPICS).cls
@@ -1216,9 +1218,7 @@ class QuorumController:
         current = dict(self.image.configs.get((kind, name), {}))
         changed: dict[str, Optional[str]] = {}
         for c in r.configs:
-            d = TOPIC_CONFIGS.get(c.name) if kind == TOPIC_RESOURCE else None
-            if kind == TOPIC_RESOURCE and d is None:
-                raise BrokerError(ErrorCode.INVALID_CONFIG, f"Unknown topic config name: {c.name}")
+            d = _topic_config(c.name) if kind == TOPIC_RESOURCE else None
             op = c.config_operation
             old = current.get(c.name)
             if op == 0:

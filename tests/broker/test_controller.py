@@ -692,3 +692,38 @@ def test_written_records_look_like_kafkas() -> None:
             assert type(d["data"][field]) is type(value) or value is None or d["data"][field] is None, (name, field)
     assert ours["PARTITION_RECORD"]["data"]["partitionEpoch"] == 0
     assert ours["PARTITION_RECORD"]["data"]["leaderEpoch"] == 0
+
+
+def test_elect_all_partitions_reports_only_elections_done() -> None:
+    c = cluster3(broker_session_timeout_ms=3000)
+    c.create_topic("t", partitions=3, rf=2)
+    moved = [p for p in c.image.topics["t"].partitions.values() if p.leader == 1]
+    assert moved
+    c.advance(4000, heartbeat=(2, 3))
+    c.heartbeat(1)
+    for p in moved:
+        q = c.image.partition("t", p.partition)
+        shrink(c, q, list(q.isr) + [1])
+    r = c.call(ApiKey.ELECT_LEADERS, 2, election_type=0, timeout_ms=0, topic_partitions=None)
+    done = sorted((res.topic, x.partition_id, x.error_code) for res in r.replica_election_results
+                  for x in res.partition_result)
+    assert done == sorted(("t", p.partition, 0) for p in moved)
+    assert all(c.image.partition("t", p.partition).leader == 1 for p in moved)
+
+
+def test_want_fence_fences_at_once() -> None:
+    c = cluster3()
+    c.create_topic("t", partitions=1, rf=3)
+    r = c.heartbeat(3, want_fence=True)
+    assert (r.is_fenced, r.should_shut_down) == (True, False)
+    assert c.image.brokers[3].fenced and 3 not in c.image.partition("t", 0).isr
+
+
+def test_old_create_topics_version_has_no_configs() -> None:
+    c = cluster3()
+    res = c.create_topic("old", partitions=2, rf=1, version=4)
+    assert res.error_code == 0 and "old" in c.image.topics
+    from kproto.codecs import response as response_codec
+    data = response_codec(ApiKey.CREATE_TOPICS).encode(
+        response_codec(ApiKey.CREATE_TOPICS).cls(topics=[res]), 4)
+    assert response_codec(ApiKey.CREATE_TOPICS).decode(data, 4).topics[0].name == "old"
