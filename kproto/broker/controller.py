@@ -836,22 +836,29 @@ class QuorumController:
                 topic_id = self._new_topic_id()
                 config_records = self._topic_config_records(t.name, t.configs)
                 if t.assignments:
+                    if t.replication_factor != -1:
+                        raise BrokerError(ErrorCode.INVALID_REQUEST, "A manual partition assignment "
+                                          "was specified, but replication factor was not set to -1.")
                     if t.num_partitions != -1:
                         raise BrokerError(ErrorCode.INVALID_REQUEST, "A manual partition assignment "
                                           "was specified, but numPartitions was not set to -1.")
-                    if t.replication_factor != -1:
-                        raise BrokerError(ErrorCode.INVALID_REQUEST, "A manual partition assignment "
-                                          "was specified, but replicationFactor was not set to -1.")
-                    parts = []
-                    for i, a in enumerate(sorted(t.assignments, key=lambda a: a.partition_index)):
-                        if a.partition_index != i:
-                            raise BrokerError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                                              "partitions should be a consecutive 0-based integer sequence")
+                    manual: dict[int, tuple[list[int], list[int]]] = {}
+                    for a in t.assignments:
+                        if a.partition_index in manual:
+                            raise BrokerError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, "Found multiple "
+                                              f"manual partition assignments for partition {a.partition_index}")
                         replicas = list(a.broker_ids)
-                        parts.append((replicas, self._check_manual(i, replicas)))
-                    if len({len(r) for r, _ in parts}) > 1:
+                        if manual and len(replicas) != len(next(iter(manual.values()))[0]):
+                            raise BrokerError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                                              "The manual partition assignment includes a partition with "
+                                              f"{len(replicas)} replica(s), but this is not consistent with "
+                                              "previous partitions, which have "
+                                              f"{len(next(iter(manual.values()))[0])} replica(s).")
+                        manual[a.partition_index] = (replicas, self._check_manual(a.partition_index, replicas))
+                    if sorted(manual) != list(range(len(manual))):
                         raise BrokerError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                                          "All partitions should have the same number of replicas.")
+                                          "partitions should be a consecutive 0-based integer sequence")
+                    parts = [manual[i] for i in range(len(manual))]
                 else:
                     n = self.config.num_partitions if t.num_partitions == -1 else t.num_partitions
                     rf = (self.config.default_replication_factor if t.replication_factor == -1
@@ -1004,6 +1011,8 @@ class QuorumController:
                     out_p.error_code = code
                     continue
                 b = self._builder(p)
+                if self._unclean_enabled(p.topic):
+                    b.election = _ELECT_UNCLEAN
                 b.isr = [r for r, _ in new_isr]
                 if version >= 1:
                     b.recovery = pd.leader_recovery_state
@@ -1012,10 +1021,12 @@ class QuorumController:
                 if rec is not None:
                     records.append((rec, _V_PARTITION_CHANGE))
                     new = p.merge(rec)
-                if new.leader != body.broker_id:
-                    # a completed reassignment moved leadership away from the asker
-                    out_p.error_code = ErrorCode.NEW_LEADER_ELECTED
-                    continue
+                    if rec.leader not in (body.broker_id, NO_LEADER_CHANGE):
+                        # a completed reassignment moved leadership away from the asker: it
+                        # must fetch metadata before trying again
+                        out_p.error_code = (ErrorCode.NEW_LEADER_ELECTED if version > 1
+                                            else ErrorCode.FENCED_LEADER_EPOCH)
+                        continue
                 out_p.leader_id, out_p.leader_epoch = new.leader, new.leader_epoch
                 out_p.isr, out_p.partition_epoch = list(new.isr), new.partition_epoch
                 if version >= 1:
@@ -1025,13 +1036,13 @@ class QuorumController:
     def _validate_alter_partition(self, broker_id: int, version: int, p: PartitionInfo, pd: Any,
                                   new_isr: list[tuple[int, int]]) -> int:
         """Kafka's ``validateAlterPartitionData``: the error code, 0 when acceptable."""
-        if p.leader != broker_id:
-            return ErrorCode.INVALID_REQUEST
         # the asker knows a newer state than ours: we are probably no longer the controller
         if pd.leader_epoch > p.leader_epoch or pd.partition_epoch > p.partition_epoch:
             return ErrorCode.NOT_CONTROLLER
         if pd.leader_epoch < p.leader_epoch:
             return ErrorCode.FENCED_LEADER_EPOCH
+        if p.leader != broker_id:
+            return ErrorCode.INVALID_REQUEST
         if pd.partition_epoch < p.partition_epoch:
             return ErrorCode.INVALID_UPDATE_VERSION
         ids = [r for r, _ in new_isr]
@@ -1049,7 +1060,7 @@ class QuorumController:
             ok = (b is not None and not b.fenced and not b.in_controlled_shutdown
                   and (epoch == -1 or epoch == b.epoch))
             if not ok:
-                return ErrorCode.INELIGIBLE_REPLICA if version >= 1 else ErrorCode.OPERATION_NOT_ATTEMPTED
+                return ErrorCode.INELIGIBLE_REPLICA if version > 1 else ErrorCode.OPERATION_NOT_ATTEMPTED
         return 0
 
     def _elect_leaders(self, version: int, body: Any, respond: Respond) -> None:
@@ -1061,7 +1072,8 @@ class QuorumController:
         else:
             wanted = [(p.topic, p.partition) for p in self.image.all_partitions()]
         records: list[tuple[Any, int]] = []
-        by_topic: dict[str, list[Any]] = {}
+        # electing everything, every topic gets a result, even with no partition in it
+        by_topic: dict[str, list[Any]] = {} if explicit else {t: [] for t in self.image.topics}
         for topic, index in wanted:
             code, msg = self._elect_one(topic, index, kind, records)
             if not explicit and code == ErrorCode.ELECTION_NOT_NEEDED:
@@ -1073,15 +1085,16 @@ class QuorumController:
                     (ApiKey.ELECT_LEADERS, version, body))
 
     def _elect_one(self, topic: str, index: int, kind: int, records: list) -> tuple[int, Optional[str]]:
+        if topic not in self.image.topics:
+            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"No such topic as {topic}"
         p = self.image.partition(topic, index)
         if p is None:
-            return (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                    f"No such topic partition as {topic}-{index}")
+            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"No such partition as {topic}-{index}"
         if kind not in (_PREFERRED, _UNCLEAN):
             return ErrorCode.INVALID_REQUEST, f"Unknown election type {kind}"
         if (kind == _PREFERRED and p.replicas and p.leader == p.replicas[0]) or (
                 kind == _UNCLEAN and p.leader != NO_LEADER):
-            return ErrorCode.ELECTION_NOT_NEEDED, None
+            return ErrorCode.ELECTION_NOT_NEEDED, error_message(ErrorCode.ELECTION_NOT_NEEDED)
         b = self._builder(p)
         b.election = _ELECT_PREFERRED if kind == _PREFERRED else _ELECT_UNCLEAN
         rec = b.build()
