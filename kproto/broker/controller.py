@@ -286,10 +286,15 @@ class _ChangeBuilder:
         # an empty ISR is never written: the last member stays, it has the latest data
         if rec.isr is None and self.isr and self.isr != list(p.isr):
             rec.isr = self.isr
-        if self.replicas != list(p.replicas):
-            rec.replicas = self.replicas
+        if self.replicas:
             if self.directories is not None:
-                rec.directories = [self.directories(r) for r in self.replicas]
+                # replicas keep their directory; new ones get their broker's default
+                known = dict(zip(p.replicas, p.directories))
+                dirs = [known.get(r) or self.directories(r) for r in self.replicas]
+                if dirs != list(p.directories):
+                    rec.directories = dirs
+            if self.replicas != list(p.replicas):
+                rec.replicas = self.replicas
         if self.removing != list(p.removing_replicas):
             rec.removing_replicas = self.removing
         if self.adding != list(p.adding_replicas):
@@ -298,7 +303,7 @@ class _ChangeBuilder:
             rec.leader_recovery_state = self.recovery
         if (rec.leader == NO_LEADER_CHANGE and rec.isr is None and rec.replicas is None
                 and rec.removing_replicas is None and rec.adding_replicas is None
-                and rec.leader_recovery_state == -1):
+                and rec.leader_recovery_state == -1 and rec.directories is None):
             return None
         return rec
 

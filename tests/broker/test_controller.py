@@ -533,6 +533,8 @@ def test_reassignment_completes_when_new_replica_joins_isr() -> None:
     assert r.responses[0].partitions[0].error_code == 0
     p = c.image.partition("r", 0)
     assert (p.replicas, p.adding_replicas, p.removing_replicas) == ((2, 3, 1), (3,), (1,))
+    # each replica's log dir: kept for the old ones, the broker's only dir for the new one
+    assert p.directories == tuple(Uuid(bytes([100 + r] * 16)) for r in p.replicas)
     assert p.leader_epoch == 0  # nothing removed yet: the epoch is bumped when 1 leaves
     L = request_codec(ApiKey.LIST_PARTITION_REASSIGNMENTS).cls
     lr = c.call(ApiKey.LIST_PARTITION_REASSIGNMENTS, 0, timeout_ms=0, topics=None)
