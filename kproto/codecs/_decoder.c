@@ -67,6 +67,7 @@ typedef struct {
     PyObject *spec;         /* keeps every borrowed class and constant alive */
     Prog *root;
     Py_ssize_t last_size;   /* size of the last encoding: the next one's first buffer */
+    Py_ssize_t parts_size;  /* encode_parts' buffer size last time (its largest part) */
     void **blocks;          /* everything allocated for the program, freed together */
     Py_ssize_t nblocks, cap;
 } ProgramObject;
@@ -532,14 +533,21 @@ static int put_len(Writer *w, int flags, int is_string, Py_ssize_t n) {
 }
 
 /* The bytes written so far become one part, the next ones go to a new buffer. */
-static int flush_part(Writer *w) {
-    if (!w->buf) return 0;
+static int flush_part(Writer *w, int last) {
+    if (!w->buf || w->len == 0) return 0;
+    if (!last) {   /* a copy of the bytes so far, the buffer kept for the next ones */
+        PyObject *part = PyBytes_FromStringAndSize(w->p, w->len);
+        if (!part) return -1;
+        int rc = PyList_Append(w->parts, part);
+        Py_DECREF(part);
+        w->len = 0;
+        return rc;
+    }
     if (_PyBytes_Resize(&w->buf, w->len) < 0) { w->buf = NULL; return -1; }
     int rc = PyList_Append(w->parts, w->buf);
     Py_CLEAR(w->buf);
     w->p = NULL;
     w->len = w->cap = 0;
-    w->hint = 256;
     return rc;
 }
 
@@ -640,7 +648,7 @@ static int encode_bytes(Writer *w, Op *op, PyObject *v) {
     if (rc == 0) {
         if (w->parts && view.len >= ZERO_COPY_MIN) {
             /* the value itself is the next part, as the Python encoder appends it */
-            rc = flush_part(w);
+            rc = flush_part(w, 0);
             if (rc == 0) rc = PyList_Append(w->parts, v);
         } else {
             rc = put(w, view.buf, view.len);
@@ -1077,13 +1085,17 @@ static PyObject *Program_encode_parts(ProgramObject *self, PyObject *const *args
         return PyErr_Format(PyExc_TypeError, "encode_parts(obj, parts: list)");
     PyObject *parts = args[1];
     Py_ssize_t mark = PyList_GET_SIZE(parts);
-    Writer w = {NULL, NULL, 0, 0, self->last_size + 16, parts};
-    if (encode_struct(&w, self->root, args[0]) < 0 || flush_part(&w) < 0) {
-        Py_XDECREF(w.buf);
+    Writer w = {NULL, NULL, 0, 0, self->parts_size, parts};
+    Py_ssize_t cap = 0;
+    int rc = encode_struct(&w, self->root, args[0]);
+    cap = w.cap;
+    if (rc == 0) rc = flush_part(&w, 1);
+    Py_XDECREF(w.buf);   /* kept after the last large value */
+    if (rc < 0) {
         PyList_SetSlice(parts, mark, PyList_GET_SIZE(parts), NULL);
         return NULL;
     }
-    if (PyList_GET_SIZE(parts) == mark + 1) self->last_size = PyBytes_GET_SIZE(PyList_GET_ITEM(parts, mark));
+    self->parts_size = cap;
     Py_RETURN_NONE;
 }
 
