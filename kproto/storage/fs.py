@@ -52,8 +52,10 @@ def _local(path: str) -> str:
 
 def _root(path: str) -> tuple[str, str, str]:
     """``(scheme, "scheme://authority", rest)`` of a URI, ``rest`` without leading slash."""
-    parts = urlsplit(path)
-    return parts.scheme.lower(), f"{parts.scheme}://{parts.netloc}", parts.path.lstrip("/")
+    # not urlsplit: a "?" or "#" is part of a key (or a glob pattern), not a query
+    scheme, _, after = path.partition("://")
+    netloc, _, rest = after.partition("/")
+    return scheme.lower(), f"{scheme}://{netloc}", rest.lstrip("/")
 
 
 def normpath(path: str) -> str:
@@ -316,7 +318,10 @@ def _glob_regex(pattern: str) -> re.Pattern:
     name, ``**/`` spans any number of folders."""
     out, i = [], 0
     while i < len(pattern):
-        if pattern.startswith("**/", i):
+        if pattern.startswith("/**", i) and i + 3 == len(pattern):
+            out.append("(?:/.*)?")  # "d/**" is d itself and all below it
+            i += 3
+        elif pattern.startswith("**/", i):
             out.append("(?:.*/)?")
             i += 3
         elif pattern.startswith("**", i):
@@ -358,7 +363,8 @@ def glob(pattern: str) -> list[str]:
         return []
     rx = _glob_regex(remaining)
     cut = len(inner.rstrip("/")) + 1
-    out = []
+    out = [base] if remaining == "**" and fs.get_file_info(inner).type == pafs.FileType.Directory \
+        else []
     for info in infos:
         rel = info.path[cut:]
         if rx.fullmatch(rel):

@@ -227,3 +227,28 @@ def test_segments_fetched_in_pieces(s3, monkeypatch, name):
     gets = [r for r in s3.log if r.method == "GET" and r.key.endswith(".log")]
     assert len(gets) > 2 * len(splits)
     assert max(r.bytes for r in gets) < 64 << 10
+
+
+@pytest.mark.parametrize("pattern", ["*.pcap*", "**/*.pcap", "sub/*/x?.cap", "[ab]*",
+                                     "sub/**", "[!a]*.pcap*"])
+def test_remote_glob_matches_like_glob(tmp_path, pattern):
+    """``fs.glob`` on a URI picks what ``glob.glob(recursive=True)`` picks on the same tree."""
+    import glob as globmod
+
+    import fsspec
+
+    names = ["a.pcap", "b.pcap0", "c.cap", "sub/d.pcap", "sub/e/x1.cap", "sub/e/x22.cap",
+             "sub/f/g/h.pcap"]
+    mem = fsspec.filesystem("memory")
+    for name in names:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(b"x")
+        mem.pipe(f"/kproto-glob/{name}", b"x")
+    try:
+        want = sorted(os.path.relpath(p, tmp_path)
+                      for p in globmod.glob(str(tmp_path / pattern), recursive=True))
+        got = sorted(p[len("memory://kproto-glob/"):]
+                     for p in fs.glob(f"memory://kproto-glob/{pattern}"))
+        assert want and got == want
+    finally:
+        mem.rm("/kproto-glob", recursive=True)
