@@ -337,6 +337,56 @@ def test_graceful_resign_hands_over_fast(net: Net) -> None:
     assert ((54, 1) in {(k, v) for _, _, k, v in net.sent})
 
 
+class ManualTransport:
+    """Keeps what a replica sends; the test answers."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[int, int, int, Any, Callable[[Any], None]]] = []
+
+    def send(self, dst: int, api_key: int, version: int, body: Any,
+             on_response: Callable[[Any], None], timeout_ms: int) -> None:
+        self.sent.append((dst, api_key, version, body, on_response))
+
+
+def test_leader_commits_nothing_before_its_own_epoch_record(tmp_path, clock: FakeClock) -> None:
+    """Raft's rule (KIP-595's epoch start offset): entries of an older epoch on a majority are
+    not committed by counting replicas; only the new leader's first record reaching a
+    majority commits them with it."""
+    log = open_metadata_log(str(tmp_path))
+    log.leader_epoch = 1
+    from kproto.records.builder import RecordBatchBuilder
+    for i in range(3):   # what an epoch-1 leader left: three records, never known committed
+        b = RecordBatchBuilder(base_offset=log.log_end_offset)
+        b.append(0, None, b"old%d" % i)
+        log.append_internal(b.build())
+    timer = SystemTimer(clock=clock)
+    tr, rec = ManualTransport(), Recorder()
+    node = KRaftReplica(1, [1, 2, 3], log, cluster_id=CLUSTER_ID, transport=tr, timer=timer,
+                        rng=random.Random(1), listener=rec)
+    assert (node.state, node.epoch) == (UNATTACHED, 1)   # the log's epoch, no quorum-state
+    for _ in range(2_001):
+        clock.advance(1)
+        timer.advance_clock()
+    assert node.state == CANDIDATE and node.epoch == 2
+    votes = [(d, body) for d, k, _, body, _ in tr.sent if k == VOTE]
+    assert sorted(d for d, _ in votes) == [2, 3]
+    p = votes[0][1].topics[0].partitions[0]
+    assert (p.replica_epoch, p.replica_id, p.last_offset_epoch, p.last_offset) == (2, 1, 1, 3)
+    cls = kproto.response(VOTE).cls
+    on_vote = next(cb for d, k, _, _, cb in tr.sent if k == VOTE and d == 2)
+    on_vote(cls(topics=[cls.TopicData(topic_name=METADATA_TOPIC, partitions=[cls.PartitionData(
+        leader_id=-1, leader_epoch=2, vote_granted=True)])]))
+    assert node.is_leader and node.log.log_end_offset == 4   # LeaderChange at offset 3
+    # a follower with all the old records but not the new epoch's: nothing committed
+    p = _fetch(node, 2, 3, 1, replica=2).responses[0].partitions[0]
+    assert p.error_code == 0 and p.high_watermark == -1
+    assert node.high_watermark == 0 and rec.commits == []
+    p = _fetch(node, 2, 4, 2, replica=2).responses[0].partitions[0]
+    assert p.high_watermark == 4 and node.high_watermark == 4
+    assert rec.commits == [(0, b"old0"), (1, b"old1"), (2, b"old2")]
+    assert rec.leaders[-1] == (1, 2)   # told it leads once it has applied everything before
+
+
 # ---------------------------------------------------------------------------- restart
 def test_restart_resumes_epoch_and_replays_commits(net: Net) -> None:
     lead = net.elect()
