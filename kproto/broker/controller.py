@@ -53,8 +53,11 @@ METADATA_VERSION_3_9 = 21
 #: Kafka's DirectoryId.UNASSIGNED and MIGRATING.
 _UNASSIGNED = Uuid(b"\0" * 16)
 _MIGRATING = Uuid(b"\0" * 15 + b"\1")
-# record versions as Kafka 3.9 at metadata.version 21 writes them (the fixtures' log)
-_V_REGISTER, _V_CHANGE, _V_PARTITION, _V_PARTITION_CHANGE = 3, 2, 2, 2
+# record versions as Kafka 3.9's controller writes them at metadata.version 21: its
+# BrokerRegistrationChangeRecords are v0 for (un)fencing, v1 for controlled shutdown and v2 for
+# offline log dirs, whatever the highest version is
+_V_REGISTER, _V_PARTITION, _V_PARTITION_CHANGE = 3, 2, 2
+_V_FENCING, _V_SHUTDOWN, _V_DIRS = 0, 1, 2
 # BrokerRegistrationChangeRecord.Fenced values
 _FENCE, _UNFENCE = 1, -1
 # ElectionType
@@ -566,7 +569,7 @@ class QuorumController:
     def _fence_records(self, b: BrokerInfo) -> list[tuple[Any, int]]:
         recs = self._leader_isr_updates(self._partitions_with_in_isr(b.id), remove=b.id)
         recs.append((metadata_record(17)(broker_id=b.id, broker_epoch=b.epoch, fenced=_FENCE),
-                     _V_CHANGE))
+                     _V_FENCING))
         return recs
 
     # ------------------------------------------------------------------ sessions
@@ -640,12 +643,16 @@ class QuorumController:
         if cluster_id and body.cluster_id != cluster_id:
             self._write([], respond, cls(error_code=ErrorCode.INCONSISTENT_CLUSTER_ID), req)
             return
-        mv = self.image.features.get("metadata.version", self.config.metadata_version)
         features = {f.name: (f.min_supported_version, f.max_supported_version) for f in body.features}
-        lo, hi = features.get("metadata.version", (1, 1))
-        if not lo <= mv <= hi:
-            self._write([], respond, cls(error_code=ErrorCode.UNSUPPORTED_VERSION), req)
-            return
+        # a broker that names no metadata.version supports only the first KRaft one (3.0-IV1)
+        features.setdefault("metadata.version", (1, 1))
+        finalized = dict(self.image.features)
+        finalized.setdefault("metadata.version", self.config.metadata_version)
+        for name, (lo, hi) in features.items():
+            level = finalized.get(name)
+            if level is not None and not lo <= level <= hi:
+                self._write([], respond, cls(error_code=ErrorCode.UNSUPPORTED_VERSION), req)
+                return
         now = self._now()
         existing = self.image.brokers.get(body.broker_id)
         records: list[tuple[Any, int]] = []
@@ -656,8 +663,9 @@ class QuorumController:
             if alive and existing.incarnation_id != body.incarnation_id:
                 self._write([], respond, cls(error_code=ErrorCode.DUPLICATE_BROKER_REGISTRATION), req)
                 return
-            if not existing.fenced:
-                # the old incarnation is gone: its leaderships and ISR places go first
+            if not existing.fenced and existing.incarnation_id != body.incarnation_id:
+                # the old incarnation died unseen: its leaderships and ISR places go first
+                # (Kafka relies on the session check having fenced it already)
                 records += self._fence_records(existing)[:-1]
         epoch = self.log.end_offset + len(records)
         R = metadata_record(0)
@@ -702,21 +710,36 @@ class QuorumController:
             state = "unfenced"
         if b.fenced and state == "unfenced":
             records.append((metadata_record(17)(broker_id=b.id, broker_epoch=b.epoch, fenced=_UNFENCE),
-                            _V_CHANGE))
+                            _V_FENCING))
             leaderless = [p for p in self.image.all_partitions() if p.leader == NO_LEADER]
             records += self._leader_isr_updates(leaderless, add=b.id)
         elif not b.fenced and state in ("fenced", "shutdown"):
             records += self._fence_records(b)
         elif state == "controlled" and not b.in_controlled_shutdown:
             records.append((metadata_record(17)(broker_id=b.id, broker_epoch=b.epoch,
-                                                in_controlled_shutdown=1), _V_CHANGE))
+                                                in_controlled_shutdown=1), _V_SHUTDOWN))
             records += self._leader_isr_updates(self._partitions_with_in_isr(b.id), remove=b.id)
+        if version >= 1 and body.offline_log_dirs:
+            records += self._offline_dirs(b, list(body.offline_log_dirs))
         response = cls(error_code=0, is_caught_up=caught_up,
                        is_fenced=state in ("fenced", "shutdown"), should_shut_down=state == "shutdown")
         last = self._write(records, respond, response, req)
         if state == "controlled" and records:
             hb.shutdown_offset = last
         self._schedule_session_check()
+
+    def _offline_dirs(self, b: BrokerInfo, offline: list[Uuid]) -> list[tuple[Any, int]]:
+        """Kafka's ``handleDirectoriesOffline``: the broker leaves the ISR and leadership of
+        the partitions in log dirs newly offline; its registration keeps the others."""
+        gone = [d for d in b.log_dirs if d in offline]
+        if not gone:
+            return []
+        parts = [p for p in self.image.all_partitions() if b.id in p.replicas and p.directories
+                 and p.directories[p.replicas.index(b.id)] in gone]
+        recs = self._leader_isr_updates(parts, remove=b.id)
+        recs.append((metadata_record(17)(broker_id=b.id, broker_epoch=b.epoch,
+                                         log_dirs=[d for d in b.log_dirs if d not in gone]), _V_DIRS))
+        return recs
 
     def _lowest_active_offset(self) -> float:
         offsets = [hb.metadata_offset for bid, hb in self._heartbeats.items()

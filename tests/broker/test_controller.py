@@ -195,7 +195,8 @@ def test_registration_epoch_is_record_offset_and_unfence_when_caught_up() -> Non
     r = c.heartbeat(1, offset=epoch)
     assert (r.is_caught_up, r.is_fenced) == (True, False)
     rtype, version, rec = c.records()[-1]
-    assert (rtype, version, rec.broker_id, rec.broker_epoch, rec.fenced) == (17, 2, 1, epoch, -1)
+    # Kafka's controller writes (un)fencing changes at version 0
+    assert (rtype, version, rec.broker_id, rec.broker_epoch, rec.fenced) == (17, 0, 1, epoch, -1)
     assert not c.image.brokers[1].fenced
 
 
@@ -688,7 +689,13 @@ def test_written_records_look_like_kafkas() -> None:
                          "TOPIC_RECORD", "PARTITION_RECORD", "CONFIG_RECORD", "PRODUCER_IDS_RECORD"}
     for name, d in ours.items():
         k = theirs[name]
-        assert (d["frame_version"], d["api_key"], d["version"]) == (k["frame_version"], k["api_key"], k["version"]), name
+        assert (d["frame_version"], d["api_key"]) == (k["frame_version"], k["api_key"]), name
+        if name == "BROKER_REGISTRATION_CHANGE_RECORD":
+            # the fixture stores every type at its highest version; Kafka's controller writes
+            # (un)fencing at version 0, the same tagged fields
+            assert (d["version"], k["version"]) == (0, 2)
+        else:
+            assert d["version"] == k["version"], name
         assert set(d["data"]) == set(k["data"]), name
         for field, value in k["data"].items():
             assert type(d["data"][field]) is type(value) or value is None or d["data"][field] is None, (name, field)
@@ -729,3 +736,36 @@ def test_old_create_topics_version_has_no_configs() -> None:
     data = response_codec(ApiKey.CREATE_TOPICS).encode(
         response_codec(ApiKey.CREATE_TOPICS).cls(topics=[res]), 4)
     assert response_codec(ApiKey.CREATE_TOPICS).decode(data, 4).topics[0].name == "old"
+
+
+def test_registration_features() -> None:
+    c = Cluster()
+    c.commit()
+    R = request_codec(ApiKey.BROKER_REGISTRATION).cls
+    # no metadata.version named: only the first KRaft level, which this cluster is past
+    r = c.call(ApiKey.BROKER_REGISTRATION, 3, broker_id=1, cluster_id="cluster-A",
+               incarnation_id=Uuid(b"\1" * 16), listeners=[], rack=None, log_dirs=[], features=[])
+    assert r.error_code == ErrorCode.UNSUPPORTED_VERSION
+    r = c.call(ApiKey.BROKER_REGISTRATION, 3, broker_id=1, cluster_id="cluster-A",
+               incarnation_id=Uuid(b"\1" * 16), listeners=[], rack=None, log_dirs=[],
+               features=[R.Feature(name="other.feature", min_supported_version=0, max_supported_version=3),
+                         R.Feature(name="metadata.version", min_supported_version=1, max_supported_version=21)])
+    assert r.error_code == 0
+    rec = decode_metadata_record(c.log.values[r.broker_epoch])[2]
+    assert [(f.name, f.min_supported_version, f.max_supported_version) for f in rec.features] == \
+        [("other.feature", 0, 3), ("metadata.version", 1, 21)]
+
+
+def test_offline_log_dir_moves_partitions_away() -> None:
+    c = cluster3()
+    c.create_topic("t", partitions=3, rf=3)
+    before = {i: p for i, p in c.image.topics["t"].partitions.items()}
+    dir2 = c.image.brokers[2].log_dirs[0]
+    start = len(c.log.values)
+    c.call(ApiKey.BROKER_HEARTBEAT, 1, broker_id=2, broker_epoch=c.epochs[2],
+           current_metadata_offset=len(c.log.values), offline_log_dirs=[dir2])
+    for i, p in c.image.topics["t"].partitions.items():
+        assert 2 not in p.isr and p.leader != 2
+        assert (p.leader_epoch > before[i].leader_epoch) == (before[i].leader == 2)
+    t, v, rec = c.records(start)[-1]
+    assert (t, v, rec.broker_id, list(rec.log_dirs)) == (17, 2, 2, [])
