@@ -197,11 +197,11 @@ def _file_info(path: str, infos) -> list[Entry]:
 def listdir(path: str) -> list[Entry]:
     """The entries of a folder (one listing request for a URI); ``FileNotFoundError`` when
     there is no such folder (or bucket)."""
-    import pyarrow.fs as pafs
     if not is_remote(path):
         local = _local(path)
         with os.scandir(local) as it:  # follows symbolic links, as os.path.isdir/isfile do
             return [Entry(e.name, e.is_dir(), e.is_file()) for e in it]
+    import pyarrow.fs as pafs
     fs, inner = resolve(path)
     try:
         infos = fs.get_file_info(pafs.FileSelector(inner, allow_not_found=False))
@@ -217,7 +217,6 @@ def listdir(path: str) -> list[Entry]:
 def walk_files(path: str) -> list[tuple[str, int]]:
     """``(path, size)`` of every file under a folder, recursively (one listing for a URI;
     folders and files whose name starts with a dot are left out)."""
-    import pyarrow.fs as pafs
     if not is_remote(path):
         out = []
         for root, dirs, files in os.walk(_local(path)):
@@ -225,6 +224,7 @@ def walk_files(path: str) -> list[tuple[str, int]]:
             out += [(os.path.join(root, f), os.path.getsize(os.path.join(root, f)))
                     for f in sorted(files) if not f.startswith(".")]
         return out
+    import pyarrow.fs as pafs
     fs, inner = resolve(path)
     try:
         infos = fs.get_file_info(pafs.FileSelector(inner, recursive=True, allow_not_found=False))
