@@ -116,11 +116,13 @@ def offsets_from_json(value: Mapping[str, Mapping[str, int]] | None) -> dict[Top
 def advance(start: Mapping[TopicPartition, int],
             tails: Mapping[TopicPartition, PartitionTail]) -> dict[TopicPartition, int]:
     """The positions after a step from ``start``: each partition's ``readable`` offset, never
-    moving back (a bound that went down, e.g. an older checkpoint, reads nothing new);
-    partitions no longer there keep their position."""
+    moving back (a bound that went down, e.g. an older checkpoint, reads nothing new) unless
+    the position is past the log end (the log was truncated, or deleted and created again:
+    :func:`stream_ranges` reports it); partitions no longer there keep their position."""
     end = dict(start)
     for tp, t in tails.items():
-        end[tp] = max(t.readable, start.get(tp, t.log_start))
+        pos = start.get(tp, t.log_start)
+        end[tp] = t.readable if pos > t.log_end else max(t.readable, pos)
     return end
 
 
@@ -130,8 +132,10 @@ def stream_ranges(start: Mapping[TopicPartition, int], end: Mapping[TopicPartiti
     """The offset ranges ``[from, to)`` of a step from ``start`` to ``end``: a partition
     without a start position (new, or the stream's first step) starts at its log start
     offset; a position below the log start offset is reported as a ``gap`` (the records in
-    between were deleted before they were read) and moved up to it. Partitions missing from
-    ``log_starts`` (deleted) are left out, reported when they had records to read."""
+    between were deleted before they were read) and moved up to it; one past ``end`` (a log
+    truncated or created again) is reported and nothing is read (as Spark's Kafka source, the
+    stream goes on from ``end``). Partitions missing from ``log_starts`` (deleted) are left
+    out, reported when they had records to read."""
     found = problems if problems is not None else Problems()
     out: dict[TopicPartition, tuple[int, int]] = {}
     for tp, to in sorted(end.items()):
@@ -144,6 +148,11 @@ def stream_ranges(start: Mapping[TopicPartition, int], end: Mapping[TopicPartiti
             continue
         if frm is None:
             frm = first
+        elif frm > to:
+            found.report("gap", f"offset {frm} is past the log end: the log was truncated or "
+                         f"created again; the stream goes on from offset {to}",
+                         topic=tp[0], partition=tp[1])
+            continue
         elif frm < first:
             found.report("gap", f"offsets [{frm}, {first}) were deleted (retention or "
                          f"DeleteRecords) before they were read; reading resumes at the log "

@@ -179,3 +179,16 @@ def test_read_committed_under_a_high_watermark_waits_for_markers_below_it(tmp_pa
         f.write(OffsetCheckpoint([("t", 0, 5)]).encode())
     s.step()
     assert s.values() == ["b-0", "c-0"]
+
+
+def test_a_position_past_a_recreated_log_is_reported_and_the_stream_goes_on(tmp_path):
+    d = LogDirWriter(str(tmp_path), cluster_id="Gbic2Gj7Dm9oTfmSNSzM_A")
+    plain(d.partition("t", 0), 3, "new")
+    s = Stream(str(tmp_path))
+    s.positions = {("t", 0): 10}  # read up to 10 of the topic's earlier life
+    s.step()
+    assert s.positions == {("t", 0): 3} and s.values() == []
+    assert [p.kind for p in s.problems] == ["gap"] and "past the log end" in s.problems[0].reason
+    plain(d.partition("t", 0), 1, "more")
+    s.step()
+    assert s.values() == ["more-0"]
