@@ -28,7 +28,7 @@ import random
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Optional, Protocol
 
-from kproto.broker.configs import TOPIC_CONFIGS
+from kproto.broker.configs import LIST, TOPIC_CONFIGS
 from kproto.broker.log import BrokerError, topic_name_error
 from kproto.broker.metadata import (BROKER_RESOURCE, NO_LEADER, NO_LEADER_CHANGE, RECOVERED,
                                     RECOVERING, TOPIC_RESOURCE, BrokerInfo, MetadataImage,
@@ -1267,6 +1267,10 @@ class QuorumController:
             elif op == 1:
                 new = None
             elif op in (2, 3):
+                if d is not None and d.type != LIST:
+                    raise BrokerError(ErrorCode.INVALID_CONFIG, f"Config value "
+                                      f"{'append' if op == 2 else 'subtract'} is not allowed for "
+                                      f"config key: {c.name}")
                 items = old.split(",") if old else (d.default.split(",") if d and d.default else [])
                 values = [v.strip() for v in (c.value or "").split(",") if v.strip()]
                 if op == 2:

@@ -588,6 +588,9 @@ def test_incremental_alter_configs() -> None:
     assert alter(2, "t", ("retention.ms", 1, None), ("cleanup.policy", 3, "delete")).error_code == 0
     assert c.image.configs[(2, "t")] == {"cleanup.policy": "compact"}
     assert alter(2, "t", ("no.such", 0, "1")).error_code == ErrorCode.INVALID_CONFIG
+    r = alter(2, "t", ("retention.ms", 2, "5"))
+    assert (r.error_code, r.error_message) == (ErrorCode.INVALID_CONFIG, "Config value append is not "
+                                               "allowed for config key: retention.ms")
     assert alter(2, "t", ("retention.ms", 0, "abc")).error_code == ErrorCode.INVALID_CONFIG
     assert alter(2, "missing", ("retention.ms", 0, "1")).error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     assert alter(4, "", ("log.retention.ms", 0, "5")).error_code == 0
