@@ -290,26 +290,31 @@ def active_aborted(part: Partition) -> list[AbortedTxn]:
     return rebuild_txn_index(seg.read(), tracker)
 
 
+def _end_position(data: memoryview, split: Split, end_offset: int) -> int:
+    """Where the batches of ``split`` below ``end_offset`` end in ``data`` (the file)."""
+    cut = split.start
+    for batch in scan_batches(data, split.start, min(split.end, len(data)), resync=split.resync):
+        if batch.base_offset >= end_offset:
+            break
+        cut = batch.position + batch.size_in_bytes
+    return cut
+
+
 def _cut(split: Split, end_offset: int) -> Split:
     """``split`` ending before the first batch at or past ``end_offset``, or after its last
     complete batch (bytes past that are a write in progress, not a torn tail)."""
     with open(split.path, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        if size == 0:
+        if os.fstat(f.fileno()).st_size == 0:
             return replace(split, end=split.start)
         mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-    batch = None
+    view = memoryview(mm)
     try:
-        cut = split.start
-        for batch in scan_batches(mm, split.start, min(split.end, size), resync=split.resync):
-            if batch.base_offset >= end_offset:
-                break
-            cut = batch.position + batch.size_in_bytes
+        cut = _end_position(view, split, end_offset)
     finally:
-        del batch
+        view.release()
         try:
             mm.close()
-        except BufferError:  # a batch still holds a view; the GC unmaps it later
+        except BufferError:  # a view is still alive somewhere; the GC unmaps it later
             pass
     if cut == split.end:
         return split
