@@ -20,7 +20,7 @@ import copy
 from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
-from kproto.codecs.primitives import Uuid, uvarint
+from kproto.codecs.primitives import Uuid, read_uvarint, uvarint
 from kproto.storage.internal import read_metadata_frame
 
 __all__ = ["encode_metadata_record", "decode_metadata_record", "record_type_of", "Endpoint", "BrokerInfo",
@@ -244,7 +244,12 @@ class MetadataImage:
 
     # ------------------------------------------------------------------ replay
     def replay_value(self, value: bytes | memoryview, offset: int) -> None:
-        """Replay one ``__cluster_metadata`` record value found at ``offset``."""
+        """Replay one ``__cluster_metadata`` record value found at ``offset``. A record of a
+        type the image does not keep is not decoded, so types newer than the schemas pass."""
+        frame, pos = read_uvarint(value, 0)
+        if frame == 1 and read_uvarint(value, pos)[0] not in _REPLAY:
+            self.offset = offset
+            return
         record_type, version, obj = decode_metadata_record(value)
         self.replay(record_type, version, obj, offset)
 
