@@ -25,6 +25,7 @@ The Raft side calls :meth:`QuorumController.handle_commit` with committed record
 from __future__ import annotations
 
 import random
+from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Optional, Protocol
 
@@ -351,7 +352,7 @@ class QuorumController:
         self.epoch = -1
         self.active = False
         self._want_active = False
-        self._pending: list[_Pending] = []
+        self._pending: deque[_Pending] = deque()  # in offset order
         self._last_written = -1
         self._heartbeats: dict[int, _Heartbeat] = {}
         self._session_task: Optional[CallbackTask] = None
@@ -425,7 +426,7 @@ class QuorumController:
             if task is not None:
                 task.cancel()
         self._session_task = self._rebalance_task = None
-        pending, self._pending = self._pending, []
+        pending, self._pending = self._pending, deque()
         for p in pending:
             p.respond(self._error_response(p.api_key, p.version, p.body, ErrorCode.NOT_CONTROLLER))
 
@@ -462,7 +463,7 @@ class QuorumController:
     def _complete_pending(self) -> None:
         done_below = min(self.log.high_watermark, self.committed_end)
         while self._pending and self._pending[0].offset < done_below:
-            p = self._pending.pop(0)
+            p = self._pending.popleft()
             p.respond(p.response)
 
     # ================================================================== requests

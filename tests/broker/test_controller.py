@@ -772,3 +772,15 @@ def test_offline_log_dir_moves_partitions_away() -> None:
         assert (p.leader_epoch > before[i].leader_epoch) == (before[i].leader == 2)
     t, v, rec = c.records(start)[-1]
     assert (t, v, rec.broker_id, list(rec.log_dirs)) == (17, 2, 2, [])
+
+
+def test_append_refused_resigns_and_answers_not_controller() -> None:
+    c = cluster3()
+    pending = c.send(ApiKey.ALLOCATE_PRODUCER_IDS, 0, commit=False, broker_id=1, broker_epoch=c.epochs[1])
+    assert pending == []
+    ctrl = c.active
+    c.log.leader = None  # Raft lost the leadership before telling the controller
+    out = c.send(ApiKey.ALLOCATE_PRODUCER_IDS, 0, commit=False, ctrl=1, broker_id=2, broker_epoch=c.epochs[2])
+    assert [r.error_code for r in out] == [ErrorCode.NOT_CONTROLLER]
+    assert [r.error_code for r in pending] == [ErrorCode.NOT_CONTROLLER]
+    assert not ctrl.is_active and ctrl.image is ctrl.committed
