@@ -784,3 +784,24 @@ def test_append_refused_resigns_and_answers_not_controller() -> None:
     assert [r.error_code for r in out] == [ErrorCode.NOT_CONTROLLER]
     assert [r.error_code for r in pending] == [ErrorCode.NOT_CONTROLLER]
     assert not ctrl.is_active and ctrl.image is ctrl.committed
+
+
+def test_reassignment_removing_a_follower_bumps_leader_epoch() -> None:
+    c = cluster3()
+    c.create_topic("s", partitions=1, rf=3)
+    p = c.image.partition("s", 0)
+    keep = [p.leader] + [r for r in p.replicas if r != p.leader][:1]
+    A = request_codec(ApiKey.ALTER_PARTITION_REASSIGNMENTS).cls
+    r = c.call(ApiKey.ALTER_PARTITION_REASSIGNMENTS, 1, timeout_ms=0, allow_replication_factor_change=True,
+               topics=[A.ReassignableTopic(name="s", partitions=[A.ReassignablePartition(partition_index=0,
+                                                                                        replicas=keep)])])
+    assert r.responses[0].partitions[0].error_code == 0
+    q = c.image.partition("s", 0)
+    # nothing to add: done at once; the removed replica is fenced off by a new leader epoch
+    assert (q.replicas, q.isr, q.leader, q.adding_replicas, q.removing_replicas) == (tuple(keep), tuple(
+        x for x in p.isr if x in keep), p.leader, (), ())
+    assert (q.leader_epoch, q.partition_epoch) == (p.leader_epoch + 1, p.partition_epoch + 1)
+    r = c.call(ApiKey.ALTER_PARTITION_REASSIGNMENTS, 1, timeout_ms=0, allow_replication_factor_change=False,
+               topics=[A.ReassignableTopic(name="s", partitions=[A.ReassignablePartition(partition_index=0,
+                                                                                        replicas=[keep[0]])])])
+    assert r.responses[0].partitions[0].error_code == ErrorCode.INVALID_REPLICATION_FACTOR
