@@ -262,8 +262,8 @@ class MetadataImage:
             handler(self, obj)
         self.offset = offset
 
-    def _set_partition(self, key: tuple[Uuid, int], new: Optional[PartitionInfo],
-                       old: Optional[PartitionInfo]) -> None:
+    def _note_partition(self, key: tuple[Uuid, int], old: Optional[PartitionInfo]) -> None:
+        """Remember a partition's state before its first change since take_changes."""
         if key not in self._partitions:
             self._partitions[key] = old
 
@@ -287,7 +287,7 @@ class MetadataImage:
             last_known_elr=tuple(r.last_known_elr or ()))
         old = t.partitions.get(p.partition)
         t.partitions[p.partition] = p
-        self._set_partition((t.topic_id, p.partition), p, old)
+        self._note_partition((t.topic_id, p.partition), old)
 
     def _partition_change(self, r: Any) -> None:
         t = self.topics_by_id.get(r.topic_id)
@@ -296,7 +296,7 @@ class MetadataImage:
             return  # Kafka rejects these on the controller; a replayed log may still hold them
         new = old.merge(r)
         t.partitions[r.partition_id] = new
-        self._set_partition((t.topic_id, r.partition_id), new, old)
+        self._note_partition((t.topic_id, r.partition_id), old)
 
     def _remove_topic(self, r: Any) -> None:
         t = self.topics_by_id.pop(r.topic_id, None)
@@ -304,7 +304,7 @@ class MetadataImage:
             return
         del self.topics[t.name]
         for i, p in t.partitions.items():
-            self._set_partition((t.topic_id, i), None, p)
+            self._note_partition((t.topic_id, i), p)
         # a topic's configs go with it (Kafka's ConfigurationsDelta on RemoveTopicRecord)
         if self.configs.pop((TOPIC_RESOURCE, t.name), None) is not None:
             self._configs[(TOPIC_RESOURCE, t.name)] = None
@@ -380,7 +380,7 @@ class MetadataImage:
                 if p.elr or p.last_known_elr:
                     new = replace(p, elr=(), last_known_elr=(), partition_epoch=p.partition_epoch + 1)
                     t.partitions[i] = new
-                    self._set_partition((t.topic_id, i), new, p)
+                    self._note_partition((t.topic_id, i), p)
 
     # ------------------------------------------------------------------ changes
     def take_changes(self) -> MetadataChanges:
