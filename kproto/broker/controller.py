@@ -1283,7 +1283,7 @@ class QuorumController:
                     new = d.check(new)
             else:
                 raise BrokerError(ErrorCode.INVALID_REQUEST, f"Unknown operation type {op}")
-            current[c.name] = new  # type: ignore[assignment]
+            current[c.name] = new
             if new != old or c.name in changed:
                 changed[c.name] = new
         return [(metadata_record(4)(resource_type=kind, resource_name=name, name=k, value=v), 0)
