@@ -1,9 +1,10 @@
 """Request/response framing: size prefix, headers, correlation ids (sans-I/O).
 
 A Kafka frame on the wire is ``int32 size`` + header + body. :func:`encode_request` writes the whole
-frame; :func:`decode_request` and :func:`decode_response` read one, by default *with* its 4-byte size
-prefix (the form :func:`encode_request` produces and a socket delivers); pass ``size_prefix=False``
-for a frame whose prefix was already stripped. :class:`FrameBuffer` cuts a byte stream into frames.
+frame (:func:`encode_request_parts`/:func:`encode_response_parts` as a list of buffers, records
+not copied); :func:`decode_request` and :func:`decode_response` read one, by default *with* its
+4-byte size prefix (the form :func:`encode_request` produces and a socket delivers); pass
+``size_prefix=False`` for a frame whose prefix was already stripped. :class:`FrameBuffer` cuts a byte stream into frames.
 """
 from __future__ import annotations
 
@@ -44,13 +45,15 @@ def response_header_version(api_key: int, api_version: int) -> int:
     return 1 if api_version in response(api_key).flexible_versions else 0
 
 
-def _with_size(parts: List[Any]) -> bytes:
+def _sized(parts: List[Any]) -> List[Any]:
     parts[0] = INT32.pack(sum(map(len, parts)))
-    return b"".join(parts)
+    return parts
 
 
-def encode_request(header: Any, obj: Any) -> bytes:
-    """A size-prefixed request frame; ``header.request_api_key``/``request_api_version`` pick the codec."""
+def encode_request_parts(header: Any, obj: Any) -> List[Any]:
+    """:func:`encode_request`'s frame as a list of buffers, the size prefix first, for
+    ``writelines``/``sendmsg``: ``records`` (and other bytes) values of 1 KiB or more are in it
+    as they are, not copied, as Kafka's ``Send`` writes them."""
     key, ver = header.request_api_key, header.request_api_version
     codec = request(key)
     if type(obj) is not codec.cls:
@@ -58,18 +61,29 @@ def encode_request(header: Any, obj: Any) -> bytes:
     parts: List[Any] = [b""]
     _REQUEST_HEADER.encode_parts(header, request_header_version(key, ver), parts)
     codec.encode_parts(obj, ver, parts)
-    return _with_size(parts)
+    return _sized(parts)
 
 
-def encode_response(header: Any, obj: Any, api_key: int, api_version: int) -> bytes:
-    """A size-prefixed response frame for a response of ``api_key`` at ``api_version``."""
+def encode_request(header: Any, obj: Any) -> bytes:
+    """A size-prefixed request frame; ``header.request_api_key``/``request_api_version`` pick the codec."""
+    return b"".join(encode_request_parts(header, obj))
+
+
+def encode_response_parts(header: Any, obj: Any, api_key: int, api_version: int) -> List[Any]:
+    """:func:`encode_response`'s frame as a list of buffers, the size prefix first, for
+    ``writelines``/``sendmsg`` (a zero-copy send of the records, as for requests)."""
     codec = response(api_key)
     if type(obj) is not codec.cls:
         raise EncodeError(f"API key {api_key} answers with {codec.name}, not a {type(obj).__name__}")
     parts: List[Any] = [b""]
     _RESPONSE_HEADER.encode_parts(header, response_header_version(api_key, api_version), parts)
     codec.encode_parts(obj, api_version, parts)
-    return _with_size(parts)
+    return _sized(parts)
+
+
+def encode_response(header: Any, obj: Any, api_key: int, api_version: int) -> bytes:
+    """A size-prefixed response frame for a response of ``api_key`` at ``api_version``."""
+    return b"".join(encode_response_parts(header, obj, api_key, api_version))
 
 
 def _strip_size(frame: Buffer, size_prefix: bool) -> Buffer:

@@ -254,3 +254,24 @@ def test_message_objects_freed_by_their_slots():
         pass
     else:
         raise AssertionError("a class with a __dict__ must keep CPython's dealloc")
+
+
+def test_framed_zero_copy_send():
+    from kproto.framing import (RequestHeader, ResponseHeader, decode_request, encode_request,
+                                encode_request_parts, encode_response, encode_response_parts)
+
+    R = kproto.response(1).cls
+    records = bytes(4096)
+    body = R(responses=[R.FetchableTopicResponse(topic="t", partitions=[R.PartitionData(records=records)])])
+    parts = encode_response_parts(ResponseHeader(correlation_id=7), body, 1, 12)
+    frame = encode_response(ResponseHeader(correlation_id=7), body, 1, 12)
+    assert b"".join(parts) == frame and any(p is records for p in parts)
+    assert int.from_bytes(parts[0], "big") == len(frame) - 4 and len(parts[0]) == 4
+    P = kproto.request(0).cls
+    batch = bytes(2000)
+    req = P(acks=-1, timeout_ms=1, topic_data=[P.TopicProduceData(name="t", partition_data=[
+        P.PartitionProduceData(index=0, records=batch)])])
+    header = RequestHeader(request_api_key=0, request_api_version=9, correlation_id=1, client_id="c")
+    parts = encode_request_parts(header, req)
+    assert b"".join(parts) == encode_request(header, req) and any(p is batch for p in parts)
+    assert decode_request(b"".join(parts))[1] == req
