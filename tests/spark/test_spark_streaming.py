@@ -220,3 +220,29 @@ def test_stream_options_that_a_stream_cannot_honour_are_refused(spark, tmp_path)
         (spark.readStream.format("kafka-segments").option("endingOffsets", "5")
          .load(str(tmp_path)).writeStream.format("memory").queryName("bad2").start()
          ).processAllAvailable()
+
+
+def test_stream_reader_calls_as_spark_makes_them(tmp_path):
+    """The reader without a session: startingOffsets=latest, positions through latestOffset,
+    tasks from partitions, rows from read; AvailableNow keeps to what was there first."""
+    import pyarrow as pa
+
+    from kproto.spark import KafkaSegmentsDataSource, spark_schema
+
+    w = LogDirWriter(str(tmp_path), cluster_id="Gbic2Gj7Dm9oTfmSNSzM_A").partition("t", 0)
+    _append(w, ["old"])
+    source = KafkaSegmentsDataSource({"path": str(tmp_path), "startingOffsets": "latest",
+                                      "bound": "end"})
+    reader = source.streamReader(spark_schema())
+    start = reader.initialOffset()
+    assert start == {"t": {"0": 1}}
+    _append(w, ["a", "b"])
+    reader.prepareForTriggerAvailableNow()
+    _append(w, ["c"])
+    end = reader.latestOffset(start, None)
+    assert end == {"t": {"0": 3}}
+    values = [v for part in reader.partitions(start, end) for rb in reader.read(part)
+              for v in pa.Table.from_batches([rb])["value"].to_pylist()]
+    assert values == [b"a", b"b"]
+    assert reader.latestOffset(end, None) == end
+    assert reader.partitions(end, end) == []
