@@ -35,6 +35,7 @@ from kproto.broker.metadata import (BROKER_RESOURCE, NO_LEADER, NO_LEADER_CHANGE
                                     RECOVERING, TOPIC_RESOURCE, BrokerInfo, MetadataImage,
                                     PartitionInfo, encode_metadata_record,
                                     record_type_of)
+from kproto.broker.raft import NotLeaderError  # one class for the Raft replica and us
 from kproto.broker.timer import CallbackTask, SystemTimer
 from kproto.codecs import metadata_record
 from kproto.codecs import response as response_codec
@@ -67,18 +68,16 @@ _PREFERRED, _UNCLEAN = 0, 1
 _ELECT_ONLINE, _ELECT_PREFERRED, _ELECT_UNCLEAN = "online", "preferred", "unclean"
 
 
-class NotLeaderError(Exception):
-    """The metadata log refused an append: this node is not (or no longer) the Raft leader."""
-
-
 class MetadataLog(Protocol):
     """What the controller needs of the Raft replica of ``__cluster_metadata``.
 
     Offsets below ``high_watermark`` are committed; ``end_offset`` is the offset the next
-    append gets (the controller stamps it into records: a broker's epoch is the offset of its
-    RegisterBrokerRecord). The Raft side calls :meth:`QuorumController.handle_commit` with
-    every committed record in offset order (control records as ``(offset, None)``), and
-    :meth:`QuorumController.handle_leader_change` on each new epoch."""
+    append gets (Kafka's ``RaftClient.logEndOffset``: the controller stamps it into records,
+    a broker's epoch is the offset of its RegisterBrokerRecord). The Raft side calls
+    :meth:`QuorumController.handle_commit` with the committed data records in offset order,
+    and :meth:`QuorumController.handle_leader_change` on each new epoch; for this node's own
+    leadership only once every record committed before its epoch was handed over
+    (KafkaRaftClient's rule, which :class:`~kproto.broker.raft.KRaftReplica` keeps)."""
 
     is_leader: bool
     epoch: int
@@ -374,22 +373,19 @@ class QuorumController:
         }
 
     # ================================================================== Raft side
-    def handle_commit(self, records: list[tuple[int, Optional[bytes]]]) -> None:
-        """Committed records in offset order (a control record's value is None): replayed
-        into the committed image (and the live one when standby); answers waiting for them go
-        out."""
+    def handle_commit(self, records: list[tuple[int, bytes]]) -> None:
+        """Committed records in offset order: replayed into the committed image (the live one
+        when standby); answers waiting for them go out."""
         for offset, value in records:
-            if value is not None:
-                self.committed.replay_value(value, offset)
-            else:
-                self.committed.offset = offset
+            self.committed.replay_value(value, offset)
             self.committed_end = offset + 1
         self._maybe_activate()
         self._complete_pending()
 
     def handle_leader_change(self, leader_id: Optional[int], epoch: int) -> None:
-        """A new Raft epoch: become active when this node leads (once every committed record
-        was replayed), resign otherwise."""
+        """A new Raft epoch: become active when this node leads, resign otherwise. The Raft
+        side tells a new leader only once it handed over every earlier committed record, so
+        the image is never stale when writes start (Kafka's rule)."""
         if self.active and (leader_id != self.node_id or epoch != self.epoch):
             self._resign()
         self.leader_id, self.epoch = leader_id, epoch
@@ -403,8 +399,6 @@ class QuorumController:
     def _maybe_activate(self) -> None:
         if not self._want_active or self.active or not self.log.is_leader:
             return
-        if self.committed_end < self.log.high_watermark:
-            return  # committed records not replayed yet: Kafka never serves a stale image
         self.active = True
         self.image = self.committed.copy()
         self._last_written = self.committed_end - 1
