@@ -800,3 +800,49 @@ def test_reassignment_removing_a_follower_bumps_leader_epoch() -> None:
                topics=[A.ReassignableTopic(name="s", partitions=[A.ReassignablePartition(partition_index=0,
                                                                                         replicas=[keep[0]])])])
     assert r.responses[0].partitions[0].error_code == ErrorCode.INVALID_REPLICATION_FACTOR
+
+
+def test_over_the_raft_replica(tmp_path: Any) -> None:
+    """A single-voter KRaftReplica as the metadata log: the controller is told it leads once
+    the LeaderChange commits, bootstraps metadata.version, and answers a registration with the
+    offset its record got, once committed."""
+    from kproto.broker.raft import KRaftReplica, open_metadata_log
+
+    class RaftLog:
+        replica: Any = None
+        is_leader = property(lambda self: self.replica.is_leader)
+        epoch = property(lambda self: self.replica.epoch)
+        high_watermark = property(lambda self: self.replica.high_watermark)
+        end_offset = property(lambda self: self.replica.log.log_end_offset)
+
+        def append(self, values: list[bytes]) -> int:
+            return self.replica.append(values)
+
+    class NoPeers:
+        def send(self, *args: Any, **kwargs: Any) -> None:
+            raise AssertionError("a single voter sends nothing")
+
+    clock = FakeClock(1_000)
+    timer = SystemTimer(clock=clock)
+    log = RaftLog()
+    ctrl = QuorumController(1, log, timer, ControllerConfig(cluster_id="c", node_id=1), rng=random.Random(1))
+    log.replica = KRaftReplica(1, [1], open_metadata_log(str(tmp_path)), cluster_id="c", transport=NoPeers(),
+                               timer=timer, listener=ctrl, wall_ms=clock.now_ms)
+    for _ in range(100):
+        if ctrl.is_active and log.high_watermark == log.end_offset:
+            break
+        clock.advance(50)
+        timer.advance_clock()
+    assert ctrl.is_active and ctrl.committed.features == {"metadata.version": 21}
+    R = request_codec(ApiKey.BROKER_REGISTRATION).cls
+    out: list[Any] = []
+    ctrl.handle(ApiKey.BROKER_REGISTRATION, 3, R(
+        broker_id=1, cluster_id="c", incarnation_id=Uuid(b"\1" * 16), listeners=[], rack=None, log_dirs=[],
+        features=[R.Feature(name="metadata.version", min_supported_version=1, max_supported_version=21)]),
+        out.append)
+    epoch = log.end_offset - 1
+    for _ in range(10):
+        clock.advance(10)
+        timer.advance_clock()
+    assert [(r.error_code, r.broker_epoch) for r in out] == [(0, epoch)]
+    assert ctrl.committed.brokers[1].epoch == epoch
