@@ -8,6 +8,7 @@ storage-writer log dir), and options a stream cannot honour are refused."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import threading
@@ -106,6 +107,23 @@ def _rows(spark, out):
             for r in found if not r.topic.startswith("__")]
 
 
+def _ends(rows):
+    """The offset after the last of ``rows`` in each partition."""
+    ends: dict = {}
+    for t, p, o, _ in rows:
+        ends[(t, p)] = max(ends.get((t, p), 0), o + 1)
+    return ends
+
+
+def _reached(q, ends):
+    """Whether a micro-batch of ``q`` (done: in the sink) ended at or past ``ends``."""
+    for progress in q.recentProgress:
+        done = json.loads(progress["sources"][0]["endOffset"] or "{}")
+        if all(done.get(t, {}).get(str(p), -1) >= end for (t, p), end in ends.items()):
+            return True
+    return False
+
+
 def _high_watermarks(data):
     try:
         with open(os.path.join(data, "replication-offset-checkpoint"), "rb") as f:
@@ -139,8 +157,8 @@ def test_stream_of_a_live_broker_exactly_once_across_a_restart(spark, tmp_path):
         # stop once the sink has the audit records written while transaction 2 is open
         # (so a micro-batch was planned then), the clients waiting with it still open
         _wait("the clients' pause", clients.paused.is_set)
-        waited = {v for t, _, _, v in clients.acked if t == "audit"}
-        _wait("the first query's records", lambda: waited <= {v for *_, v in _rows(spark, out)})
+        audit = {tp: end for tp, end in _ends(clients.acked).items() if tp[0] == "audit"}
+        _wait("the first query's records", lambda: _reached(q, audit))
         q.stop()
         first = _rows(spark, out)
         q = start()
@@ -149,9 +167,7 @@ def test_stream_of_a_live_broker_exactly_once_across_a_restart(spark, tmp_path):
         assert clients.error is None, clients.error
         # the stream reads below the high watermarks the broker checkpoints (bound=auto):
         # everything is available once the checkpoint has caught up with the last records
-        ends = Counter()
-        for t, p, o, _ in clients.acked:
-            ends[(t, p)] = max(ends[(t, p)], o + 1)
+        ends = _ends(clients.acked)
         _wait("the high-watermark checkpoint", lambda: all(
             hw.get(tp, 0) >= end for hw in [_high_watermarks(data)] for tp, end in ends.items()))
         q.processAllAvailable()
