@@ -3,6 +3,7 @@ one fake clock, every request and response encoded and decoded at the version se
 wire format is exercised), with links the tests cut, heal and slow down."""
 from __future__ import annotations
 
+import base64
 import json
 import os
 import random
@@ -19,6 +20,7 @@ from kproto.broker.timer import CallbackTask, FakeClock, SystemTimer
 from kproto.codecs import message, metadata_record
 from kproto.error_codes import ErrorCode
 from kproto.records.control import decode_control
+from kproto.storage.internal import decode_metadata_frame
 
 CLUSTER_ID = "MkU3OEVBNTcwNTJENDM2Qg"
 WALL_BASE = 1_717_000_000_000
@@ -609,6 +611,20 @@ def test_log_dir_is_a_kafka_log_dir(net: Net) -> None:
         assert rows[0]["offset"] == 1
         with open(os.path.join(r.log.path, "partition.metadata")) as f:
             assert "AAAAAAAAAAAAAAAAAAAAAQ" in f.read()
+    # and the command-line dump reads it as a Kafka partition folder: no errors, the
+    # LeaderChange control record and the TopicRecord where they belong
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-m", "kproto", "dump-log", "--format", "jsonl",
+                          "--verify", lead.log.path],
+                         capture_output=True, text=True, check=True).stdout
+    lines = [json.loads(x) for x in out.splitlines()]
+    assert not [x for x in lines if x.get("type") == "error"]
+    recs = [x for x in lines if x.get("type") == "record"]
+    assert recs[0]["offset"] == 0 and recs[0]["control"]["type"] == "LEADER_CHANGE"
+    assert recs[0]["control"]["leader_id"] == lead.node_id
+    assert recs[1]["offset"] == 1 and "control" not in recs[1] and recs[1]["key"] is None
+    assert decode_metadata_frame(base64.b64decode(recs[1]["value"]))["data"]["name"] == "orders"
 
 
 # ---------------------------------------------------------------------------- property
@@ -652,6 +668,8 @@ def test_safety_under_random_faults(tmp_path) -> None:
         st.tuples(st.just("isolate"), node),
         st.tuples(st.just("heal")),
         st.tuples(st.just("append"), st.integers(1, 3)),
+        st.tuples(st.just("restart"), node),
+        st.tuples(st.just("resign")),
     )
     counter = iter(range(1, 1 << 30))
 
@@ -675,6 +693,12 @@ def test_safety_under_random_faults(tmp_path) -> None:
                 net.isolate(act[1])
             elif act[0] == "heal":
                 net.heal()
+            elif act[0] == "restart":   # abrupt: back from its log and quorum-state
+                net.crash(act[1])
+                net.start(act[1])
+            elif act[0] == "resign":
+                for r in net.nodes.values():
+                    r.resign()
             elif act[0] == "append":
                 for r in net.nodes.values():
                     if r.is_leader:
