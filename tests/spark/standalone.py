@@ -39,7 +39,11 @@ def free_port() -> int:
 def cluster_env(root: Path) -> dict[str, str]:
     """Environment of the cluster's JVMs (and of a driver that should join them): loopback
     only, logs and scratch space under ``root``, executors on this interpreter."""
+    # a port taken after free_port() picked it: fail (and start again) rather than take the
+    # next one, which the master URL would not name
+    opts = (os.environ.get("SPARK_DAEMON_JAVA_OPTS", "") + " -Dspark.port.maxRetries=0").strip()
     return {**os.environ, "SPARK_LOCAL_IP": HOST, "SPARK_LOCAL_HOSTNAME": HOST,
+            "SPARK_DAEMON_JAVA_OPTS": opts,
             "SPARK_LOG_DIR": str(root / "logs"), "SPARK_LOCAL_DIRS": str(root / "local"),
             "SPARK_WORKER_DIR": str(root / "work"), "PYSPARK_PYTHON": sys.executable,
             "PYSPARK_DRIVER_PYTHON": sys.executable}
@@ -110,11 +114,25 @@ def _spawn(root: Path, name: str, args: list[str]) -> subprocess.Popen:
         log.close()
 
 
+class _Exited(RuntimeError):
+    """A JVM of the cluster ended while starting (a port taken meanwhile, most likely)."""
+
+
 def start_standalone(root: Path, *, cores: int = 1, memory: str = "1g",
-                     timeout: float = 90) -> Standalone:
+                     timeout: float = 90, attempts: int = 3) -> Standalone:
     """Start a master and a worker of ``cores`` cores and ``memory`` under ``root`` and wait
-    until the worker is registered ALIVE with the master."""
-    root = Path(root)
+    until the worker is registered ALIVE with the master; new ports on each of ``attempts``
+    when a JVM exits while starting (another process may bind a free port first)."""
+    for attempt in range(attempts):
+        try:
+            return _start(Path(root) / f"try{attempt}", cores, memory, timeout)
+        except _Exited:
+            if attempt == attempts - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _start(root: Path, cores: int, memory: str, timeout: float) -> Standalone:
     for sub in ("logs", "local", "work"):
         (root / sub).mkdir(parents=True, exist_ok=True)
     port, ui = free_port(), free_port()
@@ -132,8 +150,8 @@ def start_standalone(root: Path, *, cores: int = 1, memory: str = "1g",
         while True:
             for name, p in cluster.processes.items():
                 if p.poll() is not None:
-                    raise RuntimeError(f"standalone {name} exited ({p.returncode})\n"
-                                       + cluster.log_tail())
+                    raise _Exited(f"standalone {name} exited ({p.returncode})\n"
+                                  + cluster.log_tail())
             with contextlib.suppress(OSError, ValueError):
                 if any(w.get("state") == "ALIVE" for w in cluster.state().get("workers", [])):
                     return cluster
