@@ -89,7 +89,6 @@ def drive(master: str, out: str, roots: list[str], captures: list[str]) -> None:
         spark.stop()
 
 
-
 def _read(path: str) -> pa.Table:
     with pa.memory_map(path) as f:
         return pa.ipc.open_file(f).read_all()
