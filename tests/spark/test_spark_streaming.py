@@ -226,16 +226,28 @@ def test_available_now_stops_at_the_checkpointed_high_watermark(spark, tmp_path)
     assert run(bound="end", startingOffsets='{"t": {"0": 6}}') == ["late", "v3a", "v3b"]
 
 
-def test_stream_options_that_a_stream_cannot_honour_are_refused(spark, tmp_path):
-    w = LogDirWriter(str(tmp_path), cluster_id="Gbic2Gj7Dm9oTfmSNSzM_A").partition("t", 0)
-    _append(w, ["x"])
-    with pytest.raises(Exception, match="bound must be one of"):
-        (spark.readStream.format("kafka-segments").option("bound", "lso").load(str(tmp_path))
-         .writeStream.format("memory").queryName("bad").start()).processAllAvailable()
-    with pytest.raises(Exception, match="NotImplementedError|do not support"):
-        (spark.readStream.format("kafka-segments").option("endingOffsets", "5")
-         .load(str(tmp_path)).writeStream.format("memory").queryName("bad2").start()
-         ).processAllAvailable()
+def test_stream_options_that_a_stream_cannot_honour_are_refused(tmp_path):
+    from kproto.spark import KafkaSegmentsDataSource, spark_schema
+
+    def reader(**options):
+        return KafkaSegmentsDataSource({"path": str(tmp_path), **options}).streamReader(
+            spark_schema())
+
+    with pytest.raises(ValueError, match="bound must be one of"):
+        reader(bound="lso")
+    with pytest.raises(ValueError, match="startingOffsets of a stream"):
+        reader(startingOffsets="12")
+    for option in ("endingOffsets", "startingTimestamp", "endingTimestamp"):
+        with pytest.raises(NotImplementedError, match="do not support"):
+            reader(**{option: "5"})
+    with pytest.raises(NotImplementedError, match="records only"):
+        reader(output="damage")
+    with pytest.raises(NotImplementedError, match="local log directories"):
+        r = KafkaSegmentsDataSource({"path": "s3://bucket/logs"}).streamReader(spark_schema())
+        r.latestOffset({}, None)
+    # the batch source refuses the stream's own options
+    with pytest.raises(ValueError, match="unknown option"):
+        KafkaSegmentsDataSource({"path": str(tmp_path), "bound": "end"}).reader(spark_schema())
 
 
 def test_stream_reader_calls_as_spark_makes_them(tmp_path):
@@ -262,3 +274,30 @@ def test_stream_reader_calls_as_spark_makes_them(tmp_path):
     assert values == [b"a", b"b"]
     assert reader.latestOffset(end, None) == end
     assert reader.partitions(end, end) == []
+
+
+def test_segments_deleted_before_they_were_read_resume_at_the_log_start(spark, tmp_path):
+    data, out, ckpt = (str(tmp_path / n) for n in ("logs", "out", "ckpt"))
+    w = LogDirWriter(data, cluster_id="Gbic2Gj7Dm9oTfmSNSzM_A", segment_bytes=150).partition("t", 0)
+
+    def run():
+        q = (spark.readStream.format("kafka-segments").load(data).writeStream.format("parquet")
+             .option("checkpointLocation", ckpt).trigger(availableNow=True).start(out))
+        q.awaitTermination(60)
+        assert q.exception() is None, q.exception()
+        return sorted(o for _, _, o, _ in _rows(spark, out))
+
+    _append(w, ["a"])
+    assert run() == [0]
+    for i in range(6):
+        _append(w, [f"b{i}"])
+    # retention removes the segments holding offsets 1-3 (never read) and moves the log start
+    folder = os.path.join(data, "t-0")
+    bases = sorted(int(n[:20]) for n in os.listdir(folder) if n.endswith(".log"))
+    start = next(b for b in bases if b >= 4)
+    for name in os.listdir(folder):
+        if name[:20].isdigit() and int(name[:20]) < start:
+            os.remove(os.path.join(folder, name))
+    with open(os.path.join(data, "log-start-offset-checkpoint"), "wb") as f:
+        f.write(OffsetCheckpoint([("t", 0, start)]).encode())
+    assert run() == [0] + list(range(start, 7))
