@@ -660,9 +660,9 @@ class KRaftReplica:
         """Answer one request from another node (``respond`` may be called later: a Fetch
         waits up to its max_wait for data)."""
         if api_key == VOTE:
-            respond(self._handle_vote(body))
+            respond(self._handle_vote(version, body))
         elif api_key == BEGIN_QUORUM_EPOCH:
-            respond(self._handle_begin_epoch(body))
+            respond(self._handle_begin_epoch(version, body))
         elif api_key == END_QUORUM_EPOCH:
             respond(self._handle_end_epoch(body))
         elif api_key == FETCH:
@@ -681,15 +681,23 @@ class KRaftReplica:
     def _leader_or_minus(self) -> int:
         return -1 if self._leader is None else self._leader
 
-    def _handle_vote(self, body: Any) -> Any:
+    def _voter_key_ok(self, version: int, body: Any) -> bool:
+        # v1+ names the voter the request is for: a request meant for another replica
+        # (a stale address) is refused, as Kafka's isValidVoterKey does
+        return version < 1 or body.voter_id < 0 or body.voter_id == self.node_id
+
+    def _handle_vote(self, version: int, body: Any) -> Any:
         cls = kproto.response(VOTE).cls
         if not self._cluster_ok(body.cluster_id):
             return cls(error_code=ErrorCode.INCONSISTENT_CLUSTER_ID)
-        req = _single_partition(body)
-        if req is None or body.topics[0].topic_name != METADATA_TOPIC:
+        req = _our_partition(body)
+        if req is None:
+            # one Raft partition only: anything else is an invalid request, as in Kafka
             return cls(error_code=ErrorCode.INVALID_REQUEST)
         error, granted = ErrorCode.NONE, False
-        if req.replica_id < 0:
+        if not self._voter_key_ok(version, body):
+            error = ErrorCode.INVALID_VOTER_KEY
+        elif req.replica_id < 0:
             error = ErrorCode.INVALID_REQUEST
         elif req.replica_epoch < self._epoch:
             error = ErrorCode.FENCED_LEADER_EPOCH
@@ -713,15 +721,17 @@ class KRaftReplica:
                 leader_id=self._leader_or_minus(), leader_epoch=self._epoch,
                 vote_granted=granted)])])
 
-    def _handle_begin_epoch(self, body: Any) -> Any:
+    def _handle_begin_epoch(self, version: int, body: Any) -> Any:
         cls = kproto.response(BEGIN_QUORUM_EPOCH).cls
         if not self._cluster_ok(body.cluster_id):
             return cls(error_code=ErrorCode.INCONSISTENT_CLUSTER_ID)
-        req = _single_partition(body)
+        req = _our_partition(body)
         if req is None:
             return cls(error_code=ErrorCode.INVALID_REQUEST)
         error = ErrorCode.NONE
-        if req.leader_id < 0:
+        if not self._voter_key_ok(version, body):
+            error = ErrorCode.INVALID_VOTER_KEY
+        elif req.leader_id < 0:
             error = ErrorCode.INVALID_REQUEST
         elif req.leader_epoch < self._epoch:
             error = ErrorCode.FENCED_LEADER_EPOCH
@@ -733,7 +743,7 @@ class KRaftReplica:
         cls = kproto.response(END_QUORUM_EPOCH).cls
         if not self._cluster_ok(body.cluster_id):
             return cls(error_code=ErrorCode.INCONSISTENT_CLUSTER_ID)
-        req = _single_partition(body)
+        req = _our_partition(body)
         if req is None:
             return cls(error_code=ErrorCode.INVALID_REQUEST)
         error = ErrorCode.NONE
@@ -861,10 +871,13 @@ class KRaftReplica:
 
     def _handle_describe(self, body: Any) -> Any:
         cls = kproto.response(DESCRIBE_QUORUM).cls
-        topics = body.topics
-        if len(topics) != 1 or topics[0].topic_name != METADATA_TOPIC \
-                or [p.partition_index for p in topics[0].partitions] != [METADATA_PARTITION]:
-            return cls(error_code=ErrorCode.INVALID_REQUEST)
+        if _our_partition(body) is None:
+            # Kafka answers every partition asked for with UNKNOWN_TOPIC_OR_PARTITION
+            return cls(error_code=ErrorCode.NONE, topics=[cls.TopicData(
+                topic_name=t.topic_name, partitions=[cls.PartitionData(
+                    partition_index=p.partition_index, leader_id=-1, leader_epoch=-1,
+                    high_watermark=-1, error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                    for p in t.partitions]) for t in body.topics])
         part = cls.PartitionData(partition_index=METADATA_PARTITION,
                                  leader_id=self._leader_or_minus(), leader_epoch=self._epoch,
                                  high_watermark=self._hw if self._hw_known else -1)
@@ -901,6 +914,15 @@ def _single_partition(body: Any) -> Any:
     if len(topics) != 1 or len(topics[0].partitions) != 1:
         return None
     return topics[0].partitions[0]
+
+
+def _our_partition(body: Any) -> Any:
+    """The partition of a KRaft request if it names ``__cluster_metadata-0`` alone, else None."""
+    part = _single_partition(body)
+    if part is None or body.topics[0].topic_name != METADATA_TOPIC \
+            or part.partition_index != METADATA_PARTITION:
+        return None
+    return part
 
 
 def _end_offset_for_epoch(log: Log, epoch: int) -> tuple[int, int]:

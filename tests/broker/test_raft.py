@@ -732,3 +732,28 @@ def test_safety_under_random_faults(tmp_path) -> None:
         for rec in net.listeners.values():
             assert [v for _, v in rec.commits] == final
     run()
+
+
+def test_requests_for_another_partition_or_voter(net: Net) -> None:
+    lead = net.elect()
+    net.down = set(net.nodes)
+    f = next(r for r in net.nodes.values() if r.is_voter and not r.is_leader)
+    cls = kproto.request(VOTE).cls
+    out: list = []
+    wrong = cls(cluster_id=CLUSTER_ID, voter_id=f.node_id, topics=[cls.TopicData(
+        topic_name="other", partitions=[cls.PartitionData(replica_epoch=9, replica_id=9)])])
+    f.handle(VOTE, 1, wrong, out.append)
+    assert out[-1].error_code == ErrorCode.INVALID_REQUEST and f.epoch == lead.epoch
+    # v1 names the voter: a vote meant for another replica is refused
+    meant = cls(cluster_id=CLUSTER_ID, voter_id=f.node_id + 10, topics=[cls.TopicData(
+        topic_name=METADATA_TOPIC, partitions=[cls.PartitionData(
+            replica_epoch=lead.epoch + 1, replica_id=9, last_offset_epoch=99, last_offset=99)])])
+    f.handle(VOTE, 1, meant, out.append)
+    p = out[-1].topics[0].partitions[0]
+    assert p.error_code == ErrorCode.INVALID_VOTER_KEY and not p.vote_granted
+    assert f.epoch == lead.epoch
+    d = kproto.request(DESCRIBE_QUORUM).cls
+    lead.handle(DESCRIBE_QUORUM, 2, d(topics=[d.TopicData(topic_name="x", partitions=[
+        d.PartitionData(partition_index=3)])]), out.append)
+    p = out[-1].topics[0].partitions[0]
+    assert (p.partition_index, p.error_code) == (3, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
