@@ -529,6 +529,7 @@ static int put_uvarint(Writer *w, uint64_t v) {
 /* A length or count (-1: null), as read_len reads it. */
 static int put_len(Writer *w, int flags, int is_string, Py_ssize_t n) {
     if (flags & F_COMPACT) return put_uvarint(w, (uint64_t)(n + 1));
+    if (n > INT32_MAX) return efail("longer than an int32 length");   /* struct.error in Python */
     return is_string ? put_be(w, (uint16_t)(int16_t)n, 2) : put_be(w, (uint32_t)(int32_t)n, 4);
 }
 
@@ -559,7 +560,6 @@ static PyObject *finish(Writer *w) {
     return out;
 }
 
-/* A long that fits [lo, hi], as struct.pack takes it (ints only: __index__ goes to Python). */
 /* An exact int of one digit, without a call: (1 and *out) or 0. */
 static inline int small_int(PyObject *v, long long *out) {
     if (!PyLong_CheckExact(v)) return 0;
@@ -575,6 +575,7 @@ static inline int small_int(PyObject *v, long long *out) {
 #endif
 }
 
+/* A long that fits [lo, hi], as struct.pack takes it (ints only: __index__ goes to Python). */
 static int get_int(PyObject *v, long long lo, long long hi, long long *out) {
     if (small_int(v, out)) {
         if (*out < lo || *out > hi) return efail("int out of range");
