@@ -29,6 +29,7 @@ from kproto.broker.timer import CallbackTask, SystemTimer
 from kproto.codecs import message
 from kproto.codecs.primitives import Uuid
 from kproto.error_codes import ErrorCode
+from kproto.records.batch import RecordBatch
 from kproto.records.builder import RecordBatchBuilder
 from kproto.records.reader import BatchReader
 
@@ -541,11 +542,12 @@ class KRaftReplica:
     def _send_fetch(self) -> None:
         if self._fetching or self.state in (LEADER, RESIGNED, CANDIDATE, VOTED):
             return
+        dst: Optional[int] = None
         if self.state == FOLLOWER:
             dst = self._leader
         elif self.state == UNATTACHED and not self.is_voter:
             dst = self.rng.choice(self.voters)
-        else:
+        if dst is None:
             return
         cls = kproto.request(FETCH).cls
         last_epoch, end = self._end()
@@ -557,9 +559,7 @@ class KRaftReplica:
                                           partitions=[cls.FetchPartition(
                                               partition=METADATA_PARTITION,
                                               current_leader_epoch=self._epoch,
-                                              fetch_offset=end, last_fetched_epoch=last_epoch,
-                                              log_start_offset=self.log.log_start_offset,
-                                              partition_max_bytes=_MAX_FETCH_BYTES)])],
+                                              fetch_offset=end, last_fetched_epoch=last_epoch)])],
                    forgotten_topics_data=[], rack_id="")
         self._fetching = True
         self._send(dst, FETCH, body, self._on_fetch_response)
@@ -623,7 +623,7 @@ class KRaftReplica:
                 break
             nxt = self._applied
             for b in BatchReader(data):
-                if b.base_offset >= self._hw:
+                if not isinstance(b, RecordBatch) or b.base_offset >= self._hw:
                     break
                 if not b.is_control:
                     for r in b.records():

@@ -13,7 +13,7 @@ import pytest
 
 import kproto
 from kproto.broker.raft import (BEGIN_QUORUM_EPOCH, CANDIDATE, DESCRIBE_QUORUM, FETCH, FOLLOWER,
-                                LEADER, METADATA_TOPIC, METADATA_TOPIC_ID, RESIGNED, UNATTACHED,
+                                METADATA_TOPIC, METADATA_TOPIC_ID, RESIGNED, UNATTACHED,
                                 VOTE, VOTED, KRaftReplica, NotLeaderError, RaftConfig,
                                 encode_quorum_state, open_metadata_log)
 from kproto.broker.timer import CallbackTask, FakeClock, SystemTimer
@@ -657,7 +657,7 @@ def _check_safety(net: Net, leaders_seen: dict[int, int]) -> None:
 
 
 def test_safety_under_random_faults(tmp_path) -> None:
-    hypothesis = pytest.importorskip("hypothesis")
+    pytest.importorskip("hypothesis")
     from hypothesis import HealthCheck, given, settings
     from hypothesis import strategies as st
 
