@@ -193,6 +193,9 @@ class KRaftReplica:
         self._prev_state: Optional[str] = None
         self._election_deadline: Optional[int] = None
         self._initialize()
+        if self.voters == [node_id] and self.state not in (CANDIDATE, LEADER):
+            # the only voter stands at once (Kafka's KafkaRaftClient.initialize)
+            self._become_candidate()
 
     # ------------------------------------------------------------------ client API
     @property

@@ -757,3 +757,38 @@ def test_requests_for_another_partition_or_voter(net: Net) -> None:
         d.PartitionData(partition_index=3)])]), out.append)
     p = out[-1].topics[0].partitions[0]
     assert (p.partition_index, p.error_code) == (3, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+
+
+KAFKA_METADATA_LOG = "/work/shared/fixtures/logdirs/broker1-clean/__cluster_metadata-0"
+
+
+def test_single_voter_leads_at_once_byte_exact_with_kafka(tmp_path, clock: FakeClock) -> None:
+    """One controller (the common setup): leader of epoch 1 on start, every append committed
+    as written; its first batch is byte for byte the one a real Kafka controller wrote."""
+    timer = SystemTimer(clock=clock)
+    rec = Recorder()
+    kafka_ts = 1717000895623   # the fixture's first batch was written then
+    node = KRaftReplica(1, [1], open_metadata_log(str(tmp_path)), cluster_id=CLUSTER_ID,
+                        transport=ManualTransport(), timer=timer, rng=random.Random(0),
+                        listener=rec, wall_ms=lambda: kafka_ts)
+    assert node.is_leader and (node.epoch, node.leader_id, node.high_watermark) == (1, 1, 1)
+    assert rec.leaders == [(None, 0), (None, 1), (1, 1)]
+    assert node.append([b"one", b"two"]) == 2 and node.high_watermark == 3
+    assert rec.commits == [(1, b"one"), (2, b"two")]
+    first = next(iter(node.log.batches()))
+    if os.path.isdir(KAFKA_METADATA_LOG):
+        with open(os.path.join(KAFKA_METADATA_LOG, "00000000000000000000.log"), "rb") as f:
+            kafka = f.read(first.size_in_bytes)
+        assert bytes(first.buffer[:first.size_in_bytes]) == kafka
+    node.shutdown()
+    with open(os.path.join(node.log.path, "quorum-state"), "rb") as f:
+        assert json.loads(f.read())["leaderId"] == 1
+    # restarted, the single voter stands again at once: leader of epoch 2
+    rec2 = Recorder()
+    node.log.close()
+    again = KRaftReplica(1, [1], open_metadata_log(str(tmp_path)), cluster_id=CLUSTER_ID,
+                         transport=ManualTransport(), timer=timer, rng=random.Random(0),
+                         listener=rec2)
+    assert again.is_leader and again.epoch == 2 and again.high_watermark == 4
+    assert rec2.commits == [(1, b"one"), (2, b"two")]   # replayed from the start
+    assert [c.fields["leader_id"] for _, _, c in control_records(again)] == [1, 1]
