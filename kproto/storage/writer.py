@@ -341,6 +341,11 @@ class PartitionLog:
                 self.epochs = []  # Kafka clears the epoch cache on a pre-v2 append
         seg.index.append(seg.size, len(data), last, stamps)
         ops.append(FileOp(offset_file_name(seg.base_offset, ".log"), data, "a"))
+        if ops.aborted:
+            # Kafka appends the entries once the ABORT markers are in the log, so a reader of a
+            # live directory sees the active segment's aborted transactions too
+            ops.append(FileOp(offset_file_name(seg.base_offset, ".txnindex"),
+                              encode_txn_index(ops.aborted), "a"))
         seg.size += len(data)
         self.next_offset = last + 1
         return ops

@@ -2,6 +2,8 @@
 fencing, markers, the last stable offset, read_committed fetches, timeouts, restarts."""
 from __future__ import annotations
 
+import os
+
 import pytest
 
 import kproto
@@ -263,3 +265,22 @@ def test_describe_and_list_transactions_and_describe_producers(core, clock):
     [st] = c.call(K.DESCRIBE_PRODUCERS, 0, topics=[kproto.request(K.DESCRIBE_PRODUCERS).cls.TopicRequest(
         name="t", partition_indexes=[0])]).topics[0].partitions[0].active_producers
     assert st.current_txn_start_offset == -1
+
+
+def test_a_live_log_dir_lists_the_active_segments_aborted_transactions(core, tmp_path):
+    """The .txnindex entry is appended as the ABORT marker lands (as Kafka does), not when the
+    segment rolls: a read_committed reader of the running broker's directory hides them."""
+    import kproto.storage as ks
+    c = Client(core)
+    _, pid, ep = init(c)
+    add(c, pid, ep, [("t", 0)])
+    produce(c, pid, ep, 0, [b"gone1", b"gone2"])
+    assert end(c, pid, ep, False) == 0
+    add(c, pid, ep, [("t", 0)])
+    produce(c, pid, ep, 2, [b"kept"])
+    assert end(c, pid, ep, True) == 0
+    data_dir = core.logs.data_dir              # the broker is still running: nothing rolled
+    seg = os.path.join(data_dir, "t-0", "00000000000000000000.txnindex")
+    assert os.path.getsize(seg) == 34          # one entry: the aborted transaction
+    table = ks.read_arrow(data_dir, topics=["t"], isolation="read_committed")
+    assert table.column("value").to_pylist() == [b"kept"]
