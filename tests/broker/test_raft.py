@@ -327,16 +327,54 @@ def test_check_quorum_resigns_a_minority_leader(net: Net) -> None:
     assert b"never" not in [v for _, v in net.listeners[lead.node_id].commits]
 
 
-def test_graceful_resign_hands_over_fast(net: Net) -> None:
+def test_graceful_resign_hands_over_to_the_most_caught_up(net: Net) -> None:
     lead = net.elect()
     net.run(1_000, net.caught_up())
+    f1, f2 = sorted(v for v in net.voters if v != lead.node_id)
+    net.partition(lead.node_id, f1)   # f1 misses the next record: f2 is the better successor
+    lead.append([b"x"])
+    # until the leader knows (from f2's next fetch) that f2 has it
+    net.run(1_000, lambda: lead._replicas[f2].end_offset == lead.log.log_end_offset)
+    net.heal()
     epoch = lead.epoch
     lead.resign()
     assert lead.state == RESIGNED and not lead.is_leader
-    # EndQuorumEpoch lets the first preferred successor stand at once, not after 2 s
+    assert net.listeners[lead.node_id].leaders[-1] == (None, epoch)
+    # EndQuorumEpoch lets the first preferred successor stand at once, not after its timeout
     t = net.run(5_000, lambda: any(r.is_leader and r.epoch > epoch for r in net.nodes.values()))
-    assert t < net.config.election_timeout_ms
-    assert ((54, 1) in {(k, v) for _, _, k, v in net.sent})
+    new = net.leaders()[0]
+    assert new.node_id == f2 and new.epoch == epoch + 1
+    assert t < 100
+    assert (54, 1) in {(k, v) for _, _, k, v in net.sent}
+
+
+def test_a_refused_candidate_does_not_reset_the_election_timer(net: Net) -> None:
+    """A voter moved to a new epoch by a Vote it refuses keeps the election time it had left
+    (Kafka's QuorumState.transitionToUnattached): a candidate with a stale log that bumps the
+    epoch again and again cannot hold the up-to-date voters back."""
+    lead = net.elect()
+    lead.append([b"a"])
+    net.run(1_000, net.caught_up())
+    net.down = set(net.nodes)
+    f = next(r for r in net.nodes.values() if r.is_voter and not r.is_leader)
+    cls = kproto.request(VOTE).cls
+
+    def stale_vote(epoch: int) -> None:
+        f.handle(VOTE, 1, cls(cluster_id=CLUSTER_ID, voter_id=f.node_id, topics=[cls.TopicData(
+            topic_name=METADATA_TOPIC, partitions=[cls.PartitionData(
+                replica_epoch=epoch, replica_id=9, last_offset_epoch=0, last_offset=0)])]),
+            lambda resp: None)
+
+    e = f.epoch
+    stale_vote(e + 1)
+    assert f.state == UNATTACHED
+    deadline = f._election_deadline
+    for k in range(2, 6):
+        net.run(150)
+        stale_vote(e + k)
+        assert (f.state, f.epoch) == (UNATTACHED, e + k)
+    net.run(deadline - net.clock.now_ms() + 1)
+    assert (f.state, f.epoch) == (CANDIDATE, e + 6)
 
 
 class ManualTransport:
