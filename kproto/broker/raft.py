@@ -145,7 +145,16 @@ class _ReplicaState:
 
 
 class KRaftReplica:
-    """One node's replica of the metadata partition (Kafka's ``KafkaRaftClient``)."""
+    """One node's replica of the metadata partition (Kafka's ``KafkaRaftClient``).
+
+    A voter when ``node_id`` is in ``voters``, else an observer. The listener hears
+    ``handle_commit`` with every data record (offset, value) once, in order, as the high
+    watermark passes it (from the log start again after a restart), and
+    ``handle_leader_change(leader_id, epoch)``: on a follower or observer when the epoch or
+    leader changes (None while unknown); on the leader only once its high watermark is past
+    its epoch's LeaderChange record, i.e. after every earlier record was committed and
+    applied; on resignation ``(None, epoch)`` at once.
+    """
 
     def __init__(self, node_id: int, voters: Sequence[int], log: Log, *, cluster_id: str,
                  transport: RaftTransport, timer: SystemTimer, config: Optional[RaftConfig] = None,
