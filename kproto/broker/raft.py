@@ -201,6 +201,7 @@ class KRaftReplica:
         self._resign_successors: list[int] = []
         self._prev_state: Optional[str] = None
         self._election_deadline: Optional[int] = None
+        self._last_fetch_ok_ms: Optional[int] = None
         self._initialize()
         if self.voters == [node_id] and self.state not in (CANDIDATE, LEADER):
             # the only voter stands at once (Kafka's KafkaRaftClient.initialize)
@@ -598,6 +599,7 @@ class KRaftReplica:
             self._retry_fetch()
             return
         self._schedule("fetch-timeout", self.config.fetch_timeout_ms, self._fetch_timed_out)
+        self._last_fetch_ok_ms = self.timer.clock.now_ms()
         if part.snapshot_id is not None and part.snapshot_id.end_offset >= 0:
             raise NotImplementedError("KRaft snapshots (FetchSnapshot) are not implemented")
         div = part.diverging_epoch
@@ -713,6 +715,8 @@ class KRaftReplica:
             error = ErrorCode.INVALID_REQUEST
         elif req.replica_epoch < self._epoch:
             error = ErrorCode.FENCED_LEADER_EPOCH
+        elif not self._closed and version >= 2 and req.pre_vote:
+            granted = self._grant_pre_vote(req)
         elif not self._closed:
             if req.replica_epoch > self._epoch:
                 self._transition(UNATTACHED, req.replica_epoch)
@@ -732,6 +736,16 @@ class KRaftReplica:
                 partition_index=METADATA_PARTITION, error_code=error,
                 leader_id=self._leader_or_minus(), leader_epoch=self._epoch,
                 vote_granted=granted)])])
+
+    def _grant_pre_vote(self, req: Any) -> bool:
+        """A 4.x controller's pre-vote (KIP-996, Vote v2): answered without any change of
+        state or vote; yes when the log is up to date and no leader is heard from."""
+        if not self.is_voter or self.state == LEADER:
+            return False
+        if self.state == FOLLOWER and self._last_fetch_ok_ms is not None and \
+                self.timer.clock.now_ms() - self._last_fetch_ok_ms < self.config.fetch_timeout_ms:
+            return False
+        return (req.last_offset_epoch, req.last_offset) >= self._end()
 
     def _handle_begin_epoch(self, version: int, body: Any) -> Any:
         cls = kproto.response(BEGIN_QUORUM_EPOCH).cls

@@ -832,3 +832,30 @@ def test_single_voter_leads_at_once_byte_exact_with_kafka(tmp_path, clock: FakeC
     assert again.is_leader and again.epoch == 2 and again.high_watermark == 4
     assert rec2.commits == [(1, b"one"), (2, b"two")]   # replayed from the start
     assert [c.fields["leader_id"] for _, _, c in control_records(again)] == [1, 1]
+
+
+def test_pre_votes_of_kafka_4_change_nothing(net: Net) -> None:
+    lead = net.elect()
+    net.run(1_000, net.caught_up())
+    f = next(r for r in net.nodes.values() if r.is_voter and not r.is_leader)
+    net.down = set(net.nodes)
+    cls = kproto.request(VOTE).cls
+    e, end = f.epoch, f.log.log_end_offset
+
+    def pre_vote(epoch: int) -> Any:
+        body = cls(cluster_id=CLUSTER_ID, voter_id=f.node_id, topics=[cls.TopicData(
+            topic_name=METADATA_TOPIC, partitions=[cls.PartitionData(
+                replica_epoch=epoch, replica_id=9, last_offset_epoch=e, last_offset=end,
+                pre_vote=True)])])
+        body = kproto.request(VOTE).decode(kproto.request(VOTE).encode(body, 2), 2)
+        out: list = []
+        f.handle(VOTE, 2, body, out.append)
+        return out[0].topics[0].partitions[0]
+    assert not pre_vote(e + 1).vote_granted     # it still hears from its leader
+    assert (f.state, f.epoch, f.leader_id) == (FOLLOWER, e, lead.node_id)
+    net.run(net.config.fetch_timeout_ms * 2, lambda: f.state == CANDIDATE)
+    assert (f.state, f.epoch, f._voted) == (CANDIDATE, e + 1, f.node_id)
+    assert pre_vote(e + 2).vote_granted         # up to date, no leader: yes
+    assert (f.state, f.epoch, f._voted) == (CANDIDATE, e + 1, f.node_id)  # and nothing changed
+    with open(os.path.join(f.log.path, "quorum-state"), "rb") as fh:
+        assert json.loads(fh.read())["leaderEpoch"] == e + 1
