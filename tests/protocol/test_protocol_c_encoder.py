@@ -153,6 +153,13 @@ def test_fields_absent_at_the_version_and_foreign_objects():
     assert _c(codec, 1, C(cluster_id="c")) == ("ok", codec.encode(C(), 1))
     # not the message's class: C declines, Python decides
     _agree(codec, 9, kproto.message("MetadataRequest").cls())
+    # a user's subclass: C declines (slots are read only from the generated classes), Python writes it
+    class Mine(C):
+        pass
+
+    mine = Mine(cluster_id="c", controller_id=4)
+    assert _c(codec, 9, mine) == ("fail",)
+    assert _public(codec, 9, mine) == ("ok", codec.encode(C(cluster_id="c", controller_id=4), 9))
     # a slot never set
     bare = object.__new__(C)
     assert _c(codec, 9, bare) == ("fail",) and _public(codec, 9, bare)[0] == "fail"
