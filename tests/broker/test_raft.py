@@ -713,7 +713,7 @@ def test_safety_under_random_faults(tmp_path) -> None:
     )
     counter = iter(range(1, 1 << 30))
 
-    @settings(max_examples=10, deadline=None, derandomize=True,
+    @settings(max_examples=30, deadline=None, derandomize=True,
               suppress_health_check=list(HealthCheck))
     @given(seed=st.integers(0, 1000), blackhole=st.booleans(),
            actions=st.lists(action, min_size=3, max_size=10))
