@@ -700,14 +700,22 @@ class KRaftReplica:
         # (a stale address) is refused, as Kafka's isValidVoterKey does
         return version < 1 or body.voter_id < 0 or body.voter_id == self.node_id
 
-    def _handle_vote(self, version: int, body: Any) -> Any:
-        cls = kproto.response(VOTE).cls
+    def _prologue(self, api_key: int, body: Any) -> tuple[Any, Any, Any]:
+        """(response class, the partition asked about, None), or a top-level error response
+        last: another cluster, or not ``__cluster_metadata-0`` alone (one Raft partition
+        only: anything else is an invalid request, as in Kafka)."""
+        cls = kproto.response(api_key).cls
         if not self._cluster_ok(body.cluster_id):
-            return cls(error_code=ErrorCode.INCONSISTENT_CLUSTER_ID)
+            return cls, None, cls(error_code=ErrorCode.INCONSISTENT_CLUSTER_ID)
         req = _our_partition(body)
         if req is None:
-            # one Raft partition only: anything else is an invalid request, as in Kafka
-            return cls(error_code=ErrorCode.INVALID_REQUEST)
+            return cls, None, cls(error_code=ErrorCode.INVALID_REQUEST)
+        return cls, req, None
+
+    def _handle_vote(self, version: int, body: Any) -> Any:
+        cls, req, early = self._prologue(VOTE, body)
+        if early is not None:
+            return early
         error, granted = ErrorCode.NONE, False
         if not self._voter_key_ok(version, body):
             error = ErrorCode.INVALID_VOTER_KEY
@@ -748,12 +756,9 @@ class KRaftReplica:
         return (req.last_offset_epoch, req.last_offset) >= self._end()
 
     def _handle_begin_epoch(self, version: int, body: Any) -> Any:
-        cls = kproto.response(BEGIN_QUORUM_EPOCH).cls
-        if not self._cluster_ok(body.cluster_id):
-            return cls(error_code=ErrorCode.INCONSISTENT_CLUSTER_ID)
-        req = _our_partition(body)
-        if req is None:
-            return cls(error_code=ErrorCode.INVALID_REQUEST)
+        cls, req, early = self._prologue(BEGIN_QUORUM_EPOCH, body)
+        if early is not None:
+            return early
         error = ErrorCode.NONE
         if not self._voter_key_ok(version, body):
             error = ErrorCode.INVALID_VOTER_KEY
@@ -766,12 +771,9 @@ class KRaftReplica:
         return self._partition_response(cls, error)
 
     def _handle_end_epoch(self, body: Any) -> Any:
-        cls = kproto.response(END_QUORUM_EPOCH).cls
-        if not self._cluster_ok(body.cluster_id):
-            return cls(error_code=ErrorCode.INCONSISTENT_CLUSTER_ID)
-        req = _our_partition(body)
-        if req is None:
-            return cls(error_code=ErrorCode.INVALID_REQUEST)
+        cls, req, early = self._prologue(END_QUORUM_EPOCH, body)
+        if early is not None:
+            return early
         error = ErrorCode.NONE
         if req.leader_epoch < self._epoch:
             error = ErrorCode.FENCED_LEADER_EPOCH
