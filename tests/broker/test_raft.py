@@ -185,10 +185,6 @@ def control_records(node: KRaftReplica) -> list[tuple[int, int, Any]]:
             for b in node.log.batches() if b.is_control for r in b.records()]
 
 
-def committed_values(net: Net) -> list[bytes]:
-    return [v for _, v in net.listeners[net.leaders()[0].node_id].commits]
-
-
 @pytest.fixture
 def net(tmp_path) -> Net:
     return Net(str(tmp_path))
