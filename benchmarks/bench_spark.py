@@ -355,6 +355,12 @@ def main() -> None:
                     cpu2 = sum(cpu[(codec, f"{n} {masters[-1]}")])
                     bounds.append(f"{n}: {wall1 / (cpu2 / 2):.2f}")
                 print(f"{codec:6} " + "  ".join(bounds))
+        # with every core busy (local[2] on 2 cores) rows/s go as 1 / CPU per row: this ratio
+        # is what source/ceiling tends to, whatever else the shared machine runs meanwhile
+        print(f"\nsource/ceiling when CPU-bound: CPU(ceiling) / CPU(source), {masters[-1]}")
+        for codec in codecs:
+            used = {n: sum(cpu[(codec, f"{n} {masters[-1]}")]) for n in ("spark", "ceiling")}
+            print(f"{codec:6} {used['ceiling'] / used['spark']:.2f}")
 
 
 def bench_pcap(paths: list[str], masters: list[str], repeat: int, copies: int) -> None:
