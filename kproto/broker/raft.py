@@ -208,6 +208,22 @@ class KRaftReplica:
             self._become_candidate()
 
     # ------------------------------------------------------------------ client API
+    def register(self, listener: RaftListener) -> None:
+        """Attach the state machine after construction (Kafka's ``RaftClient.register``), for
+        a listener that needs the replica first: it is told the committed records and the
+        current leader at once, as a listener given to the constructor was."""
+        self.listener = listener
+        if self._closed:
+            return
+        self._notified = None
+        self._applied = self.log.log_start_offset   # a new state machine starts from the top
+        self._deliver()
+        if self.state == LEADER:
+            if self._hw_known:
+                self._maybe_notify(self.node_id)
+        elif self.state != RESIGNED:
+            self._maybe_notify(self._leader)
+
     @property
     def epoch(self) -> int:
         return self._epoch

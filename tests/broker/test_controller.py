@@ -827,7 +827,8 @@ def test_over_the_raft_replica(tmp_path: Any) -> None:
     log = RaftLog()
     ctrl = QuorumController(1, log, timer, ControllerConfig(cluster_id="c", node_id=1), rng=random.Random(1))
     log.replica = KRaftReplica(1, [1], open_metadata_log(str(tmp_path)), cluster_id="c", transport=NoPeers(),
-                               timer=timer, listener=ctrl, wall_ms=clock.now_ms)
+                               timer=timer, wall_ms=clock.now_ms)
+    log.replica.register(ctrl)   # once the adapter reaches the replica
     for _ in range(100):
         if ctrl.is_active and log.high_watermark == log.end_offset:
             break
