@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Set up a fresh machine for kproto's development: the package with its dev and Spark extras
+# (editable, C accelerators compiled), and Debian's Chromium, which the report tests open
+# pages in (no browser download is possible here). .ci/run runs this too.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PIP_DISABLE_PIP_VERSION_CHECK=1
+python -m pip install -q -e ".[dev,spark]"
+if [ ! -x /usr/bin/chromium ]; then
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null \
+        || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null; }
+fi
