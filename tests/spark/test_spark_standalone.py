@@ -3,7 +3,8 @@
 script; the session's local SparkSession cannot share the process). ``kafka-segments`` over the
 fixture log dirs and examples/logdir gives the fixtures' expected records and
 ``kproto.storage.read_arrow``'s rows; ``kafka-pcap`` over all shared captures gives exactly
-the exchanges of ``kproto decode-pcap --format jsonl``; and the tasks ran in the worker's
+the exchanges of ``kproto decode-pcap --format jsonl``, and with ``expand=records`` the
+rows the reader gives in the test's process; and the tasks ran in the worker's
 executor, on this interpreter, not in the driver."""
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import pyarrow.compute as pc
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from kproto.capture.table import capture_files
-from kproto.spark import spark_schema
+from kproto.spark import KafkaPcapReader, parse_pcap_options, pcap_spark_schema, spark_schema
 from kproto.storage import read_arrow
 
 from spark_expected import LOGDIRS, by_partition, expected_rows, partition_dirs, spark_rows
@@ -78,7 +79,8 @@ def drive(master: str, out: str, roots: list[str], captures: list[str]) -> None:
             pcap.select("index").rdd.mapPartitions(_where("kafka-pcap"))).collect()
         with open(os.path.join(out, "where.json"), "w") as f:
             json.dump(where, f)
-        for name, df in (("segments", segments), ("pcap", pcap)):
+        records = spark.read.format("kafka-pcap").option("expand", "records").load(captures)
+        for name, df in (("segments", segments), ("pcap", pcap), ("records", records)):
             table = df.toArrow()
             with pa.OSFile(os.path.join(out, name + ".arrow"), "wb") as f, \
                     pa.ipc.new_file(f, table.schema) as w:
@@ -160,6 +162,16 @@ def test_both_sources_on_a_standalone_cluster(tmp_path):
     pcap = _read(str(out / "pcap.arrow"))
     assert_as_decode_pcap(pcap, files)
     assert counts["kafka-pcap"] == pcap.num_rows
+
+    # expand=records: the rows the reader gives in this process, task by task
+    records = _read(str(out / "records.arrow"))
+    reader = KafkaPcapReader(parse_pcap_options({"paths": json.dumps(DIRS),
+                                                 "expand": "records"}),
+                             pcap_spark_schema("records"))
+    want = pa.Table.from_batches([rb for t in reader.partitions() for rb in reader.read(t)],
+                                 schema=records.schema)
+    assert records.num_rows > 500
+    assert records.to_pylist() == want.to_pylist()
 
 
 if __name__ == "__main__":
