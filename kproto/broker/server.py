@@ -154,9 +154,21 @@ class Broker:
         self.config.port = self._server.sockets[0].getsockname()[1]
         # the core opens (and recovers) the log directory once the advertised port is known
         self.core = BrokerCore(self.data_dir, self.config)
-        versions = self.core.api_versions()
-        self._warm([(key, v) for key in _HOT_APIS for v in _newest(versions.get(key), 3)])
+        self._warm(self._hot_codecs())
         return self
+
+    def _hot_codecs(self) -> list[tuple[int, int]]:
+        assert self.core is not None
+        versions = self.core.api_versions()
+        return [(key, v) for key in _HOT_APIS for v in _newest(versions.get(key), 3)]
+
+    def warm_up(self) -> None:
+        """Compile the hot codecs now, all at once (~0.3 s of CPU), instead of a piece per
+        turn of the loop while the first clients are served: a broker process that is going
+        to serve for long (``kproto broker``) answers its first produce burst at full speed."""
+        for key, version in self._hot_codecs():
+            request_codec(key).source(version)
+            response_codec(key).source(version)
 
     def _warm(self, todo: list[tuple[int, int]]) -> None:
         """Compile the codecs of the APIs a client calls first and most (request decoder and

@@ -33,6 +33,7 @@ async def _serve(args: argparse.Namespace) -> int:
     except (OSError, ValueError) as exc:
         print(f"kproto broker: {exc}", file=sys.stderr)
         return 2
+    broker.warm_up()  # "listening" means ready at full speed
     print(f"listening on {broker.bootstrap}", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import time
 
 import kproto.storage as ks
@@ -107,3 +109,26 @@ def test_cli_broker_listens_stops_on_sigterm_and_recovers(tmp_path):
     logdir = subprocess.run([sys.executable, "-m", "kproto", "logdir", str(data)],
                             capture_output=True, text=True, timeout=60)
     assert logdir.returncode == 0, logdir.stdout + logdir.stderr
+
+
+def test_warm_up_compiles_the_hot_codecs_before_the_first_client(tmp_path):
+    """``kproto broker`` calls warm_up() before it says it listens, so its first produce burst
+    is not slowed by compiling codecs (a fresh process: the codec caches are process-wide)."""
+    code = f"""
+import asyncio
+from kproto.broker import Broker
+from kproto.codecs import request, response
+
+async def main():
+    b = await Broker({str(tmp_path / 'd')!r}).start()
+    hot = b._hot_codecs()
+    compiled = lambda: sum(v in request(k)._compiled and v in response(k)._compiled for k, v in hot)
+    before = compiled()
+    b.warm_up()
+    print(len(hot), before, compiled())
+    await b.close()
+asyncio.run(main())
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    n, before, after = map(int, out.stdout.split())
+    assert n >= 20 and before < n and after == n
