@@ -22,6 +22,7 @@ import bisect
 import mmap
 import os
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
@@ -390,6 +391,26 @@ def _trim(out: pa.RecordBatch, offset: np.ndarray, timestamp: np.ndarray, split:
     return out if out.num_rows else None
 
 
+@contextmanager
+def mapped_file(path: str) -> Iterator[memoryview]:
+    """A local file mapped read-only, as a memoryview (empty for an empty file), unmapped
+    at the end unless a view of it is still alive (the GC unmaps it then)."""
+    with open(path, "rb") as f:
+        if os.fstat(f.fileno()).st_size == 0:
+            yield memoryview(b"")
+            return
+        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    view = memoryview(mm)
+    try:
+        yield view
+    finally:
+        view.release()
+        try:
+            mm.close()
+        except BufferError:
+            pass
+
+
 def read_split(split: Split, options: ReadOptions = ReadOptions(), *,
                problems: Problems | None = None, chunk_bytes: int = _CHUNK_BYTES,
                storage_options: Mapping[str, Any] | None = None) -> Iterator[pa.RecordBatch]:
@@ -412,18 +433,13 @@ def read_split(split: Split, options: ReadOptions = ReadOptions(), *,
                 yield from read_buffer(data, piece, options, problems=problems,
                                        chunk_bytes=chunk_bytes)
         return
-    with open(split.path, "rb") as f:
-        # mapped, not read: the decoder copies the records once anyway
-        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-    view = memoryview(mm)[split.start:split.end]
-    try:
-        yield from read_buffer(view, split, options, problems=problems, chunk_bytes=chunk_bytes)
-    finally:
-        view.release()
+    # mapped, not read: the decoder copies the records once anyway
+    with mapped_file(split.path) as whole:
+        view = whole[split.start:split.end]
         try:
-            mm.close()
-        except BufferError:  # a view is still alive somewhere; the GC unmaps it later
-            pass
+            yield from read_buffer(view, split, options, problems=problems, chunk_bytes=chunk_bytes)
+        finally:
+            view.release()
 
 
 def read_buffer(data: bytes | memoryview, split: Split, options: ReadOptions = ReadOptions(), *,

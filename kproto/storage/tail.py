@@ -38,7 +38,6 @@ the log start offset.
 """
 from __future__ import annotations
 
-import mmap
 import os
 from dataclasses import dataclass, replace
 from typing import Iterable, Mapping, Sequence
@@ -48,7 +47,7 @@ from kproto.storage.checkpoints import OffsetCheckpoint
 from kproto.storage.indexes import AbortedTxn
 from kproto.storage.layout import is_partition_dir, scan_log_dir, scan_partition_dir
 from kproto.storage.partition import Partition, read_file, read_log_start_offsets, scan_batches
-from kproto.storage.reader import ReadOptions, Split, first_unstable_offset, plan_splits
+from kproto.storage.reader import ReadOptions, Split, first_unstable_offset, mapped_file, plan_splits
 from kproto.storage.writer import ProducerStateTracker, rebuild_txn_index
 
 #: values of ``bound``: see the module's documentation
@@ -303,19 +302,10 @@ def _end_position(data: memoryview, split: Split, end_offset: int) -> int:
 def _cut(split: Split, end_offset: int) -> Split:
     """``split`` ending before the first batch at or past ``end_offset``, or after its last
     complete batch (bytes past that are a write in progress, not a torn tail)."""
-    with open(split.path, "rb") as f:
-        if os.fstat(f.fileno()).st_size == 0:
+    with mapped_file(split.path) as view:
+        if not len(view):
             return replace(split, end=split.start)
-        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-    view = memoryview(mm)
-    try:
         cut = _end_position(view, split, end_offset)
-    finally:
-        view.release()
-        try:
-            mm.close()
-        except BufferError:  # a view is still alive somewhere; the GC unmaps it later
-            pass
     if cut == split.end:
         return split
     return replace(split, end=cut, resync=tuple(p for p in split.resync if p < cut))
