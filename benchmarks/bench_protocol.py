@@ -10,6 +10,11 @@ the same bytes before it is timed):
 
 Prints the median ops/s of decode and encode for each library and kproto's ratio to each peer, and
 kproto's zero-copy send (``encode_parts``: a list of buffers for ``writelines``, records not copied).
+
+With ``KPROTO_JAVA_BENCH`` set (``python benchmarks/java_runner.py --build`` prints it) the same bytes
+also go to Apache Kafka's own classes on the JVM (5 s warm-up, median of 5 rounds by default), which
+must re-encode them identically; the Java row and the send row give kproto/Java. Without it the
+issue 20 reference figures are printed instead.
 """
 from __future__ import annotations
 
@@ -22,7 +27,9 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import java_runner  # noqa: E402
 import kproto  # noqa: E402
 from kproto.codecs import Uuid  # noqa: E402
 from kproto.records import RecordBatchBuilder  # noqa: E402
@@ -161,6 +168,15 @@ class KioLib(Lib):
         return (lambda: read(data, 0)), encode
 
 
+#: Kafka 4.3.1's classes, Java 17, this machine, 5 s warm-up, median of 5 (issue 20): decode, encode,
+#: zero-copy send ops/s; printed when no Java runner is configured.
+JAVA_REFERENCE: Dict[str, Tuple[float, float, Optional[float]]] = {
+    "MetadataResponse v9": (10_000, 9_200, None),
+    "ProduceRequest v9": (341_000, 279_000, None),
+    "FetchResponse v12": (200_000, 3_300, 148_000),
+}
+
+
 def ops_per_second(fn: Callable[[], Any], seconds: float, repeat: int) -> float:
     fn()
     n = 1
@@ -187,14 +203,26 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--seconds", type=float, default=1.5, help="time budget per measurement")
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--only", help="substring of the input names to run")
+    ap.add_argument("--java-warmup", type=float, default=5.0, help="JVM warm-up seconds per measurement")
+    ap.add_argument("--java-rounds", type=int, default=5, help="JVM rounds (median reported)")
+    ap.add_argument("--java-round-seconds", type=float, default=1.0)
     args = ap.parse_args(argv)
     libs = [KprotoLib(), KioLib(), KafkaPythonLib()]
     inputs = build_inputs()
+    selected = {k: v for k, v in inputs.items() if not args.only or args.only in k}
+    java_cmd = java_runner.command_from_env()
+    java: Optional[Dict[str, Any]] = None
+    if java_cmd:   # first, alone: the JVM and Python would otherwise share the two cores
+        java = java_runner.run(java_cmd, [(k, m, v, d) for k, (m, v, d) in selected.items()],
+                               warmup=args.java_warmup, rounds=args.java_rounds,
+                               round_seconds=args.java_round_seconds)
+        print(f"Java: Kafka {java['kafka']} classes, Java {java['java']}, {java['warmup_s']:g} s warm-up, "
+              f"median of {java['rounds']} x {java['round_s']:g} s")
+    else:
+        print(java_runner.NO_JAVA + "; issue 20's reference figures are shown instead")
     print(f"{'input':<22} {'library':<13} {'decode ops/s':>13} {'encode ops/s':>13}   "
           f"{'kproto/peer decode':>18} {'kproto/peer encode':>18}")
-    for label, (message, version, data) in inputs.items():
-        if args.only and args.only not in label:
-            continue
+    for label, (message, version, data) in selected.items():
         results: Dict[str, Tuple[float, float]] = {}
         for lib in libs:
             try:
@@ -208,6 +236,14 @@ def main(argv: Optional[List[str]] = None) -> int:
             dec, enc = fns
             results[lib.name] = (ops_per_second(dec, args.seconds, args.repeat),
                                  ops_per_second(enc, args.seconds, args.repeat))
+        java_send: Optional[float] = None
+        if java is not None:
+            j = java["protocol"][label]
+            results["Java"] = (j["decode"], j["encode"])
+            java_send = j["send"]
+        elif label in JAVA_REFERENCE:
+            d, e, java_send = JAVA_REFERENCE[label]
+            results["Java (ref.)"] = (d, e)
         base = results.get("kproto")
         for name, (d, e) in results.items():
             ratio = ""
@@ -217,6 +253,10 @@ def main(argv: Optional[List[str]] = None) -> int:
             if name == "kproto":
                 send = ops_per_second(libs[0].send, args.seconds, args.repeat)
                 print(f"{'':<22} {'kproto send':<13} {'':>13} {send:>13,.0f}   (encode_parts, zero-copy)")
+            elif name.startswith("Java") and java_send:
+                # Java's encode copies records into one buffer, its Send (SendBuilder) does not
+                print(f"{'':<22} {name + ' send':<13} {'':>13} {java_send:>13,.0f}   {'':>18} "
+                      f"{send / java_send:>17.2f}x (kproto send / Java zero-copy Send)")
         print(f"{'':<22} ({len(data):,} bytes)")
     return 0
 
