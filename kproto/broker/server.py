@@ -24,7 +24,7 @@ from kproto.codecs import request as request_codec
 from kproto.codecs import response as response_codec
 from kproto.framing import DEFAULT_MAX_FRAME
 
-__all__ = ["Broker"]
+__all__ = ["Broker", "Listener"]
 
 log = logging.getLogger("kproto.broker")
 
@@ -115,77 +115,36 @@ class _Connection:
             self.done.set_result(None)
 
 
-class Broker:
-    """A single-node Kafka broker on ``host:port`` (port 0: a free one) over ``data_dir``.
+class Listener:
+    """The socket layer in front of a sans-I/O core: any object with ``handle(channel, frame)``,
+    ``next_deadline_ms()``, ``advance_clock()`` (and ``close(clean)``, called by its owner).
+    A connection's frames go to ``core.handle`` one at a time; the event loop wakes the core's
+    timer at its next deadline. :class:`Broker` is one; a controller node is another
+    (:mod:`kproto.broker.controller_node`)."""
 
-    ``config``: :class:`~kproto.broker.configs.BrokerConfig` fields (``node_id``,
-    ``auto_create_topics``, ``num_partitions``, ...) and the log defaults of
-    :class:`~kproto.broker.log.LogConfig` (``segment_bytes``, ``message_timestamp_type``, ...).
-    ``ssl_context`` (a server-side :class:`ssl.SSLContext`) makes the listener SSL, or SASL_SSL
-    with ``sasl_enabled_mechanisms``; security settings are in :mod:`kproto.broker.auth` and
-    :mod:`kproto.broker.acl` (``sasl_users``, ``authorizer``, ``super_users``).
-    """
+    core: Any
 
-    def __init__(self, data_dir: str | os.PathLike[str], port: int = 0, *, host: str = "127.0.0.1",
-                 max_frame: Optional[int] = None, ssl_context: Optional[_ssl.SSLContext] = None,
-                 **config: Any) -> None:
-        log_cfg = {k: config.pop(k) for k in list(config) if k in _LOG_CONFIGS}
-        if max_frame is not None:  # the older name of socket.request.max.bytes
-            config["socket_request_max_bytes"] = max_frame
-        self.config = BrokerConfig(host=host, port=port, log=LogConfig(**log_cfg), **config)
-        self.data_dir = os.fspath(data_dir)
+    def __init__(self, *, max_frame: int = DEFAULT_MAX_FRAME, queued_max_requests: int = 500,
+                 queued_max_request_bytes: int = -1,
+                 ssl_context: Optional[_ssl.SSLContext] = None) -> None:
         self.ssl_context = ssl_context
-        # socket.request.max.bytes: a frame announcing more is refused and its connection
-        # closed before its bytes are read, as Kafka's NetworkReceive does
-        self.max_frame = self.config.socket_request_max_bytes or DEFAULT_MAX_FRAME
-        self.core: Optional[BrokerCore] = None
+        self.max_frame = max_frame
+        self.core = None
         self._server: Optional[asyncio.AbstractServer] = None
         self._wakeup: Optional[asyncio.TimerHandle] = None
         self._wakeup_at: Optional[int] = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._connections: set[_Connection] = set()
-        self._queue = _QueueBudget(self.config.queued_max_requests,
-                                   self.config.queued_max_request_bytes)
+        self._queue = _QueueBudget(queued_max_requests, queued_max_request_bytes)
 
-    # ------------------------------------------------------------------ lifecycle
-    async def start(self) -> Broker:
-        self._server = await asyncio.start_server(self._serve, self.config.host, self.config.port,
-                                                  ssl=self.ssl_context)
-        self.config.port = self._server.sockets[0].getsockname()[1]
-        # the core opens (and recovers) the log directory once the advertised port is known
-        self.core = BrokerCore(self.data_dir, self.config)
-        self._warm(self._hot_codecs())
-        return self
+    async def listen(self, host: str, port: int) -> int:
+        """Accept connections on ``host:port`` (0: a free port); the port bound."""
+        self._server = await asyncio.start_server(self._serve, host, port, ssl=self.ssl_context)
+        return self._server.sockets[0].getsockname()[1]
 
-    def _hot_codecs(self) -> list[tuple[int, int]]:
-        assert self.core is not None
-        versions = self.core.api_versions()
-        return [(key, v) for key in _HOT_APIS for v in _newest(versions.get(key), 3)]
-
-    def warm_up(self) -> None:
-        """Compile the hot codecs now, all at once (~0.3 s of CPU), instead of a piece per
-        turn of the loop while the first clients are served: a broker process that is going
-        to serve for long (``kproto broker``) answers its first produce burst at full speed."""
-        for key, version in self._hot_codecs():
-            request_codec(key).source(version)
-            response_codec(key).source(version)
-
-    def _warm(self, todo: list[tuple[int, int]]) -> None:
-        """Compile the codecs of the APIs a client calls first and most (request decoder and
-        response encoder of their newest versions: librdkafka 2.16 sends Produce v10, Java 3.9
-        v11), one version per turn of the loop while the client connects: compiled lazily,
-        they cost a client's first Produce ~10 ms. The caches are process-wide: only the first
-        broker of a process pays."""
-        if not todo or self.core is None:
-            return
-        key, version = todo.pop()
-        request_codec(key).source(version)
-        response_codec(key).source(version)
-        asyncio.get_running_loop().call_soon(self._warm, todo)
-
-    async def close(self, clean: bool = True) -> None:
-        """Stop accepting, drop the connections, close the logs (``clean``: checkpoints and
-        the clean-shutdown marker, as a SIGTERM'd Kafka broker leaves them)."""
+    async def stop_listening(self) -> None:
+        """Stop accepting, drop the connections and the timer's wakeup (the core is left to
+        its owner)."""
         if self._server is not None:
             self._server.close()
         for conn in list(self._connections):
@@ -199,44 +158,13 @@ class Broker:
             self._server = None
         if self._wakeup is not None:
             self._wakeup.cancel()
-        if self.core is not None:
-            self.core.close(clean)
-            self.core = None
-
-    async def __aenter__(self) -> Broker:
-        return await self.start()
-
-    async def __aexit__(self, *exc: Any) -> None:
-        await self.close()
-
-    @property
-    def host(self) -> str:
-        return self.config.host
-
-    @property
-    def port(self) -> int:
-        return self.config.port
-
-    @property
-    def security_protocol(self) -> str:
-        """The listener's, as a client names it (``security.protocol``)."""
-        sasl = bool(self.config.sasl_enabled_mechanisms)
-        tls = self.ssl_context is not None
-        return {(False, False): "PLAINTEXT", (False, True): "SSL", (True, False): "SASL_PLAINTEXT",
-                (True, True): "SASL_SSL"}[(sasl, tls)]
-
-    @property
-    def bootstrap(self) -> str:
-        """``host:port`` for a client's bootstrap servers."""
-        return f"{self.config.host}:{self.config.port}"
-
-    def control(self, api_key: int, action: HookAction, *, times: Optional[int] = 1) -> ControlHandle:
-        """Intercept requests of ``api_key`` (see :meth:`BrokerCore.control`)."""
-        assert self.core is not None, "the broker is not started"
-        return self.core.control(api_key, action, times=times)
+            self._wakeup = None
+            self._wakeup_at = None
 
     # ------------------------------------------------------------------ time
-    def _arm_timer(self) -> None:
+    def arm_timer(self) -> None:
+        """Wake the core's timer at its next deadline (call after the core was driven from
+        outside a request: a response from another node, a task it scheduled)."""
         core = self.core
         if core is None:
             return
@@ -255,7 +183,7 @@ class Broker:
         self._wakeup_at = None
         if self.core is not None:
             self.core.advance_clock()
-            self._arm_timer()
+            self.arm_timer()
 
     # ------------------------------------------------------------------ connections
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -292,7 +220,7 @@ class Broker:
                     # a long poll waits in the purgatory, not in the queue)
                     budget.release(size)
                 del frame
-                self._arm_timer()
+                self.arm_timer()
                 await conn.done
                 if conn.closed is not None:
                     return
@@ -308,3 +236,105 @@ class Broker:
             if conn.closed is None:
                 conn.closed = "client gone"
                 writer.close()
+
+
+class Broker(Listener):
+    """A single-node Kafka broker on ``host:port`` (port 0: a free one) over ``data_dir``.
+
+    ``config``: :class:`~kproto.broker.configs.BrokerConfig` fields (``node_id``,
+    ``auto_create_topics``, ``num_partitions``, ...) and the log defaults of
+    :class:`~kproto.broker.log.LogConfig` (``segment_bytes``, ``message_timestamp_type``, ...).
+    ``ssl_context`` (a server-side :class:`ssl.SSLContext`) makes the listener SSL, or SASL_SSL
+    with ``sasl_enabled_mechanisms``; security settings are in :mod:`kproto.broker.auth` and
+    :mod:`kproto.broker.acl` (``sasl_users``, ``authorizer``, ``super_users``).
+    """
+
+    def __init__(self, data_dir: str | os.PathLike[str], port: int = 0, *, host: str = "127.0.0.1",
+                 max_frame: Optional[int] = None, ssl_context: Optional[_ssl.SSLContext] = None,
+                 **config: Any) -> None:
+        log_cfg = {k: config.pop(k) for k in list(config) if k in _LOG_CONFIGS}
+        if max_frame is not None:  # the older name of socket.request.max.bytes
+            config["socket_request_max_bytes"] = max_frame
+        self.config = BrokerConfig(host=host, port=port, log=LogConfig(**log_cfg), **config)
+        self.data_dir = os.fspath(data_dir)
+        # socket.request.max.bytes: a frame announcing more is refused and its connection
+        # closed before its bytes are read, as Kafka's NetworkReceive does
+        super().__init__(max_frame=self.config.socket_request_max_bytes or DEFAULT_MAX_FRAME,
+                         queued_max_requests=self.config.queued_max_requests,
+                         queued_max_request_bytes=self.config.queued_max_request_bytes,
+                         ssl_context=ssl_context)
+        self.core: Optional[BrokerCore] = None
+
+    # ------------------------------------------------------------------ lifecycle
+    async def start(self) -> Broker:
+        self.config.port = await self.listen(self.config.host, self.config.port)
+        # the core opens (and recovers) the log directory once the advertised port is known
+        self.core = BrokerCore(self.data_dir, self.config)
+        self._warm(self._hot_codecs())
+        return self
+
+    def _hot_codecs(self) -> list[tuple[int, int]]:
+        assert self.core is not None
+        versions = self.core.api_versions()
+        return [(key, v) for key in _HOT_APIS for v in _newest(versions.get(key), 3)]
+
+    def warm_up(self) -> None:
+        """Compile the hot codecs now, all at once (~0.3 s of CPU), instead of a piece per
+        turn of the loop while the first clients are served: a broker process that is going
+        to serve for long (``kproto broker``) answers its first produce burst at full speed."""
+        for key, version in self._hot_codecs():
+            request_codec(key).source(version)
+            response_codec(key).source(version)
+
+    def _warm(self, todo: list[tuple[int, int]]) -> None:
+        """Compile the codecs of the APIs a client calls first and most (request decoder and
+        response encoder of their newest versions: librdkafka 2.16 sends Produce v10, Java 3.9
+        v11), one version per turn of the loop while the client connects: compiled lazily,
+        they cost a client's first Produce ~10 ms. The caches are process-wide: only the first
+        broker of a process pays."""
+        if not todo or self.core is None:
+            return
+        key, version = todo.pop()
+        request_codec(key).source(version)
+        response_codec(key).source(version)
+        asyncio.get_running_loop().call_soon(self._warm, todo)
+
+    async def close(self, clean: bool = True) -> None:
+        """Stop accepting, drop the connections, close the logs (``clean``: checkpoints and
+        the clean-shutdown marker, as a SIGTERM'd Kafka broker leaves them)."""
+        await self.stop_listening()
+        if self.core is not None:
+            self.core.close(clean)
+            self.core = None
+
+    async def __aenter__(self) -> Broker:
+        return await self.start()
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+    @property
+    def host(self) -> str:
+        return self.config.host
+
+    @property
+    def port(self) -> int:
+        return self.config.port
+
+    @property
+    def security_protocol(self) -> str:
+        """The listener's, as a client names it (``security.protocol``)."""
+        sasl = bool(self.config.sasl_enabled_mechanisms)
+        tls = self.ssl_context is not None
+        return {(False, False): "PLAINTEXT", (False, True): "SSL", (True, False): "SASL_PLAINTEXT",
+                (True, True): "SASL_SSL"}[(sasl, tls)]
+
+    @property
+    def bootstrap(self) -> str:
+        """``host:port`` for a client's bootstrap servers."""
+        return f"{self.config.host}:{self.config.port}"
+
+    def control(self, api_key: int, action: HookAction, *, times: Optional[int] = 1) -> ControlHandle:
+        """Intercept requests of ``api_key`` (see :meth:`BrokerCore.control`)."""
+        assert self.core is not None, "the broker is not started"
+        return self.core.control(api_key, action, times=times)

@@ -1,0 +1,339 @@
+"""A KRaft controller node on a real socket: one voter of the controller quorum.
+
+:class:`ControllerCore` is the sans-I/O part: it decodes request frames and routes the Raft
+APIs (Vote, BeginQuorumEpoch, EndQuorumEpoch, Fetch, DescribeQuorum) to the node's
+:class:`~kproto.broker.raft.KRaftReplica` and the controller APIs (BrokerRegistration,
+BrokerHeartbeat, CreateTopics, AlterPartition, ...) to its
+:class:`~kproto.broker.controller.QuorumController`, which answers NOT_CONTROLLER unless it is
+the active controller, as Kafka's does. One :class:`~kproto.broker.timer.SystemTimer` drives
+both.
+
+:class:`ControllerNode` puts it behind the broker's :class:`~kproto.broker.server.Listener`
+and sends Raft's requests through a :class:`~kproto.broker.network.NodeNetwork`. Addresses:
+a quorum needs every voter's address before its Raft replicas start, so a node first binds
+its port (:meth:`ControllerNode.listen`, port 0: a free one) and registers it in the network;
+:func:`start_quorum` binds every node before starting any replica. A node restarted later binds
+a new port and registers it again (the network drops the old connections).
+
+    network = NodeNetwork()
+    nodes = [ControllerNode(n, [1, 2, 3], tmp / f"c{n}", cluster_id=cid, network=network)
+             for n in (1, 2, 3)]
+    await start_quorum(nodes)
+
+The data directory is a Kafka controller's log dir: ``meta.properties`` and the
+``__cluster_metadata-0`` partition folder with ``quorum-state``.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, Union
+
+from kproto.broker.controller import ControllerConfig, QuorumController
+from kproto.broker.core import Channel, _decode_ignoring_trailing_bytes, _Request
+from kproto.broker.network import NodeNetwork
+from kproto.broker.raft import (BEGIN_QUORUM_EPOCH, DESCRIBE_QUORUM, END_QUORUM_EPOCH, FETCH,
+                                VOTE, KRaftReplica, RaftConfig, RaftTransport, open_metadata_log)
+from kproto.broker.server import Listener
+from kproto.broker.timer import Clock, SystemTimer
+from kproto.codecs import request as request_codec
+from kproto.codecs import response as response_codec
+from kproto.codecs.primitives import Uuid
+from kproto.error_codes import ErrorCode
+from kproto.errors import DecodeError
+from kproto.framing import ResponseHeader, decode_request, encode_response, peek_request_header
+from kproto.schemas.api_keys import ApiKey
+from kproto.storage.checkpoints import MetaProperties
+
+__all__ = ["ControllerCore", "ControllerNode", "RaftMetadataLog", "RAFT_APIS", "CONTROLLER_APIS",
+           "start_quorum"]
+
+log = logging.getLogger("kproto.broker.controller_node")
+
+#: Raft APIs and the versions the replica's handlers read (Fetch from v12: Raft needs the
+#: last fetched epoch; Vote v2 is Kafka 4's pre-vote, which the replica answers).
+RAFT_APIS: dict[int, tuple[int, int]] = {
+    FETCH: (12, 17), VOTE: (0, 2), BEGIN_QUORUM_EPOCH: (0, 1), END_QUORUM_EPOCH: (0, 1),
+    DESCRIBE_QUORUM: (0, 2),
+}
+#: Controller APIs and the versions the QuorumController's handlers were written for (a
+#: Kafka 3.9 controller's ranges, CreateTopics/DeleteTopics as the broker's).
+CONTROLLER_APIS: dict[int, tuple[int, int]] = {
+    ApiKey.BROKER_REGISTRATION: (0, 4),
+    ApiKey.BROKER_HEARTBEAT: (0, 1),
+    ApiKey.UNREGISTER_BROKER: (0, 0),
+    ApiKey.CREATE_TOPICS: (2, 7),
+    ApiKey.DELETE_TOPICS: (1, 6),
+    ApiKey.CREATE_PARTITIONS: (0, 3),
+    ApiKey.ALTER_PARTITION: (0, 3),
+    ApiKey.ELECT_LEADERS: (0, 2),
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 0),
+    ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
+    ApiKey.ALLOCATE_PRODUCER_IDS: (0, 0),
+}
+_API_VERSIONS_RANGE = (0, 4)
+
+
+def _advertised() -> dict[int, tuple[int, int]]:
+    """What this node serves: the handlers' ranges within the versions the codecs know."""
+    out: dict[int, tuple[int, int]] = {}
+    for key, (lo, hi) in {**RAFT_APIS, **CONTROLLER_APIS,
+                          ApiKey.API_VERSIONS: _API_VERSIONS_RANGE}.items():
+        valid = request_codec(key).valid_versions
+        lo2, hi2 = max(lo, valid.start), min(hi, valid[-1])
+        if lo2 <= hi2:
+            out[int(key)] = (lo2, hi2)
+    return out
+
+
+class RaftMetadataLog:
+    """The :class:`~kproto.broker.controller.MetadataLog` the controller writes through: the
+    node's Raft replica (``end_offset`` is the log end offset, the next append's offset)."""
+
+    def __init__(self, replica: KRaftReplica) -> None:
+        self.replica = replica
+
+    @property
+    def is_leader(self) -> bool:
+        return self.replica.is_leader
+
+    @property
+    def epoch(self) -> int:
+        return self.replica.epoch
+
+    @property
+    def high_watermark(self) -> int:
+        return self.replica.high_watermark
+
+    @property
+    def end_offset(self) -> int:
+        return self.replica.log.log_end_offset
+
+    def append(self, values: list[bytes]) -> int:
+        return self.replica.append(values)
+
+
+class ControllerCore:
+    """A controller node's requests and timer, sans-I/O (the ``core`` a
+    :class:`~kproto.broker.server.Listener` drives): the Raft replica of
+    ``__cluster_metadata-0`` under ``data_dir`` and the quorum controller over it."""
+
+    def __init__(self, node_id: int, voters: Sequence[int], data_dir: str, *, cluster_id: str,
+                 transport: RaftTransport, raft_config: Optional[RaftConfig] = None,
+                 controller_config: Optional[ControllerConfig] = None,
+                 clock: Optional[Clock] = None) -> None:
+        self.node_id = node_id
+        self.timer = SystemTimer(clock=clock)
+        self.log = open_metadata_log(data_dir)
+        self.replica = KRaftReplica(node_id, voters, self.log, cluster_id=cluster_id,
+                                    transport=transport, timer=self.timer, config=raft_config)
+        cfg = controller_config or ControllerConfig(node_id=node_id)
+        if not cfg.cluster_id:
+            cfg.cluster_id = cluster_id
+        cfg.node_id = node_id
+        self.controller = QuorumController(node_id, RaftMetadataLog(self.replica), self.timer, cfg)
+        self.replica.register(self.controller)
+        self.versions = _advertised()
+        self.closed = False
+
+    # ------------------------------------------------------------------ time
+    def next_deadline_ms(self) -> Optional[int]:
+        return self.timer.next_expiration_ms()
+
+    def advance_clock(self) -> None:
+        """Run the due Raft and controller tasks (elections, fetches, session checks)."""
+        self.timer.advance_clock()
+
+    # ------------------------------------------------------------------ requests
+    def handle(self, channel: Channel, frame: bytes) -> None:
+        """One request frame (without its size prefix); the channel gets one ``respond`` or
+        ``close`` for it, now or later (a Raft Fetch waits for data)."""
+        try:
+            key, ver, cid = peek_request_header(frame, size_prefix=False)
+        except DecodeError as exc:
+            channel.close(f"bad request header: {exc}")
+            return
+        rng = self.versions.get(key)
+        if key == ApiKey.API_VERSIONS and ver > self.versions[key][1]:
+            # KIP-511: a version too new is answered in v0 form with the versions we have
+            self._api_versions(cid, 0, channel, ErrorCode.UNSUPPORTED_VERSION, only=key)
+            return
+        if rng is None or not rng[0] <= ver <= rng[1]:
+            # Kafka closes a connection whose request it cannot serve on this listener
+            channel.close(f"API key {key} v{ver} not served by a controller")
+            return
+        try:
+            header, body = decode_request(frame, size_prefix=False)
+        except DecodeError as exc:
+            parsed = (_decode_ignoring_trailing_bytes(frame, key, ver)
+                      if "trailing bytes after the message" in str(exc) else None)
+            if parsed is None:
+                channel.close(f"cannot parse request (API key {key} v{ver}): {exc}")
+                return
+            header, body = parsed
+        req = _Request(channel, header, body, key, ver, self.timer.clock.now_ms())
+        if self.closed:
+            channel.close("controller shutting down")
+        elif key == ApiKey.API_VERSIONS:
+            self._api_versions(cid, ver, channel, ErrorCode.NONE)
+        elif key in RAFT_APIS:
+            self.replica.handle(key, ver, body, req.respond)
+        else:
+            self.controller.handle(key, ver, body, req.respond)
+
+    def _api_versions(self, cid: int, ver: int, channel: Channel, code: int,
+                      only: Optional[int] = None) -> None:
+        cls = response_codec(ApiKey.API_VERSIONS).cls
+        keys = [only] if only is not None else sorted(self.versions)
+        body = cls(error_code=code, api_keys=[
+            cls.ApiVersion(api_key=k, min_version=self.versions[k][0],
+                           max_version=self.versions[k][1]) for k in keys])
+        channel.respond(encode_response(ResponseHeader(correlation_id=cid), body,
+                                        ApiKey.API_VERSIONS, ver))
+
+    def close(self, clean: bool = True) -> None:
+        """Stop. ``clean``: a leader resigns first (EndQuorumEpoch) and the log is closed with
+        its checkpoints; otherwise the replica just stops, as a killed process would, and
+        the quorum state stays as it was."""
+        if self.closed:
+            return
+        self.closed = True
+        self.replica.shutdown(graceful=clean)
+        self.log.close(clean)
+
+
+class _ArmingTransport:
+    """The network transport, re-arming the node's timer after each answer is handled (an
+    answer can schedule Raft tasks outside any request of the listener)."""
+
+    def __init__(self, inner: Any, after: Callable[[], None]) -> None:
+        self.inner, self.after = inner, after
+
+    def send(self, dst: int, api_key: int, version: int, body: Any,
+             on_response: Callable[[Optional[Any]], None], timeout_ms: int) -> None:
+        def done(resp: Optional[Any]) -> None:
+            on_response(resp)
+            self.after()
+        self.inner.send(dst, api_key, version, body, done, timeout_ms)
+
+
+def _ensure_meta_properties(data_dir: str, node_id: int, cluster_id: str) -> None:
+    """``meta.properties`` as ``kafka-storage format`` writes it for a controller; an existing
+    one must be this node's and this cluster's (Kafka refuses to start otherwise)."""
+    os.makedirs(data_dir, exist_ok=True)
+    path = os.path.join(data_dir, "meta.properties")
+    if os.path.exists(path):
+        with open(path, "rb") as f:
+            meta = MetaProperties.parse(f.read())
+        if meta.node_id not in (None, node_id) or meta.cluster_id not in (None, cluster_id):
+            raise ValueError(f"{path} belongs to node {meta.node_id} of cluster "
+                             f"{meta.cluster_id}, not node {node_id} of {cluster_id}")
+        return
+    props = {"version": "1", "cluster.id": cluster_id, "node.id": str(node_id),
+             "directory.id": str(Uuid(os.urandom(16)))}
+    with open(path, "wb") as f:
+        f.write(MetaProperties(props).encode())
+
+
+class ControllerNode:
+    """One controller of the quorum, serving the Kafka protocol on ``host:port``.
+
+    ``voters``: the voter ids, or a mapping id -> (host, port) of addresses known in advance
+    (registered in ``network``). ``port`` 0: a free port at each start.
+    """
+
+    def __init__(self, node_id: int, voters: Union[Mapping[int, tuple[str, int]], Iterable[int]],
+                 data_dir: Union[str, os.PathLike[str]], *, cluster_id: str, network: NodeNetwork,
+                 host: str = "127.0.0.1", port: int = 0, raft_config: Optional[RaftConfig] = None,
+                 controller_config: Optional[ControllerConfig] = None) -> None:
+        self.node_id = node_id
+        if isinstance(voters, Mapping):
+            for v, (h, p) in voters.items():
+                if v != node_id:
+                    network.register(v, h, p)
+        self.voters = sorted(voters)
+        self.data_dir = os.fspath(data_dir)
+        self.cluster_id = cluster_id
+        self.network = network
+        self.host, self.requested_port = host, port
+        self.port = 0
+        self.raft_config = raft_config
+        self.controller_config = controller_config
+        self.listener: Optional[Listener] = None
+        self.core: Optional[ControllerCore] = None
+
+    async def listen(self) -> int:
+        """Bind the port and register it in the network (no Raft yet); the port."""
+        if self.listener is None:
+            self.listener = Listener()
+            self.port = await self.listener.listen(self.host, self.requested_port)
+            self.network.register(self.node_id, self.host, self.port)
+        return self.port
+
+    async def start(self) -> ControllerNode:
+        """Listen (if not yet) and start the Raft replica and the controller, recovering the
+        data dir left by an earlier run."""
+        await self.listen()
+        assert self.listener is not None
+        if self.core is None:
+            _ensure_meta_properties(self.data_dir, self.node_id, self.cluster_id)
+            listener = self.listener
+            transport = _ArmingTransport(self.network.transport(self.node_id), listener.arm_timer)
+            self.core = ControllerCore(self.node_id, self.voters, self.data_dir,
+                                       cluster_id=self.cluster_id, transport=transport,
+                                       raft_config=self.raft_config,
+                                       controller_config=self.controller_config)
+            listener.core = self.core
+            listener.arm_timer()
+        return self
+
+    async def stop(self, abrupt: bool = False) -> None:
+        """Stop serving. Graceful: a leader hands over (EndQuorumEpoch) before the sockets
+        close. ``abrupt``: as a killed process, sockets gone, nothing more written."""
+        core, listener = self.core, self.listener
+        self.core = self.listener = None
+        if core is not None and not abrupt:
+            core.close(clean=True)
+        if listener is not None:
+            listener.core = None
+            await listener.stop_listening()
+        self.network.drop_connections(self.node_id)
+        if core is not None and abrupt:
+            core.close(clean=False)
+
+    # ------------------------------------------------------------------ views
+    @property
+    def running(self) -> bool:
+        return self.core is not None
+
+    @property
+    def bootstrap(self) -> str:
+        """``host:port`` of the listener."""
+        return f"{self.host}:{self.port}"
+
+    @property
+    def replica(self) -> KRaftReplica:
+        assert self.core is not None, f"controller {self.node_id} is not running"
+        return self.core.replica
+
+    @property
+    def controller(self) -> QuorumController:
+        assert self.core is not None, f"controller {self.node_id} is not running"
+        return self.core.controller
+
+    @property
+    def is_leader(self) -> bool:
+        """Running and the Raft leader with its controller active."""
+        return self.core is not None and self.core.replica.is_leader \
+            and self.core.controller.is_active
+
+
+async def start_quorum(nodes: Iterable[ControllerNode]) -> None:
+    """Bind every node's port first, then start the replicas: no voter asks a peer whose
+    address is not yet known."""
+    nodes = list(nodes)
+    for n in nodes:
+        await n.listen()
+    for n in nodes:
+        await n.start()
