@@ -4,6 +4,10 @@ value of every record.
 
     python benchmarks/bench_records.py            # 100 batches x 1000 records (quick)
     python benchmarks/bench_records.py --full     # 1000 x 1000 = 1,000,000 records
+
+With KPROTO_JAVA_BENCH set (``python benchmarks/java_runner.py --build`` prints it), the same bytes
+are also read by Apache Kafka's own classes (MemoryRecords batches, the consumer's streaming
+iterator; 5 s warm-up, median of 5 rounds by default) and kproto/Java ratios are printed.
 """
 from __future__ import annotations
 
@@ -16,7 +20,9 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import java_runner  # noqa: E402
 from kproto.records import RecordBatchBuilder, iter_batches, iter_column_batches  # noqa: E402
 
 CODECS = ("none", "lz4", "zstd")
@@ -134,6 +140,9 @@ def main(argv=None) -> int:
     ap.add_argument("--codecs", default=",".join(CODECS))
     ap.add_argument("--pure", action="store_true",
                     help="force the numpy engine even if the C accelerator is built")
+    ap.add_argument("--java-warmup", type=float, default=5.0, help="JVM warm-up seconds per codec")
+    ap.add_argument("--java-rounds", type=int, default=5, help="JVM rounds (median reported)")
+    ap.add_argument("--java-round-seconds", type=float, default=1.0)
     args = ap.parse_args(argv)
     from kproto.records import columns
     if args.pure:
@@ -142,8 +151,18 @@ def main(argv=None) -> int:
     batches = args.batches or (1000 if args.full else 100)
     print(f"{batches} batches x {args.per_batch} records, key 10 B, value 100 B, no headers; "
           f"bulk engine: {engine}")
-    for codec in args.codecs.split(","):
-        data = make_log(batches, args.per_batch, codec)
+    logs = {codec: make_log(batches, args.per_batch, codec) for codec in args.codecs.split(",")}
+    java_cmd = java_runner.command_from_env()
+    java = None
+    if java_cmd:   # first, alone: the JVM and Python would otherwise share the two cores
+        java = java_runner.run(java_cmd, records=list(logs.items()), warmup=args.java_warmup,
+                               rounds=args.java_rounds, round_seconds=args.java_round_seconds)
+        print(f"Java: Kafka {java['kafka']} classes, Java {java['java']}, {java['warmup_s']:g} s warm-up, "
+              f"median of {java['rounds']} x {java['round_s']:g} s")
+    else:
+        print(java_runner.NO_JAVA + "; issue 20's reference: Java reads 20.9M records/s uncompressed "
+              "(200-record batches, read_arrow's file), kproto is already ahead on lz4 and zstd")
+    for codec, data in logs.items():
         results = {}
         for name, fn in READERS.items():
             secs, n = measure(fn, data, args.repeat)
@@ -155,6 +174,13 @@ def main(argv=None) -> int:
               f"  records()/aiokafka {results['kproto records()'] / ai:5.2f}x"
               f"  bulk/kafka-python {results['kproto bulk'] / kp:5.2f}x"
               f"  bulk/aiokafka {results['kproto bulk'] / ai:5.2f}x")
+        if java is not None:
+            j = java["records"][codec]
+            assert j["records"] == n, (j["records"], n)   # the same records were read
+            jr = j["records_per_s"]
+            print(f"  {codec:5} {'Java (Kafka)':18} {jr / 1e6:7.2f} M records/s "
+                  f"{len(data) * jr / n / 1e6:8.1f} MB/s   records()/Java "
+                  f"{results['kproto records()'] / jr:5.2f}x  bulk/Java {results['kproto bulk'] / jr:5.2f}x")
         if codec == "zstd":
             print(f"  zstd: share of bulk time inside the decompressor "
                   f"{decompressor_share(data) * 100:.0f}%")
