@@ -18,6 +18,7 @@ from kproto.broker.raft import DESCRIBE_QUORUM, METADATA_TOPIC, RaftConfig
 from kproto.client.connection import Connection
 from kproto.codecs import request as request_codec
 from kproto.codecs.primitives import Uuid
+from kproto.error_codes import ErrorCode
 from kproto.schemas.api_keys import ApiKey
 from kproto.storage import read_internal
 
@@ -52,18 +53,17 @@ async def quorum(tmp_path, ids: list[int]) -> AsyncIterator[tuple[dict[int, Cont
         await network.close()
 
 
-def leaders(nodes: dict[int, ControllerNode]) -> list[ControllerNode]:
-    return [n for n in nodes.values() if n.running and n.is_leader]
-
-
-def one_leader(nodes: dict[int, ControllerNode]) -> Optional[ControllerNode]:
-    """The leader once exactly one node leads and every running node follows it."""
-    ls = leaders(nodes)
+def one_leader(nodes: dict[int, ControllerNode],
+               among: Optional[set[int]] = None) -> Optional[ControllerNode]:
+    """The leader once exactly one node (of ``among``) leads and every running one of them
+    follows it in its epoch."""
+    group = [n for n in nodes.values() if n.running and (among is None or n.node_id in among)]
+    ls = [n for n in group if n.is_leader]
     if len(ls) != 1:
         return None
     lead = ls[0]
     ok = all(n.replica.leader_id == lead.node_id and n.replica.epoch == lead.replica.epoch
-             for n in nodes.values() if n.running)
+             for n in group)
     return lead if ok else None
 
 
@@ -104,14 +104,11 @@ async def describe_quorum(conn: Connection) -> Any:
     return resp.topics[0].partitions[0]
 
 
-def committed_log(node: ControllerNode) -> list[tuple[int, int, bytes]]:
-    """(offset, epoch, batch bytes) of the batches below the node's high watermark."""
+def committed_batches(node: ControllerNode) -> list[tuple[int, int, bytes]]:
+    """(base offset, leader epoch, bytes) of every batch below the node's high watermark."""
     hw = node.replica.high_watermark
-    out = []
-    for b in node.replica.log.read_batches(0) if hasattr(node.replica.log, "read_batches") else []:
-        if b.last_offset < hw:
-            out.append((b.base_offset, b.partition_leader_epoch, bytes(b.raw)))
-    return out
+    return [(b.base_offset, b.partition_leader_epoch, bytes(b.buffer))
+            for b in node.replica.log.batches() if b.last_offset < hw]
 
 
 def test_single_controller_serves_registration_and_topics_and_writes_a_kafka_log_dir(tmp_path) -> None:
@@ -158,5 +155,80 @@ def test_single_controller_serves_registration_and_topics_and_writes_a_kafka_log
                              capture_output=True, text=True, timeout=120)
         assert out.returncode == 0, out.stderr
         assert "__cluster_metadata" in out.stdout
+
+    asyncio.run(main())
+
+
+def test_three_controllers_elect_fail_over_rejoin_and_survive_an_isolated_leader(tmp_path) -> None:
+    async def main() -> None:
+        ids = [1, 2, 3]
+        async with quorum(tmp_path, ids) as (nodes, network):
+            lead = await wait_for(lambda: one_leader(nodes), "one leader of three")
+            conns: list[Connection] = []
+            try:
+                conn = await connect(lead)
+                conns.append(conn)
+                reg = await register_broker(conn, 7)
+                assert reg.error_code == 0
+                end = lead.replica.log.log_end_offset
+
+                async def voters_caught_up() -> Any:
+                    p = await describe_quorum(conn)
+                    return p if p.error_code == 0 and p.high_watermark == end and \
+                        [(v.replica_id, v.log_end_offset) for v in p.current_voters] == \
+                        [(n, end) for n in ids] else None
+                deadline = time.monotonic() + 15
+                while (p := await voters_caught_up()) is None:
+                    assert time.monotonic() < deadline, "voters never caught up"
+                    await asyncio.sleep(0.05)
+                assert (p.leader_id, p.leader_epoch) == (lead.node_id, lead.replica.epoch)
+                # a follower is no controller
+                follower = next(n for n in nodes.values() if n is not lead)
+                fconn = await connect(follower)
+                conns.append(fconn)
+                assert (await register_broker(fconn, 8)).error_code == ErrorCode.NOT_CONTROLLER
+
+                # the leader dies: the others elect one of them in a higher epoch
+                committed = committed_batches(lead)
+                old, old_epoch = lead, lead.replica.epoch
+                started = time.monotonic()
+                await old.stop(abrupt=True)
+                lead = await wait_for(lambda: one_leader(nodes), "a new leader after the kill")
+                took = time.monotonic() - started
+                assert lead is not old and lead.replica.epoch > old_epoch
+                assert took < 6.0, took     # ~election timeout + backoff; slack for a loaded machine
+                assert committed_batches(lead)[:len(committed)] == committed
+                conn = await connect(lead)
+                conns.append(conn)
+                reg8 = await register_broker(conn, 8)
+                assert reg8.error_code == 0 and reg8.broker_epoch > reg.broker_epoch
+
+                # the old leader comes back on its data dir and catches up as a follower
+                await old.start()
+
+                def all_same() -> bool:
+                    ld = one_leader(nodes)
+                    if ld is None or ld.replica.high_watermark != ld.replica.log.log_end_offset:
+                        return False
+                    logs = [committed_batches(n) for n in nodes.values()]
+                    return all(n.replica.high_watermark == ld.replica.high_watermark
+                               for n in nodes.values()) and logs[0] == logs[1] == logs[2]
+                await wait_for(all_same, "the restarted node to catch up")
+                assert not old.is_leader and old.replica.leader_id == lead.node_id
+                assert committed_batches(old)[:len(committed)] == committed
+
+                # the leader cut off from both others resigns (check-quorum); they elect another
+                iso, iso_epoch = lead, lead.replica.epoch
+                network.isolate(iso.node_id)
+                rest = set(ids) - {iso.node_id}
+                await wait_for(lambda: not iso.replica.is_leader, "the isolated leader to resign")
+                other = await wait_for(lambda: one_leader(nodes, rest), "a leader of the majority")
+                assert other.replica.epoch > iso_epoch
+                network.heal()
+                await wait_for(lambda: one_leader(nodes), "one leader after healing")
+                await wait_for(all_same, "the same log everywhere after healing")
+            finally:
+                for c in conns:
+                    await c.close()
 
     asyncio.run(main())
