@@ -29,8 +29,8 @@ from pyspark.sql.types import StructType
 from kproto.problems import Problems
 from kproto.storage.reader import Split, balance
 from kproto.storage.tail import (BOUNDS, PartitionTail, advance, locate, offsets_from_json,
-                                 offsets_to_json, plan_ranges, split_options, stream_ranges,
-                                 tail_log_dirs)
+                                 offsets_to_json, plan_ranges, rate_limit, split_options,
+                                 stream_ranges, tail_log_dirs)
 from kproto.spark.scan import AUTO_TASKS, ScanSpec, auto_split_bytes, parse_options
 
 try:  # Spark 4.2+: Trigger.AvailableNow for Python sources
@@ -39,10 +39,15 @@ except ImportError:  # pragma: no cover - older Spark runs the other triggers on
     class _AvailableNow:  # type: ignore[no-redef]
         pass
 
+try:  # Spark 4.2+: admission control (maxOffsetsPerTrigger)
+    from pyspark.sql.streaming.datasource import ReadMaxRows as _ReadMaxRows
+except ImportError:  # pragma: no cover - older Spark reads all there is at each trigger
+    _ReadMaxRows = None  # type: ignore[assignment,misc]
+
 log = logging.getLogger("kproto.spark")
 
 #: options of streaming reads only (lower-cased): see :class:`KafkaSegmentsStreamReader`
-STREAM_OPTIONS = ("bound", "startingoffsets")
+STREAM_OPTIONS = ("bound", "startingoffsets", "maxoffsetspertrigger")
 #: batch options a stream cannot honour
 _NOT_STREAMED = ("endingoffsets", "startingtimestamp", "endingtimestamp")
 TopicPartition = tuple[str, int]
@@ -57,6 +62,8 @@ class StreamSpec:
     scan: ScanSpec
     bound: str = "auto"
     starting: str | dict[TopicPartition, int] = "earliest"
+    #: ``maxOffsetsPerTrigger``: at most this many offsets per micro-batch (None: all there is)
+    max_offsets: int | None = None
 
 
 def without_stream_options(options: Mapping[str, str]) -> dict[str, str]:
@@ -90,7 +97,16 @@ def parse_stream_options(options: Mapping[str, str]) -> StreamSpec:
         except ValueError as exc:
             raise ValueError(f"kafka-segments: startingOffsets of a stream must be earliest, "
                              f"latest or JSON like {{\"topic\": {{\"0\": 42}}}}: {exc}") from None
-    return StreamSpec(scan, bound, starting)
+    max_offsets = None
+    if "maxoffsetspertrigger" in opts:
+        try:
+            max_offsets = int(opts["maxoffsetspertrigger"])
+        except ValueError:
+            max_offsets = 0
+        if max_offsets <= 0:
+            raise ValueError(f"kafka-segments: maxOffsetsPerTrigger must be a positive integer, "
+                             f"not {opts['maxoffsetspertrigger']!r}")
+    return StreamSpec(scan, bound, starting, max_offsets)
 
 
 class StreamPartition(InputPartition):
@@ -143,14 +159,14 @@ class KafkaSegmentsStreamReader(DataSourceStreamReader, _AvailableNow):
         self._until: dict[TopicPartition, int] | None = None  # Trigger.AvailableNow's target
 
     # ---------------------------------------------------------------------- driver side
-    def _tails(self) -> dict[TopicPartition, PartitionTail]:
+    def _tails(self, caps: Mapping[TopicPartition, int] | None = None) -> dict[TopicPartition, PartitionTail]:
         scan = self.spec.scan
         if scan.empty:
             return {}
         found = Problems()
         tails = tail_log_dirs(scan.paths, topics=scan.topics, partitions=scan.partitions,
                               bound=self.spec.bound, isolation=scan.read.isolation,
-                              include_deleted=scan.read.include_deleted, problems=found)
+                              include_deleted=scan.read.include_deleted, caps=caps, problems=found)
         for p in found:
             log.warning("kafka-segments: %s", p)
         return tails
@@ -165,16 +181,35 @@ class KafkaSegmentsStreamReader(DataSourceStreamReader, _AvailableNow):
         assert isinstance(starting, dict)
         return offsets_to_json(starting)
 
+    def getDefaultReadLimit(self) -> Any:
+        """``maxOffsetsPerTrigger`` as Spark's read limit (all available without it)."""
+        if self.spec.max_offsets is None or _ReadMaxRows is None:
+            return super().getDefaultReadLimit()
+        return _ReadMaxRows(self.spec.max_offsets)
+
     def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict:
         """Every partition's position after the next micro-batch: what may be read now (see
         :mod:`kproto.storage.tail`); with Trigger.AvailableNow, no further than what could be
-        read when the query started. ``limit`` is always all available (no read limits)."""
-        tails = self._tails()
-        if self._until is not None:
-            until = self._until
-            tails = {tp: replace(t, readable=min(t.readable, until[tp]))
-                     for tp, t in tails.items() if tp in until}
-        return offsets_to_json(advance(offsets_from_json(start), tails))
+        read when the query started; with a row limit from Spark (``maxOffsetsPerTrigger``),
+        at most that many offsets, shared as Spark's Kafka source shares them. A
+        read_committed partition whose open transaction spans its share reads to the end of
+        it rather than not at all."""
+        begin = offsets_from_json(start)
+        tails = self._until_cut(self._tails())
+        max_rows = getattr(limit, "max_rows", None)  # ReadMaxRows; ReadAllAvailable has none
+        if max_rows is not None:
+            caps = rate_limit(begin, tails, int(max_rows))
+            if any(caps[tp] < t.readable for tp, t in tails.items()):
+                capped = self._until_cut(self._tails(caps))
+                tails = {tp: capped[tp] if tp in capped and capped[tp].readable > begin.get(tp, t.log_start)
+                         else t for tp, t in tails.items()}
+        return offsets_to_json(advance(begin, tails))
+
+    def _until_cut(self, tails: dict[TopicPartition, PartitionTail]) -> dict[TopicPartition, PartitionTail]:
+        if self._until is None:
+            return tails
+        until = self._until
+        return {tp: replace(t, readable=min(t.readable, until[tp])) for tp, t in tails.items() if tp in until}
 
     def prepareForTriggerAvailableNow(self) -> None:
         """Trigger.AvailableNow: read up to what may be read now, then stop."""

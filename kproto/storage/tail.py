@@ -38,6 +38,7 @@ the log start offset.
 """
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, replace
 from typing import Iterable, Mapping, Sequence
@@ -123,6 +124,24 @@ def advance(start: Mapping[TopicPartition, int],
         pos = start.get(tp, t.log_start)
         end[tp] = t.readable if pos > t.log_end else max(t.readable, pos)
     return end
+
+
+def rate_limit(start: Mapping[TopicPartition, int], tails: Mapping[TopicPartition, PartitionTail],
+               max_offsets: int) -> dict[TopicPartition, int]:
+    """Per partition, the offset a micro-batch of at most ``max_offsets`` offsets may read up
+    to: the limit shared in proportion to what each partition has new (Spark's Kafka source's
+    ``maxOffsetsPerTrigger`` rule: a share below one offset rounds up, others down)."""
+    avail = {tp: max(0, t.readable - start.get(tp, t.log_start)) for tp, t in tails.items()}
+    total = sum(avail.values())
+    caps: dict[TopicPartition, int] = {}
+    for tp, t in tails.items():
+        pos = start.get(tp, t.log_start)
+        if total <= max_offsets or not avail[tp]:
+            caps[tp] = t.readable
+            continue
+        share = max_offsets * avail[tp] / total
+        caps[tp] = pos + min(avail[tp], math.ceil(share) if share < 1 else math.floor(share))
+    return caps
 
 
 def stream_ranges(start: Mapping[TopicPartition, int], end: Mapping[TopicPartition, int],
@@ -249,9 +268,12 @@ def log_end(part: Partition) -> tuple[int, int]:
 def tail_log_dirs(paths: Sequence[str], *, topics: Iterable[str] | None = None,
                   partitions: Iterable[int] | None = None, bound: str = "auto",
                   isolation: str = "read_uncommitted", include_deleted: bool = False,
+                  caps: Mapping[TopicPartition, int] | None = None,
                   problems: Problems | None = None) -> dict[TopicPartition, PartitionTail]:
     """A snapshot of the selected partitions under ``paths`` (log dirs or partition folders):
-    see :class:`PartitionTail` and the module's documentation for ``bound``."""
+    see :class:`PartitionTail` and the module's documentation for ``bound``. ``caps`` lowers
+    a partition's readable offset (a rate limit) before read_committed stops it short of the
+    transactions still open there."""
     found = problems if problems is not None else Problems()
     committed = ReadOptions(isolation=isolation).isolation == "read_committed"
     hws: dict[str, dict[TopicPartition, int] | None] = {}
@@ -266,6 +288,8 @@ def tail_log_dirs(paths: Sequence[str], *, topics: Iterable[str] | None = None,
         hw = marks.get(tp) if marks is not None else None
         how = resolve_bound(bound, marks is not None)
         readable = end if how == "end" else min(end, start if hw is None else max(hw, start))
+        if caps is not None and tp in caps:
+            readable = max(start, min(readable, caps[tp]))
         if committed and readable > start:
             lso = first_unstable_offset(part, readable)
             if lso is not None:

@@ -301,3 +301,31 @@ def test_segments_deleted_before_they_were_read_resume_at_the_log_start(spark, t
     with open(os.path.join(data, "log-start-offset-checkpoint"), "wb") as f:
         f.write(OffsetCheckpoint([("t", 0, start)]).encode())
     assert run() == [0] + list(range(start, 7))
+
+
+def test_max_offsets_per_trigger_limits_each_micro_batch(spark, tmp_path):
+    """``maxOffsetsPerTrigger`` through Spark's admission control: AvailableNow reads what is
+    there in micro-batches of at most that many offsets; without the option, one batch."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
+    from kproto.spark import KafkaSegmentsDataSource, spark_schema
+
+    data = str(tmp_path / "logs")
+    w = LogDirWriter(data, cluster_id="Gbic2Gj7Dm9oTfmSNSzM_A").partition("t", 0)
+    for i in range(5):
+        _append(w, [f"v{i}a", f"v{i}b"])
+    reader = KafkaSegmentsDataSource({"path": data, "bound": "end", "maxOffsetsPerTrigger": "4"}
+                                     ).streamReader(spark_schema())
+    assert isinstance(reader.getDefaultReadLimit(), ReadMaxRows)
+    assert reader.latestOffset({}, ReadMaxRows(4)) == {"t": {"0": 4}}
+    assert reader.latestOffset({}, ReadAllAvailable()) == {"t": {"0": 10}}   # the engine's word wins
+    with pytest.raises(ValueError, match="maxOffsetsPerTrigger"):
+        KafkaSegmentsDataSource({"path": data, "maxOffsetsPerTrigger": "0"}).streamReader(spark_schema())
+
+    sizes: list[int] = []
+    q = (spark.readStream.format("kafka-segments").option("bound", "end").option("maxOffsetsPerTrigger", 4)
+         .load(data).writeStream.foreachBatch(lambda df, _: sizes.append(df.count()))
+         .option("checkpointLocation", str(tmp_path / "ckpt")).trigger(availableNow=True).start())
+    q.awaitTermination(60)
+    assert q.exception() is None, q.exception()
+    assert sizes == [4, 4, 2]

@@ -192,3 +192,31 @@ def test_a_position_past_a_recreated_log_is_reported_and_the_stream_goes_on(tmp_
     plain(d.partition("t", 0), 1, "more")
     s.step()
     assert s.values() == ["more-0"]
+
+
+def test_a_rate_limit_shares_offsets_by_what_is_new_and_never_splits_an_open_transaction(tmp_path):
+    """``maxOffsetsPerTrigger``: the limit shared in proportion to each partition's new
+    offsets (Spark's Kafka rule); read_committed stops a capped step before a transaction
+    still open at the cap, and reads a transaction longer than the share whole rather than
+    not at all."""
+    from kproto.storage.tail import rate_limit
+    writer = LogDirWriter(str(tmp_path), cluster_id="Gbic2Gj7Dm9oTfmSNSzM_A")
+    a, b = writer.partition("a", 0), writer.partition("b", 0)
+    plain(a, 30, "a")
+    plain(b, 10, "b")
+    tails = tail_log_dirs([str(tmp_path)], bound="end")
+    assert rate_limit({}, tails, 100) == {("a", 0): 30, ("b", 0): 10}        # under the limit
+    assert rate_limit({}, tails, 8) == {("a", 0): 6, ("b", 0): 2}            # 8 * 30/40, 8 * 10/40
+    assert rate_limit({("b", 0): 9}, tails, 2) == {("a", 0): 1, ("b", 0): 10}  # 1.93 -> 1; 0.06 -> 1
+    # read_committed: a transaction of 5 starting at 30, committed; the share cuts into it
+    txn(a, 5, "t", 7, 0)
+    marker(a, True, 7)
+    plain(a, 2, "after")
+    committed = dict(bound="end", isolation="read_committed")
+    tails = tail_log_dirs([str(tmp_path)], **committed)
+    assert tails[("a", 0)].readable == 38
+    caps = {("a", 0): 33}
+    capped = tail_log_dirs([str(tmp_path)], caps=caps, **committed)
+    assert capped[("a", 0)].readable == 30        # not into the transaction open at 33
+    capped = tail_log_dirs([str(tmp_path)], caps={("a", 0): 36}, **committed)
+    assert capped[("a", 0)].readable == 36        # past its marker (35): whole
