@@ -329,3 +329,24 @@ def test_max_offsets_per_trigger_limits_each_micro_batch(spark, tmp_path):
     q.awaitTermination(60)
     assert q.exception() is None, q.exception()
     assert sizes == [4, 4, 2]
+
+
+def test_a_transaction_longer_than_the_limit_is_read_whole(tmp_path):
+    from pyspark.sql.streaming.datasource import ReadMaxRows
+
+    from kproto.spark import KafkaSegmentsDataSource, spark_schema
+
+    w = LogDirWriter(str(tmp_path), cluster_id="Gbic2Gj7Dm9oTfmSNSzM_A").partition("t", 0)
+    b = RecordBatchBuilder(base_offset=0, producer_id=7, producer_epoch=0, base_sequence=0, transactional=True)
+    for i in range(5):
+        b.append(1_700_000_000_000, None, b"x%d" % i)
+    w.append(b.build())
+    m = RecordBatchBuilder(base_offset=5, producer_id=7, producer_epoch=0, transactional=True, control=True)
+    m.append_end_txn_marker(True, 0, 1_700_000_000_000)
+    w.append(m.build())
+    _append(w, ["after1", "after2", "after3"])
+    reader = KafkaSegmentsDataSource({"path": str(tmp_path), "bound": "end", "isolation": "read_committed",
+                                      "maxOffsetsPerTrigger": "2"}).streamReader(spark_schema())
+    first = reader.latestOffset({}, ReadMaxRows(2))
+    assert first == {"t": {"0": 6}}                      # not stuck at 0: the transaction whole
+    assert reader.latestOffset(first, ReadMaxRows(2)) == {"t": {"0": 8}}
