@@ -293,14 +293,16 @@ class ControllerNode:
         close. ``abrupt``: as a killed process, sockets gone, nothing more written."""
         core, listener = self.core, self.listener
         self.core = self.listener = None
-        if core is not None and not abrupt:
-            core.close(clean=True)
+        if core is not None:
+            # before any await: a stopped node handles nothing more (gracefully, a leader
+            # first resigns and sends EndQuorumEpoch to the others)
+            core.close(clean=not abrupt)
         if listener is not None:
             listener.core = None
             await listener.stop_listening()
-        self.network.drop_connections(self.node_id)
-        if core is not None and abrupt:
-            core.close(clean=False)
+        if abrupt:
+            # a graceful stop keeps its own connections: its EndQuorumEpoch may be on them
+            self.network.drop_connections(self.node_id)
 
     # ------------------------------------------------------------------ views
     @property

@@ -40,10 +40,11 @@ async def wait_for(cond: Callable[[], Any], what: str, timeout: float = 15.0) ->
 
 
 @asynccontextmanager
-async def quorum(tmp_path, ids: list[int]) -> AsyncIterator[tuple[dict[int, ControllerNode], NodeNetwork]]:
+async def quorum(tmp_path, ids: list[int], raft: RaftConfig = RAFT
+                 ) -> AsyncIterator[tuple[dict[int, ControllerNode], NodeNetwork]]:
     network = NodeNetwork()
     nodes = {n: ControllerNode(n, ids, tmp_path / f"controller-{n}", cluster_id=CLUSTER_ID,
-                               network=network, raft_config=RAFT) for n in ids}
+                               network=network, raft_config=raft) for n in ids}
     try:
         await start_quorum(nodes.values())
         yield nodes, network
@@ -230,5 +231,30 @@ def test_three_controllers_elect_fail_over_rejoin_and_survive_an_isolated_leader
             finally:
                 for c in conns:
                     await c.close()
+
+    asyncio.run(main())
+
+
+def test_graceful_stop_hands_leadership_over_at_once(tmp_path) -> None:
+    # followers that lost their leader silently would wait the whole fetch timeout (10 s
+    # here) before standing; EndQuorumEpoch from a leader stopping gracefully makes them
+    # stand after the election backoff
+    slow_to_notice = RaftConfig(election_timeout_ms=250, fetch_timeout_ms=10_000,
+                                election_backoff_max_ms=250, request_timeout_ms=400,
+                                retry_backoff_ms=20, fetch_max_wait_ms=200)
+
+    async def main() -> None:
+        async with quorum(tmp_path, [1, 2, 3], slow_to_notice) as (nodes, _):
+            old = await wait_for(lambda: one_leader(nodes), "one leader of three")
+            old_epoch = old.replica.epoch
+            started = time.monotonic()
+            await old.stop()
+            lead = await wait_for(lambda: one_leader(nodes), "a leader after the handover",
+                                  timeout=8.0)
+            assert lead is not old and lead.replica.epoch > old_epoch
+            assert time.monotonic() - started < 8.0
+            # its quorum-state says it left as a resigned leader of its epoch, log closed
+            with open(os.path.join(old.data_dir, "__cluster_metadata-0", "quorum-state")) as f:
+                assert json.load(f)["leaderEpoch"] == old_epoch
 
     asyncio.run(main())
