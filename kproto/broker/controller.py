@@ -79,10 +79,18 @@ class MetadataLog(Protocol):
     leadership only once every record committed before its epoch was handed over
     (KafkaRaftClient's rule, which :class:`~kproto.broker.raft.KRaftReplica` keeps)."""
 
-    is_leader: bool
-    epoch: int
-    high_watermark: int
-    end_offset: int
+    # read-only: an adapter over the Raft replica has them as properties
+    @property
+    def is_leader(self) -> bool: ...
+
+    @property
+    def epoch(self) -> int: ...
+
+    @property
+    def high_watermark(self) -> int: ...
+
+    @property
+    def end_offset(self) -> int: ...
 
     def append(self, values: list[bytes]) -> int:
         """Append record values as one batch in the current epoch; the last offset. Raises
