@@ -199,10 +199,21 @@ class KafkaSegmentsStreamReader(DataSourceStreamReader, _AvailableNow):
         max_rows = getattr(limit, "max_rows", None)  # ReadMaxRows; ReadAllAvailable has none
         if max_rows is not None:
             caps = rate_limit(begin, tails, int(max_rows))
-            if any(caps[tp] < t.readable for tp, t in tails.items()):
+            result = dict(tails)
+            while caps:
                 capped = self._until_cut(self._tails(caps))
-                tails = {tp: capped[tp] if tp in capped and capped[tp].readable > begin.get(tp, t.log_start)
-                         else t for tp, t in tails.items()}
+                stuck = {}
+                for tp, cap in caps.items():
+                    t, pos = tails[tp], begin.get(tp, tails[tp].log_start)
+                    c = capped.get(tp)
+                    if c is not None and (c.readable > pos or cap >= t.readable):
+                        result[tp] = c
+                    elif c is not None:
+                        # an open transaction spans the share: widen it until the step ends
+                        # past the transaction's marker, rather than never moving
+                        stuck[tp] = min(t.readable, pos + 2 * max(1, cap - pos))
+                caps = stuck
+            tails = result
         return offsets_to_json(advance(begin, tails))
 
     def _until_cut(self, tails: dict[TopicPartition, PartitionTail]) -> dict[TopicPartition, PartitionTail]:
