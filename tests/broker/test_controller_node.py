@@ -12,9 +12,12 @@ import time
 from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator, Callable, Optional
 
-from kproto.broker.controller_node import CONTROLLER_APIS, RAFT_APIS, ControllerNode, start_quorum
+import kproto
+from kproto.broker.controller_node import (CONTROLLER_APIS, RAFT_APIS, ControllerCore, ControllerNode,
+                                           start_quorum)
 from kproto.broker.network import NodeNetwork
 from kproto.broker.raft import DESCRIBE_QUORUM, METADATA_TOPIC, RaftConfig
+from kproto.broker.timer import FakeClock
 from kproto.client.connection import Connection
 from kproto.codecs import request as request_codec
 from kproto.codecs.primitives import Uuid
@@ -258,3 +261,74 @@ def test_graceful_stop_hands_leadership_over_at_once(tmp_path) -> None:
                 assert json.load(f)["leaderEpoch"] == old_epoch
 
     asyncio.run(main())
+
+
+class _Channel:
+    def __init__(self) -> None:
+        self.frames: list[bytes] = []
+        self.closed: Optional[str] = None
+
+    def respond(self, frame: Optional[bytes]) -> None:
+        if frame is not None:
+            self.frames.append(frame)
+
+    def close(self, reason: str) -> None:
+        self.closed = reason
+
+
+class _NoNetwork:
+    def send(self, *args: Any) -> None:
+        raise AssertionError("a single voter sends nothing")
+
+
+def _frame(api_key: int, version: int, body: Any, cid: int = 5) -> bytes:
+    return kproto.encode_request(kproto.RequestHeader(
+        request_api_key=api_key, request_api_version=version, correlation_id=cid,
+        client_id="t"), body)[4:]
+
+
+def test_controller_core_dispatch_sans_io(tmp_path) -> None:
+    clock = FakeClock(1_000)
+    core = ControllerCore(1, [1], str(tmp_path / "c1"), cluster_id=CLUSTER_ID,
+                          transport=_NoNetwork(), raft_config=RAFT, clock=clock)
+    for _ in range(100):          # the only voter leads once its LeaderChange is committed
+        if core.controller.is_active:
+            break
+        clock.advance(10)
+        core.advance_clock()
+    assert core.replica.is_leader and core.controller.is_active
+
+    ch = _Channel()
+    core.handle(ch, _frame(ApiKey.API_VERSIONS, 3, kproto.request(ApiKey.API_VERSIONS).cls(
+        client_software_name="t", client_software_version="1")))
+    _, body = kproto.decode_response(ch.frames[-1], ApiKey.API_VERSIONS, 3, size_prefix=True)
+    advertised = {a.api_key: (a.min_version, a.max_version) for a in body.api_keys}
+    assert advertised == core.versions
+    assert set(advertised) == {*RAFT_APIS, *CONTROLLER_APIS, ApiKey.API_VERSIONS}
+    limits = {**RAFT_APIS, **CONTROLLER_APIS, ApiKey.API_VERSIONS: (0, 4)}
+    assert all(limits[k][0] <= lo <= hi <= limits[k][1] for k, (lo, hi) in advertised.items())
+
+    # KIP-511: ApiVersions too new gets a v0 answer with our range
+    frame = bytearray(_frame(ApiKey.API_VERSIONS, 3, kproto.request(ApiKey.API_VERSIONS).cls()))
+    frame[2:4] = (99).to_bytes(2, "big")
+    core.handle(ch, bytes(frame))
+    _, body = kproto.decode_response(ch.frames[-1], ApiKey.API_VERSIONS, 0, size_prefix=True)
+    assert body.error_code == ErrorCode.UNSUPPORTED_VERSION
+    assert [(a.api_key, a.max_version) for a in body.api_keys] == [(18, advertised[18][1])]
+
+    # DescribeQuorum goes to the Raft replica
+    Q = kproto.request(DESCRIBE_QUORUM).cls
+    core.handle(ch, _frame(DESCRIBE_QUORUM, 2, Q(topics=[Q.TopicData(
+        topic_name=METADATA_TOPIC, partitions=[Q.PartitionData(partition_index=0)])])))
+    _, body = kproto.decode_response(ch.frames[-1], DESCRIBE_QUORUM, 2, size_prefix=True)
+    assert body.topics[0].partitions[0].leader_id == 1
+    assert not ch.closed
+
+    # what a controller does not serve, or cannot parse, closes the connection
+    for bad in (_frame(ApiKey.METADATA, 12, kproto.request(ApiKey.METADATA).cls(topics=None)),
+                _frame(ApiKey.BROKER_HEARTBEAT, 1, kproto.request(ApiKey.BROKER_HEARTBEAT).cls())[:-3],
+                b"\x00"):
+        ch = _Channel()
+        core.handle(ch, bad)
+        assert ch.closed and not ch.frames, bad
+    core.close()
