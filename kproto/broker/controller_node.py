@@ -25,7 +25,7 @@ The data directory is a Kafka controller's log dir: ``meta.properties`` and the
 """
 from __future__ import annotations
 
-import logging
+import dataclasses
 import os
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, Union
 
@@ -47,8 +47,6 @@ from kproto.storage.checkpoints import MetaProperties
 
 __all__ = ["ControllerCore", "ControllerNode", "RaftMetadataLog", "RAFT_APIS", "CONTROLLER_APIS",
            "start_quorum"]
-
-log = logging.getLogger("kproto.broker.controller_node")
 
 #: Raft APIs and the versions the replica's handlers read (Fetch from v12: Raft needs the
 #: last fetched epoch; Vote v2 is Kafka 4's pre-vote, which the replica answers).
@@ -128,10 +126,9 @@ class ControllerCore:
         self.log = open_metadata_log(data_dir)
         self.replica = KRaftReplica(node_id, voters, self.log, cluster_id=cluster_id,
                                     transport=transport, timer=self.timer, config=raft_config)
-        cfg = controller_config or ControllerConfig(node_id=node_id)
-        if not cfg.cluster_id:
-            cfg.cluster_id = cluster_id
-        cfg.node_id = node_id
+        # a copy: one config object may be given to every node of the quorum
+        cfg = dataclasses.replace(controller_config or ControllerConfig(), node_id=node_id,
+                                  cluster_id=cluster_id)
         self.controller = QuorumController(node_id, RaftMetadataLog(self.replica), self.timer, cfg)
         self.replica.register(self.controller)
         self.versions = _advertised()
