@@ -4,6 +4,8 @@ Each connection reads frames and hands them to the core one at a time (Kafka mut
 connection while its request is in flight, so answers keep request order); the timer is
 woken at its next deadline by the event loop, so a waiting fetch answers at once when data
 arrives and at ``max_wait_ms`` otherwise. A bad frame closes only its own connection.
+:class:`Listener` is that socket layer for any core (a controller node's too); :class:`Broker`
+is a listener in front of a broker core.
 
     async with Broker(tmp_path) as broker:
         producer = confluent_kafka.Producer({"bootstrap.servers": broker.bootstrap})
