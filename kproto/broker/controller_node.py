@@ -30,7 +30,7 @@ import os
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, Union
 
 from kproto.broker.controller import ControllerConfig, QuorumController
-from kproto.broker.core import Channel, _decode_ignoring_trailing_bytes, _Request
+from kproto.broker.core import Channel, Request, parse_request
 from kproto.broker.network import NodeNetwork
 from kproto.broker.raft import (BEGIN_QUORUM_EPOCH, DESCRIBE_QUORUM, END_QUORUM_EPOCH, FETCH,
                                 VOTE, KRaftReplica, RaftConfig, RaftTransport, open_metadata_log)
@@ -41,7 +41,7 @@ from kproto.codecs import response as response_codec
 from kproto.codecs.primitives import Uuid
 from kproto.error_codes import ErrorCode
 from kproto.errors import DecodeError
-from kproto.framing import ResponseHeader, decode_request, encode_response, peek_request_header
+from kproto.framing import ResponseHeader, encode_response, peek_request_header
 from kproto.schemas.api_keys import ApiKey
 from kproto.storage.checkpoints import MetaProperties
 
@@ -161,15 +161,11 @@ class ControllerCore:
             channel.close(f"API key {key} v{ver} not served by a controller")
             return
         try:
-            header, body = decode_request(frame, size_prefix=False)
+            header, body = parse_request(frame, key, ver)
         except DecodeError as exc:
-            parsed = (_decode_ignoring_trailing_bytes(frame, key, ver)
-                      if "trailing bytes after the message" in str(exc) else None)
-            if parsed is None:
-                channel.close(f"cannot parse request (API key {key} v{ver}): {exc}")
-                return
-            header, body = parsed
-        req = _Request(channel, header, body, key, ver, self.timer.clock.now_ms())
+            channel.close(f"cannot parse request (API key {key} v{ver}): {exc}")
+            return
+        req = Request(channel, header, body, key, ver, self.timer.clock.now_ms())
         if self.closed:
             channel.close("controller shutting down")
         elif key == ApiKey.API_VERSIONS:

@@ -140,7 +140,8 @@ class ControlHandle:
 
 
 @dataclass
-class _Request:
+class Request:
+    """One decoded request and the channel its answer goes to (also a controller node's)."""
     channel: Channel
     header: Any
     body: Any
@@ -164,7 +165,7 @@ def _producer_id(records: Any) -> int:
     return int.from_bytes(bytes(records[43:51]), "big", signed=True) if len(records) >= 61 else -1
 
 
-def _close_for_acks0(req: _Request) -> None:
+def _close_for_acks0(req: Request) -> None:
     """An acks=0 produce that failed anywhere closes its connection, as Kafka's KafkaApis does:
     the producer expects no answer, and a closed connection makes it refresh metadata."""
     req.channel.close(f"an error handling acks=0 produce request {req.header.correlation_id}")
@@ -175,23 +176,29 @@ def _peer(channel: Channel) -> str:
     return getattr(channel, "peer", None) or "/127.0.0.1"
 
 
-def _decode_ignoring_trailing_bytes(frame: bytes, key: int, ver: int) -> Optional[tuple[Any, Any]]:
-    """A request whose body parses but leaves bytes over, or None. Kafka reads a request
-    body without checking that it was all consumed, and librdkafka 2.x sends such a Metadata
-    v12 (three bytes after an all-topics request), so the broker accepts them too."""
+def parse_request(frame: bytes, key: int, ver: int) -> tuple[Any, Any]:
+    """(header, body) of a request frame (without its size prefix), or the DecodeError.
+    A body that parses but leaves bytes over is accepted: Kafka reads a request body without
+    checking that it was all consumed, and librdkafka 2.x sends such a Metadata v12 (three
+    bytes after an all-topics request)."""
     try:
-        header, pos = _REQUEST_HEADER.decode_from(frame, 0, request_header_version(key, ver))
-        body, _ = request_codec(key).decode_from(memoryview(frame), pos, ver)
-    except (DecodeError, KeyError):
-        return None
-    return header, body
+        return decode_request(frame, size_prefix=False)
+    except DecodeError as exc:
+        if "trailing bytes after the message" not in str(exc):
+            raise
+        try:
+            header, pos = _REQUEST_HEADER.decode_from(frame, 0, request_header_version(key, ver))
+            body, _ = request_codec(key).decode_from(memoryview(frame), pos, ver)
+        except (DecodeError, KeyError):
+            raise exc from None
+        return header, body
 
 
 class DelayedFetch(DelayedOperation):
     """A Fetch waiting for ``min_bytes`` (Kafka's ``DelayedFetch``): completes as soon as the
     partitions hold enough new bytes, or one of them is in error, or at ``max_wait_ms``."""
 
-    def __init__(self, core: BrokerCore, req: _Request, ctx: Any,
+    def __init__(self, core: BrokerCore, req: Request, ctx: Any,
                  parts: list[tuple[TopicIdPartition, Any]], min_bytes: int, max_wait_ms: int) -> None:
         super().__init__(max_wait_ms)
         self.core, self.req, self.ctx, self.parts = core, req, ctx, parts
@@ -258,7 +265,7 @@ class BrokerCore:
         acl = AclHandlers(self.authorizer, self._save_security)
         sec = self.security
         g, tx, adm = self.groups, self.txns, self.admin
-        self.handlers: dict[int, Callable[[_Request], None]] = {
+        self.handlers: dict[int, Callable[[Request], None]] = {
             ApiKey.ADD_PARTITIONS_TO_TXN: lambda r: tx.add_partitions(r.body, r.version, r.respond),
             ApiKey.ADD_OFFSETS_TO_TXN: lambda r: tx.add_offsets(r.body, r.version, r.respond),
             ApiKey.END_TXN: lambda r: tx.end_txn(r.body, r.version, r.respond),
@@ -380,16 +387,12 @@ class BrokerCore:
             channel.respond(encode_response(ResponseHeader(correlation_id=cid), body, key, 0))
             return
         try:
-            header, body = decode_request(frame, size_prefix=False)
+            header, body = parse_request(frame, key, ver)
         except DecodeError as exc:
-            parsed = (_decode_ignoring_trailing_bytes(frame, key, ver)
-                      if "trailing bytes after the message" in str(exc) else None)
-            if parsed is None:
-                # Kafka closes a connection whose request it cannot parse
-                channel.close(f"cannot parse request (API key {key} v{ver}): {exc}")
-                return
-            header, body = parsed
-        req = _Request(channel, header, body, key, ver, self.clock.now_ms())
+            # Kafka closes a connection whose request it cannot parse
+            channel.close(f"cannot parse request (API key {key} v{ver}): {exc}")
+            return
+        req = Request(channel, header, body, key, ver, self.clock.now_ms())
         try:
             hook = self._intercept(header, body)
         except Exception:  # a test's hook that raises: close, do not leave the request unanswered
@@ -403,7 +406,7 @@ class BrokerCore:
                 return
         self._dispatch(req, hook)
 
-    def _dispatch(self, req: _Request, hook: Optional[Intercept]) -> None:
+    def _dispatch(self, req: Request, hook: Optional[Intercept]) -> None:
         if hook is not None and hook.drop:
             req.channel.close(f"dropped by a test hook on API key {req.api_key}")
             return
@@ -433,7 +436,7 @@ class BrokerCore:
             log.exception("error handling %s v%d", request_codec(req.api_key).name, req.version)
             self._answer_error(req, ErrorCode.UNKNOWN_SERVER_ERROR, run_handler=False)
 
-    def _answer_error(self, req: _Request, code: int, run_handler: bool) -> None:
+    def _answer_error(self, req: Request, code: int, run_handler: bool) -> None:
         """Answer with ``code`` (Kafka's ``getErrorResponse``): for the implemented APIs the
         request's topics and partitions mirrored with the error, nothing done; for the others
         the response's top-level error code; an API whose response has none closes the
@@ -469,14 +472,14 @@ class BrokerCore:
         return topic
 
     # ------------------------------------------------------------------ ApiVersions
-    def _api_versions(self, req: _Request) -> None:
+    def _api_versions(self, req: Request) -> None:
         cls = response_codec(ApiKey.API_VERSIONS).cls
         req.respond(cls(error_code=0, api_keys=[
             cls.ApiVersion(api_key=k, min_version=lo, max_version=hi)
             for k, (lo, hi) in sorted(self.api_versions().items())]))
 
     # ------------------------------------------------------------------ Metadata
-    def _metadata(self, req: _Request) -> None:
+    def _metadata(self, req: Request) -> None:
         body, ver = req.body, req.version
         cls = response_codec(ApiKey.METADATA).cls
         cfg = self.config
@@ -518,7 +521,7 @@ class BrokerCore:
             cluster_id=self.logs.cluster_id, controller_id=cfg.node_id, topics=topics_out))
 
     # ------------------------------------------------------------------ FindCoordinator
-    def _find_coordinator(self, req: _Request) -> None:
+    def _find_coordinator(self, req: Request) -> None:
         """This broker coordinates every group and transactional id; the internal topic of
         the key type is created on first use, as Kafka does."""
         cls = response_codec(ApiKey.FIND_COORDINATOR).cls
@@ -553,7 +556,7 @@ class BrokerCore:
         self._next_producer_id = max(self._next_producer_id, pid + 1)
 
     # ------------------------------------------------------------------ InitProducerId
-    def _init_producer_id(self, req: _Request) -> None:
+    def _init_producer_id(self, req: Request) -> None:
         cls = response_codec(ApiKey.INIT_PRODUCER_ID).cls
         if req.body.transactional_id is not None:
             self.txns.init_producer_id(req.body, req.version, req.respond)
@@ -561,7 +564,7 @@ class BrokerCore:
         req.respond(cls(error_code=0, producer_id=self.allocate_producer_id(), producer_epoch=0))
 
     # ------------------------------------------------------------------ CreateTopics
-    def _create_topics(self, req: _Request) -> None:
+    def _create_topics(self, req: Request) -> None:
         body = req.body
         cls = response_codec(ApiKey.CREATE_TOPICS).cls
         results = []
@@ -642,7 +645,7 @@ class BrokerCore:
         return n, configs
 
     # ------------------------------------------------------------------ DeleteTopics
-    def _delete_topics(self, req: _Request) -> None:
+    def _delete_topics(self, req: Request) -> None:
         body, ver = req.body, req.version
         cls = response_codec(ApiKey.DELETE_TOPICS).cls
         if ver < 6:
@@ -666,7 +669,7 @@ class BrokerCore:
         req.respond(cls(responses=results))
 
     # ------------------------------------------------------------------ ListOffsets
-    def _list_offsets(self, req: _Request) -> None:
+    def _list_offsets(self, req: Request) -> None:
         body, ver = req.body, req.version
         cls = response_codec(ApiKey.LIST_OFFSETS).cls
         committed = ver >= 2 and body.isolation_level == 1
@@ -704,7 +707,7 @@ class BrokerCore:
         req.respond(cls(topics=topics))
 
     # ------------------------------------------------------------------ OffsetsForLeaderEpoch
-    def _offsets_for_leader_epoch(self, req: _Request) -> None:
+    def _offsets_for_leader_epoch(self, req: Request) -> None:
         """Where each asked epoch ended in the leader's log (KIP-101's epoch cache): clients
         check their position after a leader change with it (KIP-320), followers find where
         their log diverged."""
@@ -733,7 +736,7 @@ class BrokerCore:
         req.respond(cls(throttle_time_ms=0, topics=topics))
 
     # ------------------------------------------------------------------ Produce
-    def _produce(self, req: _Request) -> None:
+    def _produce(self, req: Request) -> None:
         body = req.body
         cls = response_codec(ApiKey.PRODUCE).cls
         acks = body.acks
@@ -794,7 +797,7 @@ class BrokerCore:
             self.fetch_purgatory.check_and_complete(key)
 
     # ------------------------------------------------------------------ Fetch
-    def _fetch(self, req: _Request) -> None:
+    def _fetch(self, req: Request) -> None:
         body, ver = req.body, req.version
         names = {t.topic_id: t.name for t in self.logs.topics.values()} if ver >= 13 else {}
         fetch_data, to_forget = request_fetch_data(body, ver, names)
@@ -812,7 +815,7 @@ class BrokerCore:
         keys = [(tip.topic, tip.partition) for tip, _ in parts if tip.topic is not None]
         self.fetch_purgatory.try_complete_else_watch(op, keys)
 
-    def _answer_fetch(self, req: _Request, ctx: Any, parts: list[tuple[TopicIdPartition, Any]]) -> None:
+    def _answer_fetch(self, req: Request, ctx: Any, parts: list[tuple[TopicIdPartition, Any]]) -> None:
         body, ver = req.body, req.version
         cls = response_codec(ApiKey.FETCH).cls
         committed = ver >= 4 and body.isolation_level == 1
