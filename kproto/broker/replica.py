@@ -24,7 +24,7 @@ the broker's timer.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Optional, Protocol, Sequence
+from typing import Any, Callable, Optional, Protocol
 
 from kproto.broker.log import BrokerError, Log
 from kproto.broker.timer import CallbackTask, Clock, SystemTimer
@@ -551,8 +551,3 @@ class ReplicaFetcher:
             self.manager.on_high_watermark(part)
         return True
 
-
-def assignments(parts: Iterable[Any]) -> Sequence[PartitionAssignment]:
-    """PartitionAssignments from objects with the same fields (metadata image entries)."""
-    return [PartitionAssignment(p.topic, p.partition, p.topic_id, list(p.replicas), list(p.isr),
-                                p.leader, p.leader_epoch, getattr(p, "partition_epoch", 0)) for p in parts]

@@ -278,7 +278,6 @@ def test_a_returning_leader_truncates_its_uncommitted_tail_where_the_epochs_dive
     # 1 comes back, learns it is a follower: its fetch at 5 with last epoch 0 gets
     # DivergingEpoch(0, 3) and it truncates to 3 before copying the new leader's log
     cluster.cut.clear()
-    cluster.controller.state = replace(cluster.controller.state)
     b1.apply(cluster.controller.state)
     cluster.settle(ticks=10)
     fetcher = b1.replicas.fetchers[2]
