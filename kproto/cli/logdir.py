@@ -11,10 +11,15 @@ def register(subparsers) -> None:
     p = subparsers.add_parser(
         "logdir", help="summarise a Kafka log directory",
         description="Topics, partitions, segments, offset and time ranges, sizes, transactions "
-                    "and damage found in a broker log directory or a partition folder.")
+                    "and damage found in a broker log directory or a partition folder; for a "
+                    "KRaft __cluster_metadata partition, the story of the cluster its records "
+                    "tell.")
     p.add_argument("path", help="a log dir (entry of log.dirs) or a <topic>-<partition> folder")
     p.add_argument("--format", choices=("text", "json"), default="text")
     p.add_argument("--no-segments", action="store_true", help="one line per partition only")
+    p.add_argument("--metadata-timeline", action="store_true",
+                   help="for __cluster_metadata, every event (quorum leaders, broker "
+                        "registrations and fencing, partition leaders and ISR) after its summary")
     p.add_argument("--report", default=None, metavar="HTML",
                    help="also write a self-contained HTML page with charts: records and bytes "
                         "per partition over time, segment sizes, leader epochs (needs the extra "
@@ -43,7 +48,8 @@ def run(args: argparse.Namespace) -> int:
         json.dump(doc, sys.stdout, indent=1)
         sys.stdout.write("\n")
     else:
-        print(render_text(doc, segments=not args.no_segments))
+        print(render_text(doc, segments=not args.no_segments,
+                          metadata_timeline=args.metadata_timeline))
     if args.report is not None:
         from kproto.report import read_logdir, render_logdir, write_page
 

@@ -1,5 +1,6 @@
 """What is in a log directory, at batch level (nothing is decompressed): partitions, segments,
-offset and time ranges, sizes, transactions and damage. Backs ``kproto logdir``."""
+offset and time ranges, sizes, transactions and damage; for ``__cluster_metadata``, the story
+its records tell (:mod:`kproto.storage.metadata_story`). Backs ``kproto logdir``."""
 from __future__ import annotations
 
 import os
@@ -90,6 +91,8 @@ def summarize_partition(part: Partition) -> Doc:
         extra["metadata_snapshots"] = [
             {"end_offset": o, "epoch": e, **summarize_metadata_records(p, part.problems)}
             for o, e, p in part.layout.metadata_snapshots]
+    if part.topic == "__cluster_metadata":
+        extra["metadata_story"] = _metadata_story(part)
     return {
         "topic": part.topic, "partition": part.partition, "path": part.path,
         "topic_id": part.topic_id, "segments": segments, "size": sum(s.log_size for s in part.segments),
@@ -105,6 +108,17 @@ def summarize_partition(part: Partition) -> Doc:
         # not read: .deleted/.cleaned/.swap leftovers and files that are not Kafka's
         "other_files": [os.path.basename(f) for f in part.layout.leftovers],
     }
+
+
+def _metadata_story(part: Partition) -> Doc:
+    """The story of a ``__cluster_metadata`` partition; records that do not decode join the
+    partition's problems (damaged batches are reported by the segment scan already)."""
+    from kproto.storage.metadata_story import read_metadata_story
+
+    found = Problems(topic=part.topic, partition=part.partition)
+    story = read_metadata_story(part.path, found, partition=part)
+    part.problems.extend(p for p in found if p.kind == "record")
+    return story.to_json()
 
 
 def summarize_metadata_records(path: str, problems: Problems) -> Doc:
@@ -192,23 +206,124 @@ def _fmt_offset(o: int | None) -> str:
     return "-" if o is None else str(o)
 
 
-def _fmt_time(r: list[int] | None) -> str:
-    if r is None:
-        return "-"
+def _fmt_timestamp(t: int) -> str:
     import datetime as dt
 
-    def one(t: int) -> str:
-        try:
-            return dt.datetime.fromtimestamp(t / 1000, dt.timezone.utc).strftime(
-                "%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
-        except (OverflowError, ValueError, OSError):  # beyond what a calendar date can show
-            return f"{t}ms"
-
-    return f"{one(r[0])} .. {one(r[1])}"
+    try:
+        return dt.datetime.fromtimestamp(t / 1000, dt.timezone.utc).strftime(
+            "%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+    except (OverflowError, ValueError, OSError):  # beyond what a calendar date can show
+        return f"{t}ms"
 
 
-def render_text(doc: Doc, segments: bool = True) -> str:
-    """Human-readable form of :func:`summarize`."""
+def _fmt_time(r: list[int] | None) -> str:
+    return "-" if r is None else f"{_fmt_timestamp(r[0])} .. {_fmt_timestamp(r[1])}"
+
+
+def _ids(xs: list[int]) -> str:
+    return "[" + ",".join(map(str, xs)) + "]"
+
+
+def describe_metadata_event(e: Doc) -> str:
+    """One event of a metadata story (:data:`kproto.storage.metadata_story.EVENT_KINDS`) in
+    words."""
+    k = e["kind"]
+    if k == "quorum_leader":
+        return (f"quorum leader {e['leader']} elected in epoch {e['epoch']} "
+                f"(voters {_ids(e['voters'])}, granted by {_ids(e['granted_voters'])})")
+    if k == "feature":
+        return f"feature {e['name']} level {e['level']}"
+    if k == "broker_registered":
+        return (f"broker {e['broker']} registered, epoch {e['broker_epoch']}, "
+                f"{' '.join(e['listeners']) or 'no listeners'}, rack {e['rack']}"
+                + (", fenced" if e["fenced"] else ""))
+    if k.startswith("broker_"):
+        what = k[len("broker_"):].replace("_", " ")
+        return f"broker {e['broker']} {what} (epoch {e['broker_epoch']})"
+    if k == "topic_created":
+        return (f"topic {e['topic']} created, id {e['topic_id']}, {e['partitions']} partitions, "
+                f"replication factor {e['replication_factor']}")
+    if k == "topic_deleted":
+        return f"topic {e['topic']} deleted, id {e['topic_id']}, {e['partitions']} partitions"
+    if k == "partition_created":
+        return (f"{e['topic']}-{e['partition']} created: leader {e['leader']}, "
+                f"isr {_ids(e['isr'])}, replicas {_ids(e['replicas'])}")
+    if k == "partition_changed":
+        prev = e["previous"]
+        parts = []
+        if e["election"]:
+            parts.append(f"leader {prev['leader']} -> {e['leader']} "
+                         f"(leader epoch {e['leader_epoch']})")
+        if e["isr"] != prev["isr"]:
+            how = " ".join([f"-{r}" for r in e["isr_removed"]] + [f"+{r}" for r in e["isr_added"]])
+            parts.append(f"isr {_ids(prev['isr'])} -> {_ids(e['isr'])} ({how or 'reordered'})")
+        if e["replicas"] != prev["replicas"]:
+            parts.append(f"replicas {_ids(prev['replicas'])} -> {_ids(e['replicas'])}")
+        return f"{e['topic']}-{e['partition']}: " + ("; ".join(parts) or "partition epoch only")
+    if k == "partition_change_ignored":
+        return f"change of unknown partition {e['topic_id']}-{e['partition']} (ignored)"
+    if k == "config":
+        value = "deleted" if e["value"] is None else f"= {e['value']}"
+        return f"config {e['resource_type']} {e['resource']!r}: {e['name']} {value}"
+    if k == "producer_ids":
+        return (f"producer ids below {e['next_producer_id']} allocated to broker {e['broker']} "
+                f"(epoch {e['broker_epoch']})")
+    return k
+
+
+#: partitions listed in the text form of a metadata story (the JSON form has all)
+STORY_PARTITIONS_SHOWN = 20
+
+
+def _render_story(m: Doc, timeline: bool) -> list[str]:
+    ev = m["events"]
+    n = ev.get
+    out = [f"  metadata story: offsets {_fmt_range(m['offsets'])}"
+           + (f" after the snapshot at {m['snapshot']}" if m["snapshot"] is not None else "")
+           + f", {sum(m['records'].values())} records, {n('quorum_leader', 0)} quorum "
+           f"elections (leader {m['quorum_leader']}, epoch {m['quorum_epoch']}), "
+           + ", ".join(f"{k} {v}" for k, v in sorted(m["features"].items()))]
+    out.append(f"  brokers: {n('broker_registered', 0)} registrations, "
+               f"{n('broker_fenced', 0)} fencings, {n('broker_unfenced', 0)} unfencings, "
+               f"{n('broker_controlled_shutdown', 0)} controlled shutdowns, "
+               f"{n('broker_unregistered', 0)} unregistrations")
+    for i, b in m["brokers"].items():
+        state = "FENCED" if b["fenced"] else "unfenced"
+        if b["in_controlled_shutdown"]:
+            state += ", in controlled shutdown"
+        out.append(f"    broker {i} epoch {b['broker_epoch']} {' '.join(b['listeners'])} "
+                   f"rack {b['rack']}: {state}")
+    parts = m["partitions"]
+    total = lambda key: sum(p[key] for p in parts.values())  # noqa: E731
+    out.append(f"  topics: {n('topic_created', 0)} created, {n('topic_deleted', 0)} deleted; "
+               f"{len(parts)} partitions; {n('partition_changed', 0)} partition changes: "
+               f"{total('elections')} leader elections, {total('isr_shrinks')} ISR shrinks, "
+               f"{total('isr_expansions')} ISR expansions; {n('config', 0)} config changes; "
+               f"next producer id {m['next_producer_id']}")
+    shown = list(parts.items())
+    if not timeline:
+        shown = shown[:STORY_PARTITIONS_SHOWN]
+    for name, p in shown:
+        out.append(f"    {name} leader {p['leader']} (epoch {p['leader_epoch']}) "
+                   f"isr {_ids(p['isr'])} replicas {_ids(p['replicas'])}: "
+                   f"{p['elections']} elections, {p['isr_shrinks']} shrinks, "
+                   f"{p['isr_expansions']} expansions")
+    if len(shown) < len(parts):
+        out.append(f"    ... {len(parts) - len(shown)} more partitions "
+                   "(--metadata-timeline or --format json for all)")
+    if n("partition_change_ignored"):
+        out.append(f"  {ev['partition_change_ignored']} changes of partitions that do not exist "
+                   "(ignored, as Kafka's replay does)")
+    if timeline:
+        out.append("  timeline:")
+        out += [f"    {e['offset']:>8} {_fmt_timestamp(e['timestamp'])} "
+                f"{describe_metadata_event(e)}" for e in m["timeline"]]
+    return out
+
+
+def render_text(doc: Doc, segments: bool = True, metadata_timeline: bool = False) -> str:
+    """Human-readable form of :func:`summarize`; ``metadata_timeline``: every event of a
+    ``__cluster_metadata`` story (and every partition), not only the summary."""
     out = [f"log dir {doc['path']}"]
     meta = doc.get("meta_properties")
     if meta:
@@ -261,6 +376,8 @@ def render_text(doc: Doc, segments: bool = True) -> str:
         for m in p.get("metadata_snapshots", []):
             out.append(f"  snapshot at offset {m['end_offset']} (epoch {m['epoch']}): "
                        f"{m['batches']} batches, {m['records']} records")
+        if p.get("metadata_story"):
+            out += _render_story(p["metadata_story"], metadata_timeline)
         if p["other_files"]:
             out.append("  other files (not read): " + " ".join(p["other_files"]))
         for d in p["damage"]:
