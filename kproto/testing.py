@@ -1,4 +1,5 @@
-"""A Kafka broker for tests: pytest fixtures over :class:`kproto.broker.Broker`.
+"""A Kafka broker and a Kafka cluster for tests: pytest fixtures over
+:class:`kproto.broker.Broker` and :class:`kproto.broker.Cluster`.
 
     # conftest.py
     pytest_plugins = ["kproto.testing"]        # or: from kproto.testing import kafka_broker
@@ -12,6 +13,14 @@ talk to it; its data directory is the test's ``tmp_path / "kafka"``. Settings ar
 defaults except ``group_initial_rebalance_delay_ms=0`` (consumer groups form at once, as in
 Kafka's own test harness); ``@pytest.mark.kafka_broker(num_partitions=3, ...)`` passes
 :class:`~kproto.broker.Broker` settings to the fixture of one test.
+
+``kafka_cluster`` is a :class:`ClusterThread`: three brokers and one controller (settings and
+sizes through ``@pytest.mark.kafka_cluster(brokers=3, controllers=3, ...)``), with the fault
+injection of :class:`~kproto.broker.Cluster` callable from the test's thread:
+
+    def test_failover(kafka_cluster):
+        kafka_cluster.create_topic("orders", partitions=3, replication_factor=3)
+        kafka_cluster.stop(kafka_cluster.leader("orders", 0), abrupt=True)
 """
 from __future__ import annotations
 
@@ -23,9 +32,12 @@ from typing import Any, Iterator, Optional
 import pytest
 
 from kproto.broker import Broker, ControlHandle
+from kproto.broker.cluster import Cluster
 from kproto.broker.core import HookAction
+from kproto.broker.replica import ReplicaConfig
 
-__all__ = ["BrokerThread", "kafka_broker", "TEST_DEFAULTS"]
+__all__ = ["BrokerThread", "ClusterThread", "kafka_broker", "kafka_cluster", "TEST_DEFAULTS",
+           "CLUSTER_TEST_DEFAULTS"]
 
 #: What the fixture changes from Kafka's defaults.
 #: Rebalances of both group protocols settle in well under a second instead of seconds:
@@ -34,17 +46,29 @@ TEST_DEFAULTS: dict[str, Any] = {"group_initial_rebalance_delay_ms": 0,
                                  "group_consumer_heartbeat_interval_ms": 500}
 
 
-class BrokerThread:
-    """A :class:`~kproto.broker.Broker` served by an event loop in a daemon thread."""
+#: What the cluster fixture changes from Kafka's defaults, besides :data:`TEST_DEFAULTS`: a
+#: silent broker is fenced after 2 s (Kafka: 9 s), heartbeats every 250 ms (Kafka: 2 s), a
+#: follower is dropped from the ISR after 3 s behind (replica.lag.time.max.ms, Kafka: 30 s),
+#: a request between brokers lost in a network cut is given up after 3 s (Kafka: 30 s).
+CLUSTER_TEST_DEFAULTS: dict[str, Any] = {"broker_session_timeout_ms": 2000,
+                                         "broker_heartbeat_interval_ms": 250,
+                                         "replica_config": ReplicaConfig(replica_lag_time_max_ms=3000,
+                                                                        request_timeout_ms=3000)}
 
-    def __init__(self, data_dir: str | os.PathLike[str], port: int = 0, **config: Any) -> None:
-        self.data_dir = os.fspath(data_dir)
-        self._port, self._config = port, config
-        self.broker: Optional[Broker] = None
+
+class _LoopThread:
+    """An event loop in a daemon thread, serving what ``make()`` starts on it."""
+
+    _name = "kproto-loop"
+
+    def __init__(self) -> None:
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._thread: Optional[threading.Thread] = None
 
-    def start(self, timeout: float = 30.0) -> BrokerThread:
+    async def _make(self) -> Any:
+        raise NotImplementedError
+
+    def _start_loop(self, timeout: float) -> None:
         ready = threading.Event()
         failure: list[BaseException] = []
 
@@ -52,8 +76,7 @@ class BrokerThread:
             loop = asyncio.new_event_loop()
             self._loop = loop
             try:
-                self.broker = loop.run_until_complete(
-                    Broker(self.data_dir, self._port, **self._config).start())
+                loop.run_until_complete(self._make())
             except BaseException as exc:  # reported to the starting thread
                 failure.append(exc)
                 ready.set()
@@ -65,26 +88,49 @@ class BrokerThread:
             finally:
                 loop.close()
 
-        self._thread = threading.Thread(target=serve, name="kproto-broker", daemon=True)
+        self._thread = threading.Thread(target=serve, name=self._name, daemon=True)
         self._thread.start()
         if not ready.wait(timeout):
-            raise TimeoutError("the broker did not start")
+            raise TimeoutError(f"{self._name} did not start")
         if failure:
             raise failure[0]
-        return self
 
     def _call(self, coro: Any, timeout: float = 30.0) -> Any:
-        assert self._loop is not None, "the broker is not started"
+        assert self._loop is not None, "not started"
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
+
+    def _stop_loop(self) -> None:
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+        if self._thread is not None:
+            self._thread.join(30)
+        self._thread = None
+
+
+class BrokerThread(_LoopThread):
+    """A :class:`~kproto.broker.Broker` served by an event loop in a daemon thread."""
+
+    _name = "kproto-broker"
+
+    def __init__(self, data_dir: str | os.PathLike[str], port: int = 0, **config: Any) -> None:
+        super().__init__()
+        self.data_dir = os.fspath(data_dir)
+        self._port, self._config = port, config
+        self.broker: Optional[Broker] = None
+
+    async def _make(self) -> None:
+        self.broker = await Broker(self.data_dir, self._port, **self._config).start()
+
+    def start(self, timeout: float = 30.0) -> BrokerThread:
+        self._start_loop(timeout)
+        return self
 
     def stop(self, clean: bool = True) -> None:
         """Close the broker (``clean``: checkpoints and the clean-shutdown marker) and its loop."""
         if self.broker is not None and self._loop is not None:
             self._call(self.broker.close(clean))
-            self._loop.call_soon_threadsafe(self._loop.stop)
-        if self._thread is not None:
-            self._thread.join(30)
-        self.broker, self._thread = None, None
+        self._stop_loop()
+        self.broker = None
 
     def restart(self) -> BrokerThread:
         """Stop cleanly and start again on the same directory (a new port)."""
@@ -125,3 +171,118 @@ def kafka_broker(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[Brok
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "kafka_broker(**settings): settings of the kafka_broker fixture")
+    config.addinivalue_line("markers", "kafka_cluster(**settings): sizes and settings of the "
+                                       "kafka_cluster fixture")
+
+
+class ClusterThread(_LoopThread):
+    """A :class:`~kproto.broker.Cluster` served by an event loop in a daemon thread; its
+    methods are called from the test's thread."""
+
+    _name = "kproto-cluster"
+
+    def __init__(self, data_dir: str | os.PathLike[str], brokers: int = 3, controllers: int = 1,
+                 **config: Any) -> None:
+        super().__init__()
+        self.data_dir = os.fspath(data_dir)
+        self._args = (brokers, controllers)
+        self._config = config
+        self.cluster: Optional[Cluster] = None
+
+    async def _make(self) -> None:
+        cluster = Cluster(*self._args, data_dir=self.data_dir, **self._config)
+        try:
+            await cluster.start_all()
+        except BaseException:
+            await cluster.close()
+            raise
+        self.cluster = cluster
+
+    def start_all(self, timeout: float = 60.0) -> ClusterThread:
+        self._start_loop(timeout)
+        return self
+
+    def close(self) -> None:
+        """Stop every node and the loop."""
+        if self.cluster is not None and self._loop is not None:
+            self._call(self.cluster.close(), 60)
+        self._stop_loop()
+        self.cluster = None
+
+    def _c(self) -> Cluster:
+        assert self.cluster is not None, "the cluster is not started"
+        return self.cluster
+
+    def _run(self, fn: Any, *args: Any) -> Any:
+        """``fn(*args)`` on the cluster's loop (the cluster is not thread-safe)."""
+        async def call() -> Any:
+            return fn(*args)
+        return self._call(call())
+
+    # the Cluster API, from the test's thread
+    @property
+    def bootstrap(self) -> str:
+        return str(self._run(lambda: self._c().bootstrap))
+
+    def leader(self, topic: str, partition: int) -> Optional[int]:
+        return self._run(self._c().leader, topic, partition)
+
+    def isr(self, topic: str, partition: int) -> list[int]:
+        return list(self._run(self._c().isr, topic, partition))
+
+    def active_controller(self) -> Optional[int]:
+        return self._run(self._c().active_controller)
+
+    def stop(self, node: int, abrupt: bool = False) -> None:
+        self._call(self._c().stop(node, abrupt), 60)
+
+    def start(self, node: int) -> None:
+        self._call(self._c().start(node), 60)
+
+    def partition_network(self, a: int, b: int) -> None:
+        self._run(self._c().partition_network, a, b)
+
+    def isolate(self, node: int) -> None:
+        self._run(self._c().isolate, node)
+
+    def slow(self, a: int, b: int, delay_ms: int) -> None:
+        self._run(self._c().slow, a, b, delay_ms)
+
+    def slow_disk(self, node: int, delay_ms: int) -> None:
+        self._run(self._c().slow_disk, node, delay_ms)
+
+    def cut_clients(self, node: int) -> None:
+        self._run(self._c().cut_clients, node)
+
+    def heal(self) -> None:
+        self._run(self._c().heal)
+
+    def create_topic(self, name: str, partitions: int = 1, replication_factor: int = -1,
+                     configs: Optional[dict[str, str]] = None, timeout: float = 30.0) -> None:
+        self._call(self._c().create_topic(name, partitions, replication_factor, configs, timeout),
+                   timeout + 5)
+
+    def wait_for(self, condition: Any, timeout: float = 30.0, what: str = "condition") -> None:
+        """Wait until ``condition(cluster)`` (run on the cluster's loop) is true."""
+        c = self._c()
+        self._call(c.wait_for(lambda: condition(c), timeout, what), timeout + 5)
+
+    def inspect(self, fn: Any) -> Any:
+        """``fn(cluster)`` on the cluster's loop: read its state safely from the test."""
+        return self._run(fn, self._c())
+
+    def __enter__(self) -> ClusterThread:
+        return self.start_all()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+@pytest.fixture
+def kafka_cluster(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[ClusterThread]:
+    """A started cluster (3 brokers, 1 controller unless the marker says otherwise), its data
+    in ``tmp_path / "cluster"``."""
+    marker = request.node.get_closest_marker("kafka_cluster")
+    config = {**TEST_DEFAULTS, **CLUSTER_TEST_DEFAULTS, **(marker.kwargs if marker is not None else {})}
+    with ClusterThread(tmp_path / "cluster", **config) as cluster:
+        yield cluster

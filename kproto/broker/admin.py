@@ -97,7 +97,7 @@ class AdminHandlers:
                                       "is registered.")
         if validate_only:
             return
-        cfg = topic.partitions[0].config if topic.partitions else core.logs.defaults
+        cfg = topic.logs[0].config if topic.logs else core.logs.defaults
         for p in range(have, t.count):
             path = os.path.join(core.logs.data_dir, partition_dir_name(topic.name, p))
             topic.partitions.append(Log(path, topic.name, p, topic.topic_id, cfg))
@@ -266,11 +266,11 @@ class AdminHandlers:
         cls = response_codec(ApiKey.DESCRIBE_LOG_DIRS).cls
         logs = self.core.logs
         if body.topics is None:
-            wanted = [(t, list(range(len(t.partitions)))) for t in sorted(logs.topics.values(),
-                                                                       key=lambda t: t.name)]
+            wanted = [(t, [lg.partition for lg in t.logs]) for t in sorted(logs.topics.values(),
+                                                                           key=lambda t: t.name)]
         else:
             wanted = [(logs.topics[t.topic], [p for p in t.partitions
-                                              if 0 <= p < len(logs.topics[t.topic].partitions)])
+                                              if logs.get(t.topic, p) is not None])
                       for t in body.topics if t.topic in logs.topics]
         topics = [cls.DescribeLogDirsTopic(name=t.name, partitions=[cls.DescribeLogDirsPartition(
             partition_index=p, partition_size=sum(s.size for s in t.partitions[p].segments),

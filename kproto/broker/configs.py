@@ -411,7 +411,7 @@ class ConfigManager:
         cfg = self.logs.defaults.with_overrides(valid)
         self._settings.pop(topic.name, None)
         topic.configs = valid
-        for lg in topic.partitions:
+        for lg in topic.logs:
             lg.config = cfg
             # the storage log rolls and indexes by these (the active segment's index
             # interval stays as it was when the segment was opened)

@@ -17,8 +17,8 @@ __all__ = ["BrokerContext"]
 
 
 class BrokerContext(Protocol):
-    """The broker's settings, logs, configs, clocks, timer and fetch purgatory, and its
-    producer id allocation."""
+    """The broker's settings, logs, configs, clocks, timer and fetch purgatory, its producer id
+    allocation and partition leadership."""
 
     config: BrokerConfig
     logs: LogManager
@@ -31,5 +31,13 @@ class BrokerContext(Protocol):
     fetch_purgatory: DelayedOperationPurgatory[Any]
 
     def allocate_producer_id(self) -> int: ...
+
+    def leads(self, topic: str, partition: int) -> bool:
+        """Whether this broker is the partition's leader (a single broker leads them all)."""
+        ...
+
+    def appended_internal(self, log: Any) -> None:
+        """A coordinator appended to ``log`` (an internal topic's partition)."""
+        ...
 
     def reserve_producer_id(self, pid: int) -> None: ...

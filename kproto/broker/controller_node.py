@@ -196,21 +196,6 @@ class ControllerCore:
         self.log.close(clean)
 
 
-class _ArmingTransport:
-    """The network transport, re-arming the node's timer after each answer is handled (an
-    answer can schedule Raft tasks outside any request of the listener)."""
-
-    def __init__(self, inner: Any, after: Callable[[], None]) -> None:
-        self.inner, self.after = inner, after
-
-    def send(self, dst: int, api_key: int, version: int, body: Any,
-             on_response: Callable[[Optional[Any]], None], timeout_ms: int) -> None:
-        def done(resp: Optional[Any]) -> None:
-            on_response(resp)
-            self.after()
-        self.inner.send(dst, api_key, version, body, done, timeout_ms)
-
-
 def _ensure_meta_properties(data_dir: str, node_id: int, cluster_id: str) -> None:
     """``meta.properties`` as ``kafka-storage format`` writes it for a controller; an existing
     one must be this node's and this cluster's (Kafka refuses to start otherwise)."""
@@ -272,7 +257,7 @@ class ControllerNode:
         if self.core is None:
             _ensure_meta_properties(self.data_dir, self.node_id, self.cluster_id)
             listener = self.listener
-            transport = _ArmingTransport(self.network.transport(self.node_id), listener.arm_timer)
+            transport = self.network.transport(self.node_id, after=listener.arm_timer)
             self.core = ControllerCore(self.node_id, self.voters, self.data_dir,
                                        cluster_id=self.cluster_id, transport=transport,
                                        raft_config=self.raft_config,

@@ -208,12 +208,13 @@ class DelayedFetch(DelayedOperation):
     def try_complete(self) -> bool:
         total = 0
         for tip, data in self.parts:
-            lg = self.core.log_for(tip)
-            if lg is None:
-                return self.force_complete()  # unknown partition: answer with its error now
+            try:
+                lg = self.core.fetch_log(tip, data)
+            except BrokerError:
+                return self.force_complete()  # answer with the partition's error now
             if data.fetch_offset > lg.log_end_offset or data.fetch_offset < lg.log_start_offset:
                 return self.force_complete()
-            upto = lg.last_stable_offset if self.committed else None
+            upto = lg.last_stable_offset if self.committed else lg.high_watermark
             total += min(lg.bytes_available(data.fetch_offset, upto), max(data.max_bytes, 0))
         if total >= self.min_bytes:
             return self.force_complete()
@@ -226,6 +227,9 @@ class DelayedFetch(DelayedOperation):
 class BrokerCore:
     """Everything a broker does between bytes in and bytes out, with no sockets."""
 
+    #: topics hold only some partitions (a broker of a cluster: its replicas)
+    sparse_logs = False
+
     def __init__(self, data_dir: str, config: Optional[BrokerConfig] = None, *,
                  clock: Optional[Clock] = None,
                  wall_clock: Optional[Callable[[], int]] = None) -> None:
@@ -237,8 +241,10 @@ class BrokerCore:
         self.fetch_purgatory: DelayedOperationPurgatory[DelayedFetch] = \
             DelayedOperationPurgatory("Fetch", self.timer)
         self.sessions = FetchSessionCache(self.config.fetch_session_slots)
+        self.closed = False
         self.logs = LogManager(data_dir, node_id=self.config.node_id,
-                               cluster_id=self.config.cluster_id, defaults=self.config.log)
+                               cluster_id=self.config.cluster_id, defaults=self.config.log,
+                               sparse=self.sparse_logs)
         # topic and dynamic broker configs from our configs file, before anything reads a log
         self.configs = ConfigManager(self.config, self.logs)
         self.hooks: dict[int, list[ControlHandle]] = {}
@@ -264,28 +270,28 @@ class BrokerCore:
         self.security.on_change = lambda _store: self._save_security()
         acl = AclHandlers(self.authorizer, self._save_security)
         sec = self.security
-        g, tx, adm = self.groups, self.txns, self.admin
+        tx, adm = self.txns, self.admin
         self.handlers: dict[int, Callable[[Request], None]] = {
             ApiKey.ADD_PARTITIONS_TO_TXN: lambda r: tx.add_partitions(r.body, r.version, r.respond),
             ApiKey.ADD_OFFSETS_TO_TXN: lambda r: tx.add_offsets(r.body, r.version, r.respond),
             ApiKey.END_TXN: lambda r: tx.end_txn(r.body, r.version, r.respond),
-            ApiKey.TXN_OFFSET_COMMIT: lambda r: g.txn_commit_offsets(r.body, r.version, r.respond),
+            ApiKey.TXN_OFFSET_COMMIT: lambda r: self.groups.txn_commit_offsets(r.body, r.version, r.respond),
             ApiKey.DESCRIBE_TRANSACTIONS: lambda r: tx.describe_transactions(r.body, r.version, r.respond),
             ApiKey.LIST_TRANSACTIONS: lambda r: tx.list_transactions(r.body, r.version, r.respond),
-            ApiKey.JOIN_GROUP: lambda r: g.join_group(r.body, r.version, r.header.client_id or "",
+            ApiKey.JOIN_GROUP: lambda r: self.groups.join_group(r.body, r.version, r.header.client_id or "",
                                                       _peer(r.channel), r.respond),
-            ApiKey.SYNC_GROUP: lambda r: g.sync_group(r.body, r.version, r.respond),
-            ApiKey.HEARTBEAT: lambda r: g.heartbeat(r.body, r.version, r.respond),
-            ApiKey.LEAVE_GROUP: lambda r: g.leave_group(r.body, r.version, r.respond),
-            ApiKey.OFFSET_COMMIT: lambda r: g.commit_offsets(r.body, r.version, r.respond),
-            ApiKey.OFFSET_FETCH: lambda r: g.fetch_offsets(r.body, r.version, r.respond),
-            ApiKey.OFFSET_DELETE: lambda r: g.delete_offsets(r.body, r.version, r.respond),
-            ApiKey.DESCRIBE_GROUPS: lambda r: g.describe_groups(r.body, r.version, r.respond),
-            ApiKey.LIST_GROUPS: lambda r: g.list_groups(r.body, r.version, r.respond),
-            ApiKey.DELETE_GROUPS: lambda r: g.delete_groups(r.body, r.version, r.respond),
-            ApiKey.CONSUMER_GROUP_HEARTBEAT: lambda r: g.consumer.heartbeat(
+            ApiKey.SYNC_GROUP: lambda r: self.groups.sync_group(r.body, r.version, r.respond),
+            ApiKey.HEARTBEAT: lambda r: self.groups.heartbeat(r.body, r.version, r.respond),
+            ApiKey.LEAVE_GROUP: lambda r: self.groups.leave_group(r.body, r.version, r.respond),
+            ApiKey.OFFSET_COMMIT: lambda r: self.groups.commit_offsets(r.body, r.version, r.respond),
+            ApiKey.OFFSET_FETCH: lambda r: self.groups.fetch_offsets(r.body, r.version, r.respond),
+            ApiKey.OFFSET_DELETE: lambda r: self.groups.delete_offsets(r.body, r.version, r.respond),
+            ApiKey.DESCRIBE_GROUPS: lambda r: self.groups.describe_groups(r.body, r.version, r.respond),
+            ApiKey.LIST_GROUPS: lambda r: self.groups.list_groups(r.body, r.version, r.respond),
+            ApiKey.DELETE_GROUPS: lambda r: self.groups.delete_groups(r.body, r.version, r.respond),
+            ApiKey.CONSUMER_GROUP_HEARTBEAT: lambda r: self.groups.consumer.heartbeat(
                 r.body, r.version, r.header.client_id or "", _peer(r.channel), r.respond),
-            ApiKey.CONSUMER_GROUP_DESCRIBE: lambda r: g.consumer.describe(r.body, r.version, r.respond),
+            ApiKey.CONSUMER_GROUP_DESCRIBE: lambda r: self.groups.consumer.describe(r.body, r.version, r.respond),
             ApiKey.CREATE_PARTITIONS: lambda r: adm.create_partitions(r.body, r.version, r.respond),
             ApiKey.DESCRIBE_CONFIGS: lambda r: adm.describe_configs(r.body, r.version, r.respond),
             ApiKey.ALTER_CONFIGS: lambda r: adm.alter_configs(r.body, r.version, r.respond),
@@ -463,6 +469,49 @@ class BrokerCore:
             return None
         return self.logs.get(tip.topic, tip.partition)
 
+    def leader_log(self, topic: str, partition: int, current_leader_epoch: int = -1) -> Log:
+        """The partition's log if this broker leads it at ``current_leader_epoch`` (-1: any),
+        else :class:`BrokerError` as Kafka answers (UNKNOWN_TOPIC_OR_PARTITION;
+        FENCED_LEADER_EPOCH for an older epoch, UNKNOWN_LEADER_EPOCH for a newer one)."""
+        lg = self.logs.get(topic, partition)
+        if lg is None:
+            raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        if 0 <= current_leader_epoch < lg.leader_epoch:
+            raise BrokerError(ErrorCode.FENCED_LEADER_EPOCH)
+        if current_leader_epoch > lg.leader_epoch:
+            raise BrokerError(ErrorCode.UNKNOWN_LEADER_EPOCH)
+        return lg
+
+    def fetch_log(self, tip: TopicIdPartition, data: Any) -> Log:
+        """The log a consumer's fetch of ``tip`` reads (:meth:`leader_log` of it)."""
+        if tip.topic is None:
+            raise BrokerError(ErrorCode.UNKNOWN_TOPIC_ID)
+        epoch = data.current_leader_epoch
+        return self.leader_log(tip.topic, tip.partition, -1 if epoch is None else epoch)
+
+    def leads(self, topic: str, partition: int) -> bool:
+        return self.logs.get(topic, partition) is not None
+
+    def appended_internal(self, log: Log) -> None:
+        """A coordinator wrote to an internal topic's partition: waiting fetches may complete."""
+        self.fetch_purgatory.check_and_complete((log.topic, log.partition))
+
+    def check_produce(self, log: Log, acks: int, min_insync_replicas: int) -> None:
+        """Before an append: with acks=all, enough replicas in sync (Kafka's
+        ``Partition.appendRecordsToLeader``). One replica is in sync here."""
+        if acks == -1 and min_insync_replicas > 1:
+            raise BrokerError(ErrorCode.NOT_ENOUGH_REPLICAS)
+
+    def produce_appended(self, log: Log, last_offset: int) -> Optional[int]:
+        """After a leader append: the offset the high watermark must reach before acks=all
+        is answered (None: it already has, as for a single replica)."""
+        return None
+
+    def answer_produce(self, req: Request, response: Any, waits: dict[tuple[str, int], int]) -> None:
+        """Send a Produce's answer; ``waits``: partitions whose acks=all append is not yet
+        replicated (none on a single broker)."""
+        req.respond(response)
+
     def _save_security(self) -> None:
         self.security_file.save(self.authorizer.acls if self.authorizer is not None else self._stored_acls,
                                 self.security.store)
@@ -515,7 +564,7 @@ class BrokerCore:
                 partitions=[cls.MetadataResponsePartition(
                     error_code=0, partition_index=p, leader_id=cfg.node_id, leader_epoch=lg.leader_epoch,
                     replica_nodes=[cfg.node_id], isr_nodes=[cfg.node_id], offline_replicas=[])
-                    for p, lg in enumerate(topic.partitions)]))
+                    for p, lg in enumerate(topic.partitions) if lg is not None]))
         req.respond(cls(
             brokers=[cls.MetadataResponseBroker(node_id=cfg.node_id, host=cfg.host, port=cfg.port)],
             cluster_id=self.logs.cluster_id, controller_id=cfg.node_id, topics=topics_out))
@@ -680,9 +729,11 @@ class BrokerCore:
                 res = cls.ListOffsetsPartitionResponse(partition_index=p.partition_index, error_code=0,
                                                        timestamp=-1, offset=-1, leader_epoch=-1)
                 parts.append(res)
-                lg = self.logs.get(t.name, p.partition_index)
-                if lg is None:
-                    res.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                try:
+                    lg = self.leader_log(t.name, p.partition_index,
+                                         p.current_leader_epoch if ver >= 4 else -1)
+                except BrokerError as exc:
+                    res.error_code = exc.code
                     continue
                 if ver >= 4:  # the field is v4+; the codec refuses a non-default value before
                     res.leader_epoch = lg.leader_epoch
@@ -719,19 +770,15 @@ class BrokerCore:
             for p in t.partitions:
                 res = cls.EpochEndOffset(error_code=0, partition=p.partition, leader_epoch=-1, end_offset=-1)
                 parts.append(res)
-                lg = self.logs.get(t.topic, p.partition)
-                current = p.current_leader_epoch if ver >= 2 else -1
-                if lg is None:
-                    res.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                elif 0 <= current < lg.leader_epoch:
-                    res.error_code = ErrorCode.FENCED_LEADER_EPOCH
-                elif current > lg.leader_epoch:
-                    res.error_code = ErrorCode.UNKNOWN_LEADER_EPOCH
-                else:
-                    epoch, end = lg.end_offset_for_epoch(p.leader_epoch)
-                    if ver >= 1:
-                        res.leader_epoch = epoch
-                    res.end_offset = end
+                try:
+                    lg = self.leader_log(t.topic, p.partition, p.current_leader_epoch if ver >= 2 else -1)
+                except BrokerError as exc:
+                    res.error_code = exc.code
+                    continue
+                epoch, end = lg.end_offset_for_epoch(p.leader_epoch)
+                if ver >= 1:
+                    res.leader_epoch = epoch
+                res.end_offset = end
             topics.append(cls.OffsetForLeaderTopicResult(topic=t.topic, partitions=parts))
         req.respond(cls(throttle_time_ms=0, topics=topics))
 
@@ -743,6 +790,7 @@ class BrokerCore:
         now = self.wall_ms()
         topics = []
         appended: list[Hashable] = []
+        waits: dict[tuple[str, int], int] = {}
         for t in body.topic_data:
             parts = []
             for p in t.partition_data:
@@ -752,9 +800,10 @@ class BrokerCore:
                 if acks not in (0, 1, -1):
                     res.error_code = ErrorCode.INVALID_REQUIRED_ACKS
                     continue
-                lg = self.logs.get(t.name, p.index)
-                if lg is None:
-                    res.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                try:
+                    lg = self.leader_log(t.name, p.index)
+                except BrokerError as exc:
+                    res.error_code = exc.code
                     continue
                 if p.records is None:
                     res.error_code = ErrorCode.INVALID_RECORD
@@ -767,13 +816,9 @@ class BrokerCore:
                         res.error_code = err
                         continue
                 st = self.configs.settings(self.logs.topics[t.name])
-                if acks == -1 and st.min_insync_replicas > 1:
-                    # a single replica is in sync: acks=all cannot be satisfied (Kafka's
-                    # Partition.appendRecordsToLeader)
-                    res.error_code = ErrorCode.NOT_ENOUGH_REPLICAS
-                    continue
-                maybe_roll_by_time(lg, now, st.segment_ms, st.segment_jitter_ms)
                 try:
+                    self.check_produce(lg, acks, st.min_insync_replicas)
+                    maybe_roll_by_time(lg, now, st.segment_ms, st.segment_jitter_ms)
                     info = lg.append_as_leader(p.records, now)
                 except BrokerError as exc:
                     res.error_code, res.error_message = exc.code, exc.message
@@ -783,16 +828,18 @@ class BrokerCore:
                 res.log_start_offset = info.log_start_offset
                 if not info.duplicate:
                     appended.append((t.name, p.index))
+                # a duplicate waits too: its first append may not be replicated yet
+                required = self.produce_appended(lg, info.last_offset)
+                if acks == -1 and required is not None:
+                    waits[(t.name, p.index)] = required
             topics.append(cls.TopicProduceResponse(name=t.name, partition_responses=parts))
-        # a single replica: the high watermark moved with the append, so acks=-1 is answered
-        # at once (DelayedProduce would wait for followers); waiting fetches may now complete
         if acks == 0:
             if req.patch is not None or any(p.error_code for t in topics for p in t.partition_responses):
                 _close_for_acks0(req)  # partitions refused by the authorizer, or an append failed
             else:
                 req.channel.respond(None)
         else:
-            req.respond(cls(responses=topics))
+            self.answer_produce(req, cls(responses=topics), waits)
         for key in appended:
             self.fetch_purgatory.check_and_complete(key)
 
@@ -830,16 +877,16 @@ class BrokerCore:
                                    aborted_transactions=[] if committed else None,
                                    preferred_read_replica=-1, records=b"")
             updates[tip] = pd
-            lg = self.log_for(tip)
-            if lg is None:
-                pd.error_code = (ErrorCode.UNKNOWN_TOPIC_ID if tip.topic is None
-                                 else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+            try:
+                lg = self.fetch_log(tip, data)
+            except BrokerError as exc:
+                pd.error_code = exc.code
                 continue
             pd.high_watermark, pd.log_start_offset = lg.high_watermark, lg.log_start_offset
             pd.last_stable_offset = lso = lg.last_stable_offset
             try:
                 records = lg.read(data.fetch_offset, min(max(data.max_bytes, 0), budget), first,
-                                  lso if committed else None)
+                                  lso if committed else pd.high_watermark)
             except BrokerError as exc:
                 pd.error_code = exc.code
                 continue
@@ -864,6 +911,7 @@ class BrokerCore:
     def close(self, clean: bool = True) -> None:
         """Stop: waiting operations are dropped unanswered, logs closed (checkpoints and the
         clean-shutdown marker with ``clean``)."""
+        self.closed = True
         if self._hw_task is not None:
             self._hw_task.cancel()
         self.fetch_purgatory.shutdown()

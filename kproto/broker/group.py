@@ -331,7 +331,7 @@ class GroupCoordinator:
         for k, v in records:
             b.append(now, k, v)
         info = lg.append_internal(b.build())
-        self.core.fetch_purgatory.check_and_complete((lg.topic, lg.partition))
+        self.core.appended_internal(lg)
         return info.base_offset
 
     def offset_record(self, group_id: str, tp: tuple[str, int],
@@ -365,7 +365,9 @@ class GroupCoordinator:
     def _load(self) -> None:
         """Rebuild groups and offsets from ``__consumer_offsets`` (Kafka's ``loadGroupsAndOffsets``)."""
         topic = self.core.logs.topics[OFFSETS_TOPIC]
-        for lg in topic.partitions:
+        for lg in topic.logs:
+            if not self.core.leads(lg.topic, lg.partition):
+                continue  # a cluster broker coordinates the groups of the partitions it leads
             pending: dict[int, list[tuple[str, tuple[str, int], Optional[OffsetAndMetadata]]]] = {}
             for batch in lg.batches():
                 if batch.is_control:

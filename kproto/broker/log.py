@@ -80,6 +80,10 @@ _PLE_AT, _CRC_AT, _ATTR_AT, _MAX_TS_AT = 12, 17, 21, 35
 NUM_BATCHES_TO_RETAIN = 5
 
 
+#: KRaft's metadata topic: its partition folder belongs to the Raft replica, not to the logs.
+METADATA_TOPIC = "__cluster_metadata"
+
+
 class BrokerError(Exception):
     """A request-level failure with the Kafka error code to answer."""
 
@@ -757,11 +761,18 @@ class Log:
 
 @dataclass
 class Topic:
+    """A topic's partitions on this broker: a single broker holds every one; a broker of a
+    cluster only the replicas assigned to it, the others None."""
     name: str
     topic_id: Uuid
-    partitions: list[Log]
+    partitions: list[Optional[Log]]
     configs: dict[str, str]
     is_internal: bool = False
+
+    @property
+    def logs(self) -> list[Log]:
+        """The partitions held here."""
+        return [lg for lg in self.partitions if lg is not None]
 
 
 class LogManager:
@@ -770,8 +781,10 @@ class LogManager:
     run is recovered (partition folders, topic ids from ``partition.metadata``)."""
 
     def __init__(self, data_dir: str, *, node_id: int = 1, cluster_id: Optional[str] = None,
-                 defaults: Optional[LogConfig] = None) -> None:
+                 defaults: Optional[LogConfig] = None, sparse: bool = False) -> None:
         self.data_dir = data_dir
+        #: a broker of a cluster: topics hold only the partitions assigned here
+        self.sparse = sparse
         self.defaults = defaults or LogConfig()
         self.topics: dict[str, Topic] = {}
         self.topics_by_id: dict[Uuid, Topic] = {}
@@ -818,12 +831,12 @@ class LogManager:
             if not os.path.isdir(path):
                 continue
             parsed = parse_partition_dir_name(name)
-            if parsed is None or parsed[2] != "live":
-                continue
+            if parsed is None or parsed[2] != "live" or parsed[0] == METADATA_TOPIC:
+                continue  # the KRaft metadata log is the Raft replica's (kproto.broker.raft)
             topic, partition = parsed[0], parsed[1]
             found.setdefault(topic, {})[partition] = path
         for topic, parts in found.items():
-            if sorted(parts) != list(range(len(parts))):
+            if not self.sparse and sorted(parts) != list(range(len(parts))):
                 continue  # not a whole topic: leave it alone
             topic_id: Optional[Uuid] = None
             for path in parts.values():
@@ -834,8 +847,10 @@ class LogManager:
                 except (OSError, DecodeError, ValueError):
                     continue
             topic_id = topic_id or Uuid(os.urandom(16))
-            logs = [Log(parts[p], topic, p, topic_id, self.defaults, recover=True,
-                        start_offset=starts.get((topic, p))) for p in sorted(parts)]
+            logs: list[Optional[Log]] = [None] * (max(parts) + 1)
+            for p in sorted(parts):
+                logs[p] = Log(parts[p], topic, p, topic_id, self.defaults, recover=True,
+                              start_offset=starts.get((topic, p)))
             self._register(Topic(topic, topic_id, logs, {}, topic.startswith("__")))
 
     def _register(self, topic: Topic) -> None:
@@ -862,10 +877,45 @@ class LogManager:
         self._register(topic)
         return topic
 
+    def open_partition(self, name: str, partition: int, topic_id: Uuid,
+                       configs: Optional[Mapping[str, str]] = None) -> Log:
+        """The replica of ``name``-``partition`` on this broker of a cluster, created empty
+        when it is new (a topic id that changed means the topic was deleted and made again:
+        the old one goes first)."""
+        topic = self.topics.get(name)
+        if topic is not None and topic.topic_id != topic_id:
+            self.delete_topic(name)
+            topic = None
+        if topic is None:
+            configs = dict(configs or {})
+            topic = Topic(name, topic_id, [], configs, name.startswith("__"))
+            self._register(topic)
+        while len(topic.partitions) <= partition:
+            topic.partitions.append(None)
+        log = topic.partitions[partition]
+        if log is None:
+            log = topic.partitions[partition] = Log(
+                os.path.join(self.data_dir, partition_dir_name(name, partition)), name, partition,
+                topic_id, self.config_for(topic.configs))
+        return log
+
+    def remove_partition(self, name: str, partition: int) -> None:
+        """Delete this broker's replica (moved away, or its topic deleted)."""
+        topic = self.topics.get(name)
+        if topic is None or partition >= len(topic.partitions) or topic.partitions[partition] is None:
+            return
+        log = topic.partitions[partition]
+        topic.partitions[partition] = None
+        assert log is not None
+        log.delete()
+        if not topic.logs:
+            self.topics.pop(name, None)
+            self.topics_by_id.pop(topic.topic_id, None)
+
     def delete_topic(self, name: str) -> Topic:
         topic = self.topics.pop(name)
         self.topics_by_id.pop(topic.topic_id, None)
-        for log in topic.partitions:
+        for log in topic.logs:
             log.delete()
         return topic
 
@@ -873,13 +923,14 @@ class LogManager:
         """Finish every partition's files; a clean close writes the root checkpoints and the
         clean-shutdown marker, as Kafka's ``LogManager.shutdown``."""
         logs = sorted(((t.name, log.partition, log) for t in self.topics.values()
-                       for log in t.partitions), key=lambda x: (x[0], x[1]))
+                       for log in t.logs), key=lambda x: (x[0], x[1]))
         for _, _, log in logs:
             log.close(clean)
         if not clean:
             return
         ends = [(t, p, log.log_end_offset) for t, p, log in logs]
-        files = {"recovery-point-offset-checkpoint": ends, "replication-offset-checkpoint": ends,
+        files = {"recovery-point-offset-checkpoint": ends,
+                 "replication-offset-checkpoint": [(t, p, log.high_watermark) for t, p, log in logs],
                  "log-start-offset-checkpoint": [(t, p, log.log_start_offset) for t, p, log in logs]}
         for fname, entries in files.items():
             replace_file(os.path.join(self.data_dir, fname), OffsetCheckpoint(entries).encode())
@@ -891,7 +942,7 @@ class LogManager:
         that readers of a live directory know how far records are committed. Written only
         when a watermark moved; returns whether it was."""
         entries = sorted((t.name, lg.partition, lg.high_watermark)
-                         for t in self.topics.values() for lg in t.partitions)
+                         for t in self.topics.values() for lg in t.logs)
         if entries == self._last_high_watermarks:
             return False
         replace_file(os.path.join(self.data_dir, "replication-offset-checkpoint"),

@@ -77,10 +77,11 @@ class NodeNetwork:
         return frozenset((a, b)) in self._cut
 
     # ------------------------------------------------------------------ requests
-    def transport(self, src: int) -> "_NodeTransport":
+    def transport(self, src: int, after: Optional[Callable[[], None]] = None) -> "_NodeTransport":
         """The transport of node ``src`` (what its replica manager, Raft replica and
-        controller channel send through)."""
-        return _NodeTransport(self, src)
+        controller channel send through). ``after`` runs once each answer was handled (the
+        node's listener re-arms its timer: an answer can schedule tasks outside any request)."""
+        return _NodeTransport(self, src, after)
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -154,12 +155,14 @@ class NodeNetwork:
 class _NodeTransport:
     """A node's side of the network (:class:`kproto.broker.replica.Transport`)."""
 
-    def __init__(self, network: NodeNetwork, src: int) -> None:
-        self.network, self.src = network, src
+    def __init__(self, network: NodeNetwork, src: int, after: Optional[Callable[[], None]]) -> None:
+        self.network, self.src, self.after = network, src, after
 
     def send(self, dst: int, api_key: int, version: int, body: Any,
              on_response: Callable[[Optional[Any]], None], timeout_ms: int) -> None:
         async def run() -> None:
             answer = await self.network.request(self.src, dst, api_key, version, body, timeout_ms)
             on_response(answer)
+            if self.after is not None:
+                self.after()
         self.network._spawn(run())

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional, Protocol, Sequence
 
 import kproto
-from kproto.broker.log import Log, LogConfig, replace_file
+from kproto.broker.log import METADATA_TOPIC, Log, LogConfig, replace_file
 from kproto.broker.timer import CallbackTask, SystemTimer
 from kproto.codecs import message
 from kproto.codecs.primitives import Uuid
@@ -39,7 +39,6 @@ __all__ = ["KRaftReplica", "RaftConfig", "RaftTransport", "RaftListener", "NotLe
            "FETCH", "VOTE", "BEGIN_QUORUM_EPOCH", "END_QUORUM_EPOCH", "DESCRIBE_QUORUM",
            "FETCH_SNAPSHOT"]
 
-METADATA_TOPIC = "__cluster_metadata"
 METADATA_PARTITION = 0
 # Kafka's Uuid.METADATA_TOPIC_ID (the fixed topic id of __cluster_metadata)
 METADATA_TOPIC_ID = Uuid("AAAAAAAAAAAAAAAAAAAAAQ")

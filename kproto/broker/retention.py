@@ -132,7 +132,7 @@ class RetentionManager:
         total = 0
         for topic in list(self.core.logs.topics.values()):
             st = self.core.configs.settings(topic)
-            for lg in topic.partitions:
+            for lg in topic.logs:
                 total += self._clean(lg, now, st.retention_ms if st.deletes else -1,
                                      st.retention_bytes if st.deletes else -1)
         if total:
@@ -205,7 +205,7 @@ class RetentionManager:
         """``log-start-offset-checkpoint`` of every partition whose start is above its first
         segment (Kafka leaves the others out), written through a temporary file."""
         entries = sorted((t.name, lg.partition, lg.log_start_offset)
-                         for t in self.core.logs.topics.values() for lg in t.partitions
+                         for t in self.core.logs.topics.values() for lg in t.logs
                          if lg.segments and lg.log_start_offset > lg.segments[0].base_offset)
         path = os.path.join(self.core.logs.data_dir, "log-start-offset-checkpoint")
         replace_file(path, OffsetCheckpoint(entries).encode())

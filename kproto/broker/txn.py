@@ -106,7 +106,7 @@ class TransactionCoordinator:
 
     # -------------------------------------------------------------- load
     def _load(self) -> None:
-        for lg in self.core.logs.topics[TXN_TOPIC].partitions:
+        for lg in self.core.logs.topics[TXN_TOPIC].logs:
             for batch in lg.batches():
                 for r in batch.records():
                     try:

@@ -2,7 +2,7 @@
 import pytest
 
 from kproto.broker.timer import FakeClock
-from kproto.testing import kafka_broker, pytest_configure  # noqa: F401  (fixture, marker registration)
+from kproto.testing import kafka_broker, kafka_cluster, pytest_configure  # noqa: F401  (fixtures, markers)
 
 
 @pytest.fixture

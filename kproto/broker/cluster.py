@@ -1,0 +1,333 @@
+"""A Kafka cluster in one process: a KRaft controller quorum and brokers, with faults on demand.
+
+    async with Cluster(brokers=3, controllers=1, data_dir=tmp_path) as cluster:
+        producer = confluent_kafka.Producer({"bootstrap.servers": cluster.bootstrap})
+        ...
+        leader = cluster.leader("orders", 0)
+        await cluster.stop(leader, abrupt=True)      # kill -9 of that broker
+        cluster.partition_network(leader, 2)         # or cut it from another node
+        cluster.heal()
+        await cluster.start(leader)
+
+Each node is a Kafka-protocol listener on loopback with its own data directory under
+``data_dir`` (``broker-<id>`` holds a real Kafka log directory with its ``__cluster_metadata-0``
+replica, ``controller-<id>`` a controller's metadata log). Nodes talk through one
+:class:`~kproto.broker.network.NodeNetwork`, where the faults are injected; clients are cut
+from a broker with :meth:`Cluster.cut_clients`.
+
+Node ids: brokers ``1..brokers``, controllers ``3001..3000+controllers`` (one id space, as in
+a KRaft cluster whose controllers are separate processes).
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from typing import Any, Optional, Sequence
+
+from kproto.broker.cluster_broker import ClusterBrokerCore
+from kproto.broker.controller import ControllerConfig
+from kproto.broker.controller_node import ControllerNode, start_quorum
+from kproto.broker.core import Intercept
+from kproto.broker.metadata import MetadataImage
+from kproto.broker.network import NodeNetwork
+from kproto.broker.raft import RaftConfig
+from kproto.broker.replica import ReplicaConfig
+from kproto.broker.server import Broker
+from kproto.codecs.primitives import Uuid
+
+__all__ = ["Cluster", "ClusterBroker", "CONTROLLER_ID_BASE"]
+
+CONTROLLER_ID_BASE = 3000
+_NODE_CLIENT_PREFIX = "kproto-node-"
+
+
+class ClusterBroker(Broker):
+    """One broker of a :class:`Cluster`: the broker listener over a
+    :class:`~kproto.broker.cluster_broker.ClusterBrokerCore`."""
+
+    def __init__(self, node_id: int, data_dir: str, *, voters: Sequence[int], network: NodeNetwork,
+                 cluster_id: str, raft_config: Optional[RaftConfig] = None,
+                 replica_config: Optional[ReplicaConfig] = None,
+                 broker_heartbeat_interval_ms: int = 2000, host: str = "127.0.0.1", port: int = 0,
+                 **config: Any) -> None:
+        super().__init__(data_dir, port, host=host, node_id=node_id, cluster_id=cluster_id, **config)
+        self.node_id = node_id
+        self.voters = list(voters)
+        self.network = network
+        self.raft_config, self.replica_config = raft_config, replica_config
+        self.broker_heartbeat_interval_ms = broker_heartbeat_interval_ms
+        self.core: Optional[ClusterBrokerCore] = None  # type: ignore[assignment]
+
+    async def start(self) -> ClusterBroker:
+        self.config.port = await self.listen(self.config.host, self.config.port)
+        self.network.register(self.node_id, self.config.host, self.config.port)
+        self.core = ClusterBrokerCore(
+            self.data_dir, self.config, voters=self.voters,
+            transport=self.network.transport(self.node_id, after=self.arm_timer),
+            raft_config=self.raft_config, replica_config=self.replica_config,
+            broker_heartbeat_interval_ms=self.broker_heartbeat_interval_ms)
+        self.arm_timer()
+        self._warm(self._hot_codecs())
+        return self
+
+    async def stop(self, abrupt: bool = False, timeout: float = 10.0) -> None:
+        """Stop. Graceful: a controlled shutdown first (the controller moves leadership away,
+        up to ``timeout`` seconds), then the logs closed with their checkpoints. ``abrupt``:
+        as kill -9, sockets gone and nothing more written."""
+        core = self.core
+        if core is not None and not abrupt:
+            done = asyncio.get_running_loop().create_future()
+            core.begin_controlled_shutdown(lambda: done.done() or done.set_result(None))
+            self.arm_timer()
+            try:
+                await asyncio.wait_for(done, timeout)
+            except asyncio.TimeoutError:
+                pass
+        await self.close(clean=not abrupt)
+        self.network.drop_connections(self.node_id)
+
+    @property
+    def running(self) -> bool:
+        return self.core is not None
+
+
+class Cluster:
+    """``brokers`` brokers and a quorum of ``controllers`` (1 or 3) controllers under
+    ``data_dir`` (a temporary directory when None), as an async context manager.
+
+    ``port``: the first broker's port (the others follow it), 0 for free ports.
+    ``broker_session_timeout_ms``/``broker_heartbeat_interval_ms``: how soon a silent broker
+    is fenced (Kafka's defaults 9000/2000; tests shorten them). Other keywords are broker
+    settings (:class:`~kproto.broker.configs.BrokerConfig` and log defaults, as
+    :class:`~kproto.broker.server.Broker` takes them) or, for ``default_replication_factor``,
+    ``min_insync_replicas`` and ``unclean_leader_election_enable``, the controller's too.
+    """
+
+    def __init__(self, brokers: int = 3, controllers: int = 1,
+                 data_dir: Optional[str | os.PathLike[str]] = None, *, host: str = "127.0.0.1",
+                 port: int = 0, cluster_id: Optional[str] = None,
+                 broker_session_timeout_ms: int = 9000, broker_heartbeat_interval_ms: int = 2000,
+                 raft_config: Optional[RaftConfig] = None,
+                 replica_config: Optional[ReplicaConfig] = None,
+                 default_replication_factor: Optional[int] = None,
+                 **broker_config: Any) -> None:
+        if brokers < 1 or controllers < 1:
+            raise ValueError("a cluster needs at least one broker and one controller")
+        self._tmp: Optional[Any] = None
+        if data_dir is None:
+            import tempfile
+            self._tmp = tempfile.TemporaryDirectory(prefix="kproto-cluster-")
+            data_dir = self._tmp.name
+        self.data_dir = os.fspath(data_dir)
+        self.host = host
+        self.cluster_id = cluster_id or self._stored_cluster_id() or str(Uuid(os.urandom(16)))
+        self.network = NodeNetwork()
+        self.controller_ids = [CONTROLLER_ID_BASE + i for i in range(1, controllers + 1)]
+        self.broker_ids = list(range(1, brokers + 1))
+        ccfg = ControllerConfig(
+            cluster_id=self.cluster_id, broker_session_timeout_ms=broker_session_timeout_ms,
+            broker_heartbeat_interval_ms=broker_heartbeat_interval_ms,
+            default_replication_factor=(default_replication_factor if default_replication_factor
+                                        is not None else min(3, brokers)),
+            num_partitions=broker_config.get("num_partitions", 1),
+            min_insync_replicas=broker_config.get("min_insync_replicas", 1),
+            unclean_leader_election_enable=broker_config.pop("unclean_leader_election_enable", False))
+        self.controllers = {
+            n: ControllerNode(n, self.controller_ids, os.path.join(self.data_dir, f"controller-{n}"),
+                              cluster_id=self.cluster_id, network=self.network, host=host,
+                              raft_config=raft_config, controller_config=ccfg)
+            for n in self.controller_ids}
+        self.brokers = {
+            n: ClusterBroker(n, os.path.join(self.data_dir, f"broker-{n}"), voters=self.controller_ids,
+                             network=self.network, cluster_id=self.cluster_id,
+                             raft_config=raft_config, replica_config=replica_config,
+                             broker_heartbeat_interval_ms=broker_heartbeat_interval_ms, host=host,
+                             port=port + i if port else 0, **broker_config)
+            for i, n in enumerate(self.broker_ids)}
+        self._client_cuts: dict[int, list[Any]] = {}
+
+    def _stored_cluster_id(self) -> Optional[str]:
+        """The id a data dir of an earlier run was formatted with (restarting a cluster)."""
+        from kproto.storage.checkpoints import MetaProperties
+        for name in sorted(os.listdir(self.data_dir)) if os.path.isdir(self.data_dir) else ():
+            path = os.path.join(self.data_dir, name, "meta.properties")
+            if os.path.exists(path):
+                with open(path, "rb") as f:
+                    return MetaProperties.parse(f.read()).cluster_id
+        return None
+
+    # ------------------------------------------------------------------ lifecycle
+    async def start_all(self, timeout: float = 30.0) -> Cluster:
+        """Start the quorum, then the brokers; returns once every broker is unfenced."""
+        await start_quorum(self.controllers.values())
+        for b in self.brokers.values():
+            await b.start()
+        await self.wait_for(lambda: all(b.core is not None and b.core.ready for b in self.brokers.values()),
+                            timeout, "every broker registered and unfenced")
+        return self
+
+    async def __aenter__(self) -> Cluster:
+        return await self.start_all()
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Stop every node (brokers cleanly but without controlled shutdown), then the network."""
+        for b in self.brokers.values():
+            if b.running:
+                await b.close(clean=True)
+        for c in self.controllers.values():
+            if c.running:
+                await c.stop()
+        await self.network.close()
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+
+    async def stop(self, node: int, abrupt: bool = False) -> None:
+        """Stop a broker or a controller: gracefully (a broker's controlled shutdown, a
+        controller leader's resignation) or ``abrupt`` as kill -9."""
+        if node in self.brokers:
+            await self.brokers[node].stop(abrupt=abrupt)
+        elif node in self.controllers:
+            await self.controllers[node].stop(abrupt=abrupt)
+        else:
+            raise KeyError(f"no node {node}")
+
+    async def start(self, node: int) -> None:
+        """Start a stopped node again over its data directory (recovered as Kafka would)."""
+        if node in self.brokers:
+            b = self.brokers[node]
+            if not b.running:
+                await b.start()  # on the port it had: clients' bootstrap lists stay valid
+        elif node in self.controllers:
+            await self.controllers[node].start()
+        else:
+            raise KeyError(f"no node {node}")
+
+    # ------------------------------------------------------------------ faults
+    def partition_network(self, a: int, b: int) -> None:
+        """Cut the link between nodes ``a`` and ``b`` both ways (requests and answers lost)."""
+        self.network.partition(a, b)
+
+    def isolate(self, node: int) -> None:
+        """Cut ``node`` from every other node."""
+        self.network.isolate(node, self.broker_ids + self.controller_ids)
+
+    def slow(self, a: int, b: int, delay_ms: int) -> None:
+        """Delay everything between ``a`` and ``b`` by ``delay_ms`` (0: no delay)."""
+        self.network.slow(a, b, delay_ms)
+
+    def slow_disk(self, node: int, delay_ms: int) -> None:
+        """Every client request to broker ``node`` waits ``delay_ms`` first (a slow disk as
+        clients see it: appends and reads answer late); 0 ends it."""
+        self._hook_clients(node, Intercept(delay_ms=delay_ms) if delay_ms > 0 else None)
+
+    def cut_clients(self, node: int) -> None:
+        """Cut clients off broker ``node``: their connections are dropped at their next
+        request (nodes keep talking to it)."""
+        self._hook_clients(node, Intercept(drop=True))
+
+    def heal(self) -> None:
+        """Mend every cut and delay between nodes and between clients and brokers."""
+        self.network.heal()
+        for node in list(self._client_cuts):
+            self._hook_clients(node, None)
+
+    def _hook_clients(self, node: int, action: Optional[Intercept]) -> None:
+        for handle in self._client_cuts.pop(node, []):
+            handle.remove()
+        broker = self.brokers[node]
+        if action is None or broker.core is None:
+            return
+
+        def hook(header: Any, body: Any) -> Optional[Intercept]:
+            return None if (header.client_id or "").startswith(_NODE_CLIENT_PREFIX) else action
+
+        from kproto.codecs import request as request_codec
+        keys = broker.core.api_versions()
+        self._client_cuts[node] = [broker.core.control(k, hook, times=None) for k in keys
+                                   if request_codec(k) is not None]
+
+    # ------------------------------------------------------------------ views
+    @property
+    def bootstrap(self) -> str:
+        """``host:port,...`` of the running brokers."""
+        return ",".join(b.bootstrap for b in self.brokers.values() if b.running)
+
+    def image(self) -> MetadataImage:
+        """The freshest metadata image: the active controller's, else a running broker's."""
+        for c in self.controllers.values():
+            if c.is_leader:
+                return c.controller.image
+        best: Optional[MetadataImage] = None
+        for b in self.brokers.values():
+            if b.core is not None and (best is None or b.core.image.offset > best.offset):
+                best = b.core.image
+        if best is None:
+            raise RuntimeError("no node is running")
+        return best
+
+    def leader(self, topic: str, partition: int) -> Optional[int]:
+        """The partition's leader in the metadata (None: no leader, or no such partition)."""
+        p = self.image().partition(topic, partition)
+        return None if p is None or p.leader < 0 else p.leader
+
+    def isr(self, topic: str, partition: int) -> list[int]:
+        p = self.image().partition(topic, partition)
+        return [] if p is None else list(p.isr)
+
+    def active_controller(self) -> Optional[int]:
+        for n, c in self.controllers.items():
+            if c.is_leader:
+                return n
+        return None
+
+    async def wait_for(self, condition: Any, timeout: float = 30.0, what: str = "condition") -> None:
+        """Poll ``condition()`` until true; TimeoutError naming ``what`` after ``timeout`` s."""
+        deadline = time.monotonic() + timeout
+        while not condition():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"timed out after {timeout} s waiting for {what}")
+            await asyncio.sleep(0.02)
+
+    async def create_topic(self, name: str, partitions: int = 1, replication_factor: int = -1,
+                           configs: Optional[dict[str, str]] = None, timeout: float = 30.0) -> None:
+        """Create a topic through the active controller and wait until every broker has it
+        with a leader for each partition."""
+        from kproto.codecs import request as request_codec
+        from kproto.schemas.api_keys import ApiKey
+        cls = request_codec(ApiKey.CREATE_TOPICS).cls
+        body = cls(topics=[cls.CreatableTopic(
+            name=name, num_partitions=partitions, replication_factor=replication_factor, assignments=[],
+            configs=[cls.CreatableTopicConfig(name=k, value=v) for k, v in (configs or {}).items()])],
+            timeout_ms=int(timeout * 1000), validate_only=False)
+        broker = next(b for b in self.brokers.values() if b.core is not None)
+        assert broker.core is not None
+        done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        broker.core.send_to_controller(ApiKey.CREATE_TOPICS, 7, body,
+                                       lambda r: done.done() or done.set_result(r),
+                                       int(timeout * 1000))
+        broker.arm_timer()
+        resp = await done
+        if resp is None:
+            raise TimeoutError(f"no answer from the controller creating {name}")
+        code = resp.topics[0].error_code
+        if code:
+            from kproto.error_codes import ErrorCode
+            raise RuntimeError(f"creating {name}: {ErrorCode(code).name} {resp.topics[0].error_message or ''}")
+
+        def everywhere() -> bool:
+            for b in self.brokers.values():
+                if b.core is None:
+                    continue
+                t = b.core.image.topics.get(name)
+                if t is None or len(t.partitions) != partitions or \
+                        any(p.leader < 0 for p in t.partitions.values()):
+                    return False
+            return True
+
+        await self.wait_for(everywhere, timeout, f"topic {name} on every broker")
+

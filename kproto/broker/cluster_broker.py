@@ -1,0 +1,661 @@
+"""A broker of a KRaft cluster, sans-I/O: the broker core driven by the metadata log.
+
+:class:`ClusterBrokerCore` is the single broker's :class:`~kproto.broker.core.BrokerCore` with
+what a broker of a cluster adds, after Kafka's ``BrokerServer``:
+
+* the metadata log: an observer :class:`~kproto.broker.raft.KRaftReplica` of
+  ``__cluster_metadata-0`` fetches it from the controller quorum into this broker's data dir,
+  and each committed record is replayed into a :class:`~kproto.broker.metadata.MetadataImage`
+  (Kafka's ``BrokerMetadataListener``); what changed is applied (``BrokerMetadataPublisher``):
+  replicas created where the broker is assigned, led or followed through the
+  :class:`~kproto.broker.replica.ReplicaManager`, deleted where it no longer is;
+* the lifecycle (``BrokerLifecycleManager``): BrokerRegistration with a new incarnation id,
+  BrokerHeartbeat every ``broker_heartbeat_interval_ms`` (the controller unfences the broker
+  once it has replayed its own registration, fences it when heartbeats stop), controlled
+  shutdown (heartbeats asking to shut down until the controller has moved leadership away);
+* requests: Produce and Fetch only on a partition's leader (NOT_LEADER_OR_FOLLOWER,
+  FENCED_LEADER_EPOCH otherwise); an acks=all Produce waits in a purgatory until the high
+  watermark passes it (``DelayedProduce``), refused when the ISR is below
+  ``min.insync.replicas``; consumers read up to the high watermark; followers' fetches are
+  answered by the replica manager and wait while there is nothing new; Metadata and
+  DescribeCluster from the image; topic and partition admin forwarded to the active
+  controller (Kafka's ``ForwardingManager``); producer ids from blocks the controller hands
+  out (AllocateProducerIds); a group's requests only at the leader of its
+  ``__consumer_offsets`` partition (NOT_COORDINATOR elsewhere), whose groups the broker loads
+  when it becomes that leader.
+
+Not in cluster mode: transactions (their coordinator writes markers to partitions that live
+on other brokers, Kafka's WriteTxnMarkers): FindCoordinator for a transactional id answers
+COORDINATOR_NOT_AVAILABLE and a transactional InitProducerId NOT_COORDINATOR.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Callable, Optional, Sequence
+
+from kproto.broker.configs import BrokerConfig
+from kproto.broker.controller import METADATA_VERSION_3_9
+from kproto.broker.core import BrokerCore, Request
+from kproto.broker.group import GroupCoordinator
+from kproto.broker.log import BrokerError, Log, topic_name_error
+from kproto.broker.metadata import NO_LEADER, TOPIC_RESOURCE, MetadataImage, PartitionInfo
+from kproto.broker.offsets_topic import OFFSETS_TOPIC, partition_for
+from kproto.broker.purgatory import DelayedOperation, DelayedOperationPurgatory
+from kproto.broker.raft import KRaftReplica, RaftConfig, RaftTransport, open_metadata_log
+from kproto.broker.replica import ReplicaConfig, ReplicaManager
+from kproto.broker.timer import CallbackTask, Clock
+from kproto.codecs import request as request_codec
+from kproto.codecs import response as response_codec
+from kproto.codecs.primitives import Uuid
+from kproto.error_codes import ErrorCode
+from kproto.fetch_session.messages import request_replica_id
+from kproto.schemas.api_keys import ApiKey
+from kproto.errors import DecodeError
+from kproto.storage.checkpoints import MetaProperties, OffsetCheckpoint
+
+__all__ = ["ClusterBrokerCore", "FORWARDED_APIS", "OFFSETS_TOPIC_REPLICATION_FACTOR"]
+
+#: Admin requests a broker forwards to the active controller, at the client's version.
+FORWARDED_APIS = (ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS, ApiKey.CREATE_PARTITIONS,
+                  ApiKey.INCREMENTAL_ALTER_CONFIGS, ApiKey.ELECT_LEADERS,
+                  ApiKey.ALTER_PARTITION_REASSIGNMENTS, ApiKey.LIST_PARTITION_REASSIGNMENTS)
+#: offsets.topic.replication.factor (Kafka's default; fewer brokers: as many as there are)
+OFFSETS_TOPIC_REPLICATION_FACTOR = 3
+# the group APIs and where each names its groups
+_GROUP_IDS: dict[int, Callable[[Any, int], list[str]]] = {
+    ApiKey.JOIN_GROUP: lambda b, v: [b.group_id],
+    ApiKey.SYNC_GROUP: lambda b, v: [b.group_id],
+    ApiKey.HEARTBEAT: lambda b, v: [b.group_id],
+    ApiKey.LEAVE_GROUP: lambda b, v: [b.group_id],
+    ApiKey.OFFSET_COMMIT: lambda b, v: [b.group_id],
+    ApiKey.TXN_OFFSET_COMMIT: lambda b, v: [b.group_id],
+    ApiKey.OFFSET_DELETE: lambda b, v: [b.group_id],
+    ApiKey.OFFSET_FETCH: lambda b, v: [b.group_id] if v < 8 else [g.group_id for g in b.groups],
+    ApiKey.DESCRIBE_GROUPS: lambda b, v: list(b.groups),
+    ApiKey.DELETE_GROUPS: lambda b, v: list(b.groups_names),
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: lambda b, v: [b.group_id],
+    ApiKey.CONSUMER_GROUP_DESCRIBE: lambda b, v: list(b.group_ids),
+}
+_CONTROLLER_RETRY_MS = 100
+_FORWARD_TIMEOUT_MS = 30_000
+# librdkafka and the Java client treat it as retriable: the broker is fetching a block
+_NO_PRODUCER_IDS = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+
+
+class DelayedProduce(DelayedOperation):
+    """An acks=all Produce waiting for its partitions' high watermarks (Kafka's
+    ``DelayedProduce``): each partition completes when the high watermark reaches the end of
+    its append (NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR shrank below
+    ``min.insync.replicas`` meanwhile), or fails when the broker stopped leading it; what is
+    left at ``timeout_ms`` answers REQUEST_TIMED_OUT."""
+
+    def __init__(self, core: ClusterBrokerCore, req: Request, response: Any,
+                 waits: dict[tuple[str, int], int]) -> None:
+        super().__init__(max(1, req.body.timeout_ms))
+        self.core, self.req, self.response = core, req, response
+        self.waits = dict(waits)
+        self.results = {(t.name, p.index): p for t in response.responses for p in t.partition_responses}
+        self.epochs = {key: core.replicas.partitions[key].leader_epoch for key in waits}
+
+    def try_complete(self) -> bool:
+        for key, required in list(self.waits.items()):
+            part = self.core.replicas.partitions.get(key)
+            res = self.results[key]
+            if part is None or not part.is_leader or part.leader_epoch != self.epochs[key]:
+                res.error_code = ErrorCode.NOT_LEADER_OR_FOLLOWER
+                del self.waits[key]
+            elif part.log.high_watermark >= required:
+                if len(part.isr) < self.core.min_insync(key[0]):
+                    res.error_code = ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+                del self.waits[key]
+        return self.force_complete() if not self.waits else False
+
+    def on_complete(self) -> None:
+        for key in self.waits:
+            self.results[key].error_code = ErrorCode.REQUEST_TIMED_OUT
+        self.req.respond(self.response)
+
+
+class DelayedReplicaFetch(DelayedOperation):
+    """A follower's fetch with nothing new for it: answered when a partition's leader log
+    grows past the follower's offset or its high watermark moves (the follower passes it on),
+    when leadership changes, or at ``max_wait_ms``."""
+
+    def __init__(self, core: ClusterBrokerCore, req: Request, replica_id: int,
+                 offsets: dict[tuple[str, int], tuple[int, int]]) -> None:
+        super().__init__(max(1, req.body.max_wait_ms))
+        self.core, self.req, self.replica_id, self.offsets = core, req, replica_id, offsets
+
+    def try_complete(self) -> bool:
+        for key, (offset, hw) in self.offsets.items():
+            part = self.core.replicas.partitions.get(key)
+            if part is None or not part.is_leader or part.log.log_end_offset > offset \
+                    or part.log.high_watermark != hw:
+                return self.force_complete()
+        return False
+
+    def on_complete(self) -> None:
+        self.req.respond(self.core.replicas.handle_replica_fetch(self.req.body, self.req.version,
+                                                                 self.replica_id))
+
+
+def _directory_id(data_dir: str) -> Uuid:
+    try:
+        with open(os.path.join(data_dir, "meta.properties"), "rb") as f:
+            value = MetaProperties.parse(f.read()).properties.get("directory.id")
+        return Uuid(value) if value else Uuid.ZERO
+    except (OSError, DecodeError, ValueError, AttributeError):
+        return Uuid.ZERO
+
+
+class ClusterBrokerCore(BrokerCore):
+    """One broker of a KRaft cluster (``voters``: the controller quorum's node ids), its
+    requests to other nodes leaving through ``transport``."""
+
+    sparse_logs = True
+
+    def __init__(self, data_dir: str, config: BrokerConfig, *, voters: Sequence[int],
+                 transport: RaftTransport, raft_config: Optional[RaftConfig] = None,
+                 replica_config: Optional[ReplicaConfig] = None,
+                 broker_heartbeat_interval_ms: int = 2000, clock: Optional[Clock] = None) -> None:
+        if not config.cluster_id:
+            raise ValueError("a broker of a cluster needs the cluster's id (config.cluster_id)")
+        super().__init__(data_dir, config, clock=clock)
+        self.node_id = config.node_id
+        self.voters = sorted(voters)
+        self.transport = transport
+        self.heartbeat_interval_ms = broker_heartbeat_interval_ms
+        self.image = MetadataImage(self.logs.cluster_id)
+        self.produce_purgatory: DelayedOperationPurgatory[DelayedProduce] = \
+            DelayedOperationPurgatory("Produce", self.timer)
+        self.replicas = ReplicaManager(
+            self.node_id, self.timer, transport, config=replica_config,
+            controller=lambda: self.controller_id, broker_epoch=lambda: self.broker_epoch,
+            isr_eligible=self._isr_eligible, broker_epoch_of=self._broker_epoch_of,
+            on_high_watermark=self._partition_moved, on_append=self._partition_moved)
+        # where replicas new to this run start their high watermark (Kafka's
+        # replication-offset-checkpoint, read at start)
+        self._checkpointed_hw = self._read_high_watermarks(data_dir)
+        self.incarnation_id = Uuid(os.urandom(16))
+        self.directory_id = _directory_id(data_dir)
+        self.broker_epoch = -1
+        self.fenced = True
+        self.want_shut_down = False
+        self._on_shut_down: Optional[Callable[[], None]] = None
+        self._heartbeat_task: Optional[CallbackTask] = None
+        self._heartbeat_in_flight = False
+        self._controller_rr = 0
+        self._pid_next, self._pid_end = 0, 0
+        self._pid_fetching = False
+        self._creating: set[str] = set()
+        self.metadata_log = open_metadata_log(data_dir)
+        self.raft = KRaftReplica(self.node_id, self.voters, self.metadata_log,
+                                 cluster_id=self.logs.cluster_id, transport=transport,
+                                 timer=self.timer, config=raft_config)
+        self.raft.register(self)
+        self.handlers[ApiKey.DESCRIBE_CLUSTER] = self._describe_cluster
+        for key in FORWARDED_APIS:
+            self.handlers[key] = self._forward
+        for key in _GROUP_IDS:
+            self.handlers[key] = self._gate_group(self.handlers[key])
+        self._register()
+
+    # ------------------------------------------------------------------ views
+    @property
+    def controller_id(self) -> int:
+        """The active controller as the metadata log's leader is known (-1: none known)."""
+        leader = self.raft.leader_id
+        return -1 if leader is None else leader
+
+    @property
+    def ready(self) -> bool:
+        """Registered and unfenced: serving as a member of the cluster."""
+        return self.broker_epoch >= 0 and not self.fenced
+
+    def min_insync(self, topic: str) -> int:
+        t = self.logs.topics.get(topic)
+        return self.configs.settings(t).min_insync_replicas if t is not None else 1
+
+    def _isr_eligible(self, broker: int) -> bool:
+        b = self.image.brokers.get(broker)
+        return b is not None and not b.fenced and not b.in_controlled_shutdown
+
+    def _broker_epoch_of(self, broker: int) -> int:
+        b = self.image.brokers.get(broker)
+        return -1 if b is None else b.epoch
+
+    def _alive(self) -> list[Any]:
+        return [b for _, b in sorted(self.image.brokers.items()) if not b.fenced]
+
+    @staticmethod
+    def _read_high_watermarks(data_dir: str) -> dict[tuple[str, int], int]:
+        try:
+            with open(os.path.join(data_dir, "replication-offset-checkpoint"), "rb") as f:
+                return {(t, p): o for t, p, o in OffsetCheckpoint.parse(f.read()).entries}
+        except (OSError, DecodeError):
+            return {}
+
+    # ------------------------------------------------------------------ controller channel
+    def _controller_target(self) -> int:
+        leader = self.controller_id
+        if leader >= 0:
+            return leader
+        self._controller_rr += 1
+        return self.voters[self._controller_rr % len(self.voters)]
+
+    def send_to_controller(self, api_key: int, version: int, body: Any,
+                           on_response: Callable[[Optional[Any]], None],
+                           timeout_ms: int = _FORWARD_TIMEOUT_MS) -> None:
+        """A request to the active controller, retried (NOT_CONTROLLER, no answer) until
+        ``timeout_ms``; ``on_response`` gets the answer, or None when time ran out."""
+        deadline = self.clock.now_ms() + timeout_ms
+
+        def attempt() -> None:
+            if self.closed:
+                return
+            remaining = deadline - self.clock.now_ms()
+            if remaining <= 0:
+                on_response(None)
+                return
+            self.transport.send(self._controller_target(), api_key, version, body, answered,
+                                min(remaining, 5000))
+
+        def answered(resp: Optional[Any]) -> None:
+            if self.closed:
+                return
+            if resp is None or getattr(resp, "error_code", 0) == ErrorCode.NOT_CONTROLLER:
+                self.timer.add(CallbackTask(_CONTROLLER_RETRY_MS, attempt))
+                return
+            on_response(resp)
+
+        attempt()
+
+    # ------------------------------------------------------------------ lifecycle
+    def _register(self) -> None:
+        cls = request_codec(ApiKey.BROKER_REGISTRATION).cls
+        cfg = self.config
+        body = cls(broker_id=self.node_id, cluster_id=self.logs.cluster_id,
+                   incarnation_id=self.incarnation_id,
+                   listeners=[cls.Listener(name="PLAINTEXT", host=cfg.host, port=cfg.port,
+                                           security_protocol=0)],
+                   features=[cls.Feature(name="metadata.version", min_supported_version=1,
+                                         max_supported_version=METADATA_VERSION_3_9)],
+                   rack=None, is_migrating_zk_broker=False, log_dirs=[self.directory_id],
+                   previous_broker_epoch=-1)
+
+        def answered(resp: Optional[Any]) -> None:
+            if resp is None or resp.error_code:
+                # DUPLICATE_BROKER_REGISTRATION while our previous incarnation's session
+                # lasts: try again until the controller has fenced it
+                self.timer.add(CallbackTask(max(_CONTROLLER_RETRY_MS, self.heartbeat_interval_ms // 2),
+                                            self._register))
+                return
+            self.broker_epoch = resp.broker_epoch
+            self._heartbeat()
+            self._fetch_producer_ids()  # before the first InitProducerId asks
+
+        if not self.closed:
+            self.send_to_controller(ApiKey.BROKER_REGISTRATION, 2, body, answered)
+
+    def _schedule_heartbeat(self, delay_ms: int) -> None:
+        if self._heartbeat_task is not None:
+            self._heartbeat_task.cancel()
+        self._heartbeat_task = CallbackTask(max(1, delay_ms), self._heartbeat)
+        self.timer.add(self._heartbeat_task)
+
+    def _heartbeat(self) -> None:
+        if self.closed or self._heartbeat_in_flight:
+            return
+        cls = request_codec(ApiKey.BROKER_HEARTBEAT).cls
+        body = cls(broker_id=self.node_id, broker_epoch=self.broker_epoch,
+                   current_metadata_offset=max(self.image.offset, 0), want_fence=False,
+                   want_shut_down=self.want_shut_down, offline_log_dirs=[])
+        self._heartbeat_in_flight = True
+        sent_epoch = self.broker_epoch
+
+        def answered(resp: Optional[Any]) -> None:
+            self._heartbeat_in_flight = False
+            if self.closed or sent_epoch != self.broker_epoch:
+                return
+            if resp is not None and resp.error_code in (ErrorCode.STALE_BROKER_EPOCH,
+                                                       ErrorCode.BROKER_ID_NOT_REGISTERED):
+                self.broker_epoch, self.fenced = -1, True
+                self._register()  # the controller forgot us (fenced and unregistered): again
+                return
+            if resp is not None and not resp.error_code:
+                self.fenced = resp.is_fenced
+                if resp.should_shut_down and self._on_shut_down is not None:
+                    done, self._on_shut_down = self._on_shut_down, None
+                    done()
+                    return
+            # faster while shutting down, as Kafka's lifecycle manager
+            self._schedule_heartbeat(self.heartbeat_interval_ms // 4 if self.want_shut_down
+                                     else self.heartbeat_interval_ms)
+
+        self.send_to_controller(ApiKey.BROKER_HEARTBEAT, 1, body, answered,
+                                timeout_ms=self.heartbeat_interval_ms * 2)
+
+    def begin_controlled_shutdown(self, done: Callable[[], None]) -> None:
+        """Ask the controller to move leadership away (heartbeats with ``want_shut_down``);
+        ``done`` is called once it says the broker may stop."""
+        if self.broker_epoch < 0:
+            done()
+            return
+        self.want_shut_down = True
+        self._on_shut_down = done
+        self._schedule_heartbeat(0)
+
+    # ------------------------------------------------------------------ the metadata log
+    def handle_commit(self, records: list[tuple[int, bytes]]) -> None:
+        """Committed ``__cluster_metadata`` records (the Raft listener): replay, then apply."""
+        for offset, value in records:
+            self.image.replay_value(value, offset)
+        self._apply(self.image.take_changes())
+
+    def handle_leader_change(self, leader_id: Optional[int], epoch: int) -> None:
+        """A new metadata quorum leader: our next controller requests go to it."""
+
+    def _apply(self, changes: Any) -> None:
+        before = self._led_offsets_partitions()
+        touched: list[tuple[str, int]] = []
+        for current, previous in changes.partitions:
+            p = current if current is not None else previous
+            assert p is not None
+            key = (p.topic, p.partition)
+            touched.append(key)
+            if current is None or self.node_id not in current.replicas:
+                if previous is not None and previous.topic != p.topic:
+                    key = (previous.topic, previous.partition)
+                self.replicas.remove(*key)
+                self.logs.remove_partition(*key)
+                continue
+            self._host(current)
+        for rtype, name in changes.configs:
+            topic = self.logs.topics.get(name) if rtype == TOPIC_RESOURCE else None
+            if topic is not None:
+                self.configs.apply_topic(topic, self.image.configs.get((rtype, name), {}))
+        for name in changes.topics_created:
+            self._creating.discard(name)
+        for key in touched:
+            # waiting produces and fetches of a partition that changed hands answer now
+            self.produce_purgatory.check_and_complete(key)
+            self.fetch_purgatory.check_and_complete(key)
+        if self._led_offsets_partitions() != before:
+            self._reload_groups()
+
+    def _host(self, p: PartitionInfo) -> None:
+        key = (p.topic, p.partition)
+        configs = self.image.configs.get((TOPIC_RESOURCE, p.topic), {})
+        known = key in self.replicas.partitions
+        log = self.logs.open_partition(p.topic, p.partition, p.topic_id, configs)
+        topic = self.logs.topics[p.topic]
+        if topic.configs != configs:
+            self.configs.apply_topic(topic, configs)
+        self.replicas.apply(p, log, None if known else self._checkpointed_hw.get(key))
+
+    def _led_offsets_partitions(self) -> set[int]:
+        return {p for (t, p), part in self.replicas.partitions.items()
+                if t == OFFSETS_TOPIC and part.is_leader}
+
+    def _reload_groups(self) -> None:
+        """Coordinate the groups of the ``__consumer_offsets`` partitions led now (Kafka's
+        ``onElection``/``onResignation``): reloaded from their logs."""
+        self.groups.shutdown()
+        self.groups = GroupCoordinator(self)
+        self.txns.groups = self.groups
+
+    def _partition_moved(self, part: Any) -> None:
+        """A partition's log grew or its high watermark moved."""
+        key = (part.topic, part.partition)
+        self.produce_purgatory.check_and_complete(key)
+        self.fetch_purgatory.check_and_complete(key)
+
+    # ------------------------------------------------------------------ BrokerCore hooks
+    def leader_log(self, topic: str, partition: int, current_leader_epoch: int = -1) -> Log:
+        if self.image.partition(topic, partition) is None:
+            raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        return self.replicas.leader_for(topic, partition, current_leader_epoch).log
+
+    def leads(self, topic: str, partition: int) -> bool:
+        replicas: Optional[ReplicaManager] = self.__dict__.get("replicas")
+        part = None if replicas is None else replicas.partitions.get((topic, partition))
+        return part is not None and part.is_leader
+
+    def appended_internal(self, log: Log) -> None:
+        part = self.replicas.partitions.get((log.topic, log.partition))
+        if part is not None:
+            self.replicas.appended(part)
+        super().appended_internal(log)
+
+    def check_produce(self, log: Log, acks: int, min_insync_replicas: int) -> None:
+        self.replicas.check_produce(self.replicas.partitions[(log.topic, log.partition)], acks,
+                                    min_insync_replicas)
+
+    def produce_appended(self, log: Log, last_offset: int) -> Optional[int]:
+        self.replicas.appended(self.replicas.partitions[(log.topic, log.partition)])
+        return last_offset + 1 if log.high_watermark <= last_offset else None
+
+    def answer_produce(self, req: Request, response: Any, waits: dict[tuple[str, int], int]) -> None:
+        if not waits:
+            req.respond(response)
+            return
+        self.produce_purgatory.try_complete_else_watch(DelayedProduce(self, req, response, waits),
+                                                       list(waits))
+
+    def allocate_producer_id(self) -> int:
+        """The next id of the block the controller gave this broker (Kafka's
+        ``RPCProducerIdManager``: the next block is asked for when 90% is used)."""
+        if self._pid_next >= self._pid_end:
+            self._fetch_producer_ids()
+            raise BrokerError(_NO_PRODUCER_IDS, "Waiting for a producer id block from the controller")
+        pid = self._pid_next
+        self._pid_next += 1
+        if self._pid_end - self._pid_next < 100:
+            self._fetch_producer_ids()
+        return pid
+
+    def reserve_producer_id(self, pid: int) -> None:
+        """Ids come from the controller's blocks, unique across the cluster."""
+
+    def _fetch_producer_ids(self) -> None:
+        if self._pid_fetching or self.broker_epoch < 0:
+            return
+        self._pid_fetching = True
+        cls = request_codec(ApiKey.ALLOCATE_PRODUCER_IDS).cls
+
+        def answered(resp: Optional[Any]) -> None:
+            self._pid_fetching = False
+            if resp is not None and not resp.error_code and self._pid_next >= self._pid_end - 100:
+                self._pid_next = resp.producer_id_start
+                self._pid_end = resp.producer_id_start + resp.producer_id_len
+
+        self.send_to_controller(ApiKey.ALLOCATE_PRODUCER_IDS, 0,
+                                cls(broker_id=self.node_id, broker_epoch=self.broker_epoch), answered)
+
+    def close(self, clean: bool = True) -> None:
+        """Stop: replication and the metadata replica first, then the broker core."""
+        if self.closed:
+            return
+        if self._heartbeat_task is not None:
+            self._heartbeat_task.cancel()
+        self.produce_purgatory.shutdown()
+        self.replicas.shutdown()
+        self.raft.shutdown(graceful=clean)
+        self.metadata_log.close(clean)
+        super().close(clean)
+
+    # ------------------------------------------------------------------ handlers
+    def _init_producer_id(self, req: Request) -> None:
+        cls = response_codec(ApiKey.INIT_PRODUCER_ID).cls
+        if req.body.transactional_id is not None:
+            req.respond(cls(error_code=ErrorCode.NOT_COORDINATOR, producer_id=-1, producer_epoch=-1))
+            return
+        try:
+            pid = self.allocate_producer_id()
+        except BrokerError as exc:
+            req.respond(cls(error_code=exc.code, producer_id=-1, producer_epoch=-1))
+            return
+        req.respond(cls(error_code=0, producer_id=pid, producer_epoch=0))
+
+    def _fetch(self, req: Request) -> None:
+        body, ver = req.body, req.version
+        replica_id = request_replica_id(body, ver)
+        if replica_id < 0:
+            super()._fetch(req)
+            return
+        resp = self.replicas.handle_replica_fetch(body, ver, replica_id)
+        busy = any(pd.records or pd.error_code or pd.diverging_epoch is not None
+                   for t in resp.responses for pd in t.partitions)
+        if busy or body.max_wait_ms <= 0:
+            req.respond(resp)
+            return
+        offsets: dict[tuple[str, int], tuple[int, int]] = {}
+        for t in body.topics:
+            info = self.image.topics_by_id.get(t.topic_id) if ver >= 13 else self.image.topics.get(t.topic)
+            if info is None:
+                req.respond(resp)
+                return
+            for p in t.partitions:
+                part = self.replicas.partitions.get((info.name, p.partition))
+                hw = -1 if part is None else part.log.high_watermark
+                offsets[(info.name, p.partition)] = (p.fetch_offset, hw)
+        self.fetch_purgatory.try_complete_else_watch(
+            DelayedReplicaFetch(self, req, replica_id, offsets), list(offsets))
+
+    def _forward(self, req: Request) -> None:
+        """Kafka's forwarding: the controller answers, at the client's version."""
+        def answered(resp: Optional[Any]) -> None:
+            if resp is None:
+                self._answer_error(req, ErrorCode.REQUEST_TIMED_OUT, run_handler=True)
+                return
+            req.respond(resp)
+        self.send_to_controller(req.api_key, req.version, req.body, answered)
+
+    def _create_internal_topic(self, name: str, partitions: int, configs: dict[str, str]) -> None:
+        """Ask the controller for ``name`` (auto-created topics, ``__consumer_offsets``)."""
+        if name in self._creating:
+            return
+        self._creating.add(name)
+        cls = request_codec(ApiKey.CREATE_TOPICS).cls
+        rf = (min(OFFSETS_TOPIC_REPLICATION_FACTOR, max(1, len(self._alive())))
+              if name == OFFSETS_TOPIC else -1)
+        body = cls(topics=[cls.CreatableTopic(
+            name=name, num_partitions=partitions, replication_factor=rf, assignments=[],
+            configs=[cls.CreatableTopicConfig(name=k, value=v) for k, v in configs.items()])],
+            timeout_ms=_FORWARD_TIMEOUT_MS, validate_only=False)
+
+        def answered(resp: Optional[Any]) -> None:
+            self._creating.discard(name)
+
+        self.send_to_controller(ApiKey.CREATE_TOPICS, 7, body, answered)
+
+    def _metadata(self, req: Request) -> None:
+        body, ver = req.body, req.version
+        cls = response_codec(ApiKey.METADATA).cls
+        image = self.image
+        alive = self._alive()
+        alive_ids = {b.id for b in alive}
+        if body.topics is None or (ver == 0 and not body.topics):
+            wanted: list[tuple[Optional[str], Uuid]] = [(n, Uuid.ZERO) for n in sorted(image.topics)]
+        else:
+            wanted = [(t.name, getattr(t, "topic_id", Uuid.ZERO) or Uuid.ZERO) for t in body.topics]
+        auto = self.config.auto_create_topics and (ver < 4 or body.allow_auto_topic_creation)
+        topics_out = []
+        for name, tid in wanted:
+            info = image.topics.get(name) if name is not None else image.topics_by_id.get(tid)
+            if info is None:
+                if name is None:
+                    code = ErrorCode.UNKNOWN_TOPIC_ID
+                elif topic_name_error(name) is not None:
+                    code = ErrorCode.INVALID_TOPIC_EXCEPTION
+                elif auto and not name.startswith("__"):
+                    self._create_internal_topic(name, self.config.num_partitions, {})
+                    code = ErrorCode.LEADER_NOT_AVAILABLE
+                else:
+                    code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                topics_out.append(cls.MetadataResponseTopic(error_code=code, name=name, topic_id=tid))
+                continue
+            parts = []
+            for index, p in sorted(info.partitions.items()):
+                parts.append(cls.MetadataResponsePartition(
+                    error_code=ErrorCode.LEADER_NOT_AVAILABLE if p.leader == NO_LEADER else 0,
+                    partition_index=index, leader_id=p.leader, leader_epoch=p.leader_epoch,
+                    replica_nodes=list(p.replicas), isr_nodes=list(p.isr),
+                    offline_replicas=[r for r in p.replicas if r not in alive_ids]))
+            topics_out.append(cls.MetadataResponseTopic(
+                error_code=0, name=info.name, topic_id=info.topic_id,
+                is_internal=info.name.startswith("__"), partitions=parts))
+        brokers = []
+        for b in alive:
+            ep = b.listeners[0] if b.listeners else None
+            if ep is not None:
+                brokers.append(cls.MetadataResponseBroker(node_id=b.id, host=ep.host, port=ep.port,
+                                                          rack=b.rack))
+        # a KRaft broker names a live broker as "controller": clients cannot reach controllers
+        controller = self.node_id if self.node_id in alive_ids else (min(alive_ids) if alive_ids else -1)
+        req.respond(cls(brokers=brokers, cluster_id=self.logs.cluster_id, controller_id=controller,
+                        topics=topics_out))
+
+    def _describe_cluster(self, req: Request) -> None:
+        cls = response_codec(ApiKey.DESCRIBE_CLUSTER).cls
+        endpoint = req.body.endpoint_type if req.version >= 1 else 1
+        if endpoint != 1:
+            self.admin.describe_cluster(req.body, req.version, req.respond)  # its error answer
+            return
+        out = cls(error_code=0, error_message=None, cluster_id=self.logs.cluster_id,
+                  controller_id=self.node_id, brokers=[
+                      cls.DescribeClusterBroker(broker_id=b.id, host=b.listeners[0].host,
+                                                port=b.listeners[0].port, rack=b.rack)
+                      for b in self._alive() if b.listeners],
+                  cluster_authorized_operations=-2147483648)
+        if req.version >= 1:
+            out.endpoint_type = endpoint
+        req.respond(out)
+
+    def _find_coordinator(self, req: Request) -> None:
+        """The leader of the key's ``__consumer_offsets`` partition; the topic is created
+        (through the controller) on first use, COORDINATOR_NOT_AVAILABLE until it has leaders."""
+        cls = response_codec(ApiKey.FIND_COORDINATOR).cls
+        key_type = req.body.key_type if req.version >= 1 else 0
+        keys = list(req.body.coordinator_keys) if req.version >= 4 else [req.body.key]
+        answers = []
+        for key in keys:
+            node, code = -1, ErrorCode.COORDINATOR_NOT_AVAILABLE
+            if key_type not in (0, 1):
+                code = ErrorCode.INVALID_REQUEST
+            elif key_type == 0:
+                info = self.image.topics.get(OFFSETS_TOPIC)
+                if info is None:
+                    self._create_internal_topic(
+                        OFFSETS_TOPIC, self.config.offsets_topic_num_partitions,
+                        {"cleanup.policy": "compact", "compression.type": "producer",
+                         "segment.bytes": "104857600"})
+                else:
+                    p = info.partitions.get(partition_for(key, len(info.partitions)))
+                    b = self.image.brokers.get(p.leader) if p is not None else None
+                    if b is not None and not b.fenced and b.listeners:
+                        node, code = b.id, 0
+            answers.append((key, node, code))
+        out = []
+        for key, node, code in answers:
+            b = self.image.brokers.get(node)
+            host, port = (b.listeners[0].host, b.listeners[0].port) if b is not None and not code else ("", -1)
+            out.append((key, node, host, port, code))
+        if req.version < 4:
+            _, node, host, port, code = out[0]
+            req.respond(cls(error_code=code, node_id=node, host=host, port=port))
+            return
+        req.respond(cls(coordinators=[cls.Coordinator(key=k, node_id=n, host=h, port=p, error_code=c)
+                                      for k, n, h, p, c in out]))
+
+    def _gate_group(self, handler: Callable[[Request], None]) -> Callable[[Request], None]:
+        """Only the coordinator of every group a request names handles it."""
+        def gated(req: Request) -> None:
+            info = self.image.topics.get(OFFSETS_TOPIC)
+            groups = _GROUP_IDS[req.api_key](req.body, req.version)
+            if info is None or not all(
+                    self.leads(OFFSETS_TOPIC, partition_for(g, len(info.partitions))) for g in groups):
+                self._answer_error(req, ErrorCode.NOT_COORDINATOR, run_handler=True)
+                return
+            handler(req)
+        return gated
