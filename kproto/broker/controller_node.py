@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, Union
+from typing import Iterable, Mapping, Optional, Sequence, Union
 
 from kproto.broker.controller import ControllerConfig, QuorumController
 from kproto.broker.core import Channel, Request, parse_request
