@@ -12,6 +12,7 @@ SUBCOMMAND_MODULES = [
     "kproto.cli.admin",
     "kproto.cli.assign",
     "kproto.cli.broker",
+    "kproto.cli.cluster",
     "kproto.cli.client",
     "kproto.cli.decode_pcap",
     "kproto.cli.dump_log",
