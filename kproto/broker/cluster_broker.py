@@ -35,6 +35,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from kproto.broker.configs import BrokerConfig
 from kproto.broker.controller import METADATA_VERSION_3_9
+from kproto.broker.controller_node import CONTROLLER_APIS
 from kproto.broker.core import BrokerCore, Request
 from kproto.broker.group import GroupCoordinator
 from kproto.broker.log import BrokerError, Log, topic_name_error
@@ -201,6 +202,17 @@ class ClusterBrokerCore(BrokerCore):
         self._register()
 
     # ------------------------------------------------------------------ views
+    def _compute_api_versions(self) -> dict[int, tuple[int, int]]:
+        # forwarded APIs at the versions the controller serves (Kafka's broker advertises the
+        # forwardable APIs the controller's ApiVersions lists): ElectLeaders and the
+        # reassignment APIs have no single-broker handler to take a range from
+        out = super()._compute_api_versions()
+        for key in FORWARDED_APIS:
+            lo, hi = CONTROLLER_APIS[key]
+            valid = request_codec(key).valid_versions
+            out[int(key)] = (max(lo, valid.start), min(hi, valid[-1]))
+        return out
+
     @property
     def controller_id(self) -> int:
         """The active controller as the metadata log's leader is known (-1: none known)."""

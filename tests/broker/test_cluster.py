@@ -1,0 +1,284 @@
+"""The first hour with a kproto cluster through real clients (issue 17): what the metadata says,
+topic admin through any broker, leader elections, a whole-cluster restart, a group's
+coordinator failing over and the ``kproto logdir`` story of a run with a failover."""
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from typing import Any, Callable
+
+import pytest
+
+from kproto.broker.offsets_topic import OFFSETS_TOPIC
+from kproto.cli.main import main as cli_main
+from kproto.client.connection import Connection
+from kproto.codecs import request as request_codec
+from kproto.schemas.api_keys import ApiKey
+from kproto.testing import CLUSTER_TEST_DEFAULTS, TEST_DEFAULTS, ClusterThread
+
+ck = pytest.importorskip("confluent_kafka")
+from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry,  # noqa: E402
+                                   ConfigResource, NewPartitions, NewTopic)
+
+TOPIC_TYPE = 2  # DescribeConfigs resource type of a topic
+
+
+def admin(cluster: ClusterThread) -> Any:
+    return AdminClient({"bootstrap.servers": cluster.bootstrap})
+
+
+def done(futures: dict[Any, Any], timeout: float = 15.0) -> dict[Any, Any]:
+    """The results of an AdminClient call's futures (raising the first error)."""
+    return {k: f.result(timeout) for k, f in futures.items()}
+
+
+def eventually(check: Callable[[], Any], timeout: float = 15.0, what: str = "condition") -> Any:
+    """Poll ``check()`` from the test's thread until it returns something truthy."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.05)
+
+
+def topic_metadata(client: Any, topic: str) -> Any:
+    return client.list_topics(topic, timeout=5).topics[topic]
+
+
+def led_everywhere(client: Any, topic: str, partitions: int) -> Any:
+    """The topic's metadata once it has every partition with a leader, else None."""
+    t = topic_metadata(client, topic)
+    if t.error is None and len(t.partitions) == partitions and \
+            all(p.leader >= 0 and p.error is None for p in t.partitions.values()):
+        return t
+    return None
+
+
+def partition_dirs(cluster: ClusterThread, broker: int, topic: str) -> set[int]:
+    """The partitions of ``topic`` whose folders are in the broker's log dir."""
+    root = os.path.join(cluster.data_dir, f"broker-{broker}")
+    prefix = topic + "-"
+    return {int(name[len(prefix):]) for name in os.listdir(root)
+            if name.startswith(prefix) and name[len(prefix):].isdigit()}
+
+
+def addresses(cluster: ClusterThread) -> dict[int, tuple[str, int]]:
+    return cluster.inspect(lambda c: {n: (b.config.host, b.config.port)
+                                      for n, b in c.brokers.items() if b.running})
+
+
+def request_each(cluster: ClusterThread, body: Any) -> dict[int, Any]:
+    """``body`` sent to every running broker with kproto's connection; the answers by broker."""
+    async def ask() -> dict[int, Any]:
+        out = {}
+        for node, (host, port) in addresses(cluster).items():
+            async with await Connection.open(host, port) as conn:
+                out[node] = await conn.request(body)
+        return out
+    return asyncio.run(ask())
+
+
+def produce(cluster: ClusterThread, topic: str, values: list[bytes], **config: Any) -> list[Any]:
+    """Produce with acks=all; the delivered messages in order of delivery."""
+    p = ck.Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "linger.ms": 5,
+                     "enable.idempotence": True, **config})
+    delivered: list[Any] = []
+
+    def cb(err: Any, msg: Any) -> None:
+        assert err is None, err
+        delivered.append(msg)
+
+    for i, v in enumerate(values):
+        p.produce(topic, value=v, key=str(i).encode(), on_delivery=cb)
+    assert p.flush(30) == 0
+    assert len(delivered) == len(values)
+    return delivered
+
+
+def consume(cluster: ClusterThread, topic: str, count: int, group: str, **config: Any) -> list[Any]:
+    c = ck.Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group,
+                     "auto.offset.reset": "earliest", "enable.auto.commit": False, **config})
+    c.subscribe([topic])
+    out: list[Any] = []
+    deadline = time.monotonic() + 30
+    try:
+        while len(out) < count and time.monotonic() < deadline:
+            m = c.poll(0.2)
+            if m is not None and m.error() is None:
+                out.append(m)
+    finally:
+        c.close()
+    return out
+
+
+# ---------------------------------------------------------------------------- metadata
+@pytest.mark.kafka_cluster(brokers=3, controllers=1)
+def test_metadata_shows_brokers_leaders_replicas_and_sparse_log_dirs(kafka_cluster: ClusterThread) -> None:
+    a = admin(kafka_cluster)
+    done(a.create_topics([NewTopic("spread", 6, 3), NewTopic("pairs", 6, 2)]))
+    cluster_id = kafka_cluster.inspect(lambda c: c.cluster_id)
+
+    described = a.describe_cluster().result(10)
+    assert described.cluster_id == cluster_id
+    assert sorted(n.id for n in described.nodes) == [1, 2, 3]
+    assert described.controller.id in (1, 2, 3)  # a KRaft broker names a broker
+    md = a.list_topics(timeout=5)
+    assert md.cluster_id == cluster_id and sorted(md.brokers) == [1, 2, 3]
+
+    for topic, rf in (("spread", 3), ("pairs", 2)):
+        t = eventually(lambda: led_everywhere(a, topic, 6), what=f"{topic} led")
+        image = kafka_cluster.inspect(lambda c: {i: (p.leader, list(p.replicas), list(p.isr))
+                                                 for i, p in c.image().topics[topic].partitions.items()})
+        for i, p in t.partitions.items():
+            assert (p.leader, p.replicas, p.isrs) == image[i]
+            assert len(set(p.replicas)) == rf and p.leader == p.replicas[0]
+            assert sorted(p.isrs) == sorted(p.replicas)
+        # leaders on all three brokers
+        assert {p.leader for p in t.partitions.values()} == {1, 2, 3}
+        # every broker's log dir holds its replicas and no other
+        for broker in (1, 2, 3):
+            hosted = {i for i, p in t.partitions.items() if broker in p.replicas}
+            assert partition_dirs(kafka_cluster, broker, topic) == hosted
+    assert all(len({b for b in (1, 2, 3) if i in partition_dirs(kafka_cluster, b, "pairs")}) == 2
+               for i in range(6))
+
+
+# ---------------------------------------------------------------------------- topic admin
+@pytest.mark.kafka_cluster(brokers=3, controllers=1)
+def test_delete_grow_and_configure_topics_through_any_broker(kafka_cluster: ClusterThread) -> None:
+    a = admin(kafka_cluster)
+    done(a.create_topics([NewTopic("doomed", 3, 3), NewTopic("grow", 2, 2),
+                          NewTopic("tuned", 1, 3)]))
+    eventually(lambda: all(partition_dirs(kafka_cluster, b, "doomed") == {0, 1, 2} for b in (1, 2, 3)),
+               what="doomed's replicas on every broker")
+
+    done(a.delete_topics(["doomed"]))
+    eventually(lambda: not any(partition_dirs(kafka_cluster, b, "doomed") for b in (1, 2, 3)),
+               what="doomed's replicas deleted")
+    assert "doomed" not in a.list_topics(timeout=5).topics
+    assert not any(name.startswith("doomed") for b in (1, 2, 3)
+                   for name in os.listdir(os.path.join(kafka_cluster.data_dir, f"broker-{b}")))
+
+    done(a.create_partitions([NewPartitions("grow", 5)]))
+    t = eventually(lambda: led_everywhere(a, "grow", 5), what="grow has 5 led partitions")
+    for broker in (1, 2, 3):
+        hosted = {i for i, p in t.partitions.items() if broker in p.replicas}
+        assert eventually(lambda: partition_dirs(kafka_cluster, broker, "grow") == hosted,
+                          what=f"grow's replicas on broker {broker}")
+    produce(kafka_cluster, "grow", [b"x"] * 20)
+
+    resource = ConfigResource(ConfigResource.Type.TOPIC, "tuned", incremental_configs=[
+        ConfigEntry("retention.ms", "123456", incremental_operation=AlterConfigOpType.SET),
+        ConfigEntry("max.message.bytes", "54321", incremental_operation=AlterConfigOpType.SET)])
+    done(a.incremental_alter_configs([resource]))
+
+    cls = request_codec(ApiKey.DESCRIBE_CONFIGS).cls
+    body = cls(resources=[cls.DescribeConfigsResource(resource_type=TOPIC_TYPE, resource_name="tuned",
+                                                      configuration_keys=None)],
+               include_synonyms=False, include_documentation=False)
+
+    def seen_everywhere() -> bool:
+        for node, resp in request_each(kafka_cluster, body).items():
+            (res,) = resp.results
+            assert res.error_code == 0, (node, res.error_code)
+            values = {c.name: (c.value, c.config_source) for c in res.configs}
+            if values.get("retention.ms") != ("123456", 1) or \
+                    values.get("max.message.bytes") != ("54321", 1):  # 1: DYNAMIC_TOPIC_CONFIG
+                return False
+        return True
+
+    eventually(seen_everywhere, what="the topic's configs on every broker")
+    # AdminClient sees it as well, with the defaults of the rest
+    (entries,) = done(a.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, "tuned")])).values()
+    assert entries["retention.ms"].value == "123456" and not entries["retention.ms"].is_default
+    assert entries["cleanup.policy"].value == "delete" and entries["cleanup.policy"].is_default
+    # and the broker applies it: a record over max.message.bytes is refused
+    p = ck.Producer({"bootstrap.servers": kafka_cluster.bootstrap, "acks": "all"})
+    errors: list[Any] = []
+    p.produce("tuned", value=b"z" * 60_000, on_delivery=lambda err, msg: errors.append(err))
+    p.flush(10)
+    assert errors and errors[0].code() == ck.KafkaError.MSG_SIZE_TOO_LARGE
+
+
+# ---------------------------------------------------------------------------- elections
+@pytest.mark.kafka_cluster(brokers=3, controllers=1)
+def test_preferred_leader_election_moves_leadership_back(kafka_cluster: ClusterThread) -> None:
+    a = admin(kafka_cluster)
+    done(a.create_topics([NewTopic("pref", 3, 3)]))
+    t = eventually(lambda: led_everywhere(a, "pref", 3), what="pref led")
+    preferred = {i: p.replicas[0] for i, p in t.partitions.items()}
+    produce(kafka_cluster, "pref", [b"before"] * 30)
+
+    # broker 1 shuts down cleanly (its leadership moves away) and comes back as a follower
+    kafka_cluster.stop(1)
+    moved = {i for i, b in preferred.items() if b == 1}
+    assert moved and all(kafka_cluster.leader("pref", i) not in (None, 1) for i in moved)
+    kafka_cluster.start(1)
+    kafka_cluster.wait_for(lambda c: all(1 in c.isr("pref", i) for i in range(3)), 15,
+                           "broker 1 back in every ISR")
+    assert all(kafka_cluster.leader("pref", i) != 1 for i in moved)
+
+    result = a.elect_leaders(ck.ElectionType.PREFERRED,
+                             [ck.TopicPartition("pref", i) for i in range(3)]).result(10)
+    # each partition not led by its preferred replica is elected, the others need no election
+    assert {tp.partition: (err.code() if err else None) for tp, err in result.items()} == \
+        {i: None if i in moved else ck.KafkaError.ELECTION_NOT_NEEDED for i in range(3)}
+    kafka_cluster.wait_for(lambda c: all(c.leader("pref", i) == preferred[i] for i in range(3)), 10,
+                           "every partition led by its preferred replica")
+    t = eventually(lambda: (lambda t: t if all(p.leader == preferred[i] for i, p in t.partitions.items())
+                            else None)(topic_metadata(a, "pref")), what="clients see the preferred leaders")
+    # nothing lost on the way, and producing goes on at the preferred leaders
+    produce(kafka_cluster, "pref", [b"after"] * 30)
+    assert len(consume(kafka_cluster, "pref", 60, "pref-reader")) == 60
+
+
+@pytest.mark.kafka_cluster(brokers=3, controllers=1, min_insync_replicas=1)
+def test_unclean_leader_election_only_where_enabled(kafka_cluster: ClusterThread) -> None:
+    a = admin(kafka_cluster)
+    done(a.create_topics([
+        NewTopic("clean", 1, replica_assignment=[[1, 2]]),
+        NewTopic("unclean", 1, replica_assignment=[[1, 2]],
+                 config={"unclean.leader.election.enable": "true"})]))
+    for topic in ("clean", "unclean"):
+        eventually(lambda: led_everywhere(a, topic, 1), what=f"{topic} led")
+        assert kafka_cluster.leader(topic, 0) == 1
+    produce(kafka_cluster, "clean", [b"both"] * 5)
+    produce(kafka_cluster, "unclean", [b"both"] * 5)
+
+    # the follower goes (a controlled shutdown: out of the ISR at once), the leader takes
+    # writes alone
+    kafka_cluster.stop(2)
+    kafka_cluster.wait_for(lambda c: c.isr("clean", 0) == [1] and c.isr("unclean", 0) == [1], 15,
+                           "ISR shrunk to the leader")
+    produce(kafka_cluster, "clean", [b"leader only"] * 5)
+    produce(kafka_cluster, "unclean", [b"leader only"] * 5)
+
+    # the leader dies, then only the stale follower comes back
+    kafka_cluster.stop(1, abrupt=True)
+    kafka_cluster.wait_for(lambda c: c.leader("clean", 0) is None, 15, "no leader once 1 is fenced")
+    kafka_cluster.start(2)
+    kafka_cluster.wait_for(lambda c: c.leader("unclean", 0) == 2, 15,
+                           "the stale follower elected where unclean election is enabled")
+    t = topic_metadata(a, "unclean")
+    assert t.partitions[0].leader == 2 and t.partitions[0].isrs == [2]
+    # broker 2 is alive and in the replicas, yet "clean" stays without a leader
+    assert kafka_cluster.inspect(lambda c: c.image().brokers[2].fenced) is False
+    time.sleep(0.5)
+    p = topic_metadata(a, "clean").partitions[0]
+    assert p.leader == -1 and p.error is not None
+    assert p.error.code() == ck.KafkaError.LEADER_NOT_AVAILABLE
+    assert kafka_cluster.isr("clean", 0) == [1]
+
+    # the last in-sync replica returns and leads again, with every acknowledged record
+    kafka_cluster.start(1)
+    kafka_cluster.wait_for(lambda c: c.leader("clean", 0) == 1, 15, "the old leader back")
+    assert [m.value() for m in consume(kafka_cluster, "clean", 10, "clean-reader")] == \
+        [b"both"] * 5 + [b"leader only"] * 5
+    # the unclean side kept only what its new leader had
+    kafka_cluster.wait_for(lambda c: c.isr("unclean", 0) == [1, 2] or c.isr("unclean", 0) == [2, 1],
+                           15, "the old leader back in sync as a follower")
+    assert [m.value() for m in consume(kafka_cluster, "unclean", 5, "unclean-reader")] == [b"both"] * 5
