@@ -37,7 +37,6 @@ from kproto.broker.configs import BrokerConfig
 from kproto.broker.controller import METADATA_VERSION_3_9
 from kproto.broker.controller_node import CONTROLLER_APIS
 from kproto.broker.core import BrokerCore, Request
-from kproto.broker.group import GroupCoordinator
 from kproto.broker.log import BrokerError, Log, topic_name_error
 from kproto.broker.metadata import NO_LEADER, TOPIC_RESOURCE, MetadataImage, PartitionInfo
 from kproto.broker.offsets_topic import OFFSETS_TOPIC, partition_for
@@ -115,6 +114,34 @@ class DelayedProduce(DelayedOperation):
         for key in self.waits:
             self.results[key].error_code = ErrorCode.REQUEST_TIMED_OUT
         self.req.respond(self.response)
+
+
+class DelayedReplication(DelayedOperation):
+    """A coordinator's append waiting to be committed (Kafka appends group and transaction
+    records with acks=all): ``then(0)`` once the high watermark passes ``offset``,
+    NOT_COORDINATOR if the broker stopped leading the partition, REQUEST_TIMED_OUT at
+    ``timeout_ms``."""
+
+    def __init__(self, core: ClusterBrokerCore, log: Log, offset: int, then: Callable[[int], None],
+                 timeout_ms: int) -> None:
+        super().__init__(max(1, timeout_ms))
+        self.core, self.log, self.offset, self.then = core, log, offset, then
+        part = core.replicas.partitions.get((log.topic, log.partition))
+        self.epoch = -1 if part is None else part.leader_epoch
+        self.error = ErrorCode.REQUEST_TIMED_OUT
+
+    def try_complete(self) -> bool:
+        part = self.core.replicas.partitions.get((self.log.topic, self.log.partition))
+        if part is None or not part.is_leader or part.leader_epoch != self.epoch:
+            self.error = ErrorCode.NOT_COORDINATOR
+            return self.force_complete()
+        if part.log.high_watermark > self.offset:
+            self.error = ErrorCode.NONE
+            return self.force_complete()
+        return False
+
+    def on_complete(self) -> None:
+        self.then(self.error)
 
 
 class DelayedReplicaFetch(DelayedOperation):
@@ -392,8 +419,11 @@ class ClusterBrokerCore(BrokerCore):
             # waiting produces and fetches of a partition that changed hands answer now
             self.produce_purgatory.check_and_complete(key)
             self.fetch_purgatory.check_and_complete(key)
-        if self._led_offsets_partitions() != before:
-            self._reload_groups()
+        led = self._led_offsets_partitions()
+        if led != before:
+            # Kafka's onResignation/onElection: groups follow their partition's leadership
+            self.groups.unload_partitions(before - led)
+            self.groups.load_partitions(led - before)
 
     def _host(self, p: PartitionInfo) -> None:
         key = (p.topic, p.partition)
@@ -408,13 +438,6 @@ class ClusterBrokerCore(BrokerCore):
     def _led_offsets_partitions(self) -> set[int]:
         return {p for (t, p), part in self.replicas.partitions.items()
                 if t == OFFSETS_TOPIC and part.is_leader}
-
-    def _reload_groups(self) -> None:
-        """Coordinate the groups of the ``__consumer_offsets`` partitions led now (Kafka's
-        ``onElection``/``onResignation``): reloaded from their logs."""
-        self.groups.shutdown()
-        self.groups = GroupCoordinator(self)
-        self.txns.groups = self.groups
 
     def _partition_moved(self, part: Any) -> None:
         """A partition's log grew or its high watermark moved."""
@@ -432,6 +455,18 @@ class ClusterBrokerCore(BrokerCore):
         replicas: Optional[ReplicaManager] = self.__dict__.get("replicas")
         part = None if replicas is None else replicas.partitions.get((topic, partition))
         return part is not None and part.is_leader
+
+    def when_replicated(self, log: Log, offset: int, then: Callable[[int], None],
+                        timeout_ms: int) -> None:
+        self.produce_purgatory.try_complete_else_watch(
+            DelayedReplication(self, log, offset, then, timeout_ms), [(log.topic, log.partition)])
+
+    def has_partition(self, topic: str, partition: int) -> bool:
+        return self.image.partition(topic, partition) is not None
+
+    def known_topics(self) -> dict[str, tuple[Uuid, int, bool]]:
+        return {n: (t.topic_id, len(t.partitions), n.startswith("__"))
+                for n, t in self.image.topics.items()}
 
     def appended_internal(self, log: Log) -> None:
         part = self.replicas.partitions.get((log.topic, log.partition))

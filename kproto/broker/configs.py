@@ -51,6 +51,7 @@ class BrokerConfig:
     group_consumer_heartbeat_interval_ms: int = 5000  # group.consumer.heartbeat.interval.ms
     group_consumer_assignors: str = "uniform,range"  # group.consumer.assignors (first: default)
     offset_metadata_max_bytes: int = 4096           # offset.metadata.max.bytes
+    offsets_commit_timeout_ms: int = 5000           # offsets.commit.timeout.ms
     transaction_state_num_partitions: int = 50      # transaction.state.log.num.partitions
     transaction_max_timeout_ms: int = 900000        # transaction.max.timeout.ms
     # broker-level defaults of topic configs (see kproto.broker.configs for the others)
@@ -498,6 +499,7 @@ class ConfigManager:
             "group.min.session.timeout.ms": (c.group_min_session_timeout_ms, INT),
             "group.max.session.timeout.ms": (c.group_max_session_timeout_ms, INT),
             "offset.metadata.max.bytes": (c.offset_metadata_max_bytes, INT),
+            "offsets.commit.timeout.ms": (c.offsets_commit_timeout_ms, INT),
             "fetch.max.bytes": (c.fetch_max_bytes, INT),
             "max.incremental.fetch.session.cache.slots": (c.fetch_session_slots, INT),
             "log.retention.check.interval.ms": (c.log_retention_check_interval_ms, LONG),

@@ -32,7 +32,7 @@ import base64
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional, Protocol
+from typing import Any, Callable, Iterable, Optional, Protocol
 
 from kproto.broker.configs import BrokerConfig
 from kproto.broker.context import BrokerContext
@@ -491,11 +491,14 @@ class ConsumerGroupCoordinator:
             m.assigned = {Uuid(t.topic_id): set(t.partitions) for t in v.assigned_partitions}
             m.pending_revocation = {Uuid(t.topic_id): set(t.partitions) for t in v.partitions_pending_revocation}
 
-    def after_load(self) -> None:
+    def after_load(self, loaded: Optional[Iterable[str]] = None) -> None:
         """Owners' epochs rebuilt, offsets moved over from the classic side (offset records do
         not say the group's type), and every member's session started afresh as Kafka does
-        when a coordinator loads its partition."""
+        when a coordinator loads its partition (``loaded``: only these groups)."""
+        wanted = None if loaded is None else set(loaded)
         for gid, group in self.groups.items():
+            if wanted is not None and gid not in wanted:
+                continue
             group.partition_epochs.clear()
             for m in list(group.members.values()):
                 group.update_member(m, None)
@@ -573,17 +576,18 @@ class ConsumerGroupCoordinator:
                 pat = re.compile(m.subscribed_topic_regex)
             except re.error:
                 return names
-            names.update(n for n, t in self.core.logs.topics.items()
-                         if not t.is_internal and pat.fullmatch(n))
+            names.update(n for n, (_, _, internal) in self.core.known_topics().items()
+                         if not internal and pat.fullmatch(n))
         return names
 
     def _subscription_metadata(self, group: ConsumerGroup) -> TopicsMeta:
         out: TopicsMeta = {}
+        topics = self.core.known_topics()
         for m in group.members.values():
             for name in self._subscribed_names(m):
-                t = self.core.logs.topics.get(name)
+                t = topics.get(name)
                 if t is not None and name not in out:
-                    out[name] = (t.topic_id, len(t.partitions))
+                    out[name] = (t[0], t[1])
         return out
 
     # ------------------------------------------------------------------ ConsumerGroupHeartbeat
@@ -854,7 +858,7 @@ class ConsumerGroupCoordinator:
     # ------------------------------------------------------------------ ConsumerGroupDescribe
     def describe(self, body: Any, version: int, respond: Respond) -> None:
         cls = response_codec(ApiKey.CONSUMER_GROUP_DESCRIBE).cls
-        names = {t.topic_id: n for n, t in self.core.logs.topics.items()}
+        names = {tid: n for n, (tid, _, _) in self.core.known_topics().items()}
 
         def assignment(a: Assignment) -> Any:
             return cls.Assignment(topic_partitions=[
@@ -947,6 +951,15 @@ class ConsumerGroupCoordinator:
         for pid, items in group.pending_txn_offsets.items():
             classic.pending_txn_offsets.setdefault(pid, {}).update(items)
         return E.NONE
+
+    def unload(self, group_ids: Iterable[str]) -> None:
+        """Forget these groups (their partition is led elsewhere now): timers cancelled;
+        members find the new coordinator with their next heartbeat's NOT_COORDINATOR."""
+        gone = set(group_ids)
+        for key in [k for k in self._timers if k[1] in gone]:
+            self._timers.pop(key).cancel()
+        for gid in gone:
+            self.groups.pop(gid, None)
 
     def shutdown(self) -> None:
         for task in self._timers.values():

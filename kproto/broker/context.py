@@ -6,12 +6,13 @@ depend on this narrow face and not on the core that depends on them.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Mapping, Protocol
 
 from kproto.broker.configs import BrokerConfig, ConfigManager
 from kproto.broker.log import LogManager
 from kproto.broker.purgatory import DelayedOperationPurgatory
 from kproto.broker.timer import Clock, SystemTimer
+from kproto.codecs.primitives import Uuid
 
 __all__ = ["BrokerContext"]
 
@@ -38,6 +39,21 @@ class BrokerContext(Protocol):
 
     def appended_internal(self, log: Any) -> None:
         """A coordinator appended to ``log`` (an internal topic's partition)."""
+        ...
+
+    def when_replicated(self, log: Any, offset: int, then: Callable[[int], None],
+                        timeout_ms: int) -> None:
+        """Call ``then(error code)`` once ``offset`` of ``log`` is committed (replicated to the
+        ISR: at once on a single broker), with NOT_COORDINATOR if leadership was lost first
+        and REQUEST_TIMED_OUT after ``timeout_ms``."""
+        ...
+
+    def has_partition(self, topic: str, partition: int) -> bool:
+        """Whether the partition exists in the cluster (hosted here or not)."""
+        ...
+
+    def known_topics(self) -> Mapping[str, tuple[Uuid, int, bool]]:
+        """Every topic of the cluster: name -> (topic id, partition count, internal)."""
         ...
 
     def reserve_producer_id(self, pid: int) -> None: ...

@@ -496,6 +496,17 @@ class BrokerCore:
         """A coordinator wrote to an internal topic's partition: waiting fetches may complete."""
         self.fetch_purgatory.check_and_complete((log.topic, log.partition))
 
+    def when_replicated(self, log: Log, offset: int, then: Callable[[int], None],
+                        timeout_ms: int) -> None:
+        """``then(0)``: a single replica has committed what it appended."""
+        then(ErrorCode.NONE)
+
+    def has_partition(self, topic: str, partition: int) -> bool:
+        return self.logs.get(topic, partition) is not None
+
+    def known_topics(self) -> dict[str, tuple[Uuid, int, bool]]:
+        return {n: (t.topic_id, len(t.partitions), t.is_internal) for n, t in self.logs.topics.items()}
+
     def check_produce(self, log: Log, acks: int, min_insync_replicas: int) -> None:
         """Before an append: with acks=all, enough replicas in sync (Kafka's
         ``Partition.appendRecordsToLeader``). One replica is in sync here."""

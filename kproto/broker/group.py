@@ -362,12 +362,16 @@ class GroupCoordinator:
         self.append_records(group.group_id, [self.group_record(group)])
 
     # -------------------------------------------------------------- load
-    def _load(self) -> None:
-        """Rebuild groups and offsets from ``__consumer_offsets`` (Kafka's ``loadGroupsAndOffsets``)."""
+    def _load(self, partitions: Optional[set[int]] = None) -> None:
+        """Rebuild groups and offsets from ``__consumer_offsets`` (Kafka's
+        ``loadGroupsAndOffsets``): every partition this broker leads, or only ``partitions``."""
         topic = self.core.logs.topics[OFFSETS_TOPIC]
+        loaded: set[str] = set()
         for lg in topic.logs:
-            if not self.core.leads(lg.topic, lg.partition):
+            if not self.core.leads(lg.topic, lg.partition) or \
+                    (partitions is not None and lg.partition not in partitions):
                 continue  # a cluster broker coordinates the groups of the partitions it leads
+            before = set(self.groups) | set(self.consumer.groups)
             pending: dict[int, list[tuple[str, tuple[str, int], Optional[OffsetAndMetadata]]]] = {}
             for batch in lg.batches():
                 if batch.is_control:
@@ -386,13 +390,44 @@ class GroupCoordinator:
                 for gid, tp, om in items:
                     if om is not None:
                         self.get_or_create_group(gid).pending_txn_offsets.setdefault(pid, {})[tp] = om
-        for group in list(self.groups.values()):
+            loaded |= (set(self.groups) | set(self.consumer.groups)) - before
+        for gid in loaded:
+            group = self.groups.get(gid)
+            if group is None:
+                continue
             if group.state == DEAD:
-                del self.groups[group.group_id]
+                del self.groups[gid]
                 continue
             for member in group.members.values():
                 self.complete_and_schedule_heartbeat(group, member)
-        self.consumer.after_load()
+        self.consumer.after_load(loaded)
+
+    def load_partitions(self, partitions: set[int]) -> None:
+        """This broker became the leader of these ``__consumer_offsets`` partitions (Kafka's
+        ``onElection``): their groups are read back from the log."""
+        if partitions and OFFSETS_TOPIC in self.core.logs.topics:
+            self._load(partitions)
+
+    def unload_partitions(self, partitions: set[int]) -> None:
+        """This broker stopped leading these partitions (``onResignation``): their groups go,
+        members waiting on a rebalance are answered NOT_COORDINATOR, as Kafka's
+        ``onGroupUnloaded`` does, and look for the new coordinator."""
+        n = self.num_partitions
+        for gid, group in list(self.groups.items()):
+            if partition_for(gid, n) not in partitions:
+                continue
+            group.state = DEAD
+            del self.groups[gid]
+            for member in group.members.values():
+                join, member.awaiting_join = member.awaiting_join, None
+                if join is not None:
+                    join(JoinResult(E.NOT_COORDINATOR, member.member_id))
+                sync, member.awaiting_sync = member.awaiting_sync, None
+                if sync is not None:
+                    sync(SyncResult(E.NOT_COORDINATOR))
+                self.remove_heartbeat(group, member)
+            self.rebalance_purgatory.check_and_complete(("join", gid))
+        self.consumer.unload([gid for gid in self.consumer.groups if partition_for(gid, n) in partitions])
 
     def get_or_create_group(self, group_id: str) -> Group:
         g = self.groups.get(group_id)
@@ -826,8 +861,8 @@ class GroupCoordinator:
             cerr = self.consumer.offset_commit_error(cg, member_id, generation, version)
             if cerr:
                 return respond(result(lambda t, p: cerr))
-            codes = self._store_offsets(cg, body.topics, version >= 6, now)
-            return respond(result(lambda t, p: codes.get((t, p.partition_index), E.NONE)))
+            codes, last = self._store_offsets(cg, body.topics, version >= 6, now)
+            return self._answer_when_stored(body.group_id, codes, last, result, respond)
         group = self.groups.get(body.group_id)
         err: int = E.NONE
         if group is None:
@@ -850,18 +885,34 @@ class GroupCoordinator:
                     self.complete_and_schedule_heartbeat(group, group.members[member_id])
         if err or group is None:
             return respond(result(lambda t, p: err))
-        codes = self._store_offsets(group, body.topics, version >= 6, now)
-        respond(result(lambda t, p: codes.get((t, p.partition_index), E.NONE)))
+        codes, last = self._store_offsets(group, body.topics, version >= 6, now)
+        self._answer_when_stored(body.group_id, codes, last, result, respond)
+
+    def _answer_when_stored(self, group_id: str, codes: dict[tuple[str, int], int], last: int,
+                            result: Callable[[Callable[[str, Any], int]], Any], respond: Respond) -> None:
+        """Answer an OffsetCommit once its records (up to offset ``last``, -1: none written)
+        are committed in ``__consumer_offsets``, as Kafka appends them with acks=all: a commit
+        answered is not lost with its coordinator. One that does not commit fails the stored
+        partitions (NOT_COORDINATOR once leadership moved, else REQUEST_TIMED_OUT)."""
+        def then(err: int) -> None:
+            respond(result(lambda t, p: codes.get((t, p.partition_index), err)))
+
+        if last < 0:
+            then(E.NONE)
+            return
+        self.core.when_replicated(self.partition_log(group_id), last, then,
+                                  self.config.offsets_commit_timeout_ms)
 
     def _store_offsets(self, group: Union[Group, ConsumerGroup], topics: Any, with_epoch: bool,
-                       now: int) -> dict[tuple[str, int], int]:
-        """Write an OffsetCommit's offsets for a validated group; the per-partition errors."""
+                       now: int) -> tuple[dict[tuple[str, int], int], int]:
+        """Write an OffsetCommit's offsets for a validated group; the per-partition errors and
+        the offset of the last record written (-1: none)."""
         codes: dict[tuple[str, int], int] = {}
         records, oms = [], {}
         for t in topics:
             for p in t.partitions:
                 tp = (t.name, p.partition_index)
-                if self.core.logs.get(t.name, p.partition_index) is None:
+                if not self.core.has_partition(t.name, p.partition_index):
                     codes[tp] = E.UNKNOWN_TOPIC_OR_PARTITION
                 elif p.committed_metadata is not None and \
                         len(p.committed_metadata.encode()) > self.config.offset_metadata_max_bytes:
@@ -871,12 +922,13 @@ class GroupCoordinator:
                                            p.committed_metadata or "", now)
                     oms[tp] = om
                     records.append(self.offset_record(group.group_id, tp, om))
-        if records:
-            base = self.append_records(group.group_id, records)
-            for i, (tp, om) in enumerate(oms.items()):
-                om.record_offset = base + i
-                group.offsets[tp] = om
-        return codes
+        if not records:
+            return codes, -1
+        base = self.append_records(group.group_id, records)
+        for i, (tp, om) in enumerate(oms.items()):
+            om.record_offset = base + i
+            group.offsets[tp] = om
+        return codes, base + len(records) - 1
 
     def fetch_offsets(self, body: Any, version: int, respond: Respond) -> None:
         cls = response_codec(ApiKey.OFFSET_FETCH).cls
@@ -964,7 +1016,7 @@ class GroupCoordinator:
         for t in body.topics:
             for p in t.partitions:
                 tp = (t.name, p.partition_index)
-                if self.core.logs.get(*tp) is None:
+                if not self.core.has_partition(*tp):
                     codes[tp] = E.UNKNOWN_TOPIC_OR_PARTITION
                 elif subscribed and t.name in subscribed:
                     codes[tp] = E.GROUP_SUBSCRIBED_TO_TOPIC
@@ -1077,7 +1129,7 @@ class GroupCoordinator:
             for t in body.topics:
                 for p in t.partitions:
                     tp = (t.name, p.partition_index)
-                    if self.core.logs.get(*tp) is None:
+                    if not self.core.has_partition(*tp):
                         codes[tp] = E.UNKNOWN_TOPIC_OR_PARTITION
                     elif p.committed_metadata is not None and \
                             len(p.committed_metadata.encode()) > self.config.offset_metadata_max_bytes:
