@@ -82,6 +82,29 @@ def nemesis(cluster: ClusterThread, log: Callable[[str], None]) -> None:
     wait_healthy(cluster)
 
 
+def controller_failover(cluster: ClusterThread, log: Callable[[str], None]) -> None:
+    """A fault for ``run_chaos(faults=...)`` (a quorum of three controllers): kill -9 the active
+    controller; another is elected, then the killed one restarts and follows it, caught up."""
+    active = cluster.active_controller()
+    assert active is not None
+    log(f"kill -9 controller {active} (the active controller)")
+    cluster.stop(active, abrupt=True)
+    cluster.wait_for(lambda c: c.active_controller() not in (None, active), 30,
+                     "another controller to become active")
+    log(f"controller {cluster.active_controller()} is active")
+    time.sleep(1.0)
+    log(f"restart controller {active}")
+    cluster.start(active)
+
+    def following(c: Any) -> bool:
+        leader = c.active_controller()
+        node = c.controllers[active]
+        return leader is not None and node.running and node.replica.leader_id == leader \
+            and node.replica.high_watermark == c.controllers[leader].replica.high_watermark
+    cluster.wait_for(following, 30, f"controller {active} to follow the active one, caught up")
+    wait_healthy(cluster)
+
+
 def replica_logs(cluster: ClusterThread, history: History) -> dict[int, set[int]]:
     """Record each broker's log of every partition into the history; the ISR of each."""
     def collect(c: Any) -> tuple[dict[int, set[int]], list[tuple[int, int, list[tuple[int, bytes]]]]]:
@@ -143,9 +166,15 @@ def read_group(bootstrap: str, history: History, expected: int, members: int = 2
 
 
 def run_chaos(cluster: ClusterThread, producers: Iterable[Callable[[ClusterThread, History, threading.Event], None]],
-              log: Callable[[str], None] = print) -> CheckResult:
+              log: Callable[[str], None] = print, *, warmup: float = 1.5,
+              faults: Iterable[Callable[[ClusterThread, Callable[[str], None]], None]] = ()
+              ) -> CheckResult:
     """Produce through the chaos, then check the logs and a group's reads; the result (also
-    printed)."""
+    printed).
+
+    ``warmup``: seconds the producers write before the first fault (a JVM takes a while to
+    start). ``faults``: more faults, ``fault(cluster, log)`` one after another after the
+    nemesis, the producers still writing (e.g. :func:`controller_failover`)."""
     t0 = time.monotonic()
     say = log
     log = lambda what: say(f"{time.monotonic() - t0:6.1f} s  {what}")  # noqa: E731
@@ -156,8 +185,10 @@ def run_chaos(cluster: ClusterThread, producers: Iterable[Callable[[ClusterThrea
     for t in threads:
         t.start()
     try:
-        time.sleep(1.5)
+        time.sleep(warmup)
         nemesis(cluster, log)
+        for fault in faults:
+            fault(cluster, log)
         time.sleep(1.0)
     finally:
         stop.set()

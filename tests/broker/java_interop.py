@@ -1,6 +1,8 @@
 """The Java client (kafka-clients 3.9.1 from the shigawire-apache-flink-libraries wheel, a dev
 dependency) for the interop tests: ``tests/broker/java/KprotoInterop.java`` compiled once per
-test session against the wheel's jars, run against a broker, its JSON lines returned.
+test session against the wheel's jars, run against a broker, its JSON lines returned. The same
+class path holds ``KprotoChaosProducer`` (``java/KprotoChaosProducer.java``), the chaos run's
+producer.
 
 Also imported by ``tests/spark/test_spark_broker_logdir.py`` (which puts this folder on
 ``sys.path``)."""
@@ -13,7 +15,10 @@ import shutil
 import subprocess
 from typing import Any
 
-SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "java", "KprotoInterop.java")
+JAVA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "java")
+SOURCE = os.path.join(JAVA_DIR, "KprotoInterop.java")
+#: every program compiled onto the class path
+SOURCES = [SOURCE, os.path.join(JAVA_DIR, "KprotoChaosProducer.java")]
 #: kafka-clients and what it loads at run time (logging API, the codecs' libraries)
 JARS = ["kafka-clients", "slf4j-api", "lz4-java", "snappy-java", "zstd-jni"]
 
@@ -32,7 +37,8 @@ def jar_dir() -> str:
 
 
 def classpath(workdir: str) -> str:
-    """Compile KprotoInterop.java into ``workdir`` (once per process) and return the class path."""
+    """Compile the programs of :data:`SOURCES` into ``workdir`` (once per process) and return
+    the class path."""
     if "cp" not in _compiled:
         javac = shutil.which("javac")
         assert javac and shutil.which("java"), "Java 17 (java, javac) is needed for the Java interop tests"
@@ -42,20 +48,26 @@ def classpath(workdir: str) -> str:
             assert os.path.isfile(jar), jar
         out = os.path.join(workdir, "classes")
         os.makedirs(out, exist_ok=True)
-        proc = subprocess.run([javac, "-nowarn", "-encoding", "UTF-8", "-cp", jars[0], "-d", out, SOURCE],
+        proc = subprocess.run([javac, "-nowarn", "-encoding", "UTF-8", "-cp", jars[0], "-d", out, *SOURCES],
                               capture_output=True, text=True, timeout=120)
         assert proc.returncode == 0, proc.stderr
         _compiled["cp"] = os.pathsep.join([out] + jars)
     return _compiled["cp"]
 
 
+def command(cp: str, main_class: str, *args: str) -> list[str]:
+    """The command line running ``main_class`` of the class path with ``args``."""
+    java = shutil.which("java")
+    assert java
+    # a small, quickly started JVM: the tests' programs are short and share two cores
+    return [java, "-Xmx512m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+            "-cp", cp, main_class, *args]
+
+
 def run(cp: str, bootstrap: str, *phases: str, limit_s: int = 60) -> list[dict[str, Any]]:
     """Run the phases in one JVM (``admin`` first: it creates the topics); the events it printed.
     The program's own watchdog stops it after ``limit_s``; the process is killed a little later."""
-    java = shutil.which("java")
-    assert java
-    proc = subprocess.run([java, "-Xmx512m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
-                           "-cp", cp, "KprotoInterop", bootstrap, str(limit_s), *phases],
+    proc = subprocess.run(command(cp, "KprotoInterop", bootstrap, str(limit_s), *phases),
                           capture_output=True, text=True, timeout=limit_s + 30)
     assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stderr[-8000:]}\n{proc.stdout[-3000:]}"
     events = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
