@@ -58,8 +58,16 @@ class ClusterBroker(Broker):
         self.raft_config, self.replica_config = raft_config, replica_config
         self.broker_heartbeat_interval_ms = broker_heartbeat_interval_ms
         self.core: Optional[ClusterBrokerCore] = None  # type: ignore[assignment]
+        self._crash_files: Optional[asyncio.Future[None]] = None
+
+    async def settle(self) -> None:
+        """Wait until the files of an abrupt stop are written."""
+        if self._crash_files is not None:
+            await self._crash_files
+            self._crash_files = None
 
     async def start(self) -> ClusterBroker:
+        await self.settle()  # its directory as the crash left it
         self.config.port = await self.listen(self.config.host, self.config.port)
         self.network.register(self.node_id, self.config.host, self.config.port)
         self.core = ClusterBrokerCore(
@@ -84,6 +92,16 @@ class ClusterBroker(Broker):
                 await asyncio.wait_for(done, timeout)
             except asyncio.TimeoutError:
                 pass
+        if core is not None and abrupt:
+            # the other nodes lose it at once; the files a crash leaves (every active segment's
+            # preallocated indexes: seconds for tens of partitions) are written off the event
+            # loop the whole cluster shares, or the controller would fence every broker meanwhile
+            await self.stop_listening()
+            self.core = None
+            core.detach(clean=False)
+            self.network.drop_connections(self.node_id)
+            self._crash_files = asyncio.ensure_future(asyncio.to_thread(core.close, False))
+            return
         await self.close(clean=not abrupt)
         self.network.drop_connections(self.node_id)
 
@@ -178,6 +196,7 @@ class Cluster:
         for b in self.brokers.values():
             if b.running:
                 await b.close(clean=True)
+            await b.settle()
         for c in self.controllers.values():
             if c.running:
                 await c.stop()

@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 import pytest
 
-from kproto.broker.offsets_topic import OFFSETS_TOPIC
+from kproto.broker.offsets_topic import OFFSETS_TOPIC, partition_for
 from kproto.cli.main import main as cli_main
 from kproto.client.connection import Connection
 from kproto.codecs import request as request_codec
@@ -263,8 +263,9 @@ def test_unclean_leader_election_only_where_enabled(kafka_cluster: ClusterThread
     kafka_cluster.start(2)
     kafka_cluster.wait_for(lambda c: c.leader("unclean", 0) == 2, 15,
                            "the stale follower elected where unclean election is enabled")
-    t = topic_metadata(a, "unclean")
-    assert t.partitions[0].leader == 2 and t.partitions[0].isrs == [2]
+    p = eventually(lambda: (lambda p: p if p.leader == 2 else None)(
+        topic_metadata(a, "unclean").partitions[0]), what="clients see the unclean leader")
+    assert p.isrs == [2] and p.error is None
     # broker 2 is alive and in the replicas, yet "clean" stays without a leader
     assert kafka_cluster.inspect(lambda c: c.image().brokers[2].fenced) is False
     time.sleep(0.5)
@@ -282,3 +283,110 @@ def test_unclean_leader_election_only_where_enabled(kafka_cluster: ClusterThread
     kafka_cluster.wait_for(lambda c: c.isr("unclean", 0) == [1, 2] or c.isr("unclean", 0) == [2, 1],
                            15, "the old leader back in sync as a follower")
     assert [m.value() for m in consume(kafka_cluster, "unclean", 5, "unclean-reader")] == [b"both"] * 5
+
+
+# ---------------------------------------------------------------------------- restarts
+CONFIG = {**TEST_DEFAULTS, **CLUSTER_TEST_DEFAULTS}
+
+
+def by_partition(messages: list[Any]) -> dict[int, list[int]]:
+    out: dict[int, list[int]] = {}
+    for m in messages:
+        out.setdefault(m.partition(), []).append(m.offset())
+    return {p: sorted(offsets) for p, offsets in out.items()}
+
+
+def test_whole_cluster_restart_keeps_records_leaders_and_offsets(tmp_path: Any) -> None:
+    data = tmp_path / "cluster"
+    values = [f"r{i}".encode() for i in range(300)]
+    with ClusterThread(data, **CONFIG) as first:
+        cluster_id = first.inspect(lambda c: c.cluster_id)
+        first.create_topic("durable", partitions=3, replication_factor=3)
+        written = by_partition(produce(first, "durable", values))
+        first.wait_for(lambda c: all(c.isr("durable", p) and len(c.isr("durable", p)) == 3
+                                     for p in range(3)), 10, "full ISRs")
+    assert sorted(written) == [0, 1, 2] and all(o == list(range(len(o))) for o in written.values())
+
+    with ClusterThread(data, **CONFIG) as second:
+        assert second.inspect(lambda c: c.cluster_id) == cluster_id  # read from meta.properties
+        second.wait_for(lambda c: all(c.leader("durable", p) is not None
+                                      and sorted(c.isr("durable", p)) == [1, 2, 3] for p in range(3)),
+                        15, "leaders and full ISRs after the restart")
+        a = admin(second)
+        t = eventually(lambda: led_everywhere(a, "durable", 3), what="clients see the leaders")
+        assert all(sorted(p.isrs) == [1, 2, 3] for p in t.partitions.values())
+        read = consume(second, "durable", len(values), "restart-reader")
+        assert sorted(m.value() for m in read) == sorted(values)
+        assert by_partition(read) == written
+        # producing goes on where the logs ended
+        more = by_partition(produce(second, "durable", [b"after"] * 30))
+        for p, offsets in more.items():
+            assert offsets == list(range(len(written[p]), len(written[p]) + len(offsets)))
+
+
+# ---------------------------------------------------------------------------- groups
+def test_group_coordinator_failover_keeps_committed_offsets(tmp_path: Any, capsys: Any) -> None:
+    data = tmp_path / "cluster"
+    with ClusterThread(data, **CONFIG) as cluster:
+        a = admin(cluster)
+        done(a.create_topics([NewTopic("events", 2, 3)]))
+        eventually(lambda: led_everywhere(a, "events", 2), what="events led")
+        produce(cluster, "events", [f"e{i}".encode() for i in range(40)])
+
+        first = consume(cluster, "events", 40, "g")
+        assert len(first) == 40
+        # the group commits what it read of each partition, short of the end
+        committed = {p: len(offsets) // 2 for p, offsets in by_partition(first).items()}
+        c = ck.Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "g"})
+        c.commit(offsets=[ck.TopicPartition("events", p, o) for p, o in committed.items()],
+                 asynchronous=False)
+        c.close()
+
+        (group,) = done(a.describe_consumer_groups(["g"])).values()
+        coordinator = group.coordinator.id
+        offsets_partition = partition_for("g", cluster.inspect(
+            lambda c: len(c.image().topics[OFFSETS_TOPIC].partitions)))
+        assert cluster.leader(OFFSETS_TOPIC, offsets_partition) == coordinator
+        cluster.stop(coordinator, abrupt=True)
+        cluster.wait_for(lambda c: c.leader(OFFSETS_TOPIC, offsets_partition) not in (None, coordinator),
+                         15, "a new leader of the group's __consumer_offsets partition")
+        assert cluster.inspect(lambda c: sorted(b for b, info in c.image().brokers.items()
+                                                if info.fenced)) == [coordinator]
+
+        def listed() -> Any:
+            try:
+                (res,) = done(a.list_consumer_group_offsets(
+                    [ck.ConsumerGroupTopicPartitions("g")]), 5).values()
+            except ck.KafkaException:
+                return None  # the new coordinator still loading
+            return {tp.partition: tp.offset for tp in res.topic_partitions}
+
+        assert eventually(listed, what="the committed offsets at the new coordinator") == committed
+        (group,) = done(a.describe_consumer_groups(["g"])).values()
+        assert group.coordinator.id not in (coordinator, -1)
+
+        # a consumer of the group resumes from the committed offsets
+        rest = consume(cluster, "events", 40 - sum(committed.values()), "g")
+        resumed = by_partition(rest)
+        assert {p: o[0] for p, o in resumed.items()} == committed
+        assert sum(len(o) for o in resumed.values()) == 40 - sum(committed.values())
+        cluster.start(coordinator)
+        cluster.wait_for(lambda c: all(coordinator in c.isr("events", p) for p in range(2)), 15,
+                         "the old coordinator back in sync")
+        active = cluster.active_controller()
+
+    # the logs of the run, read by kproto logdir once the cluster is down
+    assert cli_main(["logdir", str(data / f"broker-{coordinator}")]) == 0
+    out = capsys.readouterr().out
+    assert "events-0" in out and "__cluster_metadata-0" in out
+    assert cli_main(["logdir", str(data / f"controller-{active}"), "--metadata-timeline"]) == 0
+    out = capsys.readouterr().out
+    # the controller's metadata log tells the failover: the coordinator fenced, its partitions
+    # led elsewhere, then it registered again and caught up
+    fencings = [line for line in out.splitlines() if " fenced (epoch" in line]
+    # only the killed broker: the others heartbeat on while its files are finished
+    assert len(fencings) == 1 and f"broker {coordinator} fenced" in fencings[0], fencings
+    moved = f"{OFFSETS_TOPIC}-{offsets_partition}: leader {coordinator} -> "
+    assert any(moved in line for line in out.splitlines()), out
+    assert out.count(f"broker {coordinator} registered") == 2, out
+    assert "events-0 leader" in out and "1 quorum elections" in out
