@@ -24,9 +24,13 @@ what a broker of a cluster adds, after Kafka's ``BrokerServer``:
   ``__consumer_offsets`` partition (NOT_COORDINATOR elsewhere), whose groups the broker loads
   when it becomes that leader.
 
-Not in cluster mode: transactions (their coordinator writes markers to partitions that live
-on other brokers, Kafka's WriteTxnMarkers): FindCoordinator for a transactional id answers
-COORDINATOR_NOT_AVAILABLE and a transactional InitProducerId NOT_COORDINATOR.
+Transactions: a transactional id's coordinator is the leader of its ``__transaction_state``
+partition (NOT_COORDINATOR elsewhere; its transactions are loaded when it becomes leader), and
+it has the markers written by each partition's leader through WriteTxnMarkers, retried until
+every leader has written them. Not done: KIP-890's produce verification (a transactional
+produce's partition leader would ask the coordinator whether the partition was added; here it
+does not ask, as with Kafka's ``transaction.partition.verification.enable=false``) and
+coordinator-epoch fencing of markers.
 """
 from __future__ import annotations
 
@@ -36,7 +40,7 @@ from typing import Any, Callable, Optional, Sequence
 from kproto.broker.configs import BrokerConfig
 from kproto.broker.controller import METADATA_VERSION_3_9
 from kproto.broker.controller_node import CONTROLLER_APIS
-from kproto.broker.core import BrokerCore, Request
+from kproto.broker.core import IMPLEMENTED, BrokerCore, Request
 from kproto.broker.log import BrokerError, Log, topic_name_error
 from kproto.broker.metadata import NO_LEADER, TOPIC_RESOURCE, MetadataImage, PartitionInfo
 from kproto.broker.offsets_topic import OFFSETS_TOPIC, partition_for
@@ -44,6 +48,7 @@ from kproto.broker.purgatory import DelayedOperation, DelayedOperationPurgatory
 from kproto.broker.raft import KRaftReplica, RaftConfig, RaftTransport, open_metadata_log
 from kproto.broker.replica import ReplicaConfig, ReplicaManager
 from kproto.broker.timer import CallbackTask, Clock
+from kproto.broker.txn import TXN_TOPIC, append_txn_marker
 from kproto.codecs import request as request_codec
 from kproto.codecs import response as response_codec
 from kproto.codecs.primitives import Uuid
@@ -76,6 +81,17 @@ _GROUP_IDS: dict[int, Callable[[Any, int], list[str]]] = {
     ApiKey.CONSUMER_GROUP_HEARTBEAT: lambda b, v: [b.group_id],
     ApiKey.CONSUMER_GROUP_DESCRIBE: lambda b, v: list(b.group_ids),
 }
+# the transaction APIs the coordinator of every transactional id named serves
+_TXN_IDS: dict[int, Callable[[Any, int], list[str]]] = {
+    ApiKey.INIT_PRODUCER_ID: lambda b, v: [] if b.transactional_id is None else [b.transactional_id],
+    ApiKey.ADD_PARTITIONS_TO_TXN: lambda b, v: ([b.v3_and_below_transactional_id] if v < 4
+                                                else [t.transactional_id for t in b.transactions]),
+    ApiKey.ADD_OFFSETS_TO_TXN: lambda b, v: [b.transactional_id],
+    ApiKey.END_TXN: lambda b, v: [b.transactional_id],
+    ApiKey.DESCRIBE_TRANSACTIONS: lambda b, v: list(b.transactional_ids),
+}
+#: WriteTxnMarkers, as a Kafka 3.9 broker speaks it (v2 is transaction version 2)
+WRITE_TXN_MARKERS_VERSION = 1
 _CONTROLLER_RETRY_MS = 100
 _FORWARD_TIMEOUT_MS = 30_000
 # librdkafka and the Java client treat it as retriable: the broker is fetching a block
@@ -181,6 +197,7 @@ class ClusterBrokerCore(BrokerCore):
     requests to other nodes leaving through ``transport``."""
 
     sparse_logs = True
+    implemented = {**IMPLEMENTED, ApiKey.WRITE_TXN_MARKERS: (0, WRITE_TXN_MARKERS_VERSION)}
 
     def __init__(self, data_dir: str, config: BrokerConfig, *, voters: Sequence[int],
                  transport: RaftTransport, raft_config: Optional[RaftConfig] = None,
@@ -225,8 +242,11 @@ class ClusterBrokerCore(BrokerCore):
         self.handlers[ApiKey.DESCRIBE_CLUSTER] = self._describe_cluster
         for key in FORWARDED_APIS:
             self.handlers[key] = self._forward
-        for key in _GROUP_IDS:
-            self.handlers[key] = self._gate_group(self.handlers[key])
+        self.handlers[ApiKey.WRITE_TXN_MARKERS] = self._write_txn_markers
+        for key, ids in _GROUP_IDS.items():
+            self.handlers[key] = self._gate(self.handlers[key], OFFSETS_TOPIC, ids)
+        for key, ids in _TXN_IDS.items():
+            self.handlers[key] = self._gate(self.handlers[key], TXN_TOPIC, ids)
         self._register()
 
     # ------------------------------------------------------------------ views
@@ -396,7 +416,7 @@ class ClusterBrokerCore(BrokerCore):
         """A new metadata quorum leader: our next controller requests go to it."""
 
     def _apply(self, changes: Any) -> None:
-        before = self._led_offsets_partitions()
+        before = {t: self._led(t) for t in (OFFSETS_TOPIC, TXN_TOPIC)}
         touched: list[tuple[str, int]] = []
         for current, previous in changes.partitions:
             p = current if current is not None else previous
@@ -420,11 +440,13 @@ class ClusterBrokerCore(BrokerCore):
             # waiting produces and fetches of a partition that changed hands answer now
             self.produce_purgatory.check_and_complete(key)
             self.fetch_purgatory.check_and_complete(key)
-        led = self._led_offsets_partitions()
-        if led != before:
-            # Kafka's onResignation/onElection: groups follow their partition's leadership
-            self.groups.unload_partitions(before - led)
-            self.groups.load_partitions(led - before)
+        # Kafka's onResignation/onElection: groups and transactional ids follow the
+        # leadership of their partition
+        for topic, coordinator in ((OFFSETS_TOPIC, self.groups), (TXN_TOPIC, self.txns)):
+            led = self._led(topic)
+            if led != before[topic]:
+                coordinator.unload_partitions(before[topic] - led)
+                coordinator.load_partitions(led - before[topic])
 
     def _host(self, p: PartitionInfo) -> None:
         key = (p.topic, p.partition)
@@ -436,9 +458,9 @@ class ClusterBrokerCore(BrokerCore):
             self.configs.apply_topic(topic, configs)
         self.replicas.apply(p, log, None if known else self._checkpointed_hw.get(key))
 
-    def _led_offsets_partitions(self) -> set[int]:
-        return {p for (t, p), part in self.replicas.partitions.items()
-                if t == OFFSETS_TOPIC and part.is_leader}
+    def _led(self, topic: str) -> set[int]:
+        """The partitions of ``topic`` this broker leads."""
+        return {p for (t, p), part in self.replicas.partitions.items() if t == topic and part.is_leader}
 
     def _partition_moved(self, part: Any) -> None:
         """A partition's log grew or its high watermark moved."""
@@ -542,10 +564,129 @@ class ClusterBrokerCore(BrokerCore):
         super().close(clean)
 
     # ------------------------------------------------------------------ handlers
+    def verify_transactional_produce(self, transactional_id: str, producer_id: int, topic: str,
+                                     partition: int) -> int:
+        """Not verified: the coordinator is another broker (see the module docstring)."""
+        return ErrorCode.NONE
+
+    def write_txn_markers(self, producer_id: int, producer_epoch: int, coordinator_epoch: int,
+                          commit: bool, partitions: set[tuple[str, int]], done: Callable[[], None]) -> None:
+        """Kafka's ``TransactionMarkerChannelManager``: the markers go to each partition's
+        leader (written here for the partitions this broker leads), retried for the partitions
+        whose leader failed or moved, until all are written; then ``done()``."""
+        remaining = set(partitions)
+
+        def attempt() -> None:
+            if self.detached:
+                return
+            for tp in list(remaining):
+                if self.image.partition(*tp) is None:
+                    remaining.discard(tp)  # the topic was deleted
+            local = {tp for tp in remaining if self.leads(*tp)}
+            if local:
+                self.txns.complete_markers_locally(producer_id, producer_epoch, coordinator_epoch,
+                                                   commit, local)
+                remaining.difference_update(local)
+            if not remaining:
+                done()
+                return
+            by_leader: dict[int, list[tuple[str, int]]] = {}
+            for tp in sorted(remaining):
+                by_leader.setdefault(self.image.partition(*tp).leader, []).append(tp)  # type: ignore[union-attr]
+            waiting = [len(by_leader)]
+
+            def settled() -> None:
+                waiting[0] -= 1
+                if waiting[0] == 0:
+                    if remaining:
+                        self.timer.add(CallbackTask(_CONTROLLER_RETRY_MS, attempt))
+                    else:
+                        done()
+
+            for leader, tps in by_leader.items():
+                if leader < 0 or leader == self.node_id:
+                    settled()  # no leader yet, or ours not applied yet: next attempt
+                    continue
+                self._send_markers(leader, producer_id, producer_epoch, coordinator_epoch, commit,
+                                   tps, remaining, settled)
+
+        attempt()
+
+    def _send_markers(self, leader: int, producer_id: int, producer_epoch: int, coordinator_epoch: int,
+                      commit: bool, tps: list[tuple[str, int]], remaining: set[tuple[str, int]],
+                      settled: Callable[[], None]) -> None:
+        cls = request_codec(ApiKey.WRITE_TXN_MARKERS).cls
+        by_topic: dict[str, list[int]] = {}
+        for t, p in tps:
+            by_topic.setdefault(t, []).append(p)
+        body = cls(markers=[cls.WritableTxnMarker(
+            producer_id=producer_id, producer_epoch=producer_epoch, transaction_result=commit,
+            coordinator_epoch=coordinator_epoch, topics=[
+                cls.WritableTxnMarkerTopic(name=t, partition_indexes=ps) for t, ps in by_topic.items()])])
+
+        def answered(resp: Optional[Any]) -> None:
+            if self.detached:
+                return
+            for m in resp.markers if resp is not None else ():
+                for t in m.topics:
+                    for p in t.partitions:
+                        if not p.error_code:
+                            remaining.discard((t.name, p.partition_index))
+            settled()
+
+        self.transport.send(leader, ApiKey.WRITE_TXN_MARKERS, WRITE_TXN_MARKERS_VERSION, body, answered,
+                            self.replicas.config.request_timeout_ms)
+
+    def _write_txn_markers(self, req: Request) -> None:
+        """A coordinator's markers for partitions this broker leads: each written as a
+        control batch (a ``__consumer_offsets`` one completes the group's transactional
+        offsets), the answer once every marker is replicated."""
+        cls = response_codec(ApiKey.WRITE_TXN_MARKERS).cls
+        now = self.wall_ms()
+        waits: list[tuple[Log, int, Any]] = []
+        markers = []
+        for m in req.body.markers:
+            topics = []
+            for t in m.topics:
+                parts = []
+                for p in t.partition_indexes:
+                    res = cls.WritableTxnMarkerPartitionResult(partition_index=p, error_code=0)
+                    parts.append(res)
+                    try:
+                        lg = self.leader_log(t.name, p)
+                        offset = append_txn_marker(lg, m.producer_id, m.producer_epoch, m.coordinator_epoch,
+                                                   m.transaction_result, now)
+                    except BrokerError as exc:
+                        res.error_code = exc.code
+                        continue
+                    if t.name == OFFSETS_TOPIC:
+                        self.groups.complete_txn(p, m.producer_id, m.transaction_result)
+                    self.appended_internal(lg)
+                    waits.append((lg, offset, res))
+                topics.append(cls.WritableTxnMarkerTopicResult(name=t.name, partitions=parts))
+            markers.append(cls.WritableTxnMarkerResult(producer_id=m.producer_id, topics=topics))
+        response = cls(markers=markers)
+        pending = [len(waits)]
+        if not waits:
+            req.respond(response)
+            return
+
+        def replicated(res: Any) -> Callable[[int], None]:
+            def then(err: int) -> None:
+                if err:
+                    res.error_code = ErrorCode.NOT_LEADER_OR_FOLLOWER if err == ErrorCode.NOT_COORDINATOR else err
+                pending[0] -= 1
+                if pending[0] == 0:
+                    req.respond(response)
+            return then
+
+        for lg, offset, res in waits:
+            self.when_replicated(lg, offset, replicated(res), self.replicas.config.request_timeout_ms)
+
     def _init_producer_id(self, req: Request) -> None:
         cls = response_codec(ApiKey.INIT_PRODUCER_ID).cls
         if req.body.transactional_id is not None:
-            req.respond(cls(error_code=ErrorCode.NOT_COORDINATOR, producer_id=-1, producer_epoch=-1))
+            self.txns.init_producer_id(req.body, req.version, req.respond)
             return
         try:
             pid = self.allocate_producer_id()
@@ -595,7 +736,7 @@ class ClusterBrokerCore(BrokerCore):
         self._creating.add(name)
         cls = request_codec(ApiKey.CREATE_TOPICS).cls
         rf = (min(OFFSETS_TOPIC_REPLICATION_FACTOR, max(1, len(self._alive())))
-              if name == OFFSETS_TOPIC else -1)
+              if name in (OFFSETS_TOPIC, TXN_TOPIC) else -1)
         body = cls(topics=[cls.CreatableTopic(
             name=name, num_partitions=partitions, replication_factor=rf, assignments=[],
             configs=[cls.CreatableTopicConfig(name=k, value=v) for k, v in configs.items()])],
@@ -680,13 +821,11 @@ class ClusterBrokerCore(BrokerCore):
             node, code = -1, ErrorCode.COORDINATOR_NOT_AVAILABLE
             if key_type not in (0, 1):
                 code = ErrorCode.INVALID_REQUEST
-            elif key_type == 0:
-                info = self.image.topics.get(OFFSETS_TOPIC)
+            else:
+                topic = OFFSETS_TOPIC if key_type == 0 else TXN_TOPIC
+                info = self.image.topics.get(topic)
                 if info is None:
-                    self._create_internal_topic(
-                        OFFSETS_TOPIC, self.config.offsets_topic_num_partitions,
-                        {"cleanup.policy": "compact", "compression.type": "producer",
-                         "segment.bytes": "104857600"})
+                    self._create_internal_topic(topic, *_INTERNAL_TOPICS[topic](self))
                 else:
                     p = info.partitions.get(partition_for(key, len(info.partitions)))
                     b = self.image.brokers.get(p.leader) if p is not None else None
@@ -705,14 +844,35 @@ class ClusterBrokerCore(BrokerCore):
         req.respond(cls(coordinators=[cls.Coordinator(key=k, node_id=n, host=h, port=p, error_code=c)
                                       for k, n, h, p, c in out]))
 
-    def _gate_group(self, handler: Callable[[Request], None]) -> Callable[[Request], None]:
-        """Only the coordinator of every group a request names handles it."""
+    def _gate(self, handler: Callable[[Request], None], topic: str,
+              keys: Callable[[Any, int], list[str]]) -> Callable[[Request], None]:
+        """Only the coordinator of every group (or transactional id) a request names handles
+        it: the leader of the key's partition of ``topic``."""
         def gated(req: Request) -> None:
-            info = self.image.topics.get(OFFSETS_TOPIC)
-            groups = _GROUP_IDS[req.api_key](req.body, req.version)
-            if info is None or not all(
-                    self.leads(OFFSETS_TOPIC, partition_for(g, len(info.partitions))) for g in groups):
-                self._answer_error(req, ErrorCode.NOT_COORDINATOR, run_handler=True)
-                return
+            wanted = keys(req.body, req.version)
+            if wanted:
+                info = self.image.topics.get(topic)
+                if info is None or not all(
+                        self.leads(topic, partition_for(k, len(info.partitions))) for k in wanted):
+                    self._answer_error(req, ErrorCode.NOT_COORDINATOR, run_handler=True)
+                    return
             handler(req)
         return gated
+
+
+def _offsets_topic(core: ClusterBrokerCore) -> tuple[int, dict[str, str]]:
+    return core.config.offsets_topic_num_partitions, {
+        "cleanup.policy": "compact", "compression.type": "producer", "segment.bytes": "104857600"}
+
+
+def _txn_topic(core: ClusterBrokerCore) -> tuple[int, dict[str, str]]:
+    # transaction.state.log.min.isr is 2 where the topic has the replicas for it
+    rf = min(OFFSETS_TOPIC_REPLICATION_FACTOR, max(1, len(core._alive())))
+    return core.config.transaction_state_num_partitions, {
+        "cleanup.policy": "compact", "compression.type": "uncompressed", "segment.bytes": "104857600",
+        "min.insync.replicas": str(min(2, rf))}
+
+
+#: partitions and configs of the internal topics brokers create on first use
+_INTERNAL_TOPICS: dict[str, Callable[[ClusterBrokerCore], tuple[int, dict[str, str]]]] = {
+    OFFSETS_TOPIC: _offsets_topic, TXN_TOPIC: _txn_topic}

@@ -48,6 +48,11 @@ class BrokerContext(Protocol):
         and REQUEST_TIMED_OUT after ``timeout_ms``."""
         ...
 
+    def write_txn_markers(self, producer_id: int, producer_epoch: int, coordinator_epoch: int,
+                          commit: bool, partitions: set[tuple[str, int]], done: Callable[[], None]) -> None:
+        """Have a transaction's markers written to its partitions, then call ``done()``."""
+        ...
+
     def has_partition(self, topic: str, partition: int) -> bool:
         """Whether the partition exists in the cluster (hosted here or not)."""
         ...

@@ -229,6 +229,8 @@ class BrokerCore:
 
     #: topics hold only some partitions (a broker of a cluster: its replicas)
     sparse_logs = False
+    #: the APIs and versions the handlers implement
+    implemented: dict[int, tuple[int, int]] = IMPLEMENTED
 
     def __init__(self, data_dir: str, config: Optional[BrokerConfig] = None, *,
                  clock: Optional[Clock] = None,
@@ -329,7 +331,7 @@ class BrokerCore:
 
     def _compute_api_versions(self) -> dict[int, tuple[int, int]]:
         out = {}
-        for key, (lo, hi) in IMPLEMENTED.items():
+        for key, (lo, hi) in self.implemented.items():
             try:
                 valid = request_codec(key).valid_versions
             except KeyError:
@@ -503,6 +505,18 @@ class BrokerCore:
 
     def has_partition(self, topic: str, partition: int) -> bool:
         return self.logs.get(topic, partition) is not None
+
+    def write_txn_markers(self, producer_id: int, producer_epoch: int, coordinator_epoch: int,
+                          commit: bool, partitions: set[tuple[str, int]], done: Callable[[], None]) -> None:
+        """Write a transaction's markers to its partitions, then ``done()``: here, at once."""
+        self.txns.complete_markers_locally(producer_id, producer_epoch, coordinator_epoch, commit, partitions)
+        done()
+
+    def verify_transactional_produce(self, transactional_id: str, producer_id: int, topic: str,
+                                     partition: int) -> int:
+        """KIP-890 part 1: a transactional produce must be to a partition its transaction added
+        (the coordinator is here: it is asked directly)."""
+        return self.txns.verify_produce(transactional_id, producer_id, topic, partition)
 
     def known_topics(self) -> dict[str, tuple[Uuid, int, bool]]:
         return {n: (t.topic_id, len(t.partitions), t.is_internal) for n, t in self.logs.topics.items()}
@@ -821,8 +835,8 @@ class BrokerCore:
                     continue
                 if body.transactional_id is not None:
                     # KIP-890 part 1: the partition must be in the producer's transaction
-                    err = self.txns.verify_produce(body.transactional_id, _producer_id(p.records),
-                                                   t.name, p.index)
+                    err = self.verify_transactional_produce(body.transactional_id,
+                                                            _producer_id(p.records), t.name, p.index)
                     if err:
                         res.error_code = err
                         continue

@@ -4,7 +4,10 @@ Every node (broker or controller) is a Kafka-protocol listener; a node's request
 (a follower's Fetch, AlterPartition, BrokerHeartbeat, Raft's Vote and Fetch) leave through
 :meth:`NodeNetwork.transport`, the :class:`~kproto.broker.replica.Transport` the sans-I/O
 parts are written against. Connections are kproto's own client connections on loopback,
-one per ordered pair of nodes, opened on first use.
+opened on first use: two per ordered pair of nodes, one for Fetch and one for the rest, as
+Kafka keeps its replica fetchers, Raft client and controller channel on separate connections.
+A broker answers one request per connection at a time, so a WriteTxnMarkers waiting for a
+follower's fetch must not queue behind that follower's long-polling Fetch on the same link.
 
 Faults, as a test injects them (Jepsen's nemesis):
 
@@ -24,6 +27,8 @@ from kproto.client.protocol import KafkaConnectionError
 
 __all__ = ["NodeNetwork"]
 
+_FETCH = 1  # ApiKey.FETCH: replica and Raft fetches long-poll on a connection of their own
+
 
 class NodeNetwork:
     """The links between nodes: addresses, connections and injected faults."""
@@ -32,8 +37,8 @@ class NodeNetwork:
         self.addresses: dict[int, tuple[str, int]] = {}
         self._cut: set[frozenset[int]] = set()
         self._delay_ms: dict[frozenset[int], int] = {}
-        self._connections: dict[tuple[int, int], Connection] = {}
-        self._connecting: dict[tuple[int, int], asyncio.Future[Connection]] = {}
+        self._connections: dict[tuple[int, int, bool], Connection] = {}
+        self._connecting: dict[tuple[int, int, bool], asyncio.Future[Optional[Connection]]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self.lost = 0  # requests or answers dropped by a cut
 
@@ -45,7 +50,7 @@ class NodeNetwork:
 
     def drop_connections(self, node: int) -> None:
         """Close every connection to or from ``node`` (it stopped or restarted)."""
-        for key in [k for k in self._connections if node in k]:
+        for key in [k for k in self._connections if node in k[:2]]:
             conn = self._connections.pop(key)
             self._spawn(conn.close())
 
@@ -88,29 +93,31 @@ class NodeNetwork:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _connection(self, src: int, dst: int) -> Connection:
-        key = (src, dst)
+    async def _connection(self, src: int, dst: int, fetch: bool) -> Optional[Connection]:
+        """The connection from ``src`` to ``dst`` for fetches or for the rest; None when it
+        cannot be opened (no exception: a task cancelled meanwhile leaves none unretrieved)."""
+        key = (src, dst, fetch)
         conn = self._connections.get(key)
         if conn is not None and not conn.closed:
             return conn
         pending = self._connecting.get(key)
         if pending is not None:
             return await asyncio.shield(pending)
-        fut: asyncio.Future[Connection] = asyncio.get_running_loop().create_future()
+        fut: asyncio.Future[Optional[Connection]] = asyncio.get_running_loop().create_future()
         self._connecting[key] = fut
+        opened: Optional[Connection] = None
         try:
             host, port = self.addresses[dst]
-            conn = await Connection.open(host, port, client_id=f"kproto-node-{src}", negotiate=False,
-                                         connect_timeout=5.0)
-            self._connections[key] = conn
-            fut.set_result(conn)
-            return conn
-        except BaseException as exc:
-            fut.set_exception(exc)
-            fut.exception()  # retrieved: waiters re-raise it themselves
-            raise
+            opened = await Connection.open(host, port, client_id=f"kproto-node-{src}", negotiate=False,
+                                           connect_timeout=5.0)
+            self._connections[key] = opened
+        except (KafkaConnectionError, OSError, asyncio.TimeoutError, KeyError):
+            opened = None
         finally:
             self._connecting.pop(key, None)
+            if not fut.done():
+                fut.set_result(opened)
+        return opened
 
     async def request(self, src: int, dst: int, api_key: int, version: int, body: Any,
                       timeout_ms: int) -> Optional[Any]:
@@ -131,7 +138,10 @@ class NodeNetwork:
         if delay:
             await asyncio.sleep(delay)
         try:
-            conn = await asyncio.wait_for(self._connection(src, dst), max(0.001, deadline - loop.time()))
+            conn = await asyncio.wait_for(self._connection(src, dst, api_key == _FETCH),
+                                          max(0.001, deadline - loop.time()))
+            if conn is None:
+                return None
             fut = conn.send(body, version)
             answer = await conn.response(fut, type(body).__name__,
                                          timeout=max(0.001, deadline - loop.time()))

@@ -22,6 +22,7 @@ from typing import Any, Callable, Optional
 
 from kproto.broker.context import BrokerContext
 from kproto.broker.group import GroupCoordinator
+from kproto.broker.log import BrokerError
 from kproto.broker.offsets_topic import OFFSETS_TOPIC, partition_for
 from kproto.broker.timer import CallbackTask
 from kproto.codecs import message
@@ -32,7 +33,7 @@ from kproto.records.builder import RecordBatchBuilder
 from kproto.schemas.api_keys import ApiKey
 
 
-__all__ = ["TransactionCoordinator", "TxnMetadata", "TXN_TOPIC"]
+__all__ = ["TransactionCoordinator", "TxnMetadata", "TXN_TOPIC", "append_txn_marker"]
 
 TXN_TOPIC = "__transaction_state"
 EMPTY, ONGOING, PREPARE_COMMIT, PREPARE_ABORT, COMPLETE_COMMIT, COMPLETE_ABORT, DEAD, PREPARE_EPOCH_FENCE = range(8)
@@ -42,6 +43,16 @@ _I16 = struct.Struct(">h")
 _SHORT_MAX = 32767
 TXN_VALUE_VERSION = 0
 Respond = Callable[[Any], None]
+
+
+def append_txn_marker(log: Any, producer_id: int, producer_epoch: int, coordinator_epoch: int,
+                      commit: bool, now_ms: int) -> int:
+    """Write a transaction's COMMIT or ABORT control batch to a partition's log (its leader's
+    part of Kafka's WriteTxnMarkers); the marker's offset."""
+    b = RecordBatchBuilder(base_offset=log.log_end_offset, producer_id=producer_id,
+                           producer_epoch=producer_epoch, transactional=True, control=True)
+    b.append_end_txn_marker(commit, coordinator_epoch, now_ms)
+    return int(log.append_internal(b.build()).base_offset)
 
 
 @dataclass
@@ -69,6 +80,11 @@ class TransactionCoordinator:
         if TXN_TOPIC in core.logs.topics:
             self._load()
 
+    def partition_of(self, transactional_id: str) -> int:
+        """The ``__transaction_state`` partition of a transactional id."""
+        n = self.core.known_topics().get(TXN_TOPIC, (None, self.config.transaction_state_num_partitions))[1]
+        return partition_for(transactional_id, n)
+
     # -------------------------------------------------------------- plumbing
     def ensure_topic(self) -> None:
         if TXN_TOPIC not in self.core.logs.topics:
@@ -76,8 +92,8 @@ class TransactionCoordinator:
                                         {"cleanup.policy": "compact", "compression.type": "uncompressed",
                                          "segment.bytes": "104857600", "min.insync.replicas": "1"})
 
-    def _write(self, txn: TxnMetadata) -> None:
-        """One TransactionLog record for the txn's current state."""
+    def _write(self, txn: TxnMetadata) -> tuple[Any, int]:
+        """One TransactionLog record for the txn's current state; its log and offset."""
         self.ensure_topic()
         topic = self.core.logs.topics[TXN_TOPIC]
         lg = topic.partitions[partition_for(txn.transactional_id, len(topic.partitions))]
@@ -96,17 +112,34 @@ class TransactionCoordinator:
         data = _I16.pack(TXN_VALUE_VERSION) + message("TransactionLogValue").encode(value, TXN_VALUE_VERSION)
         b = RecordBatchBuilder(base_offset=lg.log_end_offset)
         b.append(self.core.wall_ms(), key, data)
-        lg.append_internal(b.build())
-        self.core.fetch_purgatory.check_and_complete((lg.topic, lg.partition))
+        offset = lg.append_internal(b.build()).base_offset
+        self.core.appended_internal(lg)
+        return lg, offset
 
-    def _transit(self, txn: TxnMetadata, state: int) -> None:
+    def _transit(self, txn: TxnMetadata, state: int) -> tuple[Any, int]:
         txn.state = state
         txn.update_ms = self.core.wall_ms()
-        self._write(txn)
+        return self._write(txn)
 
     # -------------------------------------------------------------- load
-    def _load(self) -> None:
+    def load_partitions(self, partitions: set[int]) -> None:
+        """This broker became the coordinator of these ``__transaction_state`` partitions."""
+        if partitions and TXN_TOPIC in self.core.logs.topics:
+            self._load(partitions)
+
+    def unload_partitions(self, partitions: set[int]) -> None:
+        """Another broker coordinates these partitions now: their transactional ids go."""
+        for tid in [t for t in self.txns if self.partition_of(t) in partitions]:
+            txn = self.txns.pop(tid)
+            if txn.timeout_task is not None:
+                txn.timeout_task.cancel()
+
+    def _load(self, partitions: Optional[set[int]] = None) -> None:
+        before = set(self.txns)
         for lg in self.core.logs.topics[TXN_TOPIC].logs:
+            if not self.core.leads(lg.topic, lg.partition) or \
+                    (partitions is not None and lg.partition not in partitions):
+                continue
             for batch in lg.batches():
                 for r in batch.records():
                     try:
@@ -114,7 +147,8 @@ class TransactionCoordinator:
                     except (DecodeError, struct.error):
                         continue
         now = self.core.wall_ms()
-        for txn in list(self.txns.values()):
+        for tid in set(self.txns) - before:
+            txn = self.txns[tid]
             self.core.reserve_producer_id(txn.producer_id)
             if txn.state in (PREPARE_COMMIT, PREPARE_ABORT):
                 self._complete(txn, txn.state == PREPARE_COMMIT)
@@ -137,28 +171,43 @@ class TransactionCoordinator:
 
     # -------------------------------------------------------------- markers and timeouts
     def _complete(self, txn: TxnMetadata, commit: bool) -> None:
-        """Write the markers of a prepared transaction and move it to Complete*."""
+        """Have the markers of a prepared transaction written to its partitions (at once on a
+        single broker; through WriteTxnMarkers to their leaders in a cluster), then move it
+        to Complete*. Until then it answers CONCURRENT_TRANSACTIONS."""
+        prepared = (txn.producer_id, txn.producer_epoch, txn.state)
+
+        def done() -> None:
+            if self.txns.get(txn.transactional_id) is not txn or \
+                    (txn.producer_id, txn.producer_epoch, txn.state) != prepared:
+                return  # unloaded, or moved on meanwhile
+            txn.partitions = set()
+            self._transit(txn, COMPLETE_COMMIT if commit else COMPLETE_ABORT)
+
+        self.core.write_txn_markers(txn.producer_id, txn.producer_epoch, self.coordinator_epoch, commit,
+                                    set(txn.partitions), done)
+
+    def complete_markers_locally(self, producer_id: int, producer_epoch: int, coordinator_epoch: int,
+                                 commit: bool, partitions: set[tuple[str, int]]) -> None:
+        """Write the markers to partitions whose logs are here (a single broker's; a
+        cluster broker's for the partitions it leads)."""
         now = self.core.wall_ms()
-        for topic, p in sorted(txn.partitions):
+        for topic, p in sorted(partitions):
             lg = self.core.logs.get(topic, p)
             if lg is None:
                 continue  # the topic went away meanwhile
-            b = RecordBatchBuilder(base_offset=lg.log_end_offset, producer_id=txn.producer_id,
-                                   producer_epoch=txn.producer_epoch, transactional=True, control=True)
-            b.append_end_txn_marker(commit, self.coordinator_epoch, now)
-            lg.append_internal(b.build())
+            append_txn_marker(lg, producer_id, producer_epoch, coordinator_epoch, commit, now)
             if topic == OFFSETS_TOPIC:
-                self.groups.complete_txn(p, txn.producer_id, commit)
-            self.core.fetch_purgatory.check_and_complete((topic, p))
-        txn.partitions = set()
-        self._transit(txn, COMPLETE_COMMIT if commit else COMPLETE_ABORT)
+                self.groups.complete_txn(p, producer_id, commit)
+            self.core.appended_internal(lg)
 
-    def _end(self, txn: TxnMetadata, commit: bool) -> None:
+    def _end(self, txn: TxnMetadata, commit: bool) -> tuple[Any, int]:
+        """PrepareCommit/PrepareAbort written, then the markers; the prepare record's place."""
         if txn.timeout_task is not None:
             txn.timeout_task.cancel()
             txn.timeout_task = None
-        self._transit(txn, PREPARE_COMMIT if commit else PREPARE_ABORT)
+        where = self._transit(txn, PREPARE_COMMIT if commit else PREPARE_ABORT)
         self._complete(txn, commit)
+        return where
 
     def _arm_timeout(self, txn: TxnMetadata, delay_ms: int) -> None:
         epoch = txn.producer_epoch
@@ -218,8 +267,11 @@ class TransactionCoordinator:
         txn = self.txns.get(tid)
         now = self.core.wall_ms()
         if txn is None:
-            txn = TxnMetadata(tid, self.core.allocate_producer_id(), 0, body.transaction_timeout_ms,
-                              EMPTY, set(), -1, now)
+            try:
+                pid = self.core.allocate_producer_id()
+            except BrokerError as exc:  # a cluster broker waiting for its block of ids
+                return answer(exc.code)
+            txn = TxnMetadata(tid, pid, 0, body.transaction_timeout_ms, EMPTY, set(), -1, now)
             self.txns[tid] = txn
             self._write(txn)
             return answer(E.NONE, txn.producer_id, txn.producer_epoch)
@@ -255,7 +307,7 @@ class TransactionCoordinator:
     def _add_partitions(self, tid: str, pid: int, epoch: int, topics: list[tuple[str, list[int]]],
                         version: int, verify_only: bool = False) -> dict[tuple[str, int], int]:
         wanted = [(t, p) for t, ps in topics for p in ps]
-        unknown = {tp for tp in wanted if self.core.logs.get(*tp) is None}
+        unknown = {tp for tp in wanted if not self.core.has_partition(*tp)}
         if unknown:
             return {tp: E.UNKNOWN_TOPIC_OR_PARTITION if tp in unknown else E.OPERATION_NOT_ATTEMPTED
                     for tp in wanted}
@@ -320,8 +372,10 @@ class TransactionCoordinator:
         assert txn is not None
         commit = body.committed
         if txn.state == ONGOING:
-            self._end(txn, commit)
-            return answer(E.NONE)
+            # answered once the prepare record is committed (Kafka appends it with acks=all)
+            lg, offset = self._end(txn, commit)
+            self.core.when_replicated(lg, offset, answer, self.config.offsets_commit_timeout_ms)
+            return None
         if (txn.state, commit) in ((COMPLETE_COMMIT, True), (COMPLETE_ABORT, False)):
             return answer(E.NONE)  # a retry of the EndTxn that completed it
         answer(E.INVALID_TXN_STATE)
