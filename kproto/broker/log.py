@@ -373,8 +373,7 @@ class Log:
                     os.write(fd, op.data)
             else:
                 # an index or snapshot written whole: the previous active .log is done with
-                with open(full, "wb") as f:
-                    f.write(op.data)
+                op.write_to(full)
         # keep only the active segment's append descriptor open
         active = offset_file_name(self.plog.segment.base_offset, ".log")
         for name in [n for n in self._append_fds if n != active]:

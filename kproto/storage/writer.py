@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field, replace
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 from kproto.codecs.primitives import Uuid
 from kproto.errors import DecodeError, EncodeError
@@ -141,11 +141,22 @@ class _Segment:
 
 @dataclass
 class FileOp:
-    """A file the log wants written: ``mode`` ``"a"`` appends, ``"w"`` (re)writes."""
+    """A file the log wants written: ``mode`` ``"a"`` appends, ``"w"`` (re)writes; ``size``
+    (``"w"`` only): the file's length, zeros after ``data`` (an active segment's preallocated
+    index), left to the file system to make sparse as Java's ``RandomAccessFile.setLength``
+    does, not written byte by byte."""
 
     name: str
     data: bytes
     mode: str = "w"
+    size: int | None = None
+
+    def write_to(self, path: str) -> None:
+        """Write a ``"w"`` op's file at ``path``."""
+        with open(path, "wb") as f:
+            f.write(self.data)
+            if self.size is not None and self.size > len(self.data):
+                f.truncate(self.size)
 
 
 class AppendResult(list[FileOp]):
@@ -264,8 +275,8 @@ class PartitionLog:
         oi, ti = seg.index.offset_index(), seg.index.time_index()
         o_size = preallocated_size(OFFSET_ENTRY_SIZE, self.segment_index_bytes) if active else None
         t_size = preallocated_size(TIME_ENTRY_SIZE, self.segment_index_bytes) if active else None
-        ops = [FileOp(offset_file_name(seg.base_offset, ".index"), oi.encode(o_size)),
-               FileOp(offset_file_name(seg.base_offset, ".timeindex"), ti.encode(t_size))]
+        ops = [FileOp(offset_file_name(seg.base_offset, ".index"), _entries(oi, o_size), size=o_size),
+               FileOp(offset_file_name(seg.base_offset, ".timeindex"), _entries(ti, t_size), size=t_size)]
         if seg.aborted:
             ops.append(FileOp(offset_file_name(seg.base_offset, ".txnindex"),
                               encode_txn_index(seg.aborted)))
@@ -371,6 +382,14 @@ class PartitionLog:
         return ops
 
 
+def _entries(index: Any, file_size: int | None) -> bytes:
+    """An index's entry bytes, checked to fit the preallocated ``file_size``."""
+    body = index.encode(None)
+    if file_size is not None and len(body) > file_size:
+        raise EncodeError(f"{len(body)} bytes of index entries do not fit in {file_size}")
+    return body
+
+
 def _read_file(path: str) -> bytes:
     with open(path, "rb") as f:
         return f.read()
@@ -465,8 +484,11 @@ class PartitionWriter:
 
     def _apply(self, ops: Iterable[FileOp]) -> None:
         for op in ops:
-            with open(os.path.join(self.path, op.name), "ab" if op.mode == "a" else "wb") as f:
-                f.write(op.data)
+            if op.mode == "a":
+                with open(os.path.join(self.path, op.name), "ab") as f:
+                    f.write(op.data)
+            else:
+                op.write_to(os.path.join(self.path, op.name))
 
     def append(self, data: bytes) -> None:
         """Append whole batches (see :meth:`PartitionLog.append`)."""
