@@ -33,7 +33,7 @@ public class KprotoChaosProducer {
         String name = args[2];
         long limitMs = Long.parseLong(args[3]) * 1000L;
         long pauseMs = Long.parseLong(args[4]);
-        startWatchdog(limitMs);
+        startWatchdog("KprotoChaosProducer", limitMs);
         try {
             produce(bootstrap, stopFile, name, pauseMs);
         } catch (Throwable t) {
@@ -103,14 +103,15 @@ public class KprotoChaosProducer {
         return sb.append('"').toString();
     }
 
-    static void startWatchdog(long limitMs) {
+    /** Halt with exit code 2 and every thread's stack after limitMs (shared with KprotoInterop). */
+    static void startWatchdog(String program, long limitMs) {
         Thread watchdog = new Thread(() -> {
             try {
                 Thread.sleep(limitMs);
             } catch (InterruptedException e) {
                 return;
             }
-            System.err.println("KprotoChaosProducer: over " + limitMs + " ms, stacks:");
+            System.err.println(program + ": over " + limitMs + " ms, stacks:");
             for (Map.Entry<Thread, StackTraceElement[]> e : Thread.getAllStackTraces().entrySet()) {
                 System.err.println(e.getKey());
                 for (StackTraceElement el : e.getValue()) System.err.println("    at " + el);

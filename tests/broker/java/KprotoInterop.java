@@ -31,22 +31,7 @@ public class KprotoInterop {
     public static void main(String[] args) throws Exception {
         bootstrap = args[0];
         long limitMs = Long.parseLong(args[1]) * 1000L;
-        Thread watchdog = new Thread(() -> {
-            try {
-                Thread.sleep(limitMs);
-            } catch (InterruptedException e) {
-                return;
-            }
-            System.err.println("KprotoInterop: over " + limitMs + " ms, stacks:");
-            for (Map.Entry<Thread, StackTraceElement[]> e : Thread.getAllStackTraces().entrySet()) {
-                System.err.println(e.getKey());
-                for (StackTraceElement el : e.getValue()) System.err.println("    at " + el);
-            }
-            System.out.flush();
-            Runtime.getRuntime().halt(2);
-        }, "watchdog");
-        watchdog.setDaemon(true);
-        watchdog.start();
+        KprotoChaosProducer.startWatchdog("KprotoInterop", limitMs);
         try {
             for (int i = 2; i < args.length; i++) {
                 long start = System.nanoTime();
