@@ -29,7 +29,7 @@ from kproto.broker.cluster_broker import ClusterBrokerCore
 from kproto.broker.controller import ControllerConfig
 from kproto.broker.controller_node import ControllerNode, start_quorum
 from kproto.broker.core import Intercept
-from kproto.broker.metadata import MetadataImage
+from kproto.storage.metadata_image import MetadataImage
 from kproto.broker.network import NodeNetwork
 from kproto.broker.raft import RaftConfig
 from kproto.broker.replica import ReplicaConfig

@@ -5,7 +5,7 @@ what a broker of a cluster adds, after Kafka's ``BrokerServer``:
 
 * the metadata log: an observer :class:`~kproto.broker.raft.KRaftReplica` of
   ``__cluster_metadata-0`` fetches it from the controller quorum into this broker's data dir,
-  and each committed record is replayed into a :class:`~kproto.broker.metadata.MetadataImage`
+  and each committed record is replayed into a :class:`~kproto.storage.metadata_image.MetadataImage`
   (Kafka's ``BrokerMetadataListener``); what changed is applied (``BrokerMetadataPublisher``):
   replicas created where the broker is assigned, led or followed through the
   :class:`~kproto.broker.replica.ReplicaManager`, deleted where it no longer is;
@@ -42,7 +42,7 @@ from kproto.broker.controller import METADATA_VERSION_3_9
 from kproto.broker.controller_node import CONTROLLER_APIS
 from kproto.broker.core import IMPLEMENTED, BrokerCore, Request
 from kproto.broker.log import BrokerError, Log, topic_name_error
-from kproto.broker.metadata import NO_LEADER, TOPIC_RESOURCE, MetadataImage, PartitionInfo
+from kproto.storage.metadata_image import NO_LEADER, TOPIC_RESOURCE, MetadataImage, PartitionInfo
 from kproto.broker.offsets_topic import OFFSETS_TOPIC, partition_for
 from kproto.broker.purgatory import DelayedOperation, DelayedOperationPurgatory
 from kproto.broker.raft import KRaftReplica, RaftConfig, RaftTransport, open_metadata_log

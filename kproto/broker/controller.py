@@ -2,7 +2,7 @@
 
 The controller owns the cluster metadata: it answers the brokers' and admins' controller
 requests by writing ``__cluster_metadata`` records through a :class:`MetadataLog` (the Raft
-replica) and replaying them into its :class:`~kproto.broker.metadata.MetadataImage` at once, as
+replica) and replaying them into its :class:`~kproto.storage.metadata_image.MetadataImage` at once, as
 Kafka applies them to its in-memory timeline; the answer waits in a purgatory keyed by offset
 until the log's high watermark passes the operation's last record.
 
@@ -31,7 +31,7 @@ from typing import Any, Callable, Iterable, Optional, Protocol
 
 from kproto.broker.configs import LIST, TOPIC_CONFIGS
 from kproto.broker.log import BrokerError, topic_name_error
-from kproto.broker.metadata import (BROKER_RESOURCE, NO_LEADER, NO_LEADER_CHANGE, RECOVERED,
+from kproto.storage.metadata_image import (BROKER_RESOURCE, NO_LEADER, NO_LEADER_CHANGE, RECOVERED,
                                     RECOVERING, TOPIC_RESOURCE, BrokerInfo, MetadataImage,
                                     PartitionInfo, encode_metadata_record,
                                     record_type_of)

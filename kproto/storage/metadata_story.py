@@ -4,7 +4,7 @@ created and deleted, each partition's leader, leader epoch and ISR over time, co
 producer id blocks, and where the cluster ended up.
 
 :class:`MetadataStory` is sans-I/O: it is fed records (or whole batches) in log order and
-replays them into a :class:`~kproto.broker.metadata.MetadataImage`, so that every state
+replays them into a :class:`~kproto.storage.metadata_image.MetadataImage`, so that every state
 (a PartitionChangeRecord's absent fields, a stale fencing record) follows Kafka's own replay
 rules; each event is what changed in the image. :func:`read_metadata_story` reads a partition
 folder (or the log dir holding ``__cluster_metadata-0``), starting from a metadata snapshot
@@ -25,7 +25,7 @@ from kproto.problems import Problems
 from kproto.records.batch import RecordBatch
 
 if TYPE_CHECKING:
-    from kproto.broker.metadata import BrokerInfo, MetadataImage, PartitionInfo
+    from kproto.storage.metadata_image import BrokerInfo, MetadataImage, PartitionInfo
     from kproto.records.control import ControlRecord
 
 __all__ = ["METADATA_PARTITION", "MetadataStory", "read_metadata_story", "EVENT_KINDS"]
@@ -75,7 +75,7 @@ def _partition_facts(p: PartitionInfo) -> dict[str, Any]:
 
 
 def _new_image() -> MetadataImage:
-    from kproto.broker.metadata import MetadataImage
+    from kproto.storage.metadata_image import MetadataImage
 
     return MetadataImage()
 
@@ -120,9 +120,9 @@ class MetadataStory:
 
     def add_record(self, offset: int, timestamp: int, epoch: int, record_type: int,
                    version: int, rec: Any) -> None:
-        """One metadata record (as :func:`kproto.broker.metadata.decode_metadata_record` gives
+        """One metadata record (as :func:`kproto.storage.metadata_image.decode_metadata_record` gives
         it), replayed into :attr:`image`; what it changed becomes events."""
-        from kproto.broker.metadata import RecordType as T
+        from kproto.storage.metadata_image import RecordType as T
 
         self._count(type(rec).__name__, offset)
         img = self.image
@@ -156,7 +156,7 @@ class MetadataStory:
     def _plain_record(self, at: tuple[int, int, int], record_type: int, rec: Any,
                       creating: dict[str, Any] | None) -> None:
         """Events of the records whose effect the record itself says."""
-        from kproto.broker.metadata import RecordType as T
+        from kproto.storage.metadata_image import RecordType as T
 
         if record_type == T.TOPIC:
             self._creating = {"topic": rec.name, "topic_id": str(rec.topic_id), "partitions": 0,
@@ -220,7 +220,7 @@ class MetadataStory:
                   start: int = 0) -> None:
         """Every record of a ``__cluster_metadata`` batch at or after offset ``start``. A record
         that does not decode is reported in ``problems`` (kind ``record``) and left out."""
-        from kproto.broker.metadata import decode_metadata_record
+        from kproto.storage.metadata_image import decode_metadata_record
         from kproto.records.control import decode_control
 
         epoch = batch.partition_leader_epoch

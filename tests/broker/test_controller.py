@@ -11,7 +11,7 @@ import pytest
 
 from kproto.broker.controller import (ControllerConfig, NotLeaderError, QuorumController,
                                       StripedReplicaPlacer)
-from kproto.broker.metadata import MetadataImage, decode_metadata_record
+from kproto.storage.metadata_image import MetadataImage, decode_metadata_record
 from kproto.broker.timer import FakeClock, SystemTimer
 from kproto.codecs import request as request_codec
 from kproto.codecs.primitives import Uuid

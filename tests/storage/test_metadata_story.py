@@ -13,7 +13,7 @@ import pytest
 
 from kproto.broker.controller import ControllerConfig
 from kproto.broker.controller_node import ControllerCore
-from kproto.broker.metadata import MetadataImage
+from kproto.storage.metadata_image import MetadataImage
 from kproto.broker.raft import RaftConfig
 from kproto.broker.timer import FakeClock
 from kproto.codecs import request as request_codec
@@ -315,7 +315,7 @@ def test_kafka_written_metadata_log() -> None:
 
 def test_undecodable_record_is_reported_not_raised() -> None:
     """A record value that is no metadata frame is a ``record`` problem; the rest is told."""
-    from kproto.broker.metadata import encode_metadata_record
+    from kproto.storage.metadata_image import encode_metadata_record
     from kproto.codecs import message
 
     topic = message("TopicRecord").cls(name="t", topic_id=Uuid(bytes([7] * 16)))

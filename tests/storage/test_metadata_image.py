@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from kproto.broker.metadata import (MetadataImage, PartitionInfo, decode_metadata_record,
+from kproto.storage.metadata_image import (MetadataImage, PartitionInfo, decode_metadata_record,
                                     encode_metadata_record)
 from kproto.codecs import metadata_record
 from kproto.codecs.primitives import Uuid
