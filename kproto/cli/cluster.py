@@ -13,9 +13,10 @@ def register(sub: Any) -> None:
     p = sub.add_parser("cluster", help="run a multi-broker Kafka cluster (for tests and tools)",
                        description="Run kproto's KRaft controller quorum and brokers over a data "
                                    "directory (broker-<id>/ and controller-<id>/ below it). One "
-                                   "line 'listening on HOST:PORT' per broker on stdout, then a "
-                                   "line 'ready'; SIGTERM stops every node cleanly, and a later "
-                                   "start on the same directory recovers the cluster.")
+                                   "line 'listening on HOST:PORT' per broker on stdout once every "
+                                   "broker is registered and unfenced; SIGTERM stops every node "
+                                   "cleanly, and a later start on the same directory recovers "
+                                   "the cluster.")
     p.add_argument("--brokers", type=int, default=3, help="number of brokers (default 3)")
     p.add_argument("--controllers", type=int, choices=(1, 3), default=1,
                    help="controllers in the quorum (default 1)")
@@ -57,7 +58,6 @@ async def _serve(args: argparse.Namespace) -> int:
     for broker in cluster.brokers.values():
         broker.warm_up()
         print(f"listening on {broker.bootstrap}", flush=True)
-    print("ready", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
