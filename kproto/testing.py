@@ -100,8 +100,10 @@ class _LoopThread:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
 
     def _stop_loop(self) -> None:
-        if self._loop is not None:
-            self._loop.call_soon_threadsafe(self._loop.stop)
+        """Stop the loop and its thread (again: nothing)."""
+        loop, self._loop = self._loop, None
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(loop.stop)
         if self._thread is not None:
             self._thread.join(30)
         self._thread = None
