@@ -132,6 +132,10 @@ class Cluster:
                  **broker_config: Any) -> None:
         if brokers < 1 or controllers < 1:
             raise ValueError("a cluster needs at least one broker and one controller")
+        if broker_config.get("sasl_enabled_mechanisms") or broker_config.get("ssl_context"):
+            # the node links would need an inter-broker listener with its own credentials
+            raise NotImplementedError("SASL and TLS listeners in a Cluster are not implemented: "
+                                      "its brokers and controllers talk PLAINTEXT on loopback")
         self._tmp: Optional[Any] = None
         if data_dir is None:
             import tempfile

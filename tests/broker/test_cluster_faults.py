@@ -76,3 +76,9 @@ def test_a_slow_follower_link_delays_acks_all_but_not_acks_1(kafka_cluster: Clus
     # acks=all waits for both followers' fetches across the slowed links (a round trip each)
     assert acked_all[0][0] is None and acked_all[0][1] >= 0.3
     assert acked_one[0][0] is None and acked_one[0][1] < 0.3
+
+
+def test_secured_listeners_are_refused_plainly() -> None:
+    from kproto.broker import Cluster
+    with pytest.raises(NotImplementedError, match="SASL and TLS"):
+        Cluster(brokers=1, sasl_enabled_mechanisms=("PLAIN",), sasl_users={"a": "b"})
