@@ -247,7 +247,7 @@ class AdminHandlers:
         endpoint = body.endpoint_type if version >= 1 else 1
         out = cls(error_code=0, error_message=None, cluster_id=self.core.logs.cluster_id,
                   controller_id=cfg.node_id, brokers=[cls.DescribeClusterBroker(
-                      broker_id=cfg.node_id, host=cfg.host, port=cfg.port, rack=None)],
+                      broker_id=cfg.node_id, host=cfg.host, port=cfg.port, rack=cfg.rack)],
                   cluster_authorized_operations=(_CLUSTER_OPERATIONS
                                                  if body.include_cluster_authorized_operations
                                                  else _INT32_MIN))

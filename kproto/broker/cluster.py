@@ -120,6 +120,7 @@ class Cluster:
     settings (:class:`~kproto.broker.configs.BrokerConfig` and log defaults, as
     :class:`~kproto.broker.server.Broker` takes them) or, for ``default_replication_factor``,
     ``min_insync_replicas`` and ``unclean_leader_election_enable``, the controller's too.
+    ``racks``: each broker's ``broker.rack`` in id order (replicas are spread over racks).
     """
 
     def __init__(self, brokers: int = 3, controllers: int = 1,
@@ -129,9 +130,12 @@ class Cluster:
                  raft_config: Optional[RaftConfig] = None,
                  replica_config: Optional[ReplicaConfig] = None,
                  default_replication_factor: Optional[int] = None,
+                 racks: Optional[Sequence[Optional[str]]] = None,
                  **broker_config: Any) -> None:
         if brokers < 1 or controllers < 1:
             raise ValueError("a cluster needs at least one broker and one controller")
+        if racks is not None and len(racks) != brokers:
+            raise ValueError(f"{len(racks)} racks given for {brokers} brokers")
         if broker_config.get("sasl_enabled_mechanisms") or broker_config.get("ssl_context"):
             # the node links would need an inter-broker listener with its own credentials
             raise NotImplementedError("SASL and TLS listeners in a Cluster are not implemented: "
@@ -165,7 +169,8 @@ class Cluster:
                              network=self.network, cluster_id=self.cluster_id,
                              raft_config=raft_config, replica_config=replica_config,
                              broker_heartbeat_interval_ms=broker_heartbeat_interval_ms, host=host,
-                             port=port + i if port else 0, **broker_config)
+                             port=port + i if port else 0,
+                             rack=racks[i] if racks is not None else None, **broker_config)
             for i, n in enumerate(self.broker_ids)}
         self._client_cuts: dict[int, list[Any]] = {}
 

@@ -340,7 +340,7 @@ class ClusterBrokerCore(BrokerCore):
                                            security_protocol=0)],
                    features=[cls.Feature(name="metadata.version", min_supported_version=1,
                                          max_supported_version=METADATA_VERSION_3_9)],
-                   rack=None, is_migrating_zk_broker=False, log_dirs=[self.directory_id],
+                   rack=cfg.rack, is_migrating_zk_broker=False, log_dirs=[self.directory_id],
                    previous_broker_epoch=-1)
 
         def answered(resp: Optional[Any]) -> None:

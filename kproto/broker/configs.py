@@ -35,6 +35,7 @@ class BrokerConfig:
     """Broker settings (Kafka's names in the comments)."""
 
     node_id: int = 1                      # node.id
+    rack: Optional[str] = None            # broker.rack (replica placement spreads over racks)
     host: str = "127.0.0.1"               # advertised host
     port: int = 0                         # advertised port (set by the server once bound)
     cluster_id: Optional[str] = None      # new directories get a random one

@@ -591,7 +591,8 @@ class BrokerCore:
                     replica_nodes=[cfg.node_id], isr_nodes=[cfg.node_id], offline_replicas=[])
                     for p, lg in enumerate(topic.partitions) if lg is not None]))
         req.respond(cls(
-            brokers=[cls.MetadataResponseBroker(node_id=cfg.node_id, host=cfg.host, port=cfg.port)],
+            brokers=[cls.MetadataResponseBroker(node_id=cfg.node_id, host=cfg.host, port=cfg.port,
+                                                rack=cfg.rack)],
             cluster_id=self.logs.cluster_id, controller_id=cfg.node_id, topics=topics_out))
 
     # ------------------------------------------------------------------ FindCoordinator
