@@ -273,7 +273,7 @@ class AdminHandlers:
                                               if logs.get(t.topic, p) is not None])
                       for t in body.topics if t.topic in logs.topics]
         topics = [cls.DescribeLogDirsTopic(name=t.name, partitions=[cls.DescribeLogDirsPartition(
-            partition_index=p, partition_size=sum(s.size for s in t.partitions[p].segments),
+            partition_index=p, partition_size=sum(s.size for s in _hosted(t, p).segments),
             offset_lag=0, is_future_key=False) for p in ps]) for t, ps in wanted if ps]
         result = cls.DescribeLogDirsResult(error_code=0, log_dir=os.path.abspath(logs.data_dir),
                                            topics=topics)
@@ -357,3 +357,9 @@ def admin_error_response(api_key: int, version: int, body: Any, code: int) -> Op
         return cls(results=[cls.DescribeLogDirsResult(error_code=code, log_dir="", topics=[])])
     return None
 
+
+def _hosted(topic: Any, partition: int) -> Log:
+    """A partition of ``topic`` known to be held here."""
+    log = topic.partitions[partition]
+    assert log is not None
+    return log

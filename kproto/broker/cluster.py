@@ -57,7 +57,7 @@ class ClusterBroker(Broker):
         self.network = network
         self.raft_config, self.replica_config = raft_config, replica_config
         self.broker_heartbeat_interval_ms = broker_heartbeat_interval_ms
-        self.core: Optional[ClusterBrokerCore] = None  # type: ignore[assignment]
+        self.core: Optional[ClusterBrokerCore] = None
         self._crash_files: Optional[asyncio.Future[None]] = None
 
     async def settle(self) -> None:
@@ -86,7 +86,7 @@ class ClusterBroker(Broker):
         core = self.core
         if core is not None and not abrupt:
             done = asyncio.get_running_loop().create_future()
-            core.begin_controlled_shutdown(lambda: done.done() or done.set_result(None))
+            core.begin_controlled_shutdown(lambda: _settle(done, None))
             self.arm_timer()
             try:
                 await asyncio.wait_for(done, timeout)
@@ -336,7 +336,7 @@ class Cluster:
         assert broker.core is not None
         done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         broker.core.send_to_controller(ApiKey.CREATE_TOPICS, 7, body,
-                                       lambda r: done.done() or done.set_result(r),
+                                       lambda r: _settle(done, r),
                                        int(timeout * 1000))
         broker.arm_timer()
         resp = await done
@@ -359,3 +359,8 @@ class Cluster:
 
         await self.wait_for(everywhere, timeout, f"topic {name} on every broker")
 
+
+def _settle(future: asyncio.Future[Any], value: Any) -> None:
+    """Resolve ``future`` with ``value`` unless it already is."""
+    if not future.done():
+        future.set_result(value)

@@ -211,7 +211,7 @@ class ClusterBrokerCore(BrokerCore):
         self.transport = transport
         self.heartbeat_interval_ms = broker_heartbeat_interval_ms
         self.image = MetadataImage(self.logs.cluster_id)
-        self.produce_purgatory: DelayedOperationPurgatory[DelayedProduce] = \
+        self.produce_purgatory: DelayedOperationPurgatory[DelayedOperation] = \
             DelayedOperationPurgatory("Produce", self.timer)
         self.replicas = ReplicaManager(
             self.node_id, self.timer, transport, config=replica_config,
@@ -243,10 +243,10 @@ class ClusterBrokerCore(BrokerCore):
         for key in FORWARDED_APIS:
             self.handlers[key] = self._forward
         self.handlers[ApiKey.WRITE_TXN_MARKERS] = self._write_txn_markers
-        for key, ids in _GROUP_IDS.items():
-            self.handlers[key] = self._gate(self.handlers[key], OFFSETS_TOPIC, ids)
-        for key, ids in _TXN_IDS.items():
-            self.handlers[key] = self._gate(self.handlers[key], TXN_TOPIC, ids)
+        for api, ids in _GROUP_IDS.items():
+            self.handlers[api] = self._gate(self.handlers[api], OFFSETS_TOPIC, ids)
+        for api, ids in _TXN_IDS.items():
+            self.handlers[api] = self._gate(self.handlers[api], TXN_TOPIC, ids)
         self._register()
 
     # ------------------------------------------------------------------ views
@@ -442,11 +442,12 @@ class ClusterBrokerCore(BrokerCore):
             self.fetch_purgatory.check_and_complete(key)
         # Kafka's onResignation/onElection: groups and transactional ids follow the
         # leadership of their partition
-        for topic, coordinator in ((OFFSETS_TOPIC, self.groups), (TXN_TOPIC, self.txns)):
-            led = self._led(topic)
-            if led != before[topic]:
-                coordinator.unload_partitions(before[topic] - led)
-                coordinator.load_partitions(led - before[topic])
+        coordinators: tuple[tuple[str, Any], ...] = ((OFFSETS_TOPIC, self.groups), (TXN_TOPIC, self.txns))
+        for internal, coordinator in coordinators:
+            led = self._led(internal)
+            if led != before[internal]:
+                coordinator.unload_partitions(before[internal] - led)
+                coordinator.load_partitions(led - before[internal])
 
     def _host(self, p: PartitionInfo) -> None:
         key = (p.topic, p.partition)
@@ -456,7 +457,8 @@ class ClusterBrokerCore(BrokerCore):
         topic = self.logs.topics[p.topic]
         if topic.configs != configs:
             self.configs.apply_topic(topic, configs)
-        self.replicas.apply(p, log, None if known else self._checkpointed_hw.get(key))
+        # a PartitionInfo has the fields of a PartitionAssignment (tuples for lists)
+        self.replicas.apply(p, log, None if known else self._checkpointed_hw.get(key))  # type: ignore[arg-type]
 
     def _led(self, topic: str) -> set[int]:
         """The partitions of ``topic`` this broker leads."""
@@ -818,7 +820,7 @@ class ClusterBrokerCore(BrokerCore):
         keys = list(req.body.coordinator_keys) if req.version >= 4 else [req.body.key]
         answers = []
         for key in keys:
-            node, code = -1, ErrorCode.COORDINATOR_NOT_AVAILABLE
+            node, code = -1, int(ErrorCode.COORDINATOR_NOT_AVAILABLE)
             if key_type not in (0, 1):
                 code = ErrorCode.INVALID_REQUEST
             else:

@@ -240,7 +240,8 @@ class BrokerCore:
         # record timestamps are wall-clock time; the timer runs on the monotonic clock
         self.wall_ms: Callable[[], int] = wall_clock or (lambda: time.time_ns() // 1_000_000)
         self.timer = SystemTimer(clock=self.clock)
-        self.fetch_purgatory: DelayedOperationPurgatory[DelayedFetch] = \
+        # consumers' DelayedFetch; a cluster broker's followers wait here too
+        self.fetch_purgatory: DelayedOperationPurgatory[DelayedOperation] = \
             DelayedOperationPurgatory("Fetch", self.timer)
         self.sessions = FetchSessionCache(self.config.fetch_session_slots)
         self.closed = False
@@ -251,7 +252,7 @@ class BrokerCore:
         self.configs = ConfigManager(self.config, self.logs)
         self.hooks: dict[int, list[ControlHandle]] = {}
         self._next_producer_id = 1 + max(
-            (pid for t in self.logs.topics.values() for lg in t.partitions for pid in lg.producers),
+            (pid for t in self.logs.topics.values() for lg in t.logs for pid in lg.producers),
             default=-1)
         self.groups = GroupCoordinator(self)
         self.txns = TransactionCoordinator(self, self.groups)

@@ -870,8 +870,9 @@ class LogManager:
         configs = dict(configs or {})
         config = self.config_for(configs)
         tid = topic_id or Uuid(os.urandom(16))
-        logs = [Log(os.path.join(self.data_dir, partition_dir_name(name, p)), name, p, tid, config)
-                for p in range(partitions)]
+        logs: list[Optional[Log]] = [
+            Log(os.path.join(self.data_dir, partition_dir_name(name, p)), name, p, tid, config)
+            for p in range(partitions)]
         topic = Topic(name, tid, logs, configs, name.startswith("__"))
         self._register(topic)
         return topic

@@ -97,6 +97,7 @@ class TransactionCoordinator:
         self.ensure_topic()
         topic = self.core.logs.topics[TXN_TOPIC]
         lg = topic.partitions[partition_for(txn.transactional_id, len(topic.partitions))]
+        assert lg is not None, "only the coordinator (the partition's leader) writes"
         key = _I16.pack(0) + message("TransactionLogKey").encode(
             message("TransactionLogKey").cls(transactional_id=txn.transactional_id), 0)
         vcls = message("TransactionLogValue").cls
