@@ -55,8 +55,7 @@ from kproto.codecs.primitives import Uuid
 from kproto.error_codes import ErrorCode
 from kproto.fetch_session.messages import request_replica_id
 from kproto.schemas.api_keys import ApiKey
-from kproto.errors import DecodeError
-from kproto.storage.checkpoints import MetaProperties, OffsetCheckpoint
+from kproto.storage.tail import read_high_watermarks
 
 __all__ = ["ClusterBrokerCore", "FORWARDED_APIS", "OFFSETS_TOPIC_REPLICATION_FACTOR"]
 
@@ -183,15 +182,6 @@ class DelayedReplicaFetch(DelayedOperation):
                                                                  self.replica_id))
 
 
-def _directory_id(data_dir: str) -> Uuid:
-    try:
-        with open(os.path.join(data_dir, "meta.properties"), "rb") as f:
-            value = MetaProperties.parse(f.read()).properties.get("directory.id")
-        return Uuid(value) if value else Uuid.ZERO
-    except (OSError, DecodeError, ValueError, AttributeError):
-        return Uuid.ZERO
-
-
 class ClusterBrokerCore(BrokerCore):
     """One broker of a KRaft cluster (``voters``: the controller quorum's node ids), its
     requests to other nodes leaving through ``transport``."""
@@ -220,9 +210,8 @@ class ClusterBrokerCore(BrokerCore):
             on_high_watermark=self._partition_moved, on_append=self._partition_moved)
         # where replicas new to this run start their high watermark (Kafka's
         # replication-offset-checkpoint, read at start)
-        self._checkpointed_hw = self._read_high_watermarks(data_dir)
+        self._checkpointed_hw = read_high_watermarks(data_dir) or {}
         self.incarnation_id = Uuid(os.urandom(16))
-        self.directory_id = _directory_id(data_dir)
         self.broker_epoch = -1
         self.fenced = True
         self.want_shut_down = False
@@ -287,14 +276,6 @@ class ClusterBrokerCore(BrokerCore):
     def _alive(self) -> list[Any]:
         return [b for _, b in sorted(self.image.brokers.items()) if not b.fenced]
 
-    @staticmethod
-    def _read_high_watermarks(data_dir: str) -> dict[tuple[str, int], int]:
-        try:
-            with open(os.path.join(data_dir, "replication-offset-checkpoint"), "rb") as f:
-                return {(t, p): o for t, p, o in OffsetCheckpoint.parse(f.read()).entries}
-        except (OSError, DecodeError):
-            return {}
-
     # ------------------------------------------------------------------ controller channel
     def _controller_target(self) -> int:
         leader = self.controller_id
@@ -340,7 +321,7 @@ class ClusterBrokerCore(BrokerCore):
                                            security_protocol=0)],
                    features=[cls.Feature(name="metadata.version", min_supported_version=1,
                                          max_supported_version=METADATA_VERSION_3_9)],
-                   rack=cfg.rack, is_migrating_zk_broker=False, log_dirs=[self.directory_id],
+                   rack=cfg.rack, is_migrating_zk_broker=False, log_dirs=[self.logs.directory_id],
                    previous_broker_epoch=-1)
 
         def answered(resp: Optional[Any]) -> None:

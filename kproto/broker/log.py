@@ -800,10 +800,14 @@ class LogManager:
                 raise ValueError(f"Invalid cluster.id in {meta_path}: expected {cluster_id}, "
                                  f"found {meta.cluster_id}")
             self.cluster_id = meta.cluster_id or cluster_id or str(Uuid(os.urandom(16)))
+            directory = meta.properties.get("directory.id")
+            #: meta.properties' directory.id (a broker registers its log dir by it)
+            self.directory_id = Uuid(directory) if directory else Uuid.ZERO
         else:
             self.cluster_id = cluster_id or str(Uuid(os.urandom(16)))
+            self.directory_id = Uuid(os.urandom(16))
             props = {"version": "1", "cluster.id": self.cluster_id, "node.id": str(node_id),
-                     "directory.id": str(Uuid(os.urandom(16)))}
+                     "directory.id": str(self.directory_id)}
             with open(meta_path, "wb") as f:
                 f.write(MetaProperties(props).encode())
         self.node_id = node_id

@@ -35,13 +35,18 @@ async def _serve(args: argparse.Namespace) -> int:
         return 2
     broker.warm_up()  # "listening" means ready at full speed
     print(f"listening on {broker.bootstrap}", flush=True)
+    await until_signalled()
+    await broker.close(clean=True)
+    return 0
+
+
+async def until_signalled() -> None:
+    """Return at SIGTERM or SIGINT (the servers' ``kproto broker`` and ``kproto cluster``)."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
-    await broker.close(clean=True)
-    return 0
 
 
 def run(args: argparse.Namespace) -> int:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import signal
 import sys
 from typing import Any
 
@@ -39,6 +38,7 @@ def register(sub: Any) -> None:
 
 async def _serve(args: argparse.Namespace) -> int:
     from kproto.broker.cluster import Cluster
+    from kproto.cli.broker import until_signalled
 
     if args.brokers < 1:
         print("kproto cluster: --brokers must be at least 1", file=sys.stderr)
@@ -58,11 +58,7 @@ async def _serve(args: argparse.Namespace) -> int:
     for broker in cluster.brokers.values():
         broker.warm_up()
         print(f"listening on {broker.bootstrap}", flush=True)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
+    await until_signalled()
     await cluster.close()
     return 0
 
