@@ -4,15 +4,17 @@ from __future__ import annotations
 import base64
 import datetime as _dt
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
 from kproto import codecs
 from kproto.capture.bodies import api_name
+from kproto.capture.json_text import body_text, json_dumps
 from kproto.capture.layers import format_ip
 from kproto.problems import Problems
 from kproto.schemas.api_keys import ApiKey
 
-__all__ = ["Endpoint", "Exchange", "UNREAD_KEPT", "exchange_to_json"]
+__all__ = ["Endpoint", "Exchange", "UNREAD_KEPT", "body_json_text", "exchange_to_json",
+           "exchange_to_json_text"]
 
 UNREAD_KEPT = 64  # bytes kept (and shown in hex) of a body's unread tail: enough to recognise a field
 
@@ -140,39 +142,103 @@ def exchange_to_json(ex: Exchange, *, records: Any = None) -> dict:
     A topic named only by id gets ``topicName`` beside its ``topicId`` where the capture named it
     (:attr:`Exchange.topic_names`).
     """
-    key, ver = ex.api_key, ex.api_version
-    body_ver = ver if ex.decoded_as is None else ex.decoded_as
     request = response = None
     if ex.request is not None:
-        assert key is not None and body_ver is not None  # a decoded body has a key and version
-        request = _body_json(codecs.request(key), ex.request, body_ver, records, ex.topic_names)
+        request = _body_json(*_request_body(ex), records, ex.topic_names)
     if ex.response is not None:
-        assert key is not None and body_ver is not None
-        rver = body_ver if ex.response_version is None else ex.response_version
-        response = _body_json(codecs.response(key), ex.response, rver, records, ex.topic_names)
-    if ex.sasl and request is not None and key == ApiKey.SASL_AUTHENTICATE:
+        response = _body_json(*_response_body(ex), records, ex.topic_names)
+    if _redacted(ex) and request is not None:
         request["authBytes"] = "<redacted>"
-    doc = {
+    return {**_head(ex), "request": request, "response": response, **_tail(ex)}
+
+
+def exchange_to_json_text(ex: Exchange) -> str:
+    """``json.dumps(exchange_to_json(ex), ensure_ascii=False)``, the ``--format jsonl`` line,
+    with the bodies written as text directly (:mod:`kproto.capture.json_text`)."""
+    head, tail = json_dumps(_head(ex)), json_dumps(_tail(ex))
+    out = [head[:-1], ', "request": ']
+    body_json_text(ex, "request", out)
+    out.append(', "response": ')
+    body_json_text(ex, "response", out)
+    out += [", ", tail[1:]]
+    return "".join(out)
+
+
+def body_json_text(ex: Exchange, side: str, out: Optional[list[str]] = None) -> str:
+    """The JSON text of the exchange's ``request`` or ``response`` body (``null`` when
+    absent), as :func:`exchange_to_json` has it (without ``records=``); with ``out``,
+    appended to it in pieces instead (see :func:`kproto.capture.json_text.body_text`)."""
+    obj = ex.request if side == "request" else ex.response
+    if obj is None or (side == "request" and _redacted(ex)):
+        text = json_dumps(None if obj is None else exchange_to_json(ex)["request"])
+        if out is None:
+            return text
+        out.append(text)
+        return ""
+    codec, obj, version = _request_body(ex) if side == "request" else _response_body(ex)
+    return body_text(codec, obj, version, ex.topic_names,
+                     lambda: json_dumps(_body_json(codec, obj, version, None, ex.topic_names)),
+                     out)
+
+
+def _request_body(ex: Exchange) -> tuple[Any, Any, int]:
+    """(codec, message, version) of a decoded request."""
+    key, body_ver = ex.api_key, ex.api_version if ex.decoded_as is None else ex.decoded_as
+    assert key is not None and body_ver is not None  # a decoded body has a key and version
+    return codecs.request(key), ex.request, body_ver
+
+
+def _response_body(ex: Exchange) -> tuple[Any, Any, int]:
+    """(codec, message, version) of a decoded response."""
+    key, body_ver = ex.api_key, ex.api_version if ex.decoded_as is None else ex.decoded_as
+    assert key is not None and body_ver is not None
+    rver = body_ver if ex.response_version is None else ex.response_version
+    return codecs.response(key), ex.response, rver
+
+
+def latency_json(ex: Exchange) -> Optional[float]:
+    """``latency_ms`` of the JSON line: rounded to the microsecond."""
+    latency = ex.latency_ms
+    return None if latency is None else round(latency, 3)
+
+
+def unread_json(ex: Exchange) -> Optional[dict]:
+    """``unread`` of the JSON line: per body, where and what a decode left unread."""
+    return {side: {"offset": off, "length": n, "hex": head.hex()}
+            for side, (off, n, head) in ex.unread.items()} or None
+
+
+def _redacted(ex: Exchange) -> bool:
+    """A SaslAuthenticate request whose token is shown as ``<redacted>``."""
+    return bool(ex.sasl) and ex.api_key == ApiKey.SASL_AUTHENTICATE
+
+
+def _head(ex: Exchange) -> dict:
+    """The JSON line's fields before the bodies."""
+    return {
         "ts": _iso(ex.ts),
         "client": str(ex.client),
         "broker": str(ex.broker),
         "kind": ex.kind,
-        "api_key": key,
+        "api_key": ex.api_key,
         "api_name": ex.api_name,
-        "api_version": ver,
+        "api_version": ex.api_version,
         "decoded_as": ex.decoded_as,
         "correlation_id": ex.correlation_id,
         "client_id": ex.client_id,
-        "latency_ms": None if ex.latency_ms is None else round(ex.latency_ms, 3),
+        "latency_ms": latency_json(ex),
         "request_bytes": ex.request_bytes or None,
         "response_bytes": ex.response_bytes or None,
-        "request": request,
-        "response": response,
+    }
+
+
+def _tail(ex: Exchange) -> dict:
+    """The JSON line's fields after the bodies."""
+    doc = {
         "errors": ex.errors,
         "problems": ex.problems.reasons(),
         "notes": ex.notes.reasons(),
-        "unread": {side: {"offset": off, "length": n, "hex": head.hex()}
-                   for side, (off, n, head) in ex.unread.items()} or None,
+        "unread": unread_json(ex),
     }
     if ex.fetch_session is not None:
         doc["fetch_session"] = ex.fetch_session
@@ -182,7 +248,7 @@ def exchange_to_json(ex: Exchange, *, records: Any = None) -> dict:
 
 
 def _body_json(codec: Any, obj: Any, version: int, records: Any,
-               topic_names: dict[str, str]) -> dict:
+               topic_names: Mapping[str, str]) -> dict:
     doc = codec.to_json(obj, version)
     if records is not None:
         _replace_records(doc, records)

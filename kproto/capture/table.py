@@ -14,14 +14,16 @@ from __future__ import annotations
 import datetime as _dt
 import glob
 import json
+import operator
 import os
 from dataclasses import replace
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
 
-from kproto.capture.exchange import Exchange, _iso, exchange_to_json
+from kproto.capture.exchange import Exchange, body_json_text, latency_json, unread_json
+from kproto.capture.json_text import json_dumps
 from kproto.capture.pcap import Packet, _damage, iter_packets, read_packets
 from kproto.errors import DecodeError
 from kproto.problems import Problem
@@ -44,6 +46,8 @@ _IDENTITY = [
     pa.field("api_version", pa.int16()), pa.field("correlation_id", pa.int32()),
     pa.field("client_id", pa.string()),
 ]
+
+_IDENTITY_SCHEMA = pa.schema(_IDENTITY)
 
 #: one row per exchange: the fields of the JSON line (nested ones as JSON text)
 EXCHANGE_SCHEMA = pa.schema(_IDENTITY + [
@@ -117,51 +121,92 @@ def _packets_of(data: bytes, source: str) -> Iterator[Packet | Problem]:
         yield replace(item, source=source) if isinstance(item, Problem) else item
 
 
-def _ts(text: str | None) -> _dt.datetime | None:
-    """The JSON line's time back as a datetime (None for a damaged header's raw seconds)."""
-    if text is None or not text.endswith("Z"):
+def _row_ts(ts: float | None) -> _dt.datetime | None:
+    """The exchange's time as the JSON line shows it (to the microsecond), or None where the
+    line shows a damaged header's raw seconds."""
+    if ts is None:
         return None
-    return _dt.datetime.fromisoformat(text)
+    try:
+        return _dt.datetime.fromtimestamp(ts, _dt.timezone.utc)
+    except (OverflowError, ValueError, OSError):
+        return None
 
 
 def _json_text(value: Any) -> str | None:
-    return None if value is None else json.dumps(value, ensure_ascii=False)
+    return None if value is None else json_dumps(value)
 
 
-def _identity(file: str, index: int, doc: dict) -> dict:
-    return {"file": file, "index": index, "ts": _ts(doc["ts"]), "client": doc["client"],
-            "broker": doc["broker"], "api_key": doc["api_key"], "api_name": doc["api_name"],
-            "api_version": doc["api_version"], "correlation_id": doc["correlation_id"],
-            "client_id": doc["client_id"]}
+def _body(side: str) -> Callable[[Exchange], str | None]:
+    def text(ex: Exchange) -> str | None:
+        return None if getattr(ex, side) is None else body_json_text(ex, side)
+    return text
 
 
-def _identity_of(file: str, index: int, ex: Exchange) -> dict:
-    """:func:`_identity` without the bodies' JSON (as :func:`exchange_to_json` gives them)."""
-    return {"file": file, "index": index, "ts": _ts(_iso(ex.ts)), "client": str(ex.client),
-            "broker": str(ex.broker), "api_key": ex.api_key, "api_name": ex.api_name,
-            "api_version": ex.api_version, "correlation_id": ex.correlation_id,
-            "client_id": ex.client_id}
+#: each column of an exchange row but ``file`` and ``index``, from the exchange: what
+#: :func:`~kproto.capture.exchange.exchange_to_json` has under that name (nested values as
+#: their JSON text)
+_EXCHANGE_VALUES: dict[str, Callable[[Exchange], Any]] = {
+    "ts": lambda ex: _row_ts(ex.ts),
+    "client": lambda ex: str(ex.client),
+    "broker": lambda ex: str(ex.broker),
+    "api_key": operator.attrgetter("api_key"),
+    "api_name": operator.attrgetter("api_name"),
+    "api_version": operator.attrgetter("api_version"),
+    "correlation_id": operator.attrgetter("correlation_id"),
+    "client_id": operator.attrgetter("client_id"),
+    "kind": operator.attrgetter("kind"),
+    "decoded_as": operator.attrgetter("decoded_as"),
+    "latency_ms": latency_json,
+    "request_bytes": lambda ex: ex.request_bytes or None,
+    "response_bytes": lambda ex: ex.response_bytes or None,
+    "request": _body("request"),
+    "response": _body("response"),
+    "errors": operator.attrgetter("errors"),
+    "problems": lambda ex: ex.problems.reasons(),
+    "notes": lambda ex: ex.notes.reasons(),
+    "unread": lambda ex: _json_text(unread_json(ex)),
+    "fetch_session": lambda ex: _json_text(ex.fetch_session),
+    "sasl": lambda ex: _json_text(ex.sasl),
+}
+
+
+def _columns(names: Sequence[str], file: str) -> tuple[dict[str, list], Callable[[int, Exchange], None]]:
+    """Empty column lists for ``names`` and a function adding an exchange's row to them."""
+    cols: dict[str, list] = {n: [] for n in names}
+    fill = [(cols[n].append, _EXCHANGE_VALUES[n]) for n in names if n in _EXCHANGE_VALUES]
+    files = cols["file"].append if "file" in cols else None
+    indexes = cols["index"].append if "index" in cols else None
+
+    def add(index: int, ex: Exchange) -> None:
+        if files is not None:
+            files(file)
+        if indexes is not None:
+            indexes(index)
+        for put, value in fill:
+            put(value(ex))
+    return cols, add
+
+
+def _batch(cols: dict[str, list], schema: pa.Schema) -> pa.RecordBatch:
+    return pa.RecordBatch.from_arrays([pa.array(cols[f.name], f.type) for f in schema],
+                                      schema=schema)
 
 
 def exchange_batches(exchanges: Iterable[Exchange], file: str, *, batch_rows: int = 4096,
                      schema: pa.Schema = EXCHANGE_SCHEMA) -> Iterator[pa.RecordBatch]:
     """The exchanges of capture ``file`` as rows of :data:`EXCHANGE_SCHEMA` (or the subset
-    ``schema`` names), ``batch_rows`` per Arrow batch."""
-    rows: list[dict] = []
+    ``schema`` names, the only columns computed), ``batch_rows`` per Arrow batch."""
+    cols, add = _columns(schema.names, file)
+    rows = 0
     for index, ex in enumerate(exchanges):
-        doc = exchange_to_json(ex)
-        row = _identity(file, index, doc)
-        for name in ("kind", "decoded_as", "latency_ms", "request_bytes", "response_bytes",
-                     "errors", "problems", "notes"):
-            row[name] = doc[name]
-        for name in _JSON_TEXT:
-            row[name] = _json_text(doc.get(name))
-        rows.append(row)
-        if len(rows) >= batch_rows:
-            yield pa.RecordBatch.from_pylist(rows, schema=schema)
-            rows = []
+        add(index, ex)
+        rows += 1
+        if rows >= batch_rows:
+            yield _batch(cols, schema)
+            cols, add = _columns(schema.names, file)
+            rows = 0
     if rows:
-        yield pa.RecordBatch.from_pylist(rows, schema=schema)
+        yield _batch(cols, schema)
 
 
 def _topic(t: Any, names: dict[str, str]) -> tuple[str | None, str | None]:
@@ -200,57 +245,156 @@ def _partition_records(ex: Exchange) -> Iterator[tuple[str | None, str | None, i
                 yield *topic, p.partition_index, p.error_code, p.records, None, -1
 
 
+_RECORD_COLUMNS = RECORD_SCHEMA.names[len(_IDENTITY):]
+
+
+class _Records:
+    """The records of Produce requests and Fetch responses of several exchanges, gathered
+    partition by partition and decoded together: one :func:`~kproto.records.columns.decode_arrow`
+    and one set of Arrow arrays for many small partitions (Arrow calls cost more than a
+    captured partition usually holds). Each partition reads as if alone: a records field
+    that does not decode is left out, a partial batch ending a Fetch response is not a
+    record, control batches are left out."""
+
+    def __init__(self) -> None:
+        self.exchanges: list[tuple[int, Exchange]] = []   # (index in the file, exchange)
+        self.owner: list[int] = []       # per partition: its exchange in self.exchanges
+        # per partition: (name, id, partition, error, base offset, append time, produced)
+        self.meta: list[tuple] = []
+        self.batches: list[list] = []    # per partition: its batches
+        self.rows = 0                    # records the batch headers announce
+
+    def add(self, index: int, ex: Exchange) -> None:
+        from kproto.records.batch import RecordBatch
+        from kproto.records.reader import iter_batches
+
+        owner = len(self.exchanges)
+        for name, tid, partition, error, data, base, append_time in _partition_records(ex):
+            if not data:
+                continue
+            try:
+                batches = [b for b in iter_batches(data)
+                           if not (isinstance(b, RecordBatch) and b.is_control)]
+            except (DecodeError, OverflowError):
+                continue
+            if batches:
+                self.owner.append(owner)
+                self.meta.append((name, tid, partition, error, base, append_time,
+                                  ex.api_key == ApiKey.PRODUCE))
+                self.batches.append(batches)
+                self.rows += sum(getattr(b, "count", 1) for b in batches)
+        if len(self.owner) and self.owner[-1] == owner:
+            self.exchanges.append((index, ex))
+
+    def _decoded(self) -> Iterator[tuple[list[int], Any]]:
+        """(partitions, their records) in partition order: runs of v2 partitions decoded in
+        one call, a partition with legacy messages alone, and a run that fails partition by
+        partition (the ones that fail left out)."""
+        from kproto.records.columns import decode_arrow
+        from kproto.records.legacy import LegacyMessage
+
+        def decode(run: list[int]) -> Iterator[tuple[list[int], Any]]:
+            try:
+                yield run, decode_arrow([b for i in run for b in self.batches[i]])
+            except (DecodeError, OverflowError):
+                for i in run if len(run) > 1 else ():
+                    yield from decode([i])
+
+        run: list[int] = []
+        for i, batches in enumerate(self.batches):
+            if any(isinstance(b, LegacyMessage) for b in batches):
+                yield from decode(run)
+                yield from decode([i])
+                run = []
+            else:
+                run.append(i)
+        if run:
+            yield from decode(run)
+
+    def columns(self) -> tuple[np.ndarray, dict[str, pa.Array]] | None:
+        """(the exchange of each record, in self.exchanges; the record columns of
+        :data:`RECORD_SCHEMA`), or None when no partition has a record."""
+        chunks = [(run, recs) for run, recs in self._decoded() if len(recs)]
+        if not chunks:
+            return None
+        part = []     # per record: its partition
+        per_batch = []   # per batch: the batch
+        counts = []
+        for run, recs in chunks:
+            nb = [len(self.batches[i]) for i in run]
+            in_part = np.add.reduceat(recs.counts, np.cumsum([0] + nb[:-1]))
+            part.append(np.repeat(np.asarray(run, np.int64), in_part))
+            per_batch += [b for i in run for b in self.batches[i]]
+            counts.append(recs.counts)
+        rec_part = np.concatenate(part)
+        n, count = len(rec_part), np.concatenate(counts)
+        nb = len(per_batch)
+
+        def by_batch(attr: str, default: int, dtype: Any) -> np.ndarray:
+            return np.repeat(np.fromiter((getattr(b, attr, default) for b in per_batch),
+                                         dtype, nb), count)
+
+        meta = list(zip(*self.meta))
+        names, tids, partitions, errors, bases, append_times, produce = meta
+        has_base = np.fromiter((b is not None for b in bases), bool, len(bases))[rec_part]
+        base = np.fromiter((b or 0 for b in bases), np.int64, len(bases))[rec_part]
+        append_time = np.fromiter(append_times, np.int64, len(bases))[rec_part]
+        produced = np.fromiter(produce, bool, len(bases))[rec_part]
+        # a produced record's offset is the broker's base offset plus its place in the request
+        first = np.flatnonzero(np.r_[True, rec_part[1:] != rec_part[:-1]])
+        place = np.arange(n) - np.repeat(first, np.diff(np.r_[first, n]))
+        offset = np.where(has_base, base + place,
+                          np.concatenate([recs.offset for _, recs in chunks]))
+        attrs = by_batch("attributes", 0, np.int64)
+        magic = by_batch("magic", 0, np.int64)
+        stamped = append_time >= 0  # the broker stamped them: the log holds its time
+        timestamp = np.where(stamped, append_time,
+                             np.concatenate([recs.timestamp for _, recs in chunks]))
+        ts_type = np.where(stamped, 1, np.where(magic == 0, -1, (attrs & 0x08) >> 3))
+        take = pa.array(rec_part)
+        cols = {
+            "topic": pa.array(names, pa.string()).take(take),
+            "topic_id": pa.array(tids, pa.string()).take(take),
+            "partition": pa.array(np.fromiter(partitions, np.int32, len(bases))[rec_part]),
+            "offset": pa.array(offset, mask=produced & ~has_base),
+            "timestamp": pa.array(timestamp).view(pa.timestamp("ms", tz="UTC")),
+            "timestamp_type": pa.array(ts_type.astype(np.int8)),
+            "key": pa.concat_arrays([recs.key for _, recs in chunks]),
+            "value": pa.concat_arrays([recs.value for _, recs in chunks]),
+            "headers": pa.concat_arrays([recs.headers for _, recs in chunks]),
+            "leader_epoch": pa.array(by_batch("partition_leader_epoch", -1, np.int32)),
+            "producer_id": pa.array(by_batch("producer_id", -1, np.int64)),
+            "producer_epoch": pa.array(by_batch("producer_epoch", -1, np.int16)),
+            "is_transactional": pa.array((attrs & 0x10) != 0),
+            "error_code": pa.array(np.fromiter(errors, np.int16, len(bases))[rec_part]),
+        }
+        return np.asarray(self.owner, np.int64)[rec_part], cols
+
+    def batch(self, file: str, schema: pa.Schema) -> pa.RecordBatch | None:
+        """The records as rows of ``schema`` (a subset of :data:`RECORD_SCHEMA`), each with
+        its exchange's identity columns."""
+        got = self.columns()
+        if got is None:
+            return None
+        owner, cols = got
+        idents, add = _columns([n for n in schema.names if n in _IDENTITY_SCHEMA.names], file)
+        for index, ex in self.exchanges:
+            add(index, ex)
+        take = pa.array(owner)
+        for name, values in idents.items():
+            cols[name] = pa.array(values, RECORD_SCHEMA.field(name).type).take(take)
+        return pa.RecordBatch.from_arrays([cols[n] for n in schema.names], schema=schema)
+
+
 def exchange_records(ex: Exchange) -> pa.Table | None:
     """The records of a Produce request or Fetch response (other exchanges: None) with the
     record columns of :data:`RECORD_SCHEMA` (no identity columns). A records field that does
     not decode is left out; a partial batch ending a Fetch response is not a record."""
-    from kproto.records.batch import RecordBatch
-    from kproto.records.columns import decode_arrow
-    from kproto.records.reader import iter_batches
-
-    parts = []
-    for name, tid, partition, error, data, base, append_time in _partition_records(ex):
-        if not data:
-            continue
-        try:
-            batches = [b for b in iter_batches(data)
-                       if not (isinstance(b, RecordBatch) and b.is_control)]
-            recs = decode_arrow(batches) if batches else None
-        except (DecodeError, OverflowError):
-            continue
-        if recs is None or not len(recs):
-            continue
-        n, counts = len(recs), recs.counts
-        nb = len(batches)
-
-        def per_batch(attr: str, default: int, dtype: Any) -> pa.Array:
-            return pa.array(np.repeat(np.fromiter(
-                (getattr(b, attr, default) for b in batches), dtype, nb), counts))
-
-        attrs = np.repeat(np.fromiter((b.attributes for b in batches), np.int64, nb), counts)
-        magic = np.repeat(np.fromiter((b.magic for b in batches), np.int64, nb), counts)
-        ts_type = np.where(magic == 0, -1, (attrs & 0x08) >> 3).astype(np.int8)
-        timestamp = recs.timestamp
-        if append_time >= 0:  # the broker stamped them: the log holds its time
-            timestamp, ts_type = np.full(n, append_time, np.int64), np.ones(n, np.int8)
-        # a produced record's offset is the broker's base offset plus its place in the request
-        offset = pa.array(base + np.arange(n, dtype=np.int64)) if base is not None else (
-            pa.nulls(n, pa.int64()) if ex.api_key == ApiKey.PRODUCE else pa.array(recs.offset))
-        parts.append(pa.table({
-            "topic": pa.array([name] * n, pa.string()),
-            "topic_id": pa.array([tid] * n, pa.string()),
-            "partition": pa.array(np.full(n, partition, np.int32)),
-            "offset": offset,
-            "timestamp": pa.array(timestamp).view(pa.timestamp("ms", tz="UTC")),
-            "timestamp_type": pa.array(ts_type),
-            "key": recs.key, "value": recs.value, "headers": recs.headers,
-            "leader_epoch": per_batch("partition_leader_epoch", -1, np.int32),
-            "producer_id": per_batch("producer_id", -1, np.int64),
-            "producer_epoch": per_batch("producer_epoch", -1, np.int16),
-            "is_transactional": pa.array((attrs & 0x10) != 0),
-            "error_code": pa.array(np.full(n, error, np.int16)),
-        }))
-    return pa.concat_tables(parts) if parts else None
+    records = _Records()
+    records.add(0, ex)
+    got = records.columns()
+    return None if got is None else pa.table([got[1][n] for n in _RECORD_COLUMNS],
+                                             names=_RECORD_COLUMNS)
 
 
 def record_batches(exchanges: Iterable[Exchange], file: str, *, batch_rows: int = 8192,
@@ -258,38 +402,19 @@ def record_batches(exchanges: Iterable[Exchange], file: str, *, batch_rows: int 
     """One row per record of the Produce requests and Fetch responses among the exchanges
     of capture ``file``, with the exchange's identity columns (:data:`RECORD_SCHEMA`, or the
     subset ``schema`` names), about ``batch_rows`` per Arrow batch."""
-    idents: list[dict] = []
-    parts: list[pa.Table] = []
-    rows = 0
+    records = _Records()
     for index, ex in enumerate(exchanges):
         if ex.api_key not in (ApiKey.PRODUCE, ApiKey.FETCH):
             continue
-        records = exchange_records(ex)
-        if records is None:
-            continue
-        idents.append(_identity_of(file, index, ex))
-        parts.append(records)
-        rows += records.num_rows
-        if rows >= batch_rows:
-            yield from _with_identity(idents, parts, schema)
-            idents, parts, rows = [], [], 0
-    if parts:
-        yield from _with_identity(idents, parts, schema)
-
-
-_IDENTITY_SCHEMA = pa.schema(_IDENTITY)
-
-
-def _with_identity(idents: list[dict], parts: list[pa.Table],
-                   schema: pa.Schema) -> Iterator[pa.RecordBatch]:
-    """The records of ``parts`` beside the identity of the exchange each came from (one
-    assembly for many exchanges: Arrow calls cost more than small exchanges hold)."""
-    owner = np.repeat(np.arange(len(parts)), [p.num_rows for p in parts])
-    ident = pa.Table.from_pylist(idents, schema=_IDENTITY_SCHEMA).take(pa.array(owner))
-    records = pa.concat_tables(parts)
-    cols = [ident.column(n) if n in _IDENTITY_SCHEMA.names else records.column(n)
-            for n in schema.names]
-    yield from pa.table(cols, names=schema.names).cast(schema).to_batches()
+        records.add(index, ex)
+        if records.rows >= batch_rows:
+            rb = records.batch(file, schema)
+            if rb is not None:
+                yield rb
+            records = _Records()
+    rb = records.batch(file, schema)
+    if rb is not None:
+        yield rb
 
 
 def group_files(files: Sequence[tuple[str, int]], budget: int) -> list[list[str]]:

@@ -150,6 +150,7 @@ def _report(args: argparse.Namespace) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     from kproto.capture.api import BodyDecoder, exchange_to_json
+    from kproto.capture.exchange import exchange_to_json_text
     from kproto.capture.decoder import CaptureDecoder
     from kproto.capture.pcap import read_packets, stream_packets
     from kproto.capture.summary import Summary
@@ -198,6 +199,9 @@ def run(args: argparse.Namespace) -> int:
                 if summary is not None:
                     summary.add(ex)
                     continue  # --summary: just the table
+                if fmt == "jsonl" and convert is None:  # the bodies written as text directly
+                    out.write(exchange_to_json_text(ex) + "\n")
+                    continue
                 doc = exchange_to_json(ex, records=convert)
                 if fmt == "jsonl":
                     out.write(json.dumps(doc, ensure_ascii=False) + "\n")
