@@ -617,3 +617,125 @@ def binary_array(cols: RecordColumns, which: str = "value"):
             out = pa.Array.from_buffers(pa.binary(), n, [pa.py_buffer(np.packbits(
                 valid, bitorder="little"))] + out.buffers()[1:])
     return out
+
+
+# ------------------------------------------------------------ framed batches (C helper only)
+#: Columns of the batch table ``_speedups.frame_v2`` fills: one int64 row per v2 batch.
+FRAME_FIELDS = ("position", "size", "base_offset", "partition_leader_epoch", "attributes",
+                "last_offset_delta", "first_timestamp", "max_timestamp", "producer_id",
+                "producer_epoch", "base_sequence", "count", "crc", "crc_computed")
+(F_POS, F_SIZE, F_BASE, F_EPOCH, F_ATTR, F_LOD, F_FTS, F_MTS, F_PID, F_PEPOCH, F_BSEQ, F_COUNT,
+ F_CRC, F_CRC_COMPUTED) = range(len(FRAME_FIELDS))
+_RECORDS_AT = 61  # a v2 batch's records section follows its header
+
+#: Per-batch columns :func:`build_arrow` can spread over the records: (name, Arrow type,
+#: numpy dtype of the values, table column); is_transactional and is_control are bits.
+BATCH_COLUMNS = (("leader_epoch", "int32", np.int32, F_EPOCH),
+                 ("producer_id", "int64", np.int64, F_PID),
+                 ("producer_epoch", "int16", np.int16, F_PEPOCH),
+                 ("base_sequence", "int32", np.int32, F_BSEQ),
+                 ("is_transactional", "bool", None, 0x10),
+                 ("is_control", "bool", None, 0x20),
+                 ("position", "int64", np.int64, F_POS))
+
+
+def frame_table(rows: int) -> np.ndarray:
+    """An empty batch table of ``rows`` rows for ``_speedups.frame_v2``."""
+    return np.empty((rows, len(FRAME_FIELDS)), np.int64)
+
+
+def _pool_buffer(nbytes: int):
+    # Arrow's pool keeps freed memory for the next chunk; numpy's allocations go back to the
+    # system and come back as fresh pages, whose faults cost more than filling them
+    import pyarrow as pa
+    return pa.allocate_buffer(nbytes)
+
+
+@dataclass
+class BuiltColumns:
+    """What :func:`build_arrow` returns: ``offset`` and ``timestamp`` as numpy views of the
+    Arrow buffers, and the Arrow arrays by column name (``offset``, ``timestamp`` as int64,
+    ``timestamp_type``, ``key``, ``value``, ``headers``, and the asked :data:`BATCH_COLUMNS`)."""
+
+    offset: np.ndarray
+    timestamp: np.ndarray
+    arrays: dict
+
+
+def build_arrow(base, rows: np.ndarray, parts: Sequence, shift: int = 0,
+                batch_columns: Iterable[str] = ()) -> BuiltColumns | None:
+    """The records of the framed v2 batches ``rows`` (a :func:`frame_table` slice) as Arrow
+    arrays, built in one pass of the C helper: keys, values and headers copied once into
+    classic ``binary``/``string`` layouts, the batch fields in ``batch_columns`` spread over
+    their records (``position``: the batch's plus ``shift``). An uncompressed batch is read
+    in ``base`` at its position; ``parts`` holds the decompressed records sections of the
+    compressed batches that have records, in order. None when the records are not as
+    expected (malformed, header keys that are not UTF-8, more than 2 GiB): the caller
+    decodes them the reference way, which reports what is wrong."""
+    import pyarrow as pa
+
+    sp = _speedups
+    assert sp is not None and hasattr(sp, "build_columns")
+    counts = rows[:, F_COUNT]
+    n = int(counts.sum())
+    has = counts > 0
+    plain = has & ((rows[:, F_ATTR] & 7) == 0)
+    room = int((rows[plain, F_SIZE] - _RECORDS_AT).sum()) + sum(len(p) for p in parts)
+    if room > 0x7FFFFFFF:
+        return None
+    bits = (n + 7) // 8
+    alloc = _pool_buffer
+    offsets_size = 4 * (n + 1)
+    key_data = pa.allocate_buffer(room, resizable=True)
+    value_data = pa.allocate_buffer(room, resizable=True)
+    outs = [alloc(8 * n), alloc(8 * n), alloc(n), alloc(offsets_size), alloc(bits), key_data,
+            alloc(offsets_size), alloc(bits), value_data, alloc(offsets_size)]
+    wanted = set(batch_columns)
+    for name, _t, dtype, _c in BATCH_COLUMNS:
+        outs.append(None if name not in wanted else
+                    alloc(bits) if dtype is None else alloc(np.dtype(dtype).itemsize * n))
+    table = np.ascontiguousarray(rows)
+    try:
+        (kbytes, vbytes, knulls, vnulls, nh, hkbytes, hvbytes, utf8) = sp.build_columns(
+            base, parts, table, n, shift, outs)
+    except ValueError:
+        return None
+    if nh and not utf8:
+        return None  # Python's replacement of bad UTF-8 is the reference: leave it to it
+    key_data.resize(kbytes, shrink_to_fit=True)
+    value_data.resize(vbytes, shrink_to_fit=True)
+    arrays = {
+        "offset": pa.Array.from_buffers(pa.int64(), n, [None, outs[0]]),
+        "timestamp": pa.Array.from_buffers(pa.int64(), n, [None, outs[1]]),
+        "timestamp_type": pa.Array.from_buffers(pa.int8(), n, [None, outs[2]]),
+        "key": pa.Array.from_buffers(pa.binary(), n, [outs[4] if knulls else None, outs[3],
+                                                      key_data], knulls),
+        "value": pa.Array.from_buffers(pa.binary(), n, [outs[7] if vnulls else None, outs[6],
+                                                        value_data], vnulls),
+    }
+    if nh:
+        hout = [alloc(4 * (nh + 1)), alloc(hkbytes), alloc(4 * (nh + 1)), alloc((nh + 7) // 8),
+                alloc(hvbytes)]
+        try:
+            sp.build_headers(base, parts, table, n, (nh, hkbytes, hvbytes), hout)
+        except ValueError:
+            return None
+        hv_valid = np.frombuffer(hout[3], np.uint8)
+        hv_nulls = nh - int(np.unpackbits(hv_valid, count=nh, bitorder="little").sum())
+        entries = pa.StructArray.from_arrays([
+            pa.Array.from_buffers(pa.string(), nh, [None, hout[0], hout[1]]),
+            pa.Array.from_buffers(pa.binary(), nh, [hout[3] if hv_nulls else None, hout[2],
+                                                    hout[4]], hv_nulls)],
+            names=["key", "value"])
+        hoffsets = pa.Array.from_buffers(pa.int32(), n + 1, [None, outs[9]])
+    else:
+        entries = pa.StructArray.from_arrays([pa.array([], pa.string()),
+                                              pa.array([], pa.binary())], names=["key", "value"])
+        hoffsets = pa.Array.from_buffers(pa.int32(), n + 1, [None, outs[9]])
+    arrays["headers"] = pa.ListArray.from_arrays(hoffsets, entries)
+    for (name, kind, _d, _c), buf in zip(BATCH_COLUMNS, outs[10:]):
+        if buf is not None:
+            arrays[name] = pa.Array.from_buffers(getattr(pa, kind + "_")() if kind == "bool"
+                                                 else getattr(pa, kind)(), n, [None, buf])
+    return BuiltColumns(np.frombuffer(outs[0], np.int64, n), np.frombuffer(outs[1], np.int64, n),
+                        arrays)

@@ -60,10 +60,20 @@ class AbortedTransactions:
         """Whether a transactional data batch belongs to an aborted transaction."""
         if not batch.is_transactional or batch.is_control:
             return False
-        spans = self._by_pid.get(batch.producer_id)
+        return self.is_aborted_at(batch.producer_id, batch.last_offset)
+
+    def is_aborted_at(self, producer_id: int, last_offset: int) -> bool:
+        """:meth:`is_aborted` for a transactional data batch known by its producer id and
+        last offset."""
+        spans = self._by_pid.get(producer_id)
         if not spans:
             return False
         # a producer's transactions do not overlap: only the last one starting at or before
         # the batch can hold it
-        i = bisect.bisect_right(spans, [batch.last_offset, 1 << 64]) - 1
-        return i >= 0 and batch.last_offset < spans[i][1]
+        i = bisect.bisect_right(spans, [last_offset, 1 << 64]) - 1
+        return i >= 0 and last_offset < spans[i][1]
+
+    @property
+    def producers(self) -> frozenset[int]:
+        """The producer ids with aborted transactions."""
+        return frozenset(self._by_pid)

@@ -24,6 +24,7 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
@@ -34,7 +35,13 @@ from kproto.records.compression import (DEFAULT_BUDGET_FLOOR, DEFAULT_BUDGET_RAT
 from kproto.errors import DecodeError
 from kproto.problems import Problems
 from kproto.records.batch import RecordBatch
-from kproto.records.columns import decode_arrow
+from kproto.records import columns
+from kproto.records.batch import HEADER_SIZE
+from kproto.records.columns import (F_ATTR, F_BASE, F_COUNT, F_CRC, F_CRC_COMPUTED, F_LOD,
+                                    F_MTS, F_PID, F_POS, F_SIZE, BuiltColumns, decode_arrow)
+from kproto.records.compression import DEFAULT_MAX_SIZE, NONE, ZSTD, decompress
+from kproto.records.record import (ATTR_COMPRESSION, ATTR_CONTROL, ATTR_DELETE_HORIZON,
+                                   ATTR_TRANSACTIONAL)
 from kproto.records.reader import Batch
 from kproto.records.transactions import AbortedTransactions
 from kproto.storage import fs
@@ -48,6 +55,17 @@ _CHUNK_BYTES = 4 * 1024 * 1024  # batch bytes decoded per Arrow batch
 # bytes of a remote segment fetched per ranged read: large enough that a request's latency is
 # small beside its transfer, small enough to bound what a task holds
 REMOTE_READ_BYTES = 32 << 20
+
+#: the C helper's one-pass read (False: always the reference path, as without the helper)
+FAST_SCAN = True
+_FRAME_ROWS = 4096  # batches framed per call of the C helper (one table, reused)
+_MIN_BATCH = HEADER_SIZE  # the smallest v2 batch: no more rows than this allows
+_INT64_MAX = (1 << 63) - 1
+_TIMESTAMP = pa.timestamp("ms", tz="UTC")
+# the batch fields the C builder spreads over the records (topic, partition, compression and
+# segment are constant columns, timestamp_type comes with the records)
+_BUILT_BATCH_COLUMNS = ("leader_epoch", "producer_id", "producer_epoch", "base_sequence",
+                        "is_transactional", "is_control", "position")
 
 HEADER_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 
@@ -450,39 +468,243 @@ def read_buffer(data: bytes | memoryview, split: Split, options: ReadOptions = R
             options.start_offset is None or options.start_offset < split.log_start_offset):
         # once per split: records below the log start are cut as by a start offset
         options = replace(options, start_offset=split.log_start_offset)
-    schema = arrow_schema(options.binary_view)
-    segment = os.path.basename(split.path)
-    committed = options.isolation == "read_committed"
-    aborted = AbortedTransactions((a.producer_id, a.first_offset, a.last_offset)
-                                  for a in split.aborted) if committed else None
-    lso = split.last_stable_offset if committed else None
-    found = (problems if problems is not None else Problems()).scope(
-        source=split.path, topic=split.topic, partition=split.partition)
-    pending: list[Batch] = []
-    size = 0
-    resync = [p - split.start for p in split.resync]
-    budget = DecompressionBudget(options.budget_floor, options.budget_ratio)
-    for batch in scan_batches(data, resync=resync, verify_crc=options.verify_crc,
-                              problems=found, shift=split.start,
-                              offsets=(split.base_offset, split.next_base_offset),
-                              budget=budget):
-        try:
-            keep = _keep_batch(batch, options, aborted, lso)
-        except DecodeError as exc:
-            # a legacy wrapper knows its first offset only from its (damaged) inner messages
-            kind = "limit" if isinstance(exc, DecompressionLimitError) else "corrupt"
-            found.report(kind, f"records do not decode: {exc}",
-                         position=split.start + batch.position, bytes_skipped=batch.size_in_bytes)
-            continue
-        if not keep:
-            continue
-        pending.append(batch)
-        size += batch.size_in_bytes
-        if size >= chunk_bytes:
-            yield from _decode(pending, split, segment, options, schema, found)
-            pending, size = [], 0
-    if pending:
-        yield from _decode(pending, split, segment, options, schema, found)
+    read = _SplitRead(data, split, options, problems, chunk_bytes)
+    if read.fast_ok():
+        return read.fast()
+    return read.slow(0, split.base_offset, [], 0)
+
+
+def _fits_int64(*values: int | None) -> bool:
+    return all(v is None or -(1 << 63) <= v < (1 << 63) for v in values)
+
+
+class _SplitRead:
+    """One read of a split's bytes, two ways that give the same batches and the same reports.
+
+    :meth:`slow` is the reference: batch objects from
+    :func:`~kproto.storage.partition.scan_batches`, filtered one by one, decoded in chunks by
+    :func:`~kproto.records.columns.decode_arrow`. :meth:`fast` (with the C helper) frames the
+    batches into a table (CRC-32C included), checks and filters them with numpy and builds a
+    chunk's columns in one C pass; at anything it does not expect it hands over to the
+    reference: framing it does not handle (torn tail, legacy or damaged batches) to
+    :meth:`slow` for the rest of the split, records that do not decode to :func:`_decode` for
+    the chunk, which reports them."""
+
+    def __init__(self, data: bytes | memoryview, split: Split, opts: ReadOptions,
+                 problems: Problems | None, chunk_bytes: int) -> None:
+        self.data = data if isinstance(data, memoryview) else memoryview(data)
+        self.split, self.opts, self.chunk_bytes = split, opts, chunk_bytes
+        self.schema = arrow_schema(opts.binary_view)
+        self.segment = os.path.basename(split.path)
+        committed = opts.isolation == "read_committed"
+        self.aborted = AbortedTransactions((a.producer_id, a.first_offset, a.last_offset)
+                                           for a in split.aborted) if committed else None
+        self.lso = split.last_stable_offset if committed else None
+        self.found = (problems if problems is not None else Problems()).scope(
+            source=split.path, topic=split.topic, partition=split.partition)
+        self.resync = [p - split.start for p in split.resync]
+        self.budget = DecompressionBudget(opts.budget_floor, opts.budget_ratio)
+        self.consts: dict[tuple, pa.Array] = {}  # constant columns, sliced for each chunk
+
+    # ---------------------------------------------------------------------- the reference
+    def slow(self, start: int, low: int, pending: list[Batch], size: int
+             ) -> Iterator[pa.RecordBatch]:
+        """Batches from ``start`` on (``low``: the next offset a batch may start at;
+        ``pending``: batches of the current chunk, ``size`` their bytes)."""
+        split, opts = self.split, self.opts
+        for batch in scan_batches(self.data, start, resync=self.resync,
+                                  verify_crc=opts.verify_crc, problems=self.found,
+                                  shift=split.start, offsets=(low, split.next_base_offset),
+                                  budget=self.budget):
+            try:
+                keep = _keep_batch(batch, opts, self.aborted, self.lso)
+            except DecodeError as exc:
+                # a legacy wrapper knows its first offset only from its (damaged) inner messages
+                kind = "limit" if isinstance(exc, DecompressionLimitError) else "corrupt"
+                self.found.report(kind, f"records do not decode: {exc}",
+                                  position=split.start + batch.position,
+                                  bytes_skipped=batch.size_in_bytes)
+                continue
+            if not keep:
+                continue
+            pending.append(batch)
+            size += batch.size_in_bytes
+            if size >= self.chunk_bytes:
+                yield from self._decode(pending)
+                pending, size = [], 0
+        if pending:
+            yield from self._decode(pending)
+
+    def _decode(self, batches: list[Batch]) -> Iterator[pa.RecordBatch]:
+        return _decode(batches, self.split, self.segment, self.opts, self.schema, self.found)
+
+    # ----------------------------------------------------------------------- the fast path
+    def fast_ok(self) -> bool:
+        """Whether :meth:`fast` can read this split (the C helper is there, and every bound
+        is an int64 as the batch table's columns are)."""
+        sp = columns._speedups
+        o, s = self.opts, self.split
+        return FAST_SCAN and sp is not None and hasattr(sp, "frame_v2") and _fits_int64(
+            o.start_offset, o.end_offset, o.start_timestamp, s.base_offset, s.next_base_offset,
+            self.lso, s.start)
+
+    def fast(self) -> Iterator[pa.RecordBatch]:
+        sp = columns._speedups
+        assert sp is not None
+        data, end = self.data, len(self.data)
+        table = columns.frame_table(max(1, min(_FRAME_ROWS, end // _MIN_BATCH + 1)))
+        pos, low = 0, self.split.base_offset
+        pending: list[np.ndarray] = []
+        size = 0
+        while True:
+            # a window ends with the batch that fills the chunk: the reference decodes there
+            k, nxt, stop = sp.frame_v2(data, pos, end, max(1, self.chunk_bytes - size), table)
+            if k:
+                rows = table[:k]
+                placed, low = self._place(rows, low)
+                kept = rows[placed & self._keep(rows)]  # a copy: the table is reused
+                if len(kept):
+                    pending.append(kept)
+                    size += int(kept[:, F_SIZE].sum())
+            if stop == 2:  # what the reference must read (and report) from here on
+                batches = [self._batch(r) for rows in pending for r in rows]
+                yield from self.slow(nxt, low, batches, size)
+                return
+            if pending and (size >= self.chunk_bytes or stop == 0):
+                yield from self._decode_rows(pending[0] if len(pending) == 1
+                                             else np.concatenate(pending))
+                pending, size = [], 0
+            if stop == 0:
+                return
+            pos = nxt
+
+    def _batch(self, row: np.ndarray) -> RecordBatch:
+        return RecordBatch(self.data, int(row[F_POS]), budget=self.budget)
+
+    def _place(self, rows: np.ndarray, low: int) -> tuple[np.ndarray, int]:
+        """Which framed batches :func:`~kproto.storage.partition.scan_batches` would yield
+        (CRC and offset checks, reported as it reports them), and the next ``low``."""
+        first = rows[:, F_BASE]
+        last = first + rows[:, F_LOD]  # wraps as RecordBatch.last_offset does
+        crc_bad = rows[:, F_CRC] != rows[:, F_CRC_COMPUTED]
+        high = self.split.next_base_offset
+        if _fits_int64(low) and not crc_bad.any():
+            prev = np.empty_like(first)
+            prev[0] = low
+            prev[1:] = last[:-1] + 1
+            bad = (first < prev) | (last < first)
+            bad[1:] |= last[:-1] == _INT64_MAX  # the next low is past int64: nothing fits
+            if high is not None:
+                bad |= last >= high
+            if not bad.any():
+                return np.ones(len(rows), bool), int(last[-1]) + 1
+        # some batch is out of place: the reference's rules, batch by batch
+        placed = np.zeros(len(rows), bool)
+        shift, verify = self.split.start, self.opts.verify_crc
+        for i in range(len(rows)):
+            at, size = int(rows[i, F_POS]) + shift, int(rows[i, F_SIZE])
+            if crc_bad[i]:
+                self.found.report("crc", f"CRC mismatch: stored {int(rows[i, F_CRC])}, computed "
+                                  f"{int(rows[i, F_CRC_COMPUTED])}", position=at,
+                                  bytes_skipped=size if verify else 0)
+                if verify:
+                    continue
+            f, la = int(first[i]), int(last[i])
+            if f < low or la < f or (high is not None and la >= high):
+                where = f"[{low}, {high})" if high is not None else f"from {low}"
+                self.found.report("corrupt", f"batch offsets {f}..{la} out of place: "
+                                  f"expected offsets {where}", position=at, bytes_skipped=size)
+                continue
+            low = la + 1
+            placed[i] = True
+        return placed, low
+
+    def _keep(self, rows: np.ndarray) -> np.ndarray:
+        """:func:`_keep_batch` of every framed batch."""
+        o = self.opts
+        first, attrs = rows[:, F_BASE], rows[:, F_ATTR]
+        last = first + rows[:, F_LOD]
+        keep = last >= (o.start_offset or 0)
+        if o.end_offset is not None:
+            keep &= first < o.end_offset
+        if self.lso is not None:
+            keep &= first < self.lso
+        if o.start_timestamp is not None:
+            keep &= (rows[:, F_MTS] >= o.start_timestamp) | ((attrs & ATTR_DELETE_HORIZON) != 0)
+        if not o.include_control:
+            keep &= (attrs & ATTR_CONTROL) == 0
+        aborted = self.aborted
+        if aborted is not None and aborted.producers:
+            data_txn = (attrs & (ATTR_TRANSACTIONAL | ATTR_CONTROL)) == ATTR_TRANSACTIONAL
+            for i in np.flatnonzero(keep & data_txn).tolist():
+                if aborted.is_aborted_at(int(rows[i, F_PID]), int(last[i])):
+                    keep[i] = False
+        return keep
+
+    def _decode_rows(self, rows: np.ndarray) -> Iterator[pa.RecordBatch]:
+        """A chunk of framed batches as one Arrow batch (C column builder); the reference
+        decodes it when its records are not as expected."""
+        counts, codecs = rows[:, F_COUNT], rows[:, F_ATTR] & ATTR_COMPRESSION
+        has = counts > 0
+        built = None
+        saved = (self.budget.compressed, self.budget.decompressed)
+        if not (codecs[has] > ZSTD).any():
+            parts: list | None = []
+            for i in np.flatnonzero(has & (codecs != NONE)).tolist():
+                at, size = int(rows[i, F_POS]), int(rows[i, F_SIZE])
+                try:  # as RecordBatch.records_data does it
+                    parts.append(decompress(int(codecs[i]), self.data[at + HEADER_SIZE:at + size],
+                                            max_size=DEFAULT_MAX_SIZE, budget=self.budget))
+                except DecodeError:
+                    parts = None
+                    break
+            if parts is not None:
+                built = columns.build_arrow(self.data, rows, parts, self.split.start,
+                                            _BUILT_BATCH_COLUMNS)
+        if built is None:
+            # the reference decodes (and reports) from the same budget as if first
+            self.budget.compressed, self.budget.decompressed = saved
+            yield from self._decode([self._batch(r) for r in rows])
+            return
+        rb = self._assemble(rows, built)
+        if rb is not None:
+            yield rb
+
+    def _const(self, key: tuple, make, n: int) -> pa.Array:
+        """A column of one value for n records: one array per split, sliced."""
+        arr = self.consts.get(key)
+        if arr is None or len(arr) < n:
+            arr = self.consts[key] = make(n)
+        return arr if len(arr) == n else arr.slice(0, n)
+
+    def _assemble(self, rows: np.ndarray, built: BuiltColumns) -> pa.RecordBatch | None:
+        """:func:`_to_arrow`'s batch from the built columns."""
+        n = len(built.offset)
+        if n == 0:
+            return None
+        split, a = self.split, built.arrays
+        key, value = a["key"], a["value"]
+        if self.opts.binary_view:
+            key, value = key.cast(pa.binary_view()), value.cast(pa.binary_view())
+        codecs = rows[:, F_ATTR] & ATTR_COMPRESSION
+        if (codecs == codecs[0]).all():
+            name = _COMPRESSION_NAMES[int(codecs[0])]
+            compression = self._const(("compression", name), partial(_const_string, name), n)
+        else:
+            compression = _COMPRESSION.take(pa.array(np.repeat(codecs.astype(np.int8),
+                                                               rows[:, F_COUNT])))
+        arrays = [
+            self._const(("topic",), partial(_const_string, split.topic), n),
+            self._const(("partition",), lambda m: pa.array(np.full(m, split.partition, np.int32)),
+                        n),
+            a["offset"], a["timestamp"].view(_TIMESTAMP), a["timestamp_type"], key, value,
+            a["headers"], a["leader_epoch"], a["producer_id"], a["producer_epoch"],
+            a["base_sequence"], a["is_transactional"], a["is_control"], compression,
+            self._const(("segment",), partial(_const_string, self.segment), n),
+            a["position"],
+        ]
+        out = pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+        return _trim(out, built.offset, built.timestamp, split, self.opts)
 
 
 def _decode(batches: list[Batch], split: Split, segment: str, opts: ReadOptions,
