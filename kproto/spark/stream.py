@@ -10,10 +10,15 @@ what may be read now (:mod:`kproto.storage.tail`: the high watermark or the log 
 ``bound``; for read_committed the last stable offset as of it, so that no batch ends inside an
 open transaction). Offsets are ``{"topic": {"partition": next offset}}`` in Spark's
 checkpoint: a query restarted from it resumes exactly there. New partitions and topics are read
-from their log start offset; offsets below a partition's log start offset (segments deleted
-before they were read) are logged as ``gap`` warnings of the ``kproto.spark`` logger and
-reading resumes at the log start. Planning and reading are the batch source's
-(:func:`kproto.storage.plan_splits`, :func:`kproto.storage.read_split`), on local paths only.
+from their log start offset. Offsets lost before they were read (below a partition's log start
+offset: segments deleted by retention or DeleteRecords; past its log end: a log truncated or
+created again; a partition gone) fail the query, as Spark's Kafka source does, unless
+``failOnDataLoss`` is false: then they are logged as ``gap`` warnings of the ``kproto.spark``
+logger and reading goes on at the log start (or the log end). Planning and reading are the
+batch source's (:func:`kproto.storage.plan_splits`, :func:`kproto.storage.read_split`), on
+local paths and URIs alike (``s3://``, ``gs://``...: :mod:`kproto.storage.fs`, ``fs.*``
+options): each step lists the folders, reads the checkpoints and, per partition, the last
+offset-index entry and the log's new bytes in ranged reads.
 """
 from __future__ import annotations
 
@@ -26,12 +31,12 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.types import StructType
 
-from kproto.problems import Problems
+from kproto.problems import Problem, Problems
 from kproto.storage.reader import Split, balance
-from kproto.storage.tail import (BOUNDS, PartitionTail, advance, locate, offsets_from_json,
-                                 offsets_to_json, plan_ranges, rate_limit, split_options,
-                                 stream_ranges, tail_log_dirs)
-from kproto.spark.scan import AUTO_TASKS, ScanSpec, auto_split_bytes, parse_options
+from kproto.storage.tail import (BOUNDS, PartitionTail, advance, locate, offsets_for_times,
+                                 offsets_from_json, offsets_to_json, plan_ranges, rate_limit,
+                                 split_options, stream_ranges, tail_log_dirs)
+from kproto.spark.scan import AUTO_TASKS, ScanSpec, _bool, auto_split_bytes, parse_options
 
 try:  # Spark 4.2+: Trigger.AvailableNow for Python sources
     from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow as _AvailableNow
@@ -47,10 +52,29 @@ except ImportError:  # pragma: no cover - older Spark reads all there is at each
 log = logging.getLogger("kproto.spark")
 
 #: options of streaming reads only (lower-cased): see :class:`KafkaSegmentsStreamReader`
-STREAM_OPTIONS = ("bound", "startingoffsets", "maxoffsetspertrigger")
-#: batch options a stream cannot honour
-_NOT_STREAMED = ("endingoffsets", "startingtimestamp", "endingtimestamp")
+STREAM_OPTIONS = ("bound", "startingoffsets", "maxoffsetspertrigger", "startingtimestamp",
+                  "startingoffsetsbytimestamp", "startingoffsetsbytimestampstrategy",
+                  "failondataloss")
+#: batch options a stream cannot honour (Spark's Kafka source has them for batch reads only)
+_NOT_STREAMED = ("endingoffsets", "endingtimestamp", "endingoffsetsbytimestamp")
+#: what a stream starting at a timestamp does with a partition without a record at or after
+#: it (Spark's ``startingOffsetsByTimestampStrategy``): fail, or start at its latest offset
+TIMESTAMP_STRATEGIES = ("error", "latest")
 TopicPartition = tuple[str, int]
+
+
+class DataLossError(RuntimeError):
+    """Offsets a stream had still to read are gone (``failOnDataLoss``, true by default)."""
+
+    def __init__(self, lost: Sequence[Problem]) -> None:
+        super().__init__(
+            "kafka-segments: offsets the stream had not read yet are lost: "
+            + "; ".join(f"{p.topic}-{p.partition}: {p.reason}" for p in lost)
+            + ". Some data may have been lost because they are not available any more "
+              "(retention, DeleteRecords, a log truncated or deleted). If you want the stream "
+              "to go on from the data that is left, set the source option failOnDataLoss to "
+              "false.")
+        self.lost = tuple(lost)
 
 
 @dataclass(frozen=True)
@@ -64,6 +88,13 @@ class StreamSpec:
     starting: str | dict[TopicPartition, int] = "earliest"
     #: ``maxOffsetsPerTrigger``: at most this many offsets per micro-batch (None: all there is)
     max_offsets: int | None = None
+    #: ``startingTimestamp`` (an int, every partition) or ``startingOffsetsByTimestamp``
+    #: (per partition): where a new query starts instead of ``starting``
+    starting_times: int | dict[TopicPartition, int] | None = None
+    #: ``startingOffsetsByTimestampStrategy``: a partition without a record that late
+    timestamp_strategy: str = "error"
+    #: ``failOnDataLoss``: offsets lost before they were read fail the query (else: logged)
+    fail_on_data_loss: bool = True
 
 
 def without_stream_options(options: Mapping[str, str]) -> dict[str, str]:
@@ -78,8 +109,10 @@ def parse_stream_options(options: Mapping[str, str]) -> StreamSpec:
     unsupported = sorted(k for k in _NOT_STREAMED if k in opts
                          and not (k == "endingoffsets" and opts[k].lower() == "latest"))
     if unsupported:
-        raise NotImplementedError(f"kafka-segments: streaming reads do not support "
-                                  f"{unsupported} (use startingOffsets)")
+        raise NotImplementedError(
+            f"kafka-segments: streaming reads do not support {unsupported}: a stream has no "
+            f"end (as in Spark's Kafka source, ending offsets are for batch reads: "
+            f"spark.read, or Trigger.AvailableNow to stop at what is there)")
     scan = parse_options(without_stream_options(opts))
     if scan.output != "records":
         raise NotImplementedError("kafka-segments: streaming reads return records only "
@@ -106,7 +139,26 @@ def parse_stream_options(options: Mapping[str, str]) -> StreamSpec:
         if max_offsets <= 0:
             raise ValueError(f"kafka-segments: maxOffsetsPerTrigger must be a positive integer, "
                              f"not {opts['maxoffsetspertrigger']!r}")
-    return StreamSpec(scan, bound, starting, max_offsets)
+    times: int | dict[TopicPartition, int] | None = None
+    if "startingoffsetsbytimestamp" in opts:  # Spark's order: it wins over startingTimestamp
+        try:
+            times = offsets_from_json(json.loads(opts["startingoffsetsbytimestamp"]))
+        except ValueError as exc:
+            raise ValueError(f"kafka-segments: startingOffsetsByTimestamp must be JSON like "
+                             f"{{\"topic\": {{\"0\": 1700000000000}}}} (ms since the epoch): "
+                             f"{exc}") from None
+    elif "startingtimestamp" in opts:
+        try:
+            times = int(opts["startingtimestamp"])
+        except ValueError:
+            raise ValueError(f"kafka-segments: startingTimestamp must be ms since the epoch, "
+                             f"not {opts['startingtimestamp']!r}") from None
+    strategy = opts.get("startingoffsetsbytimestampstrategy", "error").lower()
+    if strategy not in TIMESTAMP_STRATEGIES:
+        raise ValueError(f"kafka-segments: startingOffsetsByTimestampStrategy must be one of "
+                         f"{TIMESTAMP_STRATEGIES}, not {strategy!r}")
+    fail = _bool(opts, "failondataloss", "true")
+    return StreamSpec(scan, bound, starting, max_offsets, times, strategy, fail)
 
 
 class StreamPartition(InputPartition):
@@ -132,15 +184,23 @@ class _OneSplit:
 
 
 class KafkaSegmentsStreamReader(DataSourceStreamReader, _AvailableNow):
-    """Stream reader of ``kafka-segments``. Options: those of the batch source (paths,
-    ``topics``, ``partitions``, ``isolation``, ``includeControl``, ``includeDeleted``,
-    ``verifyCrc``, ``splitSize``, ``decode``), and ``bound`` (``auto``, ``hw``, ``end``: see
-    :mod:`kproto.storage.tail`), ``startingOffsets`` (``earliest``, the default: every
-    partition from its log start; ``latest``: what may be read when the query first starts;
-    or ``{"topic": {"0": 42}}``, unlisted partitions from their log start). A restarted query
-    resumes from its checkpoint, whatever ``startingOffsets`` says. ``endingOffsets``,
-    ``startingTimestamp``, ``endingTimestamp`` and ``output=damage`` raise
-    ``NotImplementedError``.
+    """Stream reader of ``kafka-segments``. Options: those of the batch source (paths, local
+    or URIs with their ``fs.*`` options, ``topics``, ``partitions``, ``isolation``,
+    ``includeControl``, ``includeDeleted``, ``verifyCrc``, ``splitSize``, ``decode``), and
+    ``bound`` (``auto``, ``hw``, ``end``: see :mod:`kproto.storage.tail`), where a new query
+    starts: ``startingOffsets`` (``earliest``, the default: every partition from its log
+    start; ``latest``: what may be read when the query first starts; or
+    ``{"topic": {"0": 42}}``, unlisted partitions from their log start),
+    ``startingTimestamp`` (ms since the epoch: in every partition, the first offset whose
+    record is that late, Kafka's ListOffsets by timestamp) or ``startingOffsetsByTimestamp``
+    (``{"topic": {"0": ms}}``, unlisted partitions from their log start), these two taking
+    precedence as in Spark's Kafka source, with ``startingOffsetsByTimestampStrategy``
+    (``error``, the default: a partition without such a record fails the query's start;
+    ``latest``: it starts at what may be read then); ``maxOffsetsPerTrigger``; and
+    ``failOnDataLoss`` (default true: offsets lost before they were read fail the query;
+    false: they are logged and the stream goes on). A restarted query resumes from its
+    checkpoint, whatever the starting options say. ``endingOffsets``, ``endingTimestamp``
+    and ``output=damage`` raise ``NotImplementedError``.
 
     ``batch_reader`` reads one split with the batch source's options (the
     :class:`~kproto.spark.source.KafkaSegmentsReader` class, passed in so that this module does
@@ -159,20 +219,27 @@ class KafkaSegmentsStreamReader(DataSourceStreamReader, _AvailableNow):
         self._until: dict[TopicPartition, int] | None = None  # Trigger.AvailableNow's target
 
     # ---------------------------------------------------------------------- driver side
-    def _tails(self, caps: Mapping[TopicPartition, int] | None = None) -> dict[TopicPartition, PartitionTail]:
+    def _tails(self, caps: Mapping[TopicPartition, int] | None = None,
+               positions: Mapping[TopicPartition, int] | None = None
+               ) -> dict[TopicPartition, PartitionTail]:
         scan = self.spec.scan
         if scan.empty:
             return {}
         found = Problems()
         tails = tail_log_dirs(scan.paths, topics=scan.topics, partitions=scan.partitions,
                               bound=self.spec.bound, isolation=scan.read.isolation,
-                              include_deleted=scan.read.include_deleted, caps=caps, problems=found)
+                              include_deleted=scan.read.include_deleted, caps=caps,
+                              positions=positions, problems=found,
+                              storage_options=dict(scan.storage_options))
         for p in found:
             log.warning("kafka-segments: %s", p)
         return tails
 
     def initialOffset(self) -> dict:
-        """Where a new query starts (``startingOffsets``)."""
+        """Where a new query starts (``startingOffsetsByTimestamp``, ``startingTimestamp``,
+        ``startingOffsets``, in that order)."""
+        if self.spec.starting_times is not None:
+            return offsets_to_json(self._by_timestamp(self.spec.starting_times))
         starting = self.spec.starting
         if starting == "earliest":
             return {}  # every partition from its log start offset
@@ -180,6 +247,32 @@ class KafkaSegmentsStreamReader(DataSourceStreamReader, _AvailableNow):
             return offsets_to_json(advance({}, self._tails()))
         assert isinstance(starting, dict)
         return offsets_to_json(starting)
+
+    def _by_timestamp(self, times: int | Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
+        """Each partition's first offset at or after its starting timestamp; one without a
+        record that late fails (strategy ``error``) or starts at what may be read now
+        (``latest``)."""
+        scan = self.spec.scan
+        if scan.empty:
+            return {}
+        found = Problems()
+        hits = offsets_for_times(scan.paths, times, topics=scan.topics,
+                                 partitions=scan.partitions,
+                                 include_deleted=scan.read.include_deleted, problems=found,
+                                 storage_options=dict(scan.storage_options))
+        for p in found:
+            log.warning("kafka-segments: %s", p)
+        missing = sorted(tp for tp, o in hits.items() if o is None)
+        if missing and self.spec.timestamp_strategy == "error":
+            raise ValueError(
+                f"kafka-segments: no record at or after the starting timestamp in "
+                f"{', '.join(f'{t}-{p}' for t, p in missing)} (set "
+                f"startingOffsetsByTimestampStrategy to latest to start those at their end)")
+        out = {tp: o for tp, o in hits.items() if o is not None}
+        if missing:
+            latest = advance({}, self._tails())
+            out.update({tp: latest[tp] for tp in missing if tp in latest})
+        return out
 
     def getDefaultReadLimit(self) -> Any:
         """``maxOffsetsPerTrigger`` as Spark's read limit (all available without it)."""
@@ -195,13 +288,13 @@ class KafkaSegmentsStreamReader(DataSourceStreamReader, _AvailableNow):
         read_committed partition whose open transaction spans its share reads to the end of
         it rather than not at all."""
         begin = offsets_from_json(start)
-        tails = self._until_cut(self._tails())
+        tails = self._until_cut(self._tails(positions=begin))
         max_rows = getattr(limit, "max_rows", None)  # ReadMaxRows; ReadAllAvailable has none
         if max_rows is not None:
             caps = rate_limit(begin, tails, int(max_rows))
             result = dict(tails)
             while caps:
-                capped = self._until_cut(self._tails(caps))
+                capped = self._until_cut(self._tails(caps, begin))
                 stuck = {}
                 for tp, cap in caps.items():
                     t, pos = tails[tp], begin.get(tp, tails[tp].log_start)
@@ -231,13 +324,18 @@ class KafkaSegmentsStreamReader(DataSourceStreamReader, _AvailableNow):
         ``splitSize`` bytes each (as the batch source's)."""
         scan = self.spec.scan
         found = Problems()
+        options = dict(scan.storage_options)
         where = locate(scan.paths, topics=scan.topics, partitions=scan.partitions,
-                       include_deleted=scan.read.include_deleted, problems=found)
+                       include_deleted=scan.read.include_deleted, problems=found,
+                       storage_options=options)
+        lost = Problems()
         ranges = stream_ranges(offsets_from_json(start), offsets_from_json(end),
-                               {tp: first for tp, (_, first) in where.items()}, found)
+                               {tp: first for tp, (_, first) in where.items()}, lost)
+        if lost and self.spec.fail_on_data_loss:
+            raise DataLossError(list(lost))
         splits = plan_ranges(ranges, {tp: folder for tp, (folder, _) in where.items()},
-                             scan.read, found)
-        for p in found:
+                             scan.read, found, options)
+        for p in [*lost, *found]:
             log.warning("kafka-segments: %s", p)
         if not splits:
             return []
@@ -263,10 +361,13 @@ class KafkaSegmentsStreamReader(DataSourceStreamReader, _AvailableNow):
                 yield from reader.read(_OneSplit(split))  # type: ignore[arg-type]
             except FileNotFoundError:
                 # retention removed the segment after planning: its records are gone
-                log.warning("kafka-segments: gap: %s was deleted before offsets [%d, %d) of "
-                            "%s-%d were read from it", split.path, frm, to, split.topic,
-                            split.partition)
+                lost = Problem("gap", f"{split.path} was deleted before offsets [{frm}, {to}) "
+                               f"were read from it", source=split.path, topic=split.topic,
+                               partition=split.partition)
+                if self.spec.fail_on_data_loss:
+                    raise DataLossError([lost]) from None
+                log.warning("kafka-segments: %s", lost)
 
 
-__all__ = ["STREAM_OPTIONS", "KafkaSegmentsStreamReader", "StreamPartition", "StreamSpec",
+__all__ = ["STREAM_OPTIONS", "DataLossError", "KafkaSegmentsStreamReader", "StreamPartition", "StreamSpec",
            "parse_stream_options", "without_stream_options"]

@@ -41,15 +41,17 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass, replace
-from typing import Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from kproto.problems import Problems
+from kproto.records import RecordBatch
+from kproto.storage import fs
 from kproto.storage.checkpoints import OffsetCheckpoint
 from kproto.storage.indexes import AbortedTxn
-from kproto.storage.layout import is_partition_dir, scan_log_dir, scan_partition_dir
+from kproto.storage.layout import PartitionDir, is_partition_dir, scan_log_dir, scan_partition_dir
 from kproto.storage.partition import Partition, read_file, read_log_start_offsets, scan_batches
-from kproto.storage.reader import ReadOptions, Split, first_unstable_offset, mapped_file, plan_splits
-from kproto.storage.writer import ProducerStateTracker, rebuild_txn_index
+from kproto.storage.reader import ReadOptions, Split, plan_splits
+from kproto.storage.writer import ProducerStateTracker
 
 #: values of ``bound``: see the module's documentation
 BOUNDS = ("auto", "hw", "end")
@@ -182,33 +184,30 @@ def stream_ranges(start: Mapping[TopicPartition, int], end: Mapping[TopicPartiti
 
 
 # ----------------------------------------------------------------------------- I/O
-def _local(path: str) -> str:
-    if "://" in path:
-        raise NotImplementedError(f"tailing reads local log directories only, not {path!r}")
-    return os.path.normpath(path)
-
-
-def _log_dirs(paths: Iterable[str]) -> list[tuple[str, list[str]]]:
-    """``(log dir, partition folders)`` of each path (a log dir, or one partition folder)."""
+def _log_dirs(paths: Iterable[str]) -> list[tuple[str, list[PartitionDir]]]:
+    """``(log dir, partition folders)`` of each path (a log dir, or one partition folder; local
+    or a URI, see :mod:`kproto.storage.fs`): one listing per folder."""
     out = []
-    for path in map(_local, paths):
+    for path in map(fs.normpath, paths):
         if is_partition_dir(path):
-            out.append((os.path.dirname(path), [path]))
+            out.append((os.path.dirname(path), [scan_partition_dir(path)]))
         else:
-            out.append((path, [p.path for p in scan_log_dir(path).partitions]))
+            out.append((path, scan_log_dir(path).partitions))
     return out
 
 
 def _open_partitions(paths: Iterable[str], topics: Iterable[str] | None,
-                     partitions: Iterable[int] | None, problems: Problems
+                     partitions: Iterable[int] | None, problems: Problems,
+                     storage_options: Mapping[str, Any] | None = None
                      ) -> list[tuple[str, Partition]]:
     """``(log dir, partition)`` of every selected live partition folder under ``paths``, each
     with its log start checkpoint entry."""
     topics = set(topics) if topics is not None else None
     parts = set(partitions) if partitions is not None else None
     out = []
-    for log_dir, folders in _log_dirs(paths):
-        layouts = [scan_partition_dir(f) for f in folders]
+    for path in paths:
+        fs.configure(path, storage_options)
+    for log_dir, layouts in _log_dirs(paths):
         layouts = [p for p in layouts if (topics is None or p.topic in topics)
                    and (parts is None or p.partition in parts)]
         if not layouts:
@@ -229,12 +228,14 @@ def _log_start(part: Partition, include_deleted: bool) -> int:
 
 def locate(paths: Sequence[str], *, topics: Iterable[str] | None = None,
            partitions: Iterable[int] | None = None, include_deleted: bool = False,
-           problems: Problems | None = None) -> dict[TopicPartition, tuple[str, int]]:
+           problems: Problems | None = None,
+           storage_options: Mapping[str, Any] | None = None
+           ) -> dict[TopicPartition, tuple[str, int]]:
     """``(partition folder, log start offset)`` of every selected partition: a listing, no
     segment is read."""
     found = problems if problems is not None else Problems()
     return {(p.topic, p.partition): (p.path, _log_start(p, include_deleted))
-            for _, p in _open_partitions(paths, topics, partitions, found)}
+            for _, p in _open_partitions(paths, topics, partitions, found, storage_options)}
 
 
 def read_high_watermarks(log_dir: str, problems: Problems | None = None
@@ -242,8 +243,8 @@ def read_high_watermarks(log_dir: str, problems: Problems | None = None
     """The high watermarks of ``log_dir``'s ``replication-offset-checkpoint`` by (topic,
     partition); None when there is no such file (a malformed one is reported and read as
     empty: nothing is known to be replicated)."""
-    path = os.path.join(log_dir, HW_CHECKPOINT)
-    if not os.path.isfile(path):
+    path = fs.join(log_dir, HW_CHECKPOINT)
+    if not fs.isfile(path):
         return None
     cp = read_file(path, lambda b: OffsetCheckpoint.parse(b, HW_CHECKPOINT),
                    problems if problems is not None else Problems())
@@ -252,33 +253,91 @@ def read_high_watermarks(log_dir: str, problems: Problems | None = None
 
 def log_end(part: Partition) -> tuple[int, int]:
     """``(log end offset, byte position after the last complete batch)`` of the partition's
-    last segment: scanned from its last offset-index entry, a partial batch at the end being a
-    write still in progress (not reported)."""
+    last segment: scanned from its last offset-index entry to the size the listing gave (one
+    ranged read of the segment's tail), a partial batch at the end being a write still in
+    progress (not reported)."""
     if not part.segments:
         return (part.log_start_offset or 0), 0
     seg = part.segments[-1]
     idx = seg.offset_index
     pos = int(idx.positions[-1]) if len(idx) else 0
     end, end_pos = seg.base_offset, pos
-    for batch in seg.scan(pos):
+    for batch in seg.scan(pos, seg.log_size):
         end, end_pos = batch.last_offset + 1, batch.position + batch.size_in_bytes
     return max(end, seg.base_offset), end_pos
+
+
+def _scan_producers(part: Partition, start: int, tracker: ProducerStateTracker,
+                    to: int | None, skip_below: bool) -> list[AbortedTxn]:
+    """Feed ``tracker`` the batches from the one holding ``start`` up to ``to`` (None: the
+    log end; ``skip_below``: leave out the batches below ``start``), each segment read in one
+    ranged read from the offset-index entry before ``start`` to the size the listing gave;
+    the aborted transactions the ABORT markers met complete."""
+    aborted: list[AbortedTxn] = []
+    first = part.segment_for(start)
+    for i, seg in enumerate(part.segments[first:]):
+        pos = seg.position_of(start) if i == 0 else 0
+        for batch in seg.scan(pos, seg.log_size):
+            if to is not None and batch.base_offset >= to:
+                return aborted
+            if not isinstance(batch, RecordBatch) or (skip_below and batch.base_offset < start):
+                continue
+            done = tracker.append(batch)
+            if done is not None:
+                aborted.append(done)
+    return aborted
+
+
+def _snapshot_state(part: Partition, offset: int) -> ProducerStateTracker | None:
+    snap = part.snapshot(offset) if offset in part.snapshot_offsets else None
+    if snap is None or not snap.crc_valid:
+        return None
+    return ProducerStateTracker.from_snapshot(snap.entries)
+
+
+def last_stable_offset(part: Partition, position: int | None, bound: int) -> int | None:
+    """First offset of the earliest transaction still open as of ``bound`` (None if none),
+    for a stream whose partition position is ``position``. The producer state of the latest
+    producer snapshot at or below ``bound`` is brought up to ``bound`` by the batches after it
+    (as :func:`~kproto.storage.reader.first_unstable_offset`), unless the position is past
+    that snapshot: then the batches from the position on are scanned alone, since a stream's
+    steps end before every transaction open at their bound, so every transaction begun below
+    its position has ended below the bound. Each step reads the new bytes of the log, not its
+    active segment."""
+    snapshots = [o for o in part.snapshot_offsets if o <= bound]
+    for offset in reversed(snapshots):
+        if position is not None and offset <= position:
+            break
+        state = _snapshot_state(part, offset)
+        if state is not None:
+            _scan_producers(part, offset, state, bound, skip_below=True)
+            return min(state.ongoing.values()) if state.ongoing else None
+    start = position if position is not None else (
+        part.segments[0].base_offset if part.segments else 0)
+    state = ProducerStateTracker()
+    _scan_producers(part, start, state, bound, skip_below=False)
+    return min(state.ongoing.values()) if state.ongoing else None
 
 
 def tail_log_dirs(paths: Sequence[str], *, topics: Iterable[str] | None = None,
                   partitions: Iterable[int] | None = None, bound: str = "auto",
                   isolation: str = "read_uncommitted", include_deleted: bool = False,
                   caps: Mapping[TopicPartition, int] | None = None,
-                  problems: Problems | None = None) -> dict[TopicPartition, PartitionTail]:
-    """A snapshot of the selected partitions under ``paths`` (log dirs or partition folders):
-    see :class:`PartitionTail` and the module's documentation for ``bound``. ``caps`` lowers
-    a partition's readable offset (a rate limit) before read_committed stops it short of the
-    transactions still open there."""
+                  positions: Mapping[TopicPartition, int] | None = None,
+                  problems: Problems | None = None,
+                  storage_options: Mapping[str, Any] | None = None
+                  ) -> dict[TopicPartition, PartitionTail]:
+    """A snapshot of the selected partitions under ``paths`` (log dirs or partition folders,
+    local or URIs; ``storage_options`` for their filesystem): see :class:`PartitionTail` and
+    the module's documentation for ``bound``. ``caps`` lowers a partition's readable offset (a
+    rate limit) before read_committed stops it short of the transactions still open there;
+    ``positions``: the stream's (read_committed scans from there, see
+    :func:`last_stable_offset`)."""
     found = problems if problems is not None else Problems()
     committed = ReadOptions(isolation=isolation).isolation == "read_committed"
     hws: dict[str, dict[TopicPartition, int] | None] = {}
     out: dict[TopicPartition, PartitionTail] = {}
-    for log_dir, part in _open_partitions(paths, topics, partitions, found):
+    for log_dir, part in _open_partitions(paths, topics, partitions, found, storage_options):
         if log_dir not in hws:
             hws[log_dir] = read_high_watermarks(log_dir, found)
         marks = hws[log_dir]
@@ -291,45 +350,64 @@ def tail_log_dirs(paths: Sequence[str], *, topics: Iterable[str] | None = None,
         if caps is not None and tp in caps:
             readable = max(start, min(readable, caps[tp]))
         if committed and readable > start:
-            lso = first_unstable_offset(part, readable)
+            pos = positions.get(tp) if positions is not None else None
+            lso = last_stable_offset(part, pos if pos is not None and start <= pos <= readable
+                                     else None, readable)
             if lso is not None:
                 readable = max(start, min(readable, lso))
         out[tp] = PartitionTail(part.topic, part.partition, part.path, start, end, hw, readable)
     return out
 
 
-def active_aborted(part: Partition) -> list[AbortedTxn]:
+def offsets_for_times(paths: Sequence[str], times: int | Mapping[TopicPartition, int], *,
+                      topics: Iterable[str] | None = None,
+                      partitions: Iterable[int] | None = None, include_deleted: bool = False,
+                      problems: Problems | None = None,
+                      storage_options: Mapping[str, Any] | None = None
+                      ) -> dict[TopicPartition, int | None]:
+    """Kafka's ``ListOffsets`` by timestamp for the selected partitions: the first offset
+    whose record has a timestamp at or after ``times`` (one timestamp for every partition, or
+    one per partition: the others are left out), never below the log start offset; None when
+    no record has one (:meth:`~kproto.storage.partition.Partition.offset_for_timestamp`: the
+    time index, then the offset index, then a scan from there)."""
+    found = problems if problems is not None else Problems()
+    out: dict[TopicPartition, int | None] = {}
+    for _, part in _open_partitions(paths, topics, partitions, found, storage_options):
+        tp = (part.topic, part.partition)
+        t = times if isinstance(times, int) else times.get(tp)
+        if t is None:
+            continue
+        hit = part.offset_for_timestamp(t)
+        out[tp] = None if hit is None else max(hit[0], _log_start(part, include_deleted))
+    return out
+
+
+def active_aborted(part: Partition, position: int | None = None) -> list[AbortedTxn]:
     """Aborted transactions whose ABORT marker is in the partition's last (active) segment,
-    rebuilt from its batches: a broker may write the active segment's ``.txnindex`` only when
-    it rolls the segment (kproto's does)."""
+    from ``position`` on when it is inside it, rebuilt from its batches: a broker may write
+    the active segment's ``.txnindex`` only when it rolls the segment (kproto's does). Read
+    from ``position``, a transaction begun before it gets its first offset at or after it,
+    which is all a read from ``position`` needs."""
     if not part.segments:
         return []
     seg = part.segments[-1]
-    tracker = ProducerStateTracker()
-    snap = part.snapshot(seg.base_offset) if seg.base_offset in part.snapshot_offsets else None
-    if snap is not None and snap.crc_valid:
-        tracker = ProducerStateTracker.from_snapshot(snap.entries)
-    # from the bytes, not Segment.scan: that would rebuild a missing .index first
-    return rebuild_txn_index(seg.read(), tracker)
-
-
-def _end_position(data: memoryview, split: Split, end_offset: int) -> int:
-    """Where the batches of ``split`` below ``end_offset`` end in ``data`` (the file)."""
-    cut = split.start
-    for batch in scan_batches(data, split.start, min(split.end, len(data)), resync=split.resync):
-        if batch.base_offset >= end_offset:
-            break
-        cut = batch.position + batch.size_in_bytes
-    return cut
+    if position is not None and position > seg.base_offset:
+        return _scan_producers(part, position, ProducerStateTracker(), None, skip_below=False)
+    tracker = _snapshot_state(part, seg.base_offset) or ProducerStateTracker()
+    return _scan_producers(part, seg.base_offset, tracker, None, skip_below=False)
 
 
 def _cut(split: Split, end_offset: int) -> Split:
     """``split`` ending before the first batch at or past ``end_offset``, or after its last
-    complete batch (bytes past that are a write in progress, not a torn tail)."""
-    with mapped_file(split.path) as view:
-        if not len(view):
-            return replace(split, end=split.start)
-        cut = _end_position(view, split, end_offset)
+    complete batch (bytes past that are a write in progress, not a torn tail): scanned from
+    its last batch boundary the offset index knows (a small ranged read of a remote file)."""
+    begin = max((p for p in split.resync if p < split.end), default=split.start)
+    data = fs.read_range(split.path, begin, split.end)
+    cut = begin
+    for batch in scan_batches(data):
+        if batch.base_offset >= end_offset:
+            break
+        cut = begin + batch.position + batch.size_in_bytes
     if cut == split.end:
         return split
     return replace(split, end=cut, resync=tuple(p for p in split.resync if p < cut))
@@ -337,25 +415,31 @@ def _cut(split: Split, end_offset: int) -> Split:
 
 def plan_ranges(ranges: Mapping[TopicPartition, tuple[int, int]],
                 folders: Mapping[TopicPartition, str], options: ReadOptions = ReadOptions(),
-                problems: Problems | None = None) -> list[Split]:
+                problems: Problems | None = None,
+                storage_options: Mapping[str, Any] | None = None) -> list[Split]:
     """Splits reading each partition's ``[from, to)`` of ``ranges`` with ``options``
     (:func:`~kproto.storage.reader.plan_splits` per partition folder, the last split cut at
-    ``to``; with read_committed the active segment's aborted transactions are added). Read
-    each with ``options`` bounded by its partition's range (:func:`split_options`)."""
+    ``to``; with read_committed the aborted transactions of the active segment from ``from``
+    on are added, and no last stable offset is needed: ``to`` is below it). Read each with
+    ``options`` bounded by its partition's range (:func:`split_options`)."""
     found = problems if problems is not None else Problems()
     out: list[Split] = []
     committed = options.isolation == "read_committed"
+    # the stream's bound already stops before open transactions: no scan for them here
+    planning = replace(options, isolation="read_uncommitted")
     for tp, (frm, to) in sorted(ranges.items()):
         folder = folders.get(tp)
         if folder is None or frm >= to:
             continue
-        splits = plan_splits(folder, options=split_options(options, frm, to), problems=found)
+        splits = plan_splits(folder, options=split_options(planning, frm, to), problems=found,
+                             storage_options=storage_options)
         if not splits:
             continue
         splits[-1] = _cut(splits[-1], to)
         if committed:
             known = set(splits[0].aborted)
-            extra = tuple(a for a in active_aborted(Partition.open(folder)) if a not in known)
+            extra = tuple(a for a in active_aborted(Partition.open(folder), frm)
+                          if a not in known)
             if extra:
                 splits = [replace(s, aborted=s.aborted + extra) for s in splits]
         out += [s for s in splits if s.end > s.start]
@@ -368,6 +452,6 @@ def split_options(options: ReadOptions, frm: int, to: int) -> ReadOptions:
 
 
 __all__ = ["BOUNDS", "HW_CHECKPOINT", "PartitionTail", "active_aborted", "advance",
-           "locate", "log_end", "offsets_from_json", "offsets_to_json", "plan_ranges",
+           "last_stable_offset", "locate", "log_end", "offsets_for_times", "offsets_from_json", "offsets_to_json", "plan_ranges",
            "read_high_watermarks", "resolve_bound", "split_options", "stream_ranges",
            "tail_log_dirs"]

@@ -25,6 +25,7 @@ from kproto.storage import LogDirWriter, OffsetCheckpoint
 from kproto.testing import TEST_DEFAULTS, BrokerThread
 
 TOPICS = {"events": 2, "audit": 1}
+TS = 1_700_000_000_000
 WAVES = 20  # one wave every 0.2 s
 PAUSE = 14  # the clients wait there (transaction 2 open) until the first query is stopped
 
@@ -237,14 +238,19 @@ def test_stream_options_that_a_stream_cannot_honour_are_refused(tmp_path):
         reader(bound="lso")
     with pytest.raises(ValueError, match="startingOffsets of a stream"):
         reader(startingOffsets="12")
-    for option in ("endingOffsets", "startingTimestamp", "endingTimestamp"):
-        with pytest.raises(NotImplementedError, match="do not support"):
+    for option in ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp"):
+        with pytest.raises(NotImplementedError, match="do not support.*batch reads"):
             reader(**{option: "5"})
     with pytest.raises(NotImplementedError, match="records only"):
         reader(output="damage")
-    with pytest.raises(NotImplementedError, match="local log directories"):
-        r = KafkaSegmentsDataSource({"path": "s3://bucket/logs"}).streamReader(spark_schema())
-        r.latestOffset({}, None)
+    with pytest.raises(ValueError, match="startingTimestamp must be ms"):
+        reader(startingTimestamp="yesterday")
+    with pytest.raises(ValueError, match="startingOffsetsByTimestamp must be JSON"):
+        reader(startingOffsetsByTimestamp='{"t": 5}')
+    with pytest.raises(ValueError, match="startingOffsetsByTimestampStrategy must be one of"):
+        reader(startingTimestamp="5", startingOffsetsByTimestampStrategy="earliest")
+    with pytest.raises(ValueError, match="failondataloss must be true or false"):
+        reader(failOnDataLoss="maybe")
     # the batch source refuses the stream's own options
     with pytest.raises(ValueError, match="unknown option"):
         KafkaSegmentsDataSource({"path": str(tmp_path), "bound": "end"}).reader(spark_schema())
@@ -276,14 +282,20 @@ def test_stream_reader_calls_as_spark_makes_them(tmp_path):
     assert reader.partitions(end, end) == []
 
 
-def test_segments_deleted_before_they_were_read_resume_at_the_log_start(spark, tmp_path):
+def test_segments_deleted_before_they_were_read_fail_or_resume_at_the_log_start(spark, tmp_path):
+    """failOnDataLoss (true by default, as in Spark's Kafka source): offsets deleted before
+    they were read fail the query; with false the stream resumes at the log start."""
     data, out, ckpt = (str(tmp_path / n) for n in ("logs", "out", "ckpt"))
     w = LogDirWriter(data, cluster_id="Gbic2Gj7Dm9oTfmSNSzM_A", segment_bytes=150).partition("t", 0)
 
-    def run():
-        q = (spark.readStream.format("kafka-segments").load(data).writeStream.format("parquet")
+    def run(fail="false"):
+        q = (spark.readStream.format("kafka-segments").option("failOnDataLoss", fail).load(data)
+             .writeStream.format("parquet")
              .option("checkpointLocation", ckpt).trigger(availableNow=True).start(out))
-        q.awaitTermination(60)
+        try:
+            q.awaitTermination(60)
+        except Exception as exc:  # the query's failure, raised by awaitTermination
+            return exc
         assert q.exception() is None, q.exception()
         return sorted(o for _, _, o, _ in _rows(spark, out))
 
@@ -300,6 +312,10 @@ def test_segments_deleted_before_they_were_read_resume_at_the_log_start(spark, t
             os.remove(os.path.join(folder, name))
     with open(os.path.join(data, "log-start-offset-checkpoint"), "wb") as f:
         f.write(OffsetCheckpoint([("t", 0, start)]).encode())
+    failed = run("true")
+    assert "DataLossError" in str(failed) and f"offsets [1, {start}) were deleted" in str(failed)
+    assert "failOnDataLoss to false" in str(failed)
+    assert sorted(o for _, _, o, _ in _rows(spark, out)) == [0]  # nothing committed after 0
     assert run() == [0] + list(range(start, 7))
 
 
@@ -351,3 +367,96 @@ def test_a_transaction_longer_than_the_limit_is_read_whole(tmp_path):
     # not stuck at 0: the share widens (2, 4, 8) until the step ends past the marker (5)
     assert first == {"t": {"0": 8}}
     assert reader.latestOffset(first, ReadMaxRows(2)) == {"t": {"0": 9}}
+
+
+def _stamped(w, stamps, tag):
+    """One batch per timestamp of ``stamps``, each record's value ``tag-<ms>``."""
+    for ts in stamps:
+        b = RecordBatchBuilder(base_offset=w.next_offset)
+        b.append(ts, None, f"{tag}-{ts}".encode())
+        w.append(b.build())
+
+
+def test_starting_timestamps_start_where_list_offsets_would(tmp_path):
+    """startingTimestamp / startingOffsetsByTimestamp: each partition from its first offset
+    whose record is that late (the time index, then a scan), the per-partition form winning;
+    a partition without such a record fails the start, or starts at its end with
+    startingOffsetsByTimestampStrategy=latest; a restart resumes from the checkpoint."""
+    import pyarrow as pa
+
+    from kproto.spark import KafkaSegmentsDataSource, spark_schema
+
+    d = LogDirWriter(str(tmp_path), cluster_id="Gbic2Gj7Dm9oTfmSNSzM_A", segment_bytes=300)
+    a, b = d.partition("t", 0), d.partition("t", 1)
+    _stamped(a, [TS + 1000 * i for i in range(12)], "a")            # several segments
+    _stamped(b, [TS + 500, TS + 9000, TS + 3000, TS + 9500], "b")   # out of order
+    assert len([n for n in os.listdir(tmp_path / "t-0") if n.endswith(".log")]) > 2
+
+    def reader(**options):
+        return KafkaSegmentsDataSource({"path": str(tmp_path), "bound": "end", **options}
+                                       ).streamReader(spark_schema())
+
+    assert reader(startingTimestamp=str(TS + 4500)).initialOffset() == {"t": {"0": 5, "1": 1}}
+    assert reader(startingTimestamp=str(TS)).initialOffset() == {"t": {"0": 0, "1": 0}}
+    # per partition wins over startingTimestamp and startingOffsets; t-1 is not listed: earliest
+    r = reader(startingOffsetsByTimestamp=json.dumps({"t": {"0": TS + 10_000}}),
+               startingTimestamp=str(TS), startingOffsets="latest")
+    start = r.initialOffset()
+    assert start == {"t": {"0": 10}}
+    end = r.latestOffset(start, None)
+    rows = [v.decode() for part in r.partitions(start, end) for rb in r.read(part)
+            for v in pa.Table.from_batches([rb])["value"].to_pylist()]
+    assert sorted(rows) == sorted([f"a-{TS + 10_000}", f"a-{TS + 11_000}"]
+                                  + [f"b-{TS + s}" for s in (500, 9000, 3000, 9500)])
+    with pytest.raises(ValueError, match="no record at or after the starting timestamp in t-1"):
+        reader(startingTimestamp=str(TS + 9700)).initialOffset()
+    assert reader(startingTimestamp=str(TS + 9700), startingOffsetsByTimestampStrategy="latest"
+                  ).initialOffset() == {"t": {"0": 10, "1": 4}}
+
+
+def test_fail_on_data_loss_fails_a_step_whose_offsets_are_gone(tmp_path):
+    """failOnDataLoss (default true): a step from a position below the log start offset, or
+    past a log that was truncated, raises DataLossError naming the partition and offsets;
+    false reports and goes on (the rows the log still has)."""
+    import pyarrow as pa
+
+    from kproto.spark import KafkaSegmentsDataSource, spark_schema
+    from kproto.spark.stream import DataLossError
+
+    data = str(tmp_path / "logs")
+    d = LogDirWriter(data, cluster_id="Gbic2Gj7Dm9oTfmSNSzM_A", segment_bytes=150)
+    w = d.partition("t", 0)
+    for i in range(6):
+        _append(w, [f"v{i}"])
+    folder = os.path.join(data, "t-0")
+    bases = sorted(int(n[:20]) for n in os.listdir(folder) if n.endswith(".log"))
+    keep = next(b for b in bases if b >= 3)
+    for name in os.listdir(folder):
+        if name[:20].isdigit() and int(name[:20]) < keep:
+            os.remove(os.path.join(folder, name))
+
+    def reader(**options):
+        return KafkaSegmentsDataSource({"path": data, "bound": "end", **options}
+                                       ).streamReader(spark_schema())
+
+    start = {"t": {"0": 1}}
+    end = reader().latestOffset(start, None)
+    assert end == {"t": {"0": 6}}
+    with pytest.raises(DataLossError, match=rf"t-0: offsets \[1, {keep}\) were deleted"):
+        reader().partitions(start, end)
+    lenient = reader(failOnDataLoss="false")
+    rows = [v.decode() for part in lenient.partitions(start, end) for rb in lenient.read(part)
+            for v in pa.Table.from_batches([rb])["value"].to_pylist()]
+    assert rows == [f"v{i}" for i in range(keep, 6)]
+    # a position past the log end: the log was truncated (or deleted and created again)
+    with pytest.raises(DataLossError, match="past the log end"):
+        r = reader()
+        r.partitions({"t": {"0": 40}}, r.latestOffset({"t": {"0": 40}}, None))
+    # a segment deleted between planning and reading
+    r = reader()
+    tasks = r.partitions({"t": {"0": keep}}, end)
+    for split in tasks[0].splits:
+        os.remove(split.path)
+    with pytest.raises(DataLossError, match="was deleted before offsets"):
+        list(r.read(tasks[0]))
+    assert list(reader(failOnDataLoss="false").read(tasks[0])) == []
