@@ -80,7 +80,8 @@ typedef struct {
     PyObject *view;         /* memoryview over src, made on first zero-copy field */
 } Reader;
 
-static PyObject *uuid_new;  /* callable(bytes16) -> Uuid */
+static PyObject *uuid_new;       /* the Uuid class (a subclass of bytes) */
+static PyTypeObject *uuid_type;  /* the same, when its instances are plain bytes objects */
 
 /* -- compiling a spec ------------------------------------------------------------------------- */
 
@@ -197,6 +198,205 @@ static Prog *compile_struct(ProgramObject *self, PyObject *spec) {
     return pg;
 }
 
+/* -- recycled lists, ints and byte views -----------------------------------------------------
+ *
+ * A message's objects are freed together, and the next decode makes as many again. When a freed
+ * message object holds the last reference to a list, an int or a byte view (in a slot, or as an
+ * item of such a list), nobody else can reach it: instead of freeing it and allocating another on
+ * the next decode, it is kept here for the decoder, as CPython keeps freed tuples and floats (its
+ * own list free list keeps 80; a 2,000-partition MetadataResponse frees 6,000 lists). What is kept
+ * is untracked by the garbage collector and holds no references. Ints and views are laid out as
+ * CPython 3.10 and 3.11 lay them out; other versions only recycle lists. */
+
+#define POOL_KEEP 4096
+#define POOL_LIST_MAX_CAP 16
+static PyObject *list_pool[POOL_LIST_MAX_CAP + 1][POOL_KEEP];
+static int list_pool_n[POOL_LIST_MAX_CAP + 1];
+static int release_depth;   /* nesting of recycling: deeper than this, CPython frees (its trashcan) */
+
+#if PY_VERSION_HEX >= 0x030A0000 && PY_VERSION_HEX < 0x030C0000
+#define POOL_INTS_AND_VIEWS 1
+#define INT_MAX_DIGITS 3    /* 30-bit digits: every int64 */
+static PyObject *int_pool[INT_MAX_DIGITS + 1][POOL_KEEP];
+static int int_pool_n[INT_MAX_DIGITS + 1];
+static PyObject *view_pool[POOL_KEEP];
+static int view_pool_n;
+#endif
+
+static inline void release(PyObject *v);
+
+static int recycle_list(PyObject *v) {
+    PyListObject *l = (PyListObject *)v;
+    Py_ssize_t cap = l->allocated;
+    if (cap < 0 || cap > POOL_LIST_MAX_CAP || list_pool_n[cap] >= POOL_KEEP) return 0;
+    PyObject_GC_UnTrack(v);
+    Py_ssize_t n = Py_SIZE(l);
+    PyObject **items = l->ob_item;
+    Py_SET_SIZE(l, 0);
+    for (Py_ssize_t i = n; --i >= 0;) {   /* the items in list_dealloc's order */
+        PyObject *x = items[i];
+        items[i] = NULL;
+        if (x) release(x);
+    }
+    if (list_pool_n[cap] >= POOL_KEEP) {   /* filled while the items were freed */
+        Py_DECREF(v);
+        return 1;
+    }
+    if (cap > n) memset(items + n, 0, (size_t)(cap - n) * sizeof(PyObject *));   /* new_list's promise */
+    list_pool[cap][list_pool_n[cap]++] = v;
+    return 1;
+}
+
+/* A list of n items, all NULL, to be filled before anyone else sees it. */
+static PyObject *new_list(Py_ssize_t n) {
+    if (n <= POOL_LIST_MAX_CAP && list_pool_n[n] > 0) {
+        PyObject *l = list_pool[n][--list_pool_n[n]];
+        Py_SET_SIZE(l, n);
+        PyObject_GC_Track(l);
+        return l;
+    }
+    return PyList_New(n);
+}
+
+#ifdef POOL_INTS_AND_VIEWS
+static int recycle_int(PyObject *v) {
+    Py_ssize_t k = Py_SIZE(v) < 0 ? -Py_SIZE(v) : Py_SIZE(v);
+    if (k < 1 || k > INT_MAX_DIGITS || int_pool_n[k] >= POOL_KEEP) return 0;
+    int_pool[k][int_pool_n[k]++] = v;
+    return 1;
+}
+
+static int recycle_view(PyObject *v) {
+    PyMemoryViewObject *mv = (PyMemoryViewObject *)v;
+    /* one dimension (room for its shape, strides and suboffsets), never exported, not released, and another view keeps the buffer (the last
+     * one is freed by CPython, which releases the exporter's buffer) */
+    if (Py_SIZE(v) != 3 || mv->view.ndim != 1 || mv->exports != 0 || mv->weakreflist != NULL ||
+        (mv->flags & _Py_MEMORYVIEW_RELEASED) || !mv->mbuf || mv->mbuf->exports < 2 ||
+        view_pool_n >= POOL_KEEP)
+        return 0;
+    PyObject_GC_UnTrack(v);
+    mv->mbuf->exports--;
+    Py_CLEAR(mv->mbuf);
+    view_pool[view_pool_n++] = v;
+    return 1;
+}
+#endif
+
+static void release_last(PyObject *v);
+
+/* Drop a reference: the last one to a list, an int or a view keeps the object for the decoder. */
+static inline void release(PyObject *v) {
+    if (Py_REFCNT(v) != 1) Py_DECREF(v);   /* not the last reference: nothing is freed */
+    else release_last(v);
+}
+
+static void release_last(PyObject *v) {
+    if (release_depth < 32) {
+        PyTypeObject *t = Py_TYPE(v);
+        int done = 0;
+        release_depth++;
+        if (t == &PyList_Type) done = recycle_list(v);
+#ifdef POOL_INTS_AND_VIEWS
+        else if (t == &PyLong_Type) done = recycle_int(v);
+        else if (t == &PyMemoryView_Type) done = recycle_view(v);
+#endif
+        release_depth--;
+        if (done) return;
+    }
+    Py_DECREF(v);
+}
+
+/* CPython's small ints (-5 to 256), looked up without a call. */
+#define SMALL_INT_MIN (-5)
+#define SMALL_INT_MAX 256
+static PyObject *small_ints[SMALL_INT_MAX - SMALL_INT_MIN + 1];
+
+/* An int, small ones CPython's, others recycled where possible. */
+static inline PyObject *new_int(int64_t x) {
+    if (x >= SMALL_INT_MIN && x <= SMALL_INT_MAX) return Py_NewRef(small_ints[x - SMALL_INT_MIN]);
+#ifdef POOL_INTS_AND_VIEWS
+    uint64_t a = x < 0 ? (uint64_t)0 - (uint64_t)x : (uint64_t)x;
+    int k = a < ((uint64_t)1 << PyLong_SHIFT) ? 1 : a < ((uint64_t)1 << (2 * PyLong_SHIFT)) ? 2 : 3;
+    if (int_pool_n[k] > 0) {
+        PyLongObject *o = (PyLongObject *)int_pool[k][--int_pool_n[k]];
+        for (int i = 0; i < k; i++) { o->ob_digit[i] = (digit)(a & PyLong_MASK); a >>= PyLong_SHIFT; }
+        Py_SET_SIZE(o, x < 0 ? -k : k);
+        return (PyObject *)o;
+    }
+#endif
+    return PyLong_FromLongLong((long long)x);
+}
+
+/* Short strings and UUIDs recur (topic names, hosts, racks, client ids, topic ids, in message
+ * after message): the last ones made are kept by a hash of their bytes and shared (str and Uuid
+ * are immutable), which costs a hash and a compare where decoding costs an allocation and a copy. */
+#define STR_CACHE_SIZE 1024
+#define STR_CACHE_MAX_LEN 64
+#define UUID_CACHE_SIZE 512
+static PyObject *str_cache[STR_CACHE_SIZE];     /* ASCII strings only */
+static PyObject *uuid_cache[UUID_CACHE_SIZE];
+
+static inline uint64_t bytes_hash(const uint8_t *p, Py_ssize_t n) {
+    uint64_t h = 0x9E3779B97F4A7C15ULL ^ (uint64_t)n;
+    for (; n >= 8; p += 8, n -= 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        h = (h ^ w) * 0xFF51AFD7ED558CCDULL;
+        h ^= h >> 32;
+    }
+    if (n) {
+        uint64_t w = 0;
+        memcpy(&w, p, (size_t)n);
+        h = (h ^ w) * 0xFF51AFD7ED558CCDULL;
+        h ^= h >> 32;
+    }
+    return h ^ (h >> 29);
+}
+
+static PyObject *new_str(const uint8_t *p, Py_ssize_t n) {
+    if (n == 0 || n > STR_CACHE_MAX_LEN) return PyUnicode_DecodeUTF8((const char *)p, n, NULL);
+    PyObject **slot = &str_cache[bytes_hash(p, n) & (STR_CACHE_SIZE - 1)];
+    PyObject *c = *slot;
+    if (c && PyUnicode_GET_LENGTH(c) == n && memcmp(PyUnicode_1BYTE_DATA(c), p, (size_t)n) == 0)
+        return Py_NewRef(c);
+    PyObject *s = PyUnicode_DecodeUTF8((const char *)p, n, NULL);
+    if (s && PyUnicode_IS_ASCII(s)) Py_XSETREF(*slot, Py_NewRef(s));   /* its bytes are its UTF-8 */
+    return s;
+}
+
+static PyObject *make_uuid(const uint8_t *p) {
+#if PY_VERSION_HEX < 0x030C0000
+    if (uuid_type) {   /* bytes.__new__(Uuid, b), without the argument parsing */
+        PyObject *u = uuid_type->tp_alloc(uuid_type, 16);
+        if (!u) return NULL;
+        memcpy(PyBytes_AS_STRING(u), p, 16);
+        PyBytes_AS_STRING(u)[16] = '\0';
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+        ((PyBytesObject *)u)->ob_shash = -1;   /* hash not computed yet (tp_alloc zeroed it) */
+#pragma GCC diagnostic pop
+        return u;
+    }
+#endif
+    PyObject *b = PyBytes_FromStringAndSize((const char *)p, 16);
+    if (!b) return NULL;
+    PyObject *args = PyTuple_Pack(1, b);
+    Py_DECREF(b);
+    if (!args) return NULL;
+    PyObject *u = PyBytes_Type.tp_new((PyTypeObject *)uuid_new, args, NULL);   /* bytes.__new__(Uuid, b) */
+    Py_DECREF(args);
+    return u;
+}
+
+static PyObject *new_uuid(const uint8_t *p) {
+    PyObject **slot = &uuid_cache[bytes_hash(p, 16) & (UUID_CACHE_SIZE - 1)];
+    PyObject *c = *slot;
+    if (c && memcmp(PyBytes_AS_STRING(c), p, 16) == 0) return Py_NewRef(c);
+    PyObject *u = make_uuid(p);
+    if (u) Py_XSETREF(*slot, Py_NewRef(u));
+    return u;
+}
+
 /* -- reading ---------------------------------------------------------------------------------- */
 
 static PyObject *fail(const char *why) {
@@ -220,7 +420,7 @@ static inline uint32_t be32(const uint8_t *p) {
 static inline uint64_t be64(const uint8_t *p) { return ((uint64_t)be32(p) << 32) | be32(p + 4); }
 
 /* An unsigned varint of at most 5 bytes, as kproto.codecs.primitives.read_uvarint reads it. */
-static int read_uvarint(Reader *r, int64_t *out) {
+static inline int read_uvarint(Reader *r, int64_t *out) {
     uint64_t v = 0;
     for (int shift = 0; shift <= 28; shift += 7) {
         if (r->pos >= r->len) { fail("varint runs past the end"); return -1; }
@@ -233,7 +433,7 @@ static int read_uvarint(Reader *r, int64_t *out) {
 }
 
 /* A length or count: compact (uvarint - 1) or fixed int16/int32; -1 and below mean null. */
-static int read_len(Reader *r, int flags, int is_string, int64_t *out) {
+static inline int read_len(Reader *r, int flags, int is_string, int64_t *out) {
     if (flags & F_COMPACT) {
         if (read_uvarint(r, out) < 0) return -1;
         *out -= 1;
@@ -257,6 +457,28 @@ static PyObject *view_slice(PyObject *mv, Py_ssize_t at, Py_ssize_t n) {
     Py_buffer *b = PyMemoryView_GET_BUFFER(mv);
     if (b->ndim != 1 || b->itemsize != 1 || (b->strides && b->strides[0] != 1) || !b->shape)
         return PySequence_GetSlice(mv, at, at + n);
+#ifdef POOL_INTS_AND_VIEWS
+    PyMemoryViewObject *base = (PyMemoryViewObject *)mv;
+    if (view_pool_n > 0 && b->strides && !b->suboffsets && !(base->flags & _Py_MEMORYVIEW_RELEASED)) {
+        /* what PyMemoryView_FromObject(mv) makes (mbuf_add_view), in a recycled view */
+        PyMemoryViewObject *v = (PyMemoryViewObject *)view_pool[--view_pool_n];
+        v->mbuf = (_PyManagedBufferObject *)Py_NewRef(base->mbuf);
+        base->mbuf->exports++;
+        v->hash = -1;
+        v->flags = base->flags;
+        v->exports = 0;
+        v->view = base->view;
+        v->view.shape = v->ob_array;
+        v->view.strides = v->ob_array + 1;
+        v->view.suboffsets = NULL;
+        v->view.buf = (char *)b->buf + at;
+        v->view.len = n;
+        v->ob_array[0] = n;
+        v->ob_array[1] = 1;
+        PyObject_GC_Track(v);
+        return (PyObject *)v;
+    }
+#endif
     PyObject *sub = PyMemoryView_FromObject(mv);
     if (!sub) return NULL;
     Py_buffer *v = PyMemoryView_GET_BUFFER(sub);
@@ -284,8 +506,6 @@ static int fill_defaults(PyObject *o, Prog *pg) {
         PyObject *v;
         if (d->kind == D_CONST) {
             v = Py_NewRef(d->value);
-        } else if (d->kind == D_LIST) {
-            v = PyList_New(0);
         } else {
             continue;   /* a LazyDefault field: made on first read (the objects are new, the slot empty) */
         }
@@ -303,27 +523,27 @@ static PyObject *decode_value(Reader *r, Op *op) {
         return PyBool_FromLong(r->p[r->pos++] != 0);
     case OP_INT8:
         if (!NEED(r, 1)) return fail("truncated");
-        return PyLong_FromLong((int8_t)r->p[r->pos++]);
+        return new_int((int8_t)r->p[r->pos++]);
     case OP_INT16:
         if (!NEED(r, 2)) return fail("truncated");
         p = r->p + r->pos; r->pos += 2;
-        return PyLong_FromLong((int16_t)be16(p));
+        return new_int((int16_t)be16(p));
     case OP_UINT16:
         if (!NEED(r, 2)) return fail("truncated");
         p = r->p + r->pos; r->pos += 2;
-        return PyLong_FromLong(be16(p));
+        return new_int(be16(p));
     case OP_INT32:
         if (!NEED(r, 4)) return fail("truncated");
         p = r->p + r->pos; r->pos += 4;
-        return PyLong_FromLong((int32_t)be32(p));
+        return new_int((int32_t)be32(p));
     case OP_UINT32:
         if (!NEED(r, 4)) return fail("truncated");
         p = r->p + r->pos; r->pos += 4;
-        return PyLong_FromUnsignedLong(be32(p));
+        return new_int(be32(p));
     case OP_INT64:
         if (!NEED(r, 8)) return fail("truncated");
         p = r->p + r->pos; r->pos += 8;
-        return PyLong_FromLongLong((int64_t)be64(p));
+        return new_int((int64_t)be64(p));
     case OP_FLOAT64: {
         if (!NEED(r, 8)) return fail("truncated");
         uint64_t bits = be64(r->p + r->pos);
@@ -334,12 +554,8 @@ static PyObject *decode_value(Reader *r, Op *op) {
     }
     case OP_UUID: {
         if (!NEED(r, 16)) return fail("truncated");
-        PyObject *b = PyBytes_FromStringAndSize((const char *)r->p + r->pos, 16);
-        r->pos += 16;
-        if (!b) return NULL;
-        PyObject *u = PyObject_CallOneArg(uuid_new, b);
-        Py_DECREF(b);
-        return u;
+        p = r->p + r->pos; r->pos += 16;
+        return new_uuid(p);
     }
     case OP_STRING:
     case OP_BYTES: {
@@ -354,7 +570,7 @@ static PyObject *decode_value(Reader *r, Op *op) {
         Py_ssize_t at = r->pos;
         r->pos += (Py_ssize_t)n;
         if (op->code == OP_STRING)
-            return PyUnicode_DecodeUTF8((const char *)r->p + at, (Py_ssize_t)n, NULL);
+            return new_str(r->p + at, (Py_ssize_t)n);
         if (op->flags & F_VIEW) {   /* Kafka's zeroCopy: a slice of the caller's buffer */
             if (!r->view) {
                 r->view = PyMemoryView_Check(r->src) ? Py_NewRef(r->src) : PyMemoryView_FromObject(r->src);
@@ -382,11 +598,11 @@ static PyObject *decode_value(Reader *r, Op *op) {
         /* every element takes at least one byte (fixed-width ones their width): no list is
          * sized beyond the data left */
         if (n * fixed_width(op->elem->code) > r->len - r->pos) return fail("count beyond the data");
-        PyObject *list = PyList_New((Py_ssize_t)n);
+        PyObject *list = new_list((Py_ssize_t)n);
         if (!list) return NULL;
         if (op->elem->code == OP_INT32) {   /* bounds checked above for all n */
             for (Py_ssize_t i = 0; i < (Py_ssize_t)n; i++, r->pos += 4) {
-                PyObject *v = PyLong_FromLong((int32_t)be32(r->p + r->pos));
+                PyObject *v = new_int((int32_t)be32(r->p + r->pos));
                 if (!v) { Py_DECREF(list); return NULL; }
                 PyList_SET_ITEM(list, i, v);
             }
@@ -446,7 +662,37 @@ static PyObject *decode_struct(Reader *r, Prog *pg) {
     if (fill_defaults(o, pg) < 0) goto error;
     for (Py_ssize_t i = 0; i < pg->nops; i++) {
         Op *op = &pg->ops[i];
-        PyObject *v = decode_value(r, op);
+        PyObject *v;
+        const uint8_t *p = r->p + r->pos;
+        /* the common fixed-width fields here, the rest in decode_value (a call each) */
+        switch (op->code) {
+        case OP_INT16:
+            if (!NEED(r, 2)) { fail("truncated"); goto error; }
+            r->pos += 2;
+            v = new_int((int16_t)be16(p));
+            break;
+        case OP_INT32:
+            if (!NEED(r, 4)) { fail("truncated"); goto error; }
+            r->pos += 4;
+            v = new_int((int32_t)be32(p));
+            break;
+        case OP_INT64:
+            if (!NEED(r, 8)) { fail("truncated"); goto error; }
+            r->pos += 8;
+            v = new_int((int64_t)be64(p));
+            break;
+        case OP_ARRAY:
+            /* an empty array with a LazyDefault is left to it: [] made on first read */
+            if ((op->flags & F_LAZY) && ((op->flags & F_COMPACT) ? NEED(r, 1) && p[0] == 1
+                                         : NEED(r, 4) && be32(p) == 0)) {
+                r->pos += (op->flags & F_COMPACT) ? 1 : 4;
+                continue;
+            }
+            v = decode_value(r, op);
+            break;
+        default:
+            v = decode_value(r, op);
+        }
         if (!v) goto error;
         set_slot(o, op->offset, v);
     }
@@ -617,7 +863,7 @@ static int differs(PyObject *v, Dflt *d) {
     for (Py_ssize_t i = 0; i < pg->ndflt; i++) {
         PyObject *sub = SLOT(v, pg->dflt[i].offset);
         if (!sub) {
-            if (pg->dflt[i].kind == D_STRUCT) continue;   /* a LazyDefault not yet read */
+            if (pg->dflt[i].kind != D_CONST) continue;   /* a LazyDefault not yet read */
             return efail("unset slot");
         }
         Py_INCREF(sub);
@@ -798,7 +1044,7 @@ static int encode_tags(Writer *w, Prog *pg, PyObject *o) {
         Tag *t = &pg->tags[i];
         PyObject *v = SLOT(o, t->op.offset);
         if (!v) {
-            if (t->dflt.kind == D_STRUCT) continue;   /* a LazyDefault not yet read: at its default */
+            if (t->dflt.kind != D_CONST) continue;   /* a LazyDefault not yet read: at its default */
             efail("unset slot");
             goto done;
         }
@@ -840,7 +1086,7 @@ static int encode_struct(Writer *w, Prog *pg, PyObject *o) {
     for (Py_ssize_t i = 0; i < pg->nguards; i++) {
         PyObject *v = SLOT(o, pg->guards[i].offset);
         if (!v) {
-            if (pg->guards[i].kind == D_STRUCT) continue;   /* a LazyDefault not yet read */
+            if (pg->guards[i].kind != D_CONST) continue;   /* a LazyDefault not yet read */
             return efail("unset slot");
         }
         Py_INCREF(v);
@@ -853,6 +1099,9 @@ static int encode_struct(Writer *w, Prog *pg, PyObject *o) {
         PyObject *v = SLOT(o, op->offset);
         if (v) {
             Py_INCREF(v);
+        } else if ((op->flags & F_LAZY) && op->code == OP_ARRAY) {   /* a LazyDefault not yet read: [] */
+            if (put_len(w, op->flags, 0, 0) < 0) return -1;
+            continue;
         } else if (op->flags & F_LAZY) {   /* a LazyDefault not yet read: its default struct */
             v = PyObject_CallMethod((PyObject *)op->sub->type, "_make_default", NULL);
             if (!v) return -1;
@@ -867,13 +1116,13 @@ static int encode_struct(Writer *w, Prog *pg, PyObject *o) {
 }
 
 
-/* -- struct fields made on first use ------------------------------------------------------------
+/* -- default fields made on first use -----------------------------------------------------------
  *
- * A struct-typed field whose default is a struct (not null) gets a LazyDefault in place of its
- * slot descriptor: the decoder leaves the slot empty where the field is absent or tagged and not
- * on the wire (three of a FetchResponse partition's seven objects), and the first read makes the
- * default and keeps it, so the field reads as it would have. The encoder takes an empty slot of
- * such a field as its default. */
+ * A field whose default is a struct (not null) or an empty list gets a LazyDefault in place of
+ * its slot descriptor: the decoder leaves the slot empty where the field is absent or tagged and
+ * not on the wire (three of a FetchResponse partition's seven objects), or is an empty array, and
+ * the first read makes the default and keeps it, so the field reads as it would have. The encoder
+ * takes an empty slot of such a field as its default. */
 
 typedef struct {
     PyObject_HEAD
@@ -960,7 +1209,7 @@ static PyTypeObject LazyType = {
  * a message's objects are freed together and the next decode makes as many (no allocator round
  * trip, no zeroing: their slots were emptied when they were freed). */
 #define FREE_MAX_SLOTS 32
-#define FREE_MAX_KEEP 1024
+#define FREE_MAX_KEEP 4096
 static PyObject *free_objects[FREE_MAX_SLOTS + 1][FREE_MAX_KEEP];
 static int free_count[FREE_MAX_SLOTS + 1];
 
@@ -983,15 +1232,20 @@ static void message_dealloc(PyObject *self) {
     PyTypeObject *tp = Py_TYPE(self), *t = tp;
     while (t->tp_dealloc != message_dealloc) t = t->tp_base;   /* the generated class */
     PyObject_GC_UnTrack(self);
+    Py_TRASHCAN_BEGIN(self, message_dealloc)   /* a long chain of objects frees without deep recursion */
     PyObject **p = (PyObject **)((char *)self + sizeof(PyObject));
     PyObject **end = (PyObject **)((char *)self + t->tp_basicsize);
-    for (; p < end; p++) Py_CLEAR(*p);
+    for (; p < end; p++) {
+        PyObject *v = *p;
+        if (v) { *p = NULL; release(v); }   /* lists, ints and views it alone holds are kept */
+    }
     Py_ssize_t k = (t->tp_basicsize - (Py_ssize_t)sizeof(PyObject)) / (Py_ssize_t)sizeof(PyObject *);
     if (tp == t && k <= FREE_MAX_SLOTS && free_count[k] < FREE_MAX_KEEP)
         free_objects[k][free_count[k]++] = self;   /* slots empty, untracked: new_message's */
     else
         tp->tp_free(self);
     Py_DECREF(tp);   /* a heap type: its instances hold a reference (subtype_dealloc leaves it to us) */
+    Py_TRASHCAN_END
 }
 
 static PyObject *set_fast_dealloc(PyObject *mod, PyObject *cls) {
@@ -1068,6 +1322,25 @@ static PyObject *Program_decode(ProgramObject *self, PyObject *const *args, Py_s
     return result;
 }
 
+PyDoc_STRVAR(decode_whole_doc, "decode_whole(buf) -> object: decode(buf, 0) that must read every byte; "
+             "ValueError on malformed input or bytes left over.");
+
+static PyObject *Program_decode_whole(ProgramObject *self, PyObject *buf) {
+    Py_buffer view;
+    if (PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE) < 0) return NULL;
+    Reader r = {(const uint8_t *)view.buf, view.len, 0, buf, NULL};
+    int paused = view.len > 4096 && PyGC_Disable();   /* as decode() */
+    PyObject *o = decode_struct(&r, self->root);
+    if (paused) PyGC_Enable();
+    if (o && r.pos != view.len) {
+        Py_CLEAR(o);
+        fail("bytes left over after the message");
+    }
+    Py_XDECREF(r.view);
+    PyBuffer_Release(&view);
+    return o;
+}
+
 PyDoc_STRVAR(encode_doc, "encode(obj) -> bytes; raises on anything the Python encoder must handle.");
 
 static PyObject *Program_encode(ProgramObject *self, PyObject *obj) {
@@ -1102,6 +1375,7 @@ static PyObject *Program_encode_parts(ProgramObject *self, PyObject *const *args
 
 static PyMethodDef Program_methods[] = {
     {"decode", (PyCFunction)(void (*)(void))Program_decode, METH_FASTCALL, decode_doc},
+    {"decode_whole", (PyCFunction)Program_decode_whole, METH_O, decode_whole_doc},
     {"encode", (PyCFunction)Program_encode, METH_O, encode_doc},
     {"encode_parts", (PyCFunction)(void (*)(void))Program_encode_parts, METH_FASTCALL, encode_parts_doc},
     {NULL, NULL, 0, NULL},
@@ -1129,14 +1403,62 @@ static PyObject *slot_offset(PyObject *mod, PyObject *descr) {
     return PyLong_FromSsize_t(m->offset);
 }
 
-static PyObject *set_uuid_factory(PyObject *mod, PyObject *fn) {
-    Py_XSETREF(uuid_new, Py_NewRef(fn));
+static PyObject *set_uuid_type(PyObject *mod, PyObject *cls) {
+    if (!PyType_Check(cls) || !PyType_IsSubtype((PyTypeObject *)cls, &PyBytes_Type))
+        return PyErr_Format(PyExc_TypeError, "expected a subclass of bytes");
+    PyTypeObject *t = (PyTypeObject *)cls;
+    Py_XSETREF(uuid_new, Py_NewRef(cls));
+    /* made directly only when its instances are exactly bytes objects (no __dict__, no slots) */
+    uuid_type = (t->tp_basicsize == PyBytes_Type.tp_basicsize && t->tp_itemsize == PyBytes_Type.tp_itemsize &&
+                 t->tp_dictoffset == 0 && t->tp_weaklistoffset == 0) ? t : NULL;
+    for (int i = 0; i < UUID_CACHE_SIZE; i++) Py_CLEAR(uuid_cache[i]);
+    Py_RETURN_NONE;
+}
+
+static PyObject *pool_stats(PyObject *mod, PyObject *unused) {
+    Py_ssize_t objects = 0, lists = 0, ints = 0, views = 0;
+    for (int k = 0; k <= FREE_MAX_SLOTS; k++) objects += free_count[k];
+    for (int k = 0; k <= POOL_LIST_MAX_CAP; k++) lists += list_pool_n[k];
+#ifdef POOL_INTS_AND_VIEWS
+    for (int k = 0; k <= INT_MAX_DIGITS; k++) ints += int_pool_n[k];
+    views = view_pool_n;
+#endif
+    return Py_BuildValue("{snsnsnsn}", "objects", objects, "lists", lists, "ints", ints, "views", views);
+}
+
+static PyObject *clear_pools(PyObject *mod, PyObject *unused) {
+    for (int k = 0; k <= FREE_MAX_SLOTS; k++)
+        while (free_count[k] > 0) {
+            /* its class may be gone: PyObject_GC_Del reads the type only for the size of what
+             * precedes the object, a GC header for every generated class, as for a list */
+            PyObject *o = free_objects[k][--free_count[k]];
+            Py_SET_TYPE(o, &PyList_Type);
+            PyObject_GC_Del(o);
+        }
+    for (int k = 0; k <= POOL_LIST_MAX_CAP; k++)
+        while (list_pool_n[k] > 0) Py_DECREF(list_pool[k][--list_pool_n[k]]);
+#ifdef POOL_INTS_AND_VIEWS
+    for (int k = 0; k <= INT_MAX_DIGITS; k++)
+        while (int_pool_n[k] > 0) Py_DECREF(int_pool[k][--int_pool_n[k]]);
+    while (view_pool_n > 0) {   /* given back their export when kept: freed as released views */
+        PyMemoryViewObject *v = (PyMemoryViewObject *)view_pool[--view_pool_n];
+        v->flags |= _Py_MEMORYVIEW_RELEASED;
+        PyObject_GC_Track(v);   /* memory_dealloc untracks without looking */
+        Py_DECREF(v);
+    }
+#endif
+    for (int i = 0; i < STR_CACHE_SIZE; i++) Py_CLEAR(str_cache[i]);
+    for (int i = 0; i < UUID_CACHE_SIZE; i++) Py_CLEAR(uuid_cache[i]);
     Py_RETURN_NONE;
 }
 
 static PyMethodDef module_methods[] = {
+    {"clear_pools", clear_pools, METH_NOARGS,
+     "Free the message objects, lists, ints and byte views kept for the decoder, and the shared strings."},
+    {"pool_stats", pool_stats, METH_NOARGS,
+     "How many freed message objects, lists, ints and byte views are kept for the decoder."},
     {"slot_offset", slot_offset, METH_O, "Byte offset of a __slots__ member descriptor."},
-    {"set_uuid_factory", set_uuid_factory, METH_O, "Set the callable turning 16 bytes into a Uuid."},
+    {"set_uuid_type", set_uuid_type, METH_O, "Set the class of decoded UUIDs (a subclass of bytes)."},
     {"set_fast_dealloc", set_fast_dealloc, METH_O,
      "Free the instances of a generated message class by dropping their slots (TypeError if it is not one)."},
     {NULL, NULL, 0, NULL},
@@ -1148,6 +1470,8 @@ static struct PyModuleDef moduledef = {
 
 PyMODINIT_FUNC PyInit__decoder(void) {
     if (PyType_Ready(&ProgramType) < 0 || PyType_Ready(&LazyType) < 0) return NULL;
+    for (int i = SMALL_INT_MIN; i <= SMALL_INT_MAX; i++)
+        if (!small_ints[i - SMALL_INT_MIN] && !(small_ints[i - SMALL_INT_MIN] = PyLong_FromLong(i))) return NULL;
     PyObject *m = PyModule_Create(&moduledef);
     if (!m) return NULL;
     if (PyModule_AddObject(m, "Program", Py_NewRef((PyObject *)&ProgramType)) < 0) {

@@ -104,13 +104,14 @@ _ENCODE_FAULTS = (struct.error, AttributeError, TypeError, ValueError, OverflowE
 class _Compiled:
     """The generated functions of one version (checked ones built on first failure)."""
 
-    __slots__ = ("decode", "decode_py", "decode_c", "encode", "encode_c", "encode_parts_c",
+    __slots__ = ("decode", "decode_py", "decode_c", "decode_whole_c", "encode", "encode_c", "encode_parts_c",
                  "decode_checked", "encode_checked", "json_plan", "source")
 
     def __init__(self) -> None:
         self.decode: Any = None      # decode_c when the C decoder is built, else decode_py
         self.decode_py: Any = None
         self.decode_c: Any = None
+        self.decode_whole_c: Any = None  # the C program's decode_whole(buf) -> obj, where built
         self.encode: Any = None      # the generated Python encoder encode(obj, write): the reference
         self.encode_c: Any = None    # the C program's encode(obj) -> bytes, where built
         self.encode_parts_c: Any = None  # ... and its encode_parts(obj, parts)
@@ -181,7 +182,8 @@ class MessageCodec:
                     c.decode_py, c.encode, c.source = ns["decode"], ns["encode"], src
                     prog = compile_program(self.schema, version, self.classes)
                     if prog is not None:
-                        c.decode_c, c.encode_c, c.encode_parts_c = prog.decode, prog.encode, prog.encode_parts
+                        c.decode_c, c.decode_whole_c = prog.decode, prog.decode_whole
+                        c.encode_c, c.encode_parts_c = prog.encode, prog.encode_parts
                     c.decode = c.decode_c or c.decode_py  # the C decoder where built
                     self._compiled[version] = c
         return c
@@ -211,6 +213,11 @@ class MessageCodec:
         Raises :class:`kproto.DecodeError` on malformed input.
         """
         c = self._compiled.get(version) or self._get(version)
+        if c.decode_whole_c is not None:
+            try:
+                return c.decode_whole_c(data)
+            except _DECODE_FAULTS:
+                pass   # malformed, or bytes left over: the path below says which
         if c.decode_c is not None or len(data) <= 4096:   # the C decoder pauses the GC itself
             try:
                 obj, pos = c.decode(data, 0)

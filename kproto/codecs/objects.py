@@ -5,10 +5,11 @@ names, a keyword constructor filled with the schema's defaults, equality, a read
 annotations. Unknown tagged fields read from the wire live in ``_unknown_tagged_fields`` (a list of
 ``(tag, bytes)``) and are written back unchanged.
 
-Where the C decoder is built, a struct field whose default is a struct reads through a
-``LazyDefault``: the C decoder leaves it empty when the field is not on the wire, and the first
-read makes the default struct (a FetchResponse partition has three such tagged fields), and the
-instances are freed by a plain slot-dropping function instead of CPython's generic one.
+Where the C decoder is built, a field whose default is a struct or an empty list reads through a
+``LazyDefault``: the C decoder leaves it empty when the field is not on the wire (a FetchResponse
+partition has three such tagged structs) or is an empty array, and the first read makes the
+default; the instances are freed by a plain slot-dropping function instead of CPython's generic
+one.
 """
 from __future__ import annotations
 
@@ -178,7 +179,9 @@ def build_classes(message: Message) -> Dict[str, type]:
             _decoder.set_fast_dealloc(cls)
             for f in struct.fields:
                 factory = parse_default(f, classes)[1]
-                if factory is not None and factory is not list:
+                if factory is list:
+                    setattr(cls, f.attr, _decoder.LazyDefault(cls.__dict__[f.attr], list))
+                elif factory is not None:
                     setattr(cls, f.attr, _decoder.LazyDefault(cls.__dict__[f.attr],
                                                               factory._make_default))  # type: ignore[attr-defined]
     top = classes[message.name]

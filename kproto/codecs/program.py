@@ -9,15 +9,15 @@ A program is plain nested tuples, compiled once by ``_decoder.Program``:
   when to leave it out
 * op: ``(code, slot_offset, flags, sub)``: ``sub`` is the element op of an array or the struct
   program of a struct field
-* default: ``(slot_offset, kind, value)``: a constant, a new empty list, or a default struct
-  ``(cls, unknown_offset, defaults)``; the decoder leaves a default struct's slot empty (the
-  field's LazyDefault makes it on first read) and the encoder takes an empty one as the default
+* default: ``(slot_offset, kind, value)``: a constant, an empty list, or a default struct
+  ``(cls, unknown_offset, defaults)``; the decoder leaves the slot of a default list or struct
+  empty (the field's LazyDefault makes it on first read), and so an array read empty (flag
+  ``F_LAZY``), and the encoder takes an empty slot as the default
 
 Slots are addressed by byte offset, so the C side fills objects without attribute lookups.
 """
 from __future__ import annotations
 
-import functools
 from typing import Any, Dict, Optional, Tuple
 
 from kproto.codecs.plan import VersionPlan
@@ -29,7 +29,7 @@ from kproto.schemas.model import Field
 # optional (see kproto.accelerators): the generated Python decoders are the reference
 _decoder = load("kproto.codecs._decoder")
 if _decoder is not None:
-    _decoder.set_uuid_factory(functools.partial(bytes.__new__, Uuid))
+    _decoder.set_uuid_type(Uuid)
 
 OP_CODES = {"bool": 1, "int8": 2, "int16": 3, "uint16": 4, "int32": 5, "uint32": 6, "int64": 7,
             "float64": 8, "uuid": 9, "string": 10, "bytes": 11, "records": 11}
@@ -80,6 +80,8 @@ class ProgramBuilder:
         if f.is_array:
             elem = Field(f.name, f.element_type, f.versions, nullable=None, flexible=f.flexible)
             sub: Optional[Tuple[Any, ...]] = self.op(elem, -1)
+            if offset >= 0 and parse_default(f, self.classes)[1] is list:
+                flags |= F_LAZY   # a LazyDefault slot: the decoder leaves an empty array to it
             return (OP_ARRAY, offset, flags, sub)
         if f.is_struct_type:
             if offset >= 0 and parse_default(f, self.classes)[1] is not None:
@@ -95,6 +97,7 @@ class ProgramBuilder:
         if factory is None:
             return (offset, D_CONST, value)
         if factory is list:
+            assert _decoder is not None and isinstance(getattr(cls, f.attr), _decoder.LazyDefault), (cls, f.attr)
             return (offset, D_LIST, None)
         assert _decoder is not None and isinstance(getattr(cls, f.attr), _decoder.LazyDefault), (cls, f.attr)
         return (offset, D_STRUCT, self.default_struct(factory))
@@ -111,7 +114,7 @@ class ProgramBuilder:
 
 
 def compile_program(message, version: int, classes: Dict[str, type]) -> Optional[Any]:
-    """The C program of this version (``decode(buf, pos)``, ``encode(obj)``,
+    """The C program of this version (``decode(buf, pos)``, ``decode_whole(buf)``, ``encode(obj)``,
     ``encode_parts(obj, parts)``), or None without the C module."""
     if _decoder is None:
         return None

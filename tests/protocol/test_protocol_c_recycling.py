@@ -1,0 +1,186 @@
+"""What the C decoder keeps between messages: freed lists, ints and byte views recycled, empty arrays
+left to their LazyDefault, short strings and UUIDs shared. Each is invisible to users: values
+kept by the user survive, recycled objects behave as new ones, buffers are released, and every
+decoded object equals the generated Python decoder's."""
+from __future__ import annotations
+
+import gc
+import random
+
+import pytest
+
+import kproto
+from kproto.codecs import Uuid
+from kproto.codecs import program as _program
+
+_decoder = _program._decoder
+pytestmark = pytest.mark.skipif(_decoder is None, reason="the C decoder is not built (KPROTO_PURE)")
+
+MD = kproto.response(3)
+FETCH = kproto.response(1)
+
+
+def _metadata(names, version=12, offline=()):
+    C = MD.cls
+    topics = [C.MetadataResponseTopic(
+        name=name, topic_id=Uuid(random.Random(name).randbytes(16)), partitions=[
+            C.MetadataResponsePartition(partition_index=p, leader_id=p % 3, leader_epoch=1_000_000 + p,
+                                        replica_nodes=[1, 2, 3], isr_nodes=[1, 2], offline_replicas=list(offline))
+            for p in range(4)]) for name in names]
+    return MD.encode(C(brokers=[C.MetadataResponseBroker(node_id=1, host="h", port=9092)], topics=topics),
+                     version)
+
+
+def _fetch(n=6, hw=10_000_000):
+    R = FETCH.cls
+    return FETCH.encode(R(responses=[R.FetchableTopicResponse(topic="t", partitions=[
+        R.PartitionData(partition_index=p, high_watermark=hw + p, last_stable_offset=hw, log_start_offset=-(2 ** 63),
+                        records=bytes([p]) * (100 + p)) for p in range(n)])]), 12)
+
+
+def _python(codec, data, version):
+    obj, pos = codec._get(version).decode_py(data, 0)
+    assert pos == len(data)
+    return obj
+
+
+def test_freed_lists_ints_and_views_are_reused():
+    data = _fetch()
+    gc.collect()
+    _decoder.clear_pools()
+    assert set(_decoder.pool_stats().values()) == {0}
+    msg = FETCH.decode(data, 12)
+    before = _decoder.pool_stats()
+    del msg
+    kept = _decoder.pool_stats()
+    # six partitions: the partitions list, big ints, and five of the six views (the last frees the buffer)
+    assert kept["lists"] > before["lists"] and kept["ints"] >= before["ints"] + 12
+    assert kept["views"] == before["views"] + 5
+    again = FETCH.decode(data, 12)
+    assert _decoder.pool_stats()["views"] == before["views"] and again == _python(FETCH, data, 12)
+    del again
+    _decoder.clear_pools()   # kept objects freed (views as released ones): nothing leaks or breaks
+    assert set(_decoder.pool_stats().values()) == {0} and FETCH.decode(data, 12) == _python(FETCH, data, 12)
+
+
+def test_values_the_user_keeps_are_not_recycled():
+    data = _fetch()
+    msg = FETCH.decode(data, 12)
+    part = msg.responses[0].partitions[2]
+    hw, records, parts = part.high_watermark, part.records, msg.responses[0].partitions
+    del msg, part
+    for n in range(20):   # the pools are emptied and filled again around what is kept
+        other = FETCH.decode(_fetch(n % 7 + 1, hw=5_000_000_000 + n), 12)
+        assert other == _python(FETCH, _fetch(n % 7 + 1, hw=5_000_000_000 + n), 12)
+        del other
+    assert hw == 10_000_002 and bytes(records) == bytes([2]) * 102 and len(parts) == 6
+    assert [p.partition_index for p in parts] == list(range(6))
+
+
+def test_recycled_views_are_memoryviews_of_the_source():
+    data = _fetch()
+    FETCH.decode(data, 12)   # fill the view pool
+    src = bytearray(data)
+    msg = FETCH.decode(src, 12)
+    views = [p.records for p in msg.responses[0].partitions]
+    for p, v in enumerate(views):
+        assert type(v) is memoryview and v.obj is src and v.nbytes == len(v) == 100 + p
+        assert v.readonly is False and v.contiguous and v.format == "B" and v.ndim == 1
+        assert v.tobytes() == bytes([p]) * (100 + p) and bytes(v[1:3]) == bytes([p, p])
+        assert v.cast("B").tolist()[:2] == [p, p]
+    with pytest.raises(BufferError):
+        src.extend(b"x")   # exported while any view lives
+    views[0].release()
+    del views, v
+    msg.responses[0].partitions[1].records[0] = 0xFF   # a writable view of the bytearray
+    assert src[data.index(bytes([1]) * 101)] == 0xFF
+    del msg
+    src.extend(b"x")   # every view gave its export back, recycled or freed
+    ro = FETCH.decode(data, 12).responses[0].partitions[3].records
+    assert ro.readonly and hash(ro) == hash(bytes([3]) * 103)
+
+
+def test_a_view_of_a_released_buffer_is_not_recycled():
+    data = _fetch()
+    msg = FETCH.decode(memoryview(bytearray(data)), 12)
+    for p in msg.responses[0].partitions:
+        p.records.release()
+    del msg
+    assert FETCH.decode(data, 12) == _python(FETCH, data, 12)
+
+
+def test_empty_arrays_are_left_to_their_lazy_default():
+    C = MD.cls
+    assert type(C.MetadataResponsePartition.__dict__["offline_replicas"]).__name__ == "LazyDefault"
+    data = _metadata(["a", "b"])
+    msg = MD.decode(data, 12)
+    part = msg.topics[0].partitions[0]
+    assert MD.encode(msg, 12) == data   # written from the empty slots
+    assert MD._get(12).encode_c(msg) == data
+    empty = part.offline_replicas
+    assert empty == [] and part.offline_replicas is empty   # made once, then kept
+    empty.append(7)
+    changed = MD.encode(msg, 12)
+    assert MD.decode(changed, 12).topics[0].partitions[0].offline_replicas == [7]
+    assert msg == _python(MD, changed, 12)
+    del part.offline_replicas   # an emptied slot reads as its default again
+    assert part.offline_replicas == [] and MD.encode(msg, 12) == data
+    with_offline = _metadata(["a"], offline=[4, 5])
+    assert MD.decode(with_offline, 12).topics[0].partitions[3].offline_replicas == [4, 5]
+
+
+def test_a_null_array_stays_null():
+    F = FETCH.cls
+    obj = F(responses=[F.FetchableTopicResponse(topic="t", partitions=[
+        F.PartitionData(aborted_transactions=None), F.PartitionData(aborted_transactions=[])])])
+    data = FETCH.encode(obj, 12)
+    back = FETCH.decode(data, 12)
+    assert back.responses[0].partitions[0].aborted_transactions is None
+    assert back.responses[0].partitions[1].aborted_transactions == []
+    assert FETCH.encode(back, 12) == data and back == obj
+
+
+def test_strings_and_uuids_shared_only_when_equal():
+    names = [f"topic-{i:05d}" for i in range(3000)] + ["tópico-ü", "x" * 64, "y" * 65, ""]
+    data = _metadata(names)
+    for _ in range(2):   # the second time through the caches
+        msg = MD.decode(data, 12)
+        assert [t.name for t in msg.topics] == names and msg == _python(MD, data, 12)
+        assert all(type(t.topic_id) is Uuid for t in msg.topics)
+        ids = [t.topic_id for t in msg.topics]
+        assert ids == [Uuid(random.Random(n).randbytes(16)) for n in names]
+        assert all(hash(u) == hash(bytes(u)) for u in ids[:50])
+    small = _metadata(["orders", "payments"])
+    one, two = MD.decode(small, 12), MD.decode(small, 12)
+    assert one.topics[1].name is two.topics[1].name   # a short ASCII name recurring is shared
+    assert one.topics[1].topic_id is two.topics[1].topic_id
+
+
+def test_long_chains_of_objects_free_without_deep_recursion():
+    R = FETCH.cls
+    chain = None
+    for i in range(200_000):
+        chain = R.PartitionData(partition_index=i, records=chain)
+    del chain   # CPython's trashcan: no C stack overflow
+    nested: list = []
+    for _ in range(200_000):
+        nested = [nested]
+    holder = R.PartitionData(aborted_transactions=nested)
+    del nested, holder
+
+
+def test_mixed_decodes_agree_with_python():
+    rnd = random.Random(7)
+    inputs = [(MD, _metadata([f"t{i}" for i in range(rnd.randint(0, 40))], v), v) for v in (1, 9, 12)]
+    inputs += [(FETCH, _fetch(rnd.randint(0, 30), hw=rnd.choice([5, 2 ** 31, 2 ** 62])), 12) for _ in range(5)]
+    held = []
+    for _ in range(300):
+        codec, data, version = rnd.choice(inputs)
+        obj = codec.decode(data, version)
+        assert obj == _python(codec, data, version)
+        if rnd.random() < 0.2:
+            held.append((obj, codec, data, version))   # some survive while others are recycled
+        if held and rnd.random() < 0.2:
+            held.pop(rnd.randrange(len(held)))
+    for obj, codec, data, version in held:
+        assert obj == _python(codec, data, version) and codec.encode(obj, version) == data
