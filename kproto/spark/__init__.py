@@ -24,11 +24,15 @@ per Produce/Fetch record with ``.option("expand", "records")``.
 ``spark.readStream.format("kafka-segments").load(path)`` tails a live log directory in
 micro-batches (:mod:`kproto.spark.stream`): offsets in Spark's checkpoint, bounded by the high
 watermark or the log end (``bound``), read_committed respected.
+
+:func:`consumer_lag` (offset commits against the logs' ends) and :func:`partition_history`
+(leaders, epochs, replicas and ISR from ``__cluster_metadata``) are queries over these reads.
 """
 from __future__ import annotations
 
 from typing import Any, cast
 
+from kproto.spark.history import consumer_lag, partition_history
 from kproto.spark.pcap import (KafkaPcapDataSource, KafkaPcapReader, PcapSpec,
                                parse_pcap_options, pcap_spark_schema)
 from kproto.spark.scan import ScanSpec, auto_split_bytes, parse_options
@@ -64,6 +68,7 @@ def register(spark: Any, *, tasks: int | None = None) -> None:
 __all__ = ["NAME", "KafkaPcapDataSource", "KafkaPcapReader", "KafkaSegmentsDataSource",
            "KafkaSegmentsPushdownReader", "KafkaSegmentsReader", "KafkaSegmentsStreamReader",
            "PcapSpec", "ScanSpec",
-           "SplitPartition", "auto_split_bytes", "damage_spark_schema", "internal_spark_schema",
+           "SplitPartition", "auto_split_bytes", "consumer_lag", "damage_spark_schema",
+           "internal_spark_schema", "partition_history",
            "parse_options", "parse_pcap_options", "parse_stream_options", "pcap_spark_schema",
            "register", "spark_schema", "StreamPartition"]

@@ -310,8 +310,12 @@ def internal_arrow_schema() -> pa.Schema:
     most asked for as typed columns (``group_id``, ``member_id``; an offset commit's
     ``committed_*``, ``commit_metadata``, ``commit_timestamp``, ``expire_timestamp``; a
     transaction's ``transactional_id``, ``producer_id``, ``producer_epoch``,
-    ``transaction_status``), and ``decode_error`` for a record that does not decode (its
-    other decoded columns null)."""
+    ``transaction_status``; a ``__cluster_metadata`` record's ``broker_id``, ``broker_epoch``,
+    ``fenced``, ``rack``, ``topic_id`` (Kafka's base64 form), ``topic_name``, ``partition_id``,
+    ``leader``, ``leader_epoch``, ``partition_epoch``, ``replicas``, ``isr``, and a config's
+    ``config_resource_type``/``config_resource_name``/``config_name``/``config_value``; a
+    PartitionChangeRecord's leader, replicas and ISR are null where they did not change), and
+    ``decode_error`` for a record that does not decode (its other decoded columns null)."""
     import pyarrow as pa
 
     ms = pa.timestamp("ms", tz="UTC")
@@ -327,7 +331,17 @@ def internal_arrow_schema() -> pa.Schema:
         pa.field("commit_metadata", pa.string()), pa.field("commit_timestamp", ms),
         pa.field("expire_timestamp", ms), pa.field("transactional_id", pa.string()),
         pa.field("producer_id", pa.int64()), pa.field("producer_epoch", pa.int16()),
-        pa.field("transaction_status", pa.int8()), pa.field("decode_error", pa.string()),
+        pa.field("transaction_status", pa.int8()),
+        # __cluster_metadata: brokers, topics, partitions and configs over time
+        pa.field("broker_id", pa.int32()), pa.field("broker_epoch", pa.int64()),
+        pa.field("fenced", pa.bool_()), pa.field("rack", pa.string()),
+        pa.field("topic_id", pa.string()), pa.field("topic_name", pa.string()),
+        pa.field("partition_id", pa.int32()), pa.field("leader", pa.int32()),
+        pa.field("leader_epoch", pa.int32()), pa.field("partition_epoch", pa.int32()),
+        pa.field("replicas", pa.list_(pa.int32())), pa.field("isr", pa.list_(pa.int32())),
+        pa.field("config_resource_type", pa.int8()), pa.field("config_resource_name", pa.string()),
+        pa.field("config_name", pa.string()), pa.field("config_value", pa.string()),
+        pa.field("decode_error", pa.string()),
     ])
 
 
@@ -346,6 +360,36 @@ _TYPED = {"OffsetCommit": _OFFSET_COMMIT, "LegacyOffsetCommit": _OFFSET_COMMIT,
                              "transaction_status": ("v", "transactionStatus")}}
 # any other coordinator key naming these (KIP-848 consumer, share and streams groups)
 _ANY_KEY = {"group_id": "groupId", "member_id": "memberId"}
+# __cluster_metadata: typed column -> the field of the record it comes from, per record type
+_BROKER = {"broker_id": "brokerId", "broker_epoch": "brokerEpoch"}
+_PARTITION = {"topic_id": "topicId", "partition_id": "partitionId", "leader": "leader",
+              "replicas": "replicas", "isr": "isr"}
+_METADATA_TYPED = {
+    "RegisterBrokerRecord": {**_BROKER, "fenced": "fenced", "rack": "rack"},
+    "BrokerRegistrationChangeRecord": {**_BROKER, "fenced": "fenced"},
+    "UnregisterBrokerRecord": _BROKER,
+    "FenceBrokerRecord": {"broker_id": "id", "broker_epoch": "epoch"},
+    "UnfenceBrokerRecord": {"broker_id": "id", "broker_epoch": "epoch"},
+    "ProducerIdsRecord": _BROKER,
+    "TopicRecord": {"topic_name": "name", "topic_id": "topicId"},
+    "RemoveTopicRecord": {"topic_id": "topicId"},
+    "PartitionRecord": {**_PARTITION, "leader_epoch": "leaderEpoch", "partition_epoch": "partitionEpoch"},
+    "PartitionChangeRecord": _PARTITION,
+    "ConfigRecord": {"config_resource_type": "resourceType", "config_resource_name": "resourceName",
+                     "config_name": "name", "config_value": "value"},
+}
+
+
+def _metadata_row(name: str, data: dict[str, Any]) -> dict[str, Any]:
+    """The typed columns of a ``__cluster_metadata`` record of type ``name``."""
+    row = {col: data.get(field) for col, field in _METADATA_TYPED.get(name, {}).items()}
+    if name == "BrokerRegistrationChangeRecord":   # an int8: 1 fenced, -1 unfenced, 0 unchanged
+        row["fenced"] = {1: True, -1: False}.get(data.get("fenced", 0))
+    elif name in ("FenceBrokerRecord", "UnfenceBrokerRecord"):   # before BrokerRegistrationChange
+        row["fenced"] = name == "FenceBrokerRecord"
+    elif name == "PartitionChangeRecord" and row.get("leader") == -2:   # Kafka's "no change"
+        row["leader"] = None
+    return row
 
 
 def _internal_row(topic: str, offset: int, key: bytes | None, value: bytes | None,
@@ -362,9 +406,10 @@ def _internal_row(topic: str, offset: int, key: bytes | None, value: bytes | Non
     except DecodeError as exc:
         return {"decode_error": str(exc)}
     if topic == "__cluster_metadata":
-        return {"record_type": metadata_record(doc["api_key"]).name,
-                "value_version": doc["version"],
-                "value": json.dumps(doc["data"], ensure_ascii=False)}
+        name = metadata_record(doc["api_key"]).name
+        return {"record_type": name, "value_version": doc["version"],
+                "value": json.dumps(doc["data"], ensure_ascii=False),
+                **_metadata_row(name, doc["data"])}
     k, v = doc["key"], doc["value"]
     name = table_name(k["type"])
     kd, vd = k["data"], (v or {}).get("data") or {}

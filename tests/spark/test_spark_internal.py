@@ -38,7 +38,7 @@ def test_fixture_internal_topics_equal_kafkas_decoding(spark):
         "topic like '\\_\\_%'").select("topic", "partition", "offset", "timestamp").toArrow()
     assert sorted((r["topic"], r["partition"], r["offset"], r["timestamp"]) for r in rows) == \
         sorted(tuple(r.values()) for r in plain.to_pylist())
-    seen_topics, commits = set(), 0
+    seen_topics, commits, metadata_types = set(), 0, set()
     for rel in decoded:
         folder = rel.split("/")[1]
         topic, partition = folder.rsplit("-", 1)
@@ -52,6 +52,8 @@ def test_fixture_internal_topics_equal_kafkas_decoding(spark):
                 assert _upper_snake(r["record_type"]) == w["type"]
                 assert (r["key"], r["key_version"], r["value_version"]) == (None, None, w["version"])
                 assert json.loads(r["value"]) == w["data"]
+                assert _metadata_facts(r) == _expected_metadata_facts(r["record_type"], w["data"])
+                metadata_types.add(r["record_type"])
                 continue
             key, value = w["key"], w["value"]
             assert r["record_type"] + "Key" == key["type"]
@@ -79,7 +81,159 @@ def test_fixture_internal_topics_equal_kafkas_decoding(spark):
                 assert r["group_id"] == kd["group"]
         seen_topics.add(topic)
     assert seen_topics == set(INTERNAL) and commits > 100
+    assert {"RegisterBrokerRecord", "BrokerRegistrationChangeRecord", "TopicRecord", "PartitionRecord",
+            "PartitionChangeRecord", "ConfigRecord"} <= metadata_types
     assert {t for t, _, _ in got} <= set(INTERNAL)
+
+
+METADATA_COLUMNS = ("broker_id", "broker_epoch", "fenced", "rack", "topic_id", "topic_name",
+                    "partition_id", "leader", "leader_epoch", "partition_epoch", "replicas", "isr",
+                    "config_resource_type", "config_resource_name", "config_name", "config_value")
+
+
+def _metadata_facts(row: dict) -> dict:
+    return {c: row[c] for c in METADATA_COLUMNS if row[c] is not None}
+
+
+def _expected_metadata_facts(record_type: str, d: dict) -> dict:
+    """What each record type says, written out from Kafka's metadata record specs."""
+    if record_type == "RegisterBrokerRecord":
+        out = {"broker_id": d["brokerId"], "broker_epoch": d["brokerEpoch"], "fenced": d["fenced"],
+               "rack": d.get("rack")}
+    elif record_type == "BrokerRegistrationChangeRecord":
+        out = {"broker_id": d["brokerId"], "broker_epoch": d["brokerEpoch"],
+               "fenced": {1: True, -1: False}.get(d.get("fenced", 0))}
+    elif record_type in ("ProducerIdsRecord", "UnregisterBrokerRecord"):
+        out = {"broker_id": d["brokerId"], "broker_epoch": d["brokerEpoch"]}
+    elif record_type == "TopicRecord":
+        out = {"topic_name": d["name"], "topic_id": d["topicId"]}
+    elif record_type == "PartitionRecord":
+        out = {"topic_id": d["topicId"], "partition_id": d["partitionId"], "leader": d["leader"],
+               "leader_epoch": d["leaderEpoch"], "partition_epoch": d["partitionEpoch"],
+               "replicas": d["replicas"], "isr": d["isr"]}
+    elif record_type == "PartitionChangeRecord":
+        out = {"topic_id": d["topicId"], "partition_id": d["partitionId"], "replicas": d.get("replicas"),
+               "isr": d.get("isr"), "leader": None if d.get("leader", -2) == -2 else d["leader"]}
+    elif record_type == "ConfigRecord":
+        out = {"config_resource_type": d["resourceType"], "config_resource_name": d["resourceName"],
+               "config_name": d["name"], "config_value": d.get("value")}
+    else:
+        out = {}
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def _metadata_log(log_dir) -> None:
+    """A ``__cluster_metadata-0`` with a topic's life: created, ISR shrinks, leaders move (to
+    none, to the same broker again), replicas reassigned, deleted and created again."""
+    import kproto
+    from kproto.codecs import Uuid
+    from kproto.records import RecordBatchBuilder
+    from kproto.storage import PartitionWriter
+    from kproto.storage.metadata_image import encode_metadata_record
+
+    def rec(record_type, **fields):
+        return encode_metadata_record(kproto.message(record_type).cls(**fields), 0)
+
+    a, b = Uuid(bytes(range(16))), Uuid(bytes(range(1, 17)))
+    part = "PartitionRecord"
+    change = "PartitionChangeRecord"
+    values = [
+        rec("TopicRecord", name="orders", topic_id=a),
+        rec(part, partition_id=0, topic_id=a, replicas=[1, 2, 3], isr=[1, 2, 3], leader=1, leader_epoch=0),
+        rec(part, partition_id=1, topic_id=a, replicas=[2, 3, 1], isr=[2, 3, 1], leader=2, leader_epoch=4),
+        rec("ConfigRecord", resource_type=2, resource_name="orders", name="retention.ms", value="1000"),
+        rec(change, partition_id=0, topic_id=a, isr=[1, 2]),
+        rec(change, partition_id=0, topic_id=a, isr=[2], leader=2),
+        rec(change, partition_id=1, topic_id=a, isr=[], leader=-1),
+        rec(change, partition_id=0, topic_id=a, replicas=[2, 3, 4], isr=[2, 3]),
+        rec(change, partition_id=1, topic_id=a, isr=[3], leader=3),
+        rec(change, partition_id=0, topic_id=a, leader=2),
+        rec("RemoveTopicRecord", topic_id=a),
+        rec("TopicRecord", name="orders", topic_id=b),
+        rec(part, partition_id=0, topic_id=b, replicas=[3], isr=[3], leader=3, leader_epoch=0),
+        rec(change, partition_id=0, topic_id=b, leader=-1, isr=[]),
+    ]
+    writer = PartitionWriter(str(log_dir), "__cluster_metadata", 0)
+    for offset, value in enumerate(values):
+        batch = RecordBatchBuilder(base_offset=offset)
+        batch.append(1_700_000_000_000 + offset * 1000, None, value)
+        writer.append(batch.build())
+    writer.close()
+
+
+def test_partition_history_replays_as_kafkas_metadata_image(spark, tmp_path):
+    import pyarrow as pa
+
+    from kproto.spark import partition_history
+    from kproto.storage import read_arrow
+    from kproto.storage.metadata_image import MetadataImage
+
+    path = str(tmp_path)
+    _metadata_log(tmp_path)
+    rows = partition_history(spark, path).orderBy("offset").toArrow().to_pylist()
+    # the reference: kproto's replay of the same log, record by record (Kafka's merge rules)
+    image, expected = MetadataImage(), {}
+    log = read_arrow(path, topics=["__cluster_metadata"])
+    for rec in pa.Table.from_batches(log.to_batches()).to_pylist():
+        if rec["is_control"]:
+            continue
+        image.replay_value(rec["value"], rec["offset"])
+        expected[rec["offset"]] = {(str(p.topic_id), p.partition): p for p in image.all_partitions()}
+    assert [r["offset"] for r in rows] == [1, 2, 4, 5, 6, 7, 8, 9, 12, 13]
+    for r in rows:
+        p = expected[r["offset"]][(r["topic_id"], r["partition"])]
+        assert (r["topic"], r["leader"], r["leader_epoch"], r["replicas"], r["isr"]) == \
+            (p.topic, p.leader, p.leader_epoch, list(p.replicas), list(p.isr)), r
+        assert r["time"].timestamp() == 1_700_000_000 + r["offset"]
+    # leader epochs written out: a leader field bumps it, even to no leader or the same leader
+    assert [(r["partition"], r["leader"], r["leader_epoch"]) for r in rows] == [
+        (0, 1, 0), (1, 2, 4), (0, 1, 0), (0, 2, 1), (1, -1, 5), (0, 2, 1), (1, 3, 6), (0, 2, 2),
+        (0, 3, 0), (0, -1, 1)]
+
+
+def test_consumer_lag_over_time(spark, tmp_path):
+    kafka = pytest.importorskip("kafka")
+    import time
+
+    from kafka.structs import OffsetAndMetadata, TopicPartition
+
+    from kproto.spark import consumer_lag
+
+    with BrokerThread(tmp_path / "kafka", **TEST_DEFAULTS) as broker:
+        admin = kafka.KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+        admin.create_topics([kafka.admin.NewTopic("lag-t", 2, 1)])
+        admin.close()
+        producer = kafka.KafkaProducer(bootstrap_servers=broker.bootstrap)
+        consumer = kafka.KafkaConsumer(bootstrap_servers=broker.bootstrap, group_id="lag-g",
+                                       enable_auto_commit=False)
+
+        def produce(n: int, partition: int) -> None:
+            for i in range(n):
+                producer.send("lag-t", b"v%d" % i, partition=partition)
+            producer.flush()
+            time.sleep(0.05)   # the next step's timestamps come later
+
+        def commit(partition: int, offset: int) -> None:
+            consumer.commit({TopicPartition("lag-t", partition): OffsetAndMetadata(offset, "", -1)})
+            time.sleep(0.05)
+
+        commit(0, 0)            # nothing written yet: lag 0
+        produce(10, 0)
+        commit(0, 3)            # 10 written, 3 consumed
+        produce(5, 0)
+        produce(4, 1)
+        commit(0, 12)           # 15 written, 12 consumed
+        commit(1, 4)            # all 4 consumed
+        produce(6, 0)
+        commit(0, 21)
+        producer.close()
+        consumer.close(autocommit=False)
+        data = str(broker.data_dir)
+    rows = consumer_lag(spark, data).where("group_id = 'lag-g'").orderBy("commit_time").toArrow().to_pylist()
+    assert [(r["topic"], r["partition"], r["committed_offset"], r["log_end_offset"], r["lag"])
+            for r in rows] == [("lag-t", 0, 0, 0, 0), ("lag-t", 0, 3, 10, 7), ("lag-t", 0, 12, 15, 3),
+                               ("lag-t", 1, 4, 4, 0), ("lag-t", 0, 21, 21, 0)]
+    assert all(r["commit_time"] is not None for r in rows)
 
 
 def test_decode_option_selects_internal_topics_only():
