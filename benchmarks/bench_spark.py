@@ -16,9 +16,13 @@ at most wall(local[1]) / (CPU(local[2]) / 2).
 With ``--pcap PATHS`` (comma-separated capture files, globs or directories; ``--codecs ""``
 skips the log dirs): MB/s of capture bytes through the ``kafka-pcap`` source (exchange rows
 and ``expand=records``) in each master, against ``kproto decode-pcap --format jsonl`` alone
-(its ``run``, in this process, one file after the other, output to /dev/null), and rows/s next
-to the trivial source's ceiling for the same rows (kind ``pcap-exchanges``/``pcap-records``).
-``--pcap-copies N`` reads N copies of the files (in a temp dir) for a longer scan.
+(in this process, one file after the other, output to /dev/null: ``decode-pcap`` as the
+command's ``main``, which builds kproto's whole argument parser for each file, and
+``decode-pcap run``, the decoding alone), and rows/s next to the trivial source's ceiling for
+the same rows (kind ``pcap-exchanges``/``pcap-records``), with the CPU seconds of each scan and
+the CPU-bound ratio CPU(ceiling)/CPU(source) (what source/ceiling tends to with both cores
+busy, whatever else the machine runs). ``--pcap-copies N`` reads N copies of the files (in a
+temp dir) for a longer scan.
 
 With ``--remote``: rows/s of ``read_arrow`` and ``kafka-segments`` on the same log dir from
 local disk and from an S3-compatible server on loopback (moto's, from the dev extra).
@@ -365,11 +369,13 @@ def main() -> None:
 
 def bench_pcap(paths: list[str], masters: list[str], repeat: int, copies: int) -> None:
     """MB/s of capture files: ``decode-pcap`` alone, then the ``kafka-pcap`` source."""
+    import argparse
     import contextlib
     import io
     import shutil
 
     from kproto.capture.table import capture_files
+    from kproto.cli import decode_pcap
     from kproto.cli.main import main as cli_main
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -380,15 +386,32 @@ def bench_pcap(paths: list[str], masters: list[str], repeat: int, copies: int) -
         mb = sum(os.path.getsize(f) for f in files) / 1e6
         print(f"pcap: {len(files)} files, {mb:.1f} MB", flush=True)
 
-        def cli() -> None:
+        def cli() -> None:  # as a command: kproto's whole argument parser built per file
             with contextlib.redirect_stderr(io.StringIO()):
                 for f in files:
                     cli_main(["decode-pcap", f, "--format", "jsonl", "--no-progress",
                               "-o", os.devnull])
 
-        rate = {"decode-pcap": mb / best_of({"": cli}, repeat)[""][0]}
+        parser = argparse.ArgumentParser()
+        decode_pcap.register(parser.add_subparsers())
+        argvs = [parser.parse_args(["decode-pcap", f, "--format", "jsonl", "--no-progress",
+                                    "-o", os.devnull]) for f in files]
+
+        def run() -> None:  # the decoding alone: decode-pcap's run, file by file
+            with contextlib.redirect_stderr(io.StringIO()):
+                for a in argvs:
+                    decode_pcap.run(a)
+
+        cpu_run = []
+        for _ in range(repeat):
+            t = time.process_time()
+            run()
+            cpu_run.append(time.process_time() - t)
+        walls0 = {k: v[0] for k, v in best_of({"cli": cli, "run": run}, repeat).items()}
+        rate = {"decode-pcap": mb / walls0["cli"], "decode-pcap run": mb / walls0["run"]}
         rows_per_s: dict[str, float] = {}
         walls: dict[str, list[float]] = {}
+        cpu: dict[str, tuple[float, ...]] = {}
         tasks = {}
         for master in masters:
             spark = spark_session(master)
@@ -408,9 +431,10 @@ def bench_pcap(paths: list[str], masters: list[str], repeat: int, copies: int) -
                     scan()  # warm the Python workers
                     scans[name] = (scan, rows)
             best = best_of({k: fn for k, (fn, _) in scans.items()}, repeat, walls)
-            for name, (wall, *_) in best.items():
+            for name, (wall, *used) in best.items():
                 rate[name] = mb / wall
                 rows_per_s[name] = scans[name][1] / wall
+                cpu[name] = tuple(used)
             spark.stop()
     print(f"\ncapture MB/s and rows/s (best of {repeat}, wall clock; tasks in brackets)")
     for name, r in rate.items():
@@ -419,18 +443,24 @@ def bench_pcap(paths: list[str], masters: list[str], repeat: int, copies: int) -
         if name in rows_per_s:
             line += f"  {rows_per_s[name]:12,.0f} rows/s"
         print(line + n)
+    print(f"decode-pcap run: CPU median {statistics.median(cpu_run):.3f} s, "
+          f"{mb / statistics.median(cpu_run):.1f} MB/s of CPU time")
+    print("\nCPU seconds per scan of the best run: JVM (driver + executor) / its JIT compiler "
+          "threads / Python workers")
+    for name, used in cpu.items():
+        print(f"{name:>28} " + " / ".join(f"{x:.2f}" for x in used))
     last = masters[-1]
     for expand in ("exchanges", "records"):
         mid = median_ratio(walls[f"{expand} ceiling {last}"], walls[f"{expand} {last}"])
         line = (f"kafka-pcap {expand}: source/ceiling {last} "
                 f"{rate[f'{expand} {last}'] / rate[f'{expand} ceiling {last}']:.3f} "
-                f"(median of rounds {mid:.3f})")
+                f"(median of rounds {mid:.3f}; when CPU-bound, CPU(ceiling)/CPU(source) "
+                f"{sum(cpu[f'{expand} ceiling {last}']) / sum(cpu[f'{expand} {last}']):.3f})")
         if len(masters) > 1:
             line += "".join(f", {w} {last}/{masters[0]} "
                             f"{rate[f'{k} {last}'] / rate[f'{k} {masters[0]}']:.2f}"
                             for w, k in (("source", expand), ("ceiling", f"{expand} ceiling")))
         print(line)
-
 
 if __name__ == "__main__":
     main()

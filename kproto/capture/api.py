@@ -156,7 +156,7 @@ class BodyDecoder:
             if data is None:
                 continue
             try:
-                got = (bodies.decode_request_as(data, ver) if side == "request"
+                got = (bodies.decode_request_as(data, key, ver, ver) if side == "request"
                        else bodies.decode_response_as(data, key, ver, ver))
             except DecodeError as e:
                 if side == "request":
@@ -200,7 +200,7 @@ class BodyDecoder:
                 continue
             try:
                 if side == "request":
-                    got = bodies.decode_request_as(data, as_ver)
+                    got = bodies.decode_request_as(data, key, ver, as_ver)
                     ex.request_header, ex.request = got.header, got.body
                 else:
                     got = bodies.decode_response_as(data, key, ver, as_ver)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import functools
 import struct
-from typing import Any, NamedTuple, Optional
+from typing import Any, Callable, NamedTuple, Optional
 
 __all__ = ["BestEffort", "api_name", "api_versions", "best_effort_version", "decode_request",
            "decode_request_as", "decode_response_version", "decode_response_as", "read_request_header",
@@ -125,18 +125,26 @@ class BestEffort(NamedTuple):
         return bytes(data[len(data) - self.unread:]) if self.unread else b""
 
 
-def decode_request_as(data: Any, version: int) -> BestEffort:
-    """Decode a request frame (no size prefix) whose body is read with ``version``'s layout.
+@functools.lru_cache(maxsize=None)
+def _header_codec(kind: str) -> Any:
+    from kproto import codecs
+
+    return codecs.message(kind)
+
+
+def decode_request_as(data: Any, api_key: int, api_version: int, version: int) -> BestEffort:
+    """Decode a request frame (no size prefix) of ``api_key`` at ``api_version`` (as its header
+    says) whose body is read with ``version``'s layout.
 
     The header is read as the frame's own version wants it. Unlike :func:`decode_request`,
     trailing bytes are not an error: they are counted in ``unread``. Raises DecodeError.
     """
     from kproto import codecs
 
-    key, ver, _ = read_request_header(data)[:3]
-    header, pos = codecs.message("RequestHeader").decode_from(data, 0, _header_versions(key, ver)[0])
+    header, pos = _header_codec("RequestHeader").decode_from(
+        data, 0, _header_versions(api_key, api_version)[0])
     body = memoryview(data)[pos:]
-    obj, end = codecs.request(key).decode_from(body, 0, version)
+    obj, end = codecs.request(api_key).decode_from(body, 0, version)
     return BestEffort(header, obj, pos, len(body) - end)
 
 
@@ -145,7 +153,7 @@ def decode_response_as(data: Any, api_key: int, api_version: int, version: int) 
     its body read with ``version``'s layout; trailing bytes are counted. Raises DecodeError."""
     from kproto import codecs
 
-    header, pos = codecs.message("ResponseHeader").decode_from(
+    header, pos = _header_codec("ResponseHeader").decode_from(
         data, 0, _header_versions(api_key, api_version)[1])
     body = memoryview(data)[pos:]
     obj, end = codecs.response(api_key).decode_from(body, 0, version)
@@ -156,14 +164,77 @@ def response_error_codes(obj: Any, out: Optional[list[int]] = None) -> list[int]
     """Every non-zero ``error_code`` (or ``*_error_code``) in a message object, in field order."""
     if out is None:
         out = []
+    _error_walker(type(obj))(obj, out)
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def _error_walker(cls: type) -> Callable[[Any, list[int]], None]:
+    """A function appending the non-zero error codes of a ``cls`` object to a list: its
+    ``error_code`` fields, and those of the struct fields whose schema can hold one (a
+    message's structs without error codes are not walked)."""
+    struct_of = _schema_structs(cls)
+    if struct_of is None:  # not a message of the schemas: every field is looked at
+        return _walk_error_codes
+    lines = ["def walk(o, out):"]
+    for f in struct_of[cls.__name__].fields:
+        name = f.attr
+        if f.is_struct_type:
+            if not _holds_error_codes(f.element_type, struct_of):
+                continue
+            lines.append(f"    v = o.{name}")
+            if f.is_array:  # objects in a list are looked into as the generic walk does
+                lines.append("    if v and hasattr(v[0], '_fields'):\n"
+                             "        for x in v:\n"
+                             "            W(x.__class__)(x, out)")
+            else:
+                lines.append("    if hasattr(v, '_fields'):\n        W(v.__class__)(v, out)")
+        elif not f.is_array and _is_error_code(name):
+            lines.append(f"    v = o.{name}\n    if v and isinstance(v, int):\n        out.append(v)")
+    ns: dict[str, Any] = {"W": _error_walker}
+    exec("\n".join(lines + ["    return None"]) + "\n", ns)
+    return ns["walk"]  # type: ignore[no-any-return]
+
+
+def _is_error_code(name: str) -> bool:
+    return name == "error_code" or name.endswith("_error_code")
+
+
+def _schema_structs(cls: type) -> Optional[dict[str, Any]]:
+    """Struct name -> schema struct of the message ``cls`` belongs to, or None."""
+    from kproto import codecs
+
+    if getattr(cls, "_schema_struct", None) is None:
+        return None
+    try:
+        codec = codecs.message(cls.__qualname__.split(".")[0])
+    except KeyError:
+        return None
+    structs = codec.schema.structs()
+    if codec.classes.get(cls.__name__) is not cls:
+        return None
+    return structs  # type: ignore[no-any-return]
+
+
+def _holds_error_codes(struct: str, struct_of: dict[str, Any], seen: Optional[set] = None) -> bool:
+    seen = set() if seen is None else seen
+    if struct in seen or struct not in struct_of:
+        return struct not in struct_of  # unknown: looked into
+    seen.add(struct)
+    return any(_holds_error_codes(f.element_type, struct_of, seen) if f.is_struct_type
+               else not f.is_array and _is_error_code(f.attr)
+               for f in struct_of[struct].fields)
+
+
+def _walk_error_codes(obj: Any, out: list[int]) -> None:
+    """The generic walk: every field of ``obj`` (objects with ``_fields`` looked into)."""
     for name in getattr(obj, "_fields", ()):
         v = getattr(obj, name)
         if isinstance(v, list):
             if v and hasattr(v[0], "_fields"):
                 for item in v:
-                    response_error_codes(item, out)
+                    _walk_error_codes(item, out)
         elif hasattr(v, "_fields"):
-            response_error_codes(v, out)
-        elif v and (name == "error_code" or name.endswith("_error_code")) and isinstance(v, int):
+            _walk_error_codes(v, out)
+        elif v and _is_error_code(name) and isinstance(v, int):
             out.append(v)
-    return out

@@ -9,6 +9,7 @@ correlation id still pending on the connection).
 """
 from __future__ import annotations
 
+import functools
 import struct
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
@@ -114,14 +115,7 @@ class RequestRule(FrameRule):
                  max_api_key: int = 255, newer: int = NEWER_VERSIONS) -> None:
         super().__init__(max_frame)
         self.versions = versions
-        # numpy lookup tables: versions accepted per API key (min > max if the key is unknown)
-        self._max_ver = np.full(1 << 16, -1, dtype=np.int32)
-        self._min_ver = np.zeros(1 << 16, dtype=np.int32)
-        for key in range(max_api_key + 1):
-            r = versions(key)
-            if r is not None and len(r):
-                self._max_ver[key] = r[-1] + newer
-                self._min_ver[key] = r[0]
+        self._min_ver, self._max_ver = _version_tables(versions, max_api_key, newer)
 
     def sane(self, buf, pos):
         size = _I32.unpack_from(buf, pos)[0]
@@ -146,6 +140,22 @@ class RequestRule(FrameRule):
         ver = _be16(arr, n, 6)
         idx = key & 0xFFFF
         return (key >= 0) & (ver >= self._min_ver[idx]) & (ver <= self._max_ver[idx])
+
+
+@functools.lru_cache(maxsize=8)
+def _version_tables(versions: Callable[[int], Optional[range]], max_api_key: int,
+                    newer: int) -> tuple[np.ndarray, np.ndarray]:
+    """numpy lookup tables of :class:`RequestRule` (made once, read only): the lowest and
+    highest version accepted per API key (min > max if the key is unknown)."""
+    max_ver = np.full(1 << 16, -1, dtype=np.int32)
+    min_ver = np.zeros(1 << 16, dtype=np.int32)
+    for key in range(max_api_key + 1):
+        r = versions(key)
+        if r is not None and len(r):
+            max_ver[key] = r[-1] + newer
+            min_ver[key] = r[0]
+    max_ver.flags.writeable = min_ver.flags.writeable = False
+    return min_ver, max_ver
 
 
 class ResponseRule(FrameRule):
@@ -177,6 +187,10 @@ class ResponseRule(FrameRule):
 class FrameCutter:
     """Cut one direction's stream events into :class:`Frame` objects."""
 
+    #: whole frames of a chunk arriving at a frame start are cut from it without buffering
+    #: (False: through the buffer, the reference path)
+    direct = True
+
     def __init__(self, rule: FrameRule, *, synced: bool = True) -> None:
         self.rule = rule
         self.buf = bytearray()
@@ -200,13 +214,31 @@ class FrameCutter:
             return self.gap(event.size, event.ts, event.reason)
         return self.data(event.data, event.ts)
 
-    def data(self, chunk: bytes, ts: float) -> list[Frame]:
+    def data(self, chunk: Union[bytes, memoryview], ts: float) -> list[Frame]:
         """Add the next stream bytes (captured at ``ts``); return the frames they complete."""
         if not chunk:
             return []
+        out: list[Frame] = []
+        if self.direct and self.synced and not self.buf and not self.raw:
+            # in sync at a frame start: whole frames of the chunk are cut from it directly
+            # (what buffering it and _cut do, without the buffer)
+            rule, pos, n = self.rule, 0, len(chunk)
+            head = 4 + rule.sane_bytes
+            while n - pos >= head and rule.sane(chunk, pos):
+                end = pos + 4 + _I32.unpack_from(chunk, pos)[0]
+                if end > n:
+                    break
+                out.append(Frame(bytes(chunk[pos + 4:end]), end - pos - 4, ts, ts, self.base,
+                                 problems=self.pending))
+                self.pending = Problems()
+                self.base += end - pos
+                pos = end
+            if pos == n:
+                return out
+            chunk = chunk[pos:]
         self._ts.append((self.base + self.missing + len(self.buf), ts))
         self.buf += chunk
-        return self._cut()
+        return out + self._cut() if out else self._cut()
 
     def gap(self, size: int, ts: float, reason: str = "") -> list[Frame]:
         """``size`` stream bytes were not captured: damage the current frame or lose sync."""
@@ -301,8 +333,10 @@ class FrameCutter:
         ts_start = ts[0][1] if ts else 0.0
         last = bisect_left(ts, end_off, key=_first) - 1  # chunk holding the frame's last byte
         ts_end = ts[last][1] if last >= 0 else ts_start
-        frame = Frame(bytes(self.buf[4:n]) if n > 4 else b"", self.need, ts_start, ts_end,
-                      self.base, self.missing, truncated, self.pending, self.intact)
+        with memoryview(self.buf) as buf:  # one copy of the frame's bytes
+            data = buf[4:n].tobytes() if n > 4 else b""
+        frame = Frame(data, self.need, ts_start, ts_end, self.base, self.missing, truncated,
+                      self.pending, self.intact)
         self.pending = Problems()
         self.intact = -1
         self.base += self.missing

@@ -5,7 +5,7 @@ import struct
 from dataclasses import dataclass
 from typing import Optional, Union
 
-__all__ = ["TcpSegment", "parse_tcp", "format_ip", "LINKTYPES"]
+__all__ = ["TcpSegment", "parse_tcp", "tcp_fields", "format_ip", "LINKTYPES"]
 
 # Link types understood (pcap LINKTYPE_* numbers).
 LINKTYPES = {
@@ -20,6 +20,8 @@ _ETH_VLAN = (0x8100, 0x88A8, 0x9100)
 _U16 = struct.Struct("!H")
 _U32 = struct.Struct("!I")
 _TCP = struct.Struct("!HHIIBB")  # ports, seq, ack, data offset, flags
+# version and header length, total length, fragment field, protocol, addresses
+_IPV4 = struct.Struct("!BxH2xH1xB2x4s4s")
 _IPV6_EXT = (0, 43, 60, 51)  # hop-by-hop, routing, destination options, AH
 
 
@@ -78,20 +80,28 @@ def parse_tcp(linktype: int, data: Union[bytes, memoryview], ts: float = 0.0,
     The payload is trimmed to the IP length (Ethernet pads short frames) and to what was captured.
     IP fragments are not reassembled (TCP stacks avoid fragmentation; their payload is ignored).
     """
+    fields = tcp_fields(linktype, data)
+    return None if fields is None else TcpSegment(*fields, ts, index)
+
+
+TcpFields = tuple[bytes, int, bytes, int, int, int, int, memoryview]
+
+
+def tcp_fields(linktype: int, data: Union[bytes, memoryview]) -> Optional[TcpFields]:
+    """:func:`parse_tcp` without the object: (src, sport, dst, dport, seq, ack, flags,
+    payload), or None."""
     mv = data if isinstance(data, memoryview) else memoryview(data)
     proto, off = _link_payload(linktype, mv)
     n = len(mv)
     if proto == 0x0800:
         if off + 20 > n:
             return None
-        vihl = mv[off]
+        vihl, total, frag, ipproto, src, dst = _IPV4.unpack_from(mv, off)
         ihl = (vihl & 0x0F) * 4
-        if vihl >> 4 != 4 or ihl < 20 or mv[off + 9] != 6:
+        if vihl >> 4 != 4 or ihl < 20 or ipproto != 6:
             return None
-        if _U16.unpack_from(mv, off + 6)[0] & 0x3FFF:  # more-fragments flag or fragment offset
+        if frag & 0x3FFF:  # more-fragments flag or fragment offset
             return None
-        total = _U16.unpack_from(mv, off + 2)[0]
-        src, dst = bytes(mv[off + 12:off + 16]), bytes(mv[off + 16:off + 20])
         end = min(n, off + total) if total >= ihl else n  # total 0: TSO-captured, trust caplen
         off += ihl
     elif proto == 0x86DD:
@@ -118,7 +128,7 @@ def parse_tcp(linktype: int, data: Union[bytes, memoryview], ts: float = 0.0,
     hlen = (doff >> 4) * 4
     if hlen < 20 or off + hlen > end:
         return None
-    return TcpSegment(src, sport, dst, dport, seq, ack, flags, mv[off + hlen:end], ts, index)
+    return src, sport, dst, dport, seq, ack, flags, mv[off + hlen:end]
 
 
 def format_ip(addr: bytes) -> str:

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import os
 import struct
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import BinaryIO, Generator, Iterator, Union
 
 import construct as cs
 
 from kproto.problems import Problem
 
-__all__ = ["Packet", "iter_packets", "read_packets", "stream_packets",
+__all__ = ["Packet", "iter_packets", "packets_of", "read_packets", "stream_packets",
            "LINKTYPE_ETHERNET"]
 
 LINKTYPE_ETHERNET = 1
@@ -63,38 +63,40 @@ class Packet:
     index: int = 0
 
 
-def _damage(reason: str, index: int = 0, offset: int = 0) -> Problem:
+def _damage(reason: str, index: int = 0, offset: int = 0, source: str = "") -> Problem:
     """Something wrong with the capture file itself (not with the traffic in it)."""
-    return Problem("capture", reason, position=offset, index=index)
+    return Problem("capture", reason, source, position=offset, index=index)
 
 
-def iter_packets(buf: Union[bytes, bytearray, memoryview]) -> Iterator[Union[Packet, Problem]]:
-    """Yield the packets of a pcap or pcapng capture held in ``buf`` (zero-copy slices)."""
+def iter_packets(buf: Union[bytes, bytearray, memoryview],
+                 source: str = "") -> Iterator[Union[Packet, Problem]]:
+    """Yield the packets of a pcap or pcapng capture held in ``buf`` (zero-copy slices); a
+    problem's ``source`` is ``source``."""
     mv = memoryview(buf).cast("B") if not isinstance(buf, memoryview) else buf.cast("B")
     if len(mv) < 4:
-        yield _damage("file too short to be a capture", 0, 0)
+        yield _damage("file too short to be a capture", 0, 0, source)
         return
-    yield from _parse(mv)
+    yield from _parse(mv, source=source)
 
 
-def _parse(mv: memoryview, index: int = 0,
-           shift: int = 0) -> Generator[Union[Packet, Problem], None, tuple[int, bool]]:
+def _parse(mv: memoryview, index: int = 0, shift: int = 0,
+           source: str = "") -> Generator[Union[Packet, Problem], None, tuple[int, bool]]:
     """``index``: packets before ``mv``; ``shift``: where ``mv`` starts in the capture (a
     stream's records are parsed one by one behind their headers). Returns the packets counted
     and whether the parse reached the end (False: it stopped at damage)."""
     magic = struct.unpack_from("<I", mv, 0)[0]
     if magic == _PCAPNG_SHB:
-        return (yield from _iter_pcapng(mv, index, shift))
+        return (yield from _iter_pcapng(mv, index, shift, source))
     if magic in _PCAP_MAGICS:
-        return (yield from _iter_pcap(mv, *_PCAP_MAGICS[magic], index, shift))
-    yield _damage(f"not a pcap or pcapng file (magic 0x{magic:08x})", 0, 0)
+        return (yield from _iter_pcap(mv, *_PCAP_MAGICS[magic], index, shift, source))
+    yield _damage(f"not a pcap or pcapng file (magic 0x{magic:08x})", 0, 0, source)
     return index, False
 
 
-def _iter_pcap(mv: memoryview, order: str, nanos: bool, index: int = 0,
-               shift: int = 0) -> Generator[Union[Packet, Problem], None, tuple[int, bool]]:
+def _iter_pcap(mv: memoryview, order: str, nanos: bool, index: int = 0, shift: int = 0,
+               source: str = "") -> Generator[Union[Packet, Problem], None, tuple[int, bool]]:
     if len(mv) < _PCAP_HEADER_SIZE:
-        yield _damage("pcap file header truncated", 0, len(mv))
+        yield _damage("pcap file header truncated", 0, len(mv), source=source)
         return index, False
     # the upper bits of the link type field carry FCS information (pcap's LINKTYPE_MASK)
     linktype = _LAYOUTS[order][0].parse(mv[:_PCAP_HEADER_SIZE]).network & 0x0FFFFFFF
@@ -105,21 +107,21 @@ def _iter_pcap(mv: memoryview, order: str, nanos: bool, index: int = 0,
         index += 1
         if pos + 16 > end:
             yield _damage(f"packet {index}: record header truncated ({end - pos} of 16 bytes)",
-                          index, pos + shift)
+                          index, pos + shift, source=source)
             return index, False
         sec, frac, incl, orig = rec.unpack_from(mv, pos)
         pos += 16
         if pos + incl > end:
             yield _damage(f"packet {index}: truncated ({end - pos} of {incl} bytes present)",
-                          index, pos - 16 + shift)
+                          index, pos - 16 + shift, source=source)
             return index, False
         yield Packet(sec + frac * scale, linktype, mv[pos:pos + incl], orig, index)
         pos += incl
     return index, True
 
 
-def _iter_pcapng(mv: memoryview, index: int = 0,
-                 shift: int = 0) -> Generator[Union[Packet, Problem], None, tuple[int, bool]]:
+def _iter_pcapng(mv: memoryview, index: int = 0, shift: int = 0,
+                 source: str = "") -> Generator[Union[Packet, Problem], None, tuple[int, bool]]:
     pos, end = 0, len(mv)
     order = "<"
     # per interface: (linktype, seconds per timestamp unit, timestamp offset)
@@ -127,7 +129,8 @@ def _iter_pcapng(mv: memoryview, index: int = 0,
     while pos < end:
         at = pos + shift  # where the block is in the whole capture
         if pos + 12 > end:
-            yield _damage(f"pcapng block header truncated at byte {at}", index + 1, at)
+            yield _damage(f"pcapng block header truncated at byte {at}",
+                          index + 1, at, source=source)
             return index, False
         btype = struct.unpack_from("<I", mv, pos)[0]
         if btype == _PCAPNG_SHB:
@@ -138,29 +141,32 @@ def _iter_pcapng(mv: memoryview, index: int = 0,
                 order = ">"
             else:
                 yield _damage(f"pcapng section header with bad byte-order magic at byte {at}",
-                              index + 1, at)
+                              index + 1, at, source=source)
                 return index, False
             ifaces = []
         else:
             btype = struct.unpack_from(order + "I", mv, pos)[0]
         blen = struct.unpack_from(order + "I", mv, pos + 4)[0]
         if blen < 12 or blen % 4:
-            yield _damage(f"pcapng block at byte {at} has invalid length {blen}", index + 1, at)
+            yield _damage(f"pcapng block at byte {at} has invalid length {blen}",
+                          index + 1, at, source=source)
             return index, False
         if pos + blen > end:
             yield _damage(f"pcapng block at byte {at} truncated ({end - pos} of {blen} bytes)",
-                          index + 1, at)
+                          index + 1, at, source=source)
             return index, False
         body = mv[pos + 8:pos + blen - 4]
         if btype == 1:  # Interface Description Block
             if len(body) < 8:
-                yield _damage(f"pcapng interface block at byte {at} too short", index + 1, at)
+                yield _damage(f"pcapng interface block at byte {at} too short",
+                              index + 1, at, source=source)
                 return index, False
             idb = _LAYOUTS[order][1].parse(body)
             ifaces.append((idb.linktype, *_idb_time(idb.options, order)))
         elif btype in (6, 2):  # Enhanced Packet Block, obsolete Packet Block
             if len(body) < 20:
-                yield _damage(f"pcapng packet block at byte {at} too short", index + 1, at)
+                yield _damage(f"pcapng packet block at byte {at} too short",
+                              index + 1, at, source=source)
                 return index, False
             if btype == 6:
                 iface, hi, lo, incl, orig = struct.unpack_from(order + "IIIII", body, 0)
@@ -168,15 +174,18 @@ def _iter_pcapng(mv: memoryview, index: int = 0,
                 iface, _drops, hi, lo, incl, orig = struct.unpack_from(order + "HHIIII", body, 0)
             index += 1
             if iface >= len(ifaces):
-                yield _damage(f"packet {index}: unknown interface {iface}", index, at)
+                yield _damage(f"packet {index}: unknown interface {iface}",
+                              index, at, source=source)
             elif 20 + incl > len(body):
-                yield _damage(f"packet {index}: captured length {incl} exceeds its block", index, at)
+                yield _damage(f"packet {index}: captured length {incl} exceeds its block",
+                              index, at, source=source)
             else:
                 linktype, unit, offset = ifaces[iface]
                 yield Packet(((hi << 32) | lo) * unit + offset, linktype, body[20:20 + incl], orig, index)
         elif btype == 3:  # Simple Packet Block: no timestamp, interface 0
             if len(body) < 4 or not ifaces:
-                yield _damage(f"pcapng simple packet block at byte {at} unusable", index + 1, at)
+                yield _damage(f"pcapng simple packet block at byte {at} unusable",
+                              index + 1, at, source=source)
             else:
                 index += 1
                 orig = struct.unpack_from(order + "I", body, 0)[0]
@@ -205,12 +214,16 @@ def read_packets(path: Union[str, os.PathLike]) -> Iterator[Union[Packet, Proble
     problem's ``source`` is ``path``."""
     with open(path, "rb") as f:
         data = f.read()
-    source = os.fsdecode(path)
+    yield from packets_of(data, os.fsdecode(path))
+
+
+def packets_of(data: bytes, source: str) -> Iterator[Union[Packet, Problem]]:
+    """The packets of a capture file's bytes (an empty file is a problem); a problem's
+    ``source`` is ``source``."""
     if not data:
-        yield replace(_damage("empty file", 0, 0), source=source)
+        yield _damage("empty file", 0, 0, source)
         return
-    for item in iter_packets(data):
-        yield replace(item, source=source) if isinstance(item, Problem) else item
+    yield from iter_packets(data, source)
 
 
 #: A record or block longer than this in a stream is damage, not data (snap lengths are at

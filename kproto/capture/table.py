@@ -16,7 +16,6 @@ import glob
 import json
 import operator
 import os
-from dataclasses import replace
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
@@ -24,7 +23,7 @@ import pyarrow as pa
 
 from kproto.capture.exchange import Exchange, body_json_text, latency_json, unread_json
 from kproto.capture.json_text import json_dumps
-from kproto.capture.pcap import Packet, _damage, iter_packets, read_packets
+from kproto.capture.pcap import Packet, packets_of, read_packets
 from kproto.errors import DecodeError
 from kproto.problems import Problem
 from kproto.schemas.api_keys import ApiKey
@@ -110,15 +109,7 @@ def capture_packets(path: str) -> Iterator[Packet | Problem]:
     one, the same of a URI's bytes (one ranged read: a capture is decoded from its start)."""
     if not fs.is_remote(path):
         return read_packets(path)
-    return _packets_of(fs.read_range(path), path)
-
-
-def _packets_of(data: bytes, source: str) -> Iterator[Packet | Problem]:
-    if not data:
-        yield replace(_damage("empty file", 0, 0), source=source)
-        return
-    for item in iter_packets(data):
-        yield replace(item, source=source) if isinstance(item, Problem) else item
+    return packets_of(fs.read_range(path), path)
 
 
 def _row_ts(ts: float | None) -> _dt.datetime | None:

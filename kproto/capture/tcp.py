@@ -98,11 +98,23 @@ class TcpStream:
         out.extend(self._check_ack(tick, ts))
         return out
 
+    def in_order(self, seq: int, n: int) -> bool:
+        """Take the ``n`` payload bytes of a segment at ``seq`` (no SYN or FIN) if they are the
+        next ones expected while nothing is held or acknowledged ahead: then :meth:`segment`
+        would release exactly them (the caller uses the payload itself) and nothing else.
+        False: nothing done, :meth:`segment` decides."""
+        if seq != self.next_seq or self.pending or self._acked_past is not None:
+            return False
+        self.next_seq = (seq + n) & 0xFFFFFFFF
+        self.offset += n
+        return True
+
     def acked(self, ack: int, tick: int = 0, ts: float = 0.0) -> list[StreamEvent]:
         """Note an acknowledgement number sent by the peer for this direction."""
-        if self.next_seq is None:
-            return []
-        past = _sdiff(ack, self.next_seq)
+        nxt = self.next_seq
+        if nxt is None or (self._acked_past is None and not 0 < (ack - nxt) & 0xFFFFFFFF < 1 << 31):
+            return []  # nothing acknowledged past the bytes seen, nothing outstanding
+        past = _sdiff(ack, nxt)
         if self.fin_seq is not None and ack == (self.fin_seq + 1) & 0xFFFFFFFF:
             past -= 1
         if past > 0 and (self._acked_past is None or _sdiff(ack, self._acked_past) > 0):
