@@ -738,7 +738,7 @@ static int build_walk(build_ctx *c, int headers_pass)
     uint8_t *hkdata = c->h[OH_KEY_DATA], *hvdata = c->h[OH_VALUE_DATA];
     uint8_t *hvvalid = c->h[OH_VALUE_VALID];
     int64_t hkcap = c->hcap[OH_KEY_DATA], hvcap = c->hcap[OH_VALUE_DATA];
-    int64_t hcount_cap = c->hcap[OH_KEY_OFFS] / 4 - 1;
+    int64_t hcount_cap = c->headers;  /* build_headers checked every output against it */
     Py_ssize_t part = 0;
 
     if (!headers_pass) {
@@ -952,7 +952,7 @@ static int build_inputs(build_ctx *c, Py_buffer *base, Py_buffer *tab, PyObject 
     c->hdr = tab->buf;
     c->nb = tab->len / (NF * 8);
     c->n = n;
-    if (tab->len % (NF * 8) != 0 || n < 0) {
+    if (tab->len % (NF * 8) != 0 || n < 0 || n > INT32_MAX) {
         PyErr_SetString(PyExc_ValueError, "bad batch table or record count");
         return -1;
     }

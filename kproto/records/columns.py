@@ -639,6 +639,14 @@ BATCH_COLUMNS = (("leader_epoch", "int32", np.int32, F_EPOCH),
                  ("position", "int64", np.int64, F_POS))
 
 
+def batch_column(rows: np.ndarray, name: str) -> np.ndarray:
+    """The values of one of :data:`BATCH_COLUMNS` for each framed batch in ``rows``."""
+    for col_name, _kind, dtype, col in BATCH_COLUMNS:
+        if col_name == name:
+            return (rows[:, F_ATTR] & col) != 0 if dtype is None else rows[:, col].astype(dtype)
+    raise KeyError(name)
+
+
 def frame_table(rows: int) -> np.ndarray:
     """An empty batch table of ``rows`` rows for ``_speedups.frame_v2``."""
     return np.empty((rows, len(FRAME_FIELDS)), np.int64)

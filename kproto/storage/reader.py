@@ -62,10 +62,11 @@ _FRAME_ROWS = 4096  # batches framed per call of the C helper (one table, reused
 _MIN_BATCH = HEADER_SIZE  # the smallest v2 batch: no more rows than this allows
 _INT64_MAX = (1 << 63) - 1
 _TIMESTAMP = pa.timestamp("ms", tz="UTC")
-# the batch fields the C builder spreads over the records (topic, partition, compression and
-# segment are constant columns, timestamp_type comes with the records)
-_BUILT_BATCH_COLUMNS = ("leader_epoch", "producer_id", "producer_epoch", "base_sequence",
-                        "is_transactional", "is_control", "position")
+# batch fields the C builder spreads over the records unless they are the same for a whole
+# chunk (position always differs; topic, partition, compression and segment are constants)
+_SPREAD_COLUMNS = ("leader_epoch", "producer_id", "producer_epoch", "base_sequence",
+                   "is_transactional", "is_control")
+_MAX_CONSTS = 64  # constant columns a split keeps for its next chunks
 
 HEADER_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 
@@ -332,9 +333,23 @@ def _keep_batch(batch: Batch, opts: ReadOptions, aborted: AbortedTransactions | 
 
 def _const_string(value: str, n: int) -> pa.Array:
     raw = value.encode()
-    offsets = np.arange(n + 1, dtype=np.int32) * len(raw)
-    return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets),
-                                                  pa.py_buffer(raw * n)])
+    offsets = pa.allocate_buffer(4 * (n + 1))  # Arrow's pool: memory it already has
+    np.multiply(np.arange(n + 1, dtype=np.int32), len(raw),
+                out=np.frombuffer(offsets, np.int32))
+    data = pa.allocate_buffer(len(raw) * n)
+    if raw:
+        np.frombuffer(data, f"S{len(raw)}")[:] = raw
+    return pa.Array.from_buffers(pa.string(), n, [None, offsets, data])
+
+
+def _const_array(kind: pa.DataType, value, n: int) -> pa.Array:
+    """n times ``value`` as an array of ``kind`` (a fixed-width type or bool)."""
+    if kind == pa.bool_():
+        return pa.array(np.full(n, bool(value)))
+    width = kind.bit_width // 8
+    buf = pa.allocate_buffer(width * n)
+    np.frombuffer(buf, f"<i{width}").fill(value)
+    return pa.Array.from_buffers(kind, n, [None, buf])
 
 
 _COMPRESSION_NAMES = COMPRESSION_NAMES + ("unknown",) * 3
@@ -472,6 +487,10 @@ def read_buffer(data: bytes | memoryview, split: Split, options: ReadOptions = R
     if read.fast_ok():
         return read.fast()
     return read.slow(0, split.base_offset, [], 0)
+
+
+def _constant(values: np.ndarray) -> bool:
+    return len(values) == 0 or bool((values == values[0]).all())
 
 
 def _fits_int64(*values: int | None) -> bool:
@@ -659,8 +678,12 @@ class _SplitRead:
                     parts = None
                     break
             if parts is not None:
+                # a batch field with one value for the whole chunk is a shared constant column
+                live = rows[has]
+                spread = [name for name in _SPREAD_COLUMNS
+                          if not _constant(columns.batch_column(live, name))]
                 built = columns.build_arrow(self.data, rows, parts, self.split.start,
-                                            _BUILT_BATCH_COLUMNS)
+                                            spread + ["position"])
         if built is None:
             # the reference decodes (and reports) from the same budget as if first
             self.budget.compressed, self.budget.decompressed = saved
@@ -674,8 +697,19 @@ class _SplitRead:
         """A column of one value for n records: one array per split, sliced."""
         arr = self.consts.get(key)
         if arr is None or len(arr) < n:
+            if len(self.consts) >= _MAX_CONSTS:  # many producers: keep a few
+                self.consts.clear()
             arr = self.consts[key] = make(n)
         return arr if len(arr) == n else arr.slice(0, n)
+
+    def _batch_field(self, built: BuiltColumns, rows: np.ndarray, name: str, n: int) -> pa.Array:
+        """A batch field's column: built, or the constant all batches with records share."""
+        arr = built.arrays.get(name)
+        if arr is not None:
+            return arr
+        value = columns.batch_column(rows[rows[:, F_COUNT] > 0], name)[0].item()
+        kind = self.schema.field(name).type
+        return self._const((name, value), partial(_const_array, kind, value), n)
 
     def _assemble(self, rows: np.ndarray, built: BuiltColumns) -> pa.RecordBatch | None:
         """:func:`_to_arrow`'s batch from the built columns."""
@@ -698,8 +732,8 @@ class _SplitRead:
             self._const(("partition",), lambda m: pa.array(np.full(m, split.partition, np.int32)),
                         n),
             a["offset"], a["timestamp"].view(_TIMESTAMP), a["timestamp_type"], key, value,
-            a["headers"], a["leader_epoch"], a["producer_id"], a["producer_epoch"],
-            a["base_sequence"], a["is_transactional"], a["is_control"], compression,
+            a["headers"], *(self._batch_field(built, rows, name, n) for name in _SPREAD_COLUMNS),
+            compression,
             self._const(("segment",), partial(_const_string, self.segment), n),
             a["position"],
         ]
