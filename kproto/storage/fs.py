@@ -203,15 +203,37 @@ def listdir(path: str) -> list[Entry]:
             return [Entry(e.name, e.is_dir(), e.is_file()) for e in it]
     import pyarrow.fs as pafs
     fs, inner = resolve(path)
+    # pyarrow's GCS lists a folder's subfolders only when they have a folder marker object,
+    # which most writers (gsutil, rclone, Kafka's tiered storage) never make: this folder's
+    # entries are taken from a recursive listing, its subfolders from the paths in them
+    deep = fs.type_name == "gcs"
     try:
-        infos = fs.get_file_info(pafs.FileSelector(inner, allow_not_found=False))
+        infos = fs.get_file_info(pafs.FileSelector(inner, allow_not_found=False, recursive=deep))
     except FileNotFoundError as exc:
         raise _missing(path, exc) from None
     except OSError as exc:
         if "NoSuchBucket" in str(exc) or "does not exist" in str(exc):
             raise _missing(path, exc) from None
         raise
+    if deep:
+        infos = _children(inner, infos)
     return _file_info(path.rstrip("/"), infos)
+
+
+def _children(inner: str, infos: list) -> list:
+    """The entries directly in folder ``inner`` of a recursive listing under it: its files,
+    and a folder for every first path component of a deeper entry."""
+    import pyarrow.fs as pafs
+    head = inner.rstrip("/")
+    out, folders = [], {}
+    for info in infos:
+        rel = info.path[len(head) + 1:].strip("/")
+        name, sep, _ = rel.partition("/")
+        if sep or info.type == pafs.FileType.Directory:
+            folders.setdefault(name, pafs.FileInfo(f"{head}/{name}", pafs.FileType.Directory))
+        elif rel:
+            out.append(info)
+    return out + [folders[n] for n in sorted(folders)]
 
 
 def walk_files(path: str) -> list[tuple[str, int]]:

@@ -80,3 +80,37 @@ def test_kafka_pcap_from_s3(spark, s3, tmp_path):
         assert sorted(set(b.column("name").to_pylist())) == sorted(f for _, f in picked) \
             or expand == "records"
         assert a.equals(b), expand
+
+
+@pytest.fixture(scope="module")
+def gcs():
+    from gcs_support import start_gcs_server
+
+    server = start_gcs_server()
+    yield server
+    server.stop()
+
+
+def test_both_sources_from_gcs(spark, gcs, tmp_path):
+    """gs:// (pyarrow's GcsFileSystem against gcp-storage-emulator on loopback, objects
+    without folder markers): both sources give the rows of the same files read locally."""
+    options = {f"fs.{k}": v for k, v in gcs.options.items()}
+    uri = gcs.upload_tree(EXAMPLE, "spark/example")
+    keys = ["topic", "partition", "offset"]
+    want = _sorted(spark.read.format("kafka-segments").option("isolation", "read_committed")
+                   .load(EXAMPLE), keys)
+    got = _sorted(spark.read.format("kafka-segments").options(**options)
+                  .option("isolation", "read_committed").load(uri), keys)
+    assert want.num_rows > 0 and got.equals(want)
+    picked = sorted((os.path.getsize(os.path.join(CAPTURES, f)), f) for f in os.listdir(CAPTURES)
+                    if ".pcap" in f)[:2]
+    for _, f in picked:
+        os.symlink(os.path.join(CAPTURES, f), tmp_path / f)
+    captures = gcs.upload_tree(str(tmp_path), "captures")
+    a = _sorted(spark.read.format("kafka-pcap").load(str(tmp_path / "*.pcap*"))
+                .selectExpr("*", "substring_index(file, '/', -1) AS name").drop("file"),
+                ["name", "index"])
+    b = _sorted(spark.read.format("kafka-pcap").options(**options).load(f"{captures}/*.pcap*")
+                .selectExpr("*", "substring_index(file, '/', -1) AS name").drop("file"),
+                ["name", "index"])
+    assert a.num_rows > 0 and a.equals(b)
