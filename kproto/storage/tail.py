@@ -38,18 +38,22 @@ the log start offset.
 """
 from __future__ import annotations
 
+import bisect
 import math
 import os
+from collections import OrderedDict
 from dataclasses import dataclass, replace
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from kproto.problems import Problems
 from kproto.records import RecordBatch
+from kproto.records.reader import Batch
 from kproto.storage import fs
 from kproto.storage.checkpoints import OffsetCheckpoint
 from kproto.storage.indexes import AbortedTxn
 from kproto.storage.layout import PartitionDir, is_partition_dir, scan_log_dir, scan_partition_dir
-from kproto.storage.partition import Partition, read_file, read_log_start_offsets, scan_batches
+from kproto.storage.partition import (Partition, Segment, read_file, read_log_start_offsets,
+                                      scan_batches)
 from kproto.storage.reader import ReadOptions, Split, plan_splits
 from kproto.storage.writer import ProducerStateTracker
 
@@ -251,33 +255,110 @@ def read_high_watermarks(log_dir: str, problems: Problems | None = None
     return {(t, p): o for t, p, o in cp.entries} if cp is not None else {}
 
 
+@dataclass
+class _Seen:
+    """What earlier steps scanned of one segment's ``.log`` (which only grows while it is the
+    active one): the batch boundaries met (base offset, position), in order, and where the
+    last complete batch ended."""
+
+    offsets: list[int]
+    positions: list[int]
+    end: int
+    end_offset: int
+
+
+#: .log path -> what this process's stream steps saw of it (the active segments they tail);
+#: the next step reads only what was appended since, and needs no index for it
+_seen: OrderedDict[str, _Seen] = OrderedDict()
+_SEEN_SEGMENTS = 4096  # segments remembered (least recently tailed dropped first)
+_SEEN_BATCHES = 1 << 16  # boundaries remembered per segment (the oldest dropped first)
+
+
+def _known(seg: Segment) -> _Seen | None:
+    """What was seen of ``seg``, unless its file is now shorter (truncated, or created again)."""
+    seen = _seen.get(seg.files.log or "")
+    if seen is not None and seen.end > seg.log_size:
+        del _seen[seg.files.log or ""]
+        return None
+    return seen
+
+
+def _boundary(seg: Segment, offset: int) -> int:
+    """A batch boundary at or before the batch holding ``offset``: from what earlier steps
+    saw of the segment when they saw that far back, else through its offset index."""
+    seen = _known(seg)
+    if seen is not None and seen.offsets and seen.offsets[0] <= offset:
+        return seen.positions[bisect.bisect_right(seen.offsets, offset) - 1]
+    return seg.position_of(offset)
+
+
+def _batches(seg: Segment, pos: int, resync: Sequence[int]) -> Iterator[tuple[int, Batch]]:
+    """``(file position, batch)`` of the complete batches of ``seg`` from boundary ``pos`` to
+    the size the listing gave, in one ranged read (not :meth:`Segment.scan`, which asks for
+    the offset index: one a broker has not written would be rebuilt from the whole file)."""
+    data = fs.read_range(seg.files.log or "", pos, seg.log_size) if seg.files.log else b""
+    for batch in scan_batches(data, resync=[p - pos for p in resync if p > pos], shift=pos,
+                              offsets=(seg.base_offset, seg.next_base)):
+        yield pos + batch.position, batch
+
+
+def _scan(seg: Segment, pos: int) -> Iterator[Batch]:
+    """The complete batches of ``seg`` from boundary ``pos`` (see :func:`_batches`), remembered
+    for the next step."""
+    path = seg.files.log or ""
+    seen = _known(seg)
+    if seen is None or not (seen.offsets and seen.positions[0] <= pos <= seen.end):
+        seen = _Seen([], [], pos, seg.base_offset)
+    if pos == seen.end:  # what was seen reaches this far: read on from its end
+        for at, batch in _batches(seg, pos, ()):
+            seen.offsets.append(batch.base_offset)
+            seen.positions.append(at)
+            seen.end, seen.end_offset = at + batch.size_in_bytes, batch.last_offset + 1
+            yield batch
+    else:
+        yield from (batch for _, batch in _batches(seg, pos, seen.positions))
+    if len(seen.offsets) > _SEEN_BATCHES:
+        del seen.offsets[:-_SEEN_BATCHES // 2], seen.positions[:-_SEEN_BATCHES // 2]
+    _seen[path] = seen
+    _seen.move_to_end(path)
+    while len(_seen) > _SEEN_SEGMENTS:
+        _seen.popitem(last=False)
+
+
 def log_end(part: Partition) -> tuple[int, int]:
     """``(log end offset, byte position after the last complete batch)`` of the partition's
-    last segment: scanned from its last offset-index entry to the size the listing gave (one
-    ranged read of the segment's tail), a partial batch at the end being a write still in
-    progress (not reported)."""
+    last segment: scanned from where the previous step's scan ended (the bytes appended
+    since, one ranged read), or at first from its last offset-index entry to the size the
+    listing gave (a segment without an ``.index``, as a broker's active one may be, is
+    scanned whole once); a partial batch at the end is a write still in progress (not
+    reported)."""
     if not part.segments:
         return (part.log_start_offset or 0), 0
     seg = part.segments[-1]
-    idx = seg.offset_index
-    pos = int(idx.positions[-1]) if len(idx) else 0
-    end, end_pos = seg.base_offset, pos
-    for batch in seg.scan(pos, seg.log_size):
-        end, end_pos = batch.last_offset + 1, batch.position + batch.size_in_bytes
-    return max(end, seg.base_offset), end_pos
+    seen = _known(seg)
+    if seen is not None:
+        pos = seen.end
+    elif seg.files.index:
+        idx = seg.offset_index
+        pos = int(idx.positions[-1]) if len(idx) else 0
+    else:
+        pos = 0
+    for _ in _scan(seg, pos):
+        pass
+    seen = _seen[seg.files.log or ""]
+    return max(seen.end_offset, seg.base_offset), seen.end
 
 
 def _scan_producers(part: Partition, start: int, tracker: ProducerStateTracker,
                     to: int | None, skip_below: bool) -> list[AbortedTxn]:
     """Feed ``tracker`` the batches from the one holding ``start`` up to ``to`` (None: the
     log end; ``skip_below``: leave out the batches below ``start``), each segment read in one
-    ranged read from the offset-index entry before ``start`` to the size the listing gave;
-    the aborted transactions the ABORT markers met complete."""
+    ranged read from a batch boundary before ``start`` (:func:`_boundary`) to the size the
+    listing gave; the aborted transactions the ABORT markers met complete."""
     aborted: list[AbortedTxn] = []
     first = part.segment_for(start)
     for i, seg in enumerate(part.segments[first:]):
-        pos = seg.position_of(start) if i == 0 else 0
-        for batch in seg.scan(pos, seg.log_size):
+        for batch in _scan(seg, _boundary(seg, start) if i == 0 else 0):
             if to is not None and batch.base_offset >= to:
                 return aborted
             if not isinstance(batch, RecordBatch) or (skip_below and batch.base_offset < start):
@@ -413,13 +494,34 @@ def _cut(split: Split, end_offset: int) -> Split:
     return replace(split, end=cut, resync=tuple(p for p in split.resync if p < cut))
 
 
+def _tailed_split(part: Partition, frm: int, to: int) -> Split | None:
+    """The split of offsets ``[frm, to)`` when they are all in the active segment and earlier
+    steps saw its batches that far (:func:`_scan`): cut at those batch boundaries, without
+    reading its index (a broker may not have written one yet: it would be rebuilt by
+    scanning the whole segment) nor its bytes. None otherwise (planned as a batch read)."""
+    if not part.segments:
+        return None
+    seg = part.segments[-1]
+    seen = _known(seg)
+    if seen is None or not seen.offsets or frm < max(seg.base_offset, seen.offsets[0]) \
+            or to > seen.end_offset:
+        return None
+    i = bisect.bisect_right(seen.offsets, frm) - 1
+    j = bisect.bisect_left(seen.offsets, to)
+    end = seen.positions[j] if j < len(seen.offsets) else seen.end
+    assert seg.files.log is not None  # Partition.open keeps only segments with a .log
+    return Split(seg.files.log, part.topic, part.partition, seg.base_offset, seen.positions[i],
+                 end, tuple(seen.positions[i + 1:j]), tuple(part.aborted))
+
+
 def plan_ranges(ranges: Mapping[TopicPartition, tuple[int, int]],
                 folders: Mapping[TopicPartition, str], options: ReadOptions = ReadOptions(),
                 problems: Problems | None = None,
                 storage_options: Mapping[str, Any] | None = None) -> list[Split]:
     """Splits reading each partition's ``[from, to)`` of ``ranges`` with ``options``
     (:func:`~kproto.storage.reader.plan_splits` per partition folder, the last split cut at
-    ``to``; with read_committed the aborted transactions of the active segment from ``from``
+    ``to``; offsets all in the active segment, which the stream's steps tail, are cut at the
+    batch boundaries they saw; with read_committed the aborted transactions of the active segment from ``from``
     on are added, and no last stable offset is needed: ``to`` is below it). Read each with
     ``options`` bounded by its partition's range (:func:`split_options`)."""
     found = problems if problems is not None else Problems()
@@ -431,15 +533,20 @@ def plan_ranges(ranges: Mapping[TopicPartition, tuple[int, int]],
         folder = folders.get(tp)
         if folder is None or frm >= to:
             continue
-        splits = plan_splits(folder, options=split_options(planning, frm, to), problems=found,
-                             storage_options=storage_options)
-        if not splits:
-            continue
-        splits[-1] = _cut(splits[-1], to)
+        fs.configure(folder, storage_options)
+        part = Partition.open(folder)
+        tailed = _tailed_split(part, frm, to)
+        if tailed is not None:
+            splits = [tailed]
+        else:
+            splits = plan_splits(folder, options=split_options(planning, frm, to),
+                                 problems=found, storage_options=storage_options)
+            if not splits:
+                continue
+            splits[-1] = _cut(splits[-1], to)
         if committed:
             known = set(splits[0].aborted)
-            extra = tuple(a for a in active_aborted(Partition.open(folder), frm)
-                          if a not in known)
+            extra = tuple(a for a in active_aborted(part, frm) if a not in known)
             if extra:
                 splits = [replace(s, aborted=s.aborted + extra) for s in splits]
         out += [s for s in splits if s.end > s.start]
