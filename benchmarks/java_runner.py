@@ -4,10 +4,12 @@ demand and run on payload files the Python benchmarks write.
 
     python benchmarks/java_runner.py --build     # compile; prints the command for KPROTO_JAVA_BENCH
 
-``bench_protocol.py`` and ``bench_records.py`` run that command when ``KPROTO_JAVA_BENCH`` is set.
-The runner prints one JSON object: per protocol payload decode/encode/send ops/s and the SHA-256
-of its re-encoding (it also refuses to run if that differs from the input), per record file
-records/s.
+``bench_protocol.py``, ``bench_records.py`` and ``bench_storage.py`` run that command when
+``KPROTO_JAVA_BENCH`` is set. The runner prints one JSON object: per protocol payload
+decode/encode/send ops/s and the SHA-256 of its re-encoding (it also refuses to run if that
+differs from the input), per record file records/s, per set of segment files records/s of a
+scan of them all (mapped and read with MemoryRecords, the same with every batch's CRC checked,
+and through FileRecords).
 """
 from __future__ import annotations
 
@@ -62,10 +64,12 @@ def command_from_env() -> Optional[List[str]]:
 
 def run(command: Sequence[str], protocol: Sequence[Tuple[str, str, int, bytes]] = (),
         records: Sequence[Tuple[str, bytes]] = (), warmup: float = 5.0, rounds: int = 5,
-        round_seconds: float = 1.0, timeout: Optional[float] = None) -> Dict[str, Any]:
+        round_seconds: float = 1.0, timeout: Optional[float] = None,
+        segments: Sequence[Tuple[str, Sequence[str]]] = ()) -> Dict[str, Any]:
     """Write the payloads to a temporary folder, run the runner on them, return its JSON.
 
-    ``protocol``: (label, message name, version, body bytes); ``records``: (label, record batches).
+    ``protocol``: (label, message name, version, body bytes); ``records``: (label, record
+    batches); ``segments``: (label, paths of segment files scanned together, read in place).
     """
     with tempfile.TemporaryDirectory(prefix="kproto-java-bench-") as tmp:
         args = list(command) + ["--warmup", str(warmup), "--rounds", str(rounds),
@@ -80,9 +84,11 @@ def run(command: Sequence[str], protocol: Sequence[Tuple[str, str, int, bytes]] 
             with open(path, "wb") as f:
                 f.write(data)
             args += ["--records", label, path]
-        if timeout is None:   # three measurements per payload, each warm-up plus rounds, and JVM start
+        for label, paths in segments:
+            args += ["--segments", label, os.pathsep.join(os.path.abspath(p) for p in paths)]
+        if timeout is None:   # three measurements per payload or scan, each warm-up plus rounds
             per = warmup + rounds * round_seconds
-            timeout = 60 + 1.5 * per * (3 * len(protocol) + len(records))
+            timeout = 60 + 1.5 * per * (3 * len(protocol) + len(records) + 3 * len(segments))
         proc = subprocess.run(args, capture_output=True, text=True, timeout=timeout)
     if proc.returncode != 0:
         raise RuntimeError(f"Java benchmark failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")

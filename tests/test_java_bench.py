@@ -1,7 +1,8 @@
 """The Java benchmark runner (``benchmarks/java/ProtocolBench.java`` via ``benchmarks/java_runner.py``):
-compiled with javac, run with a tiny warm-up on the payloads of ``bench_protocol.py`` and
-``bench_records.py``; its figures must be for exactly those bytes (Kafka's classes re-encode
-each protocol payload to the input, and read as many records as kproto does)."""
+compiled with javac, run with a tiny warm-up on the payloads of ``bench_protocol.py``,
+``bench_records.py`` and ``bench_storage.py``; its figures must be for exactly those bytes
+(Kafka's classes re-encode each protocol payload to the input, and read as many records as
+kproto does)."""
 from __future__ import annotations
 
 import hashlib
@@ -15,6 +16,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
 
 import bench_protocol  # noqa: E402
 import bench_records  # noqa: E402
+import bench_storage  # noqa: E402
 import java_runner  # noqa: E402
 from kproto.records import iter_batches  # noqa: E402
 
@@ -56,3 +58,20 @@ def test_runner_refuses_bytes_it_does_not_reencode_identically(command):
     # a trailing byte is ignored by the decoder, so the re-encoding comes out one byte short
     with pytest.raises(RuntimeError, match="re-encodes"):
         java_runner.run(command, [("bad", "ProduceRequest", version, data + b"\0")], timeout=60, **QUICK)
+
+
+def test_runner_scans_the_storage_benchmarks_segments(command, tmp_path):
+    from kproto.storage import read_arrow
+
+    root = str(tmp_path / "logdir")
+    bench_storage.write_log_dir(root, 3000, "lz4")
+    logs = bench_storage.segment_files(root)
+    assert len(logs) > 1
+    out = java_runner.run(command, segments=[("lz4", logs)], timeout=120, **QUICK)
+    j = out["segments"]["lz4"]
+    batches = sum(1 for p in logs for _ in iter_batches(open(p, "rb").read()))
+    assert (j["files"], j["bytes"], j["batches"]) == (len(logs), sum(map(os.path.getsize, logs)),
+                                                     batches)
+    assert j["records"] == read_arrow(root).num_rows == 3000
+    for way in ("mapped", "mapped_crc", "file_records"):
+        assert j[way] > 0, way

@@ -1,13 +1,19 @@
 // Kafka's own classes on the payloads kproto's benchmarks write to files: decode, encode and
-// zero-copy send of protocol messages (benchmarks/bench_protocol.py) and record-batch reads
-// (benchmarks/bench_records.py). Built and run by benchmarks/java_runner.py; prints one JSON object.
+// zero-copy send of protocol messages (benchmarks/bench_protocol.py), record-batch reads
+// (benchmarks/bench_records.py) and scans of log segment files (benchmarks/bench_storage.py).
+// Built and run by benchmarks/java_runner.py; prints one JSON object.
 //
 //   java -cp <classes>:<kafka-clients and its codec jars> ProtocolBench [--warmup S] [--rounds N]
 //        [--round-seconds S] [--protocol LABEL MESSAGE VERSION FILE]... [--records LABEL FILE]...
+//        [--segments LABEL FILE[<path separator>FILE...]]...
 
+import java.io.File;
 import java.nio.ByteBuffer;
+import java.nio.MappedByteBuffer;
+import java.nio.channels.FileChannel;
 import java.nio.file.Files;
 import java.nio.file.Paths;
+import java.nio.file.StandardOpenOption;
 import java.security.MessageDigest;
 import java.util.ArrayList;
 import java.util.Arrays;
@@ -25,6 +31,7 @@ import org.apache.kafka.common.protocol.ByteBufferAccessor;
 import org.apache.kafka.common.protocol.ObjectSerializationCache;
 import org.apache.kafka.common.protocol.Readable;
 import org.apache.kafka.common.protocol.SendBuilder;
+import org.apache.kafka.common.record.FileRecords;
 import org.apache.kafka.common.record.MemoryRecords;
 import org.apache.kafka.common.record.Record;
 import org.apache.kafka.common.record.RecordBatch;
@@ -46,6 +53,7 @@ public final class ProtocolBench {
     public static void main(String[] args) throws Exception {
         List<String[]> protocol = new ArrayList<>();
         List<String[]> records = new ArrayList<>();
+        List<String[]> segments = new ArrayList<>();
         for (int i = 0; i < args.length; i++) {
             switch (args[i]) {
                 case "--warmup": warmupSeconds = Double.parseDouble(args[++i]); break;
@@ -53,6 +61,7 @@ public final class ProtocolBench {
                 case "--round-seconds": roundSeconds = Double.parseDouble(args[++i]); break;
                 case "--protocol": protocol.add(Arrays.copyOfRange(args, i + 1, i + 5)); i += 4; break;
                 case "--records": records.add(Arrays.copyOfRange(args, i + 1, i + 3)); i += 2; break;
+                case "--segments": segments.add(Arrays.copyOfRange(args, i + 1, i + 3)); i += 2; break;
                 default: throw new IllegalArgumentException("unknown argument " + args[i]);
             }
         }
@@ -71,6 +80,12 @@ public final class ProtocolBench {
             String[] r = records.get(i);
             out.append(i == 0 ? "" : ",").append(str(r[0])).append(':')
                .append(recordsEntry(Files.readAllBytes(Paths.get(r[1]))));
+        }
+        out.append("},\"segments\":{");
+        for (int i = 0; i < segments.size(); i++) {
+            String[] g = segments.get(i);
+            out.append(i == 0 ? "" : ",").append(str(g[0])).append(':')
+               .append(segmentsEntry(g[1].split(java.util.regex.Pattern.quote(File.pathSeparator))));
         }
         out.append("}}");
         System.out.println(out);
@@ -129,9 +144,68 @@ public final class ProtocolBench {
     /** Every record of every batch, offset, timestamp, key and value touched, as the Kafka
      *  consumer reads a fetched partition (streaming iterator, one reused decompression buffer). */
     static long readRecords(ByteBuffer data, BufferSupplier buffers) {
+        return readRecords(data, buffers, false);
+    }
+
+    static String recordsEntry(byte[] data) {
+        ByteBuffer input = ByteBuffer.wrap(data);
+        BufferSupplier buffers = BufferSupplier.create();
+        long count = readRecords(input, buffers);
+        long batches = 0;
+        for (RecordBatch ignored : MemoryRecords.readableRecords(input.duplicate()).batches()) batches++;
+        double perSecond = rate(() -> readRecords(input, buffers));
+        return "{\"bytes\":" + data.length + ",\"batches\":" + batches + ",\"records\":" + count
+            + ",\"records_per_s\":" + perSecond + "}";
+    }
+
+    /** A scan of segment files as kproto.storage.read_arrow makes it: every record of every
+     *  batch of every file, with what the consumer's iteration touches. ``mapped``: each file
+     *  mapped once (as read_arrow maps it) and read with MemoryRecords; ``mapped_crc``: the
+     *  same with each batch's CRC checked (read_arrow computes every CRC, and a consumer with
+     *  check.crcs checks them); ``file_records``: through FileRecords, as Kafka's log reads
+     *  (each batch read from the channel into a buffer). */
+    static String segmentsEntry(String[] paths) throws Exception {
+        ByteBuffer[] mapped = new ByteBuffer[paths.length];
+        FileRecords[] files = new FileRecords[paths.length];
+        long bytes = 0;
+        for (int i = 0; i < paths.length; i++) {
+            try (FileChannel ch = FileChannel.open(Paths.get(paths[i]), StandardOpenOption.READ)) {
+                MappedByteBuffer m = ch.map(FileChannel.MapMode.READ_ONLY, 0, ch.size());
+                mapped[i] = m;
+                bytes += ch.size();
+            }
+            files[i] = FileRecords.open(new File(paths[i]), false, true, 0, false);
+        }
+        BufferSupplier buffers = BufferSupplier.create();
+        long count = 0, batches = 0;
+        for (ByteBuffer m : mapped) {
+            count += readRecords(m, buffers, false);
+            for (RecordBatch ignored : MemoryRecords.readableRecords(m.duplicate()).batches()) batches++;
+        }
+        long fileCount = 0;
+        for (FileRecords f : files) fileCount += readBatches(f.batches(), buffers, false);
+        if (fileCount != count)
+            throw new IllegalStateException("FileRecords read " + fileCount + " records, MemoryRecords " + count);
+        double mappedRate = rate(() -> { long n = 0; for (ByteBuffer m : mapped) n += readRecords(m, buffers, false); return n; });
+        double crcRate = rate(() -> { long n = 0; for (ByteBuffer m : mapped) n += readRecords(m, buffers, true); return n; });
+        double fileRate = rate(() -> { long n = 0; for (FileRecords f : files) n += readBatches(f.batches(), buffers, false); return n; });
+        for (FileRecords f : files) f.closeHandlers();
+        return "{\"files\":" + paths.length + ",\"bytes\":" + bytes + ",\"batches\":" + batches
+            + ",\"records\":" + count + ",\"mapped\":" + mappedRate + ",\"mapped_crc\":" + crcRate
+            + ",\"file_records\":" + fileRate + "}";
+    }
+
+    static long readRecords(ByteBuffer data, BufferSupplier buffers, boolean checkCrc) {
+        return readBatches(MemoryRecords.readableRecords(data.duplicate()).batches(), buffers, checkCrc);
+    }
+
+    /** Every record of the batches, offset, timestamp, key and value touched; with checkCrc each
+     *  batch's CRC is verified first (RecordBatch.ensureValid). */
+    static long readBatches(Iterable<? extends RecordBatch> all, BufferSupplier buffers, boolean checkCrc) {
         long n = 0;
         long acc = 0;
-        for (RecordBatch batch : MemoryRecords.readableRecords(data.duplicate()).batches()) {
+        for (RecordBatch batch : all) {
+            if (checkCrc) batch.ensureValid();
             try (CloseableIterator<Record> it = batch.streamingIterator(buffers)) {
                 while (it.hasNext()) {
                     Record r = it.next();
@@ -144,17 +218,6 @@ public final class ProtocolBench {
         }
         sink += acc;
         return n;
-    }
-
-    static String recordsEntry(byte[] data) {
-        ByteBuffer input = ByteBuffer.wrap(data);
-        BufferSupplier buffers = BufferSupplier.create();
-        long count = readRecords(input, buffers);
-        long batches = 0;
-        for (RecordBatch ignored : MemoryRecords.readableRecords(input.duplicate()).batches()) batches++;
-        double perSecond = rate(() -> readRecords(input, buffers));
-        return "{\"bytes\":" + data.length + ",\"batches\":" + batches + ",\"records\":" + count
-            + ",\"records_per_s\":" + perSecond + "}";
     }
 
     /** Units per second (an op returns how many units it did): warm-up, then the median of

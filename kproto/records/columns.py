@@ -685,10 +685,16 @@ def build_arrow(base, rows: np.ndarray, parts: Sequence, shift: int = 0,
     sp = _speedups
     assert sp is not None and hasattr(sp, "build_columns")
     counts = rows[:, F_COUNT]
-    n = int(counts.sum())
     has = counts > 0
     plain = has & ((rows[:, F_ATTR] & 7) == 0)
-    room = int((rows[plain, F_SIZE] - _RECORDS_AT).sum()) + sum(len(p) for p in parts)
+    sections = rows[:, F_SIZE] - _RECORDS_AT
+    sections[has & ~plain] = [len(p) for p in parts] if len(parts) == int(
+        np.count_nonzero(has & ~plain)) else -1
+    # never allocate for records that cannot be there (each takes at least _MIN_RECORD bytes)
+    if (counts[has] > sections[has] // _MIN_RECORD).any():
+        return None
+    n = int(counts.sum())
+    room = int(sections[has].sum())
     if room > 0x7FFFFFFF:
         return None
     bits = (n + 7) // 8

@@ -385,3 +385,29 @@ def test_offsets_at_the_end_of_int64(fast, monkeypatch):
     split = Split("t-0/00000000000000000000.log", "t", 0, 0, 0, len(data))
     rows, reports = _same(data, split, ReadOptions(), 4 << 20, monkeypatch)
     assert (rows, reports) == (2, 1)
+
+
+def test_a_record_count_the_bytes_cannot_hold_allocates_nothing_for_it(fast, monkeypatch):
+    # the header's count is checked against the records section before any column is sized
+    # (a batch of a few bytes claiming 2**31 - 1 records); the reference then reports it
+    asked = []
+    allocate = pa.allocate_buffer
+
+    def counting(size, *args, **kwargs):
+        asked.append(size)
+        return allocate(size, *args, **kwargs)
+
+    monkeypatch.setattr(pa, "allocate_buffer", counting)
+    parts = []
+    for i, codec in enumerate(("none", "lz4")):
+        b = RecordBatchBuilder(compression=codec, base_offset=i)
+        b.append(TS, b"k", b"v")
+        raw = bytearray(b.build())
+        raw[57:61] = (0x7FFFFFFF).to_bytes(4, "big")
+        raw[17:21] = crc32c(bytes(raw[21:])).to_bytes(4, "big")
+        parts.append(bytes(raw))
+    data = b"".join(parts)
+    split = Split("t-0/00000000000000000000.log", "t", 0, 0, 0, len(data))
+    rows, reports = _same(data, split, ReadOptions(), 4 << 20, monkeypatch)
+    assert (rows, reports) == (0, 2) and fast.builds == 0
+    assert max(asked, default=0) < 1 << 16
