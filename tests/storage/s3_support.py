@@ -135,3 +135,43 @@ def start_s3_process() -> S3Server:
                 raise RuntimeError("moto.server did not start") from None
             time.sleep(0.1)
     return S3Server(f"http://127.0.0.1:{port}", _process=proc)
+
+
+class GeneratedBody:
+    """An object body made on demand, never stored: ``piece(start, end)`` gives its bytes
+    ``[start, end)``. moto slices a key's value for a ranged GET, so a ranged read costs what
+    it returns; a whole GET would have to make all of it."""
+
+    def __init__(self, size: int, piece) -> None:
+        self.size, self.piece = size, piece
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, item: slice) -> bytes:
+        start, stop, _ = item.indices(self.size)
+        return self.piece(start, stop) if stop > start else b""
+
+
+def put_generated(bucket: str, key: str, body: GeneratedBody) -> None:
+    """Place an object with a generated body straight into the in-process moto server's
+    backend (the bucket must exist): nothing is uploaded or stored, listings and HEAD give
+    its size, ranged GETs its bytes."""
+    from moto.core import DEFAULT_ACCOUNT_ID
+    from moto.s3.models import FakeKey, s3_backends
+
+    class GeneratedKey(FakeKey):
+        __module__ = "moto.s3.models"  # moto's model registry files classes by module name
+
+        @property
+        def value(self):  # what moto serves and slices for a range
+            return body
+
+        @value.setter
+        def value(self, new: bytes) -> None:  # FakeKey's constructor sets b""
+            self.contentsize = body.size
+
+    k = GeneratedKey(name=key, value=b"", account_id=DEFAULT_ACCOUNT_ID,
+                     region_name=CREDENTIALS["region"], bucket_name=bucket,
+                     etag=f"generated-{abs(hash(key))}")
+    s3_backends[DEFAULT_ACCOUNT_ID]["aws"].get_bucket(bucket).keys.setlist(key, [k])

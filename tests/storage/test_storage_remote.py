@@ -280,3 +280,84 @@ def test_gcs_log_dir_rows_as_local(gcs, name):
     for isolation in ("read_uncommitted", "read_committed"):
         _same(local, uri, gcs.options, isolation=isolation)
     _same(local, uri, gcs.options, start_offset=100, end_offset=900)
+
+
+def test_a_10_gib_log_dir_is_planned_without_reading_segment_bodies(s3):
+    """A 10 GiB log dir on the S3 server (5 partitions of two 1 GiB segments of 1 MiB
+    batches, their indexes written by Kafka's rules) planned by plan_splits and by the Spark
+    source's reader: listings, index reads and nothing else; no request touches a segment
+    body. The bodies are real (each batch a valid 1 MiB batch at its offsets) but made on
+    demand by the server for the bytes a ranged GET asks (s3_support.put_generated), never
+    uploaded or stored: a sample read of one split's batches gives the offsets the indexes
+    promise."""
+    import struct
+
+    from kproto.spark import KafkaSegmentsDataSource, spark_schema
+    from kproto.storage.indexes import IndexBuilder
+    from s3_support import GeneratedBody, put_generated
+
+    rnd = random.Random(10)
+    records = 16
+    b = RecordBatchBuilder(base_offset=0)
+    for i in range(records):
+        b.append(1_700_000_000_000 + i, b"k%02d" % i, rnd.randbytes(64 << 10))
+    template = b.build()
+    size, per_segment, partitions, segments = len(template), 1024, 5, 2
+
+    def body(base: int) -> GeneratedBody:
+        def piece(start: int, stop: int) -> bytes:
+            first, last = start // size, (stop - 1) // size
+            data = b"".join(struct.pack(">q", base + k * records) + template[8:]
+                            for k in range(first, last + 1))
+            return data[start - first * size:stop - first * size]
+        return GeneratedBody(size * per_segment, piece)
+
+    client = s3.client()
+    try:
+        client.create_bucket(Bucket=BUCKET)
+    except client.exceptions.BucketAlreadyOwnedByYou:
+        pass
+    prefix = "ten-gib"
+    client.put_object(Bucket=BUCKET, Key=f"{prefix}/meta.properties",
+                      Body=b"version=1\ncluster.id=c3ludGhldGljLWNsdXN0ZXI\nnode.id=1\n")
+    for p in range(partitions):
+        for s in range(segments):
+            base = s * per_segment * records
+            index = IndexBuilder(base)
+            for k in range(per_segment):
+                last = base + (k + 1) * records - 1
+                index.append(k * size, size, last, [(1_700_000_000_000 + records - 1, last)])
+            index.close()
+            name = f"{prefix}/big-{p}/{base:020d}"
+            put_generated(BUCKET, f"{name}.log", body(base))
+            client.put_object(Bucket=BUCKET, Key=f"{name}.index", Body=index.offset_index().encode())
+            client.put_object(Bucket=BUCKET, Key=f"{name}.timeindex", Body=index.time_index().encode())
+    uri = f"s3://{BUCKET}/{prefix}"
+    total = partitions * segments * per_segment * size
+    assert total >= 10 << 30
+
+    s3.log.clear()
+    splits = ks.plan_splits(uri, split_bytes=128 << 20, storage_options=s3.options)
+    planned = list(s3.log)
+    s3.log.clear()
+    reader = KafkaSegmentsDataSource({"path": uri, **{f"fs.{k}": v for k, v in s3.options.items()}}
+                                     ).reader(spark_schema())
+    tasks = reader.partitions()
+    spark_planned = list(s3.log)
+    assert sum(sp.size for sp in splits) == total == sum(sp.size for t in tasks for sp in t.splits)
+    assert min(len(splits), len(tasks)) >= total // (128 << 20)  # tasks of at most ~128 MiB
+    for served in (planned, spark_planned):
+        assert not [r for r in served if r.key.endswith(".log") and r.method == "GET"]
+        assert {r.method for r in served} <= {"GET", "HEAD"}
+        # listings, then the indexes: bytes per task far below a megabyte
+        assert sum(r.bytes for r in served) < len(tasks) * (64 << 10), sum(r.bytes for r in served)
+    # the bodies agree with the indexes: a ranged read of three batches in the middle
+    mid = splits[len(splits) // 2]
+    cut = ks.Split(mid.path, mid.topic, mid.partition, mid.base_offset, mid.resync[10],
+                   mid.resync[13], (), (), None, mid.next_base_offset)
+    s3.log.clear()
+    offsets = [o for rb in ks.read_split(cut) for o in rb.column("offset").to_pylist()]
+    first = mid.base_offset + (mid.resync[10] // size) * records
+    assert offsets == list(range(first, first + 3 * records))
+    assert [r.range for r in s3.log if r.method == "GET"] == \
+        [f"bytes={mid.resync[10]}-{mid.resync[13] - 1}"]
