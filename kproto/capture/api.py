@@ -13,7 +13,7 @@ from kproto.capture import bodies
 from kproto.capture.decoder import CaptureDecoder
 from kproto.capture.exchange import UNREAD_KEPT, Exchange, exchange_to_json
 from kproto.error_codes import error_name
-from kproto.capture.pcap import Packet, read_packets, stream_packets
+from kproto.capture.pcap import Packet, read_capture, stream_packets
 from kproto.capture.sessions import FetchSessionView
 from kproto.capture.topics import TopicNames, topic_ids
 from kproto.errors import DecodeError
@@ -304,12 +304,14 @@ def _describe_token(mechanism: Optional[str], token: bytes) -> dict:
     return info
 
 
-def iter_exchanges(source: Union[str, os.PathLike, BinaryIO, Iterable[Union[Packet, Problem]]],
+def iter_exchanges(source: Union[str, os.PathLike, bytes, BinaryIO,
+                                 Iterable[Union[Packet, Problem]]],
                    ports: Optional[Iterable[int]] = None, *, decode: bool = True,
                    best_effort: bool = True,
                    decoder: Optional[CaptureDecoder] = None) -> Iterator[Exchange]:
-    """Yield the exchanges of a capture file (path), a binary stream of one (read as it
-    arrives, e.g. ``sys.stdin.buffer`` fed by ``tcpdump -w -``) or of packets, as they complete.
+    """Yield the exchanges of a capture file (path, or its bytes), a binary stream of one (read
+    as it arrives, e.g. ``sys.stdin.buffer`` fed by ``tcpdump -w -``) or of packets, as they
+    complete.
 
     ``ports``: Kafka broker ports (None: guessed per connection). ``decode``: decode bodies with
     kproto's codec (False: framing and pairing only). ``best_effort``: decode versions newer than
@@ -319,9 +321,14 @@ def iter_exchanges(source: Union[str, os.PathLike, BinaryIO, Iterable[Union[Pack
     if decoder is None:
         decoder = CaptureDecoder(ports, decode=BodyDecoder(best_effort=best_effort) if decode else None)
     packets: Iterable[Union[Packet, Problem]]
-    if isinstance(source, (str, os.PathLike)):
-        packets = read_packets(source)
-    elif hasattr(source, "read"):  # a binary stream: packets as they arrive
+    if isinstance(source, (str, os.PathLike, bytes, bytearray, memoryview)):
+        if isinstance(source, (str, os.PathLike)):
+            yield from decoder.feed_capture(read_capture(source), os.fsdecode(source))
+        else:
+            yield from decoder.feed_capture(source)
+        yield from decoder.finish()
+        return
+    if hasattr(source, "read"):  # a binary stream: packets as they arrive
         packets = stream_packets(cast(BinaryIO, source))
     else:
         packets = cast(Iterable[Union[Packet, Problem]], source)

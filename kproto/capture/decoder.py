@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import struct
 from dataclasses import replace
-from typing import Callable, Iterable, Literal, Optional, Union
+from typing import Callable, Iterable, Iterator, Literal, Optional, Union
 
 from kproto.capture import bodies
 from kproto.capture.exchange import Endpoint, Exchange
 from kproto.capture.frames import DEFAULT_MAX_FRAME, Frame, FrameCutter, RequestRule, ResponseRule
 from kproto.capture.layers import ACK, FIN, LINKTYPES, RST, SYN, TcpSegment, tcp_fields
-from kproto.capture.pcap import Packet
+from kproto.capture.bulk import tcp_rows
+from kproto.capture.pcap import Packet, packets_of
 from kproto.capture.tcp import TcpStream
 from kproto.errors import KprotoError
 from kproto.problems import Problem, Problems
@@ -126,6 +127,30 @@ class CaptureDecoder:
         if conn is not None:
             self._segment(conn, src, sport, seq, ack, flags, payload, ts)
         return self._take()
+
+    def feed_capture(self, data: bytes, source: str = "") -> Iterator[Exchange]:
+        """The exchanges the packets of a capture file's bytes complete, as feeding each packet
+        of :func:`~kproto.capture.pcap.packets_of` gives them (problems' ``source``:
+        ``source``), a classic pcap's plain TCP packets read many at a time by
+        :mod:`~kproto.capture.bulk`. Several files in a row are one capture; call
+        :meth:`finish` after the last."""
+        if not self.fast_paths:
+            for p in packets_of(data, source):
+                yield from self.feed(p)
+            return
+        mv = memoryview(data)
+        tcp = self._tcp
+        for rows in tcp_rows(data, source):
+            for row in rows:
+                if row.__class__ is tuple:
+                    ts, index, n, src, sport, dst, dport, seq, ack, flags, start, end = row
+                    self.packets += 1
+                    self.bytes += n
+                    out = tcp(src, sport, dst, dport, seq, ack, flags, mv[start:end], ts, index)
+                else:
+                    out = self.feed(row)
+                if out:
+                    yield from out
 
     def feed_all(self, packets: Iterable[Union[Packet, Problem]]) -> list[Exchange]:
         """Feed every packet and finish; return all exchanges."""

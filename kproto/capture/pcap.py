@@ -17,7 +17,7 @@ import construct as cs
 
 from kproto.problems import Problem
 
-__all__ = ["Packet", "iter_packets", "packets_of", "read_packets", "stream_packets",
+__all__ = ["Packet", "iter_packets", "packets_of", "read_capture", "read_packets", "stream_packets",
            "LINKTYPE_ETHERNET"]
 
 LINKTYPE_ETHERNET = 1
@@ -70,31 +70,39 @@ def _damage(reason: str, index: int = 0, offset: int = 0, source: str = "") -> P
 
 def iter_packets(buf: Union[bytes, bytearray, memoryview],
                  source: str = "") -> Iterator[Union[Packet, Problem]]:
-    """Yield the packets of a pcap or pcapng capture held in ``buf`` (zero-copy slices); a
-    problem's ``source`` is ``source``."""
+    """The packets of a pcap or pcapng capture held in ``buf`` (zero-copy slices), in order, and
+    a problem for damage (``source``: the problem's); an iterator."""
     mv = memoryview(buf).cast("B") if not isinstance(buf, memoryview) else buf.cast("B")
     if len(mv) < 4:
-        yield _damage("file too short to be a capture", 0, 0, source)
-        return
-    yield from _parse(mv, source=source)
+        return iter([_damage("file too short to be a capture", 0, 0, source)])
+    return _parse(mv, source=source)
 
 
 def _parse(mv: memoryview, index: int = 0, shift: int = 0,
            source: str = "") -> Generator[Union[Packet, Problem], None, tuple[int, bool]]:
-    """``index``: packets before ``mv``; ``shift``: where ``mv`` starts in the capture (a
-    stream's records are parsed one by one behind their headers). Returns the packets counted
-    and whether the parse reached the end (False: it stopped at damage)."""
+    """The walker of the capture format in ``mv`` (a generator, not a layer over one: packets
+    come straight from it). ``index``: packets before ``mv``; ``shift``: where ``mv`` starts in
+    the capture (a stream's records are parsed one by one behind their headers). The walker
+    returns the packets counted and whether the parse reached the end (False: it stopped at
+    damage)."""
     magic = struct.unpack_from("<I", mv, 0)[0]
     if magic == _PCAPNG_SHB:
-        return (yield from _iter_pcapng(mv, index, shift, source))
+        return _iter_pcapng(mv, index, shift, source)
     if magic in _PCAP_MAGICS:
-        return (yield from _iter_pcap(mv, *_PCAP_MAGICS[magic], index, shift, source))
+        return _iter_pcap(mv, *_PCAP_MAGICS[magic], index, shift, source)
+    return _not_a_capture(magic, index, source)
+
+
+def _not_a_capture(magic: int, index: int,
+                   source: str) -> Generator[Union[Packet, Problem], None, tuple[int, bool]]:
     yield _damage(f"not a pcap or pcapng file (magic 0x{magic:08x})", 0, 0, source)
     return index, False
 
 
 def _iter_pcap(mv: memoryview, order: str, nanos: bool, index: int = 0, shift: int = 0,
-               source: str = "") -> Generator[Union[Packet, Problem], None, tuple[int, bool]]:
+               source: str = "", start: int = _PCAP_HEADER_SIZE
+               ) -> Generator[Union[Packet, Problem], None, tuple[int, bool]]:
+    """``start``: where the first record to read is (after the file header)."""
     if len(mv) < _PCAP_HEADER_SIZE:
         yield _damage("pcap file header truncated", 0, len(mv), source=source)
         return index, False
@@ -102,7 +110,7 @@ def _iter_pcap(mv: memoryview, order: str, nanos: bool, index: int = 0, shift: i
     linktype = _LAYOUTS[order][0].parse(mv[:_PCAP_HEADER_SIZE]).network & 0x0FFFFFFF
     rec = struct.Struct(order + "IIII")
     scale = 1e-9 if nanos else 1e-6
-    pos, end = _PCAP_HEADER_SIZE, len(mv)
+    pos, end = start, len(mv)
     while pos < end:
         index += 1
         if pos + 16 > end:
@@ -212,18 +220,22 @@ def _idb_time(options: list, order: str) -> tuple[float, int]:
 def read_packets(path: Union[str, os.PathLike]) -> Iterator[Union[Packet, Problem]]:
     """Yield the packets of a capture file (read whole; packet data are views into it); a
     problem's ``source`` is ``path``."""
+    yield from packets_of(read_capture(path), os.fsdecode(path))
+
+
+def read_capture(path: Union[str, os.PathLike]) -> bytes:
+    """The bytes of a capture file (for :func:`packets_of` or
+    :meth:`~kproto.capture.decoder.CaptureDecoder.feed_capture`)."""
     with open(path, "rb") as f:
-        data = f.read()
-    yield from packets_of(data, os.fsdecode(path))
+        return f.read()
 
 
 def packets_of(data: bytes, source: str) -> Iterator[Union[Packet, Problem]]:
     """The packets of a capture file's bytes (an empty file is a problem); a problem's
     ``source`` is ``source``."""
     if not data:
-        yield _damage("empty file", 0, 0, source)
-        return
-    yield from iter_packets(data, source)
+        return iter([_damage("empty file", 0, 0, source)])
+    return iter_packets(data, source)
 
 
 #: A record or block longer than this in a stream is damage, not data (snap lengths are at

@@ -23,13 +23,15 @@ import pyarrow as pa
 
 from kproto.capture.exchange import Exchange, body_json_text, latency_json, unread_json
 from kproto.capture.json_text import json_dumps
-from kproto.capture.pcap import Packet, packets_of, read_packets
+from kproto.capture.decoder import CaptureDecoder
+from kproto.capture.pcap import Packet, packets_of, read_capture
 from kproto.errors import DecodeError
 from kproto.problems import Problem
 from kproto.schemas.api_keys import ApiKey
 from kproto.storage import fs
 
-__all__ = ["EXCHANGE_SCHEMA", "RECORD_SCHEMA", "capture_files", "capture_packets",
+__all__ = ["EXCHANGE_SCHEMA", "RECORD_SCHEMA", "capture_data", "capture_exchanges",
+           "capture_files", "capture_packets",
            "exchange_batches",
            "exchange_records", "group_files", "record_batches"]
 
@@ -104,12 +106,23 @@ def capture_files(paths: Iterable[str],
     return sorted(found.items())
 
 
+def capture_data(path: str) -> bytes:
+    """The bytes of a capture file, local or a URI's (one ranged read: a capture is decoded
+    from its start)."""
+    return fs.read_range(path) if fs.is_remote(path) else read_capture(path)
+
+
 def capture_packets(path: str) -> Iterator[Packet | Problem]:
-    """The packets of a capture file: :func:`~kproto.capture.pcap.read_packets` of a local
-    one, the same of a URI's bytes (one ranged read: a capture is decoded from its start)."""
-    if not fs.is_remote(path):
-        return read_packets(path)
-    return packets_of(fs.read_range(path), path)
+    """The packets of a capture file (:func:`capture_data`), as
+    :func:`~kproto.capture.pcap.read_packets` gives them."""
+    return packets_of(capture_data(path), path)
+
+
+def capture_exchanges(path: str, decoder: CaptureDecoder) -> Iterator[Exchange]:
+    """The exchanges of a capture file (:func:`capture_data`) through ``decoder``, finished
+    (problems of the file itself in ``decoder.problems``, their source ``path``)."""
+    yield from decoder.feed_capture(capture_data(path), path)
+    yield from decoder.finish()
 
 
 def _row_ts(ts: float | None) -> _dt.datetime | None:

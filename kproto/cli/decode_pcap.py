@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import os
 import sys
@@ -58,20 +57,23 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=run)
 
 
-def _progress(packets: Iterable[Any], total: int, stream: TextIO) -> Iterator[Any]:
-    """Pass packets through, drawing a progress bar from the bytes seen (16-byte record headers)."""
-    done, last = 24, 0.0
-    for p in packets:
-        done += len(getattr(p, "data", b"")) + 16
+class _Progress:
+    """A progress bar on ``stream`` from the capture bytes read so far (of ``total``)."""
+
+    def __init__(self, total: int, stream: TextIO) -> None:
+        self.total, self.stream, self.last = total, stream, 0.0
+
+    def update(self, done: int) -> None:
         now = time.monotonic()
-        if now - last > 0.2:
-            last = now
-            frac = min(done / total, 1.0)
-            stream.write(f"\r[{'#' * int(frac * 30):<30}] {frac * 100:5.1f}% {done >> 20} MiB")
-            stream.flush()
-        yield p
-    stream.write("\r" + " " * 60 + "\r")
-    stream.flush()
+        if now - self.last > 0.2:
+            self.last = now
+            frac = min(done / self.total, 1.0)
+            self.stream.write(f"\r[{'#' * int(frac * 30):<30}] {frac * 100:5.1f}% {done >> 20} MiB")
+            self.stream.flush()
+
+    def close(self) -> None:
+        self.stream.write("\r" + " " * 60 + "\r")
+        self.stream.flush()
 
 
 def _api_keys(items: list[str]) -> set[int]:
@@ -148,11 +150,24 @@ def _report(args: argparse.Namespace) -> Any:
     return CaptureReport()
 
 
+def _file_steps(decoder: Any, files: list[str], bar: _Progress | None) -> Iterator[tuple[Any]]:
+    """The exchanges of capture files read in a row (one capture), one at a time."""
+    from kproto.capture.pcap import read_capture
+
+    for f in files:
+        for ex in decoder.feed_capture(read_capture(f), f):
+            if bar is not None:  # 16-byte record headers and the file header
+                bar.update(24 + decoder.bytes + 16 * decoder.packets)
+            yield (ex,)
+    if bar is not None:
+        bar.close()
+
+
 def run(args: argparse.Namespace) -> int:
     from kproto.capture.api import BodyDecoder, exchange_to_json
     from kproto.capture.exchange import exchange_to_json_text
     from kproto.capture.decoder import CaptureDecoder
-    from kproto.capture.pcap import read_packets, stream_packets
+    from kproto.capture.pcap import stream_packets
     from kproto.capture.summary import Summary
 
     keep = _selector(args)
@@ -174,16 +189,17 @@ def run(args: argparse.Namespace) -> int:
         if "-" in args.file and len(args.file) > 1:
             raise SystemExit("kproto decode-pcap: - (stdin) cannot be read with other files")
         streaming = args.file == ["-"]
-        packets: Iterable[Any]
+        steps: Iterable[Iterable[Any]]  # the exchanges each step of the decoding completes
         if streaming:  # each exchange is written (and flushed) as soon as it completes
-            packets = stream_packets(sys.stdin.buffer)
+            steps = (decoder.feed(p) for p in stream_packets(sys.stdin.buffer))
         else:
-            packets = itertools.chain.from_iterable(read_packets(f) for f in args.file)
             size = sum(os.path.getsize(f) for f in args.file)
             # a bar for large files, unless it would interleave with text on the same terminal
+            bar = None
             if not args.no_progress and sys.stderr.isatty() and size > (4 << 20) and \
                     (args.summary or not out.isatty()):
-                packets = _progress(packets, size, sys.stderr)
+                bar = _Progress(size, sys.stderr)
+            steps = _file_steps(decoder, args.file, bar)
         summary = Summary() if args.summary else None
         announced: set[int] = set()
 
@@ -213,8 +229,8 @@ def run(args: argparse.Namespace) -> int:
                                 out.write(f"    {part}: {json.dumps(doc[part], ensure_ascii=False)}\n")
 
         try:
-            for p in packets:
-                emit(decoder.feed(p))
+            for exchanges in steps:
+                emit(exchanges)
                 if streaming:
                     out.flush()
         except KeyboardInterrupt:  # a live capture ends with ^C: report what was seen

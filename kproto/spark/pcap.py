@@ -20,11 +20,10 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
 
-from kproto.capture.api import BodyDecoder, iter_exchanges
+from kproto.capture.api import BodyDecoder
 from kproto.capture.decoder import CaptureDecoder
-from kproto.capture.table import (EXCHANGE_SCHEMA, RECORD_SCHEMA, capture_files,
-                                  capture_packets, exchange_batches, group_files,
-                                  record_batches)
+from kproto.capture.table import (EXCHANGE_SCHEMA, RECORD_SCHEMA, capture_exchanges,
+                                  capture_files, exchange_batches, group_files, record_batches)
 from kproto.spark.scan import AUTO_TASKS, FS_PREFIX, _bool, _size, fs_options, option_paths
 from kproto.storage import fs
 
@@ -116,8 +115,7 @@ class KafkaPcapReader(DataSourceReader):
             fs.configure(path, dict(self.spec.storage_options))
             decoder = CaptureDecoder(self.spec.ports,
                                      decode=BodyDecoder(best_effort=self.spec.best_effort))
-            exchanges = iter_exchanges(capture_packets(path), decoder=decoder)
-            for rb in rows(exchanges, path, schema=self.schema):
+            for rb in rows(capture_exchanges(path, decoder), path, schema=self.schema):
                 yield rb.cast(self.target)
             for problem in decoder.problems:  # damage of the file itself, as decode-pcap says
                 log.warning("%s: %s: %s", NAME, path, problem.reason)

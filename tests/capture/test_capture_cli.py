@@ -98,12 +98,18 @@ def test_damaged_file_still_decodes(tmp_path, capsys):
     assert "capture: pcapng block" in capsys.readouterr().err
 
 
-def test_progress_bar_passes_packets_through():
+def test_progress_bar_passes_exchanges_through():
     import io
 
+    from kproto.capture import BodyDecoder, CaptureDecoder, iter_exchanges
+
     stream = io.StringIO()
-    items = [type("P", (), {"data": b"x" * 100})() for _ in range(5)]
-    assert list(decode_pcap._progress(iter(items), 600, stream)) == items
+    bar = decode_pcap._Progress(sum(p.stat().st_size for p in CAPTURES.glob("a*.pcap")), stream)
+    bar.last = -1.0  # draw at once
+    steps = list(decode_pcap._file_steps(CaptureDecoder(decode=BodyDecoder()), sorted(
+        str(p) for p in CAPTURES.glob("a*.pcap")), bar))
+    want = list(iter_exchanges(CAPTURES / "aiokafka_tansu.pcap"))
+    assert [repr(ex) for (ex,) in steps] == [repr(ex) for ex in want]
     assert "%" in stream.getvalue() and stream.getvalue().endswith("\r")
 
 

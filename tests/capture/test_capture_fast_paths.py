@@ -15,10 +15,15 @@ from capture_support import ALL, CAPTURES
 from kproto import codecs
 from kproto.capture import BodyDecoder, CaptureDecoder, read_packets
 from kproto.capture.bodies import api_versions
+from kproto.capture.bulk import tcp_rows
 from kproto.capture.exchange import exchange_to_json_text
 from kproto.capture.frames import FrameCutter, RequestRule, ResponseRule
+from kproto.capture.layers import tcp_fields
+from kproto.capture.pcap import Packet, packets_of as packets_of_bytes
 from kproto.capture.tcp import StreamData, StreamGap, TcpStream
-from pcapgen import ACK, PSH, FIN, SYN, ipv4, link, packets_of, request_frame, response_frame, tcp
+from kproto.problems import Problem
+from pcapgen import (ACK, FIN, PSH, SYN, ipv4, ipv6, link, packets_of, request_frame,
+                     response_frame, tcp, write_pcap)
 
 EXTERNAL = CAPTURES.parent / "external" / "captures"
 
@@ -137,7 +142,7 @@ def captures(draw):
     return frames
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
 @given(captures(), st.sampled_from([32, 0, 1, 3]))
 def test_generated_conversations(monkeypatch, frames, grace):
     # a short grace: holes acknowledged past are declared lost within these few packets
@@ -193,3 +198,101 @@ def test_frame_cutter_direct_cuts_as_the_buffer(data):
         cutter.start_unsure = not synced and data.draw(st.booleans())
         got.append(_frames(cutter, events))
     assert got[0] == got[1]
+
+
+def _reference_rows(data: bytes) -> list:
+    """What tcp_rows must give, from the reference walker and tcp_fields, packet by packet."""
+    out = []
+    for p in packets_of_bytes(data, "f"):
+        if isinstance(p, Problem):
+            out.append(("problem", p))
+            continue
+        fields = tcp_fields(p.linktype, p.data)
+        out.append((p.ts, p.index, len(p.data), p.linktype, bytes(p.data), p.orig_len,
+                    None if fields is None else (*fields[:7], bytes(fields[7]))))
+    return out
+
+
+def _bulk_rows(data: bytes) -> list:
+    out = []
+    mv = memoryview(data)
+    for rows in tcp_rows(data, "f"):
+        for r in rows:
+            if isinstance(r, Problem):
+                out.append(("problem", r))
+            elif isinstance(r, tuple):  # read by the vector code: plain TCP
+                ts, index, n, src, sport, dst, dport, seq, ack, flags, start, end = r
+                p = [p for p in packets_of_bytes(data, "f")
+                     if isinstance(p, Packet) and p.index == index][0]
+                out.append((ts, index, n, p.linktype, bytes(p.data), p.orig_len,
+                            (src, sport, dst, dport, seq, ack, flags, bytes(mv[start:end]))))
+            else:
+                out.append((r.ts, r.index, len(r.data), r.linktype, bytes(r.data), r.orig_len,
+                            None if tcp_fields(r.linktype, r.data) is None else
+                            (*tcp_fields(r.linktype, r.data)[:7],
+                             bytes(tcp_fields(r.linktype, r.data)[7]))))
+    return out
+
+
+# (offset in the IPv4 packet, byte): version and header length, total length, fragment
+# flags and offset, protocol, TCP data offset
+_EDITS = [(0, v) for v in (0x46, 0x44, 0x4F, 0x55, 0x65)] + [(2, v) for v in (0, 1, 0xFF)] + [
+    (3, v) for v in (0, 19, 20, 21, 40, 0xFF)] + [(6, v) for v in (0, 0x20, 0x60, 0x80, 0x01)] + [
+    (7, 1), (9, 17), (9, 0)] + [(32, v) for v in (0x40, 0x60, 0x80, 0xF0, 0x00)]
+
+
+@st.composite
+def pcap_files(draw):
+    """Classic pcap files of TCP packets with damaged headers, other protocols, VLAN tags,
+    IPv6, every link type the decoder reads, and a cut end."""
+    linktype = draw(st.sampled_from([1, 1, 113, 276, 101, 228, 0, 108, 147]))
+    frames = []
+    for i in range(draw(st.integers(0, 12))):
+        payload = draw(st.binary(max_size=60))
+        seg = tcp(draw(st.integers(0, 65535)), 9092, draw(st.integers(0, 2**32 - 1)),
+                  draw(st.integers(0, 2**32 - 1)), draw(st.integers(0, 255)), payload)
+        ip = bytearray(ipv4(b"\x0a\x00\x00" + bytes([draw(st.integers(0, 3))]), b"\x0a\x00\x00\x09", seg))
+        if draw(st.integers(0, 3)) == 0:  # a header field changed
+            at, value = draw(st.sampled_from(_EDITS))
+            ip[at] = value
+        kind = draw(st.sampled_from(["v4", "v4", "v6", "vlan", "cut", "junk"]))
+        if kind == "v6":
+            frame = link(linktype if linktype in (1, 113, 276, 0, 108) else 1,
+                         ipv6(b"\x00" * 15 + b"\x01", b"\x00" * 15 + b"\x02", seg))
+        elif kind == "vlan" and linktype == 1:
+            frame = link(1, bytes(ip), (7,))
+        elif kind == "junk":
+            frame = draw(st.binary(max_size=80))
+        else:
+            frame = link(linktype, bytes(ip)) if linktype not in (147, 228) else bytes(ip)
+            if kind == "cut":
+                frame = frame[:draw(st.integers(0, len(frame)))]
+        frames.append((1_700_000_000 + i * 0.000_001 * draw(st.integers(0, 10**6)), frame))
+    data = write_pcap(frames, linktype, nanos=draw(st.booleans()), big_endian=draw(st.booleans()))
+    if draw(st.booleans()):
+        data = data[:draw(st.integers(24, len(data)))]  # a record cut off
+    return data
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@given(pcap_files())
+def test_bulk_rows_are_the_packets_and_their_tcp_fields(data):
+    assert _bulk_rows(data) == _reference_rows(data)
+
+
+def test_bulk_reads_real_captures_as_the_walker(monkeypatch):
+    files = [CAPTURES / n for n in ALL] + sorted(EXTERNAL.rglob("*.pcap*"))
+    fast = 0
+    for path in files:
+        data = path.read_bytes()
+        got = []
+        for fast_paths in (True, False):
+            monkeypatch.setattr(CaptureDecoder, "fast_paths", fast_paths)
+            decoder = CaptureDecoder(decode=BodyDecoder())
+            exchanges = list(decoder.feed_capture(data, str(path))) + decoder.finish()
+            got.append(([exchange_to_json_text(ex) for ex in exchanges], decoder.packets,
+                         decoder.bytes, decoder.non_tcp, decoder.unknown_links,
+                         decoder.problems.reasons()))
+        assert got[0] == got[1], path.name
+        fast += sum(isinstance(r, tuple) for rows in tcp_rows(data) for r in rows)
+    assert fast > 10000  # most packets were read by the vector code
