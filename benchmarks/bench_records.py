@@ -161,7 +161,7 @@ def main(argv=None) -> int:
               f"median of {java['rounds']} x {java['round_s']:g} s")
     else:
         print(java_runner.NO_JAVA + "; issue 20's reference: Java reads 20.9M records/s uncompressed "
-              "(200-record batches, read_arrow's file), kproto is already ahead on lz4 and zstd")
+              "(bench_storage.py measures it on read_arrow's files)")
     for codec, data in logs.items():
         results = {}
         for name, fn in READERS.items():
