@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import functools
 import struct
-from typing import Any, Callable, NamedTuple, Optional
+from typing import Any, NamedTuple, Optional
+
+from kproto.capture.walk import Leaf, walker
 
 __all__ = ["BestEffort", "api_name", "api_versions", "best_effort_version", "decode_request",
            "decode_request_as", "decode_response_version", "decode_response_as", "read_request_header",
@@ -164,66 +166,12 @@ def response_error_codes(obj: Any, out: Optional[list[int]] = None) -> list[int]
     """Every non-zero ``error_code`` (or ``*_error_code``) in a message object, in field order."""
     if out is None:
         out = []
-    _error_walker(type(obj))(obj, out)
+    walker(type(obj), _ERROR_CODES)(obj, out)
     return out
-
-
-@functools.lru_cache(maxsize=None)
-def _error_walker(cls: type) -> Callable[[Any, list[int]], None]:
-    """A function appending the non-zero error codes of a ``cls`` object to a list: its
-    ``error_code`` fields, and those of the struct fields whose schema can hold one (a
-    message's structs without error codes are not walked)."""
-    struct_of = _schema_structs(cls)
-    if struct_of is None:  # not a message of the schemas: every field is looked at
-        return _walk_error_codes
-    lines = ["def walk(o, out):"]
-    for f in struct_of[cls.__name__].fields:
-        name = f.attr
-        if f.is_struct_type:
-            if not _holds_error_codes(f.element_type, struct_of):
-                continue
-            lines.append(f"    v = o.{name}")
-            if f.is_array:  # objects in a list are looked into as the generic walk does
-                lines.append("    if v and hasattr(v[0], '_fields'):\n"
-                             "        for x in v:\n"
-                             "            W(x.__class__)(x, out)")
-            else:
-                lines.append("    if hasattr(v, '_fields'):\n        W(v.__class__)(v, out)")
-        elif not f.is_array and _is_error_code(name):
-            lines.append(f"    v = o.{name}\n    if v and isinstance(v, int):\n        out.append(v)")
-    ns: dict[str, Any] = {"W": _error_walker}
-    exec("\n".join(lines + ["    return None"]) + "\n", ns)
-    return ns["walk"]  # type: ignore[no-any-return]
 
 
 def _is_error_code(name: str) -> bool:
     return name == "error_code" or name.endswith("_error_code")
-
-
-def _schema_structs(cls: type) -> Optional[dict[str, Any]]:
-    """Struct name -> schema struct of the message ``cls`` belongs to, or None."""
-    from kproto import codecs
-
-    if getattr(cls, "_schema_struct", None) is None:
-        return None
-    try:
-        codec = codecs.message(cls.__qualname__.split(".")[0])
-    except KeyError:
-        return None
-    structs = codec.schema.structs()
-    if codec.classes.get(cls.__name__) is not cls:
-        return None
-    return structs  # type: ignore[no-any-return]
-
-
-def _holds_error_codes(struct: str, struct_of: dict[str, Any], seen: Optional[set] = None) -> bool:
-    seen = set() if seen is None else seen
-    if struct in seen or struct not in struct_of:
-        return struct not in struct_of  # unknown: looked into
-    seen.add(struct)
-    return any(_holds_error_codes(f.element_type, struct_of, seen) if f.is_struct_type
-               else not f.is_array and _is_error_code(f.attr)
-               for f in struct_of[struct].fields)
 
 
 def _walk_error_codes(obj: Any, out: list[int]) -> None:
@@ -238,3 +186,7 @@ def _walk_error_codes(obj: Any, out: list[int]) -> None:
             _walk_error_codes(v, out)
         elif v and _is_error_code(name) and isinstance(v, int):
             out.append(v)
+
+
+_ERROR_CODES = Leaf(lambda f: not f.is_array and _is_error_code(f.attr),
+                    "if v and isinstance(v, int):\n    out.append(v)", _walk_error_codes)

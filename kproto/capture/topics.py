@@ -16,6 +16,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any, Optional
 
 from kproto.capture.exchange import Endpoint
+from kproto.capture.walk import Leaf, walker
 from kproto.codecs import message
 from kproto.codecs.objects import MessageObject
 from kproto.schemas.model import Versions
@@ -88,7 +89,7 @@ def topic_ids(obj: Any, version: Optional[int] = None) -> list[str]:
     if not _may_name_ids(type(obj).__name__, version):
         return []  # most bodies: no walk over their objects
     out: dict[str, None] = {}
-    _walk(obj, out)
+    walker(type(obj), _TOPIC_IDS)(obj, out)
     return list(out)
 
 
@@ -131,3 +132,10 @@ def _walk(obj: Any, out: dict[str, None]) -> None:
             text = str(v)
             if text != _ZERO and not (getattr(obj, "name", None) or getattr(obj, "topic", None)):
                 out[text] = None
+
+
+_TOPIC_IDS = Leaf(lambda f: f.attr == "topic_id" and not f.is_array,
+                  "if v is not None:\n"
+                  "    text = str(v)\n"
+                  "    if text != ZERO and not (getattr(o, 'name', None) or getattr(o, 'topic', None)):\n"
+                  "        out[text] = None", _walk, ZERO=_ZERO)
