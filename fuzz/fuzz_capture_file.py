@@ -1,5 +1,7 @@
 """Fuzz capture-file decoding end to end: bytes as a pcap/pcapng file, through TCP reassembly,
-framing, pairing, body decoding and JSON (with the records view). Nothing may raise.
+framing, pairing, body decoding and JSON (with the records view), and through the fast paths
+(``feed_capture``, the JSON lines as text, the ``kafka-pcap`` rows), which must give the same
+lines and problems. Nothing may raise.
 
 An input starting with a zero byte is the file itself (also read as a stream, which must give
 the same packets and problems); any other input drives a structured
@@ -10,6 +12,7 @@ framing, pairing and body decoding without a seed corpus. Run:
 from __future__ import annotations
 
 import io
+import json
 import os
 import sys
 
@@ -24,7 +27,9 @@ import pcapgen  # noqa: E402
 
 with atheris.instrument_imports():
     from kproto.capture import BodyDecoder, CaptureDecoder, exchange_to_json, iter_packets
-    from kproto.capture.pcap import Packet, stream_packets
+    from kproto.capture.exchange import exchange_to_json_text
+    from kproto.capture.pcap import Packet, packets_of, stream_packets
+    from kproto.capture.table import exchange_batches, record_batches
     from kproto.capture.records_view import records_json
 
 #: (api key, version) pairs whose well-formed frames start a structured conversation
@@ -76,8 +81,19 @@ def TestOneInput(data: bytes) -> None:
         capture = _conversation(atheris.FuzzedDataProvider(data))
     for ports in (None, [9092]):
         dec = CaptureDecoder(ports, decode=BodyDecoder())
-        for ex in dec.feed_all(iter_packets(capture)):
+        exchanges = dec.feed_all(packets_of(capture, ""))
+        for ex in exchanges:
             exchange_to_json(ex, records=lambda b: records_json(b, 1 << 16))
+        # the file's bytes through the fast paths: the same lines, and the kafka-pcap rows
+        fast = CaptureDecoder(ports, decode=BodyDecoder())
+        got = list(fast.feed_capture(capture)) + fast.finish()
+        assert [exchange_to_json_text(ex) for ex in got] == [
+            json.dumps(exchange_to_json(ex), ensure_ascii=False) for ex in exchanges]
+        assert fast.problems.reasons() == dec.problems.reasons()
+        for _ in exchange_batches(got, "f"):
+            pass
+        for _ in record_batches(got, "f"):
+            pass
 
 
 def main() -> None:
