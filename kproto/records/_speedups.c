@@ -572,9 +572,10 @@ static inline int16_t be16(const uint8_t *p)
     return (int16_t)((uint16_t)p[0] << 8 | p[1]);
 }
 
-/* frame_v2(buf, pos, end, max_bytes, table) -> (batches, next position, stop)
+/* frame_v2(buf, pos, end, max_bytes, table[, crc]) -> (batches, next position, stop)
  * Reads the v2 batches of buf[pos:end] into rows of table (int64, NF columns), computing each
- * one's CRC-32C, as long as each is a whole, well-formed v2 batch as kproto.records.reader's
+ * one's CRC-32C (unless crc is False: the column is -1 then, for the caller to fill), as long
+ * as each is a whole, well-formed v2 batch as kproto.records.reader's
  * BatchReader and RecordBatch accept it. Stops after the batch that brings the bytes covered
  * to max_bytes or fills the table (stop 1), at end exactly (stop 0), or before anything else
  * (stop 2: fewer than 12 bytes, a torn tail, a bad size, another magic, a negative count),
@@ -583,7 +584,8 @@ static PyObject *frame_v2(PyObject *self, PyObject *args)
 {
     Py_buffer buf, tab;
     Py_ssize_t pos, end, max_bytes;
-    if (!PyArg_ParseTuple(args, "y*nnnw*", &buf, &pos, &end, &max_bytes, &tab))
+    int with_crc = 1;
+    if (!PyArg_ParseTuple(args, "y*nnnw*|p", &buf, &pos, &end, &max_bytes, &tab, &with_crc))
         return NULL;
     Py_ssize_t rows = tab.len / (NF * 8), k = 0;
     int stop = 2;
@@ -632,7 +634,7 @@ static PyObject *frame_v2(PyObject *self, PyObject *args)
         r[F_PEPOCH] = be16(h + 51);
         r[F_BSEQ] = be32(h + 53);
         r[F_COUNT] = count;
-        r[F_CRC_COMPUTED] = crc32c(h + 21, (size_t)(size - 21));
+        r[F_CRC_COMPUTED] = with_crc ? (int64_t)crc32c(h + 21, (size_t)(size - 21)) : -1;
         k++;
         pos += size;
         covered += size;

@@ -29,6 +29,7 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
+from crc32c import crc32c
 
 from kproto.records.compression import (DEFAULT_BUDGET_FLOOR, DEFAULT_BUDGET_RATIO,
                                       DecompressionBudget, DecompressionLimitError)
@@ -36,7 +37,7 @@ from kproto.errors import DecodeError
 from kproto.problems import Problems
 from kproto.records.batch import RecordBatch
 from kproto.records import columns
-from kproto.records.batch import HEADER_SIZE
+from kproto.records.batch import CRC_START, HEADER_SIZE
 from kproto.records.columns import (F_ATTR, F_BASE, F_COUNT, F_CRC, F_CRC_COMPUTED, F_LOD,
                                     F_MTS, F_PID, F_POS, F_SIZE, BuiltColumns, decode_arrow)
 from kproto.records.compression import DEFAULT_MAX_SIZE, NONE, ZSTD, decompress
@@ -58,6 +59,9 @@ REMOTE_READ_BYTES = 32 << 20
 
 #: the C helper's one-pass read (False: always the reference path, as without the helper)
 FAST_SCAN = True
+#: whether the C helper computes the batches' CRC-32C in that path (None: where it has the
+#: CPU's instruction; elsewhere the crc32c package, which may have it, does, batch by batch)
+CRC_IN_C: bool | None = None
 _FRAME_ROWS = 4096  # batches framed per call of the C helper (one table, reused)
 _MIN_BATCH = HEADER_SIZE  # the smallest v2 batch: no more rows than this allows
 _INT64_MAX = (1 << 63) - 1
@@ -575,18 +579,23 @@ class _SplitRead:
         pos, low = 0, self.split.base_offset
         pending: list[np.ndarray] = []
         size = 0
+        crc_in_c = bool(sp.CRC_HARDWARE) if CRC_IN_C is None else CRC_IN_C
         while True:
             # a window ends with the batch that fills the chunk: the reference decodes there
-            k, nxt, stop = sp.frame_v2(data, pos, end, max(1, self.chunk_bytes - size), table)
+            k, nxt, stop = sp.frame_v2(data, pos, end, max(1, self.chunk_bytes - size), table,
+                                       crc_in_c)
             if k:
                 rows = table[:k]
+                if not crc_in_c:
+                    rows[:, F_CRC_COMPUTED] = [crc32c(data[p + CRC_START:p + n])
+                                               for p, n in rows[:, :2].tolist()]
                 placed, low = self._place(rows, low)
                 kept = rows[placed & self._keep(rows)]  # a copy: the table is reused
                 if len(kept):
                     pending.append(kept)
                     size += int(kept[:, F_SIZE].sum())
             if stop == 2:  # what the reference must read (and report) from here on
-                batches = [self._batch(r) for rows in pending for r in rows]
+                batches: list[Batch] = [self._batch(r) for rows in pending for r in rows]
                 yield from self.slow(nxt, low, batches, size)
                 return
             if pending and (size >= self.chunk_bytes or stop == 0):
@@ -668,16 +677,16 @@ class _SplitRead:
         built = None
         saved = (self.budget.compressed, self.budget.decompressed)
         if not (codecs[has] > ZSTD).any():
-            parts: list | None = []
-            for i in np.flatnonzero(has & (codecs != NONE)).tolist():
-                at, size = int(rows[i, F_POS]), int(rows[i, F_SIZE])
-                try:  # as RecordBatch.records_data does it
+            parts: list[bytes] = []
+            try:
+                for i in np.flatnonzero(has & (codecs != NONE)).tolist():
+                    at, size = int(rows[i, F_POS]), int(rows[i, F_SIZE])
+                    # as RecordBatch.records_data does it
                     parts.append(decompress(int(codecs[i]), self.data[at + HEADER_SIZE:at + size],
                                             max_size=DEFAULT_MAX_SIZE, budget=self.budget))
-                except DecodeError:
-                    parts = None
-                    break
-            if parts is not None:
+            except DecodeError:
+                pass  # the reference decompresses it again and reports it
+            else:
                 # a batch field with one value for the whole chunk is a shared constant column
                 live = rows[has]
                 spread = [name for name in _SPREAD_COLUMNS

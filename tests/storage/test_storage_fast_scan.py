@@ -159,6 +159,8 @@ def test_frame_v2_stops_where_the_reference_must_look(speedups):
         (3, starts[4], 1)
     assert frame(data, 0, len(data), 1 << 40, columns.frame_table(2)) == (2, starts[2], 1)
     assert frame(data, len(data), len(data), 1, table) == (0, len(data), 0)
+    assert frame(data, 0, len(data), 1 << 40, table, False) == (6, len(data), 0)
+    assert (table[:6, columns.F_CRC_COMPUTED] == -1).all()  # left to the caller
     with pytest.raises(ValueError):
         frame(data, 0, len(data) + 1, 1, table)
 
@@ -200,7 +202,10 @@ def test_build_columns_checks_what_it_is_given(speedups):
 
 
 # ---------------------------------------------------------------------- same as the reference
-def test_fixtures_and_samples_read_the_same(fast, monkeypatch, tmp_path):
+@pytest.mark.parametrize("crc_in_c", [True, False])
+def test_fixtures_and_samples_read_the_same(fast, monkeypatch, tmp_path, crc_in_c):
+    # crc_in_c False: the CRCs as a machine without the CRC instruction computes them
+    monkeypatch.setattr(reader, "CRC_IN_C", crc_in_c)
     roots = sorted(glob.glob(os.path.join(LOGDIRS, "*")))
     for codec in ("none", "gzip", "snappy", "lz4", "zstd"):
         roots.append(str(tmp_path / codec))
