@@ -17,9 +17,10 @@ from __future__ import annotations
 
 from kproto.capture.api import BodyDecoder, exchange_to_json, iter_exchanges
 from kproto.capture.decoder import CaptureDecoder
-from kproto.capture.exchange import Endpoint, Exchange
+from kproto.capture.exchange import Endpoint, Exchange, exchange_to_json_text
 from kproto.capture.pcap import Packet, iter_packets, read_packets, stream_packets
 from kproto.capture.summary import Summary
 
 __all__ = ["BodyDecoder", "CaptureDecoder", "Endpoint", "Exchange", "Packet", "Summary",
-           "exchange_to_json", "iter_exchanges", "iter_packets", "read_packets", "stream_packets"]
+           "exchange_to_json", "exchange_to_json_text", "iter_exchanges", "iter_packets",
+           "read_packets", "stream_packets"]
