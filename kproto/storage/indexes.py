@@ -45,6 +45,13 @@ MAX_INDEX_FILE = 2**31 - 1
 MIN_BATCH_BYTES = 26
 
 
+def has_empty_slot(data: bytes | memoryview, entry_size: int) -> bool:
+    """``data`` (whole slots of an index) holds an all-zero slot: where its entries end."""
+    slots = len(data) // entry_size
+    table = np.frombuffer(data, dtype=np.uint8, count=slots * entry_size).reshape(slots, entry_size)
+    return bool(slots) and not bool(table.any(axis=1).all())
+
+
 def useful_index_bytes(file_size: int, entry_size: int, log_size: int | None) -> int:
     """How much of an index file can hold entries: all of it, or (given its segment's size)
     one entry per smallest possible batch. Raises DecodeError for a size no broker writes."""

@@ -21,14 +21,33 @@ from kproto.records.reader import Batch, BatchReader
 from kproto.storage import fs
 from kproto.storage.checkpoints import LeaderEpochCheckpoint, OffsetCheckpoint, PartitionMetadata
 from kproto.storage.indexes import (OFFSET_ENTRY_SIZE, TIME_ENTRY_SIZE, AbortedTxn, IndexBuilder,
-                                    OffsetIndex, TimeIndex, parse_txn_index, useful_index_bytes)
+                                    OffsetIndex, TimeIndex, has_empty_slot, parse_txn_index,
+                                    useful_index_bytes)
 from kproto.storage.layout import PartitionDir, SegmentFiles, scan_partition_dir
-
-LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
 from kproto.storage.snapshot import ProducerSnapshot, parse_snapshot
 
+LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
 
 _read = fs.read_range  # local file or URI (a ranged read)
+
+#: an index is read in pieces from this size up, each twice the last, until one holds an empty
+#: slot: an active segment's preallocated index (10 MB, mostly zeros) costs about twice its
+#: entries, not what its segment's size allows (a synced broker directory on object storage)
+INDEX_PIECE = 64 * 1024
+
+
+def read_index(path: str, useful: int, entry_size: int) -> bytes:
+    """The first ``useful`` bytes of an index file, or fewer: up to the end of the piece
+    holding its first empty slot (where its entries end)."""
+    out = bytearray()
+    piece = INDEX_PIECE - INDEX_PIECE % entry_size
+    while len(out) < useful:
+        data = _read(path, len(out), min(useful, len(out) + piece))
+        out += data
+        if not data or has_empty_slot(data, entry_size):
+            break
+        piece *= 2
+    return bytes(out)
 
 
 def read_file(path: str, parse, problems: Problems):
@@ -86,7 +105,7 @@ class Segment:
         """An index file read within what it can usefully hold; None (reported) if unusable."""
         try:
             size = fs.getsize(path)
-            idx = cls.parse(_read(path, 0, useful_index_bytes(size, entry_size, self.log_size)),
+            idx = cls.parse(read_index(path, useful_index_bytes(size, entry_size, self.log_size), entry_size),
                             self.base_offset, size)
             bad = idx.problems(self.log_size) if cls is OffsetIndex else idx.problems()
             if len(idx) and self.log_size == 0 and not any(d.kind == "gap" for d in self.problems):

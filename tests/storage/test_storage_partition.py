@@ -5,9 +5,10 @@ from __future__ import annotations
 import os
 import random
 
+import numpy as np
 import pytest
 
-from kproto.storage.layout import scan_log_dir
+from kproto.storage.layout import scan_log_dir, scan_partition_dir
 from kproto.storage.partition import (Partition, batch_max_timestamp, rebuild_indexes,
                                      scan_batches)
 from kproto.storage.reader import plan_splits, read_arrow
@@ -165,3 +166,39 @@ def test_offset_for_timestamp(rel):
                 want = (r["offset"], r["timestamp"])
                 break
         assert part.offset_for_timestamp(ts) == want, ts
+
+
+def test_an_active_segments_preallocated_index_is_read_only_where_it_has_entries(tmp_path, monkeypatch):
+    """A broker's active segment has 10 MB indexes, mostly zeros (a synced directory on object
+    storage pays for every byte): they are read in growing pieces up to the first empty slot."""
+    from kproto.records import RecordBatchBuilder
+    from kproto.storage import PartitionWriter
+    from kproto.storage import partition as part_mod
+
+    writer = PartitionWriter(str(tmp_path), "t", 0)
+    for i in range(800):   # 800 batches of ~5 KB: one index entry each, 4 MB of segment
+        b = RecordBatchBuilder(base_offset=i)
+        b.append(1_700_000_000_000 + i, None, bytes(5000))
+        writer.append(b.build())
+    writer.close(clean=False)   # the crash leaves the active segment's indexes preallocated
+    index = os.path.join(writer.path, "00000000000000000000.index")
+    assert os.path.getsize(index) == 10 * 1024 * 1024
+    read: dict[str, int] = {}
+    real = part_mod._read
+
+    def counting(path, start=0, end=None):
+        data = real(path, start, end)
+        read[os.path.basename(path)] = read.get(os.path.basename(path), 0) + len(data)
+        return data
+
+    monkeypatch.setattr(part_mod, "_read", counting)
+    p = Partition.open(scan_partition_dir(writer.path))
+    seg = p.segments[0]
+    assert len(seg.offset_index) > 700 and not any(d.kind == "index" for d in seg.problems)
+    # ~6 KB of entries: one 64 KiB piece each, where the segment's size alone allows 1.2 MB
+    assert read["00000000000000000000.index"] == 65536 - 65536 % 8
+    assert read["00000000000000000000.timeindex"] == 65536 - 65536 % 12
+    monkeypatch.setattr(part_mod, "INDEX_PIECE", 1024)   # entries over several pieces: same index
+    again = Partition.open(scan_partition_dir(writer.path)).segments[0]
+    assert np.array_equal(again.offset_index.positions, seg.offset_index.positions)
+    assert np.array_equal(again.time_index.timestamps, seg.time_index.timestamps)
