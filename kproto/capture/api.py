@@ -325,7 +325,7 @@ def iter_exchanges(source: Union[str, os.PathLike, bytes, BinaryIO,
         if isinstance(source, (str, os.PathLike)):
             yield from decoder.feed_capture(read_capture(source), os.fsdecode(source))
         else:
-            yield from decoder.feed_capture(source)
+            yield from decoder.feed_capture(bytes(source))
         yield from decoder.finish()
         return
     if hasattr(source, "read"):  # a binary stream: packets as they arrive

@@ -28,13 +28,14 @@ __all__ = ["CHUNK", "tcp_rows"]
 CHUNK = 8192
 
 Row = tuple  # (ts, index, captured length, src, sport, dst, dport, seq, ack, flags, start, end)
+Item = Union[Row, Packet, Problem]
 _RAW_IP = (12, 14, 101, 228, 229)
 # link type -> (bytes needed, offset of the protocol field or None for raw IP, network offset)
 _LINKS = {1: (14, 12, 14), 113: (16, 14, 16), 276: (20, 0, 20),
           **{lt: (1, None, 0) for lt in _RAW_IP}}
 
 
-def tcp_rows(data: Union[bytes, memoryview], source: str = "") -> Iterator[list[Union[Row, Packet, Problem]]]:
+def tcp_rows(data: bytes, source: str = "") -> Iterator[list[Item]]:
     """Lists of rows (or packets, or a final problem) for the packets of a capture file's
     bytes, in order (see the module's documentation)."""
     mv = memoryview(data).cast("B")
@@ -42,7 +43,7 @@ def tcp_rows(data: Union[bytes, memoryview], source: str = "") -> Iterator[list[
     if magic not in _PCAP_MAGICS:  # pcapng, damaged or not a capture: packet by packet
         packets = packets_of(data, source)
         while True:
-            chunk = [p for _, p in zip(range(CHUNK), packets)]
+            chunk: list[Item] = [p for _, p in zip(range(CHUNK), packets)]
             if not chunk:
                 return
             yield chunk
@@ -54,7 +55,7 @@ def tcp_rows(data: Union[bytes, memoryview], source: str = "") -> Iterator[list[
     u32 = np.dtype(order + "u4")
     scale = 1e-9 if nanos else 1e-6
     while True:
-        starts = []
+        starts: list[int] = []
         while pos + 16 <= end and len(starts) < CHUNK:
             incl = size(mv, pos + 8)[0]
             if pos + 16 + incl > end:
@@ -67,13 +68,13 @@ def tcp_rows(data: Union[bytes, memoryview], source: str = "") -> Iterator[list[
         if len(starts) < CHUNK:
             break
     if pos < end:  # a truncated record: the walker says what is wrong, as it would have
-        rest = list(_iter_pcap(mv, order, nanos, index, 0, source, pos))
+        rest: list[Item] = list(_iter_pcap(mv, order, nanos, index, 0, source, pos))
         if rest:
             yield rest
 
 
 def _rows(arr: np.ndarray, mv: memoryview, starts: np.ndarray, u32: np.dtype, scale: float,
-          linktype: int, index: int) -> list[Union[Row, Packet]]:
+          linktype: int, index: int) -> list[Item]:
     n = len(starts)
     head = arr[starts[:, None] + np.arange(16)].view(u32)  # sec, frac, incl, orig
     sec, frac, incl, orig = (head[:, i].astype(np.int64) for i in range(4))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import replace
-from typing import Callable, Iterable, Iterator, Literal, Optional, Union
+from typing import Callable, Iterable, Iterator, Literal, Optional, Union, cast
 
 from kproto.capture import bodies
 from kproto.capture.exchange import Endpoint, Exchange
@@ -148,7 +148,7 @@ class CaptureDecoder:
                     self.bytes += n
                     out = tcp(src, sport, dst, dport, seq, ack, flags, mv[start:end], ts, index)
                 else:
-                    out = self.feed(row)
+                    out = self.feed(cast(Union[Packet, Problem], row))
                 if out:
                     yield from out
 
@@ -253,6 +253,7 @@ class CaptureDecoder:
         mine, other = (conn.c2b, conn.b2c) if from_client else (conn.b2c, conn.c2b)
         if flags & (FIN | RST):
             conn.closed = True
+        taken = False  # by the frame cutter straight away
         if payload:
             if mine.next_seq is None and not flags & SYN:
                 # No SYN seen for this direction: bytes may start mid-frame.
@@ -262,14 +263,14 @@ class CaptureDecoder:
             elif (self.fast_paths and not flags & (SYN | FIN | RST)
                   and mine.in_order(seq, len(payload))):
                 # the bytes expected next, nothing held: straight to the frame cutter
+                taken = True
                 if from_client:
                     for frame in conn.requests.data(payload, ts):
                         self._request_frame(conn, frame)
                 else:
                     for frame in conn.responses.data(payload, ts):
                         self._response_frame(conn, frame)
-                payload = None
-        if payload is not None:
+        if not taken:
             events = mine.segment(seq, payload, ts, syn=bool(flags & SYN), fin=bool(flags & FIN),
                                   tick=conn.ticks)
             handle_mine = self._request_event if from_client else self._response_event

@@ -257,7 +257,7 @@ def _body_json(codec: Any, obj: Any, version: int, records: Any,
     return doc
 
 
-def _name_topics(doc: Any, names: dict[str, str]) -> Any:
+def _name_topics(doc: Any, names: Mapping[str, str]) -> Any:
     """``doc`` with ``topicName`` after every ``topicId`` that ``names`` knows, in an object
     that has no name of its own (``name``/``topic``)."""
     if isinstance(doc, list):

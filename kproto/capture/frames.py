@@ -67,7 +67,7 @@ class FrameRule:
     def __init__(self, max_frame: int = DEFAULT_MAX_FRAME) -> None:
         self.max_frame = max_frame
 
-    def sane(self, buf: Union[bytes, bytearray], pos: int) -> bool:
+    def sane(self, buf: Union[bytes, bytearray, memoryview], pos: int) -> bool:
         """Loose check for a frame start while in sync (a bad one means garbage: resync)."""
         raise NotImplementedError
 

@@ -109,7 +109,7 @@ class _Generator:
         except _Unsupported:
             return None
         exec("\n".join(self.lines) + "\n", self.ns)
-        return self.ns[name]  # type: ignore[no-any-return]
+        return self.ns[name]
 
     def _const(self, value: Any, prefix: str) -> str:
         name = f"{prefix}{len(self.ns)}"

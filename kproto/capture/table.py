@@ -332,11 +332,11 @@ class _Records:
             counts.append(recs.counts)
         rec_part = np.concatenate(part)
         n, count = len(rec_part), np.concatenate(counts)
-        nb = len(per_batch)
+        batches = len(per_batch)
 
         def by_batch(attr: str, default: int, dtype: Any) -> np.ndarray:
             return np.repeat(np.fromiter((getattr(b, attr, default) for b in per_batch),
-                                         dtype, nb), count)
+                                         dtype, batches), count)
 
         meta = list(zip(*self.meta))
         names, tids, partitions, errors, bases, append_times, produce = meta

@@ -57,7 +57,7 @@ def _walker(cls: type, leaf: Leaf) -> Walk:
             lines.extend("    " + line for line in leaf.code.split("\n"))
     ns: dict[str, Any] = {"W": _walker, "L": leaf, **leaf.names}
     exec("\n".join(lines + ["    return None"]) + "\n", ns)
-    return ns["walk"]  # type: ignore[no-any-return]
+    return ns["walk"]
 
 
 def _schema_structs(cls: type) -> Optional[dict[str, Any]]:
@@ -72,7 +72,7 @@ def _schema_structs(cls: type) -> Optional[dict[str, Any]]:
         return None
     if codec.classes.get(cls.__name__) is not cls:
         return None
-    return codec.schema.structs()  # type: ignore[no-any-return]
+    return codec.schema.structs()
 
 
 def _holds(struct: str, struct_of: dict[str, Any], leaf: Leaf, seen: set) -> bool:
