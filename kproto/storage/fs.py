@@ -225,7 +225,8 @@ def _children(inner: str, infos: list) -> list:
     and a folder for every first path component of a deeper entry."""
     import pyarrow.fs as pafs
     head = inner.rstrip("/")
-    out, folders = [], {}
+    out: list = []
+    folders: dict[str, Any] = {}
     for info in infos:
         rel = info.path[len(head) + 1:].strip("/")
         name, sep, _ = rel.partition("/")
