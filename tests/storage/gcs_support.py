@@ -6,11 +6,10 @@ in memory, with one bucket; pyarrow's GcsFileSystem reaches it with ``endpoint_o
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
-import sys
-import time
 from dataclasses import dataclass
+
+from s3_support import start_server_process
 
 GCS_BUCKET = "kproto-gcs"
 
@@ -51,21 +50,7 @@ class GcsServer:
 
 
 def start_gcs_server() -> GcsServer:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "gcp_storage_emulator", "start",
-                             "--host", "127.0.0.1", "--port", str(port), "--in-memory",
-                             "--default-bucket", GCS_BUCKET],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                raise RuntimeError("gcp-storage-emulator did not start") from None
-            time.sleep(0.1)
+    proc, port = start_server_process(
+        ["gcp_storage_emulator", "start", "--host", "127.0.0.1", "--port", "{port}",
+         "--in-memory", "--default-bucket", GCS_BUCKET], "gcp-storage-emulator")
     return GcsServer(f"127.0.0.1:{port}", proc)

@@ -115,25 +115,31 @@ def start_s3_server() -> S3Server:
     return S3Server(f"http://{host}:{port}", log, server, thread)
 
 
-def start_s3_process() -> S3Server:
-    """moto's S3 server in a process of its own (``python -m moto.server``), for benchmarks:
-    it does not share this interpreter's GIL with the reader; nothing is counted."""
+def start_server_process(argv: list[str], what: str) -> tuple[subprocess.Popen, int]:
+    """``python -m <argv...>`` listening on a free loopback port (``{port}`` in ``argv``), once
+    it accepts connections: ``(process, port)``."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1",
-                             "-p", str(port)], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen([sys.executable, "-m", *(a.format(port=port) for a in argv)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 30
     while True:
         try:
             socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
+            return proc, port
         except OSError:
             if proc.poll() is not None or time.monotonic() > deadline:
                 proc.kill()
-                raise RuntimeError("moto.server did not start") from None
+                raise RuntimeError(f"{what} did not start") from None
             time.sleep(0.1)
+
+
+def start_s3_process() -> S3Server:
+    """moto's S3 server in a process of its own (``python -m moto.server``), for benchmarks:
+    it does not share this interpreter's GIL with the reader; nothing is counted."""
+    proc, port = start_server_process(["moto.server", "-H", "127.0.0.1", "-p", "{port}"],
+                                      "moto.server")
     return S3Server(f"http://127.0.0.1:{port}", _process=proc)
 
 
