@@ -80,7 +80,7 @@ def _compiled(codec: Any, version: int) -> Optional[BodyWriter]:
         return _CACHE[key]
     except KeyError:
         pass
-    fn = _CACHE[key] = _Generator(codec._plan(version)).function()
+    fn = _CACHE[key] = _Generator(codec.json_plan(version)).function()
     return fn
 
 

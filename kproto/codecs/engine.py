@@ -318,7 +318,9 @@ class MessageCodec:
         raise EncodeError(f"{self.name} v{version}: {type(first).__name__}: {first}")
 
     # -- JSON ---------------------------------------------------------------------------------
-    def _plan(self, version: int):
+    def json_plan(self, version: int):
+        """The JSON converter's plan of this version (fields, key names, order, tagged
+        defaults): what :meth:`to_json` follows, for writers of Kafka's JSON form."""
         c = self._get(version)
         if c.json_plan is None:
             c.json_plan = build_plan(self.schema, version, self.classes)
@@ -326,11 +328,11 @@ class MessageCodec:
 
     def to_json(self, obj: Any, version: int) -> Dict[str, Any]:
         """The message as Kafka's JSON converter writes it (records as base64 of their bytes)."""
-        return struct_to_json(obj, self._plan(version))
+        return struct_to_json(obj, self.json_plan(version))
 
     def from_json(self, doc: Dict[str, Any], version: int) -> Any:
         """Build a message object from a document in Kafka's JSON convention."""
-        return struct_from_json(doc, self._plan(version))
+        return struct_from_json(doc, self.json_plan(version))
 
     def __call__(self, **kwargs: Any) -> Any:
         """Construct a message object (same as ``codec.cls(**kwargs)``)."""

@@ -67,7 +67,7 @@ _VERSIONS = list(all_message_versions())
 
 
 def _has_topic_ids(name: str, version: int) -> bool:
-    plans, seen = [codecs.message(name)._plan(version)], set()
+    plans, seen = [codecs.message(name).json_plan(version)], set()
     while plans:
         plan = plans.pop()
         if id(plan) not in seen:
