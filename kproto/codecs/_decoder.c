@@ -56,6 +56,7 @@ struct Prog {
     Py_ssize_t unknown_offset;
     int flexible;
     Py_ssize_t ndflt, nops, ntags, nguards;
+    int has_const;          /* some default is a constant the decoder sets */
     Dflt *dflt;
     Op *ops;
     Tag *tags;
@@ -146,7 +147,10 @@ static int compile_dflt_list(ProgramObject *self, PyObject *seq, Dflt **out, Py_
 }
 
 static int compile_defaults(ProgramObject *self, PyObject *seq, Prog *pg) {
-    return compile_dflt_list(self, seq, &pg->dflt, &pg->ndflt);
+    if (compile_dflt_list(self, seq, &pg->dflt, &pg->ndflt) < 0) return -1;
+    for (Py_ssize_t i = 0; i < pg->ndflt; i++)
+        if (pg->dflt[i].kind == D_CONST) pg->has_const = 1;
+    return 0;
 }
 
 static int set_type(Prog *pg, PyObject *cls) {
@@ -291,15 +295,20 @@ static inline void release(PyObject *v) {
 }
 
 static void release_last(PyObject *v) {
-    if (release_depth < 32) {
-        PyTypeObject *t = Py_TYPE(v);
-        int done = 0;
-        release_depth++;
-        if (t == &PyList_Type) done = recycle_list(v);
+    PyTypeObject *t = Py_TYPE(v);
 #ifdef POOL_INTS_AND_VIEWS
-        else if (t == &PyLong_Type) done = recycle_int(v);
-        else if (t == &PyMemoryView_Type) done = recycle_view(v);
+    if (t == &PyLong_Type) {
+        if (!recycle_int(v)) Py_DECREF(v);
+        return;
+    }
+    if (t == &PyMemoryView_Type) {
+        if (!recycle_view(v)) Py_DECREF(v);
+        return;
+    }
 #endif
+    if (t == &PyList_Type && release_depth < 32) {   /* its items are released in turn */
+        release_depth++;
+        int done = recycle_list(v);
         release_depth--;
         if (done) return;
     }
@@ -501,6 +510,7 @@ static inline int64_t fixed_width(int code) {
 }
 
 static int fill_defaults(PyObject *o, Prog *pg) {
+    if (!pg->has_const) return 0;   /* every default made on first read */
     for (Py_ssize_t i = 0; i < pg->ndflt; i++) {
         Dflt *d = &pg->dflt[i];
         PyObject *v;
@@ -608,8 +618,9 @@ static PyObject *decode_value(Reader *r, Op *op) {
             }
             return list;
         }
+        int structs = op->elem->code == OP_STRUCT && !(op->elem->flags & F_NULLABLE);
         for (Py_ssize_t i = 0; i < (Py_ssize_t)n; i++) {
-            PyObject *v = decode_value(r, op->elem);
+            PyObject *v = structs ? decode_struct(r, op->elem->sub) : decode_value(r, op->elem);
             if (!v) { Py_DECREF(list); return NULL; }
             PyList_SET_ITEM(list, i, v);
         }
@@ -694,12 +705,13 @@ static PyObject *decode_struct(Reader *r, Prog *pg) {
             v = decode_value(r, op);
         }
         if (!v) goto error;
-        set_slot(o, op->offset, v);
+        SLOT(o, op->offset) = v;   /* a regular field's slot: empty in a new object */
     }
-    if (pg->flexible) {
+    if (pg->flexible && !(r->pos < r->len && r->p[r->pos] == 0)) {
         if (decode_tags(r, pg, o) < 0) goto error;
-    } else {
-        set_slot(o, pg->unknown_offset, Py_NewRef(Py_None));
+    } else {   /* no tagged fields (or none on the wire, a count of 0) */
+        r->pos += pg->flexible;
+        SLOT(o, pg->unknown_offset) = Py_NewRef(Py_None);
     }
     return o;
 error:
@@ -1228,11 +1240,8 @@ static PyObject *new_message(PyTypeObject *type) {
     return type->tp_alloc(type, 0);
 }
 
-static void message_dealloc(PyObject *self) {
-    PyTypeObject *tp = Py_TYPE(self), *t = tp;
-    while (t->tp_dealloc != message_dealloc) t = t->tp_base;   /* the generated class */
-    PyObject_GC_UnTrack(self);
-    Py_TRASHCAN_BEGIN(self, message_dealloc)   /* a long chain of objects frees without deep recursion */
+/* The slots of a message object being freed, and the object itself (see message_dealloc). */
+static void free_message(PyObject *self, PyTypeObject *tp, PyTypeObject *t) {
     PyObject **p = (PyObject **)((char *)self + sizeof(PyObject));
     PyObject **end = (PyObject **)((char *)self + t->tp_basicsize);
     for (; p < end; p++) {
@@ -1245,6 +1254,22 @@ static void message_dealloc(PyObject *self) {
     else
         tp->tp_free(self);
     Py_DECREF(tp);   /* a heap type: its instances hold a reference (subtype_dealloc leaves it to us) */
+}
+
+static int dealloc_depth;   /* message objects being freed inside one another */
+
+static void message_dealloc(PyObject *self) {
+    PyTypeObject *tp = Py_TYPE(self), *t = tp;
+    while (t->tp_dealloc != message_dealloc) t = t->tp_base;   /* the generated class */
+    PyObject_GC_UnTrack(self);
+    if (dealloc_depth < 40) {   /* a message's own nesting: no trashcan needed (three calls) */
+        dealloc_depth++;
+        free_message(self, tp, t);
+        dealloc_depth--;
+        return;
+    }
+    Py_TRASHCAN_BEGIN(self, message_dealloc)   /* deeper (a long chain): CPython's trashcan */
+    free_message(self, tp, t);
     Py_TRASHCAN_END
 }
 
