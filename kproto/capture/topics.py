@@ -111,9 +111,10 @@ def _may_name_ids(message_name: str, version: Optional[int]) -> bool:
     structs = ([schema.fields] + [c.fields for c in schema.common_structs]
                + [f.fields for f in schema.walk_fields() if f.fields])
     for fields in structs:
-        if not any(f.name == "TopicId" and present(f.versions) for f in fields):
+        # by attribute: coordinator records spell their fields camelCase (topicId)
+        if not any(f.attr == "topic_id" and present(f.versions) for f in fields):
             continue
-        named = [f for f in fields if f.name in ("Name", "Topic") and present(f.versions)]
+        named = [f for f in fields if f.attr in ("name", "topic") and present(f.versions)]
         if not named or present(named[0].nullable) or version is None:
             return True
     return False

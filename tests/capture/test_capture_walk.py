@@ -64,3 +64,12 @@ def test_objects_outside_the_schemas_are_walked_whole():
             self.error_code, self.inner = code, inner
 
     assert bodies.response_error_codes(Thing(3, Thing(5))) == [3, 5]
+
+
+def test_camel_case_records_name_their_topic_ids():
+    # coordinator records spell fields camelCase (topicId): their ids are walked too
+    from kproto.codecs import Uuid
+
+    codec = codecs.message("OffsetCommitValue")
+    obj = codec.cls(offset=1, commit_timestamp=2, topic_id=Uuid(bytes(15) + b"\x01"))
+    assert _compiled(obj) == _generic(obj) == ([], ["AAAAAAAAAAAAAAAAAAAAAQ"])
