@@ -499,6 +499,24 @@ static PyObject *view_slice(PyObject *mv, Py_ssize_t at, Py_ssize_t n) {
 
 static PyObject *decode_struct(Reader *r, Prog *pg);
 
+/* A bytes field read as a slice of the caller's buffer (Kafka's zeroCopy: records). */
+static inline PyObject *read_view(Reader *r, Op *op) {
+    int64_t n;
+    if (read_len(r, op->flags, 0, &n) < 0) return NULL;
+    if (n < 0) {
+        if (op->flags & F_NULLABLE) Py_RETURN_NONE;
+        return fail("null in a non-nullable field");
+    }
+    if (n > r->len - r->pos) return fail("length beyond the data");
+    Py_ssize_t at = r->pos;
+    r->pos += (Py_ssize_t)n;
+    if (!r->view) {
+        r->view = PyMemoryView_Check(r->src) ? Py_NewRef(r->src) : PyMemoryView_FromObject(r->src);
+        if (!r->view) return NULL;
+    }
+    return view_slice(r->view, at, (Py_ssize_t)n);
+}
+
 static inline int64_t fixed_width(int code) {
     switch (code) {
     case OP_INT16: case OP_UINT16: return 2;
@@ -569,6 +587,7 @@ static PyObject *decode_value(Reader *r, Op *op) {
     }
     case OP_STRING:
     case OP_BYTES: {
+        if (op->flags & F_VIEW) return read_view(r, op);
         int64_t n;
         if (read_len(r, op->flags, op->code == OP_STRING, &n) < 0) return NULL;
         if (n < 0) {
@@ -581,13 +600,6 @@ static PyObject *decode_value(Reader *r, Op *op) {
         r->pos += (Py_ssize_t)n;
         if (op->code == OP_STRING)
             return new_str(r->p + at, (Py_ssize_t)n);
-        if (op->flags & F_VIEW) {   /* Kafka's zeroCopy: a slice of the caller's buffer */
-            if (!r->view) {
-                r->view = PyMemoryView_Check(r->src) ? Py_NewRef(r->src) : PyMemoryView_FromObject(r->src);
-                if (!r->view) return NULL;
-            }
-            return view_slice(r->view, at, (Py_ssize_t)n);
-        }
         return PyBytes_FromStringAndSize((const char *)r->p + at, (Py_ssize_t)n);
     }
     case OP_STRUCT:
@@ -671,6 +683,8 @@ static PyObject *decode_struct(Reader *r, Prog *pg) {
     PyObject *o = new_message(pg->type);
     if (!o) return NULL;
     if (fill_defaults(o, pg) < 0) goto error;
+    PyObject *prev64 = NULL;   /* the last int64 made here (borrowed: it is in a slot) */
+    int64_t prev64_value = 0;
     for (Py_ssize_t i = 0; i < pg->nops; i++) {
         Op *op = &pg->ops[i];
         PyObject *v;
@@ -687,10 +701,20 @@ static PyObject *decode_struct(Reader *r, Prog *pg) {
             r->pos += 4;
             v = new_int((int32_t)be32(p));
             break;
-        case OP_INT64:
+        case OP_INT64: {
             if (!NEED(r, 8)) { fail("truncated"); goto error; }
             r->pos += 8;
-            v = new_int((int64_t)be64(p));
+            int64_t x = (int64_t)be64(p);
+            if (prev64 && x == prev64_value) {   /* a fetched partition's high watermark and LSO */
+                v = Py_NewRef(prev64);
+            } else {
+                v = prev64 = new_int(x);
+                prev64_value = x;
+            }
+            break;
+        }
+        case OP_BYTES:
+            v = (op->flags & F_VIEW) ? read_view(r, op) : decode_value(r, op);
             break;
         case OP_ARRAY:
             /* an empty array with a LazyDefault is left to it: [] made on first read */
