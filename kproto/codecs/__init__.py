@@ -16,7 +16,8 @@ from kproto.codecs.engine import (KAFKA_VERSION, RELEASES, MessageCodec, api_key
                                   response, schema)
 from kproto.codecs.objects import MessageObject
 from kproto.codecs.primitives import Uuid
+from kproto.codecs.program import clear_pools
 
 __all__ = ["MessageCodec", "message", "request", "response", "messages", "schema", "Uuid",
            "MessageObject", "KAFKA_VERSION", "RELEASES", "metadata_record", "coordinator_record",
-           "api_keys"]
+           "api_keys", "clear_pools"]

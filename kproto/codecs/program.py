@@ -113,6 +113,13 @@ class ProgramBuilder:
         return spec
 
 
+def clear_pools() -> None:
+    """Free what the C decoder keeps between messages (freed message objects, lists, ints and
+    records views for the next decode; shared strings and UUIDs); a no-op without it."""
+    if _decoder is not None:
+        _decoder.clear_pools()
+
+
 def compile_program(message, version: int, classes: Dict[str, type]) -> Optional[Any]:
     """The C program of this version (``decode(buf, pos)``, ``decode_whole(buf)``, ``encode(obj)``,
     ``encode_parts(obj, parts)``), or None without the C module."""

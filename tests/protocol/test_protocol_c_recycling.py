@@ -47,7 +47,7 @@ def _python(codec, data, version):
 def test_freed_lists_ints_and_views_are_reused():
     data = _fetch()
     gc.collect()
-    _decoder.clear_pools()
+    kproto.codecs.clear_pools()
     assert set(_decoder.pool_stats().values()) == {0}
     msg = FETCH.decode(data, 12)
     before = _decoder.pool_stats()
