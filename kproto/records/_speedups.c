@@ -471,7 +471,7 @@ static uint32_t crc32c_sw(const uint8_t *p, size_t len)
     return crc ^ 0xffffffffu;
 }
 
-#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))   /* _mm_crc32_u64: 64-bit x86 only */
 #include <nmmintrin.h>
 #define HAVE_CRC_HW 1
 
