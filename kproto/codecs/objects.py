@@ -179,11 +179,9 @@ def build_classes(message: Message) -> Dict[str, type]:
             _decoder.set_fast_dealloc(cls)
             for f in struct.fields:
                 factory = parse_default(f, classes)[1]
-                if factory is list:
-                    setattr(cls, f.attr, _decoder.LazyDefault(cls.__dict__[f.attr], list))
-                elif factory is not None:
-                    setattr(cls, f.attr, _decoder.LazyDefault(cls.__dict__[f.attr],
-                                                              factory._make_default))  # type: ignore[attr-defined]
+                if factory is not None:
+                    make = list if factory is list else factory._make_default  # type: ignore[attr-defined]
+                    setattr(cls, f.attr, _decoder.LazyDefault(cls.__dict__[f.attr], make))
     top = classes[message.name]
     top.API_KEY = message.api_key
     top.MESSAGE_KIND = message.kind

@@ -96,10 +96,9 @@ class ProgramBuilder:
         offset = slot_offset(cls, f.attr)
         if factory is None:
             return (offset, D_CONST, value)
-        if factory is list:
-            assert _decoder is not None and isinstance(getattr(cls, f.attr), _decoder.LazyDefault), (cls, f.attr)
-            return (offset, D_LIST, None)
         assert _decoder is not None and isinstance(getattr(cls, f.attr), _decoder.LazyDefault), (cls, f.attr)
+        if factory is list:
+            return (offset, D_LIST, None)
         return (offset, D_STRUCT, self.default_struct(factory))
 
     def default_struct(self, cls: type) -> Tuple[Any, ...]:
