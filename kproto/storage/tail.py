@@ -275,9 +275,10 @@ _SEEN_BATCHES = 1 << 16  # boundaries remembered per segment (the oldest dropped
 
 
 def _known(seg: Segment) -> _Seen | None:
-    """What was seen of ``seg``, unless its file is now shorter (truncated, or created again)."""
+    """What was seen of ``seg`` while it is the active segment, unless its file is now shorter
+    (truncated, or created again); forgotten once it is not (rolled)."""
     seen = _seen.get(seg.files.log or "")
-    if seen is not None and seen.end > seg.log_size:
+    if seen is not None and (seen.end > seg.log_size or seg.next_base is not None):
         del _seen[seg.files.log or ""]
         return None
     return seen
@@ -303,8 +304,8 @@ def _batches(seg: Segment, pos: int, resync: Sequence[int]) -> Iterator[tuple[in
 
 
 def _scan(seg: Segment, pos: int) -> Iterator[Batch]:
-    """The complete batches of ``seg`` from boundary ``pos`` (see :func:`_batches`), remembered
-    for the next step."""
+    """The complete batches of ``seg`` from boundary ``pos`` (see :func:`_batches`), the
+    active segment's remembered for the next step."""
     path = seg.files.log or ""
     seen = _known(seg)
     if seen is None or not (seen.offsets and seen.positions[0] <= pos <= seen.end):
@@ -317,6 +318,8 @@ def _scan(seg: Segment, pos: int) -> Iterator[Batch]:
             yield batch
     else:
         yield from (batch for _, batch in _batches(seg, pos, seen.positions))
+    if seg.next_base is not None:
+        return  # a closed segment: not tailed, its offset index says where its batches are
     if len(seen.offsets) > _SEEN_BATCHES:
         del seen.offsets[:-_SEEN_BATCHES // 2], seen.positions[:-_SEEN_BATCHES // 2]
     _seen[path] = seen

@@ -220,3 +220,24 @@ def test_a_rate_limit_shares_offsets_by_what_is_new_and_never_splits_an_open_tra
     assert capped[("a", 0)].readable == 30        # not into the transaction open at 33
     capped = tail_log_dirs([str(tmp_path)], caps={("a", 0): 36}, **committed)
     assert capped[("a", 0)].readable == 36        # past its marker (35): whole
+
+
+def test_a_scan_from_the_log_start_remembers_only_the_active_segment(tmp_path):
+    """What a step scanned of a closed segment is not kept (its offset index says where its
+    batches are): read_committed without producer snapshots scans every segment, and the
+    process keeps the batch boundaries of the active one only, not of the whole log."""
+    from kproto.storage import tail
+    from kproto.storage.partition import Partition
+    writer = LogDirWriter(str(tmp_path), cluster_id="Gbic2Gj7Dm9oTfmSNSzM_A", segment_bytes=400)
+    w = writer.partition("t", 0)
+    for i in range(8):
+        plain(w, 3, f"a{i}")
+    txn(w, 2, "x", 8, 0)  # open: the last stable offset is 24
+    for f in (tmp_path / "t-0").glob("*.snapshot"):
+        f.unlink()  # no producer state: the scan starts at the log start
+    tail._seen.clear()
+    tails = tail_log_dirs([str(tmp_path)], bound="end", isolation="read_committed")
+    assert tails[("t", 0)].readable == 24
+    segments = Partition.open(str(tmp_path / "t-0")).segments
+    assert len(segments) > 2
+    assert [os.path.basename(p) for p in tail._seen] == [segments[-1].name]
