@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import glob
-import json
 import operator
 import os
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
