@@ -331,21 +331,28 @@ class Partition:
         bases = [s.base_offset for s in self.segments]
         return max(0, bisect.bisect_right(bases, offset) - 1)
 
-    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+    def offset_for_timestamp(self, timestamp: int,
+                             start_offset: int | None = None) -> tuple[int, int] | None:
         """Kafka's ``ListOffsets`` by timestamp (``UnifiedLog.fetchOffsetByTimestamp``): the
-        first record with timestamp >= ``timestamp`` as ``(offset, timestamp)``, or None.
+        first record with timestamp >= ``timestamp`` (at or after ``start_offset``, as Kafka
+        searches from the log start offset) as ``(offset, timestamp)``, or None.
         Closed segments whose largest timestamp is smaller are skipped; inside a segment the
         time index, then the offset index, give where to start scanning."""
-        for i, seg in enumerate(self.segments):
+        first = 0 if start_offset is None else self.segment_for(start_offset)
+        for i, seg in enumerate(self.segments[first:], first):
             tidx = seg.time_index
             closed = i < len(self.segments) - 1 and not tidx.preallocated
             if closed and len(tidx) and int(tidx.timestamps[-1]) < timestamp:
                 continue
-            for batch in seg.scan(seg.position_of_timestamp(timestamp)):
+            pos = seg.position_of_timestamp(timestamp)
+            if start_offset is not None and i == first:
+                pos = max(pos, seg.position_of(start_offset))
+            for batch in seg.scan(pos):
                 if batch_max_timestamp(batch) < timestamp:
                     continue
                 for r in batch.records():
-                    if r.timestamp >= timestamp:
+                    if r.timestamp >= timestamp and (start_offset is None
+                                                     or r.offset >= start_offset):
                         return r.offset, r.timestamp
         return None
 

@@ -450,8 +450,8 @@ def offsets_for_times(paths: Sequence[str], times: int | Mapping[TopicPartition,
                       storage_options: Mapping[str, Any] | None = None
                       ) -> dict[TopicPartition, int | None]:
     """Kafka's ``ListOffsets`` by timestamp for the selected partitions: the first offset
-    whose record has a timestamp at or after ``times`` (one timestamp for every partition, or
-    one per partition: the others are left out), never below the log start offset; None when
+    at or after the log start offset whose record has a timestamp at or after ``times`` (one
+    timestamp for every partition, or one per partition: the others are left out); None when
     no record has one (:meth:`~kproto.storage.partition.Partition.offset_for_timestamp`: the
     time index, then the offset index, then a scan from there)."""
     found = problems if problems is not None else Problems()
@@ -461,8 +461,8 @@ def offsets_for_times(paths: Sequence[str], times: int | Mapping[TopicPartition,
         t = times if isinstance(times, int) else times.get(tp)
         if t is None:
             continue
-        hit = part.offset_for_timestamp(t)
-        out[tp] = None if hit is None else max(hit[0], _log_start(part, include_deleted))
+        hit = part.offset_for_timestamp(t, _log_start(part, include_deleted))
+        out[tp] = None if hit is None else hit[0]
     return out
 
 

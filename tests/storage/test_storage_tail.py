@@ -241,3 +241,24 @@ def test_a_scan_from_the_log_start_remembers_only_the_active_segment(tmp_path):
     segments = Partition.open(str(tmp_path / "t-0")).segments
     assert len(segments) > 2
     assert [os.path.basename(p) for p in tail._seen] == [segments[-1].name]
+
+
+def test_offsets_for_times_searches_from_the_log_start_offset(tmp_path):
+    """Kafka's ListOffsets by timestamp looks at the records from the log start offset on: a
+    deleted record that is late enough does not make an earlier one at the log start the
+    answer (timestamps of CreateTime records need not grow with offsets)."""
+    from kproto.storage.tail import offsets_for_times
+    writer = LogDirWriter(str(tmp_path), cluster_id="Gbic2Gj7Dm9oTfmSNSzM_A")
+    w = writer.partition("t", 0)
+    for ts in (TS + 100, TS, TS + 200):  # offsets 0-4, 5-9, 10-14
+        b = RecordBatchBuilder(base_offset=w.next_offset)
+        for i in range(5):
+            b.append(ts, None, b"v")
+        w.append(b.build())
+    writer.close()
+    with open(tmp_path / "log-start-offset-checkpoint", "wb") as f:
+        f.write(OffsetCheckpoint([("t", 0, 5)]).encode())  # DeleteRecords up to 5
+    assert offsets_for_times([str(tmp_path)], TS + 100) == {("t", 0): 10}
+    assert offsets_for_times([str(tmp_path)], TS) == {("t", 0): 5}
+    assert offsets_for_times([str(tmp_path)], TS + 300) == {("t", 0): None}
+    assert offsets_for_times([str(tmp_path)], TS + 100, include_deleted=True) == {("t", 0): 0}
