@@ -293,14 +293,36 @@ def _boundary(seg: Segment, offset: int) -> int:
     return seg.position_of(offset)
 
 
-def _batches(seg: Segment, pos: int, resync: Sequence[int]) -> Iterator[tuple[int, Batch]]:
+def _batches(seg: Segment, pos: int, resync: Sequence[int],
+             expect: int | None = None) -> Iterator[tuple[int, Batch]] | None:
     """``(file position, batch)`` of the complete batches of ``seg`` from boundary ``pos`` to
     the size the listing gave, in one ranged read (not :meth:`Segment.scan`, which asks for
-    the offset index: one a broker has not written would be rebuilt from the whole file)."""
+    the offset index: one a broker has not written would be rebuilt from the whole file).
+    None when ``expect`` is given and the bytes at ``pos`` are not the header of a batch at or
+    past that offset: the file was written again below ``pos`` since ``pos`` was learnt."""
     data = fs.read_range(seg.files.log or "", pos, seg.log_size) if seg.files.log else b""
-    for batch in scan_batches(data, resync=[p - pos for p in resync if p > pos], shift=pos,
-                              offsets=(seg.base_offset, seg.next_base)):
-        yield pos + batch.position, batch
+    if expect is not None and len(data) >= _HEADER_PREFIX and (
+            data[_MAGIC_AT] > 2 or int.from_bytes(data[:8], "big", signed=True) < expect):
+        return None
+    return ((pos + batch.position, batch) for batch in
+            scan_batches(data, resync=[p - pos for p in resync if p > pos], shift=pos,
+                         offsets=(seg.base_offset, seg.next_base)))
+
+
+#: a batch's (or legacy message set entry's) first bytes: offset (8), length (4), then the
+#: partition leader epoch or the CRC (4), then the magic byte, at the same place in all three
+_MAGIC_AT = 16
+_HEADER_PREFIX = _MAGIC_AT + 1
+
+
+def _tail_start(seg: Segment) -> int:
+    """A batch boundary near the end of ``seg`` known without earlier steps: its last offset
+    index entry (the segment start without one, or when the entry is past the file)."""
+    if seg.files.index:
+        idx = seg.offset_index
+        if len(idx) and int(idx.positions[-1]) <= seg.log_size:
+            return int(idx.positions[-1])
+    return 0
 
 
 def _scan(seg: Segment, pos: int) -> Iterator[Batch]:
@@ -311,13 +333,18 @@ def _scan(seg: Segment, pos: int) -> Iterator[Batch]:
     if seen is None or not (seen.offsets and seen.positions[0] <= pos <= seen.end):
         seen = _Seen([], [], pos, seg.base_offset)
     if pos == seen.end:  # what was seen reaches this far: read on from its end
-        for at, batch in _batches(seg, pos, ()):
+        appended = _batches(seg, pos, (), expect=seen.end_offset if seen.offsets else None)
+        if appended is None:  # truncated and grown again past what was seen: start afresh
+            _seen.pop(path, None)
+            yield from _scan(seg, _tail_start(seg))
+            return
+        for at, batch in appended:
             seen.offsets.append(batch.base_offset)
             seen.positions.append(at)
             seen.end, seen.end_offset = at + batch.size_in_bytes, batch.last_offset + 1
             yield batch
     else:
-        yield from (batch for _, batch in _batches(seg, pos, seen.positions))
+        yield from (batch for _, batch in _batches(seg, pos, seen.positions) or ())
     if seg.next_base is not None:
         return  # a closed segment: not tailed, its offset index says where its batches are
     if len(seen.offsets) > _SEEN_BATCHES:
@@ -339,13 +366,7 @@ def log_end(part: Partition) -> tuple[int, int]:
         return (part.log_start_offset or 0), 0
     seg = part.segments[-1]
     seen = _known(seg)
-    if seen is not None:
-        pos = seen.end
-    elif seg.files.index:
-        idx = seg.offset_index
-        pos = int(idx.positions[-1]) if len(idx) else 0
-    else:
-        pos = 0
+    pos = seen.end if seen is not None else _tail_start(seg)
     for _ in _scan(seg, pos):
         pass
     seen = _seen[seg.files.log or ""]

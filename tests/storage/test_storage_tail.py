@@ -262,3 +262,32 @@ def test_offsets_for_times_searches_from_the_log_start_offset(tmp_path):
     assert offsets_for_times([str(tmp_path)], TS) == {("t", 0): 5}
     assert offsets_for_times([str(tmp_path)], TS + 300) == {("t", 0): None}
     assert offsets_for_times([str(tmp_path)], TS + 100, include_deleted=True) == {("t", 0): 0}
+
+
+def test_an_active_segment_truncated_and_regrown_past_what_was_seen_is_read_anew(tmp_path):
+    """A follower truncates its log to where it agrees with the new leader, then appends the
+    leader's records: between two steps the active segment can shrink and grow past the size
+    an earlier step saw. The boundaries remembered from the old content must not be trusted:
+    the step sees the new log end and reads the new records."""
+    d = LogDirWriter(str(tmp_path), cluster_id="Gbic2Gj7Dm9oTfmSNSzM_A")
+    w = d.partition("t", 0)
+    for tag in "abc":
+        plain(w, 1, tag)
+    s = Stream(str(tmp_path))
+    assert s.step()[("t", 0)].log_end == 3 and s.values() == ["a-0", "b-0", "c-0"]
+    log = os.path.join(tmp_path, "t-0", f"{0:020d}.log")
+    old_size = os.path.getsize(log)
+    with open(log, "r+b") as f:
+        first = RecordBatchBuilder(base_offset=0)
+        first.append(TS, None, b"a-0")
+        f.truncate(len(first.build()))   # offsets 1 and 2 were not committed: gone
+        f.seek(0, os.SEEK_END)
+        for base, n in ((1, 3), (4, 2)):  # the new leader's records, laid out differently
+            b = RecordBatchBuilder(base_offset=base)
+            for i in range(n):
+                b.append(TS + i, None, f"n{base}-{i}".encode())
+            f.write(b.build())
+    assert os.path.getsize(log) > old_size
+    assert s.step()[("t", 0)].log_end == 6
+    assert s.values()[3:] == ["n1-2", "n4-0", "n4-1"]
+    assert not list(s.problems), list(s.problems)
