@@ -11,14 +11,18 @@ producers.
 * :class:`RecordBatchBuilder` / :class:`LegacyMessageBuilder`: write batches as Kafka does.
 * :func:`decode_control`: control records (transaction markers, KRaft records).
 """
+from typing import TYPE_CHECKING
+
 from kproto.records.batch import RecordBatch
 from kproto.records.builder import LegacyMessageBuilder, RecordBatchBuilder
-from kproto.records.columns import BatchColumns, RecordColumns, decode_batches, to_arrow
 from kproto.records.control import ControlRecord, decode_control
 from kproto.records.legacy import LegacyMessage, LegacyRecord
 from kproto.records.reader import (Batch, BatchReader, decode_columns, iter_batches,
                                    iter_column_batches)
 from kproto.records.record import Header, Record
+
+if TYPE_CHECKING:
+    from kproto.records.columns import BatchColumns, RecordColumns, decode_batches, to_arrow
 
 __all__ = [
     "Batch", "BatchColumns", "BatchReader", "ControlRecord", "Header",
@@ -26,3 +30,14 @@ __all__ = [
     "RecordBatchBuilder", "RecordColumns", "decode_batches", "decode_columns", "decode_control",
     "iter_batches", "iter_column_batches", "to_arrow",
 ]
+
+_COLUMNS = {"BatchColumns", "RecordColumns", "decode_batches", "to_arrow"}
+
+
+def __getattr__(name: str):
+    # the bulk columnar decoder needs numpy: imported when first asked for, so that building
+    # and framing batches (a producer) does not load it
+    if name in _COLUMNS:
+        from kproto.records import columns
+        return getattr(columns, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -11,15 +11,17 @@ from __future__ import annotations
 
 import mmap
 import struct
-from typing import Iterable, Iterator, Union
+from typing import TYPE_CHECKING, Iterable, Iterator, Union
 
 from kproto.records.compression import DEFAULT_MAX_SIZE, DecompressionBudget
 from kproto.errors import DecodeError
 from kproto.records.batch import RecordBatch
-from kproto.records.columns import RecordColumns, decode_batches
 from kproto.records.record import LOG_OVERHEAD
 from kproto.records.legacy import LegacyMessage
 from kproto.problems import Problems
+
+if TYPE_CHECKING:  # numpy, which columns needs, is imported on first bulk decode
+    from kproto.records.columns import RecordColumns
 
 __all__ = ["Batch", "BatchReader", "iter_batches", "decode_columns",
            "iter_column_batches"]
@@ -130,6 +132,7 @@ def decode_columns(buf: bytes | bytearray | memoryview, start: int = 0, end: int
                    max_decompressed: int = DEFAULT_MAX_SIZE) -> RecordColumns:
     """Decode every record of the whole batches in ``buf[start:end]`` into columns. A torn
     tail is ignored; damage raises :class:`~kproto.errors.DecodeError`."""
+    from kproto.records.columns import decode_batches
     return decode_batches(list(iter_batches(buf, start, end, verify_crc=verify_crc,
                                             max_decompressed=max_decompressed)))
 
@@ -139,6 +142,7 @@ def iter_column_batches(buf, start: int = 0, end: int | None = None, *,
     """Decode a long range in chunks of ``batches_per_chunk`` batches: bounded memory, and
     about twice the throughput of one huge :func:`decode_columns` (the working set stays in
     cache). ``kw`` as for :func:`iter_batches`."""
+    from kproto.records.columns import decode_batches
     chunk: list = []
     for b in iter_batches(buf, start, end, **kw):
         chunk.append(b)

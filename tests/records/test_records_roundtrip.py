@@ -184,3 +184,25 @@ def test_cli_text_keeps_one_line_per_record(capsys, tmp_path):
     assert main(["dump-log", "--format", "text", str(p)]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 4 and lines[2].startswith("| offset: 0") and "key: a\\nb" in lines[2]
+
+
+def test_building_and_framing_batches_does_not_import_numpy():
+    """A producer builds and frames batches without the bulk decoder's numpy (about 50 ms of
+    start-up, and BLAS threads); the columnar names load it when first used."""
+    import subprocess
+    import sys
+    code = (
+        "import sys\n"
+        "from kproto.records import RecordBatchBuilder, iter_batches\n"
+        "b = RecordBatchBuilder(base_offset=5)\n"
+        "b.append(1, b'k', b'v')\n"
+        "[batch] = iter_batches(b.build())\n"
+        "assert batch.base_offset == 5 and batch.is_valid()\n"
+        "assert 'numpy' not in sys.modules, 'numpy imported'\n"
+        "import kproto.records as r\n"
+        "assert [x.value for x in batch.records()] == [b'v']\n"
+        "assert r.decode_batches([batch]).offset.tolist() == [5] and callable(r.to_arrow)\n"
+        "assert 'numpy' in sys.modules\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
