@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import json
 import logging
+import re
+import time
 from dataclasses import dataclass, replace
 from typing import Any, Iterator, Mapping, Sequence
 
@@ -52,9 +54,9 @@ except ImportError:  # pragma: no cover - older Spark reads all there is at each
 log = logging.getLogger("kproto.spark")
 
 #: options of streaming reads only (lower-cased): see :class:`KafkaSegmentsStreamReader`
-STREAM_OPTIONS = ("bound", "startingoffsets", "maxoffsetspertrigger", "startingtimestamp",
-                  "startingoffsetsbytimestamp", "startingoffsetsbytimestampstrategy",
-                  "failondataloss")
+STREAM_OPTIONS = ("bound", "startingoffsets", "maxoffsetspertrigger", "minoffsetspertrigger",
+                  "maxtriggerdelay", "startingtimestamp", "startingoffsetsbytimestamp",
+                  "startingoffsetsbytimestampstrategy", "failondataloss")
 #: batch options a stream cannot honour (Spark's Kafka source has them for batch reads only)
 _NOT_STREAMED = ("endingoffsets", "endingtimestamp", "endingoffsetsbytimestamp")
 #: what a stream starting at a timestamp does with a partition without a record at or after
@@ -95,6 +97,35 @@ class StreamSpec:
     timestamp_strategy: str = "error"
     #: ``failOnDataLoss``: offsets lost before they were read fail the query (else: logged)
     fail_on_data_loss: bool = True
+    #: ``minOffsetsPerTrigger``: a trigger with fewer new offsets is skipped, unless
+    #: ``maxTriggerDelay`` (ms) has passed since the last micro-batch
+    min_offsets: int | None = None
+    max_trigger_delay_ms: int = 15 * 60 * 1000
+
+
+#: Spark's time units (``JavaUtils.timeStringAsMs``): a number alone is milliseconds
+_TIME_UNITS_MS = {"us": 0.001, "ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000,
+                  "d": 86_400_000}
+
+
+def _duration_ms(name: str, value: str) -> int:
+    m = re.fullmatch(r"\s*(\d+)\s*([a-z]*)\s*", value.lower())
+    if not m or m.group(2) not in ("", *_TIME_UNITS_MS):
+        raise ValueError(f"kafka-segments: {name} must be a duration like 15m, 30s or 500ms, "
+                         f"not {value!r}")
+    return int(int(m.group(1)) * _TIME_UNITS_MS.get(m.group(2) or "ms", 1))
+
+
+def _positive(opts: Mapping[str, str], key: str, name: str) -> int | None:
+    if key not in opts:
+        return None
+    try:
+        n = int(opts[key])
+    except ValueError:
+        n = 0
+    if n <= 0:
+        raise ValueError(f"kafka-segments: {name} must be a positive integer, not {opts[key]!r}")
+    return n
 
 
 def without_stream_options(options: Mapping[str, str]) -> dict[str, str]:
@@ -130,15 +161,12 @@ def parse_stream_options(options: Mapping[str, str]) -> StreamSpec:
         except ValueError as exc:
             raise ValueError(f"kafka-segments: startingOffsets of a stream must be earliest, "
                              f"latest or JSON like {{\"topic\": {{\"0\": 42}}}}: {exc}") from None
-    max_offsets = None
-    if "maxoffsetspertrigger" in opts:
-        try:
-            max_offsets = int(opts["maxoffsetspertrigger"])
-        except ValueError:
-            max_offsets = 0
-        if max_offsets <= 0:
-            raise ValueError(f"kafka-segments: maxOffsetsPerTrigger must be a positive integer, "
-                             f"not {opts['maxoffsetspertrigger']!r}")
+    max_offsets = _positive(opts, "maxoffsetspertrigger", "maxOffsetsPerTrigger")
+    min_offsets = _positive(opts, "minoffsetspertrigger", "minOffsetsPerTrigger")
+    if min_offsets is not None and max_offsets is not None and min_offsets > max_offsets:
+        raise ValueError(f"kafka-segments: minOffsetsPerTrigger ({min_offsets}) can't be greater "
+                         f"than maxOffsetsPerTrigger ({max_offsets})")
+    delay = _duration_ms("maxTriggerDelay", opts.get("maxtriggerdelay", "15m"))
     times: int | dict[TopicPartition, int] | None = None
     if "startingoffsetsbytimestamp" in opts:  # Spark's order: it wins over startingTimestamp
         try:
@@ -158,7 +186,7 @@ def parse_stream_options(options: Mapping[str, str]) -> StreamSpec:
         raise ValueError(f"kafka-segments: startingOffsetsByTimestampStrategy must be one of "
                          f"{TIMESTAMP_STRATEGIES}, not {strategy!r}")
     fail = _bool(opts, "failondataloss", "true")
-    return StreamSpec(scan, bound, starting, max_offsets, times, strategy, fail)
+    return StreamSpec(scan, bound, starting, max_offsets, times, strategy, fail, min_offsets, delay)
 
 
 class StreamPartition(InputPartition):
@@ -196,7 +224,9 @@ class KafkaSegmentsStreamReader(DataSourceStreamReader, _AvailableNow):
     (``{"topic": {"0": ms}}``, unlisted partitions from their log start), these two taking
     precedence as in Spark's Kafka source, with ``startingOffsetsByTimestampStrategy``
     (``error``, the default: a partition without such a record fails the query's start;
-    ``latest``: it starts at what may be read then); ``maxOffsetsPerTrigger``; and
+    ``latest``: it starts at what may be read then); ``maxOffsetsPerTrigger``;
+    ``minOffsetsPerTrigger`` with ``maxTriggerDelay`` (default 15m: a trigger with fewer new
+    offsets is skipped until that long after the last micro-batch); and
     ``failOnDataLoss`` (default true: offsets lost before they were read fail the query;
     false: they are logged and the stream goes on). A restarted query resumes from its
     checkpoint, whatever the starting options say. ``endingOffsets``, ``endingTimestamp``
@@ -217,6 +247,8 @@ class KafkaSegmentsStreamReader(DataSourceStreamReader, _AvailableNow):
         # validate the columns now (the batch reader refuses unknown ones)
         self.batch_reader(self.spec.scan, schema, tasks)
         self._until: dict[TopicPartition, int] | None = None  # Trigger.AvailableNow's target
+        self._last_trigger: float | None = None  # when the last micro-batch was let through
+        self._clock = time.monotonic
 
     # ---------------------------------------------------------------------- driver side
     def _tails(self, caps: Mapping[TopicPartition, int] | None = None,
@@ -289,6 +321,8 @@ class KafkaSegmentsStreamReader(DataSourceStreamReader, _AvailableNow):
         it rather than not at all."""
         begin = offsets_from_json(start)
         tails = self._until_cut(self._tails(positions=begin))
+        if self._delayed(begin, tails):
+            return offsets_to_json(begin)
         max_rows = getattr(limit, "max_rows", None)  # ReadMaxRows; ReadAllAvailable has none
         if max_rows is not None:
             caps = rate_limit(begin, tails, int(max_rows))
@@ -308,6 +342,23 @@ class KafkaSegmentsStreamReader(DataSourceStreamReader, _AvailableNow):
                 caps = stuck
             tails = result
         return offsets_to_json(advance(begin, tails))
+
+    def _delayed(self, begin: Mapping[TopicPartition, int],
+                 tails: Mapping[TopicPartition, PartitionTail]) -> bool:
+        """``minOffsetsPerTrigger``, as Spark's Kafka source applies it: skip this trigger while
+        fewer offsets than that are new and ``maxTriggerDelay`` has not passed since the last
+        micro-batch (the first trigger is never skipped; Trigger.AvailableNow is not delayed)."""
+        if self.spec.min_offsets is None or self._until is not None:
+            return False
+        now = self._clock()
+        if self._last_trigger is None or (now - self._last_trigger) * 1000 >= self.spec.max_trigger_delay_ms:
+            self._last_trigger = now
+            return False
+        new = sum(max(0, t.readable - begin.get(tp, t.log_start)) for tp, t in tails.items())
+        if new < self.spec.min_offsets:
+            return True
+        self._last_trigger = now
+        return False
 
     def _until_cut(self, tails: dict[TopicPartition, PartitionTail]) -> dict[TopicPartition, PartitionTail]:
         if self._until is None:

@@ -369,6 +369,74 @@ def test_a_transaction_longer_than_the_limit_is_read_whole(tmp_path):
     assert reader.latestOffset(first, ReadMaxRows(2)) == {"t": {"0": 9}}
 
 
+
+def test_min_offsets_per_trigger_waits_for_enough_new_offsets_or_the_delay(tmp_path):
+    """``minOffsetsPerTrigger``/``maxTriggerDelay`` as Spark's Kafka source: the first trigger
+    runs, later ones with fewer new offsets are skipped (the positions stay), until enough are
+    new or the delay has passed since the last micro-batch; AvailableNow is never delayed."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from kproto.spark import KafkaSegmentsDataSource, spark_schema
+
+    w = LogDirWriter(str(tmp_path), cluster_id="Gbic2Gj7Dm9oTfmSNSzM_A").partition("t", 0)
+    _append(w, ["a", "b"])
+    options = {"path": str(tmp_path), "bound": "end", "minOffsetsPerTrigger": "5", "maxTriggerDelay": "30s"}
+    reader = KafkaSegmentsDataSource(options).streamReader(spark_schema())
+    now = [1000.0]
+    reader._clock = lambda: now[0]
+    first = reader.latestOffset({}, ReadAllAvailable())
+    assert first == {"t": {"0": 2}}                       # the first trigger is not delayed
+    _append(w, ["c", "d", "e"])
+    now[0] += 10
+    assert reader.latestOffset(first, ReadAllAvailable()) == first    # 3 new < 5: skipped
+    _append(w, ["f", "g"])
+    now[0] += 1
+    second = reader.latestOffset(first, ReadAllAvailable())
+    assert second == {"t": {"0": 7}}                      # 5 new: runs
+    _append(w, ["h"])
+    now[0] += 29.9
+    assert reader.latestOffset(second, ReadAllAvailable()) == second
+    now[0] += 0.1                                         # 30 s since the last micro-batch
+    assert reader.latestOffset(second, ReadAllAvailable()) == {"t": {"0": 8}}
+
+    available_now = KafkaSegmentsDataSource(options).streamReader(spark_schema())
+    available_now._clock = lambda: now[0]
+    available_now.latestOffset({}, ReadAllAvailable())
+    available_now.prepareForTriggerAvailableNow()
+    assert available_now.latestOffset({"t": {"0": 7}}, ReadAllAvailable()) == {"t": {"0": 8}}
+
+    for bad, match in (({"minOffsetsPerTrigger": "0"}, "minOffsetsPerTrigger"),
+                       ({"maxTriggerDelay": "soon"}, "maxTriggerDelay"),
+                       ({"minOffsetsPerTrigger": "9", "maxOffsetsPerTrigger": "4"}, "greater")):
+        with pytest.raises(ValueError, match=match):
+            KafkaSegmentsDataSource({"path": str(tmp_path), **bad}).streamReader(spark_schema())
+    from kproto.spark.stream import _duration_ms
+    assert [_duration_ms("d", v) for v in ("15m", "30s", "500ms", "250", "1h", "2 min")] == \
+        [900_000, 30_000, 500, 250, 3_600_000, 120_000]
+
+
+def test_a_query_with_min_offsets_per_trigger_runs_a_batch_once_enough_is_new(spark, tmp_path):
+    data = str(tmp_path / "logs")
+    w = LogDirWriter(data, cluster_id="Gbic2Gj7Dm9oTfmSNSzM_A").partition("t", 0)
+    _append(w, ["a", "b", "c", "d"])
+    sizes: list[int] = []
+    q = (spark.readStream.format("kafka-segments").option("bound", "end").option("minOffsetsPerTrigger", 6)
+         .option("maxTriggerDelay", "1h").load(data).writeStream
+         .foreachBatch(lambda df, _: sizes.append(df.count()))
+         .option("checkpointLocation", str(tmp_path / "ckpt")).trigger(processingTime="100 milliseconds").start())
+    try:
+        q.processAllAvailable()
+        assert sizes == [4]
+        _append(w, ["e", "f", "g"])
+        q.processAllAvailable()
+        assert sizes == [4]                               # 3 new: the trigger waits
+        _append(w, ["h", "i", "j"])
+        q.processAllAvailable()
+        assert sizes == [4, 6]
+    finally:
+        q.stop()
+    assert q.exception() is None, q.exception()
+
 def _stamped(w, stamps, tag):
     """One batch per timestamp of ``stamps``, each record's value ``tag-<ms>``."""
     for ts in stamps:
