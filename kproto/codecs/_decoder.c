@@ -1364,7 +1364,10 @@ static PyObject *set_fast_dealloc(PyObject *mod, PyObject *cls) {
         }
     }
     if (t->tp_base == NULL || t->tp_dictoffset != 0 || t->tp_weaklistoffset != 0 || t->tp_itemsize != 0 ||
-        (t->tp_flags & Py_TPFLAGS_MANAGED_DICT) || t->tp_del || t->tp_finalize ||
+#ifdef Py_TPFLAGS_MANAGED_DICT
+        (t->tp_flags & Py_TPFLAGS_MANAGED_DICT) ||
+#endif
+        t->tp_del || t->tp_finalize ||
 #ifdef Py_TPFLAGS_MANAGED_WEAKREF
         (t->tp_flags & Py_TPFLAGS_MANAGED_WEAKREF) ||
 #endif
