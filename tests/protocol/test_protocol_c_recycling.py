@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gc
 import random
+import sys
 
 import pytest
 
@@ -14,6 +15,9 @@ from kproto.codecs import Uuid
 from kproto.codecs import program as _program
 
 _decoder = _program._decoder
+#: ints and views are recycled where CPython lays them out as 3.10 and 3.11 do; lists and message
+#: objects everywhere
+INTS_AND_VIEWS = sys.version_info[:2] in ((3, 10), (3, 11))
 pytestmark = pytest.mark.skipif(_decoder is None, reason="the C decoder is not built (KPROTO_PURE)")
 
 MD = kproto.response(3)
@@ -54,8 +58,11 @@ def test_freed_lists_ints_and_views_are_reused():
     del msg
     kept = _decoder.pool_stats()
     # six partitions: the partitions list, big ints, and five of the six views (the last frees the buffer)
-    assert kept["lists"] > before["lists"] and kept["ints"] >= before["ints"] + 12
-    assert kept["views"] == before["views"] + 5
+    assert kept["lists"] > before["lists"] and kept["objects"] >= before["objects"] + 8
+    if INTS_AND_VIEWS:
+        assert kept["ints"] >= before["ints"] + 12 and kept["views"] == before["views"] + 5
+    else:
+        assert kept["ints"] == kept["views"] == 0
     again = FETCH.decode(data, 12)
     assert _decoder.pool_stats()["views"] == before["views"] and again == _python(FETCH, data, 12)
     del again
