@@ -304,7 +304,7 @@ def _describe_token(mechanism: Optional[str], token: bytes) -> dict:
     return info
 
 
-def iter_exchanges(source: Union[str, os.PathLike, bytes, BinaryIO,
+def iter_exchanges(source: Union[str, os.PathLike, bytes, bytearray, memoryview, BinaryIO,
                                  Iterable[Union[Packet, Problem]]],
                    ports: Optional[Iterable[int]] = None, *, decode: bool = True,
                    best_effort: bool = True,
