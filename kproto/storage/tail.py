@@ -293,20 +293,29 @@ def _boundary(seg: Segment, offset: int) -> int:
     return seg.position_of(offset)
 
 
+def _bytes_from(seg: Segment, pos: int) -> bytes:
+    """``seg``'s bytes from ``pos`` to the size the listing gave, in one ranged read."""
+    return fs.read_range(seg.files.log or "", pos, seg.log_size) if seg.files.log else b""
+
+
 def _batches(seg: Segment, pos: int, resync: Sequence[int],
-             expect: int | None = None) -> Iterator[tuple[int, Batch]] | None:
+             data: bytes | None = None) -> Iterator[tuple[int, Batch]]:
     """``(file position, batch)`` of the complete batches of ``seg`` from boundary ``pos`` to
-    the size the listing gave, in one ranged read (not :meth:`Segment.scan`, which asks for
-    the offset index: one a broker has not written would be rebuilt from the whole file).
-    None when ``expect`` is given and the bytes at ``pos`` are not the header of a batch at or
-    past that offset: the file was written again below ``pos`` since ``pos`` was learnt."""
-    data = fs.read_range(seg.files.log or "", pos, seg.log_size) if seg.files.log else b""
-    if expect is not None and len(data) >= _HEADER_PREFIX and (
-            data[_MAGIC_AT] > 2 or int.from_bytes(data[:8], "big", signed=True) < expect):
-        return None
-    return ((pos + batch.position, batch) for batch in
-            scan_batches(data, resync=[p - pos for p in resync if p > pos], shift=pos,
-                         offsets=(seg.base_offset, seg.next_base)))
+    the size the listing gave (``data``, when already read), in one ranged read (not
+    :meth:`Segment.scan`, which asks for the offset index: one a broker has not written would
+    be rebuilt from the whole file)."""
+    data = _bytes_from(seg, pos) if data is None else data
+    for batch in scan_batches(data, resync=[p - pos for p in resync if p > pos], shift=pos,
+                              offsets=(seg.base_offset, seg.next_base)):
+        yield pos + batch.position, batch
+
+
+def _continues(data: bytes, end_offset: int) -> bool:
+    """Whether ``data``, read from where an earlier step's last batch ended, starts with the
+    header of a batch at or past ``end_offset`` (or is too short to tell): else the file was
+    written again below that point since (truncated, then grown past it)."""
+    return len(data) < _HEADER_PREFIX or (
+        data[_MAGIC_AT] <= 2 and int.from_bytes(data[:8], "big", signed=True) >= end_offset)
 
 
 #: a batch's (or legacy message set entry's) first bytes: offset (8), length (4), then the
@@ -333,18 +342,18 @@ def _scan(seg: Segment, pos: int) -> Iterator[Batch]:
     if seen is None or not (seen.offsets and seen.positions[0] <= pos <= seen.end):
         seen = _Seen([], [], pos, seg.base_offset)
     if pos == seen.end:  # what was seen reaches this far: read on from its end
-        appended = _batches(seg, pos, (), expect=seen.end_offset if seen.offsets else None)
-        if appended is None:  # truncated and grown again past what was seen: start afresh
+        data = _bytes_from(seg, pos)
+        if seen.offsets and not _continues(data, seen.end_offset):  # written again: afresh
             _seen.pop(path, None)
             yield from _scan(seg, _tail_start(seg))
             return
-        for at, batch in appended:
+        for at, batch in _batches(seg, pos, (), data):
             seen.offsets.append(batch.base_offset)
             seen.positions.append(at)
             seen.end, seen.end_offset = at + batch.size_in_bytes, batch.last_offset + 1
             yield batch
     else:
-        yield from (batch for _, batch in _batches(seg, pos, seen.positions) or ())
+        yield from (batch for _, batch in _batches(seg, pos, seen.positions))
     if seg.next_base is not None:
         return  # a closed segment: not tailed, its offset index says where its batches are
     if len(seen.offsets) > _SEEN_BATCHES:
