@@ -34,7 +34,7 @@ import pytest
 from kproto.broker import Broker, ControlHandle
 from kproto.broker.cluster import Cluster
 from kproto.broker.core import HookAction
-from kproto.broker.replica import ReplicaConfig
+from kproto.broker.cluster.replica import ReplicaConfig
 
 __all__ = ["BrokerThread", "ClusterThread", "kafka_broker", "kafka_cluster", "TEST_DEFAULTS",
            "CLUSTER_TEST_DEFAULTS"]
