@@ -77,3 +77,29 @@ def test_a_leader_that_fails_loses_its_partition_and_rejoins(apache_kafka_cluste
         kafka.start(leader)
     kafka.wait_for(lambda: isr(kafka, topic, via=others[0]) == [1, 2, 3], 60, "the old leader back in the ISR")
     assert confluent_consume(kafka.bootstrap, topic, 15) == before + after
+
+
+@pytest.mark.apache_kafka(nodes=1, controllers=3, fresh=True)
+def test_three_controllers_form_a_quorum_that_survives_losing_its_leader(apache_kafka_cluster):
+    """A broker and a quorum of three controllers (formatted with --initial-controllers), a
+    cluster of the test's own (``fresh``: not shared, closed after it, nothing to restore);
+    Kafka's MetadataQuorumCommand reports the voters, and a new leader after a kill -9."""
+    from kproto.testing import apache
+    kafka = apache_kafka_cluster
+    assert kafka.controller_ids == [3001, 3002, 3003]
+
+    def status(nodes):
+        controllers = ",".join(f"127.0.0.1:{kafka.nodes[c].controller_port}" for c in nodes)
+        out = apache.run_tool(kafka.version, "org.apache.kafka.tools.MetadataQuorumCommand",
+                              "--bootstrap-controller", controllers, "describe", "--status").stdout
+        return dict(line.split(":", 1) for line in out.splitlines() if ":" in line)
+
+    first = status(kafka.controller_ids)
+    assert all(f'"id": {c},' in first["CurrentVoters"] for c in kafka.controller_ids)
+    assert '"id": 1,' in first["CurrentObservers"]
+    leader = int(first["LeaderId"])
+    kafka.stop(leader, abrupt=True)
+    rest = [c for c in kafka.controller_ids if c != leader]
+    kafka.wait_for(lambda: int(status(rest)["LeaderId"]) in rest, 60, "a new quorum leader")
+    # the broker still serves: a topic can be created through the remaining quorum
+    kafka.create_topic(f"quorum-{leader}", partitions=1, replication_factor=1)
