@@ -158,20 +158,28 @@ def _random_uuid() -> str:
             return text
 
 
-def _free_port(host: str) -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
-
-
-def _set_parent_death_signal() -> None:
-    """In the child before exec: a JVM dies with the process that started it (Linux), so no
-    node outlives a test run that crashed."""
+def _free_ports(host: str, n: int) -> list[int]:
+    """``n`` distinct ports free on ``host`` now (all held open until each is known)."""
+    socks = []
     try:
-        import ctypes
-        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except Exception:  # not Linux: the JVM may outlive a crashed parent
-        pass
+        for _ in range(n):
+            s = socket.socket()
+            socks.append(s)
+            s.bind((host, 0))
+        return [int(s.getsockname()[1]) for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def _die_with_parent() -> list[str]:
+    """A prefix that makes the JVM die with the process that started it (Linux's parent-death
+    signal, set by util-linux's setpriv, kept across exec), so no node outlives a test run that
+    crashed; empty where setpriv is missing. (A preexec_fn would do it too, but is not safe
+    in a process with threads, as pytest runs kproto's brokers in.)"""
+    from shutil import which
+    setpriv = which("setpriv") if sys.platform.startswith("linux") else None
+    return [setpriv, "--pdeathsig", "KILL"] if setpriv else []
 
 
 def _request(host: str, port: int, obj: Any, version: int, timeout: float = 5.0) -> Any:
@@ -248,14 +256,15 @@ class ApacheKafka:
         self.jvm_options = tuple(jvm_options)
         self.cluster_id = _random_uuid()
         broker_roles = ("broker",) if controllers else ("broker", "controller")
+        ports = iter(_free_ports(host, brokers * (1 if controllers else 2) + controllers))
         self.nodes: dict[int, Node] = {}
         for i in range(1, brokers + 1):
-            self.nodes[i] = Node(i, broker_roles, self.data_dir / f"broker-{i}", port=_free_port(host),
-                                 controller_port=0 if controllers else _free_port(host))
+            self.nodes[i] = Node(i, broker_roles, self.data_dir / f"broker-{i}", port=next(ports),
+                                 controller_port=0 if controllers else next(ports))
         for i in range(1, controllers + 1):
             n = CONTROLLER_ID_BASE + i
             self.nodes[n] = Node(n, ("controller",), self.data_dir / f"controller-{n}",
-                                 controller_port=_free_port(host))
+                                 controller_port=next(ports))
         self._lock = threading.Lock()
 
     # -- the cluster's shape ------------------------------------------------------------------
@@ -380,8 +389,8 @@ class ApacheKafka:
         try:
             log.write(f"==== kproto.testing.apache: starting node {n.id} at {time.strftime('%H:%M:%S')}\n".encode())
             log.flush()
-            n.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                      cwd=n.dir, preexec_fn=_set_parent_death_signal)
+            n.proc = subprocess.Popen(_die_with_parent() + cmd, stdin=subprocess.DEVNULL, stdout=log,
+                                      stderr=subprocess.STDOUT, cwd=n.dir)
         finally:
             log.close()
         n.paused, n.wanted = False, True
