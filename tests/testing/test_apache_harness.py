@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -119,19 +118,29 @@ def test_without_kafka_the_fixture_skips_locally_and_fails_under_ci_and_failures
 
 
 def test_cli_start_prints_listening_on_and_stops_on_sigterm(tmp_path):
+    # a cache of its own (the jars linked from the real one) and no class archive in it yet:
+    # the node writes one when it exits, which the next nodes start with
+    cache = tmp_path / "cache"
+    (cache / "4.3.1").mkdir(parents=True)
+    real = apache.cache_dir() / "4.3.1"
+    (cache / "4.3.1" / "libs").symlink_to(real / "libs")
+    (cache / "4.3.1" / ".complete").write_bytes((real / ".complete").read_bytes())
     data = tmp_path / "data"
     proc = subprocess.Popen([sys.executable, "-m", "kproto.testing.apache", "start", "--version", "4.3.1",
                              "--data", str(data)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env())
+                            env=env(KPROTO_KAFKA_CACHE=str(cache)))
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline()
         assert line.startswith("listening on 127.0.0.1:"), (line, proc.stderr.read() if proc.poll() is not None else "")
         port = int(line.rsplit(":", 1)[1])
-        assert f"Kafka version: 4.3.1" in (data / "broker-1" / "server.log").read_text()
+        assert "Kafka version: 4.3.1" in (data / "broker-1" / "server.log").read_text()
         assert f"127.0.0.1:{port}" in (data / "broker-1" / "server.properties").read_text()
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(60) == 0
-    assert "Kafka Server started" in (data / "broker-1" / "server.log").read_text()
-    assert "shut down completed" in (data / "broker-1" / "server.log").read_text().lower()
+    log = (data / "broker-1" / "server.log").read_text()
+    assert "Kafka Server started" in log and "shut down completed" in log.lower()
+    archives = list((cache / "4.3.1").glob("classes-*.jsa"))
+    assert len(archives) == 1 and archives[0].stat().st_size > 1_000_000
+    assert not list((cache / "4.3.1").glob("*.tmp"))
