@@ -1,12 +1,16 @@
-"""The harness without a cluster: the command line (classpath; start prints ``listening on``
-and stops on SIGTERM), formatting arguments, and what the fixtures do when Apache Kafka cannot
-run (skip locally, fail under CI) or a test fails (its nodes' logs in the report)."""
+"""The harness around the clusters: the command line (classpath; start prints ``listening on``
+and stops on SIGTERM, writing the class archive), formatting arguments and settings, what the
+fixtures do when Apache Kafka cannot run (skip locally, fail under CI) or a test fails (its
+nodes' logs in the report), and tools/kafka/fetch.sh (quiet on a warm cache, one line when
+Maven is missing)."""
 from __future__ import annotations
 
 import os
 import signal
+import shutil
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -144,3 +148,29 @@ def test_cli_start_prints_listening_on_and_stops_on_sigterm(tmp_path):
     archives = list((cache / "4.3.1").glob("classes-*.jsa"))
     assert len(archives) == 1 and archives[0].stat().st_size > 1_000_000
     assert not list((cache / "4.3.1").glob("*.tmp"))
+
+
+FETCH = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                     "tools", "kafka", "fetch.sh")
+
+
+def test_fetch_is_quiet_and_quick_when_the_cache_is_warm():
+    start = time.monotonic()
+    out = subprocess.run(["bash", FETCH], capture_output=True, text=True, timeout=120,
+                         env=env(KPROTO_KAFKA_CACHE=str(apache.cache_dir())))
+    assert out.returncode == 0 and out.stdout == "" and out.stderr == "", out
+    assert time.monotonic() - start < 10
+
+
+def test_fetch_says_in_one_line_that_maven_is_missing(tmp_path):
+    # a PATH with the shell tools fetch.sh uses and java, but no mvn (and no apt-get)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("bash", "cat", "cut", "id", "ls", "mkdir", "mv", "rm", "sha256sum", "tail", "wc", "dirname", "java"):
+        found = shutil.which(tool)
+        assert found, tool
+        (bin_dir / tool).symlink_to(found)
+    out = subprocess.run([str(bin_dir / "bash"), FETCH], capture_output=True, text=True, timeout=60,
+                         env=env(PATH=str(bin_dir), KPROTO_KAFKA_CACHE=str(tmp_path / "cache")))
+    assert out.returncode == 1
+    assert out.stderr == "fetch.sh: Maven (mvn) is needed to fetch Apache Kafka's jars: install maven\n"
