@@ -40,7 +40,7 @@ from typing import Any, Callable, Optional, Sequence
 from kproto.broker.configs import BrokerConfig
 from kproto.broker.controller import METADATA_VERSION_3_9
 from kproto.broker.controller_node import CONTROLLER_APIS
-from kproto.broker.core import IMPLEMENTED, BrokerCore, Request
+from kproto.broker.core import IMPLEMENTED, BrokerCore, Request, metadata_request_topics
 from kproto.broker.log import BrokerError, Log, topic_name_error
 from kproto.storage.metadata_image import NO_LEADER, TOPIC_RESOURCE, MetadataImage, PartitionInfo
 from kproto.broker.offsets_topic import OFFSETS_TOPIC, partition_for
@@ -736,25 +736,33 @@ class ClusterBrokerCore(BrokerCore):
         image = self.image
         alive = self._alive()
         alive_ids = {b.id for b in alive}
-        if body.topics is None or (ver == 0 and not body.topics):
-            wanted: list[tuple[Optional[str], Uuid]] = [(n, Uuid.ZERO) for n in sorted(image.topics)]
-        else:
-            wanted = [(t.name, getattr(t, "topic_id", Uuid.ZERO) or Uuid.ZERO) for t in body.topics]
-        auto = self.config.auto_create_topics and (ver < 4 or body.allow_auto_topic_creation)
+        try:
+            every, names, ids = metadata_request_topics(body, ver)
+        except BrokerError as exc:
+            self._answer_error(req, exc.code, run_handler=True)
+            return
+        if every:
+            names = sorted(image.topics)
         topics_out = []
-        for name, tid in wanted:
-            info = image.topics.get(name) if name is not None else image.topics_by_id.get(tid)
+        for tid in ids:
+            by_id = image.topics_by_id.get(tid)
+            if by_id is None:
+                topics_out.append(cls.MetadataResponseTopic(
+                    error_code=ErrorCode.UNKNOWN_TOPIC_ID, name=None, topic_id=tid))
+            else:
+                names.append(by_id.name)
+        auto = self.config.auto_create_topics and (ver < 4 or body.allow_auto_topic_creation) and not ids
+        for name in names:
+            info = image.topics.get(name)
             if info is None:
-                if name is None:
-                    code = ErrorCode.UNKNOWN_TOPIC_ID
-                elif topic_name_error(name) is not None:
+                if topic_name_error(name) is not None:
                     code = ErrorCode.INVALID_TOPIC_EXCEPTION
                 elif auto and not name.startswith("__"):
                     self._create_internal_topic(name, self.config.num_partitions, {})
                     code = ErrorCode.LEADER_NOT_AVAILABLE
                 else:
                     code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                topics_out.append(cls.MetadataResponseTopic(error_code=code, name=name, topic_id=tid))
+                topics_out.append(cls.MetadataResponseTopic(error_code=code, name=name))
                 continue
             parts = []
             for index, p in sorted(info.partitions.items()):

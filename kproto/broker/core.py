@@ -559,32 +559,34 @@ class BrokerCore:
         cls = response_codec(ApiKey.METADATA).cls
         cfg = self.config
         topics_out = []
-        if body.topics is None or (ver == 0 and not body.topics):
-            wanted: list[tuple[Optional[str], Uuid]] = [(n, ZERO_UUID) for n in sorted(self.logs.topics)]
-        else:
-            wanted = [(t.name, getattr(t, "topic_id", ZERO_UUID) or ZERO_UUID) for t in body.topics]
-        auto = cfg.auto_create_topics and (ver < 4 or body.allow_auto_topic_creation)
-        for name, tid in wanted:
-            topic: Optional[Topic] = None
-            if name is None:
-                topic = self.logs.topics_by_id.get(tid)
-                if topic is None:
-                    topics_out.append(cls.MetadataResponseTopic(
-                        error_code=ErrorCode.UNKNOWN_TOPIC_ID, name=None, topic_id=tid))
-                    continue
+        try:
+            every, names, ids = metadata_request_topics(body, ver)
+        except BrokerError as exc:
+            self._answer_error(req, exc.code, run_handler=True)
+            return
+        if every:
+            names = sorted(self.logs.topics)
+        for tid in ids:
+            by_id = self.logs.topics_by_id.get(tid)
+            if by_id is None:
+                topics_out.append(cls.MetadataResponseTopic(
+                    error_code=ErrorCode.UNKNOWN_TOPIC_ID, name=None, topic_id=tid))
             else:
-                topic = self.logs.topics.get(name)
-                if topic is None:
-                    why = topic_name_error(name)
-                    if why is not None:
-                        topics_out.append(cls.MetadataResponseTopic(
-                            error_code=ErrorCode.INVALID_TOPIC_EXCEPTION, name=name))
-                        continue
-                    if not auto:
-                        topics_out.append(cls.MetadataResponseTopic(
-                            error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name=name))
-                        continue
-                    topic = self._create_topic(name, cfg.num_partitions)
+                names.append(by_id.name)
+        auto = cfg.auto_create_topics and (ver < 4 or body.allow_auto_topic_creation) and not ids
+        for name in names:
+            topic = self.logs.topics.get(name)
+            if topic is None:
+                why = topic_name_error(name)
+                if why is not None:
+                    topics_out.append(cls.MetadataResponseTopic(
+                        error_code=ErrorCode.INVALID_TOPIC_EXCEPTION, name=name))
+                    continue
+                if not auto:
+                    topics_out.append(cls.MetadataResponseTopic(
+                        error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name=name))
+                    continue
+                topic = self._create_topic(name, cfg.num_partitions)
             topics_out.append(cls.MetadataResponseTopic(
                 error_code=0, name=topic.name, topic_id=topic.topic_id, is_internal=topic.is_internal,
                 partitions=[cls.MetadataResponsePartition(
@@ -946,6 +948,26 @@ class BrokerCore:
         self.groups.shutdown()
         self.txns.shutdown()
         self.logs.close(clean)
+
+
+def metadata_request_topics(body: Any, version: int) -> tuple[bool, list[str], list[Uuid]]:
+    """What a Metadata request asks for, read as Kafka's ``handleTopicMetadataRequest`` does:
+    (every topic, names, topic ids). A request naming any topic id asks by id only: the Java
+    client sends its ids with empty names, which are not topics to look up. Before v12 a
+    null name or a topic id is INVALID_REQUEST."""
+    if body.topics is None or (version == 0 and not body.topics):
+        return True, [], []
+    if version < 12:
+        for t in body.topics:
+            if t.name is None or getattr(t, "topic_id", ZERO_UUID) != ZERO_UUID:
+                raise BrokerError(ErrorCode.INVALID_REQUEST,
+                                  f"Topic names must be given and topic ids are not supported in "
+                                  f"requests for version {version}")
+    ids = list(dict.fromkeys(t.topic_id for t in body.topics
+                             if getattr(t, "topic_id", ZERO_UUID) not in (None, ZERO_UUID)))
+    if ids:
+        return False, [], ids
+    return False, list(dict.fromkeys(t.name for t in body.topics if t.name is not None)), []
 
 
 def error_response(api_key: int, version: int, body: Any, code: int) -> Optional[Any]:

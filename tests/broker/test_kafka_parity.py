@@ -1,0 +1,136 @@
+"""Where kproto's broker answered differently from Apache Kafka, found with real clients:
+committed offsets of a deleted topic, Metadata by topic id, a fenced transactional producer's
+Produce, a partition reassignment on a cluster. Each test states what Kafka does.
+
+The tests talk to a broker through :class:`Target` (a bootstrap address and a confluent-kafka
+AdminClient), so the same test can run against any broker that speaks the protocol; the
+``target`` fixture gives kproto's single broker."""
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from typing import Any, Callable, Iterator, Optional
+
+import pytest
+
+from kproto.client.connection import Connection
+from kproto.codecs import request as request_codec
+from kproto.codecs.primitives import Uuid
+from kproto.error_codes import ErrorCode as E
+from kproto.schemas.api_keys import ApiKey
+
+ck = pytest.importorskip("confluent_kafka")
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+
+
+class Target:
+    """A broker under test: ``bootstrap`` and an ``admin`` client, raw requests through
+    kproto's client (:meth:`request`)."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self.bootstrap = bootstrap
+        self.admin = AdminClient({"bootstrap.servers": bootstrap})
+
+    def request(self, body: Any, version: Optional[int] = None) -> Any:
+        host, port = self.bootstrap.split(",")[0].rsplit(":", 1)
+
+        async def ask() -> Any:
+            async with await Connection.open(host, int(port)) as conn:
+                return await conn.request(body, version)
+        return asyncio.run(ask())
+
+    def create_topic(self, name: str, partitions: int = 1, replication_factor: int = 1) -> None:
+        futures = self.admin.create_topics([NewTopic(name, partitions, replication_factor)])
+        futures[name].result(30)
+        eventually(lambda: self.topic_id(name) is not None, what=f"{name} in metadata")
+
+    def delete_topic(self, name: str) -> None:
+        self.admin.delete_topics([name])[name].result(30)
+        eventually(lambda: self.topic_id(name) is None, what=f"{name} gone from metadata")
+
+    def topic_id(self, name: str) -> Optional[Uuid]:
+        """The topic's id once every partition has a leader (None: not there yet)."""
+        md = metadata(self, [(name, Uuid.ZERO)], allow_auto_topic_creation=False)
+        t = md.topics[0]
+        if t.error_code or not t.partitions or any(p.leader_id < 0 for p in t.partitions):
+            return None
+        return t.topic_id
+
+
+@pytest.fixture
+def target(request: pytest.FixtureRequest) -> Iterator[Target]:
+    """kproto's single broker as a :class:`Target`."""
+    broker = request.getfixturevalue("kafka_broker")
+    yield Target(broker.bootstrap)
+
+
+def eventually(check: Callable[[], Any], timeout: float = 20.0, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.05)
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def metadata(t: Target, topics: list[tuple[Optional[str], Uuid]], version: int = 12,
+             allow_auto_topic_creation: bool = False) -> Any:
+    cls = request_codec(ApiKey.METADATA).cls
+    body = cls(topics=[cls.MetadataRequestTopic(name=n, topic_id=i) for n, i in topics],
+               allow_auto_topic_creation=allow_auto_topic_creation,
+               include_topic_authorized_operations=False)
+    return t.request(body, version)
+
+
+# ---------------------------------------------------------------------------- Metadata by id
+def test_metadata_by_topic_id_ignores_the_empty_name_the_java_client_sends(target: Target) -> None:
+    """Kafka's ``handleTopicMetadataRequest``: once any topic id is given, the request is by
+    id; names (the Java Admin's ``describeTopics(TopicCollection.ofTopicIds(..))`` sends "")
+    are not looked up. Unknown ids come first with UNKNOWN_TOPIC_ID and a null name."""
+    name = unique("by-id")
+    target.create_topic(name, partitions=2)
+    tid = target.topic_id(name)
+    assert tid is not None
+    for given in ("", None):
+        md = metadata(target, [(given, tid)])
+        assert [(t.error_code, t.name, t.topic_id) for t in md.topics] == [(0, name, tid)]
+        assert sorted(p.partition_index for p in md.topics[0].partitions) == [0, 1]
+    missing = Uuid(uuid.uuid4().bytes)
+    md = metadata(target, [("", tid), ("", missing)], allow_auto_topic_creation=True)
+    assert [(t.error_code, t.name, t.topic_id) for t in md.topics] == [
+        (E.UNKNOWN_TOPIC_ID, None, missing), (0, name, tid)]
+
+
+def test_metadata_topic_id_before_v12_is_an_invalid_request(target: Target) -> None:
+    """v10 and v11 carry a topic id field, but Kafka refuses a request using it."""
+    name = unique("by-id-v11")
+    target.create_topic(name)
+    tid = target.topic_id(name)
+    md = metadata(target, [(name, tid)], version=11)
+    assert [t.error_code for t in md.topics] == [E.INVALID_REQUEST]
+    assert metadata(target, [(name, Uuid.ZERO)], version=11).topics[0].error_code == 0
+
+
+@pytest.fixture(scope="session")
+def java_cp(tmp_path_factory: Any) -> str:
+    import java_interop as jv
+    return jv.classpath(str(tmp_path_factory.mktemp("java")))
+
+
+def test_java_admin_describes_topics_by_id(target: Target, java_cp: str) -> None:
+    """``Admin.describeTopics(TopicCollection.ofTopicIds(..))`` of the Java client: the topic
+    by its id, and UnknownTopicIdException for an id no topic has."""
+    import java_interop as jv
+    events = jv.run(java_cp, target.bootstrap, "topicids")
+    [found] = jv.of(events, "topicids", "by-id")
+    assert (found["name"], found["partitions"]) == ("j-topicids", 2)
+    assert found["topic_id"] == str(target.topic_id("j-topicids"))
+    [unknown] = jv.of(events, "topicids", "unknown-id")
+    assert unknown["error"] == "UnknownTopicIdException"
