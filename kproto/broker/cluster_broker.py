@@ -547,8 +547,8 @@ class ClusterBrokerCore(BrokerCore):
         super().close(clean)
 
     # ------------------------------------------------------------------ handlers
-    def verify_transactional_produce(self, transactional_id: str, producer_id: int, topic: str,
-                                     partition: int) -> int:
+    def verify_transactional_produce(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                                     topic: str, partition: int) -> int:
         """Not verified: the coordinator is another broker (see the module docstring)."""
         return ErrorCode.NONE
 

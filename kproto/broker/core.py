@@ -160,9 +160,12 @@ class Request:
         self.channel.respond(frame)
 
 
-def _producer_id(records: Any) -> int:
-    """The producer id in a v2 batch header (bytes 43..51), -1 if there is none."""
-    return int.from_bytes(bytes(records[43:51]), "big", signed=True) if len(records) >= 61 else -1
+def _producer_id_and_epoch(records: Any) -> tuple[int, int]:
+    """The producer id and epoch in a v2 batch header (bytes 43..53), (-1, -1) if there is none."""
+    if len(records) < 61:
+        return -1, -1
+    return (int.from_bytes(bytes(records[43:51]), "big", signed=True),
+            int.from_bytes(bytes(records[51:53]), "big", signed=True))
 
 
 def _close_for_acks0(req: Request) -> None:
@@ -513,11 +516,11 @@ class BrokerCore:
         self.txns.complete_markers_locally(producer_id, producer_epoch, coordinator_epoch, commit, partitions)
         done()
 
-    def verify_transactional_produce(self, transactional_id: str, producer_id: int, topic: str,
-                                     partition: int) -> int:
+    def verify_transactional_produce(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                                     topic: str, partition: int) -> int:
         """KIP-890 part 1: a transactional produce must be to a partition its transaction added
         (the coordinator is here: it is asked directly)."""
-        return self.txns.verify_produce(transactional_id, producer_id, topic, partition)
+        return self.txns.verify_produce(transactional_id, producer_id, producer_epoch, topic, partition)
 
     def known_topics(self) -> dict[str, tuple[Uuid, int, bool]]:
         return {n: (t.topic_id, len(t.partitions), t.is_internal) for n, t in self.logs.topics.items()}
@@ -839,8 +842,9 @@ class BrokerCore:
                     continue
                 if body.transactional_id is not None:
                     # KIP-890 part 1: the partition must be in the producer's transaction
-                    err = self.verify_transactional_produce(body.transactional_id,
-                                                            _producer_id(p.records), t.name, p.index)
+                    pid, epoch = _producer_id_and_epoch(p.records)
+                    err = self.verify_transactional_produce(body.transactional_id, pid, epoch,
+                                                            t.name, p.index)
                     if err:
                         res.error_code = err
                         continue

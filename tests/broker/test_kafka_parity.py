@@ -134,3 +134,33 @@ def test_java_admin_describes_topics_by_id(target: Target, java_cp: str) -> None
     assert found["topic_id"] == str(target.topic_id("j-topicids"))
     [unknown] = jv.of(events, "topicids", "unknown-id")
     assert unknown["error"] == "UnknownTopicIdException"
+
+
+# ---------------------------------------------------------------------------- fenced producer
+def test_fenced_producer_learns_it_is_fenced_at_its_next_produce(target: Target) -> None:
+    """A transactional producer fenced by a second one with its transactional id (whose
+    InitProducerId aborts the open transaction) produces again. Kafka's produce path asks the
+    coordinator (KIP-890 verification): an epoch that is not the transaction's is fenced,
+    INVALID_PRODUCER_EPOCH, which librdkafka turns into its fatal _FENCED at once (with
+    INVALID_TXN_STATE it only asked for an abort, and learnt of the fence a transaction later)."""
+    topic = unique("fenced")
+    target.create_topic(topic)
+    conf = {"bootstrap.servers": target.bootstrap, "transactional.id": unique("fenced"),
+            "linger.ms": 0, "message.timeout.ms": 15000}
+    first = ck.Producer(conf)
+    first.init_transactions(20)
+    first.begin_transaction()
+    first.produce(topic, b"before")
+    assert first.flush(20) == 0
+    ck.Producer(conf).init_transactions(20)
+    errors: list[Any] = []
+    first.produce(topic, b"after", on_delivery=lambda err, msg: errors.append(err))
+    try:
+        first.flush(20)
+    except (ck.KafkaException, SystemError):
+        pass  # the fatal error surfaces from the delivery callback's poll
+    assert [e.code() for e in errors] == [ck.KafkaError.INVALID_PRODUCER_EPOCH], errors
+    with pytest.raises(ck.KafkaException) as commit:
+        first.commit_transaction(20)
+    err = commit.value.args[0]
+    assert err.fatal() and err.code() == ck.KafkaError._FENCED, err
