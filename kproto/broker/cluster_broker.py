@@ -399,11 +399,14 @@ class ClusterBrokerCore(BrokerCore):
     def _apply(self, changes: Any) -> None:
         before = {t: self._led(t) for t in (OFFSETS_TOPIC, TXN_TOPIC)}
         touched: list[tuple[str, int]] = []
+        deleted: list[tuple[str, int]] = []
         for current, previous in changes.partitions:
             p = current if current is not None else previous
             assert p is not None
             key = (p.topic, p.partition)
             touched.append(key)
+            if current is None:
+                deleted.append(key)  # its topic was deleted
             if current is None or self.node_id not in current.replicas:
                 if previous is not None and previous.topic != p.topic:
                     key = (previous.topic, previous.partition)
@@ -417,6 +420,9 @@ class ClusterBrokerCore(BrokerCore):
                 self.configs.apply_topic(topic, self.image.configs.get((rtype, name), {}))
         for name in changes.topics_created:
             self._creating.discard(name)
+        if deleted:
+            # Kafka's BrokerMetadataPublisher: the group coordinator drops their offsets
+            self.groups.on_partitions_deleted(deleted)
         for key in touched:
             # waiting produces and fetches of a partition that changed hands answer now
             self.produce_purgatory.check_and_complete(key)

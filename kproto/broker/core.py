@@ -743,6 +743,7 @@ class BrokerCore:
             self.logs.delete_topic(topic.name)
             if topic.configs:
                 self.configs.save()
+            self.groups.on_partitions_deleted((topic.name, p) for p in range(len(topic.partitions)))
             for p in range(len(topic.partitions)):
                 # waiting fetches of the partition answer now, with its error
                 self.fetch_purgatory.check_and_complete((topic.name, p))

@@ -164,3 +164,93 @@ def test_fenced_producer_learns_it_is_fenced_at_its_next_produce(target: Target)
         first.commit_transaction(20)
     err = commit.value.args[0]
     assert err.fatal() and err.code() == ck.KafkaError._FENCED, err
+
+
+# ---------------------------------------------------------------------------- deleted topics
+def produce_values(target: Target, topic: str, values: list[bytes]) -> None:
+    p = ck.Producer({"bootstrap.servers": target.bootstrap, "linger.ms": 0})
+    for v in values:
+        p.produce(topic, value=v, partition=0)
+    assert p.flush(20) == 0
+
+
+def commit_offset(target: Target, group: str, topic: str, offset: int) -> None:
+    """Commit ``offset`` for partition 0 as a simple consumer (no group membership)."""
+    c = ck.Consumer({"bootstrap.servers": target.bootstrap, "group.id": group})
+    try:
+        c.commit(offsets=[ck.TopicPartition(topic, 0, offset)], asynchronous=False)
+    finally:
+        c.close()
+
+
+def committed(target: Target, group: str, topic: str) -> int:
+    """The group's committed offset of partition 0 (-1001: none), read with OffsetFetch."""
+    from confluent_kafka import ConsumerGroupTopicPartitions
+    f = target.admin.list_consumer_group_offsets(
+        [ConsumerGroupTopicPartitions(group, [ck.TopicPartition(topic, 0)])])[group]
+    [tp] = f.result(20).topic_partitions
+    return int(tp.offset)
+
+
+def consume_all(target: Target, group: str, topic: str, expect: int) -> list[bytes]:
+    c = ck.Consumer({"bootstrap.servers": target.bootstrap, "group.id": group,
+                     "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    c.subscribe([topic])
+    out: list[bytes] = []
+    deadline = time.monotonic() + 20
+    try:
+        while time.monotonic() < deadline and len(out) < expect:
+            m = c.poll(0.2)
+            if m is not None and m.error() is None:
+                out.append(m.value())
+        # anything past what is expected would be a duplicate: look a moment longer
+        end = time.monotonic() + 0.5
+        while time.monotonic() < end:
+            m = c.poll(0.1)
+            if m is not None and m.error() is None:
+                out.append(m.value())
+    finally:
+        c.close()
+    return out
+
+
+def test_deleting_a_topic_deletes_the_offsets_groups_committed_for_it(target: Target) -> None:
+    """Kafka's group coordinator deletes the committed offsets of a deleted topic's partitions
+    (``onPartitionsDeleted``): a topic created again under the name is read from its start,
+    not from the old topic's offset (which skipped its first records)."""
+    topic, group = unique("recreated"), unique("group")
+    target.create_topic(topic)
+    produce_values(target, topic, [b"old-%d" % i for i in range(5)])
+    commit_offset(target, group, topic, 5)
+    assert committed(target, group, topic) == 5
+    target.delete_topic(topic)
+    eventually(lambda: committed(target, group, topic) < 0, what="the offset deleted with its topic")
+    target.create_topic(topic)
+    produce_values(target, topic, [b"new-%d" % i for i in range(10)])
+    assert committed(target, group, topic) < 0
+    assert consume_all(target, group, topic, 10) == [b"new-%d" % i for i in range(10)]
+
+
+def test_offsets_of_a_deleted_topic_stay_deleted_after_a_restart(kafka_broker: Any) -> None:
+    """The deletion is written to ``__consumer_offsets`` (tombstones), so a restarted broker
+    does not load the old offsets back; a transactional offset pending when the topic went is
+    dropped too, and its transaction's COMMIT does not bring it back."""
+    target = Target(kafka_broker.bootstrap)
+    topic, group, pending_group = unique("gone"), unique("group"), unique("txn-group")
+    target.create_topic(topic)
+    produce_values(target, topic, [b"x"] * 3)
+    commit_offset(target, group, topic, 3)
+    producer = ck.Producer({"bootstrap.servers": target.bootstrap, "transactional.id": unique("txn")})
+    producer.init_transactions(20)
+    producer.begin_transaction()
+    meta = ck.Consumer({"bootstrap.servers": target.bootstrap, "group.id": pending_group})
+    producer.send_offsets_to_transaction([ck.TopicPartition(topic, 0, 2)], meta.consumer_group_metadata(), 20)
+    meta.close()
+    target.delete_topic(topic)
+    producer.commit_transaction(20)
+    assert committed(target, group, topic) < 0
+    assert committed(target, pending_group, topic) < 0
+    kafka_broker.restart()
+    target = Target(kafka_broker.bootstrap)
+    assert committed(target, group, topic) < 0
+    assert committed(target, pending_group, topic) < 0
