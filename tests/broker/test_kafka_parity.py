@@ -254,3 +254,45 @@ def test_offsets_of_a_deleted_topic_stay_deleted_after_a_restart(kafka_broker: A
     target = Target(kafka_broker.bootstrap)
     assert committed(target, group, topic) < 0
     assert committed(target, pending_group, topic) < 0
+
+
+# ---------------------------------------------------------------------------- a cluster
+def cluster_target(cluster: Any) -> Target:
+    return Target(cluster.bootstrap)
+
+
+def partition_state(target: Target, topic: str) -> tuple[int, list[int], list[int]]:
+    """(leader, replicas, sorted ISR) of partition 0 as Metadata says."""
+    [t] = metadata(target, [(topic, Uuid.ZERO)]).topics
+    [p] = t.partitions
+    return p.leader_id, list(p.replica_nodes), sorted(p.isr_nodes)
+
+
+def reassigning(target: Target, topic: str) -> list[Any]:
+    cls = request_codec(ApiKey.LIST_PARTITION_REASSIGNMENTS).cls
+    r = target.request(cls(timeout_ms=10000, topics=[cls.ListPartitionReassignmentsTopics(
+        name=topic, partition_indexes=[0])]), 0)
+    assert r.error_code == 0, r
+    return [p for t in r.topics for p in t.partitions]
+
+
+@pytest.mark.kafka_cluster(brokers=3, controllers=1)
+def test_reassignment_replacing_the_leader_completes(kafka_cluster: Any) -> None:
+    """``[1, 2] -> [3, 2]`` (Kafka's ReplicationControlManager and PartitionChangeBuilder):
+    replica 3 is added and catches up, the leader adds it to the ISR, the reassignment
+    completes, replica 1 leaves and leadership moves off it."""
+    target = cluster_target(kafka_cluster)
+    topic = unique("moved")
+    fs = target.admin.create_topics([NewTopic(topic, num_partitions=1, replica_assignment=[[1, 2]])])
+    fs[topic].result(30)
+    eventually(lambda: partition_state(target, topic)[2] == [1, 2], what="both replicas in sync")
+    produce_values(target, topic, [b"r-%d" % i for i in range(20)])
+    cls = request_codec(ApiKey.ALTER_PARTITION_REASSIGNMENTS).cls
+    r = target.request(cls(timeout_ms=10000, topics=[cls.ReassignableTopic(
+        name=topic, partitions=[cls.ReassignablePartition(partition_index=0, replicas=[3, 2])])]), 0)
+    assert [p.error_code for t in r.responses for p in t.partitions] == [0]
+    eventually(lambda: not reassigning(target, topic), what="the reassignment to complete")
+    leader, replicas, isr = eventually(lambda: (lambda s: s if s[2] == [2, 3] else None)(
+        partition_state(target, topic)), what="the ISR of the new replicas")
+    assert (leader, replicas) == (3, [3, 2])
+    assert consume_all(target, unique("g"), topic, 20) == [b"r-%d" % i for i in range(20)]
