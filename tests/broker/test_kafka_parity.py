@@ -58,11 +58,11 @@ class Target:
         return t.topic_id
 
 
-@pytest.fixture
+@pytest.fixture(params=["broker", "cluster"])
 def target(request: pytest.FixtureRequest) -> Iterator[Target]:
-    """kproto's single broker as a :class:`Target`."""
-    broker = request.getfixturevalue("kafka_broker")
-    yield Target(broker.bootstrap)
+    """kproto's single broker, and a kproto cluster of three brokers, as a :class:`Target`."""
+    fixture = "kafka_broker" if request.param == "broker" else "kafka_cluster"
+    yield Target(request.getfixturevalue(fixture).bootstrap)
 
 
 def eventually(check: Callable[[], Any], timeout: float = 20.0, what: str = "condition") -> Any:
