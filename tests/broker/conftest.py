@@ -2,7 +2,9 @@
 import pytest
 
 from kproto.broker.timer import FakeClock
-from kproto.testing import kafka_broker, kafka_cluster, pytest_configure  # noqa: F401  (fixtures, markers)
+from kproto.testing import (_apache_kafka_pool, apache_kafka, apache_kafka_cluster,  # noqa: F401  (fixtures,
+                            kafka_broker, kafka_cluster, pytest_configure,  # markers, Apache Kafka's logs
+                            pytest_runtest_makereport)  # in failed reports)
 
 
 @pytest.fixture
