@@ -763,10 +763,11 @@ class ClusterBrokerCore(BrokerCore):
             if info is None:
                 if topic_name_error(name) is not None:
                     code = ErrorCode.INVALID_TOPIC_EXCEPTION
-                elif auto and not name.startswith("__"):
-                    self._create_internal_topic(name, self.config.num_partitions, {})
-                    code = ErrorCode.LEADER_NOT_AVAILABLE
                 else:
+                    # auto-created: asked of the controller, this request answered before it
+                    # is done, UNKNOWN_TOPIC_OR_PARTITION as Kafka's KRaft broker answers
+                    if auto and not name.startswith("__"):
+                        self._create_internal_topic(name, self.config.num_partitions, {})
                     code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 topics_out.append(cls.MetadataResponseTopic(error_code=code, name=name))
                 continue

@@ -585,11 +585,14 @@ class BrokerCore:
                     topics_out.append(cls.MetadataResponseTopic(
                         error_code=ErrorCode.INVALID_TOPIC_EXCEPTION, name=name))
                     continue
-                if not auto:
-                    topics_out.append(cls.MetadataResponseTopic(
-                        error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name=name))
-                    continue
-                topic = self._create_topic(name, cfg.num_partitions)
+                if auto:
+                    # created now, but Kafka's KRaft broker answers the request that asked for
+                    # it before the controller has: UNKNOWN_TOPIC_OR_PARTITION, the client
+                    # asks again (AutoTopicCreationManager)
+                    self._create_topic(name, cfg.num_partitions)
+                topics_out.append(cls.MetadataResponseTopic(
+                    error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name=name))
+                continue
             topics_out.append(cls.MetadataResponseTopic(
                 error_code=0, name=topic.name, topic_id=topic.topic_id, is_internal=topic.is_internal,
                 partitions=[cls.MetadataResponsePartition(
