@@ -11,6 +11,7 @@ the first step whose answers differ. Skipped where Apache Kafka cannot run (no J
 A scenario is added by writing the story; what Kafka answers needs no writing down."""
 from __future__ import annotations
 
+import time
 import uuid
 from typing import Any, Callable
 
@@ -18,12 +19,16 @@ import pytest
 
 from kproto.codecs import request as request_codec
 from kproto.codecs.primitives import Uuid
+from kproto.error_codes import ErrorCode as E
 from kproto.records import RecordBatchBuilder
 from kproto.schemas.api_keys import ApiKey
 
 from test_kafka_parity import Target, ck, eventually
 
 Transcript = list[tuple[str, Any]]
+#: a coordinator still being elected or loading, a transaction still completing
+_NOT_YET = (E.COORDINATOR_NOT_AVAILABLE, E.COORDINATOR_LOAD_IN_PROGRESS, E.NOT_COORDINATOR,
+            E.CONCURRENT_TRANSACTIONS)
 
 #: answer fields that differ between any two brokers or runs: not compared
 IGNORED = {"throttle_time_ms", "error_message", "host", "port", "cluster_id", "log_append_time_ms",
@@ -65,6 +70,20 @@ class Story:
     def ask(self, step: str, api_key: int, version: int, **fields: Any) -> Any:
         cls = request_codec(api_key).cls
         resp = self.t.request(cls(**fields), version)
+        self.transcript.append((step, normalize(resp, self._ids)))
+        return resp
+
+    def ask_ready(self, step: str, api_key: int, version: int, **fields: Any) -> Any:
+        """:meth:`ask`, repeated (unrecorded) while the answer says a coordinator is still
+        being elected or loaded or a transaction still completing: how long that lasts is
+        each broker's own."""
+        cls = request_codec(api_key).cls
+        deadline = time.monotonic() + 20
+        while True:
+            resp = self.t.request(cls(**fields), version)
+            if getattr(resp, "error_code", 0) not in _NOT_YET or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
         self.transcript.append((step, normalize(resp, self._ids)))
         return resp
 
@@ -188,7 +207,78 @@ def metadata_auto_creation(s: Story) -> None:
           topics=[M.MetadataRequestTopic(name="bad name!", topic_id=Uuid.ZERO)])
 
 
+def txn_produce(s: Story, step: str, topic: str, partition: int, tid: str, pid: int, epoch: int,
+                seq: int, version: int = 9) -> Any:
+    P = request_codec(ApiKey.PRODUCE).cls
+    return s.ask(step, ApiKey.PRODUCE, version, transactional_id=tid, acks=-1, timeout_ms=5000,
+                 topic_data=[P.TopicProduceData(name=topic, partition_data=[P.PartitionProduceData(
+                     index=partition, records=records(b"t", producer_id=pid, producer_epoch=epoch,
+                                                      base_sequence=seq, transactional=True))])])
+
+
+def transaction_fencing_and_a_deleted_topic(s: Story) -> None:
+    """A transaction in raw requests: produce to a partition not added, with a newer epoch,
+    the topic deleted while the transaction is open, its commit, a fenced EndTxn at each
+    version, a fenced InitProducerId."""
+    topic, tid = s.name("txn"), s.name("tid")
+    s.create(topic, 2)
+    s.ask_ready("find coordinator", ApiKey.FIND_COORDINATOR, 3, key=tid, key_type=1)
+    init = s.ask_ready("init", ApiKey.INIT_PRODUCER_ID, 4, transactional_id=tid, transaction_timeout_ms=60000,
+                       producer_id=-1, producer_epoch=-1)
+    pid, epoch = init.producer_id, init.producer_epoch
+    A = request_codec(ApiKey.ADD_PARTITIONS_TO_TXN).cls
+    s.ask_ready("add p0", ApiKey.ADD_PARTITIONS_TO_TXN, 3, v3_and_below_transactional_id=tid,
+                v3_and_below_producer_id=pid, v3_and_below_producer_epoch=epoch,
+                v3_and_below_topics=[A.AddPartitionsToTxnTopic(name=topic, partitions=[0])])
+    s.ask_ready("add missing topic", ApiKey.ADD_PARTITIONS_TO_TXN, 3, v3_and_below_transactional_id=tid,
+                v3_and_below_producer_id=pid, v3_and_below_producer_epoch=epoch,
+                v3_and_below_topics=[A.AddPartitionsToTxnTopic(name=s.name("nope"), partitions=[0])])
+    txn_produce(s, "produce p0", topic, 0, tid, pid, epoch, 0)
+    for v in (3, 9, 11):
+        txn_produce(s, f"v{v} produce p1 not added", topic, 1, tid, pid, epoch, 0, v)
+    txn_produce(s, "produce newer epoch", topic, 0, tid, pid, epoch + 1, 0)
+    s.delete(topic)
+    txn_produce(s, "produce after delete", topic, 0, tid, pid, epoch, 1)
+    s.ask_ready("commit", ApiKey.END_TXN, 3, transactional_id=tid, producer_id=pid, producer_epoch=epoch,
+                committed=True)
+    again = s.ask_ready("init again", ApiKey.INIT_PRODUCER_ID, 4, transactional_id=tid,
+                        transaction_timeout_ms=60000, producer_id=-1, producer_epoch=-1)
+    for v in (0, 2, 3, 4):
+        s.ask(f"v{v} fenced end", ApiKey.END_TXN, v, transactional_id=tid, producer_id=pid,
+              producer_epoch=epoch, committed=False)
+    for v in (3, 4):
+        s.ask(f"v{v} fenced init", ApiKey.INIT_PRODUCER_ID, v, transactional_id=tid, transaction_timeout_ms=60000,
+              producer_id=pid, producer_epoch=again.producer_epoch - 1)
+    s.ask("unknown tid end", ApiKey.END_TXN, 3, transactional_id=s.name("other"), producer_id=pid,
+          producer_epoch=0, committed=True)
+
+
+def idempotent_sequences(s: Story) -> None:
+    """An idempotent producer's sequence errors: a gap, a duplicate, an unknown producer."""
+    topic = s.name("idem")
+    s.create(topic)
+    init = s.ask_ready("init", ApiKey.INIT_PRODUCER_ID, 4, transactional_id=None, transaction_timeout_ms=60000,
+                 producer_id=-1, producer_epoch=-1)
+    pid = init.producer_id
+    P = request_codec(ApiKey.PRODUCE).cls
+
+    def send(step: str, seq: int, producer: int = pid, epoch: int = 0, version: int = 9) -> None:
+        s.ask(step, ApiKey.PRODUCE, version, transactional_id=None, acks=-1, timeout_ms=5000,
+              topic_data=[P.TopicProduceData(name=topic, partition_data=[P.PartitionProduceData(
+                  index=0, records=records(b"a", b"b", producer_id=producer, producer_epoch=epoch,
+                                           base_sequence=seq))])])
+    send("first", 0)
+    send("duplicate", 0)
+    send("gap", 5)
+    send("next", 2)
+    send("new epoch not at 0", 3, epoch=1)
+    send("older epoch", 4, epoch=0)
+    send("v3 gap", 9, version=3)
+
+
 SCENARIOS: list[Callable[[Story], None]] = [
+    transaction_fencing_and_a_deleted_topic,
+    idempotent_sequences,
     metadata_auto_creation,
     offset_fetch_of_a_deleted_topic,
     list_offsets_of_deleted_and_recreated_topic,
