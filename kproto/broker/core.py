@@ -17,16 +17,16 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Hashable, Optional, Protocol, Union
 
-from kproto.broker.acl import ACL_VERSIONS, AclHandlers, Authorizer, SecurityFile
+from kproto.broker.security.acl import ACL_VERSIONS, AclHandlers, Authorizer, SecurityFile
 from kproto.broker.admin import ADMIN_VERSIONS, AdminHandlers, admin_error_response
-from kproto.broker.auth import SASL_VERSIONS, Security
-from kproto.broker.authz import RequestAuthorizer
+from kproto.broker.security.auth import SASL_VERSIONS, Security
+from kproto.broker.security.authz import RequestAuthorizer
 from kproto.broker.configs import BrokerConfig, ConfigManager
-from kproto.broker.group import GroupCoordinator
+from kproto.broker.coordinators.group import GroupCoordinator
 from kproto.broker.log import BrokerError, Log, LogManager, Topic, topic_name_error
 from kproto.broker.purgatory import DelayedOperation, DelayedOperationPurgatory
 from kproto.broker.retention import RetentionManager, maybe_roll_by_time
-from kproto.broker.txn import TransactionCoordinator
+from kproto.broker.coordinators.txn import TransactionCoordinator
 from kproto.broker.timer import CallbackTask, Clock, SystemClock, SystemTimer
 from kproto.codecs import request as request_codec
 from kproto.codecs import response as response_codec
@@ -83,12 +83,12 @@ IMPLEMENTED: dict[int, tuple[int, int]] = {
     ApiKey.TXN_OFFSET_COMMIT: (0, 4),
     ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),
     ApiKey.LIST_TRANSACTIONS: (0, 2),
-    # KIP-848 consumer groups (kproto.broker.consumer_group)
+    # KIP-848 consumer groups (kproto.broker.coordinators.consumer_group)
     ApiKey.CONSUMER_GROUP_HEARTBEAT: (0, 1),
     ApiKey.CONSUMER_GROUP_DESCRIBE: (0, 1),
     **ADMIN_VERSIONS,
-    **SASL_VERSIONS,    # kproto.broker.auth
-    **ACL_VERSIONS,     # kproto.broker.acl
+    **SASL_VERSIONS,    # kproto.broker.security.auth
+    **ACL_VERSIONS,     # kproto.broker.security.acl
 }
 
 
@@ -148,7 +148,7 @@ class Request:
     api_key: int
     version: int
     received_ms: int
-    #: puts back what the authorizer took out of the request (kproto.broker.authz)
+    #: puts back what the authorizer took out of the request (kproto.broker.security.authz)
     patch: Optional[Callable[[Any], Any]] = None
 
     def respond(self, body: Any, api_version: Optional[int] = None) -> None:

@@ -35,8 +35,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Callable, Mapping, Optional, Sequence
 
-import kproto
+from kproto.codecs import request as request_codec
 from kproto.error_codes import error_name
+from kproto.errors import DecodeError
+from kproto.framing import RequestHeader, decode_response, encode_request
 
 __all__ = ["ApacheKafka", "KafkaNotAvailable", "KafkaStartError", "DEFAULT_VERSION", "VERSIONS",
            "TEST_CONFIG", "cache_dir", "classpath", "client_jars", "java", "unavailable",
@@ -177,13 +179,13 @@ def _set_parent_death_signal() -> None:
 def _request(host: str, port: int, obj: Any, version: int, timeout: float = 5.0) -> Any:
     """Send one request with kproto's codecs and return the decoded response body."""
     api_key = type(obj).API_KEY
-    header = kproto.RequestHeader(request_api_key=api_key, request_api_version=version,
+    header = RequestHeader(request_api_key=api_key, request_api_version=version,
                                   correlation_id=1, client_id="kproto-apache-harness")
     with socket.create_connection((host, port), timeout=timeout) as sock:
-        sock.sendall(kproto.encode_request(header, obj))
+        sock.sendall(encode_request(header, obj))
         size = int.from_bytes(_recv_exactly(sock, 4), "big")
         frame = _recv_exactly(sock, size)
-    _, body = kproto.decode_response(frame, api_key, version, size_prefix=False)
+    _, body = decode_response(frame, api_key, version, size_prefix=False)
     return body
 
 
@@ -487,13 +489,13 @@ class ApacheKafka:
             return True
         port = n.port if n.is_broker else n.controller_port
         try:
-            versions = _request(self.host, port, kproto.request(18).cls(), 0, timeout=2.0)
+            versions = _request(self.host, port, request_codec(18).cls(), 0, timeout=2.0)
             if versions.error_code != 0:
                 return False
             if not n.is_broker:
                 return True
-            md = _request(self.host, port, kproto.request(3).cls(topics=[]), 12, timeout=2.0)
-        except (OSError, kproto.DecodeError):
+            md = _request(self.host, port, request_codec(3).cls(topics=[]), 12, timeout=2.0)
+        except (OSError, DecodeError):
             return False
         return brokers <= {b.node_id for b in md.brokers}
 
@@ -523,8 +525,8 @@ class ApacheKafka:
     def metadata(self, topics: Optional[Sequence[str]] = None, via: Optional[int] = None) -> Any:
         """A MetadataResponse (v12) from broker ``via`` (default: a running one); ``topics``
         None: all topics."""
-        req = kproto.request(3).cls(topics=None if topics is None else [
-            kproto.request(3).cls.MetadataRequestTopic(name=t) for t in topics])
+        req = request_codec(3).cls(topics=None if topics is None else [
+            request_codec(3).cls.MetadataRequestTopic(name=t) for t in topics])
         return _request(*self.address(via if via is not None else self._any_broker()), req, 12)
 
     def leader(self, topic: str, partition: int, via: Optional[int] = None) -> Optional[int]:
@@ -539,7 +541,7 @@ class ApacheKafka:
                      configs: Optional[Mapping[str, Any]] = None, timeout: float = 30.0) -> None:
         """Create a topic (CreateTopics v7 through a broker) and wait until every partition
         has a leader that every running broker knows."""
-        codec = kproto.request(19).cls
+        codec = request_codec(19).cls
         topic = codec.CreatableTopic(name=name, num_partitions=partitions,
                                      replication_factor=replication_factor,
                                      configs=[codec.CreatableTopicConfig(name=k, value=_prop(v))
@@ -556,7 +558,7 @@ class ApacheKafka:
     def _all_leaders(self, topic: str, partitions: int, via: int) -> bool:
         try:
             return all(self.leader(topic, p, via) is not None for p in range(partitions))
-        except (OSError, kproto.DecodeError):
+        except (OSError, DecodeError):
             return False
 
     def wait_for(self, condition: Callable[[], Any], timeout: float = 30.0, what: str = "condition",

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 
 import kproto
-from kproto.broker.acl import (ALL, ALLOW, CLUSTER, DENY, DESCRIBE, DESCRIBE_CONFIGS, GROUP,
+from kproto.broker.security.acl import (ALL, ALLOW, CLUSTER, DENY, DESCRIBE, DESCRIBE_CONFIGS, GROUP,
                                IDEMPOTENT_WRITE, LITERAL, PREFIXED, READ, TOPIC, WRITE, ALTER_CONFIGS,
                                AclBinding, Authorizer, TRANSACTIONAL_ID)
-from kproto.broker.auth import CredentialStore, PlainServer, SaslFailed, ScramCredential, ScramServer
+from kproto.broker.security.auth import CredentialStore, PlainServer, SaslFailed, ScramCredential, ScramServer
 from kproto.broker.configs import BrokerConfig
 from kproto.broker.core import BrokerCore
 from kproto.client.sasl import ScramClient, salted_password

@@ -10,7 +10,7 @@ import pytest
 
 import kproto
 from kproto.broker.log import BrokerError, LogConfig, LogManager
-from kproto.broker.replica import PartitionAssignment, ReplicaConfig, ReplicaManager
+from kproto.broker.cluster.replica import PartitionAssignment, ReplicaConfig, ReplicaManager
 from kproto.broker.timer import FakeClock, SystemTimer
 from kproto.error_codes import ErrorCode as E
 from kproto.schemas.api_keys import ApiKey as K

@@ -3,12 +3,12 @@
 :class:`ClusterBrokerCore` is the single broker's :class:`~kproto.broker.core.BrokerCore` with
 what a broker of a cluster adds, after Kafka's ``BrokerServer``:
 
-* the metadata log: an observer :class:`~kproto.broker.raft.KRaftReplica` of
+* the metadata log: an observer :class:`~kproto.broker.cluster.raft.KRaftReplica` of
   ``__cluster_metadata-0`` fetches it from the controller quorum into this broker's data dir,
   and each committed record is replayed into a :class:`~kproto.storage.metadata_image.MetadataImage`
   (Kafka's ``BrokerMetadataListener``); what changed is applied (``BrokerMetadataPublisher``):
   replicas created where the broker is assigned, led or followed through the
-  :class:`~kproto.broker.replica.ReplicaManager`, deleted where it no longer is;
+  :class:`~kproto.broker.cluster.replica.ReplicaManager`, deleted where it no longer is;
 * the lifecycle (``BrokerLifecycleManager``): BrokerRegistration with a new incarnation id,
   BrokerHeartbeat every ``broker_heartbeat_interval_ms`` (the controller unfences the broker
   once it has replayed its own registration, fences it when heartbeats stop), controlled
@@ -38,17 +38,17 @@ import os
 from typing import Any, Callable, Optional, Sequence
 
 from kproto.broker.configs import BrokerConfig
-from kproto.broker.controller import METADATA_VERSION_3_9
-from kproto.broker.controller_node import CONTROLLER_APIS
+from kproto.broker.cluster.controller import METADATA_VERSION_3_9
+from kproto.broker.cluster.controller_node import CONTROLLER_APIS
 from kproto.broker.core import IMPLEMENTED, BrokerCore, Request, metadata_request_topics
 from kproto.broker.log import BrokerError, Log, topic_name_error
 from kproto.storage.metadata_image import NO_LEADER, TOPIC_RESOURCE, MetadataImage, PartitionInfo
-from kproto.broker.offsets_topic import OFFSETS_TOPIC, partition_for
+from kproto.broker.coordinators.offsets_topic import OFFSETS_TOPIC, partition_for
 from kproto.broker.purgatory import DelayedOperation, DelayedOperationPurgatory
-from kproto.broker.raft import KRaftReplica, RaftConfig, RaftTransport, open_metadata_log
-from kproto.broker.replica import ReplicaConfig, ReplicaManager
+from kproto.broker.cluster.raft import KRaftReplica, RaftConfig, RaftTransport, open_metadata_log
+from kproto.broker.cluster.replica import ReplicaConfig, ReplicaManager
 from kproto.broker.timer import CallbackTask, Clock
-from kproto.broker.txn import TXN_TOPIC, append_txn_marker
+from kproto.broker.coordinators.txn import TXN_TOPIC, append_txn_marker
 from kproto.codecs import request as request_codec
 from kproto.codecs import response as response_codec
 from kproto.codecs.primitives import Uuid

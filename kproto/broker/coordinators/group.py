@@ -21,11 +21,11 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Optional, Union
 
-from kproto.broker.consumer_group import RECORD_TYPES as CONSUMER_RECORD_TYPES
-from kproto.broker.consumer_group import ConsumerGroup, ConsumerGroupCoordinator
+from kproto.broker.coordinators.consumer_group import RECORD_TYPES as CONSUMER_RECORD_TYPES
+from kproto.broker.coordinators.consumer_group import ConsumerGroup, ConsumerGroupCoordinator
 from kproto.broker.context import BrokerContext
 from kproto.broker.log import Log
-from kproto.broker.offsets_topic import (OFFSETS_TOPIC, OffsetAndMetadata, partition_for, record_key,
+from kproto.broker.coordinators.offsets_topic import (OFFSETS_TOPIC, OffsetAndMetadata, partition_for, record_key,
                                          record_value)
 from kproto.broker.purgatory import DelayedOperation, DelayedOperationPurgatory
 from kproto.codecs import message

@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from kproto.broker.context import BrokerContext
-from kproto.broker.group import GroupCoordinator
+from kproto.broker.coordinators.group import GroupCoordinator
 from kproto.broker.log import BrokerError
-from kproto.broker.offsets_topic import OFFSETS_TOPIC, partition_for
+from kproto.broker.coordinators.offsets_topic import OFFSETS_TOPIC, partition_for
 from kproto.broker.timer import CallbackTask
 from kproto.codecs import message
 from kproto.codecs import response as response_codec
