@@ -260,6 +260,22 @@ def test_a_lagging_follower_leaves_the_isr_and_rejoins_when_caught_up(cluster):
     assert leader.replicas.isr_changes_sent == 2
 
 
+def test_a_replica_added_under_the_same_leader_joins_the_isr(cluster):
+    """A reassignment adds a replica without a new leader epoch (Kafka bumps it only when
+    replicas leave): the leader must track the new follower, or it never enters the ISR and
+    the reassignment never completes."""
+    leader = cluster.brokers[1]
+    cluster.controller.publish(replicas=[1, 2], isr=[1, 2])
+    leader.produce([b"a", b"b"])
+    cluster.settle()
+    assert cluster.controller.state.isr == [1, 2]
+    cluster.controller.publish(replicas=[1, 2, 3])            # adding 3, same leader and epoch
+    cluster.settle(ticks=12)
+    assert values_of(cluster.brokers[3].log()) == [b"a", b"b"]
+    assert cluster.controller.state.isr == [1, 2, 3]
+    assert leader.replicas.partitions[("t", 0)].isr == [1, 2, 3]
+
+
 def test_a_returning_leader_truncates_its_uncommitted_tail_where_the_epochs_diverge(cluster):
     b1, b2, b3 = (cluster.brokers[n] for n in (1, 2, 3))
     for v in (b"m0", b"m1", b"m2"):

@@ -195,8 +195,9 @@ class RequestAuthorizer:
         keep, denied = [], []
         for t in body.topics:
             name = t.name
-            if name is None:
-                topic = logs.topics_by_id.get(getattr(t, "topic_id", Uuid.ZERO))
+            if name is None or getattr(t, "topic_id", Uuid.ZERO) not in (None, Uuid.ZERO):
+                # asked by id (the name, if any, is not looked at: the Java client sends "")
+                topic = logs.topics_by_id.get(t.topic_id)
                 if topic is not None and not self.ok(s, DESCRIBE, TOPIC, topic.name):
                     denied.append((None, t.topic_id))
                     continue
