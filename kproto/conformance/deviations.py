@@ -17,7 +17,7 @@ import fnmatch
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, List, Mapping, Optional, Union
+from typing import Any, Iterable, List, Optional, Union
 
 if sys.version_info >= (3, 11):
     import tomllib

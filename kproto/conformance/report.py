@@ -125,8 +125,8 @@ class Report:
     def normalised_text(self) -> str:
         """Each normalisation rule with the fields it replaced in this run."""
         by_rule: Dict[str, Set[str]] = {}
-        for rule, api, path in self.normalised:
-            by_rule.setdefault(rule, set()).add(f"{api} {path}")
+        for name, api, path in self.normalised:
+            by_rule.setdefault(name, set()).add(f"{api} {path}")
         lines = []
         for rule in RULES:
             if rule.name in by_rule:

@@ -15,7 +15,7 @@ import asyncio
 import os
 import time
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 from kproto.client.connection import Connection
 from kproto.codecs import request as request_codec
@@ -60,7 +60,7 @@ class _Side:
         self.versions: Dict[int, range] = {}
         self.topic_ids: Dict[str, Any] = {}
         self.node_id = -1
-        self.authorizer = False
+        self.touched: Set[Tuple[str, str, str]] = set()  # what the normaliser replaced
         self._all: List[Connection] = []
 
     async def connect(self) -> Connection:
@@ -133,7 +133,7 @@ async def _drive(side: _Side, scenario: Scenario, ctx: Context) -> List[_Outcome
     finally:
         gen.close()
         side.pool.put_nowait(conn)
-        side.touched = getattr(side, "touched", set()) | norm.touched  # type: ignore[attr-defined]
+        side.touched |= norm.touched
     return outcomes
 
 
@@ -256,7 +256,7 @@ async def run_conformance(target: Address, reference: Address, *,
             _record(report, s, v, t_out, r_out)
 
         await asyncio.gather(*(one(s, v) for s, v in runs))
-        report.normalised = getattr(tside, "touched", set()) | getattr(rside, "touched", set())
+        report.normalised = tside.touched | rside.touched
         return report
     finally:
         await asyncio.gather(tside.close(), rside.close())
@@ -274,11 +274,22 @@ def _record(report: Report, s: Scenario, v: int, t_out: List[_Outcome], r_out: L
         if t is None or r is None or t.label != r.label:
             own.diffs.append(Diff(f"<sequence>[{i}]", t and t.label, r and r.label))
             break
+        if _is_error(t.tree) or _is_error(r.tree):
+            # a failed call (closed connection, undecodable answer) ends that side's run
+            if t.tree != r.tree:
+                res = own if not t.compare else CallResult(s.name, t.api_key, t.version, t.label)
+                if res is not own:
+                    report.results.append(res)
+                res.diffs.append(Diff(f"<error {t.label}>" if res is own else "<error>",
+                                      _error_text(t.tree), _error_text(r.tree)))
+            break
         if t.compare:
             res = CallResult(s.name, t.api_key, t.version, t.label, compare(t.tree, r.tree))
             report.results.append(res)
-        elif _is_error(t.tree) != _is_error(r.tree):
-            own.diffs.append(Diff(f"<{t.label}>", t.tree, r.tree))
+
+
+def _error_text(tree: Any) -> Any:
+    return tree.get("<error>", "answered") if isinstance(tree, dict) else "answered"
 
 
 def _is_error(tree: Any) -> bool:

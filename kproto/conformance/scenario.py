@@ -11,10 +11,9 @@ generator against the target and the reference broker and hands both transcripts
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Generator, Iterable, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, Generator, Iterable, List, Mapping, Optional, Set, Tuple
 
 from kproto.codecs import MessageCodec, Uuid, request
-from kproto.schemas.api_keys import ApiKey
 
 __all__ = ["Call", "Context", "Scenario", "ScenarioGen", "TopicSpec", "build", "api_name"]
 
@@ -26,7 +25,7 @@ def api_name(api_key: int) -> str:
 
 
 def _build_struct(codec: MessageCodec, cls_name: str, values: Mapping[str, Any]) -> Any:
-    cls = codec.classes[cls_name]
+    cls: Any = codec.classes[cls_name]
     struct = cls._schema_struct
     kwargs: Dict[str, Any] = {}
     by_attr = {f.attr: f for f in struct.fields} if struct is not None else {}
@@ -46,9 +45,9 @@ def _build_struct(codec: MessageCodec, cls_name: str, values: Mapping[str, Any])
     return cls(**kwargs)
 
 
-def _all_attrs(codec: MessageCodec) -> set:
-    return {f.attr for c in codec.classes.values() if c._schema_struct is not None
-            for f in c._schema_struct.fields}
+def _all_attrs(codec: MessageCodec) -> Set[str]:
+    structs = [getattr(c, "_schema_struct", None) for c in codec.classes.values()]
+    return {f.attr for s in structs if s is not None for f in s.fields}
 
 
 def build(api_key: int, **fields: Any) -> Any:
@@ -76,7 +75,7 @@ class Call:
 
 
 #: A scenario body: yields calls, receives each decoded response (None without one).
-ScenarioGen = Generator[Call, Any, None]
+ScenarioGen = Generator[Call, Any, Any]
 
 
 @dataclass(frozen=True)
