@@ -1,4 +1,4 @@
-"""kproto.history_checker: each finding kind caught on a synthetic history, a clean history
+"""kproto.testing.history_checker: each finding kind caught on a synthetic history, a clean history
 valid, History safe under concurrent appends, and a property over random histories."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import threading
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from kproto.history_checker import ERROR_KINDS, WARNING_KINDS, CheckResult, History, check
+from kproto.testing.history_checker import ERROR_KINDS, WARNING_KINDS, CheckResult, History, check
 
 NODES = ("b1", "b2", "b3")
 

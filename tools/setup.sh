@@ -10,3 +10,6 @@ if [ ! -x /usr/bin/chromium ]; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null \
         || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null; }
 fi
+
+# Apache Kafka's jars (server, tools, Java clients) into a cache outside the repository
+bash tools/kafka/fetch.sh

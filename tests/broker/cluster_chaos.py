@@ -1,6 +1,6 @@
 """The chaos run of the cluster tests: producers write while a nemesis kills, partitions and
 restarts nodes; afterwards every in-sync replica's log and a consumer group's reads are
-checked against the history with :mod:`kproto.history_checker`.
+checked against the history with :mod:`kproto.testing.history_checker`.
 
 The clients are plugged in as functions: ``produce(cluster, history, stop)`` runs in a thread
 until ``stop`` is set and records every send; the readers are confluent-kafka consumers.
@@ -11,7 +11,7 @@ import threading
 import time
 from typing import Any, Callable, Iterable
 
-from kproto.history_checker import CheckResult, History, check
+from kproto.testing.history_checker import CheckResult, History, check
 from kproto.testing import ClusterThread
 
 TOPIC = "chaos"

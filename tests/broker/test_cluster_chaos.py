@@ -16,7 +16,7 @@ from typing import IO, Optional
 import pytest
 
 import java_interop as jv
-from kproto.history_checker import History
+from kproto.testing.history_checker import History
 from kproto.testing import ClusterThread
 
 from cluster_chaos import TOPIC, controller_failover, run_chaos

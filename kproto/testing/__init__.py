@@ -21,13 +21,24 @@ injection of :class:`~kproto.broker.Cluster` callable from the test's thread:
     def test_failover(kafka_cluster):
         kafka_cluster.create_topic("orders", partitions=3, replication_factor=3)
         kafka_cluster.stop(kafka_cluster.leader("orders", 0), abrupt=True)
+
+``apache_kafka`` is Apache Kafka itself (:class:`kproto.testing.apache.ApacheKafka`, JVMs
+started from the jars tools/setup.sh caches): one combined-mode node unless
+``@pytest.mark.apache_kafka(nodes=3, controllers=1, config={...}, version="4.3.1")`` says
+otherwise; ``apache_kafka_cluster`` defaults to 3 brokers and 1 controller. Clusters are shared
+by the tests of a session that ask for the same shape (after each test every node is running
+again; use topic names of your own), ``fresh=True`` gives a test one of its own. Without Java
+or the jars the tests are skipped, or fail when the environment variable ``CI`` is set.
+``any_broker`` runs a test against both kproto's broker and Apache Kafka's single node.
+On a failure the end of every Apache Kafka node's server log is added to the report.
 """
 from __future__ import annotations
 
 import asyncio
 import os
+import sys
 import threading
-from typing import Any, Iterator, Optional
+from typing import TYPE_CHECKING, Any, Generator, Iterator, Optional
 
 import pytest
 
@@ -36,8 +47,11 @@ from kproto.broker.cluster import Cluster
 from kproto.broker.core import HookAction
 from kproto.broker.replica import ReplicaConfig
 
-__all__ = ["BrokerThread", "ClusterThread", "kafka_broker", "kafka_cluster", "TEST_DEFAULTS",
-           "CLUSTER_TEST_DEFAULTS"]
+if TYPE_CHECKING:  # imported on first use: ``python -m kproto.testing.apache`` runs it as __main__
+    from kproto.testing.apache import ApacheKafka
+
+__all__ = ["BrokerThread", "ClusterThread", "kafka_broker", "kafka_cluster", "apache_kafka",
+           "apache_kafka_cluster", "any_broker", "TEST_DEFAULTS", "CLUSTER_TEST_DEFAULTS"]
 
 #: What the fixture changes from Kafka's defaults.
 #: Rebalances of both group protocols settle in well under a second instead of seconds:
@@ -175,6 +189,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "kafka_broker(**settings): settings of the kafka_broker fixture")
     config.addinivalue_line("markers", "kafka_cluster(**settings): sizes and settings of the "
                                        "kafka_cluster fixture")
+    config.addinivalue_line("markers", "apache_kafka(nodes=1, controllers=0, config={}, version=, "
+                                       "fresh=False): the Apache Kafka of the apache_kafka fixtures")
 
 
 class ClusterThread(_LoopThread):
@@ -288,3 +304,121 @@ def kafka_cluster(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[Clu
     config = {**TEST_DEFAULTS, **CLUSTER_TEST_DEFAULTS, **(marker.kwargs if marker is not None else {})}
     with ClusterThread(tmp_path / "cluster", **config) as cluster:
         yield cluster
+
+
+# -- Apache Kafka ---------------------------------------------------------------------------------
+def _apache_unavailable(version: str) -> None:
+    """Skip the test when Apache Kafka cannot run here; fail instead under CI (CI=true), where
+    tools/setup.sh must have fetched it."""
+    from kproto.testing import apache
+    reason = apache.unavailable(version)
+    if reason is None:
+        return
+    if os.environ.get("CI"):
+        pytest.fail(f"Apache Kafka {version} is needed under CI: {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+class _ApachePool:
+    """The session's shared Apache Kafka clusters, one per shape and settings. Only the last
+    one asked for is kept running: each is several JVMs on a small machine."""
+
+    def __init__(self, base: Any) -> None:
+        self._base = base
+        self._running: Optional[tuple[Any, ApacheKafka]] = None
+
+    def get(self, key: Any, make: Any) -> ApacheKafka:
+        if self._running is not None and self._running[0] == key:
+            return self._running[1]
+        self.close()
+        kafka: ApacheKafka = make(self._base.mktemp("apache-kafka")).start_all()
+        self._running = (key, kafka)
+        return kafka
+
+    def restore(self, kafka: ApacheKafka) -> None:
+        """Every node running again after a test stopped or paused some (or drop the cluster)."""
+        try:
+            for node in list(kafka.nodes):
+                if kafka.nodes[node].paused:
+                    kafka.resume(node)
+            for node in list(kafka.nodes):
+                if not kafka.running(node):
+                    kafka.start(node)
+            kafka.wait_ready()
+        except Exception:
+            self.close()
+
+    def close(self) -> None:
+        running, self._running = self._running, None
+        if running is not None:
+            running[1].close()
+
+
+@pytest.fixture(scope="session")
+def _apache_kafka_pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[_ApachePool]:
+    pool = _ApachePool(tmp_path_factory)
+    yield pool
+    pool.close()
+
+
+def _apache(request: pytest.FixtureRequest, pool: _ApachePool, tmp_path_factory: pytest.TempPathFactory,
+            nodes: int, controllers: int) -> Generator[ApacheKafka, None, None]:
+    marker = request.node.get_closest_marker("apache_kafka")
+    kw = dict(marker.kwargs) if marker is not None else {}
+    from kproto.testing import apache
+    nodes, controllers = kw.pop("nodes", nodes), kw.pop("controllers", controllers)
+    version, config = kw.pop("version", apache.DEFAULT_VERSION), dict(kw.pop("config", {}))
+    fresh = kw.pop("fresh", False)
+    if kw:
+        raise TypeError(f"unknown apache_kafka marker arguments: {sorted(kw)}")
+    _apache_unavailable(version)
+
+    def make(path: Any) -> ApacheKafka:
+        return apache.ApacheKafka(path, nodes, controllers, version=version, config=config)
+
+    if fresh:
+        with make(tmp_path_factory.mktemp("apache-kafka")) as kafka:
+            yield kafka
+        return
+    kafka = pool.get((nodes, controllers, version, sorted(config.items())), make)
+    yield kafka
+    pool.restore(kafka)
+
+
+@pytest.fixture
+def apache_kafka(request: pytest.FixtureRequest, _apache_kafka_pool: _ApachePool,
+                 tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApacheKafka]:
+    """Apache Kafka on 127.0.0.1, shared by the session's tests of the same shape: one
+    combined-mode node unless ``@pytest.mark.apache_kafka(nodes=, controllers=, ...)`` says."""
+    yield from _apache(request, _apache_kafka_pool, tmp_path_factory, 1, 0)
+
+
+@pytest.fixture
+def apache_kafka_cluster(request: pytest.FixtureRequest, _apache_kafka_pool: _ApachePool,
+                         tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApacheKafka]:
+    """Apache Kafka with 3 brokers and 1 dedicated controller (the ``apache_kafka`` marker
+    changes it), shared as :func:`apache_kafka`."""
+    yield from _apache(request, _apache_kafka_pool, tmp_path_factory, 3, 1)
+
+
+@pytest.fixture(params=["kproto", "apache"])
+def any_broker(request: pytest.FixtureRequest) -> Any:
+    """The test runs twice: against kproto's broker (the ``kafka_broker`` fixture) and against
+    Apache Kafka's single node (``apache_kafka``). Both have ``.bootstrap``; tell them apart with
+    ``request.node.callspec.params["any_broker"]`` or ``isinstance``."""
+    return request.getfixturevalue("kafka_broker" if request.param == "kproto" else "apache_kafka")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, None]:
+    """A failed test that used Apache Kafka gets the end of each node's server log in its report."""
+    outcome = yield
+    report = outcome.get_result()
+    apache = sys.modules.get("kproto.testing.apache")
+    if apache is None or not report.failed:
+        return
+    for value in getattr(item, "funcargs", {}).values():
+        if isinstance(value, apache.ApacheKafka):
+            for node in value.nodes:
+                report.sections.append((f"Apache Kafka node {node}: {value.log_path(node)} (end)",
+                                        value.log_tail(node, 40)))

@@ -1,0 +1,635 @@
+"""Apache Kafka itself on loopback, for tests: KRaft nodes started from the jars that
+``tools/setup.sh`` (``tools/kafka/fetch.sh``) puts in a cache outside the repository.
+
+    from kproto.testing.apache import ApacheKafka
+
+    with ApacheKafka("/tmp/kafka-data") as kafka:                 # one combined-mode node
+        print(kafka.bootstrap)
+    with ApacheKafka("/tmp/kafka-3", brokers=3, controllers=1) as kafka:
+        kafka.create_topic("orders", partitions=1, replication_factor=3)
+        kafka.stop(kafka.leader("orders", 0), abrupt=True)      # kill -9; the leader moves
+
+``controllers=0`` (the default) makes every broker a controller too (KRaft combined mode);
+``controllers=1`` or ``3`` adds dedicated controller nodes. Broker ids are 1..N, dedicated
+controllers 3001.. (as :class:`kproto.broker.cluster.Cluster`). Each node is formatted with
+Kafka's own ``StorageTool`` (``--standalone`` for a single controller, ``--initial-controllers``
+for a quorum) and runs as a JVM of its own (``kafka.Kafka``) with its server log in
+``<data_dir>/<node>/server.log``; the data directories stay for inspection.
+
+``python -m kproto.testing.apache start --data DIR`` runs a cluster until Ctrl-C;
+``python -m kproto.testing.apache classpath`` prints the jars' class path.
+"""
+from __future__ import annotations
+
+import argparse
+import base64
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any, Callable, Mapping, Optional, Sequence
+
+import kproto
+from kproto.error_codes import error_name
+
+__all__ = ["ApacheKafka", "KafkaNotAvailable", "KafkaStartError", "DEFAULT_VERSION", "VERSIONS",
+           "TEST_CONFIG", "cache_dir", "classpath", "client_jars", "java", "unavailable",
+           "run_tool", "main"]
+
+#: The Kafka release started unless another is asked for, and those tools/setup.sh fetches.
+DEFAULT_VERSION = "4.4.0"
+VERSIONS = ("4.4.0", "4.3.1")
+#: The ``kafka-clients`` releases tools/setup.sh fetches for the Java interop tests.
+CLIENT_VERSIONS = ("4.4.0", "3.9.1")
+#: The id of the first dedicated controller (brokers are 1..N), as kproto's Cluster numbers them.
+CONTROLLER_ID_BASE = 3000
+#: The broker's main class, and the storage tool's in Kafka 4.x.
+KAFKA_MAIN = "kafka.Kafka"
+STORAGE_TOOL = "kafka.tools.StorageTool"
+
+#: What the harness changes from Kafka's defaults (any is overridden by ``config``): consumer
+#: groups form at once (no initial rebalance delay, as Kafka's own test harness), and a dead
+#: broker is fenced after 3 s (Kafka: 9 s; heartbeats every 500 ms, Kafka: 2 s) so leaders
+#: move within seconds. The internal topics' replication is set from the cluster's size.
+TEST_CONFIG: dict[str, str] = {"group.initial.rebalance.delay.ms": "0",
+                               "broker.session.timeout.ms": "3000",
+                               "broker.heartbeat.interval.ms": "500"}
+
+#: JVM options of every node: a heap small enough for several nodes on a shared 2-core machine,
+#: the serial collector (no GC threads to compete for the cores) and the client compiler only
+#: (C2's compilations cost more CPU than a test's broker ever wins back: a 3-broker cluster with
+#: its controller was ready in 32 s instead of 39 s on a loaded 2-core machine).
+JVM_OPTIONS = ("-Xms64m", "-Xmx512m", "-XX:+UseSerialGC", "-XX:MaxMetaspaceSize=256m",
+               "-XX:TieredStopAtLevel=1", "-Djava.awt.headless=true")
+#: Short-lived tools run with the client compiler only: they are done before C2 would pay off.
+TOOL_JVM_OPTIONS = ("-Xmx512m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1")
+
+_LOG4J2 = Path(__file__).with_name("log4j2.properties")
+
+
+class KafkaNotAvailable(RuntimeError):
+    """Java or Apache Kafka's jars are missing (run tools/setup.sh)."""
+
+
+class KafkaStartError(RuntimeError):
+    """A node did not start or did not become ready in time; the message ends with its log."""
+
+
+def cache_dir() -> Path:
+    """Where tools/setup.sh puts Kafka's jars: ``$KPROTO_KAFKA_CACHE`` or ~/.cache/kproto/kafka."""
+    env = os.environ.get("KPROTO_KAFKA_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "kproto" / "kafka"
+
+
+def _jars(folder: Path, what: str) -> list[str]:
+    jars = sorted(str(p) for p in (folder / "libs").glob("*.jar")) if (folder / ".complete").is_file() else []
+    if not jars:
+        raise KafkaNotAvailable(f"{what} is not in {folder}: run tools/setup.sh "
+                                "(Java 17 and Maven fetch it from Maven Central)")
+    return jars
+
+
+def classpath(version: str = DEFAULT_VERSION) -> str:
+    """The class path of Apache Kafka ``version``'s server, tools and clients."""
+    return os.pathsep.join(_jars(cache_dir() / version, f"Apache Kafka {version}"))
+
+
+def client_jars(version: str = DEFAULT_VERSION) -> list[str]:
+    """The jars of the Java client ``kafka-clients`` ``version`` and what it loads at run time
+    (slf4j-api, lz4-java, snappy-java, zstd-jni)."""
+    return _jars(cache_dir() / f"clients-{version}", f"kafka-clients {version}")
+
+
+def java() -> str:
+    """The ``java`` launcher ($JAVA_HOME/bin/java, else the one on PATH)."""
+    home = os.environ.get("JAVA_HOME")
+    candidates = [os.path.join(home, "bin", "java")] if home else []
+    from shutil import which
+    found = which("java")
+    candidates += [found] if found else []
+    for path in candidates:
+        if os.access(path, os.X_OK):
+            return path
+    raise KafkaNotAvailable("Java 17+ is needed to run Apache Kafka (no java on PATH or in JAVA_HOME)")
+
+
+def unavailable(version: str = DEFAULT_VERSION) -> Optional[str]:
+    """Why Apache Kafka ``version`` cannot run here (Java or its jars missing), or None."""
+    try:
+        java()
+        classpath(version)
+    except KafkaNotAvailable as exc:
+        return str(exc)
+    return None
+
+
+def _command(version: str, main_class: str, args: Sequence[str], jvm_options: Sequence[str],
+             log_level: str = "WARN", log_target: str = "SYSTEM_ERR") -> list[str]:
+    return [java(), *jvm_options, f"-Dlog4j2.configurationFile={_LOG4J2}",
+            f"-Dkproto.log.level={log_level}", f"-Dkproto.log.target={log_target}",
+            "-cp", classpath(version), main_class, *args]
+
+
+def run_tool(version: str, main_class: str, *args: str, timeout: float = 120.0,
+             check: bool = True) -> subprocess.CompletedProcess[str]:
+    """Run one of Kafka's tools (``org.apache.kafka.tools.DumpLogSegments``,
+    ``kafka.tools.StorageTool``, ...) from ``version``'s class path; its output as text.
+    ``check``: a non-zero exit raises RuntimeError with the tool's output."""
+    cmd = _command(version, main_class, args, TOOL_JVM_OPTIONS)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise RuntimeError(f"{main_class} {' '.join(args)} exited {proc.returncode}:\n"
+                           f"{proc.stderr[-4000:]}{proc.stdout[-2000:]}")
+    return proc
+
+
+def _random_uuid() -> str:
+    """A Kafka Uuid as its tools print it (URL-safe base64, no padding); like Kafka's
+    ``Uuid.randomUuid`` it never starts with '-' (a command line would take it for an option)."""
+    while True:
+        text = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not text.startswith("-"):
+            return text
+
+
+def _free_port(host: str) -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def _set_parent_death_signal() -> None:
+    """In the child before exec: a JVM dies with the process that started it (Linux), so no
+    node outlives a test run that crashed."""
+    try:
+        import ctypes
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except Exception:  # not Linux: the JVM may outlive a crashed parent
+        pass
+
+
+def _request(host: str, port: int, obj: Any, version: int, timeout: float = 5.0) -> Any:
+    """Send one request with kproto's codecs and return the decoded response body."""
+    api_key = type(obj).API_KEY
+    header = kproto.RequestHeader(request_api_key=api_key, request_api_version=version,
+                                  correlation_id=1, client_id="kproto-apache-harness")
+    with socket.create_connection((host, port), timeout=timeout) as sock:
+        sock.sendall(kproto.encode_request(header, obj))
+        size = int.from_bytes(_recv_exactly(sock, 4), "big")
+        frame = _recv_exactly(sock, size)
+    _, body = kproto.decode_response(frame, api_key, version, size_prefix=False)
+    return body
+
+
+def _recv_exactly(sock: socket.socket, n: int) -> bytes:
+    chunks, left = [], n
+    while left:
+        chunk = sock.recv(min(left, 1 << 20))
+        if not chunk:
+            raise ConnectionError("connection closed by the broker")
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+@dataclass
+class Node:
+    """One Kafka process: its id, roles, ports and folder."""
+
+    id: int
+    roles: tuple[str, ...]
+    dir: Path
+    port: int = 0               #: the PLAINTEXT listener's port (brokers)
+    controller_port: int = 0    #: the CONTROLLER listener's port (controllers)
+    directory_id: str = field(default_factory=_random_uuid)
+    proc: Optional[subprocess.Popen[bytes]] = None
+    paused: bool = False
+    wanted: bool = False        #: started and not stopped on purpose: exiting is a failure
+
+    @property
+    def is_broker(self) -> bool:
+        return "broker" in self.roles
+
+    @property
+    def is_controller(self) -> bool:
+        return "controller" in self.roles
+
+    @property
+    def log_path(self) -> Path:
+        return self.dir / "server.log"
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+
+class ApacheKafka:
+    """Apache Kafka ``version`` on ``host``: ``brokers`` brokers and ``controllers`` dedicated
+    controllers (0: the brokers are controllers too, KRaft combined mode), formatted into
+    ``data_dir`` on :meth:`start_all`. ``config``: server.properties overrides for every node
+    (values written with ``str``, booleans as ``true``/``false``); ``node_config``: per node id."""
+
+    def __init__(self, data_dir: str | os.PathLike[str], brokers: int = 1, controllers: int = 0, *,
+                 version: str = DEFAULT_VERSION, config: Optional[Mapping[str, Any]] = None,
+                 node_config: Optional[Mapping[int, Mapping[str, Any]]] = None,
+                 host: str = "127.0.0.1", jvm_options: Sequence[str] = JVM_OPTIONS) -> None:
+        if brokers < 1 or controllers < 0:
+            raise ValueError("a cluster needs at least one broker (and controllers >= 0)")
+        self.data_dir = Path(data_dir)
+        self.version, self.host = version, host
+        self.config = {k: _prop(v) for k, v in (config or {}).items()}
+        self.node_config = {n: {k: _prop(v) for k, v in c.items()} for n, c in (node_config or {}).items()}
+        self.jvm_options = tuple(jvm_options)
+        self.cluster_id = _random_uuid()
+        broker_roles = ("broker",) if controllers else ("broker", "controller")
+        self.nodes: dict[int, Node] = {}
+        for i in range(1, brokers + 1):
+            self.nodes[i] = Node(i, broker_roles, self.data_dir / f"broker-{i}", port=_free_port(host),
+                                 controller_port=0 if controllers else _free_port(host))
+        for i in range(1, controllers + 1):
+            n = CONTROLLER_ID_BASE + i
+            self.nodes[n] = Node(n, ("controller",), self.data_dir / f"controller-{n}",
+                                 controller_port=_free_port(host))
+        self._lock = threading.Lock()
+
+    # -- the cluster's shape ------------------------------------------------------------------
+    @property
+    def broker_ids(self) -> list[int]:
+        return [n.id for n in self.nodes.values() if n.is_broker]
+
+    @property
+    def controller_ids(self) -> list[int]:
+        return [n.id for n in self.nodes.values() if n.is_controller]
+
+    @property
+    def bootstrap(self) -> str:
+        """``host:port`` of every broker, comma-separated (Kafka's bootstrap.servers)."""
+        return ",".join(f"{self.host}:{self.nodes[b].port}" for b in self.broker_ids)
+
+    def address(self, node: int) -> tuple[str, int]:
+        """The (host, port) a client connects to on broker ``node``."""
+        return self.host, self.nodes[node].port
+
+    def running(self, node: int) -> bool:
+        """Whether ``node``'s process is alive (paused counts as alive)."""
+        return self.nodes[node].running
+
+    # -- files --------------------------------------------------------------------------------
+    def log_path(self, node: int) -> Path:
+        """The node's server log (stdout and stderr of its JVM, appended across restarts)."""
+        return self.nodes[node].log_path
+
+    def log_dir(self, node: int) -> Path:
+        """The node's ``log.dirs``: its topic partitions and its metadata log."""
+        return self.nodes[node].dir / "data"
+
+    def log_tail(self, node: int, lines: int = 60) -> str:
+        """The last ``lines`` of ``node``'s server log."""
+        try:
+            with open(self.log_path(node), "rb") as f:
+                f.seek(0, os.SEEK_END)
+                f.seek(max(0, f.tell() - 200 * lines))
+                text = f.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    # -- configuration and formatting ---------------------------------------------------------
+    def _voters(self) -> list[Node]:
+        return [n for n in self.nodes.values() if n.is_controller]
+
+    def properties(self, node: int) -> dict[str, str]:
+        """The server.properties of ``node``: listeners and quorum, the harness's test settings,
+        then ``config`` and ``node_config[node]``."""
+        n = self.nodes[node]
+        h = self.host
+        listeners, advertised = [], []
+        if n.is_broker:
+            listeners.append(f"PLAINTEXT://{h}:{n.port}")
+            advertised.append(f"PLAINTEXT://{h}:{n.port}")
+        if n.is_controller:
+            listeners.append(f"CONTROLLER://{h}:{n.controller_port}")
+            advertised.append(f"CONTROLLER://{h}:{n.controller_port}")
+        rf = str(min(3, len(self.broker_ids)))
+        min_isr = str(min(2, len(self.broker_ids)))
+        props = {
+            "process.roles": ",".join(n.roles),
+            "node.id": str(n.id),
+            "listeners": ",".join(listeners),
+            "advertised.listeners": ",".join(advertised),
+            "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "controller.quorum.bootstrap.servers": ",".join(f"{h}:{v.controller_port}" for v in self._voters()),
+            "log.dirs": str(n.dir / "data"),
+            "offsets.topic.replication.factor": rf,
+            "transaction.state.log.replication.factor": rf,
+            "transaction.state.log.min.isr": min_isr,
+            "share.coordinator.state.topic.replication.factor": rf,
+            "share.coordinator.state.topic.min.isr": min_isr,
+            **TEST_CONFIG, **self.config, **self.node_config.get(node, {}),
+        }
+        if not n.is_broker:
+            del props["inter.broker.listener.name"]
+        return props
+
+    def _write_properties(self, n: Node) -> Path:
+        n.dir.mkdir(parents=True, exist_ok=True)
+        path = n.dir / "server.properties"
+        path.write_text("".join(f"{k}={v}\n" for k, v in self.properties(n.id).items()))
+        return path
+
+    def _format_args(self, n: Node) -> list[str]:
+        args = ["format", "--config", str(n.dir / "server.properties"), "--cluster-id", self.cluster_id]
+        voters = self._voters()
+        if not n.is_controller:
+            return args + ["--no-initial-controllers"]
+        if len(voters) == 1:
+            return args + ["--standalone"]
+        return args + ["--initial-controllers", ",".join(
+            f"{v.id}@{self.host}:{v.controller_port}:{v.directory_id}" for v in voters)]
+
+    def format(self) -> None:
+        """Write each node's server.properties and format its storage with Kafka's StorageTool
+        (all nodes at once); a node already formatted is left as it is."""
+        procs = []
+        for n in self.nodes.values():
+            self._write_properties(n)
+            if (n.dir / "data" / "meta.properties").is_file():
+                continue
+            cmd = _command(self.version, STORAGE_TOOL, self._format_args(n), TOOL_JVM_OPTIONS)
+            procs.append((n, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)))
+        for n, proc in procs:
+            out, _ = proc.communicate(timeout=120)
+            if proc.returncode != 0:
+                raise KafkaStartError(f"formatting node {n.id} failed (exit {proc.returncode}):\n"
+                                      f"{out.decode('utf-8', 'replace')[-4000:]}")
+
+    # -- processes ----------------------------------------------------------------------------
+    def _spawn(self, n: Node) -> None:
+        self._write_properties(n)
+        cmd = _command(self.version, KAFKA_MAIN, [str(n.dir / "server.properties")], self.jvm_options,
+                       log_level="INFO", log_target="SYSTEM_OUT")
+        log: IO[bytes] = open(n.log_path, "ab")
+        try:
+            log.write(f"==== kproto.testing.apache: starting node {n.id} at {time.strftime('%H:%M:%S')}\n".encode())
+            log.flush()
+            n.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                      cwd=n.dir, preexec_fn=_set_parent_death_signal)
+        finally:
+            log.close()
+        n.paused, n.wanted = False, True
+
+    def start_all(self, timeout: float = 120.0) -> ApacheKafka:
+        """Format the nodes (first time), start them all and wait until every one is ready."""
+        self.format()
+        try:
+            for n in self.nodes.values():
+                if not n.running:
+                    self._spawn(n)
+            self.wait_ready(timeout=timeout)
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def start(self, node: int, timeout: float = 90.0) -> None:
+        """Start a stopped node again (same ports and data) and wait until it is ready."""
+        n = self.nodes[node]
+        if n.running:
+            raise RuntimeError(f"node {node} is running")
+        self._spawn(n)
+        self.wait_ready([node], timeout=timeout)
+
+    def stop(self, node: int, abrupt: bool = False, timeout: float = 60.0) -> None:
+        """Stop ``node``: SIGTERM (Kafka's controlled shutdown), or with ``abrupt`` SIGKILL
+        (kill -9: no shutdown at all). A node that has not stopped after ``timeout`` is killed."""
+        n = self.nodes[node]
+        n.wanted = False
+        proc = n.proc
+        if proc is None or proc.poll() is not None:
+            return
+        if abrupt:
+            proc.kill()
+        else:
+            if n.paused:
+                proc.send_signal(signal.SIGCONT)
+            proc.terminate()
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(30)
+        n.paused = False
+
+    def pause(self, node: int) -> None:
+        """Freeze ``node`` (SIGSTOP): its sockets stay open, it answers nothing."""
+        n = self.nodes[node]
+        if not n.running:
+            raise RuntimeError(f"node {node} is not running")
+        assert n.proc is not None
+        n.proc.send_signal(signal.SIGSTOP)
+        n.paused = True
+
+    def resume(self, node: int) -> None:
+        """Let a paused node run again (SIGCONT)."""
+        n = self.nodes[node]
+        if n.proc is not None and n.running:
+            n.proc.send_signal(signal.SIGCONT)
+        n.paused = False
+
+    def close(self) -> None:
+        """Stop every node with SIGTERM: the brokers first (their controlled shutdown needs the
+        controllers), then the dedicated controllers; a node still running after 30 s is killed.
+        The data directories stay."""
+        brokers = self.broker_ids
+        for group in (brokers, [c for c in self.controller_ids if c not in brokers]):
+            for node in group:
+                n = self.nodes[node]
+                n.wanted = False
+                if n.running:
+                    if n.paused:
+                        self.resume(node)
+                    assert n.proc is not None
+                    n.proc.terminate()
+            deadline = time.monotonic() + 30
+            for node in group:
+                proc = self.nodes[node].proc
+                if proc is None:
+                    continue
+                try:
+                    proc.wait(max(0.1, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait(30)
+
+    def __enter__(self) -> ApacheKafka:
+        return self.start_all()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # -- readiness and metadata ---------------------------------------------------------------
+    def _check_alive(self, n: Node) -> None:
+        if n.wanted and n.proc is not None and n.proc.poll() is not None:
+            raise KafkaStartError(f"Apache Kafka node {n.id} exited with {n.proc.returncode}; "
+                                  f"the end of {n.log_path}:\n{self.log_tail(n.id)}")
+
+    def _ready(self, n: Node, brokers: set[int]) -> bool:
+        self._check_alive(n)
+        if n.paused:
+            return True
+        port = n.port if n.is_broker else n.controller_port
+        try:
+            versions = _request(self.host, port, kproto.request(18).cls(), 0, timeout=2.0)
+            if versions.error_code != 0:
+                return False
+            if not n.is_broker:
+                return True
+            md = _request(self.host, port, kproto.request(3).cls(topics=[]), 12, timeout=2.0)
+        except (OSError, kproto.DecodeError):
+            return False
+        return brokers <= {b.node_id for b in md.brokers}
+
+    def wait_ready(self, nodes: Optional[Sequence[int]] = None, timeout: float = 90.0) -> None:
+        """Wait until each of ``nodes`` (default: all running) answers ApiVersions and, for a
+        broker, its Metadata lists every running broker."""
+        todo = [self.nodes[i] for i in (nodes if nodes is not None else self.nodes)]
+        deadline = time.monotonic() + timeout
+        while True:
+            brokers = {b for b in self.broker_ids if self.nodes[b].running and not self.nodes[b].paused}
+            todo = [n for n in todo if not self._ready(n, brokers)]
+            if not todo:
+                return
+            if time.monotonic() > deadline:
+                n = todo[0]
+                raise KafkaStartError(f"Apache Kafka node {n.id} not ready after {timeout:.0f} s; "
+                                      f"the end of {n.log_path}:\n{self.log_tail(n.id)}")
+            time.sleep(0.2)
+
+    def _any_broker(self, exclude: Sequence[int] = ()) -> int:
+        for b in self.broker_ids:
+            n = self.nodes[b]
+            if n.running and not n.paused and b not in exclude:
+                return b
+        raise RuntimeError("no broker is running")
+
+    def metadata(self, topics: Optional[Sequence[str]] = None, via: Optional[int] = None) -> Any:
+        """A MetadataResponse (v12) from broker ``via`` (default: a running one); ``topics``
+        None: all topics."""
+        req = kproto.request(3).cls(topics=None if topics is None else [
+            kproto.request(3).cls.MetadataRequestTopic(name=t) for t in topics])
+        return _request(*self.address(via if via is not None else self._any_broker()), req, 12)
+
+    def leader(self, topic: str, partition: int, via: Optional[int] = None) -> Optional[int]:
+        """The partition's leader as broker ``via`` sees it (None: no leader or unknown)."""
+        for t in self.metadata([topic], via).topics:
+            for p in t.partitions:
+                if p.partition_index == partition and p.error_code == 0 and p.leader_id >= 0:
+                    return int(p.leader_id)
+        return None
+
+    def create_topic(self, name: str, partitions: int = 1, replication_factor: int = -1,
+                     configs: Optional[Mapping[str, Any]] = None, timeout: float = 30.0) -> None:
+        """Create a topic (CreateTopics v7 through a broker) and wait until every partition
+        has a leader that every running broker knows."""
+        codec = kproto.request(19).cls
+        topic = codec.CreatableTopic(name=name, num_partitions=partitions,
+                                     replication_factor=replication_factor,
+                                     configs=[codec.CreatableTopicConfig(name=k, value=_prop(v))
+                                              for k, v in (configs or {}).items()])
+        resp = _request(*self.address(self._any_broker()), codec(topics=[topic], timeout_ms=int(timeout * 1000)),
+                        7, timeout=timeout + 5)
+        for t in resp.topics:
+            if t.error_code != 0:
+                raise RuntimeError(f"CreateTopics {name}: {error_name(t.error_code)} {t.error_message or ''}")
+        self.wait_for(lambda: all(self._all_leaders(name, partitions, b) for b in self.broker_ids
+                                  if self.nodes[b].running and not self.nodes[b].paused),
+                      timeout, f"leaders of {name}")
+
+    def _all_leaders(self, topic: str, partitions: int, via: int) -> bool:
+        try:
+            return all(self.leader(topic, p, via) is not None for p in range(partitions))
+        except (OSError, kproto.DecodeError):
+            return False
+
+    def wait_for(self, condition: Callable[[], Any], timeout: float = 30.0, what: str = "condition",
+                 interval: float = 0.2) -> None:
+        """Poll ``condition()`` until it is true; TimeoutError after ``timeout``."""
+        deadline = time.monotonic() + timeout
+        while not condition():
+            for n in self.nodes.values():
+                self._check_alive(n)
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{what} not reached after {timeout} s")
+            time.sleep(interval)
+
+    def __repr__(self) -> str:
+        return (f"ApacheKafka({self.version}, brokers={self.broker_ids}, "
+                f"controllers={self.controller_ids}, data_dir={str(self.data_dir)!r})")
+
+
+def _prop(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+# -- command line -----------------------------------------------------------------------------
+def _parse_config(items: Sequence[str]) -> dict[str, str]:
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise SystemExit(f"--config {item!r}: expected KEY=VALUE")
+        out[key] = value
+    return out
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """``start``: run Apache Kafka until Ctrl-C or SIGTERM; ``classpath``: print the jars."""
+    parser = argparse.ArgumentParser(prog="python -m kproto.testing.apache",
+                                     description="Run Apache Kafka on loopback for tests.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    start = sub.add_parser("start", help="start a cluster and run until Ctrl-C / SIGTERM")
+    start.add_argument("--version", default=DEFAULT_VERSION, choices=VERSIONS)
+    start.add_argument("--data", required=True, help="data directory (kept)")
+    start.add_argument("--nodes", type=int, default=1, help="brokers (default 1)")
+    start.add_argument("--controllers", type=int, default=0, choices=(0, 1, 3),
+                       help="dedicated controllers (0: brokers are controllers too)")
+    start.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
+                       help="a server.properties override (repeatable)")
+    cp = sub.add_parser("classpath", help="print the class path of a Kafka release")
+    cp.add_argument("--version", default=DEFAULT_VERSION, choices=VERSIONS)
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "classpath":
+            print(classpath(args.version))
+            return 0
+        kafka = ApacheKafka(args.data, args.nodes, args.controllers, version=args.version,
+                            config=_parse_config(args.config))
+        stop = threading.Event()
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        with kafka:
+            for b in kafka.broker_ids:
+                print(f"listening on {kafka.host}:{kafka.nodes[b].port}", flush=True)
+            try:
+                while not stop.wait(0.5):
+                    for n in kafka.nodes.values():
+                        kafka._check_alive(n)
+            except KeyboardInterrupt:
+                pass
+    except (KafkaNotAvailable, KafkaStartError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
