@@ -34,6 +34,7 @@ class Finding:
     scenario: str
     example: Optional[Diff]
     deviation: Optional[Deviation]
+    label: str = ""
 
     @property
     def api(self) -> str:
@@ -75,7 +76,7 @@ class Report:
                     continue
                 dev = self.deviations.explain(api_name(r.api_key), r.api_key, r.version, r.scenario, gp)
                 if k not in seen or dev is None:
-                    seen[k] = Finding(r.api_key, r.version, gp, r.scenario, d, dev)
+                    seen[k] = Finding(r.api_key, r.version, gp, r.scenario, d, dev, r.label)
         return sorted(seen.values(), key=lambda f: (f.api_key, f.version, f.path))
 
     @property
@@ -147,7 +148,7 @@ class Report:
         if unexplained:
             out.append("Unexplained differences:")
             for f in unexplained:
-                ex = "" if f.example is None else f" ({f.scenario}: {f.example.path}: target {f.example.target!r}, reference {f.example.reference!r})"
+                ex = "" if f.example is None else f" ({f.scenario}, {f.label}: {f.example.path}: target {f.example.target!r}, reference {f.example.reference!r})"
                 out.append(f"- {f.api} v{f.version} {f.path}{ex}")
             out.append("")
         out.append(f"{len(unexplained)} unexplained")
@@ -163,7 +164,7 @@ class Report:
                                       "reference": rng(self.reference_versions.get(k))}
                              for k in sorted(set(self.target_versions) | set(self.reference_versions))},
             "cells": [{"api": api_name(k), "api_key": k, "version": v,
-                       "differences": [{"path": f.path, "scenario": f.scenario,
+                       "differences": [{"path": f.path, "scenario": f.scenario, "call": f.label,
                                         "explained": None if f.deviation is None else f.deviation.reason,
                                         "example": None if f.example is None else
                                         {"path": f.example.path, "target": repr(f.example.target),

@@ -23,14 +23,22 @@ from kproto.conformance.compare import Diff, compare
 from kproto.conformance.deviations import Deviations
 from kproto.conformance.normalise import Normaliser, to_tree
 from kproto.conformance.report import CallResult, Report
-from kproto.conformance.scenario import Call, Context, MissingApi, Scenario, api_name, build
+from kproto.conformance.scenario import TRANSIENT_COORDINATOR_ERRORS, Call, Context, MissingApi, Scenario, api_name, build
 from kproto.conformance.scenarios import SCENARIOS
 from kproto.error_codes import ErrorCode
+from kproto.errors import EncodeError, UnsupportedVersionError
 from kproto.schemas.api_keys import ApiKey
 
 __all__ = ["run_conformance", "parse_address"]
 
 Address = Tuple[str, int]
+
+#: The outcome of a call the kit itself failed to make or to follow (a scenario bug, or an
+#: answer missing what the scenario reads next): a difference even when both sides agree.
+KIT_ERROR = "<kit error>"
+
+#: How often a call with ``retry`` is sent again at most (100 ms apart).
+RETRIES = 100
 
 
 def parse_address(text: str) -> Address:
@@ -106,9 +114,19 @@ async def _drive(side: _Side, scenario: Scenario, ctx: Context) -> List[_Outcome
             try:
                 if call.expect_response:
                     resp = await conn.request(call.body, call.version)
+                    for _ in range(RETRIES):
+                        if call.retry is None or not call.retry(resp):
+                            break
+                        await asyncio.sleep(0.1)
+                        resp = await conn.request(call.body, call.version)
                 else:
                     conn.send(call.body, call.version, expect_response=False)
                     resp = None
+            except (EncodeError, UnsupportedVersionError, TypeError, ValueError) as exc:
+                # the kit could not write its own request: always reported, never "same"
+                outcomes.append(_Outcome(call.label, call.api_key, call.version, call.compare,
+                                         {KIT_ERROR: f"{type(exc).__name__}: {exc}"}))
+                break
             except Exception as exc:  # noqa: BLE001 - recorded and compared as the outcome
                 outcomes.append(_Outcome(call.label, call.api_key, call.version, call.compare,
                                          {"<error>": type(exc).__name__}))
@@ -126,7 +144,7 @@ async def _drive(side: _Side, scenario: Scenario, ctx: Context) -> List[_Outcome
                 raise
             except Exception as exc:  # noqa: BLE001 - the answer was not what the scenario needs
                 outcomes.append(_Outcome("<scenario>", call.api_key, call.version, False,
-                                         {"<error>": f"{type(exc).__name__}: {exc}"}))
+                                         {KIT_ERROR: f"{type(exc).__name__}: {exc}"}))
                 break
     except StopIteration:
         pass
@@ -149,7 +167,7 @@ async def _create_topics(side: _Side, specs: Dict[str, Any], common: Dict[int, r
             ver = min(ver, request_codec(ApiKey.CREATE_TOPICS).valid_versions[-1])
             names = list(specs)
             for i in range(0, len(names), 50):
-                req = build(ApiKey.CREATE_TOPICS, timeout_ms=30000, topics=[
+                req = build(ApiKey.CREATE_TOPICS, ver, timeout_ms=30000, topics=[
                     {"name": n, "num_partitions": specs[n].partitions, "replication_factor": 1,
                      "configs": [{"name": k, "value": v} for k, v in specs[n].configs]}
                     for n in names[i:i + 50]])
@@ -161,7 +179,7 @@ async def _create_topics(side: _Side, specs: Dict[str, Any], common: Dict[int, r
         deadline = time.monotonic() + timeout
         pending = set(specs)
         while pending:
-            req = build(ApiKey.METADATA, topics=[{"name": n} for n in sorted(pending)],
+            req = build(ApiKey.METADATA, md_ver, topics=[{"name": n} for n in sorted(pending)],
                         allow_auto_topic_creation=ApiKey.CREATE_TOPICS not in side.versions)
             resp = await conn.request(req, md_ver)
             for b in resp.brokers[:1]:
@@ -178,14 +196,38 @@ async def _create_topics(side: _Side, specs: Dict[str, Any], common: Dict[int, r
         side.pool.put_nowait(conn)
 
 
+async def _warm_coordinators(side: _Side, timeout: float) -> None:
+    """FindCoordinator for a group and a transactional id until both are found: the first one
+    makes a broker create ``__consumer_offsets``/``__transaction_state`` and load them, which
+    scenarios must not see as errors of their own."""
+    if ApiKey.FIND_COORDINATOR not in side.versions:
+        return
+    ver = min(side.versions[ApiKey.FIND_COORDINATOR][-1], 6)
+    conn = await side.pool.get()
+    try:
+        for key_type in (0, 1):
+            deadline = time.monotonic() + timeout
+            while True:
+                req = build(ApiKey.FIND_COORDINATOR, ver, key="kproto-conformance", key_type=key_type,
+                            coordinator_keys=["kproto-conformance"])
+                resp = await conn.request(req, ver)
+                code = resp.coordinators[0].error_code if ver >= 4 else resp.error_code
+                if code not in TRANSIENT_COORDINATOR_ERRORS or time.monotonic() > deadline:
+                    break
+                await asyncio.sleep(0.2)
+    finally:
+        side.pool.put_nowait(conn)
+
+
 async def _has_authorizer(side: _Side, common: Dict[int, range]) -> bool:
     if ApiKey.DESCRIBE_ACLS not in side.versions:
         return False
     conn = await side.pool.get()
     try:
-        req = build(ApiKey.DESCRIBE_ACLS, resource_type_filter=1, pattern_type_filter=1,
+        ver = min(side.versions[ApiKey.DESCRIBE_ACLS][-1], request_codec(ApiKey.DESCRIBE_ACLS).valid_versions[-1])
+        req = build(ApiKey.DESCRIBE_ACLS, ver, resource_type_filter=1, pattern_type_filter=1,
                     operation=1, permission_type=1)
-        resp = await conn.request(req, side.versions[ApiKey.DESCRIBE_ACLS][-1])
+        resp = await conn.request(req, ver)
         return resp.error_code != ErrorCode.SECURITY_DISABLED
     except Exception:  # noqa: BLE001 - no answer: no usable authorizer
         return False
@@ -240,7 +282,8 @@ async def run_conformance(target: Address, reference: Address, *,
             for t in s.topics:
                 specs[f"kc{run_id}-{s.name}-v{v}-{t.suffix}"] = t
         await asyncio.gather(_create_topics(tside, specs, common, timeout),
-                             _create_topics(rside, specs, common, timeout))
+                             _create_topics(rside, specs, common, timeout),
+                             _warm_coordinators(tside, timeout), _warm_coordinators(rside, timeout))
 
         sem = asyncio.Semaphore(concurrency)
 
@@ -273,6 +316,10 @@ def _record(report: Report, s: Scenario, v: int, t_out: List[_Outcome], r_out: L
         r = r_out[i] if i < len(r_out) else None
         if t is None or r is None or t.label != r.label:
             own.diffs.append(Diff(f"<sequence>[{i}]", t and t.label, r and r.label))
+            break
+        kit = [x.tree[KIT_ERROR] for x in (t, r) if isinstance(x.tree, dict) and KIT_ERROR in x.tree]
+        if kit:
+            own.diffs.append(Diff(f"{KIT_ERROR}[{i}]", t.tree, r.tree))
             break
         if _is_error(t.tree) or _is_error(r.tree):
             # a failed call (closed connection, undecodable answer) ends that side's run

@@ -18,17 +18,23 @@ from kproto.codecs import MessageCodec, Uuid, request
 __all__ = ["Call", "Context", "Scenario", "ScenarioGen", "TopicSpec", "build", "api_name"]
 
 
+#: Coordinator errors a client waits out: COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE,
+#: NOT_COORDINATOR.
+TRANSIENT_COORDINATOR_ERRORS = frozenset({14, 15, 16})
+
+
 def api_name(api_key: int) -> str:
     """``ProduceRequest`` -> ``Produce``."""
     name = request(api_key).name
     return name[:-len("Request")] if name.endswith("Request") else name
 
 
-def _build_struct(codec: MessageCodec, cls_name: str, values: Mapping[str, Any]) -> Any:
+def _build_struct(codec: MessageCodec, cls_name: str, values: Mapping[str, Any], plan: Any) -> Any:
     cls: Any = codec.classes[cls_name]
     struct = cls._schema_struct
-    kwargs: Dict[str, Any] = {}
     by_attr = {f.attr: f for f in struct.fields} if struct is not None else {}
+    present = None if plan is None else {f.attr: sub for f, _tagged, _default, sub in plan.entries}
+    kwargs: Dict[str, Any] = {}
     for k, v in values.items():
         f = by_attr.get(k)
         if f is None:
@@ -36,11 +42,14 @@ def _build_struct(codec: MessageCodec, cls_name: str, values: Mapping[str, Any])
             if k not in _all_attrs(codec):
                 raise TypeError(f"{cls_name} has no field {k!r}")
             continue
+        if present is not None and k not in present:
+            continue  # not in this version: left at its default, as the encoder wants
+        sub = None if present is None else present[k]
         if f.is_struct_type and v is not None:
             if f.is_array:
-                v = [x if not isinstance(x, dict) else _build_struct(codec, f.element_type, x) for x in v]
+                v = [x if not isinstance(x, dict) else _build_struct(codec, f.element_type, x, sub) for x in v]
             elif isinstance(v, dict):
-                v = _build_struct(codec, f.element_type, v)
+                v = _build_struct(codec, f.element_type, v, sub)
         kwargs[k] = v
     return cls(**kwargs)
 
@@ -50,12 +59,13 @@ def _all_attrs(codec: MessageCodec) -> Set[str]:
     return {f.attr for s in structs if s is not None for f in s.fields}
 
 
-def build(api_key: int, **fields: Any) -> Any:
+def build(api_key: int, version: Optional[int] = None, **fields: Any) -> Any:
     """A request object of ``api_key`` from plain values: nested structs as dicts (snake_case
-    keys), fields left out at their schema defaults. Fields of every version may be given; the
-    encoder writes those of the version sent."""
+    keys), fields left out at their schema defaults. Fields of every version may be given;
+    with ``version``, those absent from it are dropped (the encoder refuses them)."""
     codec = request(api_key)
-    return _build_struct(codec, codec.name, fields)
+    plan = None if version is None else codec.json_plan(version)
+    return _build_struct(codec, codec.name, fields, plan)
 
 
 @dataclass
@@ -63,7 +73,9 @@ class Call:
     """One request of a scenario. ``compare``: the two brokers' answers are compared field by
     field (setup steps are not); ``view`` reduces the normalised answer to the part that is the
     scenario's own (e.g. its group in a ListGroups answer). ``expect_response`` False: Produce
-    with acks=0, which has no answer."""
+    with acks=0, which has no answer. ``retry``: the call is sent again (a bounded number of
+    times, 100 ms apart) while it says so of the answer, as clients do while a coordinator
+    loads."""
 
     api_key: int
     version: int
@@ -72,6 +84,7 @@ class Call:
     compare: bool = True
     expect_response: bool = True
     view: Optional[Callable[[Any], Any]] = None
+    retry: Optional[Callable[[Any], bool]] = None
 
 
 #: A scenario body: yields calls, receives each decoded response (None without one).
@@ -135,14 +148,15 @@ class Context:
 
     def call(self, api_key: int, *, version: Optional[int] = None, label: str = "",
              compare: Optional[bool] = None, view: Optional[Callable[[Any], Any]] = None,
-             expect_response: bool = True, **fields: Any) -> Call:
+             expect_response: bool = True, retry: Optional[Callable[[Any], bool]] = None,
+             **fields: Any) -> Call:
         """A :class:`Call` of ``api_key``: at the version under test when it is the scenario's
         API (and then compared), else at the helper version :meth:`top` (not compared)."""
         own = api_key == self.scenario.api_key
         if version is None:
             version = self.version if own else self.top(api_key)
-        return Call(api_key, version, build(api_key, **fields), label or api_name(api_key),
-                    own if compare is None else compare, expect_response, view)
+        return Call(api_key, version, build(api_key, version, **fields), label or api_name(api_key),
+                    own if compare is None else compare, expect_response, view, retry)
 
 
 class MissingApi(Exception):

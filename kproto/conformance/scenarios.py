@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional
 
-from kproto.conformance.scenario import Context, Scenario, ScenarioGen, TopicSpec, scenario
+from kproto.conformance.scenario import TRANSIENT_COORDINATOR_ERRORS, Context, Scenario, ScenarioGen, TopicSpec, scenario
 from kproto.records import RecordBatchBuilder
 from kproto.schemas.api_keys import ApiKey
 
@@ -299,12 +299,17 @@ def find_coordinator(ctx: Context) -> ScenarioGen:
 PROTOCOLS = [{"name": "range", "metadata": b"\x00\x01\x00\x00\x00\x00\x00\x00\x00\x00"}]
 
 
+def _coordinator_loading(resp: Any) -> bool:
+    return resp.error_code in TRANSIENT_COORDINATOR_ERRORS
+
+
 def join(ctx: Context, group: str, member_id: str = "", label: str = "JoinGroup") -> ScenarioGen:
     """JoinGroup, answering MEMBER_ID_REQUIRED (v4+) with a second join; returns the answer."""
     def req(mid: str, lab: str) -> Any:
         return ctx.call(ApiKey.JOIN_GROUP, group_id=group, session_timeout_ms=30000,
                         rebalance_timeout_ms=30000, member_id=mid, group_instance_id=None,
-                        protocol_type="consumer", protocols=PROTOCOLS, reason=None, label=lab)
+                        protocol_type="consumer", protocols=PROTOCOLS, reason=None, label=lab,
+                        retry=_coordinator_loading)
     resp = yield req(member_id, label)
     if resp.error_code == 79:  # MEMBER_ID_REQUIRED
         resp = yield req(resp.member_id, label + " with member id")
@@ -486,7 +491,8 @@ def consumer_group_heartbeat(ctx: Context) -> ScenarioGen:
 # -- transactions ------------------------------------------------------------------------------
 def init_txn(ctx: Context, txn: str, label: str = "InitProducerId", compare: Optional[bool] = None) -> Any:
     return ctx.call(ApiKey.INIT_PRODUCER_ID, transactional_id=txn, transaction_timeout_ms=60000,
-                    producer_id=-1, producer_epoch=-1, label=label, compare=compare)
+                    producer_id=-1, producer_epoch=-1, label=label, compare=compare,
+                    retry=_coordinator_loading)
 
 
 def add_partitions(ctx: Context, txn: str, pid: int, epoch: int, suffix: str = "t",
