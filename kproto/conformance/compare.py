@@ -4,6 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, List
 
+from kproto.conformance.normalise import Keyed
+
 __all__ = ["Diff", "compare"]
 
 
@@ -18,9 +20,20 @@ class Diff:
 
 
 def compare(target: Any, reference: Any, path: str = "") -> List[Diff]:
-    """Every leaf where the two trees differ (arrays element by element, then their lengths)."""
-    if isinstance(target, dict) and isinstance(reference, dict):
+    """Every leaf where the two trees differ (arrays element by element, then their lengths;
+    keyed arrays entry by entry)."""
+    if isinstance(target, Keyed) and isinstance(reference, Keyed):
         out: List[Diff] = []
+        for k in list(target) + [k for k in reference if k not in target]:
+            p = f"{path}[{k}]"
+            if k not in target or k not in reference:
+                out.append(Diff(p, "<absent>" if k not in target else "<present>",
+                                "<absent>" if k not in reference else "<present>"))
+            else:
+                out.extend(compare(target[k], reference[k], p))
+        return out
+    if isinstance(target, dict) and isinstance(reference, dict):
+        out = []
         for k in list(target) + [k for k in reference if k not in target]:
             p = f"{path}.{k}" if path else k
             if k not in target or k not in reference:

@@ -19,7 +19,7 @@ from kproto.codecs import Uuid, response
 from kproto.errors import DecodeError
 from kproto.records import RecordBatch, iter_batches
 
-__all__ = ["Rule", "RULES", "Normaliser", "to_tree", "generic_path"]
+__all__ = ["Rule", "RULES", "Keyed", "KEY_FIELDS", "Normaliser", "to_tree", "generic_path"]
 
 
 def _records_tree(data: Any) -> Any:
@@ -59,15 +59,38 @@ def _plan_tree(obj: Any, plan: Any) -> Dict[str, Any]:
     return out
 
 
+class Keyed(dict):
+    """An array of structs compared as a map from its key to the entry (see :data:`KEY_FIELDS`):
+    paths read ``configs[retention.ms].value``; an entry one side lacks is one difference."""
+
+
+#: Fields that identify an entry of an array of structs, besides Kafka's own ``mapKey`` ones,
+#: first found wins. Arrays keyed so are compared as maps: their order is the broker's choice
+#: (Kafka's follows its hash maps), not the protocol's.
+KEY_FIELDS = ("name", "group_id", "topic", "resource_name", "transactional_id", "partition_index",
+              "partition", "api_key")
+
+
+def _key_fields(sub: Any) -> List[str]:
+    attrs = [g.attr for g, *_ in sub.entries]
+    keys = [g.attr for g, *_ in sub.entries if g.map_key]
+    if not keys:
+        keys = [k for k in KEY_FIELDS if k in attrs][:1]
+    # a generated value (a topic id) differs between brokers: no key then
+    return [] if any(k in _BY_FIELD for k in keys) else keys
+
+
 def _value(f: Any, v: Any, sub: Any) -> Any:
     if v is None:
         return None
     if f.is_array:
         items = [_scalar(f.element_type, x, sub) for x in v]
         if sub is not None:
-            keys = [g.attr for g, *_ in sub.entries if g.map_key]
-            if keys:  # a map in Kafka's schema: its order is not part of the answer
-                items.sort(key=lambda d: tuple(repr(d[k]) for k in keys))
+            keys = _key_fields(sub)
+            if keys:
+                by_key = Keyed((",".join(str(d[k]) for k in keys), d) for d in items)
+                if len(by_key) == len(items):
+                    return Keyed(sorted(by_key.items()))
         return items
     return _scalar(f.element_type, v, sub)
 
@@ -194,6 +217,8 @@ class Normaliser:
         """A normalised copy of ``tree`` (the answer of API ``api``)."""
         if isinstance(tree, dict) and tree.get("is_control"):
             tree = self._control_batch(api, tree, path)
+        if isinstance(tree, Keyed):
+            return Keyed((k, self.apply(api, v, f"{path}[{k}]")) for k, v in tree.items())
         if isinstance(tree, dict):
             out = {}
             for k, v in tree.items():

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional
 
+from kproto.conformance.normalise import Keyed
 from kproto.conformance.scenario import TRANSIENT_COORDINATOR_ERRORS, Context, Scenario, ScenarioGen, TopicSpec, scenario
 from kproto.records import RecordBatchBuilder
 from kproto.schemas.api_keys import ApiKey
@@ -58,9 +59,9 @@ def fetch(ctx: Context, suffix: str, offset: int, *, partition: int = 0, session
 
 
 def _own(key: str, name: str) -> Any:
-    """A view keeping only the entries of array ``key`` that belong to this run."""
+    """A view keeping only the entries of keyed array ``key`` that belong to this run."""
     def view(tree: Any) -> Any:
-        return {**tree, key: [x for x in tree[key] if any(isinstance(v, str) and v.startswith(name) for v in x.values())]}
+        return {**tree, key: Keyed((k, v) for k, v in tree[key].items() if k.startswith(name))}
     return view
 
 

@@ -33,21 +33,34 @@ def metadata(topic_ids=(TID1,), node=7, host="h1", port=9092, cluster="c1", thro
 def test_tree_has_only_the_fields_of_the_version():
     assert "cluster_id" not in to_tree(ApiKey.METADATA, 1, metadata())
     assert to_tree(ApiKey.METADATA, 2, metadata())["cluster_id"] == "c1"
-    assert "topic_id" in to_tree(ApiKey.METADATA, 10, metadata())["topics"][0]
+    assert "topic_id" in to_tree(ApiKey.METADATA, 10, metadata())["topics"]["t0"]
 
 
 def test_tree_sorts_map_arrays_by_their_key():
     c = response(ApiKey.API_VERSIONS).cls
     a = c(error_code=0, api_keys=[c.ApiVersion(api_key=3, min_version=0, max_version=1),
                                   c.ApiVersion(api_key=0, min_version=0, max_version=2)])
-    assert [x["api_key"] for x in to_tree(ApiKey.API_VERSIONS, 3, a)["api_keys"]] == [0, 3]
+    assert [x["api_key"] for x in to_tree(ApiKey.API_VERSIONS, 3, a)["api_keys"].values()] == [0, 3]
+
+
+def test_keyed_arrays_are_compared_as_maps():
+    c = response(ApiKey.DESCRIBE_CONFIGS).cls
+
+    def answer(*names):
+        return to_tree(ApiKey.DESCRIBE_CONFIGS, 4, c(results=[c.DescribeConfigsResult(
+            resource_name="t", configs=[c.DescribeConfigsResourceResult(name=n, value="1") for n in names])]))
+    assert compare(answer("a", "b"), answer("b", "a")) == []
+    assert compare(answer("a", "b"), answer("b", "c")) == [
+        Diff("results[t].configs[a]", "<present>", "<absent>"),
+        Diff("results[t].configs[c]", "<absent>", "<present>")]
+    assert generic_path("results[t].configs[a.b].value") == "results[].configs[].value"
 
 
 def test_tree_decodes_record_batches():
     c = response(ApiKey.FETCH).cls
     r = c(responses=[c.FetchableTopicResponse(topic="t", partitions=[c.PartitionData(
         partition_index=0, high_watermark=2, records=batch(2))])])
-    recs = to_tree(ApiKey.FETCH, 4, r)["responses"][0]["partitions"][0]["records"]
+    recs = to_tree(ApiKey.FETCH, 4, r)["responses"]["t"]["partitions"]["0"]["records"]
     assert recs[0]["count"] == 2 and recs[0]["records"][1]["value"] == b"v1-xxxxx".hex()
 
 
@@ -57,23 +70,38 @@ def test_normaliser_replaces_named_fields_and_keeps_identity():
                                                                                host="h2", port=1, cluster="c2",
                                                                                throttle=50)))
     assert compare(a, b) == []
-    assert [t["topic_id"] for t in a["topics"]] == ["<topic_ids#1>", "<topic_ids#1>", "<topic_ids#2>"]
-    assert a["topics"][0]["partitions"][0]["replica_nodes"] == ["<node_ids#1>"]
+    assert [t["topic_id"] for t in a["topics"].values()] == ["<topic_ids#1>", "<topic_ids#1>", "<topic_ids#2>"]
+    assert a["topics"]["t0"]["partitions"]["0"]["replica_nodes"] == ["<node_ids#1>"]
 
 
 def test_normaliser_sees_a_changed_identity():
     a = Normaliser().apply("Metadata", to_tree(ApiKey.METADATA, 12, metadata((TID1, TID1))))
     b = Normaliser().apply("Metadata", to_tree(ApiKey.METADATA, 12, metadata((TID1, TID2))))
-    assert [d.path for d in compare(a, b)] == ["topics[1].topic_id"]
+    assert [d.path for d in compare(a, b)] == ["topics[t1].topic_id"]
 
 
 def test_normaliser_keeps_sentinels_and_records_what_it_touched():
     n = Normaliser()
     tree = n.apply("Metadata", to_tree(ApiKey.METADATA, 12, metadata(node=-1)))
     assert tree["controller_id"] == -1 and tree["brokers"][0]["node_id"] == -1
+    assert ("cluster_id", "Metadata", "cluster_id") in n.touched
     assert ("topic_ids", "Metadata", "topics[].topic_id") in n.touched
     assert ("hosts_ports", "Metadata", "brokers[].host") in n.touched
     assert not any(rule == "node_ids" for rule, _, _ in n.touched)
+
+
+def test_control_batches_carry_the_brokers_clock():
+    from kproto.records import RecordBatchBuilder
+    b = RecordBatchBuilder(producer_id=5, producer_epoch=0, transactional=True, control=True)
+    b.append_end_txn_marker(True, 0, timestamp=123456)
+    c = response(ApiKey.FETCH).cls
+    r = c(responses=[c.FetchableTopicResponse(topic="t", partitions=[c.PartitionData(
+        partition_index=0, records=batch(1) + b.build())])])
+    n = Normaliser()
+    data, marker = n.apply("Fetch", to_tree(ApiKey.FETCH, 4, r))["responses"]["t"]["partitions"]["0"]["records"]
+    assert data["first_timestamp"] == 1_700_000_000_000  # a producer's timestamp stays
+    assert marker["first_timestamp"] == marker["records"][0]["timestamp"] == "<timestamps>"
+    assert ("timestamps", "Fetch", "responses[].partitions[].records[].max_timestamp") in n.touched
 
 
 def test_normaliser_keeps_whether_an_error_message_is_set():
@@ -190,3 +218,19 @@ def test_parse_address():
     assert parse_address("[::1]:1") == ("::1", 1)
     with pytest.raises(ValueError):
         parse_address("localhost")
+
+
+def test_build_drops_the_fields_a_version_does_not_have():
+    req = build(ApiKey.FIND_COORDINATOR, 3, key="g", key_type=0, coordinator_keys=["g"])
+    assert req.key == "g" and req.coordinator_keys == []
+    req = build(ApiKey.FIND_COORDINATOR, 4, key="g", key_type=0, coordinator_keys=["g"])
+    assert req.key == "" and req.coordinator_keys == ["g"]
+
+
+def test_a_kit_error_is_a_difference_even_when_both_sides_agree():
+    from kproto.conformance.runner import KIT_ERROR
+    s = Scenario("Metadata.s", 3, lambda ctx: iter(()))
+    r = Report("a", "b", {}, {})
+    err = {KIT_ERROR: "EncodeError: no"}
+    _record(r, s, 10, [_o("Metadata", err)], [_o("Metadata", err)])
+    assert [d.path for c in r.results for d in c.diffs] == [f"{KIT_ERROR}[0]"]
