@@ -286,10 +286,11 @@ async def run_conformance(target: Address, reference: Address, *,
                              _warm_coordinators(tside, timeout), _warm_coordinators(rside, timeout))
 
         sem = asyncio.Semaphore(concurrency)
+        t0 = int(time.time()) * 1000
 
         async def one(s: Scenario, v: int) -> None:
             prefix = f"kc{run_id}-{s.name}-v{v}"
-            ctxs = [Context(s, v, prefix, common, side.topic_ids, side.node_id) for side in (tside, rside)]
+            ctxs = [Context(s, v, prefix, common, side.topic_ids, side.node_id, t0) for side in (tside, rside)]
             async with sem:
                 try:
                     t_out, r_out = await asyncio.gather(_drive(tside, s, ctxs[0]), _drive(rside, s, ctxs[1]))

@@ -126,6 +126,8 @@ class Context:
     common: Mapping[int, range]
     topic_ids: Dict[str, Uuid] = field(default_factory=dict)
     node_id: int = -1
+    #: the run's start (ms): record timestamps count from it, the same on both brokers
+    t0: int = 0
 
     def topic(self, suffix: str) -> str:
         """The run-unique name of the scenario's topic ``suffix``."""

@@ -15,7 +15,6 @@ __all__ = ["SCENARIOS"]
 #: Every scenario, in registration order.
 SCENARIOS: List[Scenario] = []
 
-T0 = 1_700_000_000_000  # record timestamps: fixed, so both brokers store the same batches
 MB = 1 << 20
 NO_ID = ""  # a member id the coordinator has never handed out
 UNKNOWN_UUID = "AAAAAAAAAAAAAAAAAAAAAQ"  # a topic id no broker has (not the zero UUID)
@@ -29,14 +28,15 @@ def _t(suffix: str = "t", partitions: int = 1, **configs: str) -> TopicSpec:
     return TopicSpec(suffix, partitions, tuple((k.replace("_", "."), v) for k, v in configs.items()))
 
 
-def batch(n: int, *, first: int = 0, ts_step: int = 1, key: Optional[bytes] = b"k", value_size: int = 8,
+def batch(t0: int, n: int, *, first: int = 0, ts_step: int = 1, key: Optional[bytes] = b"k", value_size: int = 8,
           producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1,
           transactional: bool = False) -> bytes:
-    """A v2 batch of ``n`` records with fixed timestamps and contents."""
+    """A v2 batch of ``n`` records with timestamps from ``t0`` (the run's start: the same on
+    both brokers, and recent, so that no retention deletes them during the run)."""
     b = RecordBatchBuilder(producer_id=producer_id, producer_epoch=producer_epoch,
                            base_sequence=base_sequence, transactional=transactional)
     for i in range(n):
-        b.append(T0 + (first + i) * ts_step, key, (b"v%d-" % (first + i)).ljust(value_size, b"x"))
+        b.append(t0 + (first + i) * ts_step, key, (b"v%d-" % (first + i)).ljust(value_size, b"x"))
     return b.build()
 
 
@@ -170,9 +170,9 @@ PRODUCE_VERSIONS = range(3, 14)  # magic v2 batches
 @_sc(ApiKey.PRODUCE, topics=[_t("t")], versions=PRODUCE_VERSIONS)
 def produce_acks(ctx: Context) -> ScenarioGen:
     """acks=-1, acks=1, acks=0 (no answer), then a Fetch showing all three batches."""
-    yield produce(ctx, "t", batch(3), acks=-1, label="Produce acks=-1")
-    yield produce(ctx, "t", batch(2, first=3), acks=1, label="Produce acks=1")
-    yield produce(ctx, "t", batch(1, first=5), acks=0, label="Produce acks=0")
+    yield produce(ctx, "t", batch(ctx.t0, 3), acks=-1, label="Produce acks=-1")
+    yield produce(ctx, "t", batch(ctx.t0, 2, first=3), acks=1, label="Produce acks=1")
+    yield produce(ctx, "t", batch(ctx.t0, 1, first=5), acks=0, label="Produce acks=0")
     yield fetch(ctx, "t", 0, label="Fetch after produce", compare=True)
 
 
@@ -181,8 +181,8 @@ def produce_unknown(ctx: Context) -> ScenarioGen:
     """An unknown topic and a partition beyond the topic's count."""
     yield ctx.call(ApiKey.PRODUCE, acks=-1, timeout_ms=10000, label="Produce unknown topic", topic_data=[
         {"name": ctx.topic("missing"), "topic_id": _uuid(UNKNOWN_UUID),
-         "partition_data": [{"index": 0, "records": batch(1)}]}])
-    yield produce(ctx, "t", batch(1), partition=7, label="Produce bad partition")
+         "partition_data": [{"index": 0, "records": batch(ctx.t0, 1)}]}])
+    yield produce(ctx, "t", batch(ctx.t0, 1), partition=7, label="Produce bad partition")
 
 
 @_sc(ApiKey.PRODUCE, topics=[_t("t")], versions=PRODUCE_VERSIONS)
@@ -192,14 +192,14 @@ def produce_idempotent(ctx: Context) -> ScenarioGen:
     init = yield ctx.call(ApiKey.INIT_PRODUCER_ID, transactional_id=None, transaction_timeout_ms=60000,
                           producer_id=-1, producer_epoch=-1)
     pid, epoch = init.producer_id, init.producer_epoch
-    first = batch(3, producer_id=pid, producer_epoch=epoch, base_sequence=0)
+    first = batch(ctx.t0, 3, producer_id=pid, producer_epoch=epoch, base_sequence=0)
     yield produce(ctx, "t", first, label="Produce seq 0")
     yield produce(ctx, "t", first, label="Produce duplicate seq 0")
-    yield produce(ctx, "t", batch(1, first=3, producer_id=pid, producer_epoch=epoch, base_sequence=10),
+    yield produce(ctx, "t", batch(ctx.t0, 1, first=3, producer_id=pid, producer_epoch=epoch, base_sequence=10),
                   label="Produce out-of-order seq")
-    yield produce(ctx, "t", batch(1, first=3, producer_id=pid, producer_epoch=epoch, base_sequence=3),
+    yield produce(ctx, "t", batch(ctx.t0, 1, first=3, producer_id=pid, producer_epoch=epoch, base_sequence=3),
                   label="Produce seq 3")
-    yield produce(ctx, "t", batch(1, first=4, producer_id=pid + 1000, producer_epoch=0, base_sequence=5),
+    yield produce(ctx, "t", batch(ctx.t0, 1, first=4, producer_id=pid + 1000, producer_epoch=0, base_sequence=5),
                   label="Produce unknown producer")
 
 
@@ -207,9 +207,9 @@ def produce_idempotent(ctx: Context) -> ScenarioGen:
      versions=PRODUCE_VERSIONS)
 def produce_rejected(ctx: Context) -> ScenarioGen:
     """A batch over the topic's max.message.bytes; a null key on a compacted topic."""
-    yield produce(ctx, "small", batch(1, value_size=5000), label="Produce oversized")
-    yield produce(ctx, "compact", batch(2, key=None), label="Produce null key compacted")
-    yield produce(ctx, "compact", batch(2), label="Produce keyed compacted")
+    yield produce(ctx, "small", batch(ctx.t0, 1, value_size=5000), label="Produce oversized")
+    yield produce(ctx, "compact", batch(ctx.t0, 2, key=None), label="Produce null key compacted")
+    yield produce(ctx, "compact", batch(ctx.t0, 2), label="Produce keyed compacted")
 
 
 @_sc(ApiKey.PRODUCE, topics=[_t("t")], versions=PRODUCE_VERSIONS)
@@ -218,7 +218,7 @@ def produce_transactional_unadded(ctx: Context) -> ScenarioGen:
     txn = ctx.group("txn")
     init = yield ctx.call(ApiKey.INIT_PRODUCER_ID, transactional_id=txn, transaction_timeout_ms=60000,
                           producer_id=-1, producer_epoch=-1)
-    yield produce(ctx, "t", batch(1, producer_id=init.producer_id, producer_epoch=init.producer_epoch,
+    yield produce(ctx, "t", batch(ctx.t0, 1, producer_id=init.producer_id, producer_epoch=init.producer_epoch,
                                   base_sequence=0, transactional=True),
                   transactional_id=txn, label="Produce txn not added")
 
@@ -231,8 +231,8 @@ FETCH_VERSIONS = range(4, 19)
 def fetch_offsets(ctx: Context) -> ScenarioGen:
     """From 0, from the middle of a batch, at the end, out of range, a bad partition, an
     unknown topic."""
-    yield produce(ctx, "t", batch(3))
-    yield produce(ctx, "t", batch(2, first=3))
+    yield produce(ctx, "t", batch(ctx.t0, 3))
+    yield produce(ctx, "t", batch(ctx.t0, 2, first=3))
     yield fetch(ctx, "t", 0, label="Fetch from 0")
     yield fetch(ctx, "t", 4, label="Fetch from 4")
     yield fetch(ctx, "t", 5, label="Fetch at end")
@@ -245,7 +245,7 @@ def fetch_offsets(ctx: Context) -> ScenarioGen:
 def fetch_sessions(ctx: Context) -> ScenarioGen:
     """KIP-227: a full fetch opening a session, an incremental one with no changes, a wrong
     epoch, an unknown session id, and closing it."""
-    yield produce(ctx, "t", batch(2))
+    yield produce(ctx, "t", batch(ctx.t0, 2))
     full = yield fetch(ctx, "t", 0, session_id=0, session_epoch=0, label="Fetch session open")
     sid = full.session_id
     yield ctx.call(ApiKey.FETCH, label="Fetch session incremental", replica_id=-1, max_wait_ms=0,
@@ -268,7 +268,7 @@ def list_offsets(ctx: Context) -> ScenarioGen:
     """Earliest, latest, by time, max timestamp (v7+), a time after every record, a bad
     partition."""
     for i in range(3):
-        yield produce(ctx, "t", batch(1, first=i, ts_step=1000))
+        yield produce(ctx, "t", batch(ctx.t0, 1, first=i, ts_step=1000))
 
     def q(ts: int, label: str, partition: int = 0) -> Any:
         return ctx.call(ApiKey.LIST_OFFSETS, replica_id=-1, isolation_level=0, label=label, timeout_ms=10000,
@@ -277,8 +277,8 @@ def list_offsets(ctx: Context) -> ScenarioGen:
                              "current_leader_epoch": -1}]}])
     yield q(-2, "ListOffsets earliest")
     yield q(-1, "ListOffsets latest")
-    yield q(T0 + 500, "ListOffsets by time")
-    yield q(T0 + 10_000, "ListOffsets after the last record")
+    yield q(ctx.t0 + 500, "ListOffsets by time")
+    yield q(ctx.t0 + 10_000, "ListOffsets after the last record")
     if ctx.version >= 7:
         yield q(-3, "ListOffsets max timestamp")
     yield q(-1, "ListOffsets bad partition", partition=4)
@@ -540,7 +540,7 @@ def end_txn(ctx: Context) -> ScenarioGen:
     new = yield init_txn(ctx, txn, "InitProducerId again", compare=False)
     pid, epoch = new.producer_id, new.producer_epoch
     yield add_partitions(ctx, txn, pid, epoch)
-    yield produce(ctx, "t", batch(2, producer_id=pid, producer_epoch=epoch, base_sequence=0, transactional=True),
+    yield produce(ctx, "t", batch(ctx.t0, 2, producer_id=pid, producer_epoch=epoch, base_sequence=0, transactional=True),
                   transactional_id=txn)
 
     def end(p: int, e: int, committed: bool, label: str) -> Any:
@@ -608,7 +608,7 @@ def describe_producers(ctx: Context) -> ScenarioGen:
     """The idempotent producer of a partition; an unknown partition."""
     init = yield ctx.call(ApiKey.INIT_PRODUCER_ID, transactional_id=None, transaction_timeout_ms=60000,
                           producer_id=-1, producer_epoch=-1)
-    yield produce(ctx, "t", batch(3, producer_id=init.producer_id, producer_epoch=init.producer_epoch,
+    yield produce(ctx, "t", batch(ctx.t0, 3, producer_id=init.producer_id, producer_epoch=init.producer_epoch,
                                   base_sequence=0))
     yield ctx.call(ApiKey.DESCRIBE_PRODUCERS, topics=[{"name": ctx.topic("t"), "partition_indexes": [0, 5]}])
 
@@ -664,7 +664,7 @@ def incremental_alter_configs(ctx: Context) -> ScenarioGen:
 @_sc(ApiKey.DELETE_RECORDS, topics=[_t("t")])
 def delete_records(ctx: Context) -> ScenarioGen:
     """Delete before offset 2 of 5, beyond the end, a bad partition; then ListOffsets earliest."""
-    yield produce(ctx, "t", batch(5))
+    yield produce(ctx, "t", batch(ctx.t0, 5))
 
     def delete(offset: int, label: str, partition: int = 0) -> Any:
         return ctx.call(ApiKey.DELETE_RECORDS, timeout_ms=10000, label=label, topics=[
@@ -687,7 +687,7 @@ def elect_leaders(ctx: Context) -> ScenarioGen:
 @_sc(ApiKey.DESCRIBE_LOG_DIRS, topics=[_t("t")])
 def describe_log_dirs(ctx: Context) -> ScenarioGen:
     """The log directory holding a topic with one batch."""
-    yield produce(ctx, "t", batch(3))
+    yield produce(ctx, "t", batch(ctx.t0, 3))
     yield ctx.call(ApiKey.DESCRIBE_LOG_DIRS, topics=[{"topic": ctx.topic("t"), "partitions": [0]}],
                    view=_log_dirs_view)
 

@@ -16,6 +16,7 @@ from kproto.schemas.api_keys import ApiKey
 
 MD = response(ApiKey.METADATA).cls
 TID1, TID2 = Uuid(b"\x01" * 16), Uuid(b"\x02" * 16)
+T0 = 1_800_000_000_000
 
 
 def metadata(topic_ids=(TID1,), node=7, host="h1", port=9092, cluster="c1", throttle=0):
@@ -59,7 +60,7 @@ def test_keyed_arrays_are_compared_as_maps():
 def test_tree_decodes_record_batches():
     c = response(ApiKey.FETCH).cls
     r = c(responses=[c.FetchableTopicResponse(topic="t", partitions=[c.PartitionData(
-        partition_index=0, high_watermark=2, records=batch(2))])])
+        partition_index=0, high_watermark=2, records=batch(T0, 2))])])
     recs = to_tree(ApiKey.FETCH, 4, r)["responses"]["t"]["partitions"]["0"]["records"]
     assert recs[0]["count"] == 2 and recs[0]["records"][1]["value"] == b"v1-xxxxx".hex()
 
@@ -96,10 +97,10 @@ def test_control_batches_carry_the_brokers_clock():
     b.append_end_txn_marker(True, 0, timestamp=123456)
     c = response(ApiKey.FETCH).cls
     r = c(responses=[c.FetchableTopicResponse(topic="t", partitions=[c.PartitionData(
-        partition_index=0, records=batch(1) + b.build())])])
+        partition_index=0, records=batch(T0, 1) + b.build())])])
     n = Normaliser()
     data, marker = n.apply("Fetch", to_tree(ApiKey.FETCH, 4, r))["responses"]["t"]["partitions"]["0"]["records"]
-    assert data["first_timestamp"] == 1_700_000_000_000  # a producer's timestamp stays
+    assert data["first_timestamp"] == T0  # a producer's timestamp stays
     assert marker["first_timestamp"] == marker["records"][0]["timestamp"] == "<timestamps>"
     assert ("timestamps", "Fetch", "responses[].partitions[].records[].max_timestamp") in n.touched
 
