@@ -4,7 +4,7 @@
     [[deviation]]
     api = "DescribeConfigs"               # API name (as in the table) or key
     versions = "0-4"                      # optional: "3", "0-4", "5-" (default: all)
-    path = "results[].configs[].value"    # generic field path, fnmatch pattern; "*": all;
+    path = "results[].configs[].value"    # generic field path; * and ? are wildcards ("*": all);
                                           # "<unsupported>": the target does not answer the API
     scenario = "DescribeConfigs.*"        # optional fnmatch pattern on the scenario name
     reason = "why this difference is accepted"
@@ -14,6 +14,8 @@ A difference is *explained* when a deviation matches it; everything else is *une
 from __future__ import annotations
 
 import fnmatch
+import functools
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,7 +47,13 @@ class Deviation:
             return False
         if self.versions is not None and version not in self.versions:
             return False
-        return fnmatch.fnmatchcase(scenario, self.scenario) and fnmatch.fnmatchcase(path, self.path)
+        return fnmatch.fnmatchcase(scenario, self.scenario) and _path_pattern(self.path).fullmatch(path) is not None
+
+
+@functools.lru_cache(maxsize=None)
+def _path_pattern(pattern: str) -> "re.Pattern[str]":
+    # only * and ? are wildcards: brackets are the paths' own ("topics[].name")
+    return re.compile(re.escape(pattern).replace(r"\*", ".*").replace(r"\?", "."))
 
 
 def _versions(text: Any) -> Optional[range]:

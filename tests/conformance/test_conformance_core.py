@@ -235,3 +235,10 @@ def test_a_kit_error_is_a_difference_even_when_both_sides_agree():
     err = {KIT_ERROR: "EncodeError: no"}
     _record(r, s, 10, [_o("Metadata", err)], [_o("Metadata", err)])
     assert [d.path for c in r.results for d in c.diffs] == [f"{KIT_ERROR}[0]"]
+
+
+def test_deviation_paths_take_brackets_literally():
+    d = Deviations.parse('[[deviation]]\napi = "Fetch"\npath = "responses[].partitions[].*"\nreason = "r"\n')
+    assert d.explain("Fetch", 1, 4, "s", "responses[].partitions[].high_watermark")
+    assert not d.explain("Fetch", 1, 4, "s", "responses[].high_watermark")
+    assert not d.explain("Fetch", 1, 4, "s", "responsesX.partitions[].high_watermark")
