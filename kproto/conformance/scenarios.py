@@ -58,6 +58,11 @@ def fetch(ctx: Context, suffix: str, offset: int, *, partition: int = 0, session
                     session_epoch=session_epoch, topics=topics, forgotten_topics_data=[], rack_id="", **kw)
 
 
+def _partition(fetch_response: Any) -> Any:
+    """The first partition of a Fetch answer."""
+    return fetch_response.responses[0].partitions[0]
+
+
 def _own(key: str, name: str) -> Any:
     """A view keeping only the entries of keyed array ``key`` that belong to this run."""
     def view(tree: Any) -> Any:
@@ -548,7 +553,10 @@ def end_txn(ctx: Context) -> ScenarioGen:
                         committed=committed, label=label)
     yield end(pid, epoch, True, "EndTxn commit")
     yield end(old.producer_id, old.producer_epoch, False, "EndTxn fenced epoch")
-    yield fetch(ctx, "t", 0, label="Fetch after commit", compare=True)
+    # Kafka writes the commit marker after answering EndTxn: poll until it is there, as a
+    # consumer would
+    yield fetch(ctx, "t", 0, label="Fetch after commit", compare=True,
+                retry=lambda r: _partition(r).error_code == 0 and _partition(r).last_stable_offset < 3)
 
 
 @_sc(ApiKey.ADD_OFFSETS_TO_TXN, topics=[_t("t")])
