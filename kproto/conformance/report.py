@@ -13,6 +13,17 @@ from kproto.conformance.scenario import api_name
 __all__ = ["CallResult", "Report"]
 
 
+def _ranges(versions: List[int]) -> str:
+    """[0, 1, 2, 5] -> "0-2, 5"."""
+    out: List[str] = []
+    for v in versions:
+        if out and int(out[-1].split("-")[-1]) == v - 1:
+            out[-1] = f"{out[-1].split('-')[0]}-{v}"
+        else:
+            out.append(str(v))
+    return ", ".join(out)
+
+
 @dataclass
 class CallResult:
     """The comparison of one compared call of one scenario run (``diffs`` after normalisation)."""
@@ -108,6 +119,27 @@ class Report:
             lines.append(f"| {api_name(key)} ({key}) | {ver} | {cell} |")
         return "\n".join(lines)
 
+    def summary_table(self) -> str:
+        """One row per API: the versions that are the same, differ (with the field paths) and
+        are unsupported by the target; explained differences marked."""
+        rows: Dict[int, Dict[str, Any]] = {}
+        for (key, ver), fs in sorted(self.cells().items()):
+            row = rows.setdefault(key, {"same": [], "differs": [], "unsupported": [], "paths": {}})
+            if not fs:
+                row["same"].append(ver)
+            elif any(f.path == UNSUPPORTED for f in fs):
+                row["unsupported"].append(ver)
+            else:
+                row["differs"].append(ver)
+                for f in fs:
+                    row["paths"][f.path] = row["paths"].get(f.path, True) and f.deviation is not None
+        lines = ["| API | same | differs | unsupported by target | fields that differ |", "|---|---|---|---|---|"]
+        for key, row in rows.items():
+            paths = ", ".join(p + (" (explained)" if explained else "") for p, explained in row["paths"].items())
+            lines.append(f"| {api_name(key)} ({key}) | {_ranges(row['same'])} | {_ranges(row['differs'])} | "
+                         f"{_ranges(row['unsupported'])} | {paths} |")
+        return "\n".join(lines)
+
     def versions_table(self) -> str:
         """The ApiVersions ranges of both brokers side by side."""
         def fmt(r: Optional[range]) -> str:
@@ -138,7 +170,8 @@ class Report:
     def text(self) -> str:
         """The whole report as text; its last line is ``N unexplained``."""
         out = [f"target {self.target}, reference {self.reference}", "",
-               "ApiVersions:", self.versions_table(), "", "Results:", self.table(), ""]
+               "ApiVersions:", self.versions_table(), "", "Summary:", self.summary_table(), "",
+               "Results:", self.table(), ""]
         if self.skipped:
             out.append("Skipped scenarios:")
             out.extend(f"- {n}: {why}" for n, why in sorted(self.skipped.items()))

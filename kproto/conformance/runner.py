@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 from kproto.client.connection import Connection
+from kproto.client.protocol import KafkaConnectionError
 from kproto.codecs import request as request_codec
 from kproto.conformance.compare import Diff, compare
 from kproto.conformance.deviations import Deviations
@@ -26,7 +27,7 @@ from kproto.conformance.report import CallResult, Report
 from kproto.conformance.scenario import TRANSIENT_COORDINATOR_ERRORS, Call, Context, MissingApi, Scenario, api_name, build
 from kproto.conformance.scenarios import SCENARIOS
 from kproto.error_codes import ErrorCode
-from kproto.errors import EncodeError, UnsupportedVersionError
+from kproto.errors import DecodeError, EncodeError, UnsupportedVersionError
 from kproto.schemas.api_keys import ApiKey
 
 __all__ = ["run_conformance", "parse_address"]
@@ -122,6 +123,10 @@ async def _drive(side: _Side, scenario: Scenario, ctx: Context) -> List[_Outcome
                 else:
                     conn.send(call.body, call.version, expect_response=False)
                     resp = None
+            except DecodeError as exc:  # the broker's answer does not parse: its difference
+                outcomes.append(_Outcome(call.label, call.api_key, call.version, call.compare,
+                                         {"<error>": f"DecodeError: {exc}"}))
+                break
             except (EncodeError, UnsupportedVersionError, TypeError, ValueError) as exc:
                 # the kit could not write its own request: always reported, never "same"
                 outcomes.append(_Outcome(call.label, call.api_key, call.version, call.compare,
@@ -131,7 +136,10 @@ async def _drive(side: _Side, scenario: Scenario, ctx: Context) -> List[_Outcome
                 outcomes.append(_Outcome(call.label, call.api_key, call.version, call.compare,
                                          {"<error>": type(exc).__name__}))
                 if conn.closed:
-                    conn = await side.connect()
+                    try:
+                        conn = await side.connect()
+                    except KafkaConnectionError:
+                        pass  # the broker is gone: later calls on this connection fail too
                 break
             tree = None if resp is None else norm.apply(api_name(call.api_key),
                                                          to_tree(call.api_key, call.version, resp))

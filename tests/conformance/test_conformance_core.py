@@ -242,3 +242,11 @@ def test_deviation_paths_take_brackets_literally():
     assert d.explain("Fetch", 1, 4, "s", "responses[].partitions[].high_watermark")
     assert not d.explain("Fetch", 1, 4, "s", "responses[].high_watermark")
     assert not d.explain("Fetch", 1, 4, "s", "responsesX.partitions[].high_watermark")
+
+
+def test_summary_table_groups_versions_per_api():
+    r = _report(DEVS)
+    r.results.append(CallResult("Metadata.s", 3, 8, "Metadata", []))
+    rows = r.summary_table().splitlines()
+    assert "| Metadata (3) | 8-9 | 10 | 13 | topics[].error_code (explained) |" in rows
+    assert "| CreateTopics (19) |  |  | 2 |  |" in rows
