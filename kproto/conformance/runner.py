@@ -12,6 +12,7 @@ batches, and the run waits until Metadata shows a leader for every partition.
 from __future__ import annotations
 
 import asyncio
+import fnmatch
 import os
 import time
 from dataclasses import dataclass
@@ -163,8 +164,7 @@ async def _drive(side: _Side, scenario: Scenario, ctx: Context) -> List[_Outcome
     return outcomes
 
 
-async def _create_topics(side: _Side, specs: Dict[str, Any], common: Dict[int, range],
-                         timeout: float) -> None:
+async def _create_topics(side: _Side, specs: Dict[str, Any], timeout: float) -> None:
     """CreateTopics for every declared topic (batches of 50), then wait for their leaders."""
     if not specs:
         return
@@ -227,7 +227,7 @@ async def _warm_coordinators(side: _Side, timeout: float) -> None:
         side.pool.put_nowait(conn)
 
 
-async def _has_authorizer(side: _Side, common: Dict[int, range]) -> bool:
+async def _has_authorizer(side: _Side) -> bool:
     if ApiKey.DESCRIBE_ACLS not in side.versions:
         return False
     conn = await side.pool.get()
@@ -247,12 +247,10 @@ async def run_conformance(target: Address, reference: Address, *,
                           deviations: Optional[Deviations] = None,
                           scenarios: Optional[Sequence[Scenario]] = None,
                           select: Optional[Sequence[str]] = None,
-                          concurrency: int = 8, timeout: float = 30.0,
+                          concurrency: int = 16, timeout: float = 30.0,
                           run_id: Optional[str] = None) -> Report:
     """Run the corpus (or ``scenarios``; ``select``: fnmatch patterns on scenario names)
     against ``target`` and ``reference`` and return the :class:`Report`."""
-    import fnmatch
-
     scenarios = list(SCENARIOS if scenarios is None else scenarios)
     if select:
         scenarios = [s for s in scenarios if any(fnmatch.fnmatchcase(s.name, p) for p in select)]
@@ -264,7 +262,7 @@ async def run_conformance(target: Address, reference: Address, *,
         common = _common(tside.versions, rside.versions)
         report = Report(f"{target[0]}:{target[1]}", f"{reference[0]}:{reference[1]}",
                         tside.versions, rside.versions, deviations=deviations or Deviations())
-        auth = await asyncio.gather(_has_authorizer(tside, common), _has_authorizer(rside, common))
+        auth = await asyncio.gather(_has_authorizer(tside), _has_authorizer(rside))
         runs: List[Tuple[Scenario, int]] = []
         for s in scenarios:
             if s.needs_authorizer and not all(auth):
@@ -289,8 +287,8 @@ async def run_conformance(target: Address, reference: Address, *,
         for s, v in runs:
             for t in s.topics:
                 specs[f"kc{run_id}-{s.name}-v{v}-{t.suffix}"] = t
-        await asyncio.gather(_create_topics(tside, specs, common, timeout),
-                             _create_topics(rside, specs, common, timeout),
+        await asyncio.gather(_create_topics(tside, specs, timeout),
+                             _create_topics(rside, specs, timeout),
                              _warm_coordinators(tside, timeout), _warm_coordinators(rside, timeout))
 
         sem = asyncio.Semaphore(concurrency)
