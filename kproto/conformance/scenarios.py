@@ -740,3 +740,78 @@ def describe_acls(ctx: Context) -> ScenarioGen:
     """ACLs of a topic nobody has bound."""
     yield ctx.call(ApiKey.DESCRIBE_ACLS, resource_type_filter=2, resource_name_filter=ctx.topic("t"),
                    pattern_type_filter=3, principal_filter=None, host_filter=None, operation=1, permission_type=1)
+
+
+@_sc(ApiKey.CREATE_ACLS, needs_authorizer=True)
+def create_acls(ctx: Context) -> ScenarioGen:
+    """Allow a principal to read the run's topic, then describe and delete that binding."""
+    binding = {"resource_type": 2, "resource_name": ctx.topic("t"), "resource_pattern_type": 3,
+               "principal": "User:kproto-conformance", "host": "*", "operation": 3, "permission_type": 3}
+    yield ctx.call(ApiKey.CREATE_ACLS, creations=[binding])
+    yield ctx.call(ApiKey.DESCRIBE_ACLS, resource_type_filter=2, resource_name_filter=ctx.topic("t"),
+                   pattern_type_filter=3, principal_filter=None, host_filter=None, operation=1,
+                   permission_type=1, compare=True, label="DescribeAcls after create")
+    yield ctx.call(ApiKey.DELETE_ACLS, compare=True, label="DeleteAcls", filters=[
+        {"resource_type_filter": 2, "resource_name_filter": ctx.topic("t"), "pattern_type_filter": 3,
+         "principal_filter": None, "host_filter": None, "operation": 1, "permission_type": 1}])
+
+
+# -- more admin and client APIs ----------------------------------------------------------------
+@_sc(ApiKey.OFFSET_FOR_LEADER_EPOCH, topics=[_t("t")])
+def offset_for_leader_epoch(ctx: Context) -> ScenarioGen:
+    """The end offset of epoch 0, of an epoch in the future, and of a bad partition."""
+    yield produce(ctx, "t", batch(ctx.t0, 3))
+
+    def q(epoch: int, label: str, partition: int = 0) -> Any:
+        return ctx.call(ApiKey.OFFSET_FOR_LEADER_EPOCH, replica_id=-1, label=label, topics=[
+            {"topic": ctx.topic("t"), "partitions": [
+                {"partition": partition, "current_leader_epoch": -1, "leader_epoch": epoch}]}])
+    yield q(0, "OffsetForLeaderEpoch")
+    yield q(5, "OffsetForLeaderEpoch future epoch")
+    yield q(0, "OffsetForLeaderEpoch bad partition", partition=6)
+
+
+@_sc(ApiKey.CONSUMER_GROUP_DESCRIBE, topics=[_t("t")])
+def consumer_group_describe(ctx: Context) -> ScenarioGen:
+    """A KIP-848 group with one member; a classic group; an unknown group."""
+    g = ctx.group()
+    yield ctx.call(ApiKey.CONSUMER_GROUP_HEARTBEAT, group_id=g, member_id="kproto-conformance-mem01",
+                   member_epoch=0, instance_id=None, rack_id=None, rebalance_timeout_ms=30000,
+                   subscribed_topic_names=[ctx.topic("t")], subscribed_topic_regex=None,
+                   server_assignor=None, topic_partitions=[])
+    classic = ctx.group("classic")
+    yield from join_sync(ctx, classic)
+    yield ctx.call(ApiKey.CONSUMER_GROUP_DESCRIBE, group_ids=[g, classic, ctx.group("none")],
+                   include_authorized_operations=False)
+
+
+@_sc(ApiKey.DESCRIBE_TOPIC_PARTITIONS, topics=[_t("t", 3)])
+def describe_topic_partitions(ctx: Context) -> ScenarioGen:
+    """A topic with three partitions, two at a time (a cursor), and an unknown topic."""
+    first = yield ctx.call(ApiKey.DESCRIBE_TOPIC_PARTITIONS, response_partition_limit=2, cursor=None,
+                           topics=[{"name": ctx.topic("t")}, {"name": ctx.topic("missing")}])
+    if first.next_cursor is not None:
+        yield ctx.call(ApiKey.DESCRIBE_TOPIC_PARTITIONS, response_partition_limit=2, label="DescribeTopicPartitions next",
+                       cursor={"topic_name": first.next_cursor.topic_name,
+                               "partition_index": first.next_cursor.partition_index},
+                       topics=[{"name": ctx.topic("t")}])
+
+
+@_sc(ApiKey.LIST_PARTITION_REASSIGNMENTS, topics=[_t("t")])
+def list_partition_reassignments(ctx: Context) -> ScenarioGen:
+    """No reassignment in progress for the run's topic."""
+    yield ctx.call(ApiKey.LIST_PARTITION_REASSIGNMENTS, timeout_ms=10000,
+                   topics=[{"name": ctx.topic("t"), "partition_indexes": [0]}])
+
+
+@_sc(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS)
+def describe_user_scram_credentials(ctx: Context) -> ScenarioGen:
+    """A user without SCRAM credentials."""
+    yield ctx.call(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, users=[{"name": ctx.group("user")}])
+
+
+@_sc(ApiKey.DESCRIBE_CLIENT_QUOTAS)
+def describe_client_quotas(ctx: Context) -> ScenarioGen:
+    """The quotas of a client id nobody has configured."""
+    yield ctx.call(ApiKey.DESCRIBE_CLIENT_QUOTAS, strict=False, components=[
+        {"entity_type": "client-id", "match_type": 0, "match": ctx.group("client")}])
