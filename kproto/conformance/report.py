@@ -90,6 +90,18 @@ class Report:
                     seen[k] = Finding(r.api_key, r.version, gp, r.scenario, d, dev, r.label)
         return sorted(seen.values(), key=lambda f: (f.api_key, f.version, f.path))
 
+    def unused_deviations(self) -> List[Deviation]:
+        """The deviations no difference of this run matched (each occurrence counts, not only
+        the one example a finding keeps)."""
+        used = set()
+        for key, ver in self.unsupported:
+            used.add(id(self.deviations.explain(api_name(key), key, ver, "*", UNSUPPORTED)))
+        for r in self.results:
+            for d in r.diffs:
+                used.add(id(self.deviations.explain(api_name(r.api_key), r.api_key, r.version, r.scenario,
+                                                    generic_path(d.path))))
+        return [d for d in self.deviations.items if id(d) not in used]
+
     @property
     def unexplained(self) -> List[Finding]:
         return [f for f in self.findings() if f.deviation is None]
