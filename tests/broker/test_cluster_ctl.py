@@ -217,3 +217,11 @@ def test_the_control_server_refuses_what_it_cannot_do(tmp_path) -> None:
             assert not os.path.exists(server.path)
 
     asyncio.run(main())
+
+
+def test_the_control_client_loads_no_broker() -> None:
+    """A shell's ``ctl`` command imports the control module alone, not the broker it controls."""
+    code = ("import sys, kproto.broker.cluster.control; "
+            "print(sorted(m for m in sys.modules if m.startswith('kproto.broker')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "['kproto.broker', 'kproto.broker.cluster', 'kproto.broker.cluster.control']", out.stderr

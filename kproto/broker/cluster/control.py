@@ -21,9 +21,10 @@ import json
 import os
 import secrets
 import socket
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
-from kproto.broker.cluster.local import Cluster
+if TYPE_CHECKING:  # the client side (control) runs in a shell command: it loads no broker
+    from kproto.broker.cluster.local import Cluster
 
 __all__ = ["COMMANDS", "CONTROL_FILE", "ControlError", "ControlServer", "control"]
 
