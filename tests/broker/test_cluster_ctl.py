@@ -204,15 +204,20 @@ def test_the_control_server_refuses_what_it_cannot_do(tmp_path) -> None:
                         await call(command, **args)
                     assert refused.value.usage
 
-                host, port = "127.0.0.1", json.loads((tmp_path / "c" / CONTROL_FILE).read_text())["port"]
-                for line in (b'{"token": "wrong", "command": "status"}\n', b"[1, 2]\n", b"\xff\n"):
+                info = json.loads((tmp_path / "c" / CONTROL_FILE).read_text())
+                host, port = "127.0.0.1", info["port"]
+                unhashable = json.dumps({"token": info["token"], "command": ["status"]}).encode() + b"\n"
+                for line in (b'{"token": "wrong", "command": "status"}\n', b"[1, 2]\n", b"\xff\n",
+                             unhashable):
                     reader, writer = await asyncio.open_connection(host, port)
                     writer.write(line)
                     answer = json.loads(await reader.readline())
                     writer.close()
                     assert answer["ok"] is False and answer["usage"] is True
                     assert answer["error"] in ("wrong token: not this cluster's control file",
-                                               "not a control command (one JSON object a line)")
+                                               "not a control command (one JSON object a line)",
+                                               "unknown command ['status'] (one of status, stop, "
+                                               "start, isolate, partition, heal)")
                 assert server.path == os.path.join(cluster.data_dir, CONTROL_FILE)
             assert not os.path.exists(server.path)
 

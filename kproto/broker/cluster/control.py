@@ -108,7 +108,7 @@ class ControlServer:
         """Carry out one command (``{"command": ..., "node": ..., ...}``): ``{"ok": True, ...}``
         or ``{"ok": False, "error": ..., "usage": ...}``."""
         command = request.get("command")
-        if command not in COMMANDS:
+        if not isinstance(command, str) or command not in COMMANDS:
             return _refusal(f"unknown command {command!r} (one of {', '.join(COMMANDS)})")
         nodes = []
         for arg in COMMANDS[command]:
