@@ -230,3 +230,10 @@ def test_the_control_client_loads_no_broker() -> None:
             "print(sorted(m for m in sys.modules if m.startswith('kproto.broker')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "['kproto.broker', 'kproto.broker.cluster', 'kproto.broker.cluster.control']", out.stderr
+
+
+def test_kproto_cluster_still_needs_its_data_directory(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--data`` is checked by the command (argparse cannot require it of ``cluster`` alone
+    while ``cluster ctl DIR`` takes the directory as an argument)."""
+    assert main(["cluster", "--brokers", "1"]) == 2
+    assert capsys.readouterr().err == "kproto cluster: --data DIR is required\n"
