@@ -272,8 +272,9 @@ class ClusterThread(_LoopThread):
     def cut_clients(self, node: int) -> None:
         self._run(self._c().cut_clients, node)
 
-    def heal(self) -> None:
-        self._run(self._c().heal)
+    def heal(self, node: Optional[int] = None) -> None:
+        """Mend every cut and delay, or only those of ``node``."""
+        self._run(self._c().heal, node)
 
     def create_topic(self, name: str, partitions: int = 1, replication_factor: int = -1,
                      configs: Optional[dict[str, str]] = None, timeout: float = 30.0) -> None:
