@@ -51,7 +51,7 @@ if TYPE_CHECKING:  # imported on first use: ``python -m kproto.testing.apache`` 
     from kproto.testing.apache import ApacheKafka
 
 __all__ = ["BrokerThread", "ClusterThread", "kafka_broker", "kafka_cluster", "apache_kafka",
-           "apache_kafka_cluster", "any_broker", "TEST_DEFAULTS", "CLUSTER_TEST_DEFAULTS"]
+           "apache_kafka_cluster", "apache_kafka_pool", "any_broker", "TEST_DEFAULTS", "CLUSTER_TEST_DEFAULTS"]
 
 #: What the fixture changes from Kafka's defaults.
 #: Rebalances of both group protocols settle in well under a second instead of seconds:
@@ -355,7 +355,9 @@ class _ApachePool:
 
 
 @pytest.fixture(scope="session")
-def _apache_kafka_pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[_ApachePool]:
+def apache_kafka_pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[_ApachePool]:
+    """The session's shared Apache Kafka clusters (what ``apache_kafka`` and
+    ``apache_kafka_cluster`` take theirs from); stopped at the end of the session."""
     pool = _ApachePool(tmp_path_factory)
     yield pool
     pool.close()
@@ -386,19 +388,19 @@ def _apache(request: pytest.FixtureRequest, pool: _ApachePool, tmp_path_factory:
 
 
 @pytest.fixture
-def apache_kafka(request: pytest.FixtureRequest, _apache_kafka_pool: _ApachePool,
+def apache_kafka(request: pytest.FixtureRequest, apache_kafka_pool: _ApachePool,
                  tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApacheKafka]:
     """Apache Kafka on 127.0.0.1, shared by the session's tests of the same shape: one
     combined-mode node unless ``@pytest.mark.apache_kafka(nodes=, controllers=, ...)`` says."""
-    yield from _apache(request, _apache_kafka_pool, tmp_path_factory, 1, 0)
+    yield from _apache(request, apache_kafka_pool, tmp_path_factory, 1, 0)
 
 
 @pytest.fixture
-def apache_kafka_cluster(request: pytest.FixtureRequest, _apache_kafka_pool: _ApachePool,
+def apache_kafka_cluster(request: pytest.FixtureRequest, apache_kafka_pool: _ApachePool,
                          tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApacheKafka]:
     """Apache Kafka with 3 brokers and 1 dedicated controller (the ``apache_kafka`` marker
     changes it), shared as :func:`apache_kafka`."""
-    yield from _apache(request, _apache_kafka_pool, tmp_path_factory, 3, 1)
+    yield from _apache(request, apache_kafka_pool, tmp_path_factory, 3, 1)
 
 
 @pytest.fixture(params=["kproto", "apache"])
