@@ -320,19 +320,23 @@ def _apache_unavailable(version: str) -> None:
 
 
 class _ApachePool:
-    """The session's shared Apache Kafka clusters, one per shape and settings. Only the last
-    one asked for is kept running: each is several JVMs on a small machine."""
+    """The session's shared Apache Kafka clusters, one per shape and settings. At most
+    :attr:`keep` run at once (each is one JVM per node on what may be a small machine); the
+    one used longest ago is stopped to make room."""
+
+    keep = 2
 
     def __init__(self, base: Any) -> None:
         self._base = base
-        self._running: Optional[tuple[Any, ApacheKafka]] = None
+        self._running: dict[Any, ApacheKafka] = {}   # least recently used first
 
     def get(self, key: Any, make: Any) -> ApacheKafka:
-        if self._running is not None and self._running[0] == key:
-            return self._running[1]
-        self.close()
-        kafka: ApacheKafka = make(self._base.mktemp("apache-kafka")).start_all()
-        self._running = (key, kafka)
+        kafka = self._running.pop(key, None)
+        if kafka is None:
+            while len(self._running) >= self.keep:
+                self._running.pop(next(iter(self._running))).close()
+            kafka = make(self._base.mktemp("apache-kafka")).start_all()
+        self._running[key] = kafka
         return kafka
 
     def restore(self, kafka: ApacheKafka) -> None:
@@ -346,12 +350,14 @@ class _ApachePool:
                     kafka.start(node)
             kafka.wait_ready()
         except Exception:
-            self.close()
+            for key, running in list(self._running.items()):
+                if running is kafka:
+                    del self._running[key]
+            kafka.close()
 
     def close(self) -> None:
-        running, self._running = self._running, None
-        if running is not None:
-            running[1].close()
+        while self._running:
+            self._running.popitem()[1].close()
 
 
 @pytest.fixture(scope="session")
@@ -382,7 +388,7 @@ def _apache(request: pytest.FixtureRequest, pool: _ApachePool, tmp_path_factory:
         with make(tmp_path_factory.mktemp("apache-kafka")) as kafka:
             yield kafka
         return
-    kafka = pool.get((nodes, controllers, version, sorted(config.items())), make)
+    kafka = pool.get((nodes, controllers, version, tuple(sorted(config.items()))), make)
     yield kafka
     pool.restore(kafka)
 

@@ -3,7 +3,6 @@ import pytest
 
 from kproto.broker.timer import FakeClock
 from kproto.testing import kafka_broker, kafka_cluster, pytest_configure  # noqa: F401  (fixtures, markers)
-from kproto.testing import apache_kafka_pool, any_broker, apache_kafka, pytest_runtest_makereport  # noqa: F401
 
 
 @pytest.fixture
