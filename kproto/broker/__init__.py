@@ -1,15 +1,18 @@
-"""A Kafka broker and cluster in Python built from Kafka's own designs (issues 16 and 17).
+"""A Kafka broker and cluster in Python built from Kafka's own designs.
+
+One node's core:
 
 - :mod:`~kproto.broker.timer`: hierarchical timing wheel (``TimingWheel``/``SystemTimer``).
 - :mod:`~kproto.broker.purgatory`: delayed operations (``DelayedOperationPurgatory``).
 - :mod:`~kproto.broker.log`: partition logs in Kafka's layout through :mod:`kproto.storage`.
-- :mod:`~kproto.broker.group`: the classic group coordinator over ``__consumer_offsets``.
-- :mod:`~kproto.broker.txn`: the transaction coordinator over ``__transaction_state``.
+- :mod:`~kproto.broker.configs`, :mod:`~kproto.broker.context`, :mod:`~kproto.broker.retention`,
+  :mod:`~kproto.broker.admin`: configs, what the coordinators share, retention, admin APIs.
 - :mod:`~kproto.broker.core`: the sans-I/O request handling (:class:`BrokerCore`).
 - :mod:`~kproto.broker.server`: the asyncio TCP layer, :class:`Broker`.
-- :mod:`~kproto.broker.raft`, :mod:`~kproto.broker.controller`: the KRaft quorum and controller;
-  :mod:`~kproto.broker.replica`: replication; :mod:`~kproto.broker.cluster_broker`: a broker of
-  a cluster; :mod:`~kproto.broker.cluster`: :class:`Cluster`, nodes and faults in one process.
+
+Its parts: :mod:`~kproto.broker.coordinators` (groups, transactions),
+:mod:`~kproto.broker.security` (SASL, ACLs, authorization), and :mod:`~kproto.broker.cluster`
+(KRaft quorum, controller, replication, :class:`Cluster`: nodes and faults in one process).
 
     async with Broker(data_dir) as broker:       # port 0: a free port on 127.0.0.1
         ... broker.bootstrap ...

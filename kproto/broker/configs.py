@@ -72,7 +72,7 @@ class BrokerConfig:
     # partitions one CreateTopics/CreatePartitions may add (KRaft's controller refuses an
     # operation of more than 10000 records, QuorumController.MAX_RECORDS_PER_USER_OP)
     max_partitions_per_request: int = 10000
-    # security (kproto.broker.auth, kproto.broker.acl): SASL on the listener when mechanisms
+    # security (kproto.broker.security.auth, kproto.broker.security.acl): SASL on the listener when mechanisms
     # are enabled (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512), users name -> password (PLAIN's JAAS
     # user_<name> options; the SCRAM credentials are salted from them), and the authorizer
     sasl_enabled_mechanisms: tuple[str, ...] = ()   # sasl.enabled.mechanisms (empty: no SASL)

@@ -17,16 +17,16 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Hashable, Optional, Protocol, Union
 
-from kproto.broker.acl import ACL_VERSIONS, AclHandlers, Authorizer, SecurityFile
+from kproto.broker.security.acl import ACL_VERSIONS, AclHandlers, Authorizer, SecurityFile
 from kproto.broker.admin import ADMIN_VERSIONS, AdminHandlers, admin_error_response
-from kproto.broker.auth import SASL_VERSIONS, Security
-from kproto.broker.authz import RequestAuthorizer
+from kproto.broker.security.auth import SASL_VERSIONS, Security
+from kproto.broker.security.authz import RequestAuthorizer
 from kproto.broker.configs import BrokerConfig, ConfigManager
-from kproto.broker.group import GroupCoordinator
+from kproto.broker.coordinators.group import GroupCoordinator
 from kproto.broker.log import BrokerError, Log, LogManager, Topic, topic_name_error
 from kproto.broker.purgatory import DelayedOperation, DelayedOperationPurgatory
 from kproto.broker.retention import RetentionManager, maybe_roll_by_time
-from kproto.broker.txn import TransactionCoordinator
+from kproto.broker.coordinators.txn import TransactionCoordinator
 from kproto.broker.timer import CallbackTask, Clock, SystemClock, SystemTimer
 from kproto.codecs import request as request_codec
 from kproto.codecs import response as response_codec
@@ -83,12 +83,12 @@ IMPLEMENTED: dict[int, tuple[int, int]] = {
     ApiKey.TXN_OFFSET_COMMIT: (0, 4),
     ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),
     ApiKey.LIST_TRANSACTIONS: (0, 2),
-    # KIP-848 consumer groups (kproto.broker.consumer_group)
+    # KIP-848 consumer groups (kproto.broker.coordinators.consumer_group)
     ApiKey.CONSUMER_GROUP_HEARTBEAT: (0, 1),
     ApiKey.CONSUMER_GROUP_DESCRIBE: (0, 1),
     **ADMIN_VERSIONS,
-    **SASL_VERSIONS,    # kproto.broker.auth
-    **ACL_VERSIONS,     # kproto.broker.acl
+    **SASL_VERSIONS,    # kproto.broker.security.auth
+    **ACL_VERSIONS,     # kproto.broker.security.acl
 }
 
 
@@ -148,7 +148,7 @@ class Request:
     api_key: int
     version: int
     received_ms: int
-    #: puts back what the authorizer took out of the request (kproto.broker.authz)
+    #: puts back what the authorizer took out of the request (kproto.broker.security.authz)
     patch: Optional[Callable[[Any], Any]] = None
 
     def respond(self, body: Any, api_version: Optional[int] = None) -> None:
@@ -160,9 +160,12 @@ class Request:
         self.channel.respond(frame)
 
 
-def _producer_id(records: Any) -> int:
-    """The producer id in a v2 batch header (bytes 43..51), -1 if there is none."""
-    return int.from_bytes(bytes(records[43:51]), "big", signed=True) if len(records) >= 61 else -1
+def _producer_id_and_epoch(records: Any) -> tuple[int, int]:
+    """The producer id and epoch in a v2 batch header (bytes 43..53), (-1, -1) if there is none."""
+    if len(records) < 61:
+        return -1, -1
+    return (int.from_bytes(bytes(records[43:51]), "big", signed=True),
+            int.from_bytes(bytes(records[51:53]), "big", signed=True))
 
 
 def _close_for_acks0(req: Request) -> None:
@@ -513,11 +516,11 @@ class BrokerCore:
         self.txns.complete_markers_locally(producer_id, producer_epoch, coordinator_epoch, commit, partitions)
         done()
 
-    def verify_transactional_produce(self, transactional_id: str, producer_id: int, topic: str,
-                                     partition: int) -> int:
+    def verify_transactional_produce(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                                     topic: str, partition: int) -> int:
         """KIP-890 part 1: a transactional produce must be to a partition its transaction added
         (the coordinator is here: it is asked directly)."""
-        return self.txns.verify_produce(transactional_id, producer_id, topic, partition)
+        return self.txns.verify_produce(transactional_id, producer_id, producer_epoch, topic, partition)
 
     def known_topics(self) -> dict[str, tuple[Uuid, int, bool]]:
         return {n: (t.topic_id, len(t.partitions), t.is_internal) for n, t in self.logs.topics.items()}
@@ -559,32 +562,37 @@ class BrokerCore:
         cls = response_codec(ApiKey.METADATA).cls
         cfg = self.config
         topics_out = []
-        if body.topics is None or (ver == 0 and not body.topics):
-            wanted: list[tuple[Optional[str], Uuid]] = [(n, ZERO_UUID) for n in sorted(self.logs.topics)]
-        else:
-            wanted = [(t.name, getattr(t, "topic_id", ZERO_UUID) or ZERO_UUID) for t in body.topics]
-        auto = cfg.auto_create_topics and (ver < 4 or body.allow_auto_topic_creation)
-        for name, tid in wanted:
-            topic: Optional[Topic] = None
-            if name is None:
-                topic = self.logs.topics_by_id.get(tid)
-                if topic is None:
-                    topics_out.append(cls.MetadataResponseTopic(
-                        error_code=ErrorCode.UNKNOWN_TOPIC_ID, name=None, topic_id=tid))
-                    continue
+        try:
+            every, names, ids = metadata_request_topics(body, ver)
+        except BrokerError as exc:
+            self._answer_error(req, exc.code, run_handler=True)
+            return
+        if every:
+            names = sorted(self.logs.topics)
+        for tid in ids:
+            by_id = self.logs.topics_by_id.get(tid)
+            if by_id is None:
+                topics_out.append(cls.MetadataResponseTopic(
+                    error_code=ErrorCode.UNKNOWN_TOPIC_ID, name=None, topic_id=tid))
             else:
-                topic = self.logs.topics.get(name)
-                if topic is None:
-                    why = topic_name_error(name)
-                    if why is not None:
-                        topics_out.append(cls.MetadataResponseTopic(
-                            error_code=ErrorCode.INVALID_TOPIC_EXCEPTION, name=name))
-                        continue
-                    if not auto:
-                        topics_out.append(cls.MetadataResponseTopic(
-                            error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name=name))
-                        continue
-                    topic = self._create_topic(name, cfg.num_partitions)
+                names.append(by_id.name)
+        auto = cfg.auto_create_topics and (ver < 4 or body.allow_auto_topic_creation) and not ids
+        for name in names:
+            topic = self.logs.topics.get(name)
+            if topic is None:
+                why = topic_name_error(name)
+                if why is not None:
+                    topics_out.append(cls.MetadataResponseTopic(
+                        error_code=ErrorCode.INVALID_TOPIC_EXCEPTION, name=name))
+                    continue
+                if auto:
+                    # created now, but Kafka's KRaft broker answers the request that asked for
+                    # it before the controller has: UNKNOWN_TOPIC_OR_PARTITION, the client
+                    # asks again (AutoTopicCreationManager)
+                    self._create_topic(name, cfg.num_partitions)
+                topics_out.append(cls.MetadataResponseTopic(
+                    error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name=name))
+                continue
             topics_out.append(cls.MetadataResponseTopic(
                 error_code=0, name=topic.name, topic_id=topic.topic_id, is_internal=topic.is_internal,
                 partitions=[cls.MetadataResponsePartition(
@@ -738,6 +746,7 @@ class BrokerCore:
             self.logs.delete_topic(topic.name)
             if topic.configs:
                 self.configs.save()
+            self.groups.on_partitions_deleted((topic.name, p) for p in range(len(topic.partitions)))
             for p in range(len(topic.partitions)):
                 # waiting fetches of the partition answer now, with its error
                 self.fetch_purgatory.check_and_complete((topic.name, p))
@@ -837,8 +846,13 @@ class BrokerCore:
                     continue
                 if body.transactional_id is not None:
                     # KIP-890 part 1: the partition must be in the producer's transaction
-                    err = self.verify_transactional_produce(body.transactional_id,
-                                                            _producer_id(p.records), t.name, p.index)
+                    pid, epoch = _producer_id_and_epoch(p.records)
+                    err = self.verify_transactional_produce(body.transactional_id, pid, epoch,
+                                                            t.name, p.index)
+                    if err == ErrorCode.INVALID_TXN_STATE and req.version >= 11:
+                        # Produce v11 clients know TRANSACTION_ABORTABLE (KIP-890), which
+                        # Kafka's verification answers for a partition not in the transaction
+                        err = ErrorCode.TRANSACTION_ABORTABLE
                     if err:
                         res.error_code = err
                         continue
@@ -946,6 +960,26 @@ class BrokerCore:
         self.groups.shutdown()
         self.txns.shutdown()
         self.logs.close(clean)
+
+
+def metadata_request_topics(body: Any, version: int) -> tuple[bool, list[str], list[Uuid]]:
+    """What a Metadata request asks for, read as Kafka's ``handleTopicMetadataRequest`` does:
+    (every topic, names, topic ids). A request naming any topic id asks by id only: the Java
+    client sends its ids with empty names, which are not topics to look up. Before v12 a
+    null name or a topic id is INVALID_REQUEST."""
+    if body.topics is None or (version == 0 and not body.topics):
+        return True, [], []
+    if version < 12:
+        for t in body.topics:
+            if t.name is None or getattr(t, "topic_id", ZERO_UUID) != ZERO_UUID:
+                raise BrokerError(ErrorCode.INVALID_REQUEST,
+                                  f"Topic names must be given and topic ids are not supported in "
+                                  f"requests for version {version}")
+    ids = list(dict.fromkeys(t.topic_id for t in body.topics
+                             if getattr(t, "topic_id", ZERO_UUID) not in (None, ZERO_UUID)))
+    if ids:
+        return False, [], ids
+    return False, list(dict.fromkeys(t.name for t in body.topics if t.name is not None)), []
 
 
 def error_response(api_key: int, version: int, body: Any, code: int) -> Optional[Any]:

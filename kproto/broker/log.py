@@ -274,7 +274,7 @@ class Log:
         self.recovery: list[str] = []  # what recovery truncated or deleted
         self._append_fds: dict[str, int] = {}
         # None: a single replica, whose high watermark is its log end; a replicated partition
-        # has it set by its leader's rule (kproto.broker.replica)
+        # has it set by its leader's rule (kproto.broker.cluster.replica)
         self._high_watermark: Optional[int] = None
         self._open(recover, start_offset)
 
@@ -835,7 +835,7 @@ class LogManager:
                 continue
             parsed = parse_partition_dir_name(name)
             if parsed is None or parsed[2] != "live" or parsed[0] == METADATA_TOPIC:
-                continue  # the KRaft metadata log is the Raft replica's (kproto.broker.raft)
+                continue  # the KRaft metadata log is the Raft replica's (kproto.broker.cluster.raft)
             topic, partition = parsed[0], parsed[1]
             found.setdefault(topic, {})[partition] = path
         for topic, parts in found.items():

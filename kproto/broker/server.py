@@ -122,7 +122,7 @@ class Listener:
     ``next_deadline_ms()``, ``advance_clock()`` (and ``close(clean)``, called by its owner).
     A connection's frames go to ``core.handle`` one at a time; the event loop wakes the core's
     timer at its next deadline. :class:`Broker` is one; a controller node is another
-    (:mod:`kproto.broker.controller_node`)."""
+    (:mod:`kproto.broker.cluster.controller_node`)."""
 
     core: Any
 
@@ -247,8 +247,8 @@ class Broker(Listener):
     ``auto_create_topics``, ``num_partitions``, ...) and the log defaults of
     :class:`~kproto.broker.log.LogConfig` (``segment_bytes``, ``message_timestamp_type``, ...).
     ``ssl_context`` (a server-side :class:`ssl.SSLContext`) makes the listener SSL, or SASL_SSL
-    with ``sasl_enabled_mechanisms``; security settings are in :mod:`kproto.broker.auth` and
-    :mod:`kproto.broker.acl` (``sasl_users``, ``authorizer``, ``super_users``).
+    with ``sasl_enabled_mechanisms``; security settings are in :mod:`kproto.broker.security.auth` and
+    :mod:`kproto.broker.security.acl` (``sasl_users``, ``authorizer``, ``super_users``).
     """
 
     def __init__(self, data_dir: str | os.PathLike[str], port: int = 0, *, host: str = "127.0.0.1",

@@ -22,7 +22,7 @@ _I16 = struct.Struct(">h")
 def api_versions(api_key: int) -> Optional[range]:
     """Valid request versions of an API key (every version of the schemas, up to Kafka 4.3.1's
     newest and down to the ones 4.0 dropped); None if the key is unknown."""
-    from kproto import codecs
+    import kproto.codecs as codecs
 
     try:
         return codecs.request(api_key).valid_versions
@@ -87,7 +87,7 @@ def _header_versions(api_key: int, version: int) -> tuple[int, int]:
     when the spec's range says so. The codec's ``flexible_versions`` are cut at the highest valid
     version, so the spec's range is asked directly; known versions go through kproto's framing.
     """
-    from kproto import codecs
+    import kproto.codecs as codecs
     from kproto.framing import request_header_version, response_header_version
     from kproto.schemas.api_keys import ApiKey
 
@@ -129,7 +129,7 @@ class BestEffort(NamedTuple):
 
 @functools.lru_cache(maxsize=None)
 def _header_codec(kind: str) -> Any:
-    from kproto import codecs
+    import kproto.codecs as codecs
 
     return codecs.message(kind)
 
@@ -141,7 +141,7 @@ def decode_request_as(data: Any, api_key: int, api_version: int, version: int) -
     The header is read as the frame's own version wants it. Unlike :func:`decode_request`,
     trailing bytes are not an error: they are counted in ``unread``. Raises DecodeError.
     """
-    from kproto import codecs
+    import kproto.codecs as codecs
 
     header, pos = _header_codec("RequestHeader").decode_from(
         data, 0, _header_versions(api_key, api_version)[0])
@@ -153,7 +153,7 @@ def decode_request_as(data: Any, api_key: int, api_version: int, version: int) -
 def decode_response_as(data: Any, api_key: int, api_version: int, version: int) -> BestEffort:
     """Decode a response frame (no size prefix) to a request of ``api_key`` at ``api_version``,
     its body read with ``version``'s layout; trailing bytes are counted. Raises DecodeError."""
-    from kproto import codecs
+    import kproto.codecs as codecs
 
     header, pos = _header_codec("ResponseHeader").decode_from(
         data, 0, _header_versions(api_key, api_version)[1])

@@ -6,7 +6,7 @@ import datetime as _dt
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
-from kproto import codecs
+import kproto.codecs as codecs
 from kproto.capture.bodies import api_name
 from kproto.capture.json_text import body_text, json_dumps
 from kproto.capture.layers import format_ip

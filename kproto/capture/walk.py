@@ -62,7 +62,7 @@ def _walker(cls: type, leaf: Leaf) -> Walk:
 
 def _schema_structs(cls: type) -> Optional[dict[str, Any]]:
     """Struct name -> schema struct of the message ``cls`` belongs to, or None."""
-    from kproto import codecs
+    import kproto.codecs as codecs
 
     if getattr(cls, "_schema_struct", None) is None:
         return None

@@ -45,7 +45,7 @@ import pytest
 from kproto.broker import Broker, ControlHandle
 from kproto.broker.cluster import Cluster
 from kproto.broker.core import HookAction
-from kproto.broker.replica import ReplicaConfig
+from kproto.broker.cluster.replica import ReplicaConfig
 
 if TYPE_CHECKING:  # imported on first use: ``python -m kproto.testing.apache`` runs it as __main__
     from kproto.testing.apache import ApacheKafka

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 import kproto
-from kproto.broker.consumer_group import (STABLE, UNRELEASED_PARTITIONS, UNREVOKED_PARTITIONS,
+from kproto.broker.coordinators.consumer_group import (STABLE, UNRELEASED_PARTITIONS, UNREVOKED_PARTITIONS,
                                           ConsumerMember, range_assign, reconcile, uniform_assign)
 from kproto.codecs.primitives import Uuid
 from kproto.error_codes import ErrorCode as E

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 import kproto
-from kproto.broker.offsets_topic import partition_for
+from kproto.broker.coordinators.offsets_topic import partition_for
 from kproto.error_codes import ErrorCode as E
 from kproto.javahash import java_string_hash
 from kproto.schemas.api_keys import ApiKey as K

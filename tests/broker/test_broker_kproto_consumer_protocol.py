@@ -1,5 +1,5 @@
 """kproto's own KIP-848 consumer (``group_protocol="consumer"``) against kproto's broker: the
-two halves of the protocol written apart (kproto.client.membership, kproto.broker.consumer_group)
+two halves of the protocol written apart (kproto.client.membership, kproto.broker.coordinators.consumer_group)
 meet, with the broker's server-side assignor and its revoke-before-assign rule."""
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 import pytest
 
-from kproto.broker.offsets_topic import OFFSETS_TOPIC, partition_for
+from kproto.broker.coordinators.offsets_topic import OFFSETS_TOPIC, partition_for
 from kproto.cli.main import main as cli_main
 from kproto.client.connection import Connection
 from kproto.codecs import request as request_codec

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from kproto.broker.txn import TXN_TOPIC
+from kproto.broker.coordinators.txn import TXN_TOPIC
 from kproto.testing import ClusterThread
 
 ck = pytest.importorskip("confluent_kafka")

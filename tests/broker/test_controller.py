@@ -9,7 +9,7 @@ from typing import Any, Optional
 
 import pytest
 
-from kproto.broker.controller import (ControllerConfig, NotLeaderError, QuorumController,
+from kproto.broker.cluster.controller import (ControllerConfig, NotLeaderError, QuorumController,
                                       StripedReplicaPlacer)
 from kproto.storage.metadata_image import MetadataImage, decode_metadata_record
 from kproto.broker.timer import FakeClock, SystemTimer
@@ -654,7 +654,7 @@ def test_failover_second_controller_takes_over() -> None:
 def test_leadership_needs_the_log_leader() -> None:
     """handle_leader_change naming this node does nothing while its log does not lead; the
     append error is the Raft replica's own NotLeaderError class."""
-    from kproto.broker import raft
+    from kproto.broker.cluster import raft
 
     assert NotLeaderError is raft.NotLeaderError
     c = Cluster(controllers=2)
@@ -806,7 +806,7 @@ def test_over_the_raft_replica(tmp_path: Any) -> None:
     """A single-voter KRaftReplica as the metadata log: the controller is told it leads once
     the LeaderChange commits, bootstraps metadata.version, and answers a registration with the
     offset its record got, once committed."""
-    from kproto.broker.raft import KRaftReplica, open_metadata_log
+    from kproto.broker.cluster.raft import KRaftReplica, open_metadata_log
 
     class RaftLog:
         replica: Any = None

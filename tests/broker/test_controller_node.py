@@ -13,10 +13,10 @@ from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator, Callable, Optional
 
 import kproto
-from kproto.broker.controller_node import (CONTROLLER_APIS, RAFT_APIS, ControllerCore, ControllerNode,
+from kproto.broker.cluster.controller_node import (CONTROLLER_APIS, RAFT_APIS, ControllerCore, ControllerNode,
                                            start_quorum)
-from kproto.broker.network import NodeNetwork
-from kproto.broker.raft import DESCRIBE_QUORUM, METADATA_TOPIC, RaftConfig
+from kproto.broker.cluster.network import NodeNetwork
+from kproto.broker.cluster.raft import DESCRIBE_QUORUM, METADATA_TOPIC, RaftConfig
 from kproto.broker.timer import FakeClock
 from kproto.client.connection import Connection
 from kproto.codecs import request as request_codec

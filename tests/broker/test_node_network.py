@@ -8,7 +8,7 @@ import time
 
 import kproto
 from kproto.broker import Broker, Intercept
-from kproto.broker.network import NodeNetwork
+from kproto.broker.cluster.network import NodeNetwork
 from kproto.schemas.api_keys import ApiKey as K
 
 ME, NODE = 99, 1

@@ -1,4 +1,4 @@
-"""The KRaft replica (kproto.broker.raft) on an in-memory network: 3 voters and 1 observer on
+"""The KRaft replica (kproto.broker.cluster.raft) on an in-memory network: 3 voters and 1 observer on
 one fake clock, every request and response encoded and decoded at the version sent (so the
 wire format is exercised), with links the tests cut, heal and slow down."""
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any, Callable, Optional
 import pytest
 
 import kproto
-from kproto.broker.raft import (BEGIN_QUORUM_EPOCH, CANDIDATE, DESCRIBE_QUORUM, FETCH, FOLLOWER,
+from kproto.broker.cluster.raft import (BEGIN_QUORUM_EPOCH, CANDIDATE, DESCRIBE_QUORUM, FETCH, FOLLOWER,
                                 METADATA_TOPIC, METADATA_TOPIC_ID, RESIGNED, UNATTACHED,
                                 VOTE, VOTED, KRaftReplica, NotLeaderError, RaftConfig,
                                 encode_quorum_state, open_metadata_log)

@@ -10,7 +10,7 @@ import pytest
 
 import kproto
 from kproto.broker.log import BrokerError, LogConfig, LogManager
-from kproto.broker.replica import PartitionAssignment, ReplicaConfig, ReplicaManager
+from kproto.broker.cluster.replica import PartitionAssignment, ReplicaConfig, ReplicaManager
 from kproto.broker.timer import FakeClock, SystemTimer
 from kproto.error_codes import ErrorCode as E
 from kproto.schemas.api_keys import ApiKey as K
@@ -258,6 +258,22 @@ def test_a_lagging_follower_leaves_the_isr_and_rejoins_when_caught_up(cluster):
     assert cluster.controller.state.isr == [1, 2, 3]
     assert values_of(cluster.brokers[3].log()) == [b"a", b"b"]
     assert leader.replicas.isr_changes_sent == 2
+
+
+def test_a_replica_added_under_the_same_leader_joins_the_isr(cluster):
+    """A reassignment adds a replica without a new leader epoch (Kafka bumps it only when
+    replicas leave): the leader must track the new follower, or it never enters the ISR and
+    the reassignment never completes."""
+    leader = cluster.brokers[1]
+    cluster.controller.publish(replicas=[1, 2], isr=[1, 2])
+    leader.produce([b"a", b"b"])
+    cluster.settle()
+    assert cluster.controller.state.isr == [1, 2]
+    cluster.controller.publish(replicas=[1, 2, 3])            # adding 3, same leader and epoch
+    cluster.settle(ticks=12)
+    assert values_of(cluster.brokers[3].log()) == [b"a", b"b"]
+    assert cluster.controller.state.isr == [1, 2, 3]
+    assert leader.replicas.partitions[("t", 0)].isr == [1, 2, 3]
 
 
 def test_a_returning_leader_truncates_its_uncommitted_tail_where_the_epochs_diverge(cluster):

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from kproto.broker.controller import ControllerConfig
-from kproto.broker.controller_node import ControllerCore
+from kproto.broker.cluster.controller import ControllerConfig
+from kproto.broker.cluster.controller_node import ControllerCore
 from kproto.storage.metadata_image import MetadataImage
-from kproto.broker.raft import RaftConfig
+from kproto.broker.cluster.raft import RaftConfig
 from kproto.broker.timer import FakeClock
 from kproto.codecs import request as request_codec
 from kproto.codecs.primitives import Uuid

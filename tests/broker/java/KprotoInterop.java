@@ -1,10 +1,10 @@
 // The Java client (kafka-clients) against kproto's broker: run by tests/broker/test_broker_java.py,
-// which compiles it against the jars of the shigawire-apache-flink-libraries wheel.
+// which compiles it against the kafka-clients jars tools/setup.sh caches (see java_interop.py).
 //
 //   java -cp ... KprotoInterop BOOTSTRAP SECONDS PHASE...
 //
-// phases: admin produce group group848 session txn (group848: the group phase with KIP-848's
-// group.protocol=consumer instead of the classic protocol)
+// phases: admin produce group group848 session txn topicids (group848: the group phase with KIP-848's
+// group.protocol=consumer instead of the classic protocol; topicids stands alone: it creates its topic)
 //
 // admin creates the topics the other phases use, so it comes first. SECONDS bounds the whole run:
 // a watchdog prints every thread's stack to stderr and exits with code 2 when it is over.
@@ -42,6 +42,7 @@ public class KprotoInterop {
                     case "group848": group("group848", "consumer"); break;
                     case "session": session(); break;
                     case "txn": txn(); break;
+                    case "topicids": topicIds(); break;
                     default: throw new IllegalArgumentException(args[i]);
                 }
                 emit("phase", args[i], "event", "done", "ms", (System.nanoTime() - start) / 1_000_000);
@@ -484,6 +485,29 @@ public class KprotoInterop {
             emit("phase", "txn", "event", "txn-admin", "listed", listed, "state", d.state().toString(),
                  "producer_id", d.producerId(), "epoch", d.producerEpoch(), "timeout_ms", d.transactionTimeoutMs(),
                  "partitions", d.topicPartitions().size(), "producers", producers);
+        }
+    }
+
+    // ------------------------------------------------------------------ topics by id
+    /** Admin.describeTopics by topic id (a Metadata request naming ids, with empty names), for a
+     *  topic that exists and for an id no topic has. */
+    static void topicIds() throws Exception {
+        try (Admin admin = adminClient()) {
+            admin.createTopics(List.of(new NewTopic("j-topicids", Optional.of(2), Optional.empty())))
+                .all().get(15, TimeUnit.SECONDS);
+            Uuid id = admin.describeTopics(List.of("j-topicids")).allTopicNames().get(15, TimeUnit.SECONDS)
+                .get("j-topicids").topicId();
+            TopicDescription d = admin.describeTopics(TopicCollection.ofTopicIds(List.of(id))).allTopicIds()
+                .get(15, TimeUnit.SECONDS).get(id);
+            emit("phase", "topicids", "event", "by-id", "topic_id", id.toString(), "name", d.name(),
+                 "partitions", d.partitions().size());
+            Uuid unknown = Uuid.randomUuid();
+            try {
+                admin.describeTopics(TopicCollection.ofTopicIds(List.of(unknown))).allTopicIds().get(15, TimeUnit.SECONDS);
+                check(false, "describing an unknown topic id succeeded");
+            } catch (ExecutionException ex) {
+                emit("phase", "topicids", "event", "unknown-id", "error", ex.getCause().getClass().getSimpleName());
+            }
         }
     }
 }

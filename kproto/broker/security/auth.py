@@ -13,7 +13,7 @@ Credentials: ``sasl_users`` (name -> password) of :class:`~kproto.broker.configs
 are the PLAIN users (Kafka's ``user_<name>="<password>"`` JAAS options) and, salted with
 ``scram_iterations``, the SCRAM credentials of each SCRAM mechanism enabled;
 AlterUserScramCredentials adds, replaces and deletes SCRAM credentials, kept in
-``kproto-security.json`` (see :mod:`kproto.broker.acl`) across restarts. The SCRAM math is
+``kproto-security.json`` (see :mod:`kproto.broker.security.acl`) across restarts. The SCRAM math is
 :mod:`kproto.client.sasl`'s (RFC 5802 / RFC 7677), shared with the client.
 """
 from __future__ import annotations

@@ -3,12 +3,12 @@
 :class:`ClusterBrokerCore` is the single broker's :class:`~kproto.broker.core.BrokerCore` with
 what a broker of a cluster adds, after Kafka's ``BrokerServer``:
 
-* the metadata log: an observer :class:`~kproto.broker.raft.KRaftReplica` of
+* the metadata log: an observer :class:`~kproto.broker.cluster.raft.KRaftReplica` of
   ``__cluster_metadata-0`` fetches it from the controller quorum into this broker's data dir,
   and each committed record is replayed into a :class:`~kproto.storage.metadata_image.MetadataImage`
   (Kafka's ``BrokerMetadataListener``); what changed is applied (``BrokerMetadataPublisher``):
   replicas created where the broker is assigned, led or followed through the
-  :class:`~kproto.broker.replica.ReplicaManager`, deleted where it no longer is;
+  :class:`~kproto.broker.cluster.replica.ReplicaManager`, deleted where it no longer is;
 * the lifecycle (``BrokerLifecycleManager``): BrokerRegistration with a new incarnation id,
   BrokerHeartbeat every ``broker_heartbeat_interval_ms`` (the controller unfences the broker
   once it has replayed its own registration, fences it when heartbeats stop), controlled
@@ -38,17 +38,17 @@ import os
 from typing import Any, Callable, Optional, Sequence
 
 from kproto.broker.configs import BrokerConfig
-from kproto.broker.controller import METADATA_VERSION_3_9
-from kproto.broker.controller_node import CONTROLLER_APIS
-from kproto.broker.core import IMPLEMENTED, BrokerCore, Request
+from kproto.broker.cluster.controller import METADATA_VERSION_3_9
+from kproto.broker.cluster.controller_node import CONTROLLER_APIS
+from kproto.broker.core import IMPLEMENTED, BrokerCore, Request, metadata_request_topics
 from kproto.broker.log import BrokerError, Log, topic_name_error
 from kproto.storage.metadata_image import NO_LEADER, TOPIC_RESOURCE, MetadataImage, PartitionInfo
-from kproto.broker.offsets_topic import OFFSETS_TOPIC, partition_for
+from kproto.broker.coordinators.offsets_topic import OFFSETS_TOPIC, partition_for
 from kproto.broker.purgatory import DelayedOperation, DelayedOperationPurgatory
-from kproto.broker.raft import KRaftReplica, RaftConfig, RaftTransport, open_metadata_log
-from kproto.broker.replica import ReplicaConfig, ReplicaManager
+from kproto.broker.cluster.raft import KRaftReplica, RaftConfig, RaftTransport, open_metadata_log
+from kproto.broker.cluster.replica import ReplicaConfig, ReplicaManager
 from kproto.broker.timer import CallbackTask, Clock
-from kproto.broker.txn import TXN_TOPIC, append_txn_marker
+from kproto.broker.coordinators.txn import TXN_TOPIC, append_txn_marker
 from kproto.codecs import request as request_codec
 from kproto.codecs import response as response_codec
 from kproto.codecs.primitives import Uuid
@@ -399,11 +399,14 @@ class ClusterBrokerCore(BrokerCore):
     def _apply(self, changes: Any) -> None:
         before = {t: self._led(t) for t in (OFFSETS_TOPIC, TXN_TOPIC)}
         touched: list[tuple[str, int]] = []
+        deleted: list[tuple[str, int]] = []
         for current, previous in changes.partitions:
             p = current if current is not None else previous
             assert p is not None
             key = (p.topic, p.partition)
             touched.append(key)
+            if current is None:
+                deleted.append(key)  # its topic was deleted
             if current is None or self.node_id not in current.replicas:
                 if previous is not None and previous.topic != p.topic:
                     key = (previous.topic, previous.partition)
@@ -417,6 +420,9 @@ class ClusterBrokerCore(BrokerCore):
                 self.configs.apply_topic(topic, self.image.configs.get((rtype, name), {}))
         for name in changes.topics_created:
             self._creating.discard(name)
+        if deleted:
+            # Kafka's BrokerMetadataPublisher: the group coordinator drops their offsets
+            self.groups.on_partitions_deleted(deleted)
         for key in touched:
             # waiting produces and fetches of a partition that changed hands answer now
             self.produce_purgatory.check_and_complete(key)
@@ -547,8 +553,8 @@ class ClusterBrokerCore(BrokerCore):
         super().close(clean)
 
     # ------------------------------------------------------------------ handlers
-    def verify_transactional_produce(self, transactional_id: str, producer_id: int, topic: str,
-                                     partition: int) -> int:
+    def verify_transactional_produce(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                                     topic: str, partition: int) -> int:
         """Not verified: the coordinator is another broker (see the module docstring)."""
         return ErrorCode.NONE
 
@@ -736,25 +742,34 @@ class ClusterBrokerCore(BrokerCore):
         image = self.image
         alive = self._alive()
         alive_ids = {b.id for b in alive}
-        if body.topics is None or (ver == 0 and not body.topics):
-            wanted: list[tuple[Optional[str], Uuid]] = [(n, Uuid.ZERO) for n in sorted(image.topics)]
-        else:
-            wanted = [(t.name, getattr(t, "topic_id", Uuid.ZERO) or Uuid.ZERO) for t in body.topics]
-        auto = self.config.auto_create_topics and (ver < 4 or body.allow_auto_topic_creation)
+        try:
+            every, names, ids = metadata_request_topics(body, ver)
+        except BrokerError as exc:
+            self._answer_error(req, exc.code, run_handler=True)
+            return
+        if every:
+            names = sorted(image.topics)
         topics_out = []
-        for name, tid in wanted:
-            info = image.topics.get(name) if name is not None else image.topics_by_id.get(tid)
+        for tid in ids:
+            by_id = image.topics_by_id.get(tid)
+            if by_id is None:
+                topics_out.append(cls.MetadataResponseTopic(
+                    error_code=ErrorCode.UNKNOWN_TOPIC_ID, name=None, topic_id=tid))
+            else:
+                names.append(by_id.name)
+        auto = self.config.auto_create_topics and (ver < 4 or body.allow_auto_topic_creation) and not ids
+        for name in names:
+            info = image.topics.get(name)
             if info is None:
-                if name is None:
-                    code = ErrorCode.UNKNOWN_TOPIC_ID
-                elif topic_name_error(name) is not None:
+                if topic_name_error(name) is not None:
                     code = ErrorCode.INVALID_TOPIC_EXCEPTION
-                elif auto and not name.startswith("__"):
-                    self._create_internal_topic(name, self.config.num_partitions, {})
-                    code = ErrorCode.LEADER_NOT_AVAILABLE
                 else:
+                    # auto-created: asked of the controller, this request answered before it
+                    # is done, UNKNOWN_TOPIC_OR_PARTITION as Kafka's KRaft broker answers
+                    if auto and not name.startswith("__"):
+                        self._create_internal_topic(name, self.config.num_partitions, {})
                     code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                topics_out.append(cls.MetadataResponseTopic(error_code=code, name=name, topic_id=tid))
+                topics_out.append(cls.MetadataResponseTopic(error_code=code, name=name))
                 continue
             parts = []
             for index, p in sorted(info.partitions.items()):

@@ -36,7 +36,7 @@ from typing import Any, Callable, Iterable, Optional, Protocol
 
 from kproto.broker.configs import BrokerConfig
 from kproto.broker.context import BrokerContext
-from kproto.broker.offsets_topic import OffsetAndMetadata, record_key, record_value
+from kproto.broker.coordinators.offsets_topic import OffsetAndMetadata, record_key, record_value
 from kproto.broker.timer import CallbackTask
 from kproto.codecs import message
 from kproto.codecs import response as response_codec
@@ -333,7 +333,7 @@ def _empty(s: Optional[str]) -> bool:
 
 # ---------------------------------------------------------------------------- coordinator
 class ClassicGroups(Protocol):
-    """What consumer groups use of the classic coordinator (:mod:`kproto.broker.group`): it owns
+    """What consumer groups use of the classic coordinator (:mod:`kproto.broker.coordinators.group`): it owns
     ``__consumer_offsets`` and the other half of the group ids (an id names a classic group or a
     consumer group, not both), and takes an empty consumer group over when a classic member
     joins it. Its groups are read for their ``offsets``, ``pending_txn_offsets``, ``members``,

@@ -23,10 +23,11 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Protocol, Sequence
 
-import kproto
 from kproto.broker.log import METADATA_TOPIC, Log, LogConfig, replace_file
 from kproto.broker.timer import CallbackTask, SystemTimer
 from kproto.codecs import message
+from kproto.codecs import request as request_codec
+from kproto.codecs import response as response_codec
 from kproto.codecs.primitives import Uuid
 from kproto.error_codes import ErrorCode
 from kproto.records.batch import RecordBatch
@@ -433,7 +434,7 @@ class KRaftReplica:
         self._schedule("election", backoff, self._become_candidate)
 
     def _send_vote(self, dst: int) -> None:
-        cls = kproto.request(VOTE).cls
+        cls = request_codec(VOTE).cls
         last_epoch, end = self._end()
         body = cls(cluster_id=self.cluster_id, voter_id=dst, topics=[cls.TopicData(
             topic_name=METADATA_TOPIC, partitions=[cls.PartitionData(
@@ -492,7 +493,7 @@ class KRaftReplica:
                            lambda: self._become_resigned([]))
 
     def _send_begin_epoch(self, dst: int) -> None:
-        cls = kproto.request(BEGIN_QUORUM_EPOCH).cls
+        cls = request_codec(BEGIN_QUORUM_EPOCH).cls
         body = cls(cluster_id=self.cluster_id, voter_id=dst, topics=[cls.TopicData(
             topic_name=METADATA_TOPIC, partitions=[cls.PartitionData(
                 partition_index=METADATA_PARTITION, leader_id=self.node_id,
@@ -526,7 +527,7 @@ class KRaftReplica:
                 self._send_end_epoch(v, self._resign_successors)
 
     def _send_end_epoch(self, dst: int, successors: list[int]) -> None:
-        cls = kproto.request(END_QUORUM_EPOCH).cls
+        cls = request_codec(END_QUORUM_EPOCH).cls
         body = cls(cluster_id=self.cluster_id, topics=[cls.TopicData(
             topic_name=METADATA_TOPIC, partitions=[cls.PartitionData(
                 partition_index=METADATA_PARTITION, leader_id=self.node_id,
@@ -577,7 +578,7 @@ class KRaftReplica:
             dst = self.rng.choice(self.voters)
         if dst is None:
             return
-        cls = kproto.request(FETCH).cls
+        cls = request_codec(FETCH).cls
         last_epoch, end = self._end()
         body = cls(cluster_id=self.cluster_id, replica_id=-1,
                    replica_state=cls.ReplicaState(replica_id=self.node_id, replica_epoch=-1),
@@ -719,7 +720,7 @@ class KRaftReplica:
         """(response class, the partition asked about, None), or a top-level error response
         last: another cluster, or not ``__cluster_metadata-0`` alone (one Raft partition
         only: anything else is an invalid request, as in Kafka)."""
-        cls = kproto.response(api_key).cls
+        cls = response_codec(api_key).cls
         if not self._cluster_ok(body.cluster_id):
             return cls, None, cls(error_code=ErrorCode.INCONSISTENT_CLUSTER_ID)
         req = _our_partition(body)
@@ -819,7 +820,7 @@ class KRaftReplica:
 
     # Fetch, the leader's side
     def _handle_fetch(self, version: int, body: Any, respond: Callable[[Any], None]) -> None:
-        cls = kproto.response(FETCH).cls
+        cls = response_codec(FETCH).cls
         if not self._cluster_ok(getattr(body, "cluster_id", None)):
             respond(cls(error_code=ErrorCode.INCONSISTENT_CLUSTER_ID))
             return
@@ -835,7 +836,7 @@ class KRaftReplica:
 
     def _answer_fetch(self, replica_id: int, body: Any, respond: Callable[[Any], None],
                       may_park: bool) -> None:
-        cls = kproto.response(FETCH).cls
+        cls = response_codec(FETCH).cls
         topic = body.topics[0]
         req = topic.partitions[0]
         part = cls.PartitionData(partition_index=METADATA_PARTITION,
@@ -913,7 +914,7 @@ class KRaftReplica:
             self._answer_fetch(replica_id, body, respond, may_park=False)
 
     def _handle_describe(self, body: Any) -> Any:
-        cls = kproto.response(DESCRIBE_QUORUM).cls
+        cls = response_codec(DESCRIBE_QUORUM).cls
         if _our_partition(body) is None:
             # Kafka answers every partition asked for with UNKNOWN_TOPIC_OR_PARTITION
             return cls(error_code=ErrorCode.NONE, topics=[cls.TopicData(

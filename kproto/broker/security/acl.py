@@ -22,7 +22,7 @@ import os
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Iterable, Optional
 
-from kproto.broker.auth import CredentialStore, ScramCredential
+from kproto.broker.security.auth import CredentialStore, ScramCredential
 from kproto.broker.log import replace_file
 from kproto.codecs import response as response_codec
 from kproto.error_codes import ErrorCode

@@ -1,7 +1,7 @@
 """``__consumer_offsets``: which partition holds a group, and its records' bytes.
 
-Shared by the classic group coordinator (:mod:`kproto.broker.group`) and the KIP-848 one
-(:mod:`kproto.broker.consumer_group`), which write to the same topic.
+Shared by the classic group coordinator (:mod:`kproto.broker.coordinators.group`) and the KIP-848 one
+(:mod:`kproto.broker.coordinators.consumer_group`), which write to the same topic.
 """
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 Every node (broker or controller) is a Kafka-protocol listener; a node's requests to another
 (a follower's Fetch, AlterPartition, BrokerHeartbeat, Raft's Vote and Fetch) leave through
-:meth:`NodeNetwork.transport`, the :class:`~kproto.broker.replica.Transport` the sans-I/O
+:meth:`NodeNetwork.transport`, the :class:`~kproto.broker.cluster.replica.Transport` the sans-I/O
 parts are written against. Connections are kproto's own client connections on loopback,
 opened on first use: two per ordered pair of nodes, one for Fetch and one for the rest, as
 Kafka keeps its replica fetchers, Raft client and controller channel on separate connections.
@@ -163,7 +163,7 @@ class NodeNetwork:
 
 
 class _NodeTransport:
-    """A node's side of the network (:class:`kproto.broker.replica.Transport`)."""
+    """A node's side of the network (:class:`kproto.broker.cluster.replica.Transport`)."""
 
     def __init__(self, network: NodeNetwork, src: int, after: Optional[Callable[[], None]]) -> None:
         self.network, self.src, self.after = network, src, after

@@ -191,6 +191,11 @@ class ReplicaManager:
             if not was_leader:
                 self._become_leader(part)
             else:
+                # the replica set changed under the same leader (a reassignment adds its
+                # replicas without a new leader epoch): followers new to it are tracked from
+                # now on, so they can join the ISR (Kafka's updateAssignmentAndIsr)
+                part.followers = {r: part.followers.get(r) or _Follower()
+                                  for r in part.replicas if r != self.node_id}
                 self._maybe_increment_hw(part)
         else:
             self._become_follower(part, new_epoch)

@@ -19,13 +19,13 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, Iterable, Optional, Union
 
-from kproto.broker.consumer_group import RECORD_TYPES as CONSUMER_RECORD_TYPES
-from kproto.broker.consumer_group import ConsumerGroup, ConsumerGroupCoordinator
+from kproto.broker.coordinators.consumer_group import RECORD_TYPES as CONSUMER_RECORD_TYPES
+from kproto.broker.coordinators.consumer_group import ConsumerGroup, ConsumerGroupCoordinator
 from kproto.broker.context import BrokerContext
 from kproto.broker.log import Log
-from kproto.broker.offsets_topic import (OFFSETS_TOPIC, OffsetAndMetadata, partition_for, record_key,
+from kproto.broker.coordinators.offsets_topic import (OFFSETS_TOPIC, OffsetAndMetadata, partition_for, record_key,
                                          record_value)
 from kproto.broker.purgatory import DelayedOperation, DelayedOperationPurgatory
 from kproto.codecs import message
@@ -454,6 +454,10 @@ class GroupCoordinator:
             group = self.get_or_create_group(k.group)
             if om is None:
                 group.offsets.pop(tp, None)
+                # a tombstone also ends the group's pending transactional offsets of the
+                # partition (Kafka's replay): a later COMMIT marker must not bring them back
+                for items in pending.values():
+                    items[:] = [i for i in items if (i[0], i[1]) != (k.group, tp)]
             else:
                 group.offsets[tp] = om
         elif rtype == 2:
@@ -1165,6 +1169,27 @@ class GroupCoordinator:
                 old = group.offsets.get(tp)
                 if old is None or old.record_offset < om.record_offset:
                     group.offsets[tp] = om
+
+    # -------------------------------------------------------------- deleted topics
+    def on_partitions_deleted(self, partitions: Iterable[tuple[str, int]]) -> None:
+        """Partitions were deleted with their topic: the offsets groups committed for them go,
+        as Kafka's ``OffsetMetadataManager.onPartitionsDeleted`` does (a tombstone for each
+        committed or pending transactional offset), so a topic created again under the name is
+        read from where the group's reset policy says, not from the old topic's offsets."""
+        gone = set(partitions)
+        holders: list[Union[Group, ConsumerGroup]] = [*self.groups.values(), *self.consumer.groups.values()]
+        for group in holders:
+            tps = {tp for tp in group.offsets if tp in gone}
+            for pend in group.pending_txn_offsets.values():
+                tps.update(tp for tp in pend if tp in gone)
+            if not tps:
+                continue
+            for tp in tps:
+                group.offsets.pop(tp, None)
+                for pend in group.pending_txn_offsets.values():
+                    pend.pop(tp, None)
+            self.append_records(group.group_id, [self.offset_record(group.group_id, tp, None)
+                                                 for tp in sorted(tps)])
 
     def shutdown(self) -> None:
         self.rebalance_purgatory.shutdown()

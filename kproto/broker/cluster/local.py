@@ -12,7 +12,7 @@
 Each node is a Kafka-protocol listener on loopback with its own data directory under
 ``data_dir`` (``broker-<id>`` holds a real Kafka log directory with its ``__cluster_metadata-0``
 replica, ``controller-<id>`` a controller's metadata log). Nodes talk through one
-:class:`~kproto.broker.network.NodeNetwork`, where the faults are injected; clients are cut
+:class:`~kproto.broker.cluster.network.NodeNetwork`, where the faults are injected; clients are cut
 from a broker with :meth:`Cluster.cut_clients`.
 
 Node ids: brokers ``1..brokers``, controllers ``3001..3000+controllers`` (one id space, as in
@@ -25,14 +25,14 @@ import os
 import time
 from typing import Any, Optional, Sequence
 
-from kproto.broker.cluster_broker import ClusterBrokerCore
-from kproto.broker.controller import ControllerConfig
-from kproto.broker.controller_node import ControllerNode, start_quorum
+from kproto.broker.cluster.broker import ClusterBrokerCore
+from kproto.broker.cluster.controller import ControllerConfig
+from kproto.broker.cluster.controller_node import ControllerNode, start_quorum
 from kproto.broker.core import Intercept
 from kproto.storage.metadata_image import MetadataImage
-from kproto.broker.network import NodeNetwork
-from kproto.broker.raft import RaftConfig
-from kproto.broker.replica import ReplicaConfig
+from kproto.broker.cluster.network import NodeNetwork
+from kproto.broker.cluster.raft import RaftConfig
+from kproto.broker.cluster.replica import ReplicaConfig
 from kproto.broker.server import Broker
 from kproto.codecs.primitives import Uuid
 
@@ -44,7 +44,7 @@ _NODE_CLIENT_PREFIX = "kproto-node-"
 
 class ClusterBroker(Broker):
     """One broker of a :class:`Cluster`: the broker listener over a
-    :class:`~kproto.broker.cluster_broker.ClusterBrokerCore`."""
+    :class:`~kproto.broker.cluster.broker.ClusterBrokerCore`."""
 
     def __init__(self, node_id: int, data_dir: str, *, voters: Sequence[int], network: NodeNetwork,
                  cluster_id: str, raft_config: Optional[RaftConfig] = None,

@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from kproto.broker.context import BrokerContext
-from kproto.broker.group import GroupCoordinator
+from kproto.broker.coordinators.group import GroupCoordinator
 from kproto.broker.log import BrokerError
-from kproto.broker.offsets_topic import OFFSETS_TOPIC, partition_for
+from kproto.broker.coordinators.offsets_topic import OFFSETS_TOPIC, partition_for
 from kproto.broker.timer import CallbackTask
 from kproto.codecs import message
 from kproto.codecs import response as response_codec
@@ -243,11 +243,21 @@ class TransactionCoordinator:
         # KIP-588: requests older than ``since`` know PRODUCER_FENCED as INVALID_PRODUCER_EPOCH
         return E.INVALID_PRODUCER_EPOCH if code == E.PRODUCER_FENCED and version < since else code
 
-    def verify_produce(self, tid: str, pid: int, topic: str, partition: int) -> int:
-        """A transactional produce must be to a partition its transaction has added."""
+    def verify_produce(self, tid: str, pid: int, epoch: int, topic: str, partition: int) -> int:
+        """A transactional produce must be to a partition its transaction has added, under
+        the transaction's current epoch. The codes are what Kafka's produce path answers
+        (``handleVerifyPartitionsInTransaction``, as the leader translates it for produce
+        versions before 12): a producer whose epoch is not the coordinator's is fenced,
+        INVALID_PRODUCER_EPOCH, so the client learns of it with this produce; a
+        transaction being completed is retriable (NOT_ENOUGH_REPLICAS); a partition not in
+        the transaction is INVALID_TXN_STATE."""
         txn = self.txns.get(tid)
         if txn is None or txn.producer_id != pid:
             return E.INVALID_PRODUCER_ID_MAPPING
+        if txn.producer_epoch != epoch:
+            return E.INVALID_PRODUCER_EPOCH
+        if txn.state in (PREPARE_COMMIT, PREPARE_ABORT):
+            return E.NOT_ENOUGH_REPLICAS
         if txn.state != ONGOING or (topic, partition) not in txn.partitions:
             return E.INVALID_TXN_STATE
         return E.NONE

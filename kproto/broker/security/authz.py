@@ -27,10 +27,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from kproto.broker.acl import (ALTER, ALTER_CONFIGS, CLUSTER, CLUSTER_NAME, CREATE, DELETE, DESCRIBE,
+from kproto.broker.security.acl import (ALTER, ALTER_CONFIGS, CLUSTER, CLUSTER_NAME, CREATE, DELETE, DESCRIBE,
                                DESCRIBE_CONFIGS, GROUP, IDEMPOTENT_WRITE, READ, TOPIC, TRANSACTIONAL_ID,
                                WRITE, CLUSTER_ACTION, Authorizer)
-from kproto.broker.auth import ConnectionAuth
+from kproto.broker.security.auth import ConnectionAuth
 from kproto.broker.context import BrokerContext
 from kproto.codecs import response as response_codec
 from kproto.codecs.primitives import Uuid
@@ -60,7 +60,7 @@ Rule = Callable[[int, Any, ConnectionAuth], Optional[Verdict]]
 
 
 class RequestAuthorizer:
-    """The per-API checks over an :class:`~kproto.broker.acl.Authorizer`."""
+    """The per-API checks over an :class:`~kproto.broker.security.acl.Authorizer`."""
 
     def __init__(self, authorizer: Authorizer, broker: BrokerContext) -> None:
         self.authorizer = authorizer
@@ -195,8 +195,9 @@ class RequestAuthorizer:
         keep, denied = [], []
         for t in body.topics:
             name = t.name
-            if name is None:
-                topic = logs.topics_by_id.get(getattr(t, "topic_id", Uuid.ZERO))
+            if name is None or getattr(t, "topic_id", Uuid.ZERO) not in (None, Uuid.ZERO):
+                # asked by id (the name, if any, is not looked at: the Java client sends "")
+                topic = logs.topics_by_id.get(t.topic_id)
                 if topic is not None and not self.ok(s, DESCRIBE, TOPIC, topic.name):
                     denied.append((None, t.topic_id))
                     continue

@@ -2,14 +2,14 @@
 
 :class:`ControllerCore` is the sans-I/O part: it decodes request frames and routes the Raft
 APIs (Vote, BeginQuorumEpoch, EndQuorumEpoch, Fetch, DescribeQuorum) to the node's
-:class:`~kproto.broker.raft.KRaftReplica` and the controller APIs (BrokerRegistration,
+:class:`~kproto.broker.cluster.raft.KRaftReplica` and the controller APIs (BrokerRegistration,
 BrokerHeartbeat, CreateTopics, AlterPartition, ...) to its
-:class:`~kproto.broker.controller.QuorumController`, which answers NOT_CONTROLLER unless it is
+:class:`~kproto.broker.cluster.controller.QuorumController`, which answers NOT_CONTROLLER unless it is
 the active controller, as Kafka's does. One :class:`~kproto.broker.timer.SystemTimer` drives
 both.
 
 :class:`ControllerNode` puts it behind the broker's :class:`~kproto.broker.server.Listener`
-and sends Raft's requests through a :class:`~kproto.broker.network.NodeNetwork`. Addresses:
+and sends Raft's requests through a :class:`~kproto.broker.cluster.network.NodeNetwork`. Addresses:
 a quorum needs every voter's address before its Raft replicas start, so a node first binds
 its port (:meth:`ControllerNode.listen`, port 0: a free one) and registers it in the network;
 :func:`start_quorum` binds every node before starting any replica. A node restarted later binds
@@ -29,10 +29,10 @@ import dataclasses
 import os
 from typing import Iterable, Mapping, Optional, Sequence, Union
 
-from kproto.broker.controller import ControllerConfig, QuorumController
+from kproto.broker.cluster.controller import ControllerConfig, QuorumController
 from kproto.broker.core import Channel, Request, parse_request
-from kproto.broker.network import NodeNetwork
-from kproto.broker.raft import (BEGIN_QUORUM_EPOCH, DESCRIBE_QUORUM, END_QUORUM_EPOCH, FETCH,
+from kproto.broker.cluster.network import NodeNetwork
+from kproto.broker.cluster.raft import (BEGIN_QUORUM_EPOCH, DESCRIBE_QUORUM, END_QUORUM_EPOCH, FETCH,
                                 VOTE, KRaftReplica, RaftConfig, RaftTransport, open_metadata_log)
 from kproto.broker.server import Listener
 from kproto.broker.timer import Clock, SystemTimer
@@ -86,7 +86,7 @@ def _advertised() -> dict[int, tuple[int, int]]:
 
 
 class RaftMetadataLog:
-    """The :class:`~kproto.broker.controller.MetadataLog` the controller writes through: the
+    """The :class:`~kproto.broker.cluster.controller.MetadataLog` the controller writes through: the
     node's Raft replica (``end_offset`` is the log end offset, the next append's offset)."""
 
     def __init__(self, replica: KRaftReplica) -> None:

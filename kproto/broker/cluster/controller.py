@@ -35,7 +35,7 @@ from kproto.storage.metadata_image import (BROKER_RESOURCE, NO_LEADER, NO_LEADER
                                     RECOVERING, TOPIC_RESOURCE, BrokerInfo, MetadataImage,
                                     PartitionInfo, encode_metadata_record,
                                     record_type_of)
-from kproto.broker.raft import NotLeaderError  # one class for the Raft replica and us
+from kproto.broker.cluster.raft import NotLeaderError  # one class for the Raft replica and us
 from kproto.broker.timer import CallbackTask, SystemTimer
 from kproto.codecs import metadata_record
 from kproto.codecs import response as response_codec
@@ -77,7 +77,7 @@ class MetadataLog(Protocol):
     :meth:`QuorumController.handle_commit` with the committed data records in offset order,
     and :meth:`QuorumController.handle_leader_change` on each new epoch; for this node's own
     leadership only once every record committed before its epoch was handed over
-    (KafkaRaftClient's rule, which :class:`~kproto.broker.raft.KRaftReplica` keeps)."""
+    (KafkaRaftClient's rule, which :class:`~kproto.broker.cluster.raft.KRaftReplica` keeps)."""
 
     # read-only: an adapter over the Raft replica has them as properties
     @property

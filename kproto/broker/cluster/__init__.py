@@ -1,0 +1,15 @@
+"""A KRaft cluster: the metadata quorum, replication, and brokers driven by the metadata log.
+
+- :mod:`~kproto.broker.cluster.raft`: the Raft replica of ``__cluster_metadata``.
+- :mod:`~kproto.broker.cluster.controller`: the quorum controller;
+  :mod:`~kproto.broker.cluster.controller_node`: one controller on a socket.
+- :mod:`~kproto.broker.cluster.replica`: partition replication between brokers.
+- :mod:`~kproto.broker.cluster.broker`: a broker of the cluster (sans-I/O).
+- :mod:`~kproto.broker.cluster.network`: the nodes' connections, where faults are injected.
+- :mod:`~kproto.broker.cluster.local`: :class:`Cluster`, all nodes in one process.
+"""
+from __future__ import annotations
+
+from kproto.broker.cluster.local import CONTROLLER_ID_BASE, Cluster, ClusterBroker
+
+__all__ = ["CONTROLLER_ID_BASE", "Cluster", "ClusterBroker"]
