@@ -74,7 +74,7 @@ IMPLEMENTED: dict[int, tuple[int, int]] = {
     ApiKey.OFFSET_DELETE: (0, 0),
     ApiKey.DESCRIBE_GROUPS: (0, 6),
     ApiKey.LIST_GROUPS: (0, 5),
-    ApiKey.DELETE_GROUPS: (0, 2),
+    ApiKey.DELETE_GROUPS: (0, 3),
     # transactions, protocol version 1: EndTxn v5, AddPartitionsToTxn v5, TxnOffsetCommit v5
     # and Produce v12 belong to transaction version 2 (KIP-890), not implemented
     ApiKey.ADD_PARTITIONS_TO_TXN: (0, 4),

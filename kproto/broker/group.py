@@ -1080,12 +1080,15 @@ class GroupCoordinator:
             group = self.groups.get(gid)
             cg = self.consumer.groups.get(gid)
             code: int
+            # v3 carries each group's message: Kafka's exception's (GroupIdNotFoundException's
+            # own, the error's default for the others)
+            message: Optional[str] = None
             if not gid:
-                code = E.INVALID_GROUP_ID
+                code, message = E.INVALID_GROUP_ID, "The group id is invalid."
             elif cg is not None:
                 code = self.consumer.delete_group(cg)
             elif group is None or group.state == DEAD:
-                code = E.GROUP_ID_NOT_FOUND
+                code, message = E.GROUP_ID_NOT_FOUND, f"Group {gid} not found."
             elif group.state != EMPTY:
                 code = E.NON_EMPTY_GROUP
             else:
@@ -1095,7 +1098,10 @@ class GroupCoordinator:
                 group.transition(DEAD, self.now())
                 del self.groups[gid]
                 code = E.NONE
-            results.append(cls.DeletableGroupResult(group_id=gid, error_code=code))
+            if code == E.NON_EMPTY_GROUP:
+                message = "The group is not empty."
+            results.append(cls.DeletableGroupResult(group_id=gid, error_code=code,
+                                                    error_message=message if version >= 3 else None))
         respond(cls(throttle_time_ms=0, results=results))
 
     # -------------------------------------------------------------- transactional offsets
