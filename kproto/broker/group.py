@@ -1112,20 +1112,22 @@ class GroupCoordinator:
         err: int = E.NONE
         group = self.groups.get(body.group_id)
         cg = self.consumer.groups.get(body.group_id)
+        # v3+: the member's generation (classic) or epoch (consumer group); -1 without group metadata
+        generation = body.generation_id_or_member_epoch if version >= 3 else -1
         if cg is not None:
             # a transactional producer without group metadata (epoch -1) commits as Kafka's
             # old sendOffsetsToTransaction(offsets, groupId) did
-            if version >= 3 and body.generation_id >= 0:
-                err = self.consumer.offset_commit_error(cg, body.member_id, body.generation_id, version,
+            if generation >= 0:
+                err = self.consumer.offset_commit_error(cg, body.member_id, generation, version,
                                                         transactional=True)
-        elif version >= 3 and group is not None and body.generation_id >= 0:
+        elif group is not None and generation >= 0:
             if group.state == DEAD:
                 err = E.COORDINATOR_NOT_AVAILABLE
             else:
                 err = self._validate_member(group, body.member_id, body.group_instance_id)
-                if not err and body.generation_id != group.generation_id:
+                if not err and generation != group.generation_id:
                     err = E.ILLEGAL_GENERATION
-        elif version >= 3 and group is None and body.generation_id >= 0:
+        elif group is None and generation >= 0:
             err = E.ILLEGAL_GENERATION
         now = self.core.wall_ms()
         codes: dict[tuple[str, int], int] = {}
