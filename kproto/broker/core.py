@@ -60,7 +60,7 @@ IMPLEMENTED: dict[int, tuple[int, int]] = {
     ApiKey.OFFSET_FOR_LEADER_EPOCH: (0, 4),
     ApiKey.METADATA: (0, 12),
     ApiKey.FIND_COORDINATOR: (0, 6),
-    ApiKey.API_VERSIONS: (0, 4),
+    ApiKey.API_VERSIONS: (0, 5),
     ApiKey.CREATE_TOPICS: (2, 7),
     ApiKey.DELETE_TOPICS: (1, 6),
     ApiKey.INIT_PRODUCER_ID: (0, 5),
@@ -549,6 +549,17 @@ class BrokerCore:
     # ------------------------------------------------------------------ ApiVersions
     def _api_versions(self, req: Request) -> None:
         cls = response_codec(ApiKey.API_VERSIONS).cls
+        body = req.body
+        if req.version >= 5:
+            # as Kafka 4.4's KafkaApis: the cluster id and node id come together or not at all,
+            # and a client that meant another cluster or node is told to bootstrap again
+            if (body.cluster_id is None) != (body.node_id == -1):
+                req.respond(cls(error_code=ErrorCode.INVALID_REQUEST))
+                return
+            if body.cluster_id is not None and (body.cluster_id != self.logs.cluster_id
+                                                or body.node_id != self.config.node_id):
+                req.respond(cls(error_code=ErrorCode.REBOOTSTRAP_REQUIRED))
+                return
         req.respond(cls(error_code=0, api_keys=[
             cls.ApiVersion(api_key=k, min_version=lo, max_version=hi)
             for k, (lo, hi) in sorted(self.api_versions().items())]))

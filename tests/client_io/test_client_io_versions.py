@@ -324,3 +324,56 @@ def test_producer_consumer_admin_against_kprotos_broker_with_4x_ranges(tmp_path)
         assert version == top or (key == K.PRODUCE and body.transactional_id), (key, version)
     fetches = [body for key, _, body in seen if key == K.FETCH]
     assert all(t.topic_id != kproto.Uuid.ZERO for f in fetches for t in f.topics)   # by id (v13+)
+
+
+def test_api_versions_v5_names_the_cluster_and_node_and_a_mismatch_rebootstraps():
+    """As Kafka 4.4's NetworkClient: a connection to a node the metadata named sends ApiVersions
+    v5 with the cluster id and that node's id; a broker answering REBOOTSTRAP_REQUIRED makes the
+    cluster forget its brokers and connections, and the next request bootstraps again. A
+    bootstrap connection has nothing to name and negotiates from v4 (v5's response is v4's), and
+    so does every connection to a cluster whose brokers stop at v4 (4.3.1's ranges)."""
+    from kproto.client.cluster import Cluster
+    from kproto.client.protocol import KafkaConnectionError
+    from client_io_fakebroker import api_versions_response
+
+    seen = []
+    state = {"reject": False, "versions": None}
+
+    def handler(header, body):
+        if header.request_api_key == K.API_VERSIONS:
+            seen.append((header.request_api_version, body.cluster_id, body.node_id))
+            if state["reject"] and body.cluster_id is not None:
+                return api_versions_response({}, error_code=ErrorCode.REBOOTSTRAP_REQUIRED)
+            return NotImplemented
+        if header.request_api_key == K.METADATA:
+            return metadata_response(fb.port, {})
+        return NotImplemented
+
+    async def main(versions):
+        nonlocal fb
+        async with FakeBroker(handler, versions=versions) as fb:
+            async with Cluster(f"127.0.0.1:{fb.port}") as cluster:
+                first = list(seen)
+                await cluster.connection(1)
+                known = list(seen)
+                if versions is not None:
+                    return first, known, None
+                state["reject"] = True
+                await (await cluster.connection(1)).close()
+                with pytest.raises(KafkaConnectionError, match="rebootstrap"):
+                    await cluster.connection(1)
+                forgot = (cluster.metadata.brokers, len(cluster._conns))
+                await cluster.refresh_metadata([])     # through the bootstrap server again
+                return first, known, (forgot, list(cluster.metadata.brokers))
+
+    fb = None
+    first, known, rebooted = run(main(None))
+    assert first == [(4, None, -1)]                       # bootstrap: whom is not known yet
+    assert known == [(4, None, -1), (5, "kproto-fake", 1)]
+    (brokers, conns), after = rebooted
+    assert brokers == {} and conns == 0 and after == [1]
+    assert seen[2:] == [(5, "kproto-fake", 1), (4, None, -1)]    # refused, then the bootstrap server
+    seen.clear()
+    state["reject"] = False
+    first, known, _ = run(main(kafka_ranges("4.3.1")))
+    assert known == [(4, None, -1), (4, None, -1)]
