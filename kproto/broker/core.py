@@ -450,7 +450,10 @@ class BrokerCore:
         request's topics and partitions mirrored with the error, nothing done; for the others
         the response's top-level error code; an API whose response has none closes the
         connection, as Kafka does with a request it cannot serve."""
-        body = error_response(req.api_key, req.version, req.body, code) if run_handler else None
+        # streams groups are not implemented: answered as a Kafka broker without them answers
+        # (StreamsGroupDescribe's groups each with the error, the others' top-level error)
+        mirror = run_handler or req.api_key == ApiKey.STREAMS_GROUP_DESCRIBE
+        body = error_response(req.api_key, req.version, req.body, code) if mirror else None
         if body is None:
             body = response_codec(req.api_key).cls()
             if not hasattr(body, "error_code"):
@@ -1025,4 +1028,7 @@ def error_response(api_key: int, version: int, body: Any, code: int) -> Optional
     if api_key == ApiKey.DELETE_GROUPS:
         return cls(results=[cls.DeletableGroupResult(group_id=g, error_code=code)
                             for g in body.groups_names])
+    if api_key == ApiKey.STREAMS_GROUP_DESCRIBE:
+        return cls(groups=[cls.DescribedGroup(error_code=code, group_id=g, group_state="")
+                           for g in body.group_ids])
     return None

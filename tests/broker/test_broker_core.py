@@ -459,3 +459,21 @@ def test_offsets_for_leader_epoch_answers_from_the_epoch_cache(core):
     produce(client, "t", 0, batch([b"c"]))
     assert ask(0) == (0, 0, 2) and ask(1) == (0, 0, 2) and ask(2) == (0, 2, 3)
     assert ask(0, current=1)[0] == E.FENCED_LEADER_EPOCH
+
+
+@pytest.mark.parametrize("version", [0, 1])
+def test_streams_group_apis_are_answered_as_by_a_kafka_broker_without_streams_groups(core, version):
+    """Not advertised; a request anyway is answered UNSUPPORTED_VERSION, as Kafka 4.4's KafkaApis
+    does while the streams group protocol is off (StreamsGroupDescribe: each group with it)."""
+    client = Client(core)
+    supported = core.api_versions()
+    assert not {K.STREAMS_GROUP_HEARTBEAT, K.STREAMS_GROUP_DESCRIBE,
+                K.STREAMS_GROUP_TOPOLOGY_DESCRIPTION_UPDATE} & set(supported)
+    hb = client.call(K.STREAMS_GROUP_HEARTBEAT, version, group_id="s", member_id="m", member_epoch=0)
+    assert hb.error_code == E.UNSUPPORTED_VERSION
+    described = client.call(K.STREAMS_GROUP_DESCRIBE, version, group_ids=["s", "t"])
+    assert [(g.group_id, g.error_code) for g in described.groups] == [
+        ("s", E.UNSUPPORTED_VERSION), ("t", E.UNSUPPORTED_VERSION)]
+    if version == 0:
+        update = client.call(K.STREAMS_GROUP_TOPOLOGY_DESCRIPTION_UPDATE, 0, group_id="s", member_id="m")
+        assert update.error_code == E.UNSUPPORTED_VERSION
