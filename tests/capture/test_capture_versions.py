@@ -1,7 +1,7 @@
 """API versions of the newest Kafka release are decoded exactly; a version newer than the schemas
 is read best effort with the newest layout kproto knows. librdkafka 2.16 speaks Kafka 4.x's
 Metadata v13: its exchanges with librdkafka's mock broker are read with the v13 layout (Kafka
-4.3.1's) without a problem; the same exchanges relabelled v14 (newer than the schemas, with a
+4.4.0's, as 4.3.1's) without a problem; the same exchanges relabelled v14 (newer than the schemas, with a
 field appended to the answer) are read with the v13 layout, what it leaves reported."""
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def _v13():
 
 
 def test_mock_metadata_v13_decoded_exactly():
-    assert kproto.request(METADATA).release(13) == "4.3.1"
+    assert kproto.request(METADATA).release(13) == "4.4.0"
     ports = set(truth(MOCK)["kafka_ports"])
     cluster_ids = set()
     for e in _v13():
@@ -130,7 +130,7 @@ def _metadata_row(text: str) -> str:
 @pytest.mark.parametrize("best_effort", [True, False])
 def test_cli_summary_shows_the_layout_used(tmp_path, best_effort):
     switch = [] if best_effort else ["--no-best-effort"]
-    # the mock's Metadata v13: Kafka 4.3.1's layout, no problem either way
+    # the mock's Metadata v13: Kafka 4.4.0's layout (as 4.3.1's), no problem either way
     row = _metadata_row(decode_pcap_cli(tmp_path, str(CAPTURES / MOCK), "--summary", *switch))
     n = len(_v13())
     assert f"v13×{n}" in row and "(as" not in row
