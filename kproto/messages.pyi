@@ -5,6 +5,16 @@ from kproto.codecs.objects import MessageObject
 from kproto.codecs.primitives import Uuid
 
 
+class AbortedTxn(MessageObject):
+    API_KEY: Optional[int]
+    MESSAGE_KIND: str
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    last_stable_offset: int
+    def __init__(self, *, producer_id: int = ..., first_offset: int = ..., last_offset: int = ..., last_stable_offset: int = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+
+
 class AddOffsetsToTxnRequest(MessageObject):
     API_KEY: Optional[int]
     MESSAGE_KIND: str
@@ -370,7 +380,9 @@ class ApiVersionsRequest(MessageObject):
     MESSAGE_KIND: str
     client_software_name: str
     client_software_version: str
-    def __init__(self, *, client_software_name: str = ..., client_software_version: str = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+    cluster_id: Optional[str]
+    node_id: int
+    def __init__(self, *, client_software_name: str = ..., client_software_version: str = ..., cluster_id: Optional[str] = ..., node_id: int = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
 
 
 class ApiVersionsResponse(MessageObject):
@@ -923,7 +935,8 @@ class DeleteGroupsResponse(MessageObject):
     class DeletableGroupResult(MessageObject):
         group_id: str
         error_code: int
-        def __init__(self, *, group_id: str = ..., error_code: int = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+        error_message: Optional[str]
+        def __init__(self, *, group_id: str = ..., error_code: int = ..., error_message: Optional[str] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
     throttle_time_ms: int
     results: list[DeleteGroupsResponse.DeletableGroupResult]
     def __init__(self, *, throttle_time_ms: int = ..., results: list[DeleteGroupsResponse.DeletableGroupResult] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
@@ -3012,7 +3025,8 @@ class StreamsGroupDescribeRequest(MessageObject):
     MESSAGE_KIND: str
     group_ids: list[str]
     include_authorized_operations: bool
-    def __init__(self, *, group_ids: list[str] = ..., include_authorized_operations: bool = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+    include_topology_description: bool
+    def __init__(self, *, group_ids: list[str] = ..., include_authorized_operations: bool = ..., include_topology_description: bool = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
 
 
 class StreamsGroupDescribeResponse(MessageObject):
@@ -3028,7 +3042,10 @@ class StreamsGroupDescribeResponse(MessageObject):
         topology: Optional[StreamsGroupDescribeResponse.Topology]
         members: list[StreamsGroupDescribeResponse.Member]
         authorized_operations: int
-        def __init__(self, *, error_code: int = ..., error_message: Optional[str] = ..., group_id: str = ..., group_state: str = ..., group_epoch: int = ..., assignment_epoch: int = ..., topology: Optional[StreamsGroupDescribeResponse.Topology] = ..., members: list[StreamsGroupDescribeResponse.Member] = ..., authorized_operations: int = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+        topology_description: Optional[StreamsGroupDescribeResponse.TopologyDescription]
+        topology_description_status: int
+        assignor_name: Optional[str]
+        def __init__(self, *, error_code: int = ..., error_message: Optional[str] = ..., group_id: str = ..., group_state: str = ..., group_epoch: int = ..., assignment_epoch: int = ..., topology: Optional[StreamsGroupDescribeResponse.Topology] = ..., members: list[StreamsGroupDescribeResponse.Member] = ..., authorized_operations: int = ..., topology_description: Optional[StreamsGroupDescribeResponse.TopologyDescription] = ..., topology_description_status: int = ..., assignor_name: Optional[str] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
     class Topology(MessageObject):
         epoch: int
         subtopologies: Optional[list[StreamsGroupDescribeResponse.Subtopology]]
@@ -3085,6 +3102,26 @@ class StreamsGroupDescribeResponse(MessageObject):
         replication_factor: int
         topic_configs: list[StreamsGroupDescribeResponse.KeyValue]
         def __init__(self, *, name: str = ..., partitions: int = ..., replication_factor: int = ..., topic_configs: list[StreamsGroupDescribeResponse.KeyValue] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+    class TopologyDescription(MessageObject):
+        subtopologies: list[StreamsGroupDescribeResponse.TopologyDescriptionSubtopology]
+        global_stores: list[StreamsGroupDescribeResponse.TopologyDescriptionGlobalStore]
+        def __init__(self, *, subtopologies: list[StreamsGroupDescribeResponse.TopologyDescriptionSubtopology] = ..., global_stores: list[StreamsGroupDescribeResponse.TopologyDescriptionGlobalStore] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+    class TopologyDescriptionSubtopology(MessageObject):
+        subtopology_id: str
+        nodes: list[StreamsGroupDescribeResponse.TopologyDescriptionNode]
+        def __init__(self, *, subtopology_id: str = ..., nodes: list[StreamsGroupDescribeResponse.TopologyDescriptionNode] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+    class TopologyDescriptionNode(MessageObject):
+        name: str
+        node_type: int
+        source_topics: list[str]
+        sink_topic: Optional[str]
+        stores: list[str]
+        successors: list[str]
+        def __init__(self, *, name: str = ..., node_type: int = ..., source_topics: list[str] = ..., sink_topic: Optional[str] = ..., stores: list[str] = ..., successors: list[str] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+    class TopologyDescriptionGlobalStore(MessageObject):
+        source: StreamsGroupDescribeResponse.TopologyDescriptionNode
+        processor: StreamsGroupDescribeResponse.TopologyDescriptionNode
+        def __init__(self, *, source: StreamsGroupDescribeResponse.TopologyDescriptionNode = ..., processor: StreamsGroupDescribeResponse.TopologyDescriptionNode = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
     throttle_time_ms: int
     groups: list[StreamsGroupDescribeResponse.DescribedGroup]
     def __init__(self, *, throttle_time_ms: int = ..., groups: list[StreamsGroupDescribeResponse.DescribedGroup] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
@@ -3184,15 +3221,56 @@ class StreamsGroupHeartbeatResponse(MessageObject):
     member_id: str
     member_epoch: int
     heartbeat_interval_ms: int
-    acceptable_recovery_lag: int
+    acceptable_recovery_lag_legacy: int
     task_offset_interval_ms: int
+    acceptable_recovery_lag: int
     status: Optional[list[StreamsGroupHeartbeatResponse.Status]]
     active_tasks: Optional[list[StreamsGroupHeartbeatResponse.TaskIds]]
     standby_tasks: Optional[list[StreamsGroupHeartbeatResponse.TaskIds]]
     warmup_tasks: Optional[list[StreamsGroupHeartbeatResponse.TaskIds]]
+    topology_description_required: bool
     endpoint_information_epoch: int
     partitions_by_user_endpoint: Optional[list[StreamsGroupHeartbeatResponse.EndpointToPartitions]]
-    def __init__(self, *, throttle_time_ms: int = ..., error_code: int = ..., error_message: Optional[str] = ..., member_id: str = ..., member_epoch: int = ..., heartbeat_interval_ms: int = ..., acceptable_recovery_lag: int = ..., task_offset_interval_ms: int = ..., status: Optional[list[StreamsGroupHeartbeatResponse.Status]] = ..., active_tasks: Optional[list[StreamsGroupHeartbeatResponse.TaskIds]] = ..., standby_tasks: Optional[list[StreamsGroupHeartbeatResponse.TaskIds]] = ..., warmup_tasks: Optional[list[StreamsGroupHeartbeatResponse.TaskIds]] = ..., endpoint_information_epoch: int = ..., partitions_by_user_endpoint: Optional[list[StreamsGroupHeartbeatResponse.EndpointToPartitions]] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+    def __init__(self, *, throttle_time_ms: int = ..., error_code: int = ..., error_message: Optional[str] = ..., member_id: str = ..., member_epoch: int = ..., heartbeat_interval_ms: int = ..., acceptable_recovery_lag_legacy: int = ..., task_offset_interval_ms: int = ..., acceptable_recovery_lag: int = ..., status: Optional[list[StreamsGroupHeartbeatResponse.Status]] = ..., active_tasks: Optional[list[StreamsGroupHeartbeatResponse.TaskIds]] = ..., standby_tasks: Optional[list[StreamsGroupHeartbeatResponse.TaskIds]] = ..., warmup_tasks: Optional[list[StreamsGroupHeartbeatResponse.TaskIds]] = ..., topology_description_required: bool = ..., endpoint_information_epoch: int = ..., partitions_by_user_endpoint: Optional[list[StreamsGroupHeartbeatResponse.EndpointToPartitions]] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+
+
+class StreamsGroupTopologyDescriptionUpdateRequest(MessageObject):
+    API_KEY: Optional[int]
+    MESSAGE_KIND: str
+    class TopologyDescription(MessageObject):
+        subtopologies: list[StreamsGroupTopologyDescriptionUpdateRequest.TopologyDescriptionSubtopology]
+        global_stores: list[StreamsGroupTopologyDescriptionUpdateRequest.TopologyDescriptionGlobalStore]
+        def __init__(self, *, subtopologies: list[StreamsGroupTopologyDescriptionUpdateRequest.TopologyDescriptionSubtopology] = ..., global_stores: list[StreamsGroupTopologyDescriptionUpdateRequest.TopologyDescriptionGlobalStore] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+    class TopologyDescriptionSubtopology(MessageObject):
+        subtopology_id: str
+        nodes: list[StreamsGroupTopologyDescriptionUpdateRequest.TopologyDescriptionNode]
+        def __init__(self, *, subtopology_id: str = ..., nodes: list[StreamsGroupTopologyDescriptionUpdateRequest.TopologyDescriptionNode] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+    class TopologyDescriptionNode(MessageObject):
+        name: str
+        node_type: int
+        source_topics: list[str]
+        sink_topic: Optional[str]
+        stores: list[str]
+        successors: list[str]
+        def __init__(self, *, name: str = ..., node_type: int = ..., source_topics: list[str] = ..., sink_topic: Optional[str] = ..., stores: list[str] = ..., successors: list[str] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+    class TopologyDescriptionGlobalStore(MessageObject):
+        source: StreamsGroupTopologyDescriptionUpdateRequest.TopologyDescriptionNode
+        processor: StreamsGroupTopologyDescriptionUpdateRequest.TopologyDescriptionNode
+        def __init__(self, *, source: StreamsGroupTopologyDescriptionUpdateRequest.TopologyDescriptionNode = ..., processor: StreamsGroupTopologyDescriptionUpdateRequest.TopologyDescriptionNode = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+    group_id: str
+    member_id: str
+    topology_epoch: int
+    topology_description: StreamsGroupTopologyDescriptionUpdateRequest.TopologyDescription
+    def __init__(self, *, group_id: str = ..., member_id: str = ..., topology_epoch: int = ..., topology_description: StreamsGroupTopologyDescriptionUpdateRequest.TopologyDescription = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+
+
+class StreamsGroupTopologyDescriptionUpdateResponse(MessageObject):
+    API_KEY: Optional[int]
+    MESSAGE_KIND: str
+    throttle_time_ms: int
+    error_code: int
+    error_message: Optional[str]
+    def __init__(self, *, throttle_time_ms: int = ..., error_code: int = ..., error_message: Optional[str] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
 
 
 class SyncGroupRequest(MessageObject):
@@ -3228,8 +3306,9 @@ class TxnOffsetCommitRequest(MessageObject):
     MESSAGE_KIND: str
     class TxnOffsetCommitRequestTopic(MessageObject):
         name: str
+        topic_id: Uuid
         partitions: list[TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition]
-        def __init__(self, *, name: str = ..., partitions: list[TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+        def __init__(self, *, name: str = ..., topic_id: Uuid = ..., partitions: list[TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
     class TxnOffsetCommitRequestPartition(MessageObject):
         partition_index: int
         committed_offset: int
@@ -3240,11 +3319,11 @@ class TxnOffsetCommitRequest(MessageObject):
     group_id: str
     producer_id: int
     producer_epoch: int
-    generation_id: int
+    generation_id_or_member_epoch: int
     member_id: str
     group_instance_id: Optional[str]
     topics: list[TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic]
-    def __init__(self, *, transactional_id: str = ..., group_id: str = ..., producer_id: int = ..., producer_epoch: int = ..., generation_id: int = ..., member_id: str = ..., group_instance_id: Optional[str] = ..., topics: list[TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+    def __init__(self, *, transactional_id: str = ..., group_id: str = ..., producer_id: int = ..., producer_epoch: int = ..., generation_id_or_member_epoch: int = ..., member_id: str = ..., group_instance_id: Optional[str] = ..., topics: list[TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
 
 
 class TxnOffsetCommitResponse(MessageObject):
@@ -3252,8 +3331,9 @@ class TxnOffsetCommitResponse(MessageObject):
     MESSAGE_KIND: str
     class TxnOffsetCommitResponseTopic(MessageObject):
         name: str
+        topic_id: Uuid
         partitions: list[TxnOffsetCommitResponse.TxnOffsetCommitResponsePartition]
-        def __init__(self, *, name: str = ..., partitions: list[TxnOffsetCommitResponse.TxnOffsetCommitResponsePartition] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+        def __init__(self, *, name: str = ..., topic_id: Uuid = ..., partitions: list[TxnOffsetCommitResponse.TxnOffsetCommitResponsePartition] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
     class TxnOffsetCommitResponsePartition(MessageObject):
         partition_index: int
         error_code: int
@@ -3271,6 +3351,22 @@ class UnregisterBrokerRequest(MessageObject):
 
 
 class UnregisterBrokerResponse(MessageObject):
+    API_KEY: Optional[int]
+    MESSAGE_KIND: str
+    throttle_time_ms: int
+    error_code: int
+    error_message: Optional[str]
+    def __init__(self, *, throttle_time_ms: int = ..., error_code: int = ..., error_message: Optional[str] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+
+
+class UnregisterControllerRequest(MessageObject):
+    API_KEY: Optional[int]
+    MESSAGE_KIND: str
+    controller_id: int
+    def __init__(self, *, controller_id: int = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+
+
+class UnregisterControllerResponse(MessageObject):
     API_KEY: Optional[int]
     MESSAGE_KIND: str
     throttle_time_ms: int
@@ -3806,6 +3902,13 @@ class UnregisterBrokerRecord(MessageObject):
     def __init__(self, *, broker_id: int = ..., broker_epoch: int = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
 
 
+class UnregisterControllerRecord(MessageObject):
+    API_KEY: Optional[int]
+    MESSAGE_KIND: str
+    controller_id: int
+    def __init__(self, *, controller_id: int = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+
+
 class UserScramCredentialRecord(MessageObject):
     API_KEY: Optional[int]
     MESSAGE_KIND: str
@@ -4253,7 +4356,9 @@ class StreamsGroupMetadataValue(MessageObject):
     metadata_hash: int
     validated_topology_epoch: int
     last_assignment_configs: Optional[list[StreamsGroupMetadataValue.LastAssignmentConfig]]
-    def __init__(self, *, epoch: int = ..., metadata_hash: int = ..., validated_topology_epoch: int = ..., last_assignment_configs: Optional[list[StreamsGroupMetadataValue.LastAssignmentConfig]] = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
+    stored_description_topology_epoch: int
+    failed_description_topology_epoch: int
+    def __init__(self, *, epoch: int = ..., metadata_hash: int = ..., validated_topology_epoch: int = ..., last_assignment_configs: Optional[list[StreamsGroupMetadataValue.LastAssignmentConfig]] = ..., stored_description_topology_epoch: int = ..., failed_description_topology_epoch: int = ..., _unknown_tagged_fields: Optional[list[tuple[int, bytes]]] = ...) -> None: ...
 
 
 class StreamsGroupTargetAssignmentMemberKey(MessageObject):

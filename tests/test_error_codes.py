@@ -49,11 +49,15 @@ def test_codes_are_unique_and_contiguous_as_kafkas():
     codes = [int(e) for e in ErrorCode]
     assert codes == list(range(-1, max(codes) + 1))  # Kafka skips no code, from UNKNOWN_SERVER_ERROR up
     assert len(set(e.name for e in ErrorCode)) == len(codes)
-    assert KAFKA_VERSION == "4.3.1" and max(codes) == 133  # SHARE_SESSION_LIMIT_REACHED, the last in 4.3.1
+    assert KAFKA_VERSION == "4.4.0" and max(codes) == 136  # CONTROLLER_ID_NOT_REGISTERED, the last in 4.4.0
     # the 4.x codes past 3.9's last one (VOTER_NOT_FOUND, 127)
     assert [ErrorCode(c).name for c in range(128, 134)] == [
         "INVALID_REGULAR_EXPRESSION", "REBOOTSTRAP_REQUIRED", "STREAMS_INVALID_TOPOLOGY",
         "STREAMS_INVALID_TOPOLOGY_EPOCH", "STREAMS_TOPOLOGY_FENCED", "SHARE_SESSION_LIMIT_REACHED"]
+    # 4.4.0's, none retriable (their exceptions are plain ApiExceptions)
+    assert [(ErrorCode(c).name, ErrorCode(c).retriable) for c in range(134, 137)] == [
+        ("GROUP_DELETION_FAILED", False), ("STREAMS_TOPOLOGY_DESCRIPTION_UPDATE_FAILED", False),
+        ("CONTROLLER_ID_NOT_REGISTERED", False)]
 
 
 @pytest.mark.parametrize("name", [
@@ -80,7 +84,7 @@ def test_errors_kafka_does_not_retry(name):
 
 
 def test_unknown_codes_are_not_retriable_and_have_a_message():
-    for code in (-2, 134, 999, 32767):
+    for code in (-2, 137, 999, 32767):
         assert not is_retriable(code)
         assert error_name(code) == f"UNKNOWN_ERROR_{code}" and str(code) in error_message(code)
     assert len(RETRIABLE) == 32

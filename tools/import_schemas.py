@@ -1,14 +1,21 @@
 #!/usr/bin/env python3
 """Regenerate ``kproto/schemas`` from the message specs of one or more Apache Kafka releases.
 
-Usage::
+Each argument is one release's specs, oldest first (the newest last), in one of two forms:
 
-    python tools/import_schemas.py ../shared/reference/kafka-3.9 ../shared/reference/kafka-4.3.1
+* a folder holding Kafka's spec folders (``message/``, ``metadata/``, ``group-coordinator/``, ...),
+  each with ``*.json`` specs (JSON with ``//`` and ``/* */`` comments); the release name is the
+  folder's name without a leading ``kafka-``;
+* the release's own jars, as Maven Central has them: comma-separated ``.jar`` paths, or a folder
+  holding them (what ``mvn dependency:copy`` writes). Each jar's specs go to the spec folder of its
+  artifact (``kafka-clients``: ``message/``, ``kafka-metadata``: ``metadata/``, ...: see
+  ``JAR_FOLDERS``); the release name is the jars' version (``kafka-clients-4.4.0.jar``: 4.4.0).
 
-Each argument is one release's spec folder, oldest first (the newest last); its release name is the
-folder's name without a leading ``kafka-``, or is given after ``=`` (``PATH=4.3.1``). A folder holds
-Kafka's spec folders (``message/``, ``metadata/``, ``group-coordinator/``, ...), each with ``*.json``
-specs (JSON with ``//`` and ``/* */`` comments). Adding a release is one more argument.
+Either way the name can be given after ``=`` (``PATH=4.3.1``). Adding a release is one more
+argument; the three releases of the committed schemas::
+
+    python tools/import_schemas.py ../shared/reference/kafka-3.9 ../shared/reference/kafka-4.3.1 \
+        $(ls ~/.m2/repository/org/apache/kafka/*/4.4.0/*-4.4.0.jar | paste -sd,)
 
 The releases are merged into ONE schema set covering the union of their versions:
 
@@ -41,6 +48,7 @@ import json
 import re
 import shutil
 import sys
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Tuple
@@ -58,6 +66,18 @@ FIELD_KEYS = {"name", "type", "versions", "about", "fields", "default", "entityT
               "nullableVersions", "mapKey", "taggedVersions", "tag", "zeroCopy", "flexibleVersions"}
 TOP_KEYS = {"type", "name", "validVersions", "flexibleVersions", "fields", "apiKey", "listeners",
             "deprecatedVersions", "commonStructs", "latestVersionUnstable"}
+# Where a release's jars keep their specs: artifact -> (folder inside the jar, spec folder here).
+# Jars of other artifacts (kafka-server, kafka-tools, ...) hold no specs and are skipped.
+JAR_FOLDERS = {
+    "kafka-clients": ("common/message", "message"),
+    "kafka-metadata": ("common/metadata", "metadata"),
+    "kafka-group-coordinator": ("common/message", "group-coordinator"),
+    "kafka-transaction-coordinator": ("common/message", "transaction-coordinator"),
+    "kafka-share-coordinator": ("common/message", "share-coordinator"),
+    "kafka-raft": ("common/message", "raft"),
+    "kafka-streams": ("common/message", "streams"),
+    "kafka-storage": ("message", "storage"),
+}
 PRIMITIVES = {"bool", "int8", "int16", "uint16", "int32", "uint32", "int64", "float64", "string",
               "bytes", "records", "uuid"}
 
@@ -100,8 +120,8 @@ def strip_comments(text: str) -> str:
     return "".join(out)
 
 
-def load_spec(path: Path) -> Spec:
-    return json.loads(strip_comments(path.read_text(encoding="utf-8")))
+def parse_spec(text: str) -> Spec:
+    return json.loads(strip_comments(text))
 
 
 # -- version sets -------------------------------------------------------------------------------
@@ -155,15 +175,50 @@ class Release:
     specs: Dict[str, Tuple[str, Spec]] = field(default_factory=dict)
 
 
-def release_arg(text: str) -> Tuple[Path, str]:
-    """``PATH`` or ``PATH=NAME``: the folder and the release name (``kafka-4.3.1`` -> ``4.3.1``)."""
-    path, sep, name = text.partition("=")
+_JAR_NAME = re.compile(r"(?P<artifact>.+?)-(?P<version>\d+(?:\.\d+)*(?:-[A-Za-z0-9.]+)?)\.jar")
+
+
+def release_jars(path: str) -> List[Path]:
+    """The jars of a release argument: comma-separated ``.jar`` paths, or the ``.jar`` files of a
+    folder that has no spec folders; [] for a spec folder."""
+    if "," in path or path.endswith(".jar"):
+        return [Path(p) for p in path.split(",") if p]
     p = Path(path)
-    if not sep:
-        name = re.sub(r"^kafka[-_]", "", p.resolve().name)
+    if p.is_dir() and not any((p / f).is_dir() for f in FOLDERS):
+        return sorted(p.glob("*.jar"))
+    return []
+
+
+def release_arg(text: str) -> Tuple[Path, str]:
+    """``PATH`` or ``PATH=NAME``: the specs (a folder, or jars: see the module's docstring) and the
+    release name (folder ``kafka-4.3.1`` -> ``4.3.1``, jar ``kafka-clients-4.4.0.jar`` -> ``4.4.0``)."""
+    path, sep, name = text.partition("=")
+    jars = release_jars(path)
+    if not sep and jars:
+        versions = {m.group("version") for m in map(_JAR_NAME.fullmatch, (j.name for j in jars)) if m}
+        if len(versions) != 1:
+            raise argparse.ArgumentTypeError(f"jars of {len(versions)} versions in {text!r}: name the release")
+        name = versions.pop()
+    elif not sep:
+        name = re.sub(r"^kafka[-_]", "", Path(path).resolve().name)
     if not name:
         raise argparse.ArgumentTypeError(f"no release name for {text!r}")
-    return p, name
+    return Path(path), name
+
+
+def jar_specs(jars: Sequence[Path]) -> Iterable[Tuple[str, str, str]]:
+    """(spec folder, file name, text) of every spec in a release's jars (by ``JAR_FOLDERS``)."""
+    for jar in jars:
+        m = _JAR_NAME.fullmatch(jar.name)
+        where = JAR_FOLDERS.get(m.group("artifact") if m else "")
+        if where is None:
+            continue
+        inside, folder = where
+        with zipfile.ZipFile(jar) as z:
+            for entry in sorted(z.namelist()):
+                head, _, fname = entry.rpartition("/")
+                if head == inside and fname.endswith(".json"):
+                    yield folder, fname, z.read(entry).decode("utf-8")
 
 
 def _normalise_fields(fields: List[Spec], where: str) -> None:
@@ -197,16 +252,22 @@ def normalise(spec: Spec) -> Spec:
 
 
 def load_release(path: Path, name: str) -> Release:
+    """One release's specs from a spec folder or from its jars (see :func:`release_jars`)."""
     rel = Release(name, path)
-    for folder in FOLDERS:
-        d = path / folder
-        for p in sorted(d.glob("*.json")) if d.is_dir() else []:
-            spec = normalise(load_spec(p))
-            if spec["name"] in rel.specs:
-                raise ValueError(f"{name}: two specs named {spec['name']}")
-            rel.specs[spec["name"]] = (folder, spec)
+    jars = release_jars(str(path))
+    if jars:
+        texts = sorted(jar_specs(jars), key=lambda t: (FOLDERS.index(t[0]), t[1]))
+    else:
+        texts = [(folder, p.name, p.read_text(encoding="utf-8")) for folder in FOLDERS
+                 for p in (sorted((path / folder).glob("*.json")) if (path / folder).is_dir() else [])]
+    for folder, _, text in texts:
+        spec = normalise(parse_spec(text))
+        if spec["name"] in rel.specs:
+            raise ValueError(f"{name}: two specs named {spec['name']}")
+        rel.specs[spec["name"]] = (folder, spec)
     if not rel.specs:
-        raise ValueError(f"{path}: no specs found (expected {', '.join(FOLDERS)} folders)")
+        raise ValueError(f"{path}: no specs found (expected {', '.join(FOLDERS)} folders or "
+                         f"the jars {', '.join(JAR_FOLDERS)})")
     return rel
 
 
@@ -751,8 +812,9 @@ def import_releases(releases: Sequence[Release], dest: Path, stub: Optional[Path
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("releases", nargs="+", type=release_arg, metavar="PATH[=RELEASE]",
-                   help="a release's spec folder (message/, metadata/, ...), oldest first; the "
-                        "release name is the folder name without 'kafka-' unless given")
+                   help="a release's spec folder (message/, metadata/, ...) or its jars (a.jar,b.jar "
+                        "or a folder of jars), oldest first; the release name is the folder name "
+                        "without 'kafka-' or the jars' version unless given")
     p.add_argument("--dest", type=Path, default=ROOT / "kproto" / "schemas")
     p.add_argument("--stub", type=Path, default=ROOT / "kproto" / "messages.pyi",
                    help="where to write the type stubs of the message classes")

@@ -60,7 +60,7 @@ IMPLEMENTED: dict[int, tuple[int, int]] = {
     ApiKey.OFFSET_FOR_LEADER_EPOCH: (0, 4),
     ApiKey.METADATA: (0, 12),
     ApiKey.FIND_COORDINATOR: (0, 6),
-    ApiKey.API_VERSIONS: (0, 4),
+    ApiKey.API_VERSIONS: (0, 5),
     ApiKey.CREATE_TOPICS: (2, 7),
     ApiKey.DELETE_TOPICS: (1, 6),
     ApiKey.INIT_PRODUCER_ID: (0, 5),
@@ -74,7 +74,7 @@ IMPLEMENTED: dict[int, tuple[int, int]] = {
     ApiKey.OFFSET_DELETE: (0, 0),
     ApiKey.DESCRIBE_GROUPS: (0, 6),
     ApiKey.LIST_GROUPS: (0, 5),
-    ApiKey.DELETE_GROUPS: (0, 2),
+    ApiKey.DELETE_GROUPS: (0, 3),
     # transactions, protocol version 1: EndTxn v5, AddPartitionsToTxn v5, TxnOffsetCommit v5
     # and Produce v12 belong to transaction version 2 (KIP-890), not implemented
     ApiKey.ADD_PARTITIONS_TO_TXN: (0, 4),
@@ -453,7 +453,10 @@ class BrokerCore:
         request's topics and partitions mirrored with the error, nothing done; for the others
         the response's top-level error code; an API whose response has none closes the
         connection, as Kafka does with a request it cannot serve."""
-        body = error_response(req.api_key, req.version, req.body, code) if run_handler else None
+        # streams groups are not implemented: answered as a Kafka broker without them answers
+        # (StreamsGroupDescribe's groups each with the error, the others' top-level error)
+        mirror = run_handler or req.api_key == ApiKey.STREAMS_GROUP_DESCRIBE
+        body = error_response(req.api_key, req.version, req.body, code) if mirror else None
         if body is None:
             body = response_codec(req.api_key).cls()
             if not hasattr(body, "error_code"):
@@ -552,6 +555,17 @@ class BrokerCore:
     # ------------------------------------------------------------------ ApiVersions
     def _api_versions(self, req: Request) -> None:
         cls = response_codec(ApiKey.API_VERSIONS).cls
+        body = req.body
+        if req.version >= 5:
+            # as Kafka 4.4's KafkaApis: the cluster id and node id come together or not at all,
+            # and a client that meant another cluster or node is told to bootstrap again
+            if (body.cluster_id is None) != (body.node_id == -1):
+                req.respond(cls(error_code=ErrorCode.INVALID_REQUEST))
+                return
+            if body.cluster_id is not None and (body.cluster_id != self.logs.cluster_id
+                                                or body.node_id != self.config.node_id):
+                req.respond(cls(error_code=ErrorCode.REBOOTSTRAP_REQUIRED))
+                return
         req.respond(cls(error_code=0, api_keys=[
             cls.ApiVersion(api_key=k, min_version=lo, max_version=hi)
             for k, (lo, hi) in sorted(self.api_versions().items())]))
@@ -1048,4 +1062,7 @@ def error_response(api_key: int, version: int, body: Any, code: int) -> Optional
     if api_key == ApiKey.DELETE_GROUPS:
         return cls(results=[cls.DeletableGroupResult(group_id=g, error_code=code)
                             for g in body.groups_names])
+    if api_key == ApiKey.STREAMS_GROUP_DESCRIBE:
+        return cls(groups=[cls.DescribedGroup(error_code=code, group_id=g, group_state="")
+                           for g in body.group_ids])
     return None

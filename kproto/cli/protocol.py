@@ -73,7 +73,7 @@ def cmd_schemas(args: argparse.Namespace) -> int:
     if args.json:
         _print(rows)
         return 0
-    releases = " and ".join(RELEASES)
+    releases = " and ".join(RELEASES) if len(RELEASES) < 3 else f"{', '.join(RELEASES[:-1])} and {RELEASES[-1]}"
     if args.all:
         for r in rows:
             api_key = "" if r["api_key"] is None else r["api_key"]
@@ -81,11 +81,14 @@ def cmd_schemas(args: argparse.Namespace) -> int:
                   f"{_releases_text(r['releases'])}")
         print(f"{len(rows)} messages (Kafka {releases} schemas)")
         return 0
-    print(f"{'key':>4}  {'API':<36} {'versions':<9} {'flexible':<9} {'releases':<20} listeners")
+    # columns as wide as their widest entry
+    wn = max([36] + [len(r["name"]) for r in rows])
+    wr = max([20] + [len(_releases_text(r["releases"])) for r in rows])
+    print(f"{'key':>4}  {'API':<{wn}} {'versions':<9} {'flexible':<9} {'releases':<{wr}} listeners")
     for r in rows:
         flex = f"{r['flexible_from']}+" if r["flexible_from"] is not None else "-"
-        print(f"{r['api_key']:>4}  {r['name']:<36} {_span(r['versions']):<9} {flex:<9} "
-              f"{_releases_text(r['releases']):<20} {','.join(r['listeners'])}")
+        print(f"{r['api_key']:>4}  {r['name']:<{wn}} {_span(r['versions']):<9} {flex:<9} "
+              f"{_releases_text(r['releases']):<{wr}} {','.join(r['listeners'])}")
     print(f"{len(rows)} API keys (Kafka {releases} schemas; each version as the newest release "
           "that has it defines it)")
     return 0

@@ -499,12 +499,13 @@ class Admin:
             assignment_epoch=g.assignment_epoch)
 
     async def delete_groups(self, group_ids: Iterable[str]) -> None:
-        """Delete empty groups (their committed offsets go with them)."""
+        """Delete empty groups (their committed offsets go with them). A group the broker did not
+        delete raises :class:`BrokerError` with the broker's message about it (DeleteGroups v3+)."""
         codec = _request_codec(ApiKey.DELETE_GROUPS)
         for gid in group_ids:
             resp = await self.cluster.coordinator_request(gid, codec.cls(groups_names=[gid]))
             for r in resp.results:
-                raise_for_error(r.error_code, f"DeleteGroups({r.group_id})")
+                raise_for_error(r.error_code, f"DeleteGroups({r.group_id})", r.error_message)
 
     async def list_group_offsets(self, group_id: str, partitions: Optional[Iterable[TopicPartitionKey]] = None, *,
                                  require_stable: bool = False, member_id: Optional[str] = None,

@@ -185,11 +185,37 @@ class Cluster:
         self._coordinators: dict[tuple[int, str], BrokerInfo] = {}
         self._coordinator_of: dict[tuple[int, str], int] = {}
         self._lock = asyncio.Lock()
+        # the highest ApiVersions version the last broker connected to takes (v5 names the node)
+        self._api_versions_top = 0
 
-    async def _open(self, host: str, port: int) -> Connection:
-        return await Connection.open(host, port, ssl=self.ssl, client_id=self.client_id,
-                                     request_timeout=self.request_timeout, sasl=self.sasl,
-                                     version_caps=self.version_caps)
+    async def _open(self, host: str, port: int, node_id: int = -1) -> Connection:
+        """A connection; to a known node of a cluster whose brokers take ApiVersions v5 it names
+        the cluster and node. A broker that is not that node of that cluster answers
+        REBOOTSTRAP_REQUIRED: as Kafka's client, the cluster forgets its brokers and
+        connections, so the next request bootstraps anew."""
+        named = node_id >= 0 and self._api_versions_top >= 5
+        try:
+            conn = await Connection.open(host, port, ssl=self.ssl, client_id=self.client_id,
+                                         request_timeout=self.request_timeout, sasl=self.sasl,
+                                         version_caps=self.version_caps, node_id=node_id if named else -1,
+                                         cluster_id=self.metadata.cluster_id if named else None)
+        except BrokerError as e:
+            if e.code != ErrorCode.REBOOTSTRAP_REQUIRED:
+                raise
+            await self._rebootstrap()
+            raise KafkaConnectionError(f"{host}:{port} is not node {node_id} of cluster "
+                                       f"{self.metadata.cluster_id}: rebootstrap") from e
+        top = conn.versions.supported(ApiKey.API_VERSIONS)
+        self._api_versions_top = top[-1] if top else 0
+        return conn
+
+    async def _rebootstrap(self) -> None:
+        conns, self._conns = list(self._conns.values()), {}
+        for conn in conns:
+            await conn.close()
+        self.metadata.brokers = {}
+        self._coordinators.clear()
+        self._coordinator_of.clear()
 
     async def start(self) -> "Cluster":
         """Connect to the first reachable bootstrap server and read the broker list."""
@@ -234,7 +260,7 @@ class Cluster:
                 info = self.metadata.brokers.get(node_id)
                 if info is None:
                     raise KafkaConnectionError(f"unknown broker {node_id}")
-            conn = self._conns[key] = await self._open(info.host, info.port)
+            conn = self._conns[key] = await self._open(info.host, info.port, node_id)
             return conn
 
     async def refresh_metadata(self, topics: Iterable[str] | None = None, *,

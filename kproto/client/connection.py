@@ -52,9 +52,11 @@ class Connection:
     async def open(cls, host: str, port: int, *, ssl: _ssl.SSLContext | None = None,
                    client_id: str | None = "kproto", request_timeout: float = 30.0,
                    connect_timeout: float = 10.0, sasl: SaslConfig | None = None,
-                   negotiate: bool = True, version_caps: Optional[dict[int, int]] = None) -> "Connection":
+                   negotiate: bool = True, version_caps: Optional[dict[int, int]] = None,
+                   cluster_id: Optional[str] = None, node_id: int = -1) -> "Connection":
         """Connect, negotiate API versions (unless ``negotiate`` is False) and authenticate.
-        ``version_caps`` limits the versions used per API key (see :class:`ApiVersionTable`)."""
+        ``version_caps`` limits the versions used per API key (see :class:`ApiVersionTable`).
+        ``cluster_id`` and ``node_id``: whom the client means to reach (see :meth:`negotiate_versions`)."""
         try:
             reader, writer = await asyncio.wait_for(
                 asyncio.open_connection(host, port, ssl=ssl, server_hostname=host if ssl else None),
@@ -65,7 +67,7 @@ class Connection:
                    version_caps=version_caps)
         try:
             if negotiate:
-                await conn.negotiate_versions()
+                await conn.negotiate_versions(cluster_id, node_id)
             if sasl is not None:
                 await conn.authenticate(sasl)
         except BaseException:
@@ -175,14 +177,23 @@ class Connection:
             fut.set_result(None)
         return fut
 
-    async def negotiate_versions(self) -> ApiVersionTable:
+    async def negotiate_versions(self, cluster_id: Optional[str] = None, node_id: int = -1) -> ApiVersionTable:
         """ApiVersions at our highest version; on UNSUPPORTED_VERSION retry at the broker's
-        highest ApiVersions version if its answer names one, else at v0 (as Kafka clients do)."""
+        highest ApiVersions version if its answer names one, else at v0 (as Kafka clients do).
+        From v5 the request names the cluster and node the client means to reach when it knows
+        both (as Kafka's NetworkClient does once it has metadata); a broker of another cluster
+        or id answers REBOOTSTRAP_REQUIRED, raised as :class:`BrokerError`. Without them the
+        negotiation starts at v4: v5 adds nothing else (its response is v4's), and brokers that
+        close the connection on an ApiVersions version they do not know (instead of KIP-511's
+        v0 answer) keep working."""
         codec = _request_codec(ApiKey.API_VERSIONS)
         ours = self.versions.ours(ApiKey.API_VERSIONS)
-        version = ours[-1]
+        named = cluster_id is not None and node_id >= 0
+        version = ours[-1] if named else min(ours[-1], 4)
         for _ in range(3):
             body = codec.cls(client_software_name="kproto", client_software_version="0.1.0")
+            if version >= 5 and cluster_id is not None and node_id >= 0:
+                body.cluster_id, body.node_id = cluster_id, node_id
             resp = await self.request(body, version)
             if resp.error_code == ErrorCode.UNSUPPORTED_VERSION and version > 0:
                 theirs = [a.max_version for a in resp.api_keys if a.api_key == ApiKey.API_VERSIONS]

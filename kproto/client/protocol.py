@@ -89,6 +89,8 @@ def raise_for_error(code: int, what: str = "", message: str | None = None) -> No
 #: - TxnOffsetCommit up to 4 and EndTxn up to 4: v5 of each is transaction version 2 (KIP-890
 #:   part 2: implicit AddOffsetsToTxn, an epoch bump at every EndTxn), which the transaction
 #:   manager does not do. AddPartitionsToTxn up to 3: v4+ is the brokers' batched form.
+#: - DeleteGroups 0-3 (v3: a message with each group's error).
+#: - ApiVersions 0-5 (v5: the cluster id and node id the connection is meant for, once known).
 #: - SaslHandshake: the client sends v1 only (KIP-152: SaslAuthenticate frames the tokens).
 #: - ConsumerGroupHeartbeat 0-1 (KIP-848; v1: the member id is the client's own, and
 #:   SubscribedTopicRegex; a pattern subscription needs v1) and ConsumerGroupDescribe 0-1.
@@ -107,7 +109,7 @@ CLIENT_VERSIONS: Mapping[int, range] = MappingProxyType({
     ApiKey.DESCRIBE_GROUPS: range(0, 7),
     ApiKey.LIST_GROUPS: range(0, 6),
     ApiKey.SASL_HANDSHAKE: range(1, 2),
-    ApiKey.API_VERSIONS: range(0, 5),
+    ApiKey.API_VERSIONS: range(0, 6),
     ApiKey.CREATE_TOPICS: range(0, 8),
     ApiKey.DELETE_TOPICS: range(0, 7),
     ApiKey.DELETE_RECORDS: range(0, 3),
@@ -122,7 +124,7 @@ CLIENT_VERSIONS: Mapping[int, range] = MappingProxyType({
     ApiKey.DESCRIBE_CONFIGS: range(0, 5),
     ApiKey.SASL_AUTHENTICATE: range(0, 3),
     ApiKey.CREATE_PARTITIONS: range(0, 4),
-    ApiKey.DELETE_GROUPS: range(0, 3),
+    ApiKey.DELETE_GROUPS: range(0, 4),
     ApiKey.INCREMENTAL_ALTER_CONFIGS: range(0, 2),
     ApiKey.CONSUMER_GROUP_HEARTBEAT: range(0, 2),
     ApiKey.CONSUMER_GROUP_DESCRIBE: range(0, 2),

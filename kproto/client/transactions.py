@@ -224,7 +224,7 @@ class TransactionManager:
                 partition_index=p, committed_offset=off))
         return cls(transactional_id=self.transactional_id, group_id=group_id,
                    producer_id=self.producer_id, producer_epoch=self.producer_epoch,
-                   generation_id=generation_id, member_id=member_id,
+                   generation_id_or_member_epoch=generation_id, member_id=member_id,
                    group_instance_id=group_instance_id,
                    topics=[cls.TxnOffsetCommitRequestTopic(name=t, partitions=ps)
                            for t, ps in by_topic.items()])

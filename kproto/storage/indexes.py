@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from typing import Iterable, Iterator
+from functools import lru_cache
+from typing import TYPE_CHECKING, Iterable, Iterator
 
 import numpy as np
 
 from kproto.errors import DecodeError, EncodeError
+
+if TYPE_CHECKING:
+    from kproto.messages import AbortedTxn as AbortedTxnMessage
 
 OFFSET_ENTRY_SIZE = 8
 TIME_ENTRY_SIZE = 12
@@ -27,7 +31,23 @@ NO_TIMESTAMP = -1
 
 _OFFSET_DTYPE = np.dtype([("relative_offset", ">i4"), ("position", ">i4")])
 _TIME_DTYPE = np.dtype([("timestamp", ">i8"), ("relative_offset", ">i4")])
-_TXN = struct.Struct(">hqqqq")
+
+
+@lru_cache(maxsize=None)
+def _txn_entry() -> tuple[struct.Struct, range]:
+    """A ``.txnindex`` entry's layout from Kafka's ``AbortedTxn`` spec: an int16 version, then the
+    spec's fixed-width body (one ``struct`` for the whole entry: entries are read in bulk). Made on
+    first use: the codecs are not imported with the storage package."""
+    from kproto.codecs import message
+    codec = message("AbortedTxn")
+    widths = {"int16": "h", "int32": "i", "int64": "q"}
+    version = codec.valid_versions[-1]
+    fields = [f for f in codec.schema.fields if version in f.version_range]
+    assert not codec.flexible_versions and all(f.type in widths for f in fields), "AbortedTxn is not fixed-width"
+    assert [f.attr for f in fields] == ["producer_id", "first_offset", "last_offset", "last_stable_offset"]
+    entry = struct.Struct(">h" + "".join(widths[f.type] for f in fields))
+    assert entry.size == TXN_ENTRY_SIZE
+    return entry, codec.valid_versions
 _INT32_MAX = 2**31 - 1
 
 
@@ -244,6 +264,17 @@ class AbortedTxn:
     last_stable_offset: int
     version: int = 0
 
+    @classmethod
+    def from_message(cls, msg: AbortedTxnMessage, version: int = 0) -> AbortedTxn:
+        """From a message object of Kafka's ``AbortedTxn`` spec (``kproto.messages.AbortedTxn``)."""
+        return cls(msg.producer_id, msg.first_offset, msg.last_offset, msg.last_stable_offset, version)
+
+    def to_message(self) -> AbortedTxnMessage:
+        """As a message object of Kafka's ``AbortedTxn`` spec (the entry's body)."""
+        from kproto.messages import AbortedTxn as AbortedTxnMessage
+        return AbortedTxnMessage(producer_id=self.producer_id, first_offset=self.first_offset,
+                                 last_offset=self.last_offset, last_stable_offset=self.last_stable_offset)
+
     def to_json(self) -> dict:
         """The JSON form used by the fixtures' ``expected/`` files."""
         return {"version": self.version, "producer_id": self.producer_id,
@@ -252,13 +283,16 @@ class AbortedTxn:
 
 
 def parse_txn_index(data: bytes | memoryview) -> list[AbortedTxn]:
-    """Parse a ``.txnindex`` file. Raises DecodeError on a partial entry or unknown version."""
+    """Parse a ``.txnindex`` file: entries of an int16 version and an ``AbortedTxn`` body.
+    Raises DecodeError on a partial entry or a version the spec does not define (as Kafka's
+    ``TransactionIndex`` refuses one)."""
     if len(data) % TXN_ENTRY_SIZE:
         raise DecodeError(f"{len(data) % TXN_ENTRY_SIZE} trailing bytes", what=".txnindex",
                           offset=len(data) - len(data) % TXN_ENTRY_SIZE)
+    entry, versions = _txn_entry()
     out = []
-    for i, (version, pid, first, last, lso) in enumerate(_TXN.iter_unpack(data)):
-        if version != 0:
+    for i, (version, pid, first, last, lso) in enumerate(entry.iter_unpack(data)):
+        if version not in versions:
             raise DecodeError(f"unknown aborted transaction version {version}",
                               what=".txnindex", offset=i * TXN_ENTRY_SIZE)
         out.append(AbortedTxn(pid, first, last, lso, version))
@@ -268,7 +302,8 @@ def parse_txn_index(data: bytes | memoryview) -> list[AbortedTxn]:
 def encode_txn_index(entries: Iterable[AbortedTxn]) -> bytes:
     """Bytes of a ``.txnindex`` file."""
     try:
-        return b"".join(_TXN.pack(e.version, e.producer_id, e.first_offset, e.last_offset,
+        entry = _txn_entry()[0]
+        return b"".join(entry.pack(e.version, e.producer_id, e.first_offset, e.last_offset,
                                   e.last_stable_offset) for e in entries)
     except struct.error as exc:
         raise EncodeError(f"aborted transaction entry out of range: {exc}") from None

@@ -45,7 +45,9 @@ class RecordType:
     PRODUCER_IDS = 15
     BROKER_REGISTRATION_CHANGE = 17
     NO_OP = 20
+    REGISTER_CONTROLLER = 27
     CLEAR_ELR = 28
+    UNREGISTER_CONTROLLER = 29
 
 
 #: ConfigResource types (Kafka's ``ConfigResource.Type`` ids) used as ``configs`` keys.

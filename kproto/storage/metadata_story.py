@@ -1,5 +1,6 @@
 """What a ``__cluster_metadata`` partition tells about a KRaft cluster, told in order: quorum
-leader elections, brokers registered, fenced, unfenced, shut down and unregistered, topics
+leader elections, controllers registered and unregistered, brokers registered, fenced, unfenced,
+shut down and unregistered, topics
 created and deleted, each partition's leader, leader epoch and ISR over time, config changes,
 producer id blocks, and where the cluster ended up.
 
@@ -37,6 +38,8 @@ METADATA_PARTITION = "__cluster_metadata-0"
 EVENT_KINDS = {
     "quorum_leader": "leader, voters, granted_voters (a LeaderChangeMessage control record)",
     "feature": "name, level (0: the feature is removed)",
+    "controller_registered": "controller, incarnation_id, listeners (name://host:port)",
+    "controller_unregistered": "controller (an UnregisterControllerRecord, Kafka 4.4)",
     "broker_registered": "broker, broker_epoch, listeners (name://host:port), rack, fenced",
     "broker_fenced": "broker, broker_epoch",
     "broker_unfenced": "broker, broker_epoch",
@@ -185,6 +188,12 @@ class MetadataStory:
         elif record_type == T.PRODUCER_IDS:
             self._event(*at, "producer_ids", broker=rec.broker_id, broker_epoch=rec.broker_epoch,
                         next_producer_id=rec.next_producer_id)
+        elif record_type == T.REGISTER_CONTROLLER:
+            self._event(*at, "controller_registered", controller=rec.controller_id,
+                        incarnation_id=str(rec.incarnation_id),
+                        listeners=[_listener(e) for e in rec.end_points])
+        elif record_type == T.UNREGISTER_CONTROLLER:
+            self._event(*at, "controller_unregistered", controller=rec.controller_id)
 
     def _broker_events(self, at: tuple[int, int, int], bid: int, before: tuple | None,
                        registered: bool) -> None:

@@ -237,6 +237,11 @@ def describe_metadata_event(e: Doc) -> str:
         return (f"broker {e['broker']} registered, epoch {e['broker_epoch']}, "
                 f"{' '.join(e['listeners']) or 'no listeners'}, rack {e['rack']}"
                 + (", fenced" if e["fenced"] else ""))
+    if k == "controller_registered":
+        return (f"controller {e['controller']} registered, incarnation {e['incarnation_id']}, "
+                f"{' '.join(e['listeners']) or 'no listeners'}")
+    if k == "controller_unregistered":
+        return f"controller {e['controller']} unregistered"
     if k.startswith("broker_"):
         what = k[len("broker_"):].replace("_", " ")
         return f"broker {e['broker']} {what} (epoch {e['broker_epoch']})"

@@ -59,6 +59,26 @@ def test_api_versions_are_the_implemented_ones_within_what_the_codecs_know(core)
         assert IMPLEMENTED[key][0] <= lo and hi <= IMPLEMENTED[key][1]
 
 
+def test_api_versions_v5_checks_the_cluster_and_node_the_client_meant(core):
+    """As Kafka 4.4's broker: ClusterId and NodeId both or neither (INVALID_REQUEST), another
+    cluster's id or another node's id answered REBOOTSTRAP_REQUIRED without API keys."""
+    client = Client(core)
+    assert core.api_versions()[K.API_VERSIONS] == (0, 5)
+    sw = dict(client_software_name="t", client_software_version="1")
+    ok = client.call(K.API_VERSIONS, 5, **sw)
+    assert ok.error_code == 0 and ok.api_keys
+    cluster, node = core.logs.cluster_id, core.config.node_id
+    ok = client.call(K.API_VERSIONS, 5, cluster_id=cluster, node_id=node, **sw)
+    assert ok.error_code == 0 and ok.api_keys
+    for fields, code in [(dict(cluster_id=cluster), E.INVALID_REQUEST), (dict(node_id=node), E.INVALID_REQUEST),
+                         (dict(cluster_id="another", node_id=node), E.REBOOTSTRAP_REQUIRED),
+                         (dict(cluster_id=cluster, node_id=node + 1), E.REBOOTSTRAP_REQUIRED)]:
+        resp = client.call(K.API_VERSIONS, 5, **fields, **sw)
+        assert (resp.error_code, resp.api_keys) == (code, []), fields
+    # v4 has no such fields: nothing to check
+    assert client.call(K.API_VERSIONS, 4, **sw).error_code == 0
+
+
 def test_an_api_versions_request_too_new_gets_a_v0_answer_with_unsupported_version(core):
     client = Client(core)
     header = kproto.RequestHeader(request_api_key=18, request_api_version=99, correlation_id=7,
@@ -444,3 +464,21 @@ def test_offsets_for_leader_epoch_answers_from_the_epoch_cache(core):
     produce(client, "t", 0, batch([b"c"]))
     assert ask(0) == (0, 0, 2) and ask(1) == (0, 0, 2) and ask(2) == (0, 2, 3)
     assert ask(0, current=1)[0] == E.FENCED_LEADER_EPOCH
+
+
+@pytest.mark.parametrize("version", [0, 1])
+def test_streams_group_apis_are_answered_as_by_a_kafka_broker_without_streams_groups(core, version):
+    """Not advertised; a request anyway is answered UNSUPPORTED_VERSION, as Kafka 4.4's KafkaApis
+    does while the streams group protocol is off (StreamsGroupDescribe: each group with it)."""
+    client = Client(core)
+    supported = core.api_versions()
+    assert not {K.STREAMS_GROUP_HEARTBEAT, K.STREAMS_GROUP_DESCRIBE,
+                K.STREAMS_GROUP_TOPOLOGY_DESCRIPTION_UPDATE} & set(supported)
+    hb = client.call(K.STREAMS_GROUP_HEARTBEAT, version, group_id="s", member_id="m", member_epoch=0)
+    assert hb.error_code == E.UNSUPPORTED_VERSION
+    described = client.call(K.STREAMS_GROUP_DESCRIBE, version, group_ids=["s", "t"])
+    assert [(g.group_id, g.error_code) for g in described.groups] == [
+        ("s", E.UNSUPPORTED_VERSION), ("t", E.UNSUPPORTED_VERSION)]
+    if version == 0:
+        update = client.call(K.STREAMS_GROUP_TOPOLOGY_DESCRIPTION_UPDATE, 0, group_id="s", member_id="m")
+        assert update.error_code == E.UNSUPPORTED_VERSION

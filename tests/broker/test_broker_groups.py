@@ -174,14 +174,18 @@ def test_leave_group_v3_batch_and_v0_then_the_empty_group_is_deleted(core, clock
         req.MemberIdentity(member_id=mb), req.MemberIdentity(member_id="ghost")])
     assert [(m.member_id, m.error_code) for m in r.members] == [(mb, 0), ("ghost", E.UNKNOWN_MEMBER_ID)]
     assert a.call(K.DELETE_GROUPS, 2, groups_names=["g"]).results[0].error_code == E.NON_EMPTY_GROUP
+    # v3: each group's result says why, as Kafka 4.4's exceptions do
+    r = a.call(K.DELETE_GROUPS, 3, groups_names=["g"]).results[0]
+    assert (r.error_code, r.error_message) == (E.NON_EMPTY_GROUP, "The group is not empty.")
     assert a.call(K.LEAVE_GROUP, 0, group_id="g", member_id=mc).error_code == 0
     ra = join(a, "g", ma)()
     assert ra.error_code == 0 and [m.member_id for m in ra.members] == [ma]
     assert a.call(K.LEAVE_GROUP, 1, group_id="g", member_id=ma).error_code == 0
     lst = a.call(K.LIST_GROUPS, 4, states_filter=["Empty"])
     assert [(g.group_id, g.group_state) for g in lst.groups] == [("g", "Empty")]
-    r = a.call(K.DELETE_GROUPS, 2, groups_names=["g", "g"[:0], "nope"])
-    assert [x.error_code for x in r.results] == [0, E.INVALID_GROUP_ID, E.GROUP_ID_NOT_FOUND]
+    r = a.call(K.DELETE_GROUPS, 3, groups_names=["g", "g"[:0], "nope"])
+    assert [(x.error_code, x.error_message) for x in r.results] == [
+        (0, None), (E.INVALID_GROUP_ID, "The group id is invalid."), (E.GROUP_ID_NOT_FOUND, "Group nope not found.")]
     assert a.call(K.LIST_GROUPS, 4, states_filter=[]).groups == []
 
 

@@ -175,7 +175,7 @@ def test_transactional_offsets_count_once_the_transaction_commits(core):
     assert r.error_code == 0
     req = kproto.request(K.TXN_OFFSET_COMMIT).cls
     r = c.call(K.TXN_OFFSET_COMMIT, 3, transactional_id="tx", group_id="g", producer_id=pid, producer_epoch=ep,
-               generation_id=-1, member_id="", group_instance_id=None, topics=[req.TxnOffsetCommitRequestTopic(
+               generation_id_or_member_epoch=-1, member_id="", group_instance_id=None, topics=[req.TxnOffsetCommitRequestTopic(
                    name="t", partitions=[req.TxnOffsetCommitRequestPartition(
                        partition_index=0, committed_offset=42, committed_metadata="m")])])
     assert r.topics[0].partitions[0].error_code == 0

@@ -146,14 +146,14 @@ def test_unknown_api_key_and_version_are_reported_and_decoding_goes_on():
     dec = CaptureDecoder([PORT], decode=BodyDecoder())
     got = {e.correlation_id: e for e in dec.feed_all(packets_of(conv.frames()))}
     assert "unknown API key 200" in got[1].problems[0].reason
-    # v77 is above the schemas: tried with the v4 layout, which cannot read this v0-shaped frame
+    # v77 is above the schemas: tried with the v5 layout, which cannot read this v0-shaped frame
     assert "v77 is newer than kproto's schemas" in got[2].problems[0].reason
-    assert "v4 layout failed" in got[2].problems[0].reason and got[2].request is None
+    assert "v5 layout failed" in got[2].problems[0].reason and got[2].request is None
     assert not got[3].problems and got[3].response.api_keys == []
     dec = CaptureDecoder([PORT], decode=BodyDecoder(best_effort=False))
     got = {e.correlation_id: e for e in dec.feed_all(packets_of(conv.frames()))}
-    assert got[2].problems.reasons() == ["ApiVersions v77 is not a version Kafka 4.3.1 defines "
-                                         "(valid 0-4): body not decoded"]
+    assert got[2].problems.reasons() == ["ApiVersions v77 is not a version Kafka 4.4.0 defines "
+                                         "(valid 0-5): body not decoded"]
 
 
 def test_reassembler_overlap_retransmission_and_gaps():

@@ -13,7 +13,7 @@ from kproto.capture.records_view import iter_records
 
 pytestmark = pytest.mark.skipif(not ALL, reason="unreachable: test_captures_present fails instead")
 
-NEWER = "is newer than kproto's schemas"  # a version above Kafka 4.3.1's (none in these captures)
+NEWER = "is newer than kproto's schemas"  # a version above Kafka 4.4.0's (none in these captures)
 
 
 def _top(api_key):

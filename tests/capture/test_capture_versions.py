@@ -1,7 +1,7 @@
 """API versions of the newest Kafka release are decoded exactly; a version newer than the schemas
 is read best effort with the newest layout kproto knows. librdkafka 2.16 speaks Kafka 4.x's
 Metadata v13: its exchanges with librdkafka's mock broker are read with the v13 layout (Kafka
-4.3.1's) without a problem; the same exchanges relabelled v14 (newer than the schemas, with a
+4.4.0's, as 4.3.1's) without a problem; the same exchanges relabelled v14 (newer than the schemas, with a
 field appended to the answer) are read with the v13 layout, what it leaves reported."""
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def _v13():
 
 
 def test_mock_metadata_v13_decoded_exactly():
-    assert kproto.request(METADATA).release(13) == "4.3.1"
+    assert kproto.request(METADATA).release(13) == "4.4.0"
     ports = set(truth(MOCK)["kafka_ports"])
     cluster_ids = set()
     for e in _v13():
@@ -130,7 +130,7 @@ def _metadata_row(text: str) -> str:
 @pytest.mark.parametrize("best_effort", [True, False])
 def test_cli_summary_shows_the_layout_used(tmp_path, best_effort):
     switch = [] if best_effort else ["--no-best-effort"]
-    # the mock's Metadata v13: Kafka 4.3.1's layout, no problem either way
+    # the mock's Metadata v13: Kafka 4.4.0's layout (as 4.3.1's), no problem either way
     row = _metadata_row(decode_pcap_cli(tmp_path, str(CAPTURES / MOCK), "--summary", *switch))
     n = len(_v13())
     assert f"v13×{n}" in row and "(as" not in row
@@ -140,3 +140,30 @@ def test_cli_summary_shows_the_layout_used(tmp_path, best_effort):
     row = _metadata_row(decode_pcap_cli(tmp_path, str(pcap), "--port", "9092", "--summary", *switch))
     assert (f"v14 (as v13)×{n}" in row) is best_effort
     assert (f"v14×{n}" in row) is not best_effort
+
+
+def test_kafka_4_4_only_requests_in_a_capture_are_decoded():
+    """Traffic only Kafka 4.4 speaks (ApiVersions v5 naming a cluster and node, UnregisterController
+    v0, DeleteGroups v3 with a per-group message), framed into a synthetic capture: every exchange
+    decoded, without a problem, to the bodies that were sent."""
+    from pcapgen import request_frame, response_frame
+    api_versions = kproto.request(18).cls(client_software_name="kproto", client_software_version="1",
+                                          cluster_id="c-44", node_id=3)
+    unregister = kproto.request(94).cls(controller_id=3000)
+    dg = kproto.response(42).cls
+    deleted = dg(results=[dg.DeletableGroupResult(group_id="g", error_code=69, error_message="Group g not found.")])
+    sent = [(18, 5, api_versions, kproto.response(18).cls(error_code=129)),
+            (94, 0, unregister, kproto.response(94).cls(error_code=136, error_message="no such controller")),
+            (42, 3, kproto.request(42).cls(groups_names=["g"]), deleted)]
+    conv = Conversation()
+    for corr, (key, ver, req, resp) in enumerate(sent, 1):
+        conv.send(True, request_frame(key, ver, corr, req))
+        conv.send(False, response_frame(key, ver, corr, resp))
+    conv.close()
+    got = {e.correlation_id: e for e in CaptureDecoder([9092], decode=BodyDecoder(best_effort=False))
+           .feed_all(packets_of(conv.frames()))}
+    assert sorted(got) == [1, 2, 3]
+    for corr, (key, ver, req, resp) in enumerate(sent, 1):
+        e = got[corr]
+        assert not e.problems, e.problems
+        assert (e.api_key, e.api_version, e.request, e.response) == (key, ver, req, resp)

@@ -430,7 +430,9 @@ def test_groups_listing_and_consumer_assignments():
                           dg.DescribedGroup(group_id=g, error_code=69) for g in body.groups])
 
     def delete_groups(body, version):
-        return dl(results=[dl.DeletableGroupResult(group_id=g, error_code=68 if g == "busy" else 0)
+        assert version == 3      # the broker's top (kproto's Scripted broker advertises the schemas')
+        return dl(results=[dl.DeletableGroupResult(group_id=g, error_code=68 if g == "busy" else 0,
+                                                   error_message="The group is not empty." if g == "busy" else None)
                            for g in body.groups_names])
 
     def find_coordinator(body, version):
@@ -450,7 +452,7 @@ def test_groups_listing_and_consumer_assignments():
         with pytest.raises(BrokerError, match="GROUP_ID_NOT_FOUND"):
             await admin.describe_groups(["gone"])
         await admin.delete_groups(["g2"])
-        with pytest.raises(BrokerError, match="NON_EMPTY_GROUP"):
+        with pytest.raises(BrokerError, match=r"NON_EMPTY_GROUP \[68\] \(The group is not empty.\)"):
             await admin.delete_groups(["busy"])
         return listed, described
 
@@ -720,3 +722,29 @@ def test_acls_cli(capsys):
     assert (delete.filters[0].principal_filter, delete.filters[0].pattern_type_filter) == ("User:bob", 2)
     assert [a["principal"] for a in listed] == ["User:alice", "User:bob"] and listed[0]["operation"] == "read"
     assert deleted == ["group:prefixed:etl-\tUser:bob@10.0.0.1\tdeny describe"]
+
+
+def test_groups_delete_cli_shows_the_brokers_message_for_the_group(capsys):
+    """DeleteGroups v3: ``kproto groups delete`` reports the broker's per-group message."""
+    fc, dl = kproto.response(10).cls, kproto.response(42).cls
+    port: list[int] = []
+
+    def handler(header, body):
+        key, version = header.request_api_key, header.request_api_version
+        if key == 10:
+            return fc(coordinators=[fc.Coordinator(key=k, node_id=1, host="127.0.0.1", port=port[0])
+                                    for k in body.coordinator_keys])
+        if key == 42:
+            return dl(results=[dl.DeletableGroupResult(
+                group_id=g, error_code=68, error_message="The group is not empty." if version >= 3 else None)
+                for g in body.groups_names])
+        if key == 3:
+            return metadata_response(port[0], {})
+        return NotImplemented
+
+    for versions, detail in (({}, " (The group is not empty.)"), ({42: (0, 2)}, "")):
+        port.clear()
+        with threaded_broker(handler, versions) as p:
+            port.append(p)
+            code, _, err = cli(capsys, "groups", "delete", "busy", "--bootstrap", f"127.0.0.1:{p}")
+        assert code == 1 and f"DeleteGroups(busy): NON_EMPTY_GROUP [68]{detail}" in err

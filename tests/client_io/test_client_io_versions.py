@@ -21,44 +21,44 @@ from kproto.schemas.api_keys import ApiKey as K
 
 from client_io_fakebroker import FakeBroker, kafka_ranges, metadata_response
 
-#: What the client sends to an Apache Kafka 3.9 broker and to a 4.3.1 one, API by API (where
+#: What the client sends to an Apache Kafka 3.9 broker, a 4.3.1 one and a 4.4 one, API by API (where
 #: kproto stops below the broker: OffsetCommit/OffsetFetch v10 name topics by id only;
 #: EndTxn/TxnOffsetCommit v5 are transaction version 2; AddPartitionsToTxn v4+ is for brokers).
 EXPECTED = {
-    #                               3.9  4.3.1
-    K.PRODUCE:                     (11, 13),
-    K.FETCH:                       (17, 18),
-    K.LIST_OFFSETS:                (9, 11),
-    K.METADATA:                    (12, 13),
-    K.OFFSET_COMMIT:               (9, 9),
-    K.OFFSET_FETCH:                (9, 9),
-    K.FIND_COORDINATOR:            (6, 6),
-    K.JOIN_GROUP:                  (9, 9),
-    K.HEARTBEAT:                   (4, 4),
-    K.LEAVE_GROUP:                 (5, 5),
-    K.SYNC_GROUP:                  (5, 5),
-    K.DESCRIBE_GROUPS:             (5, 6),
-    K.LIST_GROUPS:                 (5, 5),
-    K.SASL_HANDSHAKE:              (1, 1),
-    K.API_VERSIONS:                (4, 4),
-    K.CREATE_TOPICS:               (7, 7),
-    K.DELETE_TOPICS:               (6, 6),
-    K.DELETE_RECORDS:              (2, 2),
-    K.INIT_PRODUCER_ID:            (5, 6),
-    K.ADD_PARTITIONS_TO_TXN:       (3, 3),
-    K.ADD_OFFSETS_TO_TXN:          (4, 4),
-    K.END_TXN:                     (4, 4),
-    K.TXN_OFFSET_COMMIT:           (4, 4),
-    K.DESCRIBE_ACLS:               (3, 3),
-    K.CREATE_ACLS:                 (3, 3),
-    K.DELETE_ACLS:                 (3, 3),
-    K.DESCRIBE_CONFIGS:            (4, 4),
-    K.SASL_AUTHENTICATE:           (2, 2),
-    K.CREATE_PARTITIONS:           (3, 3),
-    K.DELETE_GROUPS:               (2, 2),
-    K.INCREMENTAL_ALTER_CONFIGS:   (1, 1),
-    K.CONSUMER_GROUP_HEARTBEAT:    (0, 1),
-    K.CONSUMER_GROUP_DESCRIBE:     (0, 1),
+    #                               3.9  4.3.1  4.4
+    K.PRODUCE:                     (11, 13, 13),
+    K.FETCH:                       (17, 18, 18),
+    K.LIST_OFFSETS:                (9, 11, 11),
+    K.METADATA:                    (12, 13, 13),
+    K.OFFSET_COMMIT:               (9, 9, 9),
+    K.OFFSET_FETCH:                (9, 9, 9),
+    K.FIND_COORDINATOR:            (6, 6, 6),
+    K.JOIN_GROUP:                  (9, 9, 9),
+    K.HEARTBEAT:                   (4, 4, 4),
+    K.LEAVE_GROUP:                 (5, 5, 5),
+    K.SYNC_GROUP:                  (5, 5, 5),
+    K.DESCRIBE_GROUPS:             (5, 6, 6),
+    K.LIST_GROUPS:                 (5, 5, 5),
+    K.SASL_HANDSHAKE:              (1, 1, 1),
+    K.API_VERSIONS:                (4, 4, 5),
+    K.CREATE_TOPICS:               (7, 7, 7),
+    K.DELETE_TOPICS:               (6, 6, 6),
+    K.DELETE_RECORDS:              (2, 2, 2),
+    K.INIT_PRODUCER_ID:            (5, 6, 6),
+    K.ADD_PARTITIONS_TO_TXN:       (3, 3, 3),
+    K.ADD_OFFSETS_TO_TXN:          (4, 4, 4),
+    K.END_TXN:                     (4, 4, 4),
+    K.TXN_OFFSET_COMMIT:           (4, 4, 4),
+    K.DESCRIBE_ACLS:               (3, 3, 3),
+    K.CREATE_ACLS:                 (3, 3, 3),
+    K.DELETE_ACLS:                 (3, 3, 3),
+    K.DESCRIBE_CONFIGS:            (4, 4, 4),
+    K.SASL_AUTHENTICATE:           (2, 2, 2),
+    K.CREATE_PARTITIONS:           (3, 3, 3),
+    K.DELETE_GROUPS:               (2, 2, 3),
+    K.INCREMENTAL_ALTER_CONFIGS:   (1, 1, 1),
+    K.CONSUMER_GROUP_HEARTBEAT:    (0, 1, 1),
+    K.CONSUMER_GROUP_DESCRIBE:     (0, 1, 1),
 }
 
 HAS_V13 = kproto.request(K.PRODUCE).valid_versions[-1] >= 13
@@ -75,7 +75,8 @@ def run(coro):
 
 # ---- the table ---------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("release,column", [("3.9", 0), ("4.3.1", 1)])
+# 4.4: the 4.4 branch head's specs (kafka-4.4-snapshot), which equal the 4.4.0 release's
+@pytest.mark.parametrize("release,column", [("3.9", 0), ("4.3.1", 1), ("4.4-snapshot", 2)])
 def test_chosen_version_per_api_against_kafka_releases(release, column):
     versions = table(release)
     assert set(EXPECTED) == set(CLIENT_VERSIONS), "every API the client sends has an expectation"
@@ -324,3 +325,56 @@ def test_producer_consumer_admin_against_kprotos_broker_with_4x_ranges(tmp_path)
         assert version == top or (key == K.PRODUCE and body.transactional_id), (key, version)
     fetches = [body for key, _, body in seen if key == K.FETCH]
     assert all(t.topic_id != kproto.Uuid.ZERO for f in fetches for t in f.topics)   # by id (v13+)
+
+
+def test_api_versions_v5_names_the_cluster_and_node_and_a_mismatch_rebootstraps():
+    """As Kafka 4.4's NetworkClient: a connection to a node the metadata named sends ApiVersions
+    v5 with the cluster id and that node's id; a broker answering REBOOTSTRAP_REQUIRED makes the
+    cluster forget its brokers and connections, and the next request bootstraps again. A
+    bootstrap connection has nothing to name and negotiates from v4 (v5's response is v4's), and
+    so does every connection to a cluster whose brokers stop at v4 (4.3.1's ranges)."""
+    from kproto.client.cluster import Cluster
+    from kproto.client.protocol import KafkaConnectionError
+    from client_io_fakebroker import api_versions_response
+
+    seen = []
+    state = {"reject": False, "versions": None}
+
+    def handler(header, body):
+        if header.request_api_key == K.API_VERSIONS:
+            seen.append((header.request_api_version, body.cluster_id, body.node_id))
+            if state["reject"] and body.cluster_id is not None:
+                return api_versions_response({}, error_code=ErrorCode.REBOOTSTRAP_REQUIRED)
+            return NotImplemented
+        if header.request_api_key == K.METADATA:
+            return metadata_response(fb.port, {})
+        return NotImplemented
+
+    async def main(versions):
+        nonlocal fb
+        async with FakeBroker(handler, versions=versions) as fb:
+            async with Cluster(f"127.0.0.1:{fb.port}") as cluster:
+                first = list(seen)
+                await cluster.connection(1)
+                known = list(seen)
+                if versions is not None:
+                    return first, known, None
+                state["reject"] = True
+                await (await cluster.connection(1)).close()
+                with pytest.raises(KafkaConnectionError, match="rebootstrap"):
+                    await cluster.connection(1)
+                forgot = (cluster.metadata.brokers, len(cluster._conns))
+                await cluster.refresh_metadata([])     # through the bootstrap server again
+                return first, known, (forgot, list(cluster.metadata.brokers))
+
+    fb = None
+    first, known, rebooted = run(main(None))
+    assert first == [(4, None, -1)]                       # bootstrap: whom is not known yet
+    assert known == [(4, None, -1), (5, "kproto-fake", 1)]
+    (brokers, conns), after = rebooted
+    assert brokers == {} and conns == 0 and after == [1]
+    assert seen[2:] == [(5, "kproto-fake", 1), (4, None, -1)]    # refused, then the bootstrap server
+    seen.clear()
+    state["reject"] = False
+    first, known, _ = run(main(kafka_ranges("4.3.1")))
+    assert known == [(4, None, -1), (4, None, -1)]

@@ -25,18 +25,31 @@ VECTORS = Path(os.environ.get("KPROTO_VECTORS", REPO.parent / "shared" / "vector
 REFERENCE = Path(os.environ.get("KPROTO_REFERENCE", REPO.parent / "shared" / "reference"))
 
 # The golden vector sets, each written by one Kafka release's own classes: its folder, and the
-# release (of kproto.codecs.RELEASES) whose specs it follows.
-VECTOR_SETS = {"3.9.1": (VECTORS, "3.9"), "4.3.1": (VECTORS / "kafka-4.3", "4.3.1")}
+# release (of kproto.codecs.RELEASES) whose specs it follows. The 4.4 set was written from the 4.4
+# branch head (its lines say 4.4.0-SNAPSHOT), whose spec files are byte for byte the 4.4.0
+# release's (test_release_specs_equal_the_snapshot's).
+VECTOR_SETS = {"3.9.1": (VECTORS, "3.9"), "4.3.1": (VECTORS / "kafka-4.3", "4.3.1"),
+               "4.4": (VECTORS / "kafka-4.4", "4.4.0")}
 
-# 3.9.1 vectors of a (message, version) that Kafka 4.3.1 renamed: same bytes, other JSON names
-# (3.9 key -> 4.3.1 key, at any depth). kproto follows 4.3.1 there, so these are compared on bytes
-# and on their JSON with the names mapped.
+# Vectors of a (message, version) that a newer release renamed: same bytes, other JSON names
+# (old key -> new key, at any depth), by vector set. kproto follows the newest release there, so
+# these are compared on bytes and on their JSON with the names mapped.
 RENAMED = {
-    ("VoteRequest", 0): {"candidateEpoch": "replicaEpoch", "candidateId": "replicaId"},
-    ("VoteRequest", 1): {"candidateEpoch": "replicaEpoch", "candidateId": "replicaId",
-                         "candidateDirectoryId": "replicaDirectoryId"},
-    ("ListClientMetricsResourcesResponse", 0): {"clientMetricsResources": "configResources",
-                                                "name": "resourceName"},
+    "3.9.1": {  # renamed in 4.3.1 (TxnOffsetCommitRequest v3-4 in 4.4.0)
+        ("VoteRequest", 0): {"candidateEpoch": "replicaEpoch", "candidateId": "replicaId"},
+        ("VoteRequest", 1): {"candidateEpoch": "replicaEpoch", "candidateId": "replicaId",
+                             "candidateDirectoryId": "replicaDirectoryId"},
+        ("ListClientMetricsResourcesResponse", 0): {"clientMetricsResources": "configResources",
+                                                    "name": "resourceName"},
+        ("TxnOffsetCommitRequest", 3): {"generationId": "generationIdOrMemberEpoch"},
+        ("TxnOffsetCommitRequest", 4): {"generationId": "generationIdOrMemberEpoch"},
+    },
+    "4.3.1": {  # renamed in 4.4.0
+        ("TxnOffsetCommitRequest", 3): {"generationId": "generationIdOrMemberEpoch"},
+        ("TxnOffsetCommitRequest", 4): {"generationId": "generationIdOrMemberEpoch"},
+        ("TxnOffsetCommitRequest", 5): {"generationId": "generationIdOrMemberEpoch"},
+        ("StreamsGroupHeartbeatResponse", 0): {"acceptableRecoveryLag": "acceptableRecoveryLagLegacy"},
+    },
 }
 # 3.9.1 vectors of a (message, version) that Kafka 4.3.1 redefined (early access in 3.9, other
 # bytes in 4.3.1): kproto follows 4.3.1; the 3.9 bytes are checked with 3.9's schema alone.
@@ -65,15 +78,35 @@ def import_tool() -> Any:
     return mod
 
 
-def release_folder(release: str) -> Path:
-    return REFERENCE / f"kafka-{release}"
+# Kafka's jars on Maven Central, where a release's specs are read from its own jars
+M2_KAFKA = Path(os.environ.get("KPROTO_M2_KAFKA", Path.home() / ".m2" / "repository" / "org" / "apache" / "kafka"))
+# releases taken from their jars; without the jars, from the snapshot folder of the same specs
+FROM_JARS = {"4.4.0": "kafka-4.4-snapshot"}
+
+
+def release_jars(release: str) -> list:
+    """The release's jars in the local Maven repository that hold specs ([] if not there)."""
+    tool = import_tool()
+    jars = [M2_KAFKA / a / release / f"{a}-{release}.jar" for a in tool.JAR_FOLDERS]
+    return jars if all(j.is_file() for j in jars) else []
+
+
+def release_folder(release: str) -> str:
+    """The import tool's argument for one release's specs: its reference folder, or its jars."""
+    if release in FROM_JARS:
+        jars = release_jars(release)
+        if jars:
+            return ",".join(map(str, jars)) + f"={release}"
+        return f"{REFERENCE / FROM_JARS[release]}={release}"
+    return str(REFERENCE / f"kafka-{release}")
 
 
 @lru_cache(maxsize=None)
 def release_schemas(release: str) -> Dict[str, Message]:
     """Every schema as the import tool makes it from ONE release's specs (no merge), by name."""
     tool = import_tool()
-    rel = tool.load_release(release_folder(release), release)
+    path, name = tool.release_arg(release_folder(release))
+    rel = tool.load_release(path, name)
     out = {}
     for m in tool.merge_releases([rel]):
         ns: Dict[str, Any] = {}

@@ -1,5 +1,5 @@
-"""The merged schema set against each release's own: tools/import_schemas.py merges Kafka 3.9's and
-4.3.1's specs into one field tree per message, and for every (message, version) the per-version
+"""The merged schema set against each release's own: tools/import_schemas.py merges Kafka 3.9's,
+4.3.1's and 4.4.0's specs into one field tree per message, and for every (message, version) the per-version
 plan (kproto.codecs.plan, what the encoders, the C decoder's programs and the JSON converter
 follow) must be the plan of the release that defines that version, imported alone. Where both
 releases define a version and disagree, the difference is named here."""
@@ -83,7 +83,8 @@ def test_pairs_by_release():
         count[kproto.message(name).release(v)] += 1
     # 121 pairs only 3.9 defines (Kafka 4.0 dropped them): Produce 0-2, ..., the ZooKeeper-era
     # keys, early-access v0 of the share-group APIs, and ShareGroupPartitionMetadataKey/Value
-    assert count == {"3.9": 121, "4.3.1": 739}
+    # and 4.4.0 defines every pair of 4.3.1 (739) and 16 new ones
+    assert count == {"3.9": 121, "4.3.1": 0, "4.4.0": 755}
 
 
 @pytest.mark.parametrize("name", sorted(messages()))
@@ -120,6 +121,14 @@ DIFFERENT = {("3.9", "4.3.1"): {
     ("TransactionLogValue", 1): "tagged",
     # a bytes field read as a view of the input (zeroCopy): same bytes and values
     ("PushTelemetryRequest", 0): "zero copy",
+}, ("4.3.1", "4.4.0"): {
+    # same bytes, other names
+    ("TxnOffsetCommitRequest", 3): "renamed",                 # GenerationId -> GenerationIdOrMemberEpoch
+    ("TxnOffsetCommitRequest", 4): "renamed",
+    ("TxnOffsetCommitRequest", 5): "renamed",
+    ("StreamsGroupHeartbeatResponse", 0): "renamed",          # AcceptableRecoveryLag -> ...Legacy
+    # tagged fields added: StoredDescriptionTopologyEpoch (2), FailedDescriptionTopologyEpoch (3)
+    ("StreamsGroupMetadataValue", 0): "tagged",
 }}
 
 
@@ -243,3 +252,54 @@ def test_release_arguments():
     assert tool.release_arg("specs=4.4.0") == (Path("specs"), "4.4.0")
     with pytest.raises(SystemExit):       # newest last
         tool.main(["../shared/reference/kafka-4.3.1", "../shared/reference/kafka-3.9"])
+
+
+def _jar(path, entries):
+    import zipfile
+    with zipfile.ZipFile(path, "w") as z:
+        for name, text in entries.items():
+            z.writestr(name, text)
+    return path
+
+
+def test_release_from_its_jars(tmp_path):
+    """A release read from its jars: each artifact's specs land in their spec folder, the name
+    is the jars' version, jars without specs are skipped; a list or a folder of jars."""
+    import argparse
+    tool = import_tool()
+    spec = ('{"apiKey": 99, "type": "request", "name": "XRequest", "validVersions": "0",\n'
+            ' "flexibleVersions": "none", "fields": [\n'
+            '  {"name": "A", "type": "int32", "versions": "0+"}\n'
+            '  // a comment after the last field, as 4.4.0 writes one\n ]}')
+    record = ('{"apiKey": 29, "type": "metadata", "name": "YRecord", "validVersions": "0",'
+              ' "flexibleVersions": "0+", "fields": []}')
+    d = tmp_path / "jars"
+    d.mkdir()
+    jars = [_jar(d / "kafka-clients-9.9.0.jar", {"common/message/XRequest.json": spec,
+                                                 "common/message/sub/Ignored.json": record}),
+            _jar(d / "kafka-metadata-9.9.0.jar", {"common/metadata/YRecord.json": record}),
+            _jar(d / "kafka-server-9.9.0.jar", {"common/message/Other.json": "not a spec"})]
+    listed = ",".join(map(str, jars))
+    assert tool.release_arg(listed) == (Path(listed), "9.9.0")
+    assert tool.release_arg(str(d)) == (d, "9.9.0")
+    assert tool.release_arg(f"{listed}=9.9") == (Path(listed), "9.9")
+    for arg in (listed, str(d)):
+        rel = tool.load_release(*tool.release_arg(arg))
+        assert {n: f for n, (f, _) in rel.specs.items()} == {"XRequest": "message", "YRecord": "metadata"}
+        assert rel.specs["XRequest"][1]["fields"] == [{"name": "A", "type": "int32", "versions": "0+"}]
+    _jar(d / "kafka-raft-9.8.0.jar", {})
+    with pytest.raises(argparse.ArgumentTypeError, match="versions"):
+        tool.release_arg(str(d))
+
+
+def test_release_specs_equal_the_snapshot():
+    """Kafka 4.4.0's jars (when the local Maven repository has them) hold the same specs as the
+    4.4 branch head that the reference folder and the kafka-4.4 vectors were made from."""
+    from protocol_support import REFERENCE, release_jars
+    jars = release_jars("4.4.0")
+    if not jars:
+        pytest.skip("Kafka 4.4.0's jars are not in the local Maven repository")
+    tool = import_tool()
+    release = tool.load_release(Path(",".join(map(str, jars))), "4.4.0")
+    snapshot = tool.load_release(REFERENCE / "kafka-4.4-snapshot", "4.4.0")
+    assert len(release.specs) == 287 and release.specs == snapshot.specs

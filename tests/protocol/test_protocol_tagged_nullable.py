@@ -1,20 +1,14 @@
 """Nullable struct fields carried as tagged fields: Kafka writes a null one as the tag, size 1 and
 the byte 0 (a regular nullable struct's null is -1), and a present one as the byte 1 and the
 struct. Checked on every such field of the schemas, in the C and Python decoders, and against
-Apache Kafka 4.3.1's own bytes for ConsumerGroupMemberMetadataValue.ClassicMemberMetadata."""
+Apache Kafka's own bytes (4.3.1's and 4.4's) for ConsumerGroupMemberMetadataValue.ClassicMemberMetadata."""
 from __future__ import annotations
-
-import gzip
-import json
-import os
-from pathlib import Path
 
 import pytest
 
 import kproto
 from kproto.codecs import messages, schema
-
-VECTORS = Path(os.environ.get("KPROTO_VECTORS", Path(__file__).parents[2].parent / "shared" / "vectors"))
+from protocol_support import VECTOR_SETS, good_vectors
 
 
 def _tagged_nullable_structs():
@@ -73,17 +67,14 @@ def test_null_and_present_tagged_struct(name, version, field):
         assert getattr(back, field.attr) is None
 
 
-def _kafka_vectors(name):
-    out = []
-    for fname in ("messages.jsonl.gz", "messages-edge.jsonl.gz"):
-        with gzip.open(VECTORS / "kafka-4.3" / fname, "rt") as f:
-            out += [d for d in map(json.loads, f) if d["name"] == name]
-    return out
+def _kafka_vectors(name, kafka):
+    return [d for d in good_vectors(kafka) if d["name"] == name]
 
 
-def test_kafka_bytes_for_classic_member_metadata():
+@pytest.mark.parametrize("kafka", [k for k in sorted(VECTOR_SETS) if k != "3.9.1"])  # 3.9.1: messages only
+def test_kafka_bytes_for_classic_member_metadata(kafka):
     codec = kproto.message("ConsumerGroupMemberMetadataValue")
-    vecs = _kafka_vectors("ConsumerGroupMemberMetadataValue")
+    vecs = _kafka_vectors("ConsumerGroupMemberMetadataValue", kafka)
     nulls = [v for v in vecs if "classicMemberMetadata" in v["json"]
              and v["json"]["classicMemberMetadata"] is None]
     present = [v for v in vecs if v["json"].get("classicMemberMetadata")]

@@ -360,3 +360,27 @@ def test_story_starts_from_a_snapshot_when_the_log_was_cut(cluster, tmp_path) ->
     assert _of(story, "topic_created") == []
     rc, out = run_cli(["logdir", "--no-segments", str(part)])
     assert f"metadata story: offsets [{cut}, " in out and f"after the snapshot at {cut}" in out
+
+
+def test_controllers_registered_and_unregistered() -> None:
+    """RegisterControllerRecord and Kafka 4.4's UnregisterControllerRecord (type 29) are events
+    of the story, told in words by the summary."""
+    from kproto.codecs import message
+    from kproto.storage.metadata_image import encode_metadata_record
+    from kproto.storage.summary import describe_metadata_event
+
+    reg = message("RegisterControllerRecord").cls
+    b = RecordBatchBuilder(base_offset=0, partition_leader_epoch=1)
+    b.append(10, None, encode_metadata_record(reg(
+        controller_id=3000, incarnation_id=Uuid(bytes([9] * 16)),
+        end_points=[reg.ControllerEndpoint(name="CONTROLLER", host="c1", port=9093)]), 0))
+    b.append(11, None, encode_metadata_record(message("UnregisterControllerRecord").cls(controller_id=3000), 0))
+    story, problems = MetadataStory(), Problems()
+    story.add_batch(RecordBatch(b.build()), problems)
+    assert not problems
+    assert [(e["offset"], e["kind"], e["controller"]) for e in story.events] == [
+        (0, "controller_registered", 3000), (1, "controller_unregistered", 3000)]
+    assert story.events[0]["listeners"] == ["CONTROLLER://c1:9093"]
+    assert [describe_metadata_event(e) for e in story.events] == [
+        f"controller 3000 registered, incarnation {Uuid(bytes([9] * 16))}, CONTROLLER://c1:9093",
+        "controller 3000 unregistered"]

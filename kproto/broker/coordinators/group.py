@@ -1084,12 +1084,15 @@ class GroupCoordinator:
             group = self.groups.get(gid)
             cg = self.consumer.groups.get(gid)
             code: int
+            # v3 carries each group's message: Kafka's exception's (GroupIdNotFoundException's
+            # own, the error's default for the others)
+            message: Optional[str] = None
             if not gid:
-                code = E.INVALID_GROUP_ID
+                code, message = E.INVALID_GROUP_ID, "The group id is invalid."
             elif cg is not None:
                 code = self.consumer.delete_group(cg)
             elif group is None or group.state == DEAD:
-                code = E.GROUP_ID_NOT_FOUND
+                code, message = E.GROUP_ID_NOT_FOUND, f"Group {gid} not found."
             elif group.state != EMPTY:
                 code = E.NON_EMPTY_GROUP
             else:
@@ -1099,7 +1102,10 @@ class GroupCoordinator:
                 group.transition(DEAD, self.now())
                 del self.groups[gid]
                 code = E.NONE
-            results.append(cls.DeletableGroupResult(group_id=gid, error_code=code))
+            if code == E.NON_EMPTY_GROUP:
+                message = "The group is not empty."
+            results.append(cls.DeletableGroupResult(group_id=gid, error_code=code,
+                                                    error_message=message if version >= 3 else None))
         respond(cls(throttle_time_ms=0, results=results))
 
     # -------------------------------------------------------------- transactional offsets
@@ -1110,20 +1116,22 @@ class GroupCoordinator:
         err: int = E.NONE
         group = self.groups.get(body.group_id)
         cg = self.consumer.groups.get(body.group_id)
+        # v3+: the member's generation (classic) or epoch (consumer group); -1 without group metadata
+        generation = body.generation_id_or_member_epoch if version >= 3 else -1
         if cg is not None:
             # a transactional producer without group metadata (epoch -1) commits as Kafka's
             # old sendOffsetsToTransaction(offsets, groupId) did
-            if version >= 3 and body.generation_id >= 0:
-                err = self.consumer.offset_commit_error(cg, body.member_id, body.generation_id, version,
+            if generation >= 0:
+                err = self.consumer.offset_commit_error(cg, body.member_id, generation, version,
                                                         transactional=True)
-        elif version >= 3 and group is not None and body.generation_id >= 0:
+        elif group is not None and generation >= 0:
             if group.state == DEAD:
                 err = E.COORDINATOR_NOT_AVAILABLE
             else:
                 err = self._validate_member(group, body.member_id, body.group_instance_id)
-                if not err and body.generation_id != group.generation_id:
+                if not err and generation != group.generation_id:
                     err = E.ILLEGAL_GENERATION
-        elif version >= 3 and group is None and body.generation_id >= 0:
+        elif group is None and generation >= 0:
             err = E.ILLEGAL_GENERATION
         now = self.core.wall_ms()
         codes: dict[tuple[str, int], int] = {}
