@@ -851,11 +851,14 @@ class GroupCoordinator:
         instance_id = body.group_instance_id if version >= 7 else None
         now = self.core.wall_ms()
 
+        layout = self._offsets_response_layout(body.topics)
+
         def result(code_for: Callable[[str, Any], int]) -> Any:
-            return cls(topics=[cls.OffsetCommitResponseTopic(name=t.name, partitions=[
-                cls.OffsetCommitResponsePartition(partition_index=p.partition_index,
-                                                  error_code=code_for(t.name, p))
-                for p in t.partitions]) for t in body.topics])
+            return cls(topics=[cls.OffsetCommitResponseTopic(name=name, partitions=[
+                cls.OffsetCommitResponsePartition(
+                    partition_index=p.partition_index,
+                    error_code=code_for(name, p) if known else E.UNKNOWN_TOPIC_OR_PARTITION)
+                for p, known in parts]) for name, parts in layout])
 
         if not body.group_id:
             return respond(result(lambda t, p: E.INVALID_GROUP_ID))
@@ -891,6 +894,23 @@ class GroupCoordinator:
             return respond(result(lambda t, p: err))
         codes, last = self._store_offsets(group, body.topics, version >= 6, now)
         self._answer_when_stored(body.group_id, codes, last, result, respond)
+
+    def _offsets_response_layout(self, topics: Any) -> list[tuple[str, list[tuple[Any, bool]]]]:
+        """The order Kafka answers an offset commit's partitions in: the broker first answers
+        the partitions it does not have (UNKNOWN_TOPIC_OR_PARTITION, in request order), then
+        the coordinator's results are merged in (appended to a topic already answered, or as
+        topics of their own after them). Each partition comes with whether it exists."""
+        out: dict[str, list[tuple[Any, bool]]] = {}
+        valid: list[tuple[str, Any]] = []
+        for t in topics:
+            for p in t.partitions:
+                if self.core.has_partition(t.name, p.partition_index):
+                    valid.append((t.name, p))
+                else:
+                    out.setdefault(t.name, []).append((p, False))
+        for name, p in valid:
+            out.setdefault(name, []).append((p, True))
+        return list(out.items())
 
     def _answer_when_stored(self, group_id: str, codes: dict[tuple[str, int], int], last: int,
                             result: Callable[[Callable[[str, Any], int]], Any], respond: Respond) -> None:
@@ -997,9 +1017,9 @@ class GroupCoordinator:
 
         def answer(top: int, codes: dict[tuple[str, int], int]) -> None:
             respond(cls(error_code=top, topics=[] if top else [cls.OffsetDeleteResponseTopic(
-                name=t.name, partitions=[cls.OffsetDeleteResponsePartition(
-                    partition_index=p.partition_index, error_code=codes.get((t.name, p.partition_index), 0))
-                    for p in t.partitions]) for t in body.topics]))
+                name=name, partitions=[cls.OffsetDeleteResponsePartition(
+                    partition_index=p.partition_index, error_code=codes.get((name, p.partition_index), 0))
+                    for p, _ in parts]) for name, parts in self._offsets_response_layout(body.topics)]))
 
         if not body.group_id:
             return answer(E.INVALID_GROUP_ID, {})
