@@ -922,6 +922,8 @@ class BrokerCore:
                 lg = self.fetch_log(tip, data)
             except BrokerError as exc:
                 pd.error_code = exc.code
+                if ver >= 4:
+                    pd.aborted_transactions = []  # Kafka's error partition: an empty list, not null
                 continue
             pd.high_watermark, pd.log_start_offset = lg.high_watermark, lg.log_start_offset
             pd.last_stable_offset = lso = lg.last_stable_offset
@@ -930,6 +932,8 @@ class BrokerCore:
                                   lso if committed else pd.high_watermark)
             except BrokerError as exc:
                 pd.error_code = exc.code
+                if ver >= 4:
+                    pd.aborted_transactions = []
                 continue
             pd.records = records
             if committed and records:

@@ -1056,10 +1056,9 @@ class GroupCoordinator:
         out = []
         for gid in body.groups:
             group = self.groups.get(gid)
-            if not gid:
-                out.append(cls.DescribedGroup(error_code=E.INVALID_GROUP_ID, group_id=gid, group_state="",
-                                              protocol_type="", protocol_data="", members=[]))
-            elif group is None or group.state == DEAD:
+            # the empty group id is described as any unknown group is (Kafka keeps that for
+            # backward compatibility)
+            if group is None or group.state == DEAD:
                 code = E.GROUP_ID_NOT_FOUND if version >= 6 else E.NONE
                 what = "is not a classic group" if gid in self.consumer.groups else "not found"
                 out.append(cls.DescribedGroup(
@@ -1104,9 +1103,7 @@ class GroupCoordinator:
             group = self.groups.get(gid)
             cg = self.consumer.groups.get(gid)
             code: int
-            if not gid:
-                code = E.INVALID_GROUP_ID
-            elif cg is not None:
+            if cg is not None:  # (the empty group id is an unknown group, as in Kafka)
                 code = self.consumer.delete_group(cg)
             elif group is None or group.state == DEAD:
                 code = E.GROUP_ID_NOT_FOUND
@@ -1145,6 +1142,12 @@ class GroupCoordinator:
                     err = E.ILLEGAL_GENERATION
         elif version >= 3 and group is None and body.generation_id >= 0:
             err = E.ILLEGAL_GENERATION
+        if not err and self.core.verify_transactional_produce(
+                body.transactional_id, body.producer_id, body.producer_epoch, OFFSETS_TOPIC,
+                partition_for(body.group_id, self.num_partitions)) == E.INVALID_TXN_STATE:
+            # the group's offsets partition is not in the transaction (no AddOffsetsToTxn):
+            # Kafka's coordinator verifies the write as a produce's (KIP-890)
+            err = E.INVALID_TXN_STATE
         now = self.core.wall_ms()
         codes: dict[tuple[str, int], int] = {}
         records, oms = [], {}
@@ -1169,10 +1172,12 @@ class GroupCoordinator:
                 for i, (tp, om) in enumerate(oms.items()):
                     om.record_offset = base + i
                     pend[tp] = om
-        respond(cls(topics=[cls.TxnOffsetCommitResponseTopic(name=t.name, partitions=[
-            cls.TxnOffsetCommitResponsePartition(partition_index=p.partition_index,
-                                                 error_code=err or codes.get((t.name, p.partition_index), 0))
-            for p in t.partitions]) for t in body.topics]))
+        respond(cls(topics=[cls.TxnOffsetCommitResponseTopic(name=name, partitions=[
+            cls.TxnOffsetCommitResponsePartition(
+                partition_index=p.partition_index,
+                error_code=(err or codes.get((name, p.partition_index), 0)) if known
+                else E.UNKNOWN_TOPIC_OR_PARTITION)
+            for p, known in parts]) for name, parts in self._offsets_response_layout(body.topics)]))
 
     def complete_txn(self, partition: int, producer_id: int, commit: bool) -> None:
         """A transaction marker landed on ``__consumer_offsets`` ``partition``: the producer's
