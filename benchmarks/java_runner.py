@@ -1,6 +1,7 @@
 """The Java column of the benchmarks: ``benchmarks/java/ProtocolBench.java`` (Apache Kafka's own
-classes, kafka-clients from the ``shigawire-apache-flink-libraries`` dev dependency) compiled on
-demand and run on payload files the Python benchmarks write.
+classes: kafka-clients 3.9.1 from the cache tools/setup.sh fills; the program uses 3.x client
+APIs that Kafka 4 removed) compiled on demand and run on payload files the Python benchmarks
+write.
 
     python benchmarks/java_runner.py --build     # compile; prints the command for KPROTO_JAVA_BENCH
 
@@ -30,7 +31,7 @@ ENV = "KPROTO_JAVA_BENCH"
 NO_JAVA = f"no Java (set {ENV}, see benchmarks/java_runner.py)"
 
 sys.path.insert(0, os.path.join(os.path.dirname(_HERE), "tests", "broker"))
-from java_interop import JARS, jar_dir  # noqa: E402  (the one place that finds the wheel's jars)
+from java_interop import CLIENT_VERSION, jars  # noqa: E402  (the one place that lists the client's jars)
 
 
 def build(out_dir: Optional[str] = None) -> List[str]:
@@ -39,21 +40,20 @@ def build(out_dir: Optional[str] = None) -> List[str]:
     java, javac = shutil.which("java"), shutil.which("javac")
     if not (java and javac):
         raise RuntimeError("java and javac (Java 17) are needed for the Java benchmark")
-    lib = jar_dir()
-    jars = [os.path.join(lib, f"{name}.jar") for name in JARS]
+    cp = jars(CLIENT_VERSION)
     with open(SOURCE, "rb") as f:
-        digest = hashlib.sha256(f.read()).hexdigest()[:16]
+        digest = hashlib.sha256(f.read()).hexdigest()[:16] + "-" + CLIENT_VERSION
     if out_dir is None:
         cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
         out_dir = os.path.join(cache, "kproto-java-bench", digest)
     if not os.path.isfile(os.path.join(out_dir, "ProtocolBench.class")):
         os.makedirs(out_dir, exist_ok=True)
-        proc = subprocess.run([javac, "-nowarn", "-encoding", "UTF-8", "-cp", os.pathsep.join(jars),
+        proc = subprocess.run([javac, "-nowarn", "-encoding", "UTF-8", "-cp", os.pathsep.join(cp),
                                "-d", out_dir, SOURCE], capture_output=True, text=True, timeout=180)
         if proc.returncode != 0:
             raise RuntimeError(f"javac failed:\n{proc.stderr}")
     # A fixed heap keeps GC sizing out of the comparison between runs.
-    return [java, "-Xms1g", "-Xmx1g", "-cp", os.pathsep.join([out_dir] + jars), "ProtocolBench"]
+    return [java, "-Xms1g", "-Xmx1g", "-cp", os.pathsep.join([out_dir] + cp), "ProtocolBench"]
 
 
 def command_from_env() -> Optional[List[str]]:

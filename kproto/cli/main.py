@@ -13,6 +13,7 @@ SUBCOMMAND_MODULES = [
     "kproto.cli.assign",
     "kproto.cli.broker",
     "kproto.cli.cluster",
+    "kproto.cli.conformance",
     "kproto.cli.client",
     "kproto.cli.decode_pcap",
     "kproto.cli.dump_log",

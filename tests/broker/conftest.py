@@ -2,9 +2,9 @@
 import pytest
 
 from kproto.broker.timer import FakeClock
-from kproto.testing import (_apache_kafka_pool, apache_kafka, apache_kafka_cluster,  # noqa: F401  (fixtures,
-                            kafka_broker, kafka_cluster, pytest_configure,  # markers, Apache Kafka's logs
-                            pytest_runtest_makereport)  # in failed reports)
+from kproto.testing import (_apache_kafka_pool, any_broker, apache_kafka,  # noqa: F401  (fixtures,
+                            apache_kafka_cluster, kafka_broker, kafka_cluster,  # markers, Apache
+                            pytest_configure, pytest_runtest_makereport)  # Kafka's logs in failed reports)
 
 
 @pytest.fixture

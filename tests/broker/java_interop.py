@@ -1,19 +1,20 @@
-"""The Java client (kafka-clients 3.9.1 from the shigawire-apache-flink-libraries wheel, a dev
-dependency) for the interop tests: ``tests/broker/java/KprotoInterop.java`` compiled once per
-test session against the wheel's jars, run against a broker, its JSON lines returned. The same
-class path holds ``KprotoChaosProducer`` (``java/KprotoChaosProducer.java``), the chaos run's
-producer.
+"""The Java client (Apache Kafka's kafka-clients 3.9.1, from the cache tools/setup.sh fills:
+:func:`kproto.testing.apache.client_jars`) for the interop tests: ``tests/broker/java/KprotoInterop.java``
+compiled once per test session and client version against its jars, run against a broker, its
+JSON lines returned. The same class path holds ``KprotoChaosProducer``
+(``java/KprotoChaosProducer.java``), the chaos run's producer.
 
 Also imported by ``tests/spark/test_spark_broker_logdir.py`` (which puts this folder on
 ``sys.path``)."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
 import subprocess
 from typing import Any
+
+from kproto.testing import apache
 
 JAVA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "java")
 SOURCE = os.path.join(JAVA_DIR, "KprotoInterop.java")
@@ -25,34 +26,33 @@ JARS = ["kafka-clients", "slf4j-api", "lz4-java", "snappy-java", "zstd-jni"]
 _compiled: dict[str, str] = {}
 
 
-def jar_dir() -> str:
-    """``pyflink/lib`` of the installed wheel (a namespace package: the wheel has no __init__)."""
-    spec = importlib.util.find_spec("pyflink")
-    for root in (spec.submodule_search_locations or []) if spec else []:
-        lib = os.path.join(root, "lib")
-        if os.path.isfile(os.path.join(lib, "kafka-clients.jar")):
-            return lib
-    raise AssertionError("kafka-clients.jar not found: pip install -e '.[dev]' "
-                         "(shigawire-apache-flink-libraries)")
+#: the client release the interop tests were written against (README's figures are its)
+CLIENT_VERSION = "3.9.1"
 
 
-def classpath(workdir: str) -> str:
-    """Compile the programs of :data:`SOURCES` into ``workdir`` (once per process) and return
-    the class path."""
-    if "cp" not in _compiled:
+def jars(version: str = CLIENT_VERSION) -> list[str]:
+    """The jars of :data:`JARS` of kafka-clients ``version`` (KafkaNotAvailable: run tools/setup.sh)."""
+    found = {os.path.basename(j)[:-len(".jar")]: j for j in apache.client_jars(version)}
+    missing = [name for name in JARS if name not in found]
+    if missing:
+        raise apache.KafkaNotAvailable(f"kafka-clients {version}: {missing} not in the cache: run tools/setup.sh")
+    return [found[name] for name in JARS]
+
+
+def classpath(workdir: str, version: str = CLIENT_VERSION) -> str:
+    """Compile the programs of :data:`SOURCES` into ``workdir`` against kafka-clients
+    ``version`` (once per process and version) and return the class path."""
+    if version not in _compiled:
         javac = shutil.which("javac")
         assert javac and shutil.which("java"), "Java 17 (java, javac) is needed for the Java interop tests"
-        lib = jar_dir()
-        jars = [os.path.join(lib, f"{name}.jar") for name in JARS]
-        for jar in jars:
-            assert os.path.isfile(jar), jar
-        out = os.path.join(workdir, "classes")
+        cp = jars(version)
+        out = os.path.join(workdir, f"classes-{version}")
         os.makedirs(out, exist_ok=True)
-        proc = subprocess.run([javac, "-nowarn", "-encoding", "UTF-8", "-cp", jars[0], "-d", out, *SOURCES],
+        proc = subprocess.run([javac, "-nowarn", "-encoding", "UTF-8", "-cp", cp[0], "-d", out, *SOURCES],
                               capture_output=True, text=True, timeout=120)
         assert proc.returncode == 0, proc.stderr
-        _compiled["cp"] = os.pathsep.join([out] + jars)
-    return _compiled["cp"]
+        _compiled[version] = os.pathsep.join([out] + cp)
+    return _compiled[version]
 
 
 def command(cp: str, main_class: str, *args: str) -> list[str]:

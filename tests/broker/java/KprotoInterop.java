@@ -1,5 +1,5 @@
 // The Java client (kafka-clients) against kproto's broker: run by tests/broker/test_broker_java.py,
-// which compiles it against the jars of the shigawire-apache-flink-libraries wheel.
+// which compiles it against the kafka-clients jars tools/setup.sh caches (see java_interop.py).
 //
 //   java -cp ... KprotoInterop BOOTSTRAP SECONDS PHASE...
 //

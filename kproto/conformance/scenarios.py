@@ -1,0 +1,817 @@
+"""The scenario corpus: request sequences over the APIs every client uses, error paths included
+(sans-I/O: each body yields :class:`~kproto.conformance.scenario.Call` objects and reads the
+decoded answers). Every run uses its own topics and groups, so runs never see each other."""
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional
+
+from kproto.conformance.normalise import Keyed
+from kproto.conformance.scenario import TRANSIENT_COORDINATOR_ERRORS, Context, Scenario, ScenarioGen, TopicSpec, scenario
+from kproto.records import RecordBatchBuilder
+from kproto.schemas.api_keys import ApiKey
+
+__all__ = ["SCENARIOS"]
+
+#: Every scenario, in registration order.
+SCENARIOS: List[Scenario] = []
+
+MB = 1 << 20
+NO_ID = ""  # a member id the coordinator has never handed out
+UNKNOWN_UUID = "AAAAAAAAAAAAAAAAAAAAAQ"  # a topic id no broker has (not the zero UUID)
+
+
+def _sc(api: int, **kw: Any) -> Any:
+    return scenario(api, registry=SCENARIOS, **kw)
+
+
+def _t(suffix: str = "t", partitions: int = 1, **configs: str) -> TopicSpec:
+    return TopicSpec(suffix, partitions, tuple((k.replace("_", "."), v) for k, v in configs.items()))
+
+
+def batch(t0: int, n: int, *, first: int = 0, ts_step: int = 1, key: Optional[bytes] = b"k", value_size: int = 8,
+          producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1,
+          transactional: bool = False) -> bytes:
+    """A v2 batch of ``n`` records with timestamps from ``t0`` (the run's start: the same on
+    both brokers, and recent, so that no retention deletes them during the run)."""
+    b = RecordBatchBuilder(producer_id=producer_id, producer_epoch=producer_epoch,
+                           base_sequence=base_sequence, transactional=transactional)
+    for i in range(n):
+        b.append(t0 + (first + i) * ts_step, key, (b"v%d-" % (first + i)).ljust(value_size, b"x"))
+    return b.build()
+
+
+def produce(ctx: Context, suffix: str, records: bytes, *, partition: int = 0, acks: int = -1,
+            transactional_id: Optional[str] = None, label: str = "Produce", **kw: Any) -> Any:
+    return ctx.call(ApiKey.PRODUCE, label=label, acks=acks, timeout_ms=10000,
+                    transactional_id=transactional_id, expect_response=acks != 0, topic_data=[
+                        {"name": ctx.topic(suffix), "topic_id": ctx.topic_id(suffix),
+                         "partition_data": [{"index": partition, "records": records}]}], **kw)
+
+
+def fetch(ctx: Context, suffix: str, offset: int, *, partition: int = 0, session_id: int = 0,
+          session_epoch: int = -1, label: str = "Fetch", name: Optional[str] = None, **kw: Any) -> Any:
+    topics = [{"topic": name or ctx.topic(suffix), "topic_id": ctx.topic_id(suffix), "partitions": [
+        {"partition": partition, "fetch_offset": offset, "partition_max_bytes": MB,
+         "current_leader_epoch": -1, "log_start_offset": -1, "last_fetched_epoch": -1}]}]
+    return ctx.call(ApiKey.FETCH, label=label, replica_id=-1, max_wait_ms=0, min_bytes=0,
+                    max_bytes=MB, isolation_level=0, session_id=session_id,
+                    session_epoch=session_epoch, topics=topics, forgotten_topics_data=[], rack_id="", **kw)
+
+
+def _partition(fetch_response: Any) -> Any:
+    """The first partition of a Fetch answer."""
+    return fetch_response.responses[0].partitions[0]
+
+
+def _own(key: str, name: str) -> Any:
+    """A view keeping only the entries of keyed array ``key`` that belong to this run."""
+    def view(tree: Any) -> Any:
+        return {**tree, key: Keyed((k, v) for k, v in tree[key].items() if k.startswith(name))}
+    return view
+
+
+# -- ApiVersions -------------------------------------------------------------------------------
+def _without_ranges(tree: Any) -> Any:
+    # the advertised ranges are compared side by side in the report, not here
+    return {k: v for k, v in tree.items() if k != "api_keys"}
+
+
+@_sc(ApiKey.API_VERSIONS)
+def api_versions(ctx: Context) -> ScenarioGen:
+    """ApiVersions with client software name and version (v3+)."""
+    yield ctx.call(ApiKey.API_VERSIONS, client_software_name="kproto-conformance",
+                   client_software_version="1.0", view=_without_ranges)
+
+
+@_sc(ApiKey.API_VERSIONS, versions=range(3, 5))
+def api_versions_bad_software_name(ctx: Context) -> ScenarioGen:
+    """An invalid client software name: INVALID_REQUEST."""
+    yield ctx.call(ApiKey.API_VERSIONS, client_software_name="bad name!",
+                   client_software_version="1.0", view=_without_ranges)
+
+
+# -- Metadata ----------------------------------------------------------------------------------
+@_sc(ApiKey.METADATA, topics=[_t("t", 2)])
+def metadata_topics(ctx: Context) -> ScenarioGen:
+    """A known topic with two partitions, then an unknown one (no auto-creation from v4)."""
+    yield ctx.call(ApiKey.METADATA, topics=[{"name": ctx.topic("t")}], allow_auto_topic_creation=False)
+    if ctx.version >= 4:
+        yield ctx.call(ApiKey.METADATA, topics=[{"name": ctx.topic("missing")}],
+                       allow_auto_topic_creation=False, label="Metadata unknown topic")
+    yield ctx.call(ApiKey.METADATA, topics=[{"name": "bad/name"}], allow_auto_topic_creation=False,
+                   label="Metadata invalid name")
+
+
+@_sc(ApiKey.METADATA, topics=[_t("t")], versions=range(10, 14))
+def metadata_by_topic_id(ctx: Context) -> ScenarioGen:
+    """Topics by id: a known id, then an id no broker has."""
+    yield ctx.call(ApiKey.METADATA, topics=[{"name": None, "topic_id": ctx.topic_id("t")}],
+                   allow_auto_topic_creation=False)
+    yield ctx.call(ApiKey.METADATA, topics=[{"name": None, "topic_id": _uuid(UNKNOWN_UUID)}],
+                   allow_auto_topic_creation=False, label="Metadata unknown id")
+
+
+def _uuid(text: str) -> Any:
+    from kproto.codecs import Uuid
+    return Uuid(text)
+
+
+# -- CreateTopics / DeleteTopics / CreatePartitions -------------------------------------------
+@_sc(ApiKey.CREATE_TOPICS)
+def create_topics(ctx: Context) -> ScenarioGen:
+    """Create, create again (exists), bad partition count, replication factor above the
+    broker count, unknown config, invalid name; validate-only from v1."""
+    def topic(name: str, parts: int = 2, rf: int = 1, configs: Optional[Dict[str, str]] = None) -> Any:
+        return {"name": name, "num_partitions": parts, "replication_factor": rf, "assignments": [],
+                "configs": [{"name": k, "value": v} for k, v in (configs or {}).items()]}
+    new = ctx.topic("new")
+    yield ctx.call(ApiKey.CREATE_TOPICS, timeout_ms=30000,
+                   topics=[topic(new, 2, configs={"retention.ms": "3600000"})])
+    yield ctx.call(ApiKey.CREATE_TOPICS, timeout_ms=30000, label="CreateTopics errors", topics=[
+        topic(new), topic(ctx.topic("zero"), 0), topic(ctx.topic("rf"), 1, 3),
+        topic(ctx.topic("cfg"), 1, configs={"no.such.config": "1"}),
+        topic(ctx.topic("badval"), 1, configs={"retention.ms": "soon"}), topic("bad/name")])
+    if ctx.version >= 1:
+        yield ctx.call(ApiKey.CREATE_TOPICS, timeout_ms=30000, validate_only=True,
+                       topics=[topic(ctx.topic("dry"), 3)], label="CreateTopics validate only")
+        yield ctx.call(ApiKey.METADATA, topics=[{"name": ctx.topic("dry")}], label="Metadata after dry run",
+                       allow_auto_topic_creation=False, compare=True)
+
+
+@_sc(ApiKey.DELETE_TOPICS, topics=[_t("a"), _t("b")])
+def delete_topics(ctx: Context) -> ScenarioGen:
+    """Delete a topic by name, an unknown name, and (v6+) by id and an unknown id."""
+    if ctx.version < 6:
+        yield ctx.call(ApiKey.DELETE_TOPICS, timeout_ms=30000, topic_names=[ctx.topic("a")])
+        yield ctx.call(ApiKey.DELETE_TOPICS, timeout_ms=30000, topic_names=[ctx.topic("missing")],
+                       label="DeleteTopics unknown")
+    else:
+        yield ctx.call(ApiKey.DELETE_TOPICS, timeout_ms=30000, topics=[{"name": ctx.topic("a")}])
+        yield ctx.call(ApiKey.DELETE_TOPICS, timeout_ms=30000, topics=[{"name": ctx.topic("missing")}],
+                       label="DeleteTopics unknown")
+        yield ctx.call(ApiKey.DELETE_TOPICS, timeout_ms=30000, label="DeleteTopics by id",
+                       topics=[{"name": None, "topic_id": ctx.topic_id("b")}])
+        yield ctx.call(ApiKey.DELETE_TOPICS, timeout_ms=30000, label="DeleteTopics unknown id",
+                       topics=[{"name": None, "topic_id": _uuid(UNKNOWN_UUID)}])
+
+
+@_sc(ApiKey.CREATE_PARTITIONS, topics=[_t("t")])
+def create_partitions(ctx: Context) -> ScenarioGen:
+    """Grow 1 -> 3, shrink (invalid), an unknown topic, validate-only."""
+    def t(name: str, count: int) -> Any:
+        return {"name": name, "count": count, "assignments": None}
+    yield ctx.call(ApiKey.CREATE_PARTITIONS, timeout_ms=30000, validate_only=False,
+                   topics=[t(ctx.topic("t"), 3)])
+    yield ctx.call(ApiKey.CREATE_PARTITIONS, timeout_ms=30000, validate_only=False,
+                   topics=[t(ctx.topic("t"), 2), t(ctx.topic("missing"), 2)], label="CreatePartitions errors")
+    yield ctx.call(ApiKey.CREATE_PARTITIONS, timeout_ms=30000, validate_only=True,
+                   topics=[t(ctx.topic("t"), 5)], label="CreatePartitions validate only")
+
+
+# -- Produce -----------------------------------------------------------------------------------
+PRODUCE_VERSIONS = range(3, 14)  # magic v2 batches
+
+
+@_sc(ApiKey.PRODUCE, topics=[_t("t")], versions=PRODUCE_VERSIONS)
+def produce_acks(ctx: Context) -> ScenarioGen:
+    """acks=-1, acks=1, acks=0 (no answer), then a Fetch showing all three batches."""
+    yield produce(ctx, "t", batch(ctx.t0, 3), acks=-1, label="Produce acks=-1")
+    yield produce(ctx, "t", batch(ctx.t0, 2, first=3), acks=1, label="Produce acks=1")
+    yield produce(ctx, "t", batch(ctx.t0, 1, first=5), acks=0, label="Produce acks=0")
+    yield fetch(ctx, "t", 0, label="Fetch after produce", compare=True)
+
+
+@_sc(ApiKey.PRODUCE, topics=[_t("t")], versions=PRODUCE_VERSIONS)
+def produce_unknown(ctx: Context) -> ScenarioGen:
+    """An unknown topic and a partition beyond the topic's count."""
+    yield ctx.call(ApiKey.PRODUCE, acks=-1, timeout_ms=10000, label="Produce unknown topic", topic_data=[
+        {"name": ctx.topic("missing"), "topic_id": _uuid(UNKNOWN_UUID),
+         "partition_data": [{"index": 0, "records": batch(ctx.t0, 1)}]}])
+    yield produce(ctx, "t", batch(ctx.t0, 1), partition=7, label="Produce bad partition")
+
+
+@_sc(ApiKey.PRODUCE, topics=[_t("t")], versions=PRODUCE_VERSIONS)
+def produce_idempotent(ctx: Context) -> ScenarioGen:
+    """An idempotent producer: sequence 0, the same batch again (duplicate), a gap (out of
+    order), the next sequence, and an unknown producer id."""
+    init = yield ctx.call(ApiKey.INIT_PRODUCER_ID, transactional_id=None, transaction_timeout_ms=60000,
+                          producer_id=-1, producer_epoch=-1)
+    pid, epoch = init.producer_id, init.producer_epoch
+    first = batch(ctx.t0, 3, producer_id=pid, producer_epoch=epoch, base_sequence=0)
+    yield produce(ctx, "t", first, label="Produce seq 0")
+    yield produce(ctx, "t", first, label="Produce duplicate seq 0")
+    yield produce(ctx, "t", batch(ctx.t0, 1, first=3, producer_id=pid, producer_epoch=epoch, base_sequence=10),
+                  label="Produce out-of-order seq")
+    yield produce(ctx, "t", batch(ctx.t0, 1, first=3, producer_id=pid, producer_epoch=epoch, base_sequence=3),
+                  label="Produce seq 3")
+    yield produce(ctx, "t", batch(ctx.t0, 1, first=4, producer_id=pid + 1000, producer_epoch=0, base_sequence=5),
+                  label="Produce unknown producer")
+
+
+@_sc(ApiKey.PRODUCE, topics=[_t("small", max_message_bytes="1000"), _t("compact", cleanup_policy="compact")],
+     versions=PRODUCE_VERSIONS)
+def produce_rejected(ctx: Context) -> ScenarioGen:
+    """A batch over the topic's max.message.bytes; a null key on a compacted topic."""
+    yield produce(ctx, "small", batch(ctx.t0, 1, value_size=5000), label="Produce oversized")
+    yield produce(ctx, "compact", batch(ctx.t0, 2, key=None), label="Produce null key compacted")
+    yield produce(ctx, "compact", batch(ctx.t0, 2), label="Produce keyed compacted")
+
+
+@_sc(ApiKey.PRODUCE, topics=[_t("t")], versions=PRODUCE_VERSIONS)
+def produce_transactional_unadded(ctx: Context) -> ScenarioGen:
+    """A transactional batch to a partition not added to the transaction."""
+    txn = ctx.group("txn")
+    init = yield ctx.call(ApiKey.INIT_PRODUCER_ID, transactional_id=txn, transaction_timeout_ms=60000,
+                          producer_id=-1, producer_epoch=-1)
+    yield produce(ctx, "t", batch(ctx.t0, 1, producer_id=init.producer_id, producer_epoch=init.producer_epoch,
+                                  base_sequence=0, transactional=True),
+                  transactional_id=txn, label="Produce txn not added")
+
+
+# -- Fetch -------------------------------------------------------------------------------------
+FETCH_VERSIONS = range(4, 19)
+
+
+@_sc(ApiKey.FETCH, topics=[_t("t")], versions=FETCH_VERSIONS)
+def fetch_offsets(ctx: Context) -> ScenarioGen:
+    """From 0, from the middle of a batch, at the end, out of range, a bad partition, an
+    unknown topic."""
+    yield produce(ctx, "t", batch(ctx.t0, 3))
+    yield produce(ctx, "t", batch(ctx.t0, 2, first=3))
+    yield fetch(ctx, "t", 0, label="Fetch from 0")
+    yield fetch(ctx, "t", 4, label="Fetch from 4")
+    yield fetch(ctx, "t", 5, label="Fetch at end")
+    yield fetch(ctx, "t", 100, label="Fetch out of range")
+    yield fetch(ctx, "t", 0, partition=3, label="Fetch bad partition")
+    yield fetch(ctx, "missing", 0, label="Fetch unknown topic")
+
+
+@_sc(ApiKey.FETCH, topics=[_t("t")], versions=range(7, 19))
+def fetch_sessions(ctx: Context) -> ScenarioGen:
+    """KIP-227: a full fetch opening a session, an incremental one with no changes, a wrong
+    epoch, an unknown session id, and closing it."""
+    yield produce(ctx, "t", batch(ctx.t0, 2))
+    full = yield fetch(ctx, "t", 0, session_id=0, session_epoch=0, label="Fetch session open")
+    sid = full.session_id
+    yield ctx.call(ApiKey.FETCH, label="Fetch session incremental", replica_id=-1, max_wait_ms=0,
+                   min_bytes=0, max_bytes=MB, isolation_level=0, session_id=sid, session_epoch=1,
+                   topics=[], forgotten_topics_data=[], rack_id="")
+    yield ctx.call(ApiKey.FETCH, label="Fetch session bad epoch", replica_id=-1, max_wait_ms=0,
+                   min_bytes=0, max_bytes=MB, isolation_level=0, session_id=sid, session_epoch=7,
+                   topics=[], forgotten_topics_data=[], rack_id="")
+    yield ctx.call(ApiKey.FETCH, label="Fetch session unknown", replica_id=-1, max_wait_ms=0,
+                   min_bytes=0, max_bytes=MB, isolation_level=0, session_id=sid ^ 0x5A5A5A5A or 1,
+                   session_epoch=1, topics=[], forgotten_topics_data=[], rack_id="")
+    yield ctx.call(ApiKey.FETCH, label="Fetch session close", replica_id=-1, max_wait_ms=0,
+                   min_bytes=0, max_bytes=MB, isolation_level=0, session_id=sid, session_epoch=-1,
+                   topics=[], forgotten_topics_data=[], rack_id="")
+
+
+# -- ListOffsets -------------------------------------------------------------------------------
+@_sc(ApiKey.LIST_OFFSETS, topics=[_t("t")])
+def list_offsets(ctx: Context) -> ScenarioGen:
+    """Earliest, latest, by time, max timestamp (v7+), a time after every record, a bad
+    partition."""
+    for i in range(3):
+        yield produce(ctx, "t", batch(ctx.t0, 1, first=i, ts_step=1000))
+
+    def q(ts: int, label: str, partition: int = 0) -> Any:
+        return ctx.call(ApiKey.LIST_OFFSETS, replica_id=-1, isolation_level=0, label=label, timeout_ms=10000,
+                        topics=[{"name": ctx.topic("t"), "partitions": [
+                            {"partition_index": partition, "timestamp": ts, "max_num_offsets": 1,
+                             "current_leader_epoch": -1}]}])
+    yield q(-2, "ListOffsets earliest")
+    yield q(-1, "ListOffsets latest")
+    yield q(ctx.t0 + 500, "ListOffsets by time")
+    yield q(ctx.t0 + 10_000, "ListOffsets after the last record")
+    if ctx.version >= 7:
+        yield q(-3, "ListOffsets max timestamp")
+    yield q(-1, "ListOffsets bad partition", partition=4)
+
+
+# -- FindCoordinator ---------------------------------------------------------------------------
+@_sc(ApiKey.FIND_COORDINATOR)
+def find_coordinator(ctx: Context) -> ScenarioGen:
+    """A group coordinator, then (v1+) a transaction coordinator and an unknown key type."""
+    yield ctx.call(ApiKey.FIND_COORDINATOR, key=ctx.group(), key_type=0, coordinator_keys=[ctx.group()])
+    if ctx.version >= 1:
+        yield ctx.call(ApiKey.FIND_COORDINATOR, key=ctx.group("txn"), key_type=1,
+                       coordinator_keys=[ctx.group("txn")], label="FindCoordinator transaction")
+        yield ctx.call(ApiKey.FIND_COORDINATOR, key=ctx.group("x"), key_type=7,
+                       coordinator_keys=[ctx.group("x")], label="FindCoordinator bad key type")
+
+
+# -- classic groups ----------------------------------------------------------------------------
+PROTOCOLS = [{"name": "range", "metadata": b"\x00\x01\x00\x00\x00\x00\x00\x00\x00\x00"}]
+
+
+def _coordinator_loading(resp: Any) -> bool:
+    return resp.error_code in TRANSIENT_COORDINATOR_ERRORS
+
+
+def join(ctx: Context, group: str, member_id: str = "", label: str = "JoinGroup") -> ScenarioGen:
+    """JoinGroup, answering MEMBER_ID_REQUIRED (v4+) with a second join; returns the answer."""
+    def req(mid: str, lab: str) -> Any:
+        return ctx.call(ApiKey.JOIN_GROUP, group_id=group, session_timeout_ms=30000,
+                        rebalance_timeout_ms=30000, member_id=mid, group_instance_id=None,
+                        protocol_type="consumer", protocols=PROTOCOLS, reason=None, label=lab,
+                        retry=_coordinator_loading)
+    resp = yield req(member_id, label)
+    if resp.error_code == 79:  # MEMBER_ID_REQUIRED
+        resp = yield req(resp.member_id, label + " with member id")
+    return resp
+
+
+def join_sync(ctx: Context, group: str) -> ScenarioGen:
+    """A one-member group that has completed its rebalance: (member id, generation)."""
+    j = yield from join(ctx, group)
+    yield ctx.call(ApiKey.SYNC_GROUP, group_id=group, generation_id=j.generation_id, member_id=j.member_id,
+                   group_instance_id=None, protocol_type="consumer", protocol_name="range",
+                   assignments=[{"member_id": j.member_id, "assignment": b"\x00\x01"}])
+    return j.member_id, j.generation_id
+
+
+@_sc(ApiKey.JOIN_GROUP)
+def join_group(ctx: Context) -> ScenarioGen:
+    """Join a new group, rejoin as the member (same generation), join with an unknown member
+    id, a bad protocol type."""
+    g = ctx.group()
+    j = yield from join(ctx, g)
+    yield from join(ctx, g, j.member_id, label="JoinGroup rejoin")
+    yield ctx.call(ApiKey.JOIN_GROUP, group_id=g, session_timeout_ms=30000, rebalance_timeout_ms=30000,
+                   member_id="unknown-member", protocol_type="consumer", protocols=PROTOCOLS,
+                   label="JoinGroup unknown member")
+    yield ctx.call(ApiKey.JOIN_GROUP, group_id=g, session_timeout_ms=30000, rebalance_timeout_ms=30000,
+                   member_id="", protocol_type="connect", protocols=PROTOCOLS,
+                   label="JoinGroup inconsistent protocol")
+    yield ctx.call(ApiKey.JOIN_GROUP, group_id=ctx.group("s"), session_timeout_ms=10, rebalance_timeout_ms=30000,
+                   member_id="", protocol_type="consumer", protocols=PROTOCOLS,
+                   label="JoinGroup bad session timeout")
+
+
+@_sc(ApiKey.SYNC_GROUP)
+def sync_group(ctx: Context) -> ScenarioGen:
+    """The leader's SyncGroup, then a stale generation and an unknown member."""
+    g = ctx.group()
+    j = yield from join(ctx, g)
+
+    def sync(gen: int, mid: str, label: str) -> Any:
+        return ctx.call(ApiKey.SYNC_GROUP, group_id=g, generation_id=gen, member_id=mid, label=label,
+                        group_instance_id=None, protocol_type="consumer", protocol_name="range",
+                        assignments=[{"member_id": mid, "assignment": b"\x00\x01"}])
+    yield sync(j.generation_id, j.member_id, "SyncGroup")
+    yield sync(j.generation_id + 1, j.member_id, "SyncGroup stale generation")
+    yield sync(j.generation_id, "unknown-member", "SyncGroup unknown member")
+
+
+@_sc(ApiKey.HEARTBEAT)
+def heartbeat(ctx: Context) -> ScenarioGen:
+    """Heartbeat of a stable member, a stale generation, an unknown member, an unknown group."""
+    g = ctx.group()
+    mid, gen = yield from join_sync(ctx, g)
+
+    def hb(group: str, gen: int, mid: str, label: str) -> Any:
+        return ctx.call(ApiKey.HEARTBEAT, group_id=group, generation_id=gen, member_id=mid,
+                        group_instance_id=None, label=label)
+    yield hb(g, gen, mid, "Heartbeat")
+    yield hb(g, gen - 1, mid, "Heartbeat stale generation")
+    yield hb(g, gen, "unknown-member", "Heartbeat unknown member")
+    yield hb(ctx.group("none"), 1, "unknown-member", "Heartbeat unknown group")
+
+
+@_sc(ApiKey.LEAVE_GROUP)
+def leave_group(ctx: Context) -> ScenarioGen:
+    """A member leaves; an unknown member leaves."""
+    g = ctx.group()
+    mid, _ = yield from join_sync(ctx, g)
+
+    def leave(m: str, label: str) -> Any:
+        return ctx.call(ApiKey.LEAVE_GROUP, group_id=g, member_id=m, label=label,
+                        members=[{"member_id": m, "group_instance_id": None, "reason": None}])
+    yield leave(mid, "LeaveGroup")
+    yield leave("unknown-member", "LeaveGroup unknown member")
+
+
+def _commit(ctx: Context, group: str, gen: int, mid: str, offset: int, label: str,
+            suffix: str = "t", partition: int = 0, compare: Optional[bool] = None) -> Any:
+    return ctx.call(ApiKey.OFFSET_COMMIT, group_id=group, generation_id_or_member_epoch=gen, member_id=mid,
+                    group_instance_id=None, retention_time_ms=-1, label=label, compare=compare,
+                    topics=[{"name": ctx.topic(suffix), "topic_id": ctx.topic_id(suffix), "partitions": [
+                        {"partition_index": partition, "committed_offset": offset,
+                         "committed_leader_epoch": -1, "committed_metadata": "m"}]}])
+
+
+@_sc(ApiKey.OFFSET_COMMIT, topics=[_t("t")], versions=range(0, 10))
+def offset_commit(ctx: Context) -> ScenarioGen:
+    """Commits of a group member (v1+), a stale generation, an unknown member, a simple
+    (memberless) commit, an unknown partition."""
+    g = ctx.group()
+    if ctx.version >= 1:
+        mid, gen = yield from join_sync(ctx, g)
+        yield _commit(ctx, g, gen, mid, 3, "OffsetCommit member")
+        yield _commit(ctx, g, gen + 1, mid, 3, "OffsetCommit stale generation")
+        yield _commit(ctx, g, gen, "unknown-member", 3, "OffsetCommit unknown member")
+    yield _commit(ctx, ctx.group("simple"), -1, "", 5, "OffsetCommit simple")
+    yield _commit(ctx, ctx.group("simple"), -1, "", 5, "OffsetCommit unknown partition", partition=9)
+
+
+@_sc(ApiKey.OFFSET_FETCH, topics=[_t("t", 2)], versions=range(0, 10))
+def offset_fetch(ctx: Context) -> ScenarioGen:
+    """Committed and uncommitted partitions, all partitions (v2+), an unknown group."""
+    g = ctx.group()
+    yield _commit(ctx, g, -1, "", 7, "OffsetCommit", compare=False)
+
+    def fetch_offsets(group: str, parts: Optional[List[int]], label: str) -> Any:
+        topics = None if parts is None else [{"name": ctx.topic("t"), "topic_id": ctx.topic_id("t"),
+                                              "partition_indexes": parts}]
+        return ctx.call(ApiKey.OFFSET_FETCH, group_id=group, topics=topics, require_stable=False, label=label,
+                        groups=[{"group_id": group, "member_id": None, "member_epoch": -1, "topics": topics}])
+    yield fetch_offsets(g, [0, 1], "OffsetFetch")
+    if ctx.version >= 2:
+        yield fetch_offsets(g, None, "OffsetFetch all")
+    yield fetch_offsets(ctx.group("none"), [0], "OffsetFetch unknown group")
+
+
+@_sc(ApiKey.DESCRIBE_GROUPS)
+def describe_groups(ctx: Context) -> ScenarioGen:
+    """A stable one-member group and an unknown group."""
+    g = ctx.group()
+    yield from join_sync(ctx, g)
+    yield ctx.call(ApiKey.DESCRIBE_GROUPS, groups=[g, ctx.group("none")], include_authorized_operations=False)
+
+
+@_sc(ApiKey.LIST_GROUPS)
+def list_groups(ctx: Context) -> ScenarioGen:
+    """The run's group among all groups (other runs' groups are left out of the comparison)."""
+    g = ctx.group()
+    yield from join_sync(ctx, g)
+    yield ctx.call(ApiKey.LIST_GROUPS, states_filter=[], types_filter=[], view=_own("groups", g))
+    if ctx.version >= 4:
+        yield ctx.call(ApiKey.LIST_GROUPS, states_filter=["Stable"], types_filter=[], view=_own("groups", g),
+                       label="ListGroups stable")
+
+
+@_sc(ApiKey.DELETE_GROUPS, topics=[_t("t")])
+def delete_groups(ctx: Context) -> ScenarioGen:
+    """An empty group with offsets, a group with a member, an unknown group."""
+    empty, busy = ctx.group("empty"), ctx.group("busy")
+    yield _commit(ctx, empty, -1, "", 1, "OffsetCommit", compare=False)
+    yield from join_sync(ctx, busy)
+    yield ctx.call(ApiKey.DELETE_GROUPS, groups_names=[empty, busy, ctx.group("none")])
+
+
+@_sc(ApiKey.OFFSET_DELETE, topics=[_t("t", 2)])
+def offset_delete(ctx: Context) -> ScenarioGen:
+    """Delete a committed offset of an empty group; an unknown group; a group subscribed to
+    the topic."""
+    g = ctx.group()
+    yield _commit(ctx, g, -1, "", 1, "OffsetCommit", compare=False)
+    yield ctx.call(ApiKey.OFFSET_DELETE, group_id=g, topics=[{"name": ctx.topic("t"), "partitions": [
+        {"partition_index": 0}, {"partition_index": 1}]}])
+    yield ctx.call(ApiKey.OFFSET_DELETE, group_id=ctx.group("none"), label="OffsetDelete unknown group",
+                   topics=[{"name": ctx.topic("t"), "partitions": [{"partition_index": 0}]}])
+
+
+# -- KIP-848 -----------------------------------------------------------------------------------
+@_sc(ApiKey.CONSUMER_GROUP_HEARTBEAT, topics=[_t("t", 2)])
+def consumer_group_heartbeat(ctx: Context) -> ScenarioGen:
+    """Join with epoch 0, heartbeat with a stale member epoch (fenced), an unknown member, leave."""
+    g = ctx.group()
+    mid = "" if ctx.version == 0 else "kproto-conformance-mem01"
+
+    def hb(member: str, epoch: int, label: str, **kw: Any) -> Any:
+        return ctx.call(ApiKey.CONSUMER_GROUP_HEARTBEAT, group_id=g, member_id=member, member_epoch=epoch,
+                        instance_id=None, rack_id=None, label=label, **kw)
+    first = yield hb(mid, 0, "ConsumerGroupHeartbeat join", rebalance_timeout_ms=30000,
+                     subscribed_topic_names=[ctx.topic("t")], subscribed_topic_regex=None,
+                     server_assignor=None, topic_partitions=[])
+    mid, epoch = first.member_id or mid, first.member_epoch
+    yield hb(mid, epoch + 5, "ConsumerGroupHeartbeat fenced epoch", rebalance_timeout_ms=-1,
+             subscribed_topic_names=None, server_assignor=None, topic_partitions=None)
+    yield hb("kproto-conformance-none", 3, "ConsumerGroupHeartbeat unknown member", rebalance_timeout_ms=-1,
+             subscribed_topic_names=None, server_assignor=None, topic_partitions=None)
+    yield hb(mid, -1, "ConsumerGroupHeartbeat leave", rebalance_timeout_ms=-1,
+             subscribed_topic_names=None, server_assignor=None, topic_partitions=None)
+
+
+# -- transactions ------------------------------------------------------------------------------
+def init_txn(ctx: Context, txn: str, label: str = "InitProducerId", compare: Optional[bool] = None) -> Any:
+    return ctx.call(ApiKey.INIT_PRODUCER_ID, transactional_id=txn, transaction_timeout_ms=60000,
+                    producer_id=-1, producer_epoch=-1, label=label, compare=compare,
+                    retry=_coordinator_loading)
+
+
+def add_partitions(ctx: Context, txn: str, pid: int, epoch: int, suffix: str = "t",
+                   label: str = "AddPartitionsToTxn", name: Optional[str] = None) -> Any:
+    topics = [{"name": name or ctx.topic(suffix), "partitions": [0]}]
+    return ctx.call(ApiKey.ADD_PARTITIONS_TO_TXN, label=label,
+                    v3_and_below_transactional_id=txn, v3_and_below_producer_id=pid,
+                    v3_and_below_producer_epoch=epoch, v3_and_below_topics=topics,
+                    transactions=[{"transactional_id": txn, "producer_id": pid, "producer_epoch": epoch,
+                                   "verify_only": False, "topics": topics}])
+
+
+@_sc(ApiKey.INIT_PRODUCER_ID)
+def init_producer_id(ctx: Context) -> ScenarioGen:
+    """An idempotent producer id; a transactional one, twice (the epoch bumps); a bad timeout."""
+    yield ctx.call(ApiKey.INIT_PRODUCER_ID, transactional_id=None, transaction_timeout_ms=60000,
+                   producer_id=-1, producer_epoch=-1, label="InitProducerId idempotent")
+    txn = ctx.group("txn")
+    yield init_txn(ctx, txn)
+    yield init_txn(ctx, txn, "InitProducerId again")
+    yield ctx.call(ApiKey.INIT_PRODUCER_ID, transactional_id=ctx.group("txn2"), transaction_timeout_ms=0,
+                   producer_id=-1, producer_epoch=-1, label="InitProducerId bad timeout")
+
+
+@_sc(ApiKey.ADD_PARTITIONS_TO_TXN, topics=[_t("t")], versions=range(0, 4))
+def add_partitions_to_txn(ctx: Context) -> ScenarioGen:
+    """Add a partition; with a fenced (old) epoch; an unknown topic; an unknown producer id."""
+    txn = ctx.group("txn")
+    old = yield init_txn(ctx, txn, compare=False)
+    new = yield init_txn(ctx, txn, "InitProducerId again", compare=False)
+    yield add_partitions(ctx, txn, new.producer_id, new.producer_epoch)
+    yield add_partitions(ctx, txn, old.producer_id, old.producer_epoch, label="AddPartitionsToTxn fenced epoch")
+    yield add_partitions(ctx, txn, new.producer_id, new.producer_epoch, name=ctx.topic("missing"),
+                         label="AddPartitionsToTxn unknown topic")
+    yield add_partitions(ctx, txn, new.producer_id + 1000, 0, label="AddPartitionsToTxn unknown producer")
+
+
+@_sc(ApiKey.END_TXN, topics=[_t("t")], versions=range(0, 5))
+def end_txn(ctx: Context) -> ScenarioGen:
+    """Commit a transaction with one batch, end again with nothing ongoing, end with a fenced
+    epoch, then a Fetch at read_committed showing the marker."""
+    txn = ctx.group("txn")
+    old = yield init_txn(ctx, txn, compare=False)
+    new = yield init_txn(ctx, txn, "InitProducerId again", compare=False)
+    pid, epoch = new.producer_id, new.producer_epoch
+    yield add_partitions(ctx, txn, pid, epoch)
+    yield produce(ctx, "t", batch(ctx.t0, 2, producer_id=pid, producer_epoch=epoch, base_sequence=0, transactional=True),
+                  transactional_id=txn)
+
+    def end(p: int, e: int, committed: bool, label: str) -> Any:
+        return ctx.call(ApiKey.END_TXN, transactional_id=txn, producer_id=p, producer_epoch=e,
+                        committed=committed, label=label)
+    yield end(pid, epoch, True, "EndTxn commit")
+    yield end(old.producer_id, old.producer_epoch, False, "EndTxn fenced epoch")
+    # Kafka writes the commit marker after answering EndTxn: poll until it is there, as a
+    # consumer would
+    yield fetch(ctx, "t", 0, label="Fetch after commit", compare=True,
+                retry=lambda r: _partition(r).error_code == 0 and _partition(r).last_stable_offset < 3)
+
+
+@_sc(ApiKey.ADD_OFFSETS_TO_TXN, topics=[_t("t")])
+def add_offsets_to_txn(ctx: Context) -> ScenarioGen:
+    """Add a group's offsets to a transaction; with a fenced epoch."""
+    txn = ctx.group("txn")
+    old = yield init_txn(ctx, txn, compare=False)
+    new = yield init_txn(ctx, txn, "InitProducerId again", compare=False)
+    for label, r in (("AddOffsetsToTxn", new), ("AddOffsetsToTxn fenced epoch", old)):
+        yield ctx.call(ApiKey.ADD_OFFSETS_TO_TXN, transactional_id=txn, producer_id=r.producer_id,
+                       producer_epoch=r.producer_epoch, group_id=ctx.group(), label=label)
+
+
+@_sc(ApiKey.TXN_OFFSET_COMMIT, topics=[_t("t")], versions=range(0, 5))
+def txn_offset_commit(ctx: Context) -> ScenarioGen:
+    """TxnOffsetCommit after AddOffsetsToTxn; with a fenced epoch; without AddOffsetsToTxn."""
+    txn, g = ctx.group("txn"), ctx.group()
+    old = yield init_txn(ctx, txn, compare=False)
+    new = yield init_txn(ctx, txn, "InitProducerId again", compare=False)
+    yield ctx.call(ApiKey.ADD_OFFSETS_TO_TXN, transactional_id=txn, producer_id=new.producer_id,
+                   producer_epoch=new.producer_epoch, group_id=g)
+
+    def commit(r: Any, group: str, label: str) -> Any:
+        return ctx.call(ApiKey.TXN_OFFSET_COMMIT, transactional_id=txn, group_id=group,
+                        producer_id=r.producer_id, producer_epoch=r.producer_epoch, generation_id=-1,
+                        member_id="", group_instance_id=None, label=label, topics=[
+                            {"name": ctx.topic("t"), "partitions": [
+                                {"partition_index": 0, "committed_offset": 1, "committed_leader_epoch": -1,
+                                 "committed_metadata": ""}]}])
+    yield commit(new, g, "TxnOffsetCommit")
+    yield commit(old, g, "TxnOffsetCommit fenced epoch")
+
+
+@_sc(ApiKey.DESCRIBE_TRANSACTIONS, topics=[_t("t")])
+def describe_transactions(ctx: Context) -> ScenarioGen:
+    """An ongoing transaction with one partition; an unknown transactional id."""
+    txn = ctx.group("txn")
+    r = yield init_txn(ctx, txn)
+    yield add_partitions(ctx, txn, r.producer_id, r.producer_epoch)
+    yield ctx.call(ApiKey.DESCRIBE_TRANSACTIONS, transactional_ids=[txn, ctx.group("none")])
+
+
+@_sc(ApiKey.LIST_TRANSACTIONS, topics=[_t("t")])
+def list_transactions(ctx: Context) -> ScenarioGen:
+    """Filtered by this run's producer id (other runs' transactions are left out)."""
+    txn = ctx.group("txn")
+    r = yield init_txn(ctx, txn)
+    yield add_partitions(ctx, txn, r.producer_id, r.producer_epoch)
+    yield ctx.call(ApiKey.LIST_TRANSACTIONS, state_filters=[], producer_id_filters=[r.producer_id],
+                   duration_filter=-1, transactional_id_pattern=None)
+    yield ctx.call(ApiKey.LIST_TRANSACTIONS, state_filters=["Ongoing"], producer_id_filters=[r.producer_id],
+                   duration_filter=-1, transactional_id_pattern=None, label="ListTransactions ongoing")
+
+
+@_sc(ApiKey.DESCRIBE_PRODUCERS, topics=[_t("t")])
+def describe_producers(ctx: Context) -> ScenarioGen:
+    """The idempotent producer of a partition; an unknown partition."""
+    init = yield ctx.call(ApiKey.INIT_PRODUCER_ID, transactional_id=None, transaction_timeout_ms=60000,
+                          producer_id=-1, producer_epoch=-1)
+    yield produce(ctx, "t", batch(ctx.t0, 3, producer_id=init.producer_id, producer_epoch=init.producer_epoch,
+                                  base_sequence=0))
+    yield ctx.call(ApiKey.DESCRIBE_PRODUCERS, topics=[{"name": ctx.topic("t"), "partition_indexes": [0, 5]}])
+
+
+# -- configs -----------------------------------------------------------------------------------
+TOPIC, BROKER = 2, 4
+TOPIC_KEYS = ["cleanup.policy", "retention.ms", "max.message.bytes", "segment.bytes", "min.insync.replicas"]
+
+
+@_sc(ApiKey.DESCRIBE_CONFIGS, topics=[_t("t", retention_ms="7200000")])
+def describe_configs(ctx: Context) -> ScenarioGen:
+    """Chosen keys of a topic (one set, the others defaults), an unknown topic, an unknown key."""
+    yield ctx.call(ApiKey.DESCRIBE_CONFIGS, include_synonyms=True, include_documentation=False, resources=[
+        {"resource_type": TOPIC, "resource_name": ctx.topic("t"), "configuration_keys": TOPIC_KEYS}])
+    yield ctx.call(ApiKey.DESCRIBE_CONFIGS, include_synonyms=False, include_documentation=False,
+                   label="DescribeConfigs unknown", resources=[
+                       {"resource_type": TOPIC, "resource_name": ctx.topic("missing"), "configuration_keys": None},
+                       {"resource_type": TOPIC, "resource_name": ctx.topic("t"), "configuration_keys": ["no.such"]}])
+
+
+@_sc(ApiKey.ALTER_CONFIGS, topics=[_t("t")])
+def alter_configs(ctx: Context) -> ScenarioGen:
+    """Set a topic config, a bad value, an unknown topic; then describe the result."""
+    def alter(name: str, configs: Dict[str, str], label: str, validate: bool = False) -> Any:
+        return ctx.call(ApiKey.ALTER_CONFIGS, validate_only=validate, label=label, resources=[
+            {"resource_type": TOPIC, "resource_name": name,
+             "configs": [{"name": k, "value": v} for k, v in configs.items()]}])
+    yield alter(ctx.topic("t"), {"retention.ms": "1000000"}, "AlterConfigs")
+    yield alter(ctx.topic("t"), {"retention.ms": "soon"}, "AlterConfigs bad value")
+    yield alter(ctx.topic("missing"), {"retention.ms": "1"}, "AlterConfigs unknown topic")
+    yield ctx.call(ApiKey.DESCRIBE_CONFIGS, include_synonyms=False, include_documentation=False,
+                   compare=True, label="DescribeConfigs after alter", resources=[
+                       {"resource_type": TOPIC, "resource_name": ctx.topic("t"), "configuration_keys": TOPIC_KEYS}])
+
+
+@_sc(ApiKey.INCREMENTAL_ALTER_CONFIGS, topics=[_t("t")])
+def incremental_alter_configs(ctx: Context) -> ScenarioGen:
+    """SET, APPEND to a list, DELETE; an unknown config; then describe the result."""
+    def alter(ops: List[Any], label: str, name: Optional[str] = None) -> Any:
+        return ctx.call(ApiKey.INCREMENTAL_ALTER_CONFIGS, validate_only=False, label=label, resources=[
+            {"resource_type": TOPIC, "resource_name": name or ctx.topic("t"),
+             "configs": [{"name": k, "config_operation": op, "value": v} for k, op, v in ops]}])
+    yield alter([("retention.ms", 0, "1000000"), ("cleanup.policy", 2, "compact")], "IncrementalAlterConfigs")
+    yield alter([("retention.ms", 1, None)], "IncrementalAlterConfigs delete")
+    yield alter([("no.such.config", 0, "1")], "IncrementalAlterConfigs unknown config")
+    yield alter([("retention.ms", 0, "1")], "IncrementalAlterConfigs unknown topic", name=ctx.topic("missing"))
+    yield ctx.call(ApiKey.DESCRIBE_CONFIGS, include_synonyms=False, include_documentation=False,
+                   compare=True, label="DescribeConfigs after alter", resources=[
+                       {"resource_type": TOPIC, "resource_name": ctx.topic("t"), "configuration_keys": TOPIC_KEYS}])
+
+
+# -- records and partitions --------------------------------------------------------------------
+@_sc(ApiKey.DELETE_RECORDS, topics=[_t("t")])
+def delete_records(ctx: Context) -> ScenarioGen:
+    """Delete before offset 2 of 5, beyond the end, a bad partition; then ListOffsets earliest."""
+    yield produce(ctx, "t", batch(ctx.t0, 5))
+
+    def delete(offset: int, label: str, partition: int = 0) -> Any:
+        return ctx.call(ApiKey.DELETE_RECORDS, timeout_ms=10000, label=label, topics=[
+            {"name": ctx.topic("t"), "partitions": [{"partition_index": partition, "offset": offset}]}])
+    yield delete(2, "DeleteRecords")
+    yield delete(100, "DeleteRecords out of range")
+    yield delete(1, "DeleteRecords bad partition", partition=3)
+    yield ctx.call(ApiKey.LIST_OFFSETS, replica_id=-1, isolation_level=0, timeout_ms=10000, compare=True,
+                   label="ListOffsets after delete", topics=[{"name": ctx.topic("t"), "partitions": [
+                       {"partition_index": 0, "timestamp": -2, "max_num_offsets": 1, "current_leader_epoch": -1}]}])
+
+
+@_sc(ApiKey.ELECT_LEADERS, topics=[_t("t")])
+def elect_leaders(ctx: Context) -> ScenarioGen:
+    """A preferred election where the preferred replica leads already; an unknown partition."""
+    yield ctx.call(ApiKey.ELECT_LEADERS, election_type=0, timeout_ms=10000,
+                   topic_partitions=[{"topic": ctx.topic("t"), "partitions": [0, 4]}])
+
+
+@_sc(ApiKey.DESCRIBE_LOG_DIRS, topics=[_t("t")])
+def describe_log_dirs(ctx: Context) -> ScenarioGen:
+    """The log directory holding a topic with one batch."""
+    yield produce(ctx, "t", batch(ctx.t0, 3))
+    yield ctx.call(ApiKey.DESCRIBE_LOG_DIRS, topics=[{"topic": ctx.topic("t"), "partitions": [0]}],
+                   view=_log_dirs_view)
+
+
+def _log_dirs_view(tree: Any) -> Any:
+    # total and usable bytes are the machine's disk, not the broker's
+    return {**tree, "results": [{k: v for k, v in r.items() if k not in ("total_bytes", "usable_bytes")}
+                                for r in tree["results"]]}
+
+
+# -- cluster -----------------------------------------------------------------------------------
+@_sc(ApiKey.DESCRIBE_CLUSTER)
+def describe_cluster(ctx: Context) -> ScenarioGen:
+    """The cluster's brokers and controller."""
+    yield ctx.call(ApiKey.DESCRIBE_CLUSTER, include_cluster_authorized_operations=False, endpoint_type=1,
+                   include_fenced_brokers=False)
+
+
+@_sc(ApiKey.DESCRIBE_QUORUM)
+def describe_quorum(ctx: Context) -> ScenarioGen:
+    """The metadata quorum (``__cluster_metadata`` partition 0), whose offsets depend on the
+    cluster's history: only the shape and error codes are meaningful."""
+    yield ctx.call(ApiKey.DESCRIBE_QUORUM, topics=[{"topic_name": "__cluster_metadata",
+                                                    "partitions": [{"partition_index": 0}]}],
+                   view=_quorum_view)
+
+
+def _quorum_view(tree: Any) -> Any:
+    def strip(x: Any) -> Any:
+        if isinstance(x, dict):
+            return {k: strip(v) for k, v in x.items()
+                    if k not in ("log_end_offset", "high_watermark", "leader_epoch", "replica_directory_id")}
+        if isinstance(x, list):
+            return [strip(v) for v in x]
+        return x
+    return strip(tree)
+
+
+# -- ACLs (only with an authorizer on both sides) ----------------------------------------------
+@_sc(ApiKey.DESCRIBE_ACLS, needs_authorizer=True)
+def describe_acls(ctx: Context) -> ScenarioGen:
+    """ACLs of a topic nobody has bound."""
+    yield ctx.call(ApiKey.DESCRIBE_ACLS, resource_type_filter=2, resource_name_filter=ctx.topic("t"),
+                   pattern_type_filter=3, principal_filter=None, host_filter=None, operation=1, permission_type=1)
+
+
+@_sc(ApiKey.CREATE_ACLS, needs_authorizer=True)
+def create_acls(ctx: Context) -> ScenarioGen:
+    """Allow a principal to read the run's topic, then describe and delete that binding."""
+    binding = {"resource_type": 2, "resource_name": ctx.topic("t"), "resource_pattern_type": 3,
+               "principal": "User:kproto-conformance", "host": "*", "operation": 3, "permission_type": 3}
+    yield ctx.call(ApiKey.CREATE_ACLS, creations=[binding])
+    yield ctx.call(ApiKey.DESCRIBE_ACLS, resource_type_filter=2, resource_name_filter=ctx.topic("t"),
+                   pattern_type_filter=3, principal_filter=None, host_filter=None, operation=1,
+                   permission_type=1, compare=True, label="DescribeAcls after create")
+    yield ctx.call(ApiKey.DELETE_ACLS, compare=True, label="DeleteAcls", filters=[
+        {"resource_type_filter": 2, "resource_name_filter": ctx.topic("t"), "pattern_type_filter": 3,
+         "principal_filter": None, "host_filter": None, "operation": 1, "permission_type": 1}])
+
+
+# -- more admin and client APIs ----------------------------------------------------------------
+@_sc(ApiKey.OFFSET_FOR_LEADER_EPOCH, topics=[_t("t")])
+def offset_for_leader_epoch(ctx: Context) -> ScenarioGen:
+    """The end offset of epoch 0, of an epoch in the future, and of a bad partition."""
+    yield produce(ctx, "t", batch(ctx.t0, 3))
+
+    def q(epoch: int, label: str, partition: int = 0) -> Any:
+        return ctx.call(ApiKey.OFFSET_FOR_LEADER_EPOCH, replica_id=-1, label=label, topics=[
+            {"topic": ctx.topic("t"), "partitions": [
+                {"partition": partition, "current_leader_epoch": -1, "leader_epoch": epoch}]}])
+    yield q(0, "OffsetForLeaderEpoch")
+    yield q(5, "OffsetForLeaderEpoch future epoch")
+    yield q(0, "OffsetForLeaderEpoch bad partition", partition=6)
+
+
+@_sc(ApiKey.CONSUMER_GROUP_DESCRIBE, topics=[_t("t")])
+def consumer_group_describe(ctx: Context) -> ScenarioGen:
+    """A KIP-848 group with one member; a classic group; an unknown group."""
+    g = ctx.group()
+    yield ctx.call(ApiKey.CONSUMER_GROUP_HEARTBEAT, group_id=g, member_id="kproto-conformance-mem01",
+                   member_epoch=0, instance_id=None, rack_id=None, rebalance_timeout_ms=30000,
+                   subscribed_topic_names=[ctx.topic("t")], subscribed_topic_regex=None,
+                   server_assignor=None, topic_partitions=[])
+    classic = ctx.group("classic")
+    yield from join_sync(ctx, classic)
+    yield ctx.call(ApiKey.CONSUMER_GROUP_DESCRIBE, group_ids=[g, classic, ctx.group("none")],
+                   include_authorized_operations=False)
+
+
+@_sc(ApiKey.DESCRIBE_TOPIC_PARTITIONS, topics=[_t("t", 3)])
+def describe_topic_partitions(ctx: Context) -> ScenarioGen:
+    """A topic with three partitions, two at a time (a cursor), and an unknown topic."""
+    first = yield ctx.call(ApiKey.DESCRIBE_TOPIC_PARTITIONS, response_partition_limit=2, cursor=None,
+                           topics=[{"name": ctx.topic("t")}, {"name": ctx.topic("missing")}])
+    if first.next_cursor is not None:
+        yield ctx.call(ApiKey.DESCRIBE_TOPIC_PARTITIONS, response_partition_limit=2, label="DescribeTopicPartitions next",
+                       cursor={"topic_name": first.next_cursor.topic_name,
+                               "partition_index": first.next_cursor.partition_index},
+                       topics=[{"name": ctx.topic("t")}])
+
+
+@_sc(ApiKey.LIST_PARTITION_REASSIGNMENTS, topics=[_t("t")])
+def list_partition_reassignments(ctx: Context) -> ScenarioGen:
+    """No reassignment in progress for the run's topic."""
+    yield ctx.call(ApiKey.LIST_PARTITION_REASSIGNMENTS, timeout_ms=10000,
+                   topics=[{"name": ctx.topic("t"), "partition_indexes": [0]}])
+
+
+@_sc(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS)
+def describe_user_scram_credentials(ctx: Context) -> ScenarioGen:
+    """A user without SCRAM credentials."""
+    yield ctx.call(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, users=[{"name": ctx.group("user")}])
+
+
+@_sc(ApiKey.DESCRIBE_CLIENT_QUOTAS)
+def describe_client_quotas(ctx: Context) -> ScenarioGen:
+    """The quotas of a client id nobody has configured."""
+    yield ctx.call(ApiKey.DESCRIBE_CLIENT_QUOTAS, strict=False, components=[
+        {"entity_type": "client-id", "match_type": 0, "match": ctx.group("client")}])
