@@ -931,7 +931,9 @@ class BrokerCore:
                 records = lg.read(data.fetch_offset, min(max(data.max_bytes, 0), budget), first,
                                   lso if committed else pd.high_watermark)
             except BrokerError as exc:
+                # Kafka answers a partition in error (OFFSET_OUT_OF_RANGE, ...) without offsets
                 pd.error_code = exc.code
+                pd.high_watermark = pd.last_stable_offset = pd.log_start_offset = -1
                 if ver >= 4:
                     pd.aborted_transactions = []
                 continue
@@ -1008,9 +1010,10 @@ def error_response(api_key: int, version: int, body: Any, code: int) -> Optional
             cls.ListOffsetsPartitionResponse(partition_index=p.partition_index, error_code=code)
             for p in t.partitions]) for t in body.topics])
     if api_key == ApiKey.METADATA:
+        # a topic asked by id alone has no name to mirror before v12 (names are not nullable)
         return cls(topics=[cls.MetadataResponseTopic(error_code=code, name=t.name,
                                                      topic_id=getattr(t, "topic_id", ZERO_UUID))
-                           for t in body.topics or ()])
+                           for t in body.topics or () if t.name is not None or version >= 12])
     if api_key == ApiKey.OFFSET_FOR_LEADER_EPOCH:
         return cls(topics=[cls.OffsetForLeaderTopicResult(topic=t.topic, partitions=[cls.EpochEndOffset(
             error_code=code, partition=p.partition, leader_epoch=-1, end_offset=-1) for p in t.partitions])

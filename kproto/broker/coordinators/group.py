@@ -1142,12 +1142,14 @@ class GroupCoordinator:
                     err = E.ILLEGAL_GENERATION
         elif version >= 3 and group is None and body.generation_id >= 0:
             err = E.ILLEGAL_GENERATION
-        if not err and self.core.verify_transactional_produce(
+        if not err:
+            # Kafka's coordinator verifies the write as a produce's (KIP-890): the group's
+            # offsets partition must be in the transaction (AddOffsetsToTxn), under its epoch
+            verified = self.core.verify_transactional_produce(
                 body.transactional_id, body.producer_id, body.producer_epoch, OFFSETS_TOPIC,
-                partition_for(body.group_id, self.num_partitions)) == E.INVALID_TXN_STATE:
-            # the group's offsets partition is not in the transaction (no AddOffsetsToTxn):
-            # Kafka's coordinator verifies the write as a produce's (KIP-890)
-            err = E.INVALID_TXN_STATE
+                partition_for(body.group_id, self.num_partitions))
+            if verified in (E.INVALID_TXN_STATE, E.INVALID_PRODUCER_EPOCH):
+                err = verified
         now = self.core.wall_ms()
         codes: dict[tuple[str, int], int] = {}
         records, oms = [], {}
