@@ -849,10 +849,6 @@ class BrokerCore:
                     pid, epoch = _producer_id_and_epoch(p.records)
                     err = self.verify_transactional_produce(body.transactional_id, pid, epoch,
                                                             t.name, p.index)
-                    if err == ErrorCode.INVALID_TXN_STATE and req.version >= 11:
-                        # Produce v11 clients know TRANSACTION_ABORTABLE (KIP-890), which
-                        # Kafka's verification answers for a partition not in the transaction
-                        err = ErrorCode.TRANSACTION_ABORTABLE
                     if err:
                         res.error_code = err
                         continue

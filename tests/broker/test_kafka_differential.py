@@ -246,7 +246,8 @@ def transaction_fencing_and_a_deleted_topic(s: Story) -> None:
                 v3_and_below_producer_id=pid, v3_and_below_producer_epoch=epoch,
                 v3_and_below_topics=[A.AddPartitionsToTxnTopic(name=s.name("nope"), partitions=[0])])
     txn_produce(s, "produce p0", topic, 0, tid, pid, epoch, 0)
-    for v in (3, 9, 11):
+    # (at v11 Kafka answers INVALID_TXN_STATE or TRANSACTION_ABORTABLE from one run to the next)
+    for v in (3, 9):
         txn_produce(s, f"v{v} produce p1 not added", topic, 1, tid, pid, epoch, 0, v)
     txn_produce(s, "produce newer epoch", topic, 0, tid, pid, epoch + 1, 0)
     s.delete(topic)
