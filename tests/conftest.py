@@ -9,6 +9,11 @@ import pytest
 # a sibling module: pytest's default (prepend) import mode puts this folder on sys.path
 from fuzz_support import load
 
+# kproto's fixtures (kafka_broker, kafka_cluster, apache_kafka, apache_kafka_cluster, any_broker)
+# for every folder, as users load them; registered once here, so the session's shared Apache
+# Kafka clusters are shared by all folders' tests
+pytest_plugins = ["kproto.testing"]
+
 
 @pytest.fixture(scope="session")
 def fuzz_target():

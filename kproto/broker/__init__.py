@@ -21,10 +21,33 @@ Its parts: :mod:`~kproto.broker.coordinators` (groups, transactions),
 """
 from __future__ import annotations
 
-from kproto.broker.configs import BrokerConfig
-from kproto.broker.core import BrokerCore, ControlHandle, Intercept
-from kproto.broker.log import LogConfig
-from kproto.broker.server import Broker
-from kproto.broker.cluster import Cluster  # noqa: E402  (after Broker, which it builds on)
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # type checkers see the real names; at run time they load on first use
+    from kproto.broker.cluster import Cluster
+    from kproto.broker.configs import BrokerConfig
+    from kproto.broker.core import BrokerCore, ControlHandle, Intercept
+    from kproto.broker.log import LogConfig
+    from kproto.broker.server import Broker
+
+# importing one part (kproto.broker.timer, or kproto.broker.cluster.control for a shell's
+# control command) does not load the whole broker
+_LAZY = {
+    "Broker": "kproto.broker.server", "BrokerConfig": "kproto.broker.configs",
+    "BrokerCore": "kproto.broker.core", "ControlHandle": "kproto.broker.core",
+    "Intercept": "kproto.broker.core", "LogConfig": "kproto.broker.log",
+    "Cluster": "kproto.broker.cluster.local",
+}
 
 __all__ = ["Broker", "BrokerConfig", "BrokerCore", "Cluster", "ControlHandle", "Intercept", "LogConfig"]
+
+
+def __getattr__(name: str) -> object:
+    mod = _LAZY.get(name)
+    if mod is None:
+        raise AttributeError(f"module 'kproto.broker' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(mod), name)
+    globals()[name] = value
+    return value

@@ -1,9 +1,11 @@
 """``kproto cluster``: run a Kafka cluster (KRaft controllers and brokers) in one process
-until SIGTERM or SIGINT."""
+until SIGTERM or SIGINT; ``kproto cluster ctl DIR ...`` stops, starts, isolates and heals its
+nodes from another shell."""
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import sys
 from typing import Any
 
@@ -19,7 +21,7 @@ def register(sub: Any) -> None:
     p.add_argument("--brokers", type=int, default=3, help="number of brokers (default 3)")
     p.add_argument("--controllers", type=int, choices=(1, 3), default=1,
                    help="controllers in the quorum (default 1)")
-    p.add_argument("--data", required=True, metavar="DIR", help="data directory of the cluster")
+    p.add_argument("--data", metavar="DIR", help="data directory of the cluster (required)")
     p.add_argument("--port", type=int, default=0,
                    help="first broker's port, the others follow it (default 0: free ports)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on and advertise")
@@ -34,12 +36,51 @@ def register(sub: Any) -> None:
                    help="broker.heartbeat.interval.ms (default 2000)")
     p.add_argument("--no-auto-create", action="store_true", help="auto.create.topics.enable=false")
     p.set_defaults(func=run)
+    actions = p.add_subparsers(dest="action", metavar="ACTION")
+    ctl = actions.add_parser(
+        "ctl", help="control a running cluster: stop, start, isolate, heal nodes, status",
+        description="Send one command to the 'kproto cluster' running over DIR (through the "
+                    "control port named in DIR/kproto-control.json). Exit 0 when done, 2 on "
+                    "bad use (no running cluster in DIR, an unknown node), 1 when the cluster "
+                    "could not do it.")
+    ctl.add_argument("dir", metavar="DIR", help="the cluster's data directory (its --data)")
+    ctl.add_argument("--timeout", type=float, default=60.0,
+                     help="seconds to wait for the answer (default 60)")
+    commands = ctl.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    status = commands.add_parser("status", help="every node: role, address, state, cut links")
+    status.add_argument("--json", action="store_true", help="the answer as one JSON object")
+    stop = commands.add_parser("stop", help="stop a node: gracefully (a broker's controlled "
+                                            "shutdown), or --abrupt as kill -9")
+    stop.add_argument("node", type=int)
+    stop.add_argument("--abrupt", action="store_true", help="as kill -9: nothing more written")
+    start = commands.add_parser("start", help="start a stopped node over its data (recovered)")
+    start.add_argument("node", type=int)
+    isolate = commands.add_parser("isolate", help="cut a node from every other node")
+    isolate.add_argument("node", type=int)
+    partition = commands.add_parser("partition", help="cut the link between two nodes")
+    partition.add_argument("node", type=int)
+    partition.add_argument("peer", type=int)
+    heal = commands.add_parser("heal", help="mend a node's cut links and delays (every node's "
+                                            "when NODE is left out)")
+    heal.add_argument("node", type=int, nargs="?")
+    ctl.set_defaults(func=run_ctl)
 
 
 async def _serve(args: argparse.Namespace) -> int:
     from kproto.broker.cluster import Cluster
+    from kproto.broker.cluster.control import ControlError, ControlServer, control
     from kproto.cli.broker import until_signalled
 
+    if args.data is None:
+        print("kproto cluster: --data DIR is required", file=sys.stderr)
+        return 2
+    try:
+        control(args.data, "status", timeout=5)
+    except ControlError:
+        pass  # no cluster answers there: the directory is free
+    else:
+        print(f"kproto cluster: a cluster already runs over {args.data}", file=sys.stderr)
+        return 2
     if args.brokers < 1:
         print("kproto cluster: --brokers must be at least 1", file=sys.stderr)
         return 2
@@ -55,13 +96,64 @@ async def _serve(args: argparse.Namespace) -> int:
         print(f"kproto cluster: {exc}", file=sys.stderr)
         await cluster.close()
         return 2
-    for broker in cluster.brokers.values():
-        broker.warm_up()
-        print(f"listening on {broker.bootstrap}", flush=True)
-    await until_signalled()
+    async with ControlServer(cluster):
+        for broker in cluster.brokers.values():
+            broker.warm_up()
+            print(f"listening on {broker.bootstrap}", flush=True)
+        await until_signalled()
     await cluster.close()
     return 0
 
 
 def run(args: argparse.Namespace) -> int:
     return asyncio.run(_serve(args))
+
+
+def run_ctl(args: argparse.Namespace) -> int:
+    from kproto.broker.cluster.control import ControlError, control
+
+    target = {k: getattr(args, k) for k in ("node", "peer") if getattr(args, k, None) is not None}
+    if args.command == "stop" and args.abrupt:
+        target["abrupt"] = True
+    try:
+        reply = control(args.dir, args.command, timeout=args.timeout, **target)
+    except ControlError as exc:
+        print(f"kproto cluster ctl: {exc}", file=sys.stderr)
+        return 2 if exc.usage else 1
+    if args.command == "status":
+        if args.json:
+            print(json.dumps({k: v for k, v in reply.items() if k != "ok"}))
+        else:
+            _print_status(reply)
+    else:
+        print(_done(args, reply))
+    return 0
+
+
+def _print_status(reply: dict[str, Any]) -> None:
+    """One line per node: id, role, address, state, then what is notable."""
+    print(f"cluster {reply['cluster_id']}  bootstrap {reply['bootstrap'] or '-'}")
+    for n in reply["nodes"]:
+        notes = []
+        if n.get("active"):
+            notes.append("active controller")
+        if n.get("fenced"):
+            notes.append("fenced")
+        if n["cut_from"]:
+            notes.append("cut from " + ",".join(map(str, n["cut_from"])))
+        state = "running" if n["running"] else "stopped"
+        print(f"{n['node']:>5}  {n['role']:<10}  {n['address']:<21}  {state:<7}  {'; '.join(notes)}".rstrip())
+
+
+def _done(args: argparse.Namespace, reply: dict[str, Any]) -> str:
+    """What the command did, in one line."""
+    if args.command == "stop":
+        how = "killed (abrupt)" if args.abrupt else "stopped"
+        return f"node {args.node} {how}" if reply.get("was_running") else f"node {args.node} was not running"
+    if args.command == "start":
+        return f"node {args.node} was running" if reply.get("was_running") else f"node {args.node} started"
+    if args.command == "isolate":
+        return f"node {args.node} cut from every other node"
+    if args.command == "partition":
+        return f"link {args.node} <-> {args.peer} cut"
+    return f"node {args.node}'s links healed" if args.node is not None else "every link healed"

@@ -41,6 +41,9 @@ class Deviation:
     reason: str
     versions: Optional[range] = None
     scenario: str = "*"
+    #: the difference comes and goes between runs (the reference's answer depends on timing),
+    #: so a run without it does not make the entry stale
+    intermittent: bool = False
 
     def matches(self, api: str, api_key: int, version: int, scenario: str, path: str) -> bool:
         if self.api not in (api, str(api_key)):
@@ -82,7 +85,7 @@ class Deviations:
         items = []
         for i, d in enumerate(doc.get("deviation", [])):
             missing = {"api", "path", "reason"} - set(d)
-            extra = set(d) - {"api", "path", "reason", "versions", "scenario"}
+            extra = set(d) - {"api", "path", "reason", "versions", "scenario", "intermittent"}
             if missing or extra or not str(d.get("reason", "")).strip():
                 raise ValueError(f"{source}: deviation #{i + 1} needs api, path and a reason "
                                  f"(missing {sorted(missing)}, unknown {sorted(extra)})")
@@ -90,7 +93,8 @@ class Deviations:
                 versions = _versions(d.get("versions"))
             except ValueError:
                 raise ValueError(f"{source}: deviation #{i + 1}: bad versions {d['versions']!r}") from None
-            items.append(Deviation(str(d["api"]), d["path"], d["reason"], versions, d.get("scenario", "*")))
+            items.append(Deviation(str(d["api"]), d["path"], d["reason"], versions, d.get("scenario", "*"),
+                                   bool(d.get("intermittent", False))))
         return cls(items)
 
     @classmethod

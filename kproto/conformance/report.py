@@ -92,7 +92,7 @@ class Report:
 
     def unused_deviations(self) -> List[Deviation]:
         """The deviations no difference of this run matched (each occurrence counts, not only
-        the one example a finding keeps)."""
+        the one example a finding keeps), except intermittent ones."""
         used = set()
         for key, ver in self.unsupported:
             used.add(id(self.deviations.explain(api_name(key), key, ver, "*", UNSUPPORTED)))
@@ -100,7 +100,7 @@ class Report:
             for d in r.diffs:
                 used.add(id(self.deviations.explain(api_name(r.api_key), r.api_key, r.version, r.scenario,
                                                     generic_path(d.path))))
-        return [d for d in self.deviations.items if id(d) not in used]
+        return [d for d in self.deviations.items if id(d) not in used and not d.intermittent]
 
     @property
     def unexplained(self) -> List[Finding]:

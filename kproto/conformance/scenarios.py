@@ -401,7 +401,7 @@ def _commit(ctx: Context, group: str, gen: int, mid: str, offset: int, label: st
                          "committed_leader_epoch": -1, "committed_metadata": "m"}]}])
 
 
-@_sc(ApiKey.OFFSET_COMMIT, topics=[_t("t")], versions=range(0, 10))
+@_sc(ApiKey.OFFSET_COMMIT, topics=[_t("t")])
 def offset_commit(ctx: Context) -> ScenarioGen:
     """Commits of a group member (v1+), a stale generation, an unknown member, a simple
     (memberless) commit, an unknown partition."""
@@ -415,7 +415,7 @@ def offset_commit(ctx: Context) -> ScenarioGen:
     yield _commit(ctx, ctx.group("simple"), -1, "", 5, "OffsetCommit unknown partition", partition=9)
 
 
-@_sc(ApiKey.OFFSET_FETCH, topics=[_t("t", 2)], versions=range(0, 10))
+@_sc(ApiKey.OFFSET_FETCH, topics=[_t("t", 2)])
 def offset_fetch(ctx: Context) -> ScenarioGen:
     """Committed and uncommitted partitions, all partitions (v2+), an unknown group."""
     g = ctx.group()
@@ -523,7 +523,7 @@ def init_producer_id(ctx: Context) -> ScenarioGen:
                    producer_id=-1, producer_epoch=-1, label="InitProducerId bad timeout")
 
 
-@_sc(ApiKey.ADD_PARTITIONS_TO_TXN, topics=[_t("t")], versions=range(0, 4))
+@_sc(ApiKey.ADD_PARTITIONS_TO_TXN, topics=[_t("t")])
 def add_partitions_to_txn(ctx: Context) -> ScenarioGen:
     """Add a partition; with a fenced (old) epoch; an unknown topic; an unknown producer id."""
     txn = ctx.group("txn")
@@ -536,7 +536,7 @@ def add_partitions_to_txn(ctx: Context) -> ScenarioGen:
     yield add_partitions(ctx, txn, new.producer_id + 1000, 0, label="AddPartitionsToTxn unknown producer")
 
 
-@_sc(ApiKey.END_TXN, topics=[_t("t")], versions=range(0, 5))
+@_sc(ApiKey.END_TXN, topics=[_t("t")])
 def end_txn(ctx: Context) -> ScenarioGen:
     """Commit a transaction with one batch, end again with nothing ongoing, end with a fenced
     epoch, then a Fetch at read_committed showing the marker."""
@@ -570,7 +570,7 @@ def add_offsets_to_txn(ctx: Context) -> ScenarioGen:
                        producer_epoch=r.producer_epoch, group_id=ctx.group(), label=label)
 
 
-@_sc(ApiKey.TXN_OFFSET_COMMIT, topics=[_t("t")], versions=range(0, 5))
+@_sc(ApiKey.TXN_OFFSET_COMMIT, topics=[_t("t")])
 def txn_offset_commit(ctx: Context) -> ScenarioGen:
     """TxnOffsetCommit after AddOffsetsToTxn; with a fenced epoch; without AddOffsetsToTxn."""
     txn, g = ctx.group("txn"), ctx.group()

@@ -51,7 +51,7 @@ if TYPE_CHECKING:  # imported on first use: ``python -m kproto.testing.apache`` 
     from kproto.testing.apache import ApacheKafka
 
 __all__ = ["BrokerThread", "ClusterThread", "kafka_broker", "kafka_cluster", "apache_kafka",
-           "apache_kafka_cluster", "any_broker", "TEST_DEFAULTS", "CLUSTER_TEST_DEFAULTS"]
+           "apache_kafka_cluster", "apache_kafka_pool", "any_broker", "TEST_DEFAULTS", "CLUSTER_TEST_DEFAULTS"]
 
 #: What the fixture changes from Kafka's defaults.
 #: Rebalances of both group protocols settle in well under a second instead of seconds:
@@ -272,8 +272,9 @@ class ClusterThread(_LoopThread):
     def cut_clients(self, node: int) -> None:
         self._run(self._c().cut_clients, node)
 
-    def heal(self) -> None:
-        self._run(self._c().heal)
+    def heal(self, node: Optional[int] = None) -> None:
+        """Mend every cut and delay, or only those of ``node``."""
+        self._run(self._c().heal, node)
 
     def create_topic(self, name: str, partitions: int = 1, replication_factor: int = -1,
                      configs: Optional[dict[str, str]] = None, timeout: float = 30.0) -> None:
@@ -320,19 +321,23 @@ def _apache_unavailable(version: str) -> None:
 
 
 class _ApachePool:
-    """The session's shared Apache Kafka clusters, one per shape and settings. Only the last
-    one asked for is kept running: each is several JVMs on a small machine."""
+    """The session's shared Apache Kafka clusters, one per shape and settings. At most
+    :attr:`keep` run at once (each is one JVM per node on what may be a small machine); the
+    one used longest ago is stopped to make room."""
+
+    keep = 2
 
     def __init__(self, base: Any) -> None:
         self._base = base
-        self._running: Optional[tuple[Any, ApacheKafka]] = None
+        self._running: dict[Any, ApacheKafka] = {}   # least recently used first
 
     def get(self, key: Any, make: Any) -> ApacheKafka:
-        if self._running is not None and self._running[0] == key:
-            return self._running[1]
-        self.close()
-        kafka: ApacheKafka = make(self._base.mktemp("apache-kafka")).start_all()
-        self._running = (key, kafka)
+        kafka = self._running.pop(key, None)
+        if kafka is None:
+            while len(self._running) >= self.keep:
+                self._running.pop(next(iter(self._running))).close()
+            kafka = make(self._base.mktemp("apache-kafka")).start_all()
+        self._running[key] = kafka
         return kafka
 
     def restore(self, kafka: ApacheKafka) -> None:
@@ -346,16 +351,20 @@ class _ApachePool:
                     kafka.start(node)
             kafka.wait_ready()
         except Exception:
-            self.close()
+            for key, running in list(self._running.items()):
+                if running is kafka:
+                    del self._running[key]
+            kafka.close()
 
     def close(self) -> None:
-        running, self._running = self._running, None
-        if running is not None:
-            running[1].close()
+        while self._running:
+            self._running.popitem()[1].close()
 
 
 @pytest.fixture(scope="session")
-def _apache_kafka_pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[_ApachePool]:
+def apache_kafka_pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[_ApachePool]:
+    """The session's shared Apache Kafka clusters (what ``apache_kafka`` and
+    ``apache_kafka_cluster`` take theirs from); stopped at the end of the session."""
     pool = _ApachePool(tmp_path_factory)
     yield pool
     pool.close()
@@ -380,25 +389,25 @@ def _apache(request: pytest.FixtureRequest, pool: _ApachePool, tmp_path_factory:
         with make(tmp_path_factory.mktemp("apache-kafka")) as kafka:
             yield kafka
         return
-    kafka = pool.get((nodes, controllers, version, sorted(config.items())), make)
+    kafka = pool.get((nodes, controllers, version, tuple(sorted(config.items()))), make)
     yield kafka
     pool.restore(kafka)
 
 
 @pytest.fixture
-def apache_kafka(request: pytest.FixtureRequest, _apache_kafka_pool: _ApachePool,
+def apache_kafka(request: pytest.FixtureRequest, apache_kafka_pool: _ApachePool,
                  tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApacheKafka]:
     """Apache Kafka on 127.0.0.1, shared by the session's tests of the same shape: one
     combined-mode node unless ``@pytest.mark.apache_kafka(nodes=, controllers=, ...)`` says."""
-    yield from _apache(request, _apache_kafka_pool, tmp_path_factory, 1, 0)
+    yield from _apache(request, apache_kafka_pool, tmp_path_factory, 1, 0)
 
 
 @pytest.fixture
-def apache_kafka_cluster(request: pytest.FixtureRequest, _apache_kafka_pool: _ApachePool,
+def apache_kafka_cluster(request: pytest.FixtureRequest, apache_kafka_pool: _ApachePool,
                          tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApacheKafka]:
     """Apache Kafka with 3 brokers and 1 dedicated controller (the ``apache_kafka`` marker
     changes it), shared as :func:`apache_kafka`."""
-    yield from _apache(request, _apache_kafka_pool, tmp_path_factory, 3, 1)
+    yield from _apache(request, apache_kafka_pool, tmp_path_factory, 3, 1)
 
 
 @pytest.fixture(params=["kproto", "apache"])

@@ -209,6 +209,25 @@ def _die_with_parent() -> list[str]:
     return [setpriv, "--pdeathsig", "KILL"] if setpriv else []
 
 
+def _wait_threads(pid: int, stopped: bool, timeout: float = 10.0) -> None:
+    """Wait until every thread of ``pid`` is stopped (state T) or none is: a signal takes
+    effect on each thread when it is next scheduled, which on a loaded machine is not at once.
+    Where /proc is missing, nothing to wait on."""
+    tasks = f"/proc/{pid}/task"
+    deadline = time.monotonic() + timeout
+    while os.path.isdir(tasks) and time.monotonic() < deadline:
+        states = []
+        for tid in os.listdir(tasks):
+            try:
+                with open(f"{tasks}/{tid}/stat", "rb") as f:
+                    states.append(f.read().rsplit(b")", 1)[1].split()[0] in (b"T", b"t"))
+            except (OSError, IndexError):
+                continue  # a thread that just ended
+        if states and all(states) == stopped and any(states) == stopped:
+            return
+        time.sleep(0.01)
+
+
 def _request(host: str, port: int, obj: Any, version: int, timeout: float = 5.0) -> Any:
     """Send one request with kproto's codecs and return the decoded response body."""
     api_key = type(obj).API_KEY
@@ -483,19 +502,22 @@ class ApacheKafka:
             pass
 
     def pause(self, node: int) -> None:
-        """Freeze ``node`` (SIGSTOP): its sockets stay open, it answers nothing."""
+        """Freeze ``node`` (SIGSTOP): its sockets stay open, it answers nothing. Returns once
+        every thread of the JVM is stopped (Linux: as /proc shows it)."""
         n = self.nodes[node]
         if not n.running:
             raise RuntimeError(f"node {node} is not running")
         assert n.proc is not None
         n.proc.send_signal(signal.SIGSTOP)
         n.paused = True
+        _wait_threads(n.proc.pid, stopped=True)
 
     def resume(self, node: int) -> None:
         """Let a paused node run again (SIGCONT)."""
         n = self.nodes[node]
         if n.proc is not None and n.running:
             n.proc.send_signal(signal.SIGCONT)
+            _wait_threads(n.proc.pid, stopped=False)
         n.paused = False
 
     def close(self) -> None:

@@ -2,9 +2,7 @@
 import pytest
 
 from kproto.broker.timer import FakeClock
-from kproto.testing import (_apache_kafka_pool, any_broker, apache_kafka,  # noqa: F401  (fixtures,
-                            apache_kafka_cluster, kafka_broker, kafka_cluster,  # markers, Apache
-                            pytest_configure, pytest_runtest_makereport)  # Kafka's logs in failed reports)
+from kproto.testing import kafka_broker, kafka_cluster, pytest_configure  # noqa: F401  (fixtures, markers)
 
 
 @pytest.fixture

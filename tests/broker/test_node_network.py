@@ -72,3 +72,16 @@ def test_requests_cuts_slow_links_and_healing(tmp_path):
             await net.close()
 
     asyncio.run(main())
+
+
+def test_healing_one_node_mends_its_links_alone():
+    net = NodeNetwork()
+    net.isolate(1, [1, 2, 3])
+    net.partition(2, 3)
+    net.slow(1, 2, 100)
+    net.slow(2, 3, 100)
+    net.heal(1)
+    assert not net.is_cut(1, 2) and not net.is_cut(3, 1) and net.is_cut(2, 3)
+    assert net._delay_ms == {frozenset((2, 3)): 100}
+    net.heal()
+    assert not net.is_cut(2, 3) and net._delay_ms == {}

@@ -174,6 +174,8 @@ def test_report_applies_the_deviations():
     r = _report(DEVS)
     assert r.unused_deviations() == []
     assert _report(DEVS + '[[deviation]]\napi = "Fetch"\npath = "*"\nreason = "r"\n').unused_deviations()[0].api == "Fetch"
+    assert _report(DEVS + '[[deviation]]\napi = "Fetch"\npath = "*"\nreason = "r"\nintermittent = true\n'
+                   ).unused_deviations() == []
     assert [(f.api_key, f.version) for f in r.unexplained] == [(3, 13)]
     assert "differs: topics[].error_code (explained)" in r.table()
     assert r.to_json()["unexplained"] == 1

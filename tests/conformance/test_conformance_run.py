@@ -58,8 +58,11 @@ def test_an_injected_difference_is_found_and_can_be_explained(brokers):
             parse_address(a.bootstrap), parse_address(b.bootstrap), select=["DescribeCluster.*"],
             deviations=Deviations.parse('[[deviation]]\napi = "DescribeCluster"\npath = "*"\n'
                                         'reason = "injected by the test"\n')))
+        rc = main(["conformance", "--target", a.bootstrap, "--reference", b.bootstrap,
+                   "--scenario", "DescribeCluster.*"])
     finally:
         hook.remove()
+    assert rc == 1  # the command fails while a difference is unexplained
     # an error answer: the code, and the brokers and ids it leaves out
     found = {f.path: f for f in report.unexplained}
     assert {f.api for f in report.unexplained} == {"DescribeCluster"}

@@ -174,3 +174,30 @@ def test_fetch_says_in_one_line_that_maven_is_missing(tmp_path):
                          env=env(PATH=str(bin_dir), KPROTO_KAFKA_CACHE=str(tmp_path / "cache")))
     assert out.returncode == 1
     assert out.stderr == "fetch.sh: Maven (mvn) is needed to fetch Apache Kafka's jars: install maven\n"
+
+
+def test_the_pool_keeps_two_clusters_and_stops_the_one_used_longest_ago(tmp_path):
+    from kproto.testing import _ApachePool
+
+    class Fake:
+        def __init__(self, path):
+            self.closed = False
+
+        def start_all(self):
+            return self
+
+        def close(self):
+            self.closed = True
+
+    class Base:
+        def mktemp(self, name):
+            return tmp_path
+
+    pool = _ApachePool(Base())
+    a, b = pool.get("a", Fake), pool.get("b", Fake)
+    assert pool.get("a", Fake) is a and not b.closed   # shared; "b" is now the one used longest ago
+    c = pool.get("c", Fake)
+    assert b.closed and not a.closed and not c.closed
+    assert pool.get("b", Fake) is not b and a.closed   # started again; "a" made room
+    pool.close()
+    assert c.closed

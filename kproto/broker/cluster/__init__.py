@@ -10,6 +10,19 @@
 """
 from __future__ import annotations
 
-from kproto.broker.cluster.local import CONTROLLER_ID_BASE, Cluster, ClusterBroker
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # type checkers see the real names; at run time they load on first use
+    from kproto.broker.cluster.local import CONTROLLER_ID_BASE, Cluster, ClusterBroker
 
 __all__ = ["CONTROLLER_ID_BASE", "Cluster", "ClusterBroker"]
+
+
+def __getattr__(name: str) -> object:  # the control client needs none of the cluster
+    if name not in __all__:
+        raise AttributeError(f"module 'kproto.broker.cluster' has no attribute {name!r}")
+    from kproto.broker.cluster import local
+
+    value = getattr(local, name)
+    globals()[name] = value
+    return value

@@ -258,11 +258,13 @@ class Cluster:
         request (nodes keep talking to it)."""
         self._hook_clients(node, Intercept(drop=True))
 
-    def heal(self) -> None:
-        """Mend every cut and delay between nodes and between clients and brokers."""
-        self.network.heal()
-        for node in list(self._client_cuts):
-            self._hook_clients(node, None)
+    def heal(self, node: Optional[int] = None) -> None:
+        """Mend every cut and delay between nodes and between clients and brokers, or only
+        those of ``node``."""
+        self.network.heal(node)
+        for n in list(self._client_cuts):
+            if node is None or n == node:
+                self._hook_clients(n, None)
 
     def _hook_clients(self, node: int, action: Optional[Intercept]) -> None:
         for handle in self._client_cuts.pop(node, []):

@@ -14,7 +14,8 @@ Faults, as a test injects them (Jepsen's nemesis):
 * :meth:`NodeNetwork.partition` cuts the link between two nodes both ways: requests sent
   while it is cut, and answers arriving while it is cut, are lost; their senders see no
   answer until their timeout, as across a real partition (no reset arrives).
-* :meth:`NodeNetwork.isolate` cuts a node from every other; :meth:`NodeNetwork.heal` mends all.
+* :meth:`NodeNetwork.isolate` cuts a node from every other; :meth:`NodeNetwork.heal` mends all,
+  or one node's links.
 * :meth:`NodeNetwork.slow` delays every request and answer on a link.
 """
 from __future__ import annotations
@@ -73,10 +74,14 @@ class NodeNetwork:
         else:
             self._delay_ms.pop(key, None)
 
-    def heal(self) -> None:
-        """Mend every cut and remove every delay."""
-        self._cut.clear()
-        self._delay_ms.clear()
+    def heal(self, node: Optional[int] = None) -> None:
+        """Mend every cut and remove every delay, or only those of ``node``'s links."""
+        if node is None:
+            self._cut.clear()
+            self._delay_ms.clear()
+            return
+        self._cut = {link for link in self._cut if node not in link}
+        self._delay_ms = {link: ms for link, ms in self._delay_ms.items() if node not in link}
 
     def is_cut(self, a: int, b: int) -> bool:
         return frozenset((a, b)) in self._cut

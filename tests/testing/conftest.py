@@ -1,3 +1,0 @@
-"""The Apache Kafka harness's fixtures, imported as a user's conftest would."""
-from kproto.testing import (_apache_kafka_pool, apache_kafka, apache_kafka_cluster,  # noqa: F401
-                            pytest_configure, pytest_runtest_makereport)
