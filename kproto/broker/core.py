@@ -811,12 +811,23 @@ class BrokerCore:
                 except BrokerError as exc:
                     res.error_code = exc.code
                     continue
-                epoch, end = lg.end_offset_for_epoch(p.leader_epoch)
+                epoch, end = self._end_offset_for_epoch(lg, p.leader_epoch)
                 if ver >= 1:
                     res.leader_epoch = epoch
                 res.end_offset = end
             topics.append(cls.OffsetForLeaderTopicResult(topic=t.topic, partitions=parts))
         req.respond(cls(throttle_time_ms=0, topics=topics))
+
+    @staticmethod
+    def _end_offset_for_epoch(lg: Log, epoch: int) -> tuple[int, int]:
+        """Where ``epoch`` ended in the leader's log, as Kafka's epoch cache answers: the
+        leader's own epoch is in Kafka's cache from the moment it leads (records or not), so
+        it ends at the log end; an epoch above it is unknown, (-1, -1)."""
+        if epoch > lg.leader_epoch:
+            return -1, -1
+        if epoch == lg.leader_epoch and lg.latest_epoch < epoch:
+            return epoch, lg.log_end_offset
+        return lg.end_offset_for_epoch(epoch)
 
     # ------------------------------------------------------------------ Produce
     def _produce(self, req: Request) -> None:
