@@ -31,7 +31,7 @@ from kproto.broker.timer import CallbackTask, Clock, SystemClock, SystemTimer
 from kproto.codecs import request as request_codec
 from kproto.codecs import response as response_codec
 from kproto.codecs.primitives import Uuid
-from kproto.error_codes import ErrorCode
+from kproto.error_codes import ErrorCode, error_message
 from kproto.errors import DecodeError, EncodeError
 from kproto.fetch_session import FetchSessionCache, SessionErrorContext
 from kproto.fetch_session.messages import (build_fetch_response, request_fetch_data,
@@ -655,7 +655,7 @@ class BrokerCore:
         seen: set[str] = set()
         dupes = {t.name for t in body.topics if sum(1 for u in body.topics if u.name == t.name) > 1}
         for t in body.topics:
-            res = cls.CreatableTopicResult(name=t.name, error_code=0)
+            res = cls.CreatableTopicResult(name=t.name, error_code=0, error_message=None)
             results.append(res)
             if t.name in dupes:
                 if t.name in seen:
@@ -741,7 +741,9 @@ class BrokerCore:
             topic = self.logs.topics.get(name) if name is not None else self.logs.topics_by_id.get(tid)
             if topic is None:
                 code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if name is not None else ErrorCode.UNKNOWN_TOPIC_ID
-                results.append(cls.DeletableTopicResult(name=name, topic_id=tid, error_code=code))
+                # with the error's message, as Kafka's controller answers (v5+ carry it)
+                results.append(cls.DeletableTopicResult(name=name, topic_id=tid, error_code=code,
+                                                        error_message=error_message(code) if ver >= 5 else None))
                 continue
             self.logs.delete_topic(topic.name)
             if topic.configs:
@@ -790,6 +792,8 @@ class BrokerCore:
                         res.offset, res.timestamp = found
                 else:
                     res.error_code = ErrorCode.UNSUPPORTED_VERSION  # an unknown special timestamp
+                if res.offset < 0:
+                    res.leader_epoch = -1  # nothing found: no epoch either, as Kafka answers
             topics.append(cls.ListOffsetsTopicResponse(name=t.name, partitions=parts))
         req.respond(cls(topics=topics))
 
