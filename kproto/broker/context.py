@@ -57,6 +57,11 @@ class BrokerContext(Protocol):
         """Whether the partition exists in the cluster (hosted here or not)."""
         ...
 
+    def verify_transactional_produce(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                                     topic: str, partition: int) -> int:
+        """KIP-890 verification of a transactional write to a partition: 0, or the error."""
+        ...
+
     def known_topics(self) -> Mapping[str, tuple[Uuid, int, bool]]:
         """Every topic of the cluster: name -> (topic id, partition count, internal)."""
         ...

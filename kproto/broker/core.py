@@ -31,7 +31,7 @@ from kproto.broker.timer import CallbackTask, Clock, SystemClock, SystemTimer
 from kproto.codecs import request as request_codec
 from kproto.codecs import response as response_codec
 from kproto.codecs.primitives import Uuid
-from kproto.error_codes import ErrorCode
+from kproto.error_codes import ErrorCode, error_message
 from kproto.errors import DecodeError, EncodeError
 from kproto.fetch_session import FetchSessionCache, SessionErrorContext
 from kproto.fetch_session.messages import (build_fetch_response, request_fetch_data,
@@ -669,7 +669,7 @@ class BrokerCore:
         seen: set[str] = set()
         dupes = {t.name for t in body.topics if sum(1 for u in body.topics if u.name == t.name) > 1}
         for t in body.topics:
-            res = cls.CreatableTopicResult(name=t.name, error_code=0)
+            res = cls.CreatableTopicResult(name=t.name, error_code=0, error_message=None)
             results.append(res)
             if t.name in dupes:
                 if t.name in seen:
@@ -755,7 +755,9 @@ class BrokerCore:
             topic = self.logs.topics.get(name) if name is not None else self.logs.topics_by_id.get(tid)
             if topic is None:
                 code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if name is not None else ErrorCode.UNKNOWN_TOPIC_ID
-                results.append(cls.DeletableTopicResult(name=name, topic_id=tid, error_code=code))
+                # with the error's message, as Kafka's controller answers (v5+ carry it)
+                results.append(cls.DeletableTopicResult(name=name, topic_id=tid, error_code=code,
+                                                        error_message=error_message(code) if ver >= 5 else None))
                 continue
             self.logs.delete_topic(topic.name)
             if topic.configs:
@@ -804,6 +806,8 @@ class BrokerCore:
                         res.offset, res.timestamp = found
                 else:
                     res.error_code = ErrorCode.UNSUPPORTED_VERSION  # an unknown special timestamp
+                if res.offset < 0:
+                    res.leader_epoch = -1  # nothing found: no epoch either, as Kafka answers
             topics.append(cls.ListOffsetsTopicResponse(name=t.name, partitions=parts))
         req.respond(cls(topics=topics))
 
@@ -825,12 +829,23 @@ class BrokerCore:
                 except BrokerError as exc:
                     res.error_code = exc.code
                     continue
-                epoch, end = lg.end_offset_for_epoch(p.leader_epoch)
+                epoch, end = self._end_offset_for_epoch(lg, p.leader_epoch)
                 if ver >= 1:
                     res.leader_epoch = epoch
                 res.end_offset = end
             topics.append(cls.OffsetForLeaderTopicResult(topic=t.topic, partitions=parts))
         req.respond(cls(throttle_time_ms=0, topics=topics))
+
+    @staticmethod
+    def _end_offset_for_epoch(lg: Log, epoch: int) -> tuple[int, int]:
+        """Where ``epoch`` ended in the leader's log, as Kafka's epoch cache answers: the
+        leader's own epoch is in Kafka's cache from the moment it leads (records or not), so
+        it ends at the log end; an epoch above it is unknown, (-1, -1)."""
+        if epoch > lg.leader_epoch:
+            return -1, -1
+        if epoch == lg.leader_epoch and lg.latest_epoch < epoch:
+            return epoch, lg.log_end_offset
+        return lg.end_offset_for_epoch(epoch)
 
     # ------------------------------------------------------------------ Produce
     def _produce(self, req: Request) -> None:
@@ -863,10 +878,6 @@ class BrokerCore:
                     pid, epoch = _producer_id_and_epoch(p.records)
                     err = self.verify_transactional_produce(body.transactional_id, pid, epoch,
                                                             t.name, p.index)
-                    if err == ErrorCode.INVALID_TXN_STATE and req.version >= 11:
-                        # Produce v11 clients know TRANSACTION_ABORTABLE (KIP-890), which
-                        # Kafka's verification answers for a partition not in the transaction
-                        err = ErrorCode.TRANSACTION_ABORTABLE
                     if err:
                         res.error_code = err
                         continue
@@ -936,6 +947,8 @@ class BrokerCore:
                 lg = self.fetch_log(tip, data)
             except BrokerError as exc:
                 pd.error_code = exc.code
+                if ver >= 4:
+                    pd.aborted_transactions = []  # Kafka's error partition: an empty list, not null
                 continue
             pd.high_watermark, pd.log_start_offset = lg.high_watermark, lg.log_start_offset
             pd.last_stable_offset = lso = lg.last_stable_offset
@@ -943,7 +956,11 @@ class BrokerCore:
                 records = lg.read(data.fetch_offset, min(max(data.max_bytes, 0), budget), first,
                                   lso if committed else pd.high_watermark)
             except BrokerError as exc:
+                # Kafka answers a partition in error (OFFSET_OUT_OF_RANGE, ...) without offsets
                 pd.error_code = exc.code
+                pd.high_watermark = pd.last_stable_offset = pd.log_start_offset = -1
+                if ver >= 4:
+                    pd.aborted_transactions = []
                 continue
             pd.records = records
             if committed and records:
@@ -1018,9 +1035,10 @@ def error_response(api_key: int, version: int, body: Any, code: int) -> Optional
             cls.ListOffsetsPartitionResponse(partition_index=p.partition_index, error_code=code)
             for p in t.partitions]) for t in body.topics])
     if api_key == ApiKey.METADATA:
+        # a topic asked by id alone has no name to mirror before v12 (names are not nullable)
         return cls(topics=[cls.MetadataResponseTopic(error_code=code, name=t.name,
                                                      topic_id=getattr(t, "topic_id", ZERO_UUID))
-                           for t in body.topics or ()])
+                           for t in body.topics or () if t.name is not None or version >= 12])
     if api_key == ApiKey.OFFSET_FOR_LEADER_EPOCH:
         return cls(topics=[cls.OffsetForLeaderTopicResult(topic=t.topic, partitions=[cls.EpochEndOffset(
             error_code=code, partition=p.partition, leader_epoch=-1, end_offset=-1) for p in t.partitions])

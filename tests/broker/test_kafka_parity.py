@@ -168,12 +168,15 @@ def test_fenced_producer_learns_it_is_fenced_at_its_next_produce(target: Target)
     assert first.flush(20) == 0
     ck.Producer(conf).init_transactions(20)
     errors: list[Any] = []
-    first.produce(topic, b"after", on_delivery=lambda err, msg: errors.append(err))
     try:
+        first.produce(topic, b"after", on_delivery=lambda err, msg: errors.append(err))
         first.flush(20)
-    except (ck.KafkaException, SystemError):
+    except ck.KafkaException as exc:
+        # it may already know (a request of its own in the background was refused): no produce
+        assert exc.args[0].code() == ck.KafkaError._STATE, exc
+    except SystemError:
         pass  # the fatal error surfaces from the delivery callback's poll
-    assert [e.code() for e in errors] == [ck.KafkaError.INVALID_PRODUCER_EPOCH], errors
+    assert [e.code() for e in errors] in ([], [ck.KafkaError.INVALID_PRODUCER_EPOCH]), errors
     with pytest.raises(ck.KafkaException) as commit:
         first.commit_transaction(20)
     err = commit.value.args[0]

@@ -851,11 +851,14 @@ class GroupCoordinator:
         instance_id = body.group_instance_id if version >= 7 else None
         now = self.core.wall_ms()
 
+        layout = self._offsets_response_layout(body.topics)
+
         def result(code_for: Callable[[str, Any], int]) -> Any:
-            return cls(topics=[cls.OffsetCommitResponseTopic(name=t.name, partitions=[
-                cls.OffsetCommitResponsePartition(partition_index=p.partition_index,
-                                                  error_code=code_for(t.name, p))
-                for p in t.partitions]) for t in body.topics])
+            return cls(topics=[cls.OffsetCommitResponseTopic(name=name, partitions=[
+                cls.OffsetCommitResponsePartition(
+                    partition_index=p.partition_index,
+                    error_code=code_for(name, p) if known else E.UNKNOWN_TOPIC_OR_PARTITION)
+                for p, known in parts]) for name, parts in layout])
 
         if not body.group_id:
             return respond(result(lambda t, p: E.INVALID_GROUP_ID))
@@ -891,6 +894,23 @@ class GroupCoordinator:
             return respond(result(lambda t, p: err))
         codes, last = self._store_offsets(group, body.topics, version >= 6, now)
         self._answer_when_stored(body.group_id, codes, last, result, respond)
+
+    def _offsets_response_layout(self, topics: Any) -> list[tuple[str, list[tuple[Any, bool]]]]:
+        """The order Kafka answers an offset commit's partitions in: the broker first answers
+        the partitions it does not have (UNKNOWN_TOPIC_OR_PARTITION, in request order), then
+        the coordinator's results are merged in (appended to a topic already answered, or as
+        topics of their own after them). Each partition comes with whether it exists."""
+        out: dict[str, list[tuple[Any, bool]]] = {}
+        valid: list[tuple[str, Any]] = []
+        for t in topics:
+            for p in t.partitions:
+                if self.core.has_partition(t.name, p.partition_index):
+                    valid.append((t.name, p))
+                else:
+                    out.setdefault(t.name, []).append((p, False))
+        for name, p in valid:
+            out.setdefault(name, []).append((p, True))
+        return list(out.items())
 
     def _answer_when_stored(self, group_id: str, codes: dict[tuple[str, int], int], last: int,
                             result: Callable[[Callable[[str, Any], int]], Any], respond: Respond) -> None:
@@ -997,9 +1017,9 @@ class GroupCoordinator:
 
         def answer(top: int, codes: dict[tuple[str, int], int]) -> None:
             respond(cls(error_code=top, topics=[] if top else [cls.OffsetDeleteResponseTopic(
-                name=t.name, partitions=[cls.OffsetDeleteResponsePartition(
-                    partition_index=p.partition_index, error_code=codes.get((t.name, p.partition_index), 0))
-                    for p in t.partitions]) for t in body.topics]))
+                name=name, partitions=[cls.OffsetDeleteResponsePartition(
+                    partition_index=p.partition_index, error_code=codes.get((name, p.partition_index), 0))
+                    for p, _ in parts]) for name, parts in self._offsets_response_layout(body.topics)]))
 
         if not body.group_id:
             return answer(E.INVALID_GROUP_ID, {})
@@ -1036,10 +1056,9 @@ class GroupCoordinator:
         out = []
         for gid in body.groups:
             group = self.groups.get(gid)
-            if not gid:
-                out.append(cls.DescribedGroup(error_code=E.INVALID_GROUP_ID, group_id=gid, group_state="",
-                                              protocol_type="", protocol_data="", members=[]))
-            elif group is None or group.state == DEAD:
+            # the empty group id is described as any unknown group is (Kafka keeps that for
+            # backward compatibility)
+            if group is None or group.state == DEAD:
                 code = E.GROUP_ID_NOT_FOUND if version >= 6 else E.NONE
                 what = "is not a classic group" if gid in self.consumer.groups else "not found"
                 out.append(cls.DescribedGroup(
@@ -1087,9 +1106,7 @@ class GroupCoordinator:
             # v3 carries each group's message: Kafka's exception's (GroupIdNotFoundException's
             # own, the error's default for the others)
             message: Optional[str] = None
-            if not gid:
-                code, message = E.INVALID_GROUP_ID, "The group id is invalid."
-            elif cg is not None:
+            if cg is not None:  # (the empty group id is an unknown group, as in Kafka)
                 code = self.consumer.delete_group(cg)
             elif group is None or group.state == DEAD:
                 code, message = E.GROUP_ID_NOT_FOUND, f"Group {gid} not found."
@@ -1133,6 +1150,14 @@ class GroupCoordinator:
                     err = E.ILLEGAL_GENERATION
         elif group is None and generation >= 0:
             err = E.ILLEGAL_GENERATION
+        if not err:
+            # Kafka's coordinator verifies the write as a produce's (KIP-890): the group's
+            # offsets partition must be in the transaction (AddOffsetsToTxn), under its epoch
+            verified = self.core.verify_transactional_produce(
+                body.transactional_id, body.producer_id, body.producer_epoch, OFFSETS_TOPIC,
+                partition_for(body.group_id, self.num_partitions))
+            if verified in (E.INVALID_TXN_STATE, E.INVALID_PRODUCER_EPOCH):
+                err = verified
         now = self.core.wall_ms()
         codes: dict[tuple[str, int], int] = {}
         records, oms = [], {}
@@ -1157,10 +1182,12 @@ class GroupCoordinator:
                 for i, (tp, om) in enumerate(oms.items()):
                     om.record_offset = base + i
                     pend[tp] = om
-        respond(cls(topics=[cls.TxnOffsetCommitResponseTopic(name=t.name, partitions=[
-            cls.TxnOffsetCommitResponsePartition(partition_index=p.partition_index,
-                                                 error_code=err or codes.get((t.name, p.partition_index), 0))
-            for p in t.partitions]) for t in body.topics]))
+        respond(cls(topics=[cls.TxnOffsetCommitResponseTopic(name=name, partitions=[
+            cls.TxnOffsetCommitResponsePartition(
+                partition_index=p.partition_index,
+                error_code=(err or codes.get((name, p.partition_index), 0)) if known
+                else E.UNKNOWN_TOPIC_OR_PARTITION)
+            for p, known in parts]) for name, parts in self._offsets_response_layout(body.topics)]))
 
     def complete_txn(self, partition: int, producer_id: int, commit: bool) -> None:
         """A transaction marker landed on ``__consumer_offsets`` ``partition``: the producer's
