@@ -26,12 +26,25 @@ from kproto.records.record import (ATTR_CONTROL, ATTR_DELETE_HORIZON,
                                    CompressionAttributes, Header, Record, _long,
                                    increment_sequence, parse_headers)
 
-__all__ = ["RecordBatch", "Record", "Header", "HEADER_SIZE", "TIMESTAMP_TYPES"]
+__all__ = ["RecordBatch", "Record", "Header", "HEADER_SIZE", "TIMESTAMP_TYPES",
+           "attributes_problem"]
 
 HEADER = struct.Struct(">qiibIhiqqqhii")
 HEADER_SIZE = HEADER.size  # 61
 CRC_START = 21  # the CRC covers attributes .. end of batch
 TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
+MAX_CODEC = 4  # zstd; Kafka's CompressionType.forId refuses any higher id
+
+
+def attributes_problem(attributes: int) -> str | None:
+    """Why Kafka refuses a v2 batch with these ``attributes``, or None. Both timestamp types,
+    control batches with or without the transactional bit (KRaft's are not transactional) and
+    the unused high bits are accepted as Kafka accepts them; an unknown codec id is not."""
+    codec = attributes & 0x07
+    if codec > MAX_CODEC:
+        return f"unknown compression codec id {codec} in the batch attributes"
+    return None
+
 
 class RecordBatch(CompressionAttributes):
     """A magic v2 batch over a buffer (bytes, memoryview or mmap), read lazily.
@@ -139,8 +152,8 @@ class RecordBatch(CompressionAttributes):
             codec = self.compression
             if codec == 0:
                 self._data = raw
-            elif codec > 4:
-                raise DecodeError(f"unknown compression codec id {codec}", what="RecordBatch",
+            elif codec > MAX_CODEC:
+                raise DecodeError(attributes_problem(self.attributes) or "", what="RecordBatch",
                                   offset=self.position + CRC_START)
             else:
                 try:

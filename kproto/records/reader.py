@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Iterable, Iterator, Union
 
 from kproto.records.compression import DEFAULT_MAX_SIZE, DecompressionBudget
 from kproto.errors import DecodeError
-from kproto.records.batch import RecordBatch
+from kproto.records.batch import RecordBatch, attributes_problem
 from kproto.records.record import LOG_OVERHEAD
 from kproto.records.legacy import LegacyMessage
 from kproto.problems import Problems
@@ -69,12 +69,13 @@ class BatchReader:
         return self.end - self.position
 
     def _report(self, kind: str, reason: str, fatal: bool,
-                exc: DecodeError | None = None) -> None:
+                exc: DecodeError | None = None, bytes_skipped: int = 0) -> None:
         if self.problems is None:
             if exc is not None:
                 raise exc
             raise DecodeError(reason, what="log", offset=self.position)
-        self.problems.report(kind, reason, position=self.position, index=self.count, fatal=fatal)
+        self.problems.report(kind, reason, position=self.position, index=self.count, fatal=fatal,
+                             bytes_skipped=bytes_skipped)
 
     def __iter__(self) -> Iterator[Batch]:
         buf, end = self.buffer, self.end
@@ -103,8 +104,16 @@ class BatchReader:
                 self.stopped_by = e.reason
                 self._report("corrupt", e.reason, True, e)
                 return
-            self.position = pos + batch.size_in_bytes
             index = self.count
+            if magic == 2:
+                # what Kafka refuses in a framed batch is damage here, once for every reader:
+                # never a batch skipped unseen (as a control batch) or read with a wrong codec
+                bad = attributes_problem(batch.attributes)
+                if bad is not None:
+                    self._report("corrupt", bad, False, bytes_skipped=batch.size_in_bytes)
+                    self.position, self.count = pos + batch.size_in_bytes, index + 1
+                    continue
+            self.position = pos + batch.size_in_bytes
             self.count += 1
             if self.verify_crc and not batch.is_valid():
                 self.position, self.count = pos, index  # report at the batch's own place

@@ -215,7 +215,9 @@ def scan_batches(buf: bytes | memoryview, start: int = 0, end: int | None = None
     while pos < end:
         stopped = Problems()
         reader = BatchReader(buf, pos, end, verify_crc=False, problems=stopped, budget=budget)
+        seen = 0
         for batch in reader:
+            seen = _forward(stopped, seen, problems, shift)
             if not batch.is_valid():
                 problems.report("crc", f"CRC mismatch: stored {batch.crc}, computed "
                                 f"{batch.compute_crc()}", position=batch.position + shift,
@@ -234,16 +236,30 @@ def scan_batches(buf: bytes | memoryview, start: int = 0, end: int | None = None
                     continue
                 low = last + 1
             yield batch
+        _forward(stopped, seen, problems, shift)
         pos = reader.position
-        if not stopped:
+        if reader.stopped_by is None:
             if reader.trailing_bytes:
                 problems.report("torn-tail", f"partial batch: {reader.trailing_bytes} bytes",
                                 position=pos + shift, bytes_skipped=reader.trailing_bytes)
             return
         nxt = next((p for p in resync if p > pos), end)
-        problems.report("corrupt", stopped[-1].reason, position=pos + shift,
+        problems.report("corrupt", reader.stopped_by, position=pos + shift,
                         bytes_skipped=nxt - pos)
         pos = nxt
+
+
+def _forward(found: Problems, seen: int, problems: Problems, shift: int) -> int:
+    """Report the skipped batches of ``found`` past its first ``seen`` items (a reader's own
+    problems, not the damage that stopped it) at file positions; returns how many it has."""
+    if len(found) == seen:
+        return seen
+    items = list(found)
+    for p in items[seen:]:
+        if not p.fatal:
+            problems.report(p.kind, p.reason, position=p.position + shift,
+                            bytes_skipped=p.bytes_skipped)
+    return len(items)
 
 
 @dataclass

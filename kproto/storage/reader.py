@@ -37,7 +37,7 @@ from kproto.errors import DecodeError
 from kproto.problems import Problems
 from kproto.records.batch import RecordBatch
 from kproto.records import columns
-from kproto.records.batch import CRC_START, HEADER_SIZE
+from kproto.records.batch import CRC_START, HEADER_SIZE, MAX_CODEC, attributes_problem
 from kproto.records.columns import (F_ATTR, F_BASE, F_COUNT, F_CRC, F_CRC_COMPUTED, F_LOD,
                                     F_MTS, F_PID, F_POS, F_SIZE, BuiltColumns, decode_arrow)
 from kproto.records.compression import DEFAULT_MAX_SIZE, NONE, ZSTD, decompress
@@ -615,8 +615,9 @@ class _SplitRead:
         first = rows[:, F_BASE]
         last = first + rows[:, F_LOD]  # wraps as RecordBatch.last_offset does
         crc_bad = rows[:, F_CRC] != rows[:, F_CRC_COMPUTED]
+        attrs_bad = (rows[:, F_ATTR] & ATTR_COMPRESSION) > MAX_CODEC
         high = self.split.next_base_offset
-        if _fits_int64(low) and not crc_bad.any():
+        if _fits_int64(low) and not crc_bad.any() and not attrs_bad.any():
             prev = np.empty_like(first)
             prev[0] = low
             prev[1:] = last[:-1] + 1
@@ -631,6 +632,10 @@ class _SplitRead:
         shift, verify = self.split.start, self.opts.verify_crc
         for i in range(len(rows)):
             at, size = int(rows[i, F_POS]) + shift, int(rows[i, F_SIZE])
+            if attrs_bad[i]:  # as BatchReader frames it: damage before anything else
+                self.found.report("corrupt", attributes_problem(int(rows[i, F_ATTR])) or "",
+                                  position=at, bytes_skipped=size)
+                continue
             if crc_bad[i]:
                 self.found.report("crc", f"CRC mismatch: stored {int(rows[i, F_CRC])}, computed "
                                   f"{int(rows[i, F_CRC_COMPUTED])}", position=at,
