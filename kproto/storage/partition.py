@@ -23,7 +23,7 @@ from kproto.storage.checkpoints import LeaderEpochCheckpoint, OffsetCheckpoint, 
 from kproto.storage.indexes import (OFFSET_ENTRY_SIZE, TIME_ENTRY_SIZE, AbortedTxn, IndexBuilder,
                                     OffsetIndex, TimeIndex, has_empty_slot, parse_txn_index,
                                     useful_index_bytes)
-from kproto.storage.layout import PartitionDir, SegmentFiles, scan_partition_dir
+from kproto.storage.layout import PartitionDir, SegmentFiles, read_bounded, scan_partition_dir
 from kproto.storage.snapshot import ProducerSnapshot, parse_snapshot
 
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
@@ -51,10 +51,11 @@ def read_index(path: str, useful: int, entry_size: int) -> bytes:
 
 
 def read_file(path: str, parse, problems: Problems):
-    """``parse`` of a small file's bytes, or None with why reported in ``problems`` (a
-    ``file`` problem: contents that do not parse, or a file that cannot be read)."""
+    """``parse`` of a small file's bytes (read by :func:`~kproto.storage.layout.read_bounded`),
+    or None with why reported in ``problems`` (a ``file`` problem: contents that do not parse,
+    a file larger than its kind can be, or a file that cannot be read)."""
     try:
-        return parse(_read(path))
+        return parse(read_bounded(path))
     except DecodeError as exc:
         problems.report("file", exc.reason, source=path, position=exc.offset or 0)
     except OSError as exc:
@@ -153,7 +154,7 @@ class Segment:
         if not self.files.txnindex:
             return []
         try:
-            return parse_txn_index(_read(self.files.txnindex))
+            return parse_txn_index(read_bounded(self.files.txnindex))
         except DecodeError as exc:
             self.problems.report("index", exc.reason, source=self.files.txnindex,
                                  position=exc.offset or 0)

@@ -223,3 +223,41 @@ def test_lone_sparse_index_is_dumped_from_its_entries_only(tmp_path):
     assert time.monotonic() - t < 2
     assert head["slots"] == (1536 << 20) // 8 and head["entries"] == 2 and head["preallocated"]
     assert [x["offset"] for x in lines] == [105, 140]
+
+
+# every kind of file a log dir holds that is read whole (segments are mapped and indexes read
+# within what their segment can index); a KRaft snapshot and quorum-state are added by the test
+HUGE_FILES = [rel for rel in METADATA_FILES if not rel.endswith((".index", ".timeindex"))] + [
+    "log-start-offset-checkpoint", "__cluster_metadata-0/quorum-state",
+    "__cluster_metadata-0/00000000000000000000-0000000000.checkpoint"]
+
+
+def test_huge_sparse_metadata_files_are_damage_not_memory(logdir):
+    for rel in HUGE_FILES:
+        with open(os.path.join(logdir, rel), "a+b") as f:
+            f.truncate(3 * GIB)  # sparse: no disk used, but a whole read of it is 3 GiB
+    paths = [os.path.join(logdir, rel) for rel in HUGE_FILES]
+    proc = _limited(f"""
+        import json, io, contextlib
+        from kproto.cli.main import main
+        d = kproto.Problems()
+        t = kproto.storage.read_arrow({logdir!r}, problems=d)
+        print(json.dumps(t.num_rows))
+        for argv in (["logdir", {logdir!r}], ["dump-log", "--format", "jsonl"] + {paths!r}):
+            buf = io.StringIO()
+            with contextlib.redirect_stdout(buf):
+                rc = main(argv)
+            print(json.dumps([rc, buf.getvalue()]))
+    """, limit=GIB)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows, (rc_logdir, out_logdir), (rc_dump, out_dump) = map(json.loads, proc.stdout.splitlines())
+    assert rows == FULL_ROWS
+    assert rc_logdir == 1 and out_logdir.count("offsets [") >= 8
+    assert rc_dump == 1
+    errors = [json.loads(x) for x in out_dump.splitlines() if '"error"' in x]
+    for rel in HUGE_FILES:
+        name = os.path.basename(rel)
+        if not rel.endswith(".checkpoint"):  # logdir lists a KRaft snapshot, it does not read it
+            assert f"{name}" in out_logdir and "implausible size 3221225472" in out_logdir
+        assert any(name in e["path"] and "implausible size 3221225472" in e["error"]
+                   for e in errors), name
