@@ -38,6 +38,7 @@ from kproto.problems import Problems
 from kproto.records.batch import RecordBatch
 from kproto.records import columns
 from kproto.records.batch import CRC_START, HEADER_SIZE, MAX_CODEC, attributes_problem
+from kproto.records.control import check_control_keys
 from kproto.records.columns import (F_ATTR, F_BASE, F_COUNT, F_CRC, F_CRC_COMPUTED, F_LOD,
                                     F_MTS, F_PID, F_POS, F_SIZE, BuiltColumns, decode_arrow)
 from kproto.records.compression import DEFAULT_MAX_SIZE, NONE, ZSTD, decompress
@@ -328,6 +329,8 @@ def _keep_batch(batch: Batch, opts: ReadOptions, aborted: AbortedTransactions | 
                 and not batch.has_delete_horizon:
             return False
         if batch.is_control and not opts.include_control:
+            # skipped as Kafka's consumer skips it, once its records are control records
+            check_control_keys([r.key for r in batch.record_list()])
             return False
         if aborted is not None:
             if batch.is_transactional and not batch.is_control and aborted.is_aborted(batch):
@@ -590,7 +593,10 @@ class _SplitRead:
                     rows[:, F_CRC_COMPUTED] = [crc32c(data[p + CRC_START:p + n])
                                                for p, n in rows[:, :2].tolist()]
                 placed, low = self._place(rows, low)
-                kept = rows[placed & self._keep(rows)]  # a copy: the table is reused
+                keep = placed & self._keep(rows)
+                if not self.opts.include_control:
+                    self._check_control(rows, keep)
+                kept = rows[keep]  # a copy: the table is reused
                 if len(kept):
                     pending.append(kept)
                     size += int(kept[:, F_SIZE].sum())
@@ -664,8 +670,6 @@ class _SplitRead:
             keep &= first < self.lso
         if o.start_timestamp is not None:
             keep &= (rows[:, F_MTS] >= o.start_timestamp) | ((attrs & ATTR_DELETE_HORIZON) != 0)
-        if not o.include_control:
-            keep &= (attrs & ATTR_CONTROL) == 0
         aborted = self.aborted
         if aborted is not None and aborted.producers:
             data_txn = (attrs & (ATTR_TRANSACTIONAL | ATTR_CONTROL)) == ATTR_TRANSACTIONAL
@@ -673,6 +677,20 @@ class _SplitRead:
                 if aborted.is_aborted_at(int(rows[i, F_PID]), int(last[i])):
                     keep[i] = False
         return keep
+
+    def _check_control(self, rows: np.ndarray, keep: np.ndarray) -> None:
+        """Take the control batches out of ``keep``, each checked (and its damage reported)
+        as :func:`_keep_batch` checks it: rare batches, decoded one by one."""
+        for i in np.flatnonzero(keep & ((rows[:, F_ATTR] & ATTR_CONTROL) != 0)).tolist():
+            keep[i] = False
+            batch = self._batch(rows[i])
+            try:
+                check_control_keys([r.key for r in batch.record_list()])
+            except DecodeError as exc:
+                kind = "limit" if isinstance(exc, DecompressionLimitError) else "corrupt"
+                self.found.report(kind, f"records do not decode: {exc}",
+                                  position=self.split.start + batch.position,
+                                  bytes_skipped=batch.size_in_bytes)
 
     def _decode_rows(self, rows: np.ndarray) -> Iterator[pa.RecordBatch]:
         """A chunk of framed batches as one Arrow batch (C column builder); the reference

@@ -82,3 +82,23 @@ def test_control_batch_with_unknown_codec_is_reported_by_read_arrow(logdir, monk
     assert [(d.kind, d.position, d.bytes_skipped) for d in damage] == [
         ("corrupt", victim.position, victim.size_in_bytes)]
     assert "compression codec id 6" in damage[0].reason
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_data_batch_marked_control_is_reported_by_read_arrow(logdir, monkeypatch, fast):
+    monkeypatch.setattr(storage_reader, "FAST_SCAN", fast)
+    full = ks.read_arrow(logdir).num_rows
+    path = os.path.join(logdir, SEGMENT)
+    buf = bytearray(open(path, "rb").read())
+    victim = next(b for b in iter_batches(bytes(buf)) if not b.is_control and b.count > 1)
+    mangle(buf, victim.position, victim.attributes | 0x20)  # its codec kept: only the bit
+    with open(path, "wb") as f:
+        f.write(buf)
+    damage = Problems()
+    assert ks.read_arrow(logdir, problems=damage).num_rows == full - victim.count
+    assert [(d.kind, d.position, d.bytes_skipped) for d in damage] == [
+        ("corrupt", victim.position, victim.size_in_bytes)]
+    assert "control key" in damage[0].reason
+    # real control batches (the fixtures' transaction markers) are still skipped quietly
+    clean = Problems()
+    assert ks.read_arrow(CLEAN, problems=clean).num_rows == full and not clean
