@@ -27,7 +27,7 @@ from kproto.records.record import (ATTR_CONTROL, ATTR_DELETE_HORIZON,
                                    increment_sequence, parse_headers)
 
 __all__ = ["RecordBatch", "Record", "Header", "HEADER_SIZE", "TIMESTAMP_TYPES",
-           "attributes_problem"]
+           "header_problem"]
 
 HEADER = struct.Struct(">qiibIhiqqqhii")
 HEADER_SIZE = HEADER.size  # 61
@@ -36,13 +36,18 @@ TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 MAX_CODEC = 4  # zstd; Kafka's CompressionType.forId refuses any higher id
 
 
-def attributes_problem(attributes: int) -> str | None:
-    """Why Kafka refuses a v2 batch with these ``attributes``, or None. Both timestamp types,
+def header_problem(attributes: int, count: int, size: int) -> str | None:
+    """Why a framed v2 batch (``attributes``, record ``count``, ``size`` in bytes with its
+    offset and length) is one Kafka refuses or would read wrong, or None. Both timestamp types,
     control batches with or without the transactional bit (KRaft's are not transactional) and
-    the unused high bits are accepted as Kafka accepts them; an unknown codec id is not."""
+    the unused high bits are accepted as Kafka accepts them; an unknown codec id is not
+    (``CompressionType.forId``), nor records behind a count of 0 (Kafka's iterator returns
+    nothing for it: they would vanish; the empty batches Kafka writes have no records)."""
     codec = attributes & 0x07
     if codec > MAX_CODEC:
         return f"unknown compression codec id {codec} in the batch attributes"
+    if count == 0 and size > HEADER_SIZE:
+        return f"record count 0 but {size - HEADER_SIZE} bytes of records"
     return None
 
 
@@ -153,7 +158,7 @@ class RecordBatch(CompressionAttributes):
             if codec == 0:
                 self._data = raw
             elif codec > MAX_CODEC:
-                raise DecodeError(attributes_problem(self.attributes) or "", what="RecordBatch",
+                raise DecodeError(f"unknown compression codec id {codec}", what="RecordBatch",
                                   offset=self.position + CRC_START)
             else:
                 try:

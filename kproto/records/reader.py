@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Iterable, Iterator, Union
 
 from kproto.records.compression import DEFAULT_MAX_SIZE, DecompressionBudget
 from kproto.errors import DecodeError
-from kproto.records.batch import RecordBatch, attributes_problem
+from kproto.records.batch import RecordBatch, header_problem
 from kproto.records.record import LOG_OVERHEAD
 from kproto.records.legacy import LegacyMessage
 from kproto.problems import Problems
@@ -89,11 +89,15 @@ class BatchReader:
             if LOG_OVERHEAD + size > end - pos:
                 return  # torn tail: a partial batch, as at the end of an active segment
             magic = buf[pos + 16]
+            bad = None
             try:
                 if magic == 2:
-                    batch: Batch = RecordBatch(buf[:end], pos,
-                                               max_decompressed=self.max_decompressed,
-                                               budget=self.budget)
+                    v2 = RecordBatch(buf[:end], pos, max_decompressed=self.max_decompressed,
+                                     budget=self.budget)
+                    # what Kafka refuses in a framed batch is damage here, once for every
+                    # reader: never a batch skipped unseen (as a control batch) or misread
+                    bad = header_problem(v2.attributes, v2.count, v2.size_in_bytes)
+                    batch: Batch = v2
                 elif magic in (0, 1):
                     batch = LegacyMessage(buf[:end], pos, max_decompressed=self.max_decompressed,
                                           budget=self.budget)
@@ -105,14 +109,10 @@ class BatchReader:
                 self._report("corrupt", e.reason, True, e)
                 return
             index = self.count
-            if magic == 2:
-                # what Kafka refuses in a framed batch is damage here, once for every reader:
-                # never a batch skipped unseen (as a control batch) or read with a wrong codec
-                bad = attributes_problem(batch.attributes)
-                if bad is not None:
-                    self._report("corrupt", bad, False, bytes_skipped=batch.size_in_bytes)
-                    self.position, self.count = pos + batch.size_in_bytes, index + 1
-                    continue
+            if bad is not None:
+                self._report("corrupt", bad, False, bytes_skipped=batch.size_in_bytes)
+                self.position, self.count = pos + batch.size_in_bytes, index + 1
+                continue
             self.position = pos + batch.size_in_bytes
             self.count += 1
             if self.verify_crc and not batch.is_valid():
@@ -137,13 +137,14 @@ def iter_batches(buf: bytes | bytearray | memoryview | mmap.mmap, start: int = 0
 
 
 def decode_columns(buf: bytes | bytearray | memoryview, start: int = 0, end: int | None = None,
-                   *, verify_crc: bool = False,
-                   max_decompressed: int = DEFAULT_MAX_SIZE) -> RecordColumns:
+                   *, verify_crc: bool = False, max_decompressed: int = DEFAULT_MAX_SIZE,
+                   budget: DecompressionBudget | None = None) -> RecordColumns:
     """Decode every record of the whole batches in ``buf[start:end]`` into columns. A torn
-    tail is ignored; damage raises :class:`~kproto.errors.DecodeError`."""
+    tail is ignored; damage raises :class:`~kproto.errors.DecodeError`. ``budget`` as for
+    :class:`BatchReader` (a fresh default one)."""
     from kproto.records.columns import decode_batches
     return decode_batches(list(iter_batches(buf, start, end, verify_crc=verify_crc,
-                                            max_decompressed=max_decompressed)))
+                                            max_decompressed=max_decompressed, budget=budget)))
 
 
 def iter_column_batches(buf, start: int = 0, end: int | None = None, *,

@@ -19,10 +19,8 @@ segment is still on disk) are left out, as no consumer can fetch them, unless
 from __future__ import annotations
 
 import bisect
-import mmap
 import os
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, Iterable, Iterator, Mapping, Sequence
@@ -37,7 +35,7 @@ from kproto.errors import DecodeError
 from kproto.problems import Problems
 from kproto.records.batch import RecordBatch
 from kproto.records import columns
-from kproto.records.batch import CRC_START, HEADER_SIZE, MAX_CODEC, attributes_problem
+from kproto.records.batch import CRC_START, HEADER_SIZE, MAX_CODEC, header_problem
 from kproto.records.control import check_control_keys
 from kproto.records.columns import (F_ATTR, F_BASE, F_COUNT, F_CRC, F_CRC_COMPUTED, F_LOD,
                                     F_MTS, F_PID, F_POS, F_SIZE, BuiltColumns, decode_arrow)
@@ -47,6 +45,7 @@ from kproto.records.record import (ATTR_COMPRESSION, ATTR_CONTROL, ATTR_DELETE_H
 from kproto.records.reader import Batch
 from kproto.records.transactions import AbortedTransactions
 from kproto.storage import fs
+from kproto.storage.fs import mapped_file
 from kproto.storage.indexes import AbortedTxn
 from kproto.storage.layout import is_partition_dir, scan_log_dir, scan_partition_dir
 from kproto.storage.partition import Partition, Segment, read_log_start_offsets, scan_batches
@@ -431,26 +430,6 @@ def _trim(out: pa.RecordBatch, offset: np.ndarray, timestamp: np.ndarray, split:
     return out if out.num_rows else None
 
 
-@contextmanager
-def mapped_file(path: str) -> Iterator[memoryview]:
-    """A local file mapped read-only, as a memoryview (empty for an empty file), unmapped
-    at the end unless a view of it is still alive (the GC unmaps it then)."""
-    with open(path, "rb") as f:
-        if os.fstat(f.fileno()).st_size == 0:
-            yield memoryview(b"")
-            return
-        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-    view = memoryview(mm)
-    try:
-        yield view
-    finally:
-        view.release()
-        try:
-            mm.close()
-        except BufferError:
-            pass
-
-
 def read_split(split: Split, options: ReadOptions = ReadOptions(), *,
                problems: Problems | None = None, chunk_bytes: int = _CHUNK_BYTES,
                storage_options: Mapping[str, Any] | None = None) -> Iterator[pa.RecordBatch]:
@@ -621,7 +600,8 @@ class _SplitRead:
         first = rows[:, F_BASE]
         last = first + rows[:, F_LOD]  # wraps as RecordBatch.last_offset does
         crc_bad = rows[:, F_CRC] != rows[:, F_CRC_COMPUTED]
-        attrs_bad = (rows[:, F_ATTR] & ATTR_COMPRESSION) > MAX_CODEC
+        attrs_bad = ((rows[:, F_ATTR] & ATTR_COMPRESSION) > MAX_CODEC) | (
+            (rows[:, F_COUNT] == 0) & (rows[:, F_SIZE] > HEADER_SIZE))  # header_problem's
         high = self.split.next_base_offset
         if _fits_int64(low) and not crc_bad.any() and not attrs_bad.any():
             prev = np.empty_like(first)
@@ -639,7 +619,9 @@ class _SplitRead:
         for i in range(len(rows)):
             at, size = int(rows[i, F_POS]) + shift, int(rows[i, F_SIZE])
             if attrs_bad[i]:  # as BatchReader frames it: damage before anything else
-                self.found.report("corrupt", attributes_problem(int(rows[i, F_ATTR])) or "",
+                self.found.report("corrupt", header_problem(int(rows[i, F_ATTR]),
+                                                            int(rows[i, F_COUNT]),
+                                                            int(rows[i, F_SIZE])) or "",
                                   position=at, bytes_skipped=size)
                 continue
             if crc_bad[i]:

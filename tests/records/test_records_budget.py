@@ -101,3 +101,13 @@ def test_batches_under_the_budget_cost_a_bounded_multiple_of_it():
     # bytes per 7-byte record, 21 x the decompressed bytes (8 MiB: 177 MB)
     assert peak < 24 * 8 * MIB, peak
 
+
+
+def test_decode_columns_takes_a_budget():
+    from kproto.records.compression import DecompressionBudget
+
+    bomb = zstd_bomb(73)
+    cols = decode_columns(bomb, budget=DecompressionBudget(floor=80 * MIB))
+    assert len(cols) == (73 * MIB) // 7
+    with pytest.raises(DecompressionLimitError):
+        decode_columns(zstd_bomb(8), budget=DecompressionBudget(floor=MIB, ratio=1))

@@ -102,3 +102,34 @@ def test_data_batch_marked_control_is_reported_by_read_arrow(logdir, monkeypatch
     # real control batches (the fixtures' transaction markers) are still skipped quietly
     clean = Problems()
     assert ks.read_arrow(CLEAN, problems=clean).num_rows == full and not clean
+
+
+def test_records_behind_a_count_of_zero_are_damage():
+    buf, second = three_batches()
+    struct.pack_into(">i", buf, second + 57, 0)  # Kafka's iterator returns nothing for it
+    mangle(buf, second, 0)
+    damage = Problems()
+    assert [b.base_offset for b in iter_batches(bytes(buf), problems=damage)] == [0, 20]
+    assert [(d.kind, d.position) for d in damage] == [("corrupt", second)]
+    assert "record count 0 but" in damage[0].reason
+    # the empty batches Kafka's cleaner writes (a header, no records) are no damage
+    empty = bytearray(RecordBatchBuilder(base_offset=5).build())
+    assert len(empty) == 61
+    damage = Problems()
+    assert [b.count for b in iter_batches(bytes(empty), problems=damage)] == [0] and not damage
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_count_of_zero_over_records_is_reported_by_read_arrow(logdir, monkeypatch, fast):
+    monkeypatch.setattr(storage_reader, "FAST_SCAN", fast)
+    full = ks.read_arrow(logdir).num_rows
+    path = os.path.join(logdir, SEGMENT)
+    buf = bytearray(open(path, "rb").read())
+    victim = next(b for b in iter_batches(bytes(buf)) if not b.is_control and b.count > 1)
+    struct.pack_into(">i", buf, victim.position + 57, 0)
+    mangle(buf, victim.position, victim.attributes)
+    with open(path, "wb") as f:
+        f.write(buf)
+    damage = Problems()
+    assert ks.read_arrow(logdir, problems=damage).num_rows == full - victim.count
+    assert [(d.kind, d.position) for d in damage] == [("corrupt", victim.position)]
