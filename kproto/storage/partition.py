@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import bisect
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence, TypeVar
 
 from kproto.records.compression import DecompressionBudget
 from kproto.errors import DecodeError
@@ -23,10 +24,12 @@ from kproto.storage.checkpoints import LeaderEpochCheckpoint, OffsetCheckpoint, 
 from kproto.storage.indexes import (OFFSET_ENTRY_SIZE, TIME_ENTRY_SIZE, AbortedTxn, IndexBuilder,
                                     OffsetIndex, TimeIndex, has_empty_slot, parse_txn_index,
                                     useful_index_bytes)
-from kproto.storage.layout import PartitionDir, SegmentFiles, read_bounded, scan_partition_dir
+from kproto.storage.layout import (PartitionDir, SegmentFiles, check_size, read_bounded,
+                                   scan_partition_dir)
 from kproto.storage.snapshot import ProducerSnapshot, parse_snapshot
 
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
+T = TypeVar("T")
 
 _read = fs.read_range  # local file or URI (a ranged read)
 
@@ -56,6 +59,25 @@ def read_file(path: str, parse, problems: Problems):
     a file larger than its kind can be, or a file that cannot be read)."""
     try:
         return parse(read_bounded(path))
+    except DecodeError as exc:
+        problems.report("file", exc.reason, source=path, position=exc.offset or 0)
+    except OSError as exc:
+        problems.report("file", f"cannot be read: {exc.strerror or exc}", source=path)
+    return None
+
+
+def read_batch_file(path: str, use: Callable[[bytes | memoryview], T], problems: Problems
+                    ) -> T | None:
+    """``use`` of a whole file of batches (a KRaft snapshot, ``bootstrap.checkpoint``): mapped
+    when local, so that its pages are read as its batches are (a huge sparse file costs what
+    its batches hold), read when remote; None with why reported as :func:`read_file` reports
+    it (a file larger than Kafka opens among them)."""
+    try:
+        check_size(path, "log")
+        if fs.is_remote(path):
+            return use(_read(path))
+        with fs.mapped_file(path) as view:
+            return use(view)
     except DecodeError as exc:
         problems.report("file", exc.reason, source=path, position=exc.offset or 0)
     except OSError as exc:
@@ -102,6 +124,29 @@ class Segment:
         """Bytes ``[start, end)`` of the ``.log`` file."""
         return _read(self.files.log, start, end) if self.files.log else b""
 
+    @contextmanager
+    def _whole(self) -> Iterator[bytes | memoryview]:
+        """The whole ``.log``: a local file mapped (pages read as batches are, so a huge sparse
+        file costs what its batches hold), a remote one read."""
+        if self.files.log and not fs.is_remote(self.files.log):
+            if self._oversized:
+                yield b""
+                return
+            with fs.mapped_file(self.files.log) as view:
+                yield view
+        else:
+            yield self.read()
+
+    @cached_property
+    def _oversized(self) -> bool:
+        """Whether the ``.log`` is larger than Kafka opens (reported once, then read as empty)."""
+        try:
+            check_size(self.files.log or "", "log")
+        except DecodeError as exc:
+            self.problems.report("file", f"{exc.reason}: not read", source=self.files.log or "")
+            return True
+        return False
+
     def _index(self, path: str, cls, entry_size: int):
         """An index file read within what it can usefully hold; None (reported) if unusable."""
         try:
@@ -134,7 +179,8 @@ class Segment:
             # missing or unusable: rebuild both by scanning, as Kafka's recovery does (in memory
             # only; the files are never written)
             self.indexes_rebuilt = True
-            roi, rti = rebuild_indexes(self.read(), self.base_offset)
+            with self._whole() as whole:
+                roi, rti = rebuild_indexes(whole, self.base_offset)
             oi, ti = oi or roi, ti or rti
         return oi, ti
 
@@ -170,10 +216,16 @@ class Segment:
         return self.position_of(self.time_index.lookup(timestamp)[1])
 
     def scan(self, start: int = 0, end: int | None = None, *, verify_crc: bool = False,
-             problems: Problems | None = None, data: bytes | None = None) -> Iterator[Batch]:
+             problems: Problems | None = None, data: bytes | memoryview | None = None
+             ) -> Iterator[Batch]:
         """Batches of the segment from byte ``start`` (a batch boundary) to ``end``; see
         :func:`scan_batches` (``problems`` gets the segment's file, topic and partition).
         ``data``: the whole file, if already read."""
+        if data is None and self.files.log and not fs.is_remote(self.files.log):
+            with self._whole() as whole:
+                yield from self.scan(start, end, verify_crc=verify_crc, problems=problems,
+                                     data=whole)
+            return
         if data is None:
             data = self.read(start, end)
             offset = start
