@@ -91,8 +91,9 @@ def encode_end_txn_marker(coordinator_epoch: int, version: int = 0) -> bytes:
 def check_control_keys(keys: list[bytes | None]) -> None:
     """Raise :class:`DecodeError` unless every key is a control record's key as Kafka's
     ``ControlRecordType.parse`` accepts it (at least version and type, a version not below 0;
-    an unknown type is accepted, as Kafka skips it): a data batch whose control bit was set
-    by damage is refused where Kafka refuses it, not skipped with its records."""
+    an unknown type is accepted, as Kafka skips it). Kafka's read_committed consumer parses
+    a control batch's first key, its read_uncommitted one none: every key is checked here, so
+    that a data batch whose control bit was set by damage is reported, not skipped unseen."""
     for i, key in enumerate(keys):
         if key is None or len(key) < 4:
             raise DecodeError(f"record {i} of a control batch has no control key (version and "

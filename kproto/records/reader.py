@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Iterable, Iterator, Union
 
 from kproto.records.compression import DEFAULT_MAX_SIZE, DecompressionBudget
 from kproto.errors import DecodeError
-from kproto.records.batch import RecordBatch, header_problem
+from kproto.records.batch import MAX_CODEC, RecordBatch, header_problem
 from kproto.records.record import LOG_OVERHEAD
 from kproto.records.legacy import LegacyMessage
 from kproto.problems import Problems
@@ -33,7 +33,8 @@ MIN_RECORD_SIZE = 14  # LegacyRecord.RECORD_OVERHEAD_V0, Kafka's first sanity bo
 
 class BatchReader:
     """Iterator of the batches in ``buf[start:end]``; after (or during) iteration,
-    ``valid_bytes``, ``trailing_bytes``, ``stopped_by`` and ``problems`` describe the scan.
+    ``valid_bytes``, ``trailing_bytes``, ``stopped_by``, ``skipped`` (batches reported and
+    stepped over) and ``problems`` describe the scan.
 
     ``problems``: where damage is reported (a :class:`~kproto.problems.Problem` with the
     position, ``index``: the batch's number, and ``fatal`` when it stopped the iteration); when
@@ -57,6 +58,7 @@ class BatchReader:
         self.problems = problems
         self.position = start
         self.count = 0
+        self.skipped = 0  # batches reported and not yielded (the iteration went on)
         self.stopped_by: str | None = None
 
     @property
@@ -96,7 +98,8 @@ class BatchReader:
                                      budget=self.budget)
                     # what Kafka refuses in a framed batch is damage here, once for every
                     # reader: never a batch skipped unseen (as a control batch) or misread
-                    bad = header_problem(v2.attributes, v2.count, v2.size_in_bytes)
+                    if v2.attributes & 7 > MAX_CODEC or not v2.count:  # header_problem's
+                        bad = header_problem(v2.attributes, v2.count, v2.size_in_bytes)
                     batch: Batch = v2
                 elif magic in (0, 1):
                     batch = LegacyMessage(buf[:end], pos, max_decompressed=self.max_decompressed,
@@ -112,6 +115,7 @@ class BatchReader:
             if bad is not None:
                 self._report("corrupt", bad, False, bytes_skipped=batch.size_in_bytes)
                 self.position, self.count = pos + batch.size_in_bytes, index + 1
+                self.skipped += 1
                 continue
             self.position = pos + batch.size_in_bytes
             self.count += 1
@@ -120,6 +124,7 @@ class BatchReader:
                 self._report("crc", f"CRC mismatch: stored {batch.crc}, computed "
                              f"{batch.compute_crc()}", False)
                 self.position, self.count = pos + batch.size_in_bytes, index + 1
+                self.skipped += 1
                 continue
             yield batch
 

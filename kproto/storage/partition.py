@@ -268,9 +268,10 @@ def scan_batches(buf: bytes | memoryview, start: int = 0, end: int | None = None
     while pos < end:
         stopped = Problems()
         reader = BatchReader(buf, pos, end, verify_crc=False, problems=stopped, budget=budget)
-        seen = 0
+        seen = 0  # the reader's reports passed on so far
         for batch in reader:
-            seen = _forward(stopped, seen, problems, shift)
+            if reader.skipped != seen:  # a batch the reader stepped over (see BatchReader)
+                seen = _forward(stopped, seen, problems, shift)
             if not batch.is_valid():
                 problems.report("crc", f"CRC mismatch: stored {batch.crc}, computed "
                                 f"{batch.compute_crc()}", position=batch.position + shift,
@@ -289,7 +290,8 @@ def scan_batches(buf: bytes | memoryview, start: int = 0, end: int | None = None
                     continue
                 low = last + 1
             yield batch
-        _forward(stopped, seen, problems, shift)
+        if reader.skipped != seen:
+            _forward(stopped, seen, problems, shift)
         pos = reader.position
         if reader.stopped_by is None:
             if reader.trailing_bytes:
@@ -303,16 +305,13 @@ def scan_batches(buf: bytes | memoryview, start: int = 0, end: int | None = None
 
 
 def _forward(found: Problems, seen: int, problems: Problems, shift: int) -> int:
-    """Report the skipped batches of ``found`` past its first ``seen`` items (a reader's own
-    problems, not the damage that stopped it) at file positions; returns how many it has."""
-    if len(found) == seen:
-        return seen
-    items = list(found)
-    for p in items[seen:]:
-        if not p.fatal:
-            problems.report(p.kind, p.reason, position=p.position + shift,
-                            bytes_skipped=p.bytes_skipped)
-    return len(items)
+    """Report the batches a reader stepped over (its non-fatal problems in ``found``, past the
+    first ``seen``) at file positions; returns how many it has reported in all."""
+    skipped = [p for p in found if not p.fatal]
+    for p in skipped[seen:]:
+        problems.report(p.kind, p.reason, position=p.position + shift,
+                        bytes_skipped=p.bytes_skipped)
+    return len(skipped)
 
 
 @dataclass

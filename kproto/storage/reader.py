@@ -510,6 +510,7 @@ class _SplitRead:
         self.resync = [p - split.start for p in split.resync]
         self.budget = DecompressionBudget(opts.budget_floor, opts.budget_ratio)
         self.consts: dict[tuple, pa.Array] = {}  # constant columns, sliced for each chunk
+        self.deferred: list[tuple[int, str, str, int, int]] = []  # see _defer
 
     # ---------------------------------------------------------------------- the reference
     def slow(self, start: int, low: int, pending: list[Batch], size: int
@@ -575,6 +576,8 @@ class _SplitRead:
                 keep = placed & self._keep(rows)
                 if not self.opts.include_control:
                     self._check_control(rows, keep)
+                if self.deferred:
+                    self._flush()
                 kept = rows[keep]  # a copy: the table is reused
                 if len(kept):
                     pending.append(kept)
@@ -619,22 +622,20 @@ class _SplitRead:
         for i in range(len(rows)):
             at, size = int(rows[i, F_POS]) + shift, int(rows[i, F_SIZE])
             if attrs_bad[i]:  # as BatchReader frames it: damage before anything else
-                self.found.report("corrupt", header_problem(int(rows[i, F_ATTR]),
-                                                            int(rows[i, F_COUNT]),
-                                                            int(rows[i, F_SIZE])) or "",
-                                  position=at, bytes_skipped=size)
+                self._defer(i, "corrupt", header_problem(int(rows[i, F_ATTR]),
+                                                         int(rows[i, F_COUNT]),
+                                                         int(rows[i, F_SIZE])) or "", at, size)
                 continue
             if crc_bad[i]:
-                self.found.report("crc", f"CRC mismatch: stored {int(rows[i, F_CRC])}, computed "
-                                  f"{int(rows[i, F_CRC_COMPUTED])}", position=at,
-                                  bytes_skipped=size if verify else 0)
+                self._defer(i, "crc", f"CRC mismatch: stored {int(rows[i, F_CRC])}, computed "
+                            f"{int(rows[i, F_CRC_COMPUTED])}", at, size if verify else 0)
                 if verify:
                     continue
             f, la = int(first[i]), int(last[i])
             if f < low or la < f or (high is not None and la >= high):
                 where = f"[{low}, {high})" if high is not None else f"from {low}"
-                self.found.report("corrupt", f"batch offsets {f}..{la} out of place: "
-                                  f"expected offsets {where}", position=at, bytes_skipped=size)
+                self._defer(i, "corrupt", f"batch offsets {f}..{la} out of place: "
+                            f"expected offsets {where}", at, size)
                 continue
             low = la + 1
             placed[i] = True
@@ -670,9 +671,18 @@ class _SplitRead:
                 check_control_keys([r.key for r in batch.record_list()])
             except DecodeError as exc:
                 kind = "limit" if isinstance(exc, DecompressionLimitError) else "corrupt"
-                self.found.report(kind, f"records do not decode: {exc}",
-                                  position=self.split.start + batch.position,
-                                  bytes_skipped=batch.size_in_bytes)
+                self._defer(i, kind, f"records do not decode: {exc}",
+                            self.split.start + batch.position, batch.size_in_bytes)
+
+    def _defer(self, row: int, kind: str, reason: str, position: int, skipped: int) -> None:
+        """A problem of the window's ``row``, reported by :meth:`_flush` in batch order (as
+        the reference meets them: placement, then the control check, batch by batch)."""
+        self.deferred.append((row, kind, reason, position, skipped))
+
+    def _flush(self) -> None:
+        for _row, kind, reason, position, skipped in sorted(self.deferred, key=lambda d: d[0]):
+            self.found.report(kind, reason, position=position, bytes_skipped=skipped)
+        self.deferred.clear()
 
     def _decode_rows(self, rows: np.ndarray) -> Iterator[pa.RecordBatch]:
         """A chunk of framed batches as one Arrow batch (C column builder); the reference
