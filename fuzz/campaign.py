@@ -140,8 +140,12 @@ def cli_files(data: bytes) -> None:
 
 
 def bomb_entry_points(data: bytes) -> None:
-    """Every public entry point that decompresses, with its default arguments, on a buffer of
-    batches (bombs among the seeds): a DecodeError (the budget's limit among them) or data."""
+    """A public entry point that decompresses (one per input, chosen by its CRC: each cuts a
+    bomb after decompressing its budget, a tenth of a second), with its default arguments, on
+    a buffer of batches (bombs among the seeds): a DecodeError (the budget's limit among them)
+    or data."""
+    import zlib
+
     from kproto.capture.records_view import iter_records, records_json
     from kproto.client.consumer import parse_records
     from kproto.errors import DecodeError
@@ -154,13 +158,12 @@ def bomb_entry_points(data: bytes) -> None:
              lambda: list(iter_column_batches(data)), lambda: records_json(data),
              lambda: list(iter_records(data)), lambda: parse_records("t", 0, data, 0),
              lambda: list(dump_lines(data))]
-    for call in calls:
-        with contextlib.suppress(DecodeError):
-            call()
+    with contextlib.suppress(DecodeError):
+        calls[zlib.crc32(data) % len(calls)]()
 
 
-#: how ``huge_files`` remakes its victim: (name, size or None) for a sparse file of that size
-#: (past every kind's limit, just under Kafka's 2 GiB file limit, a large hole), else garbage
+#: the sizes ``huge_files`` makes its victim (sparse: a hole, then the input): past every
+#: kind's limit, Kafka's 2 GiB - 1 file limit, and two large holes; one mode more is garbage
 _HUGE_SIZES = (3 << 30, (1 << 31) - 1, 1 << 30, 300 << 20)
 
 
