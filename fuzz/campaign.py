@@ -5,8 +5,10 @@ blow-up.
     python fuzz/campaign.py --seconds 600 --workers 2 --out findings/
     python fuzz/campaign.py --reproduce findings/records-fuzz_records-<sha>.bin
 
-Each family runs for ``--seconds`` in worker processes; a worker caps its address space at
-``--memory`` bytes above what importing kproto took and gives each input ``--timeout`` seconds.
+Each family runs for ``--seconds`` in worker processes; a worker caps its memory (the data
+limit: heap and private mappings, every allocation, but not files mapped read-only, whose pages
+are read as they are used) at ``--memory`` bytes above what importing kproto took and gives
+each input ``--timeout`` seconds.
 Inputs are mutations (bit flips, byte overwrites, inserts, cuts, splices, length-field
 boundary values) of seeds taken from the project's own data (``examples/``), of valid
 record batches of every codec, of decompression bombs and of random bytes. An exception that
@@ -49,6 +51,9 @@ FAMILIES: dict[str, list[str]] = {
     "captures": ["fuzz_capture_file"],
     "cli": ["cli_files"],
     "broker": ["fuzz_broker_request"],
+    "bombs": ["bomb_entry_points"],
+    "files": ["huge_files"],
+    "attributes": ["attribute_oracle"],
 }
 
 
@@ -134,7 +139,181 @@ def cli_files(data: bytes) -> None:
         assert rc in (0, 1, 2), rc
 
 
-_LOCAL = {"records_bulk": records_bulk, "logdir_files": logdir_files, "cli_files": cli_files}
+def bomb_entry_points(data: bytes) -> None:
+    """A public entry point that decompresses (one per input, chosen by its CRC: each cuts a
+    bomb after decompressing its budget, a tenth of a second), with its default arguments, on
+    a buffer of batches (bombs among the seeds): a DecodeError (the budget's limit among them)
+    or data."""
+    import zlib
+
+    from kproto.capture.records_view import iter_records, records_json
+    from kproto.client.consumer import parse_records
+    from kproto.errors import DecodeError
+    from kproto.records.batch import RecordBatch
+    from kproto.records.dump import dump_lines
+    from kproto.records.reader import decode_columns, iter_batches, iter_column_batches
+
+    calls = [lambda: [b.record_list() for b in iter_batches(data)],
+             lambda: RecordBatch(data).record_list(), lambda: decode_columns(data),
+             lambda: list(iter_column_batches(data)), lambda: records_json(data),
+             lambda: list(iter_records(data)), lambda: parse_records("t", 0, data, 0),
+             lambda: list(dump_lines(data))]
+    with contextlib.suppress(DecodeError):
+        calls[zlib.crc32(data) % len(calls)]()
+
+
+#: the sizes ``huge_files`` makes its victim (sparse: a hole, then the input): past every
+#: kind's limit, Kafka's 2 GiB - 1 file limit, and two large holes; one mode more is garbage
+_HUGE_SIZES = (3 << 30, (1 << 31) - 1, 1 << 30, 300 << 20)
+
+
+def _kinds_logdir() -> tuple[str, list[str]]:
+    """The scratch log dir of :func:`logdir_files` with one file of each kind it lacks (a
+    transaction index, a clean-shutdown file, a KRaft partition with quorum-state and a
+    snapshot), made once per worker."""
+    path, files = _scratch_logdir()
+    if "kinds" not in _LOGDIR:
+        seg = next(f for f in files if f.endswith("00000000000000000000.log"))
+        meta = os.path.join(path, "__cluster_metadata-0")
+        os.makedirs(meta, exist_ok=True)
+        extra = {seg[:-4] + ".txnindex": b"",
+                 os.path.join(path, ".kafka_cleanshutdown"): b'{"version":0,"brokerEpoch":1}',
+                 os.path.join(meta, "quorum-state"):
+                     b'{"leaderId":1,"leaderEpoch":1,"votedId":-1,"appliedOffset":0,'
+                     b'"currentVoters":[{"voterId":1}],"data_version":0}',
+                 os.path.join(meta, "00000000000000000000-0000000000.checkpoint"): b"",
+                 os.path.join(meta, "partition.metadata"):
+                     b"version: 0\ntopic_id: AAAAAAAAAAAAAAAAAAAAAQ\n"}
+        for f, body in extra.items():
+            Path(f).write_bytes(body)
+            _LOGDIR["pristine"][f] = body  # type: ignore[index]
+        _LOGDIR["kinds"] = sorted(_LOGDIR["pristine"])  # type: ignore[arg-type]
+    return path, _LOGDIR["kinds"]  # type: ignore[return-value]
+
+
+def huge_files(data: bytes) -> None:
+    """One file of a log dir, of any kind, made huge and sparse or garbage: the summary, the
+    Arrow read and the dump of that file report it (a named problem) within the memory cap."""
+    import kproto.storage as ks
+    from kproto.errors import DecodeError
+    from kproto.problems import Problems
+    from kproto.storage.dump import dump_file
+    from kproto.storage.summary import summarize
+
+    if len(data) < 2:
+        return
+    path, files = _kinds_logdir()
+    victim = files[data[0] % len(files)]
+    mode = data[1] % (len(_HUGE_SIZES) + 1)
+    try:
+        with open(victim, "r+b") as f:
+            if mode < len(_HUGE_SIZES):  # a hole, then what the input holds at the end
+                f.truncate(_HUGE_SIZES[mode])
+                f.seek(0, os.SEEK_END)
+                f.write(data[2:4096])
+            else:
+                f.truncate(0)
+                f.write(data[2:])
+        doc = summarize(path)
+        assert isinstance(doc.get("problems", []), list)
+        damage = Problems()
+        ks.read_arrow(path, problems=damage)
+        with contextlib.suppress(DecodeError, OSError):
+            if not victim.endswith((".log", ".checkpoint")):  # files of batches: dump-log maps
+                dump_file(victim)
+    finally:
+        with open(victim, "wb") as f:
+            f.write(_LOGDIR["pristine"][victim])  # type: ignore[index]
+
+
+_ATTR: dict[str, object] = {}
+
+
+def _attribute_segment() -> tuple[str, str, bytes, list[tuple[int, int]], int]:
+    """A scratch partition of one segment of v2 batches of every codec, transactional ones
+    and a COMMIT marker among them, and its rows as read unmutated (made once per worker):
+    (folder, segment, bytes, (position, size) of each batch, rows)."""
+    if not _ATTR:
+        import kproto.storage as ks
+        from kproto.records import RecordBatchBuilder
+        from kproto.records.control import encode_control_key, encode_end_txn_marker
+
+        parts, offset = [], 0
+        for i, codec in enumerate([0, 1, 2, 3, 4, 0, 4]):
+            txn = i in (5, 6)
+            b = RecordBatchBuilder(base_offset=offset, compression=codec,
+                                   producer_id=7 if txn else -1, producer_epoch=0 if txn else -1,
+                                   base_sequence=0 if txn else -1, transactional=txn)
+            for j in range(3 + i):
+                b.append(1_700_000_000_000 + offset + j, b"k%d" % j, b"v" * j, [("h", b"x")])
+            parts.append(b.build())
+            offset += 3 + i
+        marker = RecordBatchBuilder(base_offset=offset, producer_id=7, producer_epoch=0,
+                                    transactional=True, control=True)
+        marker.append(1_700_000_000_100, encode_control_key(1), encode_end_txn_marker(0))
+        parts.append(marker.build())
+        root = tempfile.mkdtemp(prefix="kproto-campaign-")
+        folder = os.path.join(root, "attrs-0")
+        os.mkdir(folder)
+        seg = os.path.join(folder, "00000000000000000000.log")
+        data = b"".join(parts)
+        Path(seg).write_bytes(data)
+        places, pos = [], 0
+        for p in parts:
+            places.append((pos, len(p)))
+            pos += len(p)
+        _ATTR.update(folder=folder, seg=seg, data=data, places=places,
+                     rows=ks.read_arrow(folder).num_rows)
+    return (_ATTR["folder"], _ATTR["seg"], _ATTR["data"], _ATTR["places"],  # type: ignore
+            _ATTR["rows"])
+
+
+def attribute_oracle(data: bytes) -> None:
+    """A batch's attributes (and perhaps other header bytes) mutated with its CRC repaired:
+    the read may report damage, or leave out what Kafka leaves out (a batch turned into a
+    control batch whose records are control records), but fewer rows than the unmutated
+    segment with no damage reported is a finding."""
+    import struct
+
+    import kproto.storage as ks
+    from crc32c import crc32c
+    from kproto.errors import DecodeError
+    from kproto.problems import Problems
+    from kproto.records.batch import CRC_START, RecordBatch
+    from kproto.records.control import check_control_keys
+
+    if len(data) < 3:
+        return
+    folder, seg, pristine, places, rows = _attribute_segment()
+    pos, size = places[data[0] % len(places)]
+    buf = bytearray(pristine)
+    struct.pack_into(">h", buf, pos + CRC_START, struct.unpack(">h", data[1:3])[0])
+    for i in range(3, len(data) - 1, 2):  # further (offset, value) pairs within the header
+        buf[pos + 21 + data[i] % 40] = data[i + 1]
+    struct.pack_into(">I", buf, pos + 17, crc32c(bytes(buf[pos + CRC_START:pos + size])))
+    try:
+        Path(seg).write_bytes(buf)
+        damage = Problems()
+        got = ks.read_arrow(folder, problems=damage).num_rows
+        if damage or got >= rows:
+            return
+        # what Kafka's consumer also leaves out: a control batch of control records
+        skipped = 0
+        with contextlib.suppress(DecodeError):
+            batch = RecordBatch(bytes(buf), pos)
+            if batch.is_control:
+                check_control_keys([r.key for r in batch.record_list()])
+                skipped = RecordBatch(pristine, pos).count
+        if got < rows - skipped:
+            raise AssertionError(f"{rows - got} rows fewer than the unmutated segment's "
+                                 f"{rows}, and no damage reported")
+    finally:
+        Path(seg).write_bytes(pristine)
+
+
+_LOCAL = {"records_bulk": records_bulk, "logdir_files": logdir_files, "cli_files": cli_files,
+          "bomb_entry_points": bomb_entry_points, "huge_files": huge_files,
+          "attribute_oracle": attribute_oracle}
 
 
 def load_target(name: str):
@@ -187,6 +366,20 @@ def seeds(family: str) -> list[bytes]:
         # each template request whole (byte 0 picks it; bit 7 clear: written at position 0)
         from fuzz_broker_request import TEMPLATES
         out += [bytes([i, 0]) + t for i, t in enumerate(TEMPLATES)]
+    if family == "bombs":
+        # bombs cut by the budget (73, 255 MiB), several in one buffer, and a bomb behind a
+        # valid batch
+        valid = RecordBatchBuilder(compression=4)
+        valid.append(1_700_000_000_000, b"k", b"v")
+        out += [zstd_bomb(73), zstd_bomb(255), zstd_bomb(73) + zstd_bomb(73, 10**8),
+                valid.build() + zstd_bomb(73, 100)]
+    if family == "files":
+        out += [bytes([i, m]) + b"\x00" * 16 for i in range(32) for m in range(5)]
+    if family == "attributes":
+        # (batch, attributes) of note: unknown codecs, the control and transactional bits
+        out += [bytes([i]) + struct_attr for i in range(8)
+                for struct_attr in (b"\x00\x05", b"\x00\x27", b"\x00\x20", b"\x00\x10",
+                                    b"\x00\x08", b"\x00\x40", b"\xff\xff")]
     if family == "logdirs":
         out += [bytes([i]) + files[i % len(files)].read_bytes()[:4096] for i in range(len(files))]
     return out
@@ -237,9 +430,11 @@ def _alarm(signum, frame):
 
 
 def _limit_memory(extra: int) -> None:
+    # RLIMIT_DATA, not RLIMIT_AS: a segment of Kafka's largest size mapped to be read batch by
+    # batch takes 2 GiB of address space and no memory; an allocation of that much is a finding
     with open("/proc/self/statm") as f:
-        used = int(f.read().split()[0]) * resource.getpagesize()
-    resource.setrlimit(resource.RLIMIT_AS, (used + extra, used + extra))
+        used = int(f.read().split()[5]) * resource.getpagesize()  # data + stack
+    resource.setrlimit(resource.RLIMIT_DATA, (used + extra, used + extra))
 
 
 def _save(out: Path, family: str, target: str, data: bytes, kind: str, detail: str) -> str:
@@ -349,7 +544,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     p.add_argument("--timeout", type=float, default=2.0, help="per input, seconds (default 2)")
     p.add_argument("--memory", type=int, default=2 << 30,
-                   help="address space per worker above the imported library (default 2 GiB)")
+                   help="memory (data limit) per worker above the imported library (default 2 GiB)")
     p.add_argument("--families", default=",".join(FAMILIES),
                    help=f"comma-separated, of {', '.join(FAMILIES)}")
     p.add_argument("--out", default="fuzz-findings", help="where findings are saved")

@@ -59,3 +59,22 @@ def test_reproduce_runs_one_input(campaign, tmp_path, capsys):
     path.write_bytes(b"\x00" * 70)
     assert campaign.reproduce(str(path), None) == 0
     assert "kept the promise" in capsys.readouterr().out
+
+
+def test_the_attribute_oracle_finds_rows_lost_without_damage(campaign, monkeypatch):
+    import kproto.storage.reader as storage_reader
+
+    flip = bytes([0, 0x00, 0x20])  # the first batch's control bit set, its CRC repaired
+    campaign.attribute_oracle(flip)  # reported as damage: the promise kept
+    # a reader that skips control batches without looking at their records loses rows
+    monkeypatch.setattr(storage_reader, "check_control_keys", lambda keys: None)
+    with pytest.raises(AssertionError, match="no damage reported"):
+        campaign.attribute_oracle(flip)
+
+
+def test_a_short_campaign_of_the_file_and_attribute_families_keeps_the_promise(campaign,
+                                                                             tmp_path):
+    summary = campaign.run(["files", "attributes"], seconds=2.0, workers=1, timeout=2.0,
+                           memory=2 << 30, out=str(tmp_path), seed=5)
+    assert all(f["inputs"] > 5 for f in summary["families"].values()), summary
+    assert summary["findings"] == 0, summary

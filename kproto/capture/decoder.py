@@ -13,7 +13,8 @@ from typing import Callable, Iterable, Iterator, Literal, Optional, Union, cast
 from kproto.capture import bodies
 from kproto.capture.exchange import Endpoint, Exchange
 from kproto.capture.frames import DEFAULT_MAX_FRAME, Frame, FrameCutter, RequestRule, ResponseRule
-from kproto.capture.layers import ACK, FIN, LINKTYPES, RST, SYN, TcpSegment, tcp_fields
+from kproto.capture.layers import (ACK, FIN, LINKTYPES, RST, SYN, TcpSegment, link_parses,
+                                   tcp_fields)
 from kproto.capture.bulk import tcp_rows
 from kproto.capture.pcap import Packet, packets_of
 from kproto.capture.tcp import TcpStream
@@ -82,6 +83,7 @@ class CaptureDecoder:
         self.bytes = 0
         self.non_tcp = 0
         self.unknown_links: dict[int, int] = {}   # link type -> packets that could not be read
+        self.unparsed: dict[int, int] = {}   # known link type -> packets that do not parse as it
         self.last_ts = 0.0
         self._out: list[Exchange] = []
 
@@ -102,8 +104,11 @@ class CaptureDecoder:
         fields = tcp_fields(packet.linktype, data)
         if fields is None:
             self.non_tcp += 1
-            if packet.linktype not in LINKTYPES:
-                self.unknown_links[packet.linktype] = self.unknown_links.get(packet.linktype, 0) + 1
+            lt = packet.linktype
+            if lt not in LINKTYPES:
+                self.unknown_links[lt] = self.unknown_links.get(lt, 0) + 1
+            elif not link_parses(lt, data):
+                self.unparsed[lt] = self.unparsed.get(lt, 0) + 1
             return []
         return self._tcp(*fields, packet.ts, getattr(packet, "index", 0))
 
@@ -167,6 +172,13 @@ class CaptureDecoder:
             self.problems.report("link", f"link type {linktype} is not one kproto reads: {n} "
                                  "packets not read")
         self.unknown_links.clear()
+        # a few runts are ordinary; most packets failing is a capture labelled with a wrong link
+        if sum(self.unparsed.values()) * 2 > self.packets:
+            for linktype, n in sorted(self.unparsed.items()):
+                self.problems.report("link", f"{n} of {self.packets} packets do not parse under "
+                                     f"link type {linktype} ({LINKTYPES[linktype]}): is it the "
+                                     "capture's link type?")
+        self.unparsed.clear()
         seen = set()
         for conn in self.connections.values():
             if conn is not None and id(conn) not in seen:

@@ -5,7 +5,7 @@ import struct
 from dataclasses import dataclass
 from typing import Optional, Union
 
-__all__ = ["TcpSegment", "parse_tcp", "tcp_fields", "format_ip", "LINKTYPES"]
+__all__ = ["TcpSegment", "parse_tcp", "tcp_fields", "format_ip", "link_parses", "LINKTYPES"]
 
 # Link types understood (pcap LINKTYPE_* numbers).
 LINKTYPES = {
@@ -71,6 +71,24 @@ def _link_payload(linktype: int, data: memoryview) -> tuple[int, int]:
             return 0, 0
         return (0x0800, 0) if data[0] >> 4 == 4 else (0x86DD, 0) if data[0] >> 4 == 6 else (0, 0)
     return 0, 0
+
+
+# Protocols other than IP a link carries in ordinary captures (ethertype numbers; below 0x0600
+# is an 802.3 length field: LLC frames such as spanning tree)
+_OTHER_PROTOCOLS = frozenset((0x0806, 0x8035, 0x88CC, 0x888E, 0x8847, 0x8848, 0x8863, 0x8864,
+                              0x88E5, 0x88F7, 0x8809, 0x22F0, 0x9000))
+
+
+def link_parses(linktype: int, data: Union[bytes, memoryview]) -> bool:
+    """Whether a packet that is not TCP still parses under ``linktype``: its link header is
+    whole and carries an IP header of the version it names, or a protocol links ordinarily
+    carry besides IP. Most packets of a capture failing it mean a wrong link type."""
+    mv = data if isinstance(data, memoryview) else memoryview(data)
+    proto, off = _link_payload(linktype, mv)
+    if proto in (0x0800, 0x86DD):
+        need = 20 if proto == 0x0800 else 40
+        return off + need <= len(mv) and mv[off] >> 4 == (4 if proto == 0x0800 else 6)
+    return proto != 0 and (proto < 0x0600 or proto in _OTHER_PROTOCOLS)
 
 
 def parse_tcp(linktype: int, data: Union[bytes, memoryview], ts: float = 0.0,

@@ -21,12 +21,13 @@ from kproto.records.compression import DEFAULT_MAX_SIZE
 from kproto.errors import DecodeError
 from kproto.records.dump import dump_lines
 from kproto.storage.dump import DUMP_KINDS, dump_file, dump_internal_log, metadata_log_topic
-from kproto.storage.layout import file_kind, log_dir_files
+from kproto.storage.layout import check_size, file_kind, log_dir_files
 
 __all__ = ["register", "dump_path", "dump_log_file", "format_text"]
 
 
 def _map(path: str) -> bytes | mmap.mmap:
+    check_size(path, "log")  # a file of batches is at most what Kafka's FileRecords opens
     with open(path, "rb") as f:
         if os.fstat(f.fileno()).st_size == 0:
             return b""

@@ -26,12 +26,30 @@ from kproto.records.record import (ATTR_CONTROL, ATTR_DELETE_HORIZON,
                                    CompressionAttributes, Header, Record, _long,
                                    increment_sequence, parse_headers)
 
-__all__ = ["RecordBatch", "Record", "Header", "HEADER_SIZE", "TIMESTAMP_TYPES"]
+__all__ = ["RecordBatch", "Record", "Header", "HEADER_SIZE", "TIMESTAMP_TYPES",
+           "header_problem"]
 
 HEADER = struct.Struct(">qiibIhiqqqhii")
 HEADER_SIZE = HEADER.size  # 61
 CRC_START = 21  # the CRC covers attributes .. end of batch
 TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
+MAX_CODEC = 4  # zstd; Kafka's CompressionType.forId refuses any higher id
+
+
+def header_problem(attributes: int, count: int, size: int) -> str | None:
+    """Why a framed v2 batch (``attributes``, record ``count``, ``size`` in bytes with its
+    offset and length) is one Kafka refuses or would read wrong, or None. Both timestamp types,
+    control batches with or without the transactional bit (KRaft's are not transactional) and
+    the unused high bits are accepted as Kafka accepts them; an unknown codec id is not
+    (``CompressionType.forId``), nor records behind a count of 0 (Kafka's iterator returns
+    nothing for it: they would vanish; the empty batches Kafka writes have no records)."""
+    codec = attributes & 0x07
+    if codec > MAX_CODEC:
+        return f"unknown compression codec id {codec} in the batch attributes"
+    if count == 0 and size > HEADER_SIZE:
+        return f"record count 0 but {size - HEADER_SIZE} bytes of records"
+    return None
+
 
 class RecordBatch(CompressionAttributes):
     """A magic v2 batch over a buffer (bytes, memoryview or mmap), read lazily.
@@ -139,7 +157,7 @@ class RecordBatch(CompressionAttributes):
             codec = self.compression
             if codec == 0:
                 self._data = raw
-            elif codec > 4:
+            elif codec > MAX_CODEC:
                 raise DecodeError(f"unknown compression codec id {codec}", what="RecordBatch",
                                   offset=self.position + CRC_START)
             else:

@@ -13,7 +13,7 @@ from typing import Any
 from kproto.errors import DecodeError
 
 __all__ = ["ControlRecord", "CONTROL_TYPES", "decode_control", "encode_control_key",
-           "encode_end_txn_marker"]
+           "encode_end_txn_marker", "check_control_keys"]
 
 _I16 = struct.Struct(">h")
 _KEY = struct.Struct(">hh")
@@ -86,3 +86,18 @@ def encode_control_key(type_id: int, version: int = 0) -> bytes:
 def encode_end_txn_marker(coordinator_epoch: int, version: int = 0) -> bytes:
     """Value of a COMMIT/ABORT control record."""
     return _END_TXN.pack(version, coordinator_epoch)
+
+
+def check_control_keys(keys: list[bytes | None]) -> None:
+    """Raise :class:`DecodeError` unless every key is a control record's key as Kafka's
+    ``ControlRecordType.parse`` accepts it (at least version and type, a version not below 0;
+    an unknown type is accepted, as Kafka skips it). Kafka's read_committed consumer parses
+    a control batch's first key, its read_uncommitted one none: every key is checked here, so
+    that a data batch whose control bit was set by damage is reported, not skipped unseen."""
+    for i, key in enumerate(keys):
+        if key is None or len(key) < 4:
+            raise DecodeError(f"record {i} of a control batch has no control key (version and "
+                              "type: 4 bytes)", what="ControlRecord")
+        if _I16.unpack_from(key, 0)[0] < 0:
+            raise DecodeError(f"record {i} of a control batch has a negative control key "
+                              "version", what="ControlRecord")

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Iterable, Iterator, Union
 
 from kproto.records.compression import DEFAULT_MAX_SIZE, DecompressionBudget
 from kproto.errors import DecodeError
-from kproto.records.batch import RecordBatch
+from kproto.records.batch import MAX_CODEC, RecordBatch, header_problem
 from kproto.records.record import LOG_OVERHEAD
 from kproto.records.legacy import LegacyMessage
 from kproto.problems import Problems
@@ -33,7 +33,8 @@ MIN_RECORD_SIZE = 14  # LegacyRecord.RECORD_OVERHEAD_V0, Kafka's first sanity bo
 
 class BatchReader:
     """Iterator of the batches in ``buf[start:end]``; after (or during) iteration,
-    ``valid_bytes``, ``trailing_bytes``, ``stopped_by`` and ``problems`` describe the scan.
+    ``valid_bytes``, ``trailing_bytes``, ``stopped_by``, ``skipped`` (batches reported and
+    stepped over) and ``problems`` describe the scan.
 
     ``problems``: where damage is reported (a :class:`~kproto.problems.Problem` with the
     position, ``index``: the batch's number, and ``fatal`` when it stopped the iteration); when
@@ -57,6 +58,7 @@ class BatchReader:
         self.problems = problems
         self.position = start
         self.count = 0
+        self.skipped = 0  # batches reported and not yielded (the iteration went on)
         self.stopped_by: str | None = None
 
     @property
@@ -69,12 +71,13 @@ class BatchReader:
         return self.end - self.position
 
     def _report(self, kind: str, reason: str, fatal: bool,
-                exc: DecodeError | None = None) -> None:
+                exc: DecodeError | None = None, bytes_skipped: int = 0) -> None:
         if self.problems is None:
             if exc is not None:
                 raise exc
             raise DecodeError(reason, what="log", offset=self.position)
-        self.problems.report(kind, reason, position=self.position, index=self.count, fatal=fatal)
+        self.problems.report(kind, reason, position=self.position, index=self.count, fatal=fatal,
+                             bytes_skipped=bytes_skipped)
 
     def __iter__(self) -> Iterator[Batch]:
         buf, end = self.buffer, self.end
@@ -88,11 +91,16 @@ class BatchReader:
             if LOG_OVERHEAD + size > end - pos:
                 return  # torn tail: a partial batch, as at the end of an active segment
             magic = buf[pos + 16]
+            bad = None
             try:
                 if magic == 2:
-                    batch: Batch = RecordBatch(buf[:end], pos,
-                                               max_decompressed=self.max_decompressed,
-                                               budget=self.budget)
+                    v2 = RecordBatch(buf[:end], pos, max_decompressed=self.max_decompressed,
+                                     budget=self.budget)
+                    # what Kafka refuses in a framed batch is damage here, once for every
+                    # reader: never a batch skipped unseen (as a control batch) or misread
+                    if v2.attributes & 7 > MAX_CODEC or not v2.count:  # header_problem's
+                        bad = header_problem(v2.attributes, v2.count, v2.size_in_bytes)
+                    batch: Batch = v2
                 elif magic in (0, 1):
                     batch = LegacyMessage(buf[:end], pos, max_decompressed=self.max_decompressed,
                                           budget=self.budget)
@@ -103,14 +111,20 @@ class BatchReader:
                 self.stopped_by = e.reason
                 self._report("corrupt", e.reason, True, e)
                 return
-            self.position = pos + batch.size_in_bytes
             index = self.count
+            if bad is not None:
+                self._report("corrupt", bad, False, bytes_skipped=batch.size_in_bytes)
+                self.position, self.count = pos + batch.size_in_bytes, index + 1
+                self.skipped += 1
+                continue
+            self.position = pos + batch.size_in_bytes
             self.count += 1
             if self.verify_crc and not batch.is_valid():
                 self.position, self.count = pos, index  # report at the batch's own place
                 self._report("crc", f"CRC mismatch: stored {batch.crc}, computed "
                              f"{batch.compute_crc()}", False)
                 self.position, self.count = pos + batch.size_in_bytes, index + 1
+                self.skipped += 1
                 continue
             yield batch
 
@@ -128,13 +142,14 @@ def iter_batches(buf: bytes | bytearray | memoryview | mmap.mmap, start: int = 0
 
 
 def decode_columns(buf: bytes | bytearray | memoryview, start: int = 0, end: int | None = None,
-                   *, verify_crc: bool = False,
-                   max_decompressed: int = DEFAULT_MAX_SIZE) -> RecordColumns:
+                   *, verify_crc: bool = False, max_decompressed: int = DEFAULT_MAX_SIZE,
+                   budget: DecompressionBudget | None = None) -> RecordColumns:
     """Decode every record of the whole batches in ``buf[start:end]`` into columns. A torn
-    tail is ignored; damage raises :class:`~kproto.errors.DecodeError`."""
+    tail is ignored; damage raises :class:`~kproto.errors.DecodeError`. ``budget`` as for
+    :class:`BatchReader` (a fresh default one)."""
     from kproto.records.columns import decode_batches
     return decode_batches(list(iter_batches(buf, start, end, verify_crc=verify_crc,
-                                            max_decompressed=max_decompressed)))
+                                            max_decompressed=max_decompressed, budget=budget)))
 
 
 def iter_column_batches(buf, start: int = 0, end: int | None = None, *,

@@ -17,7 +17,7 @@ from kproto.storage.checkpoints import (CleanShutdown, LeaderEpochCheckpoint, Me
                                         OffsetCheckpoint, PartitionMetadata, QuorumState)
 from kproto.storage.indexes import (OFFSET_ENTRY_SIZE, TIME_ENTRY_SIZE, OffsetIndex, TimeIndex,
                                     parse_txn_index, useful_index_bytes)
-from kproto.storage.layout import file_kind
+from kproto.storage.layout import check_size, file_kind, read_bounded
 from kproto.storage.snapshot import parse_snapshot
 
 Doc = dict[str, Any]
@@ -98,10 +98,11 @@ def _read_for_dump(path: str, kind: str) -> tuple[bytes, int]:
     as far as its segment's size allows, or (no ``.log`` beside it) up to the first all-zero
     slot, so a huge preallocated or sparse file costs no more than its entries. A size no
     broker writes is an error."""
+    if kind not in ("index", "timeindex"):
+        data = read_bounded(path, kind)
+        return data, len(data)
     with open(path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
-        if kind not in ("index", "timeindex"):
-            return f.read(), size
         entry = OFFSET_ENTRY_SIZE if kind == "index" else TIME_ENTRY_SIZE
         log = os.path.splitext(path)[0] + ".log"
         if os.path.isfile(log):
@@ -152,16 +153,22 @@ def dump_internal_log(path: str, topic: str | None = None) -> Iterator[Doc]:
     """``.log.decoded.jsonl`` lines for a file of batches of an internal topic (``topic``
     defaults to :func:`metadata_log_topic`); a record that does not decode is an ``error``
     line and the dump goes on."""
+    from kproto.storage.reader import mapped_file
+
+    topic = topic or metadata_log_topic(path)
+    if topic is None:
+        raise ValueError(f"{path}: not a file of an internal topic")
+    check_size(path, "log")  # a file of batches is at most what Kafka's FileRecords opens
+    with mapped_file(path) as data:  # batches are read where they lie, never the file whole
+        yield from _internal_lines(path, topic, data)
+
+
+def _internal_lines(path: str, topic: str, data: memoryview) -> Iterator[Doc]:
     from kproto.problems import Problems
     from kproto.records.batch import RecordBatch
     from kproto.storage.internal import decode_internal_record
     from kproto.storage.partition import scan_batches
 
-    topic = topic or metadata_log_topic(path)
-    if topic is None:
-        raise ValueError(f"{path}: not a file of an internal topic")
-    with open(path, "rb") as f:
-        data = f.read()
     damage = Problems(source=path)
     for batch in scan_batches(data, problems=damage):
         control = isinstance(batch, RecordBatch) and batch.is_control

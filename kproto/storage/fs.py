@@ -18,11 +18,13 @@ Reads are byte ranges (:func:`read_range`: one ranged GET), never a whole object
 """
 from __future__ import annotations
 
+import mmap
 import os
 import re
 import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Iterator, Mapping
 from urllib.parse import urlsplit
 
 if TYPE_CHECKING:  # imported where used: local paths (and `import kproto.storage`) skip them
@@ -30,7 +32,8 @@ if TYPE_CHECKING:  # imported where used: local paths (and `import kproto.storag
     import pyarrow.fs as pafs
 
 __all__ = ["Entry", "configure", "exists", "getsize", "glob", "is_remote", "isdir", "isfile",
-           "join", "listdir", "normpath", "open_input", "read_range", "resolve", "walk_files"]
+           "join", "listdir", "mapped_file", "normpath", "open_input", "read_range", "resolve",
+           "walk_files"]
 
 _S3 = ("s3", "s3a", "s3n")
 _TRUE, _FALSE = ("true", "yes"), ("false", "no")
@@ -394,3 +397,23 @@ def glob(pattern: str) -> list[str]:
             out.append(f"{base}/{rel}")
             _file_info(os.path.dirname(out[-1]), [info])  # what exists/getsize ask next
     return sorted(out)
+
+
+@contextmanager
+def mapped_file(path: str) -> Iterator[memoryview]:
+    """A local file mapped read-only, as a memoryview (empty for an empty file), unmapped
+    at the end unless a view of it is still alive (the GC unmaps it then)."""
+    with open(path, "rb") as f:
+        if os.fstat(f.fileno()).st_size == 0:
+            yield memoryview(b"")
+            return
+        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    view = memoryview(mm)
+    try:
+        yield view
+    finally:
+        view.release()
+        try:
+            mm.close()
+        except BufferError:
+            pass

@@ -12,6 +12,7 @@ import os
 import re
 from dataclasses import dataclass, field
 
+from kproto.errors import DecodeError
 from kproto.storage import fs
 from kproto.storage.checkpoints import (BOOTSTRAP_CHECKPOINT, CLEAN_SHUTDOWN, LEADER_EPOCH_CHECKPOINT,
                                         LOCK_FILE, META_PROPERTIES, PARTITION_METADATA,
@@ -276,3 +277,53 @@ def file_kind(name: str) -> tuple[str, int | None]:
     if base in ROOT_CHECKPOINTS or base.endswith("-offset-checkpoint"):
         return "offset-checkpoint", None
     return "unknown", None
+
+
+_KIB, _MIB = 1 << 10, 1 << 20
+#: The most bytes a file of each kind can need, well above what any broker writes: a larger
+#: file is damage (its size says so before a byte is read), so memory follows what a file
+#: holds, never its size (a sparse or runaway file). Indexes are read within what their
+#: segment can index (:func:`kproto.storage.indexes.useful_index_bytes`); files of batches
+#: are mapped after :func:`check_size`.
+FILE_LIMITS: dict[str, int] = {
+    "snapshot": 256 * _MIB,  # 46-byte producer entries: 5.8 million producers
+    "txnindex": 256 * _MIB,  # 34-byte entries: 7.9 million aborted transactions in a segment
+    "leader-epoch-checkpoint": 16 * _MIB,  # a line per leader epoch still in the log
+    "offset-checkpoint": 256 * _MIB,  # a line per partition of the log dir
+    "partition.metadata": 64 * _KIB,  # two short lines
+    "meta.properties": 64 * _KIB,  # a few properties
+    "clean-shutdown": 64 * _KIB,  # a one-line JSON object
+    "quorum-state": 16 * _MIB,  # a JSON object listing the voters
+    # files of batches: Kafka's FileRecords refuses one past Integer.MAX_VALUE bytes
+    "log": 2**31 - 1,
+    "metadata-snapshot": 2**31 - 1,
+    "unknown": 64 * _MIB,
+}
+
+
+def check_size(path: str, kind: str | None = None) -> int:
+    """The size of a log-dir file, or :class:`~kproto.errors.DecodeError` if it is larger
+    than its ``kind`` (by default, from its name: :func:`file_kind`) can be
+    (:data:`FILE_LIMITS`); ``OSError`` when it cannot be read."""
+    kind = kind or file_kind(path)[0]
+    limit = FILE_LIMITS.get(kind, FILE_LIMITS["unknown"])
+    size = fs.getsize(path)
+    if size > limit:
+        raise DecodeError(f"implausible size {size}: larger than any {kind} file Kafka "
+                          f"writes (limit {limit} bytes)")
+    return size
+
+
+def read_bounded(path: str, kind: str | None = None) -> bytes:
+    """The bytes of a log-dir file that is read whole (everything but segments and indexes),
+    after checking its size against :data:`FILE_LIMITS` for its ``kind`` (by default, from its
+    name: :func:`file_kind`). Raises :class:`~kproto.errors.DecodeError` when it is larger,
+    ``OSError`` when it cannot be read."""
+    kind = kind or file_kind(path)[0]
+    limit = FILE_LIMITS.get(kind, FILE_LIMITS["unknown"])
+    check_size(path, kind)
+    data = fs.read_range(path, 0, limit + 1)
+    if len(data) > limit:  # grew since its size was read
+        raise DecodeError(f"implausible size: more than {limit} bytes, larger than any {kind} "
+                          "file Kafka writes")
+    return data

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from kproto.errors import DecodeError
@@ -329,7 +330,7 @@ def read_metadata_story(path: str, problems: Problems | None = None,
     an already opened :class:`~kproto.storage.partition.Partition` of it). When the log no
     longer starts at offset 0 the story starts from the earliest metadata snapshot that
     covers the deleted records (the records below its end offset are skipped)."""
-    from kproto.storage.partition import Partition, read_file
+    from kproto.storage.partition import Partition, read_batch_file
 
     part = partition if partition is not None else Partition.open(_metadata_partition(path))
     problems = problems if problems is not None else Problems()
@@ -340,9 +341,9 @@ def read_metadata_story(path: str, problems: Problems | None = None,
         snaps = [(o, p) for o, _e, p in part.layout.metadata_snapshots if o >= first]
         if snaps:
             start, snap_path = snaps[0]
-            data = read_file(snap_path, bytes, problems)
-            if data is not None:
-                story.load_snapshot(start, data, problems.scope(source=snap_path))
+            read_batch_file(snap_path, partial(story.load_snapshot, start,
+                                               problems=problems.scope(source=snap_path)),
+                            problems)
     for seg, batch in part.batches(start_offset=start or None, problems=problems):
         if not isinstance(batch, RecordBatch):
             problems.report("record", "not a v2 record batch", source=seg.files.log or seg.name,

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import bisect
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence, TypeVar
 
 from kproto.records.compression import DecompressionBudget
 from kproto.errors import DecodeError
@@ -23,10 +24,12 @@ from kproto.storage.checkpoints import LeaderEpochCheckpoint, OffsetCheckpoint, 
 from kproto.storage.indexes import (OFFSET_ENTRY_SIZE, TIME_ENTRY_SIZE, AbortedTxn, IndexBuilder,
                                     OffsetIndex, TimeIndex, has_empty_slot, parse_txn_index,
                                     useful_index_bytes)
-from kproto.storage.layout import PartitionDir, SegmentFiles, scan_partition_dir
+from kproto.storage.layout import (PartitionDir, SegmentFiles, check_size, read_bounded,
+                                   scan_partition_dir)
 from kproto.storage.snapshot import ProducerSnapshot, parse_snapshot
 
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
+T = TypeVar("T")
 
 _read = fs.read_range  # local file or URI (a ranged read)
 
@@ -51,10 +54,30 @@ def read_index(path: str, useful: int, entry_size: int) -> bytes:
 
 
 def read_file(path: str, parse, problems: Problems):
-    """``parse`` of a small file's bytes, or None with why reported in ``problems`` (a
-    ``file`` problem: contents that do not parse, or a file that cannot be read)."""
+    """``parse`` of a small file's bytes (read by :func:`~kproto.storage.layout.read_bounded`),
+    or None with why reported in ``problems`` (a ``file`` problem: contents that do not parse,
+    a file larger than its kind can be, or a file that cannot be read)."""
     try:
-        return parse(_read(path))
+        return parse(read_bounded(path))
+    except DecodeError as exc:
+        problems.report("file", exc.reason, source=path, position=exc.offset or 0)
+    except OSError as exc:
+        problems.report("file", f"cannot be read: {exc.strerror or exc}", source=path)
+    return None
+
+
+def read_batch_file(path: str, use: Callable[[bytes | memoryview], T], problems: Problems
+                    ) -> T | None:
+    """``use`` of a whole file of batches (a KRaft snapshot, ``bootstrap.checkpoint``): mapped
+    when local, so that its pages are read as its batches are (a huge sparse file costs what
+    its batches hold), read when remote; None with why reported as :func:`read_file` reports
+    it (a file larger than Kafka opens among them)."""
+    try:
+        check_size(path, "log")
+        if fs.is_remote(path):
+            return use(_read(path))
+        with fs.mapped_file(path) as view:
+            return use(view)
     except DecodeError as exc:
         problems.report("file", exc.reason, source=path, position=exc.offset or 0)
     except OSError as exc:
@@ -101,6 +124,29 @@ class Segment:
         """Bytes ``[start, end)`` of the ``.log`` file."""
         return _read(self.files.log, start, end) if self.files.log else b""
 
+    @contextmanager
+    def _whole(self) -> Iterator[bytes | memoryview]:
+        """The whole ``.log``: a local file mapped (pages read as batches are, so a huge sparse
+        file costs what its batches hold), a remote one read."""
+        if self.files.log and not fs.is_remote(self.files.log):
+            if self._oversized:
+                yield b""
+                return
+            with fs.mapped_file(self.files.log) as view:
+                yield view
+        else:
+            yield self.read()
+
+    @cached_property
+    def _oversized(self) -> bool:
+        """Whether the ``.log`` is larger than Kafka opens (reported once, then read as empty)."""
+        try:
+            check_size(self.files.log or "", "log")
+        except DecodeError as exc:
+            self.problems.report("file", f"{exc.reason}: not read", source=self.files.log or "")
+            return True
+        return False
+
     def _index(self, path: str, cls, entry_size: int):
         """An index file read within what it can usefully hold; None (reported) if unusable."""
         try:
@@ -133,7 +179,8 @@ class Segment:
             # missing or unusable: rebuild both by scanning, as Kafka's recovery does (in memory
             # only; the files are never written)
             self.indexes_rebuilt = True
-            roi, rti = rebuild_indexes(self.read(), self.base_offset)
+            with self._whole() as whole:
+                roi, rti = rebuild_indexes(whole, self.base_offset)
             oi, ti = oi or roi, ti or rti
         return oi, ti
 
@@ -153,7 +200,7 @@ class Segment:
         if not self.files.txnindex:
             return []
         try:
-            return parse_txn_index(_read(self.files.txnindex))
+            return parse_txn_index(read_bounded(self.files.txnindex))
         except DecodeError as exc:
             self.problems.report("index", exc.reason, source=self.files.txnindex,
                                  position=exc.offset or 0)
@@ -169,10 +216,16 @@ class Segment:
         return self.position_of(self.time_index.lookup(timestamp)[1])
 
     def scan(self, start: int = 0, end: int | None = None, *, verify_crc: bool = False,
-             problems: Problems | None = None, data: bytes | None = None) -> Iterator[Batch]:
+             problems: Problems | None = None, data: bytes | memoryview | None = None
+             ) -> Iterator[Batch]:
         """Batches of the segment from byte ``start`` (a batch boundary) to ``end``; see
         :func:`scan_batches` (``problems`` gets the segment's file, topic and partition).
         ``data``: the whole file, if already read."""
+        if data is None and self.files.log and not fs.is_remote(self.files.log):
+            with self._whole() as whole:
+                yield from self.scan(start, end, verify_crc=verify_crc, problems=problems,
+                                     data=whole)
+            return
         if data is None:
             data = self.read(start, end)
             offset = start
@@ -215,7 +268,10 @@ def scan_batches(buf: bytes | memoryview, start: int = 0, end: int | None = None
     while pos < end:
         stopped = Problems()
         reader = BatchReader(buf, pos, end, verify_crc=False, problems=stopped, budget=budget)
+        seen = 0  # the reader's reports passed on so far
         for batch in reader:
+            if reader.skipped != seen:  # a batch the reader stepped over (see BatchReader)
+                seen = _forward(stopped, seen, problems, shift)
             if not batch.is_valid():
                 problems.report("crc", f"CRC mismatch: stored {batch.crc}, computed "
                                 f"{batch.compute_crc()}", position=batch.position + shift,
@@ -234,16 +290,28 @@ def scan_batches(buf: bytes | memoryview, start: int = 0, end: int | None = None
                     continue
                 low = last + 1
             yield batch
+        if reader.skipped != seen:
+            _forward(stopped, seen, problems, shift)
         pos = reader.position
-        if not stopped:
+        if reader.stopped_by is None:
             if reader.trailing_bytes:
                 problems.report("torn-tail", f"partial batch: {reader.trailing_bytes} bytes",
                                 position=pos + shift, bytes_skipped=reader.trailing_bytes)
             return
         nxt = next((p for p in resync if p > pos), end)
-        problems.report("corrupt", stopped[-1].reason, position=pos + shift,
+        problems.report("corrupt", reader.stopped_by, position=pos + shift,
                         bytes_skipped=nxt - pos)
         pos = nxt
+
+
+def _forward(found: Problems, seen: int, problems: Problems, shift: int) -> int:
+    """Report the batches a reader stepped over (its non-fatal problems in ``found``, past the
+    first ``seen``) at file positions; returns how many it has reported in all."""
+    skipped = [p for p in found if not p.fatal]
+    for p in skipped[seen:]:
+        problems.report(p.kind, p.reason, position=p.position + shift,
+                        bytes_skipped=p.bytes_skipped)
+    return len(skipped)
 
 
 @dataclass

@@ -19,10 +19,8 @@ segment is still on disk) are left out, as no consumer can fetch them, unless
 from __future__ import annotations
 
 import bisect
-import mmap
 import os
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, Iterable, Iterator, Mapping, Sequence
@@ -37,7 +35,8 @@ from kproto.errors import DecodeError
 from kproto.problems import Problems
 from kproto.records.batch import RecordBatch
 from kproto.records import columns
-from kproto.records.batch import CRC_START, HEADER_SIZE
+from kproto.records.batch import CRC_START, HEADER_SIZE, MAX_CODEC, header_problem
+from kproto.records.control import check_control_keys
 from kproto.records.columns import (F_ATTR, F_BASE, F_COUNT, F_CRC, F_CRC_COMPUTED, F_LOD,
                                     F_MTS, F_PID, F_POS, F_SIZE, BuiltColumns, decode_arrow)
 from kproto.records.compression import DEFAULT_MAX_SIZE, NONE, ZSTD, decompress
@@ -46,6 +45,7 @@ from kproto.records.record import (ATTR_COMPRESSION, ATTR_CONTROL, ATTR_DELETE_H
 from kproto.records.reader import Batch
 from kproto.records.transactions import AbortedTransactions
 from kproto.storage import fs
+from kproto.storage.fs import mapped_file
 from kproto.storage.indexes import AbortedTxn
 from kproto.storage.layout import is_partition_dir, scan_log_dir, scan_partition_dir
 from kproto.storage.partition import Partition, Segment, read_log_start_offsets, scan_batches
@@ -328,6 +328,8 @@ def _keep_batch(batch: Batch, opts: ReadOptions, aborted: AbortedTransactions | 
                 and not batch.has_delete_horizon:
             return False
         if batch.is_control and not opts.include_control:
+            # skipped as Kafka's consumer skips it, once its records are control records
+            check_control_keys([r.key for r in batch.record_list()])
             return False
         if aborted is not None:
             if batch.is_transactional and not batch.is_control and aborted.is_aborted(batch):
@@ -428,26 +430,6 @@ def _trim(out: pa.RecordBatch, offset: np.ndarray, timestamp: np.ndarray, split:
     return out if out.num_rows else None
 
 
-@contextmanager
-def mapped_file(path: str) -> Iterator[memoryview]:
-    """A local file mapped read-only, as a memoryview (empty for an empty file), unmapped
-    at the end unless a view of it is still alive (the GC unmaps it then)."""
-    with open(path, "rb") as f:
-        if os.fstat(f.fileno()).st_size == 0:
-            yield memoryview(b"")
-            return
-        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-    view = memoryview(mm)
-    try:
-        yield view
-    finally:
-        view.release()
-        try:
-            mm.close()
-        except BufferError:
-            pass
-
-
 def read_split(split: Split, options: ReadOptions = ReadOptions(), *,
                problems: Problems | None = None, chunk_bytes: int = _CHUNK_BYTES,
                storage_options: Mapping[str, Any] | None = None) -> Iterator[pa.RecordBatch]:
@@ -528,6 +510,7 @@ class _SplitRead:
         self.resync = [p - split.start for p in split.resync]
         self.budget = DecompressionBudget(opts.budget_floor, opts.budget_ratio)
         self.consts: dict[tuple, pa.Array] = {}  # constant columns, sliced for each chunk
+        self.deferred: list[tuple[int, str, str, int, int]] = []  # see _defer
 
     # ---------------------------------------------------------------------- the reference
     def slow(self, start: int, low: int, pending: list[Batch], size: int
@@ -590,7 +573,12 @@ class _SplitRead:
                     rows[:, F_CRC_COMPUTED] = [crc32c(data[p + CRC_START:p + n])
                                                for p, n in rows[:, :2].tolist()]
                 placed, low = self._place(rows, low)
-                kept = rows[placed & self._keep(rows)]  # a copy: the table is reused
+                keep = placed & self._keep(rows)
+                if not self.opts.include_control:
+                    self._check_control(rows, keep)
+                if self.deferred:
+                    self._flush()
+                kept = rows[keep]  # a copy: the table is reused
                 if len(kept):
                     pending.append(kept)
                     size += int(kept[:, F_SIZE].sum())
@@ -615,8 +603,10 @@ class _SplitRead:
         first = rows[:, F_BASE]
         last = first + rows[:, F_LOD]  # wraps as RecordBatch.last_offset does
         crc_bad = rows[:, F_CRC] != rows[:, F_CRC_COMPUTED]
+        attrs_bad = ((rows[:, F_ATTR] & ATTR_COMPRESSION) > MAX_CODEC) | (
+            (rows[:, F_COUNT] == 0) & (rows[:, F_SIZE] > HEADER_SIZE))  # header_problem's
         high = self.split.next_base_offset
-        if _fits_int64(low) and not crc_bad.any():
+        if _fits_int64(low) and not crc_bad.any() and not attrs_bad.any():
             prev = np.empty_like(first)
             prev[0] = low
             prev[1:] = last[:-1] + 1
@@ -631,17 +621,21 @@ class _SplitRead:
         shift, verify = self.split.start, self.opts.verify_crc
         for i in range(len(rows)):
             at, size = int(rows[i, F_POS]) + shift, int(rows[i, F_SIZE])
+            if attrs_bad[i]:  # as BatchReader frames it: damage before anything else
+                self._defer(i, "corrupt", header_problem(int(rows[i, F_ATTR]),
+                                                         int(rows[i, F_COUNT]),
+                                                         int(rows[i, F_SIZE])) or "", at, size)
+                continue
             if crc_bad[i]:
-                self.found.report("crc", f"CRC mismatch: stored {int(rows[i, F_CRC])}, computed "
-                                  f"{int(rows[i, F_CRC_COMPUTED])}", position=at,
-                                  bytes_skipped=size if verify else 0)
+                self._defer(i, "crc", f"CRC mismatch: stored {int(rows[i, F_CRC])}, computed "
+                            f"{int(rows[i, F_CRC_COMPUTED])}", at, size if verify else 0)
                 if verify:
                     continue
             f, la = int(first[i]), int(last[i])
             if f < low or la < f or (high is not None and la >= high):
                 where = f"[{low}, {high})" if high is not None else f"from {low}"
-                self.found.report("corrupt", f"batch offsets {f}..{la} out of place: "
-                                  f"expected offsets {where}", position=at, bytes_skipped=size)
+                self._defer(i, "corrupt", f"batch offsets {f}..{la} out of place: "
+                            f"expected offsets {where}", at, size)
                 continue
             low = la + 1
             placed[i] = True
@@ -659,8 +653,6 @@ class _SplitRead:
             keep &= first < self.lso
         if o.start_timestamp is not None:
             keep &= (rows[:, F_MTS] >= o.start_timestamp) | ((attrs & ATTR_DELETE_HORIZON) != 0)
-        if not o.include_control:
-            keep &= (attrs & ATTR_CONTROL) == 0
         aborted = self.aborted
         if aborted is not None and aborted.producers:
             data_txn = (attrs & (ATTR_TRANSACTIONAL | ATTR_CONTROL)) == ATTR_TRANSACTIONAL
@@ -668,6 +660,29 @@ class _SplitRead:
                 if aborted.is_aborted_at(int(rows[i, F_PID]), int(last[i])):
                     keep[i] = False
         return keep
+
+    def _check_control(self, rows: np.ndarray, keep: np.ndarray) -> None:
+        """Take the control batches out of ``keep``, each checked (and its damage reported)
+        as :func:`_keep_batch` checks it: rare batches, decoded one by one."""
+        for i in np.flatnonzero(keep & ((rows[:, F_ATTR] & ATTR_CONTROL) != 0)).tolist():
+            keep[i] = False
+            batch = self._batch(rows[i])
+            try:
+                check_control_keys([r.key for r in batch.record_list()])
+            except DecodeError as exc:
+                kind = "limit" if isinstance(exc, DecompressionLimitError) else "corrupt"
+                self._defer(i, kind, f"records do not decode: {exc}",
+                            self.split.start + batch.position, batch.size_in_bytes)
+
+    def _defer(self, row: int, kind: str, reason: str, position: int, skipped: int) -> None:
+        """A problem of the window's ``row``, reported by :meth:`_flush` in batch order (as
+        the reference meets them: placement, then the control check, batch by batch)."""
+        self.deferred.append((row, kind, reason, position, skipped))
+
+    def _flush(self) -> None:
+        for _row, kind, reason, position, skipped in sorted(self.deferred, key=lambda d: d[0]):
+            self.found.report(kind, reason, position=position, bytes_skipped=skipped)
+        self.deferred.clear()
 
     def _decode_rows(self, rows: np.ndarray) -> Iterator[pa.RecordBatch]:
         """A chunk of framed batches as one Arrow batch (C column builder); the reference

@@ -11,8 +11,8 @@ from kproto.problems import Problems
 from kproto.records.batch import RecordBatch
 from kproto.storage.checkpoints import CleanShutdown, MetaProperties, OffsetCheckpoint, QuorumState
 from kproto.storage.layout import is_partition_dir, scan_log_dir, scan_partition_dir
-from kproto.storage.partition import (Partition, batch_max_timestamp, read_file,
-                                      read_log_start_offsets, scan_batches)
+from kproto.storage.partition import (Partition, batch_max_timestamp, read_batch_file,
+                                      read_file, read_log_start_offsets, scan_batches)
 from kproto.storage.reader import first_unstable_offset
 
 Doc = dict[str, Any]
@@ -124,9 +124,13 @@ def _metadata_story(part: Partition) -> Doc:
 def summarize_metadata_records(path: str, problems: Problems) -> Doc:
     """Batches and records of a file of KRaft metadata batches (``bootstrap.checkpoint``, a
     ``__cluster_metadata`` snapshot), and the ``metadata.version`` feature level it sets."""
+    doc = read_batch_file(path, lambda data: _metadata_records(path, data, problems), problems)
+    return doc or {"path": path, "batches": 0, "records": 0, "metadata_version": None}
+
+
+def _metadata_records(path: str, data: bytes | memoryview, problems: Problems) -> Doc:
     from kproto.storage.internal import decode_metadata_frame
 
-    data = read_file(path, bytes, problems) or b""
     batches = records = 0
     level = None
     for batch in scan_batches(data, problems=problems.scope(source=path)):

@@ -9,6 +9,7 @@ import struct
 import time
 from contextlib import redirect_stdout
 
+import pytest
 
 import kproto
 from kproto.capture import iter_exchanges
@@ -111,3 +112,24 @@ def test_shared_pcapng_with_a_damaged_timestamp(tmp_path):
     exchanges = list(iter_exchanges(str(path)))
     assert exchanges and all(e.to_json()["ts"].endswith("s") for e in exchanges)
     assert sum(1 for e in exchanges if e.response is not None) > 10
+
+
+@pytest.mark.parametrize("declared, written", [(1, 101), (101, 0), (276, 12)])
+def test_packets_that_do_not_parse_under_their_link_type_are_a_capture_problem(
+        tmp_path, capsys, declared, written):
+    frames = _conversation().frames(written)  # raw IP called Ethernet, and the like
+    path = tmp_path / "mislabelled.pcap"
+    path.write_bytes(write_pcap(frames, linktype=declared))
+    rc, out = _cli(path, "--format", "jsonl", "--port", "9092")
+    assert rc == 1 and out == ""
+    assert (f"{len(frames)} of {len(frames)} packets do not parse under link type {declared}"
+            in capsys.readouterr().err)
+
+
+def test_a_few_unparseable_packets_are_no_capture_problem(tmp_path, capsys):
+    frames = _conversation().frames()
+    frames[1:1] = [(frames[0][0], b"\x00" * 10)]  # one runt frame among many
+    path = tmp_path / "runt.pcap"
+    path.write_bytes(write_pcap(frames))
+    rc, out = _cli(path, "--format", "jsonl", "--port", "9092")
+    assert rc == 0 and out and "do not parse" not in capsys.readouterr().err

@@ -80,15 +80,18 @@ def test_one_bad_metadata_file_is_reported_and_the_rest_read(logdir, rel):
         assert (damage[0].topic, damage[0].partition) == (topic, int(partition))
 
 
-def _limited(code: str, limit: int = 2 * GIB, timeout: float = 60) -> subprocess.CompletedProcess:
-    """Run ``code`` in a fresh interpreter whose address space is ``limit`` bytes above what
-    importing kproto's storage and records layers takes."""
+def _limited(code: str, limit: int = 2 * GIB, timeout: float = 60,
+             data_only: bool = False) -> subprocess.CompletedProcess:
+    """Run ``code`` in a fresh interpreter whose address space (``data_only``: its data, the
+    heap and private mappings, so files may be mapped) is ``limit`` bytes above what importing
+    kproto's storage and records layers takes."""
+    which, field = ("RLIMIT_DATA", 5) if data_only else ("RLIMIT_AS", 0)
     prelude = textwrap.dedent(f"""
         import resource, kproto.storage, kproto.storage.reader, kproto.storage.summary
         import kproto.records.columns, kproto.cli.main
         with open("/proc/self/statm") as f:
-            used = int(f.read().split()[0]) * resource.getpagesize()
-        resource.setrlimit(resource.RLIMIT_AS, (used + {limit}, used + {limit}))
+            used = int(f.read().split()[{field}]) * resource.getpagesize()
+        resource.setrlimit(resource.{which}, (used + {limit}, used + {limit}))
     """)
     return subprocess.run([sys.executable, "-c", prelude + textwrap.dedent(code)],
                           capture_output=True, text=True, timeout=timeout)
@@ -223,3 +226,67 @@ def test_lone_sparse_index_is_dumped_from_its_entries_only(tmp_path):
     assert time.monotonic() - t < 2
     assert head["slots"] == (1536 << 20) // 8 and head["entries"] == 2 and head["preallocated"]
     assert [x["offset"] for x in lines] == [105, 140]
+
+
+# every kind of file a log dir holds that is read whole (segments are mapped and indexes read
+# within what their segment can index); a KRaft snapshot and quorum-state are added by the test
+HUGE_FILES = [rel for rel in METADATA_FILES if not rel.endswith((".index", ".timeindex"))] + [
+    "log-start-offset-checkpoint", "__cluster_metadata-0/quorum-state",
+    "__cluster_metadata-0/00000000000000000000-0000000000.checkpoint"]
+
+
+def test_huge_sparse_metadata_files_are_damage_not_memory(logdir):
+    for rel in HUGE_FILES:
+        with open(os.path.join(logdir, rel), "a+b") as f:
+            f.truncate(3 * GIB)  # sparse: no disk used, but a whole read of it is 3 GiB
+    paths = [os.path.join(logdir, rel) for rel in HUGE_FILES]
+    proc = _limited(f"""
+        import json, io, contextlib
+        from kproto.cli.main import main
+        d = kproto.Problems()
+        t = kproto.storage.read_arrow({logdir!r}, problems=d)
+        print(json.dumps(t.num_rows))
+        for argv in (["logdir", {logdir!r}], ["dump-log", "--format", "jsonl"] + {paths!r}):
+            buf = io.StringIO()
+            with contextlib.redirect_stdout(buf):
+                rc = main(argv)
+            print(json.dumps([rc, buf.getvalue()]))
+    """, limit=GIB)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows, (rc_logdir, out_logdir), (rc_dump, out_dump) = map(json.loads, proc.stdout.splitlines())
+    assert rows == FULL_ROWS
+    assert rc_logdir == 1 and out_logdir.count("offsets [") >= 8
+    assert rc_dump == 1
+    errors = [json.loads(x) for x in out_dump.splitlines() if '"error"' in x]
+    for rel in HUGE_FILES:
+        name = os.path.basename(rel)
+        if not rel.endswith(".checkpoint"):  # logdir lists a KRaft snapshot, it does not read it
+            assert f"{name}" in out_logdir and "implausible size 3221225472" in out_logdir
+        assert any(name in e["path"] and "implausible size 3221225472" in e["error"]
+                   for e in errors), name
+
+
+def test_sparse_segment_and_kraft_snapshot_cost_what_their_batches_hold(logdir):
+    seg = os.path.join(logdir, "orders-0", "00000000000000000000.log")
+    snap = os.path.join(logdir, "__cluster_metadata-0",
+                        "00000000000000000000-0000000000.checkpoint")
+    with open(seg, "r+b") as f:
+        f.truncate(2**31 - 1)  # Kafka's largest segment: a hole after its batches
+    with open(snap, "a+b") as f:
+        f.truncate(GIB)
+    proc = _limited(f"""
+        import json, io, contextlib
+        from kproto.cli.main import main
+        d = kproto.Problems()
+        t = kproto.storage.read_arrow({logdir!r}, problems=d)
+        print(json.dumps([t.num_rows, sorted({{x.kind for x in d}})]))
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            rc = main(["logdir", {logdir!r}])
+        print(json.dumps([rc, buf.getvalue()]))
+    """, limit=GIB, data_only=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (rows, kinds), (rc, out) = map(json.loads, proc.stdout.splitlines())
+    assert rows == FULL_ROWS and kinds == ["corrupt"]  # the hole, reported
+    assert rc == 1 and out.count("offsets [") >= 8 and "bytes skipped" in out.replace(
+        "bytes_skipped", "bytes skipped")
