@@ -16,7 +16,7 @@ from typing import Optional
 
 import pytest
 
-from kproto.testing import _apache_kafka_pool, apache_kafka, kafka_broker  # noqa: F401  (fixtures)
+from kproto.testing import _apache_kafka_pool, any_broker, apache_kafka, kafka_broker  # noqa: F401  (fixtures)
 from kproto.testing import pytest_configure as _testing_configure
 from kproto.testing import pytest_runtest_makereport  # noqa: F401  (server logs of failed tests)
 

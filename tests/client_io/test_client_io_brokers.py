@@ -20,6 +20,7 @@ from kproto.client.admin import Admin
 from kproto.client.cluster import Cluster
 from kproto.client.consumer import Consumer
 from kproto.client.producer import Producer
+from kproto.client.protocol import BrokerError
 from kproto.error_codes import ErrorCode
 from kproto.schemas.api_keys import ApiKey
 
@@ -103,3 +104,150 @@ def test_classic_consumer_gives_up_when_no_coordinator_answers(kafka_broker):
 
     took = run(main())
     assert 1.0 <= took < 10
+
+
+# ---- against both brokers ---------------------------------------------------------------------
+
+def test_producers_at_acks_0_1_and_all(any_broker):
+    topic = new_topic("acks")
+
+    async def main():
+        async with Cluster(any_broker.bootstrap) as cluster:
+            await Admin(cluster).create_topics({topic: 3})
+            await cluster.wait_for_leaders([topic])
+            # Apache Kafka names a leader in Metadata a moment before the partition takes
+            # writes (NOT_LEADER_OR_FOLLOWER until then), and nothing retries at acks=0
+            deadline = time.monotonic() + 10
+            while True:
+                try:
+                    await Admin(cluster).list_offsets([(topic, 0)])
+                    break
+                except BrokerError:
+                    assert time.monotonic() < deadline, "partition 0 never took requests"
+                    await asyncio.sleep(0.1)
+            metas = {}
+            for part, acks in enumerate((0, 1, -1)):
+                producer = await Producer(cluster, acks=acks, idempotent=acks == -1, linger_ms=1).start()
+                futs = [await producer.send(topic, b"%d-%d" % (acks, i), partition=part) for i in range(10)]
+                await producer.close()
+                metas[acks] = [f.result() for f in futs]
+            consumer = await Consumer(cluster, [topic]).start()
+            got = await consume(consumer, 30)
+            await consumer.close()
+            return metas, got
+
+    metas, got = run(main())
+    # acks=0: the broker sends no answer, so no offset is known (Kafka's RecordMetadata: -1)
+    assert [m.offset for m in metas[0]] == [-1] * 10
+    assert [m.offset for m in metas[1]] == list(range(10)) == [m.offset for m in metas[-1]]
+    by_part = {p: [(r.offset, r.value) for r in got if r.partition == p] for p in range(3)}
+    for part, acks in enumerate((0, 1, -1)):
+        assert by_part[part] == [(i, b"%d-%d" % (acks, i)) for i in range(10)]
+
+
+def test_kip848_members_share_hand_over_and_commit(any_broker, request):
+    topic, group = new_topic("k848"), new_topic("k848-group")
+
+    async def main():
+        async with Cluster(any_broker.bootstrap) as c0, Cluster(any_broker.bootstrap) as c1, \
+                Cluster(any_broker.bootstrap) as c2:
+            admin = Admin(c0)
+            await admin.create_topics({topic: 4})
+            producer = await Producer(c0).start()
+            for i in range(40):
+                await producer.send(topic, b"r%d" % i, partition=i % 4)
+            await producer.flush()
+            kw = dict(group_id=group, group_protocol="consumer", enable_auto_commit=False)
+            a = await Consumer(c1, [topic], **kw).start()
+            assert sorted(await a.wait_for_assignment(20)) == [(topic, p) for p in range(4)]
+            values = [r.value for r in await consume(a, 20)]
+            await a.commit()
+            b = await Consumer(c2, [topic], **kw).start()
+            deadline = time.monotonic() + 30
+            while not (len(a.assignment) == 2 and len(b.assignment) == 2) and time.monotonic() < deadline:
+                for c in (a, b):
+                    values += [r.value for r in await c.getmany(0.1)]
+            shared = sorted(a.assignment), sorted(b.assignment)
+            described = (await admin.describe_groups([group]))[group]
+            values += [r.value for c in (a, b) for r in await consume(c, 0)]
+            while len(values) < 40 and time.monotonic() < deadline:
+                for c in (a, b):
+                    values += [r.value for r in await c.getmany(0.1)]
+            await a.commit()
+            await b.commit()
+            await b.close()
+            while len(a.assignment) < 4 and time.monotonic() < deadline:
+                await a.getmany(0.1)
+            taken_back = sorted(a.assignment)
+            await a.close()
+            committed = await admin.list_group_offsets(group)
+            await producer.close()
+            return values, shared, described, taken_back, committed
+
+    values, (sa, sb), described, taken_back, committed = run(main(), timeout=90)
+    assert len(sa) == len(sb) == 2 and sorted(sa + sb) == [(topic, p) for p in range(4)]
+    assert described.state == "Stable" and len(described.members) == 2
+    assert all(m.member_epoch and m.member_epoch > 0 for m in described.members)
+    assert taken_back == [(topic, p) for p in range(4)]
+    # each record read, some twice at most (a partition moves before its reads are committed)
+    assert set(values) == {b"r%d" % i for i in range(40)}
+    assert committed == {(topic, p): 10 for p in range(4)}
+
+
+def test_kip848_static_member_keeps_its_partitions_across_a_restart(any_broker):
+    topic, group = new_topic("static"), new_topic("static-group")
+
+    async def main():
+        async with Cluster(any_broker.bootstrap) as c1, Cluster(any_broker.bootstrap) as c2:
+            await Admin(c1).create_topics({topic: 4})
+            kw = dict(group_id=group, group_protocol="consumer", enable_auto_commit=False)
+            a = await Consumer(c1, [topic], group_instance_id="a", **kw).start()
+            await a.wait_for_assignment(20)
+            b = await Consumer(c2, [topic], group_instance_id="b", **kw).start()
+            deadline = time.monotonic() + 30
+            while not (len(a.assignment) == 2 and len(b.assignment) == 2) and time.monotonic() < deadline:
+                await asyncio.gather(a.getmany(0.1), b.getmany(0.1))
+            before = sorted(b.assignment)
+            await b.close()  # static: leaves with epoch -2, the broker keeps b's partitions for it
+            for _ in range(5):  # a heartbeats on: nothing moves while b is away
+                await a.getmany(0.2)
+            a_while_away = sorted(a.assignment)
+            b2 = await Consumer(c2, [topic], group_instance_id="b", **kw).start()
+            after = sorted(await b2.wait_for_assignment(20))
+            await b2.close()
+            await a.close()
+            return before, a_while_away, after
+
+    before, a_while_away, after = run(main(), timeout=90)
+    assert len(before) == 2 and after == before
+    assert len(a_while_away) == 2 and not set(a_while_away) & set(before)
+
+
+def test_seek_by_time(any_broker):
+    topic, base = new_topic("bytime"), 1_700_000_000_000
+
+    async def main():
+        async with Cluster(any_broker.bootstrap) as cluster:
+            admin = Admin(cluster)
+            await admin.create_topics({topic: 2})
+            producer = await Producer(cluster).start()
+            for i in range(10):
+                await producer.send(topic, b"v%d" % i, partition=0, timestamp_ms=base + 1000 * i)
+            await producer.flush()
+            consumer = await Consumer(cluster, [topic]).start()
+            tps = [(topic, 0), (topic, 1)]
+            at = await consumer.list_offsets(tps, base + 4500)       # the first record at or after
+            past = await admin.list_offsets(tps, base + 60_000)       # none: -1
+            newest = await admin.list_offsets([(topic, 0)], "max_timestamp")
+            consumer.seek(topic, 0, at[(topic, 0)])
+            got = await consume(consumer, 5)
+            await producer.close()
+            await consumer.close()
+            return at, past, newest, got
+
+    at, past, newest, got = run(main())
+    assert at == {(topic, 0): 5, (topic, 1): -1}
+    assert past == {(topic, 0): -1, (topic, 1): -1}
+    assert newest == {(topic, 0): 9}
+    assert [(r.offset, r.value, r.timestamp) for r in got] == \
+        [(i, b"v%d" % i, base + 1000 * i) for i in range(5, 10)]
