@@ -9,8 +9,14 @@ topics, which a fresh Apache Kafka gives and kproto's broker gives on request (a
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import shutil
+import subprocess
+import threading
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -251,3 +257,117 @@ def test_seek_by_time(any_broker):
     assert newest == {(topic, 0): 9}
     assert [(r.offset, r.value, r.timestamp) for r in got] == \
         [(i, b"v%d" % i, base + 1000 * i) for i in range(5, 10)]
+
+
+# ---- a group of Java and kproto consumers on Apache Kafka -----------------------------------------
+
+JAVA_MEMBER = Path(__file__).with_name("java") / "KprotoGroupMember.java"
+
+
+@pytest.fixture(scope="session")
+def java_member_cp(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The class path of KprotoGroupMember, compiled against the Java client kafka-clients 4.4.0
+    (from the jars tools/setup.sh caches, as Apache Kafka's)."""
+    from kproto.testing import apache
+    if apache.unavailable() is not None or shutil.which("javac") is None:
+        reason = apache.unavailable() or "no javac"
+        if os.environ.get("CI"):
+            pytest.fail(f"the Java client is needed under CI: {reason}", pytrace=False)
+        pytest.skip(reason)
+    jars = apache.client_jars("4.4.0")
+    out = tmp_path_factory.mktemp("java-member")
+    proc = subprocess.run(["javac", "-nowarn", "-encoding", "UTF-8", "-cp", os.pathsep.join(jars),
+                           "-d", str(out), str(JAVA_MEMBER)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return os.pathsep.join([str(out), *jars])
+
+
+class JavaMember:
+    """KprotoGroupMember in a JVM of its own; its events read by a thread as they come."""
+
+    def __init__(self, cp: str, bootstrap: str, topic: str, group: str, protocol: str, workdir: Path) -> None:
+        self.stop_file = workdir / f"{group}.stop"
+        self.events: list[dict] = []
+        self.proc = subprocess.Popen(
+            ["java", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-cp", cp,
+             "KprotoGroupMember", bootstrap, topic, group, protocol, str(self.stop_file), "90"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            if line.startswith("{"):
+                self.events.append(json.loads(line))
+
+    def assignment(self) -> list[int]:
+        assigned = [e["partitions"] for e in list(self.events) if e["event"] == "assigned"]
+        return assigned[-1] if assigned else []
+
+    def member_id(self) -> str:
+        return str([e["member_id"] for e in list(self.events) if e["event"] == "assigned"][-1])
+
+    def read(self) -> set[tuple[int, int]]:
+        return {(e["partition"], e["offset"]) for e in list(self.events) if e["event"] == "record"}
+
+    def stop(self) -> tuple[int, str]:
+        self.stop_file.touch()
+        try:
+            code = self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            code = self.proc.wait()
+        self._reader.join(10)
+        assert self.proc.stderr is not None
+        return code, self.proc.stderr.read()[-4000:]
+
+
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_java_and_kproto_consumers_agree_on_assignments(apache_kafka, java_member_cp, protocol, tmp_path):
+    """A Java consumer (kafka-clients 4.4.0) and a kproto consumer in one group: with the classic
+    protocol whichever is leader computes the range assignment the other accepts; with KIP-848
+    the broker assigns. Their assignments must split the topic two and two, and each must read
+    every record of its partitions."""
+    topic, group = new_topic(f"mixed-{protocol}"), new_topic("mixed-group")
+    per_partition = 10
+
+    async def main():
+        async with Cluster(apache_kafka.bootstrap) as cluster:
+            await Admin(cluster).create_topics({topic: 4})
+            producer = await Producer(cluster).start()
+            for i in range(4 * per_partition):
+                await producer.send(topic, b"v%d" % i, partition=i % 4)
+            await producer.close()
+            java = JavaMember(java_member_cp, apache_kafka.bootstrap, topic, group, protocol, tmp_path)
+            try:
+                ours = await Consumer(cluster, [topic], group_id=group, group_protocol=protocol,
+                                      enable_auto_commit=False, heartbeat_interval_ms=200,
+                                      session_timeout_ms=6000).start()
+                read: set = set()
+                every = {(p, o) for p in range(4) for o in range(per_partition)}
+
+                def settled() -> bool:
+                    mine, theirs = sorted(p for _, p in ours.assignment), java.assignment()
+                    return (len(mine) == len(theirs) == 2 and sorted(mine + theirs) == [0, 1, 2, 3]
+                            and {(p, o) for p, o in every if p in mine} <= read
+                            and {(p, o) for p, o in every if p in theirs} <= java.read())
+
+                deadline = time.monotonic() + 60
+                while not settled() and time.monotonic() < deadline:
+                    read |= {(r.partition, r.offset) for r in await ours.getmany(0.2)}
+                    assert java.proc.poll() is None, java.proc.stderr.read() if java.proc.stderr else ""
+                mine, theirs = sorted(p for _, p in ours.assignment), java.assignment()
+                ok = settled()
+                ids = ours.member_id, java.member_id()
+                await ours.close()
+            finally:
+                code, stderr = java.stop()
+            return mine, theirs, ok, ids, code, stderr
+
+    mine, theirs, ok, (our_id, their_id), code, stderr = run(main(), timeout=120)
+    assert code == 0, stderr
+    assert len(mine) == len(theirs) == 2 and sorted(mine + theirs) == [0, 1, 2, 3], (mine, theirs)
+    if protocol == "classic":  # the range assignor: the member first by id takes partitions 0 and 1
+        assert (mine == [0, 1]) == (our_id < their_id), (our_id, mine, their_id, theirs)
+    assert ok, "each member read every record of its partitions"
