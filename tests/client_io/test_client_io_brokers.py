@@ -259,6 +259,78 @@ def test_seek_by_time(any_broker):
         [(i, b"v%d" % i, base + 1000 * i) for i in range(5, 10)]
 
 
+def test_admin_methods(any_broker, request):
+    topic, group = new_topic("admin"), new_topic("admin-group")
+
+    async def main():
+        async with Cluster(any_broker.bootstrap) as cluster:
+            admin = Admin(cluster)
+            out: dict = {"cluster": await admin.describe_cluster()}
+            await admin.create_topics({topic: 2}, configs={topic: {"retention.ms": "3600000"}})
+            with pytest.raises(BrokerError, match="TOPIC_ALREADY_EXISTS"):
+                await admin.create_topics({topic: 2})
+            await admin.create_topics({topic: 2}, exist_ok=True)
+            await admin.create_partitions({topic: 3})
+            deadline = time.monotonic() + 10  # Apache Kafka's brokers learn of them a moment later
+            while len((await admin.describe_topics([topic]))[topic].partitions) < 3 \
+                    and time.monotonic() < deadline:
+                await asyncio.sleep(0.1)
+            await cluster.wait_for_leaders([topic])
+            out["listed"] = topic in await admin.list_topics()
+            out["partitions"] = sorted((await admin.describe_topics([topic]))[topic].partitions)
+            await admin.alter_configs({("topic", topic): {"retention.bytes": "1048576"}})
+            configs = (await admin.describe_configs([("topic", topic)]))[("topic", topic)]
+            out["configs"] = {k: configs[k].value for k in ("retention.ms", "retention.bytes")}
+            producer = await Producer(cluster).start()
+            for i in range(6):
+                await producer.send(topic, b"v%d" % i, b"k%d" % i, partition=0)
+            await producer.close()
+            out["low"] = await admin.delete_records({(topic, 0): 4})
+            out["earliest"] = await admin.list_offsets([(topic, 0)], "earliest")
+            out["latest"] = await admin.list_offsets([(topic, 0), (topic, 2)], "latest")
+            consumer = await Consumer(cluster, [topic], group_id=group, enable_auto_commit=False).start()
+            await consume(consumer, 2)
+            await consumer.commit()
+            out["groups"] = [(g.group_id, g.protocol_type) for g in await admin.list_groups() if g.group_id == group]
+            d = (await admin.describe_groups([group]))[group]
+            out["described"] = (d.state, d.protocol, [m.assignment for m in d.members])
+            await consumer.close()
+            out["offsets"] = await admin.list_group_offsets(group)
+            await admin.alter_group_offsets(group, {(topic, 0): 5})
+            out["altered"] = await admin.list_group_offsets(group)
+            await admin.delete_groups([group])
+            out["groups_after"] = [g.group_id for g in await admin.list_groups() if g.group_id == group]
+            try:
+                await admin.describe_acls()
+                out["acls"] = "answered"
+            except BrokerError as e:
+                out["acls"] = e.code
+            await admin.delete_topics([topic])
+            await admin.delete_topics([topic], missing_ok=True)
+            deadline = time.monotonic() + 10
+            while topic in await admin.list_topics() and time.monotonic() < deadline:
+                await asyncio.sleep(0.1)
+            out["deleted"] = topic not in await admin.list_topics()
+            return out
+
+    out = run(main())
+    assert out["cluster"].cluster_id and [b.port for b in out["cluster"].brokers] == \
+        [int(any_broker.bootstrap.rsplit(":", 1)[1])]
+    assert out["listed"] and out["partitions"] == [0, 1, 2]
+    assert out["configs"] == {"retention.ms": "3600000", "retention.bytes": "1048576"}
+    assert out["low"] == {(topic, 0): 4} and out["earliest"] == {(topic, 0): 4}
+    assert out["latest"] == {(topic, 0): 6, (topic, 2): 0}
+    assert out["groups"] == [(group, "consumer")]
+    assert out["described"] == ("Stable", "range", [sorted((topic, p) for p in range(3))])
+    # the commit covers every assigned partition, the empty ones at 0 (as Kafka's consumer)
+    assert out["offsets"] == {(topic, 0): 6, (topic, 1): 0, (topic, 2): 0}
+    assert out["altered"] == {(topic, 0): 5, (topic, 1): 0, (topic, 2): 0}
+    assert out["groups_after"] == []
+    # no authorizer configured: Kafka answers SECURITY_DISABLED
+    assert out["acls"] == ErrorCode.SECURITY_DISABLED
+    assert out["deleted"]
+
+
 # ---- a group of Java and kproto consumers on Apache Kafka -----------------------------------------
 
 JAVA_MEMBER = Path(__file__).with_name("java") / "KprotoGroupMember.java"
