@@ -67,6 +67,10 @@ _COORDINATOR_ERRORS = frozenset({ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
                                  ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR})
 #: Kafka's retry.backoff.ms
 _RETRY_BACKOFF = 0.1
+#: Seconds a join waits for the group's coordinator at least (rebalance_timeout_ms when longer):
+#: Kafka's consumer waits without end; a fresh broker creating __consumer_offsets (50 partitions)
+#: on a busy machine takes several seconds
+COORDINATOR_WAIT_S = 30.0
 _I32 = struct.Struct(">i")
 _log = logging.getLogger("kproto.client")
 ISOLATION_LEVELS = {"read_uncommitted": 0, "read_committed": 1}
@@ -216,6 +220,9 @@ class Consumer:
         self.max_partition_fetch_bytes = max_partition_fetch_bytes
         self.fetch_max_bytes = fetch_max_bytes
         self.rack = rack
+        #: a static member (KIP-345): rejoins under the same id keep its partitions, and the
+        #: classic protocol's close sends no LeaveGroup (the session timeout ends it), as Kafka's
+        self.group_instance_id = group_instance_id
         self.member_id = ""
         self.generation = -1
         self.protocol: Optional[str] = None
@@ -269,7 +276,7 @@ class Consumer:
         if self._heartbeat_task is not None:
             self._heartbeat_task.cancel()
             self._heartbeat_task = None
-        if self.group_id is not None and self.member_id:
+        if self.group_id is not None and self.member_id and self.group_instance_id is None:
             try:
                 await self._leave_group()
             except (BrokerError, KafkaConnectionError):
@@ -299,13 +306,13 @@ class Consumer:
             return  # the consumer protocol has no join round: the membership task heartbeats
         if self._needs_join:
             await self._auto_commit(force=True)  # Kafka's onJoinPrepare, before partitions move
-        deadline = time.monotonic() + self.rebalance_timeout_ms / 1000.0
+        wait = max(self.rebalance_timeout_ms / 1000.0, COORDINATOR_WAIT_S)
+        deadline = time.monotonic() + wait
         while self._needs_join:
             code = await self._join_and_sync()
             if code in _COORDINATOR_ERRORS:
                 if time.monotonic() > deadline:
-                    raise_for_error(code, f"JoinGroup({self.group_id}): no coordinator within "
-                                          f"{self.rebalance_timeout_ms} ms")
+                    raise_for_error(code, f"JoinGroup({self.group_id}): no coordinator within {wait:g} s")
                 self.cluster.forget_coordinator(self._group)
                 await asyncio.sleep(_RETRY_BACKOFF)
 
@@ -330,7 +337,8 @@ class Consumer:
             for a in self.assignors]
         req = jg.cls(group_id=self.group_id, session_timeout_ms=self.session_timeout_ms,
                      rebalance_timeout_ms=self.rebalance_timeout_ms, member_id=self.member_id,
-                     protocol_type=PROTOCOL_TYPE, protocols=protocols)
+                     group_instance_id=self.group_instance_id, protocol_type=PROTOCOL_TYPE,
+                     protocols=protocols)
         resp = await self._group_request(req)
         if resp.error_code == ErrorCode.MEMBER_ID_REQUIRED:  # KIP-394: rejoin with the id we were given
             self.member_id = resp.member_id
@@ -353,7 +361,7 @@ class Consumer:
         sg = _request_codec(ApiKey.SYNC_GROUP)
         sync = await self._group_request(sg.cls(
             group_id=self.group_id, generation_id=self.generation, member_id=self.member_id,
-            protocol_type=PROTOCOL_TYPE, protocol_name=self.protocol,
+            group_instance_id=self.group_instance_id, protocol_type=PROTOCOL_TYPE, protocol_name=self.protocol,
             assignments=[sg.cls.SyncGroupRequestAssignment(member_id=m, assignment=a)
                          for m, a in assignments.items()]))
         if sync.error_code in _REJOIN_ERRORS or sync.error_code in _COORDINATOR_ERRORS:
@@ -390,7 +398,8 @@ class Consumer:
                 continue
             try:
                 resp = await self._group_request(hb.cls(
-                    group_id=self.group_id, generation_id=self.generation, member_id=self.member_id))
+                    group_id=self.group_id, generation_id=self.generation, member_id=self.member_id,
+                    group_instance_id=self.group_instance_id))
             except (BrokerError, KafkaConnectionError):
                 continue
             if resp.error_code in _REJOIN_ERRORS or resp.error_code == ErrorCode.FENCED_INSTANCE_ID:

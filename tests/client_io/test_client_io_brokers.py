@@ -96,7 +96,8 @@ def test_classic_consumer_rejoins_while_the_group_coordinator_loads(kafka_broker
     assert assignment == [("t", 0), ("t", 1)] and len(got) == 4
 
 
-def test_classic_consumer_gives_up_when_no_coordinator_answers(kafka_broker):
+def test_classic_consumer_gives_up_when_no_coordinator_answers(kafka_broker, monkeypatch):
+    monkeypatch.setattr("kproto.client.consumer.COORDINATOR_WAIT_S", 0.5)  # 30 s otherwise
     kafka_broker.control(ApiKey.JOIN_GROUP, Intercept(error=ErrorCode.NOT_COORDINATOR), times=None)
 
     async def main():
@@ -110,6 +111,21 @@ def test_classic_consumer_gives_up_when_no_coordinator_answers(kafka_broker):
 
     took = run(main())
     assert 1.0 <= took < 10
+
+
+def test_list_offsets_asks_again_while_the_leader_is_not_ready(kafka_broker):
+    # Apache Kafka names a new partition's leader in Metadata a moment before the leader takes
+    # requests (NOT_LEADER_OR_FOLLOWER); Kafka's clients refresh metadata and ask again
+    hook = kafka_broker.control(ApiKey.LIST_OFFSETS,
+                                Intercept(error=ErrorCode.NOT_LEADER_OR_FOLLOWER), times=2)
+
+    async def main():
+        async with Cluster(kafka_broker.bootstrap) as cluster:
+            await Admin(cluster).create_topics({"t": 2})
+            await cluster.wait_for_leaders(["t"])
+            return await Admin(cluster).list_offsets([("t", 0), ("t", 1)], "latest")
+
+    assert run(main()) == {("t", 0): 0, ("t", 1): 0} and hook.seen == 2
 
 
 # ---- against both brokers ---------------------------------------------------------------------
@@ -227,6 +243,46 @@ def test_kip848_static_member_keeps_its_partitions_across_a_restart(any_broker):
     before, a_while_away, after = run(main(), timeout=90)
     assert len(before) == 2 and after == before
     assert len(a_while_away) == 2 and not set(a_while_away) & set(before)
+
+
+def test_classic_static_member_keeps_its_partitions_across_a_restart(any_broker):
+    """KIP-345 with the classic protocol: a static member's close sends no LeaveGroup, and its
+    return under the same instance id gets its partitions back with no rebalance."""
+    topic, group = new_topic("cstatic"), new_topic("cstatic-group")
+
+    async def main():
+        async with Cluster(any_broker.bootstrap) as c1, Cluster(any_broker.bootstrap) as c2:
+            await Admin(c1).create_topics({topic: 4})
+            kw = dict(group_id=group, enable_auto_commit=False, session_timeout_ms=10000,
+                      rebalance_timeout_ms=5000, heartbeat_interval_ms=200)
+            a = await Consumer(c1, [topic], group_instance_id="a", **kw).start()
+            b = await Consumer(c2, [topic], group_instance_id="b", **kw).start()
+            deadline = time.monotonic() + 30
+            while not (len(a.assignment) == 2 and len(b.assignment) == 2 and a.generation == b.generation
+                       and not a.rebalance_needed and not b.rebalance_needed) and time.monotonic() < deadline:
+                await asyncio.gather(a.getmany(0.1), b.getmany(0.1))
+            before, generation = sorted(b.assignment), a.generation
+            await b.close()
+            for _ in range(5):  # within the session timeout: nothing moves
+                await a.getmany(0.2)
+            a_while_away = sorted(a.assignment)
+            members = len((await Admin(c1).describe_groups([group]))[group].members)
+            b2 = await Consumer(c2, [topic], group_instance_id="b", **kw).start()
+            while not b2.assignment and time.monotonic() < deadline:
+                await asyncio.gather(a.getmany(0.1), b2.getmany(0.1))
+            after = sorted(b2.assignment)
+            for _ in range(3):
+                await asyncio.gather(a.getmany(0.1), b2.getmany(0.1))
+            result = before, generation, a_while_away, members, after, a.generation, sorted(a.assignment)
+            await b2.close()
+            await a.close()
+            return result
+
+    before, generation, a_while_away, members, after, generation_after, a_after = run(main(), timeout=90)
+    assert len(before) == 2 and after == before
+    assert members == 2                                 # b is still a member while away
+    assert len(a_while_away) == 2 and not set(a_while_away) & set(before)
+    assert generation_after == generation and a_after == a_while_away  # no rebalance
 
 
 def test_seek_by_time(any_broker):
