@@ -357,37 +357,54 @@ class Cluster:
         return resp
 
     async def list_offsets(self, partitions: Iterable[tuple[str, int]], timestamp: int, *,
-                           isolation_level: int = 0) -> dict[tuple[str, int], int]:
+                           isolation_level: int = 0, timeout: float = 30.0) -> dict[tuple[str, int], int]:
         """ListOffsets from each partition's leader: ``timestamp`` is ``EARLIEST`` (-2), ``LATEST``
         (-1), ``MAX_TIMESTAMP`` (-3) or a time in ms (the first offset at or after it; -1 when none).
-        ``isolation_level`` 1 (read_committed) answers the last stable offset for ``LATEST``."""
+        ``isolation_level`` 1 (read_committed) answers the last stable offset for ``LATEST``.
+        As Kafka's clients, a partition without a leader, or whose leader answers that it is not
+        (yet) the leader, is asked again after a metadata refresh, for up to ``timeout`` seconds."""
         lo = _request_codec(ApiKey.LIST_OFFSETS)
-        by_leader: dict[int, dict[str, list[int]]] = {}
-        for t, p in partitions:
-            leader = self.metadata.leader(t, p)
-            if leader is None:
-                raise BrokerError(ErrorCode.LEADER_NOT_AVAILABLE, f"ListOffsets({t}-{p})")
-            by_leader.setdefault(leader, {}).setdefault(t, []).append(p)
         # Kafka's client: read_committed needs v2+, where the isolation level exists, and
         # MAX_TIMESTAMP v7+ (KIP-734)
         wanted = range(7, 100) if timestamp == MAX_TIMESTAMP else range(2, 100) if isolation_level else None
-        out = {}
-        for leader, topics in by_leader.items():
-            conn = await self.connection(leader)
-            version = conn.version(ApiKey.LIST_OFFSETS, wanted)
-            req = lo.cls(replica_id=-1, isolation_level=isolation_level, topics=[lo.cls.ListOffsetsTopic(name=t, partitions=[
-                lo.cls.ListOffsetsPartition(partition_index=p, timestamp=timestamp, max_num_offsets=1)
-                for p in ps]) for t, ps in topics.items()])
-            resp = await conn.request(req, version)
-            for rt in resp.topics:
-                for rp in rt.partitions:
-                    raise_for_error(rp.error_code, f"ListOffsets({rt.name}-{rp.partition_index})")
-                    if version == 0:
-                        off = rp.old_style_offsets[0] if rp.old_style_offsets else -1
-                    else:
-                        off = rp.offset
-                    out[(rt.name, rp.partition_index)] = off
-        return out
+        out: dict[tuple[str, int], int] = {}
+        pending = list(dict.fromkeys(partitions))
+        deadline = time.monotonic() + timeout
+        while True:
+            by_leader: dict[int, dict[str, list[int]]] = {}
+            retry: list[tuple[tuple[str, int], int]] = []
+            for t, p in pending:
+                leader = self.metadata.leader(t, p)
+                if leader is None:
+                    retry.append(((t, p), ErrorCode.LEADER_NOT_AVAILABLE))
+                else:
+                    by_leader.setdefault(leader, {}).setdefault(t, []).append(p)
+            for leader, topics in by_leader.items():
+                conn = await self.connection(leader)
+                version = conn.version(ApiKey.LIST_OFFSETS, wanted)
+                req = lo.cls(replica_id=-1, isolation_level=isolation_level, topics=[lo.cls.ListOffsetsTopic(name=t, partitions=[
+                    lo.cls.ListOffsetsPartition(partition_index=p, timestamp=timestamp, max_num_offsets=1)
+                    for p in ps]) for t, ps in topics.items()])
+                resp = await conn.request(req, version)
+                for rt in resp.topics:
+                    for rp in rt.partitions:
+                        tp = (rt.name, rp.partition_index)
+                        if rp.error_code in METADATA_REFRESH_ERRORS:
+                            retry.append((tp, rp.error_code))
+                            continue
+                        raise_for_error(rp.error_code, f"ListOffsets({rt.name}-{rp.partition_index})")
+                        if version == 0:
+                            out[tp] = rp.old_style_offsets[0] if rp.old_style_offsets else -1
+                        else:
+                            out[tp] = rp.offset
+            if not retry:
+                return out
+            if time.monotonic() > deadline:
+                (t, p), code = retry[0]
+                raise BrokerError(code, f"ListOffsets({t}-{p}) after {timeout} s")
+            pending = [tp for tp, _ in retry]
+            await asyncio.sleep(0.1)  # Kafka's retry.backoff.ms
+            await self.refresh_metadata(sorted({t for t, _ in pending}))
 
     async def close(self) -> None:
         """Close every connection."""

@@ -30,6 +30,7 @@ import asyncio
 import bisect
 import logging
 import struct
+import time
 from functools import partial
 from itertools import repeat
 from typing import Any, NamedTuple, Optional, Sequence
@@ -59,6 +60,17 @@ PROTOCOL_TYPE = "consumer"
 #: rejoins for these; none is a retriable code: the request is not sent again as it is)
 _REJOIN_ERRORS = frozenset({ErrorCode.ILLEGAL_GENERATION, ErrorCode.UNKNOWN_MEMBER_ID,
                             ErrorCode.REBALANCE_IN_PROGRESS})
+#: JoinGroup/SyncGroup answers after which Kafka's client looks the coordinator up again and
+#: rejoins after its retry backoff: a broker still loading (or creating) __consumer_offsets
+#: answers them for a while after it starts
+_COORDINATOR_ERRORS = frozenset({ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+                                 ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR})
+#: Kafka's retry.backoff.ms
+_RETRY_BACKOFF = 0.1
+#: Seconds a join waits for the group's coordinator at least (rebalance_timeout_ms when longer):
+#: Kafka's consumer waits without end; a fresh broker creating __consumer_offsets (50 partitions)
+#: on a busy machine takes several seconds
+COORDINATOR_WAIT_S = 30.0
 _I32 = struct.Struct(">i")
 _log = logging.getLogger("kproto.client")
 ISOLATION_LEVELS = {"read_uncommitted": 0, "read_committed": 1}
@@ -208,6 +220,9 @@ class Consumer:
         self.max_partition_fetch_bytes = max_partition_fetch_bytes
         self.fetch_max_bytes = fetch_max_bytes
         self.rack = rack
+        #: a static member (KIP-345): rejoins under the same id keep its partitions, and the
+        #: classic protocol's close sends no LeaveGroup (the session timeout ends it), as Kafka's
+        self.group_instance_id = group_instance_id
         self.member_id = ""
         self.generation = -1
         self.protocol: Optional[str] = None
@@ -261,7 +276,7 @@ class Consumer:
         if self._heartbeat_task is not None:
             self._heartbeat_task.cancel()
             self._heartbeat_task = None
-        if self.group_id is not None and self.member_id:
+        if self.group_id is not None and self.member_id and self.group_instance_id is None:
             try:
                 await self._leave_group()
             except (BrokerError, KafkaConnectionError):
@@ -291,8 +306,15 @@ class Consumer:
             return  # the consumer protocol has no join round: the membership task heartbeats
         if self._needs_join:
             await self._auto_commit(force=True)  # Kafka's onJoinPrepare, before partitions move
+        wait = max(self.rebalance_timeout_ms / 1000.0, COORDINATOR_WAIT_S)
+        deadline = time.monotonic() + wait
         while self._needs_join:
-            await self._join_and_sync()
+            code = await self._join_and_sync()
+            if code in _COORDINATOR_ERRORS:
+                if time.monotonic() > deadline:
+                    raise_for_error(code, f"JoinGroup({self.group_id}): no coordinator within {wait:g} s")
+                self.cluster.forget_coordinator(self._group)
+                await asyncio.sleep(_RETRY_BACKOFF)
 
     async def _auto_commit(self, force: bool = False) -> None:
         """Commit the positions when auto-commit is on and the interval passed (or ``force``).
@@ -307,23 +329,25 @@ class Consumer:
         except (BrokerError, KafkaConnectionError) as e:
             _log.warning("auto-commit of group %s failed: %s", self.group_id, e)
 
-    async def _join_and_sync(self) -> None:
+    async def _join_and_sync(self) -> int:
+        """One JoinGroup and SyncGroup round; the coordinator error that cut it short, else 0."""
         jg = _request_codec(ApiKey.JOIN_GROUP)
         protocols = [jg.cls.JoinGroupRequestProtocol(name=a, metadata=subscription_metadata(
             a, self.topics, self.assignment, self.generation, cooperative=self.cooperative, rack=self.rack))
             for a in self.assignors]
         req = jg.cls(group_id=self.group_id, session_timeout_ms=self.session_timeout_ms,
                      rebalance_timeout_ms=self.rebalance_timeout_ms, member_id=self.member_id,
-                     protocol_type=PROTOCOL_TYPE, protocols=protocols)
+                     group_instance_id=self.group_instance_id, protocol_type=PROTOCOL_TYPE,
+                     protocols=protocols)
         resp = await self._group_request(req)
         if resp.error_code == ErrorCode.MEMBER_ID_REQUIRED:  # KIP-394: rejoin with the id we were given
             self.member_id = resp.member_id
-            return
+            return 0
         if resp.error_code == ErrorCode.UNKNOWN_MEMBER_ID:
             self.member_id = ""
-            return
-        if resp.error_code == ErrorCode.REBALANCE_IN_PROGRESS:
-            return
+            return 0
+        if resp.error_code in (ErrorCode.REBALANCE_IN_PROGRESS, *_COORDINATOR_ERRORS):
+            return int(resp.error_code)
         raise_for_error(resp.error_code, f"JoinGroup({self.group_id})")
         self.member_id, self.generation = resp.member_id, resp.generation_id
         self.protocol, self.leader_id = resp.protocol_name, resp.leader
@@ -337,18 +361,19 @@ class Consumer:
         sg = _request_codec(ApiKey.SYNC_GROUP)
         sync = await self._group_request(sg.cls(
             group_id=self.group_id, generation_id=self.generation, member_id=self.member_id,
-            protocol_type=PROTOCOL_TYPE, protocol_name=self.protocol,
+            group_instance_id=self.group_instance_id, protocol_type=PROTOCOL_TYPE, protocol_name=self.protocol,
             assignments=[sg.cls.SyncGroupRequestAssignment(member_id=m, assignment=a)
                          for m, a in assignments.items()]))
-        if sync.error_code in _REJOIN_ERRORS:
+        if sync.error_code in _REJOIN_ERRORS or sync.error_code in _COORDINATOR_ERRORS:
             if sync.error_code == ErrorCode.UNKNOWN_MEMBER_ID:
                 self.member_id = ""
-            return
+            return int(sync.error_code)
         raise_for_error(sync.error_code, f"SyncGroup({self.group_id})")
         new = decode_assignment(sync.assignment)[0].partitions if len(sync.assignment) else []
         self._apply_assignment([tuple(tp) for tp in new], self.cooperative)
         if self._heartbeat_task is None or self._heartbeat_task.done():
             self._heartbeat_task = asyncio.get_running_loop().create_task(self._heartbeat_loop())
+        return 0
 
     def _apply_assignment(self, new: list[tuple[str, int]], cooperative: bool) -> None:
         kept = set(new)
@@ -373,7 +398,8 @@ class Consumer:
                 continue
             try:
                 resp = await self._group_request(hb.cls(
-                    group_id=self.group_id, generation_id=self.generation, member_id=self.member_id))
+                    group_id=self.group_id, generation_id=self.generation, member_id=self.member_id,
+                    group_instance_id=self.group_instance_id))
             except (BrokerError, KafkaConnectionError):
                 continue
             if resp.error_code in _REJOIN_ERRORS or resp.error_code == ErrorCode.FENCED_INSTANCE_ID:

@@ -125,9 +125,16 @@ class Producer:
             await self._txn_call(tm.init_producer_id_request(), tm.handle_init_producer_id)
             self.producer_id, self.producer_epoch = tm.producer_id, tm.producer_epoch
         else:
+            # Kafka's client retries a retriable answer after its backoff (any broker will do):
+            # a broker creating __transaction_state answers COORDINATOR_LOAD_IN_PROGRESS at first
             codec = _request_codec(ApiKey.INIT_PRODUCER_ID)
-            conn = await self.cluster.bootstrap_connection()
-            resp = await conn.request(codec.cls(transactional_id=None, transaction_timeout_ms=60000))
+            deadline = time.monotonic() + self.request_timeout_ms / 1000.0
+            while True:
+                conn = await self.cluster.bootstrap_connection()
+                resp = await conn.request(codec.cls(transactional_id=None, transaction_timeout_ms=60000))
+                if not is_retriable(resp.error_code) or time.monotonic() > deadline:
+                    break
+                await asyncio.sleep(0.1)
             raise_for_error(resp.error_code, "InitProducerId")
             self.producer_id, self.producer_epoch = resp.producer_id, resp.producer_epoch
         self.accumulator.reset_sequences()

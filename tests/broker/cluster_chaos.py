@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Callable, Iterable
+from pathlib import Path
+from typing import Any, Callable, Iterable, Optional
 
+from kproto.records import iter_batches
 from kproto.testing.history_checker import CheckResult, History, check
 from kproto.testing import ClusterThread
+from kproto.testing.apache import ApacheKafka
 
 TOPIC = "chaos"
 PARTITIONS = 3
@@ -40,13 +43,18 @@ def wait_healthy(cluster: ClusterThread, timeout: float = 60.0) -> None:
     cluster.wait_for(healthy, timeout, "a healthy cluster (full ISRs, replicas caught up)")
 
 
-def nemesis(cluster: ClusterThread, log: Callable[[str], None]) -> None:
-    """Jepsen's nemesis: the faults of the issue, one after another, healing after each."""
+def nemesis(cluster: ClusterThread, log: Callable[[str], None],
+            failovers: Optional[dict[str, float]] = None) -> None:
+    """Jepsen's nemesis: the faults of the issue, one after another, healing after each.
+    ``failovers``: seconds from each fault to the partition's new leader, by fault."""
+    failovers = {} if failovers is None else failovers
     leader = cluster.leader(TOPIC, 0)
     assert leader is not None
     log(f"kill -9 broker {leader} (leader of {TOPIC}-0)")
+    t = time.monotonic()
     cluster.stop(leader, abrupt=True)
     cluster.wait_for(lambda c: c.leader(TOPIC, 0) not in (None, leader), 30, "a new leader of partition 0")
+    failovers["kill -9"] = time.monotonic() - t
     time.sleep(1.0)
     log(f"restart broker {leader}")
     cluster.start(leader)
@@ -55,8 +63,10 @@ def nemesis(cluster: ClusterThread, log: Callable[[str], None]) -> None:
     leader = cluster.leader(TOPIC, 1)
     assert leader is not None
     log(f"isolate broker {leader} (leader of {TOPIC}-1) from every other node")
+    t = time.monotonic()
     cluster.isolate(leader)
     cluster.wait_for(lambda c: c.leader(TOPIC, 1) not in (None, leader), 30, "a new leader of partition 1")
+    failovers["isolated (SIGSTOP)"] = time.monotonic() - t
     time.sleep(1.0)
     log("heal")
     cluster.heal()
@@ -75,7 +85,12 @@ def nemesis(cluster: ClusterThread, log: Callable[[str], None]) -> None:
     leader = cluster.leader(TOPIC, 0)
     assert leader is not None
     log(f"controlled shutdown of broker {leader} (leader of {TOPIC}-0)")
-    cluster.stop(leader)
+    t = time.monotonic()
+    stopping = threading.Thread(target=cluster.stop, args=(leader,))  # returns once it stopped
+    stopping.start()
+    cluster.wait_for(lambda c: c.leader(TOPIC, 0) not in (None, leader), 30, "a new leader of partition 0")
+    failovers["controlled shutdown"] = time.monotonic() - t
+    stopping.join(90)
     time.sleep(0.5)
     log(f"restart broker {leader}")
     cluster.start(leader)
@@ -167,14 +182,15 @@ def read_group(bootstrap: str, history: History, expected: int, members: int = 2
 
 def run_chaos(cluster: ClusterThread, producers: Iterable[Callable[[ClusterThread, History, threading.Event], None]],
               log: Callable[[str], None] = print, *, warmup: float = 1.5,
-              faults: Iterable[Callable[[ClusterThread, Callable[[str], None]], None]] = ()
-              ) -> CheckResult:
+              faults: Iterable[Callable[[ClusterThread, Callable[[str], None]], None]] = (),
+              failovers: Optional[dict[str, float]] = None) -> CheckResult:
     """Produce through the chaos, then check the logs and a group's reads; the result (also
     printed).
 
     ``warmup``: seconds the producers write before the first fault (a JVM takes a while to
     start). ``faults``: more faults, ``fault(cluster, log)`` one after another after the
-    nemesis, the producers still writing (e.g. :func:`controller_failover`)."""
+    nemesis, the producers still writing (e.g. :func:`controller_failover`). ``failovers``:
+    filled with the nemesis's failover times."""
     t0 = time.monotonic()
     say = log
     log = lambda what: say(f"{time.monotonic() - t0:6.1f} s  {what}")  # noqa: E731
@@ -186,7 +202,7 @@ def run_chaos(cluster: ClusterThread, producers: Iterable[Callable[[ClusterThrea
         t.start()
     try:
         time.sleep(warmup)
-        nemesis(cluster, log)
+        nemesis(cluster, log, failovers)
         for fault in faults:
             fault(cluster, log)
         time.sleep(1.0)
@@ -202,5 +218,142 @@ def run_chaos(cluster: ClusterThread, producers: Iterable[Callable[[ClusterThrea
     read_group(cluster.bootstrap, history, present)
     log(f"the group read {present} records")
     result = check(history, isr=isr)
+    log(result.summary())
+    return result
+
+
+# -- the same run against Apache Kafka (kproto.testing.apache): faults on processes only -----------
+def apache_disk_log(kafka: ApacheKafka, broker: int, partition: int) -> list[tuple[int, bytes]]:
+    """(offset, value) of the data records in ``broker``'s log of the partition, read from its
+    segment files (Kafka serves no reads from followers)."""
+    folder = kafka.log_dir(broker) / f"{TOPIC}-{partition}"
+    out: list[tuple[int, bytes]] = []
+    for segment in sorted(folder.glob("*.log"), key=lambda p: int(p.stem)):
+        for batch in iter_batches(Path(segment).read_bytes()):
+            if not batch.is_control:
+                out += [(r.offset, bytes(r.value)) for r in batch.record_list()]
+    return out
+
+
+def _apache_log_end(kafka: ApacheKafka, broker: int, partition: int) -> int:
+    folder = kafka.log_dir(broker) / f"{TOPIC}-{partition}"
+    end = 0
+    for segment in sorted(folder.glob("*.log"), key=lambda p: int(p.stem)):
+        for batch in iter_batches(Path(segment).read_bytes()):
+            end = batch.last_offset + 1
+    return end
+
+
+def _apache_isrs(kafka: ApacheKafka) -> dict[int, set[int]]:
+    out = {}
+    for t in kafka.metadata([TOPIC]).topics:
+        for p in t.partitions:
+            out[p.partition_index] = set(p.isr_nodes) if p.leader_id >= 0 else set()
+    return out
+
+
+def apache_wait_healthy(kafka: ApacheKafka, caught_up: bool = False, timeout: float = 60.0) -> None:
+    """Every partition led with all brokers in its ISR; ``caught_up``: every replica's log as
+    long as the others' too (once the producers stopped)."""
+    brokers = set(kafka.broker_ids)
+
+    def healthy() -> bool:
+        try:
+            isrs = _apache_isrs(kafka)
+            if len(isrs) != PARTITIONS or any(isr != brokers for isr in isrs.values()):
+                return False
+            return not caught_up or all(
+                len({_apache_log_end(kafka, b, p) for b in brokers}) == 1 for p in range(PARTITIONS))
+        except OSError:
+            return False
+    kafka.wait_for(healthy, timeout, "a healthy cluster (full ISRs" + (", replicas caught up)" if caught_up else ")"))
+
+
+def apache_nemesis(kafka: ApacheKafka, log: Callable[[str], None], failovers: dict[str, float]) -> None:
+    """The nemesis's faults that apply to processes: kill -9 a leader, SIGSTOP one (its session
+    with the controller expires) then SIGCONT, a controlled shutdown; healing after each."""
+    def new_leader(partition: int, old: int, fault: str, started: float) -> None:
+        via = next(b for b in kafka.broker_ids if b != old and kafka.running(b))
+
+        def moved() -> bool:
+            try:
+                return kafka.leader(TOPIC, partition, via) not in (None, old)
+            except OSError:
+                return False
+        kafka.wait_for(moved, 30, f"a new leader of partition {partition}", interval=0.05)
+        failovers[fault] = time.monotonic() - started
+        log(f"broker {kafka.leader(TOPIC, partition, via)} leads {TOPIC}-{partition} after "
+            f"{failovers[fault]:.2f} s")
+
+    leader = kafka.leader(TOPIC, 0)
+    assert leader is not None
+    log(f"kill -9 broker {leader} (leader of {TOPIC}-0)")
+    started = time.monotonic()
+    kafka.stop(leader, abrupt=True)
+    new_leader(0, leader, "kill -9", started)
+    time.sleep(1.0)
+    log(f"restart broker {leader}")
+    kafka.start(leader)
+    apache_wait_healthy(kafka)
+
+    leader = kafka.leader(TOPIC, 1)
+    assert leader is not None
+    log(f"SIGSTOP broker {leader} (leader of {TOPIC}-1)")
+    started = time.monotonic()
+    kafka.pause(leader)
+    new_leader(1, leader, "isolated (SIGSTOP)", started)
+    time.sleep(1.0)
+    log(f"SIGCONT broker {leader}")
+    kafka.resume(leader)
+    apache_wait_healthy(kafka)
+
+    leader = kafka.leader(TOPIC, 2)
+    assert leader is not None
+    log(f"controlled shutdown of broker {leader} (leader of {TOPIC}-2)")
+    started = time.monotonic()
+    stopping = threading.Thread(target=kafka.stop, args=(leader,))  # returns once the JVM exited
+    stopping.start()
+    new_leader(2, leader, "controlled shutdown", started)
+    stopping.join(90)
+    time.sleep(0.5)
+    log(f"restart broker {leader}")
+    kafka.start(leader)
+    apache_wait_healthy(kafka)
+
+
+def run_chaos_apache(kafka: ApacheKafka, producers: Iterable[Callable[[Any, History, threading.Event], None]],
+                     log: Callable[[str], None] = print, *, warmup: float = 1.5,
+                     failovers: Optional[dict[str, float]] = None) -> CheckResult:
+    """:func:`run_chaos` on an Apache Kafka cluster of three brokers, with :func:`apache_nemesis`:
+    the same producers, group and history checker; the result (also printed)."""
+    t0 = time.monotonic()
+    say = log
+    log = lambda what: say(f"{time.monotonic() - t0:6.1f} s  {what}")  # noqa: E731
+    kafka.create_topic(TOPIC, PARTITIONS, 3, {"min.insync.replicas": "2"})
+    history = History()
+    stop = threading.Event()
+    threads = [threading.Thread(target=p, args=(kafka, history, stop)) for p in producers]
+    for t in threads:
+        t.start()
+    try:
+        time.sleep(warmup)
+        apache_nemesis(kafka, log, {} if failovers is None else failovers)
+        time.sleep(1.0)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(120)
+    apache_wait_healthy(kafka, caught_up=True)
+    log("producers stopped, replicas caught up")
+    isr = _apache_isrs(kafka)
+    present = 0
+    for p in range(PARTITIONS):
+        for b in kafka.broker_ids:
+            records = apache_disk_log(kafka, b, p)
+            history.replica_log(b, p, records)
+        present += len(records)
+    read_group(kafka.bootstrap, history, present)
+    log(f"the group read {present} records")
+    result = check(history, isr={p: set(nodes) for p, nodes in isr.items()})
     log(result.summary())
     return result

@@ -19,9 +19,23 @@ import java_interop as jv
 from kproto.testing.history_checker import History
 from kproto.testing import ClusterThread
 
-from cluster_chaos import TOPIC, controller_failover, run_chaos
+from cluster_chaos import TOPIC, controller_failover, run_chaos, run_chaos_apache
 
 ck = pytest.importorskip("confluent_kafka")
+
+
+#: failover times of the runs of this session, by broker and fault
+FAILOVERS: dict[str, dict[str, float]] = {}
+
+
+def failover_table() -> str:
+    faults = sorted({f for times in FAILOVERS.values() for f in times})
+    rows = [f"{'fault':22}" + "".join(f"{name:>12}" for name in FAILOVERS)]
+    for f in faults:
+        rows.append(f"{f:22}" + "".join(f"{times[f]:>11.2f}s" if f in times else f"{'-':>12}"
+                                        for times in FAILOVERS.values()))
+    return "\n".join(rows)
+
 
 
 def confluent_producer(name: str, pause: float = 0.001):
@@ -60,7 +74,8 @@ def confluent_producer(name: str, pause: float = 0.001):
 
 @pytest.mark.kafka_cluster(brokers=3, controllers=1)
 def test_confluent_producers_through_chaos(kafka_cluster: ClusterThread) -> None:
-    result = run_chaos(kafka_cluster, [confluent_producer("p1"), confluent_producer("p2")])
+    result = run_chaos(kafka_cluster, [confluent_producer("p1"), confluent_producer("p2")],
+                       failovers=FAILOVERS.setdefault("kproto", {}))
     assert result.valid, result.summary()
     assert result.acknowledged > 1000 and result.lost == 0 and result.duplicates == 0
     assert result.reads == result.present and result.duplicate_reads == 0
@@ -156,3 +171,20 @@ def test_java_and_confluent_producers_through_chaos(kafka_cluster: ClusterThread
     assert result.acknowledged - java.acknowledged > 500
     assert result.lost == 0 and result.duplicates == 0
     assert result.reads == result.present and result.duplicate_reads == 0
+
+
+@pytest.mark.apache_kafka(nodes=3, controllers=1)
+def test_confluent_producers_through_chaos_on_apache_kafka(apache_kafka_cluster) -> None:
+    # the same producers, group and history checker as on kproto's cluster, with the faults on
+    # processes (kill -9, SIGSTOP/SIGCONT, controlled shutdown)
+    times = FAILOVERS.setdefault("apache", {})
+    # a lighter load than on kproto's cluster (a send every 4 ms per producer): four JVMs share
+    # the two cores with the producers, and each heal waits for the restarted broker to catch up
+    result = run_chaos_apache(apache_kafka_cluster, [confluent_producer("p1", pause=0.004),
+                                                     confluent_producer("p2", pause=0.004)],
+                              failovers=times)
+    print("failover (fault to the partition's new leader in Metadata):\n" + failover_table())
+    assert result.valid, result.summary()
+    assert result.acknowledged > 1000 and result.lost == 0 and result.duplicates == 0
+    assert result.reads == result.present and result.duplicate_reads == 0
+    assert set(times) == {"kill -9", "isolated (SIGSTOP)", "controlled shutdown"}

@@ -16,6 +16,10 @@ from typing import Optional
 
 import pytest
 
+from kproto.testing import _apache_kafka_pool, any_broker, apache_kafka, kafka_broker  # noqa: F401  (fixtures)
+from kproto.testing import pytest_configure as _testing_configure
+from kproto.testing import pytest_runtest_makereport  # noqa: F401  (server logs of failed tests)
+
 REPO = Path(__file__).resolve().parents[2]
 PEERS = Path(os.environ.get("KPROTO_PEERS", REPO.parent / "shared" / "peers"))
 LIFETIME = "600"  # seconds; the whole client_io run takes far less
@@ -85,7 +89,24 @@ def rdkafka_mock() -> Peer:
             proc.wait(5)
 
 
-@pytest.fixture(scope="session", params=["tansu", "rdkafka-mock"])
+def pytest_configure(config: pytest.Config) -> None:
+    _testing_configure(config)
+    config.addinivalue_line("markers", "apache: the interop test runs against Apache Kafka too")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Each interop test runs against both peers; those marked ``apache`` against Apache Kafka
+    4.4.0's single node (the session's shared ``apache_kafka``) as well."""
+    if "peer" in metafunc.fixturenames:
+        names = ["tansu", "rdkafka-mock"]
+        if metafunc.definition.get_closest_marker("apache") is not None:
+            names.append("apache")
+        metafunc.parametrize("peer", names, indirect=True)
+
+
+@pytest.fixture
 def peer(request) -> Peer:
-    """Each interop test runs against both peers."""
+    if request.param == "apache":
+        kafka = request.getfixturevalue("apache_kafka")
+        return Peer("apache", kafka.bootstrap)
     return request.getfixturevalue("tansu" if request.param == "tansu" else "rdkafka_mock")

@@ -5,6 +5,8 @@ import io
 import json
 import uuid
 
+import pytest
+
 import kproto
 from kproto.cli.main import main
 
@@ -34,6 +36,7 @@ def test_api_versions(peer, capsys):
     assert code == 0 and "Fetch" in out and "ApiVersions" in out
 
 
+@pytest.mark.apache
 def test_produce_metadata_consume(peer, capsys, monkeypatch):
     topic = f"cli-{uuid.uuid4().hex[:8]}"
     create = ["--create-partitions", "2"] if peer.creates_topics else []
@@ -76,6 +79,7 @@ def test_cli_reports_unreachable_broker(capsys):
     assert code == 1 and "no broker reachable" in err
 
 
+@pytest.mark.apache
 def test_transactional_produce(peer, capsys):
     topic = f"clitx-{uuid.uuid4().hex[:8]}"
     create = ["--create-partitions", "1"] if peer.creates_topics else []

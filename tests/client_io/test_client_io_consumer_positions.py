@@ -11,6 +11,7 @@ from kproto.errors import KprotoError
 from test_client_io_interop import cluster_for, consume_all, created_topic, run
 
 
+@pytest.mark.apache
 def test_seek_pause_resume(peer):
     topic = created_topic(peer, "positions")
     p0, p1 = (topic, 0), (topic, 1)
