@@ -2,9 +2,7 @@
 import pytest
 
 from kproto.broker.timer import FakeClock
-from kproto.testing import kafka_broker, kafka_cluster, pytest_configure  # noqa: F401  (fixtures, markers)
-from kproto.testing import _apache_kafka_pool, apache_kafka_cluster  # noqa: F401  (Apache Kafka's)
-from kproto.testing import pytest_runtest_makereport  # noqa: F401  (server logs of failed tests)
+# kproto.testing's fixtures, markers and hooks come from tests/conftest.py (pytest_plugins)
 
 
 @pytest.fixture

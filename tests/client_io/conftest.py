@@ -16,9 +16,7 @@ from typing import Optional
 
 import pytest
 
-from kproto.testing import _apache_kafka_pool, any_broker, apache_kafka, kafka_broker  # noqa: F401  (fixtures)
-from kproto.testing import pytest_configure as _testing_configure
-from kproto.testing import pytest_runtest_makereport  # noqa: F401  (server logs of failed tests)
+# kproto.testing's fixtures and hooks come from tests/conftest.py (pytest_plugins)
 
 REPO = Path(__file__).resolve().parents[2]
 PEERS = Path(os.environ.get("KPROTO_PEERS", REPO.parent / "shared" / "peers"))
@@ -90,7 +88,6 @@ def rdkafka_mock() -> Peer:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    _testing_configure(config)
     config.addinivalue_line("markers", "apache: the interop test runs against Apache Kafka too")
 
 
