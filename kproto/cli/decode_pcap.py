@@ -8,6 +8,8 @@ import sys
 import time
 from typing import Any, Callable, Iterable, Iterator, TextIO
 
+from kproto.cli.errors import CliError
+
 __all__ = ["register", "run"]
 
 
@@ -87,7 +89,7 @@ def _api_keys(items: list[str]) -> set[int]:
         elif item.lower().removesuffix("request") in by_name:
             keys.add(by_name[item.lower().removesuffix("request")])
         elif item:
-            raise SystemExit(f"kproto decode-pcap: --api {item!r} is not an API name or key")
+            raise CliError(f"--api {item!r} is not an API name or key")
     return keys
 
 
@@ -187,7 +189,7 @@ def run(args: argparse.Namespace) -> int:
             convert = lambda data: records_json(data, cap)  # noqa: E731
         decoder = CaptureDecoder(args.port, decode=BodyDecoder(best_effort=args.best_effort))
         if "-" in args.file and len(args.file) > 1:
-            raise SystemExit("kproto decode-pcap: - (stdin) cannot be read with other files")
+            raise CliError("- (stdin) cannot be read with other files")
         streaming = args.file == ["-"]
         steps: Iterable[Iterable[Any]]  # the exchanges each step of the decoding completes
         if streaming:  # each exchange is written (and flushed) as soon as it completes
@@ -236,6 +238,12 @@ def run(args: argparse.Namespace) -> int:
         except KeyboardInterrupt:  # a live capture ends with ^C: report what was seen
             pass
         emit(decoder.finish())
+        if decoder.problems and decoder.packets == 0:  # nothing could be read: say why, once
+            first, *rest = list(decoder.problems)
+            more = len(rest)
+            print(f"kproto decode-pcap: {first.source or args.file[0]}: {first.reason}"
+                  + (f" (and {more} more problem(s))" if more else ""), file=sys.stderr)
+            return 2
         for problem in decoder.problems:
             print(f"capture: {problem.reason}", file=sys.stderr)
         if args.port is None and not decoder.chosen_ports:

@@ -159,18 +159,27 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     status = 0
     ts_type = "timestamp"
     for path in args.files:
+        path_is_file = os.path.isfile(path)
         if fmt == "text":
             out.write(f"Dumping {path}\n")
         elif len(args.files) > 1:
             out.write(json.dumps({"type": "file", "path": path}) + "\n")
         try:
+            no_batch = False
             for line in dump_path(path, args):
+                if line.get("type") == "summary" and path_is_file and line["batches"] == 0 \
+                        and line["file_size"] > 0:
+                    no_batch = True  # not a segment, not a record set: nothing was read
                 if line.get("type") == "error" or (args.verify and line.get("is_valid") is False):
                     status = 1
                 if line.get("type") == "batch":
                     ts_type = line["timestamp_type"]
                 out.write((format_text(line, ts_type) if fmt == "text" else
                            json.dumps(line, ensure_ascii=False, separators=(",", ":"))) + "\n")
+            if no_batch:
+                print(f"kproto dump-log: {path}: no record batch at all: not a Kafka log "
+                      "segment or record set", file=sys.stderr)
+                status = 2
         except BrokenPipeError:
             raise
         except OSError as e:

@@ -6,6 +6,7 @@ import json
 import sys
 from typing import Any, Dict, List
 
+from kproto.cli.errors import CliError
 from kproto.codecs import RELEASES, api_keys, message, messages, request, response
 from kproto.errors import DecodeError
 from kproto.framing import (decode_request, decode_response, request_header_version,
@@ -22,7 +23,7 @@ def read_input(arg: str) -> bytes:
     try:
         return bytes.fromhex("".join(arg.split()))
     except ValueError:
-        raise SystemExit(f"kproto: not hex and not @file: {arg[:40]!r}") from None
+        raise CliError(f"not hex and not @file: {arg[:40]!r}") from None
 
 
 def _strip_prefix(data: bytes, mode: str) -> bytes:
@@ -96,8 +97,7 @@ def cmd_decode_request(args: argparse.Namespace) -> int:
     try:
         header, body = decode_request(data, size_prefix=False)
     except DecodeError as exc:
-        print(f"kproto: {exc}", file=sys.stderr)
-        return 1
+        raise CliError(str(exc)) from None
     key, ver = header.request_api_key, header.request_api_version
     _print({"header": message("RequestHeader").to_json(header, request_header_version(key, ver)),
             "api_name": request(key).name, "api_version": ver,
@@ -106,13 +106,19 @@ def cmd_decode_request(args: argparse.Namespace) -> int:
 
 
 def cmd_decode_response(args: argparse.Namespace) -> int:
+    try:
+        codec = response(args.api_key)
+    except KeyError:
+        raise CliError(f"unknown API key {args.api_key} ('kproto schemas' lists them)") from None
+    if args.version not in codec.valid_versions:
+        versions = codec.valid_versions
+        raise CliError(f"{codec.name} has versions {versions.start}-{versions.stop - 1}, "
+                       f"not {args.version}")
     data = _strip_prefix(read_input(args.data), args.size_prefix)
     try:
         header, body = decode_response(data, args.api_key, args.version, size_prefix=False)
-    except (DecodeError, KeyError) as exc:
-        print(f"kproto: {exc}", file=sys.stderr)
-        return 1
-    codec = response(args.api_key)
+    except DecodeError as exc:
+        raise CliError(str(exc)) from None
     _print({"header": message("ResponseHeader").to_json(header, response_header_version(args.api_key, args.version)),
             "api_name": codec.name, "api_version": args.version,
             "body": codec.to_json(body, args.version)})

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
+
+from kproto.cli.errors import CliError, require_log_dir
 
 
 def register(subparsers) -> None:
@@ -29,17 +32,27 @@ def register(subparsers) -> None:
     p.set_defaults(func=run)
 
 
+def require_java() -> None:
+    """Raise :class:`CliError` when Spark cannot start its JVM (pyspark's own failure is a
+    long Java gateway traceback)."""
+    home = os.environ.get("JAVA_HOME")
+    java = os.path.join(home, "bin", "java") if home else shutil.which("java")
+    if not java or not os.access(java, os.X_OK):
+        where = f"JAVA_HOME={home} has no bin/java" if home else "no java on PATH"
+        raise CliError(f"Spark needs Java 17 or newer ({where}): install a JDK or JRE, e.g. "
+                       "apt-get install openjdk-17-jre-headless, and put it on PATH or set "
+                       "JAVA_HOME")
+
+
 def run(args: argparse.Namespace) -> int:
     """Exit code 0 (with ``--damage``: 1 when damage was found); 2 when the path does not
     exist or Spark is missing."""
-    if not os.path.exists(args.path):
-        print(f"kproto spark-read: no such path: {args.path}", file=sys.stderr)
-        return 2
+    require_log_dir(args.path)
     try:
         from pyspark.sql import SparkSession, functions as F
     except ImportError:
-        print("kproto spark-read: needs pyspark (pip install 'kproto[spark]')", file=sys.stderr)
-        return 2
+        raise CliError("needs pyspark: pip install 'kproto[spark]'") from None
+    require_java()
     import kproto.spark
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # executors need kproto

@@ -148,9 +148,11 @@ def test_filters_apply_to_the_summary_and_reject_unknown_apis(tmp_path):
     code, text = _run(tmp_path, str(CAPTURES / "ck_mock3_all.pcap"), "--summary", "--api", "Fetch")
     rows = text.splitlines()[1:]
     assert code == 0 and [r.split()[:2] for r in rows] == [["Fetch(1)", "58"]]
+    from kproto.cli.errors import CliError
+
     try:
         _run(tmp_path, str(CAPTURES / "ck_mock3_all.pcap"), "--api", "Fetchh")
-    except SystemExit as e:
+    except CliError as e:
         assert "'Fetchh' is not an API name or key" in str(e)
     else:
         raise AssertionError("an unknown API name was accepted")
