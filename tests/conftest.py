@@ -3,11 +3,65 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from pathlib import Path
 
 import pytest
 
 # a sibling module: pytest's default (prepend) import mode puts this folder on sys.path
 from fuzz_support import load
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+#: The test data the suite reads from outside the repository (docs/development.md): each part's
+#: variable and its default place in the ``shared`` folder beside the checkout.
+SHARED_DATA = {"KPROTO_VECTORS": "vectors", "KPROTO_FIXTURES": "fixtures",
+               "KPROTO_CAPTURES": "captures", "KPROTO_PEERS": "peers",
+               "KPROTO_REFERENCE": "reference", "KPROTO_EXTERNAL": "external"}
+
+
+def missing_test_data() -> dict[str, list[str]]:
+    """The parts of the test data that are not there: ``VARIABLE (path)`` -> the strings a
+    path into that part shows in an error message (the path, and ``shared/<part>`` as tests
+    spell it relative to the checkout)."""
+    out = {}
+    for var, sub in SHARED_DATA.items():
+        path = Path(os.environ.get(var, SHARED / sub))
+        if not path.is_dir():
+            out[f"{var} ({path})"] = [str(path), f"shared{os.sep}{sub}"]
+    return out
+
+
+_MISSING = missing_test_data()
+
+
+def _missing_reason() -> str:
+    what = (f"the test data folder {SHARED} is missing" if len(_MISSING) == len(SHARED_DATA)
+            and not any(v in os.environ for v in SHARED_DATA)
+            else "the test data is missing: " + ", ".join(_MISSING))
+    return f"Skipped: {what} (the folder 'shared' beside the checkout, see docs/development.md)"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):
+    """Without the test data, a test module that reads it at import is skipped with the reason
+    instead of failing the collection (the rest of the suite runs)."""
+    outcome = yield
+    report = outcome.get_result()
+    if _MISSING and report.failed and isinstance(collector, pytest.Module):
+        report.outcome = "skipped"
+        report.longrepr = (str(collector.path), 0, _missing_reason())
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Likewise a test that fails on a missing file of the missing test data."""
+    outcome = yield
+    report = outcome.get_result()
+    if _MISSING and report.failed and call.excinfo is not None:
+        text = str(call.excinfo.value)
+        if any(mark in text for marks in _MISSING.values() for mark in marks):
+            report.outcome = "skipped"
+            report.longrepr = (str(item.path), item.location[1] or 0, _missing_reason())
 
 
 @pytest.fixture(scope="session")
