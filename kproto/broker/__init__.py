@@ -1,4 +1,4 @@
-"""A Kafka broker and cluster in Python built from Kafka's own designs (issues 16 and 17).
+"""A Kafka broker and cluster in Python, for tests, built from Kafka's own designs.
 
 - :mod:`~kproto.broker.timer`: hierarchical timing wheel (``TimingWheel``/``SystemTimer``).
 - :mod:`~kproto.broker.purgatory`: delayed operations (``DelayedOperationPurgatory``).
