@@ -27,11 +27,33 @@ SUBCOMMAND_MODULES = [
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="kproto", description="Kafka protocol toolkit")
+    """The ``kproto`` parser with every subcommand of :data:`SUBCOMMAND_MODULES`."""
+    parser = argparse.ArgumentParser(
+        prog="kproto", description="Kafka protocol toolkit",
+        epilog="Exit status: 0 done, 1 damage found and reported, 2 failed (one line on stderr). "
+               "Output: text on a terminal, JSON lines when piped; --format chooses.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in SUBCOMMAND_MODULES:
         importlib.import_module(name).register(sub)
+    for leaf in _leaves(parser):
+        _add_format_for_json_flag(leaf)
     return parser
+
+
+def _leaves(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    if not subs:
+        return [parser]
+    return [leaf for a in subs for p in a.choices.values() for leaf in _leaves(p)]
+
+
+def _add_format_for_json_flag(parser: argparse.ArgumentParser) -> None:
+    """``--format text|json`` beside a subcommand's ``--json`` flag (which stays, the same as
+    ``--format json``), so that every command that prints a document takes ``--format``."""
+    options = {o for a in parser._actions for o in a.option_strings}
+    if "--json" in options and "--format" not in options:
+        parser.add_argument("--format", choices=("text", "json"), default=None,
+                            help="output format (default text; --json is --format json)")
 
 
 def _fail(command: str, message: str) -> int:
@@ -52,6 +74,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return EXIT_ERROR
+    if getattr(args, "format", None) == "json" and hasattr(args, "json"):
+        args.json = True
     command = " ".join(filter(None, (args.command, getattr(args, "action", None))))
     try:
         return int(args.func(args) or 0)

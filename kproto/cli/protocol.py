@@ -34,8 +34,10 @@ def _strip_prefix(data: bytes, mode: str) -> bytes:
     return data
 
 
-def _print(doc: Any) -> None:
-    sys.stdout.write(json.dumps(doc, ensure_ascii=False, indent=2) + "\n")
+def _print(doc: Any, fmt: str = "json") -> None:
+    """``json``: indented; ``jsonl``: one line."""
+    indent = None if fmt == "jsonl" else 2
+    sys.stdout.write(json.dumps(doc, ensure_ascii=False, indent=indent) + "\n")
 
 
 def _releases(codec: Any) -> List[Dict[str, Any]]:
@@ -101,7 +103,7 @@ def cmd_decode_request(args: argparse.Namespace) -> int:
     key, ver = header.request_api_key, header.request_api_version
     _print({"header": message("RequestHeader").to_json(header, request_header_version(key, ver)),
             "api_name": request(key).name, "api_version": ver,
-            "body": request(key).to_json(body, ver)})
+            "body": request(key).to_json(body, ver)}, args.format)
     return 0
 
 
@@ -121,7 +123,7 @@ def cmd_decode_response(args: argparse.Namespace) -> int:
         raise CliError(str(exc)) from None
     _print({"header": message("ResponseHeader").to_json(header, response_header_version(args.api_key, args.version)),
             "api_name": codec.name, "api_version": args.version,
-            "body": codec.to_json(body, args.version)})
+            "body": codec.to_json(body, args.version)}, args.format)
     return 0
 
 
@@ -132,9 +134,11 @@ def register(sub: Any) -> None:
     p.set_defaults(func=cmd_schemas)
 
     prefix_help = "whether DATA starts with the 4-byte size prefix (default: detect)"
+    format_help = "Kafka's JSON indented (json, the default) or on one line (jsonl)"
     p = sub.add_parser("decode-request", help="decode a request frame (header + body) to Kafka's JSON")
     p.add_argument("data", metavar="HEX|@FILE", help="hex bytes, @file of raw bytes, or @- for stdin")
     p.add_argument("--size-prefix", choices=["auto", "yes", "no"], default="auto", help=prefix_help)
+    p.add_argument("--format", choices=("json", "jsonl"), default="json", help=format_help)
     p.set_defaults(func=cmd_decode_request)
 
     p = sub.add_parser("decode-response", help="decode a response frame (header + body) to Kafka's JSON")
@@ -142,4 +146,5 @@ def register(sub: Any) -> None:
     p.add_argument("--api-key", type=int, required=True)
     p.add_argument("--version", type=int, required=True)
     p.add_argument("--size-prefix", choices=["auto", "yes", "no"], default="auto", help=prefix_help)
+    p.add_argument("--format", choices=("json", "jsonl"), default="json", help=format_help)
     p.set_defaults(func=cmd_decode_response)

@@ -141,3 +141,80 @@ def test_unexpected_errors_are_one_line_unless_debugging(monkeypatch):
         assert str(exc) == "something broke"
     else:
         raise AssertionError("KPROTO_DEBUG=1 should let the exception through")
+
+
+def test_spark_read_shows_utf8_keys_and_values_as_text(capsys):
+    from kproto.cli.spark_read import _emit, shown
+
+    assert shown("café".encode()) == "café" and shown(b"\xff\x00") == b"\xff\x00"
+    assert shown(None) is None and shown(7) == 7
+    rows = [{"key": shown(b"user-1"), "value": shown(b"\xff\x00binary")},
+            {"key": None, "value": shown("line\nbreak".encode())}]
+    _emit(rows, ["key", "value"], "text")
+    assert capsys.readouterr().out.splitlines() == [
+        "key     value", "user-1  b'\\xff\\x00binary'", "null    line\\nbreak"]
+    _emit(rows, ["key", "value"], "jsonl")
+    assert capsys.readouterr().out.splitlines() == [
+        '{"key": "user-1", "value": "b\'\\\\xff\\\\x00binary\'"}',
+        '{"key": null, "value": "line\\nbreak"}']
+
+
+def test_decode_pcap_records_text_shows_utf8_as_text():
+    argv = ["decode-pcap", str(REPO / "examples" / "aiokafka.pcap"), "--records", "--api",
+            "Produce", "--no-progress"]
+    status, out, _ = run(argv + ["--format", "text", "-v"])
+    assert status == 0 and '"key": "k-aio-2", "value": "m-aio-2"' in out
+    assert '{"key": "h-src", "value": "aio"}' in out
+    status, out, _ = run(argv + ["--format", "jsonl"])  # machines keep Kafka's base64
+    assert status == 0 and '"value": "bS1haW8tMg=="' in out
+
+
+def test_readable_records_keeps_bytes_that_are_not_text():
+    import base64
+
+    from kproto.cli.decode_pcap import readable_records
+
+    view = {"records": [{"key": base64.b64encode(b"\xff\xfe").decode(), "value": None,
+                         "headers": [{"key": "h", "value": base64.b64encode(b"ok").decode()}]}]}
+    assert readable_records(view)["records"] == [
+        {"key": "b'\\xff\\xfe'", "value": None, "headers": [{"key": "h", "value": "ok"}]}]
+
+
+def test_every_json_flag_has_a_format_option():
+    from kproto.cli.main import _leaves, build_parser
+
+    for leaf in _leaves(build_parser()):
+        options = {o for a in leaf._actions for o in a.option_strings}
+        if "--json" in options:
+            assert "--format" in options, leaf.prog
+    status, out, _ = run(["schemas", "--format", "json"])
+    assert status == 0 and out.lstrip().startswith("[")
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_bars_only_on_a_terminal(monkeypatch):
+    from kproto.cli.progress import progress_bar
+
+    assert progress_bar(1 << 30, "x") is None  # stderr captured: not a terminal
+    monkeypatch.setattr("sys.stderr", _Terminal())
+    assert progress_bar(10, "x", minimum=20) is None  # short work: no bar
+    bar = progress_bar(1 << 30, "x")
+    assert bar is not None
+    bar.close()
+
+
+def test_dump_log_of_a_large_directory_shows_progress_on_a_terminal(monkeypatch):
+    terminal, out = _Terminal(), io.StringIO()
+    monkeypatch.setattr("sys.stderr", terminal)
+    with contextlib.redirect_stdout(out):
+        assert main(["dump-log", "--format", "jsonl", EXAMPLE_LOGDIR]) == 0
+    assert "dump-log" in terminal.getvalue() and "file" in terminal.getvalue()
+    assert "dump-log" not in out.getvalue().splitlines()[0]
+    terminal.truncate(0)
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert main(["dump-log", "--format", "jsonl", "--no-progress", EXAMPLE_LOGDIR]) == 0
+    assert terminal.getvalue() == ""
