@@ -64,6 +64,40 @@ def pytest_runtest_makereport(item, call):
             report.longrepr = (str(item.path), item.location[1] or 0, _missing_reason())
 
 
+#: What ``python -m pytest -m "not slow"`` leaves out, by what makes a test slow rather than by
+#: a list of tests (new tests of these kinds are marked without a change here): a Spark
+#: session (a JVM and Python workers), a multi-node cluster, Apache Kafka's Java classes or
+#: client, a browser, a standalone Spark master and worker, a fuzz campaign. Every test
+#: folder keeps quick tests (the Spark sources' planning and option parsing, the broker's
+#: single-node and sans-I/O parts, the controller and Raft units).
+SLOW_FIXTURES = {"spark", "kafka_cluster",
+                 # other brokers started as processes for the client's interop tests
+                 "tansu", "rdkafka_mock", "peer"}
+SLOW_MODULES = ("test_cluster*.py", "test_*java*.py", "test_spark_standalone.py",
+                "test_report_browser.py", "test_fuzz_campaign.py", "test_*_interop*.py",
+                "test_controller_node.py")  # KRaft controller quorums of processes' worth
+#: Single tests that --durations found long (tens of seconds): a randomised fault campaign,
+#: the broker's warm-up and its command-line start/stop/recovery in a subprocess.
+SLOW_TESTS = {"test_safety_under_random_faults",
+              "test_warm_up_compiles_the_hot_codecs_before_the_first_client",
+              "test_cli_broker_listens_stops_on_sigterm_and_recovers",
+              "test_a_crash_leaves_a_torn_tail_that_the_next_start_truncates",
+              "test_log_dir_is_a_kafka_log_dir"}
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark the slow tests (see :data:`SLOW_FIXTURES`, :data:`SLOW_MODULES`,
+    :data:`SLOW_TESTS`)."""
+    from fnmatch import fnmatch
+
+    for item in items:
+        name = item.path.name
+        if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())) \
+                or any(fnmatch(name, pattern) for pattern in SLOW_MODULES) \
+                or getattr(item, "originalname", item.name) in SLOW_TESTS:
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(scope="session")
 def fuzz_target():
     """``fuzz_target("fuzz_records")`` -> the loaded ``fuzz/fuzz_records.py`` module."""
