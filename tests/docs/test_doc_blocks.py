@@ -38,7 +38,7 @@ def test_the_collector_reads_directives(tmp_path, monkeypatch):
     page = tmp_path / "page.md"
     page.write_text("# t\n\n```python\nprint(1)\n```\n\n<!-- docs-test: output -->\n```text\n1\n```\n"
                     "\n<!-- docs-test: skip: needs a broker on 9092 -->\n```python\nx\n```\n"
-                    "\n    ```python\n    print(2)\n    ```\n")
+                    "\n- in a list:\n\n  ```python\n  print(2)\n  ```\n")
     monkeypatch.setattr("doc_blocks.REPO", tmp_path)
     blocks = blocks_of(page)
     assert [(b.lang, b.directive) for b in blocks] == [("python", None), ("text", "output"),
