@@ -76,13 +76,20 @@ SLOW_FIXTURES = {"spark", "kafka_cluster",
 SLOW_MODULES = ("test_cluster*.py", "test_*java*.py", "test_spark_standalone.py",
                 "test_report_browser.py", "test_fuzz_campaign.py", "test_*_interop*.py",
                 "test_controller_node.py")  # KRaft controller quorums of processes' worth
-#: Single tests that --durations found long (tens of seconds): a randomised fault campaign,
-#: the broker's warm-up and its command-line start/stop/recovery in a subprocess.
+#: Single tests that --durations found long (tens of seconds to minutes on a busy 2-core
+#: machine): randomised campaigns (faults, objects, messages, bodies, mutated captures), the
+#: broker's warm-up and its command-line start/stop/recovery in a subprocess, Spark started
+#: in a subprocess to find the sources unregistered, mypy over the whole package.
 SLOW_TESTS = {"test_safety_under_random_faults",
               "test_warm_up_compiles_the_hot_codecs_before_the_first_client",
               "test_cli_broker_listens_stops_on_sigterm_and_recovers",
               "test_a_crash_leaves_a_torn_tail_that_the_next_start_truncates",
-              "test_log_dir_is_a_kafka_log_dir"}
+              "test_log_dir_is_a_kafka_log_dir",
+              "test_broken_objects_agree", "test_random_objects_encode_the_same",
+              "test_random_messages", "test_random_bodies_are_the_reference",
+              "test_objects_made_and_freed_are_tracked_and_untracked_by_the_garbage_collector",
+              "test_target_survives_mutated_captures", "test_found_without_registration",
+              "test_mypy_finds_no_errors_in_kproto_or_in_user_code"}
 
 
 def pytest_collection_modifyitems(config, items):
