@@ -1,5 +1,5 @@
 """kproto's multi-broker cluster under confluent-kafka: how long produce stalls when a leader
-dies abruptly, and what replication costs produce throughput (issue 17).
+dies abruptly, and what replication costs produce throughput.
 
     python benchmarks/bench_cluster.py [--records 200000] [--size 110] [--rounds 3] [--trials 3]
                                        [--peers kproto,mock] [--skip failover|throughput]

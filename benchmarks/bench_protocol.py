@@ -14,7 +14,7 @@ kproto's zero-copy send (``encode_parts``: a list of buffers for ``writelines``,
 With ``KPROTO_JAVA_BENCH`` set (``python benchmarks/java_runner.py --build`` prints it) the same bytes
 also go to Apache Kafka's own classes on the JVM (5 s warm-up, median of 5 rounds by default), which
 must re-encode them identically; the Java row and the send row give kproto/Java. Without it the
-issue 20 reference figures are printed instead.
+reference figures measured on this machine are printed instead.
 """
 from __future__ import annotations
 
@@ -168,7 +168,7 @@ class KioLib(Lib):
         return (lambda: read(data, 0)), encode
 
 
-#: Kafka 4.3.1's classes, Java 17, this machine, 5 s warm-up, median of 5 (issue 20): decode, encode,
+#: Kafka 4.3.1's classes, Java 17, this machine, 5 s warm-up, median of 5: decode, encode,
 #: zero-copy send ops/s; printed when no Java runner is configured.
 JAVA_REFERENCE: Dict[str, Tuple[float, float, Optional[float]]] = {
     "MetadataResponse v9": (10_000, 9_200, None),
@@ -219,7 +219,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"Java: Kafka {java['kafka']} classes, Java {java['java']}, {java['warmup_s']:g} s warm-up, "
               f"median of {java['rounds']} x {java['round_s']:g} s")
     else:
-        print(java_runner.NO_JAVA + "; issue 20's reference figures are shown instead")
+        print(java_runner.NO_JAVA + "; reference figures measured on this machine are shown instead")
     print(f"{'input':<22} {'library':<13} {'decode ops/s':>13} {'encode ops/s':>13}   "
           f"{'kproto/peer decode':>18} {'kproto/peer encode':>18}")
     for label, (message, version, data) in selected.items():

@@ -4,7 +4,7 @@ Spark source in ``local[1]`` and ``local[2]``, next to Spark's ceiling for a Pyt
 source measured in the same run: a trivial source yielding ready-made Arrow batches of the same
 schema, row count and number of tasks. Spark scans are ``write.format("noop")`` (every column
 of every row materialised, nothing written). Printed: rows/s, the source over the ceiling (also
-as the median of the rounds' ratios: issue 18's target is 0.8 in local[2]), each
+as the median of the rounds' ratios: the target is 0.8 in local[2]), each
 one's local[2]/local[1] scaling, and where the CPU went (JVM, its JIT compiler threads, Python
 workers; from /proc): on a 2-core machine the Python worker of a local[1] task already runs
 beside its JVM task thread, and HotSpot compiles each query's generated code on the other core
@@ -122,7 +122,7 @@ class CeilingSource(DataSource):
         return _Ceiling(self.options)
 
 
-#: issue 18's target: the source in local[2] at this fraction of the ceiling's rows/s or more
+#: The target: the source in local[2] at this fraction of the ceiling's rows/s or more
 TARGET = 0.8
 
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100

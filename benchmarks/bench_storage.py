@@ -11,13 +11,13 @@ path ``binary_view`` (zero-copy views of the decoded data). Columns:
 
 * ``read_arrow``: the default, binary;
 * ``bulk``: ``decode_columns`` + ``to_arrow`` (binary_view), the faster of one call per
-  segment file and ``iter_column_batches`` chunks (both are the records issue's bulk path);
+  segment file and ``iter_column_batches`` chunks (both the records layer's bulk path);
 * ``bulk+cast``: the same, keys and values then cast to binary (read_arrow's default types);
 * ``read_arrow view``: ``read_arrow(binary_view=True)`` (bulk's types).
 
 Both engines: the C helper (``kproto/records/_speedups.c``) and the numpy one without it.
 Java (run first, alone, so that the JVM and Python do not share the two cores): every record
-of every file iterated with ``MemoryRecords`` over the mapped files (``mapped``: the issue's
+of every file iterated with ``MemoryRecords`` over the mapped files (``mapped``: the
 reference), the same with each batch's CRC checked (read_arrow computes every CRC), and through
 ``FileRecords`` (Kafka's log reads); records/s of the JVM's wall clock, median of its rounds.
 
@@ -109,7 +109,7 @@ def main() -> None:
                                    round_seconds=args.java_round_seconds)["segments"]
             print("Java: Kafka's classes (java_runner), records/s of a scan of the same files")
         else:
-            print(java_runner.NO_JAVA + "; issue 20's reference: Java scans 20.9M records/s "
+            print(java_runner.NO_JAVA + "; reference figure (Kafka's classes, this machine): Java scans 20.9M records/s "
                   "uncompressed")
         print("rows/s, median CPU time of %d interleaved runs" % args.repeat)
         print(f"{'engine':6} {'codec':5} {'read_arrow':>11} {'bulk':>11} {'ratio':>6} "

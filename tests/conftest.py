@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from pathlib import Path
 
 import pytest
 
@@ -13,6 +14,102 @@ from fuzz_support import load
 # for every folder, as users load them; registered once here, so the session's shared Apache
 # Kafka clusters are shared by all folders' tests
 pytest_plugins = ["kproto.testing"]
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+#: The test data the suite reads from outside the repository (docs/development.md): each part's
+#: variable and its default place in the ``shared`` folder beside the checkout.
+SHARED_DATA = {"KPROTO_VECTORS": "vectors", "KPROTO_FIXTURES": "fixtures",
+               "KPROTO_CAPTURES": "captures", "KPROTO_PEERS": "peers",
+               "KPROTO_REFERENCE": "reference", "KPROTO_EXTERNAL": "external"}
+
+
+def missing_test_data() -> dict[str, list[str]]:
+    """The parts of the test data that are not there: ``VARIABLE (path)`` -> the strings a
+    path into that part shows in an error message (the path, and ``shared/<part>`` as tests
+    spell it relative to the checkout)."""
+    out = {}
+    for var, sub in SHARED_DATA.items():
+        path = Path(os.environ.get(var, SHARED / sub))
+        if not path.is_dir():
+            out[f"{var} ({path})"] = [str(path), f"shared{os.sep}{sub}"]
+    return out
+
+
+_MISSING = missing_test_data()
+
+
+def _missing_reason() -> str:
+    what = (f"the test data folder {SHARED} is missing" if len(_MISSING) == len(SHARED_DATA)
+            and not any(v in os.environ for v in SHARED_DATA)
+            else "the test data is missing: " + ", ".join(_MISSING))
+    return f"Skipped: {what} (the folder 'shared' beside the checkout, see docs/development.md)"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):
+    """Without the test data, a test module that reads it at import is skipped with the reason
+    instead of failing the collection (the rest of the suite runs)."""
+    outcome = yield
+    report = outcome.get_result()
+    if _MISSING and report.failed and isinstance(collector, pytest.Module):
+        report.outcome = "skipped"
+        report.longrepr = (str(collector.path), 0, _missing_reason())
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Likewise a test that fails on a missing file of the missing test data."""
+    outcome = yield
+    report = outcome.get_result()
+    if _MISSING and report.failed and call.excinfo is not None:
+        text = str(call.excinfo.value)
+        if any(mark in text for marks in _MISSING.values() for mark in marks):
+            report.outcome = "skipped"
+            report.longrepr = (str(item.path), item.location[1] or 0, _missing_reason())
+
+
+#: What ``python -m pytest -m "not slow"`` leaves out, by what makes a test slow rather than by
+#: a list of tests (new tests of these kinds are marked without a change here): a Spark
+#: session (a JVM and Python workers), a multi-node cluster, Apache Kafka's Java classes or
+#: client, a browser, a standalone Spark master and worker, a fuzz campaign. Every test
+#: folder keeps quick tests (the Spark sources' planning and option parsing, the broker's
+#: single-node and sans-I/O parts, the controller and Raft units).
+SLOW_FIXTURES = {"spark", "kafka_cluster",
+                 # Apache Kafka's JVMs (a node starts in seconds, a cluster in tens of seconds)
+                 "apache_kafka", "apache_kafka_cluster", "apache_kafka_pool", "any_broker",
+                 # other brokers started as processes for the client's interop tests
+                 "tansu", "rdkafka_mock", "peer"}
+SLOW_MODULES = ("test_cluster*.py", "test_*java*.py", "test_spark_standalone.py",
+                "test_report_browser.py", "test_fuzz_campaign.py", "test_*_interop*.py",
+                "test_controller_node.py")  # KRaft controller quorums of processes' worth
+#: Single tests that --durations found long (tens of seconds to minutes on a busy 2-core
+#: machine): randomised campaigns (faults, objects, messages, bodies, mutated captures), the
+#: broker's warm-up and its command-line start/stop/recovery in a subprocess, Spark started
+#: in a subprocess to find the sources unregistered, mypy over the whole package.
+SLOW_TESTS = {"test_safety_under_random_faults",
+              "test_warm_up_compiles_the_hot_codecs_before_the_first_client",
+              "test_cli_broker_listens_stops_on_sigterm_and_recovers",
+              "test_a_crash_leaves_a_torn_tail_that_the_next_start_truncates",
+              "test_log_dir_is_a_kafka_log_dir",
+              "test_broken_objects_agree", "test_random_objects_encode_the_same",
+              "test_random_messages", "test_random_bodies_are_the_reference",
+              "test_objects_made_and_freed_are_tracked_and_untracked_by_the_garbage_collector",
+              "test_target_survives_mutated_captures", "test_found_without_registration",
+              "test_mypy_finds_no_errors_in_kproto_or_in_user_code"}
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark the slow tests (see :data:`SLOW_FIXTURES`, :data:`SLOW_MODULES`,
+    :data:`SLOW_TESTS`)."""
+    from fnmatch import fnmatch
+
+    for item in items:
+        name = item.path.name
+        if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())) \
+                or any(fnmatch(name, pattern) for pattern in SLOW_MODULES) \
+                or getattr(item, "originalname", item.name) in SLOW_TESTS:
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,4 @@
-"""A Kafka broker and cluster in Python built from Kafka's own designs.
+"""A Kafka broker and cluster in Python, for tests, built from Kafka's own designs.
 
 One node's core:
 

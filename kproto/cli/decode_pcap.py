@@ -2,11 +2,14 @@
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import os
 import sys
-import time
 from typing import Any, Callable, Iterable, Iterator, TextIO
+
+from kproto.cli.errors import CliError
+from kproto.cli.progress import Progress, progress_bar
 
 __all__ = ["register", "run"]
 
@@ -57,23 +60,28 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=run)
 
 
-class _Progress:
-    """A progress bar on ``stream`` from the capture bytes read so far (of ``total``)."""
+def readable_records(view: Any) -> Any:
+    """A records view (:func:`~kproto.capture.records_view.records_json`) with each record's
+    key, value and header values as text when their bytes are UTF-8, and as ``b'...'``
+    otherwise (the view holds them as base64)."""
+    if not isinstance(view, dict):
+        return view
+    for record in view.get("records") or ():
+        for field in ("key", "value"):
+            record[field] = _readable(record.get(field))
+        for header in record.get("headers") or ():
+            header["value"] = _readable(header.get("value"))
+    return view
 
-    def __init__(self, total: int, stream: TextIO) -> None:
-        self.total, self.stream, self.last = total, stream, 0.0
 
-    def update(self, done: int) -> None:
-        now = time.monotonic()
-        if now - self.last > 0.2:
-            self.last = now
-            frac = min(done / self.total, 1.0)
-            self.stream.write(f"\r[{'#' * int(frac * 30):<30}] {frac * 100:5.1f}% {done >> 20} MiB")
-            self.stream.flush()
-
-    def close(self) -> None:
-        self.stream.write("\r" + " " * 60 + "\r")
-        self.stream.flush()
+def _readable(b64: str | None) -> str | None:
+    if b64 is None:
+        return None
+    raw = base64.b64decode(b64)
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return repr(raw)
 
 
 def _api_keys(items: list[str]) -> set[int]:
@@ -87,7 +95,7 @@ def _api_keys(items: list[str]) -> set[int]:
         elif item.lower().removesuffix("request") in by_name:
             keys.add(by_name[item.lower().removesuffix("request")])
         elif item:
-            raise SystemExit(f"kproto decode-pcap: --api {item!r} is not an API name or key")
+            raise CliError(f"--api {item!r} is not an API name or key")
     return keys
 
 
@@ -150,14 +158,14 @@ def _report(args: argparse.Namespace) -> Any:
     return CaptureReport()
 
 
-def _file_steps(decoder: Any, files: list[str], bar: _Progress | None) -> Iterator[tuple[Any]]:
+def _file_steps(decoder: Any, files: list[str], bar: Progress | None) -> Iterator[tuple[Any]]:
     """The exchanges of capture files read in a row (one capture), one at a time."""
     from kproto.capture.pcap import read_capture
 
     for f in files:
         for ex in decoder.feed_capture(read_capture(f), f):
             if bar is not None:  # 16-byte record headers and the file header
-                bar.update(24 + decoder.bytes + 16 * decoder.packets)
+                bar.update_to(24 + decoder.bytes + 16 * decoder.packets)
             yield (ex,)
     if bar is not None:
         bar.close()
@@ -184,10 +192,13 @@ def run(args: argparse.Namespace) -> int:
             from kproto.capture.records_view import DEFAULT_RECORDS_CAP, records_json
 
             cap = args.records_max_bytes or DEFAULT_RECORDS_CAP
-            convert = lambda data: records_json(data, cap)  # noqa: E731
+            if fmt == "text":  # for a person: keys, values and header values as text
+                convert = lambda data: readable_records(records_json(data, cap))  # noqa: E731
+            else:  # JSON lines keep Kafka's base64 for bytes, whatever they hold
+                convert = lambda data: records_json(data, cap)  # noqa: E731
         decoder = CaptureDecoder(args.port, decode=BodyDecoder(best_effort=args.best_effort))
         if "-" in args.file and len(args.file) > 1:
-            raise SystemExit("kproto decode-pcap: - (stdin) cannot be read with other files")
+            raise CliError("- (stdin) cannot be read with other files")
         streaming = args.file == ["-"]
         steps: Iterable[Iterable[Any]]  # the exchanges each step of the decoding completes
         if streaming:  # each exchange is written (and flushed) as soon as it completes
@@ -195,10 +206,8 @@ def run(args: argparse.Namespace) -> int:
         else:
             size = sum(os.path.getsize(f) for f in args.file)
             # a bar for large files, unless it would interleave with text on the same terminal
-            bar = None
-            if not args.no_progress and sys.stderr.isatty() and size > (4 << 20) and \
-                    (args.summary or not out.isatty()):
-                bar = _Progress(size, sys.stderr)
+            bar = progress_bar(size, "decode-pcap", minimum=4 << 20,
+                               enabled=not args.no_progress and (args.summary or not out.isatty()))
             steps = _file_steps(decoder, args.file, bar)
         summary = Summary() if args.summary else None
         announced: set[int] = set()
@@ -236,6 +245,11 @@ def run(args: argparse.Namespace) -> int:
         except KeyboardInterrupt:  # a live capture ends with ^C: report what was seen
             pass
         emit(decoder.finish())
+        if decoder.problems and decoder.packets == 0:  # nothing could be read: say why, once
+            first, *rest = list(decoder.problems)
+            print(f"kproto decode-pcap: {first.source or args.file[0]}: {first.reason}"
+                  + (f" (and {len(rest)} more problem(s))" if rest else ""), file=sys.stderr)
+            return 2
         for problem in decoder.problems:
             print(f"capture: {problem.reason}", file=sys.stderr)
         if args.port is None and not decoder.chosen_ports:

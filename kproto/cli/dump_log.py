@@ -17,6 +17,7 @@ import os
 import sys
 from typing import Iterator, TextIO
 
+from kproto.cli.progress import progress_bar
 from kproto.records.compression import DEFAULT_MAX_SIZE
 from kproto.errors import DecodeError
 from kproto.records.dump import dump_lines
@@ -160,18 +161,33 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     status = 0
     ts_type = "timestamp"
     for path in args.files:
+        path_is_file = os.path.isfile(path)
+        # a bar over the files of a large directory, unless the dump itself is on the terminal
+        bar = None if path_is_file or not os.path.isdir(path) else progress_bar(
+            len(log_dir_files(path)), "dump-log", unit="file", minimum=20,
+            enabled=not getattr(args, "no_progress", False) and not out.isatty())
         if fmt == "text":
             out.write(f"Dumping {path}\n")
         elif len(args.files) > 1:
             out.write(json.dumps({"type": "file", "path": path}) + "\n")
         try:
+            no_batch = False
             for line in dump_path(path, args):
+                if line.get("type") == "summary" and path_is_file and line["batches"] == 0 \
+                        and line["file_size"] > 0:
+                    no_batch = True  # not a segment, not a record set: nothing was read
                 if line.get("type") == "error" or (args.verify and line.get("is_valid") is False):
                     status = 1
                 if line.get("type") == "batch":
                     ts_type = line["timestamp_type"]
+                elif bar is not None and line.get("type") in ("file", "ignored"):
+                    bar.update_to(bar.bar.n + 1)
                 out.write((format_text(line, ts_type) if fmt == "text" else
                            json.dumps(line, ensure_ascii=False, separators=(",", ":"))) + "\n")
+            if no_batch:
+                print(f"kproto dump-log: {path}: no record batch at all: not a Kafka log "
+                      "segment or record set", file=sys.stderr)
+                status = 2
         except BrokenPipeError:
             raise
         except OSError as e:
@@ -181,6 +197,9 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
             line = _error_line(path, e)
             out.write((format_text(line) if fmt == "text" else json.dumps(line)) + "\n")
             status = max(status, 1)
+        finally:
+            if bar is not None:
+                bar.close()
     return status
 
 
@@ -193,6 +212,9 @@ def register(subparsers) -> None:
     p.add_argument("--format", choices=("auto", "text", "jsonl"), default="auto",
                    help="output format (default: text on a terminal, jsonl otherwise)")
     p.add_argument("--batches-only", action="store_true", help="batch headers only, no records")
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress bar on stderr (drawn only on a terminal, for a directory "
+                        "of 20 files or more, when the dump is not on that terminal)")
     p.add_argument("--verify", action="store_true",
                    help="report CRC failures as errors (exit status 1) and continue")
     p.add_argument("--max-decompressed", type=int, default=DEFAULT_MAX_SIZE, metavar="BYTES",

@@ -5,6 +5,8 @@ import argparse
 import json
 import sys
 
+from kproto.cli.errors import require_log_dir
+
 
 def register(subparsers) -> None:
     """Add the ``logdir`` subcommand."""
@@ -39,6 +41,7 @@ def run(args: argparse.Namespace) -> int:
         except ReportUnavailable as exc:
             print(f"kproto logdir: {exc}", file=sys.stderr)
             return 2
+    require_log_dir(args.path)
     try:
         doc = summarize(args.path)
     except (OSError, ValueError) as exc:

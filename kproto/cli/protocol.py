@@ -6,6 +6,7 @@ import json
 import sys
 from typing import Any, Dict, List
 
+from kproto.cli.errors import CliError
 from kproto.codecs import RELEASES, api_keys, message, messages, request, response
 from kproto.errors import DecodeError
 from kproto.framing import (decode_request, decode_response, request_header_version,
@@ -22,7 +23,7 @@ def read_input(arg: str) -> bytes:
     try:
         return bytes.fromhex("".join(arg.split()))
     except ValueError:
-        raise SystemExit(f"kproto: not hex and not @file: {arg[:40]!r}") from None
+        raise CliError(f"not hex and not @file: {arg[:40]!r}") from None
 
 
 def _strip_prefix(data: bytes, mode: str) -> bytes:
@@ -33,8 +34,10 @@ def _strip_prefix(data: bytes, mode: str) -> bytes:
     return data
 
 
-def _print(doc: Any) -> None:
-    sys.stdout.write(json.dumps(doc, ensure_ascii=False, indent=2) + "\n")
+def _print(doc: Any, fmt: str = "json") -> None:
+    """``json``: indented; ``jsonl``: one line."""
+    indent = None if fmt == "jsonl" else 2
+    sys.stdout.write(json.dumps(doc, ensure_ascii=False, indent=indent) + "\n")
 
 
 def _releases(codec: Any) -> List[Dict[str, Any]]:
@@ -99,26 +102,31 @@ def cmd_decode_request(args: argparse.Namespace) -> int:
     try:
         header, body = decode_request(data, size_prefix=False)
     except DecodeError as exc:
-        print(f"kproto: {exc}", file=sys.stderr)
-        return 1
+        raise CliError(str(exc)) from None
     key, ver = header.request_api_key, header.request_api_version
     _print({"header": message("RequestHeader").to_json(header, request_header_version(key, ver)),
             "api_name": request(key).name, "api_version": ver,
-            "body": request(key).to_json(body, ver)})
+            "body": request(key).to_json(body, ver)}, args.format)
     return 0
 
 
 def cmd_decode_response(args: argparse.Namespace) -> int:
+    try:
+        codec = response(args.api_key)
+    except KeyError:
+        raise CliError(f"unknown API key {args.api_key} ('kproto schemas' lists them)") from None
+    if args.version not in codec.valid_versions:
+        versions = codec.valid_versions
+        raise CliError(f"{codec.name} has versions {versions.start}-{versions.stop - 1}, "
+                       f"not {args.version}")
     data = _strip_prefix(read_input(args.data), args.size_prefix)
     try:
         header, body = decode_response(data, args.api_key, args.version, size_prefix=False)
-    except (DecodeError, KeyError) as exc:
-        print(f"kproto: {exc}", file=sys.stderr)
-        return 1
-    codec = response(args.api_key)
+    except DecodeError as exc:
+        raise CliError(str(exc)) from None
     _print({"header": message("ResponseHeader").to_json(header, response_header_version(args.api_key, args.version)),
             "api_name": codec.name, "api_version": args.version,
-            "body": codec.to_json(body, args.version)})
+            "body": codec.to_json(body, args.version)}, args.format)
     return 0
 
 
@@ -129,9 +137,11 @@ def register(sub: Any) -> None:
     p.set_defaults(func=cmd_schemas)
 
     prefix_help = "whether DATA starts with the 4-byte size prefix (default: detect)"
+    format_help = "Kafka's JSON indented (json, the default) or on one line (jsonl)"
     p = sub.add_parser("decode-request", help="decode a request frame (header + body) to Kafka's JSON")
     p.add_argument("data", metavar="HEX|@FILE", help="hex bytes, @file of raw bytes, or @- for stdin")
     p.add_argument("--size-prefix", choices=["auto", "yes", "no"], default="auto", help=prefix_help)
+    p.add_argument("--format", choices=("json", "jsonl"), default="json", help=format_help)
     p.set_defaults(func=cmd_decode_request)
 
     p = sub.add_parser("decode-response", help="decode a response frame (header + body) to Kafka's JSON")
@@ -139,4 +149,5 @@ def register(sub: Any) -> None:
     p.add_argument("--api-key", type=int, required=True)
     p.add_argument("--version", type=int, required=True)
     p.add_argument("--size-prefix", choices=["auto", "yes", "no"], default="auto", help=prefix_help)
+    p.add_argument("--format", choices=("json", "jsonl"), default="json", help=format_help)
     p.set_defaults(func=cmd_decode_response)

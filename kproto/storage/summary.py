@@ -363,7 +363,11 @@ def render_text(doc: Doc, segments: bool = True, metadata_timeline: bool = False
                    f"offsets {_fmt_range(p['offsets'])}  log start {_fmt_offset(p['log_start_offset'])}  "
                    f"{len(p['segments'])} segments  "
                    f"{p['size']} bytes  {p['batches']} batches")
-        extra = [f"producers={p['producers']}", f"aborted txns={p['aborted_transactions']}"]
+        # producers are counted from the latest producer snapshot; a partition without one
+        # (nothing idempotent written yet, or before its first roll) has no count to show
+        producers = ("no producer snapshot" if p["producers"] is None
+                     else f"producers={p['producers']}")
+        extra = [producers, f"aborted txns={p['aborted_transactions']}"]
         if p["first_unstable_offset"] is not None:
             extra.append(f"open txn from offset {p['first_unstable_offset']}")
         if p["leader_epochs"]:

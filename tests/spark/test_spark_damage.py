@@ -3,6 +3,7 @@ SparkSession on the crashed fixture log dir; and one reader class serving both p
 settings."""
 from __future__ import annotations
 
+import json
 import os
 import pickle
 
@@ -139,9 +140,13 @@ def test_bad_output_option_is_refused():
 def test_cli_prints_the_damage(spark, capsys):
     from kproto.cli.main import main
 
-    assert main(["spark-read", CRASHED, "--damage"]) == 1
+    assert main(["spark-read", CRASHED, "--damage", "--format", "text"]) == 1
     lines = capsys.readouterr().out.splitlines()
     assert lines[-1] == f"{len(_reference(CRASHED))} damage item(s)"
     assert any(" crc " in ln and ln.startswith("events-2 ") for ln in lines)
-    assert main(["spark-read", os.path.join(LOGDIRS, "broker1-clean"), "--damage"]) == 0
+    assert main(["spark-read", os.path.join(LOGDIRS, "broker1-clean"), "--damage",
+                 "--format", "text"]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == "0 damage item(s)"
+    assert main(["spark-read", CRASHED, "--damage", "--format", "jsonl"]) == 1
+    docs = [json.loads(ln) for ln in capsys.readouterr().out.splitlines()]
+    assert len(docs) == len(_reference(CRASHED)) and {d["kind"] for d in docs} >= {"crc"}
