@@ -27,8 +27,7 @@ BROKER_CONFIG = {
     "auto.create.topics.enable": "false",
     "log.cleaner.backoff.ms": "200",
     "log.cleaner.min.compaction.lag.ms": "0",
-    "metadata.log.max.record.bytes.between.snapshots": "2000",
-    "metadata.log.max.snapshot.interval.ms": "1000",
+    "metadata.log.max.record.bytes.between.snapshots": "4000",
     "offsets.topic.num.partitions": "1",
     "transaction.state.log.num.partitions": "1",
     "transaction.state.log.min.isr": "1",
@@ -254,12 +253,14 @@ def parse_record_line(line: str) -> dict[str, Any]:
 
 
 def parse_log_dump(lines: list[str]) -> tuple[int | None, list[dict[str, Any]]]:
-    """Kafka's dump of a segment: its ``Log starting offset`` and its batches, each with its
-    records under ``records``."""
+    """Kafka's dump of a segment (or KRaft snapshot): its ``Log starting offset`` (``Snapshot
+    end offset``) and its batches, each with its records under ``records``."""
     start, batches = None, []
     for line in lines:
         if line.startswith("Log starting offset: "):
             start = int(line.split(": ")[1])
+        elif line.startswith("Snapshot end offset: "):
+            start = int(line[len("Snapshot end offset: "):].split(",")[0])
         elif line.startswith("baseOffset: "):
             batches.append({**parse_batch_line(line), "records": []})
         elif line.startswith("| offset: "):
