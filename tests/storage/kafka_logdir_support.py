@@ -268,3 +268,15 @@ def parse_log_dump(lines: list[str]) -> tuple[int | None, list[dict[str, Any]]]:
         elif line.strip():
             raise AssertionError(f"a line of DumpLogSegments this parser does not know: {line!r}")
     return start, batches
+
+
+def run_dump_bytes(version: str, files: list[Path], *options: str) -> bytes:
+    """Kafka's DumpLogSegments output over ``files`` as the bytes it wrote (no newline
+    translation: values may hold carriage returns)."""
+    import subprocess
+
+    from kproto.testing import apache
+    cmd = apache._command(version, DUMP_LOG_SEGMENTS,
+                          [*options, "--files", ",".join(str(f) for f in files)],
+                          apache.TOOL_JVM_OPTIONS)
+    return subprocess.run(cmd, capture_output=True, check=True, timeout=180).stdout

@@ -311,3 +311,37 @@ def test_read_arrow_rows_are_what_a_consumer_read(kafka_logdirs, isolation):
     if isolation == "read_committed":   # the aborted transactions' records are not there
         assert len(kafka_logdirs.consumed[("txn", "read_committed")]) < \
             len(kafka_logdirs.consumed[("txn", "read_uncommitted")])
+
+
+@pytest.mark.parametrize("state", STATES)
+def test_format_kafka_prints_what_kafkas_tool_prints(kafka_logdirs, state):
+    """``kproto dump-log --format kafka`` is byte for byte Kafka's ``--deep-iteration
+    --print-data-log`` output over every segment, KRaft snapshot, index, transaction index and
+    producer snapshot (binary values of internal topics included)."""
+    import subprocess
+    import sys
+
+    root = getattr(kafka_logdirs, state)
+    files = [f for ext in ("log", "checkpoint", "index", "timeindex", "txnindex", "snapshot")
+             for f in _files(root, f"*.{ext}", internal=True)]
+    theirs = kls.run_dump_bytes(DEFAULT_VERSION, files, "--deep-iteration", "--print-data-log")
+    ours = subprocess.run([sys.executable, "-m", "kproto", "dump-log", "--format", "kafka",
+                           *map(str, files)], capture_output=True, check=True, timeout=120).stdout
+    assert theirs.count(b"\nDumping ") + 1 == len(files)
+    if ours != theirs:
+        a, b = ours.split(b"\n"), theirs.split(b"\n")
+        first = next(i for i, (x, y) in enumerate(zip(a + [b""], b + [b""])) if x != y)
+        raise AssertionError(f"line {first}:\n kproto {a[first][:300]!r}\n Kafka  {b[first][:300]!r}")
+
+
+def test_format_kafka_ignores_files_kafkas_tool_does_not_dump(tmp_path, capsys):
+    from kproto.cli.dump_log import run
+
+    f = tmp_path / "partition.metadata"
+    f.write_text("version: 0\ntopic_id: AAAAAAAAAAAAAAAAAAAAAA\n")
+    empty = tmp_path / "00000000000000000000.index"
+    empty.write_bytes(b"")
+    assert run(_args(files=[str(f), str(empty)], format="kafka")) == 0
+    out, err = capsys.readouterr()
+    assert out == f"Dumping {empty}\n{empty} is empty.\n"
+    assert err == f"Ignoring unknown file {f}\n"
