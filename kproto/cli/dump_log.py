@@ -229,7 +229,8 @@ def _kafka_index(path: str, kind: str, base: int) -> Iterator[str]:
     from kproto.storage.dump import dump_file
 
     if os.path.getsize(path) == 0:
-        yield f"{path} is empty."
+        if kind == "index":   # Kafka's tool says so of an empty offset index only
+            yield f"{path} is empty."
         return
     entries = [e for e in dump_file(path) if e.get("type") == "entry"]
     size = OFFSET_ENTRY_SIZE if kind == "index" else TIME_ENTRY_SIZE

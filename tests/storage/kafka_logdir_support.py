@@ -280,3 +280,35 @@ def run_dump_bytes(version: str, files: list[Path], *options: str) -> bytes:
                           [*options, "--files", ",".join(str(f) for f in files)],
                           apache.TOOL_JVM_OPTIONS)
     return subprocess.run(cmd, capture_output=True, check=True, timeout=180).stdout
+
+
+DUMPED_SUFFIXES = ("log", "checkpoint", "index", "timeindex", "txnindex", "snapshot")
+
+
+def dumped_files(root: Path) -> list[Path]:
+    """The files of ``root``'s partition folders that Kafka's tool dumps, by kind."""
+    return [f for ext in DUMPED_SUFFIXES for f in sorted(root.glob(f"*-*/*.{ext}"))]
+
+
+def assert_format_kafka_is_kafkas(version: str, files: list[Path]) -> bytes:
+    """``kproto dump-log --format kafka FILES`` prints byte for byte what Kafka's
+    ``DumpLogSegments --deep-iteration --print-data-log`` prints for them; what Kafka's tool
+    wrote on stderr (notices such as the offset gaps of a compacted segment)."""
+    import subprocess
+    import sys
+
+    from kproto.testing import apache
+    cmd = apache._command(version, DUMP_LOG_SEGMENTS,
+                          ["--deep-iteration", "--print-data-log",
+                           "--files", ",".join(str(f) for f in files)], apache.TOOL_JVM_OPTIONS)
+    kafka = subprocess.run(cmd, capture_output=True, timeout=180)
+    assert kafka.returncode == 0, kafka.stderr.decode(errors="replace")[-3000:]
+    ours = subprocess.run([sys.executable, "-m", "kproto", "dump-log", "--format", "kafka",
+                           *map(str, files)], capture_output=True, check=True, timeout=120).stdout
+    theirs = kafka.stdout
+    assert theirs.count(b"\nDumping ") + 1 == len(files)
+    if ours != theirs:
+        a, b = ours.split(b"\n"), theirs.split(b"\n")
+        first = next(i for i, (x, y) in enumerate(zip(a + [b""], b + [b""])) if x != y)
+        raise AssertionError(f"line {first}:\n kproto {a[first][:300]!r}\n Kafka  {b[first][:300]!r}")
+    return kafka.stderr
