@@ -193,6 +193,8 @@ def _kafka_log(path: str, kind: str, offset: int | None, args: argparse.Namespac
     for line in dump_log_file(path, args):
         t = line["type"]
         if t == "batch":
+            if line["magic"] < 2:
+                raise NotImplementedError("--format kafka prints batches of magic 2 only")
             ts_type = line["timestamp_type"]
             dh = line["delete_horizon_ms"]
             yield (f"baseOffset: {line['base_offset']} lastOffset: {line['last_offset']} "
@@ -262,33 +264,38 @@ def _kafka_other(path: str, kind: str) -> Iterator[str]:
                    f"offsetDelta: {e['offset_delta']} timestamp: {e['timestamp']}")
 
 
+#: the file kinds (:func:`kproto.storage.layout.file_kind`) Kafka's tool dumps
+_KAFKA_DUMPED = frozenset({"log", "metadata-snapshot", "index", "timeindex", "txnindex", "snapshot"})
+
+
 def kafka_lines(path: str, args: argparse.Namespace) -> Iterator[str]:
     """The lines Kafka's ``DumpLogSegments --deep-iteration --print-data-log`` prints after
     ``Dumping PATH`` for a segment, KRaft snapshot, ``.index``, ``.timeindex``, ``.txnindex``
-    or producer ``.snapshot``. Other files raise NotImplementedError (Kafka's tool ignores
-    them)."""
+    or producer ``.snapshot``. Other files, and batches of magic 0 and 1, raise
+    NotImplementedError."""
     kind, offset = file_kind(path)
+    if kind not in _KAFKA_DUMPED:
+        raise NotImplementedError(f"{path}: Kafka's tool does not dump {kind or 'this'} files")
     if kind in ("log", "metadata-snapshot"):
         yield from _kafka_log(path, kind, offset, args)
     elif kind in ("index", "timeindex"):
         yield from _kafka_index(path, kind, offset or 0)
-    elif kind in ("txnindex", "snapshot"):
-        yield from _kafka_other(path, kind)
     else:
-        raise NotImplementedError(f"{path}: Kafka's tool does not dump {kind or 'this'} files")
+        yield from _kafka_other(path, kind)
 
 
 def _run_kafka(args: argparse.Namespace, out: TextIO) -> int:
     status = 0
     for path in args.files:
-        files = [f for f, why in log_dir_files(path) if not why] if os.path.isdir(path) else [path]
+        files = [f for f, why in log_dir_files(path) if not why and file_kind(f)[0] in _KAFKA_DUMPED] \
+            if os.path.isdir(path) else [path]
         for f in files:
+            if file_kind(f)[0] not in _KAFKA_DUMPED:
+                print(f"Ignoring unknown file {f}", file=sys.stderr)   # as Kafka's tool does
+                continue
             try:
                 lines = list(kafka_lines(f, args))
-            except NotImplementedError:
-                print(f"Ignoring unknown file {f}", file=sys.stderr)
-                continue
-            except (DecodeError, OSError) as e:
+            except (DecodeError, OSError, NotImplementedError) as e:
                 print(f"kproto dump-log: {f}: {e}", file=sys.stderr)
                 status = 1
                 continue

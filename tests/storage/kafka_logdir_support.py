@@ -35,8 +35,11 @@ BROKER_CONFIG = {
     "offsets.topic.replication.factor": "1",
 }
 
+#: A compacted topic cleaned often. Tombstones are kept a day: the first pass of the cleaner
+#: gives their batches a delete horizon, and no later pass changes the partition between what
+#: a consumer reads and the copy of the log dir.
 COMPACT_CONFIG = {"cleanup.policy": "compact", "segment.ms": "300",
-                  "min.cleanable.dirty.ratio": "0.01", "delete.retention.ms": "0",
+                  "min.cleanable.dirty.ratio": "0.01", "delete.retention.ms": "86400000",
                   "min.compaction.lag.ms": "0"}
 
 SEGMENT_BYTES = 1024 * 1024      # Kafka's smallest segment.bytes
