@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import codecs
 import json
 import mmap
 import os
@@ -163,9 +164,23 @@ _KRAFT_CONTROL = {"LEADER_CHANGE": ("LeaderChange:", "LeaderChangeMessage"),
                   "KRAFT_VOTERS": ("KRaftVoters", "VotersRecord")}
 
 
+def _java_replace(exc: UnicodeError) -> tuple[str, int]:
+    """Java's replacement of malformed UTF-8, where it differs from Python's: an encoded
+    surrogate (``ED A0..BF``, with its third byte if that is a continuation byte) is one
+    U+FFFD, not one per byte."""
+    assert isinstance(exc, UnicodeDecodeError)
+    data, i = exc.object, exc.start
+    if data[i] == 0xED and i + 1 < len(data) and 0xA0 <= data[i + 1] <= 0xBF:
+        return "\ufffd", i + 3 if i + 2 < len(data) and data[i + 2] & 0xC0 == 0x80 else i + 2
+    return "\ufffd", exc.end
+
+
+codecs.register_error("kproto-java-replace", _java_replace)
+
+
 def _java_string(v: str | None) -> str:
     """A base64 key/value as Kafka's tool prints it: ``new String(bytes, UTF_8)``, unescaped."""
-    return base64.b64decode(v or "").decode("utf-8", "replace")
+    return base64.b64decode(v or "").decode("utf-8", "kproto-java-replace")
 
 
 def _kafka_control(c: dict, value: str | None) -> str:

@@ -353,3 +353,16 @@ def test_format_kafka_refuses_old_magic_and_skips_other_files_of_a_folder(tmp_pa
     assert out == f"Dumping {part / '00000000000000000000.index'}\n" \
                   f"{part / '00000000000000000000.index'} is empty.\n"
     assert "magic 2 only" in err and "Ignoring" not in err
+
+
+@pytest.mark.parametrize("raw,java", [
+    # what ``new String(bytes, UTF_8)`` makes of malformed UTF-8 (Java 17), re-encoded
+    ("eda080", "efbfbd"), ("eda041", "efbfbd41"), ("eda0", "efbfbd"), ("edbfbf41", "efbfbd41"),
+    ("41eda0", "41efbfbd"), ("eda0eda080", "efbfbdefbfbd"), ("ed9fbf", "ed9fbf"),
+    ("ed41", "efbfbd41"), ("eda080c3a9", "efbfbdc3a9"), ("f09f41", "efbfbd41"),
+    ("e08041", "efbfbdefbfbd41"), ("f4908080", "efbfbdefbfbdefbfbdefbfbd")])
+def test_format_kafka_replaces_malformed_utf8_as_java_does(raw, java):
+    from kproto.cli.dump_log import _java_string
+
+    text = _java_string(base64.b64encode(bytes.fromhex(raw)).decode())
+    assert text.encode("utf-8").hex() == java
