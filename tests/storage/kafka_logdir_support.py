@@ -169,7 +169,11 @@ def build(root: Path) -> KafkaLogDirs:
             if role != "rolled":
                 for iso in ("read_uncommitted", "read_committed"):
                     out.consumed[(topic, iso)] = consume_all(b, topic, iso)
-        time.sleep(1.5)   # metadata.log.max.snapshot.interval.ms: a snapshot
+        meta = kafka.log_dir(1) / "__cluster_metadata-0"
+        kafka.wait_for(lambda: any(not f.name.startswith("0" * 20) for f in meta.glob("*.checkpoint")),
+                       30, "a metadata snapshot", interval=0.5)
+        # the clients go before the broker does (they would log its absence until collected)
+        del tp, plain, cp, rp, admin, c
         kafka.stop(1)
         shutil.copytree(kafka.log_dir(1), out.clean)
         # the same node, more appends, then kill -9: active segments, preallocated indexes

@@ -71,6 +71,7 @@ def test_kproto_broker_log_dir_is_read_by_kafkas_tool(tmp_path, clean):
             kls._produce(tp, "txn", 3, outcome)
             kls._produce(plain, "txn", 2, "plain")
             (tp.commit_transaction if outcome == "commit" else tp.abort_transaction)(30)
+        del tp, plain, admin   # before the broker goes: they would log its absence
     finally:
         broker.stop(clean)
     _is_read_cleanly(tmp_path / "kproto", minimum=25)
