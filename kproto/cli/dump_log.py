@@ -3,7 +3,10 @@ every other file of a broker log directory (indexes, snapshots, checkpoints, met
 
 ``--format jsonl`` writes the line schema of the record vectors' README (batch, record, error,
 summary lines); the default on a terminal is a text format like ``kafka-dump-log
---deep-iteration --print-data-log``. A log dir or partition folder is dumped file by file,
+--deep-iteration --print-data-log``. ``--format kafka`` prints what Kafka's own tool
+(``kafka-dump-log.sh --deep-iteration --print-data-log --files ...``) prints for segments,
+KRaft snapshots, indexes, transaction indexes and producer snapshots, so that the two
+outputs can be diffed. A log dir or partition folder is dumped file by file,
 each preceded by a ``file`` line; what is not read gets an ``ignored`` line. A file that cannot
 be read is an ``error`` line (exit status 1) and the dump goes on.
 """
@@ -11,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import codecs
 import json
 import mmap
 import os
@@ -24,7 +28,7 @@ from kproto.records.dump import dump_lines
 from kproto.storage.dump import DUMP_KINDS, dump_file, dump_internal_log, metadata_log_topic
 from kproto.storage.layout import check_size, file_kind, log_dir_files
 
-__all__ = ["register", "dump_path", "dump_log_file", "format_text"]
+__all__ = ["register", "dump_path", "dump_log_file", "format_text", "kafka_lines"]
 
 
 def _map(path: str) -> bytes | mmap.mmap:
@@ -153,9 +157,175 @@ def format_text(line: dict, timestamp_type: str = "timestamp") -> str:
     return json.dumps(line)
 
 
+# -- --format kafka: the text of Kafka's DumpLogSegments ---------------------------------------
+#: KRaft control records: Kafka's label and the message their value holds
+_KRAFT_CONTROL = {"LEADER_CHANGE": ("LeaderChange:", "LeaderChangeMessage"),
+                  "SNAPSHOT_HEADER": ("SnapshotHeader", "SnapshotHeaderRecord"),
+                  "SNAPSHOT_FOOTER": ("SnapshotFooter", "SnapshotFooterRecord"),
+                  "KRAFT_VERSION": ("KRaftVersion", "KRaftVersionRecord"),
+                  "KRAFT_VOTERS": ("KRaftVoters", "VotersRecord")}
+
+
+def _java_replace(exc: UnicodeError) -> tuple[str, int]:
+    """Java's replacement of malformed UTF-8, where it differs from Python's: an encoded
+    surrogate (``ED A0..BF``, with its third byte if that is a continuation byte) is one
+    U+FFFD, not one per byte."""
+    assert isinstance(exc, UnicodeDecodeError)
+    data, i = exc.object, exc.start
+    if data[i] == 0xED and i + 1 < len(data) and 0xA0 <= data[i + 1] <= 0xBF:
+        return "\ufffd", i + 3 if i + 2 < len(data) and data[i + 2] & 0xC0 == 0x80 else i + 2
+    return "\ufffd", exc.end
+
+
+codecs.register_error("kproto-java-replace", _java_replace)
+
+
+def _java_string(v: str | None) -> str:
+    """A base64 key/value as Kafka's tool prints it: ``new String(bytes, UTF_8)``, unescaped."""
+    return base64.b64decode(v or "").decode("utf-8", "kproto-java-replace")
+
+
+def _kafka_control(c: dict, value: str | None) -> str:
+    if c["type"] in ("COMMIT", "ABORT"):
+        return f" endTxnMarker: {c['type']} coordinatorEpoch: {c['coordinator_epoch']}"
+    if c["type"] in _KRAFT_CONTROL:
+        from kproto.codecs import message
+
+        label, name = _KRAFT_CONTROL[c["type"]]
+        codec = message(name)
+        version = c["value_version"]
+        body = codec.to_json(codec.decode(memoryview(base64.b64decode(value or "")), version), version)
+        return f" {label} {json.dumps(body, separators=(',', ':'), ensure_ascii=False)}"
+    return f" controlType: {c['type']}({c['type_id']})"
+
+
+def _kafka_log(path: str, kind: str, offset: int | None, args: argparse.Namespace) -> Iterator[str]:
+    if kind == "metadata-snapshot":
+        from kproto.storage.layout import parse_metadata_snapshot_name
+        end, epoch = parse_metadata_snapshot_name(os.path.basename(path)) or (offset or 0, 0)
+        yield f"Snapshot end offset: {end}, epoch: {epoch}"
+    else:
+        yield f"Log starting offset: {offset or 0}"
+    ts_type = "CreateTime"
+    for line in dump_log_file(path, args):
+        t = line["type"]
+        if t == "batch":
+            if line["magic"] < 2:
+                raise NotImplementedError("--format kafka prints batches of magic 2 only")
+            ts_type = line["timestamp_type"]
+            dh = line["delete_horizon_ms"]
+            yield (f"baseOffset: {line['base_offset']} lastOffset: {line['last_offset']} "
+                   f"count: {line['count']} baseSequence: {line['base_sequence']} "
+                   f"lastSequence: {line['last_sequence']} producerId: {line['producer_id']} "
+                   f"producerEpoch: {line['producer_epoch']} "
+                   f"partitionLeaderEpoch: {line['partition_leader_epoch']} "
+                   f"isTransactional: {str(line['is_transactional']).lower()} "
+                   f"isControl: {str(line['is_control']).lower()} "
+                   f"deleteHorizonMs: {'OptionalLong.empty' if dh is None else f'OptionalLong[{dh}]'} "
+                   f"position: {line['position']} {ts_type}: {line['max_timestamp']} "
+                   f"size: {line['size_in_bytes']} magic: {line['magic']} "
+                   f"compresscodec: {line['compression']} crc: {line['crc']} "
+                   f"isvalid: {str(line['is_valid']).lower()}")
+        elif t == "record":
+            s = (f"| offset: {line['offset']} {ts_type}: {line['timestamp']} "
+                 f"keySize: {line['key_size']} valueSize: {line['value_size']} "
+                 f"sequence: {line['sequence']} "
+                 f"headerKeys: [{','.join(h['key'] for h in line['headers'])}]")
+            if "control" in line:
+                s += _kafka_control(line["control"], line["value"])
+            else:
+                if line["key"] is not None:
+                    s += f" key: {_java_string(line['key'])}"
+                if line["value"] is not None:
+                    s += f" payload: {_java_string(line['value'])}"
+            yield s
+        elif t == "error":
+            raise DecodeError(line["error"], what=path, offset=line.get("position"))
+
+
+def _kafka_index(path: str, kind: str, base: int) -> Iterator[str]:
+    from kproto.storage.indexes import OFFSET_ENTRY_SIZE, TIME_ENTRY_SIZE
+    from kproto.storage.dump import dump_file
+
+    if os.path.getsize(path) == 0:
+        if kind == "index":   # Kafka's tool says so of an empty offset index only
+            yield f"{path} is empty."
+        return
+    entries = [e for e in dump_file(path) if e.get("type") == "entry"]
+    size = OFFSET_ENTRY_SIZE if kind == "index" else TIME_ENTRY_SIZE
+    if not entries and os.path.getsize(path) >= size:
+        # Kafka's tool prints the first slot whatever it holds (it stops at a later slot that
+        # points at the base offset): the zeros of a preallocated index never written to
+        yield (f"offset: {base} position: 0" if kind == "index" else f"timestamp: 0 offset: {base}")
+    for e in entries:
+        yield (f"offset: {e['offset']} position: {e['position']}" if kind == "index"
+               else f"timestamp: {e['timestamp']} offset: {e['offset']}")
+
+
+def _kafka_other(path: str, kind: str) -> Iterator[str]:
+    from kproto.storage.dump import dump_file
+
+    for e in dump_file(path):
+        if kind == "txnindex":
+            yield (f"version: {e['version']} producerId: {e['producer_id']} "
+                   f"firstOffset: {e['first_offset']} lastOffset: {e['last_offset']} "
+                   f"lastStableOffset: {e['last_stable_offset']}")
+        elif e.get("type") == "producer":
+            first = e["current_txn_first_offset"]
+            yield (f"producerId: {e['producer_id']} producerEpoch: {e['producer_epoch']} "
+                   f"coordinatorEpoch: {e['coordinator_epoch']} currentTxnFirstOffset: "
+                   f"{'OptionalLong.empty' if first < 0 else f'OptionalLong[{first}]'} "
+                   f"lastTimestamp: {e['timestamp']} "
+                   f"firstSequence: {e['last_sequence'] - e['offset_delta']} "
+                   f"lastSequence: {e['last_sequence']} lastOffset: {e['last_offset']} "
+                   f"offsetDelta: {e['offset_delta']} timestamp: {e['timestamp']}")
+
+
+#: the file kinds (:func:`kproto.storage.layout.file_kind`) Kafka's tool dumps
+_KAFKA_DUMPED = frozenset({"log", "metadata-snapshot", "index", "timeindex", "txnindex", "snapshot"})
+
+
+def kafka_lines(path: str, args: argparse.Namespace) -> Iterator[str]:
+    """The lines Kafka's ``DumpLogSegments --deep-iteration --print-data-log`` prints after
+    ``Dumping PATH`` for a segment, KRaft snapshot, ``.index``, ``.timeindex``, ``.txnindex``
+    or producer ``.snapshot``. Other files, and batches of magic 0 and 1, raise
+    NotImplementedError."""
+    kind, offset = file_kind(path)
+    if kind not in _KAFKA_DUMPED:
+        raise NotImplementedError(f"{path}: Kafka's tool does not dump {kind or 'this'} files")
+    if kind in ("log", "metadata-snapshot"):
+        yield from _kafka_log(path, kind, offset, args)
+    elif kind in ("index", "timeindex"):
+        yield from _kafka_index(path, kind, offset or 0)
+    else:
+        yield from _kafka_other(path, kind)
+
+
+def _run_kafka(args: argparse.Namespace, out: TextIO) -> int:
+    status = 0
+    for path in args.files:
+        files = [f for f, why in log_dir_files(path) if not why and file_kind(f)[0] in _KAFKA_DUMPED] \
+            if os.path.isdir(path) else [path]
+        for f in files:
+            if file_kind(f)[0] not in _KAFKA_DUMPED:
+                print(f"Ignoring unknown file {f}", file=sys.stderr)   # as Kafka's tool does
+                continue
+            try:
+                lines = list(kafka_lines(f, args))
+            except (DecodeError, OSError, NotImplementedError) as e:
+                print(f"kproto dump-log: {f}: {e}", file=sys.stderr)
+                status = 1
+                continue
+            out.write(f"Dumping {f}\n")
+            out.write("".join(line + "\n" for line in lines))
+    return status
+
+
 def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     fmt = args.format
+    if fmt == "kafka":
+        return _run_kafka(args, out)
     if fmt == "auto":
         fmt = "text" if out.isatty() else "jsonl"
     status = 0
@@ -209,8 +379,10 @@ def register(subparsers) -> None:
                               formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("files", nargs="+", metavar="PATH",
                    help="log segments, other log dir files, partition folders or log dirs")
-    p.add_argument("--format", choices=("auto", "text", "jsonl"), default="auto",
-                   help="output format (default: text on a terminal, jsonl otherwise)")
+    p.add_argument("--format", choices=("auto", "text", "jsonl", "kafka"), default="auto",
+                   help="output format (default: text on a terminal, jsonl otherwise; kafka: "
+                        "exactly what Kafka's kafka-dump-log.sh --deep-iteration "
+                        "--print-data-log prints)")
     p.add_argument("--batches-only", action="store_true", help="batch headers only, no records")
     p.add_argument("--no-progress", action="store_true",
                    help="no progress bar on stderr (drawn only on a terminal, for a directory "
