@@ -15,8 +15,11 @@ def register(sub: Any) -> None:
                     "included) against TARGET and REFERENCE, compare the answers after a named "
                     "normalisation, and print the API x version table, the ApiVersions ranges "
                     "and, last, 'N unexplained'. Exit status 1 when N > 0.")
-    p.add_argument("--target", metavar="HOST:PORT", help="the broker under test")
-    p.add_argument("--reference", metavar="HOST:PORT", help="the reference broker")
+    p.add_argument("--target", metavar="HOST:PORT", help="the broker under test (the first of a list)")
+    p.add_argument("--reference", metavar="HOST:PORT", help="the reference broker (the first of a list)")
+    p.add_argument("--cluster", action="store_true",
+                   help="both are multi-broker clusters (HOST:PORT of one broker each): requests go "
+                        "to partition leaders and coordinators, node ids compared by role")
     p.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     p.add_argument("--deviations", metavar="FILE", help="TOML file of explained differences")
     p.add_argument("--scenario", action="append", metavar="PATTERN",
@@ -46,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         report = asyncio.run(run_conformance(target, reference, deviations=deviations,
                                              select=args.scenario, concurrency=args.concurrency,
-                                             timeout=args.timeout))
+                                             timeout=args.timeout, cluster=args.cluster))
     except (OSError, RuntimeError) as exc:
         print(f"kproto conformance: {exc}", file=sys.stderr)
         return 2
