@@ -21,7 +21,8 @@ def register(sub: Any) -> None:
                    help="both are multi-broker clusters (HOST:PORT of one broker each): requests go "
                         "to partition leaders and coordinators, node ids compared by role")
     p.add_argument("--json", metavar="FILE", help="also write the results as JSON")
-    p.add_argument("--deviations", metavar="FILE", help="TOML file of explained differences")
+    p.add_argument("--deviations", metavar="FILE", action="append",
+                   help="TOML file of explained differences (repeatable: the first match wins)")
     p.add_argument("--scenario", action="append", metavar="PATTERN",
                    help="run only scenarios whose name matches (fnmatch; repeatable)")
     p.add_argument("--list", action="store_true", help="list the scenarios and exit")
@@ -42,7 +43,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         target, reference = parse_address(args.target), parse_address(args.reference)
-        deviations = Deviations.load(args.deviations) if args.deviations else None
+        deviations = (Deviations([d for f in args.deviations for d in Deviations.load(f).items])
+                      if args.deviations else None)
     except (ValueError, OSError) as exc:
         print(f"kproto conformance: {exc}", file=sys.stderr)
         return 2

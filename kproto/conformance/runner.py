@@ -189,7 +189,7 @@ class _Side:
         k = (key_type, key)
         if k in self.coordinators:
             return self.coordinators[k]
-        if k in self._finding:
+        if k in self._finding and not self._finding[k].done():
             return await self._finding[k]
         fut: "asyncio.Future[int]" = asyncio.get_running_loop().create_future()
         self._finding[k] = fut
@@ -235,6 +235,14 @@ class _Side:
                     parts.append((node, body))
                 return parts, split[2]
         return [(await self.route(call), call.body)], None
+
+    def forget(self, call: Call) -> bool:
+        """Drop the cached coordinator ``call`` was sent to; False if it went to none."""
+        if call.api_key in _TO_TXN_COORDINATOR and _txn_key(call.body):
+            return self.coordinators.pop((1, _txn_key(call.body) or ""), None) is not None
+        if call.api_key in _TO_GROUP_COORDINATOR and _group_key(call.body):
+            return self.coordinators.pop((0, _group_key(call.body) or ""), None) is not None
+        return False
 
     async def route(self, call: Call) -> Optional[int]:
         """Where a client sends ``call`` (cluster mode): a node id, or None for the bootstrap."""
@@ -301,6 +309,17 @@ async def _drive(side: _Side, scenario: Scenario, ctx: Context) -> List[_Outcome
                             routed[node] = await side.node_conn(node)
                 if call.expect_response:
                     resp = await _ask(home, routed, parts, merge, call.version)
+                    for _ in range(RETRIES if side.cluster else 0):
+                        # the coordinator moved (leadership of its partition changed): a client
+                        # finds it again and resends
+                        if getattr(resp, "error_code", 0) != ErrorCode.NOT_COORDINATOR or not side.forget(call):
+                            break
+                        await asyncio.sleep(0.1)
+                        parts, merge = await side.plan(call)
+                        for node, _body in parts:
+                            if node is not None and node not in routed:
+                                routed[node] = await side.node_conn(node)
+                        resp = await _ask(home, routed, parts, merge, call.version)
                     for _ in range(RETRIES):
                         if call.retry is None or not call.retry(resp):
                             break
