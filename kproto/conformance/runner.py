@@ -236,6 +236,30 @@ class _Side:
                 return parts, split[2]
         return [(await self.route(call), call.body)], None
 
+    def _topic_of(self, call: Call) -> Optional[str]:
+        t = _first(call.body, "topic_data", "topics")
+        name = None if t is None else (getattr(t, "name", None) or getattr(t, "topic", None))
+        if not name and t is not None and getattr(t, "topic_id", None) is not None:
+            name = self.id_names.get(str(Uuid(t.topic_id)))
+        return name or None
+
+    async def refresh_leader(self, call: Call) -> Optional[int]:
+        """Read the leader of ``call``'s topic again (Metadata on the bootstrap broker)."""
+        name = self._topic_of(call)
+        if name is None or name not in self.leaders:
+            return None
+        conn = await self.node_conn(min(self.nodes))
+        try:
+            ver = min(self.versions[ApiKey.METADATA][-1], 12)
+            resp = await conn.request(build(ApiKey.METADATA, ver, topics=[{"name": name}],
+                                            allow_auto_topic_creation=False), ver)
+            for t in resp.topics:
+                if t.name == name and t.partitions and t.partitions[0].leader_id in self.nodes:
+                    self.leaders[name] = t.partitions[0].leader_id
+        finally:
+            self.release(min(self.nodes), conn)
+        return self.leaders[name]
+
     def forget(self, call: Call) -> bool:
         """Drop the cached coordinator ``call`` was sent to; False if it went to none."""
         if call.api_key in _TO_TXN_COORDINATOR and _txn_key(call.body):
@@ -248,10 +272,7 @@ class _Side:
         """Where a client sends ``call`` (cluster mode): a node id, or None for the bootstrap."""
         node: Optional[int] = None
         if call.api_key in _TO_LEADER:
-            t = _first(call.body, "topic_data", "topics")
-            name = None if t is None else (getattr(t, "name", None) or getattr(t, "topic", None))
-            if not name and t is not None and getattr(t, "topic_id", None) is not None:
-                name = self.id_names.get(str(Uuid(t.topic_id)))
+            name = self._topic_of(call)
             node = self.leaders.get(name) if name else None
         elif call.api_key in _TO_TXN_COORDINATOR and _txn_key(call.body):
             node = await self.coordinator(1, _txn_key(call.body) or "")
@@ -320,6 +341,18 @@ async def _drive(side: _Side, scenario: Scenario, ctx: Context) -> List[_Outcome
                             if node is not None and node not in routed:
                                 routed[node] = await side.node_conn(node)
                         resp = await _ask(home, routed, parts, merge, call.version)
+                    for _ in range(RETRIES if side.cluster and call.api_key in _TO_LEADER else 0):
+                        # leadership moved since Metadata was read: a client refreshes it and resends
+                        if not _has_code(to_tree(call.api_key, call.version, resp), ErrorCode.NOT_LEADER_OR_FOLLOWER):
+                            break
+                        await asyncio.sleep(0.1)
+                        node = await side.refresh_leader(call)
+                        if node is None:
+                            break
+                        if node not in routed:
+                            routed[node] = await side.node_conn(node)
+                        parts = [(node, call.body)]
+                        resp = await _ask(home, routed, parts, None, call.version)
                     for _ in range(RETRIES):
                         if call.retry is None or not call.retry(resp):
                             break
@@ -601,6 +634,15 @@ def _record(report: Report, s: Scenario, v: int, t_out: List[_Outcome], r_out: L
         if t.compare:
             res = CallResult(s.name, t.api_key, t.version, t.label, compare(t.tree, r.tree))
             report.results.append(res)
+
+
+def _has_code(tree: Any, code: int) -> bool:
+    """Whether an ``error_code`` anywhere in the answer ``tree`` is ``code``."""
+    if isinstance(tree, dict):
+        return tree.get("error_code") == code or any(_has_code(v, code) for v in tree.values())
+    if isinstance(tree, list):
+        return any(_has_code(v, code) for v in tree)
+    return False
 
 
 def _error_text(tree: Any) -> Any:
