@@ -90,11 +90,11 @@ _TO_TXN_COORDINATOR = frozenset({ApiKey.INIT_PRODUCER_ID, ApiKey.ADD_PARTITIONS_
 
 #: Requests naming several groups or transactional ids, split per coordinator as the admin
 #: client splits them: API -> (request list, key type, response list the answers are merged in).
-_SPLIT = {ApiKey.DESCRIBE_GROUPS: ("groups", 0, "groups"), ApiKey.DELETE_GROUPS: ("groups_names", 0, "results"),
+_SPLIT: Dict[int, Tuple[str, int, str]] = {ApiKey.DESCRIBE_GROUPS: ("groups", 0, "groups"), ApiKey.DELETE_GROUPS: ("groups_names", 0, "results"),
           ApiKey.CONSUMER_GROUP_DESCRIBE: ("group_ids", 0, "groups"), ApiKey.OFFSET_FETCH: ("groups", 0, "groups"),
           ApiKey.DESCRIBE_TRANSACTIONS: ("transactional_ids", 1, "transaction_states")}
 #: Requests a client sends to every broker, merging the lists of the answers.
-_TO_ALL = {ApiKey.LIST_GROUPS: "groups", ApiKey.LIST_TRANSACTIONS: "transaction_states"}
+_TO_ALL: Dict[int, str] = {ApiKey.LIST_GROUPS: "groups", ApiKey.LIST_TRANSACTIONS: "transaction_states"}
 
 
 def _key_of(item: Any) -> str:
