@@ -1,3 +1,7 @@
+// Command kfake starts franz-go's fake Kafka cluster (one broker) on a free loopback port,
+// prints its address (HOST:PORT) and serves until SIGINT or SIGTERM: the target of
+// `kproto conformance` for the kfake figures in docs/conformance.md. Build it outside the
+// repository (go build -o DIR/kfake .); it is not part of CI.
 package main
 
 import (
