@@ -15,10 +15,14 @@ def register(sub: Any) -> None:
                     "included) against TARGET and REFERENCE, compare the answers after a named "
                     "normalisation, and print the API x version table, the ApiVersions ranges "
                     "and, last, 'N unexplained'. Exit status 1 when N > 0.")
-    p.add_argument("--target", metavar="HOST:PORT", help="the broker under test")
-    p.add_argument("--reference", metavar="HOST:PORT", help="the reference broker")
+    p.add_argument("--target", metavar="HOST:PORT", help="the broker under test (the first of a list)")
+    p.add_argument("--reference", metavar="HOST:PORT", help="the reference broker (the first of a list)")
+    p.add_argument("--cluster", action="store_true",
+                   help="both are multi-broker clusters (HOST:PORT of one broker each): requests go "
+                        "to partition leaders and coordinators, node ids compared by role")
     p.add_argument("--json", metavar="FILE", help="also write the results as JSON")
-    p.add_argument("--deviations", metavar="FILE", help="TOML file of explained differences")
+    p.add_argument("--deviations", metavar="FILE", action="append",
+                   help="TOML file of explained differences (repeatable: the first match wins)")
     p.add_argument("--scenario", action="append", metavar="PATTERN",
                    help="run only scenarios whose name matches (fnmatch; repeatable)")
     p.add_argument("--list", action="store_true", help="list the scenarios and exit")
@@ -39,14 +43,15 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         target, reference = parse_address(args.target), parse_address(args.reference)
-        deviations = Deviations.load(args.deviations) if args.deviations else None
+        deviations = (Deviations([d for f in args.deviations for d in Deviations.load(f).items])
+                      if args.deviations else None)
     except (ValueError, OSError) as exc:
         print(f"kproto conformance: {exc}", file=sys.stderr)
         return 2
     try:
         report = asyncio.run(run_conformance(target, reference, deviations=deviations,
                                              select=args.scenario, concurrency=args.concurrency,
-                                             timeout=args.timeout))
+                                             timeout=args.timeout, cluster=args.cluster))
     except (OSError, RuntimeError) as exc:
         print(f"kproto conformance: {exc}", file=sys.stderr)
         return 2

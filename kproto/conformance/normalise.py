@@ -13,13 +13,13 @@ answers" is still checked. Sentinels (-1, "", null, the zero UUID) are never rep
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, FrozenSet, List, Optional, Set, Tuple
+from typing import Any, Callable, Dict, FrozenSet, List, Optional, Set, Tuple
 
 from kproto.codecs import Uuid, response
 from kproto.errors import DecodeError
 from kproto.records import RecordBatch, iter_batches
 
-__all__ = ["Rule", "RULES", "Keyed", "KEY_FIELDS", "Normaliser", "to_tree", "generic_path"]
+__all__ = ["Rule", "RULES", "NODE_ROLES", "Keyed", "KEY_FIELDS", "Normaliser", "to_tree", "generic_path"]
 
 
 def _records_tree(data: Any) -> Any:
@@ -153,6 +153,13 @@ RULES: Tuple[Rule, ...] = (
     _r("incarnation_ids", "incarnation_id", "id", "generated per broker start"),
 )
 
+#: In cluster mode this replaces ``node_ids``: a node id becomes the node's role in the answer
+#: (``<leader>`` / ``<follower>`` beside a partition's ``leader_id``, ``<coordinator>`` in
+#: FindCoordinator, else ``<broker>``) and replica lists become sorted lists of roles (sets),
+#: as two clusters number and place their nodes differently.
+NODE_ROLES = Rule("node_roles", RULES[1].fields, "role",
+                  "in a cluster, node ids are compared by role (leader, follower, coordinator, broker)")
+
 _BY_FIELD: Dict[str, Rule] = {}
 for _rule in RULES:
     for _f in _rule.fields:
@@ -179,7 +186,9 @@ class Normaliser:
     """Applies :data:`RULES` to the answers one broker gave within one scenario run (ids are
     numbered across the whole run). ``touched`` collects ``(rule, api, generic path)``."""
 
-    def __init__(self, rules: Tuple[Rule, ...] = RULES) -> None:
+    def __init__(self, rules: Tuple[Rule, ...] = RULES, *, cluster: bool = False) -> None:
+        if cluster:
+            rules = tuple(NODE_ROLES if r.name == "node_ids" else r for r in rules)
         self._by_field = {f: r for r in reversed(rules) for f in r.fields}
         self._ids: Dict[Tuple[str, Any], str] = {}
         self._count: Dict[str, int] = {}
@@ -192,11 +201,16 @@ class Normaliser:
             self._ids[key] = f"<{rule}#{self._count[rule]}>"
         return self._ids[key]
 
-    def _replace(self, rule: Rule, value: Any) -> Any:
+    def _replace(self, rule: Rule, value: Any, role: Optional[Callable[[Any], str]] = None) -> Any:
         if isinstance(value, list):
-            return [self._replace(rule, x) for x in value]
+            out = [self._replace(rule, x, role) for x in value]
+            # replicas as a set of roles: the order is the cluster's placement
+            return sorted(out, key=str) if rule.kind == "role" else out
         if value in _SENTINELS:
             return value
+        if rule.kind == "role":
+            assert role is not None
+            return role(value)
         if rule.kind == "zero":
             return 0
         if rule.kind == "constant":
@@ -213,6 +227,16 @@ class Normaliser:
         self.touched.add(("timestamps", api, generic_path(f"{path}.records[].timestamp")))
         return batch
 
+    @staticmethod
+    def _roles(api: str, tree: Dict[str, Any]) -> Callable[[Any], str]:
+        """The role of a node id within one struct of an answer (cluster mode)."""
+        leader = tree.get("leader_id")
+        if isinstance(leader, int) and leader >= 0:
+            return lambda n: "<leader>" if n == leader else "<follower>"
+        if api == "FindCoordinator":
+            return lambda n: "<coordinator>"
+        return lambda n: "<broker>"
+
     def apply(self, api: str, tree: Any, path: str = "") -> Any:
         """A normalised copy of ``tree`` (the answer of API ``api``)."""
         if isinstance(tree, dict) and tree.get("is_control"):
@@ -221,12 +245,13 @@ class Normaliser:
             return Keyed((k, self.apply(api, v, f"{path}[{k}]")) for k, v in tree.items())
         if isinstance(tree, dict):
             out = {}
+            role = self._roles(api, tree)
             for k, v in tree.items():
                 p = f"{path}.{k}" if path else k
                 rule = self._by_field.get(k)
                 if rule is not None and not isinstance(v, dict) and not (
                         isinstance(v, list) and v and isinstance(v[0], dict)):
-                    new = self._replace(rule, v)
+                    new = self._replace(rule, v, role)
                     if new != v:
                         self.touched.add((rule.name, api, generic_path(p)))
                     out[k] = new

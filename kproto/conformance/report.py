@@ -7,7 +7,7 @@ from typing import Any, Dict, List, Optional, Set, Tuple
 
 from kproto.conformance.compare import Diff
 from kproto.conformance.deviations import UNSUPPORTED, Deviation, Deviations
-from kproto.conformance.normalise import RULES, generic_path
+from kproto.conformance.normalise import NODE_ROLES, RULES, generic_path
 from kproto.conformance.scenario import api_name
 
 __all__ = ["CallResult", "Report"]
@@ -173,7 +173,7 @@ class Report:
         for name, api, path in self.normalised:
             by_rule.setdefault(name, set()).add(f"{api} {path}")
         lines = []
-        for rule in RULES:
+        for rule in RULES + (NODE_ROLES,):
             if rule.name in by_rule:
                 fields = ", ".join(sorted(by_rule[rule.name]))
                 lines.append(f"- {rule.name} ({rule.why}): {fields}")

@@ -254,3 +254,56 @@ def test_summary_table_groups_versions_per_api():
     rows = r.summary_table().splitlines()
     assert "| Metadata (3) | 8-9 | 10 | 13 | topics[].error_code (explained) |" in rows
     assert "| CreateTopics (19) |  |  | 2 |  |" in rows
+
+
+# -- cluster mode --------------------------------------------------------------------------------
+def test_cluster_normaliser_compares_node_ids_by_role():
+    a = {"brokers": [{"node_id": 7}], "topics": [{"name": "t", "partitions": [
+        {"partition_index": 0, "leader_id": 7, "replica_nodes": [7, 9, 8], "isr_nodes": [9, 7]}]}]}
+    b = {"brokers": [{"node_id": 2}], "topics": [{"name": "t", "partitions": [
+        {"partition_index": 0, "leader_id": 3, "replica_nodes": [1, 2, 3], "isr_nodes": [3, 1]}]}]}
+    na, nb = Normaliser(cluster=True), Normaliser(cluster=True)
+    ta, tb = na.apply("Metadata", a), nb.apply("Metadata", b)
+    assert ta == tb
+    part = ta["topics"][0]["partitions"][0]
+    assert part["leader_id"] == "<leader>"
+    assert part["replica_nodes"] == ["<follower>", "<follower>", "<leader>"]
+    assert ta["brokers"][0]["node_id"] == "<broker>"
+    assert ("node_roles", "Metadata", "topics[].partitions[].replica_nodes") in na.touched
+    # a leader that is not in the ISR is seen, where numbering by first appearance hides it
+    c = {"topics": [{"name": "t", "partitions": [{"partition_index": 0, "leader_id": 3, "replica_nodes": [1, 2, 3],
+                                                  "isr_nodes": [1, 2]}]}]}
+    assert compare(Normaliser(cluster=True).apply("Metadata", c), tb) != []
+    # FindCoordinator's node is the coordinator
+    assert Normaliser(cluster=True).apply("FindCoordinator", {"node_id": 5})["node_id"] == "<coordinator>"
+    # single-node mode keeps numbering ids
+    assert Normaliser().apply("Metadata", a)["brokers"][0]["node_id"] == "<node_ids#1>"
+
+
+def test_cluster_routing_plan():
+    import asyncio
+
+    from kproto.conformance.runner import _Side
+    from kproto.conformance.scenario import Call
+
+    side = _Side("x", ("127.0.0.1", 1), 1, 1.0, cluster=True)
+    side.nodes = {1: ("h", 1), 2: ("h", 2), 3: ("h", 3)}
+    side.leaders = {"t": 2}
+    side.coordinators = {(0, "g1"): 1, (0, "g2"): 3, (1, "tx"): 3}
+
+    def plan(api_key, version, **fields):
+        return asyncio.run(side.plan(Call(api_key, version, build(api_key, version, **fields))))
+
+    assert plan(ApiKey.PRODUCE, 9, acks=-1, timeout_ms=1, topic_data=[{"name": "t", "partition_data": []}])[0][0][0] == 2
+    assert plan(ApiKey.JOIN_GROUP, 5, group_id="g2", protocol_type="consumer")[0][0][0] == 3
+    assert plan(ApiKey.ADD_PARTITIONS_TO_TXN, 3, v3_and_below_transactional_id="tx")[0][0][0] == 3
+    # AddOffsetsToTxn names a group but goes to the transaction coordinator
+    assert plan(ApiKey.ADD_OFFSETS_TO_TXN, 3, transactional_id="tx", group_id="g1")[0][0][0] == 3
+    # a request for two groups with two coordinators is split, the answers merged
+    parts, merge = plan(ApiKey.DESCRIBE_GROUPS, 5, groups=["g1", "g2"])
+    assert sorted((n, list(b.groups)) for n, b in parts) == [(1, ["g1"]), (3, ["g2"])] and merge == "groups"
+    parts, merge = plan(ApiKey.LIST_GROUPS, 4)
+    assert [n for n, _ in parts] == [1, 2, 3] and merge == "groups"
+    # admin requests and unknown topics go to the bootstrap broker
+    assert plan(ApiKey.METADATA, 12, topics=[])[0][0][0] is None
+    assert plan(ApiKey.LIST_OFFSETS, 7, topics=[{"name": "other", "partitions": []}])[0][0][0] is None

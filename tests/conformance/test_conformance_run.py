@@ -48,8 +48,11 @@ def test_kproto_against_itself_has_no_difference(brokers):
     assert elapsed < 60
 
 
-def test_an_injected_difference_is_found_and_can_be_explained(brokers):
+def test_an_injected_difference_is_found_and_can_be_explained(brokers, tmp_path):
     a, b = brokers
+    other, own = tmp_path / "other.toml", tmp_path / "own.toml"
+    other.write_text('[[deviation]]\napi = "Metadata"\npath = "*"\nreason = "unrelated"\n')
+    own.write_text('[[deviation]]\napi = "DescribeCluster"\npath = "*"\nreason = "injected by the test"\n')
     hook = a.control(ApiKey.DESCRIBE_CLUSTER, Intercept(error=58), times=None)
     try:
         report = asyncio.run(run_conformance(parse_address(a.bootstrap), parse_address(b.bootstrap),
@@ -60,9 +63,14 @@ def test_an_injected_difference_is_found_and_can_be_explained(brokers):
                                         'reason = "injected by the test"\n')))
         rc = main(["conformance", "--target", a.bootstrap, "--reference", b.bootstrap,
                    "--scenario", "DescribeCluster.*"])
+        # --deviations is repeatable: every file counts, not only the last
+        rc_explained = main(["conformance", "--target", a.bootstrap, "--reference", b.bootstrap,
+                             "--scenario", "DescribeCluster.*", "--deviations", str(own),
+                             "--deviations", str(other)])
     finally:
         hook.remove()
     assert rc == 1  # the command fails while a difference is unexplained
+    assert rc_explained == 0
     # an error answer: the code, and the brokers and ids it leaves out
     found = {f.path: f for f in report.unexplained}
     assert {f.api for f in report.unexplained} == {"DescribeCluster"}
