@@ -97,3 +97,17 @@ def test_broker_listening_line(tmp_path, fmt):
         assert doc["node_id"] == 7 and doc["listening"].startswith("127.0.0.1:")
     else:
         assert line.startswith("listening on 127.0.0.1:")
+
+
+@pytest.mark.kafka_broker(authorizer=True, super_users=("User:ANONYMOUS",))
+def test_acls_created_as_json(kafka_broker, capsys):
+    _, out = run(capsys, "acls", "create", "--resource-type", "topic", "--resource-name", "t",
+                 "--principal", "User:alice", "--operation", "read", "--operation", "write",
+                 "--format", "json", "--bootstrap", kafka_broker.bootstrap)
+    created = json.loads(out)["created"]
+    assert sorted(a["operation"] for a in created) == ["read", "write"]
+    assert {(a["principal"], a["permission"], a["pattern_type"]) for a in created} == \
+        {("User:alice", "allow", "literal")}
+    _, out = run(capsys, "acls", "list", "--principal", "User:alice", "--format", "json",
+                 "--bootstrap", kafka_broker.bootstrap)
+    assert sorted(a["operation"] for a in json.loads(out)) == ["read", "write"]
