@@ -63,3 +63,20 @@ def test_a_blocked_loop_nobody_waits_for_does_not_warn(tmp_path, caplog):
 
 def test_the_watchdog_can_be_turned_off(tmp_path, caplog):
     assert stalls(tmp_path, caplog, connect_first=False, block=True, limit=None) == []
+
+
+def test_confluent_kafka_flush_on_the_loop_thread_warns(tmp_path, caplog):
+    confluent_kafka = __import__("pytest").importorskip("confluent_kafka")
+
+    async def main() -> None:
+        async with Broker(tmp_path / "data", stall_warning_s=LIMIT_S) as broker:
+            producer = confluent_kafka.Producer({"bootstrap.servers": broker.bootstrap})
+            producer.produce("t", b"v")
+            producer.flush(4 * LIMIT_S)  # the mistake: blocks the loop the broker needs
+            await asyncio.to_thread(producer.flush, 10)  # the fix: the record gets out
+            assert len(producer) == 0
+
+    with warnings.catch_warnings(record=True) as seen, caplog.at_level(logging.WARNING):
+        warnings.simplefilter("always")
+        asyncio.run(asyncio.wait_for(main(), 30))
+    assert [w for w in seen if "has not run" in str(w.message)]
