@@ -82,7 +82,9 @@ SLOW_FIXTURES = {"spark", "kafka_cluster",
                  "tansu", "rdkafka_mock", "peer"}
 SLOW_MODULES = ("test_cluster*.py", "test_*java*.py", "test_spark_standalone.py",
                 "test_report_browser.py", "test_fuzz_campaign.py", "test_*_interop*.py",
-                "test_controller_node.py")  # KRaft controller quorums of processes' worth
+                "test_controller_node.py",  # KRaft controller quorums of processes' worth
+                # Apache Kafka writes log dirs and its DumpLogSegments JVMs read them (35 s)
+                "test_storage_vs_kafka.py")
 #: Single tests that --durations found long (tens of seconds to minutes on a busy 2-core
 #: machine): randomised campaigns (faults, objects, messages, bodies, mutated captures), the
 #: broker's warm-up and its command-line start/stop/recovery in a subprocess, Spark started
@@ -96,7 +98,9 @@ SLOW_TESTS = {"test_safety_under_random_faults",
               "test_random_messages", "test_random_bodies_are_the_reference",
               "test_objects_made_and_freed_are_tracked_and_untracked_by_the_garbage_collector",
               "test_target_survives_mutated_captures", "test_found_without_registration",
-              "test_mypy_finds_no_errors_in_kproto_or_in_user_code"}
+              "test_mypy_finds_no_errors_in_kproto_or_in_user_code",
+              # an Apache Kafka node started by the harness's command line (25 s)
+              "test_cli_start_prints_listening_on_and_stops_on_sigterm"}
 
 
 def pytest_collection_modifyitems(config, items):

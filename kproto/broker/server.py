@@ -15,7 +15,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import select
 import ssl as _ssl
+import threading
+import time
+import warnings
 from collections import deque
 from typing import Any, Optional
 
@@ -117,6 +121,75 @@ class _Connection:
             self.done.set_result(None)
 
 
+STALL_WARNING_S = 2.0
+"""Seconds the event loop may stay away while clients wait before :class:`Listener` warns."""
+
+_STALL_ADVICE = (
+    "a blocking call on the event loop's thread (confluent-kafka's producer.flush(), "
+    "kafka-python, time.sleep) stops the broker on that loop, and a client waiting for it "
+    "deadlocks; run the broker on its own thread (kproto.testing's kafka_broker fixture, "
+    "BrokerThread, ClusterThread) or make the blocking call with "
+    "`await asyncio.to_thread(...)`")
+
+
+class _StallWatchdog:
+    """A daemon thread that warns once when the loop has not run for ``limit_s`` while a client
+    waits for it: an unanswered request, a connection not yet accepted, or bytes not yet read.
+    The loop's only cost is a heartbeat callback every quarter of the limit."""
+
+    def __init__(self, listener: Listener, loop: asyncio.AbstractEventLoop, limit_s: float,
+                 fds: list[int]) -> None:
+        self.listener, self.loop, self.limit_s, self.fds = listener, loop, limit_s, fds
+        self.beat = time.monotonic()
+        self.stopped = threading.Event()
+        self.warned = False
+        self._handle: Optional[asyncio.TimerHandle] = None
+        self._heartbeat()
+        self.thread = threading.Thread(target=self._watch, name="kproto-stall-watchdog",
+                                       daemon=True)
+        self.thread.start()
+
+    def _heartbeat(self) -> None:
+        self.beat = time.monotonic()
+        self._handle = self.loop.call_later(self.limit_s / 4, self._heartbeat)
+
+    def stop(self) -> None:
+        self.stopped.set()
+        if self._handle is not None:
+            self._handle.cancel()
+
+    def _waiting(self) -> bool:
+        """Is a client waiting for the loop? (read from this thread while the loop stands)"""
+        try:
+            conns = list(self.listener._connections)
+        except RuntimeError:  # changed while copied: the loop is running
+            return False
+        if any(c.closed is None and c.done is not None and not c.done.done() for c in conns):
+            return True
+        fds = list(self.fds)
+        for c in conns:
+            sock = c.writer.get_extra_info("socket")
+            if sock is not None and c.closed is None:
+                fds.append(sock.fileno())
+        fds = [fd for fd in fds if fd >= 0]
+        try:
+            readable, _, _ = select.select(fds, [], [], 0)
+        except (OSError, ValueError):  # a socket closed meanwhile
+            return False
+        return bool(readable)
+
+    def _watch(self) -> None:
+        while not self.stopped.wait(self.limit_s / 4):
+            stalled = time.monotonic() - self.beat
+            if stalled >= self.limit_s and self._waiting() and not self.stopped.is_set():
+                message = (f"kproto: the event loop serving {self.listener!r} has not run for "
+                           f"{stalled:.1f} s while a client waits for it: {_STALL_ADVICE}")
+                log.warning("%s", message)
+                warnings.warn(message, RuntimeWarning, stacklevel=1)
+                self.warned = True
+                return
+
+
 class Listener:
     """The socket layer in front of a sans-I/O core: any object with ``handle(channel, frame)``,
     ``next_deadline_ms()``, ``advance_clock()`` (and ``close(clean)``, called by its owner).
@@ -128,8 +201,14 @@ class Listener:
 
     def __init__(self, *, max_frame: int = DEFAULT_MAX_FRAME, queued_max_requests: int = 500,
                  queued_max_request_bytes: int = -1,
-                 ssl_context: Optional[_ssl.SSLContext] = None) -> None:
+                 ssl_context: Optional[_ssl.SSLContext] = None,
+                 stall_warning_s: Optional[float] = STALL_WARNING_S) -> None:
+        """``stall_warning_s``: warn (once, logging and :class:`RuntimeWarning`) when the event
+        loop has not run for that long while a client waits for it, the sign of a blocking
+        client called on the loop's thread; None: no watchdog."""
         self.ssl_context = ssl_context
+        self.stall_warning_s = stall_warning_s
+        self._watchdog: Optional[_StallWatchdog] = None
         self.max_frame = max_frame
         self.core = None
         self._server: Optional[asyncio.AbstractServer] = None
@@ -142,11 +221,17 @@ class Listener:
     async def listen(self, host: str, port: int) -> int:
         """Accept connections on ``host:port`` (0: a free port); the port bound."""
         self._server = await asyncio.start_server(self._serve, host, port, ssl=self.ssl_context)
+        if self.stall_warning_s is not None and self._watchdog is None:
+            self._watchdog = _StallWatchdog(self, asyncio.get_running_loop(), self.stall_warning_s,
+                                            [s.fileno() for s in self._server.sockets])
         return self._server.sockets[0].getsockname()[1]
 
     async def stop_listening(self) -> None:
         """Stop accepting, drop the connections and the timer's wakeup (the core is left to
         its owner)."""
+        if self._watchdog is not None:
+            self._watchdog.stop()
+            self._watchdog = None
         if self._server is not None:
             self._server.close()
         for conn in list(self._connections):
@@ -246,6 +331,7 @@ class Broker(Listener):
     ``config``: :class:`~kproto.broker.configs.BrokerConfig` fields (``node_id``,
     ``auto_create_topics``, ``num_partitions``, ...) and the log defaults of
     :class:`~kproto.broker.log.LogConfig` (``segment_bytes``, ``message_timestamp_type``, ...).
+    ``stall_warning_s`` (default 2 s, None: off): see :class:`Listener`.
     ``ssl_context`` (a server-side :class:`ssl.SSLContext`) makes the listener SSL, or SASL_SSL
     with ``sasl_enabled_mechanisms``; security settings are in :mod:`kproto.broker.security.auth` and
     :mod:`kproto.broker.security.acl` (``sasl_users``, ``authorizer``, ``super_users``).
@@ -253,7 +339,7 @@ class Broker(Listener):
 
     def __init__(self, data_dir: str | os.PathLike[str], port: int = 0, *, host: str = "127.0.0.1",
                  max_frame: Optional[int] = None, ssl_context: Optional[_ssl.SSLContext] = None,
-                 **config: Any) -> None:
+                 stall_warning_s: Optional[float] = STALL_WARNING_S, **config: Any) -> None:
         log_cfg = {k: config.pop(k) for k in list(config) if k in _LOG_CONFIGS}
         if max_frame is not None:  # the older name of socket.request.max.bytes
             config["socket_request_max_bytes"] = max_frame
@@ -264,7 +350,7 @@ class Broker(Listener):
         super().__init__(max_frame=self.config.socket_request_max_bytes or DEFAULT_MAX_FRAME,
                          queued_max_requests=self.config.queued_max_requests,
                          queued_max_request_bytes=self.config.queued_max_request_bytes,
-                         ssl_context=ssl_context)
+                         ssl_context=ssl_context, stall_warning_s=stall_warning_s)
         self.core: Optional[BrokerCore] = None
 
     # ------------------------------------------------------------------ lifecycle
@@ -314,6 +400,9 @@ class Broker(Listener):
 
     async def __aexit__(self, *exc: Any) -> None:
         await self.close()
+
+    def __repr__(self) -> str:
+        return f"Broker({self.config.host}:{self.config.port})"
 
     @property
     def host(self) -> str:

@@ -75,13 +75,21 @@ async def _topics(args: argparse.Namespace) -> int:
                 for p in t["partitions"]:
                     print(f"  partition {p['partition']} leader {p['leader']} replicas {p['replicas']} isr {p['isr']}")
         elif args.action == "create":
+            configs = _pairs(args.config, "--config")
             await admin.create_topics({t: args.partitions for t in args.topics}, args.replication_factor,
-                                      configs={t: _pairs(args.config, "--config") for t in args.topics},
+                                      configs={t: configs for t in args.topics},
                                       validate_only=args.validate_only, exist_ok=args.if_not_exists)
             if not args.validate_only:
                 await cluster.wait_for_leaders(args.topics)
+            if args.json:
+                _print_json({"created": [] if args.validate_only else args.topics,
+                             "validated": args.topics if args.validate_only else [],
+                             "partitions": args.partitions,
+                             "replication_factor": args.replication_factor, "configs": configs})
         elif args.action == "delete":
             await admin.delete_topics(args.topics, missing_ok=args.if_exists)
+            if args.json:
+                _print_json({"deleted": args.topics})
         elif args.action == "alter":
             if args.partitions is None and not args.config and not args.delete_config:
                 raise SystemExit("kproto topics alter: nothing to change (--partitions, --config, --delete-config)")
@@ -91,10 +99,15 @@ async def _topics(args: argparse.Namespace) -> int:
             changes.update({k: None for k in args.delete_config})
             if changes:
                 await admin.alter_configs({("topic", args.topic): changes})
+            if args.json:  # a removed config is null
+                _print_json({"topic": args.topic, "partitions": args.partitions, "configs": changes})
         elif args.action == "delete-records":
             await cluster.refresh_metadata([args.topic])
             result = await admin.delete_records({tp: args.before for tp in _partitions(admin, args.topic, args.partition)})
-            for (t, p), low in sorted(result.items()):
+            if args.json:
+                _print_json([{"topic": t, "partition": p, "low_watermark": low}
+                             for (t, p), low in sorted(result.items())])
+            for (t, p), low in [] if args.json else sorted(result.items()):
                 print(f"{t} {p} low_watermark {low}")
     return 0
 
@@ -156,6 +169,8 @@ async def _groups(args: argparse.Namespace) -> int:
                 print(f"  {o['topic']:<24} {o['partition']:>9} {o['committed']:>12} {o['end']:>12} {lag:>8}")
         elif args.action == "delete":
             await admin.delete_groups(args.groups)
+            if args.json:
+                _print_json({"deleted": args.groups})
         elif args.action == "reset":
             await cluster.refresh_metadata([args.topic])
             parts = _partitions(admin, args.topic, args.partition)
@@ -168,6 +183,10 @@ async def _groups(args: argparse.Namespace) -> int:
                     target = {tp: v if v >= 0 else ends[tp] for tp, v in target.items()}
             if not args.dry_run:
                 await admin.alter_group_offsets(args.group, target)
+            if args.json:
+                _print_json({"group": args.group, "dry_run": args.dry_run, "offsets": [
+                    {"topic": t, "partition": p, "offset": off} for (t, p), off in sorted(target.items())]})
+                return 0
             for (t, p), off in sorted(target.items()):
                 print(f"{t} {p} {off}" + (" (dry run)" if args.dry_run else ""))
     return 0
@@ -212,10 +231,12 @@ async def _acls(args: argparse.Namespace) -> int:
     async with _cluster(args) as cluster:
         admin = _admin(cluster)
         if args.action == "create":
-            await admin.create_acls([Acl(args.resource_type, args.resource_name, args.principal, op,
-                                         "deny" if args.deny else "allow", args.host,
-                                         "prefixed" if args.prefixed else "literal")
-                                     for op in args.operation])
+            acls = [Acl(args.resource_type, args.resource_name, args.principal, op,
+                        "deny" if args.deny else "allow", args.host,
+                        "prefixed" if args.prefixed else "literal") for op in args.operation]
+            await admin.create_acls(acls)
+            if args.json:
+                _print_json({"created": [vars(a) for a in acls]})
             return 0
         match = AclFilter(args.resource_type, args.resource_name, args.principal, args.operation,
                           args.permission, args.host, args.pattern_type)
@@ -262,6 +283,8 @@ def register(subparsers: Any) -> None:
     a.add_argument("topic")
     a.add_argument("--partition", type=int, help="default: every partition")
     a.add_argument("--before", type=int, required=True, metavar="OFFSET", help="-1: everything (high watermark)")
+    for name in ("create", "delete", "alter", "delete-records"):
+        actions.choices[name].add_argument("--json", action="store_true", help="the outcome as JSON")
     for a in actions.choices.values():
         a.set_defaults(func=_run(_topics))
 
@@ -282,6 +305,8 @@ def register(subparsers: Any) -> None:
     to.add_argument("--to", metavar="earliest|latest|MS", help="an offset spec: earliest, latest or a time in ms")
     to.add_argument("--to-offset", type=int, metavar="OFFSET")
     a.add_argument("--dry-run", action="store_true", help="print the offsets, commit nothing")
+    for name in ("delete", "reset"):
+        actions.choices[name].add_argument("--json", action="store_true", help="the outcome as JSON")
     for a in actions.choices.values():
         a.set_defaults(func=_run(_groups))
 
@@ -297,6 +322,7 @@ def register(subparsers: Any) -> None:
     a.add_argument("--host", default="*")
     a.add_argument("--deny", action="store_true")
     a.add_argument("--prefixed", action="store_true", help="every resource whose name starts with the name")
+    a.add_argument("--json", action="store_true", help="the ACLs created, as JSON")
     for name, what in (("list", "the ACLs matching the filter"), ("delete", "delete the ACLs matching the filter")):
         a = sub(actions, name, what)
         a.add_argument("--resource-type", default="any", choices=sorted(ACL_RESOURCE_TYPES))

@@ -61,7 +61,14 @@ def cmd_assign(args: argparse.Namespace) -> int:
             out[name] = {m: encode_assignment(sorted(p), args.bytes).hex() for m, p in result.items()}
         else:
             out[name] = {m: [list(tp) for tp in sorted(p)] for m, p in result.items()}
-    print(json.dumps(out if len(names) > 1 else out[names[0]], ensure_ascii=False, indent=2))
+    if args.format == "json":
+        print(json.dumps(out if len(names) > 1 else out[names[0]], ensure_ascii=False, indent=2))
+        return 0
+    for name, members in out.items():
+        for member, assigned in members.items():
+            shown = assigned if isinstance(assigned, str) else \
+                " ".join(f"{t}-{p}" for t, p in assigned)
+            print(f"{name}\t{member}\t{shown or '-'}")
     return 0
 
 
@@ -84,4 +91,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     a.add_argument("-a", "--assignor", default="all", choices=["all", *ASSIGNORS])
     a.add_argument("--bytes", type=int, metavar="VERSION", choices=range(4),
                    help="print ConsumerProtocol assignment bytes (hex) at this version instead")
+    a.add_argument("--format", choices=("json", "text"), default="json",
+                   help="json (default): assignor -> member -> assignment; text: one line per "
+                        "member")
     a.set_defaults(func=cmd_assign)

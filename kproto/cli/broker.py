@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import signal
 import sys
 from typing import Any
@@ -20,6 +21,8 @@ def register(sub: Any) -> None:
     p.add_argument("--partitions", type=int, default=1,
                    help="num.partitions of auto-created topics (default 1)")
     p.add_argument("--no-auto-create", action="store_true", help="auto.create.topics.enable=false")
+    p.add_argument("--json", action="store_true",
+                   help='the first line as a JSON object: {"listening": "HOST:PORT", "node_id": N}')
     p.set_defaults(func=run)
 
 
@@ -34,10 +37,17 @@ async def _serve(args: argparse.Namespace) -> int:
         print(f"kproto broker: {exc}", file=sys.stderr)
         return 2
     broker.warm_up()  # "listening" means ready at full speed
-    print(f"listening on {broker.bootstrap}", flush=True)
+    print(listening_line(broker, args.json), flush=True)
     await until_signalled()
     await broker.close(clean=True)
     return 0
+
+
+def listening_line(broker: Any, as_json: bool) -> str:
+    """``listening on HOST:PORT``, or the same as one JSON object."""
+    if as_json:
+        return json.dumps({"listening": broker.bootstrap, "node_id": broker.config.node_id})
+    return f"listening on {broker.bootstrap}"
 
 
 async def until_signalled() -> None:

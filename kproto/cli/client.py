@@ -179,15 +179,25 @@ async def _produce(args: argparse.Namespace) -> int:
                 await producer.commit_transaction()
         await producer.close()
         failed = 0
+        rows: list[dict[str, Any]] = []
         for f in futures:
             exc = f.exception()
             if exc is not None:
                 failed += 1
-                print(f"error: {exc}", file=sys.stderr)
-            elif args.verbose:
+                rows.append({"error": str(exc)})
+                if not args.json:
+                    print(f"error: {exc}", file=sys.stderr)
+            else:
                 m = f.result()
-                print(f"{m.topic} {m.partition} {m.offset}")
-    print(f"produced {len(records) - failed} of {len(records)} records to {args.topic}", file=sys.stderr)
+                rows.append({"topic": m.topic, "partition": m.partition, "offset": m.offset})
+                if args.verbose and not args.json:
+                    print(f"{m.topic} {m.partition} {m.offset}")
+    if args.json:  # one document: every record's place or error, in input order
+        print(json.dumps({"topic": args.topic, "produced": len(records) - failed, "failed": failed,
+                          "aborted": bool(args.abort), "records": rows}))
+    else:
+        print(f"produced {len(records) - failed} of {len(records)} records to {args.topic}",
+              file=sys.stderr)
     return 1 if failed else 0
 
 
@@ -290,6 +300,8 @@ def register(subparsers: Any) -> None:
                    help="create the topic with N partitions first (CreateTopics)")
     p.add_argument("-v", "--verbose", action="store_true", help="print topic partition offset per record")
     p.add_argument("values", nargs="*")
+    p.add_argument("--json", action="store_true",
+                   help="one JSON object: counts and each record's partition and offset or error")
     p.set_defaults(func=_run(_produce))
 
     p = subparsers.add_parser("consume", help="print the values of a topic, one per line")

@@ -35,6 +35,9 @@ def register(sub: Any) -> None:
     p.add_argument("--heartbeat-interval-ms", type=int, default=2000,
                    help="broker.heartbeat.interval.ms (default 2000)")
     p.add_argument("--no-auto-create", action="store_true", help="auto.create.topics.enable=false")
+    p.add_argument("--json", action="store_true",
+                   help='each broker\'s line as a JSON object: {"listening": "HOST:PORT", '
+                        '"node_id": N}')
     p.set_defaults(func=run)
     actions = p.add_subparsers(dest="action", metavar="ACTION")
     ctl = actions.add_parser(
@@ -63,13 +66,16 @@ def register(sub: Any) -> None:
     heal = commands.add_parser("heal", help="mend a node's cut links and delays (every node's "
                                             "when NODE is left out)")
     heal.add_argument("node", type=int, nargs="?")
+    for command in (stop, start, isolate, partition, heal):
+        command.add_argument("--json", action="store_true",
+                             help="the answer as one JSON object (with the text line as done)")
     ctl.set_defaults(func=run_ctl)
 
 
 async def _serve(args: argparse.Namespace) -> int:
     from kproto.broker.cluster import Cluster
     from kproto.broker.cluster.control import ControlError, ControlServer, control
-    from kproto.cli.broker import until_signalled
+    from kproto.cli.broker import listening_line, until_signalled
 
     if args.data is None:
         print("kproto cluster: --data DIR is required", file=sys.stderr)
@@ -99,7 +105,7 @@ async def _serve(args: argparse.Namespace) -> int:
     async with ControlServer(cluster):
         for broker in cluster.brokers.values():
             broker.warm_up()
-            print(f"listening on {broker.bootstrap}", flush=True)
+            print(listening_line(broker, args.json), flush=True)
         await until_signalled()
     await cluster.close()
     return 0
@@ -125,6 +131,9 @@ def run_ctl(args: argparse.Namespace) -> int:
             print(json.dumps({k: v for k, v in reply.items() if k != "ok"}))
         else:
             _print_status(reply)
+    elif args.json:
+        print(json.dumps({"command": args.command, **target,
+                          **{k: v for k, v in reply.items() if k != "ok"}, "done": _done(args, reply)}))
     else:
         print(_done(args, reply))
     return 0

@@ -6,6 +6,10 @@ import json
 import sys
 
 from kproto.cli.errors import require_log_dir
+from kproto.cli.progress import Progress, progress_bar
+
+# segment bytes below which a summary is quick enough to draw no bar
+PROGRESS_MIN_BYTES = 64 << 20
 
 
 def register(subparsers) -> None:
@@ -19,6 +23,9 @@ def register(subparsers) -> None:
     p.add_argument("path", help="a log dir (entry of log.dirs) or a <topic>-<partition> folder")
     p.add_argument("--format", choices=("text", "json"), default="text")
     p.add_argument("--no-segments", action="store_true", help="one line per partition only")
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress bar on stderr (drawn only on a terminal, for at least "
+                        f"{PROGRESS_MIN_BYTES >> 20} MiB of segments)")
     p.add_argument("--metadata-timeline", action="store_true",
                    help="for __cluster_metadata, every event (quorum leaders, broker "
                         "registrations and fencing, partition leaders and ISR) after its summary")
@@ -42,11 +49,24 @@ def run(args: argparse.Namespace) -> int:
             print(f"kproto logdir: {exc}", file=sys.stderr)
             return 2
     require_log_dir(args.path)
+    bar: Progress | None = None
+
+    def progress(done: int, total: int) -> None:
+        nonlocal bar
+        if done == 0:  # the first call, with the total
+            bar = progress_bar(total, "logdir", enabled=not args.no_progress,
+                               minimum=PROGRESS_MIN_BYTES)
+        elif bar is not None:
+            bar.update_to(done)
+
     try:
-        doc = summarize(args.path)
+        doc = summarize(args.path, progress=progress)
     except (OSError, ValueError) as exc:
         print(f"kproto logdir: {exc}", file=sys.stderr)
         return 2
+    finally:
+        if bar is not None:
+            bar.close()
     if args.format == "json":
         json.dump(doc, sys.stdout, indent=1)
         sys.stdout.write("\n")

@@ -36,8 +36,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in SUBCOMMAND_MODULES:
         importlib.import_module(name).register(sub)
-    for leaf in _leaves(parser):
-        _add_format_for_json_flag(leaf)
+    for command in _commands(parser):
+        _add_format_for_json_flag(command)
     return parser
 
 
@@ -46,6 +46,17 @@ def _leaves(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
     if not subs:
         return [parser]
     return [leaf for a in subs for p in a.choices.values() for leaf in _leaves(p)]
+
+
+def _commands(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    """Every parser below ``parser`` that runs something: the leaves, and a command that has
+    subcommands but runs without one too (``kproto cluster``)."""
+    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    if not subs:
+        return [parser]
+    runs_alone = parser.get_default("func") is not None and not any(a.required for a in subs)
+    found = [parser] if runs_alone else []
+    return found + [c for a in subs for p in a.choices.values() for c in _commands(p)]
 
 
 def _add_format_for_json_flag(parser: argparse.ArgumentParser) -> None:

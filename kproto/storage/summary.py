@@ -4,7 +4,7 @@ its records tell (:mod:`kproto.storage.metadata_story`). Backs ``kproto logdir``
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, Callable
 
 from kproto.errors import DecodeError
 from kproto.problems import Problems
@@ -25,10 +25,15 @@ def _range(lo: int | None, hi: int | None) -> list[int] | None:
     return [lo, hi]
 
 
-def summarize_partition(part: Partition) -> Doc:
+Progress = Callable[[int, int], None]
+"""Called with (bytes of segments read, bytes of segments in all) as a summary goes on."""
+
+
+def summarize_partition(part: Partition, on_segment: Callable[[int], None] | None = None) -> Doc:
     """Per-partition facts; segment entries carry their own damage. ``offsets`` is what the
     segments hold, ``log_start_offset`` where a consumer can start (the log dir's
-    ``log-start-offset-checkpoint`` when it is above the first offset on disk)."""
+    ``log-start-offset-checkpoint`` when it is above the first offset on disk).
+    ``on_segment`` is called with each segment's size once it is read."""
     segments = []
     damage_all = Problems()
     first_offset = log_end = None
@@ -72,6 +77,8 @@ def summarize_partition(part: Partition) -> Doc:
             first_offset = lo
         if hi is not None:
             log_end = hi
+        if on_segment is not None:
+            on_segment(seg.log_size)
     log_start = first_offset if first_offset is not None else (
         part.segments[0].base_offset if part.segments else None)
     if part.checkpoint_start_offset is not None:
@@ -150,16 +157,31 @@ def _metadata_records(path: str, data: bytes | memoryview, problems: Problems) -
     return {"path": path, "batches": batches, "records": records, "metadata_version": level}
 
 
-def summarize(path: str) -> Doc:
+def _summarize_all(parts: list[Partition], progress: Progress | None) -> list[Doc]:
+    if progress is None:
+        return [summarize_partition(p) for p in parts]
+    total = sum(s.log_size for p in parts for s in p.segments)
+    done = 0
+
+    def read(size: int) -> None:
+        nonlocal done
+        done += size
+        progress(done, total)
+
+    progress(0, total)
+    return [summarize_partition(p, read) for p in parts]
+
+
+def summarize(path: str, progress: Progress | None = None) -> Doc:
     """Summary of a log dir, or of one partition folder. Problems with the log dir's own files
     are in ``problems`` (each partition carries its ``damage``); nothing here raises on bad
-    file contents."""
+    file contents. ``progress`` (optional) is told of the segment bytes read so far."""
     path = os.path.normpath(path)
     if is_partition_dir(path):
         pd = scan_partition_dir(path)
         starts = read_log_start_offsets(os.path.dirname(path))
-        return {"path": path, "partitions": [summarize_partition(Partition.open(
-            pd, log_start_offset=starts.get((pd.topic, pd.partition))))], "problems": []}
+        return {"path": path, "partitions": _summarize_all([Partition.open(
+            pd, log_start_offset=starts.get((pd.topic, pd.partition)))], progress), "problems": []}
     layout = scan_log_dir(path)
     problems = Problems()
     meta = clean = None
@@ -188,8 +210,9 @@ def summarize(path: str) -> Doc:
         "checkpoint_entries_without_folder": unmatched,
         "bootstrap": (summarize_metadata_records(layout.bootstrap_checkpoint, problems)
                       if layout.bootstrap_checkpoint else None),
-        "partitions": [summarize_partition(Partition.open(
-            p, log_start_offset=starts.get((p.topic, p.partition)))) for p in layout.partitions],
+        "partitions": _summarize_all([Partition.open(
+            p, log_start_offset=starts.get((p.topic, p.partition))) for p in layout.partitions],
+            progress),
         "moved": [{"path": p.path, "topic": p.topic, "partition": p.partition, "state": p.state}
                   for p in layout.moved],
         "ignored": [{"path": p, "why": why} for p, why in layout.ignored()],

@@ -218,3 +218,32 @@ def test_dump_log_of_a_large_directory_shows_progress_on_a_terminal(monkeypatch)
     with contextlib.redirect_stdout(io.StringIO()):
         assert main(["dump-log", "--format", "jsonl", "--no-progress", EXAMPLE_LOGDIR]) == 0
     assert terminal.getvalue() == ""
+
+
+def test_logdir_of_a_large_directory_shows_progress_on_a_terminal(monkeypatch):
+    monkeypatch.setattr("kproto.cli.logdir.PROGRESS_MIN_BYTES", 1)  # the example is ~1 MB
+    terminal, out = _Terminal(), io.StringIO()
+    monkeypatch.setattr("sys.stderr", terminal)
+    with contextlib.redirect_stdout(out):
+        assert main(["logdir", "--format", "json", EXAMPLE_LOGDIR]) == 0
+    assert "logdir" in terminal.getvalue() and "B" in terminal.getvalue()
+    assert out.getvalue().lstrip().startswith("{")
+    terminal.truncate(0)
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert main(["logdir", "--no-progress", EXAMPLE_LOGDIR]) == 0
+    assert terminal.getvalue() == ""
+    monkeypatch.setattr("kproto.cli.logdir.PROGRESS_MIN_BYTES", 64 << 20)
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert main(["logdir", EXAMPLE_LOGDIR]) == 0
+    assert terminal.getvalue() == ""  # small work: no bar
+
+
+def test_logdir_summary_reports_segment_bytes_as_it_goes():
+    from kproto.storage.summary import summarize
+
+    calls: list[tuple[int, int]] = []
+    doc = summarize(EXAMPLE_LOGDIR, progress=lambda done, total: calls.append((done, total)))
+    total = sum(p["size"] for p in doc["partitions"])
+    assert calls[0] == (0, total) and calls[-1] == (total, total) and total > 0
+    assert [d for d, _ in calls] == sorted(d for d, _ in calls)
+    assert summarize(EXAMPLE_LOGDIR) == doc
