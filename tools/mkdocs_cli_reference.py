@@ -32,7 +32,7 @@ def render() -> str:
     out = ["```text", parser.format_help().rstrip(), "```", ""]
     for words, sub, summary in _commands(parser):
         level = "#" * (1 + len(words))
-        out += [f"{level} kproto {' '.join(words)}", ""]
+        out += [f"{level} {sub.prog}", ""]  # the prog names positionals before a subcommand (ctl DIR)
         if summary:
             out += [summary[:1].upper() + summary[1:] + ".", ""]
         out += ["```text", sub.format_help().rstrip(), "```", ""]
