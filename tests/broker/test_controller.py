@@ -156,7 +156,7 @@ class Cluster:
 
     def advance(self, ms: int, heartbeat: tuple[int, ...] = ()) -> None:
         """Time passes in steps; the listed brokers heartbeat every step."""
-        step = 500
+        step = 100  # below the controller's lateness tolerance: a bigger jump is a stall
         while ms > 0:
             d = min(step, ms)
             ms -= d
@@ -266,6 +266,27 @@ def test_session_timeout_fences_and_moves_leaders() -> None:
     # a stale broker's heartbeat with the old epoch still works; it comes back unfenced
     r = c.heartbeat(victim)
     assert r.is_fenced is False and not c.image.brokers[victim].fenced
+
+
+def test_controller_stall_fences_nobody() -> None:
+    """The controller's loop held up past the session timeout (a loaded machine): heartbeats
+    sent meanwhile are read before sessions are judged, so no broker is fenced and no
+    leadership moves; a broker still silent afterwards is fenced."""
+    c = cluster3(broker_session_timeout_ms=2000)
+    c.create_topic("t", partitions=3, rf=3)
+    before = {i: (p.leader, p.leader_epoch) for i, p in c.image.topics["t"].partitions.items()}
+    c.advance(1000, heartbeat=(1, 2, 3))
+    c.clock.advance(2500)  # one stall: the session check fires 1.5 s late
+    c.timer.advance_clock()
+    c.commit()
+    for b in (1, 2):  # the queued heartbeats are read right after
+        c.heartbeat(b)
+    c.advance(300, heartbeat=(1, 2))
+    assert not any(b.fenced for b in c.image.brokers.values())
+    after = {i: (p.leader, p.leader_epoch) for i, p in c.image.topics["t"].partitions.items()}
+    assert after == before
+    c.advance(1000, heartbeat=(1, 2))
+    assert c.image.brokers[3].fenced and not c.image.brokers[1].fenced
 
 
 def test_last_isr_member_stays_and_leader_returns_on_unfence() -> None:

@@ -260,6 +260,24 @@ def test_a_lagging_follower_leaves_the_isr_and_rejoins_when_caught_up(cluster):
     assert leader.replicas.isr_changes_sent == 2
 
 
+def test_a_stall_of_the_leaders_loop_shrinks_no_isr(cluster):
+    """The leader's loop held up past replica.lag.time.max.ms (a loaded machine): the
+    followers' fetches sent meanwhile are read before their lag is judged, so the ISR stays;
+    a follower still silent afterwards leaves it."""
+    leader = cluster.brokers[1]
+    leader.produce([b"a"])
+    cluster.settle()
+    cluster.clock.advance(LAG_MS + 2000)   # one stall: the ISR check fires late
+    cluster.timer.advance_clock()
+    cluster.tick(100)                      # the queued fetches are read right after
+    cluster.settle()
+    assert cluster.controller.state.isr == [1, 2, 3] and leader.replicas.isr_changes_sent == 0
+    cluster.cut.add(frozenset((1, 3)))
+    for _ in range(LAG_MS * 3 // 2 // 500 + 2):
+        cluster.tick(500)
+    assert cluster.controller.state.isr == [1, 2]
+
+
 def test_a_replica_added_under_the_same_leader_joins_the_isr(cluster):
     """A reassignment adds a replica without a new leader epoch (Kafka bumps it only when
     replicas leave): the leader must track the new follower, or it never enters the ISR and

@@ -287,9 +287,13 @@ class ClusterBrokerCore(BrokerCore):
     def send_to_controller(self, api_key: int, version: int, body: Any,
                            on_response: Callable[[Optional[Any]], None],
                            timeout_ms: int = _FORWARD_TIMEOUT_MS) -> None:
-        """A request to the active controller, retried (NOT_CONTROLLER, no answer) until
-        ``timeout_ms``; ``on_response`` gets the answer, or None when time ran out."""
+        """A request to the active controller until ``timeout_ms``; ``on_response`` gets the
+        answer, or None when time ran out. As Kafka's controller channel, it is sent again
+        only where the controller cannot have acted on it: NOT_CONTROLLER, a lost connection,
+        or another controller becoming active meanwhile. A slow controller is waited for, not
+        asked twice (a second CreateTopics would answer TOPIC_ALREADY_EXISTS)."""
         deadline = self.clock.now_ms() + timeout_ms
+        current = [0]  # the attempt whose answer counts
 
         def attempt() -> None:
             if self.detached:
@@ -298,12 +302,28 @@ class ClusterBrokerCore(BrokerCore):
             if remaining <= 0:
                 on_response(None)
                 return
-            self.transport.send(self._controller_target(), api_key, version, body, answered,
-                                min(remaining, 5000))
+            current[0] += 1
+            n, target = current[0], self._controller_target()
+            if self.controller_id == target:
+                wait = remaining
+                self.timer.add(CallbackTask(_CONTROLLER_RETRY_MS, lambda: watch(n, target)))
+            else:  # probing for an unknown controller: a short wait per voter
+                wait = min(remaining, 5000)
+            self.transport.send(target, api_key, version, body,
+                                lambda resp: answered(n, resp), wait)
 
-        def answered(resp: Optional[Any]) -> None:
-            if self.detached:
+        def watch(n: int, target: int) -> None:
+            if self.detached or n != current[0]:
                 return
+            if self.controller_id not in (target, -1):
+                attempt()  # another controller is active: the old one's answer no longer counts
+                return
+            self.timer.add(CallbackTask(_CONTROLLER_RETRY_MS, lambda: watch(n, target)))
+
+        def answered(n: int, resp: Optional[Any]) -> None:
+            if self.detached or n != current[0]:
+                return
+            current[0] += 1  # settled: the watch stops
             if resp is None or getattr(resp, "error_code", 0) == ErrorCode.NOT_CONTROLLER:
                 self.timer.add(CallbackTask(_CONTROLLER_RETRY_MS, attempt))
                 return

@@ -364,6 +364,7 @@ class QuorumController:
         self._heartbeats: dict[int, _Heartbeat] = {}
         self._session_task: Optional[CallbackTask] = None
         self._session_due = 0
+        self._judge_after = 0  # no session judged before (after a late check, see _check_sessions)
         self._rebalance_task: Optional[CallbackTask] = None
         self._handlers: dict[int, Callable[[int, Any, Respond], None]] = {
             ApiKey.BROKER_REGISTRATION: self._broker_registration,
@@ -584,12 +585,12 @@ class QuorumController:
                 if bid in self.image.brokers and not self.image.brokers[bid].fenced]
         if not dues:
             return
-        due = min(dues)
+        due = max(min(dues), self._judge_after)
         if self._session_task is not None and not self._session_task.is_cancelled:
             if self._session_due <= due:
                 return  # fires earlier and reschedules itself
             self._session_task.cancel()
-        self._session_due = due
+        self._session_due = due = max(due, self._now())  # the check is late only after this
         self._session_task = CallbackTask(max(1, due - self._now()), self._check_sessions)
         self.timer.add(self._session_task)
 
@@ -601,6 +602,14 @@ class QuorumController:
             return
         now = self._now()
         timeout = self.config.broker_session_timeout_ms
+        if now - self._session_due > timeout // 10:
+            # The check runs late: this controller's loop was held up, so heartbeats sent
+            # meanwhile still wait in its sockets. Judge the sessions once they are read (as
+            # Kafka records a heartbeat's contact time even while its controller is backlogged),
+            # not by a silence that was the controller's own.
+            self._judge_after = now + max(1, timeout // 4)
+            self._schedule_session_check()
+            return
         for bid, b in sorted(self.image.brokers.items()):
             hb = self._heartbeats.setdefault(bid, _Heartbeat(now))
             if not b.fenced and hb.last_contact_ms + timeout < now:
