@@ -581,8 +581,8 @@ def txn_offset_commit(ctx: Context) -> ScenarioGen:
 
     def commit(r: Any, group: str, label: str) -> Any:
         return ctx.call(ApiKey.TXN_OFFSET_COMMIT, transactional_id=txn, group_id=group,
-                        producer_id=r.producer_id, producer_epoch=r.producer_epoch, generation_id=-1,
-                        member_id="", group_instance_id=None, label=label, topics=[
+                        producer_id=r.producer_id, producer_epoch=r.producer_epoch,
+                        generation_id_or_member_epoch=-1, member_id="", group_instance_id=None, label=label, topics=[
                             {"name": ctx.topic("t"), "partitions": [
                                 {"partition_index": 0, "committed_offset": 1, "committed_leader_epoch": -1,
                                  "committed_metadata": ""}]}])
