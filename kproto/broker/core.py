@@ -634,11 +634,14 @@ class BrokerCore:
         else:
             err = ErrorCode.INVALID_REQUEST
         node, host, port = (cfg.node_id, cfg.host, cfg.port) if not err else (-1, "", -1)
+        # Kafka sends the error's text, for NONE 'NONE' in v1-3 and '' per key in v4+
+        msg = error_message(err) if err else ("NONE" if req.version < 4 else "")
+        msg = msg if req.version >= 1 else None
         if req.version < 4:
-            req.respond(cls(error_code=err, node_id=node, host=host, port=port))
+            req.respond(cls(error_code=err, error_message=msg, node_id=node, host=host, port=port))
             return
         req.respond(cls(coordinators=[
-            cls.Coordinator(key=k, node_id=node, host=host, port=port, error_code=err)
+            cls.Coordinator(key=k, node_id=node, host=host, port=port, error_code=err, error_message=msg)
             for k in req.body.coordinator_keys]))
 
     def _ensure_txn_topic(self) -> None:

@@ -102,7 +102,7 @@ class LogConfig:
     segment_index_bytes: int = 10 * 1024 * 1024
     message_timestamp_type: str = "CreateTime"
     timestamp_before_max_ms: int = _INT64_MAX
-    timestamp_after_max_ms: int = _INT64_MAX
+    timestamp_after_max_ms: int = 3_600_000  # Kafka 4.0+ refuses stamps over an hour ahead
     max_message_bytes: int = 1048588
 
     def with_overrides(self, configs: Mapping[str, Optional[str]]) -> LogConfig:

@@ -1103,8 +1103,8 @@ class GroupCoordinator:
             group = self.groups.get(gid)
             cg = self.consumer.groups.get(gid)
             code: int
-            # v3 carries each group's message: Kafka's exception's (GroupIdNotFoundException's
-            # own, the error's default for the others)
+            # v3 carries a message only for an unknown group (GroupIdNotFoundException's own);
+            # a non-empty group has none in Kafka 4.4
             message: Optional[str] = None
             if cg is not None:  # (the empty group id is an unknown group, as in Kafka)
                 code = self.consumer.delete_group(cg)
@@ -1119,8 +1119,6 @@ class GroupCoordinator:
                 group.transition(DEAD, self.now())
                 del self.groups[gid]
                 code = E.NONE
-            if code == E.NON_EMPTY_GROUP:
-                message = "The group is not empty."
             results.append(cls.DeletableGroupResult(group_id=gid, error_code=code,
                                                     error_message=message if version >= 3 else None))
         respond(cls(throttle_time_ms=0, results=results))

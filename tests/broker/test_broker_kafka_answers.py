@@ -1,0 +1,72 @@
+"""Answers of kproto's broker that Apache Kafka 4.4.0 gives field for field (found by the
+conformance kit): error messages that are 'NONE', '' or null, and defaults Kafka 4.x changed."""
+from __future__ import annotations
+
+import pytest
+
+import kproto
+from kproto.broker.timer import FakeClock
+from kproto.error_codes import ErrorCode as E
+from kproto.schemas.api_keys import ApiKey as K
+
+from broker_support import Client, batch, fake_core
+from test_broker_admin import configs_of, describe
+from test_broker_core import create, produce
+
+WALL0 = 1_700_000_000_000  # fake_core's wall clock at clock 0
+
+
+@pytest.fixture
+def client(tmp_path):
+    core = fake_core(tmp_path / "data", FakeClock(0))
+    yield Client(core)
+    core.close()
+
+
+@pytest.mark.parametrize("version", [1, 2, 3])
+def test_find_coordinator_says_none_for_no_error(client, version):
+    r = client.call(K.FIND_COORDINATOR, version, key="g", key_type=0)
+    assert (r.error_code, r.error_message) == (0, "NONE")
+
+
+def test_find_coordinator_v4_has_an_empty_message_per_key(client):
+    r = client.call(K.FIND_COORDINATOR, 4, key_type=1, coordinator_keys=["a", "b"])
+    assert [(c.key, c.error_code, c.error_message) for c in r.coordinators] == [
+        ("a", 0, ""), ("b", 0, "")]
+
+
+def test_find_coordinator_unknown_key_type_has_the_errors_text(client):
+    r = client.call(K.FIND_COORDINATOR, 4, key_type=7, coordinator_keys=["a"])
+    assert r.coordinators[0].error_code == E.INVALID_REQUEST and r.coordinators[0].error_message
+
+
+def test_describe_configs_without_error_has_an_empty_message_from_v1(client):
+    create(client, "t")
+    assert describe(client, "t", version=1).error_message == ""
+    assert describe(client, "t", version=4).error_message == ""
+    assert describe(client, "t", version=0, synonyms=False).error_message is None
+    missing = describe(client, "missing", version=4)
+    assert (missing.error_code, missing.error_message) == (E.UNKNOWN_TOPIC_OR_PARTITION, "")
+
+
+def test_describe_user_scram_credentials_has_an_empty_top_level_message(client):
+    r = client.call(K.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, users=None)
+    assert (r.error_code, r.error_message) == (0, "")
+
+
+def test_create_partitions_of_an_unknown_topic_has_no_message(client):
+    req = kproto.request(K.CREATE_PARTITIONS).cls
+    r = client.call(K.CREATE_PARTITIONS, 3, timeout_ms=1000, validate_only=False, topics=[
+        req.CreatePartitionsTopic(name="nope", count=2, assignments=None)])
+    assert [(x.error_code, x.error_message) for x in r.results] == [(E.UNKNOWN_TOPIC_OR_PARTITION, None)]
+
+
+def test_message_timestamp_after_max_ms_defaults_to_an_hour(client):
+    create(client, "t")
+    got = configs_of(describe(client, "t"))["message.timestamp.after.max.ms"]
+    assert (got.value, got.config_source) == ("3600000", 5)
+    # a stamp more than an hour ahead of the broker's clock is refused, as Kafka 4.x does
+    ahead = produce(client, "t", 0, batch([b"v"], timestamp=WALL0 + 3_600_001 + 10))
+    assert ahead.responses[0].partition_responses[0].error_code == E.INVALID_TIMESTAMP
+    ok = produce(client, "t", 0, batch([b"v"], timestamp=WALL0 + 3_000_000))
+    assert ok.responses[0].partition_responses[0].error_code == 0
