@@ -13,6 +13,7 @@ connection until the answer is out), so answers keep the order of their requests
 from __future__ import annotations
 
 import logging
+import re
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Hashable, Optional, Protocol, Union
@@ -41,6 +42,9 @@ from kproto.codecs import message
 from kproto.framing import (ResponseHeader, decode_request, encode_response,
                             peek_request_header, request_header_version)
 from kproto.schemas.api_keys import ApiKey
+
+# what ApiVersions v3+ accepts as client software name and version (Kafka's pattern)
+_SOFTWARE_NAME_VERSION = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
 
 __all__ = ["BrokerConfig", "BrokerCore", "Channel", "Intercept", "ControlHandle", "IMPLEMENTED"]
 
@@ -556,6 +560,11 @@ class BrokerCore:
     def _api_versions(self, req: Request) -> None:
         cls = response_codec(ApiKey.API_VERSIONS).cls
         body = req.body
+        if req.version >= 3 and not (_SOFTWARE_NAME_VERSION.fullmatch(body.client_software_name)
+                                     and _SOFTWARE_NAME_VERSION.fullmatch(body.client_software_version)):
+            # Kafka's ApiVersionsRequest.isValid: both must match its pattern (so neither is empty)
+            req.respond(cls(error_code=ErrorCode.INVALID_REQUEST))
+            return
         if req.version >= 5:
             # as Kafka 4.4's KafkaApis: the cluster id and node id come together or not at all,
             # and a client that meant another cluster or node is told to bootstrap again

@@ -70,3 +70,20 @@ def test_message_timestamp_after_max_ms_defaults_to_an_hour(client):
     assert ahead.responses[0].partition_responses[0].error_code == E.INVALID_TIMESTAMP
     ok = produce(client, "t", 0, batch([b"v"], timestamp=WALL0 + 3_000_000))
     assert ok.responses[0].partition_responses[0].error_code == 0
+
+
+@pytest.mark.parametrize("name,version", [("bad name!", "1.0"), ("", "1.0"), ("-x", "1"), ("x.", "1"),
+                                          ("kproto", ""), ("kproto", "1 0")])
+def test_api_versions_refuses_a_software_name_or_version_kafka_refuses(client, name, version):
+    for v in (3, 4):
+        r = client.call(K.API_VERSIONS, v, client_software_name=name, client_software_version=version)
+        assert (r.error_code, r.api_keys) == (E.INVALID_REQUEST, [])
+
+
+def test_api_versions_accepts_kafkas_pattern(client):
+    for name in ("a", "apache-kafka-java", "confluent-kafka-python", "x.y-z9"):
+        r = client.call(K.API_VERSIONS, 3, client_software_name=name,
+                        client_software_version="2.6.0-rdkafka-2.6.0")
+        assert r.error_code == 0 and r.api_keys
+    # below v3 there are no names to check
+    assert client.call(K.API_VERSIONS, 2).error_code == 0
