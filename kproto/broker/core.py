@@ -43,6 +43,12 @@ from kproto.framing import (ResponseHeader, decode_request, encode_response,
                             peek_request_header, request_header_version)
 from kproto.schemas.api_keys import ApiKey
 
+# Produce errors whose partition answer keeps the message (Kafka's RecordValidationException),
+# and those answered with log start offset -1 (Kafka's UNKNOWN_LOG_APPEND_INFO)
+_PRODUCE_ERRORS_WITH_MESSAGE = frozenset({ErrorCode.INVALID_RECORD, ErrorCode.INVALID_TIMESTAMP})
+_PRODUCE_ERRORS_WITHOUT_LOG_START = frozenset({ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE,
+                                               ErrorCode.CORRUPT_MESSAGE, ErrorCode.KAFKA_STORAGE_ERROR})
+
 # what ApiVersions v3+ accepts as client software name and version (Kafka's pattern)
 _SOFTWARE_NAME_VERSION = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
 
@@ -899,8 +905,13 @@ class BrokerCore:
                     maybe_roll_by_time(lg, now, st.segment_ms, st.segment_jitter_ms)
                     info = lg.append_as_leader(p.records, now)
                 except BrokerError as exc:
-                    res.error_code, res.error_message = exc.code, exc.message
-                    res.log_start_offset = lg.log_start_offset
+                    # as Kafka's ReplicaManager: only a record validation failure carries its
+                    # message; a batch too large or corrupt answers no log start offset
+                    res.error_code = exc.code
+                    if exc.code in _PRODUCE_ERRORS_WITH_MESSAGE:
+                        res.error_message = exc.message
+                    if exc.code not in _PRODUCE_ERRORS_WITHOUT_LOG_START:
+                        res.log_start_offset = lg.log_start_offset
                     continue
                 res.base_offset, res.log_append_time_ms = info.base_offset, info.log_append_time
                 res.log_start_offset = info.log_start_offset

@@ -500,10 +500,8 @@ class Log:
         pid, epoch, seq = batch.producer_id, batch.producer_epoch, batch.base_sequence
         st = self.producers.get(pid)
         if st is None:
-            if seq != 0:
-                raise BrokerError(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
-                                  f"Out of order sequence number for producer {pid}: found {seq} "
-                                  "(incoming seq. number), but there is no state for this producer")
+            # no state (never seen, or its batches were all removed): any sequence is accepted,
+            # as Kafka's ProducerAppendInfo.checkSequence
             return None
         if epoch < st.epoch:
             raise BrokerError(ErrorCode.INVALID_PRODUCER_EPOCH,

@@ -87,3 +87,28 @@ def test_api_versions_accepts_kafkas_pattern(client):
         assert r.error_code == 0 and r.api_keys
     # below v3 there are no names to check
     assert client.call(K.API_VERSIONS, 2).error_code == 0
+
+
+def _part(resp):
+    return resp.responses[0].partition_responses[0]
+
+
+def test_a_producer_without_state_is_appended_at_any_sequence(client):
+    create(client, "t")
+    first = _part(produce(client, "t", 0, batch([b"a"], timestamp=WALL0, producer_id=9, producer_epoch=0,
+                                                base_sequence=5)))
+    assert (first.error_code, first.base_offset) == (0, 0)
+    # from then on the sequence is checked, and the refusal carries no message (as Kafka's)
+    gap = _part(produce(client, "t", 0, batch([b"b"], timestamp=WALL0, producer_id=9, producer_epoch=0,
+                                              base_sequence=9)))
+    assert (gap.error_code, gap.error_message, gap.base_offset) == (E.OUT_OF_ORDER_SEQUENCE_NUMBER, None, -1)
+    assert gap.log_start_offset == 0
+
+
+def test_an_oversized_batch_answers_no_log_start_offset_and_no_message(client):
+    create(client, "t", configs={"max.message.bytes": "100"})
+    r = _part(produce(client, "t", 0, batch([b"x" * 200], timestamp=WALL0)))
+    assert (r.error_code, r.error_message, r.log_start_offset) == (E.MESSAGE_TOO_LARGE, None, -1)
+    # a record validation failure keeps its message and the log start offset
+    r = _part(produce(client, "t", 0, batch([b"v"], timestamp=WALL0 + 7_200_000)))
+    assert r.error_code == E.INVALID_TIMESTAMP and r.error_message and r.log_start_offset == 0
