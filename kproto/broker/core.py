@@ -910,6 +910,9 @@ class BrokerCore:
                     res.error_code = exc.code
                     if exc.code in _PRODUCE_ERRORS_WITH_MESSAGE:
                         res.error_message = exc.message
+                        if req.version >= 8:
+                            res.record_errors = [cls.BatchIndexAndErrorMessage(
+                                batch_index=i, batch_index_error_message=m) for i, m in exc.record_errors]
                     if exc.code not in _PRODUCE_ERRORS_WITHOUT_LOG_START:
                         res.log_start_offset = lg.log_start_offset
                     continue

@@ -112,3 +112,25 @@ def test_an_oversized_batch_answers_no_log_start_offset_and_no_message(client):
     # a record validation failure keeps its message and the log start offset
     r = _part(produce(client, "t", 0, batch([b"v"], timestamp=WALL0 + 7_200_000)))
     assert r.error_code == E.INVALID_TIMESTAMP and r.error_message and r.log_start_offset == 0
+
+
+def _keyless(n):
+    from kproto.records import RecordBatchBuilder
+    b = RecordBatchBuilder(base_offset=0)
+    for i in range(n):
+        b.append(WALL0 + i, None, b"v%d" % i, [])
+    return b.build()
+
+
+def test_a_record_without_key_on_a_compacted_topic_is_refused_with_record_errors(client):
+    create(client, "c", configs={"cleanup.policy": "compact"})
+    r = _part(produce(client, "c", 0, _keyless(2)))
+    assert (r.error_code, r.base_offset) == (E.INVALID_RECORD, -1) and r.error_message
+    assert [e.batch_index for e in r.record_errors] == [0, 1]
+    assert "without key" in r.record_errors[0].batch_index_error_message
+    old = _part(produce(client, "c", 0, _keyless(1), version=7))
+    assert (old.error_code, old.record_errors) == (E.INVALID_RECORD, [])
+    # keyed records are appended; a topic that is not compacted takes records without key
+    assert _part(produce(client, "c", 0, batch([b"v"], timestamp=WALL0))).error_code == 0
+    create(client, "d", configs={"cleanup.policy": "delete"})
+    assert _part(produce(client, "d", 0, _keyless(1))).error_code == 0
