@@ -134,3 +134,16 @@ def test_a_record_without_key_on_a_compacted_topic_is_refused_with_record_errors
     assert _part(produce(client, "c", 0, batch([b"v"], timestamp=WALL0))).error_code == 0
     create(client, "d", configs={"cleanup.policy": "delete"})
     assert _part(produce(client, "d", 0, _keyless(1))).error_code == 0
+
+
+def test_a_group_that_is_not_a_consumer_group_is_described_without_state(tmp_path):
+    from test_broker_groups import joined
+    clock = FakeClock(0)
+    core = fake_core(tmp_path / "data", clock)
+    try:
+        (c, _), = joined(core, clock, "g", 1)[0]
+        d = c.call(K.CONSUMER_GROUP_DESCRIBE, 0, group_ids=["g", "none"], include_authorized_operations=False)
+        assert [(x.group_id, x.error_code, x.group_state) for x in d.groups] == [
+            ("g", E.GROUP_ID_NOT_FOUND, ""), ("none", E.GROUP_ID_NOT_FOUND, "")]
+    finally:
+        core.close()

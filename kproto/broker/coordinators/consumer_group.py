@@ -872,10 +872,11 @@ class ConsumerGroupCoordinator:
                 out.append(cls.DescribedGroup(error_code=E.INVALID_GROUP_ID, group_id=gid, group_state="",
                                               assignor_name=""))
             elif group is None:
-                msg = f"Group {gid} is not a consumer group." if gid in self.classic.groups \
-                    else f"Group {gid} not found."
+                classic = gid in self.classic.groups
+                msg = f"Group {gid} is not a consumer group." if classic else f"Group {gid} not found."
+                # Kafka: no state ('') for a group that is not a consumer group
                 out.append(cls.DescribedGroup(error_code=E.GROUP_ID_NOT_FOUND, error_message=msg,
-                                              group_id=gid, group_state=G_DEAD, assignor_name=""))
+                                              group_id=gid, group_state="", assignor_name=""))
             else:
                 out.append(cls.DescribedGroup(
                     error_code=E.NONE, group_id=gid, group_state=group.state, group_epoch=group.group_epoch,
