@@ -886,7 +886,7 @@ class ConsumerGroupCoordinator:
                         member_id=m.member_id, instance_id=m.instance_id, rack_id=m.rack_id,
                         member_epoch=m.member_epoch, client_id=m.client_id, client_host=m.client_host,
                         subscribed_topic_names=sorted(m.subscribed_topic_names),
-                        subscribed_topic_regex=m.subscribed_topic_regex,
+                        subscribed_topic_regex=m.subscribed_topic_regex or "",  # Kafka: '' for none
                         assignment=assignment(m.assigned),
                         target_assignment=assignment(group.target.get(m.member_id, {})),
                         member_type=_MEMBER_TYPE_CONSUMER) for m in group.members.values()]))
