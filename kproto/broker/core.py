@@ -650,8 +650,9 @@ class BrokerCore:
             err = ErrorCode.INVALID_REQUEST
         node, host, port = (cfg.node_id, cfg.host, cfg.port) if not err else (-1, "", -1)
         # Kafka sends the error's text, for NONE 'NONE' in v1-3 and '' per key in v4+
-        msg = error_message(err) if err else ("NONE" if req.version < 4 else "")
-        msg = msg if req.version >= 1 else None
+        msg: Optional[str] = None
+        if req.version >= 1:
+            msg = error_message(err) if err else ("NONE" if req.version < 4 else "")
         if req.version < 4:
             req.respond(cls(error_code=err, error_message=msg, node_id=node, host=host, port=port))
             return
