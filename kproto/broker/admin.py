@@ -71,8 +71,7 @@ class AdminHandlers:
         core = self.core
         topic = core.logs.topics.get(t.name)
         if topic is None:
-            raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                              "This server does not host this topic-partition.")
+            raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)  # Kafka: no message
         have = len(topic.partitions)
         if t.count < have:
             raise BrokerError(ErrorCode.INVALID_PARTITIONS,
@@ -109,13 +108,18 @@ class AdminHandlers:
         docs = version >= 3 and body.include_documentation
         results = []
         for r in body.resources:
-            res = cls.DescribeConfigsResult(error_code=0, error_message=None, resource_type=r.resource_type,
+            # Kafka answers an empty message, not null, for a resource described without error (v1+)
+            res = cls.DescribeConfigsResult(error_code=0, error_message="" if version >= 1 else None,
+                                            resource_type=r.resource_type,
                                             resource_name=r.resource_name, configs=[])
             results.append(res)
             try:
                 entries = self._entries(r.resource_type, r.resource_name)
             except BrokerError as exc:
-                res.error_code, res.error_message = exc.code, exc.message
+                res.error_code = exc.code
+                # an unknown topic comes without text from Kafka (the field's default, '')
+                if exc.code != ErrorCode.UNKNOWN_TOPIC_OR_PARTITION or version < 1:
+                    res.error_message = exc.message
                 continue
             keys = None if r.configuration_keys is None else set(r.configuration_keys)
             res.configs = [self._entry(cls, e, version, synonyms, docs)

@@ -193,7 +193,7 @@ def _defs() -> dict[str, ConfigDef]:
         ConfigDef("max.compaction.lag.ms", LONG, _LONG_MAX, (("log.cleaner.max.compaction.lag.ms", 1),), min=1),
         ConfigDef("max.message.bytes", INT, "1048588", (("message.max.bytes", 1),), min=0,
                   doc="the largest record batch size allowed"),
-        ConfigDef("message.timestamp.after.max.ms", LONG, _LONG_MAX,
+        ConfigDef("message.timestamp.after.max.ms", LONG, "3600000",  # Kafka 4.0+: one hour
                   (("log.message.timestamp.after.max.ms", 1),), min=0),
         ConfigDef("message.timestamp.before.max.ms", LONG, _LONG_MAX,
                   (("log.message.timestamp.before.max.ms", 1),), min=0),

@@ -13,6 +13,7 @@ connection until the answer is out), so answers keep the order of their requests
 from __future__ import annotations
 
 import logging
+import re
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Hashable, Optional, Protocol, Union
@@ -41,6 +42,15 @@ from kproto.codecs import message
 from kproto.framing import (ResponseHeader, decode_request, encode_response,
                             peek_request_header, request_header_version)
 from kproto.schemas.api_keys import ApiKey
+
+# Produce errors whose partition answer keeps the message (Kafka's RecordValidationException),
+# and those answered with log start offset -1 (Kafka's UNKNOWN_LOG_APPEND_INFO)
+_PRODUCE_ERRORS_WITH_MESSAGE = frozenset({ErrorCode.INVALID_RECORD, ErrorCode.INVALID_TIMESTAMP})
+_PRODUCE_ERRORS_WITHOUT_LOG_START = frozenset({ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE,
+                                               ErrorCode.CORRUPT_MESSAGE, ErrorCode.KAFKA_STORAGE_ERROR})
+
+# what ApiVersions v3+ accepts as client software name and version (Kafka's pattern)
+_SOFTWARE_NAME_VERSION = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
 
 __all__ = ["BrokerConfig", "BrokerCore", "Channel", "Intercept", "ControlHandle", "IMPLEMENTED"]
 
@@ -556,6 +566,11 @@ class BrokerCore:
     def _api_versions(self, req: Request) -> None:
         cls = response_codec(ApiKey.API_VERSIONS).cls
         body = req.body
+        if req.version >= 3 and not (_SOFTWARE_NAME_VERSION.fullmatch(body.client_software_name)
+                                     and _SOFTWARE_NAME_VERSION.fullmatch(body.client_software_version)):
+            # Kafka's ApiVersionsRequest.isValid: both must match its pattern (so neither is empty)
+            req.respond(cls(error_code=ErrorCode.INVALID_REQUEST))
+            return
         if req.version >= 5:
             # as Kafka 4.4's KafkaApis: the cluster id and node id come together or not at all,
             # and a client that meant another cluster or node is told to bootstrap again
@@ -634,11 +649,15 @@ class BrokerCore:
         else:
             err = ErrorCode.INVALID_REQUEST
         node, host, port = (cfg.node_id, cfg.host, cfg.port) if not err else (-1, "", -1)
+        # Kafka sends the error's text, for NONE 'NONE' in v1-3 and '' per key in v4+
+        msg: Optional[str] = None
+        if req.version >= 1:
+            msg = error_message(err) if err else ("NONE" if req.version < 4 else "")
         if req.version < 4:
-            req.respond(cls(error_code=err, node_id=node, host=host, port=port))
+            req.respond(cls(error_code=err, error_message=msg, node_id=node, host=host, port=port))
             return
         req.respond(cls(coordinators=[
-            cls.Coordinator(key=k, node_id=node, host=host, port=port, error_code=err)
+            cls.Coordinator(key=k, node_id=node, host=host, port=port, error_code=err, error_message=msg)
             for k in req.body.coordinator_keys]))
 
     def _ensure_txn_topic(self) -> None:
@@ -887,8 +906,16 @@ class BrokerCore:
                     maybe_roll_by_time(lg, now, st.segment_ms, st.segment_jitter_ms)
                     info = lg.append_as_leader(p.records, now)
                 except BrokerError as exc:
-                    res.error_code, res.error_message = exc.code, exc.message
-                    res.log_start_offset = lg.log_start_offset
+                    # as Kafka's ReplicaManager: only a record validation failure carries its
+                    # message; a batch too large or corrupt answers no log start offset
+                    res.error_code = exc.code
+                    if exc.code in _PRODUCE_ERRORS_WITH_MESSAGE:
+                        res.error_message = exc.message
+                        if req.version >= 8:
+                            res.record_errors = [cls.BatchIndexAndErrorMessage(
+                                batch_index=i, batch_index_error_message=m) for i, m in exc.record_errors]
+                    if exc.code not in _PRODUCE_ERRORS_WITHOUT_LOG_START:
+                        res.log_start_offset = lg.log_start_offset
                     continue
                 res.base_offset, res.log_append_time_ms = info.base_offset, info.log_append_time
                 res.log_start_offset = info.log_start_offset

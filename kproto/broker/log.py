@@ -21,7 +21,7 @@ import struct
 from bisect import bisect_left, bisect_right
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator, Mapping, Optional
+from typing import Iterable, Iterator, Mapping, Optional, Sequence
 
 import numpy as np
 from crc32c import crc32c
@@ -87,10 +87,13 @@ METADATA_TOPIC = "__cluster_metadata"
 class BrokerError(Exception):
     """A request-level failure with the Kafka error code to answer."""
 
-    def __init__(self, code: int, message: Optional[str] = None) -> None:
+    def __init__(self, code: int, message: Optional[str] = None,
+                 record_errors: Sequence[tuple[int, str]] = ()) -> None:
         super().__init__(message or ErrorCode(code).name)
         self.code = int(code)
         self.message = message
+        #: (batch index, message) of each refused record (Produce v8+ answers them)
+        self.record_errors = list(record_errors)
 
 
 @dataclass
@@ -102,8 +105,9 @@ class LogConfig:
     segment_index_bytes: int = 10 * 1024 * 1024
     message_timestamp_type: str = "CreateTime"
     timestamp_before_max_ms: int = _INT64_MAX
-    timestamp_after_max_ms: int = _INT64_MAX
+    timestamp_after_max_ms: int = 3_600_000  # Kafka 4.0+ refuses stamps over an hour ahead
     max_message_bytes: int = 1048588
+    compacted: bool = False  # cleanup.policy includes compact: every record needs a key
 
     def with_overrides(self, configs: Mapping[str, Optional[str]]) -> LogConfig:
         """A copy with topic configs applied; :class:`BrokerError` (INVALID_CONFIG) on a bad
@@ -112,6 +116,9 @@ class LogConfig:
         for name, value in configs.items():
             attr = CONFIG_NAMES.get(name)
             if attr is None or value is None:
+                continue
+            if attr == "compacted":
+                out.compacted = "compact" in (p.strip() for p in value.split(","))
                 continue
             if attr == "message_timestamp_type":
                 if value not in ("CreateTime", "LogAppendTime"):
@@ -140,6 +147,7 @@ CONFIG_NAMES = {
     "message.timestamp.before.max.ms": "timestamp_before_max_ms",
     "message.timestamp.after.max.ms": "timestamp_after_max_ms",
     "max.message.bytes": "max_message_bytes",
+    "cleanup.policy": "compacted",
 }
 
 
@@ -188,7 +196,7 @@ class _Seg:
             self.fd = None
 
 
-def _validate(batch: RecordBatch, config: LogConfig, now_ms: int) -> tuple[int, int]:
+def _validate(batch: RecordBatch, config: LogConfig, now_ms: int, where: str = "") -> tuple[int, int]:
     """Kafka's ``LogValidator`` checks of a client's v2 batch; returns (max timestamp, offset
     delta of the record holding it). Records are decoded (decompressed) to be checked."""
     if batch.is_control:
@@ -214,6 +222,16 @@ def _validate(batch: RecordBatch, config: LogConfig, now_ms: int) -> tuple[int, 
         bad = int(np.flatnonzero(deltas != np.arange(n))[0])
         raise BrokerError(ErrorCode.INVALID_RECORD,
                           f"Record offset delta {int(deltas[bad])} should be {bad}")
+    if config.compacted:
+        keyless = np.flatnonzero(cols.key_length < 0)
+        if len(keyless):
+            errors = [(int(i), f"Compacted topic cannot accept message without key in topic partition {where}")
+                      for i in keyless]
+            raise BrokerError(ErrorCode.INVALID_RECORD,
+                              f"One or more records have been rejected due to {len(errors)} record errors "
+                              "in total, and only showing the first three errors at most: "
+                              f"{[f'RecordError(batchIndex={i}, message={m})' for i, m in errors[:3]]}",
+                              errors)
     # under LogAppendTime the decoded stamps are the batch's max: the producer's own are lost
     # to the broker as well, so the base timestamp stands for them
     ts = cols.timestamp if batch.timestamp_type == 0 else np.full(n, batch.first_timestamp)
@@ -500,10 +518,8 @@ class Log:
         pid, epoch, seq = batch.producer_id, batch.producer_epoch, batch.base_sequence
         st = self.producers.get(pid)
         if st is None:
-            if seq != 0:
-                raise BrokerError(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
-                                  f"Out of order sequence number for producer {pid}: found {seq} "
-                                  "(incoming seq. number), but there is no state for this producer")
+            # no state (never seen, or its batches were all removed): any sequence is accepted,
+            # as Kafka's ProducerAppendInfo.checkSequence
             return None
         if epoch < st.epoch:
             raise BrokerError(ErrorCode.INVALID_PRODUCER_EPOCH,
@@ -555,7 +571,7 @@ class Log:
         if batch.is_transactional and batch.producer_id < 0:
             raise BrokerError(ErrorCode.INVALID_RECORD,
                               "A transactional batch must carry a producer id")
-        max_ts, max_delta = _validate(batch, self.config, now_ms)
+        max_ts, max_delta = _validate(batch, self.config, now_ms, f"{self.topic}-{self.partition}")
         if batch.producer_id >= 0:
             dup = self._check_producer(batch)
             if dup is not None:

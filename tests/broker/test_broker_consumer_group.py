@@ -257,6 +257,11 @@ def test_range_assignor_and_regex_subscription(core):
     assert len(a.partitions) + len(b.partitions) == 6
     d = Client(core).call(K.CONSUMER_GROUP_DESCRIBE, 1, group_ids=["g"], include_authorized_operations=False)
     assert d.groups[0].assignor_name == "range" and d.groups[0].group_state == "Stable"
+    assert [m.subscribed_topic_regex for m in d.groups[0].members] == ["logs-.*", "logs-.*"]
+    # a member subscribed by names has regex '' (not null), as Kafka describes it
+    Member(core, "c", group="named").hb()
+    d = Client(core).call(K.CONSUMER_GROUP_DESCRIBE, 1, group_ids=["named"], include_authorized_operations=False)
+    assert [m.subscribed_topic_regex for m in d.groups[0].members] == [""]
 
 
 def test_offsets_at_member_epochs(core):

@@ -174,9 +174,9 @@ def test_leave_group_v3_batch_and_v0_then_the_empty_group_is_deleted(core, clock
         req.MemberIdentity(member_id=mb), req.MemberIdentity(member_id="ghost")])
     assert [(m.member_id, m.error_code) for m in r.members] == [(mb, 0), ("ghost", E.UNKNOWN_MEMBER_ID)]
     assert a.call(K.DELETE_GROUPS, 2, groups_names=["g"]).results[0].error_code == E.NON_EMPTY_GROUP
-    # v3: an unknown group's result says why; a non-empty group's comes without a message
+    # v3: a non-empty group comes without a message, as Apache Kafka 4.4 answers it
     r = a.call(K.DELETE_GROUPS, 3, groups_names=["g"]).results[0]
-    assert (r.error_code, r.error_message) == (E.NON_EMPTY_GROUP, None)  # Apache Kafka 4.4 sends none
+    assert (r.error_code, r.error_message) == (E.NON_EMPTY_GROUP, None)
     assert a.call(K.LEAVE_GROUP, 0, group_id="g", member_id=mc).error_code == 0
     ra = join(a, "g", ma)()
     assert ra.error_code == 0 and [m.member_id for m in ra.members] == [ma]

@@ -24,7 +24,10 @@ def all_values(log):
     return [r.value for b in log.batches() for r in b.records()]
 
 
-def fill(log, n, now=1_700_000_000_000):
+NOW = 1_700_000_000_000  # the clock the appends run at (batch() stamps its records then)
+
+
+def fill(log, n, now=NOW):
     for i in range(n):
         log.append_as_leader(batch([b"v%03d" % i]), now)
 
@@ -67,7 +70,7 @@ def test_a_crash_leaves_a_torn_tail_that_the_next_start_truncates(tmp_path):
     log2 = mgr2.topics["t"].partitions[0]
     assert mgr2.topics["t"].topic_id == topic.topic_id
     assert log2.log_end_offset == 5 and log2.recovery and "partial" in log2.recovery[0]
-    log2.append_as_leader(batch([b"after"]), 0)
+    log2.append_as_leader(batch([b"after"]), NOW)
     # appended to the recovered segment, as Kafka does after a restart (no new segment)
     assert [s.path for s in log2.segments] == [seg_path]
     assert values(log2.read(0, 1 << 20)) == [b"v%03d" % i for i in range(5)] + [b"after"]
@@ -104,15 +107,15 @@ def test_producer_state_survives_a_restart(tmp_path):
     mgr = LogManager(str(tmp_path))
     log = mgr.create_topic("t", 1).partitions[0]
     for seq in (0, 1):
-        log.append_as_leader(batch([b"%d" % seq], producer_id=7, producer_epoch=0, base_sequence=seq), 0)
+        log.append_as_leader(batch([b"%d" % seq], producer_id=7, producer_epoch=0, base_sequence=seq), NOW)
     mgr.close()
     log2 = LogManager(str(tmp_path)).topics["t"].partitions[0]
-    dup = log2.append_as_leader(batch([b"1"], producer_id=7, producer_epoch=0, base_sequence=1), 0)
+    dup = log2.append_as_leader(batch([b"1"], producer_id=7, producer_epoch=0, base_sequence=1), NOW)
     assert dup.duplicate and dup.base_offset == 1
     with pytest.raises(BrokerError) as exc:
-        log2.append_as_leader(batch([b"x"], producer_id=7, producer_epoch=0, base_sequence=5), 0)
+        log2.append_as_leader(batch([b"x"], producer_id=7, producer_epoch=0, base_sequence=5), NOW)
     assert exc.value.code == E.OUT_OF_ORDER_SEQUENCE_NUMBER
-    assert log2.append_as_leader(batch([b"2"], producer_id=7, producer_epoch=0, base_sequence=2), 0).base_offset == 2
+    assert log2.append_as_leader(batch([b"2"], producer_id=7, producer_epoch=0, base_sequence=2), NOW).base_offset == 2
 
 
 def test_a_directory_of_another_node_is_refused(tmp_path):

@@ -872,10 +872,11 @@ class ConsumerGroupCoordinator:
                 out.append(cls.DescribedGroup(error_code=E.INVALID_GROUP_ID, group_id=gid, group_state="",
                                               assignor_name=""))
             elif group is None:
-                msg = f"Group {gid} is not a consumer group." if gid in self.classic.groups \
-                    else f"Group {gid} not found."
+                classic = gid in self.classic.groups
+                msg = f"Group {gid} is not a consumer group." if classic else f"Group {gid} not found."
+                # Kafka: no state ('') for a group that is not a consumer group
                 out.append(cls.DescribedGroup(error_code=E.GROUP_ID_NOT_FOUND, error_message=msg,
-                                              group_id=gid, group_state=G_DEAD, assignor_name=""))
+                                              group_id=gid, group_state="", assignor_name=""))
             else:
                 out.append(cls.DescribedGroup(
                     error_code=E.NONE, group_id=gid, group_state=group.state, group_epoch=group.group_epoch,
@@ -885,7 +886,7 @@ class ConsumerGroupCoordinator:
                         member_id=m.member_id, instance_id=m.instance_id, rack_id=m.rack_id,
                         member_epoch=m.member_epoch, client_id=m.client_id, client_host=m.client_host,
                         subscribed_topic_names=sorted(m.subscribed_topic_names),
-                        subscribed_topic_regex=m.subscribed_topic_regex,
+                        subscribed_topic_regex=m.subscribed_topic_regex or "",  # Kafka: '' for none
                         assignment=assignment(m.assigned),
                         target_assignment=assignment(group.target.get(m.member_id, {})),
                         member_type=_MEMBER_TYPE_CONSUMER) for m in group.members.values()]))

@@ -1103,8 +1103,8 @@ class GroupCoordinator:
             group = self.groups.get(gid)
             cg = self.consumer.groups.get(gid)
             code: int
-            # v3 carries a message where Kafka's coordinator gives one: an unknown group's;
-            # a non-empty group's error comes without (as Apache Kafka 4.4 answers)
+            # v3 carries a message only for an unknown group (GroupIdNotFoundException's own);
+            # a non-empty group has none in Kafka 4.4
             message: Optional[str] = None
             if cg is not None:  # (the empty group id is an unknown group, as in Kafka)
                 code = self.consumer.delete_group(cg)

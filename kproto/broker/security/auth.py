@@ -394,7 +394,7 @@ class Security:
                                                            iterations=c.iterations)
                                         for m, c in users[name]]
             results.append(res)
-        respond(cls(error_code=0, error_message=None, results=results))
+        respond(cls(error_code=0, error_message="", results=results))  # Kafka: '', not null
 
     def alter_scram(self, body: Any, version: int, respond: Respond) -> None:
         cls = response_codec(ApiKey.ALTER_USER_SCRAM_CREDENTIALS).cls

@@ -1,0 +1,149 @@
+"""Answers of kproto's broker that Apache Kafka 4.4.0 gives field for field (found by the
+conformance kit): error messages that are 'NONE', '' or null, and defaults Kafka 4.x changed."""
+from __future__ import annotations
+
+import pytest
+
+import kproto
+from kproto.broker.timer import FakeClock
+from kproto.error_codes import ErrorCode as E
+from kproto.schemas.api_keys import ApiKey as K
+
+from broker_support import Client, batch, fake_core
+from test_broker_admin import configs_of, describe
+from test_broker_core import create, produce
+
+WALL0 = 1_700_000_000_000  # fake_core's wall clock at clock 0
+
+
+@pytest.fixture
+def client(tmp_path):
+    core = fake_core(tmp_path / "data", FakeClock(0))
+    yield Client(core)
+    core.close()
+
+
+@pytest.mark.parametrize("version", [1, 2, 3])
+def test_find_coordinator_says_none_for_no_error(client, version):
+    r = client.call(K.FIND_COORDINATOR, version, key="g", key_type=0)
+    assert (r.error_code, r.error_message) == (0, "NONE")
+
+
+def test_find_coordinator_v4_has_an_empty_message_per_key(client):
+    r = client.call(K.FIND_COORDINATOR, 4, key_type=1, coordinator_keys=["a", "b"])
+    assert [(c.key, c.error_code, c.error_message) for c in r.coordinators] == [
+        ("a", 0, ""), ("b", 0, "")]
+
+
+def test_find_coordinator_unknown_key_type_has_the_errors_text(client):
+    r = client.call(K.FIND_COORDINATOR, 4, key_type=7, coordinator_keys=["a"])
+    assert r.coordinators[0].error_code == E.INVALID_REQUEST and r.coordinators[0].error_message
+
+
+def test_describe_configs_without_error_has_an_empty_message_from_v1(client):
+    create(client, "t")
+    assert describe(client, "t", version=1).error_message == ""
+    assert describe(client, "t", version=4).error_message == ""
+    assert describe(client, "t", version=0, synonyms=False).error_message is None
+    missing = describe(client, "missing", version=4)
+    assert (missing.error_code, missing.error_message) == (E.UNKNOWN_TOPIC_OR_PARTITION, "")
+
+
+def test_describe_user_scram_credentials_has_an_empty_top_level_message(client):
+    r = client.call(K.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, users=None)
+    assert (r.error_code, r.error_message) == (0, "")
+
+
+def test_create_partitions_of_an_unknown_topic_has_no_message(client):
+    req = kproto.request(K.CREATE_PARTITIONS).cls
+    r = client.call(K.CREATE_PARTITIONS, 3, timeout_ms=1000, validate_only=False, topics=[
+        req.CreatePartitionsTopic(name="nope", count=2, assignments=None)])
+    assert [(x.error_code, x.error_message) for x in r.results] == [(E.UNKNOWN_TOPIC_OR_PARTITION, None)]
+
+
+def test_message_timestamp_after_max_ms_defaults_to_an_hour(client):
+    create(client, "t")
+    got = configs_of(describe(client, "t"))["message.timestamp.after.max.ms"]
+    assert (got.value, got.config_source) == ("3600000", 5)
+    # a stamp more than an hour ahead of the broker's clock is refused, as Kafka 4.x does
+    ahead = produce(client, "t", 0, batch([b"v"], timestamp=WALL0 + 3_600_001 + 10))
+    assert ahead.responses[0].partition_responses[0].error_code == E.INVALID_TIMESTAMP
+    ok = produce(client, "t", 0, batch([b"v"], timestamp=WALL0 + 3_000_000))
+    assert ok.responses[0].partition_responses[0].error_code == 0
+
+
+@pytest.mark.parametrize("name,version", [("bad name!", "1.0"), ("", "1.0"), ("-x", "1"), ("x.", "1"),
+                                          ("kproto", ""), ("kproto", "1 0")])
+def test_api_versions_refuses_a_software_name_or_version_kafka_refuses(client, name, version):
+    for v in (3, 4):
+        r = client.call(K.API_VERSIONS, v, client_software_name=name, client_software_version=version)
+        assert (r.error_code, r.api_keys) == (E.INVALID_REQUEST, [])
+
+
+def test_api_versions_accepts_kafkas_pattern(client):
+    for name in ("a", "apache-kafka-java", "confluent-kafka-python", "x.y-z9"):
+        r = client.call(K.API_VERSIONS, 3, client_software_name=name,
+                        client_software_version="2.6.0-rdkafka-2.6.0")
+        assert r.error_code == 0 and r.api_keys
+    # below v3 there are no names to check
+    assert client.call(K.API_VERSIONS, 2).error_code == 0
+
+
+def _part(resp):
+    return resp.responses[0].partition_responses[0]
+
+
+def test_a_producer_without_state_is_appended_at_any_sequence(client):
+    create(client, "t")
+    first = _part(produce(client, "t", 0, batch([b"a"], timestamp=WALL0, producer_id=9, producer_epoch=0,
+                                                base_sequence=5)))
+    assert (first.error_code, first.base_offset) == (0, 0)
+    # from then on the sequence is checked, and the refusal carries no message (as Kafka's)
+    gap = _part(produce(client, "t", 0, batch([b"b"], timestamp=WALL0, producer_id=9, producer_epoch=0,
+                                              base_sequence=9)))
+    assert (gap.error_code, gap.error_message, gap.base_offset) == (E.OUT_OF_ORDER_SEQUENCE_NUMBER, None, -1)
+    assert gap.log_start_offset == 0
+
+
+def test_an_oversized_batch_answers_no_log_start_offset_and_no_message(client):
+    create(client, "t", configs={"max.message.bytes": "100"})
+    r = _part(produce(client, "t", 0, batch([b"x" * 200], timestamp=WALL0)))
+    assert (r.error_code, r.error_message, r.log_start_offset) == (E.MESSAGE_TOO_LARGE, None, -1)
+    # a record validation failure keeps its message and the log start offset
+    r = _part(produce(client, "t", 0, batch([b"v"], timestamp=WALL0 + 7_200_000)))
+    assert r.error_code == E.INVALID_TIMESTAMP and r.error_message and r.log_start_offset == 0
+
+
+def _keyless(n):
+    from kproto.records import RecordBatchBuilder
+    b = RecordBatchBuilder(base_offset=0)
+    for i in range(n):
+        b.append(WALL0 + i, None, b"v%d" % i, [])
+    return b.build()
+
+
+def test_a_record_without_key_on_a_compacted_topic_is_refused_with_record_errors(client):
+    create(client, "c", configs={"cleanup.policy": "compact"})
+    r = _part(produce(client, "c", 0, _keyless(2)))
+    assert (r.error_code, r.base_offset) == (E.INVALID_RECORD, -1) and r.error_message
+    assert [e.batch_index for e in r.record_errors] == [0, 1]
+    assert "without key" in r.record_errors[0].batch_index_error_message
+    old = _part(produce(client, "c", 0, _keyless(1), version=7))
+    assert (old.error_code, old.record_errors) == (E.INVALID_RECORD, [])
+    # keyed records are appended; a topic that is not compacted takes records without key
+    assert _part(produce(client, "c", 0, batch([b"v"], timestamp=WALL0))).error_code == 0
+    create(client, "d", configs={"cleanup.policy": "delete"})
+    assert _part(produce(client, "d", 0, _keyless(1))).error_code == 0
+
+
+def test_a_group_that_is_not_a_consumer_group_is_described_without_state(tmp_path):
+    from test_broker_groups import joined
+    clock = FakeClock(0)
+    core = fake_core(tmp_path / "data", clock)
+    try:
+        (c, _), = joined(core, clock, "g", 1)[0]
+        d = c.call(K.CONSUMER_GROUP_DESCRIBE, 0, group_ids=["g", "none"], include_authorized_operations=False)
+        assert [(x.group_id, x.error_code, x.group_state) for x in d.groups] == [
+            ("g", E.GROUP_ID_NOT_FOUND, ""), ("none", E.GROUP_ID_NOT_FOUND, "")]
+    finally:
+        core.close()
