@@ -237,6 +237,14 @@ class DelayedFetch(DelayedOperation):
         self.core._answer_fetch(self.req, self.ctx, self.parts)
 
 
+def find_coordinator_message(code: int, version: int) -> Optional[str]:
+    """FindCoordinator's error message as Kafka sends it: the error's text, for NONE 'NONE'
+    in v1-3 and '' per key in v4+ (none in v0)."""
+    if version < 1:
+        return None
+    return error_message(code) if code else ("NONE" if version < 4 else "")
+
+
 class BrokerCore:
     """Everything a broker does between bytes in and bytes out, with no sockets."""
 
@@ -649,10 +657,7 @@ class BrokerCore:
         else:
             err = ErrorCode.INVALID_REQUEST
         node, host, port = (cfg.node_id, cfg.host, cfg.port) if not err else (-1, "", -1)
-        # Kafka sends the error's text, for NONE 'NONE' in v1-3 and '' per key in v4+
-        msg: Optional[str] = None
-        if req.version >= 1:
-            msg = error_message(err) if err else ("NONE" if req.version < 4 else "")
+        msg = find_coordinator_message(err, req.version)
         if req.version < 4:
             req.respond(cls(error_code=err, error_message=msg, node_id=node, host=host, port=port))
             return

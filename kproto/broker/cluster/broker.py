@@ -40,7 +40,8 @@ from typing import Any, Callable, Optional, Sequence
 from kproto.broker.configs import BrokerConfig
 from kproto.broker.cluster.controller import METADATA_VERSION_3_9
 from kproto.broker.cluster.controller_node import CONTROLLER_APIS
-from kproto.broker.core import IMPLEMENTED, BrokerCore, Request, metadata_request_topics
+from kproto.broker.core import (IMPLEMENTED, BrokerCore, Request, find_coordinator_message,
+                                metadata_request_topics)
 from kproto.broker.log import BrokerError, Log, topic_name_error
 from kproto.storage.metadata_image import NO_LEADER, TOPIC_RESOURCE, MetadataImage, PartitionInfo
 from kproto.broker.coordinators.offsets_topic import OFFSETS_TOPIC, partition_for
@@ -857,9 +858,11 @@ class ClusterBrokerCore(BrokerCore):
             out.append((key, node, host, port, code))
         if req.version < 4:
             _, node, host, port, code = out[0]
-            req.respond(cls(error_code=code, node_id=node, host=host, port=port))
+            req.respond(cls(error_code=code, error_message=find_coordinator_message(code, req.version),
+                            node_id=node, host=host, port=port))
             return
-        req.respond(cls(coordinators=[cls.Coordinator(key=k, node_id=n, host=h, port=p, error_code=c)
+        req.respond(cls(coordinators=[cls.Coordinator(key=k, node_id=n, host=h, port=p, error_code=c,
+                                                      error_message=find_coordinator_message(c, req.version))
                                       for k, n, h, p, c in out]))
 
     def _gate(self, handler: Callable[[Request], None], topic: str,

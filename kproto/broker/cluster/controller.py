@@ -984,8 +984,7 @@ class QuorumController:
                     raise BrokerError(ErrorCode.INVALID_REQUEST, "Duplicate topic name.")
                 topic = self.image.topics.get(t.name)
                 if topic is None:
-                    raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                                      error_message(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+                    raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)  # Kafka: no message
                 have = len(topic.partitions)
                 if t.count < have:
                     raise BrokerError(ErrorCode.INVALID_PARTITIONS,
