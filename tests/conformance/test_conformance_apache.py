@@ -19,7 +19,7 @@ from kproto.testing.apache import TEST_CONFIG
 DEVIATIONS = Path(__file__).with_name("deviations.toml")
 
 
-@pytest.mark.apache_kafka
+@pytest.mark.apache_kafka(fresh=True)  # a node no other test has written to: its answers are the scenarios' alone
 def test_kproto_against_apache_kafka(apache_kafka, tmp_path):
     deviations = Deviations.load(DEVIATIONS)
     # the same departure from Kafka's defaults as the Apache Kafka harness: groups form at once

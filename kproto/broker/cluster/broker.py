@@ -421,13 +421,14 @@ class ClusterBrokerCore(BrokerCore):
         before = {t: self._led(t) for t in (OFFSETS_TOPIC, TXN_TOPIC)}
         touched: list[tuple[str, int]] = []
         deleted: list[tuple[str, int]] = []
+        deleted_topics = set(changes.topics_deleted)
         for current, previous in changes.partitions:
             p = current if current is not None else previous
             assert p is not None
             key = (p.topic, p.partition)
             touched.append(key)
-            if current is None:
-                deleted.append(key)  # its topic was deleted
+            if current is None and p.topic in deleted_topics:
+                deleted.append(key)  # (a partition leaves the image for other reasons too)
             if current is None or self.node_id not in current.replicas:
                 if previous is not None and previous.topic != p.topic:
                     key = (previous.topic, previous.partition)

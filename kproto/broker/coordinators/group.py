@@ -1212,6 +1212,8 @@ class GroupCoordinator:
         gone = set(partitions)
         holders: list[Union[Group, ConsumerGroup]] = [*self.groups.values(), *self.consumer.groups.values()]
         for group in holders:
+            if not self.core.leads(OFFSETS_TOPIC, partition_for(group.group_id, self.num_partitions)):
+                continue  # only the coordinator writes (a follower's copy is replicated)
             tps = {tp for tp in group.offsets if tp in gone}
             for pend in group.pending_txn_offsets.values():
                 tps.update(tp for tp in pend if tp in gone)
