@@ -24,8 +24,8 @@ from kproto.storage.checkpoints import LeaderEpochCheckpoint, OffsetCheckpoint, 
 from kproto.storage.indexes import (OFFSET_ENTRY_SIZE, TIME_ENTRY_SIZE, AbortedTxn, IndexBuilder,
                                     OffsetIndex, TimeIndex, has_empty_slot, parse_txn_index,
                                     useful_index_bytes)
-from kproto.storage.layout import (PartitionDir, SegmentFiles, check_size, read_bounded,
-                                   scan_partition_dir)
+from kproto.storage.layout import (FILE_LIMITS, PartitionDir, SegmentFiles, check_size,
+                                   read_bounded, scan_partition_dir)
 from kproto.storage.snapshot import ProducerSnapshot, parse_snapshot
 
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
@@ -111,8 +111,8 @@ class Segment:
         self.partition = partition
         self.base_offset = files.base_offset
         self.name = os.path.basename(files.log) if files.log else f"{files.base_offset:020d}.log"
-        self.log_size = fs.getsize(files.log) if files.log else 0
         self.problems = Problems(topic=topic, partition=partition)
+        self.log_size = self._readable_size()
         self.indexes_rebuilt = False
         # the next segment's base offset: no batch of this one may reach it (Partition.open)
         self.next_base: int | None = None
@@ -124,28 +124,36 @@ class Segment:
         """Bytes ``[start, end)`` of the ``.log`` file."""
         return _read(self.files.log, start, end) if self.files.log else b""
 
+    def _readable_size(self) -> int:
+        """The ``.log``'s size, cut to the most Kafka's ``FileRecords`` opens: the bytes past
+        it (a runaway or sparse file) are reported as damage and not read, the rest is."""
+        if not self.files.log:
+            return 0
+        size = fs.getsize(self.files.log)
+        limit = FILE_LIMITS["log"]
+        if size > limit:
+            self.problems.report("file", f"implausible size {size}: larger than any log file "
+                                 f"Kafka writes; the {size - limit} bytes past {limit} are not read",
+                                 source=self.files.log, position=limit, bytes_skipped=size - limit)
+            return limit
+        return size
+
     @contextmanager
     def _whole(self) -> Iterator[bytes | memoryview]:
-        """The whole ``.log``: a local file mapped (pages read as batches are, so a huge sparse
-        file costs what its batches hold), a remote one read."""
+        """The ``.log`` up to :attr:`log_size`: a local file mapped (pages read as batches are,
+        so a huge sparse file costs what its batches hold), a remote one read."""
         if self.files.log and not fs.is_remote(self.files.log):
-            if self._oversized:
-                yield b""
-                return
             with fs.mapped_file(self.files.log) as view:
-                yield view
+                if len(view) > self.log_size:
+                    part = view[:self.log_size]
+                    try:
+                        yield part
+                    finally:
+                        part.release()
+                else:
+                    yield view
         else:
-            yield self.read()
-
-    @cached_property
-    def _oversized(self) -> bool:
-        """Whether the ``.log`` is larger than Kafka opens (reported once, then read as empty)."""
-        try:
-            check_size(self.files.log or "", "log")
-        except DecodeError as exc:
-            self.problems.report("file", f"{exc.reason}: not read", source=self.files.log or "")
-            return True
-        return False
+            yield self.read(0, self.log_size)
 
     def _index(self, path: str, cls, entry_size: int):
         """An index file read within what it can usefully hold; None (reported) if unusable."""

@@ -290,3 +290,22 @@ def test_sparse_segment_and_kraft_snapshot_cost_what_their_batches_hold(logdir):
     assert rows == FULL_ROWS and kinds == ["corrupt"]  # the hole, reported
     assert rc == 1 and out.count("offsets [") >= 8 and "bytes skipped" in out.replace(
         "bytes_skipped", "bytes skipped")
+
+
+def test_segment_past_kafkas_limit_is_read_up_to_it_and_the_rest_reported(logdir):
+    """A segment grown past what Kafka's FileRecords opens (2 GiB - 1): its batches (all in the
+    first bytes) are still read, the bytes past the limit are damage, named, never mapped in,
+    by read_arrow, the Spark splits and the scans alike."""
+    seg = os.path.join(logdir, "orders-0", "00000000000000000000.log")
+    before = os.path.getsize(seg)
+    with open(seg, "r+b") as f:
+        f.truncate(3 * GIB)  # sparse
+    rows, damage = _rows(logdir)
+    assert rows == FULL_ROWS
+    past = [d for d in damage if d.kind == "file" and "implausible size 3221225472" in d.reason]
+    assert len(past) == 1 and past[0].bytes_skipped == 3 * GIB - (2**31 - 1)
+    # the hole below the limit is the ordinary damage of a sparse tail, reported once
+    hole = [d for d in damage if d.kind == "corrupt"]
+    assert hole and hole[0].position == before
+    splits = ks.plan_splits(logdir, topics=["orders"], partitions=[0])
+    assert max(s.end for s in splits) <= 2**31 - 1
