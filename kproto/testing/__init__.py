@@ -51,7 +51,7 @@ if TYPE_CHECKING:  # imported on first use: ``python -m kproto.testing.apache`` 
     from kproto.testing.apache import ApacheKafka
 
 __all__ = ["BrokerThread", "ClusterThread", "kafka_broker", "kafka_cluster", "apache_kafka",
-           "apache_kafka_cluster", "apache_kafka_pool", "any_broker", "TEST_DEFAULTS", "CLUSTER_TEST_DEFAULTS"]
+           "apache_kafka_cluster", "apache_kafka_pool", "any_broker", "require_apache_kafka", "TEST_DEFAULTS", "CLUSTER_TEST_DEFAULTS"]
 
 #: What the fixture changes from Kafka's defaults.
 #: Rebalances of both group protocols settle in well under a second instead of seconds:
@@ -308,10 +308,12 @@ def kafka_cluster(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[Clu
 
 
 # -- Apache Kafka ---------------------------------------------------------------------------------
-def _apache_unavailable(version: str) -> None:
-    """Skip the test when Apache Kafka cannot run here; fail instead under CI (CI=true), where
-    tools/setup.sh must have fetched it."""
+def require_apache_kafka(version: Optional[str] = None) -> None:
+    """In a test: skip it when Apache Kafka ``version`` cannot run here (no Java, or its jars
+    not fetched by ``tools/setup.sh``), with the reason; fail it instead under CI
+    (``CI=true``), where it must run. ``version``: by default the newest this package runs."""
     from kproto.testing import apache
+    version = version or apache.DEFAULT_VERSION
     reason = apache.unavailable(version)
     if reason is None:
         return
@@ -380,7 +382,7 @@ def _apache(request: pytest.FixtureRequest, pool: _ApachePool, tmp_path_factory:
     fresh = kw.pop("fresh", False)
     if kw:
         raise TypeError(f"unknown apache_kafka marker arguments: {sorted(kw)}")
-    _apache_unavailable(version)
+    require_apache_kafka(version)
 
     def make(path: Any) -> ApacheKafka:
         return apache.ApacheKafka(path, nodes, controllers, version=version, config=config)

@@ -34,7 +34,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Callable, Mapping, Optional, Sequence
+from typing import IO, Any, Callable, Literal, Mapping, Optional, Sequence, overload
 
 from kproto.codecs import request as request_codec
 from kproto.error_codes import error_name
@@ -144,16 +144,25 @@ def _command(version: str, main_class: str, args: Sequence[str], jvm_options: Se
             "-cp", classpath(version), main_class, *args]
 
 
+@overload
+def run_tool(version: str, main_class: str, *args: str, timeout: float = ..., check: bool = ...,
+             binary: Literal[False] = ...) -> subprocess.CompletedProcess[str]: ...
+@overload
+def run_tool(version: str, main_class: str, *args: str, timeout: float = ..., check: bool = ...,
+             binary: Literal[True]) -> subprocess.CompletedProcess[bytes]: ...
 def run_tool(version: str, main_class: str, *args: str, timeout: float = 120.0,
-             check: bool = True) -> subprocess.CompletedProcess[str]:
+             check: bool = True, binary: bool = False) -> subprocess.CompletedProcess[Any]:
     """Run one of Kafka's tools (``org.apache.kafka.tools.DumpLogSegments``,
-    ``kafka.tools.StorageTool``, ...) from ``version``'s class path; its output as text.
-    ``check``: a non-zero exit raises RuntimeError with the tool's output."""
+    ``kafka.tools.StorageTool``, ...) from ``version``'s class path; its output as text, or as
+    the bytes it wrote with ``binary`` (no newline translation). ``check``: a non-zero exit
+    raises RuntimeError with the tool's output."""
     cmd = _command(version, main_class, args, [*TOOL_JVM_OPTIONS, *_class_archive(version, write=False)[0]])
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(cmd, capture_output=True, text=not binary, timeout=timeout)
     if check and proc.returncode != 0:
+        out, err = ((proc.stdout.decode(errors="replace"), proc.stderr.decode(errors="replace"))
+                    if binary else (proc.stdout, proc.stderr))
         raise RuntimeError(f"{main_class} {' '.join(args)} exited {proc.returncode}:\n"
-                           f"{proc.stderr[-4000:]}{proc.stdout[-2000:]}")
+                           f"{err[-4000:]}{out[-2000:]}")
     return proc
 
 

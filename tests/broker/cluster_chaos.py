@@ -120,9 +120,13 @@ def controller_failover(cluster: ClusterThread, log: Callable[[str], None]) -> N
     wait_healthy(cluster)
 
 
-def replica_logs(cluster: ClusterThread, history: History) -> dict[int, set[int]]:
-    """Record each broker's log of every partition into the history; the ISR of each."""
-    def collect(c: Any) -> tuple[dict[int, set[int]], list[tuple[int, int, list[tuple[int, bytes]]]]]:
+ReplicaLogs = tuple[dict[int, set[int]], list[tuple[int, int, list[tuple[int, bytes]]]]]
+
+
+def replica_logs(cluster: ClusterThread) -> ReplicaLogs:
+    """The ISR of each partition, and each broker's log of it: (node, partition, [(offset,
+    value)])."""
+    def collect(c: Any) -> ReplicaLogs:
         isr = {p: set(c.isr(TOPIC, p)) for p in range(PARTITIONS)}
         out = []
         for b in c.brokers.values():
@@ -132,10 +136,7 @@ def replica_logs(cluster: ClusterThread, history: History) -> dict[int, set[int]
                            if not batch.is_control for r in batch.records()]
                 out.append((b.node_id, p, records))
         return isr, out
-    isr, logs = cluster.inspect(collect)
-    for node, p, records in logs:
-        history.replica_log(node, p, records)
-    return isr
+    return cluster.inspect(collect)
 
 
 def read_group(bootstrap: str, history: History, expected: int, members: int = 2,
@@ -180,42 +181,51 @@ def read_group(bootstrap: str, history: History, expected: int, members: int = 2
     assert not errors, errors
 
 
-def run_chaos(cluster: ClusterThread, producers: Iterable[Callable[[ClusterThread, History, threading.Event], None]],
+def run_chaos(target: Any, producers: Iterable[Callable[[Any, History, threading.Event], None]],
               log: Callable[[str], None] = print, *, warmup: float = 1.5,
-              faults: Iterable[Callable[[ClusterThread, Callable[[str], None]], None]] = (),
+              faults: Iterable[Callable[[Any, Callable[[str], None]], None]] = (),
               failovers: Optional[dict[str, float]] = None) -> CheckResult:
     """Produce through the chaos, then check the logs and a group's reads; the result (also
-    printed).
+    printed). ``target``: kproto's cluster (a :class:`ClusterThread`: :func:`nemesis`) or
+    Apache Kafka's (an :class:`ApacheKafka` of three brokers: :func:`apache_nemesis`, the
+    faults that apply to processes); the same producers, group and history checker for both.
 
     ``warmup``: seconds the producers write before the first fault (a JVM takes a while to
-    start). ``faults``: more faults, ``fault(cluster, log)`` one after another after the
+    start). ``faults``: more faults, ``fault(target, log)`` one after another after the
     nemesis, the producers still writing (e.g. :func:`controller_failover`). ``failovers``:
     filled with the nemesis's failover times."""
+    apache = isinstance(target, ApacheKafka)
     t0 = time.monotonic()
     say = log
     log = lambda what: say(f"{time.monotonic() - t0:6.1f} s  {what}")  # noqa: E731
-    cluster.create_topic(TOPIC, PARTITIONS, 3, {"min.insync.replicas": "2"})
+    target.create_topic(TOPIC, PARTITIONS, 3, {"min.insync.replicas": "2"})
     history = History()
     stop = threading.Event()
-    threads = [threading.Thread(target=p, args=(cluster, history, stop)) for p in producers]
+    threads = [threading.Thread(target=p, args=(target, history, stop)) for p in producers]
     for t in threads:
         t.start()
     try:
         time.sleep(warmup)
-        nemesis(cluster, log, failovers)
+        (apache_nemesis if apache else nemesis)(target, log, {} if failovers is None else failovers)
         for fault in faults:
-            fault(cluster, log)
+            fault(target, log)
         time.sleep(1.0)
     finally:
         stop.set()
         for t in threads:
             t.join(120)
-    wait_healthy(cluster)
+    if apache:
+        apache_wait_healthy(target, caught_up=True)
+    else:
+        wait_healthy(target)
     log("producers stopped, replicas caught up")
-    isr = replica_logs(cluster, history)
-    present = cluster.inspect(lambda c: sum(
-        c.brokers[1].core.replicas.partitions[(TOPIC, p)].log.high_watermark for p in range(PARTITIONS)))
-    read_group(cluster.bootstrap, history, present)
+    isr, logs = (apache_replica_logs if apache else replica_logs)(target)
+    for node, p, records in logs:
+        history.replica_log(node, p, records)
+    # every replica is caught up: any one's logs hold what is there to read
+    first = logs[0][0]
+    present = sum(len(records) for node, _, records in logs if node == first)
+    read_group(target.bootstrap, history, present)
     log(f"the group read {present} records")
     result = check(history, isr=isr)
     log(result.summary())
@@ -321,39 +331,7 @@ def apache_nemesis(kafka: ApacheKafka, log: Callable[[str], None], failovers: di
     apache_wait_healthy(kafka)
 
 
-def run_chaos_apache(kafka: ApacheKafka, producers: Iterable[Callable[[Any, History, threading.Event], None]],
-                     log: Callable[[str], None] = print, *, warmup: float = 1.5,
-                     failovers: Optional[dict[str, float]] = None) -> CheckResult:
-    """:func:`run_chaos` on an Apache Kafka cluster of three brokers, with :func:`apache_nemesis`:
-    the same producers, group and history checker; the result (also printed)."""
-    t0 = time.monotonic()
-    say = log
-    log = lambda what: say(f"{time.monotonic() - t0:6.1f} s  {what}")  # noqa: E731
-    kafka.create_topic(TOPIC, PARTITIONS, 3, {"min.insync.replicas": "2"})
-    history = History()
-    stop = threading.Event()
-    threads = [threading.Thread(target=p, args=(kafka, history, stop)) for p in producers]
-    for t in threads:
-        t.start()
-    try:
-        time.sleep(warmup)
-        apache_nemesis(kafka, log, {} if failovers is None else failovers)
-        time.sleep(1.0)
-    finally:
-        stop.set()
-        for t in threads:
-            t.join(120)
-    apache_wait_healthy(kafka, caught_up=True)
-    log("producers stopped, replicas caught up")
-    isr = _apache_isrs(kafka)
-    present = 0
-    for p in range(PARTITIONS):
-        for b in kafka.broker_ids:
-            records = apache_disk_log(kafka, b, p)
-            history.replica_log(b, p, records)
-        present += len(records)
-    read_group(kafka.bootstrap, history, present)
-    log(f"the group read {present} records")
-    result = check(history, isr={p: set(nodes) for p, nodes in isr.items()})
-    log(result.summary())
-    return result
+def apache_replica_logs(kafka: ApacheKafka) -> ReplicaLogs:
+    """:func:`replica_logs` of an Apache Kafka cluster, read from the brokers' segment files."""
+    return (_apache_isrs(kafka), [(b, p, apache_disk_log(kafka, b, p))
+                                  for b in kafka.broker_ids for p in range(PARTITIONS)])

@@ -19,7 +19,7 @@ import java_interop as jv
 from kproto.testing.history_checker import History
 from kproto.testing import ClusterThread
 
-from cluster_chaos import TOPIC, controller_failover, run_chaos, run_chaos_apache
+from cluster_chaos import TOPIC, controller_failover, run_chaos
 
 ck = pytest.importorskip("confluent_kafka")
 
@@ -180,9 +180,9 @@ def test_confluent_producers_through_chaos_on_apache_kafka(apache_kafka_cluster)
     times = FAILOVERS.setdefault("apache", {})
     # a lighter load than on kproto's cluster (a send every 4 ms per producer): four JVMs share
     # the two cores with the producers, and each heal waits for the restarted broker to catch up
-    result = run_chaos_apache(apache_kafka_cluster, [confluent_producer("p1", pause=0.004),
-                                                     confluent_producer("p2", pause=0.004)],
-                              failovers=times)
+    result = run_chaos(apache_kafka_cluster, [confluent_producer("p1", pause=0.004),
+                                              confluent_producer("p2", pause=0.004)],
+                       failovers=times)
     print("failover (fault to the partition's new leader in Metadata):\n" + failover_table())
     assert result.valid, result.summary()
     assert result.acknowledged > 1000 and result.lost == 0 and result.duplicates == 0

@@ -280,13 +280,9 @@ def parse_log_dump(lines: list[str]) -> tuple[int | None, list[dict[str, Any]]]:
 def run_dump_bytes(version: str, files: list[Path], *options: str) -> bytes:
     """Kafka's DumpLogSegments output over ``files`` as the bytes it wrote (no newline
     translation: values may hold carriage returns)."""
-    import subprocess
-
     from kproto.testing import apache
-    cmd = apache._command(version, DUMP_LOG_SEGMENTS,
-                          [*options, "--files", ",".join(str(f) for f in files)],
-                          apache.TOOL_JVM_OPTIONS)
-    return subprocess.run(cmd, capture_output=True, check=True, timeout=180).stdout
+    return apache.run_tool(version, DUMP_LOG_SEGMENTS, *options, "--files",
+                           ",".join(str(f) for f in files), timeout=180, binary=True).stdout
 
 
 DUMPED_SUFFIXES = ("log", "checkpoint", "index", "timeindex", "txnindex", "snapshot")
@@ -305,10 +301,9 @@ def assert_format_kafka_is_kafkas(version: str, files: list[Path]) -> bytes:
     import sys
 
     from kproto.testing import apache
-    cmd = apache._command(version, DUMP_LOG_SEGMENTS,
-                          ["--deep-iteration", "--print-data-log",
-                           "--files", ",".join(str(f) for f in files)], apache.TOOL_JVM_OPTIONS)
-    kafka = subprocess.run(cmd, capture_output=True, timeout=180)
+    kafka = apache.run_tool(version, DUMP_LOG_SEGMENTS, "--deep-iteration", "--print-data-log",
+                            "--files", ",".join(str(f) for f in files), timeout=180, check=False,
+                            binary=True)
     assert kafka.returncode == 0, kafka.stderr.decode(errors="replace")[-3000:]
     ours = subprocess.run([sys.executable, "-m", "kproto", "dump-log", "--format", "kafka",
                            *map(str, files)], capture_output=True, check=True, timeout=120).stdout

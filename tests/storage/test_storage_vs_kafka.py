@@ -21,7 +21,7 @@ import pytest
 
 from kproto.cli.dump_log import dump_path
 from kproto.records.compression import DEFAULT_MAX_SIZE
-from kproto.testing import _apache_unavailable
+from kproto.testing import require_apache_kafka
 from kproto.testing.apache import DEFAULT_VERSION
 
 import kafka_logdir_support as kls
@@ -32,7 +32,7 @@ STATES = ("clean", "killed")
 
 @pytest.fixture(scope="session")
 def kafka_logdirs(tmp_path_factory) -> kls.KafkaLogDirs:
-    _apache_unavailable(DEFAULT_VERSION)
+    require_apache_kafka(DEFAULT_VERSION)
     pytest.importorskip("confluent_kafka")
     return kls.build(tmp_path_factory.mktemp("kafka-logdirs"))
 

@@ -10,7 +10,7 @@ import pytest
 
 from kproto.records import RecordBatchBuilder
 from kproto.storage import LogDirWriter
-from kproto.testing import BrokerThread, _apache_unavailable
+from kproto.testing import BrokerThread, require_apache_kafka
 from kproto.testing.apache import DEFAULT_VERSION
 
 import kafka_logdir_support as kls
@@ -18,7 +18,7 @@ import kafka_logdir_support as kls
 
 @pytest.fixture(autouse=True)
 def _needs_kafka():
-    _apache_unavailable(DEFAULT_VERSION)
+    require_apache_kafka(DEFAULT_VERSION)
 
 
 def _is_read_cleanly(root: Path, minimum: int) -> None:
