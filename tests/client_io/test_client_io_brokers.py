@@ -245,24 +245,21 @@ def test_kip848_static_member_keeps_its_partitions_across_a_restart(any_broker):
     assert len(a_while_away) == 2 and not set(a_while_away) & set(before)
 
 
-def test_classic_static_member_keeps_its_partitions_across_a_restart(kafka_broker):
+def test_classic_static_member_keeps_its_partitions_across_a_restart(any_broker):
     """KIP-345 with the classic protocol: a static member's close sends no LeaveGroup, and its
-    return under the same instance id gets its partitions back with no rebalance.
-
-    kproto's broker only for now: against Apache Kafka it passes alone but, in the full suite's
-    shared node, the two static members can miss each other's rebalance rounds (Kafka logs the
-    leader failing to join before the rebalance timeout, round after round) until the deadline."""
-    any_broker = kafka_broker
+    return under the same instance id gets its partitions back with no rebalance. The rebalance
+    timeout leaves room for a loaded machine: a member that misses a round's deadline is
+    dropped from it, and the round starts over."""
     topic, group = new_topic("cstatic"), new_topic("cstatic-group")
 
     async def main():
         async with Cluster(any_broker.bootstrap) as c1, Cluster(any_broker.bootstrap) as c2:
             await Admin(c1).create_topics({topic: 4})
             kw = dict(group_id=group, enable_auto_commit=False, session_timeout_ms=10000,
-                      rebalance_timeout_ms=5000, heartbeat_interval_ms=200)
+                      rebalance_timeout_ms=20000, heartbeat_interval_ms=200)
             a = await Consumer(c1, [topic], group_instance_id="a", **kw).start()
             b = await Consumer(c2, [topic], group_instance_id="b", **kw).start()
-            deadline = time.monotonic() + 30
+            deadline = time.monotonic() + 60
             while not (len(a.assignment) == 2 and len(b.assignment) == 2 and a.generation == b.generation
                        and not a.rebalance_needed and not b.rebalance_needed) and time.monotonic() < deadline:
                 await asyncio.gather(a.getmany(0.1), b.getmany(0.1))
@@ -283,7 +280,7 @@ def test_classic_static_member_keeps_its_partitions_across_a_restart(kafka_broke
             await a.close()
             return result
 
-    before, generation, a_while_away, members, after, generation_after, a_after = run(main(), timeout=90)
+    before, generation, a_while_away, members, after, generation_after, a_after = run(main(), timeout=150)
     assert len(before) == 2 and after == before
     assert members == 2                                 # b is still a member while away
     assert len(a_while_away) == 2 and not set(a_while_away) & set(before)
