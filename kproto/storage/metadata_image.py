@@ -439,20 +439,20 @@ class MetadataImage:
         """Make :meth:`take_changes` report what differs from ``old`` (an image replaced by
         one loaded from a snapshot, as Kafka's loader diffs the two images)."""
         self.take_changes()
-        for name, t in self.topics.items():
-            o = old.topics.get(name)
-            if o is None or o.topic_id != t.topic_id:
+        ids = {n: t.topic_id for n, t in self.topics.items()}
+        old_ids = {n: t.topic_id for n, t in old.topics.items()}
+        for name, topic_id in ids.items():
+            if old_ids.get(name) != topic_id:
                 self._topics_created[name] = None
-        for name, o in old.topics.items():
-            t = self.topics.get(name)
-            if t is None or o.topic_id != t.topic_id:
+        for name, topic_id in old_ids.items():
+            if ids.get(name) != topic_id:
                 self._topics_deleted[name] = None
         keys = {(t.topic_id, i) for img in (self, old) for t in img.topics.values()
                 for i in t.partitions}
         for topic_id, i in keys:
-            t, o = self.topics_by_id.get(topic_id), old.topics_by_id.get(topic_id)
-            now = None if t is None else t.partitions.get(i)
-            before = None if o is None else o.partitions.get(i)
+            now_topic, old_topic = self.topics_by_id.get(topic_id), old.topics_by_id.get(topic_id)
+            now = None if now_topic is None else now_topic.partitions.get(i)
+            before = None if old_topic is None else old_topic.partitions.get(i)
             if now != before:
                 self._partitions[(topic_id, i)] = before
         self._brokers = {i for i in set(self.brokers) | set(old.brokers)

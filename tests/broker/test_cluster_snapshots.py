@@ -160,3 +160,48 @@ def test_kafka_dump_log_segments_reads_the_snapshots(tmp_path) -> None:
         kinds = [ln.split("headerKeys: [] ", 1)[1].split(" ")[0] for ln in lines
                  if ln.startswith("| offset") and " payload: " not in ln]
         assert kinds == ["SnapshotHeader", "SnapshotFooter"], kinds
+
+
+@pytest.mark.kafka_cluster(brokers=3, controllers=1, raft_config=CLUSTER_CONFIG)
+def test_a_broker_cut_off_past_the_log_start_loads_the_snapshot_over_its_image(
+        kafka_cluster: ClusterThread) -> None:
+    """A broker that missed a topic's deletion and creations (the log truncated meanwhile)
+    loads the snapshot over its image: the deleted topic's replica goes, the new ones come."""
+    pytest.importorskip("confluent_kafka")
+    from confluent_kafka.admin import AdminClient, NewTopic
+    c = kafka_cluster
+    c.create_topic("gone", 1, 3)
+    c.create_topic("stay", 1, 3)
+    c.wait_for(lambda cl: os.path.isdir(os.path.join(cl.brokers[3].core.logs.data_dir, "gone-0")))
+    end_before = c.inspect(lambda cl: cl.brokers[3].core.raft.log.log_end_offset)
+    c.isolate(3)
+    admin = AdminClient({"bootstrap.servers": c.inspect(
+        lambda cl: f"{cl.brokers[1].config.host}:{cl.brokers[1].config.port}")})
+    for f in admin.delete_topics(["gone"], operation_timeout=10).values():
+        f.result(15)
+    controller = c.cluster.controller_ids[0]
+
+    def truncated() -> bool:
+        return c.inspect(lambda cl: cl.controllers[controller].replica.log.log_start_offset) > end_before
+    # new topics until the controller's log starts past broker 3's end (not
+    # Cluster.create_topic: it waits for every broker, broker 3 too, to know the topic)
+    for round in range(10):
+        fresh = [NewTopic(f"new{round}-{i}", 1, replica_assignment=[[1, 2]]) for i in range(5)]
+        for f in admin.create_topics(fresh, operation_timeout=10).values():
+            f.result(15)
+        if truncated():
+            break
+    assert truncated(), "the controller's log was not truncated past broker 3's end"
+    c.heal(3)
+
+    def caught_up(cl: Any) -> bool:
+        b = cl.brokers[3].core
+        image = cl.controllers[controller].controller.committed
+        return b.ready and set(b.image.topics) == set(image.topics) and all(
+            os.path.isdir(os.path.join(b.logs.data_dir, f"{p.topic}-{p.partition}"))
+            for p in image.all_partitions() if 3 in p.replicas)
+    c.wait_for(caught_up, 30, "broker 3 caught up through the snapshot")
+    raft = c.inspect(lambda cl: cl.brokers[3].core.raft.describe())
+    assert raft["log_start_offset"] > end_before          # it loaded a snapshot
+    assert "gone" not in c.inspect(lambda cl: cl.brokers[3].core.image.topics)
+    assert not os.path.exists(os.path.join(c.data_dir, "broker-3", "gone-0"))
