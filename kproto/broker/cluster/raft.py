@@ -60,7 +60,7 @@ QUORUM_STATE_FILE = "quorum-state"
 FETCH, VOTE, BEGIN_QUORUM_EPOCH, END_QUORUM_EPOCH, DESCRIBE_QUORUM, FETCH_SNAPSHOT = 1, 52, 53, 54, 55, 59
 # the newest versions a Kafka 3.9 controller speaks (its Vote, BeginQuorumEpoch and
 # EndQuorumEpoch stop at v1; Vote v2 is 4.x's pre-vote)
-SEND_VERSIONS = {FETCH: 17, VOTE: 1, BEGIN_QUORUM_EPOCH: 1, END_QUORUM_EPOCH: 1, FETCH_SNAPSHOT: 0}
+SEND_VERSIONS = {FETCH: 17, VOTE: 1, BEGIN_QUORUM_EPOCH: 1, END_QUORUM_EPOCH: 1, FETCH_SNAPSHOT: 1}
 
 _LEADER_CHANGE = 2            # ControlRecordType.LEADER_CHANGE
 _RETRY_BACKOFF_BASE_MS = 100  # KafkaRaftClient's base of the election backoffs
