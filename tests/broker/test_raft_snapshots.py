@@ -160,3 +160,45 @@ def test_fetch_snapshot_answers(tmp_path) -> None:
     assert ask(lead, sid.end_offset, sid.epoch, 0, lead.epoch + 1).error_code == ErrorCode.UNKNOWN_LEADER_EPOCH
     follower = next(r for n, r in net.nodes.items() if n != lead.node_id)
     assert ask(follower, sid.end_offset, sid.epoch, 0, lead.epoch).error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+
+
+def test_snapshot_by_time_and_no_truncation_within_retention(tmp_path) -> None:
+    """``max_snapshot_interval_ms`` alone makes a snapshot once new records came; with the
+    default retention (100 MiB) the log keeps its start: Kafka deletes nothing it need not."""
+    config = RaftConfig(max_bytes_between_snapshots=1 << 30, max_snapshot_interval_ms=2_000)
+    net = SnapNet(str(tmp_path), config=config)
+    lead = net.elect()
+    _fill(net, lead, 3)
+    assert all(not n.snapshots.ids for n in net.nodes.values())
+    net.run(2_500)
+    assert all(not n.snapshots.ids for n in net.nodes.values())   # no new records, no snapshot
+    _fill(net, lead, 1)
+    for n, node in net.nodes.items():
+        assert node.snapshots.ids == [(node.high_watermark, lead.epoch)], n
+        assert node.log.log_start_offset == 0
+        assert decode_snapshot(node.snapshots.read(node.snapshots.latest))[1] == net.kvs[n].values
+
+
+def test_a_snapshot_past_the_log_end_at_start_truncates_the_log(tmp_path) -> None:
+    """A follower stopped between downloading a snapshot and truncating its log (Kafka's
+    case in ``KafkaMetadataLog.apply``): at start the log begins at the snapshot."""
+    net = SnapNet(str(tmp_path), config=SIM_CONFIG)
+    lead = net.elect()
+    _fill(net, lead, 60)
+    sid = lead.snapshots.latest
+    net.crash(4)
+    shutil.rmtree(os.path.join(str(tmp_path), "node4"))
+    os.makedirs(os.path.join(str(tmp_path), "node4", "__cluster_metadata-0"))
+    shutil.copy(lead.snapshots.file(sid), os.path.join(str(tmp_path), "node4", "__cluster_metadata-0"))
+    with open(os.path.join(str(tmp_path), "node4", "__cluster_metadata-0",
+                           snapshot_file_name(sid)[:-len(".checkpoint")] + ".checkpoint.part"), "wb") as f:
+        f.write(b"half a download")
+    observer = net.start(4)
+    assert observer.log.log_start_offset == observer.log.log_end_offset == sid.end_offset
+    assert observer.snapshots.ids == [sid]
+    assert not [f for f in os.listdir(observer.log.path) if f.endswith(".part")]
+    net.sent.clear()
+    net.run(3_000, net.caught_up())
+    assert net.kvs[4].loaded == [sid.end_offset] and net.kvs[4].values == net.kvs[lead.node_id].values
+    # it had the snapshot: no FetchSnapshot needed
+    assert not [s for s in net.sent if s[2] == FETCH_SNAPSHOT]
