@@ -202,3 +202,25 @@ def test_a_snapshot_past_the_log_end_at_start_truncates_the_log(tmp_path) -> Non
     assert net.kvs[4].loaded == [sid.end_offset] and net.kvs[4].values == net.kvs[lead.node_id].values
     # it had the snapshot: no FetchSnapshot needed
     assert not [s for s in net.sent if s[2] == FETCH_SNAPSHOT]
+
+
+def test_a_snapshot_damaged_on_the_way_is_fetched_again(tmp_path) -> None:
+    net = SnapNet(str(tmp_path), config=SIM_CONFIG)
+    lead = net.elect()
+    _fill(net, lead, 60)
+    read = lead.snapshots.read
+    damaged: list[int] = []
+
+    def flip_once(sid: SnapshotId, position: int = 0, max_bytes: int = -1) -> bytes:
+        data = read(sid, position, max_bytes)
+        if position == 0 and max_bytes != -1 and not damaged:   # a FetchSnapshot's first chunk
+            damaged.append(position)
+            data = data[:30] + bytes([data[30] ^ 0xFF]) + data[31:]
+        return data
+    lead.snapshots.read = flip_once  # type: ignore[method-assign]
+    net.crash(4)
+    shutil.rmtree(os.path.join(str(tmp_path), "node4"))
+    net.start(4)
+    net.run(5_000, net.caught_up())
+    assert damaged and net.caught_up()()
+    assert net.kvs[4].values == net.kvs[lead.node_id].values

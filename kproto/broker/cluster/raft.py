@@ -42,6 +42,7 @@ from kproto.codecs import request as request_codec
 from kproto.codecs import response as response_codec
 from kproto.codecs.primitives import Uuid
 from kproto.error_codes import ErrorCode
+from kproto.errors import DecodeError
 from kproto.records.batch import RecordBatch
 from kproto.records.builder import RecordBatchBuilder
 from kproto.records.reader import BatchReader
@@ -215,8 +216,9 @@ class KRaftReplica:
         self._hw = 0
         self._applied = log.log_start_offset
         log.set_high_watermark(0)
-        # snapshots: the files, a download in progress (id, bytes so far), what was handed to
-        # the listener since the last snapshot, the epoch and timestamp of the last batch handed
+        # snapshots: the files, the one being downloaded (its bytes in its .part file), the
+        # bytes handed to the listener since the last snapshot, the epoch and timestamp of the
+        # last batch handed
         self.snapshots = SnapshotStore(log.path)
         self._download: Optional[SnapshotId] = None
         self._fresh_listener = True
@@ -321,7 +323,7 @@ class KRaftReplica:
     def _initialize(self) -> None:
         stored = read_quorum_state(os.path.join(self.log.path, QUORUM_STATE_FILE))
         self._persisted = stored
-        log_epoch = max(self.log.latest_epoch, 0)
+        log_epoch = self._end()[0]   # a log that starts at a snapshot: the snapshot's epoch
         if stored is None or stored[0] < log_epoch:
             # no file, or the log is ahead of it (Kafka's QuorumState.initialize)
             self._transition(UNATTACHED, max(log_epoch, stored[0] if stored else 0))
@@ -896,7 +898,14 @@ class KRaftReplica:
         self._last_fetch_ok_ms = self.timer.clock.now_ms()
         size = self.snapshots.append_part(sid, bytes(part.unaligned_records or b""))
         if size >= part.size:
-            decode_snapshot(self.snapshots.read_part(sid))  # whole and well formed, or DecodeError
+            try:
+                decode_snapshot(self.snapshots.read_part(sid))
+            except DecodeError:
+                # damaged on the way or on the leader's disk: not kept, fetched again
+                self.snapshots.abandon(sid)
+                self._download = None
+                self._retry_fetch()
+                return
             self.snapshots.freeze(sid)
             self._download = None
             if not self._truncate_to_latest_snapshot():
