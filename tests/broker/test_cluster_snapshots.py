@@ -205,3 +205,32 @@ def test_a_broker_cut_off_past_the_log_start_loads_the_snapshot_over_its_image(
     assert raft["log_start_offset"] > end_before          # it loaded a snapshot
     assert "gone" not in c.inspect(lambda cl: cl.brokers[3].core.image.topics)
     assert not os.path.exists(os.path.join(c.data_dir, "broker-3", "gone-0"))
+
+
+@pytest.mark.kafka_cluster(brokers=1, controllers=3, raft_config=CLUSTER_CONFIG,
+                           default_replication_factor=1)
+def test_a_standby_controller_behind_the_log_start_loads_the_leaders_snapshot(
+        kafka_cluster: ClusterThread) -> None:
+    c = kafka_cluster
+    active = c.active_controller()
+    standby = next(n for n in c.cluster.controller_ids if n != active)
+    end_before = c.inspect(lambda cl: cl.controllers[standby].replica.log.log_end_offset)
+    c.stop(standby)
+
+    def truncated_past_it(cl: Any) -> bool:
+        return cl.controllers[active].replica.log.log_start_offset > end_before
+    for i in range(60):
+        c.create_topic(f"c{i}", 2, 1)
+        if c.inspect(truncated_past_it):
+            break
+    assert c.inspect(truncated_past_it)
+    c.start(standby)
+
+    def same(cl: Any) -> bool:
+        mine, theirs = cl.controllers[standby], cl.controllers[active]
+        return mine.running and mine.replica.high_watermark == theirs.replica.high_watermark \
+            and _assignments(mine.controller.committed) == _assignments(theirs.controller.committed)
+    c.wait_for(same, 30, "the standby controller caught up")
+    raft = c.inspect(lambda cl: cl.controllers[standby].replica.describe())
+    # its log now starts past where it ended: it started over at the leader's snapshot
+    assert raft["log_start_offset"] > end_before and raft["snapshots"]
