@@ -35,8 +35,8 @@ from kproto.records.record import ATTR_TIMESTAMP_TYPE, increment_sequence
 from kproto.storage.checkpoints import (CleanShutdown, EpochEntry, LeaderEpochCheckpoint,
                                         MetaProperties, OffsetCheckpoint, PartitionMetadata)
 from kproto.storage.indexes import IndexBuilder, encode_txn_index
-from kproto.storage.layout import (offset_file_name, parse_partition_dir_name, partition_dir_name,
-                                   scan_partition_dir)
+from kproto.storage.layout import (offset_file_name, parse_offset_file_name, parse_partition_dir_name,
+                                   partition_dir_name, scan_partition_dir)
 from kproto.storage.writer import FileOp, PartitionLog, ProducerStateTracker, rebuild_txn_index
 
 __all__ = ["BrokerError", "LogConfig", "AppendInfo", "Log", "LogManager", "Topic",
@@ -296,7 +296,7 @@ class Log:
         self._high_watermark: Optional[int] = None
         self._open(recover, start_offset)
 
-    def _open(self, recover: bool, start_offset: Optional[int]) -> None:
+    def _open(self, recover: bool, start_offset: Optional[int], base_offset: int = 0) -> None:
         path, config = self.path, self.config
         self.segments = []
         self.last_offsets, self.positions, self.max_timestamps = [], [], []
@@ -305,7 +305,7 @@ class Log:
         self.producers = {}
         self.aborted = []
         os.makedirs(path, exist_ok=True)
-        next_offset = 0
+        next_offset = base_offset
         epochs: list = []
         if recover:
             next_offset, epochs = self._recover()
@@ -652,6 +652,17 @@ class Log:
         self._open(True, start)
         self.recovery.append(f"truncated to {new_end} (asked {offset})")
         return self.log_end_offset
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Drop every batch and start the log empty at ``offset`` (Kafka's
+        ``UnifiedLog.truncateFullyAndStartAt``: a KRaft replica that fetched a snapshot past
+        its log end): segment files, producer snapshots and leader epochs gone."""
+        self.close(clean=False)
+        for name in os.listdir(self.path):
+            if parse_offset_file_name(name) is not None or name == "leader-epoch-checkpoint":
+                os.unlink(os.path.join(self.path, name))
+        self._open(False, None, base_offset=offset)
+        self.recovery.append(f"truncated fully, starting at {offset}")
 
     def _write(self, batch: RecordBatch, data: bytes, base: int, max_ts: int, max_delta: int) -> int:
         """Hand a patched batch to the storage log and index it in memory; returns its last offset."""

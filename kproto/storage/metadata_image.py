@@ -384,6 +384,84 @@ class MetadataImage:
                     t.partitions[i] = new
                     self._note_partition((t.topic_id, i), p)
 
+    # ------------------------------------------------------------------ snapshots
+    def records(self) -> list[tuple[Any, int]]:
+        """The image as the ``(record, version)`` list a KRaft snapshot holds, in Kafka's
+        ``MetadataImage.write`` order: features (``metadata.version`` first), brokers, topics
+        with their partitions, configs, the producer id block. Replaying them into an empty
+        image gives this one back. The versions are those the controller writes at
+        ``metadata.version`` 3.9-IV0; record types the image does not keep are not written."""
+        from kproto.codecs import metadata_record
+
+        out: list[tuple[Any, int]] = []
+        feature = metadata_record(RecordType.FEATURE_LEVEL)
+        for name in sorted(self.features, key=lambda n: (n != "metadata.version", n)):
+            out.append((feature(name=name, feature_level=self.features[name]), 0))
+        register = metadata_record(RecordType.REGISTER_BROKER)
+        for b in sorted(self.brokers.values(), key=lambda b: b.id):
+            out.append((register(
+                broker_id=b.id, is_migrating_zk_broker=False, incarnation_id=b.incarnation_id,
+                broker_epoch=b.epoch,
+                end_points=[register.cls.BrokerEndpoint(name=e.name, host=e.host, port=e.port,
+                                                        security_protocol=e.security_protocol)
+                            for e in b.listeners],
+                features=[register.cls.BrokerFeature(name=n, min_supported_version=lo,
+                                                     max_supported_version=hi)
+                          for n, (lo, hi) in b.features.items()],
+                rack=b.rack, fenced=b.fenced, in_controlled_shutdown=b.in_controlled_shutdown,
+                log_dirs=list(b.log_dirs)), 3))
+        topic, partition = metadata_record(RecordType.TOPIC), metadata_record(RecordType.PARTITION)
+        for t in sorted(self.topics.values(), key=lambda t: t.name):
+            out.append((topic(name=t.name, topic_id=t.topic_id), 0))
+            for i in sorted(t.partitions):
+                p = t.partitions[i]
+                out.append((partition(
+                    partition_id=i, topic_id=t.topic_id, replicas=list(p.replicas),
+                    isr=list(p.isr), removing_replicas=list(p.removing_replicas),
+                    adding_replicas=list(p.adding_replicas), leader=p.leader,
+                    leader_recovery_state=p.leader_recovery_state, leader_epoch=p.leader_epoch,
+                    partition_epoch=p.partition_epoch, directories=list(p.directories),
+                    # Kafka sets the ELR fields only where ELR is enabled (absent: null)
+                    eligible_leader_replicas=list(p.elr) if p.elr else None,
+                    last_known_elr=list(p.last_known_elr) if p.last_known_elr else None), 2))
+        config = metadata_record(RecordType.CONFIG)
+        for (rtype, rname), entries in sorted(self.configs.items()):
+            for name, value in sorted(entries.items()):
+                out.append((config(resource_type=rtype, resource_name=rname, name=name,
+                                   value=value), 0))
+        if self.next_producer_id > 0 or self.producer_ids_owner != (-1, -1):
+            # Kafka's ProducerIdsImage.write: the next block only, no owner
+            out.append((metadata_record(RecordType.PRODUCER_IDS)(
+                broker_id=-1, broker_epoch=-1, next_producer_id=self.next_producer_id), 0))
+        return out
+
+    def note_changes_since(self, old: "MetadataImage") -> None:
+        """Make :meth:`take_changes` report what differs from ``old`` (an image replaced by
+        one loaded from a snapshot, as Kafka's loader diffs the two images)."""
+        self.take_changes()
+        ids = {n: t.topic_id for n, t in self.topics.items()}
+        old_ids = {n: t.topic_id for n, t in old.topics.items()}
+        for name, topic_id in ids.items():
+            if old_ids.get(name) != topic_id:
+                self._topics_created[name] = None
+        for name, topic_id in old_ids.items():
+            if ids.get(name) != topic_id:
+                self._topics_deleted[name] = None
+        keys = {(t.topic_id, i) for img in (self, old) for t in img.topics.values()
+                for i in t.partitions}
+        for topic_id, i in keys:
+            now_topic, old_topic = self.topics_by_id.get(topic_id), old.topics_by_id.get(topic_id)
+            now = None if now_topic is None else now_topic.partitions.get(i)
+            before = None if old_topic is None else old_topic.partitions.get(i)
+            if now != before:
+                self._partitions[(topic_id, i)] = before
+        self._brokers = {i for i in set(self.brokers) | set(old.brokers)
+                         if self.brokers.get(i) != old.brokers.get(i)}
+        self._configs = {k: None for k in set(self.configs) | set(old.configs)
+                         if self.configs.get(k) != old.configs.get(k)}
+        self._features = {n: None for n in set(self.features) | set(old.features)
+                          if self.features.get(n) != old.features.get(n)}
+
     # ------------------------------------------------------------------ changes
     def take_changes(self) -> MetadataChanges:
         """What changed since the previous call (or since the image was made)."""

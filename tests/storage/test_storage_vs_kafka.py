@@ -366,3 +366,37 @@ def test_format_kafka_replaces_malformed_utf8_as_java_does(raw, java):
 
     text = _java_string(base64.b64encode(bytes.fromhex(raw)).decode())
     assert text.encode("utf-8").hex() == java
+
+
+def test_kafkas_metadata_snapshot_loads_to_the_image_of_its_log(kafka_logdirs):
+    """kproto's image of a snapshot Apache Kafka wrote is the image of Kafka's log up to the
+    snapshot's end, and the image's own snapshot records (what a kproto cluster writes) give
+    it back."""
+    from kproto.broker.cluster.snapshots import decode_snapshot
+    from kproto.storage.metadata_image import MetadataImage, encode_metadata_record
+    from kproto.storage.partition import Partition
+
+    folder = next(kafka_logdirs.clean.glob("__cluster_metadata-0"))
+    snaps = sorted(f for f in folder.glob("*.checkpoint") if not f.name.startswith("0" * 20))
+    assert snaps
+    end = int(snaps[-1].name.split("-")[0])
+    from_log = MetadataImage()
+    for _seg, batch in Partition.open(str(folder)).batches():
+        if batch.is_control:
+            continue
+        for r in batch.records():
+            if r.offset < end and r.value is not None:
+                from_log.replay_value(bytes(r.value), r.offset)
+    from_snapshot = MetadataImage()
+    for value in decode_snapshot(snaps[-1].read_bytes())[1]:
+        from_snapshot.replay_value(value, end - 1)
+    again = MetadataImage()
+    for obj, version in from_snapshot.records():
+        again.replay_value(encode_metadata_record(obj, version), end - 1)
+    assert from_log.topics and from_log.brokers
+    for image in (from_snapshot, again):
+        assert image.topics == from_log.topics
+        assert image.brokers == from_log.brokers
+        assert image.configs == from_log.configs
+        assert image.features == from_log.features
+        assert image.next_producer_id == from_log.next_producer_id

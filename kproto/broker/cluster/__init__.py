@@ -1,6 +1,7 @@
 """A KRaft cluster: the metadata quorum, replication, and brokers driven by the metadata log.
 
-- :mod:`~kproto.broker.cluster.raft`: the Raft replica of ``__cluster_metadata``.
+- :mod:`~kproto.broker.cluster.raft`: the Raft replica of ``__cluster_metadata``;
+  :mod:`~kproto.broker.cluster.snapshots`: its snapshot files.
 - :mod:`~kproto.broker.cluster.controller`: the quorum controller;
   :mod:`~kproto.broker.cluster.controller_node`: one controller on a socket.
 - :mod:`~kproto.broker.cluster.replica`: partition replication between brokers.

@@ -43,7 +43,8 @@ from kproto.broker.cluster.controller_node import CONTROLLER_APIS
 from kproto.broker.core import (IMPLEMENTED, BrokerCore, Request, find_coordinator_message,
                                 metadata_request_topics)
 from kproto.broker.log import BrokerError, Log, topic_name_error
-from kproto.storage.metadata_image import NO_LEADER, TOPIC_RESOURCE, MetadataImage, PartitionInfo
+from kproto.storage.metadata_image import (NO_LEADER, TOPIC_RESOURCE, MetadataImage, PartitionInfo,
+                                            encode_metadata_record)
 from kproto.broker.coordinators.offsets_topic import OFFSETS_TOPIC, partition_for
 from kproto.broker.purgatory import DelayedOperation, DelayedOperationPurgatory
 from kproto.broker.cluster.raft import KRaftReplica, RaftConfig, RaftTransport, open_metadata_log
@@ -224,7 +225,7 @@ class ClusterBrokerCore(BrokerCore):
         self._pid_next, self._pid_end = 0, 0
         self._pid_fetching = False
         self._creating: set[str] = set()
-        self.metadata_log = open_metadata_log(data_dir)
+        self.metadata_log = open_metadata_log(data_dir, raft_config)
         self.raft = KRaftReplica(self.node_id, self.voters, self.metadata_log,
                                  cluster_id=self.logs.cluster_id, transport=transport,
                                  timer=self.timer, config=raft_config)
@@ -413,6 +414,21 @@ class ClusterBrokerCore(BrokerCore):
         for offset, value in records:
             self.image.replay_value(value, offset)
         self._apply(self.image.take_changes())
+
+    def handle_load_snapshot(self, end_offset: int, values: list[bytes]) -> None:
+        """A metadata snapshot replaces the image (at start, or when this broker fell behind
+        the log start); what differs from the image before is applied as a commit's changes."""
+        image = MetadataImage(self.logs.cluster_id)
+        for value in values:
+            image.replay_value(value, end_offset - 1)
+        image.offset = end_offset - 1
+        image.note_changes_since(self.image)
+        self.image = image
+        self._apply(image.take_changes())
+
+    def snapshot_records(self) -> list[bytes]:
+        """The image as a snapshot's record values."""
+        return [encode_metadata_record(obj, v) for obj, v in self.image.records()]
 
     def handle_leader_change(self, leader_id: Optional[int], epoch: int) -> None:
         """A new metadata quorum leader: our next controller requests go to it."""

@@ -391,6 +391,24 @@ class QuorumController:
         self._maybe_activate()
         self._complete_pending()
 
+    def handle_load_snapshot(self, end_offset: int, values: list[bytes]) -> None:
+        """A metadata snapshot (every record below ``end_offset``) replaces the committed
+        image, as Kafka's controller loads one at start or when it fell behind the log start."""
+        image = MetadataImage(self.config.cluster_id or None)
+        for value in values:
+            image.replay_value(value, end_offset - 1)
+        image.offset = end_offset - 1
+        image.take_changes()
+        self.committed = image
+        self.committed_end = end_offset
+        if not self.active:
+            self.image = self.committed
+        self._complete_pending()
+
+    def snapshot_records(self) -> list[bytes]:
+        """The committed image as a snapshot's record values."""
+        return [encode_metadata_record(obj, v) for obj, v in self.committed.records()]
+
     def handle_leader_change(self, leader_id: Optional[int], epoch: int) -> None:
         """A new Raft epoch: become active when this node leads, resign otherwise. The Raft
         side tells a new leader only once it handed over every earlier committed record, so

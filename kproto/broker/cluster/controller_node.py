@@ -1,7 +1,7 @@
 """A KRaft controller node on a real socket: one voter of the controller quorum.
 
 :class:`ControllerCore` is the sans-I/O part: it decodes request frames and routes the Raft
-APIs (Vote, BeginQuorumEpoch, EndQuorumEpoch, Fetch, DescribeQuorum) to the node's
+APIs (Vote, BeginQuorumEpoch, EndQuorumEpoch, Fetch, DescribeQuorum, FetchSnapshot) to the node's
 :class:`~kproto.broker.cluster.raft.KRaftReplica` and the controller APIs (BrokerRegistration,
 BrokerHeartbeat, CreateTopics, AlterPartition, ...) to its
 :class:`~kproto.broker.cluster.controller.QuorumController`, which answers NOT_CONTROLLER unless it is
@@ -33,7 +33,8 @@ from kproto.broker.cluster.controller import ControllerConfig, QuorumController
 from kproto.broker.core import Channel, Request, parse_request
 from kproto.broker.cluster.network import NodeNetwork
 from kproto.broker.cluster.raft import (BEGIN_QUORUM_EPOCH, DESCRIBE_QUORUM, END_QUORUM_EPOCH, FETCH,
-                                VOTE, KRaftReplica, RaftConfig, RaftTransport, open_metadata_log)
+                                FETCH_SNAPSHOT, VOTE, KRaftReplica, RaftConfig, RaftTransport,
+                                open_metadata_log)
 from kproto.broker.server import Listener
 from kproto.broker.timer import Clock, SystemTimer
 from kproto.codecs import request as request_codec
@@ -52,7 +53,7 @@ __all__ = ["ControllerCore", "ControllerNode", "RaftMetadataLog", "RAFT_APIS", "
 #: last fetched epoch; Vote v2 is Kafka 4's pre-vote, which the replica answers).
 RAFT_APIS: dict[int, tuple[int, int]] = {
     FETCH: (12, 17), VOTE: (0, 2), BEGIN_QUORUM_EPOCH: (0, 1), END_QUORUM_EPOCH: (0, 1),
-    DESCRIBE_QUORUM: (0, 2),
+    DESCRIBE_QUORUM: (0, 2), FETCH_SNAPSHOT: (0, 1),
 }
 #: Controller APIs and the versions the QuorumController's handlers were written for (a
 #: Kafka 3.9 controller's ranges, CreateTopics/DeleteTopics as the broker's).
@@ -123,7 +124,7 @@ class ControllerCore:
                  clock: Optional[Clock] = None) -> None:
         self.node_id = node_id
         self.timer = SystemTimer(clock=clock)
-        self.log = open_metadata_log(data_dir)
+        self.log = open_metadata_log(data_dir, raft_config)
         self.replica = KRaftReplica(node_id, voters, self.log, cluster_id=cluster_id,
                                     transport=transport, timer=self.timer, config=raft_config)
         # a copy: one config object may be given to every node of the quorum

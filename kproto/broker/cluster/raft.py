@@ -12,7 +12,17 @@ What the leader writes is a real Kafka log: a LeaderChangeMessage control batch 
 epoch, data batches carry null keys, each batch's partition leader epoch is the leader's.
 The leader's high watermark is the majority's end offset, and only once it passes the start of
 its own epoch (Raft's rule that a leader commits nothing of older terms by counting replicas).
-Snapshots (FetchSnapshot, KIP-630) are not implemented.
+
+Snapshots (KIP-630) as Kafka's ``KafkaMetadataLog`` keeps them: once the state machine has
+been handed ``metadata.log.max.record.bytes.between.snapshots`` bytes of batches (or
+``metadata.log.max.snapshot.interval.ms`` passed with new ones), the replica writes the
+listener's image as ``<end offset>-<epoch>.checkpoint`` (:mod:`~kproto.broker.cluster.snapshots`);
+when the log and its snapshots outgrow ``metadata.max.retention.bytes`` (or snapshots are older
+than ``metadata.max.retention.ms``) the log start offset moves up to a newer snapshot, older
+snapshots and the segments wholly below it are deleted. A Fetch below the log start is answered
+with the latest snapshot's id, the follower downloads it with FetchSnapshot, truncates its log
+fully to start at the snapshot, and its listener loads the snapshot before the records after
+it; a listener new to the replica (a restart) also starts from the latest snapshot.
 """
 from __future__ import annotations
 
@@ -21,15 +31,18 @@ import os
 import random
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Protocol, Sequence
+from typing import Any, Callable, Optional, Protocol, Sequence, Union
 
+from kproto.broker.cluster.snapshots import SnapshotId, SnapshotStore, decode_snapshot, encode_snapshot
 from kproto.broker.log import METADATA_TOPIC, Log, LogConfig, replace_file
+from kproto.broker.retention import delete_oldest_segments
 from kproto.broker.timer import CallbackTask, SystemTimer
 from kproto.codecs import message
 from kproto.codecs import request as request_codec
 from kproto.codecs import response as response_codec
 from kproto.codecs.primitives import Uuid
 from kproto.error_codes import ErrorCode
+from kproto.errors import DecodeError
 from kproto.records.batch import RecordBatch
 from kproto.records.builder import RecordBatchBuilder
 from kproto.records.reader import BatchReader
@@ -48,7 +61,7 @@ QUORUM_STATE_FILE = "quorum-state"
 FETCH, VOTE, BEGIN_QUORUM_EPOCH, END_QUORUM_EPOCH, DESCRIBE_QUORUM, FETCH_SNAPSHOT = 1, 52, 53, 54, 55, 59
 # the newest versions a Kafka 3.9 controller speaks (its Vote, BeginQuorumEpoch and
 # EndQuorumEpoch stop at v1; Vote v2 is 4.x's pre-vote)
-SEND_VERSIONS = {FETCH: 17, VOTE: 1, BEGIN_QUORUM_EPOCH: 1, END_QUORUM_EPOCH: 1}
+SEND_VERSIONS = {FETCH: 17, VOTE: 1, BEGIN_QUORUM_EPOCH: 1, END_QUORUM_EPOCH: 1, FETCH_SNAPSHOT: 1}
 
 _LEADER_CHANGE = 2            # ControlRecordType.LEADER_CHANGE
 _RETRY_BACKOFF_BASE_MS = 100  # KafkaRaftClient's base of the election backoffs
@@ -73,6 +86,18 @@ class RaftConfig:
     request_timeout_ms: int = 2000         # controller.quorum.request.timeout.ms
     retry_backoff_ms: int = 20             # controller.quorum.retry.backoff.ms
     fetch_max_wait_ms: int = 500           # KafkaRaftClient's fetchMaxWaitMs (not a config)
+    #: metadata.log.max.record.bytes.between.snapshots
+    max_bytes_between_snapshots: int = 20 * 1024 * 1024
+    #: metadata.log.max.snapshot.interval.ms (0: no snapshot for time alone)
+    max_snapshot_interval_ms: int = 3_600_000
+    #: metadata.max.retention.bytes (-1: no limit), log and snapshots together
+    max_retention_bytes: int = 100 * 1024 * 1024
+    #: metadata.max.retention.ms (-1: no limit), the age of a snapshot
+    max_retention_ms: int = 604_800_000
+    #: metadata.log.segment.bytes
+    segment_bytes: int = 1024 * 1024 * 1024
+    #: a FetchSnapshot's max_bytes (KafkaRaftClient.MAX_FETCH_SIZE_BYTES, not a config)
+    fetch_snapshot_max_bytes: int = 8 * 1024 * 1024
 
 
 class RaftTransport(Protocol):
@@ -83,16 +108,23 @@ class RaftTransport(Protocol):
 
 
 class RaftListener(Protocol):
-    """What the state machine (the controller, a broker's metadata image) is told."""
+    """What the state machine (the controller, a broker's metadata image) is told. A listener
+    with snapshots also has ``snapshot_records() -> list[bytes]`` (its committed state as
+    record values, asked right after a ``handle_commit``) and ``handle_load_snapshot(end_offset,
+    values)`` (replace the state by a snapshot's, which holds every record below
+    ``end_offset``)."""
 
     def handle_commit(self, records: list[tuple[int, bytes]]) -> None: ...
 
     def handle_leader_change(self, leader_id: Optional[int], epoch: int) -> None: ...
 
 
-def open_metadata_log(log_dir: str, config: Optional[LogConfig] = None) -> Log:
-    """The ``__cluster_metadata-0`` log under ``log_dir``, recovered when it exists."""
+def open_metadata_log(log_dir: str, config: Union[LogConfig, RaftConfig, None] = None) -> Log:
+    """The ``__cluster_metadata-0`` log under ``log_dir``, recovered when it exists (a
+    :class:`RaftConfig` gives its segment size)."""
     path = os.path.join(log_dir, f"{METADATA_TOPIC}-{METADATA_PARTITION}")
+    if isinstance(config, RaftConfig):
+        config = LogConfig(segment_bytes=config.segment_bytes)
     return Log(path, METADATA_TOPIC, METADATA_PARTITION, METADATA_TOPIC_ID, config or LogConfig(),
                recover=os.path.isdir(path))
 
@@ -184,6 +216,17 @@ class KRaftReplica:
         self._hw = 0
         self._applied = log.log_start_offset
         log.set_high_watermark(0)
+        # snapshots: the files, the one being downloaded (its bytes in its .part file), the
+        # bytes handed to the listener since the last snapshot, the epoch and timestamp of the
+        # last batch handed
+        self.snapshots = SnapshotStore(log.path)
+        self._download: Optional[SnapshotId] = None
+        self._fresh_listener = True
+        self._bytes_since_snapshot = 0
+        self._last_snapshot_ms = self.timer.clock.now_ms()
+        self._applied_epoch = 0
+        self._applied_ts = -1
+        self._recover_snapshots()
         self._notified: Optional[tuple[Optional[int], int]] = None
         # candidate
         self._granted: set[int] = set()
@@ -216,7 +259,9 @@ class KRaftReplica:
         if self._closed:
             return
         self._notified = None
-        self._applied = self.log.log_start_offset   # a new state machine starts from the top
+        # a new state machine starts from the top: the latest snapshot, else the log start
+        self._applied = self.log.log_start_offset
+        self._fresh_listener = True
         self._deliver()
         if self.state == LEADER:
             if self._hw_known:
@@ -278,7 +323,7 @@ class KRaftReplica:
     def _initialize(self) -> None:
         stored = read_quorum_state(os.path.join(self.log.path, QUORUM_STATE_FILE))
         self._persisted = stored
-        log_epoch = max(self.log.latest_epoch, 0)
+        log_epoch = self._end()[0]   # a log that starts at a snapshot: the snapshot's epoch
         if stored is None or stored[0] < log_epoch:
             # no file, or the log is ahead of it (Kafka's QuorumState.initialize)
             self._transition(UNATTACHED, max(log_epoch, stored[0] if stored else 0))
@@ -313,6 +358,10 @@ class KRaftReplica:
         self._gen += 1
         self._cancel_tasks()
         self._fetching = False
+        if self._download is not None:
+            # a snapshot download belongs to the follower state it began in (Kafka's)
+            self.snapshots.abandon(self._download)
+            self._download = None
         if state != RESIGNED:
             self._persist()  # Resigned keeps the Leader's record (Kafka: memory-only)
         if was_leader:
@@ -335,8 +384,13 @@ class KRaftReplica:
         return len(self.voters) // 2 + 1
 
     def _end(self) -> tuple[int, int]:
-        """(last fetched epoch, log end offset); an empty log's epoch is 0, as Kafka's."""
-        return max(self.log.latest_epoch, 0), self.log.log_end_offset
+        """(last fetched epoch, log end offset), as Kafka's ``KafkaMetadataLog``: an empty log
+        starting at the latest snapshot has the snapshot's epoch, another empty log epoch 0."""
+        epoch, end = self.log.latest_epoch, self.log.log_end_offset
+        if epoch < 0:
+            latest = self.snapshots.latest
+            epoch = latest.epoch if latest is not None and latest.end_offset == end else 0
+        return epoch, end
 
     def _election_timeout(self) -> int:
         """A fresh randomized election timeout, remembered as the state's deadline."""
@@ -578,6 +632,9 @@ class KRaftReplica:
             dst = self.rng.choice(self.voters)
         if dst is None:
             return
+        if self._download is not None:
+            self._send_fetch_snapshot(dst, self._download)
+            return
         cls = request_codec(FETCH).cls
         last_epoch, end = self._end()
         body = cls(cluster_id=self.cluster_id, replica_id=-1,
@@ -616,10 +673,17 @@ class KRaftReplica:
             return
         self._schedule("fetch-timeout", self.config.fetch_timeout_ms, self._fetch_timed_out)
         self._last_fetch_ok_ms = self.timer.clock.now_ms()
-        if part.snapshot_id is not None and part.snapshot_id.end_offset >= 0:
-            raise NotImplementedError("KRaft snapshots (FetchSnapshot) are not implemented")
+        snap = part.snapshot_id
         div = part.diverging_epoch
-        if div is not None and div.epoch >= 0:
+        if snap is not None and (snap.end_offset >= 0 or snap.epoch >= 0):
+            if snap.end_offset < 0 or snap.epoch < 0:
+                self._retry_fetch()  # Kafka logs the bad id and fetches again
+                return
+            # the leader's log starts past ours: download its snapshot first (not checked
+            # against the local log: it is past its end)
+            self._download = SnapshotId(snap.end_offset, snap.epoch)
+            self.snapshots.begin(self._download)
+        elif div is not None and div.epoch >= 0:
             self._truncate_diverging(div.epoch, div.end_offset)
         elif part.records:
             self.log.append_as_follower(part.records)
@@ -646,6 +710,14 @@ class KRaftReplica:
         self._deliver()
 
     def _deliver(self) -> None:
+        latest = self.snapshots.latest
+        if self._applied < self._hw:
+            # Kafka's updateListenersProgress: a new listener starts from the latest snapshot,
+            # one behind the log start needs it
+            if latest is not None and (self._fresh_listener
+                                       or self._applied < self.log.log_start_offset):
+                self._load_snapshot(latest)
+            self._fresh_listener = False
         records: list[tuple[int, bytes]] = []
         while self._applied < self._hw:
             data = self.log.read(self._applied, 1 << 20, True, max_offset=None)
@@ -660,11 +732,190 @@ class KRaftReplica:
                         if self._applied <= r.offset < self._hw and r.value is not None:
                             records.append((r.offset, bytes(r.value)))
                 nxt = min(b.last_offset + 1, self._hw)
+                if nxt > b.base_offset and b.last_offset >= self._applied:
+                    self._bytes_since_snapshot += b.size_in_bytes
+                    self._applied_epoch = b.partition_leader_epoch
+                    self._applied_ts = b.max_timestamp
             if nxt == self._applied:
                 break
             self._applied = nxt
         if records and self.listener is not None:
             self.listener.handle_commit(records)
+        self._maybe_snapshot()
+
+    # ------------------------------------------------------------------ snapshots
+    def _recover_snapshots(self) -> None:
+        """At start, as Kafka's ``KafkaMetadataLog.apply``: snapshots below the log start go,
+        and a log behind the latest snapshot (a follower stopped between downloading one and
+        truncating) is truncated to start at it."""
+        for sid in [s for s in self.snapshots.ids if s.end_offset < self.log.log_start_offset]:
+            self.snapshots.delete(sid)
+        self._truncate_to_latest_snapshot()
+
+    def _truncate_to_latest_snapshot(self) -> bool:
+        """Kafka's ``truncateToLatestSnapshot``: start the log at the latest snapshot when that
+        is newer than the log's end; older snapshots are forgotten."""
+        latest = self.snapshots.latest
+        log_epoch = max(self.log.latest_epoch, 0)
+        if latest is None or not (latest.epoch > log_epoch or (
+                latest.epoch == log_epoch and latest.end_offset > self.log.log_end_offset)):
+            return False
+        self.log.truncate_fully_and_start_at(latest.end_offset)
+        self.snapshots.delete_before(latest)
+        return True
+
+    def _load_snapshot(self, sid: SnapshotId) -> None:
+        """Hand the listener the snapshot ``sid``; the records after it follow."""
+        timestamp, values = decode_snapshot(self.snapshots.read(sid))
+        if self.listener is not None:
+            load = getattr(self.listener, "handle_load_snapshot", None)
+            if load is None:
+                raise NotImplementedError(f"{type(self.listener).__name__} cannot load a "
+                                          "metadata snapshot")
+            load(sid.end_offset, values)
+        self._applied, self._applied_epoch, self._applied_ts = sid.end_offset, sid.epoch, timestamp
+        self._bytes_since_snapshot = 0
+        self._last_snapshot_ms = self.timer.clock.now_ms()
+
+    def _maybe_snapshot(self) -> None:
+        """Kafka's ``SnapshotGenerator``: snapshot the listener's state at ``_applied`` once
+        enough bytes (or time, with new bytes) went by since the last one."""
+        make = getattr(self.listener, "snapshot_records", None)
+        if make is None or self._closed or self._bytes_since_snapshot == 0:
+            return
+        cfg = self.config
+        now = self.timer.clock.now_ms()
+        if self._bytes_since_snapshot < cfg.max_bytes_between_snapshots and not (
+                cfg.max_snapshot_interval_ms > 0
+                and now - self._last_snapshot_ms >= cfg.max_snapshot_interval_ms):
+            return
+        latest = self.snapshots.latest
+        if latest is not None and latest.end_offset >= self._applied:
+            return
+        self.create_snapshot(make())
+
+    def create_snapshot(self, values: list[bytes]) -> SnapshotId:
+        """Write ``values`` (the listener's state after every record handed to it) as the
+        snapshot at the committed offset reached, then clean the log as Kafka's
+        ``KafkaMetadataLog.maybeClean`` does; the snapshot's id."""
+        sid = SnapshotId(self._applied, self._applied_epoch)
+        if sid not in self.snapshots.ids:
+            self.snapshots.write(sid, encode_snapshot(values, sid.epoch, self.wall_ms(),
+                                                      self._applied_ts))
+        self._bytes_since_snapshot = 0
+        self._last_snapshot_ms = self.timer.clock.now_ms()
+        self.clean()
+        return sid
+
+    def clean(self) -> bool:
+        """Kafka's ``maybeClean``: while the log and snapshots together exceed the retention
+        bytes, or the oldest snapshot is older than the retention time, the log start moves to
+        the next snapshot (older snapshots and whole segments below it deleted); the latest
+        snapshot always stays. Whether anything was deleted."""
+        cfg = self.config
+        did = False
+        if cfg.max_retention_bytes >= 0:
+            snap_total = self.snapshots.total_size()
+
+            def over(sid: SnapshotId) -> bool:
+                nonlocal snap_total
+                if sum(seg.size for seg in self.log.segments) + snap_total > cfg.max_retention_bytes:
+                    snap_total -= self.snapshots.size(sid)
+                    return True
+                return False
+            did |= self._clean_snapshots(over)
+        if cfg.max_retention_ms >= 0:
+            now = self.wall_ms()
+            did |= self._clean_snapshots(
+                lambda sid: now - self.snapshots.mtime_ms(sid) > cfg.max_retention_ms)
+        return did
+
+    def _clean_snapshots(self, predicate: Callable[[SnapshotId], bool]) -> bool:
+        did = False
+        ids = list(self.snapshots.ids)
+        for sid, nxt in zip(ids, ids[1:]):
+            if predicate(sid) and self._delete_before_snapshot(nxt):
+                did = True
+            else:
+                break
+        return did
+
+    def _delete_before_snapshot(self, sid: SnapshotId) -> bool:
+        """Kafka's ``deleteBeforeSnapshot``: the log start offset up to ``sid`` (never past the
+        high watermark), the segments wholly below it and the older snapshots deleted."""
+        log = self.log
+        latest = self.snapshots.latest
+        if latest is None or sid not in self.snapshots.ids \
+                or not log.log_start_offset < sid.end_offset <= latest.end_offset \
+                or sid.end_offset > min(self._hw, log.log_end_offset):
+            return False
+        segs = log.segments
+        doomed = sum(1 for i in range(len(segs) - 1) if segs[i + 1].base_offset <= sid.end_offset)
+        delete_oldest_segments(log, doomed)
+        log.plog.start_offset = max(log.plog.start_offset, sid.end_offset)
+        self.snapshots.delete_before(sid)
+        return True
+
+    def _send_fetch_snapshot(self, dst: int, sid: SnapshotId) -> None:
+        cls = request_codec(FETCH_SNAPSHOT).cls
+        body = cls(cluster_id=self.cluster_id, replica_id=self.node_id,
+                   max_bytes=self.config.fetch_snapshot_max_bytes,
+                   topics=[cls.TopicSnapshot(name=METADATA_TOPIC, partitions=[cls.PartitionSnapshot(
+                       partition=METADATA_PARTITION, current_leader_epoch=self._epoch,
+                       snapshot_id=cls.SnapshotId(end_offset=sid.end_offset, epoch=sid.epoch),
+                       position=self.snapshots.part_size(sid))])])
+        self._fetching = True
+        self._send(dst, FETCH_SNAPSHOT, body, self._on_fetch_snapshot_response)
+
+    def _on_fetch_snapshot_response(self, resp: Any) -> None:
+        """Kafka's ``handleFetchSnapshotResponse``: append the chunk at its position; the last
+        one freezes the snapshot, the log restarts at it and the listener loads it."""
+        self._fetching = False
+        sid = self._download
+        part = _single_partition(resp)
+        if part is None or sid is None:
+            self._retry_fetch()
+            return
+        cur = part.current_leader
+        gen = self._gen
+        if self._handle_common(part.error_code, cur.leader_id, cur.leader_epoch):
+            if gen == self._gen:
+                self._retry_fetch()
+            return
+        if self.state != FOLLOWER:
+            self._retry_fetch()
+            return
+        got = SnapshotId(part.snapshot_id.end_offset, part.snapshot_id.epoch)
+        if part.error_code != ErrorCode.NONE or got != sid \
+                or part.position != self.snapshots.part_size(sid):
+            # gone on the leader (SNAPSHOT_NOT_FOUND: a newer one replaced it) or not what was
+            # asked: start over with a Fetch, which names the leader's latest snapshot
+            self.snapshots.abandon(sid)
+            self._download = None
+            self._retry_fetch()
+            return
+        self._schedule("fetch-timeout", self.config.fetch_timeout_ms, self._fetch_timed_out)
+        self._last_fetch_ok_ms = self.timer.clock.now_ms()
+        size = self.snapshots.append_part(sid, bytes(part.unaligned_records or b""))
+        if size >= part.size:
+            try:
+                decode_snapshot(self.snapshots.read_part(sid))
+            except DecodeError:
+                # damaged on the way or on the leader's disk: not kept, fetched again
+                self.snapshots.abandon(sid)
+                self._download = None
+                self._retry_fetch()
+                return
+            self.snapshots.freeze(sid)
+            self._download = None
+            if not self._truncate_to_latest_snapshot():
+                raise AssertionError(f"node {self.node_id}: the snapshot {sid} fetched is not "
+                                     f"past the log end {self.log.log_end_offset}")
+            # the log's high watermark is the snapshot's end now (Kafka's
+            # updateFollowerHighWatermark after truncateToLatestSnapshot)
+            self._set_hw(sid.end_offset)
+            self._deliver()
+        self._schedule("fetch", 1, self._send_fetch)
 
     def _leader_appended(self) -> None:
         self._maybe_advance_leader_hw()
@@ -700,7 +951,7 @@ class KRaftReplica:
         elif api_key == DESCRIBE_QUORUM:
             respond(self._handle_describe(body))
         elif api_key == FETCH_SNAPSHOT:
-            raise NotImplementedError("KRaft snapshots (FetchSnapshot) are not implemented")
+            respond(self._handle_fetch_snapshot(body))
         else:
             raise ValueError(f"api key {api_key} is not a KRaft request")
 
@@ -857,7 +1108,10 @@ class KRaftReplica:
             part.error_code = ErrorCode.BROKER_NOT_AVAILABLE
         else:
             epoch, end = _end_offset_for_epoch(self.log, req.last_fetched_epoch)
-            if epoch != req.last_fetched_epoch or end < req.fetch_offset:
+            snap = self._snapshot_for_fetch(req.fetch_offset, req.last_fetched_epoch)
+            if snap is not None:
+                part.snapshot_id = cls.SnapshotId(end_offset=snap.end_offset, epoch=snap.epoch)
+            elif epoch != req.last_fetched_epoch or end < req.fetch_offset:
                 part.diverging_epoch = cls.EpochEndOffset(epoch=epoch, end_offset=end)
             else:
                 if may_park:
@@ -871,6 +1125,63 @@ class KRaftReplica:
         respond(cls(error_code=ErrorCode.NONE, responses=[cls.FetchableTopicResponse(
             topic=topic.topic, topic_id=topic.topic_id, partitions=[part])]))
 
+    def _snapshot_for_fetch(self, offset: int, epoch: int) -> Optional[SnapshotId]:
+        """The snapshot a fetch at ``offset`` with last fetched ``epoch`` must load first
+        (Kafka's ``validateOffsetAndEpoch``): when the log does not start at 0 and the fetch is
+        below its start, at it with another epoch than the earliest snapshot's, or behind
+        that snapshot's epoch: the latest snapshot."""
+        start = self.log.log_start_offset
+        earliest = self.snapshots.earliest
+        if (start == 0 and offset == 0) or earliest is None:
+            return None
+        if offset < start or (offset == start and epoch != earliest.epoch) or epoch < earliest.epoch:
+            return self.snapshots.latest
+        return None
+
+    def _handle_fetch_snapshot(self, body: Any) -> Any:
+        """FetchSnapshot as Kafka's ``handleFetchSnapshotRequest`` answers it: the leader
+        only, a slice of up to max_bytes of the snapshot from the position asked."""
+        cls = response_codec(FETCH_SNAPSHOT).cls
+        if not self._cluster_ok(body.cluster_id):
+            return cls(error_code=ErrorCode.INCONSISTENT_CLUSTER_ID)
+        if len(body.topics) != 1 or len(body.topics[0].partitions) != 1:
+            return cls(error_code=ErrorCode.INVALID_REQUEST)
+        topic, req = body.topics[0], body.topics[0].partitions[0]
+        part = cls.PartitionSnapshot(index=req.partition, current_leader=cls.LeaderIdAndEpoch(
+            leader_id=self._leader_or_minus(), leader_epoch=self._epoch))
+
+        def answer() -> Any:
+            return cls(error_code=ErrorCode.NONE, topics=[cls.TopicSnapshot(
+                name=topic.name, partitions=[part])])
+        if topic.name != METADATA_TOPIC or req.partition != METADATA_PARTITION:
+            part.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            part.current_leader = cls.LeaderIdAndEpoch(leader_id=-1, leader_epoch=-1)
+            return answer()
+        if req.current_leader_epoch < self._epoch:
+            part.error_code = ErrorCode.FENCED_LEADER_EPOCH
+        elif req.current_leader_epoch > self._epoch:
+            part.error_code = ErrorCode.UNKNOWN_LEADER_EPOCH
+        elif self.state != LEADER:
+            part.error_code = ErrorCode.NOT_LEADER_OR_FOLLOWER
+        elif self._closed:
+            part.error_code = ErrorCode.BROKER_NOT_AVAILABLE
+        if part.error_code != ErrorCode.NONE:
+            return answer()
+        sid = SnapshotId(req.snapshot_id.end_offset, req.snapshot_id.epoch)
+        if sid not in self.snapshots.ids:
+            part.error_code = ErrorCode.SNAPSHOT_NOT_FOUND
+            return answer()
+        size = self.snapshots.size(sid)
+        if not 0 <= req.position < size:
+            part.error_code = ErrorCode.POSITION_OUT_OF_RANGE
+            return answer()
+        if body.replica_id in self.voters:
+            self._note_voter_fetch(body.replica_id)
+        part.snapshot_id = cls.SnapshotId(end_offset=sid.end_offset, epoch=sid.epoch)
+        part.size, part.position = size, req.position
+        part.unaligned_records = self.snapshots.read(sid, req.position, max(0, min(body.max_bytes, size)))
+        return answer()
+
     def _replica_fetched(self, replica_id: int, fetch_offset: int) -> None:
         now = self.wall_ms()
         st = self._replicas.get(replica_id)
@@ -882,12 +1193,15 @@ class KRaftReplica:
         st.update_fetch(now, self.log.log_end_offset)
         if replica_id in self.voters:
             self._unacked.discard(replica_id)
-            self._fetched_voters.add(replica_id)
-            # Kafka's check quorum: a majority (the leader included) fetched since the last reset
-            if len(self._fetched_voters) + 1 >= self._majority:
-                self._fetched_voters = set()
-                self._reset_check_quorum()
+            self._note_voter_fetch(replica_id)
             self._maybe_advance_leader_hw()
+
+    def _note_voter_fetch(self, replica_id: int) -> None:
+        self._fetched_voters.add(replica_id)
+        # Kafka's check quorum: a majority (the leader included) fetched since the last reset
+        if len(self._fetched_voters) + 1 >= self._majority:
+            self._fetched_voters = set()
+            self._reset_check_quorum()
 
     def _park(self, replica_id: int, body: Any, respond: Callable[[Any], None]) -> None:
         entry: list = []
@@ -947,7 +1261,9 @@ class KRaftReplica:
         """The replica's state for logs and tests."""
         return {"node_id": self.node_id, "state": self.state, "epoch": self._epoch,
                 "leader_id": self._leader, "voted_id": self._voted,
-                "log_end_offset": self.log.log_end_offset, "high_watermark": self._hw}
+                "log_end_offset": self.log.log_end_offset, "high_watermark": self._hw,
+                "log_start_offset": self.log.log_start_offset,
+                "snapshots": [list(s) for s in self.snapshots.ids]}
 
 
 def _single_partition(body: Any) -> Any:
