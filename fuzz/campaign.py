@@ -8,7 +8,7 @@ blow-up.
 Each family runs for ``--seconds`` in worker processes; a worker caps its memory (the data
 limit: heap and private mappings, every allocation, but not files mapped read-only, whose pages
 are read as they are used) at ``--memory`` bytes above what importing kproto took and gives
-each input ``--timeout`` seconds.
+each input ``--timeout`` seconds of CPU time (and at most 15 times that in wall time).
 Inputs are mutations (bit flips, byte overwrites, inserts, cuts, splices, length-field
 boundary values) of seeds taken from the project's own data (``examples/``), of valid
 record batches of every codec, of decompression bombs and of random bytes. An exception that
@@ -420,6 +420,10 @@ def mutate(rnd: random.Random, data: bytes, pool: list[bytes]) -> bytes:
 
 # -- workers ------------------------------------------------------------------------------------
 
+#: how many times an input's CPU-time budget it may take in wall time before it counts as a hang
+WALL_BACKSTOP = 15
+
+
 class _Timeout(BaseException):
     """Raised in the worker when an input takes longer than its time (not an Exception, so
     that no target swallows it)."""
@@ -427,6 +431,19 @@ class _Timeout(BaseException):
 
 def _alarm(signum, frame):
     raise _Timeout()
+
+
+@contextlib.contextmanager
+def _budget(cpu_seconds: float):
+    """Raise :class:`_Timeout` in the block after ``cpu_seconds`` of CPU time or
+    :data:`WALL_BACKSTOP` times that in wall time."""
+    signal.setitimer(signal.ITIMER_PROF, cpu_seconds)
+    signal.setitimer(signal.ITIMER_REAL, cpu_seconds * WALL_BACKSTOP)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_PROF, 0)
+        signal.setitimer(signal.ITIMER_REAL, 0)
 
 
 def _limit_memory(extra: int) -> None:
@@ -465,33 +482,35 @@ def worker(family: str, seconds: float, seed: int, timeout: float, memory: int, 
     rnd = random.Random(seed)
     targets = {name: load_target(name) for name in FAMILIES[family]}
     pool = seeds(family)
+    # the budget is CPU time (a loaded or shared machine must not turn a slow turn of the
+    # scheduler into a finding), with a wall-clock backstop for a wait that burns none
+    signal.signal(signal.SIGPROF, _alarm)
+    signal.signal(signal.SIGALRM, _alarm)
     for fn in targets.values():  # warm up: first calls import and compile codecs
-        with contextlib.suppress(BaseException):
+        with contextlib.suppress(BaseException), _budget(timeout * WALL_BACKSTOP):
             fn(pool[-1])
     if family in ("messages", "frames", "captures", "cli"):
         _compile_every_codec()  # a decoder compiled on first use must not count against an input
     _limit_memory(memory)
-    signal.signal(signal.SIGALRM, _alarm)
     done, findings = 0, []
     end = time.monotonic() + seconds
     names = list(targets)
     while time.monotonic() < end:
         name = names[done % len(names)]
         data = mutate(rnd, rnd.choice(pool), pool) if rnd.random() < 0.95 else rnd.choice(pool)
-        signal.setitimer(signal.ITIMER_REAL, timeout)
         try:
-            targets[name](data)
+            with _budget(timeout):
+                targets[name](data)
         except _Timeout:
             findings.append(_save(Path(out), family, name, data, "timeout",
-                                  f"more than {timeout} s"))
+                                  f"more than {timeout} s of CPU time (or {timeout * WALL_BACKSTOP} s "
+                                  "of wall time)"))
         except MemoryError:
             findings.append(_save(Path(out), family, name, data, "memory",
                                   f"MemoryError under a {memory}-byte cap"))
         except Exception:  # noqa: BLE001 - any escaping exception breaks the promise
             findings.append(_save(Path(out), family, name, data, "exception",
                                   traceback.format_exc(limit=8)))
-        finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
         done += 1
         if len(findings) >= 20:
             break

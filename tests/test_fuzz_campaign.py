@@ -28,12 +28,17 @@ def _sleeps(data: bytes) -> None:
     time.sleep(5)
 
 
+def _spins(data: bytes) -> None:
+    while True:  # a hang burns CPU time: caught by the CPU-time budget, well before the backstop
+        pass
+
+
 def _allocates(data: bytes) -> None:
     bytearray(3 << 30)
 
 
 @pytest.mark.parametrize("target,kind", [(_raises, "exception"), (_sleeps, "timeout"),
-                                         (_allocates, "memory")])
+                                         (_spins, "timeout"), (_allocates, "memory")])
 def test_findings_are_saved_with_a_reproducer(campaign, tmp_path, target, kind):
     campaign._LOCAL["bad"] = target
     campaign.FAMILIES["bad"] = ["bad"]
