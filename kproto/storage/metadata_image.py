@@ -209,6 +209,8 @@ class MetadataImage:
         self.configs: dict[tuple[int, str], dict[str, str]] = {}
         #: finalized feature name -> level (``metadata.version`` among them)
         self.features: dict[str, int] = {}
+        #: the offset of the last FeatureLevelRecord (-1: none yet)
+        self.features_offset = -1
         self.next_producer_id = 0
         #: the broker that took the last producer id block, and its epoch
         self.producer_ids_owner: tuple[int, int] = (-1, -1)
@@ -262,6 +264,8 @@ class MetadataImage:
         handler = _REPLAY.get(record_type)
         if handler is not None:
             handler(self, obj)
+        if record_type == RecordType.FEATURE_LEVEL:
+            self.features_offset = offset
         self.offset = offset
 
     def _note_partition(self, key: tuple[Uuid, int], old: Optional[PartitionInfo]) -> None:

@@ -9,6 +9,7 @@ from typing import Any, Optional
 
 import pytest
 
+from kproto.broker.features import default_levels
 from kproto.broker.cluster.controller import (ControllerConfig, NotLeaderError, QuorumController,
                                       StripedReplicaPlacer)
 from kproto.storage.metadata_image import MetadataImage, decode_metadata_record
@@ -175,11 +176,13 @@ def cluster3(**config: Any) -> Cluster:
 
 # ---------------------------------------------------------------------------- brokers
 def test_bootstrap_writes_metadata_version() -> None:
+    # metadata.version first, then the levels of the other features kproto finalizes
     c = Cluster()
     c.commit()
-    (rtype, version, rec), = c.records()
-    assert (rtype, version, rec.name, rec.feature_level) == (12, 0, "metadata.version", 21)
-    assert c.image.features == {"metadata.version": 21}
+    assert [(rtype, version, rec.name, rec.feature_level) for rtype, version, rec in c.records()] == \
+        [(12, 0, "metadata.version", 21)] + [(12, 0, n, v) for n, v in default_levels().items()
+                                              if n != "metadata.version"]
+    assert c.image.features == default_levels()
 
 
 def test_registration_epoch_is_record_offset_and_unfence_when_caught_up() -> None:
@@ -855,7 +858,7 @@ def test_over_the_raft_replica(tmp_path: Any) -> None:
             break
         clock.advance(50)
         timer.advance_clock()
-    assert ctrl.is_active and ctrl.committed.features == {"metadata.version": 21}
+    assert ctrl.is_active and ctrl.committed.features == default_levels()
     R = request_codec(ApiKey.BROKER_REGISTRATION).cls
     out: list[Any] = []
     ctrl.handle(ApiKey.BROKER_REGISTRATION, 3, R(

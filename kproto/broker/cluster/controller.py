@@ -29,6 +29,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Optional, Protocol
 
+from kproto.broker import features as feat
 from kproto.broker.configs import LIST, TOPIC_CONFIGS
 from kproto.broker.log import BrokerError, topic_name_error
 from kproto.storage.metadata_image import (BROKER_RESOURCE, NO_LEADER, NO_LEADER_CHANGE, RECOVERED,
@@ -51,7 +52,7 @@ Respond = Callable[[Any], None]
 #: Kafka's ProducerIdsBlock.PRODUCER_ID_BLOCK_SIZE.
 PRODUCER_ID_BLOCK_SIZE = 1000
 #: metadata.version 3.9-IV0, the level Kafka 3.9 bootstraps a new cluster at.
-METADATA_VERSION_3_9 = 21
+METADATA_VERSION_3_9 = feat.METADATA_VERSION_3_9
 #: Kafka's DirectoryId.UNASSIGNED and MIGRATING.
 _UNASSIGNED = Uuid(b"\0" * 16)
 _MIGRATING = Uuid(b"\0" * 15 + b"\1")
@@ -379,6 +380,7 @@ class QuorumController:
             ApiKey.LIST_PARTITION_REASSIGNMENTS: self._list_reassignments,
             ApiKey.INCREMENTAL_ALTER_CONFIGS: self._incremental_alter_configs,
             ApiKey.ALLOCATE_PRODUCER_IDS: self._allocate_producer_ids,
+            ApiKey.UPDATE_FEATURES: self._update_features,
         }
 
     # ================================================================== Raft side
@@ -414,9 +416,11 @@ class QuorumController:
         now = self._now()
         self._heartbeats = {b: _Heartbeat(now) for b in self.image.brokers}
         if "metadata.version" not in self.image.features:
-            # a new cluster: bootstrap the metadata version as Kafka's activation records do
-            self._write([(metadata_record(12)(name="metadata.version",
-                                              feature_level=self.config.metadata_version), 0)])
+            # a new cluster: bootstrap the metadata version and the other features' levels as
+            # Kafka's activation records do
+            levels = {**feat.default_levels(), feat.METADATA_VERSION: self.config.metadata_version}
+            self._write([(metadata_record(12)(name=name, feature_level=level), 0)
+                         for name, level in sorted(levels.items(), key=lambda x: x[0] != feat.METADATA_VERSION)])
         self._schedule_session_check()
         if self.config.auto_leader_rebalance_enable:
             self._schedule_rebalance()
@@ -487,6 +491,8 @@ class QuorumController:
         msg = error_message(code)
         if api_key in (ApiKey.BROKER_REGISTRATION, ApiKey.ALLOCATE_PRODUCER_IDS):
             return cls(error_code=code)
+        if api_key == ApiKey.UPDATE_FEATURES:
+            return cls(error_code=code, error_message=msg)
         if api_key == ApiKey.BROKER_HEARTBEAT:
             return cls(error_code=code, is_caught_up=False, is_fenced=True, should_shut_down=False)
         if api_key in (ApiKey.UNREGISTER_BROKER, ApiKey.ALTER_PARTITION,
@@ -786,6 +792,21 @@ class QuorumController:
                                   next_producer_id=start + PRODUCER_ID_BLOCK_SIZE)
         self._write([(rec, 0)], respond, cls(error_code=0, producer_id_start=start,
                                              producer_id_len=PRODUCER_ID_BLOCK_SIZE), req)
+
+    # ================================================================== features
+    def _update_features(self, version: int, body: Any, respond: Respond) -> None:
+        """Kafka's FeatureControlManager: the checks of kproto.broker.features against this
+        controller's and every registered broker's supported ranges, then one
+        FeatureLevelRecord per update (none when validating only or on any error)."""
+        updates = feat.requested_updates(version, body)
+        outcome = feat.update_features(
+            updates, self.image.features, node_id=self.node_id,
+            validate_only=version >= 1 and body.validate_only,
+            brokers={b.id: b.features for b in self.image.brokers.values()})
+        records = [(metadata_record(12)(name=name, feature_level=level), 0)
+                   for name, level in outcome.levels.items()]
+        self._write(records, respond, feat.update_features_response(version, updates, outcome),
+                    (ApiKey.UPDATE_FEATURES, version, body))
 
     # ================================================================== topics
     def _placer(self) -> StripedReplicaPlacer:

@@ -27,10 +27,11 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Iterable, Mapping, Optional, Sequence, Union
+from typing import Any, Iterable, Mapping, Optional, Sequence, Union
 
 from kproto.broker.cluster.controller import ControllerConfig, QuorumController
 from kproto.broker.core import Channel, Request, parse_request
+from kproto.broker.features import set_api_versions_features
 from kproto.broker.cluster.network import NodeNetwork
 from kproto.broker.cluster.raft import (BEGIN_QUORUM_EPOCH, DESCRIBE_QUORUM, END_QUORUM_EPOCH, FETCH,
                                 VOTE, KRaftReplica, RaftConfig, RaftTransport, open_metadata_log)
@@ -69,6 +70,7 @@ CONTROLLER_APIS: dict[int, tuple[int, int]] = {
     ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),
     ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
     ApiKey.ALLOCATE_PRODUCER_IDS: (0, 0),
+    ApiKey.UPDATE_FEATURES: (0, 2),
 }
 _API_VERSIONS_RANGE = (0, 4)
 
@@ -120,8 +122,11 @@ class ControllerCore:
     def __init__(self, node_id: int, voters: Sequence[int], data_dir: str, *, cluster_id: str,
                  transport: RaftTransport, raft_config: Optional[RaftConfig] = None,
                  controller_config: Optional[ControllerConfig] = None,
-                 clock: Optional[Clock] = None) -> None:
+                 clock: Optional[Clock] = None,
+                 addresses: Optional[Mapping[int, tuple[str, int]]] = None) -> None:
         self.node_id = node_id
+        #: the controllers' (host, port), for DescribeQuorum's nodes
+        self.addresses = addresses if addresses is not None else {}
         self.timer = SystemTimer(clock=clock)
         self.log = open_metadata_log(data_dir)
         self.replica = KRaftReplica(node_id, voters, self.log, cluster_id=cluster_id,
@@ -170,10 +175,22 @@ class ControllerCore:
             channel.close("controller shutting down")
         elif key == ApiKey.API_VERSIONS:
             self._api_versions(cid, ver, channel, ErrorCode.NONE)
+        elif key == DESCRIBE_QUORUM:
+            self.replica.handle(key, ver, body, lambda resp: req.respond(self._with_nodes(ver, resp)))
         elif key in RAFT_APIS:
             self.replica.handle(key, ver, body, req.respond)
         else:
             self.controller.handle(key, ver, body, req.respond)
+
+    def _with_nodes(self, ver: int, resp: Any) -> Any:
+        """DescribeQuorum v2+ names the voters' controller listeners, as Kafka's does."""
+        parts = [p for t in resp.topics for p in t.partitions if p.error_code == ErrorCode.NONE]
+        if ver >= 2 and parts:
+            cls = type(resp)
+            resp.nodes = [cls.Node(node_id=v.replica_id, listeners=[cls.Listener(
+                name="CONTROLLER", host=self.addresses[v.replica_id][0], port=self.addresses[v.replica_id][1])])
+                for v in parts[0].current_voters if v.replica_id in self.addresses]
+        return resp
 
     def _api_versions(self, cid: int, ver: int, channel: Channel, code: int,
                       only: Optional[int] = None) -> None:
@@ -182,6 +199,11 @@ class ControllerCore:
         body = cls(error_code=code, api_keys=[
             cls.ApiVersion(api_key=k, min_version=self.versions[k][0],
                            max_version=self.versions[k][1]) for k in keys])
+        if ver >= 3 and only is None:
+            # as Kafka's controller: the committed levels, their epoch the offset of the last
+            # feature change
+            committed = self.controller.committed
+            set_api_versions_features(body, ver, committed.features, committed.features_offset)
         channel.respond(encode_response(ResponseHeader(correlation_id=cid), body,
                                         ApiKey.API_VERSIONS, ver))
 
@@ -261,7 +283,8 @@ class ControllerNode:
             self.core = ControllerCore(self.node_id, self.voters, self.data_dir,
                                        cluster_id=self.cluster_id, transport=transport,
                                        raft_config=self.raft_config,
-                                       controller_config=self.controller_config)
+                                       controller_config=self.controller_config,
+                                       addresses=self.network.addresses)
             listener.core = self.core
             listener.arm_timer()
         return self
