@@ -100,3 +100,27 @@ def test_describe_quorum_forwarded_to_the_controller(kafka_cluster: ClusterThrea
         assert sorted(o.replica_id for o in p.observers) == [1, 2]
         assert [(n.node_id, [(lst.name, lst.host, lst.port) for lst in n.listeners]) for n in resp.nodes] == \
             [(controller, [("CONTROLLER", chost, cport)])]
+
+
+@pytest.mark.kafka_cluster(brokers=1, controllers=3)
+def test_controllers_register_and_updates_wait_for_them(kafka_cluster: ClusterThread) -> None:
+    # each controller registers itself with the active one (RegisterControllerRecord), its
+    # controller listener and supported features
+    def registered(c: Any) -> bool:
+        return all(sorted(k.controller.committed.controllers) == sorted(c.controllers)
+                   for k in c.controllers.values())
+    kafka_cluster.wait_for(registered, what="every controller registered")
+    regs = kafka_cluster.inspect(lambda c: {n: (r.listeners[0].name, r.listeners[0].port, r.features)
+                                            for n, r in c.controllers[3001].controller.committed.controllers.items()})
+    ports = kafka_cluster.inspect(lambda c: {n: k.port for n, k in c.controllers.items()})
+    assert regs == {n: ("CONTROLLER", ports[n], supported_features()) for n in ports}
+    host, port = nodes(kafka_cluster)[1]
+    uf = request_codec(ApiKey.UPDATE_FEATURES).cls
+    resp = ask(host, port, uf(timeout_ms=5000, validate_only=True, feature_updates=[
+        uf.FeatureUpdateKey(feature="group.version", max_version_level=1, upgrade_type=1)]), 2)
+    assert (resp.error_code, resp.error_message) == (0, None)
+    # UnregisterController, forwarded: kproto's metadata.version is below 4.4-IV2
+    uc = request_codec(ApiKey.UNREGISTER_CONTROLLER).cls
+    resp = ask(host, port, uc(controller_id=3002), 0)
+    assert (resp.error_code, resp.error_message) == (
+        ErrorCode.UNSUPPORTED_VERSION, "The current MetadataVersion is too old to support controller unregistration.")

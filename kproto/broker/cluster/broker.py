@@ -64,7 +64,7 @@ __all__ = ["ClusterBrokerCore", "FORWARDED_APIS", "OFFSETS_TOPIC_REPLICATION_FAC
 FORWARDED_APIS = (ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS, ApiKey.CREATE_PARTITIONS,
                   ApiKey.INCREMENTAL_ALTER_CONFIGS, ApiKey.ELECT_LEADERS,
                   ApiKey.ALTER_PARTITION_REASSIGNMENTS, ApiKey.LIST_PARTITION_REASSIGNMENTS,
-                  ApiKey.UPDATE_FEATURES, ApiKey.DESCRIBE_QUORUM)
+                  ApiKey.UPDATE_FEATURES, ApiKey.DESCRIBE_QUORUM, ApiKey.UNREGISTER_CONTROLLER)
 #: offsets.topic.replication.factor (Kafka's default; fewer brokers: as many as there are)
 OFFSETS_TOPIC_REPLICATION_FACTOR = 3
 # the group APIs and where each names its groups

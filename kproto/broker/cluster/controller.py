@@ -53,6 +53,8 @@ Respond = Callable[[Any], None]
 PRODUCER_ID_BLOCK_SIZE = 1000
 #: metadata.version 3.9-IV0, the level Kafka 3.9 bootstraps a new cluster at.
 METADATA_VERSION_3_9 = feat.METADATA_VERSION_3_9
+#: metadata.version 3.7-IV0, from which controllers register (ControllerRegistration).
+METADATA_VERSION_3_7 = 15
 #: Kafka's DirectoryId.UNASSIGNED and MIGRATING.
 _UNASSIGNED = Uuid(b"\0" * 16)
 _MIGRATING = Uuid(b"\0" * 15 + b"\1")
@@ -115,6 +117,8 @@ class ControllerConfig:
     leader_imbalance_check_interval_ms: int = 300_000
     #: the metadata.version a new cluster is bootstrapped at
     metadata_version: int = METADATA_VERSION_3_9
+    #: the controller quorum's voter ids (UpdateFeatures waits for each to have registered)
+    voters: tuple[int, ...] = ()
     delete_topic_enable: bool = True
 
 
@@ -381,6 +385,8 @@ class QuorumController:
             ApiKey.INCREMENTAL_ALTER_CONFIGS: self._incremental_alter_configs,
             ApiKey.ALLOCATE_PRODUCER_IDS: self._allocate_producer_ids,
             ApiKey.UPDATE_FEATURES: self._update_features,
+            ApiKey.CONTROLLER_REGISTRATION: self._controller_registration,
+            ApiKey.UNREGISTER_CONTROLLER: self._unregister_controller,
         }
 
     # ================================================================== Raft side
@@ -491,7 +497,7 @@ class QuorumController:
         msg = error_message(code)
         if api_key in (ApiKey.BROKER_REGISTRATION, ApiKey.ALLOCATE_PRODUCER_IDS):
             return cls(error_code=code)
-        if api_key == ApiKey.UPDATE_FEATURES:
+        if api_key in (ApiKey.UPDATE_FEATURES, ApiKey.CONTROLLER_REGISTRATION, ApiKey.UNREGISTER_CONTROLLER):
             return cls(error_code=code, error_message=msg)
         if api_key == ApiKey.BROKER_HEARTBEAT:
             return cls(error_code=code, is_caught_up=False, is_fenced=True, should_shut_down=False)
@@ -802,11 +808,56 @@ class QuorumController:
         outcome = feat.update_features(
             updates, self.image.features, node_id=self.node_id,
             validate_only=version >= 1 and body.validate_only,
-            brokers={b.id: b.features for b in self.image.brokers.values()})
+            brokers={b.id: b.features for b in self.image.brokers.values()},
+            controllers={c.id: c.features for c in self.image.controllers.values()},
+            quorum=self.config.voters)
         records = [(metadata_record(12)(name=name, feature_level=level), 0)
                    for name, level in outcome.levels.items()]
         self._write(records, respond, feat.update_features_response(version, updates, outcome),
                     (ApiKey.UPDATE_FEATURES, version, body))
+
+    # ================================================================== controllers
+    def _metadata_version(self) -> int:
+        return self.image.features.get(feat.METADATA_VERSION, self.config.metadata_version)
+
+    def _controller_registration(self, version: int, body: Any, respond: Respond) -> None:
+        """Kafka's ClusterControlManager.registerController: a RegisterControllerRecord with
+        the controller's listeners and supported features (from metadata.version 3.7-IV0)."""
+        cls = response_codec(ApiKey.CONTROLLER_REGISTRATION).cls
+        req = (ApiKey.CONTROLLER_REGISTRATION, version, body)
+        if self._metadata_version() < METADATA_VERSION_3_7:
+            self._write([], respond, cls(error_code=ErrorCode.UNSUPPORTED_VERSION, error_message=
+                                         "The current MetadataVersion is too old to support controller "
+                                         "registrations."), req)
+            return
+        R = metadata_record(27)
+        rec = R(controller_id=body.controller_id, incarnation_id=body.incarnation_id,
+                zk_migration_ready=body.zk_migration_ready,
+                end_points=[R.cls.ControllerEndpoint(name=lst.name, host=lst.host, port=lst.port,
+                                                     security_protocol=lst.security_protocol)
+                            for lst in body.listeners],
+                features=[R.cls.ControllerFeature(name=f.name, min_supported_version=f.min_supported_version,
+                                                  max_supported_version=f.max_supported_version)
+                          for f in body.features])
+        self._write([(rec, 0)], respond, cls(error_code=0, error_message=None), req)
+
+    def _unregister_controller(self, version: int, body: Any, respond: Respond) -> None:
+        """Kafka 4.4's ClusterControlManager.unregisterController: from metadata.version
+        4.4-IV2 on, a registered controller (the active one too) is removed with an
+        UnregisterControllerRecord."""
+        cls = response_codec(ApiKey.UNREGISTER_CONTROLLER).cls
+        req = (ApiKey.UNREGISTER_CONTROLLER, version, body)
+        if self._metadata_version() < feat.METADATA_VERSION_4_4_IV2:
+            self._write([], respond, cls(error_code=ErrorCode.UNSUPPORTED_VERSION, error_message=
+                                         "The current MetadataVersion is too old to support controller "
+                                         "unregistration."), req)
+            return
+        if body.controller_id not in self.image.controllers:
+            self._write([], respond, cls(error_code=ErrorCode.CONTROLLER_ID_NOT_REGISTERED, error_message=
+                                         f"Controller ID {body.controller_id} is not currently registered."), req)
+            return
+        self._write([(metadata_record(29)(controller_id=body.controller_id), 0)], respond,
+                    cls(error_code=0, error_message=None), req)
 
     # ================================================================== topics
     def _placer(self) -> StripedReplicaPlacer:

@@ -29,14 +29,14 @@ import dataclasses
 import os
 from typing import Any, Iterable, Mapping, Optional, Sequence, Union
 
-from kproto.broker.cluster.controller import ControllerConfig, QuorumController
+from kproto.broker.cluster.controller import METADATA_VERSION_3_7, ControllerConfig, QuorumController
 from kproto.broker.core import Channel, Request, parse_request
-from kproto.broker.features import set_api_versions_features
+from kproto.broker.features import METADATA_VERSION, set_api_versions_features, supported_features
 from kproto.broker.cluster.network import NodeNetwork
 from kproto.broker.cluster.raft import (BEGIN_QUORUM_EPOCH, DESCRIBE_QUORUM, END_QUORUM_EPOCH, FETCH,
                                 VOTE, KRaftReplica, RaftConfig, RaftTransport, open_metadata_log)
 from kproto.broker.server import Listener
-from kproto.broker.timer import Clock, SystemTimer
+from kproto.broker.timer import CallbackTask, Clock, SystemTimer
 from kproto.codecs import request as request_codec
 from kproto.codecs import response as response_codec
 from kproto.codecs.primitives import Uuid
@@ -71,7 +71,11 @@ CONTROLLER_APIS: dict[int, tuple[int, int]] = {
     ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
     ApiKey.ALLOCATE_PRODUCER_IDS: (0, 0),
     ApiKey.UPDATE_FEATURES: (0, 2),
+    ApiKey.CONTROLLER_REGISTRATION: (0, 0),
+    ApiKey.UNREGISTER_CONTROLLER: (0, 0),
 }
+#: how often a controller checks that the metadata log holds its registration
+_REGISTRATION_CHECK_MS = 500
 _API_VERSIONS_RANGE = (0, 4)
 
 
@@ -133,11 +137,15 @@ class ControllerCore:
                                     transport=transport, timer=self.timer, config=raft_config)
         # a copy: one config object may be given to every node of the quorum
         cfg = dataclasses.replace(controller_config or ControllerConfig(), node_id=node_id,
-                                  cluster_id=cluster_id)
+                                  cluster_id=cluster_id, voters=tuple(voters))
         self.controller = QuorumController(node_id, RaftMetadataLog(self.replica), self.timer, cfg)
         self.replica.register(self.controller)
         self.versions = _advertised()
         self.closed = False
+        self.transport = transport
+        self.incarnation_id = Uuid(os.urandom(16))
+        self._registering = False
+        self._check_registration()
 
     # ------------------------------------------------------------------ time
     def next_deadline_ms(self) -> Optional[int]:
@@ -146,6 +154,33 @@ class ControllerCore:
     def advance_clock(self) -> None:
         """Run the due Raft and controller tasks (elections, fetches, session checks)."""
         self.timer.advance_clock()
+
+    # ------------------------------------------------------------------ registration
+    def _check_registration(self) -> None:
+        """Kafka's ControllerRegistrationManager: once the metadata log is at a version with
+        controller registrations and holds none of this incarnation, ask the active controller
+        (this one too) for one, with the controller listener and the supported features."""
+        if self.closed:
+            return
+        self.timer.add(CallbackTask(_REGISTRATION_CHECK_MS, self._check_registration))
+        committed = self.controller.committed
+        leader = self.replica.leader_id
+        mine = committed.controllers.get(self.node_id)
+        if (self._registering or leader is None or self.node_id not in self.addresses
+                or committed.features.get(METADATA_VERSION, 0) < METADATA_VERSION_3_7
+                or (mine is not None and mine.incarnation_id == self.incarnation_id)):
+            return
+        cls = request_codec(ApiKey.CONTROLLER_REGISTRATION).cls
+        host, port = self.addresses[self.node_id]
+        body = cls(controller_id=self.node_id, incarnation_id=self.incarnation_id, zk_migration_ready=False,
+                   listeners=[cls.Listener(name="CONTROLLER", host=host, port=port, security_protocol=0)],
+                   features=[cls.Feature(name=n, min_supported_version=lo, max_supported_version=hi)
+                             for n, (lo, hi) in supported_features().items()])
+        self._registering = True
+
+        def answered(resp: Optional[Any]) -> None:
+            self._registering = False  # checked again at the next tick either way
+        self.transport.send(leader, ApiKey.CONTROLLER_REGISTRATION, 0, body, answered, 5000)
 
     # ------------------------------------------------------------------ requests
     def handle(self, channel: Channel, frame: bytes) -> None:
