@@ -124,3 +124,28 @@ def test_controllers_register_and_updates_wait_for_them(kafka_cluster: ClusterTh
     resp = ask(host, port, uc(controller_id=3002), 0)
     assert (resp.error_code, resp.error_message) == (
         ErrorCode.UNSUPPORTED_VERSION, "The current MetadataVersion is too old to support controller unregistration.")
+
+
+#: What Kafka 4.4.0's controller listener serves and kproto's controllers do not: SASL (their
+#: listener is plaintext), ACLs, DescribeConfigs/AlterConfigs, delegation tokens, client quotas,
+#: SCRAM credentials, Envelope, FetchSnapshot (KRaft snapshots), DescribeCluster,
+#: AssignReplicasToDirs, the KIP-853 voter APIs (static voters).
+NOT_ON_KPROTO_CONTROLLERS = {17, 29, 30, 31, 32, 33, 36, 38, 39, 40, 41, 49, 50, 51, 58, 59, 60, 73, 80, 81, 82}
+
+
+def controller_versions(host: str, port: int) -> tuple[dict[int, tuple[int, int]], Any]:
+    resp = ask(host, port, API_VERSIONS, 4)
+    return {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}, resp
+
+
+def test_controller_api_versions_are_a_controller_listeners(kafka_cluster: ClusterThread, apache_kafka_cluster: Any) -> None:
+    ours, resp = controller_versions(*nodes(kafka_cluster)[kafka_cluster.active_controller()])
+    kafka_id = apache_kafka_cluster.controller_ids[0]
+    theirs, kresp = controller_versions(apache_kafka_cluster.host, apache_kafka_cluster.nodes[kafka_id].controller_port)
+    assert set(ours) == set(theirs) - NOT_ON_KPROTO_CONTROLLERS
+    for key, (lo, hi) in ours.items():
+        assert theirs[key][0] <= lo <= hi <= theirs[key][1], key
+    # and the features a controller answers: kproto's, as the brokers'
+    assert features(resp) == (default_levels(), supported_features())
+    assert {f.name for f in kresp.supported_features} >= set(supported_features())
+

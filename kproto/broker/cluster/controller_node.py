@@ -64,7 +64,7 @@ CONTROLLER_APIS: dict[int, tuple[int, int]] = {
     ApiKey.CREATE_TOPICS: (2, 7),
     ApiKey.DELETE_TOPICS: (1, 6),
     ApiKey.CREATE_PARTITIONS: (0, 3),
-    ApiKey.ALTER_PARTITION: (0, 3),
+    ApiKey.ALTER_PARTITION: (2, 3),  # Kafka 4 dropped v0-1 (KIP-896)
     ApiKey.ELECT_LEADERS: (0, 2),
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 0),
     ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),
