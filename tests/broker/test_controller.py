@@ -927,6 +927,10 @@ def test_controller_registration_and_unregistration() -> None:
     resp = c.call(ApiKey.UNREGISTER_CONTROLLER, 0, controller_id=9)
     assert (resp.error_code, resp.error_message) == (ErrorCode.CONTROLLER_ID_NOT_REGISTERED,
                                                      "Controller ID 9 is not currently registered.")
+    # the active controller (1) may not unregister itself, as Apache Kafka 4.4.0 answers
+    resp = c.call(ApiKey.UNREGISTER_CONTROLLER, 0, controller_id=1)
+    assert (resp.error_code, resp.error_message) == (ErrorCode.INVALID_REQUEST,
+                                                     "Controller cannot unregister itself while it is active.")
     assert c.call(ApiKey.UNREGISTER_CONTROLLER, 0, controller_id=2).error_code == 0
     rtype, version, rec = c.records()[-1]
     assert (rtype, version, rec.controller_id) == (29, 0, 2)

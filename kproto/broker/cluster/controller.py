@@ -842,11 +842,15 @@ class QuorumController:
         self._write([(rec, 0)], respond, cls(error_code=0, error_message=None), req)
 
     def _unregister_controller(self, version: int, body: Any, respond: Respond) -> None:
-        """Kafka 4.4's ClusterControlManager.unregisterController: from metadata.version
-        4.4-IV2 on, a registered controller (the active one too) is removed with an
+        """Kafka 4.4's unregisterController: not the active controller itself; from
+        metadata.version 4.4-IV2 on, a registered controller is removed with an
         UnregisterControllerRecord."""
         cls = response_codec(ApiKey.UNREGISTER_CONTROLLER).cls
         req = (ApiKey.UNREGISTER_CONTROLLER, version, body)
+        if body.controller_id == self.node_id:
+            self._write([], respond, cls(error_code=ErrorCode.INVALID_REQUEST, error_message=
+                                         "Controller cannot unregister itself while it is active."), req)
+            return
         if self._metadata_version() < feat.METADATA_VERSION_4_4_IV2:
             self._write([], respond, cls(error_code=ErrorCode.UNSUPPORTED_VERSION, error_message=
                                          "The current MetadataVersion is too old to support controller "
