@@ -121,7 +121,8 @@ def test_controllers_register_and_updates_wait_for_them(kafka_cluster: ClusterTh
     assert (resp.error_code, resp.error_message) == (0, None)
     # UnregisterController, forwarded: kproto's metadata.version is below 4.4-IV2
     uc = request_codec(ApiKey.UNREGISTER_CONTROLLER).cls
-    resp = ask(host, port, uc(controller_id=3002), 0)
+    standby = min(set(ports) - {kafka_cluster.active_controller()})
+    resp = ask(host, port, uc(controller_id=standby), 0)
     assert (resp.error_code, resp.error_message) == (
         ErrorCode.UNSUPPORTED_VERSION, "The current MetadataVersion is too old to support controller unregistration.")
 
