@@ -785,6 +785,13 @@ def update_features_errors(ctx: Context) -> ScenarioGen:
                        label=f"UpdateFeatures {label}", feature_updates=updates)
 
 
+# -- controllers -------------------------------------------------------------------------------
+@_sc(ApiKey.UNREGISTER_CONTROLLER)
+def unregister_controller_unknown(ctx: Context) -> ScenarioGen:
+    """A controller id nobody registered: CONTROLLER_ID_NOT_REGISTERED (nothing written)."""
+    yield ctx.call(ApiKey.UNREGISTER_CONTROLLER, controller_id=12345)
+
+
 # -- ACLs (only with an authorizer on both sides) ----------------------------------------------
 @_sc(ApiKey.DESCRIBE_ACLS, needs_authorizer=True)
 def describe_acls(ctx: Context) -> ScenarioGen:
