@@ -168,3 +168,27 @@ def test_describe_quorum_as_a_combined_node(core):
         (0, E.UNKNOWN_TOPIC_OR_PARTITION, 0, 0, "This server does not host this topic-partition."),
         (1, E.UNKNOWN_TOPIC_OR_PARTITION, 0, 0, "This server does not host this topic-partition.")]
     assert resp.nodes == []
+
+
+def test_registry_and_admin_client_against_apache_kafka(apache_kafka):
+    """The registry's Kafka 4.4.0 columns are what Apache Kafka 4.4.0 answers, read with
+    kproto's admin client; its update_features reaches Kafka's checks."""
+    import asyncio
+
+    from kproto.client.admin import Admin
+    from kproto.client.cluster import Cluster
+    from kproto.client.protocol import BrokerError
+
+    async def run():
+        async with Cluster(apache_kafka.bootstrap) as cluster:
+            admin = Admin(cluster)
+            described = await admin.describe_features()
+            await admin.update_features({"group.version": 1}, validate_only=True)
+            with pytest.raises(BrokerError) as err:
+                await admin.update_features({"group.version": 0}, validate_only=True)
+            return described, err.value
+    described, error = asyncio.run(run())
+    assert described.supported == {f.name: f.kafka_supported for f in feat.FEATURES.values()}
+    assert described.finalized == {f.name: f.kafka_level for f in feat.FEATURES.values()}
+    assert described.finalized_epoch >= 0
+    assert error.code == E.INVALID_UPDATE_VERSION and "without setting the upgrade type" in str(error)
