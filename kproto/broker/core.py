@@ -12,7 +12,9 @@ connection until the answer is out), so answers keep the order of their requests
 """
 from __future__ import annotations
 
+import json
 import logging
+import os
 import re
 import time
 from dataclasses import dataclass
@@ -24,7 +26,8 @@ from kproto.broker.security.auth import SASL_VERSIONS, Security
 from kproto.broker.security.authz import RequestAuthorizer
 from kproto.broker.configs import BrokerConfig, ConfigManager
 from kproto.broker.coordinators.group import GroupCoordinator
-from kproto.broker.log import BrokerError, Log, LogManager, Topic, topic_name_error
+from kproto.broker import features as feat
+from kproto.broker.log import BrokerError, Log, LogManager, Topic, replace_file, topic_name_error
 from kproto.broker.purgatory import DelayedOperation, DelayedOperationPurgatory
 from kproto.broker.retention import RetentionManager, maybe_roll_by_time
 from kproto.broker.coordinators.txn import TransactionCoordinator
@@ -96,10 +99,39 @@ IMPLEMENTED: dict[int, tuple[int, int]] = {
     # KIP-848 consumer groups (kproto.broker.coordinators.consumer_group)
     ApiKey.CONSUMER_GROUP_HEARTBEAT: (0, 1),
     ApiKey.CONSUMER_GROUP_DESCRIBE: (0, 1),
+    # feature flags (kproto.broker.features) and the metadata quorum as a combined node has it
+    ApiKey.UPDATE_FEATURES: (0, 2),
+    ApiKey.DESCRIBE_QUORUM: (0, 2),
     **ADMIN_VERSIONS,
     **SASL_VERSIONS,    # kproto.broker.security.auth
     **ACL_VERSIONS,     # kproto.broker.security.acl
 }
+
+
+# Kafka's text of UNKNOWN_TOPIC_OR_PARTITION in a DescribeQuorum answer
+_NOT_HOSTED = "This server does not host this topic-partition."
+
+#: The single broker's finalized feature levels and their epoch, beside meta.properties.
+FEATURES_FILE = "kproto-features.json"
+
+
+def _load_features(path: str) -> tuple[dict[str, int], int]:
+    """(levels, epoch) from the features file; a new broker's defaults (one feature record
+    each, so the epoch is the offset of the last) when there is none or it cannot be read."""
+    try:
+        with open(path, "rb") as f:
+            doc = json.loads(f.read())
+        return {str(k): int(v) for k, v in doc["features"].items()}, int(doc["epoch"])
+    except FileNotFoundError:
+        pass
+    except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
+        log.warning("%s unreadable (%r): feature levels back to their defaults", path, exc)
+    levels = feat.default_levels()
+    return levels, len(levels) - 1
+
+
+def _save_features(path: str, levels: dict[str, int], epoch: int) -> None:
+    replace_file(path, json.dumps({"version": 1, "epoch": epoch, "features": levels}, indent=1).encode())
 
 
 class Channel(Protocol):
@@ -292,6 +324,8 @@ class BrokerCore:
             if self.config.authorizer else None)
         self.authz = RequestAuthorizer(self.authorizer, self) if self.authorizer is not None else None
         self.security.on_change = lambda _store: self._save_security()
+        self.features_file = os.path.join(data_dir, FEATURES_FILE)
+        self.finalized_features, self.features_epoch = _load_features(self.features_file)
         acl = AclHandlers(self.authorizer, self._save_security)
         sec = self.security
         tx, adm = self.txns, self.admin
@@ -339,6 +373,8 @@ class BrokerCore:
             ApiKey.API_VERSIONS: self._api_versions, ApiKey.CREATE_TOPICS: self._create_topics,
             ApiKey.DELETE_TOPICS: self._delete_topics,
             ApiKey.INIT_PRODUCER_ID: self._init_producer_id,
+            ApiKey.UPDATE_FEATURES: self._update_features,
+            ApiKey.DESCRIBE_QUORUM: self._describe_quorum,
         }
         self.requests_handled = 0
 
@@ -589,9 +625,70 @@ class BrokerCore:
                                                 or body.node_id != self.config.node_id):
                 req.respond(cls(error_code=ErrorCode.REBOOTSTRAP_REQUIRED))
                 return
-        req.respond(cls(error_code=0, api_keys=[
+        resp = cls(error_code=0, api_keys=[
             cls.ApiVersion(api_key=k, min_version=lo, max_version=hi)
-            for k, (lo, hi) in sorted(self.api_versions().items())]))
+            for k, (lo, hi) in sorted(self.api_versions().items())])
+        if req.version >= 3:
+            feat.set_api_versions_features(resp, req.version, *self.feature_levels())
+        req.respond(resp)
+
+    # ------------------------------------------------------------------ features
+    def feature_levels(self) -> tuple[dict[str, int], int]:
+        """The finalized feature levels and their epoch, as ApiVersions v3+ answers them."""
+        return self.finalized_features, self.features_epoch
+
+    def _update_features(self, req: Request) -> None:
+        # Kafka's controller checks (kproto.broker.features); this node is its own controller
+        updates = feat.requested_updates(req.version, req.body)
+        outcome = feat.update_features(updates, self.finalized_features, node_id=self.config.node_id,
+                                       validate_only=req.version >= 1 and req.body.validate_only)
+        if outcome.levels:
+            levels = dict(self.finalized_features)
+            for name, level in outcome.levels.items():
+                if level > 0:
+                    levels[name] = level
+                else:
+                    levels.pop(name, None)
+            # one FeatureLevelRecord per update in a metadata log: the epoch is the last one's offset
+            self.finalized_features = levels
+            self.features_epoch += len(outcome.levels)
+            _save_features(self.features_file, levels, self.features_epoch)
+        req.respond(feat.update_features_response(req.version, updates, outcome))
+
+    # ------------------------------------------------------------------ DescribeQuorum
+    def _describe_quorum(self, req: Request) -> None:
+        """As Kafka's combined node with a one-voter quorum answers: this node leads the
+        metadata partition in epoch 1, whose log holds the feature records (its end is one past
+        the features epoch); the node's own listener stands for the controller listener."""
+        cls = response_codec(ApiKey.DESCRIBE_QUORUM).cls
+        text = req.version >= 2  # error messages from v2 on
+        end = self.features_epoch + 1
+        now = self.wall_ms()
+        me = self.config.node_id
+        topics, known = [], False
+        for t in req.body.topics:
+            parts = []
+            for p in t.partitions:
+                ours = (t.topic_name == "__cluster_metadata" and p.partition_index == 0
+                        and len(req.body.topics) == 1 and len(t.partitions) == 1)
+                known |= ours
+                if not ours:
+                    # Kafka answers every partition asked with this unless the request is exactly ours
+                    parts.append(cls.PartitionData(partition_index=p.partition_index,
+                                                   error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                                   error_message=_NOT_HOSTED if text else None,
+                                                   leader_id=0, leader_epoch=0, high_watermark=0))
+                    continue
+                parts.append(cls.PartitionData(
+                    partition_index=0, error_code=0, error_message="" if text else None, leader_id=me, leader_epoch=1,
+                    high_watermark=end, observers=[], current_voters=[cls.ReplicaState(
+                        replica_id=me, replica_directory_id=self.logs.directory_id if text else Uuid.ZERO,
+                        log_end_offset=end, last_fetch_timestamp=now if req.version >= 1 else -1,
+                        last_caught_up_timestamp=now if req.version >= 1 else -1)]))
+            topics.append(cls.TopicData(topic_name=t.topic_name, partitions=parts))
+        nodes = [cls.Node(node_id=me, listeners=[cls.Listener(name="CONTROLLER", host=self.config.host,
+                                                              port=self.config.port)])] if known and text else []
+        req.respond(cls(error_code=0, error_message="" if text else None, topics=topics, nodes=nodes))
 
     # ------------------------------------------------------------------ Metadata
     def _metadata(self, req: Request) -> None:

@@ -27,7 +27,7 @@ from kproto.schemas.api_keys import ApiKey
 from kproto.error_codes import ErrorCode
 
 __all__ = ["Admin", "ConfigEntry", "GroupListing", "MemberDescription", "GroupDescription",
-           "ClusterDescription", "OffsetSpec", "Acl", "AclFilter", "RESOURCE_TYPES", "CONFIG_SOURCES",
+           "ClusterDescription", "FeatureMetadata", "UPGRADE_TYPES", "OffsetSpec", "Acl", "AclFilter", "RESOURCE_TYPES", "CONFIG_SOURCES",
            "ACL_RESOURCE_TYPES", "ACL_PATTERN_TYPES", "ACL_OPERATIONS", "ACL_PERMISSIONS"]
 
 
@@ -115,6 +115,20 @@ class ClusterDescription:
     cluster_id: Optional[str]
     controller_id: int
     brokers: list[BrokerInfo]
+
+
+@dataclass(frozen=True)
+class FeatureMetadata:
+    """A broker's feature flags as ApiVersions v3+ reports them (Kafka's ``describeFeatures``):
+    finalized levels (name -> level), their epoch (-1: none) and the supported ranges."""
+
+    finalized: dict[str, int]
+    finalized_epoch: int
+    supported: dict[str, tuple[int, int]]
+
+
+#: UpdateFeatures upgrade types by name (Kafka's FeatureUpdate.UpgradeType)
+UPGRADE_TYPES = {"upgrade": 1, "safe_downgrade": 2, "unsafe_downgrade": 3}
 
 
 #: ACL enums by name (Kafka's ResourceType, PatternType, AclOperation, AclPermissionType)
@@ -303,6 +317,37 @@ class Admin:
             if missing_ok and r.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
                 continue
             raise_for_error(r.error_code, f"DeleteTopics({r.name})", getattr(r, "error_message", None))
+
+    # -- features --------------------------------------------------------------------------------
+    async def describe_features(self) -> FeatureMetadata:
+        """The finalized and supported feature flags of a broker (ApiVersions v3+)."""
+        conn = await self.cluster.bootstrap_connection()
+        codec = _request_codec(ApiKey.API_VERSIONS)
+        version = conn.version(ApiKey.API_VERSIONS, range(3, 1 << 15))
+        resp = await conn.request(codec.cls(client_software_name="kproto", client_software_version="1"), version)
+        raise_for_error(resp.error_code, "ApiVersions")
+        return FeatureMetadata({f.name: f.max_version_level for f in resp.finalized_features},
+                               resp.finalized_features_epoch,
+                               {f.name: (f.min_version, f.max_version) for f in resp.supported_features})
+
+    async def update_features(self, levels: Mapping[str, int], *, upgrade_type: str = "upgrade",
+                              validate_only: bool = False) -> None:
+        """UpdateFeatures: finalize each feature at ``levels[name]`` (0 takes it away);
+        ``upgrade_type``: ``upgrade``, ``safe_downgrade`` or ``unsafe_downgrade`` (a lower level
+        needs a downgrade). Kafka applies all of them or none."""
+        codec = _request_codec(ApiKey.UPDATE_FEATURES)
+        kind = UPGRADE_TYPES[upgrade_type]
+        conn = await self._controller()
+        version = conn.version(ApiKey.UPDATE_FEATURES)
+        if version < 1 and (validate_only or kind != UPGRADE_TYPES["upgrade"]):
+            raise ValueError("the broker's UpdateFeatures v0 has neither validate_only nor downgrades")
+        req = codec.cls(timeout_ms=self.timeout_ms, validate_only=validate_only, feature_updates=[
+            codec.cls.FeatureUpdateKey(feature=n, max_version_level=v, upgrade_type=kind)
+            for n, v in levels.items()])
+        resp = await conn.request(req, version)
+        raise_for_error(resp.error_code, "UpdateFeatures", resp.error_message)
+        for r in resp.results:
+            raise_for_error(r.error_code, f"UpdateFeatures({r.feature})", r.error_message)
 
     # -- configs ---------------------------------------------------------------------------------
     async def _by_config_broker(self, resources: Iterable[Resource]

@@ -92,6 +92,7 @@ def raise_for_error(code: int, what: str = "", message: str | None = None) -> No
 #: - DeleteGroups 0-3 (v3: a message with each group's error).
 #: - ApiVersions 0-5 (v5: the cluster id and node id the connection is meant for, once known).
 #: - SaslHandshake: the client sends v1 only (KIP-152: SaslAuthenticate frames the tokens).
+#: - UpdateFeatures 0-2 (v0 has neither validate_only nor downgrades, v2 no per-feature results).
 #: - ConsumerGroupHeartbeat 0-1 (KIP-848; v1: the member id is the client's own, and
 #:   SubscribedTopicRegex; a pattern subscription needs v1) and ConsumerGroupDescribe 0-1.
 CLIENT_VERSIONS: Mapping[int, range] = MappingProxyType({
@@ -128,6 +129,7 @@ CLIENT_VERSIONS: Mapping[int, range] = MappingProxyType({
     ApiKey.INCREMENTAL_ALTER_CONFIGS: range(0, 2),
     ApiKey.CONSUMER_GROUP_HEARTBEAT: range(0, 2),
     ApiKey.CONSUMER_GROUP_DESCRIBE: range(0, 2),
+    ApiKey.UPDATE_FEATURES: range(0, 3),
 })
 
 

@@ -151,6 +151,8 @@ RULES: Tuple[Rule, ...] = (
     _r("log_dirs", "log_dir", "constant", "file system paths"),
     _r("directory_ids", "directory_id", "id", "generated per log directory"),
     _r("incarnation_ids", "incarnation_id", "id", "generated per broker start"),
+    _r("feature_epochs", "finalized_features_epoch", "constant",
+       "the metadata log offset of the broker's feature levels: the node's history"),
 )
 
 #: In cluster mode this replaces ``node_ids``: a node id becomes the node's role in the answer

@@ -72,8 +72,13 @@ def _own(key: str, name: str) -> Any:
 
 # -- ApiVersions -------------------------------------------------------------------------------
 def _without_ranges(tree: Any) -> Any:
-    # the advertised ranges are compared side by side in the report, not here
-    return {k: v for k, v in tree.items() if k != "api_keys"}
+    # the advertised ranges are compared side by side in the report, not here; features by
+    # name (plain fields, so a deviation can name the feature: finalized_features.share.version)
+    out = {k: v for k, v in tree.items() if k != "api_keys"}
+    for k in ("supported_features", "finalized_features"):
+        if isinstance(out.get(k), dict):
+            out[k] = {name: dict(entry) for name, entry in out[k].items()}
+    return out
 
 
 @_sc(ApiKey.API_VERSIONS)
@@ -723,6 +728,17 @@ def describe_quorum(ctx: Context) -> ScenarioGen:
                    view=_quorum_view)
 
 
+@_sc(ApiKey.DESCRIBE_QUORUM)
+def describe_quorum_unknown(ctx: Context) -> ScenarioGen:
+    """A partition that is not the metadata partition, and the metadata partition asked for
+    beside another: every partition UNKNOWN_TOPIC_OR_PARTITION."""
+    yield ctx.call(ApiKey.DESCRIBE_QUORUM, topics=[{"topic_name": ctx.topic("t"),
+                                                    "partitions": [{"partition_index": 0}]}])
+    yield ctx.call(ApiKey.DESCRIBE_QUORUM, label="DescribeQuorum two partitions",
+                   topics=[{"topic_name": "__cluster_metadata",
+                            "partitions": [{"partition_index": 0}, {"partition_index": 1}]}])
+
+
 def _quorum_view(tree: Any) -> Any:
     def strip(x: Any) -> Any:
         if isinstance(x, dict):
@@ -732,6 +748,48 @@ def _quorum_view(tree: Any) -> Any:
             return [strip(v) for v in x]
         return x
     return strip(tree)
+
+
+# -- feature flags -----------------------------------------------------------------------------
+UPGRADE, SAFE_DOWNGRADE = 1, 2
+
+
+def _update(feature: str, level: int, upgrade_type: int = UPGRADE) -> Dict[str, Any]:
+    return {"feature": feature, "max_version_level": level, "upgrade_type": upgrade_type}
+
+
+@_sc(ApiKey.UPDATE_FEATURES, versions=range(1, 3))
+def update_features_validate_only(ctx: Context) -> ScenarioGen:
+    """Validate-only updates both brokers accept: group.version at its level, and a safe
+    downgrade of it to 0 (nothing is written)."""
+    yield ctx.call(ApiKey.UPDATE_FEATURES, timeout_ms=10000, validate_only=True,
+                   feature_updates=[_update("group.version", 1)])
+    yield ctx.call(ApiKey.UPDATE_FEATURES, timeout_ms=10000, validate_only=True,
+                   label="UpdateFeatures safe downgrade", feature_updates=[_update("group.version", 0, SAFE_DOWNGRADE)])
+    yield ctx.call(ApiKey.UPDATE_FEATURES, timeout_ms=10000, validate_only=True, label="UpdateFeatures none",
+                   feature_updates=[])
+
+
+@_sc(ApiKey.UPDATE_FEATURES)
+def update_features_errors(ctx: Context) -> ScenarioGen:
+    """Updates Kafka's controller refuses (INVALID_UPDATE_VERSION, nothing written): an unknown
+    feature, a level beyond the supported range, a negative level, a downgrade asked as an
+    upgrade, an unknown upgrade type, a failing update beside a valid one."""
+    for label, updates in (("unknown feature", [_update("kproto.unknown.version", 1)]),
+                           ("beyond supported", [_update("group.version", 2)]),
+                           ("negative level", [_update("group.version", -1)]),
+                           ("downgrade as upgrade", [_update("group.version", 0)]),
+                           ("unknown upgrade type", [_update("group.version", 1, 0)]),
+                           ("one bad of two", [_update("kproto.unknown.version", 1), _update("group.version", 1)])):
+        yield ctx.call(ApiKey.UPDATE_FEATURES, timeout_ms=10000, validate_only=True,
+                       label=f"UpdateFeatures {label}", feature_updates=updates)
+
+
+# -- controllers -------------------------------------------------------------------------------
+@_sc(ApiKey.UNREGISTER_CONTROLLER)
+def unregister_controller_unknown(ctx: Context) -> ScenarioGen:
+    """A controller id nobody registered: CONTROLLER_ID_NOT_REGISTERED (nothing written)."""
+    yield ctx.call(ApiKey.UNREGISTER_CONTROLLER, controller_id=12345)
 
 
 # -- ACLs (only with an authorizer on both sides) ----------------------------------------------

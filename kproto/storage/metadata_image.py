@@ -24,6 +24,7 @@ from kproto.codecs.primitives import Uuid, read_uvarint, uvarint
 from kproto.storage.internal import read_metadata_frame
 
 __all__ = ["encode_metadata_record", "decode_metadata_record", "record_type_of", "Endpoint", "BrokerInfo",
+           "ControllerInfo",
            "PartitionInfo", "TopicInfo", "MetadataChanges", "MetadataImage", "RecordType",
            "TOPIC_RESOURCE", "BROKER_RESOURCE", "NO_LEADER", "NO_LEADER_CHANGE", "RECOVERED",
            "RECOVERING"]
@@ -112,6 +113,17 @@ class BrokerInfo:
     log_dirs: list[Uuid] = field(default_factory=list)
     #: feature name -> (min supported, max supported)
     features: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ControllerInfo:
+    """A registered controller (Kafka's ``ControllerRegistration``)."""
+
+    id: int
+    incarnation_id: Uuid
+    listeners: tuple[Endpoint, ...]
+    #: feature name -> (min supported, max supported)
+    features: dict[str, tuple[int, int]]
 
 
 @dataclass(frozen=True)
@@ -209,6 +221,10 @@ class MetadataImage:
         self.configs: dict[tuple[int, str], dict[str, str]] = {}
         #: finalized feature name -> level (``metadata.version`` among them)
         self.features: dict[str, int] = {}
+        #: the offset of the last FeatureLevelRecord (-1: none yet)
+        self.features_offset = -1
+        #: registered controllers by id
+        self.controllers: dict[int, ControllerInfo] = {}
         self.next_producer_id = 0
         #: the broker that took the last producer id block, and its epoch
         self.producer_ids_owner: tuple[int, int] = (-1, -1)
@@ -257,11 +273,13 @@ class MetadataImage:
 
     def replay(self, record_type: int, version: int, obj: Any, offset: int) -> None:
         """Apply one metadata record; types the image does not keep (ACLs, SCRAM, quotas,
-        delegation tokens, transactions markers, NoOp, controller registrations) only move
+        delegation tokens, transactions markers, NoOp) only move
         :attr:`offset`."""
         handler = _REPLAY.get(record_type)
         if handler is not None:
             handler(self, obj)
+        if record_type == RecordType.FEATURE_LEVEL:
+            self.features_offset = offset
         self.offset = offset
 
     def _note_partition(self, key: tuple[Uuid, int], old: Optional[PartitionInfo]) -> None:
@@ -325,6 +343,15 @@ class MetadataImage:
     def _unregister_broker(self, r: Any) -> None:
         if self.brokers.pop(r.broker_id, None) is not None:
             self._brokers.add(r.broker_id)
+
+    def _register_controller(self, r: Any) -> None:
+        self.controllers[r.controller_id] = ControllerInfo(
+            r.controller_id, Uuid(r.incarnation_id),
+            tuple(Endpoint(e.name, e.host, e.port, e.security_protocol) for e in r.end_points),
+            {f.name: (f.min_supported_version, f.max_supported_version) for f in r.features})
+
+    def _unregister_controller(self, r: Any) -> None:
+        self.controllers.pop(r.controller_id, None)
 
     def _broker(self, broker_id: int, epoch: int) -> Optional[BrokerInfo]:
         b = self.brokers.get(broker_id)
@@ -496,4 +523,6 @@ _REPLAY = {
     RecordType.PRODUCER_IDS: MetadataImage._producer_ids,
     RecordType.BROKER_REGISTRATION_CHANGE: MetadataImage._registration_change,
     RecordType.CLEAR_ELR: MetadataImage._clear_elr,
+    RecordType.REGISTER_CONTROLLER: MetadataImage._register_controller,
+    RecordType.UNREGISTER_CONTROLLER: MetadataImage._unregister_controller,
 }

@@ -486,3 +486,17 @@ def test_offsets_for_leader_epoch_needs_describe_on_the_topic(secured):
     assert create_acls(admin, acl(TOPIC, "t1", "User:alice", DESCRIBE)) == [0]
     assert ask(alice) == 0
     assert ask(alice, replica_id=2) == E.CLUSTER_AUTHORIZATION_FAILED   # a follower's request
+
+
+def test_features_and_quorum_need_cluster_rights(secured):
+    # UpdateFeatures needs ALTER on the cluster, DescribeQuorum DESCRIBE (Kafka's KafkaApis)
+    admin, bob = user(secured, "admin"), user(secured, "bob")
+    uf = kproto.request(K.UPDATE_FEATURES).cls
+    update = dict(timeout_ms=1000, validate_only=True, feature_updates=[
+        uf.FeatureUpdateKey(feature="group.version", max_version_level=1, upgrade_type=1)])
+    dq = kproto.request(K.DESCRIBE_QUORUM).cls
+    quorum = dict(topics=[dq.TopicData(topic_name="__cluster_metadata", partitions=[dq.PartitionData(partition_index=0)])])
+    assert bob.call(K.UPDATE_FEATURES, 2, **update).error_code == E.CLUSTER_AUTHORIZATION_FAILED
+    assert bob.call(K.DESCRIBE_QUORUM, 2, **quorum).error_code == E.CLUSTER_AUTHORIZATION_FAILED
+    assert admin.call(K.UPDATE_FEATURES, 2, **update).error_code == 0
+    assert admin.call(K.DESCRIBE_QUORUM, 2, **quorum).topics[0].partitions[0].error_code == 0

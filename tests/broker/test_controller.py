@@ -9,6 +9,7 @@ from typing import Any, Optional
 
 import pytest
 
+from kproto.broker.features import default_levels
 from kproto.broker.cluster.controller import (ControllerConfig, NotLeaderError, QuorumController,
                                       StripedReplicaPlacer)
 from kproto.storage.metadata_image import MetadataImage, decode_metadata_record
@@ -175,11 +176,13 @@ def cluster3(**config: Any) -> Cluster:
 
 # ---------------------------------------------------------------------------- brokers
 def test_bootstrap_writes_metadata_version() -> None:
+    # metadata.version first, then the levels of the other features kproto finalizes
     c = Cluster()
     c.commit()
-    (rtype, version, rec), = c.records()
-    assert (rtype, version, rec.name, rec.feature_level) == (12, 0, "metadata.version", 21)
-    assert c.image.features == {"metadata.version": 21}
+    assert [(rtype, version, rec.name, rec.feature_level) for rtype, version, rec in c.records()] == \
+        [(12, 0, "metadata.version", 21)] + [(12, 0, n, v) for n, v in default_levels().items()
+                                              if n != "metadata.version"]
+    assert c.image.features == default_levels()
 
 
 def test_registration_epoch_is_record_offset_and_unfence_when_caught_up() -> None:
@@ -855,7 +858,7 @@ def test_over_the_raft_replica(tmp_path: Any) -> None:
             break
         clock.advance(50)
         timer.advance_clock()
-    assert ctrl.is_active and ctrl.committed.features == {"metadata.version": 21}
+    assert ctrl.is_active and ctrl.committed.features == default_levels()
     R = request_codec(ApiKey.BROKER_REGISTRATION).cls
     out: list[Any] = []
     ctrl.handle(ApiKey.BROKER_REGISTRATION, 3, R(
@@ -868,3 +871,77 @@ def test_over_the_raft_replica(tmp_path: Any) -> None:
         timer.advance_clock()
     assert [(r.error_code, r.broker_epoch) for r in out] == [(0, epoch)]
     assert ctrl.committed.brokers[1].epoch == epoch
+
+
+# ---------------------------------------------------------------------------- features and controllers
+def test_update_features_writes_feature_level_records() -> None:
+    c = Cluster()
+    c.commit()
+    c.register(1)
+    start = len(c.log.values)
+    R = request_codec(ApiKey.UPDATE_FEATURES).cls
+    resp = c.call(ApiKey.UPDATE_FEATURES, 1, timeout_ms=1000, validate_only=True, feature_updates=[
+        R.FeatureUpdateKey(feature="group.version", max_version_level=0, upgrade_type=2)])
+    assert resp.error_code == 0 and len(c.log.values) == start  # nothing written
+    # a registered broker that does not support the level is named, as Kafka's controller does
+    resp = c.call(ApiKey.UPDATE_FEATURES, 2, timeout_ms=1000, feature_updates=[
+        R.FeatureUpdateKey(feature="metadata.version", max_version_level=21, upgrade_type=1)])
+    assert resp.error_code == 0
+    rtype, version, rec = c.records(start)[-1]
+    assert (rtype, version, rec.name, rec.feature_level) == (12, 0, "metadata.version", 21)
+    resp = c.call(ApiKey.UPDATE_FEATURES, 2, timeout_ms=1000, feature_updates=[
+        R.FeatureUpdateKey(feature="group.version", max_version_level=0, upgrade_type=2)])
+    assert resp.error_code == 0 and c.image.features.get("group.version") is None
+    resp = c.call(ApiKey.UPDATE_FEATURES, 2, timeout_ms=1000, feature_updates=[
+        R.FeatureUpdateKey(feature="group.version", max_version_level=1, upgrade_type=1)])
+    # broker 1 registered supporting metadata.version only: group.version 1 is beyond it
+    assert (resp.error_code, resp.error_message) == (
+        ErrorCode.INVALID_UPDATE_VERSION, "The update failed for all features since the following feature had "
+        "an error: Invalid update version 1 for feature group.version. Broker 1 does not support this feature.")
+
+
+def test_update_features_waits_for_every_voter_to_register() -> None:
+    c = Cluster(voters=(1, 2, 3))
+    c.commit()
+    R = request_codec(ApiKey.UPDATE_FEATURES).cls
+    resp = c.call(ApiKey.UPDATE_FEATURES, 2, timeout_ms=1000, validate_only=True, feature_updates=[
+        R.FeatureUpdateKey(feature="group.version", max_version_level=1, upgrade_type=1)])
+    assert resp.error_message.endswith("controller 2 has not registered, and may not support this feature")
+
+
+def register_controller(c: Cluster, controller_id: int) -> Any:
+    R = request_codec(ApiKey.CONTROLLER_REGISTRATION).cls
+    return c.call(ApiKey.CONTROLLER_REGISTRATION, 0, controller_id=controller_id,
+                  incarnation_id=Uuid(bytes([controller_id]) * 16), zk_migration_ready=False,
+                  listeners=[R.Listener(name="CONTROLLER", host="h", port=9000 + controller_id, security_protocol=0)],
+                  features=[R.Feature(name="metadata.version", min_supported_version=21, max_supported_version=21)])
+
+
+def test_controller_registration_and_unregistration() -> None:
+    c = Cluster(metadata_version=33)  # 4.4-IV2: controllers can be unregistered
+    c.commit()
+    assert register_controller(c, 2).error_code == 0
+    rtype, _, rec = c.records()[-1]
+    assert (rtype, rec.controller_id, [(e.name, e.port) for e in rec.end_points]) == (27, 2, [("CONTROLLER", 9002)])
+    assert c.image.controllers[2].features == {"metadata.version": (21, 21)}
+    resp = c.call(ApiKey.UNREGISTER_CONTROLLER, 0, controller_id=9)
+    assert (resp.error_code, resp.error_message) == (ErrorCode.CONTROLLER_ID_NOT_REGISTERED,
+                                                     "Controller ID 9 is not currently registered.")
+    # the active controller (1) may not unregister itself, as Apache Kafka 4.4.0 answers
+    resp = c.call(ApiKey.UNREGISTER_CONTROLLER, 0, controller_id=1)
+    assert (resp.error_code, resp.error_message) == (ErrorCode.INVALID_REQUEST,
+                                                     "Controller cannot unregister itself while it is active.")
+    assert c.call(ApiKey.UNREGISTER_CONTROLLER, 0, controller_id=2).error_code == 0
+    rtype, version, rec = c.records()[-1]
+    assert (rtype, version, rec.controller_id) == (29, 0, 2)
+    assert 2 not in c.image.controllers and 2 not in c.ctrls[1].committed.controllers
+
+
+def test_controller_unregistration_needs_metadata_version_4_4_iv2() -> None:
+    c = Cluster()  # kproto's 3.9-IV0
+    c.commit()
+    assert register_controller(c, 2).error_code == 0
+    resp = c.call(ApiKey.UNREGISTER_CONTROLLER, 0, controller_id=2)
+    assert (resp.error_code, resp.error_message) == (
+        ErrorCode.UNSUPPORTED_VERSION, "The current MetadataVersion is too old to support controller unregistration.")
+    assert 2 in c.image.controllers

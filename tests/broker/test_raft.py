@@ -793,6 +793,9 @@ def test_requests_for_another_partition_or_voter(net: Net) -> None:
         d.PartitionData(partition_index=3)])]), out.append)
     p = out[-1].topics[0].partitions[0]
     assert (p.partition_index, p.error_code) == (3, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+    # the other fields at their defaults and Kafka's text, as Apache Kafka 4.4.0 answers
+    assert (p.leader_id, p.leader_epoch, p.high_watermark, p.error_message) == (
+        0, 0, 0, "This server does not host this topic-partition.")
 
 
 KAFKA_METADATA_LOG = "/work/shared/fixtures/logdirs/broker1-clean/__cluster_metadata-0"

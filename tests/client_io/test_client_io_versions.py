@@ -59,6 +59,7 @@ EXPECTED = {
     K.INCREMENTAL_ALTER_CONFIGS:   (1, 1, 1),
     K.CONSUMER_GROUP_HEARTBEAT:    (0, 1, 1),
     K.CONSUMER_GROUP_DESCRIBE:     (0, 1, 1),
+    K.UPDATE_FEATURES:             (1, 2, 2),
 }
 
 HAS_V13 = kproto.request(K.PRODUCE).valid_versions[-1] >= 13

@@ -38,8 +38,8 @@ import os
 from typing import Any, Callable, Optional, Sequence
 
 from kproto.broker.configs import BrokerConfig
-from kproto.broker.cluster.controller import METADATA_VERSION_3_9
-from kproto.broker.cluster.controller_node import CONTROLLER_APIS
+from kproto.broker.cluster.controller_node import CONTROLLER_APIS, RAFT_APIS
+from kproto.broker.features import supported_features
 from kproto.broker.core import (IMPLEMENTED, BrokerCore, Request, find_coordinator_message,
                                 metadata_request_topics)
 from kproto.broker.log import BrokerError, Log, topic_name_error
@@ -64,7 +64,8 @@ __all__ = ["ClusterBrokerCore", "FORWARDED_APIS", "OFFSETS_TOPIC_REPLICATION_FAC
 #: Admin requests a broker forwards to the active controller, at the client's version.
 FORWARDED_APIS = (ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS, ApiKey.CREATE_PARTITIONS,
                   ApiKey.INCREMENTAL_ALTER_CONFIGS, ApiKey.ELECT_LEADERS,
-                  ApiKey.ALTER_PARTITION_REASSIGNMENTS, ApiKey.LIST_PARTITION_REASSIGNMENTS)
+                  ApiKey.ALTER_PARTITION_REASSIGNMENTS, ApiKey.LIST_PARTITION_REASSIGNMENTS,
+                  ApiKey.UPDATE_FEATURES, ApiKey.DESCRIBE_QUORUM, ApiKey.UNREGISTER_CONTROLLER)
 #: offsets.topic.replication.factor (Kafka's default; fewer brokers: as many as there are)
 OFFSETS_TOPIC_REPLICATION_FACTOR = 3
 # the group APIs and where each names its groups
@@ -247,10 +248,15 @@ class ClusterBrokerCore(BrokerCore):
         # reassignment APIs have no single-broker handler to take a range from
         out = super()._compute_api_versions()
         for key in FORWARDED_APIS:
-            lo, hi = CONTROLLER_APIS[key]
+            lo, hi = {**RAFT_APIS, **CONTROLLER_APIS}[key]
             valid = request_codec(key).valid_versions
             out[int(key)] = (max(lo, valid.start), min(hi, valid[-1]))
         return out
+
+    def feature_levels(self) -> tuple[dict[str, int], int]:
+        """The finalized levels of the metadata image; the epoch is its offset, as a Kafka
+        broker's (-1 before any metadata)."""
+        return self.image.features, self.image.offset
 
     @property
     def controller_id(self) -> int:
@@ -341,8 +347,8 @@ class ClusterBrokerCore(BrokerCore):
                    incarnation_id=self.incarnation_id,
                    listeners=[cls.Listener(name="PLAINTEXT", host=cfg.host, port=cfg.port,
                                            security_protocol=0)],
-                   features=[cls.Feature(name="metadata.version", min_supported_version=1,
-                                         max_supported_version=METADATA_VERSION_3_9)],
+                   features=[cls.Feature(name=n, min_supported_version=lo, max_supported_version=hi)
+                             for n, (lo, hi) in supported_features().items()],
                    rack=cfg.rack, is_migrating_zk_broker=False, log_dirs=[self.logs.directory_id],
                    previous_broker_epoch=-1)
 

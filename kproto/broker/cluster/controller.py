@@ -29,6 +29,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Optional, Protocol
 
+from kproto.broker import features as feat
 from kproto.broker.configs import LIST, TOPIC_CONFIGS
 from kproto.broker.log import BrokerError, topic_name_error
 from kproto.storage.metadata_image import (BROKER_RESOURCE, NO_LEADER, NO_LEADER_CHANGE, RECOVERED,
@@ -51,7 +52,9 @@ Respond = Callable[[Any], None]
 #: Kafka's ProducerIdsBlock.PRODUCER_ID_BLOCK_SIZE.
 PRODUCER_ID_BLOCK_SIZE = 1000
 #: metadata.version 3.9-IV0, the level Kafka 3.9 bootstraps a new cluster at.
-METADATA_VERSION_3_9 = 21
+METADATA_VERSION_3_9 = feat.METADATA_VERSION_3_9
+#: metadata.version 3.7-IV0, from which controllers register (ControllerRegistration).
+METADATA_VERSION_3_7 = 15
 #: Kafka's DirectoryId.UNASSIGNED and MIGRATING.
 _UNASSIGNED = Uuid(b"\0" * 16)
 _MIGRATING = Uuid(b"\0" * 15 + b"\1")
@@ -114,6 +117,8 @@ class ControllerConfig:
     leader_imbalance_check_interval_ms: int = 300_000
     #: the metadata.version a new cluster is bootstrapped at
     metadata_version: int = METADATA_VERSION_3_9
+    #: the controller quorum's voter ids (UpdateFeatures waits for each to have registered)
+    voters: tuple[int, ...] = ()
     delete_topic_enable: bool = True
 
 
@@ -379,6 +384,9 @@ class QuorumController:
             ApiKey.LIST_PARTITION_REASSIGNMENTS: self._list_reassignments,
             ApiKey.INCREMENTAL_ALTER_CONFIGS: self._incremental_alter_configs,
             ApiKey.ALLOCATE_PRODUCER_IDS: self._allocate_producer_ids,
+            ApiKey.UPDATE_FEATURES: self._update_features,
+            ApiKey.CONTROLLER_REGISTRATION: self._controller_registration,
+            ApiKey.UNREGISTER_CONTROLLER: self._unregister_controller,
         }
 
     # ================================================================== Raft side
@@ -432,9 +440,11 @@ class QuorumController:
         now = self._now()
         self._heartbeats = {b: _Heartbeat(now) for b in self.image.brokers}
         if "metadata.version" not in self.image.features:
-            # a new cluster: bootstrap the metadata version as Kafka's activation records do
-            self._write([(metadata_record(12)(name="metadata.version",
-                                              feature_level=self.config.metadata_version), 0)])
+            # a new cluster: bootstrap the metadata version and the other features' levels as
+            # Kafka's activation records do
+            levels = {**feat.default_levels(), feat.METADATA_VERSION: self.config.metadata_version}
+            self._write([(metadata_record(12)(name=name, feature_level=level), 0)
+                         for name, level in sorted(levels.items(), key=lambda x: x[0] != feat.METADATA_VERSION)])
         self._schedule_session_check()
         if self.config.auto_leader_rebalance_enable:
             self._schedule_rebalance()
@@ -505,6 +515,8 @@ class QuorumController:
         msg = error_message(code)
         if api_key in (ApiKey.BROKER_REGISTRATION, ApiKey.ALLOCATE_PRODUCER_IDS):
             return cls(error_code=code)
+        if api_key in (ApiKey.UPDATE_FEATURES, ApiKey.CONTROLLER_REGISTRATION, ApiKey.UNREGISTER_CONTROLLER):
+            return cls(error_code=code, error_message=msg)
         if api_key == ApiKey.BROKER_HEARTBEAT:
             return cls(error_code=code, is_caught_up=False, is_fenced=True, should_shut_down=False)
         if api_key in (ApiKey.UNREGISTER_BROKER, ApiKey.ALTER_PARTITION,
@@ -804,6 +816,70 @@ class QuorumController:
                                   next_producer_id=start + PRODUCER_ID_BLOCK_SIZE)
         self._write([(rec, 0)], respond, cls(error_code=0, producer_id_start=start,
                                              producer_id_len=PRODUCER_ID_BLOCK_SIZE), req)
+
+    # ================================================================== features
+    def _update_features(self, version: int, body: Any, respond: Respond) -> None:
+        """Kafka's FeatureControlManager: the checks of kproto.broker.features against this
+        controller's and every registered broker's supported ranges, then one
+        FeatureLevelRecord per update (none when validating only or on any error)."""
+        updates = feat.requested_updates(version, body)
+        outcome = feat.update_features(
+            updates, self.image.features, node_id=self.node_id,
+            validate_only=version >= 1 and body.validate_only,
+            brokers={b.id: b.features for b in self.image.brokers.values()},
+            controllers={c.id: c.features for c in self.image.controllers.values()},
+            quorum=self.config.voters)
+        records = [(metadata_record(12)(name=name, feature_level=level), 0)
+                   for name, level in outcome.levels.items()]
+        self._write(records, respond, feat.update_features_response(version, updates, outcome),
+                    (ApiKey.UPDATE_FEATURES, version, body))
+
+    # ================================================================== controllers
+    def _metadata_version(self) -> int:
+        return self.image.features.get(feat.METADATA_VERSION, self.config.metadata_version)
+
+    def _controller_registration(self, version: int, body: Any, respond: Respond) -> None:
+        """Kafka's ClusterControlManager.registerController: a RegisterControllerRecord with
+        the controller's listeners and supported features (from metadata.version 3.7-IV0)."""
+        cls = response_codec(ApiKey.CONTROLLER_REGISTRATION).cls
+        req = (ApiKey.CONTROLLER_REGISTRATION, version, body)
+        if self._metadata_version() < METADATA_VERSION_3_7:
+            self._write([], respond, cls(error_code=ErrorCode.UNSUPPORTED_VERSION, error_message=
+                                         "The current MetadataVersion is too old to support controller "
+                                         "registrations."), req)
+            return
+        R = metadata_record(27)
+        rec = R(controller_id=body.controller_id, incarnation_id=body.incarnation_id,
+                zk_migration_ready=body.zk_migration_ready,
+                end_points=[R.cls.ControllerEndpoint(name=lst.name, host=lst.host, port=lst.port,
+                                                     security_protocol=lst.security_protocol)
+                            for lst in body.listeners],
+                features=[R.cls.ControllerFeature(name=f.name, min_supported_version=f.min_supported_version,
+                                                  max_supported_version=f.max_supported_version)
+                          for f in body.features])
+        self._write([(rec, 0)], respond, cls(error_code=0, error_message=None), req)
+
+    def _unregister_controller(self, version: int, body: Any, respond: Respond) -> None:
+        """Kafka 4.4's unregisterController: not the active controller itself; from
+        metadata.version 4.4-IV2 on, a registered controller is removed with an
+        UnregisterControllerRecord."""
+        cls = response_codec(ApiKey.UNREGISTER_CONTROLLER).cls
+        req = (ApiKey.UNREGISTER_CONTROLLER, version, body)
+        if body.controller_id == self.node_id:
+            self._write([], respond, cls(error_code=ErrorCode.INVALID_REQUEST, error_message=
+                                         "Controller cannot unregister itself while it is active."), req)
+            return
+        if self._metadata_version() < feat.METADATA_VERSION_4_4_IV2:
+            self._write([], respond, cls(error_code=ErrorCode.UNSUPPORTED_VERSION, error_message=
+                                         "The current MetadataVersion is too old to support controller "
+                                         "unregistration."), req)
+            return
+        if body.controller_id not in self.image.controllers:
+            self._write([], respond, cls(error_code=ErrorCode.CONTROLLER_ID_NOT_REGISTERED, error_message=
+                                         f"Controller ID {body.controller_id} is not currently registered."), req)
+            return
+        self._write([(metadata_record(29)(controller_id=body.controller_id), 0)], respond,
+                    cls(error_code=0, error_message=None), req)
 
     # ================================================================== topics
     def _placer(self) -> StripedReplicaPlacer:

@@ -27,16 +27,17 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Iterable, Mapping, Optional, Sequence, Union
+from typing import Any, Iterable, Mapping, Optional, Sequence, Union
 
-from kproto.broker.cluster.controller import ControllerConfig, QuorumController
+from kproto.broker.cluster.controller import METADATA_VERSION_3_7, ControllerConfig, QuorumController
 from kproto.broker.core import Channel, Request, parse_request
+from kproto.broker.features import METADATA_VERSION, set_api_versions_features, supported_features
 from kproto.broker.cluster.network import NodeNetwork
 from kproto.broker.cluster.raft import (BEGIN_QUORUM_EPOCH, DESCRIBE_QUORUM, END_QUORUM_EPOCH, FETCH,
                                 FETCH_SNAPSHOT, VOTE, KRaftReplica, RaftConfig, RaftTransport,
                                 open_metadata_log)
 from kproto.broker.server import Listener
-from kproto.broker.timer import Clock, SystemTimer
+from kproto.broker.timer import CallbackTask, Clock, SystemTimer
 from kproto.codecs import request as request_codec
 from kproto.codecs import response as response_codec
 from kproto.codecs.primitives import Uuid
@@ -64,13 +65,18 @@ CONTROLLER_APIS: dict[int, tuple[int, int]] = {
     ApiKey.CREATE_TOPICS: (2, 7),
     ApiKey.DELETE_TOPICS: (1, 6),
     ApiKey.CREATE_PARTITIONS: (0, 3),
-    ApiKey.ALTER_PARTITION: (0, 3),
+    ApiKey.ALTER_PARTITION: (2, 3),  # Kafka 4 dropped v0-1 (KIP-896)
     ApiKey.ELECT_LEADERS: (0, 2),
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 0),
     ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),
     ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
     ApiKey.ALLOCATE_PRODUCER_IDS: (0, 0),
+    ApiKey.UPDATE_FEATURES: (0, 2),
+    ApiKey.CONTROLLER_REGISTRATION: (0, 0),
+    ApiKey.UNREGISTER_CONTROLLER: (0, 0),
 }
+#: how often a controller checks that the metadata log holds its registration
+_REGISTRATION_CHECK_MS = 500
 _API_VERSIONS_RANGE = (0, 4)
 
 
@@ -121,19 +127,26 @@ class ControllerCore:
     def __init__(self, node_id: int, voters: Sequence[int], data_dir: str, *, cluster_id: str,
                  transport: RaftTransport, raft_config: Optional[RaftConfig] = None,
                  controller_config: Optional[ControllerConfig] = None,
-                 clock: Optional[Clock] = None) -> None:
+                 clock: Optional[Clock] = None,
+                 addresses: Optional[Mapping[int, tuple[str, int]]] = None) -> None:
         self.node_id = node_id
+        #: the controllers' (host, port), for DescribeQuorum's nodes
+        self.addresses = addresses if addresses is not None else {}
         self.timer = SystemTimer(clock=clock)
         self.log = open_metadata_log(data_dir, raft_config)
         self.replica = KRaftReplica(node_id, voters, self.log, cluster_id=cluster_id,
                                     transport=transport, timer=self.timer, config=raft_config)
         # a copy: one config object may be given to every node of the quorum
         cfg = dataclasses.replace(controller_config or ControllerConfig(), node_id=node_id,
-                                  cluster_id=cluster_id)
+                                  cluster_id=cluster_id, voters=tuple(voters))
         self.controller = QuorumController(node_id, RaftMetadataLog(self.replica), self.timer, cfg)
         self.replica.register(self.controller)
         self.versions = _advertised()
         self.closed = False
+        self.transport = transport
+        self.incarnation_id = Uuid(os.urandom(16))
+        self._registering = False
+        self._check_registration()
 
     # ------------------------------------------------------------------ time
     def next_deadline_ms(self) -> Optional[int]:
@@ -142,6 +155,33 @@ class ControllerCore:
     def advance_clock(self) -> None:
         """Run the due Raft and controller tasks (elections, fetches, session checks)."""
         self.timer.advance_clock()
+
+    # ------------------------------------------------------------------ registration
+    def _check_registration(self) -> None:
+        """Kafka's ControllerRegistrationManager: once the metadata log is at a version with
+        controller registrations and holds none of this incarnation, ask the active controller
+        (this one too) for one, with the controller listener and the supported features."""
+        if self.closed:
+            return
+        self.timer.add(CallbackTask(_REGISTRATION_CHECK_MS, self._check_registration))
+        committed = self.controller.committed
+        leader = self.replica.leader_id
+        mine = committed.controllers.get(self.node_id)
+        if (self._registering or leader is None or self.node_id not in self.addresses
+                or committed.features.get(METADATA_VERSION, 0) < METADATA_VERSION_3_7
+                or (mine is not None and mine.incarnation_id == self.incarnation_id)):
+            return
+        cls = request_codec(ApiKey.CONTROLLER_REGISTRATION).cls
+        host, port = self.addresses[self.node_id]
+        body = cls(controller_id=self.node_id, incarnation_id=self.incarnation_id, zk_migration_ready=False,
+                   listeners=[cls.Listener(name="CONTROLLER", host=host, port=port, security_protocol=0)],
+                   features=[cls.Feature(name=n, min_supported_version=lo, max_supported_version=hi)
+                             for n, (lo, hi) in supported_features().items()])
+        self._registering = True
+
+        def answered(resp: Optional[Any]) -> None:
+            self._registering = False  # checked again at the next tick either way
+        self.transport.send(leader, ApiKey.CONTROLLER_REGISTRATION, 0, body, answered, 5000)
 
     # ------------------------------------------------------------------ requests
     def handle(self, channel: Channel, frame: bytes) -> None:
@@ -171,10 +211,22 @@ class ControllerCore:
             channel.close("controller shutting down")
         elif key == ApiKey.API_VERSIONS:
             self._api_versions(cid, ver, channel, ErrorCode.NONE)
+        elif key == DESCRIBE_QUORUM:
+            self.replica.handle(key, ver, body, lambda resp: req.respond(self._with_nodes(ver, resp)))
         elif key in RAFT_APIS:
             self.replica.handle(key, ver, body, req.respond)
         else:
             self.controller.handle(key, ver, body, req.respond)
+
+    def _with_nodes(self, ver: int, resp: Any) -> Any:
+        """DescribeQuorum v2+ names the voters' controller listeners, as Kafka's does."""
+        parts = [p for t in resp.topics for p in t.partitions if p.error_code == ErrorCode.NONE]
+        if ver >= 2 and parts:
+            cls = type(resp)
+            resp.nodes = [cls.Node(node_id=v.replica_id, listeners=[cls.Listener(
+                name="CONTROLLER", host=self.addresses[v.replica_id][0], port=self.addresses[v.replica_id][1])])
+                for v in parts[0].current_voters if v.replica_id in self.addresses]
+        return resp
 
     def _api_versions(self, cid: int, ver: int, channel: Channel, code: int,
                       only: Optional[int] = None) -> None:
@@ -183,6 +235,11 @@ class ControllerCore:
         body = cls(error_code=code, api_keys=[
             cls.ApiVersion(api_key=k, min_version=self.versions[k][0],
                            max_version=self.versions[k][1]) for k in keys])
+        if ver >= 3 and only is None:
+            # as Kafka's controller: the committed levels, their epoch the offset of the last
+            # feature change
+            committed = self.controller.committed
+            set_api_versions_features(body, ver, committed.features, committed.features_offset)
         channel.respond(encode_response(ResponseHeader(correlation_id=cid), body,
                                         ApiKey.API_VERSIONS, ver))
 
@@ -262,7 +319,8 @@ class ControllerNode:
             self.core = ControllerCore(self.node_id, self.voters, self.data_dir,
                                        cluster_id=self.cluster_id, transport=transport,
                                        raft_config=self.raft_config,
-                                       controller_config=self.controller_config)
+                                       controller_config=self.controller_config,
+                                       addresses=self.network.addresses)
             listener.core = self.core
             listener.arm_timer()
         return self

@@ -949,7 +949,7 @@ class KRaftReplica:
         elif api_key == FETCH:
             self._handle_fetch(version, body, respond)
         elif api_key == DESCRIBE_QUORUM:
-            respond(self._handle_describe(body))
+            respond(self._handle_describe(version, body))
         elif api_key == FETCH_SNAPSHOT:
             respond(self._handle_fetch_snapshot(body))
         else:
@@ -1227,15 +1227,17 @@ class KRaftReplica:
             task.cancel()
             self._answer_fetch(replica_id, body, respond, may_park=False)
 
-    def _handle_describe(self, body: Any) -> Any:
+    def _handle_describe(self, version: int, body: Any) -> Any:
         cls = response_codec(DESCRIBE_QUORUM).cls
         if _our_partition(body) is None:
-            # Kafka answers every partition asked for with UNKNOWN_TOPIC_OR_PARTITION
+            # Kafka answers every partition asked for with UNKNOWN_TOPIC_OR_PARTITION (and the
+            # other fields at their defaults, 0)
+            text = "This server does not host this topic-partition." if version >= 2 else None
             return cls(error_code=ErrorCode.NONE, topics=[cls.TopicData(
                 topic_name=t.topic_name, partitions=[cls.PartitionData(
-                    partition_index=p.partition_index, leader_id=-1, leader_epoch=-1,
-                    high_watermark=-1, error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-                    for p in t.partitions]) for t in body.topics])
+                    partition_index=p.partition_index, leader_id=0, leader_epoch=0,
+                    high_watermark=0, error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                    error_message=text) for p in t.partitions]) for t in body.topics])
         part = cls.PartitionData(partition_index=METADATA_PARTITION,
                                  leader_id=self._leader_or_minus(), leader_epoch=self._epoch,
                                  high_watermark=self._hw if self._hw_known else -1)

@@ -95,6 +95,9 @@ class RequestAuthorizer:
             ApiKey.CREATE_ACLS: self._create_acls, ApiKey.DELETE_ACLS: self._delete_acls,
             ApiKey.DESCRIBE_ACLS: self._cluster_top_level(DESCRIBE),
             ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: self._cluster_top_level(DESCRIBE),
+            ApiKey.UPDATE_FEATURES: self._cluster_top_level(ALTER),
+            ApiKey.DESCRIBE_QUORUM: self._cluster_top_level(DESCRIBE),
+            ApiKey.UNREGISTER_CONTROLLER: self._cluster_top_level(ALTER),
             ApiKey.ALTER_USER_SCRAM_CREDENTIALS: self._alter_scram,
         }
 
