@@ -414,7 +414,7 @@ class MetadataImage:
     # ------------------------------------------------------------------ snapshots
     def records(self) -> list[tuple[Any, int]]:
         """The image as the ``(record, version)`` list a KRaft snapshot holds, in Kafka's
-        ``MetadataImage.write`` order: features (``metadata.version`` first), brokers, topics
+        ``MetadataImage.write`` order: features (``metadata.version`` first), brokers, controllers, topics
         with their partitions, configs, the producer id block. Replaying them into an empty
         image gives this one back. The versions are those the controller writes at
         ``metadata.version`` 3.9-IV0; record types the image does not keep are not written."""
@@ -437,6 +437,16 @@ class MetadataImage:
                           for n, (lo, hi) in b.features.items()],
                 rack=b.rack, fenced=b.fenced, in_controlled_shutdown=b.in_controlled_shutdown,
                 log_dirs=list(b.log_dirs)), 3))
+        controller = metadata_record(RecordType.REGISTER_CONTROLLER)
+        for c in sorted(self.controllers.values(), key=lambda c: c.id):
+            out.append((controller(
+                controller_id=c.id, incarnation_id=c.incarnation_id, zk_migration_ready=False,
+                end_points=[controller.cls.ControllerEndpoint(name=e.name, host=e.host, port=e.port,
+                                                              security_protocol=e.security_protocol)
+                            for e in c.listeners],
+                features=[controller.cls.ControllerFeature(name=n, min_supported_version=lo,
+                                                           max_supported_version=hi)
+                          for n, (lo, hi) in c.features.items()]), 0))
         topic, partition = metadata_record(RecordType.TOPIC), metadata_record(RecordType.PARTITION)
         for t in sorted(self.topics.values(), key=lambda t: t.name):
             out.append((topic(name=t.name, topic_id=t.topic_id), 0))

@@ -399,4 +399,5 @@ def test_kafkas_metadata_snapshot_loads_to_the_image_of_its_log(kafka_logdirs):
         assert image.brokers == from_log.brokers
         assert image.configs == from_log.configs
         assert image.features == from_log.features
+        assert image.controllers == from_log.controllers
         assert image.next_producer_id == from_log.next_producer_id
