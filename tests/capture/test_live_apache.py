@@ -42,12 +42,12 @@ def _ports(kafka):
     return [kafka.nodes[b].sasl_port for b in kafka.broker_ids]
 
 
-def _check(kafka, path, name, acked, consumed, **expect):
+def _check(kafka, path, name, client, acked, consumed, **expect):
     exchanges = check_capture(path, _ports(kafka), acked, consumed, **expect)
     if KEEP:
         os.makedirs(KEEP, exist_ok=True)
         shutil.copy(path, Path(KEEP) / f"{name}.pcap")
-        truth = ground_truth(name, exchanges, _ports(kafka), acked)
+        truth = ground_truth(name, exchanges, _ports(kafka), acked, client)
         (Path(KEEP) / f"{name}.truth.json").write_text(json.dumps(truth, indent=1) + "\n")
     return exchanges
 
@@ -64,7 +64,7 @@ def test_confluent_kafka(kafka, tmp_path):
     topic, acked, consumed = "live-ck", [], []
     with live_capture.tcpdump(tmp_path / "ck.pcap", _ports(kafka)) as path:
         admin = AdminClient(_confluent_conf(kafka, "SCRAM-SHA-512", **{"client.id": "ck-admin"}))
-        admin.create_topics([NewTopic(topic, 3, 1)])[topic].result(20)
+        admin.create_topics([NewTopic(topic, 3, 1)])[topic].result(60)
         admin.describe_configs([ConfigResource("topic", topic)])[ConfigResource("topic", topic)].result(20)
         admin.list_topics(topic, timeout=10)
 
@@ -77,16 +77,16 @@ def test_confluent_kafka(kafka, tmp_path):
                                        "linger.ms": 5, "acks": "all"}))
         for i in range(9):
             producer.produce(topic, f"ck-{i}".encode(), key=f"k{i}".encode(), on_delivery=ack)
-        assert producer.flush(20) == 0
+        assert producer.flush(60) == 0
 
         txn = confluent_kafka.Producer(_confluent_conf(
             kafka, "SCRAM-SHA-512", **{"client.id": "ck-txn", "transactional.id": "ck-live-txn",
                                        "compression.type": "gzip"}))
-        txn.init_transactions(20)
+        txn.init_transactions(60)
         txn.begin_transaction()
         for i in range(3):
             txn.produce(topic, f"ck-txn-{i}".encode(), partition=i, on_delivery=ack)
-        txn.commit_transaction(20)
+        txn.commit_transaction(60)
 
         consumer = confluent_kafka.Consumer(_confluent_conf(
             kafka, "SCRAM-SHA-256", **{"client.id": "ck-consumer", "group.id": "ck-live-848",
@@ -103,7 +103,8 @@ def test_confluent_kafka(kafka, tmp_path):
         consumer.close()
         del admin, producer, txn   # no client left reconnecting once the module's Kafka stops
     assert sorted(consumed) == sorted(v for *_, v in acked)
-    _check(kafka, path, "confluent_kafka", acked, consumed,
+    _check(kafka, path, "confluent_kafka",
+           f"confluent-kafka {confluent_kafka.version()[0]} (librdkafka {confluent_kafka.libversion()[0]})", acked, consumed,
            apis={"SaslHandshake", "SaslAuthenticate", "CreateTopics", "DescribeConfigs", "Produce",
                  "InitProducerId", "AddPartitionsToTxn", "EndTxn", "ConsumerGroupHeartbeat",
                  "OffsetCommit", "Fetch"},
@@ -141,7 +142,7 @@ def test_kafka_python(kafka, tmp_path):
         consumer.commit()
         consumer.close()
     assert sorted(consumed) == sorted(v for *_, v in acked)
-    _check(kafka, path, "kafka_python", acked, consumed,
+    _check(kafka, path, "kafka_python", f"kafka-python {kafka_python.__version__}", acked, consumed,
            apis={"SaslHandshake", "SaslAuthenticate", "CreateTopics", "Produce", "JoinGroup",
                  "SyncGroup", "OffsetCommit", "Fetch"}, mechanisms={"SCRAM-SHA-256"})
 
@@ -185,7 +186,7 @@ def test_aiokafka(kafka, tmp_path):
     with live_capture.tcpdump(tmp_path / "aio.pcap", _ports(kafka)) as path:
         asyncio.run(run())
     assert sorted(consumed) == sorted(v for *_, v in acked)
-    _check(kafka, path, "aiokafka", acked, consumed,
+    _check(kafka, path, "aiokafka", f"aiokafka {aiokafka.__version__}", acked, consumed,
            apis={"SaslHandshake", "SaslAuthenticate", "CreateTopics", "Produce", "JoinGroup",
                  "SyncGroup", "OffsetCommit", "Fetch"}, mechanisms={"SCRAM-SHA-512"})
 
@@ -223,7 +224,7 @@ def test_kproto_client(kafka, tmp_path):
     with live_capture.tcpdump(tmp_path / "kproto.pcap", _ports(kafka)) as path:
         asyncio.run(run())
     assert sorted(consumed) == sorted(v for *_, v in acked)
-    _check(kafka, path, "kproto_client", acked, consumed,
+    _check(kafka, path, "kproto_client", "kproto's asyncio client", acked, consumed,
            apis={"SaslHandshake", "SaslAuthenticate", "CreateTopics", "Produce", "JoinGroup",
                  "SyncGroup", "OffsetCommit", "OffsetFetch", "Fetch"}, mechanisms={"SCRAM-SHA-256"})
 
@@ -250,12 +251,12 @@ def test_java_client(kafka, tmp_path):
            "-cp", cp, "LiveTraffic", kafka.sasl_bootstrap, "SCRAM-SHA-512", USER, PASSWORD, topic,
            "java-live-848"]
     with live_capture.tcpdump(tmp_path / "java.pcap", _ports(kafka)) as path:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stderr[-4000:]
     lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     acked = [(x["topic"], x["partition"], x["offset"], x["value"]) for x in lines if "value" in x]
     assert [x["done"] for x in lines if "done" in x] == [len(acked)] and len(acked) == 9
-    _check(kafka, path, "java_client", acked, None,
+    _check(kafka, path, "java_client", "Apache Kafka's Java client 4.4.0 (kafka-clients)", acked, None,
            apis={"SaslHandshake", "SaslAuthenticate", "CreateTopics", "DescribeConfigs", "Produce",
                  "InitProducerId", "EndTxn", "ConsumerGroupHeartbeat", "OffsetCommit",
                  "OffsetFetch", "ConsumerGroupDescribe", "Fetch"}, mechanisms={"SCRAM-SHA-512"})

@@ -71,7 +71,7 @@ public class LiveTraffic {
         int seen = 0;
         try (Consumer<String, String> c = new KafkaConsumer<>(cp, new StringDeserializer(), new StringDeserializer())) {
             c.subscribe(List.of(topic));
-            long deadline = System.currentTimeMillis() + 30000;
+            long deadline = System.currentTimeMillis() + 60000;
             while (seen < n && System.currentTimeMillis() < deadline)
                 seen += c.poll(Duration.ofMillis(200)).count();
             c.commitSync();
