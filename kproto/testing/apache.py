@@ -297,12 +297,20 @@ class ApacheKafka:
     (values written with ``str``, booleans as ``true``/``false``); ``node_config``: per node id.
     ``scram_users`` (name: password) adds a SASL_PLAINTEXT listener to every broker
     (:attr:`sasl_bootstrap`) with SCRAM-SHA-256 and SCRAM-SHA-512, the users' credentials of
-    both mechanisms written at format time (the storage tool's ``--add-scram``)."""
+    both mechanisms written at format time (the storage tool's ``--add-scram``).
+
+    ``log_dirs`` (node id: directory) starts nodes on existing data instead of ``<node>/data``,
+    e.g. another cluster's: a directory that has a ``meta.properties`` is not formatted again.
+    ``static_voters``: the quorum in ``controller.quorum.voters`` (a static quorum, KRaft
+    version 0, whose metadata has no voter records to be found from
+    ``controller.quorum.bootstrap.servers``)."""
 
     def __init__(self, data_dir: str | os.PathLike[str], brokers: int = 1, controllers: int = 0, *,
                  version: str = DEFAULT_VERSION, config: Optional[Mapping[str, Any]] = None,
                  node_config: Optional[Mapping[int, Mapping[str, Any]]] = None,
                  scram_users: Optional[Mapping[str, str]] = None,
+                 log_dirs: Optional[Mapping[int, str | os.PathLike[str]]] = None,
+                 static_voters: bool = False,
                  host: str = "127.0.0.1", jvm_options: Sequence[str] = JVM_OPTIONS) -> None:
         if brokers < 1 or controllers < 0:
             raise ValueError("a cluster needs at least one broker (and controllers >= 0)")
@@ -312,6 +320,8 @@ class ApacheKafka:
         self.node_config = {n: {k: _prop(v) for k, v in c.items()} for n, c in (node_config or {}).items()}
         self.jvm_options = tuple(jvm_options)
         self.scram_users = dict(scram_users or {})
+        self.log_dirs = {n: Path(d) for n, d in (log_dirs or {}).items()}
+        self.static_voters = static_voters
         self.cluster_id = _random_uuid()
         broker_roles = ("broker",) if controllers else ("broker", "controller")
         per_broker = (1 if controllers else 2) + (1 if self.scram_users else 0)
@@ -363,7 +373,7 @@ class ApacheKafka:
 
     def log_dir(self, node: int) -> Path:
         """The node's ``log.dirs``: its topic partitions and its metadata log."""
-        return self.nodes[node].dir / "data"
+        return self.log_dirs.get(node, self.nodes[node].dir / "data")
 
     def log_tail(self, node: int, lines: int = 60) -> str:
         """The last ``lines`` of ``node``'s server log."""
@@ -406,8 +416,10 @@ class ApacheKafka:
                                               + (",SASL_PLAINTEXT:SASL_PLAINTEXT" if n.sasl_port else ""),
             "controller.listener.names": "CONTROLLER",
             "inter.broker.listener.name": "PLAINTEXT",
-            "controller.quorum.bootstrap.servers": ",".join(f"{h}:{v.controller_port}" for v in self._voters()),
-            "log.dirs": str(n.dir / "data"),
+            **({"controller.quorum.voters": ",".join(f"{v.id}@{h}:{v.controller_port}" for v in self._voters())}
+               if self.static_voters else
+               {"controller.quorum.bootstrap.servers": ",".join(f"{h}:{v.controller_port}" for v in self._voters())}),
+            "log.dirs": str(self.log_dir(node)),
             "offsets.topic.replication.factor": rf,
             "transaction.state.log.replication.factor": rf,
             "transaction.state.log.min.isr": min_isr,
@@ -452,7 +464,7 @@ class ApacheKafka:
         procs = []
         for n in self.nodes.values():
             self._write_properties(n)
-            if (n.dir / "data" / "meta.properties").is_file():
+            if (self.log_dir(n.id) / "meta.properties").is_file():
                 continue
             cmd = _command(self.version, STORAGE_TOOL, self._format_args(n),
                            [*TOOL_JVM_OPTIONS, *_class_archive(self.version, write=False)[0]])
