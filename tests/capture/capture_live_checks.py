@@ -138,3 +138,35 @@ def ground_truth(name: str, exchanges: Sequence[Any], ports: Sequence[int],
         "api_keys": {f"{k}:{n}:v{v}": c for (k, n, v), c in sorted(
             Counter((e.api_key, e.api_name, e.api_version) for e in kafka).items())},
     }
+
+
+def check_scram_refused(path: Path, ports: Sequence[int], user: str = "alice") -> list[Any]:
+    """Assert a capture of SCRAM logins Kafka refused decodes whole and shows why: each
+    connection's client-final message carries the client's nonce, then the server's (which
+    already begins with the client's: librdkafka before 2.6.1), and is answered
+    SASL_AUTHENTICATION_FAILED."""
+    exchanges, dec = decode(path, ports)
+    kafka = [e for e in exchanges if e.kind == "kafka"]
+    assert kafka and not dec.problems, dec.problems.reasons()
+    assert not [p for e in exchanges for p in e.problems.reasons() if p != CLOSED]
+    assert all(e.request is not None and (e.response is not None or e.problems.reasons() == [CLOSED])
+               for e in kafka)
+    by_conn: dict[Any, list[Any]] = {}
+    for e in kafka:
+        if e.api_name == "SaslAuthenticate":
+            by_conn.setdefault((e.client, e.broker), []).append(e)
+    refused = 0
+    for first, final in by_conn.values():
+        assert first.sasl["user"] == user and first.response.error_code == 0
+        client_nonce = dict(x.split("=", 1) for x in bytes(first.request.auth_bytes).decode().split(",")[2:])["r"]
+        server_nonce = dict(x.split("=", 1) for x in bytes(first.response.auth_bytes).decode().split(","))["r"]
+        assert server_nonce.startswith(client_nonce) and server_nonce != client_nonce
+        sent = dict(x.split("=", 1) for x in bytes(final.request.auth_bytes).decode().split(","))["r"]
+        assert sent == client_nonce + server_nonce   # RFC 5802: server_nonce alone
+        if final.response is None:
+            continue   # the client gave up (closed) before the answer: only its last attempt
+        assert final.errors == ["SASL_AUTHENTICATION_FAILED"]
+        assert "invalid credentials" in (final.response.error_message or "")
+        refused += 1
+    assert refused
+    return exchanges

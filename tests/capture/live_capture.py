@@ -22,9 +22,12 @@ def unavailable() -> str | None:
     return None
 
 
-def require() -> None:
-    """Skip without tcpdump; fail under CI, where tools/setup.sh must have installed it."""
+def require(tool: str = "tcpdump") -> None:
+    """Skip without tcpdump (or ``tool``); fail under CI, where tools/setup.sh must have
+    installed them."""
     reason = unavailable()
+    if reason is None and tool != "tcpdump" and shutil.which(tool) is None:
+        reason = f"{tool} is not installed (tools/setup.sh installs it with root and apt)"
     if reason is None:
         return
     if os.environ.get("CI"):

@@ -7,8 +7,9 @@ One Apache Kafka node (combined mode, from the session's pool) serves the whole 
 3-broker cluster would cost three JVMs for no more client traffic. Each client has a topic and
 a capture of its own: confluent-kafka (librdkafka: gzip, a transaction, a KIP-848 group, admin),
 kafka-python (lz4, a classic group), aiokafka (snappy, a classic group), the Java 4.4 client
-(zstd, a transaction, a KIP-848 group, admin) and kproto's client (no compression, admin, a
-classic group).
+(zstd, a transaction, a KIP-848 group, admin), kproto's client (no compression, admin, a
+classic group); kcat (Debian's, an older librdkafka) is refused at SCRAM's last step, as Kafka 4
+refuses every librdkafka before 2.6.1, and its capture shows why.
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from pathlib import Path
 import pytest
 
 import live_capture
-from capture_live_checks import check_capture, ground_truth
+from capture_live_checks import check_capture, check_scram_refused, decode, ground_truth
 from kproto.testing import apache
 
 USER, PASSWORD = "alice", "alice-secret"
@@ -260,3 +261,35 @@ def test_java_client(kafka, tmp_path):
            apis={"SaslHandshake", "SaslAuthenticate", "CreateTopics", "DescribeConfigs", "Produce",
                  "InitProducerId", "EndTxn", "ConsumerGroupHeartbeat", "OffsetCommit",
                  "OffsetFetch", "ConsumerGroupDescribe", "Fetch"}, mechanisms={"SCRAM-SHA-512"})
+
+
+
+def _librdkafka_of_kcat() -> tuple[int, ...]:
+    version = subprocess.run(["kcat", "-V"], capture_output=True, text=True, timeout=30).stdout
+    return tuple(int(x) for x in version.split("librdkafka ")[1].split()[0].split(".")[:3])
+
+
+def test_kcat(kafka, tmp_path):
+    """Debian's kcat links librdkafka 2.0.2, which repeats the client's nonce in SCRAM's
+    client-final message (fixed in librdkafka 2.6.1); Kafka 4 compares the nonce strictly
+    (RFC 5802) and refuses it. The capture shows it: every exchange decoded, the second
+    SaslAuthenticate answered SASL_AUTHENTICATION_FAILED, its nonce the client's followed by
+    the server's (which begins with the client's)."""
+    live_capture.require("kcat")
+    librdkafka = _librdkafka_of_kcat()
+    if librdkafka >= (2, 6, 1):
+        pytest.skip(f"kcat's librdkafka {librdkafka} authenticates with SCRAM: nothing refused to capture")
+    conf = ["-b", kafka.sasl_bootstrap, "-X", "security.protocol=SASL_PLAINTEXT",
+            "-X", "sasl.mechanisms=SCRAM-SHA-256", "-X", f"sasl.username={USER}",
+            "-X", f"sasl.password={PASSWORD}", "-X", "client.id=kcat-live"]
+    with live_capture.tcpdump(tmp_path / "kcat.pcap", _ports(kafka)) as path:
+        metadata = subprocess.run(["kcat", *conf, "-L", "-m", "2"], capture_output=True, text=True, timeout=60)
+    assert metadata.returncode != 0 and "invalid credentials" in metadata.stderr, metadata.stderr
+    check_scram_refused(path, _ports(kafka), USER)
+    if KEEP:
+        shutil.copy(path, Path(KEEP) / "kcat_scram_refused.pcap")
+        exchanges, _ = decode(path, _ports(kafka))
+        truth = ground_truth("kcat_scram_refused", exchanges, _ports(kafka), [],
+                             f"kcat 1.7.1 (Debian; librdkafka {'.'.join(map(str, librdkafka))})")
+        truth["scram_refused"] = True
+        (Path(KEEP) / "kcat_scram_refused.truth.json").write_text(json.dumps(truth, indent=1) + "\n")
