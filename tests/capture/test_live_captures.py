@@ -10,13 +10,15 @@ tests/capture/test_live_apache.py``.
 """
 from __future__ import annotations
 
+import base64
 import json
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from capture_live_checks import check_capture, check_scram_refused
+from capture_live_checks import CLOSED, check_capture, check_scram_refused
+from capture_support import decode_pcap_cli
 
 DATA = Path(__file__).with_name("data") / "live_apache"
 NAMES = sorted(p.name[:-len(".truth.json")] for p in DATA.glob("*.truth.json"))
@@ -45,3 +47,31 @@ def test_capture_decodes_as_recorded(name):
     got = Counter(f"{e.api_key}:{e.api_name}:v{e.api_version}" for e in kafka)
     assert dict(got) == truth["api_keys"]
     assert {r[0] for r in records} == set(truth["topics"])
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_decode_pcap_with_records_shows_every_value_and_no_other_problem(name, tmp_path):
+    """``kproto decode-pcap --records`` on the capture: one JSON line per exchange, the only
+    problems those of requests in flight at a close, every acknowledged value in the records."""
+    truth = json.loads((DATA / f"{name}.truth.json").read_text())
+    out = decode_pcap_cli(tmp_path, str(DATA / truth["capture"]), "--format", "jsonl", "--records",
+                          "--no-progress", *[a for p in truth["kafka_ports"] for a in ("--port", str(p))])
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert len(lines) == sum(truth["api_keys"].values())
+    assert {p for x in lines for p in x["problems"]} <= {CLOSED}
+    # record values are base64 in the JSON
+    values = {rec["value"] for x in lines for side in ("request", "response") if x.get(side)
+              for rec in _records_of(x[side])}
+    assert {base64.b64encode(r["value"].encode()).decode() for r in truth["records_produced"]} <= values
+
+
+def _records_of(body):
+    """Every record object under the ``records`` fields of a JSON body."""
+    if isinstance(body, dict):
+        if "records" in body and isinstance(body["records"], dict):
+            yield from body["records"].get("records", [])
+        for v in body.values():
+            yield from _records_of(v)
+    elif isinstance(body, list):
+        for v in body:
+            yield from _records_of(v)
