@@ -33,9 +33,13 @@ KEEP = os.environ.get("KPROTO_KEEP_LIVE_CAPTURES")  # a folder: keep the capture
 pytestmark = pytest.mark.apache_kafka(scram_users={USER: PASSWORD})
 
 
+@pytest.fixture(autouse=True)
+def _tcpdump():
+    live_capture.require()   # before any Kafka node is started for nothing
+
+
 @pytest.fixture
 def kafka(apache_kafka):
-    live_capture.require()
     return apache_kafka
 
 
