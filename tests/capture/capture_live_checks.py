@@ -10,6 +10,7 @@ from typing import Any, Iterable, Optional, Sequence
 from kproto.capture import BodyDecoder, CaptureDecoder, read_packets
 from kproto.capture.records_view import iter_records
 from kproto.capture.topics import topic_ids
+from kproto.records.reader import iter_batches
 
 #: the product of the capture's peer, written into each ground-truth file
 PEER = "Apache Kafka 4.4.0 (one combined-mode node, a SASL_PLAINTEXT listener with SCRAM-SHA-256/512)"
@@ -54,6 +55,12 @@ def produced(exchanges: Iterable[Any]) -> set[Record]:
     return out
 
 
+def produce_codecs(exchanges: Iterable[Any]) -> set[str]:
+    """The compression codecs of the record batches of the Produce requests."""
+    return {batch.compression_name for ex in exchanges if ex.api_name == "Produce" and ex.request is not None
+            for t in ex.request.topic_data for p in t.partition_data for batch in iter_batches(p.records or b"")}
+
+
 def fetched(exchanges: Iterable[Any]) -> set[Record]:
     """(topic, partition, offset, value) of every record of the Fetch responses (control
     batches left out)."""
@@ -72,8 +79,10 @@ def fetched(exchanges: Iterable[Any]) -> set[Record]:
 
 def check_capture(path: Path, ports: Sequence[int], acked: Iterable[Sequence[Any]],
                   consumed: Optional[Iterable[str]] = None, *, apis: Iterable[str] = (),
-                  mechanisms: Iterable[str] = (), user: str = "alice") -> list[Any]:
-    """Assert what the decoded capture must show; its exchanges."""
+                  mechanisms: Iterable[str] = (), codecs: Iterable[str] = (),
+                  user: str = "alice") -> list[Any]:
+    """Assert what the decoded capture must show (``codecs``: those of every Produce batch);
+    its exchanges."""
     exchanges, dec = decode(path, ports)
     kafka = [e for e in exchanges if e.kind == "kafka"]
     assert kafka, "nothing captured"
@@ -106,6 +115,7 @@ def check_capture(path: Path, ports: Sequence[int], acked: Iterable[Sequence[Any
     assert acked, "no record acknowledged"
     assert acked <= produced(kafka), sorted(acked - produced(kafka))
     assert acked <= fetched(kafka), sorted(acked - fetched(kafka))
+    assert produce_codecs(kafka) == set(codecs)
     if consumed is not None:
         assert sorted(consumed) == sorted(v for *_, v in acked)
     # SASL: the handshakes name the mechanisms; SCRAM's exchanges decode, the first names the user
@@ -135,6 +145,7 @@ def ground_truth(name: str, exchanges: Sequence[Any], ports: Sequence[int],
         "topics": sorted({r[0] for r in records}),
         "records_produced": [{"topic": t, "partition": p, "offset": o, "value": v} for t, p, o, v in records],
         "mechanisms": sorted({e.request.mechanism for e in kafka if e.api_name == "SaslHandshake"}),
+        "codecs": sorted(produce_codecs(kafka)),
         "api_keys": {f"{k}:{n}:v{v}": c for (k, n, v), c in sorted(
             Counter((e.api_key, e.api_name, e.api_version) for e in kafka).items())},
     }

@@ -43,6 +43,12 @@ def kafka(apache_kafka):
     return apache_kafka
 
 
+def _value(client, i):
+    # compressible: librdkafka and kafka-python send a batch uncompressed when compressing
+    # would not make it smaller, and the capture is to show each codec
+    return f"{client}-{i} " + "compressible " * 12
+
+
 def _ports(kafka):
     return [kafka.nodes[b].sasl_port for b in kafka.broker_ids]
 
@@ -81,7 +87,7 @@ def test_confluent_kafka(kafka, tmp_path):
             kafka, "SCRAM-SHA-512", **{"client.id": "ck-producer", "compression.type": "gzip",
                                        "linger.ms": 5, "acks": "all"}))
         for i in range(9):
-            producer.produce(topic, f"ck-{i}".encode(), key=f"k{i}".encode(), on_delivery=ack)
+            producer.produce(topic, _value("ck", i).encode(), key=f"k{i}".encode(), on_delivery=ack)
         assert producer.flush(60) == 0
 
         txn = confluent_kafka.Producer(_confluent_conf(
@@ -90,7 +96,7 @@ def test_confluent_kafka(kafka, tmp_path):
         txn.init_transactions(60)
         txn.begin_transaction()
         for i in range(3):
-            txn.produce(topic, f"ck-txn-{i}".encode(), partition=i, on_delivery=ack)
+            txn.produce(topic, _value("ck-txn", i).encode(), partition=i, on_delivery=ack)
         txn.commit_transaction(60)
 
         consumer = confluent_kafka.Consumer(_confluent_conf(
@@ -113,7 +119,7 @@ def test_confluent_kafka(kafka, tmp_path):
            apis={"SaslHandshake", "SaslAuthenticate", "CreateTopics", "DescribeConfigs", "Produce",
                  "InitProducerId", "AddPartitionsToTxn", "EndTxn", "ConsumerGroupHeartbeat",
                  "OffsetCommit", "Fetch"},
-           mechanisms={"SCRAM-SHA-256", "SCRAM-SHA-512"})
+           mechanisms={"SCRAM-SHA-256", "SCRAM-SHA-512"}, codecs={"gzip"})
 
 
 def test_kafka_python(kafka, tmp_path):
@@ -129,7 +135,7 @@ def test_kafka_python(kafka, tmp_path):
         admin.close()
         producer = kafka_python.KafkaProducer(client_id="kp-producer", compression_type="lz4",
                                               acks="all", linger_ms=5, **conf)
-        futures = [(producer.send(topic, f"kp-{i}".encode(), key=f"k{i}".encode()), f"kp-{i}")
+        futures = [(producer.send(topic, _value("kp", i).encode(), key=f"k{i}".encode()), _value("kp", i))
                    for i in range(8)]
         producer.flush(20)
         for future, value in futures:
@@ -149,7 +155,7 @@ def test_kafka_python(kafka, tmp_path):
     assert sorted(consumed) == sorted(v for *_, v in acked)
     _check(kafka, path, "kafka_python", f"kafka-python {kafka_python.__version__}", acked, consumed,
            apis={"SaslHandshake", "SaslAuthenticate", "CreateTopics", "Produce", "JoinGroup",
-                 "SyncGroup", "OffsetCommit", "Fetch"}, mechanisms={"SCRAM-SHA-256"})
+                 "SyncGroup", "OffsetCommit", "Fetch"}, mechanisms={"SCRAM-SHA-256"}, codecs={"lz4"})
 
 
 def test_aiokafka(kafka, tmp_path):
@@ -168,7 +174,8 @@ def test_aiokafka(kafka, tmp_path):
                                              linger_ms=5, acks="all", **conf)
         await producer.start()
         try:
-            futures = [(await producer.send(topic, f"aio-{i}".encode(), key=f"k{i}".encode()), f"aio-{i}")
+            futures = [(await producer.send(topic, _value("aio", i).encode(), key=f"k{i}".encode()),
+                        _value("aio", i))
                        for i in range(8)]
             for future, value in futures:
                 md = await future
@@ -193,7 +200,7 @@ def test_aiokafka(kafka, tmp_path):
     assert sorted(consumed) == sorted(v for *_, v in acked)
     _check(kafka, path, "aiokafka", f"aiokafka {aiokafka.__version__}", acked, consumed,
            apis={"SaslHandshake", "SaslAuthenticate", "CreateTopics", "Produce", "JoinGroup",
-                 "SyncGroup", "OffsetCommit", "Fetch"}, mechanisms={"SCRAM-SHA-512"})
+                 "SyncGroup", "OffsetCommit", "Fetch"}, mechanisms={"SCRAM-SHA-512"}, codecs={"snappy"})
 
 
 def test_kproto_client(kafka, tmp_path):
@@ -212,8 +219,8 @@ def test_kproto_client(kafka, tmp_path):
             await admin.create_topics({topic: 2})
             await admin.describe_topics([topic])
             async with Producer(cluster) as producer:
-                futures = [(await producer.send(topic, f"kproto-{i}".encode(), key=f"k{i}".encode()),
-                            f"kproto-{i}") for i in range(8)]
+                futures = [(await producer.send(topic, _value("kproto", i).encode(), key=f"k{i}".encode()),
+                            _value("kproto", i)) for i in range(8)]
                 for future, value in futures:
                     md = await future
                     acked.append((md.topic, md.partition, md.offset, value))
@@ -231,7 +238,8 @@ def test_kproto_client(kafka, tmp_path):
     assert sorted(consumed) == sorted(v for *_, v in acked)
     _check(kafka, path, "kproto_client", "kproto's asyncio client", acked, consumed,
            apis={"SaslHandshake", "SaslAuthenticate", "CreateTopics", "Produce", "JoinGroup",
-                 "SyncGroup", "OffsetCommit", "OffsetFetch", "Fetch"}, mechanisms={"SCRAM-SHA-256"})
+                 "SyncGroup", "OffsetCommit", "OffsetFetch", "Fetch"}, mechanisms={"SCRAM-SHA-256"},
+           codecs={"none"})
 
 
 def _java_classpath(workdir: Path) -> str:
@@ -264,7 +272,8 @@ def test_java_client(kafka, tmp_path):
     _check(kafka, path, "java_client", "Apache Kafka's Java client 4.4.0 (kafka-clients)", acked, None,
            apis={"SaslHandshake", "SaslAuthenticate", "CreateTopics", "DescribeConfigs", "Produce",
                  "InitProducerId", "EndTxn", "ConsumerGroupHeartbeat", "OffsetCommit",
-                 "OffsetFetch", "ConsumerGroupDescribe", "Fetch"}, mechanisms={"SCRAM-SHA-512"})
+                 "OffsetFetch", "ConsumerGroupDescribe", "Fetch"}, mechanisms={"SCRAM-SHA-512"},
+           codecs={"zstd"})
 
 
 

@@ -42,7 +42,7 @@ def test_capture_decodes_as_recorded(name):
     records = [(r["topic"], r["partition"], r["offset"], r["value"]) for r in truth["records_produced"]]
     apis = {key.split(":")[1] for key in truth["api_keys"]}
     exchanges = check_capture(DATA / truth["capture"], truth["kafka_ports"], records,
-                              apis=apis, mechanisms=truth["mechanisms"])
+                              apis=apis, mechanisms=truth["mechanisms"], codecs=truth["codecs"])
     kafka = [e for e in exchanges if e.kind == "kafka"]
     got = Counter(f"{e.api_key}:{e.api_name}:v{e.api_version}" for e in kafka)
     assert dict(got) == truth["api_keys"]
