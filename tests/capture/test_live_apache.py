@@ -1,7 +1,9 @@
 """Today's clients against Apache Kafka 4.4.0 over SASL_PLAINTEXT (SCRAM), captured with tcpdump
-on loopback and read back with :mod:`kproto.capture`: no problems, every topic id named, every
-acknowledged record found in the Produce requests (value by value) and in the Fetch responses,
-the SASL handshakes and SCRAM exchanges decoded.
+on loopback and read back with :mod:`kproto.capture`: no problems (but requests in flight when
+a client closed its connection), every topic id named, every acknowledged record found in the
+Produce requests (value by value, in batches of the client's codec) and in the Fetch responses,
+the SASL handshakes and SCRAM exchanges decoded. ``KPROTO_KEEP_LIVE_CAPTURES=DIR`` keeps the
+captures with their truth files (how tests/capture/data/live_apache was recorded).
 
 One Apache Kafka node (combined mode, from the session's pool) serves the whole module: a
 3-broker cluster would cost three JVMs for no more client traffic. Each client has a topic and
