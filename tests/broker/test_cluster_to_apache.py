@@ -59,6 +59,22 @@ def _kproto_cluster(data) -> dict[tuple[str, int, int], bytes]:
     return acked
 
 
+def _committed(consumer, partitions, timeout: float = 60.0):
+    """The group's committed offsets, asked again while its coordinator moves or loads (the
+    brokers' preferred leaders come back one after another as they register)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return consumer.committed(partitions, timeout=10)
+        except ck.KafkaException as exc:
+            retriable = exc.args[0].code() in (ck.KafkaError.NOT_COORDINATOR,
+                                               ck.KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+                                               ck.KafkaError.COORDINATOR_NOT_AVAILABLE)
+            if not retriable or time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
 def test_apache_kafka_recovers_a_kproto_clusters_directories(tmp_path) -> None:
     reason = apache.unavailable()
     if reason is not None:
@@ -87,7 +103,7 @@ def test_apache_kafka_recovers_a_kproto_clusters_directories(tmp_path) -> None:
         consumer = ck.Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": GROUP,
                                 "enable.auto.commit": False})
         try:
-            committed = consumer.committed([TopicPartition("orders", p) for p in range(3)], timeout=30)
+            committed = _committed(consumer, [TopicPartition("orders", p) for p in range(3)])
             assert [(c.partition, c.offset) for c in committed] == [(p, 1 + p) for p in range(3)]
             consumer.assign([TopicPartition(t, p, 0) for t, (n, _) in TOPICS.items() for p in range(n)])
             got: dict[tuple[str, int, int], bytes] = {}
