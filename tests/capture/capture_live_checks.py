@@ -123,11 +123,14 @@ def check_capture(path: Path, ports: Sequence[int], acked: Iterable[Sequence[Any
     assert {e.request.mechanism for e in handshakes} == set(mechanisms)
     assert all(e.response.error_code == 0 for e in handshakes)
     auth = [e for e in kafka if e.api_name == "SaslAuthenticate"]
-    assert auth and all(e.response.error_code == 0 for e in auth)
-    # SCRAM: client-first (names the user), client-final: two per connection
-    assert len(auth) == 2 * len(handshakes)
+    assert auth and all(e.response.error_code == 0 for e in auth if e.response is not None)
     assert all(e.sasl is not None and e.sasl["mechanism"] in set(mechanisms) for e in auth)
-    assert sum(1 for e in auth if e.sasl.get("user") == user) == len(handshakes)
+    # SCRAM: client-first (names the user), then client-final, on each connection that shook hands
+    # (a client giving up a connection mid-login leaves its last message unanswered)
+    for h in handshakes:
+        mine = [e for e in auth if (e.client, e.broker) == (h.client, h.broker)]
+        assert mine and mine[0].sasl.get("user") == user, h
+        assert len(mine) == 2 or mine[-1].response is None, h
     return exchanges
 
 
