@@ -11,5 +11,19 @@ if [ ! -x /usr/bin/chromium ]; then
         || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null; }
 fi
 
+# tcpdump (and kcat, a librdkafka client of another release): the live-capture tests record
+# clients' traffic with Apache Kafka on loopback (skipped without them, failed under CI).
+# Installed when missing and possible (root with apt); setup goes on either way.
+if ! command -v tcpdump >/dev/null 2>&1 || ! command -v kcat >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 \
+        && { DEBIAN_FRONTEND=noninteractive apt-get install -y -q tcpdump kcat >/dev/null 2>&1 \
+             || { apt-get update -q >/dev/null 2>&1 \
+                  && DEBIAN_FRONTEND=noninteractive apt-get install -y -q tcpdump kcat >/dev/null 2>&1; }; }; then
+        echo "setup: tcpdump and kcat installed (apt)"
+    else
+        echo "setup: tcpdump/kcat not installed (needs root and apt): the live-capture tests will skip"
+    fi
+fi
+
 # Apache Kafka's jars (server, tools, Java clients) into a cache outside the repository
 bash tools/kafka/fetch.sh

@@ -16,7 +16,8 @@ def register(sub: Any) -> None:
                                    "directory (broker-<id>/ and controller-<id>/ below it). One "
                                    "line 'listening on HOST:PORT' per broker on stdout once every "
                                    "broker is registered and unfenced; SIGTERM stops every node "
-                                   "cleanly, and a later start on the same directory recovers "
+                                   "cleanly (each broker's controlled shutdown first, as Kafka's), "
+                                   "and a later start on the same directory recovers "
                                    "the cluster.")
     p.add_argument("--brokers", type=int, default=3, help="number of brokers (default 3)")
     p.add_argument("--controllers", type=int, choices=(1, 3), default=1,
@@ -107,7 +108,7 @@ async def _serve(args: argparse.Namespace) -> int:
             broker.warm_up()
             print(listening_line(broker, args.json), flush=True)
         await until_signalled()
-    await cluster.close()
+    await cluster.close(controlled=True)
     return 0
 
 

@@ -25,7 +25,8 @@ injection of :class:`~kproto.broker.Cluster` callable from the test's thread:
 ``apache_kafka`` is Apache Kafka itself (:class:`kproto.testing.apache.ApacheKafka`, JVMs
 started from the jars tools/setup.sh caches): one combined-mode node unless
 ``@pytest.mark.apache_kafka(nodes=3, controllers=1, config={...}, version="4.3.1")`` says
-otherwise; ``apache_kafka_cluster`` defaults to 3 brokers and 1 controller. Clusters are shared
+otherwise (``scram_users={"alice": "secret"}`` adds a SASL_PLAINTEXT listener with SCRAM,
+``.sasl_bootstrap``); ``apache_kafka_cluster`` defaults to 3 brokers and 1 controller. Clusters are shared
 by the tests of a session that ask for the same shape (after each test every node is running
 again; use topic names of your own), ``fresh=True`` gives a test one of its own. Without Java
 or the jars the tests are skipped, or fail when the environment variable ``CI`` is set.
@@ -190,7 +191,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "kafka_cluster(**settings): sizes and settings of the "
                                        "kafka_cluster fixture")
     config.addinivalue_line("markers", "apache_kafka(nodes=1, controllers=0, config={}, version=, "
-                                       "fresh=False): the Apache Kafka of the apache_kafka fixtures")
+                                       "scram_users={}, fresh=False): the Apache Kafka of the "
+                                       "apache_kafka fixtures")
 
 
 class ClusterThread(_LoopThread):
@@ -380,18 +382,21 @@ def _apache(request: pytest.FixtureRequest, pool: _ApachePool, tmp_path_factory:
     nodes, controllers = kw.pop("nodes", nodes), kw.pop("controllers", controllers)
     version, config = kw.pop("version", apache.DEFAULT_VERSION), dict(kw.pop("config", {}))
     fresh = kw.pop("fresh", False)
+    scram_users = dict(kw.pop("scram_users", {}))
     if kw:
         raise TypeError(f"unknown apache_kafka marker arguments: {sorted(kw)}")
     require_apache_kafka(version)
 
     def make(path: Any) -> ApacheKafka:
-        return apache.ApacheKafka(path, nodes, controllers, version=version, config=config)
+        return apache.ApacheKafka(path, nodes, controllers, version=version, config=config,
+                                  scram_users=scram_users)
 
     if fresh:
         with make(tmp_path_factory.mktemp("apache-kafka")) as kafka:
             yield kafka
         return
-    kafka = pool.get((nodes, controllers, version, tuple(sorted(config.items()))), make)
+    kafka = pool.get((nodes, controllers, version, tuple(sorted(config.items())),
+                      tuple(sorted(scram_users.items()))), make)
     yield kafka
     pool.restore(kafka)
 

@@ -77,6 +77,8 @@ JVM_OPTIONS = ("-Xms64m", "-Xmx512m", "-XX:+UseSerialGC", "-XX:MaxMetaspaceSize=
 TOOL_JVM_OPTIONS = ("-Xmx512m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1")
 
 _LOG4J2 = Path(__file__).with_name("log4j2.properties")
+#: the SASL mechanisms of the SASL_PLAINTEXT listener (``scram_users``)
+_SCRAM = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 #: releases whose class archive a node of this process is writing (one writer per release)
 _archiving: set[str] = set()
 
@@ -272,6 +274,7 @@ class Node:
     roles: tuple[str, ...]
     dir: Path
     port: int = 0               #: the PLAINTEXT listener's port (brokers)
+    sasl_port: int = 0          #: the SASL_PLAINTEXT listener's port (brokers, with SCRAM users)
     controller_port: int = 0    #: the CONTROLLER listener's port (controllers)
     directory_id: str = field(default_factory=_random_uuid)
     proc: Optional[subprocess.Popen[bytes]] = None
@@ -300,11 +303,23 @@ class ApacheKafka:
     """Apache Kafka ``version`` on ``host``: ``brokers`` brokers and ``controllers`` dedicated
     controllers (0: the brokers are controllers too, KRaft combined mode), formatted into
     ``data_dir`` on :meth:`start_all`. ``config``: server.properties overrides for every node
-    (values written with ``str``, booleans as ``true``/``false``); ``node_config``: per node id."""
+    (values written with ``str``, booleans as ``true``/``false``); ``node_config``: per node id.
+    ``scram_users`` (name: password) adds a SASL_PLAINTEXT listener to every broker
+    (:attr:`sasl_bootstrap`) with SCRAM-SHA-256 and SCRAM-SHA-512, the users' credentials of
+    both mechanisms written at format time (the storage tool's ``--add-scram``).
+
+    ``log_dirs`` (node id: directory) starts nodes on existing data instead of ``<node>/data``,
+    e.g. another cluster's: a directory that has a ``meta.properties`` is not formatted again.
+    ``static_voters``: the quorum in ``controller.quorum.voters`` (a static quorum, KRaft
+    version 0, whose metadata has no voter records to be found from
+    ``controller.quorum.bootstrap.servers``)."""
 
     def __init__(self, data_dir: str | os.PathLike[str], brokers: int = 1, controllers: int = 0, *,
                  version: str = DEFAULT_VERSION, config: Optional[Mapping[str, Any]] = None,
                  node_config: Optional[Mapping[int, Mapping[str, Any]]] = None,
+                 scram_users: Optional[Mapping[str, str]] = None,
+                 log_dirs: Optional[Mapping[int, str | os.PathLike[str]]] = None,
+                 static_voters: bool = False,
                  host: str = "127.0.0.1", jvm_options: Sequence[str] = JVM_OPTIONS) -> None:
         if brokers < 1 or controllers < 0:
             raise ValueError("a cluster needs at least one broker (and controllers >= 0)")
@@ -313,13 +328,18 @@ class ApacheKafka:
         self.config = {k: _prop(v) for k, v in (config or {}).items()}
         self.node_config = {n: {k: _prop(v) for k, v in c.items()} for n, c in (node_config or {}).items()}
         self.jvm_options = tuple(jvm_options)
+        self.scram_users = dict(scram_users or {})
+        self.log_dirs = {n: Path(d) for n, d in (log_dirs or {}).items()}
+        self.static_voters = static_voters
         self.cluster_id = _random_uuid()
         broker_roles = ("broker",) if controllers else ("broker", "controller")
-        ports = iter(_free_ports(host, brokers * (1 if controllers else 2) + controllers))
+        per_broker = (1 if controllers else 2) + (1 if self.scram_users else 0)
+        ports = iter(_free_ports(host, brokers * per_broker + controllers))
         self.nodes: dict[int, Node] = {}
         for i in range(1, brokers + 1):
             self.nodes[i] = Node(i, broker_roles, self.data_dir / f"broker-{i}", port=next(ports),
-                                 controller_port=0 if controllers else next(ports))
+                                 controller_port=0 if controllers else next(ports),
+                                 sasl_port=next(ports) if self.scram_users else 0)
         for i in range(1, controllers + 1):
             n = CONTROLLER_ID_BASE + i
             self.nodes[n] = Node(n, ("controller",), self.data_dir / f"controller-{n}",
@@ -340,6 +360,13 @@ class ApacheKafka:
         """``host:port`` of every broker, comma-separated (Kafka's bootstrap.servers)."""
         return ",".join(f"{self.host}:{self.nodes[b].port}" for b in self.broker_ids)
 
+    @property
+    def sasl_bootstrap(self) -> str:
+        """``host:port`` of every broker's SASL_PLAINTEXT listener (needs ``scram_users``)."""
+        if not self.scram_users:
+            raise RuntimeError("no SASL listener: start the cluster with scram_users")
+        return ",".join(f"{self.host}:{self.nodes[b].sasl_port}" for b in self.broker_ids)
+
     def address(self, node: int) -> tuple[str, int]:
         """The (host, port) a client connects to on broker ``node``."""
         return self.host, self.nodes[node].port
@@ -355,7 +382,7 @@ class ApacheKafka:
 
     def log_dir(self, node: int) -> Path:
         """The node's ``log.dirs``: its topic partitions and its metadata log."""
-        return self.nodes[node].dir / "data"
+        return self.log_dirs.get(node, self.nodes[node].dir / "data")
 
     def log_tail(self, node: int, lines: int = 60) -> str:
         """The last ``lines`` of ``node``'s server log."""
@@ -381,6 +408,9 @@ class ApacheKafka:
         if n.is_broker:
             listeners.append(f"PLAINTEXT://{h}:{n.port}")
             advertised.append(f"PLAINTEXT://{h}:{n.port}")
+            if n.sasl_port:
+                listeners.append(f"SASL_PLAINTEXT://{h}:{n.sasl_port}")
+                advertised.append(f"SASL_PLAINTEXT://{h}:{n.sasl_port}")
         if n.is_controller:
             listeners.append(f"CONTROLLER://{h}:{n.controller_port}")
             advertised.append(f"CONTROLLER://{h}:{n.controller_port}")
@@ -391,21 +421,32 @@ class ApacheKafka:
             "node.id": str(n.id),
             "listeners": ",".join(listeners),
             "advertised.listeners": ",".join(advertised),
-            "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+            "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT"
+                                              + (",SASL_PLAINTEXT:SASL_PLAINTEXT" if n.sasl_port else ""),
             "controller.listener.names": "CONTROLLER",
             "inter.broker.listener.name": "PLAINTEXT",
-            "controller.quorum.bootstrap.servers": ",".join(f"{h}:{v.controller_port}" for v in self._voters()),
-            "log.dirs": str(n.dir / "data"),
+            **({"controller.quorum.voters": ",".join(f"{v.id}@{h}:{v.controller_port}" for v in self._voters())}
+               if self.static_voters else
+               {"controller.quorum.bootstrap.servers": ",".join(f"{h}:{v.controller_port}" for v in self._voters())}),
+            "log.dirs": str(self.log_dir(node)),
             "offsets.topic.replication.factor": rf,
             "transaction.state.log.replication.factor": rf,
             "transaction.state.log.min.isr": min_isr,
             "share.coordinator.state.topic.replication.factor": rf,
             "share.coordinator.state.topic.min.isr": min_isr,
-            **TEST_CONFIG, **self.config, **self.node_config.get(node, {}),
+            **TEST_CONFIG, **(self._sasl_properties() if n.sasl_port else {}),
+            **self.config, **self.node_config.get(node, {}),
         }
         if not n.is_broker:
             del props["inter.broker.listener.name"]
         return props
+
+    @staticmethod
+    def _sasl_properties() -> dict[str, str]:
+        # SCRAM's server side needs the login module only: credentials come from the metadata
+        module = "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+        return {"sasl.enabled.mechanisms": ",".join(_SCRAM),
+                **{f"listener.name.sasl_plaintext.{m.lower()}.sasl.jaas.config": module for m in _SCRAM}}
 
     def _write_properties(self, n: Node) -> Path:
         n.dir.mkdir(parents=True, exist_ok=True)
@@ -415,6 +456,9 @@ class ApacheKafka:
 
     def _format_args(self, n: Node) -> list[str]:
         args = ["format", "--config", str(n.dir / "server.properties"), "--cluster-id", self.cluster_id]
+        for user, password in self.scram_users.items():
+            for m in _SCRAM:
+                args += ["--add-scram", f"{m}=[name={user},password={password}]"]
         voters = self._voters()
         if not n.is_controller:
             return args + ["--no-initial-controllers"]
@@ -429,7 +473,7 @@ class ApacheKafka:
         procs = []
         for n in self.nodes.values():
             self._write_properties(n)
-            if (n.dir / "data" / "meta.properties").is_file():
+            if (self.log_dir(n.id) / "meta.properties").is_file():
                 continue
             cmd = _command(self.version, STORAGE_TOOL, self._format_args(n),
                            [*TOOL_JVM_OPTIONS, *_class_archive(self.version, write=False)[0]])

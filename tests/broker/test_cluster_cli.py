@@ -57,3 +57,8 @@ def test_kproto_cluster_serves_until_sigterm(tmp_path) -> None:
     parts = [p for p in records("PartitionRecord") if p["topic_id"] == cli_id]
     assert sorted(p["partition_id"] for p in parts) == [0, 1]
     assert all(sorted(p["replicas"]) == [1, 2] and sorted(p["isr"]) == [1, 2] for p in parts)
+    # SIGTERM stopped each broker as Kafka's does: a controlled shutdown, then fenced
+    changes = sorted(tables["BrokerRegistrationChangeRecord"].to_pylist(), key=lambda row: row["offset"])
+    for b in (1, 2):
+        mine = [row["record"] for row in changes if row["record"]["broker_id"] == b]
+        assert len(mine) >= 2 and mine[-2]["in_controlled_shutdown"] == 1 and mine[-1]["fenced"] == 1, mine

@@ -77,6 +77,43 @@ def test_config_overrides_the_defaults(tmp_path):
     assert props["broker.session.timeout.ms"] == "9000"
 
 
+def test_scram_users_add_a_sasl_listener_and_credentials_at_format_time(tmp_path):
+    kafka = apache.ApacheKafka(tmp_path, brokers=2, controllers=1, scram_users={"alice": "s3cret"})
+    ports = [kafka.nodes[b].sasl_port for b in (1, 2)]
+    assert kafka.sasl_bootstrap == ",".join(f"127.0.0.1:{p}" for p in ports)
+    assert len({*ports, *(n.port for n in kafka.nodes.values() if n.port)}) == 4   # all distinct
+    props = kafka.properties(1)
+    assert f"SASL_PLAINTEXT://127.0.0.1:{ports[0]}" in props["listeners"].split(",")
+    assert props["advertised.listeners"] == props["listeners"]
+    assert "SASL_PLAINTEXT:SASL_PLAINTEXT" in props["listener.security.protocol.map"]
+    assert props["sasl.enabled.mechanisms"] == "SCRAM-SHA-256,SCRAM-SHA-512"
+    assert "ScramLoginModule" in props["listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config"]
+    assert "sasl.enabled.mechanisms" not in kafka.properties(3001)   # the controller: no SASL listener
+    args = kafka._format_args(kafka.nodes[3001])
+    scram = [args[i + 1] for i, a in enumerate(args) if a == "--add-scram"]
+    assert scram == ["SCRAM-SHA-256=[name=alice,password=s3cret]", "SCRAM-SHA-512=[name=alice,password=s3cret]"]
+    plain = apache.ApacheKafka(tmp_path / "plain")
+    assert "--add-scram" not in plain._format_args(plain.nodes[1])
+    assert "SASL" not in plain.properties(1)["listeners"]
+    with pytest.raises(RuntimeError, match="scram_users"):
+        plain.sasl_bootstrap
+
+
+def test_existing_log_dirs_and_a_static_quorum(tmp_path):
+    (tmp_path / "b1").mkdir()
+    (tmp_path / "b1" / "meta.properties").write_text("node.id=1\n")
+    kafka = apache.ApacheKafka(tmp_path / "k", brokers=1, controllers=1,
+                               log_dirs={1: tmp_path / "b1", 3001: tmp_path / "c"}, static_voters=True)
+    assert kafka.log_dir(1) == tmp_path / "b1"
+    props = kafka.properties(1)
+    assert props["log.dirs"] == str(tmp_path / "b1")
+    assert props["controller.quorum.voters"] == f"3001@127.0.0.1:{kafka.nodes[3001].controller_port}"
+    assert "controller.quorum.bootstrap.servers" not in props
+    default = apache.ApacheKafka(tmp_path / "d")
+    assert default.log_dir(1) == tmp_path / "d" / "broker-1" / "data"
+    assert "controller.quorum.voters" not in default.properties(1)
+
+
 INNER_TESTS = """
 import pytest
 

@@ -200,11 +200,17 @@ class Cluster:
     async def __aexit__(self, *exc: Any) -> None:
         await self.close()
 
-    async def close(self) -> None:
-        """Stop every node (brokers cleanly but without controlled shutdown), then the network."""
+    async def close(self, controlled: bool = False) -> None:
+        """Stop every node, then the network: the brokers cleanly but without a controlled
+        shutdown, or with ``controlled`` one after another with theirs first, as Kafka's
+        brokers stop on SIGTERM (the metadata then records each one fenced: a cluster started
+        later on these directories, kproto's or Apache Kafka's, registers them again at once)."""
         for b in self.brokers.values():
             if b.running:
-                await b.close(clean=True)
+                if controlled:
+                    await b.stop()
+                else:
+                    await b.close(clean=True)
             await b.settle()
         for c in self.controllers.values():
             if c.running:
