@@ -48,6 +48,8 @@ from kproto.schemas.api_keys import ApiKey
 _PRODUCE_ERRORS_WITH_MESSAGE = frozenset({ErrorCode.INVALID_RECORD, ErrorCode.INVALID_TIMESTAMP})
 _PRODUCE_ERRORS_WITHOUT_LOG_START = frozenset({ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE,
                                                ErrorCode.CORRUPT_MESSAGE, ErrorCode.KAFKA_STORAGE_ERROR})
+#: Fetch errors KafkaApis answers before ReplicaManager reads (the partition is not in its metadata)
+_FETCH_ERRORS_BEFORE_READ = frozenset({ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.UNKNOWN_TOPIC_ID})
 
 # what ApiVersions v3+ accepts as client software name and version (Kafka's pattern)
 _SOFTWARE_NAME_VERSION = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
@@ -979,8 +981,9 @@ class BrokerCore:
                 lg = self.fetch_log(tip, data)
             except BrokerError as exc:
                 pd.error_code = exc.code
-                if ver >= 4:
-                    pd.aborted_transactions = []  # Kafka's error partition: an empty list, not null
+                # KafkaApis answers an unknown partition itself (FetchResponse.partitionResponse):
+                # an empty list; the errors of ReplicaManager's read leave it null
+                pd.aborted_transactions = [] if ver >= 4 and exc.code in _FETCH_ERRORS_BEFORE_READ else None
                 continue
             pd.high_watermark, pd.log_start_offset = lg.high_watermark, lg.log_start_offset
             pd.last_stable_offset = lso = lg.last_stable_offset
@@ -988,11 +991,11 @@ class BrokerCore:
                 records = lg.read(data.fetch_offset, min(max(data.max_bytes, 0), budget), first,
                                   lso if committed else pd.high_watermark)
             except BrokerError as exc:
-                # Kafka answers a partition in error (OFFSET_OUT_OF_RANGE, ...) without offsets
+                # Kafka's ReplicaManager answers a partition whose read failed (OFFSET_OUT_OF_RANGE,
+                # ...) without offsets and with a null list of aborted transactions
                 pd.error_code = exc.code
                 pd.high_watermark = pd.last_stable_offset = pd.log_start_offset = -1
-                if ver >= 4:
-                    pd.aborted_transactions = []
+                pd.aborted_transactions = None
                 continue
             pd.records = records
             if committed and records:
@@ -1067,10 +1070,11 @@ def error_response(api_key: int, version: int, body: Any, code: int) -> Optional
             cls.ListOffsetsPartitionResponse(partition_index=p.partition_index, error_code=code)
             for p in t.partitions]) for t in body.topics])
     if api_key == ApiKey.METADATA:
-        # a topic asked by id alone has no name to mirror before v12 (names are not nullable)
-        return cls(topics=[cls.MetadataResponseTopic(error_code=code, name=t.name,
+        # every topic mirrored, a null name (a topic asked by id) as "" as Kafka's
+        # MetadataRequest.getErrorResponse does: names are not nullable before v12
+        return cls(topics=[cls.MetadataResponseTopic(error_code=code, name="" if t.name is None else t.name,
                                                      topic_id=getattr(t, "topic_id", ZERO_UUID))
-                           for t in body.topics or () if t.name is not None or version >= 12])
+                           for t in body.topics or ()])
     if api_key == ApiKey.OFFSET_FOR_LEADER_EPOCH:
         return cls(topics=[cls.OffsetForLeaderTopicResult(topic=t.topic, partitions=[cls.EpochEndOffset(
             error_code=code, partition=p.partition, leader_epoch=-1, end_offset=-1) for p in t.partitions])

@@ -147,3 +147,50 @@ def test_a_group_that_is_not_a_consumer_group_is_described_without_state(tmp_pat
             ("g", E.GROUP_ID_NOT_FOUND, ""), ("none", E.GROUP_ID_NOT_FOUND, "")]
     finally:
         core.close()
+
+
+# -- Metadata v10-11 naming topics by id: refused, every topic mirrored -------------------------------
+@pytest.mark.parametrize("version", [10, 11])
+def test_metadata_by_topic_id_before_v12_mirrors_each_topic_with_invalid_request(client, version):
+    create(client, "t")
+    tid = client.call(K.METADATA, 12, topics=None).topics[0].topic_id
+    req = kproto.request(K.METADATA).cls
+    unknown = kproto.Uuid("AAAAAAAAAAAAAAAAAAAAAQ")
+    r = client.call(K.METADATA, version, allow_auto_topic_creation=False, topics=[
+        req.MetadataRequestTopic(name=None, topic_id=tid), req.MetadataRequestTopic(name=None, topic_id=unknown)])
+    # Kafka's MetadataRequest.getErrorResponse: no brokers, cluster id or controller; the null
+    # names (not nullable in the response below v12) as ""
+    assert (r.brokers, r.cluster_id, r.controller_id) == ([], None, -1)
+    assert [(t.error_code, t.name, t.topic_id, t.partitions) for t in r.topics] == [
+        (E.INVALID_REQUEST, "", tid, []), (E.INVALID_REQUEST, "", unknown, [])]
+
+
+# -- Fetch: a partition in error -----------------------------------------------------------------------
+@pytest.mark.parametrize("isolation", [0, 1])
+def test_fetch_errors_of_the_read_have_a_null_aborted_list_unknown_partitions_an_empty_one(client, isolation):
+    from test_broker_core import fetch_body, vars_of
+    create(client, "t")
+    produce(client, "t", 0, batch([b"a", b"b"], timestamp=WALL0))
+    for version in (4, 12):
+        body = fetch_body("t", 0, 100, max_wait=0, min_bytes=0)
+        body.isolation_level = isolation
+        out_of_range = client.call(K.FETCH, version, **vars_of(body)).responses[0].partitions[0]
+        assert (out_of_range.error_code, out_of_range.high_watermark, out_of_range.last_stable_offset,
+                out_of_range.log_start_offset) == (E.OFFSET_OUT_OF_RANGE, -1, -1, -1)
+        assert out_of_range.aborted_transactions is None
+        body = fetch_body("t", 3, 0, max_wait=0, min_bytes=0)
+        body.isolation_level = isolation
+        unknown = client.call(K.FETCH, version, **vars_of(body)).responses[0].partitions[0]
+        assert (unknown.error_code, unknown.high_watermark, unknown.aborted_transactions) == (
+            E.UNKNOWN_TOPIC_OR_PARTITION, -1, [])
+
+
+# -- Produce: a duplicate batch ------------------------------------------------------------------------
+def test_a_duplicate_batch_answers_its_max_timestamp_as_log_append_time(client):
+    create(client, "t")
+    b = batch([b"a", b"b", b"c"], timestamp=WALL0, producer_id=5, producer_epoch=0, base_sequence=0)
+    first = _part(produce(client, "t", 0, b))
+    assert (first.base_offset, first.log_append_time_ms) == (0, -1)
+    again = _part(produce(client, "t", 0, b))
+    # Kafka's UnifiedLog: the duplicate's offsets and its batch's max timestamp (a CreateTime topic too)
+    assert (again.error_code, again.base_offset, again.log_append_time_ms) == (0, 0, WALL0 + 2)

@@ -92,3 +92,26 @@ def test_cli(brokers, tmp_path, capsys):
     assert doc["unexplained"] == 0 and doc["api_versions"]["2"]["target"] == [1, 9]
     assert main(["conformance", "--list"]) == 0
     assert "Produce.produce_idempotent" in capsys.readouterr().out
+
+
+def test_the_run_waits_until_the_leader_serves_the_new_topics(brokers):
+    """Apache Kafka's Metadata shows a new partition's leader a moment before that broker
+    serves it (Produce, Fetch and ListOffsets answer NOT_LEADER_OR_FOLLOWER until then): the
+    run waits, so a scenario's first batch is not lost on one side only."""
+    a, b = brokers
+    state = {"probes": 0}
+
+    def until_probed(header, body):
+        if header.request_api_key == ApiKey.LIST_OFFSETS and state["probes"] < 3:
+            state["probes"] += 1
+            return Intercept(error=6)  # NOT_LEADER_OR_FOLLOWER
+        return None if state["probes"] >= 3 else Intercept(error=6)
+    hooks = [b.control(key, until_probed, times=None) for key in (ApiKey.LIST_OFFSETS, ApiKey.PRODUCE)]
+    try:
+        report = asyncio.run(run_conformance(parse_address(a.bootstrap), parse_address(b.bootstrap),
+                                             select=["Produce.produce_idempotent"]))
+    finally:
+        for h in hooks:
+            h.remove()
+    assert state["probes"] == 3
+    assert report.results and report.findings() == [], report.text()
