@@ -446,6 +446,13 @@ class ConfigManager:
 
     # ------------------------------------------------------------------ describe
     def describe_topic(self, topic: Topic, keys: Optional[Iterable[str]] = None) -> list[ConfigEntry]:
+        """``topic``'s configs as DescribeConfigs lists them (``keys``: only these)."""
+        return self.describe_overrides(topic.configs, keys)
+
+    def describe_overrides(self, overrides: Mapping[str, str],
+                           keys: Optional[Iterable[str]] = None) -> list[ConfigEntry]:
+        """The configs of a topic with these overrides (also one not created: a validate-only
+        CreateTopics lists them as a creation would)."""
         wanted = None if keys is None else set(keys)
         out = []
         for name, d in sorted(TOPIC_CONFIGS.items()):
@@ -453,8 +460,8 @@ class ConfigManager:
                 continue
             syn = [(s, v, src) for s, v, src, _ in self._synonyms(d)]
             value: Optional[str]
-            if name in topic.configs:
-                value, source = topic.configs[name], DYNAMIC_TOPIC
+            if name in overrides:
+                value, source = overrides[name], DYNAMIC_TOPIC
                 syn.insert(0, (name, value, DYNAMIC_TOPIC))
             else:
                 value, source = self.broker_value(d)

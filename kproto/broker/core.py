@@ -13,6 +13,7 @@ connection until the answer is out), so answers keep the order of their requests
 from __future__ import annotations
 
 import logging
+import os
 import re
 import time
 from dataclasses import dataclass
@@ -716,17 +717,16 @@ class BrokerCore:
                 res.error_code, res.error_message = exc.code, exc.message
                 continue
             res.num_partitions, res.replication_factor = n, 1
-            if body.validate_only:
-                res.configs = [cls.CreatableTopicConfigs(name=k, value=v, read_only=False,
-                                                         config_source=1, is_sensitive=False)
-                               for k, v in configs.items()]
-                continue
-            topic = self._create_topic(t.name, n, configs)
-            res.topic_id = topic.topic_id
             # v5+: every config of the new topic, as DescribeConfigs would show it (KIP-525)
             res.configs = [cls.CreatableTopicConfigs(name=e.name, value=e.value, read_only=e.read_only,
                                                      config_source=e.source, is_sensitive=e.sensitive)
-                           for e in self.configs.describe_topic(topic)]
+                           for e in self.configs.describe_overrides(configs)]
+            if body.validate_only:
+                # Kafka's controller answers the id it drew for the topic, then keeps nothing
+                res.topic_id = Uuid(os.urandom(16))
+                continue
+            topic = self._create_topic(t.name, n, configs)
+            res.topic_id = topic.topic_id
             if configs:
                 self.configs.save()
         req.respond(cls(topics=results))

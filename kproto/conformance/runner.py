@@ -541,7 +541,7 @@ async def _await_leaders(side: _Side, node: int, specs: Dict[str, Any], place: D
 async def _warm_coordinators(side: _Side, timeout: float) -> None:
     """FindCoordinator for a group and a transactional id until both are found: the first one
     makes a broker create ``__consumer_offsets``/``__transaction_state`` and load them, which
-    scenarios must not see as errors of their own."""
+    scenarios must not see as errors of their own. Then one InitProducerId (see below)."""
     if ApiKey.FIND_COORDINATOR not in side.versions:
         return
     ver = min(side.versions[ApiKey.FIND_COORDINATOR][-1], 6)
@@ -557,6 +557,14 @@ async def _warm_coordinators(side: _Side, timeout: float) -> None:
                 if code not in TRANSIENT_COORDINATOR_ERRORS or time.monotonic() > deadline:
                     break
                 await asyncio.sleep(0.2)
+        if ApiKey.INIT_PRODUCER_ID in side.versions:
+            # a broker hands out producer id 0 first; taken here, no scenario's producer has it,
+            # so the 0 Kafka answers as a default (DescribeTransactions of an unknown id) is
+            # never taken for one of them
+            ver = min(side.versions[ApiKey.INIT_PRODUCER_ID][-1],
+                      request_codec(ApiKey.INIT_PRODUCER_ID).valid_versions[-1])
+            await conn.request(build(ApiKey.INIT_PRODUCER_ID, ver, transactional_id=None,
+                                     transaction_timeout_ms=60000, producer_id=-1, producer_epoch=-1), ver)
     finally:
         side.pool.put_nowait(conn)
 

@@ -194,3 +194,28 @@ def test_a_duplicate_batch_answers_its_max_timestamp_as_log_append_time(client):
     again = _part(produce(client, "t", 0, b))
     # Kafka's UnifiedLog: the duplicate's offsets and its batch's max timestamp (a CreateTime topic too)
     assert (again.error_code, again.base_offset, again.log_append_time_ms) == (0, 0, WALL0 + 2)
+
+
+# -- CreateTopics validate-only ------------------------------------------------------------------------
+def test_a_validate_only_creation_answers_a_topic_id_and_every_config_as_a_creation(client):
+    req = kproto.request(K.CREATE_TOPICS).cls
+    r = client.call(K.CREATE_TOPICS, 7, timeout_ms=1000, validate_only=True, topics=[req.CreatableTopic(
+        name="dry", num_partitions=3, replication_factor=1,
+        configs=[req.CreatableTopicConfig(name="retention.ms", value="3600000")])])
+    dry = r.topics[0]
+    # Kafka's controller answers the id it drew (kept nowhere) and the configs a creation would have
+    assert dry.error_code == 0 and dry.topic_id != kproto.Uuid.ZERO
+    real = create(client, "real", configs={"retention.ms": "3600000"}).topics[0]
+    assert [(c.name, c.value, c.config_source) for c in dry.configs] == \
+        [(c.name, c.value, c.config_source) for c in real.configs]
+    assert ("retention.ms", "3600000", 1) in [(c.name, c.value, c.config_source) for c in dry.configs]
+    assert client.call(K.METADATA, 12, topics=None).topics[0].name == "real"  # nothing kept
+
+
+# -- DescribeTransactions of an unknown transactional id -----------------------------------------------
+def test_an_unknown_transactional_id_is_described_with_the_response_defaults(client):
+    r = client.call(K.DESCRIBE_TRANSACTIONS, 0, transactional_ids=["nope"])
+    s = r.transaction_states[0]
+    assert (s.error_code, s.transactional_id, s.transaction_state, s.producer_id, s.producer_epoch,
+            s.transaction_timeout_ms, s.transaction_start_time_ms, s.topics) == (
+        E.TRANSACTIONAL_ID_NOT_FOUND, "nope", "", 0, 0, 0, 0, [])

@@ -115,3 +115,21 @@ def test_the_run_waits_until_the_leader_serves_the_new_topics(brokers):
             h.remove()
     assert state["probes"] == 3
     assert report.results and report.findings() == [], report.text()
+
+
+def test_the_set_up_takes_producer_id_0_before_any_scenario(tmp_path):
+    """A fresh broker hands out producer id 0 first, and 0 is also what Kafka answers as a
+    default (DescribeTransactions of an unknown id): the set-up takes it, so no scenario's
+    producer id can be confused with that default on one side only."""
+    seen = []
+
+    def record(header, body):
+        seen.append(body.transactional_id)
+        return None
+    with BrokerThread(tmp_path / "a", **TEST_DEFAULTS) as a, BrokerThread(tmp_path / "b", **TEST_DEFAULTS) as b:
+        hook = a.control(ApiKey.INIT_PRODUCER_ID, record, times=None)
+        report = asyncio.run(run_conformance(parse_address(a.bootstrap), parse_address(b.bootstrap),
+                                             select=["DescribeTransactions.*"]))
+        hook.remove()
+    assert report.findings() == [], report.text()
+    assert seen[0] is None and len(seen) > 1 and all(t is not None for t in seen[1:])
