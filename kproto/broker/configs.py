@@ -51,6 +51,7 @@ class BrokerConfig:
     group_consumer_session_timeout_ms: int = 45000  # group.consumer.session.timeout.ms
     group_consumer_heartbeat_interval_ms: int = 5000  # group.consumer.heartbeat.interval.ms
     group_consumer_assignors: str = "uniform,range"  # group.consumer.assignors (first: default)
+    group_consumer_assignment_interval_ms: int = 1000  # group.consumer.assignment.interval.ms (KIP-1263)
     offset_metadata_max_bytes: int = 4096           # offset.metadata.max.bytes
     offsets_commit_timeout_ms: int = 5000           # offsets.commit.timeout.ms
     transaction_state_num_partitions: int = 50      # transaction.state.log.num.partitions
