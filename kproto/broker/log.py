@@ -808,7 +808,9 @@ class LogManager:
         os.makedirs(data_dir, exist_ok=True)
         meta_path = os.path.join(data_dir, "meta.properties")
         self.clean_start = os.path.exists(os.path.join(data_dir, ".kafka_cleanshutdown"))
-        if os.path.exists(meta_path):
+        #: the directory was formatted now (no meta.properties before)
+        self.formatted = not os.path.exists(meta_path)
+        if not self.formatted:
             with open(meta_path, "rb") as f:
                 meta = MetaProperties.parse(f.read())
             if meta.node_id is not None and meta.node_id != node_id:

@@ -219,3 +219,66 @@ def test_an_unknown_transactional_id_is_described_with_the_response_defaults(cli
     assert (s.error_code, s.transactional_id, s.transaction_state, s.producer_id, s.producer_epoch,
             s.transaction_timeout_ms, s.transaction_start_time_ms, s.topics) == (
         E.TRANSACTIONAL_ID_NOT_FOUND, "nope", "", 0, 0, 0, 0, [])
+
+
+# -- configs: sources, synonyms and the topic configs of Kafka 4.4 ---------------------------------------
+def _syn(entry):
+    return [(s.name, s.value, s.source) for s in entry.synonyms]
+
+
+def test_a_formatted_directory_has_min_insync_replicas_as_a_cluster_wide_dynamic_default(tmp_path):
+    core = fake_core(tmp_path / "data", FakeClock(0))
+    client = Client(core)
+    create(client, "t")
+    mir = configs_of(describe(client, "t"))["min.insync.replicas"]
+    # Kafka 4.x's storage tool writes it at format time: source 3, the static default after it
+    assert (mir.value, mir.config_source, _syn(mir)) == ("1", 3, [("min.insync.replicas", "1", 3),
+                                                                 ("min.insync.replicas", "1", 5)])
+    assert [(c.name, c.value, c.config_source) for c in describe(client, "", rtype=4).configs] == [
+        ("min.insync.replicas", "1", 3)]
+    core.close()
+    again = fake_core(tmp_path / "data", FakeClock(0))   # a restart keeps it (it is not formatted again)
+    try:
+        assert configs_of(describe(Client(again), "t"))["min.insync.replicas"].config_source == 3
+    finally:
+        again.close()
+
+
+def test_synonyms_start_at_the_main_broker_config_as_kafka_lists_them(client):
+    create(client, "t", configs={"retention.ms": "60000"})
+    got = configs_of(describe(client, "t"))
+    # log.retention.ms and .minutes have no default, the hours' (168) is dropped with them
+    assert _syn(got["retention.ms"]) == [("retention.ms", "60000", 1)]
+    assert _syn(got["segment.ms"]) == [] and got["segment.ms"].config_source == 5
+    assert _syn(got["flush.ms"]) == [] and _syn(got["follower.replication.throttled.replicas"]) == []
+    assert _syn(got["segment.bytes"]) == [("log.segment.bytes", "1073741824", 5)]
+    req = kproto.request(K.INCREMENTAL_ALTER_CONFIGS).cls
+    r = client.call(K.INCREMENTAL_ALTER_CONFIGS, 1, validate_only=False, resources=[req.AlterConfigsResource(
+        resource_type=4, resource_name="", configs=[
+            req.AlterableConfig(name=n, config_operation=0, value="120000")
+            for n in ("log.retention.ms", "log.flush.interval.ms")])])
+    assert r.responses[0].error_code == 0
+    got = configs_of(describe(client, "t"))
+    assert _syn(got["retention.ms"]) == [("retention.ms", "60000", 1), ("log.retention.ms", "120000", 3),
+                                         ("log.retention.hours", "168", 5)]
+    assert (got["flush.ms"].value, got["flush.ms"].config_source, _syn(got["flush.ms"])) == (
+        "120000", 3, [("log.flush.interval.ms", "120000", 3),
+                      ("log.flush.scheduler.interval.ms", "9223372036854775807", 5)])
+    broker = configs_of(describe(client, "1", rtype=4))
+    assert _syn(broker["log.retention.ms"]) == [("log.retention.ms", "120000", 3), ("log.retention.hours", "168", 5)]
+    assert (broker["log.roll.ms"].value, _syn(broker["log.roll.ms"])) == (None, [])
+
+
+def test_the_topic_configs_kafka_4_4_lists_with_their_defaults(client):
+    create(client, "t")
+    got = configs_of(describe(client, "t"))
+    assert {n: (got[n].value, got[n].config_type, _syn(got[n])) for n in (
+        "errors.deadletterqueue.group.enable", "max.decompressed.message.bytes", "remote.copy.lag.bytes",
+        "remote.copy.lag.ms", "remote.log.copy.disable", "remote.log.delete.on.disable")} == {
+        "errors.deadletterqueue.group.enable": ("false", 1, []),
+        "max.decompressed.message.bytes": ("2147483639", 3,
+                                           [("max.decompressed.message.bytes", "2147483639", 5)]),
+        "remote.copy.lag.bytes": ("-1", 5, [("log.remote.copy.lag.bytes", "-1", 5)]),
+        "remote.copy.lag.ms": ("0", 5, [("log.remote.copy.lag.ms", "0", 5)]),
+        "remote.log.copy.disable": ("false", 1, []),
+        "remote.log.delete.on.disable": ("false", 1, [])}
