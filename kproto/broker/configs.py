@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from kproto.broker.log import LogManager
 
 __all__ = ["BrokerConfig", "ConfigDef", "TOPIC_CONFIGS", "ConfigEntry", "TopicSettings", "ConfigManager", "CONFIGS_FILE",
+           "formatted_cluster_defaults", "ConfigLevels",
            "DYNAMIC_TOPIC", "DYNAMIC_BROKER", "DYNAMIC_DEFAULT_BROKER", "STATIC_BROKER", "DEFAULT"]
 
 
@@ -51,6 +52,7 @@ class BrokerConfig:
     group_consumer_session_timeout_ms: int = 45000  # group.consumer.session.timeout.ms
     group_consumer_heartbeat_interval_ms: int = 5000  # group.consumer.heartbeat.interval.ms
     group_consumer_assignors: str = "uniform,range"  # group.consumer.assignors (first: default)
+    group_consumer_assignment_interval_ms: int = 1000  # group.consumer.assignment.interval.ms (KIP-1263)
     offset_metadata_max_bytes: int = 4096           # offset.metadata.max.bytes
     offsets_commit_timeout_ms: int = 5000           # offsets.commit.timeout.ms
     transaction_state_num_partitions: int = 50      # transaction.state.log.num.partitions
@@ -179,18 +181,22 @@ def _defs() -> dict[str, ConfigDef]:
                   choices=("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")),
         ConfigDef("compression.zstd.level", INT, "3", (("compression.zstd.level", 1),), min=-131072, max=22),
         ConfigDef("delete.retention.ms", LONG, "86400000", (("log.cleaner.delete.retention.ms", 1),), min=0),
+        ConfigDef("errors.deadletterqueue.group.enable", BOOLEAN, "false"),
         ConfigDef("file.delete.delay.ms", LONG, "60000", (("log.segment.delete.delay.ms", 1),), min=0),
         ConfigDef("flush.messages", LONG, _LONG_MAX, (("log.flush.interval.messages", 1),), min=1),
-        ConfigDef("flush.ms", LONG, _LONG_MAX, (("log.flush.interval.ms", 1),), min=0),
-        ConfigDef("follower.replication.throttled.replicas", LIST, "",
-                  (("follower.replication.throttled.replicas", 1),)),
+        # log.flush.interval.ms has no default of its own: it falls back to the scheduler's
+        ConfigDef("flush.ms", LONG, _LONG_MAX, (("log.flush.interval.ms", 1), ("log.flush.scheduler.interval.ms", 1)),
+                  min=0),
+        # no broker config of that name: no synonyms
+        ConfigDef("follower.replication.throttled.replicas", LIST, ""),
         ConfigDef("index.interval.bytes", INT, "4096", (("log.index.interval.bytes", 1),), min=0,
                   doc="bytes between entries of the offset index"),
-        ConfigDef("leader.replication.throttled.replicas", LIST, "",
-                  (("leader.replication.throttled.replicas", 1),)),
+        ConfigDef("leader.replication.throttled.replicas", LIST, ""),
         ConfigDef("local.retention.bytes", LONG, "-2", (("log.local.retention.bytes", 1),), min=-2),
         ConfigDef("local.retention.ms", LONG, "-2", (("log.local.retention.ms", 1),), min=-2),
         ConfigDef("max.compaction.lag.ms", LONG, _LONG_MAX, (("log.cleaner.max.compaction.lag.ms", 1),), min=1),
+        ConfigDef("max.decompressed.message.bytes", INT, "2147483639", (("max.decompressed.message.bytes", 1),),
+                  min=0),
         ConfigDef("max.message.bytes", INT, "1048588", (("message.max.bytes", 1),), min=0,
                   doc="the largest record batch size allowed"),
         ConfigDef("message.timestamp.after.max.ms", LONG, "3600000",  # Kafka 4.0+: one hour
@@ -206,6 +212,11 @@ def _defs() -> dict[str, ConfigDef]:
         ConfigDef("min.insync.replicas", INT, "1", (("min.insync.replicas", 1),), min=1,
                   doc="acks=all produce fails with NOT_ENOUGH_REPLICAS below this many in-sync replicas"),
         ConfigDef("preallocate", BOOLEAN, "false", (("log.preallocate", 1),)),
+        # tiered storage (not implemented by this broker): the configs and their defaults
+        ConfigDef("remote.copy.lag.bytes", LONG, "-1", (("log.remote.copy.lag.bytes", 1),)),
+        ConfigDef("remote.copy.lag.ms", LONG, "0", (("log.remote.copy.lag.ms", 1),)),
+        ConfigDef("remote.log.copy.disable", BOOLEAN, "false"),
+        ConfigDef("remote.log.delete.on.disable", BOOLEAN, "false"),
         ConfigDef("remote.storage.enable", BOOLEAN, "false"),
         ConfigDef("retention.bytes", LONG, "-1", (("log.retention.bytes", 1),),
                   doc="segments are deleted, oldest first, while the partition is larger (-1: no limit)"),
@@ -279,16 +290,107 @@ def _static_broker_values(cfg: BrokerConfig) -> dict[str, str]:
     return {name: str(v) for name, v in values.items() if str(v) != BROKER_SYNONYMS[name][0].default}
 
 
-class ConfigManager:
+def formatted_cluster_defaults(min_insync_replicas: int) -> dict[str, str]:
+    """The cluster-wide dynamic broker defaults a newly formatted Kafka 4.x cluster starts
+    with: ``min.insync.replicas`` (the configured one), which its storage tool writes with
+    the bootstrap metadata."""
+    return {"min.insync.replicas": str(min_insync_replicas)}
+
+
+class ConfigLevels:
+    """The levels a topic's config is set at on one broker, as DescribeConfigs shows them
+    (sans-I/O): ``broker_dynamic`` "" (the cluster default) and ``node`` (this broker) ->
+    dynamic broker configs, ``static`` the start-up settings that differ from Kafka's
+    defaults. A cluster's controller describes a new topic's configs with one too."""
+
+    def __init__(self, node: str, broker_dynamic: Mapping[str, Mapping[str, str]],
+                 static: Mapping[str, str]) -> None:
+        self.node = node
+        self.broker_dynamic: dict[str, dict[str, str]] = {k: dict(v) for k, v in broker_dynamic.items()}
+        self.broker_dynamic.setdefault("", {})
+        self.static = dict(static)
+
+    def _broker_levels(self, broker_name: str) -> list[tuple[Optional[str], int]]:
+        """(value, source) of a broker config at each level that sets it, most specific first."""
+        out: list[tuple[Optional[str], int]] = []
+        node = self.broker_dynamic.get(self.node, {}) if self.node else {}  # "": no broker of its own
+        if broker_name in node:
+            out.append((node[broker_name], DYNAMIC_BROKER))
+        if broker_name in self.broker_dynamic[""]:
+            out.append((self.broker_dynamic[""][broker_name], DYNAMIC_DEFAULT_BROKER))
+        if broker_name in self.static:
+            out.append((self.static[broker_name], STATIC_BROKER))
+        return out
+
+    def _synonyms(self, d: ConfigDef, main: Optional[str] = None) -> list[tuple[str, Optional[str], int]]:
+        """``d``'s broker synonyms as DescribeConfigs lists them (Kafka's ``ConfigHelper.
+        configSynonyms``): by level (dynamic broker, dynamic default, static, Kafka's
+        default), each level in synonym order, the defaults being those of the synonyms that
+        have one (the last); then everything before the first entry named ``main`` (default:
+        the main synonym) is dropped, so ``retention.ms`` shows no ``log.retention.hours=168``
+        (only the hours have a default)."""
+        if not d.synonyms:
+            return []
+        out = [(s, v, src) for level in (DYNAMIC_BROKER, DYNAMIC_DEFAULT_BROKER, STATIC_BROKER)
+               for s, _ in d.synonyms for v, src in self._broker_levels(s) if src == level]
+        default = self._broker_default(d, d.synonyms[-1][0])
+        if default is not None:
+            out.append((d.synonyms[-1][0], default, DEFAULT))
+        main = d.synonyms[0][0] if main is None else main
+        while out and out[0][0] != main:
+            out.pop(0)
+        return out
+
+    @staticmethod
+    def _broker_default(d: ConfigDef, name: str) -> Optional[str]:
+        """Kafka's default of broker config ``name``, a synonym of ``d`` (of a group of
+        synonyms only the last has one)."""
+        if not d.synonyms or d.synonyms[-1][0] != name:
+            return None
+        return d.broker_default if d.broker_default is not None else d.default
+
+    def broker_value(self, d: ConfigDef) -> tuple[Optional[str], int]:
+        """The value a topic without an override gets, in the topic config's unit: the most
+        specific synonym set at any level (``log.retention.ms`` before ``.minutes`` before
+        ``.hours``), else Kafka's default."""
+        for s, m in d.synonyms:
+            for v, src in self._broker_levels(s):
+                if v is not None:
+                    return (str(int(v) * m) if m != 1 else v), src
+        return d.default, DEFAULT
+
+    def describe_overrides(self, overrides: Mapping[str, str],
+                           keys: Optional[Iterable[str]] = None) -> list[ConfigEntry]:
+        """The configs of a topic with these overrides (also one not created: a validate-only
+        CreateTopics lists them as a creation would)."""
+        wanted = None if keys is None else set(keys)
+        out = []
+        for name, d in sorted(TOPIC_CONFIGS.items()):
+            if wanted is not None and name not in wanted:
+                continue
+            syn = self._synonyms(d)
+            value: Optional[str]
+            if name in overrides:
+                value, source = overrides[name], DYNAMIC_TOPIC
+                syn.insert(0, (name, value, DYNAMIC_TOPIC))
+            else:
+                # the source is the first synonym's, as Kafka's ConfigHelper sets it (DEFAULT
+                # when none is left: log.retention.hours set alone is a default there)
+                value = self.broker_value(d)[0]
+                source = syn[0][2] if syn else DEFAULT
+            out.append(ConfigEntry(name, value, source, False, False, tuple(syn), d.type, d.doc or None))
+        return out
+
+
+
+class ConfigManager(ConfigLevels):
     """Effective configs of topics and this broker, their changes and their file."""
 
     def __init__(self, config: BrokerConfig, logs: LogManager) -> None:
+        super().__init__(str(config.node_id), {"": {}, str(config.node_id): {}}, _static_broker_values(config))
         self.config, self.logs = config, logs
         self.path = os.path.join(logs.data_dir, CONFIGS_FILE)
-        self.static = _static_broker_values(config)
         self.static_log = logs.defaults
-        # "" (cluster default) and str(node id) -> dynamic broker configs
-        self.broker_dynamic: dict[str, dict[str, str]] = {"": {}, str(config.node_id): {}}
         self.load_problems: list[str] = []
         self._settings: dict[str, tuple[Any, TopicSettings]] = {}
         self._load()
@@ -299,6 +401,14 @@ class ConfigManager:
             with open(self.path, "rb") as f:
                 doc = json.loads(f.read())
         except FileNotFoundError:
+            if self.logs.formatted and not self.logs.sparse:
+                # a single node formatted now: as Kafka 4.x's storage tool, the cluster-wide
+                # dynamic default of min.insync.replicas is written at format time (a
+                # cluster's controller writes it when it bootstraps the cluster)
+                self.broker_dynamic[""].update(formatted_cluster_defaults(self.config.min_insync_replicas))
+                self._apply_broker()
+                self.save()
+                return
             self._apply_broker()
             return
         except (OSError, ValueError) as exc:
@@ -332,35 +442,6 @@ class ConfigManager:
         replace_file(self.path, json.dumps(doc, indent=1).encode())
 
     # ------------------------------------------------------------------ values
-    def _broker_levels(self, broker_name: str) -> list[tuple[Optional[str], int]]:
-        """(value, source) of a broker config at each level that sets it, most specific first."""
-        out: list[tuple[Optional[str], int]] = []
-        node = self.broker_dynamic.get(str(self.config.node_id), {})
-        if broker_name in node:
-            out.append((node[broker_name], DYNAMIC_BROKER))
-        if broker_name in self.broker_dynamic[""]:
-            out.append((self.broker_dynamic[""][broker_name], DYNAMIC_DEFAULT_BROKER))
-        if broker_name in self.static:
-            out.append((self.static[broker_name], STATIC_BROKER))
-        return out
-
-    def _synonyms(self, d: ConfigDef) -> list[tuple[str, Optional[str], int, int]]:
-        """(broker name, value, source, multiplier) of every level that sets ``d`` at broker
-        level, ending with Kafka's default of the last synonym."""
-        out = [(s, v, src, m) for s, m in d.synonyms for v, src in self._broker_levels(s)]
-        if d.synonyms:
-            last, m = d.synonyms[-1]
-            default = d.broker_default if d.broker_default is not None else d.default
-            out.append((last, default, DEFAULT, m))
-        return out
-
-    def broker_value(self, d: ConfigDef) -> tuple[Optional[str], int]:
-        """The value a topic without an override gets, in the topic config's unit."""
-        for _, v, src, m in self._synonyms(d):
-            if v is not None and src != DEFAULT:
-                return (str(int(v) * m) if m != 1 else v), src
-        return d.default, DEFAULT
-
     def topic_value(self, topic: Topic, name: str) -> Optional[str]:
         if name in topic.configs:
             return topic.configs[name]
@@ -427,9 +508,14 @@ class ConfigManager:
 
     def set_broker(self, name: str, configs: Mapping[str, str]) -> None:
         """Replace the dynamic configs of broker ``name`` ("" = the cluster default)."""
-        self.broker_dynamic[name] = dict(configs)
-        self._apply_broker()
+        self.apply_broker(name, configs)
         self.save()
+
+    def apply_broker(self, name: str, configs: Mapping[str, str]) -> None:
+        """Take the dynamic configs of broker ``name`` ("" = the cluster default) as they are
+        elsewhere (a cluster's metadata image): not written to the configs file."""
+        self.broker_dynamic[name] = {k: v for k, v in configs.items() if k in BROKER_SYNONYMS}
+        self._apply_broker()
 
     def validate_broker(self, configs: Mapping[str, Optional[str]]) -> dict[str, str]:
         out = {}
@@ -446,20 +532,8 @@ class ConfigManager:
 
     # ------------------------------------------------------------------ describe
     def describe_topic(self, topic: Topic, keys: Optional[Iterable[str]] = None) -> list[ConfigEntry]:
-        wanted = None if keys is None else set(keys)
-        out = []
-        for name, d in sorted(TOPIC_CONFIGS.items()):
-            if wanted is not None and name not in wanted:
-                continue
-            syn = [(s, v, src) for s, v, src, _ in self._synonyms(d)]
-            value: Optional[str]
-            if name in topic.configs:
-                value, source = topic.configs[name], DYNAMIC_TOPIC
-                syn.insert(0, (name, value, DYNAMIC_TOPIC))
-            else:
-                value, source = self.broker_value(d)
-            out.append(ConfigEntry(name, value, source, False, False, tuple(syn), d.type, d.doc or None))
-        return out
+        """``topic``'s configs as DescribeConfigs lists them (``keys``: only these)."""
+        return self.describe_overrides(topic.configs, keys)
 
     def broker_entries(self, name: str) -> list[ConfigEntry]:
         """Broker ``name``'s configs ("" = the cluster defaults: only the dynamic ones, as Kafka
@@ -474,15 +548,9 @@ class ConfigManager:
             return out
         for key, (d, mult) in sorted(BROKER_SYNONYMS.items()):
             levels = self._broker_levels(key)
-            syn: tuple[tuple[str, Optional[str], int], ...] = tuple((key, v, src) for v, src in levels)
-            if levels:
-                value, source = levels[0]
-            else:
-                is_last = d.synonyms[-1][0] == key
-                value = (d.broker_default if d.broker_default is not None else d.default) \
-                    if is_last else None
-                source = DEFAULT
-                syn = ((key, value, DEFAULT),) if value is not None else ()
+            syn = tuple(self._synonyms(d, key))
+            value = levels[0][0] if levels else self._broker_default(d, key)
+            source = syn[0][2] if syn else DEFAULT
             out.append(ConfigEntry(key, value, source, False, False, syn, d.type))
         c = self.config
         fixed: dict[str, tuple[Any, int]] = {

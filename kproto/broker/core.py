@@ -51,6 +51,8 @@ from kproto.schemas.api_keys import ApiKey
 _PRODUCE_ERRORS_WITH_MESSAGE = frozenset({ErrorCode.INVALID_RECORD, ErrorCode.INVALID_TIMESTAMP})
 _PRODUCE_ERRORS_WITHOUT_LOG_START = frozenset({ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE,
                                                ErrorCode.CORRUPT_MESSAGE, ErrorCode.KAFKA_STORAGE_ERROR})
+#: Fetch errors KafkaApis answers before ReplicaManager reads (the partition is not in its metadata)
+_FETCH_ERRORS_BEFORE_READ = frozenset({ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.UNKNOWN_TOPIC_ID})
 
 # what ApiVersions v3+ accepts as client software name and version (Kafka's pattern)
 _SOFTWARE_NAME_VERSION = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
@@ -811,17 +813,16 @@ class BrokerCore:
                 res.error_code, res.error_message = exc.code, exc.message
                 continue
             res.num_partitions, res.replication_factor = n, 1
-            if body.validate_only:
-                res.configs = [cls.CreatableTopicConfigs(name=k, value=v, read_only=False,
-                                                         config_source=1, is_sensitive=False)
-                               for k, v in configs.items()]
-                continue
-            topic = self._create_topic(t.name, n, configs)
-            res.topic_id = topic.topic_id
             # v5+: every config of the new topic, as DescribeConfigs would show it (KIP-525)
             res.configs = [cls.CreatableTopicConfigs(name=e.name, value=e.value, read_only=e.read_only,
                                                      config_source=e.source, is_sensitive=e.sensitive)
-                           for e in self.configs.describe_topic(topic)]
+                           for e in self.configs.describe_overrides(configs)]
+            if body.validate_only:
+                # Kafka's controller answers the id it drew for the topic, then keeps nothing
+                res.topic_id = Uuid(os.urandom(16))
+                continue
+            topic = self._create_topic(t.name, n, configs)
+            res.topic_id = topic.topic_id
             if configs:
                 self.configs.save()
         req.respond(cls(topics=results))
@@ -1076,8 +1077,9 @@ class BrokerCore:
                 lg = self.fetch_log(tip, data)
             except BrokerError as exc:
                 pd.error_code = exc.code
-                if ver >= 4:
-                    pd.aborted_transactions = []  # Kafka's error partition: an empty list, not null
+                # KafkaApis answers an unknown partition itself (FetchResponse.partitionResponse):
+                # an empty list; the errors of ReplicaManager's read leave it null
+                pd.aborted_transactions = [] if ver >= 4 and exc.code in _FETCH_ERRORS_BEFORE_READ else None
                 continue
             pd.high_watermark, pd.log_start_offset = lg.high_watermark, lg.log_start_offset
             pd.last_stable_offset = lso = lg.last_stable_offset
@@ -1085,11 +1087,11 @@ class BrokerCore:
                 records = lg.read(data.fetch_offset, min(max(data.max_bytes, 0), budget), first,
                                   lso if committed else pd.high_watermark)
             except BrokerError as exc:
-                # Kafka answers a partition in error (OFFSET_OUT_OF_RANGE, ...) without offsets
+                # Kafka's ReplicaManager answers a partition whose read failed (OFFSET_OUT_OF_RANGE,
+                # ...) without offsets and with a null list of aborted transactions
                 pd.error_code = exc.code
                 pd.high_watermark = pd.last_stable_offset = pd.log_start_offset = -1
-                if ver >= 4:
-                    pd.aborted_transactions = []
+                pd.aborted_transactions = None
                 continue
             pd.records = records
             if committed and records:
@@ -1164,10 +1166,11 @@ def error_response(api_key: int, version: int, body: Any, code: int) -> Optional
             cls.ListOffsetsPartitionResponse(partition_index=p.partition_index, error_code=code)
             for p in t.partitions]) for t in body.topics])
     if api_key == ApiKey.METADATA:
-        # a topic asked by id alone has no name to mirror before v12 (names are not nullable)
-        return cls(topics=[cls.MetadataResponseTopic(error_code=code, name=t.name,
+        # every topic mirrored, a null name (a topic asked by id) as "" as Kafka's
+        # MetadataRequest.getErrorResponse does: names are not nullable before v12
+        return cls(topics=[cls.MetadataResponseTopic(error_code=code, name="" if t.name is None else t.name,
                                                      topic_id=getattr(t, "topic_id", ZERO_UUID))
-                           for t in body.topics or () if t.name is not None or version >= 12])
+                           for t in body.topics or ()])
     if api_key == ApiKey.OFFSET_FOR_LEADER_EPOCH:
         return cls(topics=[cls.OffsetForLeaderTopicResult(topic=t.topic, partitions=[cls.EpochEndOffset(
             error_code=code, partition=p.partition, leader_epoch=-1, end_offset=-1) for p in t.partitions])

@@ -157,7 +157,7 @@ class AppendInfo:
 
     base_offset: int
     last_offset: int
-    log_append_time: int  # -1 unless the topic uses LogAppendTime
+    log_append_time: int  # -1 unless the topic uses LogAppendTime (a duplicate: its batch's max timestamp)
     log_start_offset: int
     duplicate: bool = False
 
@@ -575,7 +575,9 @@ class Log:
         if batch.producer_id >= 0:
             dup = self._check_producer(batch)
             if dup is not None:
-                return AppendInfo(dup.first_offset, dup.last_offset, -1, self.log_start_offset, True)
+                # Kafka's UnifiedLog answers a duplicate with its original batch's max
+                # timestamp as the log append time, whatever the topic's timestamp type
+                return AppendInfo(dup.first_offset, dup.last_offset, dup.timestamp, self.log_start_offset, True)
         base = self.log_end_offset
         buf = bytearray(batch.buffer)
         log_append = self.config.message_timestamp_type == "LogAppendTime"
@@ -817,7 +819,9 @@ class LogManager:
         os.makedirs(data_dir, exist_ok=True)
         meta_path = os.path.join(data_dir, "meta.properties")
         self.clean_start = os.path.exists(os.path.join(data_dir, ".kafka_cleanshutdown"))
-        if os.path.exists(meta_path):
+        #: the directory was formatted now (no meta.properties before)
+        self.formatted = not os.path.exists(meta_path)
+        if not self.formatted:
             with open(meta_path, "rb") as f:
                 meta = MetaProperties.parse(f.read())
             if meta.node_id is not None and meta.node_id != node_id:

@@ -7,7 +7,8 @@ scenario's generator against both (the comparison itself is sans-I/O).
 Every scenario runs once per version of its API both brokers advertise; the runs are
 independent (names unique per run) and go in parallel over a small pool of connections per
 broker. Topics the scenarios declare are created up front with CreateTopics on each broker, in
-batches, and the run waits until Metadata shows a leader for every partition.
+batches, and the run waits until Metadata shows a leader for every partition and that leader
+serves it (ListOffsets answers without NOT_LEADER_OR_FOLLOWER).
 
 With ``cluster=True`` both sides are clusters and each request goes where a client would send
 it: Produce, Fetch, ListOffsets, OffsetForLeaderEpoch, DeleteRecords and DescribeProducers to the
@@ -461,8 +462,53 @@ async def _create_topics(side: _Side, specs: Dict[str, Any], timeout: float,
             side.id_names.update((str(Uuid(i)), n) for n, i in side.topic_ids.items())
             await asyncio.gather(*(_await_leaders(side, node, specs, place, md_ver, time.monotonic() + timeout)
                                    for node in side.nodes))
+            by_leader: Dict[int, List[str]] = {}
+            for name in specs:
+                by_leader.setdefault(side.leaders[name], []).append(name)
+            await asyncio.gather(*(_await_serving(side, node, names, specs, time.monotonic() + timeout)
+                                   for node, names in by_leader.items()))
+        else:
+            await _await_serving(side, None, list(specs), specs, time.monotonic() + timeout, conn)
     finally:
         side.pool.put_nowait(conn)
+
+
+#: ListOffsets errors of a partition its leader has not taken up yet.
+_NOT_SERVING = frozenset({ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                          ErrorCode.LEADER_NOT_AVAILABLE, ErrorCode.OFFSET_NOT_AVAILABLE})
+
+
+async def _await_serving(side: _Side, node: Optional[int], names: List[str], specs: Dict[str, Any],
+                         deadline: float, conn: Optional[Connection] = None) -> None:
+    """Wait until the leader (``node``, or ``conn``'s broker) serves every partition of
+    ``names``: Metadata shows a leader as soon as the broker's metadata has it, but Apache
+    Kafka's broker takes up the partition a moment later (until then Produce and Fetch answer
+    NOT_LEADER_OR_FOLLOWER, and a scenario's first batch would be lost). ListOffsets (latest)
+    reads nothing and writes nothing."""
+    if not names or ApiKey.LIST_OFFSETS not in side.versions:
+        return
+    ver = min(side.versions[ApiKey.LIST_OFFSETS][-1], request_codec(ApiKey.LIST_OFFSETS).valid_versions[-1])
+    own = conn is None
+    if conn is None:
+        assert node is not None
+        conn = await side.node_conn(node)
+    try:
+        pending = list(names)
+        while pending:
+            req = build(ApiKey.LIST_OFFSETS, ver, replica_id=-1, isolation_level=0, timeout_ms=10000, topics=[
+                {"name": n, "partitions": [{"partition_index": p, "timestamp": -1, "max_num_offsets": 1,
+                                            "current_leader_epoch": -1} for p in range(specs[n].partitions)]}
+                for n in pending])
+            resp = await conn.request(req, ver)
+            pending = sorted({t.name for t in resp.topics for p in t.partitions if p.error_code in _NOT_SERVING})
+            if pending:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{side.name}: {len(pending)} topics not served by their leader "
+                                       f"(e.g. {pending[0]})")
+                await asyncio.sleep(0.1)
+    finally:
+        if own and node is not None:
+            side.release(node, conn)
 
 
 async def _await_leaders(side: _Side, node: int, specs: Dict[str, Any], place: Dict[str, List[int]],
@@ -495,7 +541,7 @@ async def _await_leaders(side: _Side, node: int, specs: Dict[str, Any], place: D
 async def _warm_coordinators(side: _Side, timeout: float) -> None:
     """FindCoordinator for a group and a transactional id until both are found: the first one
     makes a broker create ``__consumer_offsets``/``__transaction_state`` and load them, which
-    scenarios must not see as errors of their own."""
+    scenarios must not see as errors of their own. Then one InitProducerId (see below)."""
     if ApiKey.FIND_COORDINATOR not in side.versions:
         return
     ver = min(side.versions[ApiKey.FIND_COORDINATOR][-1], 6)
@@ -511,6 +557,14 @@ async def _warm_coordinators(side: _Side, timeout: float) -> None:
                 if code not in TRANSIENT_COORDINATOR_ERRORS or time.monotonic() > deadline:
                     break
                 await asyncio.sleep(0.2)
+        if ApiKey.INIT_PRODUCER_ID in side.versions:
+            # a broker hands out producer id 0 first; taken here, no scenario's producer has it,
+            # so the 0 Kafka answers as a default (DescribeTransactions of an unknown id) is
+            # never taken for one of them
+            ver = min(side.versions[ApiKey.INIT_PRODUCER_ID][-1],
+                      request_codec(ApiKey.INIT_PRODUCER_ID).valid_versions[-1])
+            await conn.request(build(ApiKey.INIT_PRODUCER_ID, ver, transactional_id=None,
+                                     transaction_timeout_ms=60000, producer_id=-1, producer_epoch=-1), ver)
     finally:
         side.pool.put_nowait(conn)
 

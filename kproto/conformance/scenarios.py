@@ -633,9 +633,13 @@ TOPIC_KEYS = ["cleanup.policy", "retention.ms", "max.message.bytes", "segment.by
 
 @_sc(ApiKey.DESCRIBE_CONFIGS, topics=[_t("t", retention_ms="7200000")])
 def describe_configs(ctx: Context) -> ScenarioGen:
-    """Chosen keys of a topic (one set, the others defaults), an unknown topic, an unknown key."""
+    """Chosen keys of a topic (one set, the others defaults), all its configs with their
+    synonyms, an unknown topic, an unknown key."""
     yield ctx.call(ApiKey.DESCRIBE_CONFIGS, include_synonyms=True, include_documentation=False, resources=[
         {"resource_type": TOPIC, "resource_name": ctx.topic("t"), "configuration_keys": TOPIC_KEYS}])
+    yield ctx.call(ApiKey.DESCRIBE_CONFIGS, include_synonyms=True, include_documentation=False,
+                   label="DescribeConfigs all", resources=[
+                       {"resource_type": TOPIC, "resource_name": ctx.topic("t"), "configuration_keys": None}])
     yield ctx.call(ApiKey.DESCRIBE_CONFIGS, include_synonyms=False, include_documentation=False,
                    label="DescribeConfigs unknown", resources=[
                        {"resource_type": TOPIC, "resource_name": ctx.topic("missing"), "configuration_keys": None},

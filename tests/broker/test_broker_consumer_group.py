@@ -21,6 +21,8 @@ T1, T2 = Uuid(b"\x01" * 16), Uuid(b"\x02" * 16)
 
 def make_core(path, clock, **cfg):
     cfg.setdefault("offsets_topic_num_partitions", 3)
+    # a new target assignment at every bump (KIP-1263's batching is tested on its own)
+    cfg.setdefault("group_consumer_assignment_interval_ms", 0)
     return fake_core(path, clock, **cfg)
 
 
@@ -126,24 +128,25 @@ def test_reconcile_revokes_before_the_next_epoch_and_waits_for_unreleased():
 def test_join_share_and_hand_over_only_after_revocation(core):
     a = Member(core, "member-a")
     r = a.hb()
-    assert r.error_code == E.NONE and r.member_epoch == 1 and r.heartbeat_interval_ms == 5000
+    # a new group's first bump, then the subscription's: epoch 2, as Kafka 4.4
+    assert r.error_code == E.NONE and r.member_epoch == 2 and r.heartbeat_interval_ms == 5000
     assert a.partitions == list(range(6))
     b = Member(core, "member-b")
     r = b.hb()
     # b is at the new epoch but gets nothing while a still owns everything
-    assert r.member_epoch == 2 and b.partitions == []
+    assert r.member_epoch == 3 and b.partitions == []
     group = core.groups.consumer.groups["g"]
     assert group.state == "Reconciling" and group.members["member-b"].state == UNRELEASED_PARTITIONS
     ra = a.hb()
-    # a must revoke three partitions first; it stays in epoch 1 until it did
-    assert ra.member_epoch == 1 and len(a.partitions) == 3
+    # a must revoke three partitions first; it stays in epoch 2 until it did
+    assert ra.member_epoch == 2 and len(a.partitions) == 3
     assert group.members["member-a"].state == UNREVOKED_PARTITIONS
     revoked = set(range(6)) - set(a.partitions)
     # b asks again before a acknowledged: still nothing
     assert b.hb(owned=None).assignment is None and b.partitions == []
-    assert a.hb().member_epoch == 2               # owned now lists only the three it kept
-    assert b.hb().member_epoch == 2 and set(b.partitions) == revoked
-    assert group.state == "Stable" and group.group_epoch == 2 and group.assignment_epoch == 2
+    assert a.hb().member_epoch == 3               # owned now lists only the three it kept
+    assert b.hb().member_epoch == 3 and set(b.partitions) == revoked
+    assert group.state == "Stable" and group.group_epoch == 3 and group.assignment_epoch == 3
     # a heartbeat without changes carries no assignment (owned not sent)
     assert a.hb(owned=None).assignment is None
 
@@ -155,11 +158,11 @@ def test_fencing_and_unknown_members(core):
     b = Member(core, "member-b")
     b.hb()
     a.hb()
-    a.hb()  # a at epoch 2 now
-    assert a.epoch == 2
+    a.hb()  # a at epoch 3 now
+    assert a.epoch == 3
     # the previous epoch with a subset of the current assignment is accepted (lost answer)
-    assert a.hb(epoch=1).error_code == E.NONE
-    assert a.hb(epoch=1, owned=[dict(topic_id=core.logs.topics["jobs"].topic_id,
+    assert a.hb(epoch=2).error_code == E.NONE
+    assert a.hb(epoch=2, owned=[dict(topic_id=core.logs.topics["jobs"].topic_id,
                                      partitions=list(range(6)))]).error_code == E.FENCED_MEMBER_EPOCH
     assert Member(core, "ghost").hb(epoch=3).error_code == E.UNKNOWN_MEMBER_ID
     assert Member(core, "x", group="nope").hb(epoch=3).error_code == E.GROUP_ID_NOT_FOUND
@@ -316,7 +319,7 @@ def test_classic_apis_on_a_consumer_group(core):
     assert c.call(K.DELETE_GROUPS, 2, groups_names=["g"]).results[0].error_code == E.NON_EMPTY_GROUP
     d = c.call(K.CONSUMER_GROUP_DESCRIBE, 0, group_ids=["g", "none"], include_authorized_operations=False)
     g, none = d.groups
-    assert (g.error_code, g.group_epoch, g.assignment_epoch, g.assignor_name) == (E.NONE, 1, 1, "uniform")
+    assert (g.error_code, g.group_epoch, g.assignment_epoch, g.assignor_name) == (E.NONE, 2, 2, "uniform")
     assert g.members[0].assignment.topic_partitions[0].topic_name == "jobs"
     assert sorted(g.members[0].target_assignment.topic_partitions[0].partitions) == list(range(6))
     assert none.error_code == E.GROUP_ID_NOT_FOUND
@@ -348,7 +351,7 @@ def test_records_written_decoded_and_reloaded(tmp_path, clock):
                  "ConsumerGroupCurrentMemberAssignment", "OffsetCommit"):
         assert tables[name].num_rows > 0, name
     epochs = [r["value"]["epoch"] for r in tables["ConsumerGroupMetadata"].to_pylist()]
-    assert epochs == [1, 2]
+    assert epochs == [2, 3]  # a new group's first member: 2 (see the first test)
     members = {r["key"]["member_id"] for r in tables["ConsumerGroupMemberMetadata"].to_pylist()}
     assert members == {"a", "b"}
 
@@ -368,3 +371,61 @@ def test_records_written_decoded_and_reloaded(tmp_path, clock):
         assert again.groups.consumer.groups["g"].members == {}
     finally:
         again.close()
+
+
+# ------------------------------------------------------------------ Kafka 4.4's epochs
+def test_a_new_group_moves_away_from_epoch_0_with_a_bump_of_its_own(core):
+    """Kafka 4.4: a new group's first heartbeat bumps once for the group and once for the
+    subscription; a member joining with no subscription changes nothing."""
+    assert Member(core, "a").hb().member_epoch == 2
+    assert Member(core, "x", group="nothing", topics=[]).hb().member_epoch == 1
+    assert Member(core, "y", group="unknown", topics=["no-such-topic"]).hb().member_epoch == 2
+    quiet = Member(core, "q", topics=[])
+    assert quiet.hb().member_epoch == 2                      # the group's epoch, no bump
+    group = core.groups.consumer.groups["g"]
+    assert (group.group_epoch, group.assignment_epoch) == (2, 2)
+    assert Member(core, "b").hb().member_epoch == 3          # a subscription: one bump
+
+
+def test_the_last_member_leaving_brings_the_assignment_epoch_along(core):
+    a, b = Member(core, "a"), Member(core, "b")
+    settle([a, b])
+    assert b.hb(epoch=-1).member_epoch == -1
+    group = core.groups.consumer.groups["g"]
+    assert group.group_epoch == 4 and group.assignment_epoch == 3   # a still has a member to reconcile
+    assert a.hb(epoch=-1).member_epoch == -1
+    assert (group.group_epoch, group.assignment_epoch) == (5, 5)
+
+
+def test_only_a_full_heartbeat_or_a_changed_assignment_carries_the_assignment(core):
+    a = Member(core, "a")
+    a.hb()
+    # owned partitions alone (no rebalance timeout, no subscription) are not a full request
+    assert a.hb().assignment is None
+    full = a.hb(rebalance_timeout_ms=30_000, subscribed_topic_names=["jobs"])
+    assert full.assignment is not None and a.partitions == list(range(6))
+
+
+def test_assignments_are_batched_by_the_assignment_interval(tmp_path, clock):
+    """KIP-1263 (group.consumer.assignment.interval.ms, 1 s by default): a bump within the
+    interval of the last assignment waits for a heartbeat after it; no timer runs it."""
+    core = make_core(tmp_path / "data", clock, group_consumer_assignment_interval_ms=1000)
+    core._create_topic("jobs", 2)
+    try:
+        a = Member(core, "a")
+        assert a.hb().member_epoch == 2 and a.partitions == [0, 1]   # a new group: at once
+        b = Member(core, "b")
+        r = b.hb()
+        group = core.groups.consumer.groups["g"]
+        # the group is at 3, its assignment still at 2: b is at 2 with nothing
+        assert (r.member_epoch, b.partitions, group.group_epoch, group.assignment_epoch) == (2, [], 3, 2)
+        assert group.state == "Assigning"
+        tick(core, clock, 999)
+        assert a.hb().member_epoch == 2 and group.assignment_epoch == 2
+        tick(core, clock, 1)
+        assert group.assignment_epoch == 2                          # nothing without a heartbeat
+        settle([a, b])
+        assert group.assignment_epoch == 3 and sorted(a.partitions + b.partitions) == [0, 1]
+        assert a.epoch == b.epoch == 3
+    finally:
+        core.close()

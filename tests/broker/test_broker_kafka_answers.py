@@ -147,3 +147,138 @@ def test_a_group_that_is_not_a_consumer_group_is_described_without_state(tmp_pat
             ("g", E.GROUP_ID_NOT_FOUND, ""), ("none", E.GROUP_ID_NOT_FOUND, "")]
     finally:
         core.close()
+
+
+# -- Metadata v10-11 naming topics by id: refused, every topic mirrored -------------------------------
+@pytest.mark.parametrize("version", [10, 11])
+def test_metadata_by_topic_id_before_v12_mirrors_each_topic_with_invalid_request(client, version):
+    create(client, "t")
+    tid = client.call(K.METADATA, 12, topics=None).topics[0].topic_id
+    req = kproto.request(K.METADATA).cls
+    unknown = kproto.Uuid("AAAAAAAAAAAAAAAAAAAAAQ")
+    r = client.call(K.METADATA, version, allow_auto_topic_creation=False, topics=[
+        req.MetadataRequestTopic(name=None, topic_id=tid), req.MetadataRequestTopic(name=None, topic_id=unknown)])
+    # Kafka's MetadataRequest.getErrorResponse: no brokers, cluster id or controller; the null
+    # names (not nullable in the response below v12) as ""
+    assert (r.brokers, r.cluster_id, r.controller_id) == ([], None, -1)
+    assert [(t.error_code, t.name, t.topic_id, t.partitions) for t in r.topics] == [
+        (E.INVALID_REQUEST, "", tid, []), (E.INVALID_REQUEST, "", unknown, [])]
+
+
+# -- Fetch: a partition in error -----------------------------------------------------------------------
+@pytest.mark.parametrize("isolation", [0, 1])
+def test_fetch_errors_of_the_read_have_a_null_aborted_list_unknown_partitions_an_empty_one(client, isolation):
+    from test_broker_core import fetch_body, vars_of
+    create(client, "t")
+    produce(client, "t", 0, batch([b"a", b"b"], timestamp=WALL0))
+    for version in (4, 12):
+        body = fetch_body("t", 0, 100, max_wait=0, min_bytes=0)
+        body.isolation_level = isolation
+        out_of_range = client.call(K.FETCH, version, **vars_of(body)).responses[0].partitions[0]
+        assert (out_of_range.error_code, out_of_range.high_watermark, out_of_range.last_stable_offset,
+                out_of_range.log_start_offset) == (E.OFFSET_OUT_OF_RANGE, -1, -1, -1)
+        assert out_of_range.aborted_transactions is None
+        body = fetch_body("t", 3, 0, max_wait=0, min_bytes=0)
+        body.isolation_level = isolation
+        unknown = client.call(K.FETCH, version, **vars_of(body)).responses[0].partitions[0]
+        assert (unknown.error_code, unknown.high_watermark, unknown.aborted_transactions) == (
+            E.UNKNOWN_TOPIC_OR_PARTITION, -1, [])
+
+
+# -- Produce: a duplicate batch ------------------------------------------------------------------------
+def test_a_duplicate_batch_answers_its_max_timestamp_as_log_append_time(client):
+    create(client, "t")
+    b = batch([b"a", b"b", b"c"], timestamp=WALL0, producer_id=5, producer_epoch=0, base_sequence=0)
+    first = _part(produce(client, "t", 0, b))
+    assert (first.base_offset, first.log_append_time_ms) == (0, -1)
+    again = _part(produce(client, "t", 0, b))
+    # Kafka's UnifiedLog: the duplicate's offsets and its batch's max timestamp (a CreateTime topic too)
+    assert (again.error_code, again.base_offset, again.log_append_time_ms) == (0, 0, WALL0 + 2)
+
+
+# -- CreateTopics validate-only ------------------------------------------------------------------------
+def test_a_validate_only_creation_answers_a_topic_id_and_every_config_as_a_creation(client):
+    req = kproto.request(K.CREATE_TOPICS).cls
+    r = client.call(K.CREATE_TOPICS, 7, timeout_ms=1000, validate_only=True, topics=[req.CreatableTopic(
+        name="dry", num_partitions=3, replication_factor=1,
+        configs=[req.CreatableTopicConfig(name="retention.ms", value="3600000")])])
+    dry = r.topics[0]
+    # Kafka's controller answers the id it drew (kept nowhere) and the configs a creation would have
+    assert dry.error_code == 0 and dry.topic_id != kproto.Uuid.ZERO
+    real = create(client, "real", configs={"retention.ms": "3600000"}).topics[0]
+    assert [(c.name, c.value, c.config_source) for c in dry.configs] == \
+        [(c.name, c.value, c.config_source) for c in real.configs]
+    assert ("retention.ms", "3600000", 1) in [(c.name, c.value, c.config_source) for c in dry.configs]
+    assert client.call(K.METADATA, 12, topics=None).topics[0].name == "real"  # nothing kept
+
+
+# -- DescribeTransactions of an unknown transactional id -----------------------------------------------
+def test_an_unknown_transactional_id_is_described_with_the_response_defaults(client):
+    r = client.call(K.DESCRIBE_TRANSACTIONS, 0, transactional_ids=["nope"])
+    s = r.transaction_states[0]
+    assert (s.error_code, s.transactional_id, s.transaction_state, s.producer_id, s.producer_epoch,
+            s.transaction_timeout_ms, s.transaction_start_time_ms, s.topics) == (
+        E.TRANSACTIONAL_ID_NOT_FOUND, "nope", "", 0, 0, 0, 0, [])
+
+
+# -- configs: sources, synonyms and the topic configs of Kafka 4.4 ---------------------------------------
+def _syn(entry):
+    return [(s.name, s.value, s.source) for s in entry.synonyms]
+
+
+def test_a_formatted_directory_has_min_insync_replicas_as_a_cluster_wide_dynamic_default(tmp_path):
+    core = fake_core(tmp_path / "data", FakeClock(0))
+    client = Client(core)
+    create(client, "t")
+    mir = configs_of(describe(client, "t"))["min.insync.replicas"]
+    # Kafka 4.x's storage tool writes it at format time: source 3, the static default after it
+    assert (mir.value, mir.config_source, _syn(mir)) == ("1", 3, [("min.insync.replicas", "1", 3),
+                                                                 ("min.insync.replicas", "1", 5)])
+    assert [(c.name, c.value, c.config_source) for c in describe(client, "", rtype=4).configs] == [
+        ("min.insync.replicas", "1", 3)]
+    core.close()
+    again = fake_core(tmp_path / "data", FakeClock(0))   # a restart keeps it (it is not formatted again)
+    try:
+        assert configs_of(describe(Client(again), "t"))["min.insync.replicas"].config_source == 3
+    finally:
+        again.close()
+
+
+def test_synonyms_start_at_the_main_broker_config_as_kafka_lists_them(client):
+    create(client, "t", configs={"retention.ms": "60000"})
+    got = configs_of(describe(client, "t"))
+    # log.retention.ms and .minutes have no default, the hours' (168) is dropped with them
+    assert _syn(got["retention.ms"]) == [("retention.ms", "60000", 1)]
+    assert _syn(got["segment.ms"]) == [] and got["segment.ms"].config_source == 5
+    assert _syn(got["flush.ms"]) == [] and _syn(got["follower.replication.throttled.replicas"]) == []
+    assert _syn(got["segment.bytes"]) == [("log.segment.bytes", "1073741824", 5)]
+    req = kproto.request(K.INCREMENTAL_ALTER_CONFIGS).cls
+    r = client.call(K.INCREMENTAL_ALTER_CONFIGS, 1, validate_only=False, resources=[req.AlterConfigsResource(
+        resource_type=4, resource_name="", configs=[
+            req.AlterableConfig(name=n, config_operation=0, value="120000")
+            for n in ("log.retention.ms", "log.flush.interval.ms")])])
+    assert r.responses[0].error_code == 0
+    got = configs_of(describe(client, "t"))
+    assert _syn(got["retention.ms"]) == [("retention.ms", "60000", 1), ("log.retention.ms", "120000", 3),
+                                         ("log.retention.hours", "168", 5)]
+    assert (got["flush.ms"].value, got["flush.ms"].config_source, _syn(got["flush.ms"])) == (
+        "120000", 3, [("log.flush.interval.ms", "120000", 3),
+                      ("log.flush.scheduler.interval.ms", "9223372036854775807", 5)])
+    broker = configs_of(describe(client, "1", rtype=4))
+    assert _syn(broker["log.retention.ms"]) == [("log.retention.ms", "120000", 3), ("log.retention.hours", "168", 5)]
+    assert (broker["log.roll.ms"].value, _syn(broker["log.roll.ms"])) == (None, [])
+
+
+def test_the_topic_configs_kafka_4_4_lists_with_their_defaults(client):
+    create(client, "t")
+    got = configs_of(describe(client, "t"))
+    assert {n: (got[n].value, got[n].config_type, _syn(got[n])) for n in (
+        "errors.deadletterqueue.group.enable", "max.decompressed.message.bytes", "remote.copy.lag.bytes",
+        "remote.copy.lag.ms", "remote.log.copy.disable", "remote.log.delete.on.disable")} == {
+        "errors.deadletterqueue.group.enable": ("false", 1, []),
+        "max.decompressed.message.bytes": ("2147483639", 3,
+                                           [("max.decompressed.message.bytes", "2147483639", 5)]),
+        "remote.copy.lag.bytes": ("-1", 5, [("log.remote.copy.lag.bytes", "-1", 5)]),
+        "remote.copy.lag.ms": ("0", 5, [("log.remote.copy.lag.ms", "0", 5)]),
+        "remote.log.copy.disable": ("false", 1, []),
+        "remote.log.delete.on.disable": ("false", 1, [])}

@@ -175,14 +175,21 @@ def cluster3(**config: Any) -> Cluster:
 
 
 # ---------------------------------------------------------------------------- brokers
-def test_bootstrap_writes_metadata_version() -> None:
-    # metadata.version first, then the levels of the other features kproto finalizes
+def test_bootstrap_writes_features_and_the_formatted_min_insync_replicas() -> None:
+    # metadata.version first, then the levels of the other features kproto finalizes, then the
+    # cluster-wide dynamic defaults Kafka 4.x's storage tool formats a cluster with
     c = Cluster()
     c.commit()
-    assert [(rtype, version, rec.name, rec.feature_level) for rtype, version, rec in c.records()] == \
-        [(12, 0, "metadata.version", 21)] + [(12, 0, n, v) for n, v in default_levels().items()
-                                              if n != "metadata.version"]
+    records = c.records()
+    features = [(rtype, version, rec.name, rec.feature_level) for rtype, version, rec in records
+                if rtype == 12]
+    assert features == [(12, 0, "metadata.version", 21)] + [
+        (12, 0, n, v) for n, v in default_levels().items() if n != "metadata.version"]
     assert c.image.features == default_levels()
+    (ctype, _, config), = [r for r in records if r[0] != 12]
+    assert (ctype, config.resource_type, config.resource_name, config.name, config.value) == (
+        4, 4, "", "min.insync.replicas", "1")
+    assert c.image.configs[(4, "")] == {"min.insync.replicas": "1"}
 
 
 def test_registration_epoch_is_record_offset_and_unfence_when_caught_up() -> None:
@@ -373,7 +380,9 @@ def test_create_topic_records_and_placement() -> None:
     start = len(c.log.values)
     res = c.create_topic("orders", partitions=3, rf=3, configs={"cleanup.policy": "compact"})
     assert res.error_code == 0 and res.num_partitions == 3 and res.replication_factor == 3
-    assert dict((x.name, (x.value, x.config_source)) for x in res.configs)["cleanup.policy"] == ("compact", 1)
+    listed = dict((x.name, (x.value, x.config_source)) for x in res.configs)
+    assert listed["cleanup.policy"] == ("compact", 1)
+    assert (listed["min.insync.replicas"], listed["retention.ms"]) == (("1", 3), ("604800000", 5))
     types = [t for t, v, r in c.records(start)]
     assert types == [2, 4, 3, 3, 3]  # TopicRecord, ConfigRecords, PartitionRecords
     t = c.image.topics["orders"]
@@ -619,7 +628,8 @@ def test_incremental_alter_configs() -> None:
     assert alter(2, "missing", ("retention.ms", 0, "1")).error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     assert alter(4, "", ("log.retention.ms", 0, "5")).error_code == 0
     assert alter(4, "1", ("log.retention.ms", 0, "6"), validate=True).error_code == 0
-    assert c.image.configs[(4, "")] == {"log.retention.ms": "5"} and (4, "1") not in c.image.configs
+    assert c.image.configs[(4, "")] == {"log.retention.ms": "5", "min.insync.replicas": "1"}
+    assert (4, "1") not in c.image.configs
     t, v, rec = c.records()[-1]
     assert (t, v, rec.resource_type, rec.resource_name, rec.name, rec.value) == (4, 0, 4, "", "log.retention.ms", "5")
 

@@ -92,3 +92,44 @@ def test_cli(brokers, tmp_path, capsys):
     assert doc["unexplained"] == 0 and doc["api_versions"]["2"]["target"] == [1, 9]
     assert main(["conformance", "--list"]) == 0
     assert "Produce.produce_idempotent" in capsys.readouterr().out
+
+
+def test_the_run_waits_until_the_leader_serves_the_new_topics(brokers):
+    """Apache Kafka's Metadata shows a new partition's leader a moment before that broker
+    serves it (Produce, Fetch and ListOffsets answer NOT_LEADER_OR_FOLLOWER until then): the
+    run waits, so a scenario's first batch is not lost on one side only."""
+    a, b = brokers
+    state = {"probes": 0}
+
+    def until_probed(header, body):
+        if header.request_api_key == ApiKey.LIST_OFFSETS and state["probes"] < 3:
+            state["probes"] += 1
+            return Intercept(error=6)  # NOT_LEADER_OR_FOLLOWER
+        return None if state["probes"] >= 3 else Intercept(error=6)
+    hooks = [b.control(key, until_probed, times=None) for key in (ApiKey.LIST_OFFSETS, ApiKey.PRODUCE)]
+    try:
+        report = asyncio.run(run_conformance(parse_address(a.bootstrap), parse_address(b.bootstrap),
+                                             select=["Produce.produce_idempotent"]))
+    finally:
+        for h in hooks:
+            h.remove()
+    assert state["probes"] == 3
+    assert report.results and report.findings() == [], report.text()
+
+
+def test_the_set_up_takes_producer_id_0_before_any_scenario(tmp_path):
+    """A fresh broker hands out producer id 0 first, and 0 is also what Kafka answers as a
+    default (DescribeTransactions of an unknown id): the set-up takes it, so no scenario's
+    producer id can be confused with that default on one side only."""
+    seen = []
+
+    def record(header, body):
+        seen.append(body.transactional_id)
+        return None
+    with BrokerThread(tmp_path / "a", **TEST_DEFAULTS) as a, BrokerThread(tmp_path / "b", **TEST_DEFAULTS) as b:
+        hook = a.control(ApiKey.INIT_PRODUCER_ID, record, times=None)
+        report = asyncio.run(run_conformance(parse_address(a.bootstrap), parse_address(b.bootstrap),
+                                             select=["DescribeTransactions.*"]))
+        hook.remove()
+    assert report.findings() == [], report.text()
+    assert seen[0] is None and len(seen) > 1 and all(t is not None for t in seen[1:])

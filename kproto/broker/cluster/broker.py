@@ -43,8 +43,8 @@ from kproto.broker.features import supported_features
 from kproto.broker.core import (IMPLEMENTED, BrokerCore, Request, find_coordinator_message,
                                 metadata_request_topics)
 from kproto.broker.log import BrokerError, Log, topic_name_error
-from kproto.storage.metadata_image import (NO_LEADER, TOPIC_RESOURCE, MetadataImage, PartitionInfo,
-                                            encode_metadata_record)
+from kproto.storage.metadata_image import (BROKER_RESOURCE, NO_LEADER, TOPIC_RESOURCE, MetadataImage,
+                                            PartitionInfo, encode_metadata_record)
 from kproto.broker.coordinators.offsets_topic import OFFSETS_TOPIC, partition_for
 from kproto.broker.purgatory import DelayedOperation, DelayedOperationPurgatory
 from kproto.broker.cluster.raft import KRaftReplica, RaftConfig, RaftTransport, open_metadata_log
@@ -459,6 +459,10 @@ class ClusterBrokerCore(BrokerCore):
                 continue
             self._host(current)
         for rtype, name in changes.configs:
+            if rtype == BROKER_RESOURCE and name in ("", str(self.node_id)):
+                # the cluster-wide and this broker's dynamic configs (topic defaults)
+                self.configs.apply_broker(name, self.image.configs.get((rtype, name), {}))
+                continue
             topic = self.logs.topics.get(name) if rtype == TOPIC_RESOURCE else None
             if topic is not None:
                 self.configs.apply_topic(topic, self.image.configs.get((rtype, name), {}))

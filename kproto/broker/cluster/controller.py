@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Optional, Protocol
 
 from kproto.broker import features as feat
-from kproto.broker.configs import LIST, TOPIC_CONFIGS
+from kproto.broker.configs import LIST, TOPIC_CONFIGS, ConfigLevels, formatted_cluster_defaults
 from kproto.broker.log import BrokerError, topic_name_error
 from kproto.storage.metadata_image import (BROKER_RESOURCE, NO_LEADER, NO_LEADER_CHANGE, RECOVERED,
                                     RECOVERING, TOPIC_RESOURCE, BrokerInfo, MetadataImage,
@@ -441,10 +441,13 @@ class QuorumController:
         self._heartbeats = {b: _Heartbeat(now) for b in self.image.brokers}
         if "metadata.version" not in self.image.features:
             # a new cluster: bootstrap the metadata version and the other features' levels as
-            # Kafka's activation records do
+            # Kafka's activation records do, and the cluster-wide dynamic defaults Kafka 4.x's
+            # storage tool formats it with
             levels = {**feat.default_levels(), feat.METADATA_VERSION: self.config.metadata_version}
             self._write([(metadata_record(12)(name=name, feature_level=level), 0)
-                         for name, level in sorted(levels.items(), key=lambda x: x[0] != feat.METADATA_VERSION)])
+                         for name, level in sorted(levels.items(), key=lambda x: x[0] != feat.METADATA_VERSION)] + [
+                (metadata_record(4)(resource_type=BROKER_RESOURCE, resource_name="", name=k, value=v), 0)
+                for k, v in formatted_cluster_defaults(self.config.min_insync_replicas).items()])
         self._schedule_session_check()
         if self.config.auto_leader_rebalance_enable:
             self._schedule_rebalance()
@@ -1013,14 +1016,15 @@ class QuorumController:
                     res.topic_config_error_code = 0
                 continue
             if version >= 5:
-                given = {c.name: c.value for c in t.configs}
+                given = {r.name: r.value for r, _ in config_records}
                 res.num_partitions = len(parts)
                 res.replication_factor = len(parts[0][0])
                 res.topic_config_error_code = 0
+                # as DescribeConfigs would show them, over the cluster-wide dynamic defaults
+                levels = ConfigLevels("", {"": self.image.configs.get((BROKER_RESOURCE, ""), {})}, {})
                 res.configs = [cls.CreatableTopicConfigs(
-                    name=n, value=given.get(n, d.default), read_only=False,
-                    config_source=1 if n in given else 5, is_sensitive=False)
-                    for n, d in sorted(TOPIC_CONFIGS.items())]
+                    name=e.name, value=e.value, read_only=e.read_only, config_source=e.source,
+                    is_sensitive=e.sensitive) for e in levels.describe_overrides(given)]
             if version >= 7:
                 res.topic_id = topic_id
             if body.validate_only:

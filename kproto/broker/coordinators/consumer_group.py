@@ -2,9 +2,12 @@
 ``CurrentAssignmentBuilder``, ``TargetAssignmentBuilder`` and the server-side assignors), sans-I/O.
 
 The model is Kafka's three epochs: the **group epoch** is bumped whenever a member joins, leaves
-or changes its subscription, or the subscribed topics' metadata changes; the **target assignment
-epoch** is the group epoch the assignor last ran at (it runs lazily, at the next heartbeat after
-a bump); each member's **member epoch** reaches the target epoch once the member is reconciled.
+or changes its subscription, or the subscribed topics' metadata changes (a new group's first
+heartbeat bumps once more, as Kafka 4.4: its first subscribed member is at epoch 2); the **target
+assignment epoch** is the group epoch the assignor last ran at (it runs at a heartbeat after a
+bump: at once while the group's target assigns nothing, else once the last run is
+``group.consumer.assignment.interval.ms`` old, KIP-1263's batching); each member's **member
+epoch** reaches the target epoch once the member is reconciled.
 Reconciliation (:func:`reconcile`) never hands a partition to a new owner before its previous
 owner revoked it: the previous owner first gets an assignment without it (state
 UNREVOKED_PARTITIONS, epoch unchanged) and acknowledges by no longer listing it in its
@@ -117,6 +120,8 @@ class ConsumerGroup:
         self.group_id = group_id
         self.group_epoch = 0
         self.assignment_epoch = 0
+        #: when the target assignment was last computed (wall clock, ms; 0: never)
+        self.assignment_time_ms = 0
         self.members: dict[str, ConsumerMember] = {}
         self.target: dict[str, Assignment] = {}
         # (topic id, partition) -> epoch of the member that holds it (assigned or revoking);
@@ -383,6 +388,12 @@ class ConsumerGroupCoordinator:
     def heartbeat_interval_ms(self) -> int:
         return int(getattr(self.config, "group_consumer_heartbeat_interval_ms", 5000))
 
+    @property
+    def assignment_interval_ms(self) -> int:
+        """KIP-1263: a group's target assignment is computed again at most this often (0: at
+        every bump); a bump within the interval waits for a heartbeat after it."""
+        return int(getattr(self.config, "group_consumer_assignment_interval_ms", 1000))
+
     # ------------------------------------------------------------------ records
     def _rec(self, rtype: int, key_name: str, key: dict[str, Any], value: Optional[Any]) -> tuple[bytes, Optional[bytes]]:
         k = record_key(rtype, message(key_name).cls(**key))
@@ -420,9 +431,9 @@ class ConsumerGroupCoordinator:
         v = None if epoch is None else message("ConsumerGroupMetadataValue").cls(epoch=epoch)
         return self._rec(T_METADATA, "ConsumerGroupMetadataKey", {"group_id": gid}, v)
 
-    def _target_epoch_record(self, gid: str, epoch: Optional[int]) -> tuple[bytes, Optional[bytes]]:
+    def _target_epoch_record(self, gid: str, epoch: Optional[int], at_ms: int = -1) -> tuple[bytes, Optional[bytes]]:
         v = None if epoch is None else message("ConsumerGroupTargetAssignmentMetadataValue").cls(
-            assignment_epoch=epoch, assignment_timestamp=self.core.wall_ms())
+            assignment_epoch=epoch, assignment_timestamp=self.core.wall_ms() if at_ms < 0 else at_ms)
         return self._rec(T_TARGET_METADATA, "ConsumerGroupTargetAssignmentMetadataKey", {"group_id": gid}, v)
 
     def _partition_metadata_record(self, gid: str, meta: Optional[TopicsMeta]) -> tuple[bytes, Optional[bytes]]:
@@ -462,6 +473,7 @@ class ConsumerGroupCoordinator:
                 t.topic_name: (Uuid(t.topic_id), t.num_partitions) for t in v.topics}
         elif rtype == T_TARGET_METADATA:
             group.assignment_epoch = 0 if v is None else v.assignment_epoch
+            group.assignment_time_ms = 0 if v is None else v.assignment_timestamp
         elif rtype == T_TARGET_MEMBER:
             if v is None:
                 group.target.pop(k.member_id, None)
@@ -566,6 +578,11 @@ class ConsumerGroupCoordinator:
             records.append(self._partition_metadata_record(gid, meta))
         group.group_epoch += 1
         records.append(self._epoch_record(gid, group.group_epoch))
+        if not group.members:
+            # nothing left to assign: the (empty) target assignment is at the new epoch at
+            # once, as Kafka's coordinator answers for a group its last member left
+            group.assignment_epoch = group.group_epoch
+            records.append(self._target_epoch_record(gid, group.assignment_epoch, group.assignment_time_ms))
         self._cancel_timers(gid, m.member_id)
         self._write(gid, records)
 
@@ -759,12 +776,24 @@ class ConsumerGroupCoordinator:
             member.subscribed_topic_regex = body.subscribed_topic_regex or None
         member.client_id, member.client_host = client_id, client_host
         bump = False
-        compare = old if replaced is None else replaced  # a returning instance keeps its place
+        # a returning instance keeps its place; a new member is compared with an empty
+        # subscription (joining with none changes nothing, as in Kafka)
+        compare = (old if replaced is None else replaced) or ConsumerMember(member_id)
         if old is None or member.subscription() != old.subscription():
             records.append(self._member_record(gid, member))
-            if compare is None or (sorted(member.subscribed_topic_names), member.subscribed_topic_regex) != \
-                    (sorted(compare.subscribed_topic_names), compare.subscribed_topic_regex):
+            if sorted(member.subscribed_topic_names) != sorted(compare.subscribed_topic_names):
                 bump = True
+            new_regex, old_regex = member.subscribed_topic_regex, compare.subscribed_topic_regex
+            if new_regex != old_regex:
+                # Kafka bumps for a regex another member already has (resolved), for one
+                # dropped, and for a new one once its (asynchronous) resolution matched a
+                # topic: here it is resolved at once
+                if not new_regex:
+                    bump = True
+                elif any(m.subscribed_topic_regex == new_regex for k, m in group.members.items()
+                         if k != member_id) or self._subscribed_names(
+                             ConsumerMember(member_id, subscribed_topic_regex=new_regex)):
+                    bump = True
         if old is None or old.assignment_state() != member.assignment_state():
             group.update_member(member, old)
         else:
@@ -776,13 +805,20 @@ class ConsumerGroupCoordinator:
             group.subscription_metadata = meta
             records.append(self._partition_metadata_record(gid, meta))
             bump = True
-        if bump:
-            group.group_epoch += 1
+        # a new group first moves away from epoch 0 (Kafka 4.4: a bump of its own, so a first
+        # member subscribing to topics gets epoch 2, one with no subscription epoch 1)
+        bumps = (1 if group.group_epoch == 0 else 0) + (1 if bump else 0)
+        if bumps:
+            group.group_epoch += bumps
             records.append(self._epoch_record(gid, group.group_epoch))
 
-        # 2. a new target assignment when the group epoch moved past it
-        if group.group_epoch > group.assignment_epoch:
-            records += self._compute_target(group)
+        # 2. a new target assignment when the group epoch moved past it: at once while the
+        # current one assigns nothing, else once the last one is group.consumer.assignment.
+        # interval.ms old (KIP-1263's batching; as Kafka 4.4 answers, measured)
+        now = self.core.wall_ms()
+        if group.group_epoch > group.assignment_epoch and (
+                not any(group.target.values()) or now - group.assignment_time_ms >= self.assignment_interval_ms):
+            records += self._compute_target(group, now)
 
         # 3. the member reconciled towards its target
         before = member
@@ -802,13 +838,16 @@ class ConsumerGroupCoordinator:
         self._write(gid, records)
         resp = cls(error_code=E.NONE, member_id=updated.member_id, member_epoch=updated.member_epoch,
                    heartbeat_interval_ms=self.heartbeat_interval_ms)
-        if owned is not None or epoch == 0 or changed_assignment:
+        # Kafka's isFullRequest: a rebalance timeout, a subscription and the owned partitions
+        full = body.rebalance_timeout_ms != -1 and owned is not None and (
+            body.subscribed_topic_names is not None or (version >= 1 and body.subscribed_topic_regex is not None))
+        if full or epoch == 0 or changed_assignment:
             resp.assignment = cls.Assignment(topic_partitions=[
                 cls.TopicPartitions(topic_id=t, partitions=sorted(ps))
                 for t, ps in sorted(updated.assigned.items()) if ps])
         return resp
 
-    def _compute_target(self, group: ConsumerGroup) -> list[tuple[bytes, Optional[bytes]]]:
+    def _compute_target(self, group: ConsumerGroup, now_ms: int) -> list[tuple[bytes, Optional[bytes]]]:
         """``TargetAssignmentBuilder``: run the preferred assignor over every member; records
         for the members whose target changed, then the new assignment epoch."""
         name = group.preferred_assignor(self.assignors[0])
@@ -821,8 +860,8 @@ class ConsumerGroupCoordinator:
             if _copy(group.target.get(mid, {})) != a or mid not in group.target:
                 records.append(self._target_record(group.group_id, mid, a))
             group.target[mid] = a
-        group.assignment_epoch = group.group_epoch
-        records.append(self._target_epoch_record(group.group_id, group.assignment_epoch))
+        group.assignment_epoch, group.assignment_time_ms = group.group_epoch, now_ms
+        records.append(self._target_epoch_record(group.group_id, group.assignment_epoch, now_ms))
         return records
 
     def _leave(self, body: Any) -> Any:

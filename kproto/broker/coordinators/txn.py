@@ -399,8 +399,10 @@ class TransactionCoordinator:
         for tid in body.transactional_ids:
             txn = self.txns.get(tid)
             if txn is None or txn.state == DEAD:
+                # the other fields at the response's defaults (producer id and epoch 0), as
+                # Kafka's TransactionCoordinator leaves them
                 out.append(cls.TransactionState(error_code=E.TRANSACTIONAL_ID_NOT_FOUND, transactional_id=tid,
-                                                transaction_state="", producer_id=-1, producer_epoch=-1))
+                                                transaction_state="", producer_id=0, producer_epoch=0))
                 continue
             by_topic: dict[str, list[int]] = {}
             for t, p in sorted(txn.partitions):
