@@ -34,7 +34,7 @@ import hashlib
 import os
 import threading
 from bisect import bisect_left, bisect_right
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Callable, Iterator, Optional
 
 from kproto.broker.log import Log, _Seg, replace_file
@@ -45,8 +45,8 @@ from kproto.records.builder import RecordBatchBuilder
 from kproto.records.control import decode_control
 from kproto.records.record import Record
 from kproto.storage.checkpoints import OffsetCheckpoint
-from kproto.storage.indexes import (OFFSET_ENTRY_SIZE, TIME_ENTRY_SIZE, AbortedTxn, IndexBuilder,
-                                    encode_txn_index, parse_txn_index)
+from kproto.storage.indexes import AbortedTxn, IndexBuilder, encode_txn_index, parse_txn_index
+from kproto.storage.indexes import collect_aborted as index_collect_aborted
 from kproto.storage.layout import offset_file_name
 
 if TYPE_CHECKING:
@@ -61,8 +61,10 @@ BYTES_PER_ENTRY = 24
 _SUFFIXES = (".log", ".index", ".timeindex", ".txnindex")
 _INT32_MAX = 2**31 - 1
 
-#: Tests set this to raise at a named step of a swap ("cleaned", "swap", "deleted", "renamed")
-#: and so stand for a crash there.
+#: Tests set this to raise at a named step of a swap ("cleaned": the ``.cleaned`` files written;
+#: "swap-log": the ``.log`` renamed ``.swap``, its indexes not yet; "swap": all renamed ``.swap``;
+#: "deleted": the old segments renamed ``.deleted``; "renamed": the ``.swap`` suffixes gone) and
+#: so stand for a crash there.
 fault_hook: Optional[Callable[[str], None]] = None
 
 
@@ -91,9 +93,10 @@ class CompactionSettings:
     min_compaction_lag_ms: int = 0
     max_compaction_lag_ms: int = 2**63 - 1
     delete_retention_ms: int = 86_400_000
-    segment_bytes: int = 1024 * 1024 * 1024
-    segment_index_bytes: int = 10 * 1024 * 1024
-    index_interval_bytes: int = 4096
+    # None: the log's own (segment.bytes, segment.index.bytes, index.interval.bytes)
+    segment_bytes: Optional[int] = None
+    segment_index_bytes: Optional[int] = None
+    index_interval_bytes: Optional[int] = None
 
 
 class OffsetMap:
@@ -203,11 +206,9 @@ def collect_aborted(segs: list[SegInfo], start: int, upper: int) -> list[Aborted
     f = _floor_index(segs, start)
     out: list[AbortedTxn] = []
     for s in segs[f if f is not None else 0:]:
-        for a in s.aborted:
-            if a.last_offset >= start and a.first_offset < upper:
-                out.append(a)
-            if a.last_stable_offset >= upper:
-                return out
+        out += index_collect_aborted(s.aborted, start, upper)
+        if any(a.last_stable_offset >= upper for a in s.aborted):
+            return out
     return out
 
 
@@ -302,9 +303,10 @@ def group_segments_by_size(segs: list[SegInfo], max_size: int, max_index_size: i
                     and time_size + s.timeindex_bytes <= max_index_size):
                 break
             if s.size != 0:
-                # lastOffsetForFirstSegment: the next segment's base - 1, else the uncleanable point
-                last = segs[i + 1].base_offset - 1 if i + 1 < len(segs) else first_uncleanable
-                if last - group[-1].base_offset > _INT32_MAX:
+                # lastOffsetForFirstSegment: the offset before the next segment (or before the
+                # uncleanable point), relative to the group's first segment
+                last = (segs[i + 1].base_offset if i + 1 < len(segs) else first_uncleanable) - 1
+                if last - group[0].base_offset > _INT32_MAX:
                     break
             group.append(s)
             log_size += s.size
@@ -467,8 +469,11 @@ class CleanJob:
 
     def __init__(self, ltc: LogToClean, st: CompactionSettings, config: CleanerConfig,
                  now: int) -> None:
-        self.ltc, self.st, self.config, self.now = ltc, st, config, now
         lg = ltc.log
+        self.st = replace(st, segment_bytes=st.segment_bytes or lg.config.segment_bytes,
+                          segment_index_bytes=st.segment_index_bytes or lg.config.segment_index_bytes,
+                          index_interval_bytes=st.index_interval_bytes or lg.config.index_interval_bytes)
+        self.ltc, self.config, self.now = ltc, config, now
         self.path = lg.path
         # Kafka's lastRecordsOfActiveProducers: pid -> (last data offset or None, epoch)
         self.last_records = {
@@ -503,6 +508,7 @@ class CleanJob:
         self.stats.map_entries = len(self.map)
         self.stats.map_utilization = self.map.utilization
         txns = CleanedTransactions()
+        assert self.st.segment_bytes and self.st.segment_index_bytes
         groups = group_segments_by_size(log_segments(segs, 0, self.end_offset), self.st.segment_bytes,
                                         self.st.segment_index_bytes, upper)
         for group in groups:
@@ -548,7 +554,7 @@ class CleanJob:
                 pass
         aborted: list[AbortedTxn] = []
         txns.cleaned_index = aborted
-        index = IndexBuilder(base, self.st.index_interval_bytes)
+        index = IndexBuilder(base, self.st.index_interval_bytes or 4096)
         entries: list[tuple[int, int, int]] = []
         pos = 0
         now, horizon_ms = self.now, self.now + self.st.delete_retention_ms
@@ -683,6 +689,8 @@ def _swap_group(path: str, r: GroupResult) -> None:
     new = os.path.join(path, offset_file_name(r.base_offset, ""))
     for ext in _SUFFIXES:
         _rename(new + ext + ".cleaned", new + ext + ".swap")
+        if ext == ".log":
+            _fault("swap-log")
     _fault("swap")
     deleted = []
     for o in r.olds:
@@ -755,9 +763,7 @@ def compaction_settings(lg: Log, values: Callable[[str], Optional[str]]) -> Comp
         min_cleanable_ratio=num("min.cleanable.dirty.ratio", d.min_cleanable_ratio),
         min_compaction_lag_ms=int(num("min.compaction.lag.ms", d.min_compaction_lag_ms)),
         max_compaction_lag_ms=int(num("max.compaction.lag.ms", d.max_compaction_lag_ms)),
-        delete_retention_ms=int(num("delete.retention.ms", d.delete_retention_ms)),
-        segment_bytes=lg.config.segment_bytes, segment_index_bytes=lg.config.segment_index_bytes,
-        index_interval_bytes=lg.config.index_interval_bytes)
+        delete_retention_ms=int(num("delete.retention.ms", d.delete_retention_ms)))
 
 
 def clean_log(lg: Log, now: int, settings: Optional[CompactionSettings] = None,
