@@ -244,7 +244,7 @@ class Segment:
 def scan_batches(buf: bytes | memoryview, start: int = 0, end: int | None = None, *,
                  resync: Sequence[int] = (), verify_crc: bool = False,
                  problems: Problems | None = None, shift: int = 0,
-                 offsets: tuple[int, int | None] | None = None,
+                 offsets: tuple[int, int | None] | None = None, after: int | None = None,
                  budget: DecompressionBudget | None = None) -> Iterator[Batch]:
     """Batches of ``buf[start:end]`` (sans-I/O). Damage is reported in ``problems`` (scope it
     with the file) at file positions (buffer position + ``shift``):
@@ -259,6 +259,8 @@ def scan_batches(buf: bytes | memoryview, start: int = 0, end: int | None = None
       batch's, is ``corrupt`` (its base offset is not covered by the CRC) and skipped. A batch
       that starts below the segment's base offset but ends in it is read, as Kafka's segment
       recovery reads it (only the last offset must fit the segment's relative offsets).
+      ``after``: the next offset of the batch before ``buf[start]`` when it is known (a read
+      going on where it stopped), which the first batch must not go below.
 
     ``budget``: what the batches may decompress in all (one fresh budget by default).
     """
@@ -267,7 +269,7 @@ def scan_batches(buf: bytes | memoryview, start: int = 0, end: int | None = None
     budget = budget if budget is not None else DecompressionBudget()
     pos = start
     base, high = offsets if offsets is not None else (None, None)
-    low = None  # the previous batch's next offset
+    low = after  # the previous batch's next offset
     while pos < end:
         stopped = Problems()
         reader = BatchReader(buf, pos, end, verify_crc=False, problems=stopped, budget=budget)

@@ -400,3 +400,90 @@ def test_storage_readers_read_cleaned_directories(tmp_path):
     part = ks.open_partition(os.path.join(str(tmp_path), "c-0")) if hasattr(ks, "open_partition") else None
     if part is not None:
         assert not [p for s in part.segments for p in s.problems]
+
+
+def cleaned_dir(path):
+    """A compacted partition with every shape cleaning leaves: offset gaps, tombstones with a
+    delete horizon, an empty batch kept for its producer, transaction markers with and without
+    a horizon, a .txnindex rewritten, segments merged."""
+    mgr, log = make_log(path)
+    write_keys(log, 60)
+    log.append_as_leader(kbatch([(b"key-1", b"txn")], producer_id=1, producer_epoch=0, base_sequence=0,
+                                transactional=True), NOW)
+    marker(log, 1, 0, True)
+    log.append_as_leader(kbatch([(b"key-2", b"aborted")], producer_id=2, producer_epoch=0,
+                                base_sequence=0, transactional=True), NOW)
+    marker(log, 2, 0, False)
+    log.append_as_leader(kbatch([(b"p", b"old")], producer_id=7, producer_epoch=3, base_sequence=0), NOW)
+    log.append_as_leader(kbatch([(b"p", b"new"), (b"q", None)], compression=4), NOW)
+    write_keys(log, 40, start=60)
+    clean_log(log, NOW + 10_000, SETTINGS)
+    log.append_as_leader(kbatch([(b"key-3", b"aborted")], producer_id=3, producer_epoch=0,
+                                base_sequence=0, transactional=True), NOW)
+    marker(log, 3, 0, False)
+    write_keys(log, 20, start=100)
+    clean_log(log, NOW + 10_500, CompactionSettings(min_cleanable_ratio=0.01, delete_retention_ms=1_000,
+                                                    segment_bytes=1_000), force=True)
+    expect = [(r.offset, r.key, r.value) for b in log.batches() if not b.is_control for r in b.records()]
+    assert any(b.is_control for b in log.batches()) and any(b.count == 0 for b in log.batches())
+    mgr.close()
+    return expect
+
+
+def test_storage_readers_read_cleaned_directories_without_problems(tmp_path):
+    from kproto.problems import Problems
+    expect = cleaned_dir(tmp_path)
+    found = Problems()
+    table = ks.read_arrow(str(tmp_path), problems=found)
+    assert list(found) == []
+    assert list(zip(table.column("offset").to_pylist(), table.column("key").to_pylist(),
+                    table.column("value").to_pylist())) == expect
+    offsets = [o for o, _, _ in expect]
+    assert offsets != list(range(offsets[0], offsets[0] + len(offsets)))  # gaps
+    names = sorted(f for f in os.listdir(tmp_path / "c-0") if f.endswith(".log"))
+    assert len(names) >= 2
+    # read_committed leaves out nothing a cleaning kept (the aborted batch is gone)
+    committed = ks.read_arrow(str(tmp_path), isolation="read_committed")
+    assert b"aborted" not in committed.column("value").to_pylist()
+
+
+def test_a_batch_starting_below_its_segments_base_offset_is_read(tmp_path):
+    # Kafka checks a segment's batches by their last offsets (LogSegment.recover): a batch
+    # that starts below the segment's name but ends in it is read as any other
+    from kproto.problems import Problems
+    mgr, log = make_log(tmp_path)
+    log.append_as_leader(kbatch([(b"a", b"0"), (b"b", b"1"), (b"c", b"2"), (b"d", b"3")]), NOW)
+    mgr.close()
+    d = tmp_path / "c-0"
+    for ext in (".index", ".timeindex"):
+        os.unlink(d / ("%020d%s" % (0, ext)))
+    os.rename(d / ("%020d.log" % 0), d / ("%020d.log" % 2))
+    found = Problems()
+    table = ks.read_arrow(str(tmp_path), problems=found)
+    assert list(found) == [] and table.column("offset").to_pylist() == [0, 1, 2, 3]
+    # a batch ending below it is damage
+    os.rename(d / ("%020d.log" % 2), d / ("%020d.log" % 4))
+    found = Problems()
+    assert ks.read_arrow(str(tmp_path), problems=found).num_rows == 0
+    assert [p.kind for p in found] == ["corrupt"]
+
+
+@pytest.mark.slow
+def test_kafkas_dump_log_segments_reads_cleaned_segments_as_kproto_does(tmp_path):
+    """Apache Kafka's DumpLogSegments reads kproto's cleaned segments, indexes and
+    .txnindex without error, and ``kproto dump-log --format kafka`` prints the same bytes."""
+    import sys
+    from pathlib import Path
+
+    from kproto.testing import _apache_unavailable
+    from kproto.testing.apache import DEFAULT_VERSION
+    _apache_unavailable(DEFAULT_VERSION)
+    sys.path.insert(0, str(Path(__file__).parent.parent / "storage"))
+    import kafka_logdir_support as kls
+
+    cleaned_dir(tmp_path)
+    d = tmp_path / "c-0"
+    files = sorted(p for p in d.iterdir() if p.suffix in (".log", ".index", ".timeindex", ".txnindex"))
+    assert any(p.suffix == ".txnindex" for p in files)
+    stderr = kls.assert_format_kafka_is_kafkas(DEFAULT_VERSION, files).decode(errors="replace")
+    assert "Exception" not in stderr
