@@ -487,3 +487,148 @@ def test_kafkas_dump_log_segments_reads_cleaned_segments_as_kproto_does(tmp_path
     assert any(p.suffix == ".txnindex" for p in files)
     stderr = kls.assert_format_kafka_is_kafkas(DEFAULT_VERSION, files).decode(errors="replace")
     assert "Exception" not in stderr
+
+
+# ---------------------------------------------------------------------------- against Apache Kafka
+def _read_all(bootstrap, topic, isolation="read_committed"):
+    """(offset, key, value) of every data record of partition 0, from the start to the end."""
+    import confluent_kafka as ck
+    c = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": "compaction-reader",
+                     "enable.auto.commit": False, "isolation.level": isolation,
+                     "enable.partition.eof": True})
+    try:
+        c.assign([ck.TopicPartition(topic, 0, ck.OFFSET_BEGINNING)])
+        out = []
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is None:
+                continue
+            if m.error():
+                if m.error().code() == ck.KafkaError._PARTITION_EOF:
+                    return out
+                raise AssertionError(m.error())
+            out.append((m.offset(), m.key(), m.value()))
+        raise AssertionError(f"no end of {topic} in 20 s")
+    finally:
+        c.close()
+
+
+def _state(recs):
+    """key -> latest value (None: a tombstone still there)."""
+    return {k: v for _, k, v in recs}
+
+
+RETENTION_MS = 5_000
+
+
+@pytest.mark.kafka_broker(log_cleaner_backoff_ms=300)
+def test_the_same_workload_compacts_alike_on_kproto_and_apache_kafka(kafka_broker, apache_kafka):
+    """Keyed writes, tombstones, a committed and an aborted transaction and time passing, on
+    both brokers: a consumer reads the same key -> latest value from both once cleaned, and
+    the tombstones are gone from both after delete.retention.ms (and one more cleaning)."""
+    ck = pytest.importorskip("confluent_kafka")
+    from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource,
+                                       NewTopic, ResourceType)
+    topic = "compacted-%d" % int(time.time() * 1000)
+    configs = {"cleanup.policy": "compact", "segment.ms": "100", "min.cleanable.dirty.ratio": "0.01",
+               "delete.retention.ms": str(RETENTION_MS), "min.compaction.lag.ms": "0"}
+    boots = [kafka_broker.bootstrap, apache_kafka.bootstrap]
+    # Kafka's cleaner sleeps log.cleaner.backoff.ms (15 s) when it finds nothing to clean: a
+    # dynamic broker config for the test's duration, not another JVM
+    kafka_admin = AdminClient({"bootstrap.servers": apache_kafka.bootstrap})
+    node = str(apache_kafka.broker_ids[0])
+
+    def backoff(op, value=None):
+        res = ConfigResource(ResourceType.BROKER, node, incremental_configs=[
+            ConfigEntry("log.cleaner.backoff.ms", value, incremental_operation=op)])
+        for f in kafka_admin.incremental_alter_configs([res]).values():
+            f.result(30)
+
+    backoff(AlterConfigOpType.SET, "300")
+    try:
+        for b in boots:
+            a = AdminClient({"bootstrap.servers": b})
+            a.create_topics([NewTopic(topic, 1, 1, config=configs)])[topic].result(30)
+        plain = [ck.Producer({"bootstrap.servers": b, "linger.ms": 0}) for b in boots]
+        txn = [ck.Producer({"bootstrap.servers": b, "transactional.id": topic + "-tx", "linger.ms": 0})
+               for b in boots]
+
+        def send(pairs, producers=plain):
+            for p in producers:
+                for k, v in pairs:
+                    p.produce(topic, key=k, value=v, partition=0)
+                assert p.flush(20) == 0
+            time.sleep(0.15)  # past segment.ms: the next write rolls
+
+        send([(b"k%d" % i, b"a") for i in range(10)])
+        send([(b"k%d" % i, b"b") for i in range(5)])
+        send([(b"k5", None), (b"k6", None)])
+        tombstones_at = time.monotonic()
+        for p in txn:
+            p.init_transactions(30)
+            p.begin_transaction()
+            p.produce(topic, key=b"k7", value=b"committed", partition=0)
+            p.produce(topic, key=b"k1", value=b"c", partition=0)
+            p.commit_transaction(30)
+            p.begin_transaction()
+            p.produce(topic, key=b"k8", value=b"aborted", partition=0)
+            p.produce(topic, key=b"k0", value=b"aborted", partition=0)
+            p.abort_transaction(30)
+        time.sleep(0.15)
+        send([(b"z", b"1")])
+        send([(b"z", b"2")])
+        expect = {b"k%d" % i: b"b" for i in range(5)}
+        expect.update({b"k%d" % i: b"a" for i in range(5, 10)})
+        expect.update({b"k5": None, b"k6": None, b"k7": b"committed", b"k1": b"c", b"z": b"2"})
+
+        def cleaned(recs):
+            keys = [k for _, k, _ in recs if k != b"z"]
+            return len(keys) == len(set(keys))  # one record per key below the filler
+
+        got = {}
+        for b in boots:
+            deadline = time.monotonic() + 60
+            while True:
+                recs = _read_all(b, topic)
+                if cleaned(recs):
+                    break
+                assert time.monotonic() < deadline, f"{b}: not cleaned: {recs}"
+                time.sleep(0.5)
+            got[b] = recs
+            # a horizon is set when a cleaning first meets a tombstone: delete.retention.ms
+            # after its write at the earliest
+            if time.monotonic() < tombstones_at + RETENTION_MS / 1000:
+                assert _state(recs) == expect, b
+            else:
+                assert {k: v for k, v in _state(recs).items() if v is not None} == \
+                    {k: v for k, v in expect.items() if v is not None}, b
+            # the aborted transaction's records are gone even for read_uncommitted
+            assert b"aborted" not in [v for _, _, v in _read_all(b, topic, "read_uncommitted")]
+        assert {k: v for k, v in _state(got[boots[0]]).items() if v is not None} == \
+            {k: v for k, v in _state(got[boots[1]]).items() if v is not None}
+        # past delete.retention.ms after every cleaning so far, more writes make the log dirty
+        # again: a cleaning removes the tombstones on both
+        time.sleep(RETENTION_MS / 1000 + 0.3)
+        del expect[b"k5"], expect[b"k6"]
+        for b in boots:
+            deadline = time.monotonic() + 60
+            n = 3
+            while True:
+                recs = _read_all(b, topic)
+                if not [k for _, k, v in recs if v is None]:
+                    break
+                assert time.monotonic() < deadline, f"{b}: tombstones still there: {recs}"
+                for p in plain:  # one more roll and write: the log is dirty for a next round
+                    p.produce(topic, key=b"z", value=b"%d" % n, partition=0)
+                    p.flush(20)
+                n += 1
+                time.sleep(0.5)
+            got[b] = recs
+            assert {k: v for k, v in _state(recs).items() if k != b"z"} == \
+                {k: v for k, v in expect.items() if k != b"z"}, b
+        # the same records below the fillers, at the same offsets
+        assert [(o, k, v) for o, k, v in got[boots[0]] if k != b"z"] == \
+            [(o, k, v) for o, k, v in got[boots[1]] if k != b"z"]
+    finally:
+        backoff(AlterConfigOpType.DELETE)
