@@ -348,6 +348,10 @@ def iter_segment_batches(path: str, size: int, buffer_size: int) -> Iterator[Rec
         os.close(fd)
 
 
+class CleaningAborted(Exception):
+    """A round stopped before its end (the broker is shutting down)."""
+
+
 class CleanedTransactions:
     """Kafka's ``CleanedTransactionMetadata``: which transactions a cleaning pass is inside."""
 
@@ -486,6 +490,7 @@ class CleanJob:
         self.stats = CleanStats()
         self.error: Optional[BaseException] = None
         self.done = threading.Event()
+        self.cancelled = threading.Event()
 
     # -- the work (reads closed segments, writes .cleaned files)
     def run(self) -> None:
@@ -498,7 +503,10 @@ class CleanJob:
             self.done.set()
 
     def _batches(self, s: SegInfo) -> Iterator[RecordBatch]:
-        return iter_segment_batches(s.seg.path, s.size, self.config.io_buffer_size // 2)
+        for b in iter_segment_batches(s.seg.path, s.size, self.config.io_buffer_size // 2):
+            if self.cancelled.is_set():  # the broker is stopping: Kafka's checkDone
+                raise CleaningAborted(s.seg.path)
+            yield b
 
     def _run(self) -> None:
         ltc, segs = self.ltc, self.ltc.segs
@@ -904,5 +912,6 @@ class LogCleaner:
             self._task.cancel()
         job, self.job = self.job, None
         if job is not None:
+            job.cancelled.set()
             job.done.wait()
             job.discard()

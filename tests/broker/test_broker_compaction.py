@@ -632,3 +632,44 @@ def test_the_same_workload_compacts_alike_on_kproto_and_apache_kafka(kafka_broke
             [(o, k, v) for o, k, v in got[boots[1]] if k != b"z"]
     finally:
         backoff(AlterConfigOpType.DELETE)
+
+
+def test_transaction_state_is_compacted_and_a_restart_resumes_from_it(tmp_path, clock):
+    from test_broker_txn import add, end, init, make_core, with_topic
+    from test_broker_txn import produce as txn_produce
+    core = with_topic(tmp_path / "d", clock)
+    c = Client(core)
+    _, pid, ep = init(c)
+    state = core.logs.topics["__transaction_state"]
+    core.configs.set_topic(state, {**state.configs, "segment.bytes": "1000",
+                                   "min.cleanable.dirty.ratio": "0.01"})
+    seq = 0
+    for i in range(30):
+        add(c, pid, ep, [("t", 0)])
+        txn_produce(c, pid, ep, seq, [b"v%d" % i])
+        seq += 1
+        assert end(c, pid, ep, i % 3 != 0) == 0
+    add(c, pid, ep, [("t", 0)])
+    txn_produce(c, pid, ep, seq, [b"open"])
+    lg = next(lg for lg in state.logs if lg.log_end_offset > 0)
+    before = lg.total_bytes
+    rounds = 0
+    while core.cleaner.clean_now():
+        rounds += 1
+    assert rounds >= 1 and lg.total_bytes < before / 4
+    # the transactional id's records: only its latest state below the active segment
+    active = lg.segments[-1].base_offset
+    assert len([r for b in lg.batches() if b.base_offset < active for r in b.records()]) <= 1
+    core.close()
+    again = make_core(tmp_path / "d", clock)
+    try:
+        c = Client(again)
+        t0 = again.logs.get("t", 0)
+        assert t0.last_stable_offset < t0.high_watermark  # the open transaction is still open
+        assert end(c, pid, ep, True) == 0
+        assert t0.last_stable_offset == t0.high_watermark
+        # the producer id and epoch carry on: a new init bumps the epoch
+        err, pid2, ep2 = init(c)
+        assert (err, pid2, ep2) == (0, pid, ep + 1)
+    finally:
+        again.close()
