@@ -826,13 +826,14 @@ class LogCleaner:
     def _tick(self) -> None:
         delay = self.config.backoff_ms
         try:
-            if self.job is not None:
-                if self.job.done.is_set():
+            if self.job is not None and not self.job.done.is_set():
+                delay = min(delay, 20)  # poll for the worker's end
+            else:
+                if self.job is not None:
                     self._finish()
-                else:
-                    delay = min(delay, 20)  # poll for the worker's end
-            elif self.start_round():
-                delay = 20
+                # a round done: the next log at once (Kafka backs off only when none is due)
+                if self.start_round():
+                    delay = 20
         finally:
             self._schedule(delay)
 
