@@ -669,6 +669,8 @@ class CleanJob:
             self.discard()
             return False
         lg = self.ltc.log
+        if not self.results:
+            return True  # nothing below where the map got
         _fault("cleaned")
         for r in self.results:
             _swap_group(lg.path, r)

@@ -673,3 +673,31 @@ def test_transaction_state_is_compacted_and_a_restart_resumes_from_it(tmp_path, 
         assert (err, pid2, ep2) == (0, pid, ep + 1)
     finally:
         again.close()
+
+
+def test_compact_and_delete_both_apply(tmp_path):
+    env = Env(tmp_path / "d", log_cleaner_backoff_ms=3_600_000)
+    try:
+        c = env.client
+        create(c, "kd", configs={"cleanup.policy": "compact,delete", "segment.bytes": "300",
+                                 "min.cleanable.dirty.ratio": "0.01", "retention.ms": "60000"})
+        for i in range(30):
+            produce(c, "kd", 0, kbatch([(b"key-%d" % (i % 3), b"v%d" % i)], ts=WALL0 + env.clock.now_ms()))
+        lg = env.core.logs.get("kd", 0)
+        assert env.core.cleaner.clean_now()
+        active = lg.segments[-1].base_offset
+        assert [o for o, _, _ in records(lg) if o < active] == [active - 3, active - 2, active - 1]
+        # retention deletes the cleaned segments (older than retention.ms); cleaning goes on
+        # from its checkpoint, the new log start
+        env.clock.advance(61_000)
+        produce(c, "kd", 0, kbatch([(b"key-0", b"new")], ts=WALL0 + env.clock.now_ms()))
+        env.core.retention.check()
+        assert lg.log_start_offset == active
+        for i in range(10):
+            produce(c, "kd", 0, kbatch([(b"key-0", b"again-%d" % i)], ts=WALL0 + env.clock.now_ms()))
+        assert env.core.cleaner.clean_now()
+        assert env.core.cleaner.checkpoints[("kd", 0)] == lg.segments[-1].base_offset
+        below = [k for o, k, _ in records(lg) if o < lg.segments[-1].base_offset]
+        assert len(below) == len(set(below))
+    finally:
+        env.core.close()
