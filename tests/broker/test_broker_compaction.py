@@ -237,6 +237,10 @@ def test_min_compaction_lag_and_dirty_ratio_choose_what_is_cleaned(tmp_path):
     ltc = grab_filthiest([(log, None, due)], NOW + 10_000)[0]
     assert ltc is not None and ltc.need_compaction_now
     assert grab_filthiest([(log, log.segments[-1].base_offset, SETTINGS)], NOW)[0] is None
+    # a checkpoint past the log end (or below its start) is reset to the log start and
+    # reported for a rewrite, as Kafka's cleanableOffsets does
+    ltc, forced = grab_filthiest([(log, 10**6, SETTINGS)], NOW)
+    assert ltc is not None and ltc.first_dirty == 0 and [f.first_dirty for f in forced] == [0]
     mgr.close()
 
 
@@ -447,17 +451,23 @@ def test_storage_readers_read_cleaned_directories_without_problems(tmp_path):
     assert b"aborted" not in committed.column("value").to_pylist()
 
 
+def below_base_dir(path):
+    """A partition whose segment 2 holds one batch of offsets 0..3."""
+    mgr, log = make_log(path)
+    log.append_as_leader(kbatch([(b"a", b"0"), (b"b", b"1"), (b"c", b"2"), (b"d", b"3")]), NOW)
+    mgr.close()
+    d = path / "c-0"
+    for ext in (".index", ".timeindex"):
+        os.unlink(d / ("%020d%s" % (0, ext)))
+    os.rename(d / ("%020d.log" % 0), d / ("%020d.log" % 2))
+    return d
+
+
 def test_a_batch_starting_below_its_segments_base_offset_is_read(tmp_path):
     # Kafka checks a segment's batches by their last offsets (LogSegment.recover): a batch
     # that starts below the segment's name but ends in it is read as any other
     from kproto.problems import Problems
-    mgr, log = make_log(tmp_path)
-    log.append_as_leader(kbatch([(b"a", b"0"), (b"b", b"1"), (b"c", b"2"), (b"d", b"3")]), NOW)
-    mgr.close()
-    d = tmp_path / "c-0"
-    for ext in (".index", ".timeindex"):
-        os.unlink(d / ("%020d%s" % (0, ext)))
-    os.rename(d / ("%020d.log" % 0), d / ("%020d.log" % 2))
+    d = below_base_dir(tmp_path)
     found = Problems()
     table = ks.read_arrow(str(tmp_path), problems=found)
     assert list(found) == [] and table.column("offset").to_pylist() == [0, 1, 2, 3]
@@ -485,6 +495,7 @@ def test_kafkas_dump_log_segments_reads_cleaned_segments_as_kproto_does(tmp_path
     d = tmp_path / "c-0"
     files = sorted(p for p in d.iterdir() if p.suffix in (".log", ".index", ".timeindex", ".txnindex"))
     assert any(p.suffix == ".txnindex" for p in files)
+    files.append(below_base_dir(tmp_path / "below") / ("%020d.log" % 2))
     stderr = kls.assert_format_kafka_is_kafkas(DEFAULT_VERSION, files).decode(errors="replace")
     assert "Exception" not in stderr
 
