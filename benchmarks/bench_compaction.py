@@ -11,6 +11,11 @@ partitions of one topic (one OffsetCommit request, one batch, per commit): by de
 ``segment.bytes`` ``--segment-bytes`` (Kafka's offsets.topic.segment.bytes is 100 MiB: a
 partition of this run would never roll, and only closed segments are cleaned). The broker
 runs sans-I/O (no sockets) on a fake clock; the cleaner runs its rounds in this thread.
+
+Measured with the defaults on a shared 2-core machine (load average about 19): 50.0 MB and
+10,000 batches before; 10 rounds in 80 s left 1,000 records (50 kB) below the active segments,
+8.25 MB in all (the active segments hold the rest); the restart took 50.8 s before and 6.8 s
+after (another run: 39.2 s and 2.0 s).
 """
 from __future__ import annotations
 
