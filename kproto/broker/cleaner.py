@@ -30,6 +30,7 @@ updated on the broker's own thread, after checking that the segments are still t
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import threading
@@ -763,8 +764,9 @@ def _splice(lg: Log, results: list[GroupResult]) -> None:
     lg.aborted = sorted([a for a in lg.aborted if not lo_off <= a[2] < hi_off] + kept, key=lambda a: a[2])
 
 
-def compaction_settings(lg: Log, values: Callable[[str], Optional[str]]) -> CompactionSettings:
-    """A log's compaction settings from its effective topic configs (``values(name)``)."""
+def compaction_settings(values: Callable[[str], Optional[str]]) -> CompactionSettings:
+    """A topic's compaction settings from its effective configs (``values(name)``; None: the
+    default); segment sizes are left to each log's own."""
     def num(name: str, default: float) -> float:
         v = values(name)
         return float(v) if v is not None else default
@@ -781,7 +783,7 @@ def clean_log(lg: Log, now: int, settings: Optional[CompactionSettings] = None,
               force: bool = False) -> Optional[CleanJob]:
     """Clean ``lg`` once, in this thread, if it is cleanable (or ``force``: whatever its
     ratio); the round (with ``end_offset``, the new checkpoint, and its stats), or None."""
-    st = settings or compaction_settings(lg, lambda _n: None)
+    st = settings or compaction_settings(lambda _n: None)
     if force:
         ltc: Optional[LogToClean] = to_clean(lg, checkpoint, now, st) if lg.segments else None
         if ltc is not None and ltc.cleanable_bytes == 0:
@@ -844,10 +846,9 @@ class LogCleaner:
         for topic in list(self.core.logs.topics.values()):
             if not self.core.configs.settings(topic).compacts:
                 continue
-            values = lambda n, t=topic: self.core.configs.topic_value(t, n)  # noqa: E731
+            st = compaction_settings(functools.partial(self.core.configs.topic_value, topic))
             for lg in topic.logs:
-                out.append((lg, self.checkpoints.get((lg.topic, lg.partition)),
-                            compaction_settings(lg, values)))
+                out.append((lg, self.checkpoints.get((lg.topic, lg.partition)), st))
         return out
 
     def start_round(self, now: Optional[int] = None, threaded: bool = True) -> bool:

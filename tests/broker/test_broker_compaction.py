@@ -359,6 +359,31 @@ def test_the_broker_cleans_on_its_timer_in_a_worker_thread(tmp_path):
         env.core.close()
 
 
+def test_a_round_is_dropped_when_retention_deleted_a_segment_it_read(tmp_path):
+    from kproto.broker.retention import delete_oldest_segments
+    env = Env(tmp_path / "d", log_cleaner_backoff_ms=3_600_000)
+    try:
+        c = env.client
+        create(c, "k", configs={"cleanup.policy": "compact,delete", "segment.bytes": "300",
+                                "min.cleanable.dirty.ratio": "0.01"})
+        for i in range(30):
+            produce(c, "k", 0, kbatch([(b"key-%d" % (i % 3), b"v%d" % i)], ts=WALL0))
+        lg = env.core.logs.get("k", 0)
+        cleaner = env.core.cleaner
+        assert cleaner.start_round(threaded=False)  # read and written, not swapped in yet
+        assert [f for f in os.listdir(lg.path) if f.endswith(".cleaned")]
+        delete_oldest_segments(lg, 1)
+        before = records(lg)
+        cleaner.wait()
+        assert cleaner.rounds == 0 and ("k", 0) not in cleaner.checkpoints
+        assert records(lg) == before
+        assert not [f for f in os.listdir(lg.path) if f.endswith((".cleaned", ".swap", ".deleted"))]
+        assert cleaner.clean_now()  # the next round reads the log as it is now
+        assert cleaner.rounds == 1
+    finally:
+        env.core.close()
+
+
 def test_consumer_offsets_are_compacted_and_replayed_from_live_state(tmp_path):
     env = Env(tmp_path / "d", log_cleaner_backoff_ms=1_000, offsets_topic_num_partitions=1)
     try:
