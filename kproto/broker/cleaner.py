@@ -816,6 +816,7 @@ class LogCleaner:
         except (OSError, DecodeError):
             self.checkpoints = {}
         self.rounds = 0
+        self._seen: dict[tuple[str, int], Log] = {}  # the log each checkpoint entry is of
         self.job: Optional[CleanJob] = None
         self._thread: Optional[threading.Thread] = None
         self._task: Optional[CallbackTask] = None
@@ -848,7 +849,13 @@ class LogCleaner:
                 continue
             st = compaction_settings(functools.partial(self.core.configs.topic_value, topic))
             for lg in topic.logs:
-                out.append((lg, self.checkpoints.get((lg.topic, lg.partition)), st))
+                key = (lg.topic, lg.partition)
+                if self._seen.setdefault(key, lg) is not lg:
+                    # a new log under the same name (deleted and made again, a replica back):
+                    # the entry was of the old one
+                    self._seen[key] = lg
+                    self.checkpoints.pop(key, None)
+                out.append((lg, self.checkpoints.get(key), st))
         return out
 
     def start_round(self, now: Optional[int] = None, threaded: bool = True) -> bool:
@@ -902,6 +909,14 @@ class LogCleaner:
         if self.job is not None:
             self.job.done.wait()
             self._finish()
+
+    def forget(self, topic: str) -> None:
+        """A topic was deleted: its entries leave ``cleaner-offset-checkpoint`` (a running round
+        of it is dropped when it ends)."""
+        if any(t == topic for t, _ in self.checkpoints):
+            self.checkpoints = {k: v for k, v in self.checkpoints.items() if k[0] != topic}
+            self.write_checkpoint()
+        self._seen = {k: v for k, v in self._seen.items() if k[0] != topic}
 
     def write_checkpoint(self) -> None:
         """``cleaner-offset-checkpoint``: the clean end of every compacted partition here."""

@@ -789,6 +789,7 @@ class BrokerCore:
                                                         error_message=error_message(code) if ver >= 5 else None))
                 continue
             self.logs.delete_topic(topic.name)
+            self.cleaner.forget(topic.name)
             if topic.configs:
                 self.configs.save()
             self.groups.on_partitions_deleted((topic.name, p) for p in range(len(topic.partitions)))

@@ -355,6 +355,12 @@ def test_the_broker_cleans_on_its_timer_in_a_worker_thread(tmp_path):
         env.restart()
         assert env.core.cleaner.checkpoints == {("k", 0): active}
         assert [(o, k) for o, k, _ in records(env.core.logs.get("k", 0))] == got
+        # a deleted topic leaves the checkpoint file
+        req = kproto.request(K.DELETE_TOPICS).cls
+        env.client.call(K.DELETE_TOPICS, 6, timeout_ms=1000, topics=[req.DeleteTopicState(name="k")])
+        assert env.core.cleaner.checkpoints == {}
+        with open(os.path.join(env.path, CLEANER_CHECKPOINT), "rb") as f:
+            assert OffsetCheckpoint.parse(f.read()).entries == []
     finally:
         env.core.close()
 
@@ -735,5 +741,29 @@ def test_compact_and_delete_both_apply(tmp_path):
         assert env.core.cleaner.checkpoints[("kd", 0)] == lg.segments[-1].base_offset
         below = [k for o, k, _ in records(lg) if o < lg.segments[-1].base_offset]
         assert len(below) == len(set(below))
+    finally:
+        env.core.close()
+
+
+def test_a_new_log_under_an_old_name_does_not_inherit_its_checkpoint(tmp_path):
+    env = Env(tmp_path / "d", log_cleaner_backoff_ms=3_600_000)
+    try:
+        c = env.client
+        cfg = {"cleanup.policy": "compact", "segment.bytes": "300", "min.cleanable.dirty.ratio": "0.01"}
+        create(c, "k", configs=cfg)
+        for i in range(30):
+            produce(c, "k", 0, kbatch([(b"key-%d" % (i % 3), b"v%d" % i)], ts=WALL0))
+        cleaner = env.core.cleaner
+        assert cleaner.clean_now() and cleaner.checkpoints[("k", 0)] > 10
+        # the partition made anew without the broker's DeleteTopics path (a cluster replica
+        # removed and assigned again)
+        env.core.logs.delete_topic("k")
+        env.core.logs.create_topic("k", 1, cfg)
+        for i in range(30):
+            produce(c, "k", 0, kbatch([(b"other-%d" % (i % 2), b"w%d" % i)], ts=WALL0))
+        assert cleaner.clean_now()
+        lg = env.core.logs.get("k", 0)
+        below = [k for o, k, _ in records(lg) if o < lg.segments[-1].base_offset]
+        assert sorted(below) == [b"other-0", b"other-1"]  # cleaned from its start
     finally:
         env.core.close()
