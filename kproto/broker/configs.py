@@ -64,6 +64,13 @@ class BrokerConfig:
     log_cleanup_policy: str = "delete"              # log.cleanup.policy
     min_insync_replicas: int = 1                    # min.insync.replicas
     log_retention_check_interval_ms: int = 300000   # log.retention.check.interval.ms
+    # the log cleaner (kproto.broker.cleaner)
+    log_cleaner_enable: bool = True                 # log.cleaner.enable
+    log_cleaner_backoff_ms: int = 15000             # log.cleaner.backoff.ms
+    log_cleaner_dedupe_buffer_size: int = 134217728  # log.cleaner.dedupe.buffer.size
+    log_cleaner_io_buffer_size: int = 524288        # log.cleaner.io.buffer.size
+    log_cleaner_io_buffer_load_factor: float = 0.9  # log.cleaner.io.buffer.load.factor
+    log_cleaner_threads: int = 1                    # log.cleaner.threads
     replica_high_watermark_checkpoint_interval_ms: int = 5000  # replica.high.watermark.checkpoint.interval.ms
     # limits of the socket layer (kproto.broker.server): each connection has one request in
     # flight (Kafka mutes it); the queue caps hold across connections the requests read (or
@@ -174,7 +181,7 @@ def _defs() -> dict[str, ConfigDef]:
     d = [
         ConfigDef("cleanup.policy", LIST, "delete", (("log.cleanup.policy", 1),),
                   choices=("compact", "delete"), doc="delete: old segments are removed by retention; "
-                  "compact: the log is compacted (not implemented by this broker)"),
+                  "compact: the log cleaner keeps the latest record of each key"),
         ConfigDef("compression.gzip.level", INT, "-1", (("compression.gzip.level", 1),), min=-1, max=9),
         ConfigDef("compression.lz4.level", INT, "9", (("compression.lz4.level", 1),), min=1, max=17),
         ConfigDef("compression.type", STRING, "producer", (("compression.type", 1),),
@@ -255,6 +262,7 @@ class TopicSettings:
     segment_jitter_ms: int
     min_insync_replicas: int
     deletes: bool  # cleanup.policy includes delete
+    compacts: bool = False  # cleanup.policy includes compact
 
 
 @dataclass
@@ -456,7 +464,7 @@ class ConfigManager(ConfigLevels):
         policy = self.topic_value(topic, "cleanup.policy") or ""
         st = TopicSettings(v("retention.ms"), v("retention.bytes"), v("segment.ms"),
                            v("segment.jitter.ms"), v("min.insync.replicas"),
-                           "delete" in policy.split(","))
+                           "delete" in policy.split(","), "compact" in policy.split(","))
         self._settings[topic.name] = (topic.topic_id, st)
         return st
 

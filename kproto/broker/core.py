@@ -29,6 +29,7 @@ from kproto.broker.coordinators.group import GroupCoordinator
 from kproto.broker import features as feat
 from kproto.broker.log import BrokerError, Log, LogManager, Topic, replace_file, topic_name_error
 from kproto.broker.purgatory import DelayedOperation, DelayedOperationPurgatory
+from kproto.broker.cleaner import CleanerConfig, LogCleaner
 from kproto.broker.retention import RetentionManager, maybe_roll_by_time
 from kproto.broker.coordinators.txn import TransactionCoordinator
 from kproto.broker.timer import CallbackTask, Clock, SystemClock, SystemTimer
@@ -312,6 +313,10 @@ class BrokerCore:
         self.groups = GroupCoordinator(self)
         self.txns = TransactionCoordinator(self, self.groups)
         self.retention = RetentionManager(self)
+        c = self.config
+        self.cleaner = LogCleaner(self, CleanerConfig(
+            c.log_cleaner_enable, c.log_cleaner_backoff_ms, c.log_cleaner_dedupe_buffer_size,
+            c.log_cleaner_io_buffer_size, c.log_cleaner_io_buffer_load_factor, c.log_cleaner_threads))
         self._hw_task: Optional[CallbackTask] = None
         self._checkpoint_high_watermarks(schedule_only=True)
         self.admin = AdminHandlers(self, self.retention)
@@ -882,6 +887,7 @@ class BrokerCore:
                                                         error_message=error_message(code) if ver >= 5 else None))
                 continue
             self.logs.delete_topic(topic.name)
+            self.cleaner.forget(topic.name)
             if topic.configs:
                 self.configs.save()
             self.groups.on_partitions_deleted((topic.name, p) for p in range(len(topic.partitions)))
@@ -1119,6 +1125,7 @@ class BrokerCore:
             self._hw_task.cancel()
         self.fetch_purgatory.shutdown()
         self.retention.shutdown()
+        self.cleaner.shutdown()
         self.groups.shutdown()
         self.txns.shutdown()
         self.logs.close(clean)

@@ -40,7 +40,7 @@ from kproto.storage.layout import (offset_file_name, parse_offset_file_name, par
 from kproto.storage.writer import FileOp, PartitionLog, ProducerStateTracker, rebuild_txn_index
 
 __all__ = ["BrokerError", "LogConfig", "AppendInfo", "Log", "LogManager", "Topic",
-           "topic_name_error", "replace_file"]
+           "topic_name_error", "replace_file", "finish_interrupted_swaps"]
 
 _LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]+")
 
@@ -54,6 +54,70 @@ def replace_file(path: str, data: bytes) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+def finish_interrupted_swaps(path: str) -> list[str]:
+    """Finish or undo a segment swap a crash interrupted, as Kafka's ``LogLoader`` does before
+    loading a partition: ``.deleted`` files are removed; ``.cleaned`` files too, with every
+    ``.swap`` file at or above the lowest ``.cleaned`` offset (an unfinished swap: the old
+    segments are still whole); the remaining ``.swap`` segments replace the files whose offsets
+    fall in their range and lose their suffix. Returns what was done."""
+    done: list[str] = []
+    names = sorted(os.listdir(path))
+    min_cleaned = None
+    swaps = []
+    for name in names:
+        full = os.path.join(path, name)
+        if name.endswith(".deleted"):
+            os.unlink(full)
+            done.append(f"{name}: removed")
+        elif name.endswith(".cleaned"):
+            off = _name_offset(name)
+            if off is not None:
+                min_cleaned = off if min_cleaned is None else min(min_cleaned, off)
+            os.unlink(full)
+            done.append(f"{name}: removed")
+        elif name.endswith(".swap"):
+            swaps.append(name)
+    valid = []
+    for name in swaps:
+        off = _name_offset(name)
+        if off is None or (min_cleaned is not None and off >= min_cleaned):
+            os.unlink(os.path.join(path, name))
+            done.append(f"{name}: removed (an unfinished swap)")
+        else:
+            valid.append(name)
+    lo, hi = None, None
+    for name in valid:
+        if not name.endswith(".log.swap"):
+            continue
+        base = _name_offset(name)
+        assert base is not None
+        with open(os.path.join(path, name), "rb") as f:
+            data = f.read()
+        nxt = base
+        try:
+            for b in BatchReader(data):
+                nxt = b.last_offset + 1
+        except DecodeError:
+            pass
+        lo = base if lo is None else min(lo, base)
+        hi = nxt if hi is None else max(hi, nxt)
+    if lo is not None and hi is not None:
+        for name in sorted(os.listdir(path)):
+            off = _name_offset(name)
+            if not name.endswith(".swap") and off is not None and lo <= off < hi:
+                os.unlink(os.path.join(path, name))
+                done.append(f"{name}: removed (replaced by a swap segment)")
+    for name in valid:
+        os.replace(os.path.join(path, name), os.path.join(path, name[:-len(".swap")]))
+        done.append(f"{name}: renamed")
+    return done
+
+
+def _name_offset(name: str) -> Optional[int]:
+    head = name.split(".", 1)[0]
+    return int(head) if len(head) == 20 and head.isdigit() else None
 
 
 def topic_name_error(name: str) -> Optional[str]:
@@ -402,6 +466,7 @@ class Log:
         offsets in order); the first bad one truncates its segment there and the segments
         after it are deleted (Kafka's recovery); indexes of the last segment are rebuilt.
         Returns (log end offset, leader epoch entries)."""
+        self.recovery += finish_interrupted_swaps(self.path)
         layout = scan_partition_dir(self.path)
         epochs: list[EpochEntry] = []
         if layout.leader_epoch_checkpoint:

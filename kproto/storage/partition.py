@@ -252,7 +252,7 @@ class Segment:
 def scan_batches(buf: bytes | memoryview, start: int = 0, end: int | None = None, *,
                  resync: Sequence[int] = (), verify_crc: bool = False,
                  problems: Problems | None = None, shift: int = 0,
-                 offsets: tuple[int, int | None] | None = None,
+                 offsets: tuple[int, int | None] | None = None, after: int | None = None,
                  budget: DecompressionBudget | None = None) -> Iterator[Batch]:
     """Batches of ``buf[start:end]`` (sans-I/O). Damage is reported in ``problems`` (scope it
     with the file) at file positions (buffer position + ``shift``):
@@ -263,8 +263,12 @@ def scan_batches(buf: bytes | memoryview, start: int = 0, end: int | None = None
       reported as skipped;
     * a partial batch at the end is reported as ``torn-tail``;
     * with ``offsets`` = (the segment's base offset, the next segment's or None), a batch whose
-      offsets fall outside that range or go back below the previous batch's is ``corrupt``
-      (its base offset is not covered by the CRC) and skipped.
+      last offset falls outside that range, or whose offsets go back below the previous
+      batch's, is ``corrupt`` (its base offset is not covered by the CRC) and skipped. A batch
+      that starts below the segment's base offset but ends in it is read, as Kafka's segment
+      recovery reads it (only the last offset must fit the segment's relative offsets).
+      ``after``: the next offset of the batch before ``buf[start]`` when it is known (a read
+      going on where it stopped), which the first batch must not go below.
 
     ``budget``: what the batches may decompress in all (one fresh budget by default).
     """
@@ -272,7 +276,8 @@ def scan_batches(buf: bytes | memoryview, start: int = 0, end: int | None = None
     problems = problems if problems is not None else Problems()
     budget = budget if budget is not None else DecompressionBudget()
     pos = start
-    low, high = offsets if offsets is not None else (None, None)
+    base, high = offsets if offsets is not None else (None, None)
+    low = after  # the previous batch's next offset
     while pos < end:
         stopped = Problems()
         reader = BatchReader(buf, pos, end, verify_crc=False, problems=stopped, budget=budget)
@@ -286,12 +291,14 @@ def scan_batches(buf: bytes | memoryview, start: int = 0, end: int | None = None
                                 bytes_skipped=batch.size_in_bytes if verify_crc else 0)
                 if verify_crc:
                     continue
-            if low is not None:
+            if base is not None:
                 # a legacy wrapper's first offset needs decompressing: its last one is outside
                 first = batch.base_offset if isinstance(batch, RecordBatch) else batch.last_offset
                 last = batch.last_offset
-                if first < low or last < first or (high is not None and last >= high):
-                    where = f"[{low}, {high})" if high is not None else f"from {low}"
+                if last < base or last < first or (low is not None and first < low) or \
+                        (high is not None and last >= high):
+                    where = f"[{low if low is not None else base}, {high})" if high is not None \
+                        else f"from {low if low is not None else base}"
                     problems.report("corrupt", f"batch offsets {first}..{last} out of place: "
                                     f"expected offsets {where}", position=batch.position + shift,
                                     bytes_skipped=batch.size_in_bytes)

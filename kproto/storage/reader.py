@@ -472,7 +472,7 @@ def read_buffer(data: bytes | memoryview, split: Split, options: ReadOptions = R
     read = _SplitRead(data, split, options, problems, chunk_bytes)
     if read.fast_ok():
         return read.fast()
-    return read.slow(0, split.base_offset, [], 0)
+    return read.slow(0, None, [], 0)
 
 
 def _constant(values: np.ndarray) -> bool:
@@ -513,15 +513,16 @@ class _SplitRead:
         self.deferred: list[tuple[int, str, str, int, int]] = []  # see _defer
 
     # ---------------------------------------------------------------------- the reference
-    def slow(self, start: int, low: int, pending: list[Batch], size: int
+    def slow(self, start: int, low: int | None, pending: list[Batch], size: int
              ) -> Iterator[pa.RecordBatch]:
-        """Batches from ``start`` on (``low``: the next offset a batch may start at;
-        ``pending``: batches of the current chunk, ``size`` their bytes)."""
+        """Batches from ``start`` on (``low``: the next offset a batch may start at, None
+        before the split's first batch; ``pending``: batches of the current chunk, ``size``
+        their bytes)."""
         split, opts = self.split, self.opts
         for batch in scan_batches(self.data, start, resync=self.resync,
                                   verify_crc=opts.verify_crc, problems=self.found,
-                                  shift=split.start, offsets=(low, split.next_base_offset),
-                                  budget=self.budget):
+                                  shift=split.start, offsets=(split.base_offset, split.next_base_offset),
+                                  after=low, budget=self.budget):
             try:
                 keep = _keep_batch(batch, opts, self.aborted, self.lso)
             except DecodeError as exc:
@@ -559,7 +560,8 @@ class _SplitRead:
         assert sp is not None
         data, end = self.data, len(self.data)
         table = columns.frame_table(max(1, min(_FRAME_ROWS, end // _MIN_BATCH + 1)))
-        pos, low = 0, self.split.base_offset
+        pos = 0
+        low: int | None = None
         pending: list[np.ndarray] = []
         size = 0
         crc_in_c = bool(sp.CRC_HARDWARE) if CRC_IN_C is None else CRC_IN_C
@@ -597,7 +599,7 @@ class _SplitRead:
     def _batch(self, row: np.ndarray) -> RecordBatch:
         return RecordBatch(self.data, int(row[F_POS]), budget=self.budget)
 
-    def _place(self, rows: np.ndarray, low: int) -> tuple[np.ndarray, int]:
+    def _place(self, rows: np.ndarray, low: int | None) -> tuple[np.ndarray, int | None]:
         """Which framed batches :func:`~kproto.storage.partition.scan_batches` would yield
         (CRC and offset checks, reported as it reports them), and the next ``low``."""
         first = rows[:, F_BASE]
@@ -606,11 +608,15 @@ class _SplitRead:
         attrs_bad = ((rows[:, F_ATTR] & ATTR_COMPRESSION) > MAX_CODEC) | (
             (rows[:, F_COUNT] == 0) & (rows[:, F_SIZE] > HEADER_SIZE))  # header_problem's
         high = self.split.next_base_offset
-        if _fits_int64(low) and not crc_bad.any() and not attrs_bad.any():
+        base = self.split.base_offset
+        if _fits_int64(base if low is None else low) and not crc_bad.any() and not attrs_bad.any():
             prev = np.empty_like(first)
-            prev[0] = low
+            # the split's first batch may start below the segment's base but not end below it
+            prev[0] = first[0] if low is None else low
             prev[1:] = last[:-1] + 1
             bad = (first < prev) | (last < first)
+            if low is None:
+                bad[0] |= last[0] < base
             bad[1:] |= last[:-1] == _INT64_MAX  # the next low is past int64: nothing fits
             if high is not None:
                 bad |= last >= high
@@ -632,8 +638,9 @@ class _SplitRead:
                 if verify:
                     continue
             f, la = int(first[i]), int(last[i])
-            if f < low or la < f or (high is not None and la >= high):
-                where = f"[{low}, {high})" if high is not None else f"from {low}"
+            if (la < base if low is None else f < low) or la < f or (high is not None and la >= high):
+                lo = base if low is None else low
+                where = f"[{lo}, {high})" if high is not None else f"from {lo}"
                 self._defer(i, "corrupt", f"batch offsets {f}..{la} out of place: "
                             f"expected offsets {where}", at, size)
                 continue
