@@ -17,8 +17,8 @@ of the ``kproto.spark`` logger; ``.option("output", "damage")`` returns it as ro
 the records (columns: :func:`damage_spark_schema`); ``.option("decode", "internal")`` reads
 the internal topics, each record decoded into typed columns (:func:`internal_spark_schema`);
 ``.option("columns", "kafka")`` gives the columns of Spark's own Kafka source
-(:func:`kafka_spark_schema`), whose options ``subscribe``, ``kafka.isolation.level``,
-``includeHeaders`` and JSON offsets are understood too.
+(:func:`kafka_spark_schema`), whose options ``subscribe``, ``subscribePattern``,
+``assign``, ``kafka.isolation.level``, ``includeHeaders`` and JSON offsets are understood too.
 
 ``kafka-pcap`` (:mod:`kproto.spark.pcap`, registered by the same call, and automatically by
 ``pyspark_kafka_pcap``) reads capture files: one row per exchange of ``kproto decode-pcap``, or

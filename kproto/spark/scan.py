@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -32,7 +33,7 @@ INTERNAL = frozenset(INTERNAL_TOPICS)
 OPTIONS = ("path", "paths", "topics", "partitions", "startingoffsets", "endingoffsets",
            "startingtimestamp", "endingtimestamp", "isolation", "includecontrol", "verifycrc",
            "splitsize", "output", "includedeleted", "decode", "columns", "includeheaders",
-           "subscribe", "kafka.isolation.level")
+           "subscribe", "subscribepattern", "assign", "kafka.isolation.level")
 #: options starting with this go to the filesystem of remote paths, prefix removed
 #: (``fs.endpoint_override``, ``fs.access_key``...: see :mod:`kproto.storage.fs`)
 FS_PREFIX = "fs."
@@ -63,6 +64,8 @@ class ScanSpec:
     empty: bool = False  # the bounds exclude every record
     pushed: tuple[str, ...] = field(default=(), compare=False)  # filters taken (logged)
     storage_options: tuple[tuple[str, str], ...] = ()  # the fs.* options (remote paths)
+    topic_pattern: str | None = None  # Spark's subscribePattern: topics it matches in full
+    assigned: frozenset[TopicPartition] | None = None  # Spark's assign: these partitions only
     columns: str = "kproto"  # or "kafka": the columns of Spark's Kafka source
     include_headers: bool = True  # with columns=kafka: Spark's includeHeaders (default false)
     #: per partition ``[start, end)`` from startingOffsets/endingOffsets JSON (None: open),
@@ -81,14 +84,22 @@ class ScanSpec:
 
     def keeps(self, split: Split) -> bool:
         """Whether ``split`` belongs to the partitions this scan selects."""
-        if self.topics is not None and split.topic not in self.topics:
+        return self.selects(split.topic, split.partition)
+
+    def selects(self, topic: str, partition: int) -> bool:
+        """Whether partition ``partition`` of ``topic`` is one this scan reads."""
+        if self.topics is not None and topic not in self.topics:
             return False
-        if self.topic_prefixes and not all(split.topic.startswith(p) for p in self.topic_prefixes):
+        if self.topic_prefixes and not all(topic.startswith(p) for p in self.topic_prefixes):
             return False
-        if self.partitions is not None and split.partition not in self.partitions:
+        if self.topic_pattern is not None and not re.fullmatch(self.topic_pattern, topic):
+            return False
+        if self.assigned is not None and (topic, partition) not in self.assigned:
+            return False
+        if self.partitions is not None and partition not in self.partitions:
             return False
         lo, hi = self.partition_range
-        return (lo is None or split.partition >= lo) and (hi is None or split.partition <= hi)
+        return (lo is None or partition >= lo) and (hi is None or partition <= hi)
 
     def push(self, filters: Iterable) -> tuple[ScanSpec, list]:
         """This spec narrowed by Spark data-source filters (ANDed), and the filters Spark must
@@ -165,11 +176,52 @@ def parse_options(options: Mapping[str, str]) -> ScanSpec:
     if decode == "internal":
         chosen = INTERNAL if chosen is None else chosen & INTERNAL
     bounds = {tp: (starts.get(tp), ends.get(tp)) for tp in sorted({*starts, *ends})}
+    pattern, assigned = _pattern(opts), _assigned(opts)
+    given = [name for name, v in (("topics/subscribe", topics), ("subscribePattern", pattern),
+                                  ("assign", assigned)) if v is not None]
+    if len(given) > 1:
+        raise ValueError(f"kafka-segments: give one of {', '.join(given)} (as Spark's Kafka "
+                         f"source takes one way of choosing topics)")
+    if assigned is not None:
+        chosen = frozenset(t for t, _ in assigned)  # what planning lists
     return _checked(ScanSpec(tuple(paths), read, chosen, partitions=partitions,
                              split_bytes=split, output=output, decode=decode,
                              storage_options=fs_options(opts), columns=columns,
+                             topic_pattern=pattern, assigned=assigned,
                              include_headers=include_headers,
                              partition_offsets=tuple(bounds.items())))
+
+
+def _pattern(opts: Mapping[str, str]) -> str | None:
+    """Spark's ``subscribePattern``: a regular expression the topic names match in full."""
+    pattern = opts.get("subscribepattern")
+    if pattern is None:
+        return None
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        raise ValueError(f"kafka-segments: subscribePattern is no regular expression: "
+                         f"{pattern!r}: {exc}") from None
+    return pattern
+
+
+def _assigned(opts: Mapping[str, str]) -> frozenset[TopicPartition] | None:
+    """Spark's ``assign``: JSON ``{"topic": [0, 1]}``, the partitions to read."""
+    if "assign" not in opts:
+        return None
+    try:
+        value = json.loads(opts["assign"])
+        if not isinstance(value, dict):
+            raise ValueError
+        out: set[TopicPartition] = set()
+        for topic, parts in value.items():
+            if not isinstance(parts, list) or not all(isinstance(p, int) for p in parts):
+                raise ValueError
+            out.update((str(topic), p) for p in parts)
+        return frozenset(out)
+    except ValueError:
+        raise ValueError(f"kafka-segments: assign must be JSON like "
+                         f"{{\"topicA\": [0, 1]}}: {opts['assign']!r}") from None
 
 
 def _same(opts: Mapping[str, str], name: str, alias: str, default: str | None) -> str | None:

@@ -184,7 +184,7 @@ class KafkaSegmentsReader(DataSourceReader):
                   if spec.keeps(s) and (s.topic, s.partition) not in own]
         for path in spec.paths:
             for topic, partition in own:
-                if spec.keeps(Split(path, topic, partition, 0, 0, 0)):
+                if spec.selects(topic, partition):
                     splits += plan_splits(path, topics=[topic], partitions=[partition],
                                           options=spec.read_for(topic, partition),
                                           problems=damage, storage_options=storage)
@@ -262,7 +262,9 @@ class KafkaSegmentsDataSource(DataSource):
     :mod:`kproto.storage.fs`), ``columns`` (``kproto``, or ``kafka``: the columns of Spark's
     Kafka source, :func:`kafka_spark_schema`, with its ``includeHeaders``). Spark's Kafka
     source's ``subscribe`` and ``kafka.isolation.level`` are taken for ``topics`` and
-    ``isolation``, so its queries run here with ``load(path)`` for the broker's address.
+    ``isolation``, and its ``subscribePattern`` (topics the regular expression matches in
+    full) and ``assign`` (``{"topic": [0, 1]}``) too, so its queries run here with
+    ``load(path)`` for the broker's address.
     """
 
     tasks: int = AUTO_TASKS  # tasks per read without splitSize

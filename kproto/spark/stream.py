@@ -270,7 +270,7 @@ class KafkaSegmentsStreamReader(DataSourceStreamReader, _AvailableNow):
                               storage_options=dict(scan.storage_options))
         for p in found:
             log.warning("kafka-segments: %s", p)
-        return tails
+        return {tp: t for tp, t in tails.items() if scan.selects(*tp)}
 
     def initialOffset(self) -> dict:
         """Where a new query starts (``startingOffsetsByTimestamp``, ``startingTimestamp``,
@@ -305,6 +305,7 @@ class KafkaSegmentsStreamReader(DataSourceStreamReader, _AvailableNow):
                                  storage_options=dict(scan.storage_options))
         for p in found:
             log.warning("kafka-segments: %s", p)
+        hits = {tp: o for tp, o in hits.items() if scan.selects(*tp)}
         missing = sorted(tp for tp, o in hits.items() if o is None)
         if missing and self.spec.timestamp_strategy == "error":
             raise ValueError(
@@ -390,6 +391,7 @@ class KafkaSegmentsStreamReader(DataSourceStreamReader, _AvailableNow):
         where = locate(scan.paths, topics=scan.topics, partitions=scan.partitions,
                        include_deleted=scan.read.include_deleted, problems=found,
                        storage_options=options)
+        where = {tp: w for tp, w in where.items() if scan.selects(*tp)}
         lost = Problems()
         ranges = stream_ranges(offsets_from_json(start), offsets_from_json(end),
                                {tp: first for tp, (_, first) in where.items()}, lost)

@@ -21,6 +21,7 @@ from kproto.client.cluster import Cluster
 from kproto.client.producer import Producer
 from kproto.spark.scan import parse_options
 from kproto.spark.stream import parse_stream_options
+from kproto.storage import read_arrow
 from kproto.testing import spark as spark_kafka
 
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
@@ -122,10 +123,8 @@ def test_batch_reads_are_spark_kafka_sources_rows(spark, kafka_topics, isolation
     assert {r[6] for r in rows if r[2] == appended} == {1}           # LogAppendTime
     assert {r[6] for r in rows if r[2] == topic} == {0}
     # every codec is in the log the rows come from
-    compressions = {r.compression for r in spark.read.format("kafka-segments")
-                    .option("topics", topic).load(kafka_topics[3]).select("compression")
-                    .distinct().collect()}
-    assert compressions == set(CODECS)
+    assert set(read_arrow(kafka_topics[3], topics=[topic]).column("compression").to_pylist()) \
+        == set(CODECS)
 
 
 def test_batch_offsets_in_sparks_json_form(spark, kafka_topics):
@@ -144,6 +143,17 @@ def test_batch_offsets_in_sparks_json_form(spark, kafka_topics):
     spark_df, ours = _both(spark, kafka_topics, {"subscribe": topic})
     assert ours.columns == spark_df.columns == ["key", "value", "topic", "partition", "offset",
                                                 "timestamp", "timestampType"]
+
+
+def test_assign_and_subscribe_pattern(spark, kafka_topics):
+    _, topic, appended, _ = kafka_topics
+    rows = _same(*_both(spark, kafka_topics, {
+        "assign": json.dumps({topic: [0, 2]}),
+        "startingOffsets": json.dumps({topic: {"0": 4, "2": -2}})}))
+    assert {r[3] for r in rows} == {0, 2} and min(r[4] for r in rows if r[3] == 0) == 4
+    suffix = topic.rsplit("-", 1)[1]
+    rows = _same(*_both(spark, kafka_topics, {"subscribePattern": f"spark-vs-kafka-(lat-)?{suffix}"}))
+    assert {r[2] for r in rows} == {topic, appended}
 
 
 @pytest.mark.parametrize("isolation", ["read_uncommitted", "read_committed"])
@@ -199,6 +209,11 @@ def test_json_offsets_per_partition():
     ({"topics": "a", "subscribe": "b"}, "say different things"),
     ({"includeHeaders": "true"}, "is for columns=kafka"),
     ({"columns": "spark"}, "columns must be one of"),
+    ({"subscribe": "a", "assign": '{"a": [0]}'}, "give one of"),
+    ({"subscribePattern": "a.*", "topics": "a"}, "give one of"),
+    ({"assign": '{"a": 0}'}, "assign must be JSON"),
+    ({"assign": '["a"]'}, "assign must be JSON"),
+    ({"subscribePattern": "a("}, "no regular expression"),
     ({"columns": "kafka", "output": "damage"}, "columns=kafka reads records"),
 ])
 def test_bad_spark_forms_are_refused(options, message):
@@ -213,6 +228,17 @@ def test_spark_kafka_aliases():
     assert spec.columns == "kafka" and spec.include_headers is False
     assert parse_options({"path": "x", "columns": "kafka", "includeHeaders": "true"}).include_headers
     assert parse_options({"path": "x"}).include_headers  # kproto's columns always have them
+
+
+def test_assign_and_pattern_select_partitions():
+    assign = parse_options({"path": "x", "assign": '{"a": [0, 2], "b": [1]}'})
+    assert assign.topics == {"a", "b"}
+    assert [assign.selects(t, p) for t, p in (("a", 0), ("a", 1), ("a", 2), ("b", 0), ("b", 1))] \
+        == [True, False, True, False, True]
+    pattern = parse_options({"path": "x", "subscribePattern": "orders|pay.*"})
+    assert [pattern.selects(t, 0) for t in ("orders", "orders-eu", "payments", "xpay")] \
+        == [True, False, True, False]  # matched in full, as Java's Matcher.matches
+    assert parse_options({"path": "x", "assign": "{}"}).empty
 
 
 def test_stream_json_offsets_take_sparks_minus_two_and_minus_one():
