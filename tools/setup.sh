@@ -11,5 +11,6 @@ if [ ! -x /usr/bin/chromium ]; then
         || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null; }
 fi
 
-# Apache Kafka's jars (server, tools, Java clients) into a cache outside the repository
+# Apache Kafka's jars (server, tools, Java clients) and Spark's Kafka source for the installed
+# pyspark into a cache outside the repository
 bash tools/kafka/fetch.sh
