@@ -23,6 +23,7 @@ from kproto.client.producer import Producer
 from kproto.spark.scan import parse_options
 from kproto.spark.stream import parse_stream_options
 from kproto.storage import read_arrow
+from kproto.storage.tail import tail_log_dirs
 from kproto.testing import spark as spark_kafka
 
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
@@ -83,7 +84,14 @@ def kafka_topics(request, spark):
         suffix = uuid.uuid4().hex[:8]
         topic, appended = f"spark-vs-kafka-{suffix}", f"spark-vs-kafka-lat-{suffix}"
         asyncio.run(_write(apache_kafka.bootstrap, topic, appended))
-        _written[apache_kafka.bootstrap] = (topic, appended, str(apache_kafka.log_dir(1)))
+        data = str(apache_kafka.log_dir(1))
+
+        def checkpointed() -> bool:
+            tails = tail_log_dirs([data], topics=[topic, appended])
+            return len(tails) == 4 and all(t.high_watermark == t.log_end for t in tails.values())
+        # kafka-segments streams read up to the high watermarks Kafka checkpoints (every 5 s)
+        apache_kafka.wait_for(checkpointed, 30, "the high watermarks checkpointed")
+        _written[apache_kafka.bootstrap] = (topic, appended, data)
     topic, appended, data = _written[apache_kafka.bootstrap]
     return apache_kafka.bootstrap, topic, appended, data
 
