@@ -26,6 +26,15 @@ temp dir) for a longer scan.
 
 With ``--remote``: rows/s of ``read_arrow`` and ``kafka-segments`` on the same log dir from
 local disk and from an S3-compatible server on loopback (moto's, from the dev extra).
+
+With ``--peers spark-kafka``: rows/s of ``kafka-segments`` (``columns=kafka``, reading the
+broker's data directory) against Spark's own Kafka source (format ``kafka``, through the
+broker) on the same topics of one Apache Kafka 4.4.0 node started for the run (uncompressed
+and lz4, ``--peer-partitions`` partitions, written by Kafka's ProducerPerformance tool), same
+columns, in ``local[2]`` (``--masters``), rounds interleaved; medians of the rounds and the
+median of the rounds' ratios. The broker serves Spark's source on the same cores meanwhile
+(its CPU is printed too); kafka-segments needs no broker. Needs tools/setup.sh's jars
+(Apache Kafka and Spark's Kafka source).
 """
 from __future__ import annotations
 
@@ -200,10 +209,11 @@ def median_ratio(num: list[float], den: list[float]) -> float:
     return statistics.median(a / b for a, b in zip(num, den))
 
 
-def spark_session(master: str):
+def spark_session(master: str, jars: str = ""):
     from pyspark.sql import SparkSession
 
-    spark = (SparkSession.builder.master(master).appName("bench-spark")
+    builder = SparkSession.builder.config("spark.jars", jars) if jars else SparkSession.builder
+    spark = (builder.master(master).appName("bench-spark")
              .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
              .config("spark.driver.memory", "2g").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
@@ -258,6 +268,75 @@ def bench_remote(records: int, codec: str, masters: list[str], repeat: int) -> N
               f"s3/local {rate[base + 's3'] / rate[name]:.2f}")
 
 
+def bench_spark_kafka(records: int, codecs: list[str], masters: list[str], repeat: int,
+                      partitions: int, record_size: int) -> None:
+    """kafka-segments against Spark's Kafka source, one Apache Kafka node, same topics."""
+    from kproto.testing import apache
+    from kproto.testing.spark import kafka_source_jars, kafka_source_version
+
+    jars = ",".join(kafka_source_jars())
+    walls: dict[tuple[str, str], dict[str, list[float]]] = {}
+    broker_cpu: dict[tuple[str, str], list[float]] = {}
+    with tempfile.TemporaryDirectory() as tmp, apache.ApacheKafka(os.path.join(tmp, "kafka")) as kafka:
+        data = str(kafka.log_dir(1))
+        pid = kafka.nodes[1].proc.pid  # type: ignore[union-attr]
+        for codec in codecs:
+            topic = f"bench-{codec}"
+            kafka.create_topic(topic, partitions=partitions)
+            t = time.perf_counter()
+            apache.run_tool(apache.DEFAULT_VERSION, "org.apache.kafka.tools.ProducerPerformance",
+                            "--topic", topic, "--num-records", str(records),
+                            "--record-size", str(record_size), "--throughput", "-1",
+                            "--command-property", f"bootstrap.servers={kafka.bootstrap}",
+                            f"compression.type={codec}", "linger.ms=20", "batch.size=262144",
+                            timeout=900)
+            print(f"wrote {records} records ({codec}, {partitions} partitions) in "
+                  f"{time.perf_counter() - t:.1f} s", flush=True)
+        for master in masters:
+            spark = spark_session(master, jars)
+            for codec in codecs:
+                topic = f"bench-{codec}"
+                frames = {
+                    "kafka-segments": spark.read.format("kafka-segments")
+                    .option("columns", "kafka").option("subscribe", topic).load(data),
+                    "spark kafka": spark.read.format("kafka")
+                    .option("kafka.bootstrap.servers", kafka.bootstrap)
+                    .option("subscribe", topic).load(),
+                }
+                scans = {}
+                for name, frame in frames.items():
+                    assert frame.count() == records, name
+
+                    def scan(frame=frame) -> None:
+                        frame.write.format("noop").mode("overwrite").save()
+                    scan()  # warm the Python workers and the consumers
+                    scans[name] = scan
+                rounds = walls.setdefault((codec, master), {})
+                used = broker_cpu.setdefault((codec, master), [])
+                for _ in range(repeat):  # interleaved: a load burst hits both
+                    for name, fn in scans.items():
+                        before = _stat_cpu(f"/proc/{pid}/stat")[1]
+                        t = time.perf_counter()
+                        fn()
+                        rounds.setdefault(name, []).append(time.perf_counter() - t)
+                        if name == "spark kafka":
+                            used.append(_stat_cpu(f"/proc/{pid}/stat")[1] - before)
+                print(f"{master} {codec}: kafka-segments {frames['kafka-segments'].rdd.getNumPartitions()}"
+                      f" tasks, spark kafka {frames['spark kafka'].rdd.getNumPartitions()} tasks",
+                      flush=True)
+            spark.stop()
+    print(f"\nrows/s, median of {repeat} interleaved rounds ({records} records of "
+          f"{record_size} bytes, {partitions} partitions; Spark's Kafka source "
+          f"{kafka_source_version()}, Apache Kafka {apache.DEFAULT_VERSION})")
+    print(f"{'codec':6} {'master':9} {'kafka-segments':>15} {'spark kafka':>15} "
+          f"{'ratio (median)':>15} {'broker CPU s':>13}")
+    for (codec, master), w in walls.items():
+        seg, kaf = w["kafka-segments"], w["spark kafka"]
+        print(f"{codec:6} {master:9} {records / statistics.median(seg):15,.0f} "
+              f"{records / statistics.median(kaf):15,.0f} {median_ratio(kaf, seg):15.2f} "
+              f"{statistics.median(broker_cpu[(codec, master)]):13.2f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--records", type=int, default=1_000_000)
@@ -269,9 +348,19 @@ def main() -> None:
     ap.add_argument("--pcap-copies", type=int, default=1)
     ap.add_argument("--remote", action="store_true",
                     help="only local vs S3-compatible reads (first codec of --codecs)")
+    ap.add_argument("--peers", choices=["spark-kafka"], default=None,
+                    help="spark-kafka: kafka-segments against Spark's Kafka source")
+    ap.add_argument("--peer-partitions", type=int, default=2)
+    ap.add_argument("--record-size", type=int, default=100, help="with --peers")
     args = ap.parse_args()
     codecs = [c for c in args.codecs.split(",") if c]
     masters = args.masters.split(",")
+    if args.peers == "spark-kafka":
+        given = {a.split("=")[0] for a in sys.argv[1:]}
+        bench_spark_kafka(args.records, codecs if "--codecs" in given else ["none", "lz4"],
+                          masters if "--masters" in given else ["local[2]"], args.repeat,
+                          args.peer_partitions, args.record_size)
+        return
     if args.remote:
         bench_remote(args.records, (codecs or ["none"])[0], masters, args.repeat)
         return

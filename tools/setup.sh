@@ -25,5 +25,6 @@ if ! command -v tcpdump >/dev/null 2>&1 || ! command -v kcat >/dev/null 2>&1; th
     fi
 fi
 
-# Apache Kafka's jars (server, tools, Java clients) into a cache outside the repository
+# Apache Kafka's jars (server, tools, Java clients) and Spark's Kafka source for the installed
+# pyspark into a cache outside the repository
 bash tools/kafka/fetch.sh

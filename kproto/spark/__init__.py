@@ -15,7 +15,10 @@ into the scan when ``spark.sql.python.filterPushdown.enabled`` is true (Spark 4.
 Spark filters the rows itself. Damage found (torn tails, CRC mismatches) is logged as warnings
 of the ``kproto.spark`` logger; ``.option("output", "damage")`` returns it as rows instead of
 the records (columns: :func:`damage_spark_schema`); ``.option("decode", "internal")`` reads
-the internal topics, each record decoded into typed columns (:func:`internal_spark_schema`).
+the internal topics, each record decoded into typed columns (:func:`internal_spark_schema`);
+``.option("columns", "kafka")`` gives the columns of Spark's own Kafka source
+(:func:`kafka_spark_schema`), whose options ``subscribe``, ``subscribePattern``,
+``assign``, ``kafka.isolation.level``, ``includeHeaders`` and JSON offsets are understood too.
 
 ``kafka-pcap`` (:mod:`kproto.spark.pcap`, registered by the same call, and automatically by
 ``pyspark_kafka_pcap``) reads capture files: one row per exchange of ``kproto decode-pcap``, or
@@ -40,7 +43,7 @@ from kproto.spark.stream import (KafkaSegmentsStreamReader, StreamPartition,
                                   parse_stream_options)
 from kproto.spark.source import (NAME, KafkaSegmentsDataSource, KafkaSegmentsPushdownReader,
                                  KafkaSegmentsReader, SplitPartition, damage_spark_schema,
-                                 internal_spark_schema, spark_schema)
+                                 internal_spark_schema, kafka_spark_schema, spark_schema)
 
 
 def register(spark: Any, *, tasks: int | None = None) -> None:
@@ -69,6 +72,6 @@ __all__ = ["NAME", "KafkaPcapDataSource", "KafkaPcapReader", "KafkaSegmentsDataS
            "KafkaSegmentsPushdownReader", "KafkaSegmentsReader", "KafkaSegmentsStreamReader",
            "PcapSpec", "ScanSpec",
            "SplitPartition", "auto_split_bytes", "consumer_lag", "damage_spark_schema",
-           "internal_spark_schema", "partition_history",
+           "internal_spark_schema", "kafka_spark_schema", "partition_history",
            "parse_options", "parse_pcap_options", "parse_stream_options", "pcap_spark_schema",
            "register", "spark_schema", "StreamPartition"]

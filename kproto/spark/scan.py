@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Mapping, Sequence
 
 from kproto.storage.internal import INTERNAL_TOPICS
 from kproto.storage.reader import ISOLATIONS, ReadOptions, Split
+from kproto.storage.tail import offsets_from_json
 
 # without a splitSize option: about `tasks` tasks (AUTO_TASKS when the session's parallelism is
 # unknown), each within these bounds (a Spark task costs ~50 ms: tiny ones cost more than they
@@ -30,7 +32,8 @@ INTERNAL = frozenset(INTERNAL_TOPICS)
 #: every option the source understands (keys as Spark hands them over: lower-cased)
 OPTIONS = ("path", "paths", "topics", "partitions", "startingoffsets", "endingoffsets",
            "startingtimestamp", "endingtimestamp", "isolation", "includecontrol", "verifycrc",
-           "splitsize", "output", "includedeleted", "decode")
+           "splitsize", "output", "includedeleted", "decode", "columns", "includeheaders",
+           "subscribe", "subscribepattern", "assign", "kafka.isolation.level")
 #: options starting with this go to the filesystem of remote paths, prefix removed
 #: (``fs.endpoint_override``, ``fs.access_key``...: see :mod:`kproto.storage.fs`)
 FS_PREFIX = "fs."
@@ -38,6 +41,11 @@ FS_PREFIX = "fs."
 OUTPUTS = ("records", "damage")
 #: values of the ``decode`` option: records as stored, or internal topics' records decoded
 DECODES = ("none", "internal")
+#: values of the ``columns`` option: this source's columns, or those of Spark's Kafka source
+COLUMNS = ("kproto", "kafka")
+#: Spark's Kafka source's offsets in its JSON form: -2 the earliest, -1 the latest
+EARLIEST, LATEST = -2, -1
+TopicPartition = tuple[str, int]
 
 
 @dataclass(frozen=True)
@@ -56,17 +64,42 @@ class ScanSpec:
     empty: bool = False  # the bounds exclude every record
     pushed: tuple[str, ...] = field(default=(), compare=False)  # filters taken (logged)
     storage_options: tuple[tuple[str, str], ...] = ()  # the fs.* options (remote paths)
+    topic_pattern: str | None = None  # Spark's subscribePattern: topics it matches in full
+    assigned: frozenset[TopicPartition] | None = None  # Spark's assign: these partitions only
+    columns: str = "kproto"  # or "kafka": the columns of Spark's Kafka source
+    include_headers: bool = True  # with columns=kafka: Spark's includeHeaders (default false)
+    #: per partition ``[start, end)`` from startingOffsets/endingOffsets JSON (None: open),
+    #: within ``read``'s bounds
+    partition_offsets: tuple[tuple[TopicPartition, tuple[int | None, int | None]], ...] = ()
+
+    def read_for(self, topic: str, partition: int) -> ReadOptions:
+        """The read options of one partition: ``read`` narrowed by its JSON offsets."""
+        bounds = dict(self.partition_offsets).get((topic, partition))
+        if bounds is None:
+            return self.read
+        r, (lo, hi) = self.read, bounds
+        start = r.start_offset if lo is None else lo if r.start_offset is None else max(lo, r.start_offset)
+        end = r.end_offset if hi is None else hi if r.end_offset is None else min(hi, r.end_offset)
+        return replace(r, start_offset=start, end_offset=end)
 
     def keeps(self, split: Split) -> bool:
         """Whether ``split`` belongs to the partitions this scan selects."""
-        if self.topics is not None and split.topic not in self.topics:
+        return self.selects(split.topic, split.partition)
+
+    def selects(self, topic: str, partition: int) -> bool:
+        """Whether partition ``partition`` of ``topic`` is one this scan reads."""
+        if self.topics is not None and topic not in self.topics:
             return False
-        if self.topic_prefixes and not all(split.topic.startswith(p) for p in self.topic_prefixes):
+        if self.topic_prefixes and not all(topic.startswith(p) for p in self.topic_prefixes):
             return False
-        if self.partitions is not None and split.partition not in self.partitions:
+        if self.topic_pattern is not None and not re.fullmatch(self.topic_pattern, topic):
+            return False
+        if self.assigned is not None and (topic, partition) not in self.assigned:
+            return False
+        if self.partitions is not None and partition not in self.partitions:
             return False
         lo, hi = self.partition_range
-        return (lo is None or split.partition >= lo) and (hi is None or split.partition <= hi)
+        return (lo is None or partition >= lo) and (hi is None or partition <= hi)
 
     def push(self, filters: Iterable) -> tuple[ScanSpec, list]:
         """This spec narrowed by Spark data-source filters (ANDed), and the filters Spark must
@@ -99,13 +132,15 @@ def parse_options(options: Mapping[str, str]) -> ScanSpec:
     if unknown:
         raise ValueError(f"kafka-segments: unknown option(s) {unknown}; known: {list(OPTIONS)}")
     paths = option_paths(opts)
-    isolation = opts.get("isolation", "read_uncommitted").lower()
+    isolation = str(_same(opts, "isolation", "kafka.isolation.level", "read_uncommitted")).lower()
     if isolation not in ISOLATIONS:
         raise ValueError(f"kafka-segments: isolation must be one of {ISOLATIONS}, "
                          f"not {isolation!r}")
+    start, starts = _offsets(opts, "startingoffsets")
+    end, ends = _offsets(opts, "endingoffsets")
     read = ReadOptions(
-        start_offset=_offset(opts, "startingoffsets", "earliest"),
-        end_offset=_offset(opts, "endingoffsets", "latest"),
+        start_offset=start,
+        end_offset=end,
         start_timestamp=_int(opts, "startingtimestamp"),
         end_timestamp=_int(opts, "endingtimestamp"),
         isolation=isolation,
@@ -113,7 +148,7 @@ def parse_options(options: Mapping[str, str]) -> ScanSpec:
         include_deleted=_bool(opts, "includedeleted"),
         verify_crc=_bool(opts, "verifycrc"),
     )
-    topics = _names(opts.get("topics"))
+    topics = _names(_same(opts, "topics", "subscribe", None))
     parts = _names(opts.get("partitions"))
     try:
         partitions = frozenset(int(p) for p in parts) if parts is not None else None
@@ -127,12 +162,111 @@ def parse_options(options: Mapping[str, str]) -> ScanSpec:
     decode = opts.get("decode", "none").lower()
     if decode not in DECODES:
         raise ValueError(f"kafka-segments: decode must be one of {DECODES}, not {decode!r}")
+    columns = opts.get("columns", "kproto").lower()
+    if columns not in COLUMNS:
+        raise ValueError(f"kafka-segments: columns must be one of {COLUMNS}, not {columns!r}")
+    if columns == "kafka" and (decode != "none" or output != "records"):
+        raise ValueError("kafka-segments: columns=kafka reads records as stored (not with "
+                         "decode=internal or output=damage)")
+    if "includeheaders" in opts and columns != "kafka":
+        raise ValueError("kafka-segments: includeHeaders is for columns=kafka (the headers "
+                         "column is always there otherwise)")
+    include_headers = columns != "kafka" or _bool(opts, "includeheaders")
     chosen = frozenset(topics) if topics is not None else None
     if decode == "internal":
         chosen = INTERNAL if chosen is None else chosen & INTERNAL
+    bounds = {tp: (starts.get(tp), ends.get(tp)) for tp in sorted({*starts, *ends})}
+    pattern, assigned = _pattern(opts), _assigned(opts)
+    given = [name for name, v in (("topics/subscribe", topics), ("subscribePattern", pattern),
+                                  ("assign", assigned)) if v is not None]
+    if len(given) > 1:
+        raise ValueError(f"kafka-segments: give one of {', '.join(given)} (as Spark's Kafka "
+                         f"source takes one way of choosing topics)")
+    if assigned is not None:
+        chosen = frozenset(t for t, _ in assigned)  # what planning lists
     return _checked(ScanSpec(tuple(paths), read, chosen, partitions=partitions,
                              split_bytes=split, output=output, decode=decode,
-                             storage_options=fs_options(opts)))
+                             storage_options=fs_options(opts), columns=columns,
+                             topic_pattern=pattern, assigned=assigned,
+                             include_headers=include_headers,
+                             partition_offsets=tuple(bounds.items())))
+
+
+def _pattern(opts: Mapping[str, str]) -> str | None:
+    """Spark's ``subscribePattern``: a regular expression the topic names match in full."""
+    pattern = opts.get("subscribepattern")
+    if pattern is None:
+        return None
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        raise ValueError(f"kafka-segments: subscribePattern is no regular expression: "
+                         f"{pattern!r}: {exc}") from None
+    return pattern
+
+
+def _assigned(opts: Mapping[str, str]) -> frozenset[TopicPartition] | None:
+    """Spark's ``assign``: JSON ``{"topic": [0, 1]}``, the partitions to read."""
+    if "assign" not in opts:
+        return None
+    try:
+        value = json.loads(opts["assign"])
+        if not isinstance(value, dict):
+            raise ValueError
+        out: set[TopicPartition] = set()
+        for topic, parts in value.items():
+            if not isinstance(parts, list) or not all(isinstance(p, int) for p in parts):
+                raise ValueError
+            out.update((str(topic), p) for p in parts)
+        return frozenset(out)
+    except ValueError:
+        raise ValueError(f"kafka-segments: assign must be JSON like "
+                         f"{{\"topicA\": [0, 1]}}: {opts['assign']!r}") from None
+
+
+def _same(opts: Mapping[str, str], name: str, alias: str, default: str | None) -> str | None:
+    """The value of option ``name`` or of its Spark Kafka source ``alias`` (both: the same)."""
+    if name in opts and alias in opts and opts[name] != opts[alias]:
+        raise ValueError(f"kafka-segments: {name} ({opts[name]!r}) and {alias} "
+                         f"({opts[alias]!r}) say different things: give one")
+    return opts.get(name, opts.get(alias, default))
+
+
+def _offsets(opts: Mapping[str, str], key: str
+             ) -> tuple[int | None, dict[TopicPartition, int | None]]:
+    """startingOffsets / endingOffsets: ``earliest`` / ``latest``, an offset for every
+    partition, or Spark's JSON ``{"topic": {"0": 42, "1": -2}}`` (-2 the earliest, -1 the
+    latest; as in Spark's Kafka source a batch read cannot start at the latest nor end at
+    the earliest). The offset for every partition (None: open) and the JSON's per partition."""
+    starting = key == "startingoffsets"
+    name = "startingOffsets" if starting else "endingOffsets"
+    value = str(opts.get(key, "earliest" if starting else "latest")).strip()
+    if value.lower() == ("earliest" if starting else "latest"):
+        return None, {}
+    if value.lower() in ("earliest", "latest"):
+        raise ValueError(f"kafka-segments: {name} can't be {value.lower()} for batch queries "
+                         f"(as in Spark's Kafka source)")
+    if not value.startswith("{"):
+        return _int(opts, key), {}
+    try:
+        per = offsets_from_json(json.loads(value))
+    except ValueError as exc:
+        raise ValueError(f"kafka-segments: {name} must be earliest, latest, an offset or JSON "
+                         f"like {{\"topic\": {{\"0\": 42}}}}: {exc}") from None
+    out: dict[TopicPartition, int | None] = {}
+    for (topic, partition), offset in per.items():
+        if offset == (LATEST if starting else EARLIEST):
+            raise ValueError(f"kafka-segments: {name} for {topic}-{partition} can't be "
+                             f"{'latest' if starting else 'earliest'} for batch queries "
+                             f"(as in Spark's Kafka source)")
+        if offset in (EARLIEST, LATEST):
+            out[(topic, partition)] = None
+        elif offset < 0:
+            raise ValueError(f"kafka-segments: {name} for {topic}-{partition} must be an "
+                             f"offset, -2 (earliest) or -1 (latest), not {offset}")
+        else:
+            out[(topic, partition)] = offset
+    return None, out
 
 
 def fs_options(opts: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
@@ -176,12 +310,6 @@ def _int(opts: Mapping[str, str], key: str) -> int | None:
         return int(opts[key])
     except ValueError:
         raise ValueError(f"kafka-segments: {key} must be an integer: {opts[key]!r}") from None
-
-
-def _offset(opts: Mapping[str, str], key: str, open_end: str) -> int | None:
-    if str(opts.get(key, "")).lower() == open_end:
-        return None
-    return _int(opts, key)
 
 
 def _bool(opts: Mapping[str, str], key: str, default: str = "false",

@@ -10,6 +10,7 @@ import os
 from typing import Iterable, Iterator, Sequence
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql.datasource import (DataSource, DataSourceReader, DataSourceStreamReader,
                                     InputPartition)
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
@@ -17,7 +18,8 @@ from pyspark.sql.types import StructType
 
 from kproto.problems import Problem, Problems
 from kproto.storage.internal import decode_internal_batch, internal_arrow_schema
-from kproto.storage.reader import Split, arrow_schema, balance, plan_splits, read_split
+from kproto.storage.reader import (HEADER_TYPE, Split, arrow_schema, balance, plan_splits,
+                                   read_split)
 from kproto.spark.scan import AUTO_TASKS, ScanSpec, auto_split_bytes, parse_options
 from kproto.spark.stream import KafkaSegmentsStreamReader, without_stream_options
 
@@ -34,6 +36,46 @@ def internal_spark_schema() -> StructType:
     """Columns of ``.option("decode", "internal")``:
     :func:`kproto.storage.internal.internal_arrow_schema` in Spark types."""
     return from_arrow_schema(internal_arrow_schema())
+
+
+#: Spark's Kafka source's columns (``columns=kafka``) and the columns they are read from.
+#: Spark's own declares every one nullable; these say which are, as :func:`arrow_schema` does.
+KAFKA_COLUMNS = (("key", "key"), ("value", "value"), ("topic", "topic"),
+                 ("partition", "partition"), ("offset", "offset"), ("timestamp", "timestamp"),
+                 ("timestampType", "timestamp_type"), ("headers", "headers"))
+
+
+def kafka_arrow_schema(include_headers: bool = False) -> pa.Schema:
+    """The columns of ``columns=kafka``: those of Spark's Kafka source (format ``kafka``),
+    names and types (``timestampType`` an int; ``headers`` only with ``includeHeaders``, null
+    when a record has none)."""
+    fields = [pa.field("key", pa.binary()), pa.field("value", pa.binary()),
+              pa.field("topic", pa.string(), False), pa.field("partition", pa.int32(), False),
+              pa.field("offset", pa.int64(), False),
+              pa.field("timestamp", pa.timestamp("ms", tz="UTC"), False),
+              pa.field("timestampType", pa.int32(), False)]
+    if include_headers:
+        fields.append(pa.field("headers", HEADER_TYPE))
+    return pa.schema(fields)
+
+
+def kafka_spark_schema(include_headers: bool = False) -> StructType:
+    """:func:`kafka_arrow_schema` in Spark types: the same names and types as Spark's Kafka
+    source, so a query over one runs over the other unchanged."""
+    return from_arrow_schema(kafka_arrow_schema(include_headers))
+
+
+def _as_kafka(rb: pa.RecordBatch, columns: Sequence[str]) -> pa.RecordBatch:
+    """``columns`` of Spark's Kafka source from a batch of :func:`kproto.storage.arrow_schema`."""
+    source = dict(KAFKA_COLUMNS)
+    arrays = []
+    for name in columns:
+        array = rb.column(source[name])
+        if name == "headers":  # Spark's source gives null, not [], for a record without any
+            array = pc.if_else(pc.equal(pc.list_value_length(array), 0),
+                               pa.scalar(None, array.type), array)
+        arrays.append(array)
+    return pa.RecordBatch.from_arrays(arrays, names=list(columns))
 
 
 DAMAGE_SCHEMA = pa.schema([
@@ -118,7 +160,9 @@ class KafkaSegmentsReader(DataSourceReader):
         # exactly the Arrow schema Spark checks every batch against
         self.target = to_arrow_schema(schema, timezone="UTC")
         known = DAMAGE_SCHEMA if spec.output == "damage" else (
-            internal_arrow_schema() if spec.decode == "internal" else arrow_schema())
+            internal_arrow_schema() if spec.decode == "internal" else
+            kafka_arrow_schema(spec.include_headers) if spec.columns == "kafka" else
+            arrow_schema())
         unknown = set(self.columns) - set(known.names)
         if unknown:
             raise ValueError(f"kafka-segments: unknown column(s) {sorted(unknown)}")
@@ -131,11 +175,19 @@ class KafkaSegmentsReader(DataSourceReader):
         if spec.empty:
             return []
         damage = Problems()
+        storage = dict(spec.storage_options)
+        own = dict(spec.partition_offsets)  # partitions with offsets of their own: planned alone
         splits = [s for path in spec.paths
                   for s in plan_splits(path, topics=spec.topics, partitions=spec.partitions,
                                        options=spec.read, problems=damage,
-                                       storage_options=dict(spec.storage_options))
-                  if spec.keeps(s)]  # whole segments (the ranges the bounds leave of them)
+                                       storage_options=storage)
+                  if spec.keeps(s) and (s.topic, s.partition) not in own]
+        for path in spec.paths:
+            for topic, partition in own:
+                if spec.selects(topic, partition):
+                    splits += plan_splits(path, topics=[topic], partitions=[partition],
+                                          options=spec.read_for(topic, partition),
+                                          problems=damage, storage_options=storage)
         target = spec.split_bytes or auto_split_bytes(sum(s.size for s in splits), self.tasks)
         if spec.pushed:
             log.info("kafka-segments: filters pushed into the scan: %s", ", ".join(spec.pushed))
@@ -157,13 +209,17 @@ class KafkaSegmentsReader(DataSourceReader):
             return
         damage = Problems()
         internal = self.spec.decode == "internal"
+        kafka = self.spec.columns == "kafka"
         full = self.columns == (internal_arrow_schema() if internal else arrow_schema()).names
         for split in splits:
-            for rb in read_split(split, self.spec.read, problems=damage,
+            for rb in read_split(split, self.spec.read_for(split.topic, split.partition),
+                                 problems=damage,
                                  storage_options=dict(self.spec.storage_options)):
                 if internal:
                     rb = decode_internal_batch(rb)
-                if not full:
+                if kafka:
+                    rb = _as_kafka(rb, self.columns)
+                elif not full:
                     rb = rb.select(self.columns)
                 yield rb.cast(self.target)
         for d in damage:
@@ -174,7 +230,8 @@ class KafkaSegmentsReader(DataSourceReader):
         """The damage a records read of ``splits`` meets, read in full (records that do
         not decode are found only by decoding them) and dropped."""
         for split in splits:
-            for _ in read_split(split, self.spec.read, problems=damage,
+            for _ in read_split(split, self.spec.read_for(split.topic, split.partition),
+                                problems=damage,
                                 storage_options=dict(self.spec.storage_options)):
                 pass
         if damage:
@@ -186,7 +243,9 @@ class KafkaSegmentsDataSource(DataSource):
     directory (or partition folder) with the columns of :func:`kproto.storage.arrow_schema`.
 
     Options (case-insensitive): ``topics`` / ``partitions`` (comma-separated),
-    ``startingOffsets`` / ``endingOffsets`` (``[start, end)``, or ``earliest`` / ``latest``),
+    ``startingOffsets`` / ``endingOffsets`` (``[start, end)``: ``earliest`` / ``latest``, an
+    offset for every partition, or Spark's JSON ``{"topic": {"0": 42, "1": -2}}`` with -2 the
+    earliest and -1 the latest, unlisted partitions from the earliest / to the latest),
     ``startingTimestamp`` / ``endingTimestamp`` (ms since the epoch, ``[start, end)``),
     ``isolation`` (``read_uncommitted`` or ``read_committed``), ``includeControl``,
     ``includeDeleted`` (also the records below a partition's log start offset, which
@@ -200,7 +259,12 @@ class KafkaSegmentsDataSource(DataSource):
     :func:`internal_spark_schema`; with ``output=damage`` the damage rows are returned),
     ``fs.<name>`` (for ``s3://``, ``gs://``, ``hdfs://``... paths: the filesystem's
     arguments, e.g. ``fs.endpoint_override``, ``fs.access_key``; see
-    :mod:`kproto.storage.fs`).
+    :mod:`kproto.storage.fs`), ``columns`` (``kproto``, or ``kafka``: the columns of Spark's
+    Kafka source, :func:`kafka_spark_schema`, with its ``includeHeaders``). Spark's Kafka
+    source's ``subscribe`` and ``kafka.isolation.level`` are taken for ``topics`` and
+    ``isolation``, and its ``subscribePattern`` (topics the regular expression matches in
+    full) and ``assign`` (``{"topic": [0, 1]}``) too, so its queries run here with
+    ``load(path)`` for the broker's address.
     """
 
     tasks: int = AUTO_TASKS  # tasks per read without splitSize
@@ -213,6 +277,8 @@ class KafkaSegmentsDataSource(DataSource):
         spec = parse_options(without_stream_options(self.options))
         if spec.output == "damage":
             return damage_spark_schema()
+        if spec.columns == "kafka":
+            return kafka_spark_schema(spec.include_headers)
         return internal_spark_schema() if spec.decode == "internal" else spark_schema()
 
     def reader(self, schema: StructType) -> DataSourceReader:

@@ -38,7 +38,8 @@ from kproto.storage.reader import Split, balance
 from kproto.storage.tail import (BOUNDS, PartitionTail, advance, locate, offsets_for_times,
                                  offsets_from_json, offsets_to_json, plan_ranges, rate_limit,
                                  split_options, stream_ranges, tail_log_dirs)
-from kproto.spark.scan import AUTO_TASKS, ScanSpec, _bool, auto_split_bytes, parse_options
+from kproto.spark.scan import (AUTO_TASKS, EARLIEST, LATEST, ScanSpec, _bool, auto_split_bytes,
+                               parse_options)
 
 try:  # Spark 4.2+: Trigger.AvailableNow for Python sources
     from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow as _AvailableNow
@@ -161,6 +162,10 @@ def parse_stream_options(options: Mapping[str, str]) -> StreamSpec:
         except ValueError as exc:
             raise ValueError(f"kafka-segments: startingOffsets of a stream must be earliest, "
                              f"latest or JSON like {{\"topic\": {{\"0\": 42}}}}: {exc}") from None
+        bad = sorted(f"{t}-{p}: {o}" for (t, p), o in starting.items() if o < EARLIEST)
+        if bad:
+            raise ValueError(f"kafka-segments: startingOffsets must be offsets, -2 (earliest) or "
+                             f"-1 (latest): {', '.join(bad)}")
     max_offsets = _positive(opts, "maxoffsetspertrigger", "maxOffsetsPerTrigger")
     min_offsets = _positive(opts, "minoffsetspertrigger", "minOffsetsPerTrigger")
     if min_offsets is not None and max_offsets is not None and min_offsets > max_offsets:
@@ -265,7 +270,7 @@ class KafkaSegmentsStreamReader(DataSourceStreamReader, _AvailableNow):
                               storage_options=dict(scan.storage_options))
         for p in found:
             log.warning("kafka-segments: %s", p)
-        return tails
+        return {tp: t for tp, t in tails.items() if scan.selects(*tp)}
 
     def initialOffset(self) -> dict:
         """Where a new query starts (``startingOffsetsByTimestamp``, ``startingTimestamp``,
@@ -278,7 +283,13 @@ class KafkaSegmentsStreamReader(DataSourceStreamReader, _AvailableNow):
         if starting == "latest":
             return offsets_to_json(advance({}, self._tails()))
         assert isinstance(starting, dict)
-        return offsets_to_json(starting)
+        # Spark's -2 (earliest): from the log start, as a partition not listed; -1: the latest
+        out = {tp: o for tp, o in starting.items() if o >= 0}
+        if any(o == LATEST for o in starting.values()):
+            latest = advance({}, self._tails())
+            out.update({tp: latest[tp] for tp, o in starting.items()
+                        if o == LATEST and tp in latest})
+        return offsets_to_json(out)
 
     def _by_timestamp(self, times: int | Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
         """Each partition's first offset at or after its starting timestamp; one without a
@@ -294,6 +305,7 @@ class KafkaSegmentsStreamReader(DataSourceStreamReader, _AvailableNow):
                                  storage_options=dict(scan.storage_options))
         for p in found:
             log.warning("kafka-segments: %s", p)
+        hits = {tp: o for tp, o in hits.items() if scan.selects(*tp)}
         missing = sorted(tp for tp, o in hits.items() if o is None)
         if missing and self.spec.timestamp_strategy == "error":
             raise ValueError(
@@ -379,6 +391,7 @@ class KafkaSegmentsStreamReader(DataSourceStreamReader, _AvailableNow):
         where = locate(scan.paths, topics=scan.topics, partitions=scan.partitions,
                        include_deleted=scan.read.include_deleted, problems=found,
                        storage_options=options)
+        where = {tp: w for tp, w in where.items() if scan.selects(*tp)}
         lost = Problems()
         ranges = stream_ranges(offsets_from_json(start), offsets_from_json(end),
                                {tp: first for tp, (_, first) in where.items()}, lost)

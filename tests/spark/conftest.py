@@ -1,5 +1,6 @@
 """One local SparkSession (``local[2]``) for the whole test session, with the source
-registered; executors run this interpreter (which has kproto and pyarrow)."""
+registered; executors run this interpreter (which has kproto and pyarrow). Spark's own Kafka
+source is on its class path when tools/setup.sh has cached it (kproto.testing.spark)."""
 from __future__ import annotations
 
 import os
@@ -16,8 +17,12 @@ def spark():
     from pyspark.sql import SparkSession
 
     import kproto.spark
+    from kproto.testing import spark as spark_kafka
 
-    session = (SparkSession.builder.master("local[2]").appName("kproto-spark-tests")
+    # jars only join a SparkContext when it starts: one session serves every module
+    jars = [] if spark_kafka.unavailable() else spark_kafka.kafka_source_jars()
+    builder = SparkSession.builder.config("spark.jars", ",".join(jars)) if jars else SparkSession.builder
+    session = (builder.master("local[2]").appName("kproto-spark-tests")
                .config("spark.ui.enabled", "false")
                .config("spark.ui.showConsoleProgress", "false")
                .config("spark.sql.shuffle.partitions", "2")
