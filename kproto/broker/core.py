@@ -27,7 +27,7 @@ from kproto.broker.coordinators.group import GroupCoordinator
 from kproto.broker.log import BrokerError, Log, LogManager, Topic, topic_name_error
 from kproto.broker.purgatory import DelayedOperation, DelayedOperationPurgatory
 from kproto.broker.retention import RetentionManager, maybe_roll_by_time
-from kproto.broker.coordinators.txn import TransactionCoordinator
+from kproto.broker.coordinators.txn import TransactionCoordinator, leader_verification_error
 from kproto.broker.timer import CallbackTask, Clock, SystemClock, SystemTimer
 from kproto.codecs import request as request_codec
 from kproto.codecs import response as response_codec
@@ -64,7 +64,7 @@ _REQUEST_HEADER = message("RequestHeader")
 #: the intersection with the versions the codecs know (:meth:`BrokerCore.api_versions`), so a
 #: schema update never advertises a version no handler was written for.
 IMPLEMENTED: dict[int, tuple[int, int]] = {
-    ApiKey.PRODUCE: (3, 11),
+    ApiKey.PRODUCE: (3, 12),
     ApiKey.FETCH: (4, 17),
     ApiKey.LIST_OFFSETS: (1, 9),
     ApiKey.OFFSET_FOR_LEADER_EPOCH: (0, 4),
@@ -85,12 +85,12 @@ IMPLEMENTED: dict[int, tuple[int, int]] = {
     ApiKey.DESCRIBE_GROUPS: (0, 6),
     ApiKey.LIST_GROUPS: (0, 5),
     ApiKey.DELETE_GROUPS: (0, 3),
-    # transactions, protocol version 1: EndTxn v5, AddPartitionsToTxn v5, TxnOffsetCommit v5
-    # and Produce v12 belong to transaction version 2 (KIP-890), not implemented
-    ApiKey.ADD_PARTITIONS_TO_TXN: (0, 4),
+    # transactions, versions 1 and 2 (KIP-890: Produce v12, AddPartitionsToTxn v5, EndTxn v5 and
+    # TxnOffsetCommit v5+ are transaction version 2's, see TV1_MAX_VERSIONS)
+    ApiKey.ADD_PARTITIONS_TO_TXN: (0, 5),
     ApiKey.ADD_OFFSETS_TO_TXN: (0, 4),
-    ApiKey.END_TXN: (0, 4),
-    ApiKey.TXN_OFFSET_COMMIT: (0, 4),
+    ApiKey.END_TXN: (0, 5),
+    ApiKey.TXN_OFFSET_COMMIT: (0, 6),
     ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),
     ApiKey.LIST_TRANSACTIONS: (0, 2),
     # KIP-848 consumer groups (kproto.broker.coordinators.consumer_group)
@@ -100,6 +100,16 @@ IMPLEMENTED: dict[int, tuple[int, int]] = {
     **SASL_VERSIONS,    # kproto.broker.security.auth
     **ACL_VERSIONS,     # kproto.broker.security.acl
 }
+
+
+#: The newest versions a broker whose finalized transaction.version is below 2 advertises: the
+#: versions above them carry KIP-890 part 2's meaning (implicit partition adds, epoch bumps)
+TV1_MAX_VERSIONS: dict[int, int] = {
+    ApiKey.PRODUCE: 11, ApiKey.ADD_PARTITIONS_TO_TXN: 4, ApiKey.END_TXN: 4, ApiKey.TXN_OFFSET_COMMIT: 4,
+}
+TRANSACTION_VERSION_FEATURE = "transaction.version"
+#: the transaction.version levels this broker supports (Kafka 4.x: 0 to 2)
+TRANSACTION_VERSION_MAX = 2
 
 
 class Channel(Protocol):
@@ -170,12 +180,33 @@ class Request:
         self.channel.respond(frame)
 
 
-def _producer_id_and_epoch(records: Any) -> tuple[int, int]:
-    """The producer id and epoch in a v2 batch header (bytes 43..53), (-1, -1) if there is none."""
-    if len(records) < 61:
-        return -1, -1
+def _producer_of_batch(records: Any) -> tuple[int, int, bool]:
+    """The producer id, epoch and transactional flag in a v2 batch header (bytes 43..53, the
+    attributes at 21..23); (-1, -1, False) if there is none."""
+    if len(records) < 61 or records[16] != 2:
+        return -1, -1, False
     return (int.from_bytes(bytes(records[43:51]), "big", signed=True),
-            int.from_bytes(bytes(records[51:53]), "big", signed=True))
+            int.from_bytes(bytes(records[51:53]), "big", signed=True),
+            bool(records[22] & 0x10))
+
+
+#: coordinator answers a leader cannot give an old producer as they are: retriable ones become
+#: NOT_ENOUGH_REPLICAS (no metadata refresh), as Kafka's ReplicaManager translates them
+_VERIFICATION_RETRIABLE = frozenset({ErrorCode.CONCURRENT_TRANSACTIONS, ErrorCode.NETWORK_EXCEPTION,
+                                     ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+                                     ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR,
+                                     ErrorCode.REQUEST_TIMED_OUT})
+
+
+def _produce_verification_error(code: int, version: int) -> tuple[int, Optional[str]]:
+    """A Produce partition's code (and message) for a failed transaction verification."""
+    code = leader_verification_error(code, generic_errors=version >= 11)
+    if code == ErrorCode.INVALID_TXN_STATE:
+        return code, "Partition was not added to the transaction"
+    if code in _VERIFICATION_RETRIABLE:
+        return (ErrorCode.NOT_ENOUGH_REPLICAS, "Unable to verify the partition has been added to the "
+                f"transaction. Underlying error: {ErrorCode(code).name}")
+    return code, None
 
 
 def _close_for_acks0(req: Request) -> None:
@@ -359,6 +390,8 @@ class BrokerCore:
             except KeyError:
                 continue
             lo2, hi2 = max(lo, valid.start), min(hi, valid[-1])
+            if self.config.transaction_version < 2 and key in TV1_MAX_VERSIONS:
+                hi2 = min(hi2, TV1_MAX_VERSIONS[key])
             if lo2 <= hi2:
                 out[int(key)] = (lo2, hi2)
         return out
@@ -537,11 +570,13 @@ class BrokerCore:
         self.txns.complete_markers_locally(producer_id, producer_epoch, coordinator_epoch, commit, partitions)
         done()
 
-    def verify_transactional_produce(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                                     topic: str, partition: int) -> int:
-        """KIP-890 part 1: a transactional produce must be to a partition its transaction added
-        (the coordinator is here: it is asked directly)."""
-        return self.txns.verify_produce(transactional_id, producer_id, producer_epoch, topic, partition)
+    def verify_txn_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                              partitions: list[tuple[str, int]], add: bool,
+                              then: Callable[[dict[tuple[str, int], int]], None]) -> None:
+        """KIP-890: ask the transactional id's coordinator whether ``partitions`` are in the
+        producer's transaction (``add``: TV2, put them in), then ``then(codes)`` with the
+        coordinator's codes (AddPartitionsToTxn v5's). The coordinator is here: at once."""
+        then(self.txns.verify_or_add(transactional_id, producer_id, producer_epoch, partitions, add))
 
     def known_topics(self) -> dict[str, tuple[Uuid, int, bool]]:
         return {n: (t.topic_id, len(t.partitions), t.is_internal) for n, t in self.logs.topics.items()}
@@ -589,9 +624,20 @@ class BrokerCore:
                                                 or body.node_id != self.config.node_id):
                 req.respond(cls(error_code=ErrorCode.REBOOTSTRAP_REQUIRED))
                 return
-        req.respond(cls(error_code=0, api_keys=[
+        resp = cls(error_code=0, api_keys=[
             cls.ApiVersion(api_key=k, min_version=lo, max_version=hi)
-            for k, (lo, hi) in sorted(self.api_versions().items())]))
+            for k, (lo, hi) in sorted(self.api_versions().items())])
+        if req.version >= 3:
+            # the transaction.version feature (clients choose transaction version 2 by its
+            # finalized level, KIP-890); a level 0 is not listed as finalized, as Kafka
+            resp.supported_features = [cls.SupportedFeatureKey(
+                name=TRANSACTION_VERSION_FEATURE, min_version=0, max_version=TRANSACTION_VERSION_MAX)]
+            tv = self.config.transaction_version
+            resp.finalized_features_epoch = 0
+            if tv > 0:
+                resp.finalized_features = [cls.FinalizedFeatureKey(
+                    name=TRANSACTION_VERSION_FEATURE, max_version_level=tv, min_version_level=tv)]
+        req.respond(resp)
 
     # ------------------------------------------------------------------ Metadata
     def _metadata(self, req: Request) -> None:
@@ -873,6 +919,45 @@ class BrokerCore:
 
     # ------------------------------------------------------------------ Produce
     def _produce(self, req: Request) -> None:
+        """Kafka's ``appendRecordsWithTransactionVerification``: a transactional produce's
+        partitions are verified with the transaction coordinator first (KIP-890; Produce v12
+        from a TV2 producer adds them to the transaction), unless the partition already holds
+        the producer's open transaction at this epoch; then the append."""
+        body = req.body
+        if body.transactional_id is None or not self.config.transaction_partition_verification_enable:
+            return self._produce_append(req, {})
+        by_producer: dict[tuple[int, int], list[tuple[str, int]]] = {}
+        for t in body.topic_data:
+            for p in t.partition_data:
+                lg = self.logs.get(t.name, p.index)
+                if lg is None or p.records is None or not self.leads(t.name, p.index):
+                    continue  # refused below without asking
+                pid, epoch, transactional = _producer_of_batch(p.records)
+                if not transactional:
+                    continue
+                if lg.has_ongoing_transaction(pid, epoch):
+                    continue  # its transaction is open there already: nothing to verify
+                by_producer.setdefault((pid, epoch), []).append((t.name, p.index))
+        if not by_producer:
+            return self._produce_append(req, {})
+        add = req.version >= 12 and self.config.transaction_version >= 2
+        errors: dict[tuple[str, int], tuple[int, Optional[str]]] = {}
+        waiting = [len(by_producer)]
+
+        def verified(codes: dict[tuple[str, int], int]) -> None:
+            for tp, code in codes.items():
+                if code:
+                    errors[tp] = _produce_verification_error(code, req.version)
+            waiting[0] -= 1
+            if waiting[0] == 0:
+                self._produce_append(req, errors)
+
+        for (pid, epoch), tps in by_producer.items():
+            self.verify_txn_partitions(body.transactional_id, pid, epoch, tps, add, verified)
+        return None
+
+    def _produce_append(self, req: Request, refused: dict[tuple[str, int], tuple[int, Optional[str]]]) -> None:
+        """Append what the request carries; ``refused`` partitions failed verification."""
         body = req.body
         cls = response_codec(ApiKey.PRODUCE).cls
         acks = body.acks
@@ -897,14 +982,11 @@ class BrokerCore:
                 if p.records is None:
                     res.error_code = ErrorCode.INVALID_RECORD
                     continue
-                if body.transactional_id is not None:
-                    # KIP-890 part 1: the partition must be in the producer's transaction
-                    pid, epoch = _producer_id_and_epoch(p.records)
-                    err = self.verify_transactional_produce(body.transactional_id, pid, epoch,
-                                                            t.name, p.index)
-                    if err:
-                        res.error_code = err
-                        continue
+                if (t.name, p.index) in refused:
+                    res.error_code, message_ = refused[(t.name, p.index)]
+                    if req.version >= 8:
+                        res.error_message = message_
+                    continue
                 st = self.configs.settings(self.logs.topics[t.name])
                 try:
                     self.check_produce(lg, acks, st.min_insync_replicas)
@@ -1103,7 +1185,7 @@ def error_response(api_key: int, version: int, body: Any, code: int) -> Optional
                 partition_index=p, partition_error_code=code) for p in t.partitions])
             for t in body.v3_and_below_topics])
     if api_key == ApiKey.TXN_OFFSET_COMMIT:
-        return cls(topics=[cls.TxnOffsetCommitResponseTopic(name=t.name, partitions=[
+        return cls(topics=[cls.TxnOffsetCommitResponseTopic(name=t.name, topic_id=t.topic_id, partitions=[
             cls.TxnOffsetCommitResponsePartition(partition_index=p.partition_index, error_code=code)
             for p in t.partitions]) for t in body.topics])
     if api_key == ApiKey.CONSUMER_GROUP_DESCRIBE:

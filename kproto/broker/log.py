@@ -501,6 +501,12 @@ class Log:
             st = self.producers[b.producer_id] = _ProducerState(b.producer_epoch)
         st.batches.append(_BatchMeta(b.base_sequence, b.last_sequence, base, last, max_ts))
 
+    def has_ongoing_transaction(self, producer_id: int, producer_epoch: int) -> bool:
+        """Whether the producer's transaction is open here at this epoch (Kafka's
+        ``UnifiedLog.hasOngoingTransaction``: a write then needs no verification)."""
+        st = self.producers.get(producer_id)
+        return producer_id in self.plog.producers.ongoing and st is not None and st.epoch == producer_epoch
+
     def producer_states(self) -> list[tuple[int, int, int, int, int]]:
         """(producer id, epoch, last sequence, last timestamp, open transaction's first offset)
         of each producer this partition keeps state for; -1 where there is none."""

@@ -7,6 +7,7 @@ from typing import Any, Dict, List, Optional
 
 from kproto.conformance.normalise import Keyed
 from kproto.conformance.scenario import TRANSIENT_COORDINATOR_ERRORS, Context, Scenario, ScenarioGen, TopicSpec, scenario
+from kproto.error_codes import ErrorCode
 from kproto.records import RecordBatchBuilder
 from kproto.schemas.api_keys import ApiKey
 
@@ -545,8 +546,10 @@ def end_txn(ctx: Context) -> ScenarioGen:
     new = yield init_txn(ctx, txn, "InitProducerId again", compare=False)
     pid, epoch = new.producer_id, new.producer_epoch
     yield add_partitions(ctx, txn, pid, epoch)
+    # the leader verifies the batch with the coordinator (KIP-890): retried while that is
+    # still busy with the transaction's previous step, as producers do
     yield produce(ctx, "t", batch(ctx.t0, 2, producer_id=pid, producer_epoch=epoch, base_sequence=0, transactional=True),
-                  transactional_id=txn)
+                  transactional_id=txn, retry=_verification_busy)
 
     def end(p: int, e: int, committed: bool, label: str) -> Any:
         return ctx.call(ApiKey.END_TXN, transactional_id=txn, producer_id=p, producer_epoch=e,
@@ -557,6 +560,11 @@ def end_txn(ctx: Context) -> ScenarioGen:
     # consumer would
     yield fetch(ctx, "t", 0, label="Fetch after commit", compare=True,
                 retry=lambda r: _partition(r).error_code == 0 and _partition(r).last_stable_offset < 3)
+
+
+def _verification_busy(resp: Any) -> bool:
+    return resp.responses[0].partition_responses[0].error_code in (
+        ErrorCode.NOT_ENOUGH_REPLICAS, ErrorCode.CONCURRENT_TRANSACTIONS)
 
 
 @_sc(ApiKey.ADD_OFFSETS_TO_TXN, topics=[_t("t")])
