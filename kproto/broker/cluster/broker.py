@@ -678,7 +678,8 @@ class ClusterBrokerCore(BrokerCore):
             for m in resp.markers if resp is not None else ():
                 for t in m.topics:
                     for p in t.partitions:
-                        if not p.error_code:
+                        # fenced: a newer coordinator has the transaction, its markers are its own
+                        if p.error_code in (0, ErrorCode.TRANSACTION_COORDINATOR_FENCED):
                             remaining.discard((t.name, p.partition_index))
             settled()
 

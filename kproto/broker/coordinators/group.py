@@ -1139,6 +1139,7 @@ class GroupCoordinator:
                 # an unknown id gets a name no topic has: its partitions are answered unknown
                 t.name = names.get(t.topic_id) or f"\0{t.topic_id}"
                 ids[t.name] = t.topic_id
+        self.ensure_topic()  # (AddOffsetsToTxn, which v5+ replaces, has it created)
         partition = partition_for(body.group_id, self.num_partitions)
         lg = self.core.logs.get(OFFSETS_TOPIC, partition)
         if not self.config.transaction_partition_verification_enable or \

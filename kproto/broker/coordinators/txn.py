@@ -70,7 +70,10 @@ def leader_verification_error(code: int, generic_errors: bool) -> int:
 def append_txn_marker(log: Any, producer_id: int, producer_epoch: int, coordinator_epoch: int,
                       commit: bool, now_ms: int) -> int:
     """Write a transaction's COMMIT or ABORT control batch to a partition's log (its leader's
-    part of Kafka's WriteTxnMarkers); the marker's offset."""
+    part of Kafka's WriteTxnMarkers); the marker's offset. A marker from a coordinator older
+    than the partition's last one for the producer raises BrokerError
+    (TRANSACTION_COORDINATOR_FENCED), as does one of an older producer epoch."""
+    log.check_txn_marker(producer_id, producer_epoch, coordinator_epoch)
     b = RecordBatchBuilder(base_offset=log.log_end_offset, producer_id=producer_id,
                            producer_epoch=producer_epoch, transactional=True, control=True)
     b.append_end_txn_marker(commit, coordinator_epoch, now_ms)
@@ -102,7 +105,9 @@ class TransactionCoordinator:
         self.groups = groups  # transactional offset commits complete with the markers
         self.config = core.config
         self.txns: dict[str, TxnMetadata] = {}
-        self.coordinator_epoch = 0
+        # the leader epoch of each __transaction_state partition when it was loaded here
+        # (Kafka's coordinator epoch: markers carry it, partitions fence older coordinators)
+        self.coordinator_epochs: dict[int, int] = {}
         # the finalized transaction.version: 2 enables KIP-890 part 2 (EndTxn v5's epoch bump,
         # implicit partition adds); the broker then advertises the TV2 request versions
         self.tv2 = core.config.transaction_version >= 2
@@ -173,6 +178,7 @@ class TransactionCoordinator:
             if not self.core.leads(lg.topic, lg.partition) or \
                     (partitions is not None and lg.partition not in partitions):
                 continue
+            self.coordinator_epochs[lg.partition] = max(0, lg.leader_epoch)
             for batch in lg.batches():
                 for r in batch.records():
                     try:
@@ -225,8 +231,9 @@ class TransactionCoordinator:
                 txn.producer_epoch, txn.next_producer_id = 0, -1
             self._transit(txn, COMPLETE_COMMIT if commit else COMPLETE_ABORT)
 
-        self.core.write_txn_markers(txn.producer_id, txn.producer_epoch, self.coordinator_epoch, commit,
-                                    set(txn.partitions), done)
+        self.core.write_txn_markers(txn.producer_id, txn.producer_epoch,
+                                    self.coordinator_epochs.get(self.partition_of(txn.transactional_id), 0),
+                                    commit, set(txn.partitions), done)
 
     def complete_markers_locally(self, producer_id: int, producer_epoch: int, coordinator_epoch: int,
                                  commit: bool, partitions: set[tuple[str, int]]) -> None:
@@ -237,7 +244,10 @@ class TransactionCoordinator:
             lg = self.core.logs.get(topic, p)
             if lg is None:
                 continue  # the topic went away meanwhile
-            append_txn_marker(lg, producer_id, producer_epoch, coordinator_epoch, commit, now)
+            try:
+                append_txn_marker(lg, producer_id, producer_epoch, coordinator_epoch, commit, now)
+            except BrokerError:
+                continue  # a newer coordinator (or producer epoch) wrote there: not ours to mark
             if topic == OFFSETS_TOPIC:
                 self.groups.complete_txn(p, producer_id, commit)
             self.core.appended_internal(lg)
