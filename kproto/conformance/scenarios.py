@@ -539,8 +539,14 @@ def add_partitions_to_txn(ctx: Context) -> ScenarioGen:
 
 @_sc(ApiKey.END_TXN, topics=[_t("t")])
 def end_txn(ctx: Context) -> ScenarioGen:
-    """Commit a transaction with one batch, end again with nothing ongoing, end with a fenced
-    epoch, then a Fetch at read_committed showing the marker."""
+    """Abort and commit a transaction nothing was added to (transaction version 2, v5, aborts
+    it under a bumped epoch), commit a transaction with one batch, end with a fenced epoch,
+    then a Fetch at read_committed showing the marker."""
+    empty = ctx.group("txn-empty")
+    r = yield init_txn(ctx, empty, compare=False)
+    for committed, label in ((True, "EndTxn commit nothing added"), (False, "EndTxn abort nothing added")):
+        yield ctx.call(ApiKey.END_TXN, transactional_id=empty, producer_id=r.producer_id,
+                       producer_epoch=r.producer_epoch, committed=committed, label=label)
     txn = ctx.group("txn")
     old = yield init_txn(ctx, txn, compare=False)
     new = yield init_txn(ctx, txn, "InitProducerId again", compare=False)
@@ -591,7 +597,7 @@ def txn_offset_commit(ctx: Context) -> ScenarioGen:
         return ctx.call(ApiKey.TXN_OFFSET_COMMIT, transactional_id=txn, group_id=group,
                         producer_id=r.producer_id, producer_epoch=r.producer_epoch,
                         generation_id_or_member_epoch=-1, member_id="", group_instance_id=None, label=label, topics=[
-                            {"name": ctx.topic("t"), "partitions": [
+                            {"name": ctx.topic("t"), "topic_id": ctx.topic_id("t"), "partitions": [
                                 {"partition_index": 0, "committed_offset": 1, "committed_leader_epoch": -1,
                                  "committed_metadata": ""}]}])
     yield commit(new, g, "TxnOffsetCommit")
