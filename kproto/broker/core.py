@@ -85,8 +85,8 @@ IMPLEMENTED: dict[int, tuple[int, int]] = {
     ApiKey.DESCRIBE_GROUPS: (0, 6),
     ApiKey.LIST_GROUPS: (0, 5),
     ApiKey.DELETE_GROUPS: (0, 3),
-    # transactions, versions 1 and 2 (KIP-890: Produce v12, AddPartitionsToTxn v5, EndTxn v5 and
-    # TxnOffsetCommit v5+ are transaction version 2's, see TV1_MAX_VERSIONS)
+    # transactions, versions 1 and 2 (KIP-890: Produce v12, EndTxn v5 and TxnOffsetCommit v5+
+    # are transaction version 2's, see TV1_MAX_VERSIONS)
     ApiKey.ADD_PARTITIONS_TO_TXN: (0, 5),
     ApiKey.ADD_OFFSETS_TO_TXN: (0, 4),
     ApiKey.END_TXN: (0, 5),
@@ -103,10 +103,9 @@ IMPLEMENTED: dict[int, tuple[int, int]] = {
 
 
 #: The newest versions a broker whose finalized transaction.version is below 2 advertises: the
-#: versions above them carry KIP-890 part 2's meaning (implicit partition adds, epoch bumps)
-TV1_MAX_VERSIONS: dict[int, int] = {
-    ApiKey.PRODUCE: 11, ApiKey.ADD_PARTITIONS_TO_TXN: 4, ApiKey.END_TXN: 4, ApiKey.TXN_OFFSET_COMMIT: 4,
-}
+#: versions above them carry KIP-890 part 2's meaning (implicit partition adds, epoch bumps).
+#: (AddPartitionsToTxn v5 stays: only brokers send v4+, and v5 is their verification's version.)
+TV1_MAX_VERSIONS: dict[int, int] = {ApiKey.PRODUCE: 11, ApiKey.END_TXN: 4, ApiKey.TXN_OFFSET_COMMIT: 4}
 TRANSACTION_VERSION_FEATURE = "transaction.version"
 #: the transaction.version levels this broker supports (Kafka 4.x: 0 to 2)
 TRANSACTION_VERSION_MAX = 2

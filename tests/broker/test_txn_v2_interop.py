@@ -114,3 +114,13 @@ def test_kproto_producer_transactions(target, request):
     assert out["offset"] == TRANSACTIONS
     print(f"kproto's producer on {target}: {TRANSACTIONS} transactions in {out['elapsed'] * 1000:.0f} ms "
           f"({TRANSACTIONS / out['elapsed']:.0f}/s)")
+
+
+@pytest.mark.kafka_cluster(transaction_version=1)
+def test_kproto_producer_transactions_on_a_cluster_finalizing_version_1(kafka_cluster):
+    # transaction version 1 on a cluster: the leaders still verify each write with the
+    # coordinator on another broker, and the producer keeps its epoch
+    out = asyncio.run(asyncio.wait_for(kproto_transactions(kafka_cluster.bootstrap, 3), 90))
+    assert not out["tv2"] and out["last"] == out["first"]
+    committed, every = expected()
+    assert (out["read_committed"], out["read_uncommitted"], out["offset"]) == (committed, every, TRANSACTIONS)

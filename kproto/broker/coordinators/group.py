@@ -1152,6 +1152,8 @@ class GroupCoordinator:
             # Kafka's normalizeException: a timed-out or failed write is COORDINATOR_NOT_AVAILABLE
             if code in (E.NETWORK_EXCEPTION, E.REQUEST_TIMED_OUT, E.NOT_ENOUGH_REPLICAS):
                 code = E.COORDINATOR_NOT_AVAILABLE
+            if not code and not self.core.leads(OFFSETS_TOPIC, partition):
+                code = E.NOT_COORDINATOR  # the group moved while the coordinator was asked
             self._txn_commit_offsets(body, version, respond, code, ids)
 
         self.core.verify_txn_partitions(body.transactional_id, body.producer_id, body.producer_epoch,

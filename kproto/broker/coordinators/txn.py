@@ -364,8 +364,9 @@ class TransactionCoordinator:
         self._transit(txn, ONGOING)
 
     def _add_partitions(self, tid: str, pid: int, epoch: int, wanted: list[TopicPartition],
-                        version: int, verify_only: bool = False, client_tv: int = 0) -> dict[TopicPartition, int]:
-        unknown = {tp for tp in wanted if not self.core.has_partition(*tp)}
+                        version: int, verify_only: bool = False, client_tv: int = 0,
+                        check_known: bool = True) -> dict[TopicPartition, int]:
+        unknown = {tp for tp in wanted if check_known and not self.core.has_partition(*tp)}
         if unknown:
             return {tp: E.UNKNOWN_TOPIC_OR_PARTITION if tp in unknown else E.OPERATION_NOT_ATTEMPTED
                     for tp in wanted}
@@ -420,7 +421,10 @@ class TransactionCoordinator:
             return respond(cls(throttle_time_ms=0, error_code=E.INVALID_GROUP_ID))
         self.groups.ensure_topic()
         tp = (OFFSETS_TOPIC, partition_for(body.group_id, self.groups.num_partitions))
-        codes = self._add_partitions(body.transactional_id, body.producer_id, body.producer_epoch, [tp], version)
+        # as Kafka's handleAddOffsetsToTxnRequest: the group's partition is added whether or not
+        # __consumer_offsets exists yet (in a cluster it is made at the group's FindCoordinator)
+        codes = self._add_partitions(body.transactional_id, body.producer_id, body.producer_epoch, [tp], version,
+                                     check_known=False)
         respond(cls(throttle_time_ms=0, error_code=self._old_fenced(codes[tp], version, 2)))
 
     # -------------------------------------------------------------- EndTxn
