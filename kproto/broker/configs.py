@@ -57,6 +57,11 @@ class BrokerConfig:
     offsets_commit_timeout_ms: int = 5000           # offsets.commit.timeout.ms
     transaction_state_num_partitions: int = 50      # transaction.state.log.num.partitions
     transaction_max_timeout_ms: int = 900000        # transaction.max.timeout.ms
+    transaction_partition_verification_enable: bool = True  # transaction.partition.verification.enable
+    # the transaction.version a new broker (or cluster) is formatted with, as Kafka's storage
+    # tool's --feature: 2 is KIP-890 part 2 (EndTxn v5's epoch bump, partitions added by
+    # Produce v12 and TxnOffsetCommit v5+), 0 or 1 transactions as before it
+    transaction_version: int = 2
     # broker-level defaults of topic configs (see kproto.broker.configs for the others)
     log_retention_ms: int = 604800000               # log.retention.ms (log.retention.hours=168)
     log_retention_bytes: int = -1                   # log.retention.bytes
@@ -572,6 +577,8 @@ class ConfigManager(ConfigLevels):
             "offsets.topic.replication.factor": (1, SHORT),
             "transaction.state.log.num.partitions": (c.transaction_state_num_partitions, INT),
             "transaction.max.timeout.ms": (c.transaction_max_timeout_ms, INT),
+            "transaction.partition.verification.enable":
+                (str(c.transaction_partition_verification_enable).lower(), BOOLEAN),
             "group.initial.rebalance.delay.ms": (c.group_initial_rebalance_delay_ms, INT),
             "group.min.session.timeout.ms": (c.group_min_session_timeout_ms, INT),
             "group.max.session.timeout.ms": (c.group_max_session_timeout_ms, INT),

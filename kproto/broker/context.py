@@ -33,6 +33,10 @@ class BrokerContext(Protocol):
 
     def allocate_producer_id(self) -> int: ...
 
+    def transaction_version(self) -> int:
+        """The finalized transaction.version (2: KIP-890 part 2's protocol)."""
+        ...
+
     def leads(self, topic: str, partition: int) -> bool:
         """Whether this broker is the partition's leader (a single broker leads them all)."""
         ...
@@ -57,9 +61,11 @@ class BrokerContext(Protocol):
         """Whether the partition exists in the cluster (hosted here or not)."""
         ...
 
-    def verify_transactional_produce(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                                     topic: str, partition: int) -> int:
-        """KIP-890 verification of a transactional write to a partition: 0, or the error."""
+    def verify_txn_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                              partitions: list[tuple[str, int]], add: bool,
+                              then: Callable[[dict[tuple[str, int], int]], None]) -> None:
+        """KIP-890: ask the transaction coordinator whether the partitions are in the
+        producer's transaction (``add``: put them in), then ``then(codes)`` with its answer."""
         ...
 
     def known_topics(self) -> Mapping[str, tuple[Uuid, int, bool]]:

@@ -31,7 +31,7 @@ from kproto.broker.log import BrokerError, Log, LogManager, Topic, replace_file,
 from kproto.broker.purgatory import DelayedOperation, DelayedOperationPurgatory
 from kproto.broker.cleaner import CleanerConfig, LogCleaner
 from kproto.broker.retention import RetentionManager, maybe_roll_by_time
-from kproto.broker.coordinators.txn import TransactionCoordinator
+from kproto.broker.coordinators.txn import TransactionCoordinator, leader_verification_error
 from kproto.broker.timer import CallbackTask, Clock, SystemClock, SystemTimer
 from kproto.codecs import request as request_codec
 from kproto.codecs import response as response_codec
@@ -70,7 +70,7 @@ _REQUEST_HEADER = message("RequestHeader")
 #: the intersection with the versions the codecs know (:meth:`BrokerCore.api_versions`), so a
 #: schema update never advertises a version no handler was written for.
 IMPLEMENTED: dict[int, tuple[int, int]] = {
-    ApiKey.PRODUCE: (3, 11),
+    ApiKey.PRODUCE: (3, 12),
     ApiKey.FETCH: (4, 17),
     ApiKey.LIST_OFFSETS: (1, 9),
     ApiKey.OFFSET_FOR_LEADER_EPOCH: (0, 4),
@@ -91,12 +91,12 @@ IMPLEMENTED: dict[int, tuple[int, int]] = {
     ApiKey.DESCRIBE_GROUPS: (0, 6),
     ApiKey.LIST_GROUPS: (0, 5),
     ApiKey.DELETE_GROUPS: (0, 3),
-    # transactions, protocol version 1: EndTxn v5, AddPartitionsToTxn v5, TxnOffsetCommit v5
-    # and Produce v12 belong to transaction version 2 (KIP-890), not implemented
-    ApiKey.ADD_PARTITIONS_TO_TXN: (0, 4),
+    # transactions, versions 1 and 2 (KIP-890: Produce v12, EndTxn v5 and TxnOffsetCommit v5+
+    # are transaction version 2's, see TV1_MAX_VERSIONS)
+    ApiKey.ADD_PARTITIONS_TO_TXN: (0, 5),
     ApiKey.ADD_OFFSETS_TO_TXN: (0, 4),
-    ApiKey.END_TXN: (0, 4),
-    ApiKey.TXN_OFFSET_COMMIT: (0, 4),
+    ApiKey.END_TXN: (0, 5),
+    ApiKey.TXN_OFFSET_COMMIT: (0, 6),
     ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),
     ApiKey.LIST_TRANSACTIONS: (0, 2),
     # KIP-848 consumer groups (kproto.broker.coordinators.consumer_group)
@@ -118,9 +118,10 @@ _NOT_HOSTED = "This server does not host this topic-partition."
 FEATURES_FILE = "kproto-features.json"
 
 
-def _load_features(path: str) -> tuple[dict[str, int], int]:
+def _load_features(path: str, transaction_version: int) -> tuple[dict[str, int], int]:
     """(levels, epoch) from the features file; a new broker's defaults (one feature record
-    each, so the epoch is the offset of the last) when there is none or it cannot be read."""
+    each, so the epoch is the offset of the last), at ``transaction_version``, when there is
+    none or it cannot be read."""
     try:
         with open(path, "rb") as f:
             doc = json.loads(f.read())
@@ -130,11 +131,20 @@ def _load_features(path: str) -> tuple[dict[str, int], int]:
     except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
         log.warning("%s unreadable (%r): feature levels back to their defaults", path, exc)
     levels = feat.default_levels()
+    levels.pop(feat.TRANSACTION_VERSION, None)
+    if transaction_version > 0:
+        levels[feat.TRANSACTION_VERSION] = transaction_version
     return levels, len(levels) - 1
 
 
 def _save_features(path: str, levels: dict[str, int], epoch: int) -> None:
     replace_file(path, json.dumps({"version": 1, "epoch": epoch, "features": levels}, indent=1).encode())
+
+
+#: The newest versions a broker whose finalized transaction.version is below 2 advertises: the
+#: versions above them carry KIP-890 part 2's meaning (implicit partition adds, epoch bumps).
+#: (AddPartitionsToTxn v5 stays: only brokers send v4+, and v5 is their verification's version.)
+TV1_MAX_VERSIONS: dict[int, int] = {ApiKey.PRODUCE: 11, ApiKey.END_TXN: 4, ApiKey.TXN_OFFSET_COMMIT: 4}
 
 
 class Channel(Protocol):
@@ -205,12 +215,33 @@ class Request:
         self.channel.respond(frame)
 
 
-def _producer_id_and_epoch(records: Any) -> tuple[int, int]:
-    """The producer id and epoch in a v2 batch header (bytes 43..53), (-1, -1) if there is none."""
-    if len(records) < 61:
-        return -1, -1
+def _producer_of_batch(records: Any) -> tuple[int, int, bool]:
+    """The producer id, epoch and transactional flag in a v2 batch header (bytes 43..53, the
+    attributes at 21..23); (-1, -1, False) if there is none."""
+    if len(records) < 61 or records[16] != 2:
+        return -1, -1, False
     return (int.from_bytes(bytes(records[43:51]), "big", signed=True),
-            int.from_bytes(bytes(records[51:53]), "big", signed=True))
+            int.from_bytes(bytes(records[51:53]), "big", signed=True),
+            bool(records[22] & 0x10))
+
+
+#: coordinator answers a leader cannot give an old producer as they are: retriable ones become
+#: NOT_ENOUGH_REPLICAS (no metadata refresh), as Kafka's ReplicaManager translates them
+_VERIFICATION_RETRIABLE = frozenset({ErrorCode.CONCURRENT_TRANSACTIONS, ErrorCode.NETWORK_EXCEPTION,
+                                     ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+                                     ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR,
+                                     ErrorCode.REQUEST_TIMED_OUT})
+
+
+def _produce_verification_error(code: int, version: int) -> tuple[int, Optional[str]]:
+    """A Produce partition's code (and message) for a failed transaction verification."""
+    code = leader_verification_error(code, generic_errors=version >= 11)
+    if code == ErrorCode.INVALID_TXN_STATE:
+        return code, "Partition was not added to the transaction"
+    if code in _VERIFICATION_RETRIABLE:
+        return (ErrorCode.NOT_ENOUGH_REPLICAS, "Unable to verify the partition has been added to the "
+                f"transaction. Underlying error: {ErrorCode(code).name}")
+    return code, None
 
 
 def _close_for_acks0(req: Request) -> None:
@@ -332,7 +363,8 @@ class BrokerCore:
         self.authz = RequestAuthorizer(self.authorizer, self) if self.authorizer is not None else None
         self.security.on_change = lambda _store: self._save_security()
         self.features_file = os.path.join(data_dir, FEATURES_FILE)
-        self.finalized_features, self.features_epoch = _load_features(self.features_file)
+        self.finalized_features, self.features_epoch = _load_features(self.features_file,
+                                                                      self.config.transaction_version)
         acl = AclHandlers(self.authorizer, self._save_security)
         sec = self.security
         tx, adm = self.txns, self.admin
@@ -389,6 +421,16 @@ class BrokerCore:
     def api_versions(self) -> dict[int, tuple[int, int]]:
         """API key -> (min, max) advertised: implemented versions the codecs know (computed
         once: every request looks its range up, and the walk over the codecs costs ~0.1 ms)."""
+        if self.transaction_version() < 2:  # the TV2 request versions are not advertised
+            cached = self.__dict__.get("_api_versions_tv1")
+            if cached is None:
+                cached = self._api_versions_tv1 = {
+                    k: (lo, min(hi, TV1_MAX_VERSIONS[k])) if k in TV1_MAX_VERSIONS else (lo, hi)
+                    for k, (lo, hi) in self._api_versions_all().items()}
+            return cached
+        return self._api_versions_all()
+
+    def _api_versions_all(self) -> dict[int, tuple[int, int]]:
         cached = self.__dict__.get("_api_versions_cache")
         if cached is None:
             cached = self._api_versions_cache = self._compute_api_versions()
@@ -580,11 +622,13 @@ class BrokerCore:
         self.txns.complete_markers_locally(producer_id, producer_epoch, coordinator_epoch, commit, partitions)
         done()
 
-    def verify_transactional_produce(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                                     topic: str, partition: int) -> int:
-        """KIP-890 part 1: a transactional produce must be to a partition its transaction added
-        (the coordinator is here: it is asked directly)."""
-        return self.txns.verify_produce(transactional_id, producer_id, producer_epoch, topic, partition)
+    def verify_txn_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                              partitions: list[tuple[str, int]], add: bool,
+                              then: Callable[[dict[tuple[str, int], int]], None]) -> None:
+        """KIP-890: ask the transactional id's coordinator whether ``partitions`` are in the
+        producer's transaction (``add``: TV2, put them in), then ``then(codes)`` with the
+        coordinator's codes (AddPartitionsToTxn v5's). The coordinator is here: at once."""
+        then(self.txns.verify_or_add(transactional_id, producer_id, producer_epoch, partitions, add))
 
     def known_topics(self) -> dict[str, tuple[Uuid, int, bool]]:
         return {n: (t.topic_id, len(t.partitions), t.is_internal) for n, t in self.logs.topics.items()}
@@ -644,6 +688,10 @@ class BrokerCore:
         """The finalized feature levels and their epoch, as ApiVersions v3+ answers them."""
         return self.finalized_features, self.features_epoch
 
+    def transaction_version(self) -> int:
+        """The finalized transaction.version: 2 is KIP-890 part 2's protocol."""
+        return self.feature_levels()[0].get(feat.TRANSACTION_VERSION, 0)
+
     def _update_features(self, req: Request) -> None:
         # Kafka's controller checks (kproto.broker.features); this node is its own controller
         updates = feat.requested_updates(req.version, req.body)
@@ -696,6 +744,7 @@ class BrokerCore:
         nodes = [cls.Node(node_id=me, listeners=[cls.Listener(name="CONTROLLER", host=self.config.host,
                                                               port=self.config.port)])] if known and text else []
         req.respond(cls(error_code=0, error_message="" if text else None, topics=topics, nodes=nodes))
+
 
     # ------------------------------------------------------------------ Metadata
     def _metadata(self, req: Request) -> None:
@@ -977,6 +1026,45 @@ class BrokerCore:
 
     # ------------------------------------------------------------------ Produce
     def _produce(self, req: Request) -> None:
+        """Kafka's ``appendRecordsWithTransactionVerification``: a transactional produce's
+        partitions are verified with the transaction coordinator first (KIP-890; Produce v12
+        from a TV2 producer adds them to the transaction), unless the partition already holds
+        the producer's open transaction at this epoch; then the append."""
+        body = req.body
+        if body.transactional_id is None or not self.config.transaction_partition_verification_enable:
+            return self._produce_append(req, {})
+        by_producer: dict[tuple[int, int], list[tuple[str, int]]] = {}
+        for t in body.topic_data:
+            for p in t.partition_data:
+                lg = self.logs.get(t.name, p.index)
+                if lg is None or p.records is None or not self.leads(t.name, p.index):
+                    continue  # refused below without asking
+                pid, epoch, transactional = _producer_of_batch(p.records)
+                if not transactional:
+                    continue
+                if lg.has_ongoing_transaction(pid, epoch):
+                    continue  # its transaction is open there already: nothing to verify
+                by_producer.setdefault((pid, epoch), []).append((t.name, p.index))
+        if not by_producer:
+            return self._produce_append(req, {})
+        add = req.version >= 12 and self.transaction_version() >= 2
+        errors: dict[tuple[str, int], tuple[int, Optional[str]]] = {}
+        waiting = [len(by_producer)]
+
+        def verified(codes: dict[tuple[str, int], int]) -> None:
+            for tp, code in codes.items():
+                if code:
+                    errors[tp] = _produce_verification_error(code, req.version)
+            waiting[0] -= 1
+            if waiting[0] == 0:
+                self._produce_append(req, errors)
+
+        for (pid, epoch), tps in by_producer.items():
+            self.verify_txn_partitions(body.transactional_id, pid, epoch, tps, add, verified)
+        return None
+
+    def _produce_append(self, req: Request, refused: dict[tuple[str, int], tuple[int, Optional[str]]]) -> None:
+        """Append what the request carries; ``refused`` partitions failed verification."""
         body = req.body
         cls = response_codec(ApiKey.PRODUCE).cls
         acks = body.acks
@@ -1001,14 +1089,11 @@ class BrokerCore:
                 if p.records is None:
                     res.error_code = ErrorCode.INVALID_RECORD
                     continue
-                if body.transactional_id is not None:
-                    # KIP-890 part 1: the partition must be in the producer's transaction
-                    pid, epoch = _producer_id_and_epoch(p.records)
-                    err = self.verify_transactional_produce(body.transactional_id, pid, epoch,
-                                                            t.name, p.index)
-                    if err:
-                        res.error_code = err
-                        continue
+                if (t.name, p.index) in refused:
+                    res.error_code, message_ = refused[(t.name, p.index)]
+                    if req.version >= 8:
+                        res.error_message = message_
+                    continue
                 st = self.configs.settings(self.logs.topics[t.name])
                 try:
                     self.check_produce(lg, acks, st.min_insync_replicas)
@@ -1210,7 +1295,7 @@ def error_response(api_key: int, version: int, body: Any, code: int) -> Optional
                 partition_index=p, partition_error_code=code) for p in t.partitions])
             for t in body.v3_and_below_topics])
     if api_key == ApiKey.TXN_OFFSET_COMMIT:
-        return cls(topics=[cls.TxnOffsetCommitResponseTopic(name=t.name, partitions=[
+        return cls(topics=[cls.TxnOffsetCommitResponseTopic(name=t.name, topic_id=t.topic_id, partitions=[
             cls.TxnOffsetCommitResponsePartition(partition_index=p.partition_index, error_code=code)
             for p in t.partitions]) for t in body.topics])
     if api_key == ApiKey.CONSUMER_GROUP_DESCRIBE:

@@ -41,10 +41,12 @@ ELIGIBLE_LEADER_REPLICAS_VERSION = "eligible.leader.replicas.version"
 METADATA_VERSION_3_9 = 21
 #: metadata.version 4.4-IV2 (Kafka 4.4.0's latest): from it on controllers can be unregistered.
 METADATA_VERSION_4_4_IV2 = 33
-#: The transaction.version the broker implements. 0: transactions as before KIP-890 part 2, the
-#: transaction log written as TransactionLogValue v0 (level 1 writes v1, level 2 is the
-#: protocol of KIP-890 part 2: EndTxn v5, Produce v12, ...). Raise it with those.
-TRANSACTION_VERSION_LEVEL = 0
+#: The newest transaction.version the broker implements, and a new broker's or cluster's level:
+#: 2 is KIP-890 part 2 (EndTxn v5's epoch bump, partitions added by Produce v12 and
+#: TxnOffsetCommit v5+, the transaction log written as TransactionLogValue v1); 0 and 1
+#: transactions as before it. A broker formatted at a lower level (``transaction_version``)
+#: or downgraded with UpdateFeatures serves that level's protocol.
+TRANSACTION_VERSION_LEVEL = 2
 
 #: UpdateFeatures upgrade types (Kafka's ``FeatureUpdate.UpgradeType``).
 UPGRADE, SAFE_DOWNGRADE, UNSAFE_DOWNGRADE = 1, 2, 3
@@ -70,7 +72,7 @@ FEATURES: dict[str, FeatureSpec] = {f.name: f for f in (
                 "the controller quorum's voters are static (no KIP-853 voter records)"),
     FeatureSpec(GROUP_VERSION, (0, 1), 1, (0, 1), 1),
     FeatureSpec(TRANSACTION_VERSION, (0, TRANSACTION_VERSION_LEVEL), TRANSACTION_VERSION_LEVEL,
-                (0, 2), 2, "transactions v2 (KIP-890 part 2) are not implemented"),
+                (0, 2), 2),
     FeatureSpec(SHARE_VERSION, (0, 0), 0, (0, 2), 2, "share groups are not implemented"),
     FeatureSpec(STREAMS_VERSION, (0, 0), 0, (0, 1), 1, "streams groups are not implemented"),
     FeatureSpec(ELIGIBLE_LEADER_REPLICAS_VERSION, (0, 0), 0, (0, 1), 1,

@@ -30,6 +30,7 @@ from kproto.codecs.primitives import Uuid
 from kproto.error_codes import ErrorCode
 from kproto.errors import DecodeError
 from kproto.records.batch import CRC_START, RecordBatch
+from kproto.records.control import decode_control
 from kproto.records.reader import BatchReader
 from kproto.records.record import ATTR_TIMESTAMP_TYPE, increment_sequence
 from kproto.storage.checkpoints import (CleanShutdown, EpochEntry, LeaderEpochCheckpoint,
@@ -239,6 +240,17 @@ class _BatchMeta:
 class _ProducerState:
     epoch: int
     batches: deque = field(default_factory=lambda: deque(maxlen=NUM_BATCHES_TO_RETAIN))
+    coordinator_epoch: int = -1  # of the last transaction marker (fences older coordinators)
+
+
+def _marker_coordinator_epoch(batch: RecordBatch) -> int:
+    """The coordinator epoch in a control batch's end-transaction marker (-1 if none)."""
+    recs = batch.record_list()
+    try:
+        ctrl = decode_control(recs[0].key, recs[0].value) if recs else None
+    except DecodeError:
+        return -1
+    return -1 if ctrl is None or ctrl.coordinator_epoch is None else ctrl.coordinator_epoch
 
 
 @dataclass
@@ -560,11 +572,33 @@ class Log:
         st = self.producers.get(b.producer_id)
         if b.is_control:
             if st is None or st.epoch != b.producer_epoch:
-                self.producers[b.producer_id] = _ProducerState(b.producer_epoch)
+                st = self.producers[b.producer_id] = _ProducerState(b.producer_epoch)
+            st.coordinator_epoch = max(st.coordinator_epoch, _marker_coordinator_epoch(b))
             return
         if st is None or st.epoch != b.producer_epoch:
             st = self.producers[b.producer_id] = _ProducerState(b.producer_epoch)
         st.batches.append(_BatchMeta(b.base_sequence, b.last_sequence, base, last, max_ts))
+
+    def check_txn_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int) -> None:
+        """Kafka's ``ProducerAppendInfo.appendEndTxnMarker`` checks: a marker of an older
+        producer epoch, or from a coordinator older than the last marker's, is refused."""
+        st = self.producers.get(producer_id)
+        if st is None:
+            return
+        if producer_epoch < st.epoch:
+            raise BrokerError(ErrorCode.INVALID_PRODUCER_EPOCH,
+                              f"Epoch of producer {producer_id} is {producer_epoch}, which is smaller than "
+                              f"the last seen epoch {st.epoch}")
+        if st.coordinator_epoch > coordinator_epoch:
+            raise BrokerError(ErrorCode.TRANSACTION_COORDINATOR_FENCED,
+                              f"Invalid coordinator epoch for producerId {producer_id}: {coordinator_epoch} "
+                              f"(zombie), {st.coordinator_epoch} (current)")
+
+    def has_ongoing_transaction(self, producer_id: int, producer_epoch: int) -> bool:
+        """Whether the producer's transaction is open here at this epoch (Kafka's
+        ``UnifiedLog.hasOngoingTransaction``: a write then needs no verification)."""
+        st = self.producers.get(producer_id)
+        return producer_id in self.plog.producers.ongoing and st is not None and st.epoch == producer_epoch
 
     def producer_states(self) -> list[tuple[int, int, int, int, int]]:
         """(producer id, epoch, last sequence, last timestamp, open transaction's first offset)
@@ -601,7 +635,8 @@ class Log:
             if meta.first_seq == seq and meta.last_seq == batch.last_sequence:
                 return meta
         last = st.batches[-1].last_seq if st.batches else -1
-        if seq != increment_sequence(last, 1):
+        # no batch at this epoch yet (a TV2 marker moved the producer to it): sequence 0
+        if seq != (0 if last < 0 else increment_sequence(last, 1)):
             raise BrokerError(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
                               f"Out of order sequence number for producer {pid} at offset "
                               f"{self.log_end_offset}: {seq} (incoming seq. number), {last} "

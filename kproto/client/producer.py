@@ -38,7 +38,9 @@ from kproto.client.accumulator import (PendingBatch, RecordAccumulator, RecordMe
 from kproto.client.cluster import METADATA_REFRESH_ERRORS, Cluster
 from kproto.client.protocol import (BrokerError, KafkaConnectionError, UnsupportedVersionError,
                                     raise_for_error)
-from kproto.client.transactions import (ADD_PARTITIONS_CLIENT_VERSIONS, PRODUCE_TXN_V1_VERSIONS,
+from kproto.client.transactions import (ADD_PARTITIONS_CLIENT_VERSIONS, END_TXN_V1_VERSIONS,
+                                       PRODUCE_TXN_V1_VERSIONS, TRANSACTION_VERSION_FEATURE,
+                                       TXN_OFFSET_COMMIT_V1_VERSIONS, TXN_OFFSET_COMMIT_V2_VERSIONS,
                                        Action, TransactionManager)
 from kproto.codecs import request as _request_codec
 from kproto.codecs.primitives import Uuid
@@ -124,6 +126,11 @@ class Producer:
             tm = self.transactions
             await self._txn_call(tm.init_producer_id_request(), tm.handle_init_producer_id)
             self.producer_id, self.producer_epoch = tm.producer_id, tm.producer_epoch
+            # as the Java 4.x client: transaction version 2 where the coordinator's broker
+            # finalizes transaction.version >= 2 (and speaks EndTxn v5)
+            conn = await self.cluster.coordinator(tm.transactional_id, 1)
+            tm.tv2 = conn.versions.finalized.get(TRANSACTION_VERSION_FEATURE, 0) >= 2 and \
+                5 in conn.versions.supported(ApiKey.END_TXN)
         else:
             # Kafka's client retries a retriable answer after its backoff (any broker will do):
             # a broker creating __transaction_state answers COORDINATOR_LOAD_IN_PROGRESS at first
@@ -174,11 +181,15 @@ class Producer:
         self._tm().begin()
 
     async def _add_partitions(self, batches: list[PendingBatch]) -> None:
-        """AddPartitionsToTxn for the partitions the transaction does not hold yet."""
+        """AddPartitionsToTxn for the partitions the transaction does not hold yet (with
+        transaction version 2 their Produce adds them)."""
         tm = self._tm()
         while True:
             new = tm.new_partitions((b.topic, b.partition) for b in batches)
             if not new:
+                return
+            if tm.tv2:
+                tm.added_by_produce(new)
                 return
             await self._txn_call(tm.add_partitions_request(new), tm.handle_add_partitions,
                                  version=ADD_PARTITIONS_CLIENT_VERSIONS)
@@ -187,12 +198,24 @@ class Producer:
                                           generation_id: int = -1, member_id: str = "",
                                           group_instance_id: Optional[str] = None) -> None:
         """Commit a consumer group's ``offsets`` (next offsets to read) with the transaction
-        (AddOffsetsToTxn, then TxnOffsetCommit to the group's coordinator)."""
+        (AddOffsetsToTxn, then TxnOffsetCommit to the group's coordinator; with transaction
+        version 2 TxnOffsetCommit v5 alone)."""
         tm = self._tm()
-        await self._txn_call(tm.add_offsets_request(group_id), tm.handle_add_offsets)
+        if not tm.tv2:
+            await self._txn_call(tm.add_offsets_request(group_id), tm.handle_add_offsets)
         await self._txn_call(tm.txn_offset_commit_request(
             group_id, offsets, generation_id=generation_id, member_id=member_id,
-            group_instance_id=group_instance_id), tm.handle_txn_offset_commit, group=group_id)
+            group_instance_id=group_instance_id), tm.handle_txn_offset_commit, group=group_id,
+            version=TXN_OFFSET_COMMIT_V2_VERSIONS if tm.tv2 else TXN_OFFSET_COMMIT_V1_VERSIONS)
+
+    async def _end_transaction(self, body: Any) -> None:
+        """EndTxn; transaction version 2 moves the producer to the epoch (or id) it answers,
+        its sequences from 0."""
+        tm = self._tm()
+        await self._txn_call(body, tm.handle_end, version=None if tm.tv2 else END_TXN_V1_VERSIONS)
+        if (tm.producer_id, tm.producer_epoch) != (self.producer_id, self.producer_epoch):
+            self.producer_id, self.producer_epoch = tm.producer_id, tm.producer_epoch
+            self.accumulator.reset_sequences()
 
     async def commit_transaction(self) -> None:
         """Send what is queued, then commit (EndTxn). Raises if the transaction failed: abort it."""
@@ -201,7 +224,7 @@ class Producer:
         await self.flush()
         body = tm.end_request(commit=True)
         if body is not None:
-            await self._txn_call(body, tm.handle_end)
+            await self._end_transaction(body)
 
     async def abort_transaction(self) -> None:
         """Drop what is still queued (its futures fail), wait for what is in flight, and abort
@@ -213,7 +236,7 @@ class Producer:
         await self._wait(lambda: not any(self._inflight.values()))
         body = tm.end_request(commit=False)
         if body is not None:
-            await self._txn_call(body, tm.handle_end)
+            await self._end_transaction(body)
 
     async def send(self, topic: str, value: Optional[bytes], key: Optional[bytes] = None, *,
                    partition: Optional[int] = None, headers: Sequence[tuple[str, Optional[bytes]]] = (),
@@ -413,12 +436,16 @@ class Producer:
     def _produce_version(self, conn: Any, batches: list[PendingBatch]) -> tuple[int, dict[str, Uuid]]:
         """The Produce version for a request of ``batches`` to ``conn``, and their topics' ids.
         As Kafka's Sender: v13 (topics by id) only when every topic has an id from Metadata,
-        else 12 at most; a transactional producer (transaction version 1) 11 at most."""
+        else 12 at most; a transactional producer of transaction version 1 11 at most (and one
+        of version 2 12 at least: its partitions are added by the Produce)."""
         md = self.cluster.metadata
         ids = {b.topic: md.topic_id(b.topic) for b in batches}
-        if self.transactions is not None:
+        no_ids = any(tid == Uuid.ZERO for tid in ids.values())
+        if self.transactions is not None and not self.transactions.tv2:
             wanted: range | None = PRODUCE_TXN_V1_VERSIONS
-        elif any(tid == Uuid.ZERO for tid in ids.values()):
+        elif self.transactions is not None:
+            wanted = range(12, _PRODUCE_TOPIC_IDS) if no_ids else range(12, _PRODUCE_TOPIC_IDS + 1)
+        elif no_ids:
             wanted = range(0, _PRODUCE_TOPIC_IDS)
         else:
             wanted = None

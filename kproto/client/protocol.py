@@ -117,8 +117,8 @@ CLIENT_VERSIONS: Mapping[int, range] = MappingProxyType({
     ApiKey.INIT_PRODUCER_ID: range(0, 7),
     ApiKey.ADD_PARTITIONS_TO_TXN: range(0, 4),
     ApiKey.ADD_OFFSETS_TO_TXN: range(0, 5),
-    ApiKey.END_TXN: range(0, 5),
-    ApiKey.TXN_OFFSET_COMMIT: range(0, 5),
+    ApiKey.END_TXN: range(0, 6),
+    ApiKey.TXN_OFFSET_COMMIT: range(0, 6),
     ApiKey.DESCRIBE_ACLS: range(0, 4),
     ApiKey.CREATE_ACLS: range(0, 4),
     ApiKey.DELETE_ACLS: range(0, 4),
@@ -147,15 +147,20 @@ class ApiVersionTable:
     """
 
     def __init__(self, ranges: dict[int, range], caps: Optional[dict[int, int]] = None,
-                 client: Mapping[int, range] = CLIENT_VERSIONS) -> None:
+                 client: Mapping[int, range] = CLIENT_VERSIONS,
+                 finalized: Optional[dict[str, int]] = None) -> None:
         #: API key -> versions the broker supports
         self.broker = ranges
         self.caps = dict(caps or {})
         self.client = client
+        #: feature name -> finalized level (ApiVersions v3+; ``transaction.version`` decides
+        #: a transactional producer's protocol, KIP-890)
+        self.finalized = dict(finalized or {})
 
     @classmethod
     def from_response(cls, resp: Any, caps: Optional[dict[int, int]] = None) -> "ApiVersionTable":
-        return cls({a.api_key: range(a.min_version, a.max_version + 1) for a in resp.api_keys}, caps)
+        return cls({a.api_key: range(a.min_version, a.max_version + 1) for a in resp.api_keys}, caps,
+                   finalized={f.name: f.max_version_level for f in resp.finalized_features})
 
     def ours(self, api_key: int, wanted: range | None = None) -> range:
         """The versions kproto can send of ``api_key``: the client's table (or, for an API the

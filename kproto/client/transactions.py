@@ -11,6 +11,12 @@ to the transaction (or group) coordinator and acts on the returned :class:`Actio
     ... tm.new_partitions(...), tm.add_partitions_request(...), produce ...
     body = tm.end_request(commit=True)           # None: nothing was added, nothing to send
 
+Transaction version 2 (KIP-890 part 2, ``tv2``: the coordinator's broker finalizes
+``transaction.version`` 2, as the Java 4.x client decides): partitions join the transaction with
+their first Produce (v12) and the group's offsets with TxnOffsetCommit (v5), without
+AddPartitionsToTxn or AddOffsetsToTxn, and each EndTxn (v5) answers the epoch (or producer id)
+the next transaction uses, its sequences from 0.
+
 Errors follow Kafka's client: a fenced producer or a refused transactional id is fatal
 (:class:`TransactionFatalError`); a failure inside a transaction (a partition that cannot be
 added, a failed produce) makes it abortable (:class:`TransactionAbortableError`): only
@@ -33,9 +39,16 @@ __all__ = ["TransactionManager", "TxnState", "Action", "TransactionFatalError",
 #: The client side of AddPartitionsToTxn (v4+ batches transactions for brokers only), as
 #: :data:`~kproto.client.protocol.CLIENT_VERSIONS` has it.
 ADD_PARTITIONS_CLIENT_VERSIONS = CLIENT_VERSIONS[ApiKey.ADD_PARTITIONS_TO_TXN]
-#: Produce versions within a transaction: v12+ means transaction version 2 (KIP-890 part 2),
-#: which this manager does not do (Kafka's ``ProduceRequest.LAST_STABLE_VERSION_BEFORE_TRANSACTION_V2``)
+#: Versions within a transaction of version 1: above them is transaction version 2 (Kafka's
+#: ``ProduceRequest.LAST_STABLE_VERSION_BEFORE_TRANSACTION_V2`` and its EndTxn and
+#: TxnOffsetCommit counterparts)
 PRODUCE_TXN_V1_VERSIONS = range(0, 12)
+END_TXN_V1_VERSIONS = range(0, 5)
+TXN_OFFSET_COMMIT_V1_VERSIONS = range(0, 5)
+#: TxnOffsetCommit in a transaction of version 2: v5 (v6 names topics by id, not sent here)
+TXN_OFFSET_COMMIT_V2_VERSIONS = range(5, 6)
+#: the feature whose finalized level chooses the transaction protocol
+TRANSACTION_VERSION_FEATURE = "transaction.version"
 
 # What Kafka's TransactionManager does with each transactional answer, code by code (its
 # handlers name them; the error table's ``retriable`` flag is not what decides here):
@@ -101,6 +114,8 @@ class TransactionManager:
         #: empty transaction ends without an EndTxn, as Kafka's client does
         self.started = False
         self.last_error: Optional[KprotoError] = None
+        #: transaction version 2 (set by the caller from the coordinator's finalized features)
+        self.tv2 = False
 
     # -- state ------------------------------------------------------------------------------
     def _expect(self, *states: TxnState, doing: str, hint: str = "") -> None:
@@ -172,6 +187,12 @@ class TransactionManager:
         self.check_can_send()
         return sorted(set(tps) - self.partitions)
 
+    def added_by_produce(self, tps: Iterable[tuple[str, int]]) -> None:
+        """Transaction version 2: the partitions join the transaction with their first
+        Produce (the leader adds them), so the transaction has begun at the coordinator."""
+        self.partitions.update(tps)
+        self.started = True
+
     def add_partitions_request(self, tps: Iterable[tuple[str, int]]) -> Any:
         """The same body at every client version (v0-3, :data:`ADD_PARTITIONS_CLIENT_VERSIONS`)."""
         cls = _request_codec(ApiKey.ADD_PARTITIONS_TO_TXN).cls
@@ -230,6 +251,8 @@ class TransactionManager:
                            for t, ps in by_topic.items()])
 
     def handle_txn_offset_commit(self, resp: Any) -> Action:
+        if self.tv2:
+            self.started = True  # (v5 added the group's offsets to the transaction)
         worst = Action.DONE
         for topic in resp.topics:
             for p in topic.partitions:
@@ -260,6 +283,9 @@ class TransactionManager:
         what = "EndTxn(commit)" if self.state is TxnState.COMMITTING else "EndTxn(abort)"
         action = self._error(resp.error_code, what)
         if action is Action.DONE:
+            if self.tv2 and resp.producer_id >= 0 and resp.producer_epoch >= 0:
+                # v5: the epoch was bumped (or a new producer id given) for the next transaction
+                self.producer_id, self.producer_epoch = resp.producer_id, resp.producer_epoch
             self._complete()
         return action
 

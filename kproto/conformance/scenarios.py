@@ -7,6 +7,7 @@ from typing import Any, Dict, List, Optional
 
 from kproto.conformance.normalise import Keyed
 from kproto.conformance.scenario import TRANSIENT_COORDINATOR_ERRORS, Context, Scenario, ScenarioGen, TopicSpec, scenario
+from kproto.error_codes import ErrorCode
 from kproto.records import RecordBatchBuilder
 from kproto.schemas.api_keys import ApiKey
 
@@ -543,15 +544,23 @@ def add_partitions_to_txn(ctx: Context) -> ScenarioGen:
 
 @_sc(ApiKey.END_TXN, topics=[_t("t")])
 def end_txn(ctx: Context) -> ScenarioGen:
-    """Commit a transaction with one batch, end again with nothing ongoing, end with a fenced
-    epoch, then a Fetch at read_committed showing the marker."""
+    """Abort and commit a transaction nothing was added to (transaction version 2, v5, aborts
+    it under a bumped epoch), commit a transaction with one batch, end with a fenced epoch,
+    then a Fetch at read_committed showing the marker."""
+    empty = ctx.group("txn-empty")
+    r = yield init_txn(ctx, empty, compare=False)
+    for committed, label in ((True, "EndTxn commit nothing added"), (False, "EndTxn abort nothing added")):
+        yield ctx.call(ApiKey.END_TXN, transactional_id=empty, producer_id=r.producer_id,
+                       producer_epoch=r.producer_epoch, committed=committed, label=label)
     txn = ctx.group("txn")
     old = yield init_txn(ctx, txn, compare=False)
     new = yield init_txn(ctx, txn, "InitProducerId again", compare=False)
     pid, epoch = new.producer_id, new.producer_epoch
     yield add_partitions(ctx, txn, pid, epoch)
+    # the leader verifies the batch with the coordinator (KIP-890): retried while that is
+    # still busy with the transaction's previous step, as producers do
     yield produce(ctx, "t", batch(ctx.t0, 2, producer_id=pid, producer_epoch=epoch, base_sequence=0, transactional=True),
-                  transactional_id=txn)
+                  transactional_id=txn, retry=_verification_busy)
 
     def end(p: int, e: int, committed: bool, label: str) -> Any:
         return ctx.call(ApiKey.END_TXN, transactional_id=txn, producer_id=p, producer_epoch=e,
@@ -562,6 +571,11 @@ def end_txn(ctx: Context) -> ScenarioGen:
     # consumer would
     yield fetch(ctx, "t", 0, label="Fetch after commit", compare=True,
                 retry=lambda r: _partition(r).error_code == 0 and _partition(r).last_stable_offset < 3)
+
+
+def _verification_busy(resp: Any) -> bool:
+    return resp.responses[0].partition_responses[0].error_code in (
+        ErrorCode.NOT_ENOUGH_REPLICAS, ErrorCode.CONCURRENT_TRANSACTIONS)
 
 
 @_sc(ApiKey.ADD_OFFSETS_TO_TXN, topics=[_t("t")])
@@ -588,7 +602,7 @@ def txn_offset_commit(ctx: Context) -> ScenarioGen:
         return ctx.call(ApiKey.TXN_OFFSET_COMMIT, transactional_id=txn, group_id=group,
                         producer_id=r.producer_id, producer_epoch=r.producer_epoch,
                         generation_id_or_member_epoch=-1, member_id="", group_instance_id=None, label=label, topics=[
-                            {"name": ctx.topic("t"), "partitions": [
+                            {"name": ctx.topic("t"), "topic_id": ctx.topic_id("t"), "partitions": [
                                 {"partition_index": 0, "committed_offset": 1, "committed_leader_epoch": -1,
                                  "committed_metadata": ""}]}])
     yield commit(new, g, "TxnOffsetCommit")

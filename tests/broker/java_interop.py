@@ -2,7 +2,8 @@
 :func:`kproto.testing.apache.client_jars`) for the interop tests: ``tests/broker/java/KprotoInterop.java``
 compiled once per test session and client version against its jars, run against a broker, its
 JSON lines returned. The same class path holds ``KprotoChaosProducer``
-(``java/KprotoChaosProducer.java``), the chaos run's producer.
+(``java/KprotoChaosProducer.java``), the chaos run's producer, and ``KprotoTxn``
+(``java/KprotoTxn.java``), the transactions of ``test_txn_v2_interop.py``.
 
 Also imported by ``tests/spark/test_spark_broker_logdir.py`` (which puts this folder on
 ``sys.path``)."""
@@ -19,7 +20,7 @@ from kproto.testing import apache
 JAVA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "java")
 SOURCE = os.path.join(JAVA_DIR, "KprotoInterop.java")
 #: every program compiled onto the class path
-SOURCES = [SOURCE, os.path.join(JAVA_DIR, "KprotoChaosProducer.java")]
+SOURCES = [SOURCE, os.path.join(JAVA_DIR, "KprotoChaosProducer.java"), os.path.join(JAVA_DIR, "KprotoTxn.java")]
 #: kafka-clients and what it loads at run time (logging API, the codecs' libraries)
 JARS = ["kafka-clients", "slf4j-api", "lz4-java", "snappy-java", "zstd-jni"]
 

@@ -15,12 +15,12 @@ from kproto.storage import read_internal
 from broker_support import Client, fake_core
 
 
-def make_core(path, clock):
-    return fake_core(path, clock, offsets_topic_num_partitions=3, transaction_state_num_partitions=3)
+def make_core(path, clock, **config):
+    return fake_core(path, clock, offsets_topic_num_partitions=3, transaction_state_num_partitions=3, **config)
 
 
-def with_topic(path, clock):
-    c = make_core(path, clock)
+def with_topic(path, clock, **config):
+    c = make_core(path, clock, **config)
     Client(c).call(K.CREATE_TOPICS, 7, timeout_ms=1000, topics=[kproto.request(19).cls.CreatableTopic(
         name="t", num_partitions=2, replication_factor=1)])
     return c
@@ -194,8 +194,11 @@ def test_transactional_offsets_count_once_the_transaction_commits(core):
     assert committed(True) == (42, 0)
 
 
-def test_transaction_state_is_written_in_kafkas_format_and_a_restart_resumes_it(tmp_path, clock):
-    core = with_topic(tmp_path / "d", clock)
+# Kafka 4.x writes TransactionLogValue v1 (with its tagged fields) from transaction.version 1
+# on (TransactionVersion.transactionLogValueVersion), v0 below it
+@pytest.mark.parametrize("tv, value_version", [(2, 1), (1, 1), (0, 0)])
+def test_transaction_state_is_written_in_kafkas_format_and_a_restart_resumes_it(tmp_path, clock, tv, value_version):
+    core = with_topic(tmp_path / "d", clock, transaction_version=tv)
     c = Client(core)
     _, pid, ep = init(c)
     add(c, pid, ep, [("t", 0)])
@@ -203,9 +206,9 @@ def test_transaction_state_is_written_in_kafkas_format_and_a_restart_resumes_it(
     core.close()
     rows = read_internal(str(tmp_path / "d"))["TransactionLog"].to_pylist()
     assert [(r["key"]["transactional_id"], r["value_version"], r["value"]["transaction_status"])
-            for r in rows] == [("tx", 0, 0), ("tx", 0, 1)]
+            for r in rows] == [("tx", value_version, 0), ("tx", value_version, 1)]
     assert rows[-1]["value"]["transaction_partitions"] == [{"topic": "t", "partition_ids": [0]}]
-    again = make_core(tmp_path / "d", clock)
+    again = make_core(tmp_path / "d", clock, transaction_version=tv)
     try:
         c = Client(again)
         lg = again.logs.get("t", 0)

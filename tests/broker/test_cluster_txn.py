@@ -94,3 +94,13 @@ def test_transactions_across_brokers_and_a_coordinator_kill(kafka_cluster: Clust
     got = read_committed(kafka_cluster.bootstrap, "orders", 40, "readers-2")
     assert sorted(got) == sorted([b"commit-%d" % i for i in range(30)] + [b"with-offsets"]
                                  + [b"after-kill-%d" % i for i in range(9)])
+    # the new coordinator's epoch is its partition's leader epoch (past the old one's), and the
+    # markers it wrote carry it: a partition now fences the old coordinator's markers
+    epochs = kafka_cluster.inspect(lambda c: (
+        c.brokers[new_coordinator].core.txns.coordinator_epochs[partition],
+        c.brokers[new_coordinator].core.replicas.partitions[(TXN_TOPIC, partition)].log.leader_epoch))
+    assert epochs[0] == epochs[1] > 0
+    pid = kafka_cluster.inspect(lambda c: c.brokers[new_coordinator].core.txns.txns["tx-orders"].producer_id)
+    leader = kafka_cluster.leader("orders", 0)
+    state = kafka_cluster.inspect(lambda c: c.brokers[leader].core.replicas.partitions[("orders", 0)].log.producers[pid])
+    assert state.coordinator_epoch == epochs[0]

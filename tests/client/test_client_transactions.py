@@ -146,3 +146,35 @@ def test_states_are_checked():
     tm.begin()
     with pytest.raises(KprotoError, match="in state in_transaction"):
         tm.begin()
+
+
+def test_transaction_version_2_adds_partitions_with_the_produce_and_takes_the_bumped_epoch():
+    tm = ready()
+    tm.tv2 = True
+    tm.begin()
+    new = tm.new_partitions([("a", 0), ("a", 1)])
+    tm.added_by_produce(new)                      # no AddPartitionsToTxn
+    assert tm.new_partitions([("a", 0)]) == [] and tm.started
+    body = tm.end_request(commit=True)
+    assert (body.producer_id, body.producer_epoch) == (7, 3)
+    assert tm.handle_end(resp(26, error_code=51)) is Action.RETRY   # markers of the last one
+    assert tm.state is TxnState.COMMITTING
+    # EndTxn v5 hands over the next epoch (or a new producer id once the epoch is exhausted)
+    assert tm.handle_end(resp(26, producer_id=7, producer_epoch=4)) is Action.DONE
+    assert (tm.state, tm.producer_id, tm.producer_epoch) == (TxnState.READY, 7, 4)
+    tm.begin()
+    tm.handle_txn_offset_commit(resp(28, topics=[]))  # v5 puts the group's offsets in it
+    assert tm.started
+    tm.end_request(commit=False)
+    assert tm.handle_end(resp(26, producer_id=12, producer_epoch=0)) is Action.DONE
+    assert (tm.producer_id, tm.producer_epoch) == (12, 0)
+
+
+def test_transaction_version_1_keeps_the_epoch_an_endtxn_answers():
+    tm = ready()
+    tm.begin()
+    tm.handle_add_partitions(add_result({("a", 0): 0}))
+    tm.end_request(commit=True)
+    # a v5 answer read by a version 1 manager (not sent by it) changes nothing
+    assert tm.handle_end(resp(26, producer_id=7, producer_epoch=4)) is Action.DONE
+    assert (tm.producer_id, tm.producer_epoch) == (7, 3)

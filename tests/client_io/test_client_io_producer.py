@@ -463,3 +463,48 @@ def test_an_answer_that_cannot_be_read_fails_its_batches(monkeypatch):
 
     error = asyncio.run(asyncio.wait_for(main(), 30))
     assert isinstance(error, kproto.KprotoError) and "could not be read" in str(error)
+
+
+@pytest.mark.parametrize("tv", [1, 2])
+def test_transactional_producer_follows_the_finalized_transaction_version(tmp_path, tv):
+    """As the Java 4.x client: transaction version 2 where the broker finalizes
+    transaction.version 2 (Produce v12 adds the partitions, TxnOffsetCommit v5 the offsets,
+    EndTxn v5 bumps the epoch), version 1 otherwise (AddPartitionsToTxn, AddOffsetsToTxn,
+    Produce 11, EndTxn 4 at most, the epoch kept)."""
+    from kproto.broker import Broker
+    from kproto.schemas.api_keys import ApiKey as K
+
+    seen: list[tuple[int, int]] = []
+
+    def watch(header, body):
+        seen.append((header.request_api_key, header.request_api_version))
+        return None
+
+    async def main():
+        async with Broker(tmp_path / "data", transaction_version=tv) as broker:
+            for key in (K.PRODUCE, K.ADD_PARTITIONS_TO_TXN, K.ADD_OFFSETS_TO_TXN, K.TXN_OFFSET_COMMIT, K.END_TXN):
+                broker.control(key, watch, times=None)
+            async with Cluster(broker.bootstrap) as cluster:
+                p = await Producer(cluster, linger_ms=0, transactional_id="tx").start()
+                epochs = [p.producer_epoch]
+                for commit in (True, False):
+                    p.begin_transaction()
+                    await (await p.send("t", b"x", partition=0))
+                    await p.send_offsets_to_transaction({("t", 0): 1}, "g")
+                    await (p.commit_transaction() if commit else p.abort_transaction())
+                    epochs.append(p.producer_epoch)
+                tv2 = p.transactions.tv2
+                await p.close()
+                return tv2, epochs
+
+    tv2, epochs = asyncio.run(asyncio.wait_for(main(), 30))
+    versions: dict[int, set[int]] = {}
+    for key, v in seen:
+        versions.setdefault(key, set()).add(v)
+    if tv == 2:
+        assert tv2 and epochs == [0, 1, 2]
+        assert versions == {K.PRODUCE: {12}, K.TXN_OFFSET_COMMIT: {5}, K.END_TXN: {5}}
+    else:
+        assert not tv2 and epochs == [0, 0, 0]
+        assert versions == {K.PRODUCE: {11}, K.ADD_PARTITIONS_TO_TXN: {3}, K.ADD_OFFSETS_TO_TXN: {4},
+                            K.TXN_OFFSET_COMMIT: {4}, K.END_TXN: {4}}

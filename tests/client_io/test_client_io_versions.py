@@ -23,7 +23,9 @@ from client_io_fakebroker import FakeBroker, kafka_ranges, metadata_response
 
 #: What the client sends to an Apache Kafka 3.9 broker, a 4.3.1 one and a 4.4 one, API by API (where
 #: kproto stops below the broker: OffsetCommit/OffsetFetch v10 name topics by id only;
-#: EndTxn/TxnOffsetCommit v5 are transaction version 2; AddPartitionsToTxn v4+ is for brokers).
+#: EndTxn/TxnOffsetCommit v5 are transaction version 2, which the producer asks for only where
+#: the broker finalizes it (v4 at most otherwise); TxnOffsetCommit v6 names topics by id;
+#: AddPartitionsToTxn v4+ is for brokers).
 EXPECTED = {
     #                               3.9  4.3.1  4.4
     K.PRODUCE:                     (11, 13, 13),
@@ -47,8 +49,8 @@ EXPECTED = {
     K.INIT_PRODUCER_ID:            (5, 6, 6),
     K.ADD_PARTITIONS_TO_TXN:       (3, 3, 3),
     K.ADD_OFFSETS_TO_TXN:          (4, 4, 4),
-    K.END_TXN:                     (4, 4, 4),
-    K.TXN_OFFSET_COMMIT:           (4, 4, 4),
+    K.END_TXN:                     (4, 5, 5),
+    K.TXN_OFFSET_COMMIT:           (4, 5, 5),
     K.DESCRIBE_ACLS:               (3, 3, 3),
     K.CREATE_ACLS:                 (3, 3, 3),
     K.DELETE_ACLS:                 (3, 3, 3),
@@ -316,9 +318,11 @@ def test_producer_consumer_admin_against_kprotos_broker_with_4x_ranges(tmp_path)
     keys = {key for key, _, _ in seen}
     assert {K.METADATA, K.CREATE_TOPICS, K.INIT_PRODUCER_ID, K.PRODUCE, K.LIST_OFFSETS, K.FETCH,
             K.DELETE_TOPICS, K.FIND_COORDINATOR, K.JOIN_GROUP, K.SYNC_GROUP, K.OFFSET_COMMIT,
-            K.OFFSET_FETCH, K.ADD_PARTITIONS_TO_TXN, K.END_TXN, K.DESCRIBE_GROUPS} <= keys
+            K.OFFSET_FETCH, K.END_TXN, K.DESCRIBE_GROUPS} <= keys
+    # the broker finalizes transaction version 2: the Produce (v12) adds the partitions
+    assert K.ADD_PARTITIONS_TO_TXN not in keys
     txn_produce = {v for key, v, body in seen if key == K.PRODUCE and body.transactional_id}
-    assert txn_produce == {11}   # transaction version 1: Produce 11 at most
+    assert txn_produce == {12}
     for key, version, body in seen:
         lo, hi = kafka43[key]
         assert lo <= version <= hi, (key, version)   # nothing Kafka 4 dropped

@@ -27,10 +27,9 @@ what a broker of a cluster adds, after Kafka's ``BrokerServer``:
 Transactions: a transactional id's coordinator is the leader of its ``__transaction_state``
 partition (NOT_COORDINATOR elsewhere; its transactions are loaded when it becomes leader), and
 it has the markers written by each partition's leader through WriteTxnMarkers, retried until
-every leader has written them. Not done: KIP-890's produce verification (a transactional
-produce's partition leader would ask the coordinator whether the partition was added; here it
-does not ask, as with Kafka's ``transaction.partition.verification.enable=false``) and
-coordinator-epoch fencing of markers.
+every leader has written them. A transactional write (a Produce, a TxnOffsetCommit) is
+verified with the coordinator first (KIP-890), through AddPartitionsToTxn v5 when that is
+another broker.
 """
 from __future__ import annotations
 
@@ -92,6 +91,8 @@ _TXN_IDS: dict[int, Callable[[Any, int], list[str]]] = {
     ApiKey.END_TXN: lambda b, v: [b.transactional_id],
     ApiKey.DESCRIBE_TRANSACTIONS: lambda b, v: list(b.transactional_ids),
 }
+#: AddPartitionsToTxn as a partition leader asks the coordinator (v4+: brokers only)
+ADD_PARTITIONS_TO_TXN_BROKER_VERSION = 5
 #: WriteTxnMarkers, as a Kafka 3.9 broker speaks it (v2 is transaction version 2)
 WRITE_TXN_MARKERS_VERSION = 1
 _CONTROLLER_RETRY_MS = 100
@@ -601,10 +602,46 @@ class ClusterBrokerCore(BrokerCore):
         super().close(clean)
 
     # ------------------------------------------------------------------ handlers
-    def verify_transactional_produce(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                                     topic: str, partition: int) -> int:
-        """Not verified: the coordinator is another broker (see the module docstring)."""
-        return ErrorCode.NONE
+    def verify_txn_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                              partitions: list[tuple[str, int]], add: bool,
+                              then: Callable[[dict[tuple[str, int], int]], None]) -> None:
+        """KIP-890 verification with the transactional id's coordinator, the leader of its
+        ``__transaction_state`` partition: asked directly when that is this broker, otherwise
+        with AddPartitionsToTxn v5 (Kafka's ``AddPartitionsToTxnManager``); no answer is
+        NETWORK_EXCEPTION, no coordinator COORDINATOR_NOT_AVAILABLE."""
+        info = self.image.topics.get(TXN_TOPIC)
+        index = partition_for(transactional_id, len(info.partitions)) if info is not None else -1
+        part = self.image.partition(TXN_TOPIC, index) if info is not None else None
+        if part is not None and self.leads(TXN_TOPIC, index):
+            super().verify_txn_partitions(transactional_id, producer_id, producer_epoch, partitions, add, then)
+            return
+        if part is None or part.leader < 0 or part.leader == self.node_id:
+            then({tp: ErrorCode.COORDINATOR_NOT_AVAILABLE for tp in partitions})
+            return
+        cls = request_codec(ApiKey.ADD_PARTITIONS_TO_TXN).cls
+        by_topic: dict[str, list[int]] = {}
+        for t, p in partitions:
+            by_topic.setdefault(t, []).append(p)
+        body = cls(transactions=[cls.AddPartitionsToTxnTransaction(
+            transactional_id=transactional_id, producer_id=producer_id, producer_epoch=producer_epoch,
+            verify_only=not add, topics=[cls.AddPartitionsToTxnTopic(name=t, partitions=ps)
+                                         for t, ps in by_topic.items()])])
+
+        def answered(resp: Optional[Any]) -> None:
+            if self.detached:
+                return
+            codes: dict[tuple[str, int], int] = {tp: ErrorCode.NETWORK_EXCEPTION for tp in partitions}
+            if resp is not None and resp.error_code:
+                codes = {tp: resp.error_code for tp in partitions}
+            elif resp is not None:
+                for tx in resp.results_by_transaction:
+                    for t in tx.topic_results:
+                        for r in t.results_by_partition:
+                            codes[(t.name, r.partition_index)] = r.partition_error_code
+            then(codes)
+
+        self.transport.send(part.leader, ApiKey.ADD_PARTITIONS_TO_TXN, ADD_PARTITIONS_TO_TXN_BROKER_VERSION, body,
+                            answered, self.replicas.config.request_timeout_ms)
 
     def write_txn_markers(self, producer_id: int, producer_epoch: int, coordinator_epoch: int,
                           commit: bool, partitions: set[tuple[str, int]], done: Callable[[], None]) -> None:
@@ -667,7 +704,8 @@ class ClusterBrokerCore(BrokerCore):
             for m in resp.markers if resp is not None else ():
                 for t in m.topics:
                     for p in t.partitions:
-                        if not p.error_code:
+                        # fenced: a newer coordinator has the transaction, its markers are its own
+                        if p.error_code in (0, ErrorCode.TRANSACTION_COORDINATOR_FENCED):
                             remaining.discard((t.name, p.partition_index))
             settled()
 

@@ -117,6 +117,8 @@ class ControllerConfig:
     leader_imbalance_check_interval_ms: int = 300_000
     #: the metadata.version a new cluster is bootstrapped at
     metadata_version: int = METADATA_VERSION_3_9
+    #: the transaction.version a new cluster is bootstrapped at
+    transaction_version: int = feat.TRANSACTION_VERSION_LEVEL
     #: the controller quorum's voter ids (UpdateFeatures waits for each to have registered)
     voters: tuple[int, ...] = ()
     delete_topic_enable: bool = True
@@ -443,7 +445,10 @@ class QuorumController:
             # a new cluster: bootstrap the metadata version and the other features' levels as
             # Kafka's activation records do, and the cluster-wide dynamic defaults Kafka 4.x's
             # storage tool formats it with
-            levels = {**feat.default_levels(), feat.METADATA_VERSION: self.config.metadata_version}
+            levels = {**feat.default_levels(), feat.METADATA_VERSION: self.config.metadata_version,
+                      feat.TRANSACTION_VERSION: self.config.transaction_version}
+            if not levels[feat.TRANSACTION_VERSION]:
+                del levels[feat.TRANSACTION_VERSION]
             self._write([(metadata_record(12)(name=name, feature_level=level), 0)
                          for name, level in sorted(levels.items(), key=lambda x: x[0] != feat.METADATA_VERSION)] + [
                 (metadata_record(4)(resource_type=BROKER_RESOURCE, resource_name="", name=k, value=v), 0)

@@ -27,6 +27,7 @@ from typing import Any, Optional, Sequence
 
 from kproto.broker.cluster.broker import ClusterBrokerCore
 from kproto.broker.cluster.controller import ControllerConfig
+from kproto.broker.features import TRANSACTION_VERSION_LEVEL
 from kproto.broker.cluster.controller_node import ControllerNode, start_quorum
 from kproto.broker.core import Intercept
 from kproto.storage.metadata_image import MetadataImage
@@ -158,6 +159,7 @@ class Cluster:
                                         is not None else min(3, brokers)),
             num_partitions=broker_config.get("num_partitions", 1),
             min_insync_replicas=broker_config.get("min_insync_replicas", 1),
+            transaction_version=broker_config.get("transaction_version", TRANSACTION_VERSION_LEVEL),
             unclean_leader_election_enable=broker_config.pop("unclean_leader_election_enable", False))
         self.controllers = {
             n: ControllerNode(n, self.controller_ids, os.path.join(self.data_dir, f"controller-{n}"),

@@ -25,10 +25,12 @@ from kproto.broker.coordinators.consumer_group import RECORD_TYPES as CONSUMER_R
 from kproto.broker.coordinators.consumer_group import ConsumerGroup, ConsumerGroupCoordinator
 from kproto.broker.context import BrokerContext
 from kproto.broker.log import Log
+from kproto.broker.coordinators.txn import leader_verification_error
 from kproto.broker.coordinators.offsets_topic import (OFFSETS_TOPIC, OffsetAndMetadata, partition_for, record_key,
                                          record_value)
 from kproto.broker.purgatory import DelayedOperation, DelayedOperationPurgatory
 from kproto.codecs import message
+from kproto.codecs.primitives import Uuid
 from kproto.codecs import response as response_codec
 from kproto.error_codes import ErrorCode as E
 from kproto.errors import DecodeError
@@ -1126,14 +1128,48 @@ class GroupCoordinator:
     # -------------------------------------------------------------- transactional offsets
     def txn_commit_offsets(self, body: Any, version: int, respond: Respond) -> None:
         """TxnOffsetCommit: offsets written in the producer's transaction, visible once the
-        COMMIT marker lands on the group's partition (:meth:`complete_txn`)."""
+        COMMIT marker lands on the group's partition (:meth:`complete_txn`). As Kafka's
+        coordinator, the write is verified with the transaction coordinator first (KIP-890:
+        the group's offsets partition must be in the transaction; v5+ from a TV2 producer
+        puts it there, in place of AddOffsetsToTxn). v6 names topics by id."""
+        ids: dict[str, Any] = {}
+        if version >= 6:
+            names = {tid: n for n, (tid, _, _) in self.core.known_topics().items()}
+            for t in body.topics:
+                # an unknown id gets a name no topic has: its partitions are answered unknown
+                t.name = names.get(t.topic_id) or f"\0{t.topic_id}"
+                ids[t.name] = t.topic_id
+        self.ensure_topic()  # (AddOffsetsToTxn, which v5+ replaces, has it created)
+        partition = partition_for(body.group_id, self.num_partitions)
+        lg = self.core.logs.get(OFFSETS_TOPIC, partition)
+        if not self.config.transaction_partition_verification_enable or \
+                (lg is not None and lg.has_ongoing_transaction(body.producer_id, body.producer_epoch)):
+            return self._txn_commit_offsets(body, version, respond, E.NONE, ids)
+        add = version >= 5 and self.core.transaction_version() >= 2
+
+        def verified(codes: dict[tuple[str, int], int]) -> None:
+            code = leader_verification_error(codes[(OFFSETS_TOPIC, partition)], generic_errors=version >= 4)
+            # Kafka's normalizeException: a timed-out or failed write is COORDINATOR_NOT_AVAILABLE
+            if code in (E.NETWORK_EXCEPTION, E.REQUEST_TIMED_OUT, E.NOT_ENOUGH_REPLICAS):
+                code = E.COORDINATOR_NOT_AVAILABLE
+            if not code and not self.core.leads(OFFSETS_TOPIC, partition):
+                code = E.NOT_COORDINATOR  # the group moved while the coordinator was asked
+            self._txn_commit_offsets(body, version, respond, code, ids)
+
+        self.core.verify_txn_partitions(body.transactional_id, body.producer_id, body.producer_epoch,
+                                        [(OFFSETS_TOPIC, partition)], add, verified)
+        return None
+
+    def _txn_commit_offsets(self, body: Any, version: int, respond: Respond, err: int,
+                            ids: dict[str, Any]) -> None:
         cls = response_codec(ApiKey.TXN_OFFSET_COMMIT).cls
-        err: int = E.NONE
         group = self.groups.get(body.group_id)
         cg = self.consumer.groups.get(body.group_id)
         # v3+: the member's generation (classic) or epoch (consumer group); -1 without group metadata
         generation = body.generation_id_or_member_epoch if version >= 3 else -1
-        if cg is not None:
+        if err:
+            pass
+        elif cg is not None:
             # a transactional producer without group metadata (epoch -1) commits as Kafka's
             # old sendOffsetsToTransaction(offsets, groupId) did
             if generation >= 0:
@@ -1148,14 +1184,6 @@ class GroupCoordinator:
                     err = E.ILLEGAL_GENERATION
         elif group is None and generation >= 0:
             err = E.ILLEGAL_GENERATION
-        if not err:
-            # Kafka's coordinator verifies the write as a produce's (KIP-890): the group's
-            # offsets partition must be in the transaction (AddOffsetsToTxn), under its epoch
-            verified = self.core.verify_transactional_produce(
-                body.transactional_id, body.producer_id, body.producer_epoch, OFFSETS_TOPIC,
-                partition_for(body.group_id, self.num_partitions))
-            if verified in (E.INVALID_TXN_STATE, E.INVALID_PRODUCER_EPOCH):
-                err = verified
         now = self.core.wall_ms()
         codes: dict[tuple[str, int], int] = {}
         records, oms = [], {}
@@ -1180,11 +1208,11 @@ class GroupCoordinator:
                 for i, (tp, om) in enumerate(oms.items()):
                     om.record_offset = base + i
                     pend[tp] = om
-        respond(cls(topics=[cls.TxnOffsetCommitResponseTopic(name=name, partitions=[
+        respond(cls(topics=[cls.TxnOffsetCommitResponseTopic(name=name, topic_id=ids.get(name, Uuid.ZERO), partitions=[
             cls.TxnOffsetCommitResponsePartition(
                 partition_index=p.partition_index,
                 error_code=(err or codes.get((name, p.partition_index), 0)) if known
-                else E.UNKNOWN_TOPIC_OR_PARTITION)
+                else E.UNKNOWN_TOPIC_ID if name.startswith("\0") else E.UNKNOWN_TOPIC_OR_PARTITION)
             for p, known in parts]) for name, parts in self._offsets_response_layout(body.topics)]))
 
     def complete_txn(self, partition: int, producer_id: int, commit: bool) -> None:

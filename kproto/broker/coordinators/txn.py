@@ -1,5 +1,5 @@
 """The transaction coordinator (Kafka's ``TransactionCoordinator`` and ``TransactionMetadata``,
-transaction protocol version 1), sans-I/O.
+transaction versions 1 and 2), sans-I/O.
 
 A transactional id maps to a producer id and epoch (InitProducerId bumps the epoch and so
 fences older producers; an open transaction found there is aborted first). AddPartitionsToTxn
@@ -9,19 +9,26 @@ partition of the transaction (which moves their last stable offset; an ABORT als
 aborted-transaction index) and completes. A transaction that outlives its timeout is aborted
 with a bumped epoch (the producer is fenced), as Kafka's ``abortTimedOutTransactions`` does.
 
-Every transition is written to ``__transaction_state`` (TransactionLogKey/Value v0, Kafka
-3.9/4.x's form without transaction version 2) and read back at start; a transaction caught in
-PrepareCommit/PrepareAbort by a restart is completed then.
+Transaction version 2 (KIP-890 part 2, the broker's finalized ``transaction.version`` >= 2): a
+partition joins the transaction when its leader sees the producer's first batch (Produce v12)
+and the group's offsets partition with TxnOffsetCommit v5+ (both through :meth:`verify_or_add`),
+and EndTxn v5 bumps the producer epoch at every transaction end: the markers carry the bumped
+epoch and the answer hands it to the producer (a new producer id once the epoch is exhausted).
+Under either version a partition leader verifies a transactional write with the coordinator
+(KIP-890 part 1) before appending it.
+
+Every transition is written to ``__transaction_state`` (TransactionLogKey/Value v0, or v1 with
+its tagged fields when transaction version 2 is finalized, as Kafka 4.x) and read back at
+start; a transaction caught in PrepareCommit/PrepareAbort by a restart is completed then.
 """
 from __future__ import annotations
 
 import re
 import struct
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from kproto.broker.context import BrokerContext
-from kproto.broker.coordinators.group import GroupCoordinator
 from kproto.broker.log import BrokerError
 from kproto.broker.coordinators.offsets_topic import OFFSETS_TOPIC, partition_for
 from kproto.broker.timer import CallbackTask
@@ -32,8 +39,11 @@ from kproto.errors import DecodeError
 from kproto.records.builder import RecordBatchBuilder
 from kproto.schemas.api_keys import ApiKey
 
+if TYPE_CHECKING:  # the group coordinator verifies its transactional writes with this module
+    from kproto.broker.coordinators.group import GroupCoordinator
 
-__all__ = ["TransactionCoordinator", "TxnMetadata", "TXN_TOPIC", "append_txn_marker"]
+
+__all__ = ["TransactionCoordinator", "TxnMetadata", "TXN_TOPIC", "append_txn_marker", "leader_verification_error"]
 
 TXN_TOPIC = "__transaction_state"
 EMPTY, ONGOING, PREPARE_COMMIT, PREPARE_ABORT, COMPLETE_COMMIT, COMPLETE_ABORT, DEAD, PREPARE_EPOCH_FENCE = range(8)
@@ -41,14 +51,29 @@ STATE_NAMES = ["Empty", "Ongoing", "PrepareCommit", "PrepareAbort", "CompleteCom
                "Dead", "PrepareEpochFence"]
 _I16 = struct.Struct(">h")
 _SHORT_MAX = 32767
-TXN_VALUE_VERSION = 0
 Respond = Callable[[Any], None]
+TopicPartition = tuple[str, int]
+
+
+def leader_verification_error(code: int, generic_errors: bool) -> int:
+    """What a partition leader (or group coordinator) makes of the coordinator's answer to its
+    verification, as Kafka's ``AddPartitionsToTxnManager``: a fenced producer is told
+    INVALID_PRODUCER_EPOCH, and TRANSACTION_ABORTABLE becomes INVALID_TXN_STATE for requests
+    too old to know it (``generic_errors`` False: Produce before v11, TxnOffsetCommit before v4)."""
+    if code == E.PRODUCER_FENCED:
+        return E.INVALID_PRODUCER_EPOCH
+    if code == E.TRANSACTION_ABORTABLE and not generic_errors:
+        return E.INVALID_TXN_STATE
+    return code
 
 
 def append_txn_marker(log: Any, producer_id: int, producer_epoch: int, coordinator_epoch: int,
                       commit: bool, now_ms: int) -> int:
     """Write a transaction's COMMIT or ABORT control batch to a partition's log (its leader's
-    part of Kafka's WriteTxnMarkers); the marker's offset."""
+    part of Kafka's WriteTxnMarkers); the marker's offset. A marker from a coordinator older
+    than the partition's last one for the producer raises BrokerError
+    (TRANSACTION_COORDINATOR_FENCED), as does one of an older producer epoch."""
+    log.check_txn_marker(producer_id, producer_epoch, coordinator_epoch)
     b = RecordBatchBuilder(base_offset=log.log_end_offset, producer_id=producer_id,
                            producer_epoch=producer_epoch, transactional=True, control=True)
     b.append_end_txn_marker(commit, coordinator_epoch, now_ms)
@@ -66,6 +91,10 @@ class TxnMetadata:
     start_ms: int = -1
     update_ms: int = -1
     timeout_task: Optional[CallbackTask] = None
+    client_tv: int = 0              # the transaction version the producer last used (0/1: TV1, 2: TV2)
+    last_producer_epoch: int = -1   # the epoch before the last TV2 bump (an EndTxn retry's)
+    prev_producer_id: int = -1      # the producer id before the last rotation (exhausted epoch)
+    next_producer_id: int = -1      # the id a prepared TV2 end rotates to (-1: none)
 
 
 class TransactionCoordinator:
@@ -76,9 +105,17 @@ class TransactionCoordinator:
         self.groups = groups  # transactional offset commits complete with the markers
         self.config = core.config
         self.txns: dict[str, TxnMetadata] = {}
-        self.coordinator_epoch = 0
+        # the leader epoch of each __transaction_state partition when it was loaded here
+        # (Kafka's coordinator epoch: markers carry it, partitions fence older coordinators)
+        self.coordinator_epochs: dict[int, int] = {}
         if TXN_TOPIC in core.logs.topics:
             self._load()
+
+    @property
+    def tv2(self) -> bool:
+        """Whether transaction.version 2 is finalized: KIP-890 part 2 (EndTxn v5's epoch bump,
+        implicit partition adds), the broker then advertising the TV2 request versions."""
+        return self.core.transaction_version() >= 2
 
     def partition_of(self, transactional_id: str) -> int:
         """The ``__transaction_state`` partition of a transactional id."""
@@ -104,13 +141,16 @@ class TransactionCoordinator:
         by_topic: dict[str, list[int]] = {}
         for t, p in sorted(txn.partitions):
             by_topic.setdefault(t, []).append(p)
+        ver = 1 if self.core.transaction_version() >= 1 else 0  # Kafka writes v1 from transaction.version 1
         value = vcls(producer_id=txn.producer_id, producer_epoch=txn.producer_epoch,
+                     previous_producer_id=txn.prev_producer_id, next_producer_id=txn.next_producer_id,
+                     client_transaction_version=txn.client_tv,
                      transaction_timeout_ms=txn.timeout_ms, transaction_status=txn.state,
                      transaction_partitions=None if txn.state == EMPTY else [
                          vcls.PartitionsSchema(topic=t, partition_ids=ps) for t, ps in by_topic.items()],
                      transaction_last_update_timestamp_ms=txn.update_ms,
                      transaction_start_timestamp_ms=txn.start_ms)
-        data = _I16.pack(TXN_VALUE_VERSION) + message("TransactionLogValue").encode(value, TXN_VALUE_VERSION)
+        data = _I16.pack(ver) + message("TransactionLogValue").encode(value, ver)
         b = RecordBatchBuilder(base_offset=lg.log_end_offset)
         b.append(self.core.wall_ms(), key, data)
         offset = lg.append_internal(b.build()).base_offset
@@ -141,6 +181,7 @@ class TransactionCoordinator:
             if not self.core.leads(lg.topic, lg.partition) or \
                     (partitions is not None and lg.partition not in partitions):
                 continue
+            self.coordinator_epochs[lg.partition] = max(0, lg.leader_epoch)
             for batch in lg.batches():
                 for r in batch.records():
                     try:
@@ -165,16 +206,22 @@ class TransactionCoordinator:
             return
         ver = _I16.unpack_from(value, 0)[0]
         v = message("TransactionLogValue").decode(memoryview(value)[2:], ver)
-        self.txns[k.transactional_id] = TxnMetadata(
+        txn = TxnMetadata(
             k.transactional_id, v.producer_id, v.producer_epoch, v.transaction_timeout_ms,
             v.transaction_status, {(t.topic, p) for t in v.transaction_partitions or () for p in t.partition_ids},
             v.transaction_start_timestamp_ms, v.transaction_last_update_timestamp_ms)
+        if ver >= 1:
+            txn.client_tv, txn.prev_producer_id = v.client_transaction_version, v.previous_producer_id
+            txn.next_producer_id = v.next_producer_id
+        self.txns[k.transactional_id] = txn
 
     # -------------------------------------------------------------- markers and timeouts
     def _complete(self, txn: TxnMetadata, commit: bool) -> None:
         """Have the markers of a prepared transaction written to its partitions (at once on a
         single broker; through WriteTxnMarkers to their leaders in a cluster), then move it
-        to Complete*. Until then it answers CONCURRENT_TRANSACTIONS."""
+        to Complete*. Until then it answers CONCURRENT_TRANSACTIONS. The markers carry the
+        prepared epoch (TV2: the bumped one); a TV2 end that exhausted the epoch moves to its
+        next producer id, at epoch 0, on completion."""
         prepared = (txn.producer_id, txn.producer_epoch, txn.state)
 
         def done() -> None:
@@ -182,10 +229,14 @@ class TransactionCoordinator:
                     (txn.producer_id, txn.producer_epoch, txn.state) != prepared:
                 return  # unloaded, or moved on meanwhile
             txn.partitions = set()
+            if txn.next_producer_id >= 0:
+                txn.prev_producer_id, txn.producer_id = txn.producer_id, txn.next_producer_id
+                txn.producer_epoch, txn.next_producer_id = 0, -1
             self._transit(txn, COMPLETE_COMMIT if commit else COMPLETE_ABORT)
 
-        self.core.write_txn_markers(txn.producer_id, txn.producer_epoch, self.coordinator_epoch, commit,
-                                    set(txn.partitions), done)
+        self.core.write_txn_markers(txn.producer_id, txn.producer_epoch,
+                                    self.coordinator_epochs.get(self.partition_of(txn.transactional_id), 0),
+                                    commit, set(txn.partitions), done)
 
     def complete_markers_locally(self, producer_id: int, producer_epoch: int, coordinator_epoch: int,
                                  commit: bool, partitions: set[tuple[str, int]]) -> None:
@@ -196,16 +247,24 @@ class TransactionCoordinator:
             lg = self.core.logs.get(topic, p)
             if lg is None:
                 continue  # the topic went away meanwhile
-            append_txn_marker(lg, producer_id, producer_epoch, coordinator_epoch, commit, now)
+            try:
+                append_txn_marker(lg, producer_id, producer_epoch, coordinator_epoch, commit, now)
+            except BrokerError:
+                continue  # a newer coordinator (or producer epoch) wrote there: not ours to mark
             if topic == OFFSETS_TOPIC:
                 self.groups.complete_txn(p, producer_id, commit)
             self.core.appended_internal(lg)
 
-    def _end(self, txn: TxnMetadata, commit: bool) -> tuple[Any, int]:
-        """PrepareCommit/PrepareAbort written, then the markers; the prepare record's place."""
+    def _end(self, txn: TxnMetadata, commit: bool, bump: bool = False) -> tuple[Any, int]:
+        """PrepareCommit/PrepareAbort written, then the markers; the prepare record's place.
+        ``bump`` (TV2's EndTxn): the epoch goes up by one first (Kafka's
+        ``prepareAbortOrCommit``); the caller has set ``next_producer_id`` if it is exhausted."""
         if txn.timeout_task is not None:
             txn.timeout_task.cancel()
             txn.timeout_task = None
+        if bump:
+            txn.last_producer_epoch = txn.producer_epoch
+            txn.producer_epoch += 1
         where = self._transit(txn, PREPARE_COMMIT if commit else PREPARE_ABORT)
         self._complete(txn, commit)
         return where
@@ -230,6 +289,8 @@ class TransactionCoordinator:
     # -------------------------------------------------------------- validation
     def _check(self, tid: str, pid: int, epoch: int) -> tuple[Optional[TxnMetadata], int]:
         txn = self.txns.get(tid)
+        if txn is not None and txn.state in (PREPARE_COMMIT, PREPARE_ABORT) and pid == txn.next_producer_id:
+            return txn, E.CONCURRENT_TRANSACTIONS  # the producer id a TV2 end is moving to
         if txn is None or txn.producer_id != pid:
             return txn, E.INVALID_PRODUCER_ID_MAPPING
         if txn.producer_epoch != epoch:
@@ -243,24 +304,14 @@ class TransactionCoordinator:
         # KIP-588: requests older than ``since`` know PRODUCER_FENCED as INVALID_PRODUCER_EPOCH
         return E.INVALID_PRODUCER_EPOCH if code == E.PRODUCER_FENCED and version < since else code
 
-    def verify_produce(self, tid: str, pid: int, epoch: int, topic: str, partition: int) -> int:
-        """A transactional produce must be to a partition its transaction has added, under
-        the transaction's current epoch. The codes are what Kafka's produce path answers
-        (``handleVerifyPartitionsInTransaction``, as the leader translates it for produce
-        versions before 12): a producer whose epoch is not the coordinator's is fenced,
-        INVALID_PRODUCER_EPOCH, so the client learns of it with this produce; a
-        transaction being completed is retriable (NOT_ENOUGH_REPLICAS); a partition not in
-        the transaction is INVALID_TXN_STATE."""
-        txn = self.txns.get(tid)
-        if txn is None or txn.producer_id != pid:
-            return E.INVALID_PRODUCER_ID_MAPPING
-        if txn.producer_epoch != epoch:
-            return E.INVALID_PRODUCER_EPOCH
-        if txn.state in (PREPARE_COMMIT, PREPARE_ABORT):
-            return E.NOT_ENOUGH_REPLICAS
-        if txn.state != ONGOING or (topic, partition) not in txn.partitions:
-            return E.INVALID_TXN_STATE
-        return E.NONE
+    def verify_or_add(self, tid: str, pid: int, epoch: int, partitions: list[TopicPartition],
+                      add: bool) -> dict[TopicPartition, int]:
+        """A partition leader's (or group coordinator's) question about a transactional write,
+        Kafka's inter-broker AddPartitionsToTxn v5: with ``add`` (a TV2 producer's Produce v12
+        or TxnOffsetCommit v5+) the partitions join the transaction, otherwise (verify_only)
+        whether they are in it. The codes are the coordinator's (see
+        :func:`leader_verification_error` for the leader's)."""
+        return self._add_partitions(tid, pid, epoch, partitions, 5, verify_only=not add, client_tv=2 if add else 0)
 
     # -------------------------------------------------------------- InitProducerId
     def init_producer_id(self, body: Any, version: int, respond: Respond) -> None:
@@ -315,10 +366,10 @@ class TransactionCoordinator:
         txn.partitions |= parts
         self._transit(txn, ONGOING)
 
-    def _add_partitions(self, tid: str, pid: int, epoch: int, topics: list[tuple[str, list[int]]],
-                        version: int, verify_only: bool = False) -> dict[tuple[str, int], int]:
-        wanted = [(t, p) for t, ps in topics for p in ps]
-        unknown = {tp for tp in wanted if not self.core.has_partition(*tp)}
+    def _add_partitions(self, tid: str, pid: int, epoch: int, wanted: list[TopicPartition],
+                        version: int, verify_only: bool = False, client_tv: int = 0,
+                        check_known: bool = True) -> dict[TopicPartition, int]:
+        unknown = {tp for tp in wanted if check_known and not self.core.has_partition(*tp)}
         if unknown:
             return {tp: E.UNKNOWN_TOPIC_OR_PARTITION if tp in unknown else E.OPERATION_NOT_ATTEMPTED
                     for tp in wanted}
@@ -327,10 +378,14 @@ class TransactionCoordinator:
             return {tp: self._old_fenced(err, version, 2) for tp in wanted}
         assert txn is not None
         if verify_only:
-            return {tp: E.NONE if txn.state == ONGOING and tp in txn.partitions else E.INVALID_TXN_STATE
+            # Kafka's handleVerifyPartitionsInTransaction; v4 knows no TRANSACTION_ABORTABLE
+            missing = E.TRANSACTION_ABORTABLE if version >= 5 else E.INVALID_TXN_STATE
+            return {tp: E.NONE if txn.state == ONGOING and tp in txn.partitions else missing
                     for tp in wanted}
         if txn.state not in (EMPTY, ONGOING, COMPLETE_COMMIT, COMPLETE_ABORT):
             return {tp: E.INVALID_TXN_STATE for tp in wanted}
+        if not (txn.state == ONGOING and set(wanted) <= txn.partitions):
+            txn.client_tv = client_tv
         self._add(txn, set(wanted))
         return {tp: E.NONE for tp in wanted}
 
@@ -348,13 +403,16 @@ class TransactionCoordinator:
         if version < 4:
             codes = self._add_partitions(body.v3_and_below_transactional_id, body.v3_and_below_producer_id,
                                          body.v3_and_below_producer_epoch,
-                                         [(t.name, list(t.partitions)) for t in body.v3_and_below_topics], version)
+                                         [(t.name, p) for t in body.v3_and_below_topics for p in t.partitions],
+                                         version)
             return respond(cls(throttle_time_ms=0, results_by_topic_v3_and_below=results(codes)))
         out = []
         for tx in body.transactions:
+            # v5 comes from a leader that knows transaction version 2 (Kafka's
+            # transactionVersionForAddPartitionsToTxn)
             codes = self._add_partitions(tx.transactional_id, tx.producer_id, tx.producer_epoch,
-                                         [(t.name, list(t.partitions)) for t in tx.topics], version,
-                                         tx.verify_only)
+                                         [(t.name, p) for t in tx.topics for p in t.partitions], version,
+                                         tx.verify_only, 2 if version >= 5 else 0)
             out.append(cls.AddPartitionsToTxnResult(transactional_id=tx.transactional_id,
                                                     topic_results=results(codes)))
         respond(cls(throttle_time_ms=0, error_code=E.NONE, results_by_transaction=out))
@@ -366,30 +424,65 @@ class TransactionCoordinator:
             return respond(cls(throttle_time_ms=0, error_code=E.INVALID_GROUP_ID))
         self.groups.ensure_topic()
         tp = (OFFSETS_TOPIC, partition_for(body.group_id, self.groups.num_partitions))
-        codes = self._add_partitions(body.transactional_id, body.producer_id, body.producer_epoch,
-                                     [(tp[0], [tp[1]])], version)
+        # as Kafka's handleAddOffsetsToTxnRequest: the group's partition is added whether or not
+        # __consumer_offsets exists yet (in a cluster it is made at the group's FindCoordinator)
+        codes = self._add_partitions(body.transactional_id, body.producer_id, body.producer_epoch, [tp], version,
+                                     check_known=False)
         respond(cls(throttle_time_ms=0, error_code=self._old_fenced(codes[tp], version, 2)))
 
     # -------------------------------------------------------------- EndTxn
     def end_txn(self, body: Any, version: int, respond: Respond) -> None:
+        """EndTxn; v5 (transaction version 2) bumps the epoch at every end and answers the
+        producer id and epoch to use next (Kafka's ``TransactionCoordinator.endTransaction``)."""
         cls = response_codec(ApiKey.END_TXN).cls
-
-        def answer(code: int) -> None:
-            respond(cls(throttle_time_ms=0, error_code=self._old_fenced(code, version, 2)))
-
-        txn, err = self._check(body.transactional_id, body.producer_id, body.producer_epoch)
-        if err:
-            return answer(err)
-        assert txn is not None
+        tv2 = version >= 5
         commit = body.committed
-        if txn.state == ONGOING:
-            # answered once the prepare record is committed (Kafka appends it with acks=all)
-            lg, offset = self._end(txn, commit)
-            self.core.when_replicated(lg, offset, answer, self.config.offsets_commit_timeout_ms)
-            return None
-        if (txn.state, commit) in ((COMPLETE_COMMIT, True), (COMPLETE_ABORT, False)):
+        pid, epoch = body.producer_id, body.producer_epoch
+        txn = self.txns.get(body.transactional_id)
+
+        def answer(code: int, ids: Optional[tuple[int, int]] = None) -> None:
+            # an error carries no producer id and epoch (-1, as Kafka); a retry the current ones
+            if ids is None:
+                ids = (txn.producer_id, txn.producer_epoch) if txn is not None and not code else (-1, -1)
+            respond(cls(throttle_time_ms=0, error_code=self._old_fenced(code, version, 2),
+                        producer_id=ids[0], producer_epoch=ids[1]))
+
+        if txn is None:
+            return answer(E.INVALID_PRODUCER_ID_MAPPING)
+        # a TV2 retry names the epoch before the bump (or the id before a rotation)
+        retry_overflow = tv2 and txn.prev_producer_id == pid and epoch == _SHORT_MAX - 1 and txn.producer_epoch == 0
+        retry = tv2 and (retry_overflow or (txn.producer_id == pid and txn.producer_epoch == epoch + 1)) \
+            and txn.state in (PREPARE_COMMIT, PREPARE_ABORT, COMPLETE_COMMIT, COMPLETE_ABORT)
+        if txn.producer_id != pid and not retry_overflow:
+            return answer(E.INVALID_PRODUCER_ID_MAPPING)
+        if txn.producer_epoch != epoch and not retry:
+            return answer(E.PRODUCER_FENCED)
+        if txn.state in (PREPARE_COMMIT, PREPARE_ABORT):
+            return answer(E.CONCURRENT_TRANSACTIONS if (txn.state == PREPARE_COMMIT) == commit
+                          else E.INVALID_TXN_STATE)
+        done_state = COMPLETE_COMMIT if commit else COMPLETE_ABORT
+        if txn.state == done_state and (retry if tv2 else True):
             return answer(E.NONE)  # a retry of the EndTxn that completed it
-        answer(E.INVALID_TXN_STATE)
+        # TV2 may abort a transaction that has no partitions (the producer's first write failed)
+        empty_abort = tv2 and not commit and txn.state in (EMPTY, COMPLETE_COMMIT, COMPLETE_ABORT)
+        if not (txn.state == ONGOING or empty_abort) or retry:
+            return answer(E.INVALID_TXN_STATE)
+        if tv2 and txn.producer_epoch >= _SHORT_MAX - 1:
+            try:
+                txn.next_producer_id = self.core.allocate_producer_id()
+            except BrokerError as exc:  # a cluster broker waiting for its block of ids
+                return answer(exc.code)
+        if empty_abort:
+            txn.start_ms = self.core.wall_ms()
+        if tv2:
+            txn.client_tv = 2
+        # the producer's ids after this end (Kafka answers before the markers are written)
+        ids = (txn.next_producer_id, 0) if txn.next_producer_id >= 0 else \
+            (txn.producer_id, txn.producer_epoch + 1 if tv2 else txn.producer_epoch)
+        # answered once the prepare record is committed (Kafka appends it with acks=all)
+        lg, offset = self._end(txn, commit, bump=tv2)
+        self.core.when_replicated(lg, offset, lambda code: answer(code, ids), self.config.offsets_commit_timeout_ms)
+        return None
 
     # -------------------------------------------------------------- DescribeTransactions, ListTransactions
     def describe_transactions(self, body: Any, version: int, respond: Respond) -> None:

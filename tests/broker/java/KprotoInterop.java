@@ -188,7 +188,7 @@ public class KprotoInterop {
             } catch (ExecutionException ex) {
                 emit("phase", "admin", "event", "create-existing", "error", ex.getCause().getClass().getSimpleName());
             }
-            emit("phase", "admin", "event", "client", "version", org.apache.kafka.common.utils.AppInfoParser.getVersion(),
+            emit("phase", "admin", "event", "client", "version", clientVersion(),
                  "java", System.getProperty("java.version"));
             Set<String> names = admin.listTopics().names().get(15, TimeUnit.SECONDS);
             emit("phase", "admin", "event", "list-topics", "names", new TreeSet<>(names));
@@ -434,6 +434,19 @@ public class KprotoInterop {
             for (TopicPartition tp : List.of(p0, p1, p2)) pos.put(Integer.toString(tp.partition()), c.position(tp));
             emit("phase", "session", "event", "positions", "positions", pos);
         }
+    }
+
+    /** kafka-clients' version: its AppInfoParser moved to an internals package in 4.x. */
+    static String clientVersion() {
+        for (String c : new String[]{"org.apache.kafka.common.utils.AppInfoParser",
+                                     "org.apache.kafka.common.utils.internals.AppInfoParser"}) {
+            try {
+                return (String) Class.forName(c).getMethod("getVersion").invoke(null);
+            } catch (ReflectiveOperationException e) {
+                // the other package
+            }
+        }
+        return "unknown";
     }
 
     // ------------------------------------------------------------------ transactions
