@@ -314,3 +314,25 @@ def assert_format_kafka_is_kafkas(version: str, files: list[Path]) -> bytes:
         first = next(i for i, (x, y) in enumerate(zip(a + [b""], b + [b""])) if x != y)
         raise AssertionError(f"line {first}:\n kproto {a[first][:300]!r}\n Kafka  {b[first][:300]!r}")
     return kafka.stderr
+
+
+JAVA_DIR = Path(__file__).resolve().parent / "java"
+
+
+def run_index_sanity_check(version: str, files: list[Path]) -> dict[str, str]:
+    """Kafka's ``DumpLogSegments --index-sanity-check`` verdict on each of ``files`` (one JVM):
+    the line it printed after ``Dumping PATH`` (``PATH passed sanity check.``, ``PATH is
+    empty.``) or ``CorruptIndexException: MESSAGE`` where the check failed (the tool itself
+    stops at the first such file)."""
+    from kproto.testing import apache
+    out = apache.run_tool(version, str(JAVA_DIR / "KprotoIndexSanity.java"), *map(str, files),
+                          timeout=180).stdout
+    verdicts: dict[str, str] = {}
+    current = None
+    for line in out.splitlines():
+        if line.startswith("Dumping "):
+            current = line[len("Dumping "):]
+        elif line.strip():
+            assert current is not None and current not in verdicts, line
+            verdicts[current] = line
+    return verdicts

@@ -14,6 +14,8 @@ from __future__ import annotations
 import argparse
 import base64
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +41,8 @@ def kafka_logdirs(tmp_path_factory) -> kls.KafkaLogDirs:
 
 def _args(**kw: Any) -> argparse.Namespace:
     return argparse.Namespace(**{"batches_only": False, "verify": False, "decode_internal": False,
-                                 "max_decompressed": DEFAULT_MAX_SIZE, **kw})
+                                 "index_sanity_check": False, "max_decompressed": DEFAULT_MAX_SIZE,
+                                 **kw})
 
 
 def _files(root: Path, pattern: str, internal: bool = False) -> list[Path]:
@@ -154,6 +157,58 @@ def test_index_entries_are_kafkas(kafka_logdirs, state):
         entries += len(ours)
     assert entries >= 20
     assert (zero_slots > 0) == (state == "killed")
+
+
+def _kproto_sanity_verdict(path: Path) -> str:
+    from kproto.cli.dump_log import _CorruptIndex, kafka_lines
+
+    try:
+        (line,) = kafka_lines(str(path), _args(index_sanity_check=True))
+    except _CorruptIndex as e:
+        return f"CorruptIndexException: {e}"
+    return line
+
+
+def test_index_sanity_check_verdicts_are_kafkas(kafka_logdirs):
+    """Kafka's ``--index-sanity-check`` (the check a broker runs at start to decide whether to
+    rebuild an index) and kproto's give every index and time index of both copies the same
+    verdict, with the same message where it fails."""
+    files = [f for state in STATES for pattern in ("*.index", "*.timeindex")
+             for f in _files(getattr(kafka_logdirs, state), pattern, internal=True)]
+    theirs = kls.run_index_sanity_check(DEFAULT_VERSION, files)
+    assert len(theirs) == len(files)
+    failed = {"clean": 0, "killed": 0}
+    for f in files:
+        verdict = _kproto_sanity_verdict(f)
+        assert verdict == theirs[str(f)], f
+        if verdict.startswith("CorruptIndexException"):
+            failed[f.parents[1].name] += 1
+    # a time index left preallocated after entries were written fails Kafka's check (its
+    # last slot's timestamp 0 is below the first): the KRaft log's after a clean stop too,
+    # every active segment's after kill -9
+    assert 1 <= failed["clean"] < failed["killed"], failed
+    assert any(v.endswith(" passed sanity check.") for v in theirs.values())
+    assert any(v.endswith(" is empty.") for v in theirs.values())
+
+
+def test_index_sanity_check_format_kafka_stops_as_kafkas_tool(kafka_logdirs):
+    """``kproto dump-log --format kafka --index-sanity-check`` prints what Kafka's tool prints
+    up to the first index that fails, and stops there with exit status 1."""
+    from kproto.testing import apache
+
+    folder = kafka_logdirs.killed / "__cluster_metadata-0"
+    files = sorted(folder.glob("*.index")) + sorted(folder.glob("*.timeindex")) + \
+        sorted(kafka_logdirs.killed.glob("rolled-0/*.timeindex"))
+    kafka = apache.run_tool(DEFAULT_VERSION, kls.DUMP_LOG_SEGMENTS, "--index-sanity-check",
+                            "--files", ",".join(map(str, files)), check=False, binary=True)
+    ours = subprocess.run([sys.executable, "-m", "kproto", "dump-log", "--format", "kafka",
+                           "--index-sanity-check", *map(str, files)], capture_output=True,
+                          timeout=120)
+    assert kafka.returncode == ours.returncode == 1
+    assert ours.stdout == kafka.stdout
+    assert ours.stdout.count(b"Dumping ") == 2   # the offset index passes, the time index not
+    message = ours.stderr.decode().split("CorruptIndexException: ", 1)[1].strip()
+    assert f"CorruptIndexException: {message}" in kafka.stderr.decode()
 
 
 def test_txnindex_and_producer_snapshots_are_kafkas(kafka_logdirs):
