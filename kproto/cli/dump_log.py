@@ -8,7 +8,9 @@ summary lines); the default on a terminal is a text format like ``kafka-dump-log
 KRaft snapshots, indexes, transaction indexes and producer snapshots, so that the two
 outputs can be diffed. A log dir or partition folder is dumped file by file,
 each preceded by a ``file`` line; what is not read gets an ``ignored`` line. A file that cannot
-be read is an ``error`` line (exit status 1) and the dump goes on.
+be read is an ``error`` line (exit status 1) and the dump goes on. ``--index-sanity-check``
+runs, on ``.index`` and ``.timeindex`` files, only the check a Kafka broker runs at start to
+decide whether to rebuild an index (an ``index_sanity`` line each).
 """
 from __future__ import annotations
 

@@ -4,7 +4,8 @@ judge kproto's storage reader and ``dump-log`` by Kafka's own ``DumpLogSegments`
 One dedicated Apache Kafka node writes every kind of data a log dir holds (every codec,
 idempotent and transactional batches with commits and aborts, a compacted topic after the
 cleaner ran, DeleteRecords, segments rolled by size, ``__consumer_offsets``,
-``__transaction_state``, the KRaft metadata log and a snapshot). Its data dir is copied after
+``__transaction_state``, a share group's ``__share_group_state``, the KRaft metadata log and a
+snapshot). Its data dir is copied after
 a clean shutdown (``clean``) and after kill -9 (``killed``), and what a consumer read from
 each topic before the broker stopped is kept beside it.
 """
@@ -18,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kproto.testing.apache import ApacheKafka
+from kproto.testing.apache import ApacheKafka, client_jars, java
 
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 
@@ -33,6 +34,7 @@ BROKER_CONFIG = {
     "transaction.state.log.min.isr": "1",
     "transaction.state.log.replication.factor": "1",
     "offsets.topic.replication.factor": "1",
+    "share.coordinator.state.topic.num.partitions": "1",
 }
 
 #: A compacted topic cleaned often. Tombstones are kept a day: the first pass of the cleaner
@@ -53,6 +55,8 @@ class KafkaLogDirs:
     topics: dict[str, str] = field(default_factory=dict)   #: role -> topic name
     #: (topic, isolation) -> [(partition, offset, key, value, headers, timestamp)] a consumer read
     consumed: dict[tuple[str, str], list[tuple]] = field(default_factory=dict)
+    #: the records the share group accepted: [{"offset": o, "delivery": count}]
+    shared: list[dict[str, int]] = field(default_factory=list)
 
 
 def _producer(bootstrap: str, **conf: Any):
@@ -94,6 +98,26 @@ def consume_all(bootstrap: str, topic: str, isolation: str) -> list[tuple]:
         raise TimeoutError(f"consuming {topic}")
     finally:
         c.close()
+
+
+SHARED_RECORDS = 8
+JAVA_DIR = Path(__file__).resolve().parent / "java"
+
+
+def share_consume(bootstrap: str, group: str, topic: str, n: int) -> list[dict[str, int]]:
+    """``java/KprotoShareConsumer.java`` (Kafka 4.4.0's Java client, run from its source):
+    share group ``group`` accepts ``n`` records of ``topic``, the first released once first;
+    each accepted record's offset and delivery count."""
+    import json
+    import os
+    import subprocess
+
+    proc = subprocess.run([java(), "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+                           "-cp", os.pathsep.join(client_jars("4.4.0")),
+                           str(JAVA_DIR / "KprotoShareConsumer.java"), bootstrap, group, topic,
+                           str(n)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
 
 
 def _cleaned(log_dir: Path, topic: str) -> bool:
@@ -165,6 +189,12 @@ def build(root: Path) -> KafkaLogDirs:
             pass
         c.commit(offsets=[confluent_kafka.TopicPartition("codec-none", 0, 5)], asynchronous=False)
         c.close()
+        # __share_group_state: a share group (Kafka 4.4 has share.version 2 finalized at
+        # format) reads a topic with Kafka's Java share consumer, one record released once
+        t["share"] = "shared"
+        kafka.create_topic("shared", 1, 1)
+        _produce(_producer(b), "shared", SHARED_RECORDS, "s")
+        out.shared = share_consume(b, "share-group", "shared", SHARED_RECORDS)
         for role, topic in t.items():
             if role != "rolled":
                 for iso in ("read_uncommitted", "read_committed"):
@@ -314,9 +344,6 @@ def assert_format_kafka_is_kafkas(version: str, files: list[Path]) -> bytes:
         first = next(i for i, (x, y) in enumerate(zip(a + [b""], b + [b""])) if x != y)
         raise AssertionError(f"line {first}:\n kproto {a[first][:300]!r}\n Kafka  {b[first][:300]!r}")
     return kafka.stderr
-
-
-JAVA_DIR = Path(__file__).resolve().parent / "java"
 
 
 def run_index_sanity_check(version: str, files: list[Path]) -> dict[str, str]:

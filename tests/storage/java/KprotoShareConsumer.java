@@ -1,8 +1,10 @@
 import java.time.Duration;
 import java.util.Collection;
+import java.util.HashSet;
 import java.util.List;
 import java.util.Map;
 import java.util.Properties;
+import java.util.Set;
 
 import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.AlterConfigOp;
@@ -15,9 +17,10 @@ import org.apache.kafka.common.serialization.ByteArrayDeserializer;
 
 /**
  * A share group's member for the storage tests: ``KprotoShareConsumer BOOTSTRAP GROUP TOPIC N``
- * sets the group to start at the earliest offset, reads N records of TOPIC, acknowledges the
- * first one RELEASE-d once, then every record ACCEPT, commits, and prints each record's offset.
- * What the share coordinator keeps of this is the topic's __share_group_state.
+ * sets the group to start at the earliest offset and reads N records of TOPIC two at a time,
+ * acknowledging the first delivery of the first one RELEASE (it comes again, delivered twice)
+ * and every other delivery ACCEPT, committing after each poll; it prints each accepted record's
+ * offset and delivery count. What the share coordinator keeps of this is __share_group_state.
  */
 public final class KprotoShareConsumer {
     public static void main(String[] args) throws Exception {
@@ -37,12 +40,13 @@ public final class KprotoShareConsumer {
         p.put("share.acknowledgement.mode", "explicit");
         p.put("key.deserializer", ByteArrayDeserializer.class.getName());
         p.put("value.deserializer", ByteArrayDeserializer.class.getName());
+        p.put("max.poll.records", "2");
         long deadline = System.currentTimeMillis() + 60_000;
-        int done = 0;
+        Set<Long> accepted = new HashSet<>();
         boolean released = false;
         try (KafkaShareConsumer<byte[], byte[]> c = new KafkaShareConsumer<>(p)) {
             c.subscribe(List.of(topic));
-            while (done < wanted && System.currentTimeMillis() < deadline) {
+            while (accepted.size() < wanted && System.currentTimeMillis() < deadline) {
                 for (ConsumerRecord<byte[], byte[]> r : c.poll(Duration.ofMillis(500))) {
                     if (!released) {   // delivered again: a delivery count of 2 in the state
                         c.acknowledge(r, AcknowledgeType.RELEASE);
@@ -52,13 +56,13 @@ public final class KprotoShareConsumer {
                     c.acknowledge(r, AcknowledgeType.ACCEPT);
                     System.out.println("{\"offset\": " + r.offset() + ", \"delivery\": "
                                        + r.deliveryCount().orElse((short) -1) + "}");
-                    done++;
+                    accepted.add(r.offset());
                 }
                 c.commitSync();
             }
         }
-        if (done < wanted) {
-            System.err.println("only " + done + " of " + wanted + " records");
+        if (accepted.size() < wanted) {
+            System.err.println("only " + accepted.size() + " of " + wanted + " records");
             System.exit(1);
         }
     }
