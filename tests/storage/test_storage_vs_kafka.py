@@ -423,8 +423,8 @@ def test_replicas_through_leader_changes_are_read_as_kafkas(apache_kafka_cluster
     assert first == replicas[0]   # the preferred replica leads a new partition
     _produce_acked(kafka.bootstrap, topic, 12, "all", "all")
     followers = [r for r in replicas if r != first]
-    # acks=1 records only the leader has: its followers frozen (for less than the broker
-    # session timeout: they stay registered and in the ISR), then the leader killed
+    # acks=1 records only the leader has: its followers frozen (0.15 s here, well below the
+    # broker session timeout: they stay registered and in the ISR), then the leader killed
     only_leader = kls._producer("%s:%d" % kafka.address(first), acks="1")
     only_leader.produce(topic, b"warm", b"w")
     assert only_leader.flush(30) == 0
@@ -493,6 +493,9 @@ def test_replicas_through_leader_changes_are_read_as_kafkas(apache_kafka_cluster
                 for x, t in zip(table.select(["partition", "offset", "key", "value", "headers"])
                                 .to_pylist(), ts)]
         assert rows == consumed, r
+    # and kproto's --format kafka prints what Kafka's tool prints for every file of them
+    kls.assert_format_kafka_is_kafkas(DEFAULT_VERSION, [
+        f for d in dirs.values() for ext in kls.DUMPED_SUFFIXES for f in sorted(d.glob(f"*.{ext}"))])
     # the replicas hold the same batches; the old leader's lost tail is gone from its log
     facts = {r: [(b["base_offset"], b["partition_leader_epoch"], b["crc"]) for b in batches]
              for r, batches in logs.items()}
