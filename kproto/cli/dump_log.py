@@ -30,7 +30,8 @@ from kproto.records.dump import dump_lines
 from kproto.storage.dump import DUMP_KINDS, dump_file, dump_internal_log, metadata_log_topic
 from kproto.storage.layout import check_size, file_kind, log_dir_files
 
-__all__ = ["register", "dump_path", "dump_log_file", "format_text", "kafka_lines", "index_sanity"]
+__all__ = ["register", "dump_path", "dump_log_file", "format_text", "kafka_lines", "index_sanity",
+           "CorruptIndexError"]
 
 
 def _map(path: str) -> bytes | mmap.mmap:
@@ -110,8 +111,9 @@ def index_sanity(path: str, kind: str, base_offset: int) -> tuple[int, str | Non
     return n // size, kafka_sanity_check(first, last, n, base_offset, kind, os.path.abspath(path))
 
 
-class _CorruptIndex(Exception):
-    """Kafka's tool stops at an index that fails its sanity check (CorruptIndexException)."""
+class CorruptIndexError(DecodeError):
+    """An index that fails Kafka's sanity check (Kafka's CorruptIndexException; the message is
+    Kafka's): :func:`kafka_lines` raises it with ``--index-sanity-check``."""
 
 
 def _error_line(path: str, exc: Exception) -> dict:
@@ -317,7 +319,8 @@ def kafka_lines(path: str, args: argparse.Namespace) -> Iterator[str]:
     """The lines Kafka's ``DumpLogSegments --deep-iteration --print-data-log`` prints after
     ``Dumping PATH`` for a segment, KRaft snapshot, ``.index``, ``.timeindex``, ``.txnindex``
     or producer ``.snapshot``. Other files, and batches of magic 0 and 1, raise
-    NotImplementedError."""
+    NotImplementedError. With ``args.index_sanity_check``, an index's verdict as
+    ``--index-sanity-check`` prints it (CorruptIndexError where it fails)."""
     kind, offset = file_kind(path)
     if kind not in _KAFKA_DUMPED:
         raise NotImplementedError(f"{path}: Kafka's tool does not dump {kind or 'this'} files")
@@ -328,7 +331,7 @@ def kafka_lines(path: str, args: argparse.Namespace) -> Iterator[str]:
         if kind == "index" and not entries:   # Kafka's tool checks no empty offset index
             yield f"{path} is empty."
         elif problem is not None:
-            raise _CorruptIndex(problem)
+            raise CorruptIndexError(problem)
         else:
             yield f"{path} passed sanity check."
     elif kind in ("index", "timeindex"):
@@ -348,7 +351,7 @@ def _run_kafka(args: argparse.Namespace, out: TextIO) -> int:
                 continue
             try:
                 lines = list(kafka_lines(f, args))
-            except _CorruptIndex as e:
+            except CorruptIndexError as e:
                 # as Kafka's tool: the file's heading, the exception, and nothing after it
                 out.write(f"Dumping {f}\n")
                 print(f"kproto dump-log: CorruptIndexException: {e}", file=sys.stderr)

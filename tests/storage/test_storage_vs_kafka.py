@@ -165,11 +165,11 @@ def test_index_entries_are_kafkas(kafka_logdirs, state):
 
 
 def _kproto_sanity_verdict(path: Path) -> str:
-    from kproto.cli.dump_log import _CorruptIndex, kafka_lines
+    from kproto.cli.dump_log import CorruptIndexError, kafka_lines
 
     try:
         (line,) = kafka_lines(str(path), _args(index_sanity_check=True))
-    except _CorruptIndex as e:
+    except CorruptIndexError as e:
         return f"CorruptIndexException: {e}"
     return line
 
