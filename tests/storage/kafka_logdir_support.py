@@ -17,7 +17,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from kproto.testing.apache import ApacheKafka, client_jars, java
 
@@ -104,20 +104,30 @@ SHARED_RECORDS = 8
 JAVA_DIR = Path(__file__).resolve().parent / "java"
 
 
-def share_consume(bootstrap: str, group: str, topic: str, n: int) -> list[dict[str, int]]:
-    """``java/KprotoShareConsumer.java`` (Kafka 4.4.0's Java client, run from its source):
-    share group ``group`` accepts ``n`` records of ``topic``, the first released once first;
-    each accepted record's offset and delivery count."""
+def share_consume(bootstrap: str, group: str, topic: str, n: int) -> Callable[[], list[dict[str, int]]]:
+    """Start ``java/KprotoShareConsumer.java`` (Kafka 4.4.0's Java client, run from its
+    source): share group ``group`` accepts ``n`` records of ``topic``, the first released once
+    first. The JVM runs while the caller goes on; the function returned waits for it and
+    returns each accepted record's offset and delivery count."""
     import json
     import os
     import subprocess
 
-    proc = subprocess.run([java(), "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
-                           "-cp", os.pathsep.join(client_jars("4.4.0")),
-                           str(JAVA_DIR / "KprotoShareConsumer.java"), bootstrap, group, topic,
-                           str(n)], capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    proc = subprocess.Popen([java(), "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+                             "-cp", os.pathsep.join(client_jars("4.4.0")),
+                             str(JAVA_DIR / "KprotoShareConsumer.java"), bootstrap, group, topic,
+                             str(n)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def result() -> list[dict[str, int]]:
+        try:
+            out, err = proc.communicate(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        assert proc.returncode == 0, err[-3000:]
+        return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    return result
 
 
 def _cleaned(log_dir: Path, topic: str) -> bool:
@@ -155,6 +165,13 @@ def build(root: Path) -> KafkaLogDirs:
             _produce(tp, "txn", 4, f"tx-{outcome}")
             _produce(plain, "txn", 2, "plain")
             (tp.commit_transaction if outcome == "commit" else tp.abort_transaction)(30)
+        # __share_group_state: a share group (Kafka 4.4 has share.version 2 finalized at
+        # format) reads a topic with Kafka's Java share consumer, one record released once;
+        # its JVM runs while the cleaner is awaited
+        t["share"] = "shared"
+        kafka.create_topic("shared", 1, 1)
+        _produce(_producer(b), "shared", SHARED_RECORDS, "s")
+        shared = share_consume(b, "share-group", "shared", SHARED_RECORDS)
         # a compacted topic with tombstones, after the cleaner has run
         t["compacted"] = "compact"
         kafka.create_topic("compact", 1, 1, configs=COMPACT_CONFIG)
@@ -189,12 +206,7 @@ def build(root: Path) -> KafkaLogDirs:
             pass
         c.commit(offsets=[confluent_kafka.TopicPartition("codec-none", 0, 5)], asynchronous=False)
         c.close()
-        # __share_group_state: a share group (Kafka 4.4 has share.version 2 finalized at
-        # format) reads a topic with Kafka's Java share consumer, one record released once
-        t["share"] = "shared"
-        kafka.create_topic("shared", 1, 1)
-        _produce(_producer(b), "shared", SHARED_RECORDS, "s")
-        out.shared = share_consume(b, "share-group", "shared", SHARED_RECORDS)
+        out.shared = shared()
         for role, topic in t.items():
             if role != "rolled":
                 for iso in ("read_uncommitted", "read_committed"):
