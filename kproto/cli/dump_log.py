@@ -8,7 +8,9 @@ summary lines); the default on a terminal is a text format like ``kafka-dump-log
 KRaft snapshots, indexes, transaction indexes and producer snapshots, so that the two
 outputs can be diffed. A log dir or partition folder is dumped file by file,
 each preceded by a ``file`` line; what is not read gets an ``ignored`` line. A file that cannot
-be read is an ``error`` line (exit status 1) and the dump goes on.
+be read is an ``error`` line (exit status 1) and the dump goes on. ``--index-sanity-check``
+runs, on ``.index`` and ``.timeindex`` files, only the check a Kafka broker runs at start to
+decide whether to rebuild an index (an ``index_sanity`` line each).
 """
 from __future__ import annotations
 
@@ -28,7 +30,8 @@ from kproto.records.dump import dump_lines
 from kproto.storage.dump import DUMP_KINDS, dump_file, dump_internal_log, metadata_log_topic
 from kproto.storage.layout import check_size, file_kind, log_dir_files
 
-__all__ = ["register", "dump_path", "dump_log_file", "format_text", "kafka_lines"]
+__all__ = ["register", "dump_path", "dump_log_file", "format_text", "kafka_lines", "index_sanity",
+           "CorruptIndexError"]
 
 
 def _map(path: str) -> bytes | mmap.mmap:
@@ -79,7 +82,11 @@ def dump_path(path: str, args: argparse.Namespace) -> Iterator[dict]:
                 yield _error_line(f, exc)
         return
     kind, _offset = file_kind(path)
-    if kind in DUMP_KINDS:
+    if getattr(args, "index_sanity_check", False) and kind in ("index", "timeindex"):
+        entries, problem = index_sanity(path, kind, _offset or 0)
+        yield {"type": "index_sanity", "kind": kind, "entries": entries, "passed": problem is None,
+               "problem": problem}
+    elif kind in DUMP_KINDS:
         yield from dump_file(path)
     elif kind == "lock":
         return
@@ -87,6 +94,26 @@ def dump_path(path: str, args: argparse.Namespace) -> Iterator[dict]:
         yield from dump_internal_log(path)
     else:
         yield from dump_log_file(path, args)
+
+
+def index_sanity(path: str, kind: str, base_offset: int) -> tuple[int, str | None]:
+    """The slots Kafka counts as entries of the ``index``/``timeindex`` file at ``path``, and
+    its verdict on them (:func:`kproto.storage.indexes.kafka_sanity_check`: None when they
+    pass)."""
+    from kproto.storage.indexes import OFFSET_ENTRY_SIZE, TIME_ENTRY_SIZE, kafka_sanity_check
+
+    size = OFFSET_ENTRY_SIZE if kind == "index" else TIME_ENTRY_SIZE
+    with open(path, "rb") as f:
+        n = os.fstat(f.fileno()).st_size
+        first = f.read(size) if n >= size else b""
+        f.seek(max(0, n - n % size - size))
+        last = f.read(size) if n >= size else b""
+    return n // size, kafka_sanity_check(first, last, n, base_offset, kind, os.path.abspath(path))
+
+
+class CorruptIndexError(DecodeError):
+    """An index that fails Kafka's sanity check (Kafka's CorruptIndexException; the message is
+    Kafka's): :func:`kafka_lines` raises it with ``--index-sanity-check``."""
 
 
 def _error_line(path: str, exc: Exception) -> dict:
@@ -146,6 +173,9 @@ def format_text(line: dict, timestamp_type: str = "timestamp") -> str:
         return f"Dumping {line['path']}"
     if t == "ignored":
         return f"Ignored {line['path']}: {line['why']}"
+    if t == "index_sanity":
+        return ("passed sanity check" if line["passed"] else
+                f"FAILED sanity check: {line['problem']}") + f" ({line['entries']} slots)"
     if t == "summary":
         s = (f"Summary: {line['batches']} batches, {line['records']} records, "
              f"{line['valid_bytes']} valid bytes of {line['file_size']}")
@@ -289,12 +319,21 @@ def kafka_lines(path: str, args: argparse.Namespace) -> Iterator[str]:
     """The lines Kafka's ``DumpLogSegments --deep-iteration --print-data-log`` prints after
     ``Dumping PATH`` for a segment, KRaft snapshot, ``.index``, ``.timeindex``, ``.txnindex``
     or producer ``.snapshot``. Other files, and batches of magic 0 and 1, raise
-    NotImplementedError."""
+    NotImplementedError. With ``args.index_sanity_check``, an index's verdict as
+    ``--index-sanity-check`` prints it (CorruptIndexError where it fails)."""
     kind, offset = file_kind(path)
     if kind not in _KAFKA_DUMPED:
         raise NotImplementedError(f"{path}: Kafka's tool does not dump {kind or 'this'} files")
     if kind in ("log", "metadata-snapshot"):
         yield from _kafka_log(path, kind, offset, args)
+    elif kind in ("index", "timeindex") and getattr(args, "index_sanity_check", False):
+        entries, problem = index_sanity(path, kind, offset or 0)
+        if kind == "index" and not entries:   # Kafka's tool checks no empty offset index
+            yield f"{path} is empty."
+        elif problem is not None:
+            raise CorruptIndexError(problem)
+        else:
+            yield f"{path} passed sanity check."
     elif kind in ("index", "timeindex"):
         yield from _kafka_index(path, kind, offset or 0)
     else:
@@ -312,6 +351,11 @@ def _run_kafka(args: argparse.Namespace, out: TextIO) -> int:
                 continue
             try:
                 lines = list(kafka_lines(f, args))
+            except CorruptIndexError as e:
+                # as Kafka's tool: the file's heading, the exception, and nothing after it
+                out.write(f"Dumping {f}\n")
+                print(f"kproto dump-log: CorruptIndexException: {e}", file=sys.stderr)
+                return 1
             except (DecodeError, OSError, NotImplementedError) as e:
                 print(f"kproto dump-log: {f}: {e}", file=sys.stderr)
                 status = 1
@@ -346,7 +390,8 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
                 if line.get("type") == "summary" and path_is_file and line["batches"] == 0 \
                         and line["file_size"] > 0:
                     no_batch = True  # not a segment, not a record set: nothing was read
-                if line.get("type") == "error" or (args.verify and line.get("is_valid") is False):
+                if line.get("type") == "error" or (args.verify and line.get("is_valid") is False) \
+                        or line.get("passed") is False:
                     status = 1
                 if line.get("type") == "batch":
                     ts_type = line["timestamp_type"]
@@ -389,6 +434,10 @@ def register(subparsers) -> None:
                         "of 20 files or more, when the dump is not on that terminal)")
     p.add_argument("--verify", action="store_true",
                    help="report CRC failures as errors (exit status 1) and continue")
+    p.add_argument("--index-sanity-check", action="store_true",
+                   help="of .index and .timeindex files, only Kafka's sanity check (the one a "
+                        "broker runs at start to decide whether to rebuild an index): exit status "
+                        "1 when one fails; with --format kafka, as Kafka's tool, stop there")
     p.add_argument("--max-decompressed", type=int, default=DEFAULT_MAX_SIZE, metavar="BYTES",
                    help="limit on one batch's decompressed size (default %(default)s)")
     p.add_argument("--decode-internal", action="store_true",

@@ -88,6 +88,51 @@ def preallocated_size(entry_size: int, max_index_size: int = SEGMENT_INDEX_BYTES
     return max_index_size - max_index_size % entry_size
 
 
+def kafka_sanity_check(first_slot: bytes, last_slot: bytes, file_size: int, base_offset: int,
+                       kind: str, path: str) -> str | None:
+    """Kafka's ``OffsetIndex.sanityCheck`` / ``TimeIndex.sanityCheck`` (what decides whether a
+    broker rebuilds an index at start, and what ``kafka-dump-log.sh --index-sanity-check``
+    runs) on an ``index`` or ``timeindex`` file of ``file_size`` bytes: Kafka's
+    ``CorruptIndexException`` message (naming ``path``), or None when the file passes.
+
+    Kafka opens the file as it is: every whole slot counts as an entry, preallocated zeros too,
+    so only the first and the last whole slot matter (``first_slot``/``last_slot``: their
+    bytes, empty when the file has no whole slot). A time index whose last slot is still zeros
+    after entries were written fails (its last timestamp 0 is below the first), as the active
+    segment's index of a broker killed after it wrote entries does."""
+    size = OFFSET_ENTRY_SIZE if kind == "index" else TIME_ENTRY_SIZE
+    if kind not in ("index", "timeindex"):
+        raise ValueError(f"not an index kind: {kind!r}")
+    entries = file_size // size
+    if entries and (len(first_slot) != size or len(last_slot) != size):
+        raise ValueError(f"the first and last slots are {size} bytes each")
+    if kind == "index":
+        if entries:
+            last = base_offset + struct.unpack(">i", last_slot[:4])[0]
+            if last < base_offset:
+                return (f"Corrupt index found, index file {path} has non-zero size but the last "
+                        f"offset is {last} which is less than the base offset {base_offset}")
+        if file_size % size:
+            return (f"Index file {path} is corrupt, found {file_size} bytes which is neither "
+                    f"positive nor a multiple of {size}")
+        return None
+    if entries:
+        first_ts = struct.unpack(">q", first_slot[:8])[0]
+        last_ts, last_rel = struct.unpack(">qi", last_slot)
+        if last_ts < first_ts:
+            return (f"Corrupt time index found, time index file ({path}) has non-zero size but "
+                    f"the last timestamp is {last_ts} which is less than the first timestamp "
+                    f"{first_ts}")
+        if base_offset + last_rel < base_offset:
+            return (f"Corrupt time index found, time index file ({path}) has non-zero size but "
+                    f"the last offset is {base_offset + last_rel} which is less than the first "
+                    f"offset {base_offset}")
+    if file_size % size:
+        return (f"Time index file {path} is corrupt, found {file_size} bytes which is neither "
+                f"positive nor a multiple of {size}")
+    return None
+
+
 @dataclass(frozen=True)
 class OffsetIndex:
     """An ``.index`` file: entries map an absolute offset to the byte position of the batch (or of

@@ -4,7 +4,8 @@ judge kproto's storage reader and ``dump-log`` by Kafka's own ``DumpLogSegments`
 One dedicated Apache Kafka node writes every kind of data a log dir holds (every codec,
 idempotent and transactional batches with commits and aborts, a compacted topic after the
 cleaner ran, DeleteRecords, segments rolled by size, ``__consumer_offsets``,
-``__transaction_state``, the KRaft metadata log and a snapshot). Its data dir is copied after
+``__transaction_state``, a share group's ``__share_group_state``, the KRaft metadata log and a
+snapshot). Its data dir is copied after
 a clean shutdown (``clean``) and after kill -9 (``killed``), and what a consumer read from
 each topic before the broker stopped is kept beside it.
 """
@@ -16,9 +17,9 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
-from kproto.testing.apache import ApacheKafka
+from kproto.testing.apache import ApacheKafka, client_jars, java
 
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 
@@ -33,6 +34,7 @@ BROKER_CONFIG = {
     "transaction.state.log.min.isr": "1",
     "transaction.state.log.replication.factor": "1",
     "offsets.topic.replication.factor": "1",
+    "share.coordinator.state.topic.num.partitions": "1",
 }
 
 #: A compacted topic cleaned often. Tombstones are kept a day: the first pass of the cleaner
@@ -53,6 +55,8 @@ class KafkaLogDirs:
     topics: dict[str, str] = field(default_factory=dict)   #: role -> topic name
     #: (topic, isolation) -> [(partition, offset, key, value, headers, timestamp)] a consumer read
     consumed: dict[tuple[str, str], list[tuple]] = field(default_factory=dict)
+    #: the records the share group accepted: [{"offset": o, "delivery": count}]
+    shared: list[dict[str, int]] = field(default_factory=list)
 
 
 def _producer(bootstrap: str, **conf: Any):
@@ -96,6 +100,36 @@ def consume_all(bootstrap: str, topic: str, isolation: str) -> list[tuple]:
         c.close()
 
 
+SHARED_RECORDS = 8
+JAVA_DIR = Path(__file__).resolve().parent / "java"
+
+
+def share_consume(bootstrap: str, group: str, topic: str, n: int) -> Callable[[], list[dict[str, int]]]:
+    """Start ``java/KprotoShareConsumer.java`` (Kafka 4.4.0's Java client, run from its
+    source): share group ``group`` accepts ``n`` records of ``topic``, the first released once
+    first. The JVM runs while the caller goes on; the function returned waits for it and
+    returns each accepted record's offset and delivery count."""
+    import json
+    import os
+    import subprocess
+
+    proc = subprocess.Popen([java(), "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+                             "-cp", os.pathsep.join(client_jars("4.4.0")),
+                             str(JAVA_DIR / "KprotoShareConsumer.java"), bootstrap, group, topic,
+                             str(n)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def result() -> list[dict[str, int]]:
+        try:
+            out, err = proc.communicate(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        assert proc.returncode == 0, err[-3000:]
+        return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    return result
+
+
 def _cleaned(log_dir: Path, topic: str) -> bool:
     ckpt = log_dir / "cleaner-offset-checkpoint"
     return ckpt.is_file() and any(line.startswith(f"{topic} ") and int(line.split()[2]) > 0
@@ -131,6 +165,13 @@ def build(root: Path) -> KafkaLogDirs:
             _produce(tp, "txn", 4, f"tx-{outcome}")
             _produce(plain, "txn", 2, "plain")
             (tp.commit_transaction if outcome == "commit" else tp.abort_transaction)(30)
+        # __share_group_state: a share group (Kafka 4.4 has share.version 2 finalized at
+        # format) reads a topic with Kafka's Java share consumer, one record released once;
+        # its JVM runs while the cleaner is awaited
+        t["share"] = "shared"
+        kafka.create_topic("shared", 1, 1)
+        _produce(_producer(b), "shared", SHARED_RECORDS, "s")
+        shared = share_consume(b, "share-group", "shared", SHARED_RECORDS)
         # a compacted topic with tombstones, after the cleaner has run
         t["compacted"] = "compact"
         kafka.create_topic("compact", 1, 1, configs=COMPACT_CONFIG)
@@ -165,6 +206,7 @@ def build(root: Path) -> KafkaLogDirs:
             pass
         c.commit(offsets=[confluent_kafka.TopicPartition("codec-none", 0, 5)], asynchronous=False)
         c.close()
+        out.shared = shared()
         for role, topic in t.items():
             if role != "rolled":
                 for iso in ("read_uncommitted", "read_committed"):
@@ -314,3 +356,22 @@ def assert_format_kafka_is_kafkas(version: str, files: list[Path]) -> bytes:
         first = next(i for i, (x, y) in enumerate(zip(a + [b""], b + [b""])) if x != y)
         raise AssertionError(f"line {first}:\n kproto {a[first][:300]!r}\n Kafka  {b[first][:300]!r}")
     return kafka.stderr
+
+
+def run_index_sanity_check(version: str, files: list[Path]) -> dict[str, str]:
+    """Kafka's ``DumpLogSegments --index-sanity-check`` verdict on each of ``files`` (one JVM):
+    the line it printed after ``Dumping PATH`` (``PATH passed sanity check.``, ``PATH is
+    empty.``) or ``CorruptIndexException: MESSAGE`` where the check failed (the tool itself
+    stops at the first such file)."""
+    from kproto.testing import apache
+    out = apache.run_tool(version, str(JAVA_DIR / "KprotoIndexSanity.java"), *map(str, files),
+                          timeout=180).stdout
+    verdicts: dict[str, str] = {}
+    current = None
+    for line in out.splitlines():
+        if line.startswith("Dumping "):
+            current = line[len("Dumping "):]
+        elif line.strip():
+            assert current is not None and current not in verdicts, line
+            verdicts[current] = line
+    return verdicts

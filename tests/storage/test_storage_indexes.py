@@ -2,8 +2,12 @@
 against the indexes the broker wrote for the fixture segments."""
 from __future__ import annotations
 
+import argparse
+import io
+import json
 import os
 import random
+import struct
 
 import numpy as np
 import pytest
@@ -129,3 +133,55 @@ def test_lookup_random_against_bruteforce():
     for t in rng.integers(900, int(rel[-1]) + 1100, 300).tolist():
         hit = [(int(o) + 1000, int(p)) for o, p in zip(rel, pos) if o + 1000 <= t]
         assert idx.lookup(t) == (hit[-1] if hit else (1000, 0))
+
+
+# Kafka 4.4.0's DumpLogSegments --index-sanity-check said these of the same bytes
+@pytest.mark.parametrize("kind,body,verdict", [
+    ("index", struct.pack(">ii", 5, 100) + struct.pack(">ii", 2, 50), None),
+    ("index", struct.pack(">ii", 5, 100) + struct.pack(">ii", -3, 200),
+     "Corrupt index found, index file P has non-zero size but the last offset is 97 which is "
+     "less than the base offset 100"),
+    ("index", struct.pack(">ii", 5, 100) + b"\0\0\0",
+     "Index file P is corrupt, found 11 bytes which is neither positive nor a multiple of 8"),
+    ("timeindex", struct.pack(">qi", 1000, 5) + struct.pack(">qi", 1000, 2)
+     + struct.pack(">qi", 3000, 7), None),
+    ("timeindex", b"\0" * 24, None),
+    ("timeindex", struct.pack(">qi", 1000, 5) + struct.pack(">qi", 500, 6),
+     "Corrupt time index found, time index file (P) has non-zero size but the last timestamp "
+     "is 500 which is less than the first timestamp 1000"),
+    ("timeindex", struct.pack(">qi", 1000, 5) + b"\0" * 12,   # preallocated after an entry
+     "Corrupt time index found, time index file (P) has non-zero size but the last timestamp "
+     "is 0 which is less than the first timestamp 1000"),
+    ("timeindex", struct.pack(">qi", 1000, 5) + struct.pack(">qi", 2000, -1),
+     "Corrupt time index found, time index file (P) has non-zero size but the last offset is "
+     "99 which is less than the first offset 100"),
+    ("timeindex", struct.pack(">qi", 1000, 5) + b"\0" * 5,
+     "Time index file P is corrupt, found 17 bytes which is neither positive nor a multiple "
+     "of 12"),
+])
+def test_kafka_sanity_check_is_kafkas_verdict(kind, body, verdict):
+    from kproto.storage.indexes import kafka_sanity_check
+
+    size = 8 if kind == "index" else 12
+    whole = len(body) - len(body) % size
+    first, last = (body[:size], body[whole - size:whole]) if whole else (b"", b"")
+    assert kafka_sanity_check(first, last, len(body), 100, kind, "P") == verdict
+
+
+def test_dump_log_index_sanity_check_lines_and_status(tmp_path):
+    from kproto.cli.dump_log import run
+
+    part = tmp_path / "t-0"
+    part.mkdir()
+    (part / "00000000000000000100.index").write_bytes(struct.pack(">ii", 5, 100))
+    (part / "00000000000000000100.timeindex").write_bytes(struct.pack(">qi", 1000, 5) + b"\0" * 12)
+    args = argparse.Namespace(files=[str(part)], format="jsonl", batches_only=False, verify=False,
+                              decode_internal=False, index_sanity_check=True, no_progress=True,
+                              max_decompressed=1 << 20)
+    out = io.StringIO()
+    assert run(args, out) == 1
+    lines = [json.loads(x) for x in out.getvalue().splitlines()]
+    sanity = [x for x in lines if x["type"] == "index_sanity"]
+    assert [(x["kind"], x["entries"], x["passed"]) for x in sanity] == \
+        [("index", 1, True), ("timeindex", 2, False)]
+    assert "last timestamp is 0" in sanity[1]["problem"]

@@ -6,6 +6,10 @@ of file, and every fact it states (offsets, positions, sizes, CRCs, producer fie
 timestamps, compression, keys, values, header keys, index entries, decoded internal records)
 must be what kproto's ``dump-log`` says, field by field.
 
+The session's shared 3-broker Apache Kafka cluster writes a partition's replicas through
+leader changes (a killed leader's acks=1 tail truncated when it comes back as a follower), and
+kproto reads each replica as Kafka's tool, its leader-epoch-checkpoint and a consumer do.
+
 Deliberate differences (kproto's JSON carries more or other forms of the same facts) are
 normalised in ``_kproto_*`` below, each with its reason.
 """
@@ -14,6 +18,9 @@ from __future__ import annotations
 import argparse
 import base64
 import json
+import subprocess
+import sys
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +46,8 @@ def kafka_logdirs(tmp_path_factory) -> kls.KafkaLogDirs:
 
 def _args(**kw: Any) -> argparse.Namespace:
     return argparse.Namespace(**{"batches_only": False, "verify": False, "decode_internal": False,
-                                 "max_decompressed": DEFAULT_MAX_SIZE, **kw})
+                                 "index_sanity_check": False, "max_decompressed": DEFAULT_MAX_SIZE,
+                                 **kw})
 
 
 def _files(root: Path, pattern: str, internal: bool = False) -> list[Path]:
@@ -156,6 +164,58 @@ def test_index_entries_are_kafkas(kafka_logdirs, state):
     assert (zero_slots > 0) == (state == "killed")
 
 
+def _kproto_sanity_verdict(path: Path) -> str:
+    from kproto.cli.dump_log import CorruptIndexError, kafka_lines
+
+    try:
+        (line,) = kafka_lines(str(path), _args(index_sanity_check=True))
+    except CorruptIndexError as e:
+        return f"CorruptIndexException: {e}"
+    return line
+
+
+def test_index_sanity_check_verdicts_are_kafkas(kafka_logdirs):
+    """Kafka's ``--index-sanity-check`` (the check a broker runs at start to decide whether to
+    rebuild an index) and kproto's give every index and time index of both copies the same
+    verdict, with the same message where it fails."""
+    files = [f for state in STATES for pattern in ("*.index", "*.timeindex")
+             for f in _files(getattr(kafka_logdirs, state), pattern, internal=True)]
+    theirs = kls.run_index_sanity_check(DEFAULT_VERSION, files)
+    assert len(theirs) == len(files)
+    failed = {"clean": 0, "killed": 0}
+    for f in files:
+        verdict = _kproto_sanity_verdict(f)
+        assert verdict == theirs[str(f)], f
+        if verdict.startswith("CorruptIndexException"):
+            failed[f.parents[1].name] += 1
+    # a time index left preallocated after entries were written fails Kafka's check (its
+    # last slot's timestamp 0 is below the first): the KRaft log's after a clean stop too,
+    # every active segment's after kill -9
+    assert 1 <= failed["clean"] < failed["killed"], failed
+    assert any(v.endswith(" passed sanity check.") for v in theirs.values())
+    assert any(v.endswith(" is empty.") for v in theirs.values())
+
+
+def test_index_sanity_check_format_kafka_stops_as_kafkas_tool(kafka_logdirs):
+    """``kproto dump-log --format kafka --index-sanity-check`` prints what Kafka's tool prints
+    up to the first index that fails, and stops there with exit status 1."""
+    from kproto.testing import apache
+
+    folder = kafka_logdirs.killed / "__cluster_metadata-0"
+    files = sorted(folder.glob("*.index")) + sorted(folder.glob("*.timeindex")) + \
+        sorted(kafka_logdirs.killed.glob("rolled-0/*.timeindex"))
+    kafka = apache.run_tool(DEFAULT_VERSION, kls.DUMP_LOG_SEGMENTS, "--index-sanity-check",
+                            "--files", ",".join(map(str, files)), check=False, binary=True)
+    ours = subprocess.run([sys.executable, "-m", "kproto", "dump-log", "--format", "kafka",
+                           "--index-sanity-check", *map(str, files)], capture_output=True,
+                          timeout=120)
+    assert kafka.returncode == ours.returncode == 1
+    assert ours.stdout == kafka.stdout
+    assert ours.stdout.count(b"Dumping ") == 2   # the offset index passes, the time index not
+    message = ours.stderr.decode().split("CorruptIndexException: ", 1)[1].strip()
+    assert f"CorruptIndexException: {message}" in kafka.stderr.decode()
+
+
 def test_txnindex_and_producer_snapshots_are_kafkas(kafka_logdirs):
     root = kafka_logdirs.clean
     txn = _files(root, "*.txnindex")
@@ -229,7 +289,8 @@ def _kafka_form(topic: str, doc: dict[str, Any]) -> tuple[str | None, str | None
 
 
 @pytest.mark.parametrize("topic,option", [("__consumer_offsets", "--offsets-decoder"),
-                                          ("__transaction_state", "--transaction-log-decoder")])
+                                          ("__transaction_state", "--transaction-log-decoder"),
+                                          ("__share_group_state", "--share-group-state-decoder")])
 def test_internal_topics_decode_as_kafkas(kafka_logdirs, topic, option):
     segments = sorted(kafka_logdirs.clean.glob(f"{topic}-*/*.log"))
     assert segments
@@ -256,7 +317,32 @@ def test_internal_topics_decode_as_kafkas(kafka_logdirs, topic, option):
             else:
                 assert json.loads(r["payload"]) == json.loads(payload), (seg, r["offset"])
             records += 1
-    assert records >= 4
+    # the share coordinator writes a snapshot, then an update per batch of acknowledgements
+    assert records >= (3 if topic == "__share_group_state" else 4)
+
+
+def test_share_group_state_is_what_the_share_consumer_did(kafka_logdirs):
+    """The share coordinator's records, as kproto decodes them: the partition's state made
+    (ShareSnapshot), then each acknowledgement of Kafka's Java share consumer (ShareUpdate),
+    the last one of them stating every record acknowledged, the released one delivered twice."""
+    segments = sorted(kafka_logdirs.clean.glob("__share_group_state-*/*.log"))
+    decoded = [d for seg in segments for d in dump_path(str(seg), _args(decode_internal=True))
+               if not d["is_control"]]
+    assert [d["key"]["type"] for d in decoded][:1] == ["ShareSnapshotKey"]
+    updates = [d["value"]["data"] for d in decoded if d["key"]["type"] == "ShareUpdateKey"]
+    assert len(updates) >= 2
+    assert {d["key"]["data"]["groupId"] for d in decoded} == {"share-group"}
+    # what the consumer was told of each record it accepted
+    delivered = {r["offset"]: r["delivery"] for r in kafka_logdirs.shared}
+    assert delivered == {o: 2 if o == 0 else 1 for o in range(kls.SHARED_RECORDS)}
+    # the state of each offset after the last update (ACKNOWLEDGED is delivery state 2)
+    state: dict[int, tuple[int, int]] = {}
+    for u in updates:
+        for b in u["stateBatches"]:
+            for o in range(b["firstOffset"], b["lastOffset"] + 1):
+                state[o] = (b["deliveryState"], b["deliveryCount"])
+    assert {o: s for o, s in state.items() if o in delivered} == \
+        {o: (2, n) for o, n in delivered.items()}
 
 
 def test_cluster_metadata_log_and_snapshots_decode_as_kafkas(kafka_logdirs):
@@ -287,6 +373,135 @@ def test_cluster_metadata_log_and_snapshots_decode_as_kafkas(kafka_logdirs):
                 (f, r["offset"])
             records += 1
     assert records >= 20 and controls >= 3
+
+
+def _partition_state(kafka, topic: str) -> tuple[int | None, list[int], list[int]]:
+    """The partition's leader, replicas and ISR as a running broker's Metadata states them."""
+    p = kafka.metadata([topic]).topics[0].partitions[0]
+    return (p.leader_id if p.error_code == 0 and p.leader_id >= 0 else None,
+            list(p.replica_nodes), list(p.isr_nodes))
+
+
+def _produce_acked(bootstrap: str, topic: str, n: int, prefix: str, acks: str) -> list[int]:
+    """``n`` records produced with ``acks``; the offsets the leader acknowledged."""
+    p = kls._producer(bootstrap, acks=acks)
+    offsets: list[int] = []
+
+    def done(err, msg):
+        assert err is None, err
+        offsets.append(msg.offset())
+    for i in range(n):
+        p.produce(topic, f"{prefix}-{i}".encode(), f"k{i}".encode(), on_delivery=done)
+    assert p.flush(30) == 0
+    return offsets
+
+
+@pytest.mark.apache_kafka(nodes=3, controllers=1)
+def test_replicas_through_leader_changes_are_read_as_kafkas(apache_kafka_cluster):
+    """Three brokers' replicas of a partition that went through leader changes: acks=all
+    records (epoch 0); acks=1 records only its leader has (the followers paused) before it is
+    killed; a new leader elected from the ISR that writes over those offsets; the old leader
+    back as a follower that truncated its divergent tail; the preferred replica made leader
+    again. Every replica's segments read by kproto state what DumpLogSegments states (batch
+    and record facts, leader epochs), kproto's reading of each replica's
+    leader-epoch-checkpoint is where each epoch starts in that log, and read_arrow over each
+    broker's log dir gives the rows a consumer reads."""
+    import confluent_kafka
+    from confluent_kafka.admin import AdminClient
+
+    import pyarrow as pa
+
+    from kproto.storage import read_arrow
+    from kproto.storage.partition import Partition
+
+    kafka = apache_kafka_cluster
+    topic = f"epochs-{uuid.uuid4().hex[:8]}"
+    kafka.create_topic(topic, 1, 3, configs={"min.insync.replicas": 1,
+                                             "unclean.leader.election.enable": "false"})
+    kafka.wait_for(lambda: len(_partition_state(kafka, topic)[2]) == 3, 30, "a full ISR")
+    first, replicas, _ = _partition_state(kafka, topic)
+    assert first == replicas[0]   # the preferred replica leads a new partition
+    _produce_acked(kafka.bootstrap, topic, 12, "all", "all")
+    followers = [r for r in replicas if r != first]
+    # acks=1 records only the leader has: its followers frozen (0.15 s here, well below the
+    # broker session timeout: they stay registered and in the ISR), then the leader killed
+    only_leader = kls._producer("%s:%d" % kafka.address(first), acks="1")
+    only_leader.produce(topic, b"warm", b"w")
+    assert only_leader.flush(30) == 0
+    lost: list[int] = []
+    for f in followers:
+        kafka.pause(f)
+    try:
+        for i in range(5):
+            only_leader.produce(topic, f"lost-{i}".encode(), b"l",
+                                on_delivery=lambda err, msg: lost.append(msg.offset()))
+        assert only_leader.flush(10) == 0 and len(lost) == 5
+        kafka.stop(first, abrupt=True)
+    finally:
+        for f in followers:
+            kafka.resume(f)
+    del only_leader
+    kafka.wait_for(lambda: _partition_state(kafka, topic)[0] in followers, 30, "a new leader")
+    running = ",".join("%s:%d" % kafka.address(f) for f in followers)
+    over = _produce_acked(running, topic, 8, "new", "1")
+    assert over[0] == lost[0]   # the new leader writes where the lost records were
+    kafka.start(first)
+    kafka.wait_for(lambda: len(_partition_state(kafka, topic)[2]) == 3, 60, "the old leader in the ISR")
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
+    elected = admin.elect_leaders(confluent_kafka.ElectionType.PREFERRED,
+                                  [confluent_kafka.TopicPartition(topic, 0)]).result(30)
+    assert all(err is None for err in elected.values()), elected
+    kafka.wait_for(lambda: _partition_state(kafka, topic)[0] == first, 30, "the preferred leader")
+    _produce_acked(kafka.bootstrap, topic, 6, "back", "all")
+    consumed = kls.consume_all(kafka.bootstrap, topic, "read_uncommitted")
+    assert [v for *_, v, _h, _t in consumed if v and v.startswith(b"lost")] == []
+
+    dirs = {r: kafka.log_dir(r) / f"{topic}-0" for r in replicas}
+    # every replica has the records a consumer read (the followers fetch on their own time)
+    def log_end(d: Path) -> int:
+        return max((b.last_offset + 1 for _seg, b in Partition.open(str(d)).batches()), default=0)
+    kafka.wait_for(lambda: all(log_end(d) == consumed[-1][1] + 1 for d in dirs.values()), 30,
+                   "every replica caught up")
+    segments = [seg for d in dirs.values() for seg in sorted(d.glob("*.log"))]
+    dumps = kls.run_dump(DEFAULT_VERSION, segments, "--deep-iteration", "--print-data-log")
+    logs = {}
+    for r, d in dirs.items():
+        batches = []
+        for seg in sorted(d.glob("*.log")):
+            _start, theirs = kls.parse_log_dump(dumps[str(seg)])
+            _assert_same(_kproto_batches(seg), theirs, str(seg))
+            batches += theirs
+        logs[r] = batches
+        # where each epoch starts in this replica's log, as Kafka's tool states its batches
+        starts: list[tuple[int, int]] = []
+        for b in batches:
+            if not starts or starts[-1][0] != b["partition_leader_epoch"]:
+                starts.append((b["partition_leader_epoch"], b["base_offset"]))
+        # Kafka writes the file when a replica learns of an epoch (a follower from the batches
+        # it fetches): wait for it to state the log's last epoch
+        def epochs(d: Path = d) -> list[tuple[int, int]]:
+            ckpt = Partition.open(str(d)).leader_epochs
+            return [(e.epoch, e.start_offset) for e in ckpt.entries] if ckpt else []
+        kafka.wait_for(lambda: epochs()[-1:] == starts[-1:], 15,
+                       f"broker {r}'s leader-epoch-checkpoint")
+        assert epochs() == starts, r
+        assert len(starts) >= 3, (r, starts)
+        table = read_arrow(str(kafka.log_dir(r)), topics=[topic])
+        ts = table.column("timestamp").cast(pa.int64()).to_pylist()
+        rows = [(x["partition"], x["offset"], x["key"], x["value"],
+                 [(h["key"], h["value"]) for h in x["headers"]], t)
+                for x, t in zip(table.select(["partition", "offset", "key", "value", "headers"])
+                                .to_pylist(), ts)]
+        assert rows == consumed, r
+    # and kproto's --format kafka prints what Kafka's tool prints for every file of them
+    kls.assert_format_kafka_is_kafkas(DEFAULT_VERSION, [
+        f for d in dirs.values() for ext in kls.DUMPED_SUFFIXES for f in sorted(d.glob(f"*.{ext}"))])
+    # the replicas hold the same batches; the old leader's lost tail is gone from its log
+    facts = {r: [(b["base_offset"], b["partition_leader_epoch"], b["crc"]) for b in batches]
+             for r, batches in logs.items()}
+    assert facts[first] == facts[followers[0]] == facts[followers[1]]
+    assert all(not (r["payload"] or "").startswith("lost")
+               for b in logs[first] for r in b["records"])
 
 
 @pytest.mark.parametrize("isolation", ["read_uncommitted", "read_committed"])
