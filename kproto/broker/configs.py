@@ -9,9 +9,10 @@ config of this broker (DYNAMIC_BROKER_CONFIG), the dynamic cluster default
 Kafka's default (DEFAULT_CONFIG); DescribeConfigs lists the levels that are set as synonyms.
 
 Persistence: a KRaft broker keeps topic and dynamic broker configs as ConfigRecords in
-``__cluster_metadata``; this broker keeps them in ``kproto-configs.json`` beside
-``meta.properties`` (a file a real Kafka ignores: it only scans folders and its own
-checkpoints), rewritten atomically on every change and read back at start.
+``__cluster_metadata``, and so does a broker of a kproto cluster (its :class:`ConfigManager`
+is given them from the metadata image); the single broker keeps them in
+``kproto-configs.json`` beside ``meta.properties`` (a file a real Kafka ignores: it only scans
+folders and its own checkpoints), rewritten atomically on every change and read back at start.
 """
 from __future__ import annotations
 
@@ -282,8 +283,10 @@ def _static_broker_values(cfg: BrokerConfig) -> dict[str, str]:
 class ConfigManager:
     """Effective configs of topics and this broker, their changes and their file."""
 
-    def __init__(self, config: BrokerConfig, logs: LogManager) -> None:
+    def __init__(self, config: BrokerConfig, logs: LogManager, persist: bool = True) -> None:
         self.config, self.logs = config, logs
+        #: whether the configs live in CONFIGS_FILE (False: they are given from elsewhere)
+        self.persist = persist
         self.path = os.path.join(logs.data_dir, CONFIGS_FILE)
         self.static = _static_broker_values(config)
         self.static_log = logs.defaults
@@ -295,6 +298,9 @@ class ConfigManager:
 
     # ------------------------------------------------------------------ file
     def _load(self) -> None:
+        if not self.persist:
+            self._apply_broker()
+            return
         try:
             with open(self.path, "rb") as f:
                 doc = json.loads(f.read())
@@ -325,6 +331,8 @@ class ConfigManager:
                     self.load_problems.append(f"{name}: {exc.message}")
 
     def save(self) -> None:
+        if not self.persist:
+            return
         topics = {t.name: {"topic_id": str(t.topic_id), "configs": dict(sorted(t.configs.items()))}
                   for t in sorted(self.logs.topics.values(), key=lambda t: t.name) if t.configs}
         doc = {"version": 1, "topics": topics,
@@ -427,9 +435,14 @@ class ConfigManager:
 
     def set_broker(self, name: str, configs: Mapping[str, str]) -> None:
         """Replace the dynamic configs of broker ``name`` ("" = the cluster default)."""
-        self.broker_dynamic[name] = dict(configs)
-        self._apply_broker()
+        self.apply_broker(name, configs)
         self.save()
+
+    def apply_broker(self, name: str, configs: Mapping[str, str]) -> None:
+        """Give broker ``name`` ("" = the cluster default) these dynamic configs (those that
+        can be set dynamically) and the topics the resulting defaults, without saving."""
+        self.broker_dynamic[name] = {k: v for k, v in configs.items() if k in BROKER_SYNONYMS}
+        self._apply_broker()
 
     def validate_broker(self, configs: Mapping[str, Optional[str]]) -> dict[str, str]:
         out = {}

@@ -18,7 +18,7 @@ from kproto.codecs import message as message_codec
 from kproto.storage.metadata_image import (MetadataImage, decode_metadata_record,
                                            encode_metadata_record)
 from kproto.storage.metadata_story import read_metadata_story
-from kproto.testing import CLUSTER_TEST_DEFAULTS, TEST_DEFAULTS, ClusterThread, _apache_unavailable
+from kproto.testing import CLUSTER_TEST_DEFAULTS, TEST_DEFAULTS, ClusterThread, require_apache_kafka
 from kproto.testing.apache import DEFAULT_VERSION, run_tool
 
 
@@ -124,7 +124,7 @@ def test_image_records_replay_to_the_same_image(tmp_path) -> None:
 
 # ---------------------------------------------------------------------------- Apache Kafka
 def test_kafka_dump_log_segments_reads_the_snapshots(tmp_path) -> None:
-    _apache_unavailable(DEFAULT_VERSION)
+    require_apache_kafka(DEFAULT_VERSION)
     with ClusterThread(tmp_path / "c", brokers=1, controllers=1, raft_config=CLUSTER_CONFIG,
                        default_replication_factor=1, **TEST_DEFAULTS,
                        **CLUSTER_TEST_DEFAULTS) as c:
