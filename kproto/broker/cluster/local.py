@@ -212,7 +212,11 @@ class Cluster:
         controller = self.controllers[self.active_controller()].controller  # type: ignore[index]
         records = migration_records(state, controller.image)
         done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        controller.write_records(records, lambda ok: done.done() or done.set_result(ok))
+
+        def committed(ok: bool) -> None:
+            if not done.done():
+                done.set_result(ok)
+        controller.write_records(records, committed)
         if not await asyncio.wait_for(done, timeout):
             raise RuntimeError("the active controller resigned before the migrated state was committed")
         retire_files(state)
