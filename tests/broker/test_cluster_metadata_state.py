@@ -29,6 +29,8 @@ from kproto.error_codes import ErrorCode as E
 from kproto.schemas.api_keys import ApiKey as K
 from kproto.storage.metadata_image import (MetadataImage, RecordType, decode_metadata_record,
                                            encode_metadata_record)
+from kproto.storage.metadata_story import read_metadata_story
+from kproto.storage.summary import describe_metadata_event
 from kproto.testing import CLUSTER_TEST_DEFAULTS, TEST_DEFAULTS, ClusterThread, require_apache_kafka
 from kproto.testing.apache import DEFAULT_VERSION, run_tool
 
@@ -352,8 +354,7 @@ def test_a_cluster_over_old_json_files_migrates_them_into_the_metadata_log(tmp_p
 
 
 # ---------------------------------------------------------------------------- Apache Kafka
-def test_kafka_dump_log_segments_reads_the_security_records(tmp_path: Any) -> None:
-    require_apache_kafka(DEFAULT_VERSION)
+def test_the_story_and_kafka_dump_log_segments_read_the_security_records(tmp_path: Any) -> None:
     with ClusterThread(tmp_path / "c", brokers=1, controllers=1, default_replication_factor=1,
                        **SECURED, **TEST_DEFAULTS, **CLUSTER_TEST_DEFAULTS) as c:
         c.create_topic("open", 1, 1)
@@ -364,6 +365,18 @@ def test_kafka_dump_log_segments_reads_the_security_records(tmp_path: Any) -> No
         ask(c, 1, delete_acls("secret"), 3)
         controller = c.cluster.controller_ids[0]
         path = c.inspect(lambda cl: cl.controllers[controller].core.log.path)
+    # kproto logdir's story of the controller's log tells them, without the keys
+    story = read_metadata_story(os.path.dirname(path))
+    told = [describe_metadata_event(e) for e in story.events
+            if e["kind"] in ("acl_added", "acl_removed", "scram_credential")]
+    assert len(told) == 4, told
+    assert told[0].endswith(f"DENY {ANON} from * operation {READ} on resource type {TOPIC} 'secret' "
+                            f"(pattern type {LITERAL})") and " added: " in told[0]
+    assert told[1] == "SCRAM-SHA-256 credential of 'alice' set (4096 iterations)"
+    assert told[2] == "SCRAM-SHA-256 credential of 'alice' removed"
+    assert " removed: DENY " in told[3] and told[3].split()[1] == told[0].split()[1]
+
+    require_apache_kafka(DEFAULT_VERSION)
     out = run_tool(DEFAULT_VERSION, "org.apache.kafka.tools.DumpLogSegments",
                    "--cluster-metadata-decoder", "--files",
                    os.path.join(path, "00000000000000000000.log"), timeout=180).stdout
