@@ -21,8 +21,8 @@ what a broker of a cluster adds, after Kafka's ``BrokerServer``:
   DescribeCluster from the image; topic and partition admin, config changes, ACL changes
   and SCRAM credential changes forwarded to the active controller (Kafka's
   ``ForwardingManager``), whose records every broker applies from its image: DescribeConfigs,
-  the authorizer's ACLs, DescribeAcls and the SCRAM credentials are served from it; producer ids from blocks the controller hands
-  out (AllocateProducerIds); a group's requests only at the leader of its
+  the authorizer's ACLs, DescribeAcls and the SCRAM credentials are served from it; producer
+  ids from blocks the controller hands out (AllocateProducerIds); a group's requests only at the leader of its
   ``__consumer_offsets`` partition (NOT_COORDINATOR elsewhere), whose groups the broker loads
   when it becomes that leader.
 

@@ -1364,13 +1364,14 @@ class QuorumController:
         random id for each valid ACL not already there."""
         response, new = acl_creations(body, self._acl_bindings())
         record = metadata_record(RecordType.ACCESS_CONTROL_ENTRY)
-        records = [(record(id=self._new_acl_id(), resource_type=b.resource_type,
+        records = [(record(id=self.new_acl_id(), resource_type=b.resource_type,
                            resource_name=b.resource_name, pattern_type=b.pattern_type,
                            principal=b.principal, host=b.host, operation=b.operation,
                            permission_type=b.permission), 0) for b in new]
         self._write(records, respond, response, (ApiKey.CREATE_ACLS, version, body))
 
-    def _new_acl_id(self) -> Uuid:
+    def new_acl_id(self) -> Uuid:
+        """A random id no ACL of the image has (Kafka's ``AclControlManager.newAclId``)."""
         while True:
             acl_id = Uuid(self.rng.randbytes(16))
             if acl_id != Uuid.ZERO and acl_id not in self.image.acls:

@@ -210,7 +210,7 @@ class Cluster:
         await self.wait_for(lambda: self.active_controller() is not None, timeout,
                             "an active controller")
         controller = self.controllers[self.active_controller()].controller  # type: ignore[index]
-        records = migration_records(state, controller.image)
+        records = migration_records(state, controller.image, controller.new_acl_id)
         done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
 
         def committed(ok: bool) -> None:

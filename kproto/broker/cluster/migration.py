@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import json
 import os
-import random
 from dataclasses import astuple, dataclass, field
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from kproto.broker.configs import BROKER_SYNONYMS, CONFIGS_FILE, TOPIC_CONFIGS
 from kproto.broker.log import BrokerError
@@ -84,12 +83,12 @@ def _read_configs(path: str, out: LegacyState) -> None:
 
 
 def migration_records(state: LegacyState, image: MetadataImage,
-                      rng: random.Random | None = None) -> list[tuple[Any, int]]:
+                      new_acl_id: Callable[[], Uuid]) -> list[tuple[Any, int]]:
     """The records that bring into ``image`` what ``state`` has and it lacks: the configs of
     topics that still exist under the same id (values checked as CreateTopics checks them)
     and dynamic broker configs, ACLs not there yet, SCRAM credentials of users without one
-    for the mechanism. Entries the image already has are left as it has them."""
-    rng = rng or random.Random()
+    for the mechanism. Entries the image already has are left as it has them; ``new_acl_id``
+    gives each ACL its id (the controller's)."""
     config = metadata_record(RecordType.CONFIG)
     out: list[tuple[Any, int]] = []
     for name, (topic_id, configs) in sorted(state.topic_configs.items()):
@@ -114,13 +113,8 @@ def migration_records(state: LegacyState, image: MetadataImage,
                 for k, v in sorted(configs.items()) if k in BROKER_SYNONYMS and k not in have]
     present = {AclBinding(*astuple(e)) for e in image.acls.values()}
     acl = metadata_record(RecordType.ACCESS_CONTROL_ENTRY)
-    ids = set(image.acls)
     for b in sorted(state.acls - present):
-        acl_id = Uuid(rng.randbytes(16))
-        while acl_id in ids or acl_id == Uuid.ZERO:
-            acl_id = Uuid(rng.randbytes(16))
-        ids.add(acl_id)
-        out.append((acl(id=acl_id, resource_type=b.resource_type, resource_name=b.resource_name,
+        out.append((acl(id=new_acl_id(), resource_type=b.resource_type, resource_name=b.resource_name,
                         pattern_type=b.pattern_type, principal=b.principal, host=b.host,
                         operation=b.operation, permission_type=b.permission), 0))
     scram = metadata_record(RecordType.USER_SCRAM_CREDENTIAL)
