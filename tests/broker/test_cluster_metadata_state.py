@@ -253,6 +253,17 @@ def test_configs_acls_and_scram_on_every_broker_through_restart_and_snapshot(
         names = os.listdir(os.path.join(c.data_dir, f"broker-{node}"))
         assert not [n for n in names if n.startswith("kproto-")], names
 
+    # an ACL created again is no error and no second record
+    assert [r.error_code for r in ask(c, 2, create_acls(SECRET_DENY), 3).results] == [0]
+    assert len(c.inspect(lambda cl: cl.controllers[cl.controller_ids[0]].controller.committed.acls)) == 2
+    # a broker's own dynamic config reaches that broker only
+    res = ask(c, 1, incremental(4, "2", {"log.retention.ms": "5555"}), 1)
+    assert [r.error_code for r in res.responses] == [0]
+    c.wait_for(lambda cl: cl.brokers[2].core.configs.broker_dynamic["2"] == {"log.retention.ms": "5555"},
+               10, "broker 2's dynamic config")
+    assert c.inspect(lambda cl: [cl.brokers[n].core.configs.broker_dynamic.get("2") for n in (1, 3)]) \
+        == [None, None]
+
     # the controller refuses what is invalid, as the single broker does
     bad = AclBinding(TOPIC, "x", LITERAL, "nocolon", "*", READ, ALLOW)
     (r,) = ask(c, 2, create_acls(bad), 3).results
