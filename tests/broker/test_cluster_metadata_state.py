@@ -418,3 +418,21 @@ def test_the_story_and_kafka_dump_log_segments_read_the_security_records(tmp_pat
             mine["id"] = data["id"]   # a random id: the same in the entry and its removal
         assert (version, data) == (0, mine), kind
     assert theirs[0][2]["id"] == theirs[4][2]["id"]
+
+
+def test_unreadable_old_files_are_reported_and_what_is_readable_migrates(tmp_path: Any) -> None:
+    from kproto.broker.cluster.migration import migration_records, read_legacy_state
+    a, b = tmp_path / "broker-1", tmp_path / "broker-2"
+    a.mkdir()
+    b.mkdir()
+    (a / "kproto-configs.json").write_text("{not json")
+    (b / "kproto-configs.json").write_text(json.dumps({"broker": {"": {
+        "log.retention.bytes": "99", "no.such.config": "1"}}}))
+    (b / "kproto-security.json").write_text(json.dumps({"acls": [{"bad": 1}]}))
+    state = read_legacy_state([str(a), str(b), str(tmp_path / "none")])
+    assert len(state.files) == 3 and len(state.problems) == 2
+    assert any("broker-1" in p for p in state.problems) and any("security" in p for p in state.problems)
+    records = migration_records(state, MetadataImage(), lambda: Uuid(b"\1" * 16))
+    # only configs a broker can take dynamically
+    assert [(r.resource_type, r.resource_name, r.name, r.value) for r, _ in records] == [
+        (4, "", "log.retention.bytes", "99")]
