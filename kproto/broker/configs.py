@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from kproto.broker.log import LogManager
 
 __all__ = ["BrokerConfig", "ConfigDef", "TOPIC_CONFIGS", "ConfigEntry", "TopicSettings", "ConfigManager", "CONFIGS_FILE",
-           "DYNAMIC_TOPIC", "DYNAMIC_BROKER", "DYNAMIC_DEFAULT_BROKER", "STATIC_BROKER", "DEFAULT"]
+           "check_broker_configs", "DYNAMIC_TOPIC", "DYNAMIC_BROKER", "DYNAMIC_DEFAULT_BROKER", "STATIC_BROKER", "DEFAULT"]
 
 
 @dataclass
@@ -280,6 +280,22 @@ def _static_broker_values(cfg: BrokerConfig) -> dict[str, str]:
     return {name: str(v) for name, v in values.items() if str(v) != BROKER_SYNONYMS[name][0].default}
 
 
+def check_broker_configs(configs: Mapping[str, Optional[str]]) -> dict[str, str]:
+    """Dynamic broker configs checked and normalised; INVALID_CONFIG for one that cannot be
+    set dynamically or a bad value."""
+    out = {}
+    fixed = sorted(n for n in configs if n not in BROKER_SYNONYMS)
+    if fixed:
+        raise BrokerError(ErrorCode.INVALID_CONFIG,
+                          f"Cannot update these configs dynamically: {', '.join(fixed)}")
+    for name, value in configs.items():
+        d, _ = BROKER_SYNONYMS[name]
+        if value is None:
+            raise BrokerError(ErrorCode.INVALID_CONFIG, f"Null value not supported for {name}")
+        out[name] = ConfigDef(name, d.type, None, min=d.min, max=d.max, choices=d.choices).check(value)
+    return out
+
+
 class ConfigManager:
     """Effective configs of topics and this broker, their changes and their file."""
 
@@ -445,17 +461,7 @@ class ConfigManager:
         self._apply_broker()
 
     def validate_broker(self, configs: Mapping[str, Optional[str]]) -> dict[str, str]:
-        out = {}
-        fixed = sorted(n for n in configs if n not in BROKER_SYNONYMS)
-        if fixed:
-            raise BrokerError(ErrorCode.INVALID_CONFIG,
-                              f"Cannot update these configs dynamically: {', '.join(fixed)}")
-        for name, value in configs.items():
-            d, _ = BROKER_SYNONYMS[name]
-            if value is None:
-                raise BrokerError(ErrorCode.INVALID_CONFIG, f"Null value not supported for {name}")
-            out[name] = ConfigDef(name, d.type, None, min=d.min, max=d.max, choices=d.choices).check(value)
-        return out
+        return check_broker_configs(configs)
 
     # ------------------------------------------------------------------ describe
     def describe_topic(self, topic: Topic, keys: Optional[Iterable[str]] = None) -> list[ConfigEntry]:

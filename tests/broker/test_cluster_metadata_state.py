@@ -314,13 +314,21 @@ def test_configs_acls_and_scram_on_every_broker_through_restart_and_snapshot(
     assert topic_configs(c, 1, "open")["retention.ms"][1] != 1   # no topic override left
 
 
-def test_acl_requests_without_an_authorizer_answer_security_disabled(tmp_path: Any) -> None:
+def test_acls_without_an_authorizer_and_static_broker_configs_are_refused(tmp_path: Any) -> None:
     with ClusterThread(tmp_path / "c", brokers=1, controllers=1, default_replication_factor=1,
                        **TEST_DEFAULTS, **CLUSTER_TEST_DEFAULTS) as c:
         (r,) = ask(c, 1, create_acls(SECRET_DENY), 3).results
         assert r.error_code == E.SECURITY_DISABLED
+        # a config that cannot change at run time, through either API
+        for body, version in ((alter_configs(4, "", {"num.io.threads": "4"}), 1),
+                              (incremental(4, "1", {"num.io.threads": "4"}), 1)):
+            (r,) = ask(c, 1, body, version).responses
+            assert (r.error_code, r.error_message) == (
+                E.INVALID_CONFIG, "Cannot update these configs dynamically: num.io.threads")
+        (r,) = ask(c, 1, incremental(4, "", {"log.retention.ms": "soon"}), 1).responses
+        assert r.error_code == E.INVALID_CONFIG
         image = c.inspect(lambda cl: next(iter(cl.controllers.values())).controller.committed)
-        assert not image.acls   # not forwarded: nothing written
+        assert not image.acls and not image.configs   # nothing written
 
 
 # ---------------------------------------------------------------------------- migration

@@ -33,7 +33,7 @@ from collections import deque
 from dataclasses import astuple, dataclass
 from typing import Any, Callable, Iterable, Optional, Protocol
 
-from kproto.broker.configs import LIST, TOPIC_CONFIGS
+from kproto.broker.configs import LIST, TOPIC_CONFIGS, check_broker_configs
 from kproto.broker.log import BrokerError, topic_name_error
 from kproto.broker.security.acl import AclBinding, acl_creations, acl_deletions, acl_error_response
 from kproto.broker.security.auth import SCRAM_MECHANISM_IDS, scram_alterations
@@ -1352,6 +1352,9 @@ class QuorumController:
             current[c.name] = new
             if new != old or c.name in changed:
                 changed[c.name] = new
+        if kind == BROKER_RESOURCE:
+            # what the broker checks before forwarding (Kafka's ConfigAdminManager.preprocess)
+            changed.update(check_broker_configs({k: v for k, v in changed.items() if v is not None}))
         return [(metadata_record(4)(resource_type=kind, resource_name=name, name=k, value=v), 0)
                 for k, v in changed.items()]
 
