@@ -9,9 +9,10 @@ operation (or ALL) wins, an ALLOW of it (or ALL, or one that implies it: READ, W
 and ALTER imply DESCRIBE, ALTER_CONFIGS implies DESCRIBE_CONFIGS) allows, and a resource no
 ACL covers at all is allowed only with ``allow.everyone.if.no.acl.found``.
 
-The ACLs are kept in ``kproto-security.json`` beside ``meta.properties`` (with the SCRAM
-credentials AlterUserScramCredentials set; a KRaft broker keeps both as records in
-``__cluster_metadata``), rewritten atomically on each change and read at start.
+The single broker keeps the ACLs in ``kproto-security.json`` beside ``meta.properties`` (with
+the SCRAM credentials AlterUserScramCredentials set), rewritten atomically on each change and
+read at start; a cluster keeps both as records in ``__cluster_metadata``, as KRaft does
+(:func:`acl_creations` and :func:`acl_deletions` are the checks its controller shares).
 CreateAcls/DescribeAcls/DeleteAcls v0-3 are answered here; without an authorizer they answer
 SECURITY_DISABLED, as Kafka does.
 """
