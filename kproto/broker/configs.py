@@ -9,9 +9,10 @@ config of this broker (DYNAMIC_BROKER_CONFIG), the dynamic cluster default
 Kafka's default (DEFAULT_CONFIG); DescribeConfigs lists the levels that are set as synonyms.
 
 Persistence: a KRaft broker keeps topic and dynamic broker configs as ConfigRecords in
-``__cluster_metadata``; this broker keeps them in ``kproto-configs.json`` beside
-``meta.properties`` (a file a real Kafka ignores: it only scans folders and its own
-checkpoints), rewritten atomically on every change and read back at start.
+``__cluster_metadata``, and so does a broker of a kproto cluster (its :class:`ConfigManager`
+is given them from the metadata image); the single broker keeps them in
+``kproto-configs.json`` beside ``meta.properties`` (a file a real Kafka ignores: it only scans
+folders and its own checkpoints), rewritten atomically on every change and read back at start.
 """
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
     from kproto.broker.log import LogManager
 
 __all__ = ["BrokerConfig", "ConfigDef", "TOPIC_CONFIGS", "ConfigEntry", "TopicSettings", "ConfigManager", "CONFIGS_FILE",
-           "formatted_cluster_defaults", "ConfigLevels",
+           "formatted_cluster_defaults", "ConfigLevels", "check_broker_configs",
            "DYNAMIC_TOPIC", "DYNAMIC_BROKER", "DYNAMIC_DEFAULT_BROKER", "STATIC_BROKER", "DEFAULT"]
 
 
@@ -395,13 +396,30 @@ class ConfigLevels:
         return out
 
 
+def check_broker_configs(configs: Mapping[str, Optional[str]]) -> dict[str, str]:
+    """Dynamic broker configs checked and normalised; INVALID_CONFIG for one that cannot be
+    set dynamically or a bad value."""
+    out = {}
+    fixed = sorted(n for n in configs if n not in BROKER_SYNONYMS)
+    if fixed:
+        raise BrokerError(ErrorCode.INVALID_CONFIG,
+                          f"Cannot update these configs dynamically: {', '.join(fixed)}")
+    for name, value in configs.items():
+        d, _ = BROKER_SYNONYMS[name]
+        if value is None:
+            raise BrokerError(ErrorCode.INVALID_CONFIG, f"Null value not supported for {name}")
+        out[name] = ConfigDef(name, d.type, None, min=d.min, max=d.max, choices=d.choices).check(value)
+    return out
+
 
 class ConfigManager(ConfigLevels):
     """Effective configs of topics and this broker, their changes and their file."""
 
-    def __init__(self, config: BrokerConfig, logs: LogManager) -> None:
+    def __init__(self, config: BrokerConfig, logs: LogManager, persist: bool = True) -> None:
         super().__init__(str(config.node_id), {"": {}, str(config.node_id): {}}, _static_broker_values(config))
         self.config, self.logs = config, logs
+        #: whether the configs live in CONFIGS_FILE (False: they are given from elsewhere)
+        self.persist = persist
         self.path = os.path.join(logs.data_dir, CONFIGS_FILE)
         self.static_log = logs.defaults
         self.load_problems: list[str] = []
@@ -410,6 +428,9 @@ class ConfigManager(ConfigLevels):
 
     # ------------------------------------------------------------------ file
     def _load(self) -> None:
+        if not self.persist:
+            self._apply_broker()
+            return
         try:
             with open(self.path, "rb") as f:
                 doc = json.loads(f.read())
@@ -448,6 +469,8 @@ class ConfigManager(ConfigLevels):
                     self.load_problems.append(f"{name}: {exc.message}")
 
     def save(self) -> None:
+        if not self.persist:
+            return
         topics = {t.name: {"topic_id": str(t.topic_id), "configs": dict(sorted(t.configs.items()))}
                   for t in sorted(self.logs.topics.values(), key=lambda t: t.name) if t.configs}
         doc = {"version": 1, "topics": topics,
@@ -525,23 +548,14 @@ class ConfigManager(ConfigLevels):
         self.save()
 
     def apply_broker(self, name: str, configs: Mapping[str, str]) -> None:
-        """Take the dynamic configs of broker ``name`` ("" = the cluster default) as they are
-        elsewhere (a cluster's metadata image): not written to the configs file."""
+        """Give broker ``name`` ("" = the cluster default) these dynamic configs (those that
+        can be set dynamically) and the topics the resulting defaults, without saving (as they
+        are elsewhere: a cluster's metadata image)."""
         self.broker_dynamic[name] = {k: v for k, v in configs.items() if k in BROKER_SYNONYMS}
         self._apply_broker()
 
     def validate_broker(self, configs: Mapping[str, Optional[str]]) -> dict[str, str]:
-        out = {}
-        fixed = sorted(n for n in configs if n not in BROKER_SYNONYMS)
-        if fixed:
-            raise BrokerError(ErrorCode.INVALID_CONFIG,
-                              f"Cannot update these configs dynamically: {', '.join(fixed)}")
-        for name, value in configs.items():
-            d, _ = BROKER_SYNONYMS[name]
-            if value is None:
-                raise BrokerError(ErrorCode.INVALID_CONFIG, f"Null value not supported for {name}")
-            out[name] = ConfigDef(name, d.type, None, min=d.min, max=d.max, choices=d.choices).check(value)
-        return out
+        return check_broker_configs(configs)
 
     # ------------------------------------------------------------------ describe
     def describe_topic(self, topic: Topic, keys: Optional[Iterable[str]] = None) -> list[ConfigEntry]:

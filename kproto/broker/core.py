@@ -318,6 +318,9 @@ class BrokerCore:
     sparse_logs = False
     #: the APIs and versions the handlers implement
     implemented: dict[int, tuple[int, int]] = IMPLEMENTED
+    #: dynamic configs, ACLs and SCRAM credentials kept in the data dir's JSON files (a broker
+    #: of a cluster has them from the metadata log instead)
+    state_files = True
 
     def __init__(self, data_dir: str, config: Optional[BrokerConfig] = None, *,
                  clock: Optional[Clock] = None,
@@ -336,7 +339,7 @@ class BrokerCore:
                                cluster_id=self.config.cluster_id, defaults=self.config.log,
                                sparse=self.sparse_logs)
         # topic and dynamic broker configs from our configs file, before anything reads a log
-        self.configs = ConfigManager(self.config, self.logs)
+        self.configs = ConfigManager(self.config, self.logs, persist=self.state_files)
         self.hooks: dict[int, list[ControlHandle]] = {}
         self._next_producer_id = 1 + max(
             (pid for t in self.logs.topics.values() for lg in t.logs for pid in lg.producers),
@@ -354,7 +357,7 @@ class BrokerCore:
         # security: SASL per connection, ACLs and SCRAM credentials in kproto-security.json
         self.security = Security(self.config)
         self.security_file = SecurityFile(data_dir)
-        acls, altered = self.security_file.load()
+        acls, altered = self.security_file.load() if self.state_files else ([], {})
         self._stored_acls = acls  # kept in the file even while no authorizer is configured
         self.security.store.apply_altered(altered)
         self.authorizer: Optional[Authorizer] = (
@@ -650,6 +653,8 @@ class BrokerCore:
         req.respond(response)
 
     def _save_security(self) -> None:
+        if not self.state_files:
+            return
         self.security_file.save(self.authorizer.acls if self.authorizer is not None else self._stored_acls,
                                 self.security.store)
 

@@ -99,10 +99,12 @@ async def _serve(args: argparse.Namespace) -> int:
                       auto_create_topics=not args.no_auto_create)
     try:
         await cluster.start_all()
-    except (OSError, ValueError, TimeoutError) as exc:
+    except (OSError, ValueError, TimeoutError, RuntimeError) as exc:
         print(f"kproto cluster: {exc}", file=sys.stderr)
         await cluster.close()
         return 2
+    for problem in cluster.migration_problems:  # old state files partly unreadable
+        print(f"kproto cluster: not migrated: {problem}", file=sys.stderr)
     async with ControlServer(cluster):
         for broker in cluster.brokers.values():
             broker.warm_up()

@@ -3,7 +3,7 @@
 Kafka's controller and every broker replay the same KRaft log into their own in-memory picture
 of the cluster (``MetadataImage``, changed through a ``MetadataDelta``). :class:`MetadataImage`
 is that picture: brokers, topics and their partitions, configs, finalized features and the
-next producer id block. :meth:`MetadataImage.replay` applies one record as Kafka's
+next producer id block, ACLs and SCRAM credentials. :meth:`MetadataImage.replay` applies one record as Kafka's
 ``MetadataDelta.replay`` does; :meth:`MetadataImage.take_changes` reports what changed since the
 previous call, which is what a broker needs to become leader or follower of partitions.
 
@@ -24,7 +24,7 @@ from kproto.codecs.primitives import Uuid, read_uvarint, uvarint
 from kproto.storage.internal import read_metadata_frame
 
 __all__ = ["encode_metadata_record", "decode_metadata_record", "record_type_of", "Endpoint", "BrokerInfo",
-           "ControllerInfo",
+           "ControllerInfo", "AclEntry", "ScramEntry",
            "PartitionInfo", "TopicInfo", "MetadataChanges", "MetadataImage", "RecordType",
            "TOPIC_RESOURCE", "BROKER_RESOURCE", "NO_LEADER", "NO_LEADER_CHANGE", "RECOVERED",
            "RECOVERING"]
@@ -42,10 +42,14 @@ class RecordType:
     FENCE_BROKER = 7
     UNFENCE_BROKER = 8
     REMOVE_TOPIC = 9
+    USER_SCRAM_CREDENTIAL = 11
     FEATURE_LEVEL = 12
     PRODUCER_IDS = 15
     BROKER_REGISTRATION_CHANGE = 17
+    ACCESS_CONTROL_ENTRY = 18
+    REMOVE_ACCESS_CONTROL_ENTRY = 19
     NO_OP = 20
+    REMOVE_USER_SCRAM_CREDENTIAL = 22
     REGISTER_CONTROLLER = 27
     CLEAR_ELR = 28
     UNREGISTER_CONTROLLER = 29
@@ -180,6 +184,30 @@ class PartitionInfo:
                        last_known_elr=pick(getattr(rec, "last_known_elr", None), self.last_known_elr))
 
 
+@dataclass(frozen=True, order=True)
+class AclEntry:
+    """An ACL as an AccessControlEntryRecord holds it (Kafka's ``StandardAcl``; the ids are
+    Kafka's ``ResourceType``, ``PatternType``, ``AclOperation`` and ``AclPermissionType``)."""
+
+    resource_type: int
+    resource_name: str
+    pattern_type: int
+    principal: str
+    host: str
+    operation: int
+    permission: int
+
+
+@dataclass(frozen=True)
+class ScramEntry:
+    """A user's SCRAM credential for one mechanism (Kafka's ``ScramCredentialData``)."""
+
+    salt: bytes
+    stored_key: bytes
+    server_key: bytes
+    iterations: int
+
+
 @dataclass
 class TopicInfo:
     """A topic and its partitions by index."""
@@ -203,10 +231,14 @@ class MetadataChanges:
     brokers: dict[int, Optional[BrokerInfo]] = field(default_factory=dict)
     configs: list[tuple[int, str]] = field(default_factory=list)
     features: list[str] = field(default_factory=list)
+    #: whether any ACL was added or removed
+    acls: bool = False
+    #: the (SCRAM mechanism id, user) whose credential was set or removed
+    scram: list[tuple[int, str]] = field(default_factory=list)
 
     def __bool__(self) -> bool:
         return bool(self.topics_created or self.topics_deleted or self.partitions or self.brokers
-                    or self.configs or self.features)
+                    or self.configs or self.features or self.acls or self.scram)
 
 
 class MetadataImage:
@@ -228,12 +260,18 @@ class MetadataImage:
         self.next_producer_id = 0
         #: the broker that took the last producer id block, and its epoch
         self.producer_ids_owner: tuple[int, int] = (-1, -1)
+        #: ACLs by the id the controller gave them
+        self.acls: dict[Uuid, AclEntry] = {}
+        #: SCRAM credentials by (mechanism id: 1 SCRAM-SHA-256, 2 SCRAM-SHA-512; user name)
+        self.scram: dict[tuple[int, str], ScramEntry] = {}
         self._topics_created: dict[str, None] = {}
         self._topics_deleted: dict[str, None] = {}
         self._partitions: dict[tuple[Uuid, int], Optional[PartitionInfo]] = {}  # key -> previous
         self._brokers: set[int] = set()
         self._configs: dict[tuple[int, str], None] = {}
         self._features: dict[str, None] = {}
+        self._acls = False
+        self._scram: dict[tuple[int, str], None] = {}
 
     # ------------------------------------------------------------------ reading
     def partition(self, topic: str, partition: int) -> Optional[PartitionInfo]:
@@ -272,7 +310,7 @@ class MetadataImage:
         self.replay(record_type, version, obj, offset)
 
     def replay(self, record_type: int, version: int, obj: Any, offset: int) -> None:
-        """Apply one metadata record; types the image does not keep (ACLs, SCRAM, quotas,
+        """Apply one metadata record; types the image does not keep (client quotas,
         delegation tokens, transactions markers, NoOp) only move
         :attr:`offset`."""
         handler = _REPLAY.get(record_type)
@@ -401,6 +439,26 @@ class MetadataImage:
         self.next_producer_id = r.next_producer_id
         self.producer_ids_owner = (r.broker_id, r.broker_epoch)
 
+    def _acl(self, r: Any) -> None:
+        self.acls[Uuid(r.id)] = AclEntry(r.resource_type, r.resource_name, r.pattern_type,
+                                         r.principal, r.host, r.operation, r.permission_type)
+        self._acls = True
+
+    def _remove_acl(self, r: Any) -> None:
+        if self.acls.pop(Uuid(r.id), None) is not None:
+            self._acls = True
+
+    def _scram_credential(self, r: Any) -> None:
+        key = (r.mechanism, r.name)
+        self.scram[key] = ScramEntry(bytes(r.salt), bytes(r.stored_key), bytes(r.server_key),
+                                     r.iterations)
+        self._scram[key] = None
+
+    def _remove_scram_credential(self, r: Any) -> None:
+        key = (r.mechanism, r.name)
+        if self.scram.pop(key, None) is not None:
+            self._scram[key] = None
+
     def _clear_elr(self, r: Any) -> None:
         topics = self.topics.values() if not r.topic_name else (
             [self.topics[r.topic_name]] if r.topic_name in self.topics else [])
@@ -414,9 +472,10 @@ class MetadataImage:
     # ------------------------------------------------------------------ snapshots
     def records(self) -> list[tuple[Any, int]]:
         """The image as the ``(record, version)`` list a KRaft snapshot holds, in Kafka's
-        ``MetadataImage.write`` order: features (``metadata.version`` first), brokers, controllers, topics
-        with their partitions, configs, the producer id block. Replaying them into an empty
-        image gives this one back. The versions are those the controller writes at
+        ``MetadataImage.write`` order: features (``metadata.version`` first), brokers, controllers,
+        topics with their partitions, configs, the producer id block, ACLs, SCRAM credentials.
+        Replaying them into an empty image gives this one back. The versions are those the
+        controller writes at
         ``metadata.version`` 3.9-IV0; record types the image does not keep are not written."""
         from kproto.codecs import metadata_record
 
@@ -438,15 +497,15 @@ class MetadataImage:
                 rack=b.rack, fenced=b.fenced, in_controlled_shutdown=b.in_controlled_shutdown,
                 log_dirs=list(b.log_dirs)), 3))
         controller = metadata_record(RecordType.REGISTER_CONTROLLER)
-        for c in sorted(self.controllers.values(), key=lambda c: c.id):
+        for ctl in sorted(self.controllers.values(), key=lambda c: c.id):
             out.append((controller(
-                controller_id=c.id, incarnation_id=c.incarnation_id, zk_migration_ready=False,
+                controller_id=ctl.id, incarnation_id=ctl.incarnation_id, zk_migration_ready=False,
                 end_points=[controller.cls.ControllerEndpoint(name=e.name, host=e.host, port=e.port,
                                                               security_protocol=e.security_protocol)
-                            for e in c.listeners],
+                            for e in ctl.listeners],
                 features=[controller.cls.ControllerFeature(name=n, min_supported_version=lo,
                                                            max_supported_version=hi)
-                          for n, (lo, hi) in c.features.items()]), 0))
+                          for n, (lo, hi) in ctl.features.items()]), 0))
         topic, partition = metadata_record(RecordType.TOPIC), metadata_record(RecordType.PARTITION)
         for t in sorted(self.topics.values(), key=lambda t: t.name):
             out.append((topic(name=t.name, topic_id=t.topic_id), 0))
@@ -470,6 +529,15 @@ class MetadataImage:
             # Kafka's ProducerIdsImage.write: the next block only, no owner
             out.append((metadata_record(RecordType.PRODUCER_IDS)(
                 broker_id=-1, broker_epoch=-1, next_producer_id=self.next_producer_id), 0))
+        acl = metadata_record(RecordType.ACCESS_CONTROL_ENTRY)
+        for acl_id, a in sorted(self.acls.items(), key=lambda kv: kv[1]):
+            out.append((acl(id=acl_id, resource_type=a.resource_type, resource_name=a.resource_name,
+                            pattern_type=a.pattern_type, principal=a.principal, host=a.host,
+                            operation=a.operation, permission_type=a.permission), 0))
+        scram = metadata_record(RecordType.USER_SCRAM_CREDENTIAL)
+        for (mechanism, user), c in sorted(self.scram.items()):
+            out.append((scram(name=user, mechanism=mechanism, salt=c.salt, stored_key=c.stored_key,
+                              server_key=c.server_key, iterations=c.iterations), 0))
         return out
 
     def note_changes_since(self, old: "MetadataImage") -> None:
@@ -498,6 +566,9 @@ class MetadataImage:
                          if self.configs.get(k) != old.configs.get(k)}
         self._features = {n: None for n in set(self.features) | set(old.features)
                           if self.features.get(n) != old.features.get(n)}
+        self._acls = self.acls != old.acls
+        self._scram = {k: None for k in set(self.scram) | set(old.scram)
+                       if self.scram.get(k) != old.scram.get(k)}
 
     # ------------------------------------------------------------------ changes
     def take_changes(self) -> MetadataChanges:
@@ -505,7 +576,8 @@ class MetadataImage:
         out = MetadataChanges(topics_created=list(self._topics_created),
                               topics_deleted=list(self._topics_deleted),
                               brokers={i: self.brokers.get(i) for i in sorted(self._brokers)},
-                              configs=list(self._configs), features=list(self._features))
+                              configs=list(self._configs), features=list(self._features),
+                              acls=self._acls, scram=list(self._scram))
         for (topic_id, index), previous in self._partitions.items():
             t = self.topics_by_id.get(topic_id)
             current = None if t is None else t.partitions.get(index)
@@ -516,6 +588,7 @@ class MetadataImage:
         self._topics_created, self._topics_deleted = {}, {}
         self._partitions, self._brokers = {}, set()
         self._configs, self._features = {}, {}
+        self._acls, self._scram = False, {}
         return out
 
 
@@ -535,4 +608,8 @@ _REPLAY = {
     RecordType.CLEAR_ELR: MetadataImage._clear_elr,
     RecordType.REGISTER_CONTROLLER: MetadataImage._register_controller,
     RecordType.UNREGISTER_CONTROLLER: MetadataImage._unregister_controller,
+    RecordType.ACCESS_CONTROL_ENTRY: MetadataImage._acl,
+    RecordType.REMOVE_ACCESS_CONTROL_ENTRY: MetadataImage._remove_acl,
+    RecordType.USER_SCRAM_CREDENTIAL: MetadataImage._scram_credential,
+    RecordType.REMOVE_USER_SCRAM_CREDENTIAL: MetadataImage._remove_scram_credential,
 }

@@ -58,7 +58,22 @@ EVENT_KINDS = {
     "config": "resource_type (topic, broker, ... or the id), resource, name, value (None: "
               "deleted)",
     "producer_ids": "broker, broker_epoch, next_producer_id",
+    "acl_added": "acl_id, resource_type, resource, pattern_type, principal, host, operation, "
+                 "permission_type (Kafka's ids, as the AccessControlEntryRecord has them)",
+    "acl_removed": "acl_id, and the fields of acl_added when the ACL was known",
+    "scram_credential": "user, mechanism (SCRAM-SHA-256 or SCRAM-SHA-512), iterations (None: "
+                        "the credential removed); never the keys",
 }
+
+_SCRAM_MECHANISMS = {1: "SCRAM-SHA-256", 2: "SCRAM-SHA-512"}
+
+
+def _acl_facts(a: Any) -> dict[str, Any]:
+    return {"resource_type": a.resource_type, "resource": a.resource_name,
+            "pattern_type": a.pattern_type, "principal": a.principal, "host": a.host,
+            "operation": a.operation,
+            # a record's permission_type, an image AclEntry's permission
+            "permission_type": getattr(a, "permission_type", getattr(a, "permission", None))}
 
 # Kafka's ConfigResource.Type ids
 _RESOURCE_TYPES = {2: "topic", 4: "broker", 8: "broker_logger", 16: "client_metrics",
@@ -147,6 +162,11 @@ class MetadataStory:
                             partition=rec.partition_id)
             else:
                 self._partition_changed(at, old, t.partitions[rec.partition_id])
+        elif record_type == T.REMOVE_ACCESS_CONTROL_ENTRY:
+            known = img.acls.get(rec.id)
+            img.replay(record_type, version, rec, offset)
+            self._event(*at, "acl_removed", acl_id=str(rec.id),
+                        **(_acl_facts(known) if known is not None else {}))
         elif record_type == T.REMOVE_TOPIC:
             t = img.topics_by_id.get(rec.topic_id)
             img.replay(record_type, version, rec, offset)
@@ -195,6 +215,12 @@ class MetadataStory:
                         listeners=[_listener(e) for e in rec.end_points])
         elif record_type == T.UNREGISTER_CONTROLLER:
             self._event(*at, "controller_unregistered", controller=rec.controller_id)
+        elif record_type == T.ACCESS_CONTROL_ENTRY:
+            self._event(*at, "acl_added", acl_id=str(rec.id), **_acl_facts(rec))
+        elif record_type in (T.USER_SCRAM_CREDENTIAL, T.REMOVE_USER_SCRAM_CREDENTIAL):
+            self._event(*at, "scram_credential", user=rec.name,
+                        mechanism=_SCRAM_MECHANISMS.get(rec.mechanism, rec.mechanism),
+                        iterations=getattr(rec, "iterations", None))
 
     def _broker_events(self, at: tuple[int, int, int], bid: int, before: tuple | None,
                        registered: bool) -> None:

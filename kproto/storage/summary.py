@@ -300,6 +300,18 @@ def describe_metadata_event(e: Doc) -> str:
     if k == "producer_ids":
         return (f"producer ids below {e['next_producer_id']} allocated to broker {e['broker']} "
                 f"(epoch {e['broker_epoch']})")
+    if k in ("acl_added", "acl_removed"):
+        what = "added" if k == "acl_added" else "removed"
+        if "principal" not in e:
+            return f"acl {e['acl_id']} {what}"
+        allow = {2: "DENY", 3: "ALLOW"}.get(e["permission_type"], e["permission_type"])
+        return (f"acl {e['acl_id']} {what}: {allow} {e['principal']} from {e['host']} "
+                f"operation {e['operation']} on resource type {e['resource_type']} "
+                f"{e['resource']!r} (pattern type {e['pattern_type']})")
+    if k == "scram_credential":
+        if e["iterations"] is None:
+            return f"{e['mechanism']} credential of {e['user']!r} removed"
+        return f"{e['mechanism']} credential of {e['user']!r} set ({e['iterations']} iterations)"
     return k
 
 

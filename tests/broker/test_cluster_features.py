@@ -128,10 +128,10 @@ def test_controllers_register_and_updates_wait_for_them(kafka_cluster: ClusterTh
 
 
 #: What Kafka 4.4.0's controller listener serves and kproto's controllers do not: SASL (their
-#: listener is plaintext), ACLs, DescribeConfigs/AlterConfigs, delegation tokens, client quotas,
-#: SCRAM credentials, Envelope, DescribeCluster,
-#: AssignReplicasToDirs, the KIP-853 voter APIs (static voters).
-NOT_ON_KPROTO_CONTROLLERS = {17, 29, 30, 31, 32, 33, 36, 38, 39, 40, 41, 49, 50, 51, 58, 60, 73, 80, 81, 82}
+#: listener is plaintext), DescribeAcls, DescribeConfigs, delegation tokens, AlterClientQuotas,
+#: DescribeUserScramCredentials, Envelope, DescribeCluster, AssignReplicasToDirs, the KIP-853
+#: voter APIs (static voters).
+NOT_ON_KPROTO_CONTROLLERS = {17, 29, 32, 36, 38, 39, 40, 41, 49, 50, 58, 60, 73, 80, 81, 82}
 
 
 def controller_versions(host: str, port: int) -> tuple[dict[int, tuple[int, int]], Any]:

@@ -18,9 +18,11 @@ what a broker of a cluster adds, after Kafka's ``BrokerServer``:
   watermark passes it (``DelayedProduce``), refused when the ISR is below
   ``min.insync.replicas``; consumers read up to the high watermark; followers' fetches are
   answered by the replica manager and wait while there is nothing new; Metadata and
-  DescribeCluster from the image; topic and partition admin forwarded to the active
-  controller (Kafka's ``ForwardingManager``); producer ids from blocks the controller hands
-  out (AllocateProducerIds); a group's requests only at the leader of its
+  DescribeCluster from the image; topic and partition admin, config changes, ACL changes
+  and SCRAM credential changes forwarded to the active controller (Kafka's
+  ``ForwardingManager``), whose records every broker applies from its image: DescribeConfigs,
+  the authorizer's ACLs, DescribeAcls and the SCRAM credentials are served from it; producer
+  ids from blocks the controller hands out (AllocateProducerIds); a group's requests only at the leader of its
   ``__consumer_offsets`` partition (NOT_COORDINATOR elsewhere), whose groups the broker loads
   when it becomes that leader.
 
@@ -34,6 +36,7 @@ another broker.
 from __future__ import annotations
 
 import os
+from dataclasses import astuple
 from typing import Any, Callable, Optional, Sequence
 
 from kproto.broker.configs import BrokerConfig
@@ -42,8 +45,10 @@ from kproto.broker.features import supported_features
 from kproto.broker.core import (IMPLEMENTED, BrokerCore, Request, find_coordinator_message,
                                 metadata_request_topics)
 from kproto.broker.log import BrokerError, Log, topic_name_error
-from kproto.storage.metadata_image import (BROKER_RESOURCE, NO_LEADER, TOPIC_RESOURCE, MetadataImage,
-                                            PartitionInfo, encode_metadata_record)
+from kproto.storage.metadata_image import (BROKER_RESOURCE, NO_LEADER, TOPIC_RESOURCE,
+                                            MetadataImage, PartitionInfo, encode_metadata_record)
+from kproto.broker.security.acl import AclBinding
+from kproto.broker.security.auth import SCRAM_MECHANISM_IDS, ScramCredential
 from kproto.broker.coordinators.offsets_topic import OFFSETS_TOPIC, partition_for
 from kproto.broker.purgatory import DelayedOperation, DelayedOperationPurgatory
 from kproto.broker.cluster.raft import KRaftReplica, RaftConfig, RaftTransport, open_metadata_log
@@ -58,13 +63,16 @@ from kproto.fetch_session.messages import request_replica_id
 from kproto.schemas.api_keys import ApiKey
 from kproto.storage.tail import read_high_watermarks
 
-__all__ = ["ClusterBrokerCore", "FORWARDED_APIS", "OFFSETS_TOPIC_REPLICATION_FACTOR"]
+__all__ = ["ClusterBrokerCore", "FORWARDED_APIS", "FORWARDED_ACL_APIS", "OFFSETS_TOPIC_REPLICATION_FACTOR"]
 
 #: Admin requests a broker forwards to the active controller, at the client's version.
 FORWARDED_APIS = (ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS, ApiKey.CREATE_PARTITIONS,
-                  ApiKey.INCREMENTAL_ALTER_CONFIGS, ApiKey.ELECT_LEADERS,
+                  ApiKey.INCREMENTAL_ALTER_CONFIGS, ApiKey.ALTER_CONFIGS, ApiKey.ELECT_LEADERS,
                   ApiKey.ALTER_PARTITION_REASSIGNMENTS, ApiKey.LIST_PARTITION_REASSIGNMENTS,
-                  ApiKey.UPDATE_FEATURES, ApiKey.DESCRIBE_QUORUM, ApiKey.UNREGISTER_CONTROLLER)
+                  ApiKey.UPDATE_FEATURES, ApiKey.DESCRIBE_QUORUM, ApiKey.UNREGISTER_CONTROLLER,
+                  ApiKey.ALTER_USER_SCRAM_CREDENTIALS)
+#: forwarded only where the broker has an authorizer (SECURITY_DISABLED answered here otherwise)
+FORWARDED_ACL_APIS = (ApiKey.CREATE_ACLS, ApiKey.DELETE_ACLS)
 #: offsets.topic.replication.factor (Kafka's default; fewer brokers: as many as there are)
 OFFSETS_TOPIC_REPLICATION_FACTOR = 3
 # the group APIs and where each names its groups
@@ -191,6 +199,7 @@ class ClusterBrokerCore(BrokerCore):
     requests to other nodes leaving through ``transport``."""
 
     sparse_logs = True
+    state_files = False
     implemented = {**IMPLEMENTED, ApiKey.WRITE_TXN_MARKERS: (0, WRITE_TXN_MARKERS_VERSION)}
 
     def __init__(self, data_dir: str, config: BrokerConfig, *, voters: Sequence[int],
@@ -235,6 +244,9 @@ class ClusterBrokerCore(BrokerCore):
         self.handlers[ApiKey.DESCRIBE_CLUSTER] = self._describe_cluster
         for key in FORWARDED_APIS:
             self.handlers[key] = self._forward
+        if self.authorizer is not None:
+            for key in FORWARDED_ACL_APIS:
+                self.handlers[key] = self._forward
         self.handlers[ApiKey.WRITE_TXN_MARKERS] = self._write_txn_markers
         for api, ids in _GROUP_IDS.items():
             self.handlers[api] = self._gate(self.handlers[api], OFFSETS_TOPIC, ids)
@@ -467,6 +479,16 @@ class ClusterBrokerCore(BrokerCore):
             topic = self.logs.topics.get(name) if rtype == TOPIC_RESOURCE else None
             if topic is not None:
                 self.configs.apply_topic(topic, self.image.configs.get((rtype, name), {}))
+        if changes.acls and self.authorizer is not None:
+            self.authorizer.acls = {AclBinding(*astuple(e)) for e in self.image.acls.values()}
+        mechanisms = {v: k for k, v in SCRAM_MECHANISM_IDS.items()}
+        for mechanism, user in changes.scram:
+            if mechanism not in mechanisms:
+                continue  # a mechanism this broker does not know
+            c = self.image.scram.get((mechanism, user))
+            self.security.store.apply_altered({(mechanisms[mechanism], user): None if c is None else
+                                               ScramCredential(c.salt, c.stored_key, c.server_key,
+                                                               c.iterations)})
         for name in changes.topics_created:
             self._creating.discard(name)
         if deleted:

@@ -16,7 +16,11 @@ What it does, after Kafka's controller managers:
   ``StripedReplicaPlacer``'s rack-aware placement, deletion, partition creation, ISR changes
   from partition leaders (AlterPartition), leader elections (from the ISR, unclean only where
   enabled, preferred), reassignments, periodic preferred-leader rebalancing;
-* configs (``ConfigurationControlManager``), producer id blocks (``ProducerIdControlManager``).
+* configs (``ConfigurationControlManager``: IncrementalAlterConfigs and the legacy
+  AlterConfigs), producer id blocks (``ProducerIdControlManager``), ACLs
+  (``AclControlManager``: CreateAcls, DeleteAcls) and SCRAM credentials
+  (``ScramControlManager``: AlterUserScramCredentials). Client quotas are not kept (the
+  brokers enforce none).
 
 The Raft side calls :meth:`QuorumController.handle_commit` with committed records and
 :meth:`QuorumController.handle_leader_change` on elections; time comes from a
@@ -26,15 +30,17 @@ from __future__ import annotations
 
 import random
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from typing import Any, Callable, Iterable, Optional, Protocol
 
 from kproto.broker import features as feat
-from kproto.broker.configs import LIST, TOPIC_CONFIGS, ConfigLevels, formatted_cluster_defaults
+from kproto.broker.configs import LIST, TOPIC_CONFIGS, ConfigLevels, check_broker_configs, formatted_cluster_defaults
 from kproto.broker.log import BrokerError, topic_name_error
+from kproto.broker.security.acl import AclBinding, acl_creations, acl_deletions, acl_error_response
+from kproto.broker.security.auth import SCRAM_MECHANISM_IDS, scram_alterations
 from kproto.storage.metadata_image import (BROKER_RESOURCE, NO_LEADER, NO_LEADER_CHANGE, RECOVERED,
                                     RECOVERING, TOPIC_RESOURCE, BrokerInfo, MetadataImage,
-                                    PartitionInfo, encode_metadata_record,
+                                    PartitionInfo, RecordType, encode_metadata_record,
                                     record_type_of)
 from kproto.broker.cluster.raft import NotLeaderError  # one class for the Raft replica and us
 from kproto.broker.timer import CallbackTask, SystemTimer
@@ -385,6 +391,10 @@ class QuorumController:
             ApiKey.ALTER_PARTITION_REASSIGNMENTS: self._alter_reassignments,
             ApiKey.LIST_PARTITION_REASSIGNMENTS: self._list_reassignments,
             ApiKey.INCREMENTAL_ALTER_CONFIGS: self._incremental_alter_configs,
+            ApiKey.ALTER_CONFIGS: self._alter_configs,
+            ApiKey.CREATE_ACLS: self._create_acls,
+            ApiKey.DELETE_ACLS: self._delete_acls,
+            ApiKey.ALTER_USER_SCRAM_CREDENTIALS: self._alter_scram,
             ApiKey.ALLOCATE_PRODUCER_IDS: self._allocate_producer_ids,
             ApiKey.UPDATE_FEATURES: self._update_features,
             ApiKey.CONTROLLER_REGISTRATION: self._controller_registration,
@@ -499,6 +509,14 @@ class QuorumController:
             self._complete_pending()
         return self._last_written
 
+    def write_records(self, records: list[tuple[Any, int]], on_commit: Callable[[bool], None]) -> None:
+        """Write ``records`` that no request asked for (state kept elsewhere before, migrated
+        into the log): ``on_commit(True)`` once they are committed, ``on_commit(False)`` if
+        this controller resigned first; NotLeaderError at once when it is not active."""
+        if not self.active:
+            raise NotLeaderError(f"controller {self.node_id} is not active")
+        self._write(records, lambda response: on_commit(response is not None), True)
+
     def _complete_pending(self) -> None:
         done_below = min(self.log.high_watermark, self.committed_end)
         while self._pending and self._pending[0].offset < done_below:
@@ -519,6 +537,8 @@ class QuorumController:
 
     def _error_response(self, api_key: int, version: int, body: Any, code: int) -> Any:
         """``code`` over every item of a request (NOT_CONTROLLER and the like)."""
+        if api_key < 0:
+            return None  # write_records: no request to answer
         cls = response_codec(api_key).cls
         msg = error_message(code)
         if api_key in (ApiKey.BROKER_REGISTRATION, ApiKey.ALLOCATE_PRODUCER_IDS):
@@ -549,7 +569,14 @@ class QuorumController:
                                 for t in body.topics])
         if api_key == ApiKey.ELECT_LEADERS:
             return cls(error_code=code, replica_election_results=[])
-        if api_key == ApiKey.INCREMENTAL_ALTER_CONFIGS:
+        if api_key in (ApiKey.CREATE_ACLS, ApiKey.DELETE_ACLS):
+            return acl_error_response(api_key, body, code, msg)
+        if api_key == ApiKey.ALTER_USER_SCRAM_CREDENTIALS:
+            names = [d.name for d in body.deletions] + [u.name for u in body.upsertions]
+            return cls(results=[cls.AlterUserScramCredentialsResult(user=n, error_code=code,
+                                                                    error_message=msg)
+                                for n in dict.fromkeys(names)])
+        if api_key in (ApiKey.INCREMENTAL_ALTER_CONFIGS, ApiKey.ALTER_CONFIGS):
             return cls(responses=[cls.AlterConfigsResourceResponse(
                 error_code=code, error_message=msg, resource_type=r.resource_type,
                 resource_name=r.resource_name) for r in body.resources])
@@ -1338,7 +1365,15 @@ class QuorumController:
 
     # ================================================================== configs
     def _incremental_alter_configs(self, version: int, body: Any, respond: Respond) -> None:
-        cls = response_codec(ApiKey.INCREMENTAL_ALTER_CONFIGS).cls
+        self._alter_resources(ApiKey.INCREMENTAL_ALTER_CONFIGS, version, body, respond)
+
+    def _alter_configs(self, version: int, body: Any, respond: Respond) -> None:
+        """The legacy AlterConfigs: each resource's configs replaced whole (Kafka's
+        ``legacyAlterConfigs``: the keys not given are deleted)."""
+        self._alter_resources(ApiKey.ALTER_CONFIGS, version, body, respond)
+
+    def _alter_resources(self, api_key: int, version: int, body: Any, respond: Respond) -> None:
+        cls = response_codec(api_key).cls
         records: list[tuple[Any, int]] = []
         out = []
         for r in body.resources:
@@ -1347,18 +1382,18 @@ class QuorumController:
                                                    resource_name=r.resource_name)
             out.append(res)
             try:
-                recs = self._config_changes(r)
+                recs = self._config_changes(r, legacy=api_key == ApiKey.ALTER_CONFIGS)
             except BrokerError as exc:
                 res.error_code, res.error_message = exc.code, exc.message
                 continue
             if not body.validate_only:
                 records += recs
-        self._write(records, respond, cls(responses=out),
-                    (ApiKey.INCREMENTAL_ALTER_CONFIGS, version, body))
+        self._write(records, respond, cls(responses=out), (api_key, version, body))
 
-    def _config_changes(self, r: Any) -> list[tuple[Any, int]]:
+    def _config_changes(self, r: Any, legacy: bool = False) -> list[tuple[Any, int]]:
         """Kafka's ``ConfigurationControlManager.incrementalAlterConfigResource``: a record
-        per key whose value changes (SET 0, DELETE 1, APPEND 2, SUBTRACT 3)."""
+        per key whose value changes (SET 0, DELETE 1, APPEND 2, SUBTRACT 3); ``legacy``
+        (AlterConfigs) sets every key given and deletes the others."""
         kind, name = r.resource_type, r.resource_name
         if kind == TOPIC_RESOURCE:
             if name not in self.image.topics:
@@ -1372,9 +1407,12 @@ class QuorumController:
             raise BrokerError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type {kind}.")
         current = dict(self.image.configs.get((kind, name), {}))
         changed: dict[str, Optional[str]] = {}
+        if legacy:
+            given = {c.name for c in r.configs}
+            changed = {k: None for k in current if k not in given}
         for c in r.configs:
             d = _topic_config(c.name) if kind == TOPIC_RESOURCE else None
-            op = c.config_operation
+            op = 0 if legacy else c.config_operation
             old = current.get(c.name)
             if op == 0:
                 new = c.value if d is None else d.check(c.value)
@@ -1399,6 +1437,58 @@ class QuorumController:
             current[c.name] = new
             if new != old or c.name in changed:
                 changed[c.name] = new
+        if kind == BROKER_RESOURCE:
+            # what the broker checks before forwarding (Kafka's ConfigAdminManager.preprocess)
+            changed.update(check_broker_configs({k: v for k, v in changed.items() if v is not None}))
         return [(metadata_record(4)(resource_type=kind, resource_name=name, name=k, value=v), 0)
                 for k, v in changed.items()]
 
+    # ================================================================== ACLs and SCRAM
+    def _acl_bindings(self) -> dict[AclBinding, Uuid]:
+        return {AclBinding(*astuple(e)): acl_id for acl_id, e in self.image.acls.items()}
+
+    def _create_acls(self, version: int, body: Any, respond: Respond) -> None:
+        """Kafka's ``AclControlManager.createAcls``: an AccessControlEntryRecord with a new
+        random id for each valid ACL not already there."""
+        response, new = acl_creations(body, self._acl_bindings())
+        record = metadata_record(RecordType.ACCESS_CONTROL_ENTRY)
+        records = [(record(id=self.new_acl_id(), resource_type=b.resource_type,
+                           resource_name=b.resource_name, pattern_type=b.pattern_type,
+                           principal=b.principal, host=b.host, operation=b.operation,
+                           permission_type=b.permission), 0) for b in new]
+        self._write(records, respond, response, (ApiKey.CREATE_ACLS, version, body))
+
+    def new_acl_id(self) -> Uuid:
+        """A random id no ACL of the image has (Kafka's ``AclControlManager.newAclId``)."""
+        while True:
+            acl_id = Uuid(self.rng.randbytes(16))
+            if acl_id != Uuid.ZERO and acl_id not in self.image.acls:
+                return acl_id
+
+    def _delete_acls(self, version: int, body: Any, respond: Respond) -> None:
+        """Kafka's ``AclControlManager.deleteAcls``: a RemoveAccessControlEntryRecord for each
+        ACL a filter matches."""
+        bindings = self._acl_bindings()
+        response, gone = acl_deletions(body, bindings)
+        record = metadata_record(RecordType.REMOVE_ACCESS_CONTROL_ENTRY)
+        self._write([(record(id=bindings[b]), 0) for b in sorted(gone)], respond, response,
+                    (ApiKey.DELETE_ACLS, version, body))
+
+    def _alter_scram(self, version: int, body: Any, respond: Respond) -> None:
+        """Kafka's ``ScramControlManager.alterCredentials``: a UserScramCredentialRecord (the
+        stored and server keys derived from the salted password) per upsertion, a
+        RemoveUserScramCredentialRecord per deletion."""
+        names = {v: k for k, v in SCRAM_MECHANISM_IDS.items()}
+        existing = {(names[m], user) for m, user in self.image.scram if m in names}
+        response, changes = scram_alterations(body, existing)
+        records: list[tuple[Any, int]] = []
+        for (mech, user), cred in changes.items():
+            mid = SCRAM_MECHANISM_IDS[mech]
+            if cred is None:
+                records.append((metadata_record(RecordType.REMOVE_USER_SCRAM_CREDENTIAL)(
+                    name=user, mechanism=mid), 0))
+            else:
+                records.append((metadata_record(RecordType.USER_SCRAM_CREDENTIAL)(
+                    name=user, mechanism=mid, salt=cred.salt, stored_key=cred.stored_key,
+                    server_key=cred.server_key, iterations=cred.iterations), 0))
+        self._write(records, respond, response, (ApiKey.ALTER_USER_SCRAM_CREDENTIALS, version, body))

@@ -70,6 +70,10 @@ CONTROLLER_APIS: dict[int, tuple[int, int]] = {
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 0),
     ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),
     ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
+    ApiKey.ALTER_CONFIGS: (0, 2),
+    ApiKey.CREATE_ACLS: (1, 3),  # Kafka 4 dropped v0 (KIP-896)
+    ApiKey.DELETE_ACLS: (1, 3),
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
     ApiKey.ALLOCATE_PRODUCER_IDS: (0, 0),
     ApiKey.UPDATE_FEATURES: (0, 2),
     ApiKey.CONTROLLER_REGISTRATION: (0, 0),

@@ -29,6 +29,7 @@ from kproto.broker.cluster.broker import ClusterBrokerCore
 from kproto.broker.cluster.controller import ControllerConfig
 from kproto.broker.features import TRANSACTION_VERSION_LEVEL
 from kproto.broker.cluster.controller_node import ControllerNode, start_quorum
+from kproto.broker.cluster.migration import migration_records, read_legacy_state, retire_files
 from kproto.broker.core import Intercept
 from kproto.storage.metadata_image import MetadataImage
 from kproto.broker.cluster.network import NodeNetwork
@@ -175,6 +176,8 @@ class Cluster:
                              rack=racks[i] if racks is not None else None, **broker_config)
             for i, n in enumerate(self.broker_ids)}
         self._client_cuts: dict[int, list[Any]] = {}
+        #: what could not be read of the brokers' old JSON files at the last start_all
+        self.migration_problems: list[str] = []
 
     def _stored_cluster_id(self) -> Optional[str]:
         """The id a data dir of an earlier run was formatted with (restarting a cluster)."""
@@ -188,13 +191,37 @@ class Cluster:
 
     # ------------------------------------------------------------------ lifecycle
     async def start_all(self, timeout: float = 30.0) -> Cluster:
-        """Start the quorum, then the brokers; returns once every broker is unfenced."""
+        """Start the quorum, then the brokers; returns once every broker is unfenced. Configs,
+        ACLs and SCRAM credentials found in the brokers' JSON files of an older kproto
+        (``kproto-configs.json``, ``kproto-security.json``) are first written to the metadata
+        log by the active controller, and the files renamed to ``*.migrated``."""
         await start_quorum(self.controllers.values())
+        await self._migrate_state_files(timeout)
         for b in self.brokers.values():
             await b.start()
         await self.wait_for(lambda: all(b.core is not None and b.core.ready for b in self.brokers.values()),
                             timeout, "every broker registered and unfenced")
         return self
+
+    async def _migrate_state_files(self, timeout: float) -> None:
+        dirs = [os.path.join(self.data_dir, f"broker-{n}") for n in self.broker_ids]
+        state = read_legacy_state(dirs)
+        self.migration_problems = state.problems
+        if not state.files:
+            return
+        await self.wait_for(lambda: self.active_controller() is not None, timeout,
+                            "an active controller")
+        controller = self.controllers[self.active_controller()].controller  # type: ignore[index]
+        records = migration_records(state, controller.image, controller.new_acl_id)
+        done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+
+        def committed(ok: bool) -> None:
+            if not done.done():
+                done.set_result(ok)
+        controller.write_records(records, committed)
+        if not await asyncio.wait_for(done, timeout):
+            raise RuntimeError("the active controller resigned before the migrated state was committed")
+        retire_files(state)
 
     async def __aenter__(self) -> Cluster:
         return await self.start_all()

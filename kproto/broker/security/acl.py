@@ -9,9 +9,10 @@ operation (or ALL) wins, an ALLOW of it (or ALL, or one that implies it: READ, W
 and ALTER imply DESCRIBE, ALTER_CONFIGS implies DESCRIBE_CONFIGS) allows, and a resource no
 ACL covers at all is allowed only with ``allow.everyone.if.no.acl.found``.
 
-The ACLs are kept in ``kproto-security.json`` beside ``meta.properties`` (with the SCRAM
-credentials AlterUserScramCredentials set; a KRaft broker keeps both as records in
-``__cluster_metadata``), rewritten atomically on each change and read at start.
+The single broker keeps the ACLs in ``kproto-security.json`` beside ``meta.properties`` (with
+the SCRAM credentials AlterUserScramCredentials set), rewritten atomically on each change and
+read at start; a cluster keeps both as records in ``__cluster_metadata``, as KRaft does
+(:func:`acl_creations` and :func:`acl_deletions` are the checks its controller shares).
 CreateAcls/DescribeAcls/DeleteAcls v0-3 are answered here; without an authorizer they answer
 SECURITY_DISABLED, as Kafka does.
 """
@@ -20,7 +21,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import asdict, dataclass
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Callable, Container, Iterable, Optional
 
 from kproto.broker.security.auth import CredentialStore, ScramCredential
 from kproto.broker.log import replace_file
@@ -29,6 +30,7 @@ from kproto.error_codes import ErrorCode
 from kproto.schemas.api_keys import ApiKey
 
 __all__ = ["AclBinding", "AclFilter", "Authorizer", "SecurityFile", "AclHandlers", "ACL_VERSIONS",
+           "acl_creations", "acl_deletions", "acl_error_response",
            "SECURITY_FILE", "CLUSTER_NAME", "TOPIC", "GROUP", "CLUSTER", "TRANSACTIONAL_ID",
            "LITERAL", "PREFIXED", "ALLOW", "DENY", "ALL", "READ", "WRITE", "CREATE", "DELETE",
            "ALTER", "DESCRIBE", "CLUSTER_ACTION", "DESCRIBE_CONFIGS", "ALTER_CONFIGS",
@@ -248,27 +250,14 @@ class AclHandlers:
         self.save = save
 
     def create_acls(self, body: Any, version: int, respond: Respond) -> None:
-        cls = response_codec(ApiKey.CREATE_ACLS).cls
-        results = []
-        changed = False
-        for c in body.creations:
-            res = cls.AclCreationResult(error_code=0, error_message=None)
-            results.append(res)
-            if self.authorizer is None:
-                res.error_code, res.error_message = ErrorCode.SECURITY_DISABLED, "No Authorizer is configured."
-                continue
-            b = AclBinding(c.resource_type, c.resource_name, getattr(c, "resource_pattern_type", LITERAL),
-                           c.principal, c.host, c.operation, c.permission_type)
-            why = b.invalid()
-            if why is not None:
-                res.error_code, res.error_message = ErrorCode.INVALID_REQUEST, why
-                continue
-            if b not in self.authorizer.acls:
-                self.authorizer.acls.add(b)
-                changed = True
-        if changed:
+        if self.authorizer is None:
+            respond(acl_error_response(ApiKey.CREATE_ACLS, body))
+            return
+        response, new = acl_creations(body, self.authorizer.acls)
+        if new:
+            self.authorizer.acls.update(new)
             self.save()
-        respond(cls(results=results))
+        respond(response)
 
     def describe_acls(self, body: Any, version: int, respond: Respond) -> None:
         cls = response_codec(ApiKey.DESCRIBE_ACLS).cls
@@ -294,28 +283,66 @@ class AclHandlers:
             for (rt, rn, pt), acls in by_resource.items()]))
 
     def delete_acls(self, body: Any, version: int, respond: Respond) -> None:
-        cls = response_codec(ApiKey.DELETE_ACLS).cls
-        results = []
-        changed = False
-        for f in body.filters:
-            res = cls.DeleteAclsFilterResult(error_code=0, error_message=None, matching_acls=[])
-            results.append(res)
-            if self.authorizer is None:
-                res.error_code, res.error_message = ErrorCode.SECURITY_DISABLED, "No Authorizer is configured."
-                continue
-            flt = AclFilter.from_request(f)
-            why = flt.invalid()
-            if why is not None:
-                res.error_code, res.error_message = ErrorCode.INVALID_REQUEST, why
-                continue
-            gone = sorted(b for b in self.authorizer.acls if flt.matches(b))
-            for b in gone:
-                self.authorizer.acls.discard(b)
-                changed = True
-                res.matching_acls.append(cls.DeleteAclsMatchingAcl(
-                    error_code=0, error_message=None, resource_type=b.resource_type,
-                    resource_name=b.resource_name, pattern_type=b.pattern_type, principal=b.principal,
-                    host=b.host, operation=b.operation, permission_type=b.permission))
-        if changed:
+        if self.authorizer is None:
+            respond(acl_error_response(ApiKey.DELETE_ACLS, body))
+            return
+        response, gone = acl_deletions(body, self.authorizer.acls)
+        if gone:
+            self.authorizer.acls.difference_update(gone)
             self.save()
-        respond(cls(filter_results=results))
+        respond(response)
+
+
+def acl_error_response(api_key: int, body: Any, code: int = ErrorCode.SECURITY_DISABLED,
+                       message: Optional[str] = "No Authorizer is configured.") -> Any:
+    """A CreateAcls/DeleteAcls response with ``code`` for every item (SECURITY_DISABLED:
+    no authorizer)."""
+    cls = response_codec(api_key).cls
+    if api_key == ApiKey.CREATE_ACLS:
+        return cls(results=[cls.AclCreationResult(error_code=code, error_message=message)
+                            for _ in body.creations])
+    return cls(filter_results=[cls.DeleteAclsFilterResult(
+        error_code=code, error_message=message, matching_acls=[]) for _ in body.filters])
+
+
+def acl_creations(body: Any, acls: Container[AclBinding]) -> tuple[Any, list[AclBinding]]:
+    """A CreateAcls request checked against ``acls``: its response and the bindings to add
+    (valid ones not there yet; an ACL that exists already is not an error, as in Kafka)."""
+    cls = response_codec(ApiKey.CREATE_ACLS).cls
+    results, new = [], []
+    for c in body.creations:
+        res = cls.AclCreationResult(error_code=0, error_message=None)
+        results.append(res)
+        b = AclBinding(c.resource_type, c.resource_name, getattr(c, "resource_pattern_type", LITERAL),
+                       c.principal, c.host, c.operation, c.permission_type)
+        why = b.invalid()
+        if why is not None:
+            res.error_code, res.error_message = ErrorCode.INVALID_REQUEST, why
+        elif b not in acls and b not in new:
+            new.append(b)
+    return cls(results=results), new
+
+
+def acl_deletions(body: Any, acls: Iterable[AclBinding]) -> tuple[Any, set[AclBinding]]:
+    """A DeleteAcls request over ``acls``: its response and the bindings it removes."""
+    cls = response_codec(ApiKey.DELETE_ACLS).cls
+    results = []
+    gone: set[AclBinding] = set()
+    remaining = sorted(acls)
+    for f in body.filters:
+        res = cls.DeleteAclsFilterResult(error_code=0, error_message=None, matching_acls=[])
+        results.append(res)
+        flt = AclFilter.from_request(f)
+        why = flt.invalid()
+        if why is not None:
+            res.error_code, res.error_message = ErrorCode.INVALID_REQUEST, why
+            continue
+        for b in remaining:
+            if b in gone or not flt.matches(b):
+                continue
+            gone.add(b)
+            res.matching_acls.append(cls.DeleteAclsMatchingAcl(
+                error_code=0, error_message=None, resource_type=b.resource_type,
+                resource_name=b.resource_name, pattern_type=b.pattern_type, principal=b.principal,
+                host=b.host, operation=b.operation, permission_type=b.permission))
+    return cls(filter_results=results), gone

@@ -12,8 +12,9 @@ SASL_AUTHENTICATION_FAILED (v1) and the connection closed. Once authenticated th
 Credentials: ``sasl_users`` (name -> password) of :class:`~kproto.broker.configs.BrokerConfig`
 are the PLAIN users (Kafka's ``user_<name>="<password>"`` JAAS options) and, salted with
 ``scram_iterations``, the SCRAM credentials of each SCRAM mechanism enabled;
-AlterUserScramCredentials adds, replaces and deletes SCRAM credentials, kept in
-``kproto-security.json`` (see :mod:`kproto.broker.security.acl`) across restarts. The SCRAM math is
+AlterUserScramCredentials adds, replaces and deletes SCRAM credentials (checked by
+:func:`scram_alterations`), kept across restarts in ``kproto-security.json`` by the single
+broker (see :mod:`kproto.broker.security.acl`) and in ``__cluster_metadata`` by a cluster. The SCRAM math is
 :mod:`kproto.client.sasl`'s (RFC 5802 / RFC 7677), shared with the client.
 """
 from __future__ import annotations
@@ -25,7 +26,7 @@ import re
 import secrets
 import weakref
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, Container, Optional, Union
 
 from kproto.broker.configs import BrokerConfig
 from kproto.client.sasl import (SCRAM_MECHANISMS, auth_message, client_key, client_signature,
@@ -36,7 +37,8 @@ from kproto.error_codes import ErrorCode
 from kproto.schemas.api_keys import ApiKey
 
 __all__ = ["ScramCredential", "CredentialStore", "PlainServer", "ScramServer", "SaslFailed",
-           "ConnectionAuth", "Security", "ANONYMOUS", "SCRAM_MECHANISM_IDS", "SASL_VERSIONS"]
+           "ConnectionAuth", "Security", "ANONYMOUS", "SCRAM_MECHANISM_IDS", "SASL_VERSIONS",
+           "scram_alterations"]
 
 ANONYMOUS = "User:ANONYMOUS"
 #: AlterUserScramCredentials' mechanism numbers (Kafka's ScramMechanism)
@@ -397,49 +399,57 @@ class Security:
         respond(cls(error_code=0, error_message="", results=results))  # Kafka: '', not null
 
     def alter_scram(self, body: Any, version: int, respond: Respond) -> None:
-        cls = response_codec(ApiKey.ALTER_USER_SCRAM_CREDENTIALS).cls
-        by_id = {v: k for k, v in SCRAM_MECHANISM_IDS.items()}
-        names = [d.name for d in body.deletions] + [u.name for u in body.upsertions]
-        errors: dict[str, tuple[int, str]] = {}
-        for n in names:
-            if names.count(n) > 1:
-                errors.setdefault(n, (ErrorCode.DUPLICATE_RESOURCE,
-                                      "A user credential cannot be altered twice in the same request"))
-        changed = False
-        for d in body.deletions:
-            if d.name in errors:
-                continue
-            mech = by_id.get(d.mechanism)
-            if not d.name:
-                errors[d.name] = (ErrorCode.UNACCEPTABLE_CREDENTIAL, "Username must not be empty")
-            elif mech is None:
-                errors[d.name] = (ErrorCode.UNSUPPORTED_SASL_MECHANISM, "Unknown SCRAM mechanism")
-            elif (mech, d.name) not in self.store.scram:
-                errors[d.name] = (ErrorCode.RESOURCE_NOT_FOUND,
-                                  "Attempt to delete a user credential that does not exist")
-            else:
-                self.store.apply_altered({(mech, d.name): None})
-                changed = True
-        for u in body.upsertions:
-            if u.name in errors:
-                continue
-            mech = by_id.get(u.mechanism)
-            if not u.name:
-                errors[u.name] = (ErrorCode.UNACCEPTABLE_CREDENTIAL, "Username must not be empty")
-            elif mech is None:
-                errors[u.name] = (ErrorCode.UNSUPPORTED_SASL_MECHANISM, "Unknown SCRAM mechanism")
-            elif not 4096 <= u.iterations <= 16384:
-                errors[u.name] = (ErrorCode.UNACCEPTABLE_CREDENTIAL, "Iterations must be between "
-                                  "4096 and 16384" if u.iterations > 4096 else
-                                  "Too few iterations" if u.iterations > 0 else "Iterations must be positive")
-            elif not u.salt or not u.salted_password:
-                errors[u.name] = (ErrorCode.UNACCEPTABLE_CREDENTIAL, "Salt and salted password must not be empty")
-            else:
-                self.store.apply_altered({(mech, u.name): ScramCredential.from_salted(
-                    mech, bytes(u.salted_password), bytes(u.salt), u.iterations)})
-                changed = True
-        if changed and self.on_change is not None:
-            self.on_change(self.store)
-        respond(cls(results=[cls.AlterUserScramCredentialsResult(
-            user=n, error_code=errors.get(n, (0, None))[0], error_message=errors.get(n, (0, None))[1])
-            for n in dict.fromkeys(names)]))
+        response, changes = scram_alterations(body, self.store.scram)
+        if changes:
+            self.store.apply_altered(changes)
+            if self.on_change is not None:
+                self.on_change(self.store)
+        respond(response)
+
+
+def scram_alterations(body: Any, existing: Container[tuple[str, str]]
+                      ) -> tuple[Any, dict[tuple[str, str], Optional[ScramCredential]]]:
+    """An AlterUserScramCredentials request checked against the ``existing`` (mechanism,
+    user) credentials: its response and the changes (None: a credential deleted)."""
+    cls = response_codec(ApiKey.ALTER_USER_SCRAM_CREDENTIALS).cls
+    by_id = {v: k for k, v in SCRAM_MECHANISM_IDS.items()}
+    names = [d.name for d in body.deletions] + [u.name for u in body.upsertions]
+    errors: dict[str, tuple[int, str]] = {}
+    changes: dict[tuple[str, str], Optional[ScramCredential]] = {}
+    for n in names:
+        if names.count(n) > 1:
+            errors.setdefault(n, (ErrorCode.DUPLICATE_RESOURCE,
+                                  "A user credential cannot be altered twice in the same request"))
+    for d in body.deletions:
+        if d.name in errors:
+            continue
+        mech = by_id.get(d.mechanism)
+        if not d.name:
+            errors[d.name] = (ErrorCode.UNACCEPTABLE_CREDENTIAL, "Username must not be empty")
+        elif mech is None:
+            errors[d.name] = (ErrorCode.UNSUPPORTED_SASL_MECHANISM, "Unknown SCRAM mechanism")
+        elif (mech, d.name) not in existing:
+            errors[d.name] = (ErrorCode.RESOURCE_NOT_FOUND,
+                              "Attempt to delete a user credential that does not exist")
+        else:
+            changes[(mech, d.name)] = None
+    for u in body.upsertions:
+        if u.name in errors:
+            continue
+        mech = by_id.get(u.mechanism)
+        if not u.name:
+            errors[u.name] = (ErrorCode.UNACCEPTABLE_CREDENTIAL, "Username must not be empty")
+        elif mech is None:
+            errors[u.name] = (ErrorCode.UNSUPPORTED_SASL_MECHANISM, "Unknown SCRAM mechanism")
+        elif not 4096 <= u.iterations <= 16384:
+            errors[u.name] = (ErrorCode.UNACCEPTABLE_CREDENTIAL, "Iterations must be between "
+                              "4096 and 16384" if u.iterations > 4096 else
+                              "Too few iterations" if u.iterations > 0 else "Iterations must be positive")
+        elif not u.salt or not u.salted_password:
+            errors[u.name] = (ErrorCode.UNACCEPTABLE_CREDENTIAL, "Salt and salted password must not be empty")
+        else:
+            changes[(mech, u.name)] = ScramCredential.from_salted(
+                mech, bytes(u.salted_password), bytes(u.salt), u.iterations)
+    return cls(results=[cls.AlterUserScramCredentialsResult(
+        user=n, error_code=errors.get(n, (0, None))[0], error_message=errors.get(n, (0, None))[1])
+        for n in dict.fromkeys(names)]), changes
