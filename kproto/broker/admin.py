@@ -452,12 +452,15 @@ class AdminHandlers:
         respond(cls(error_code=0, error_message=None, topics=[]))
 
     # ------------------------------------------------------------------ DescribeTopicPartitions
-    def describe_topic_partitions(self, body: Any, version: int, respond: Respond) -> None:
+    def describe_topic_partitions(self, body: Any, version: int, respond: Respond,
+                                  describable: Optional[Callable[[str], bool]] = None) -> None:
         """KIP-966's paged topic description, as Kafka's ``DescribeTopicPartitionsRequestHandler``:
         topics in name order from the cursor on, at most ``response_partition_limit``
         partitions (within 1 and max.request.partition.size.limit); where the answer stops,
         ``next_cursor`` says where to go on. Asking for no topic describes every topic (and
-        reports no unknown one)."""
+        reports no unknown one). ``describable``: whether the client may describe a topic (an
+        authorizer's DESCRIBE); the others asked by name answer TOPIC_AUTHORIZATION_FAILED after
+        the page, left out when every topic is asked for."""
         cls = response_codec(ApiKey.DESCRIBE_TOPIC_PARTITIONS).cls
         known = self.core.known_topics()
         every = not body.topics
@@ -470,10 +473,11 @@ class AdminHandlers:
         if cursor is not None and cursor.partition_index < 0:
             respond(describe_topic_partitions_error(cls, body, ErrorCode.INVALID_REQUEST))
             return
+        denied = sorted(n for n in names if describable is not None and not describable(n))
         remaining = max(min(MAX_REQUEST_PARTITION_SIZE_LIMIT, body.response_partition_limit), 1)
         alive = set(self.core.broker_ids(alive=True))
         out = cls(topics=[], next_cursor=None)
-        for name in sorted(names):
+        for name in sorted(names.difference(denied)):
             if remaining == 0:
                 # the previous topic ended exactly at the limit: go on from this one
                 out.next_cursor = cls.Cursor(topic_name=name, partition_index=0)
@@ -503,6 +507,10 @@ class AdminHandlers:
                 out.next_cursor = cls.Cursor(topic_name=name, partition_index=upper)
                 break
             remaining -= len(parts)
+        if not every:
+            # not told whether they exist: no id, no partitions
+            out.topics += [cls.DescribeTopicPartitionsResponseTopic(
+                error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, name=n, partitions=[]) for n in denied]
         respond(out)
 
     # ------------------------------------------------------------------ ListConfigResources

@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Hashable, Optional, Protocol, Union
 
-from kproto.broker.security.acl import ACL_VERSIONS, AclHandlers, Authorizer, SecurityFile
+from kproto.broker.security.acl import ACL_VERSIONS, DESCRIBE, TOPIC, AclHandlers, Authorizer, SecurityFile
 from kproto.broker.admin import ADMIN_VERSIONS, AdminHandlers, admin_error_response
 from kproto.broker.security.auth import SASL_VERSIONS, Security
 from kproto.broker.security.authz import RequestAuthorizer
@@ -373,7 +373,7 @@ class BrokerCore:
             ApiKey.LIST_PARTITION_REASSIGNMENTS:
                 lambda r: adm.list_partition_reassignments(r.body, r.version, r.respond),
             ApiKey.DESCRIBE_TOPIC_PARTITIONS:
-                lambda r: adm.describe_topic_partitions(r.body, r.version, r.respond),
+                lambda r: adm.describe_topic_partitions(r.body, r.version, r.respond, self._describable(r)),
             ApiKey.LIST_CONFIG_RESOURCES: lambda r: adm.list_config_resources(r.body, r.version, r.respond),
             ApiKey.SASL_HANDSHAKE: lambda r: sec.handshake(r.channel, r.body, r.version, r.respond),
             ApiKey.SASL_AUTHENTICATE: lambda r: sec.authenticate(r.channel, r.body, r.version, r.respond),
@@ -393,6 +393,13 @@ class BrokerCore:
             ApiKey.DESCRIBE_QUORUM: self._describe_quorum,
         }
         self.requests_handled = 0
+
+    def _describable(self, req: Request) -> Optional[Callable[[str], bool]]:
+        """Whether the request's client may describe a topic (None: no authorizer, any)."""
+        if self.authz is None:
+            return None
+        authz, session = self.authz, self.security.session(req.channel)
+        return lambda name: authz.ok(session, DESCRIBE, TOPIC, name)
 
     # ------------------------------------------------------------------ versions
     def api_versions(self) -> dict[int, tuple[int, int]]:

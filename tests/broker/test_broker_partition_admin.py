@@ -243,3 +243,39 @@ def test_admin_client_partition_administration_on_kprotos_cluster(kafka_cluster)
     # the brokers answer DescribeTopicPartitions from the metadata image and forward the rest
     # to the controller: the same answers as one node's
     asyncio.run(asyncio.wait_for(_admin_calls(kafka_cluster.bootstrap), 60))
+
+
+# ---------------------------------------------------------------------------- with an authorizer
+def test_partition_administration_under_an_authorizer(tmp_path):
+    from kproto.broker.security.acl import DESCRIBE, TOPIC
+    from test_broker_security import USERS, acl, create_acls, make_core, user
+
+    core = make_core(tmp_path, sasl_enabled_mechanisms=("PLAIN",), sasl_users=USERS, authorizer=True,
+                     super_users=("User:admin",))
+    try:
+        admin = user(core, "admin")
+        create(admin, "pa", 2)
+        create(admin, "pb", 1)
+        assert create_acls(admin, acl(TOPIC, "pb", "User:alice", DESCRIBE)) == [0]
+        alice = user(core, "alice")
+        # cluster operations need the cluster's ALTER / DESCRIBE / DESCRIBE_CONFIGS
+        resp = elect(alice, 2, 0, [{"topic": "pb", "partitions": [0]}])
+        assert resp.error_code == E.CLUSTER_AUTHORIZATION_FAILED
+        assert results(resp)[("pb", 0)][0] == E.CLUSTER_AUTHORIZATION_FAILED
+        assert call(alice, K.ALTER_PARTITION_REASSIGNMENTS, 0, timeout_ms=1000, topics=[
+            {"name": "pb", "partitions": [{"partition_index": 0, "replicas": [1]}]}]).error_code == \
+            E.CLUSTER_AUTHORIZATION_FAILED
+        assert call(alice, K.LIST_PARTITION_REASSIGNMENTS, 0, timeout_ms=1000, topics=None).error_code == \
+            E.CLUSTER_AUTHORIZATION_FAILED
+        assert listed(alice, 1, [])[0] == E.CLUSTER_AUTHORIZATION_FAILED
+        assert results(elect(admin, 2, 0, [{"topic": "pb", "partitions": [0]}])) == {("pb", 0): NOT_NEEDED}
+        # DescribeTopicPartitions: a topic not describable is refused after the page (no id),
+        # left out when every topic is asked for
+        resp = describe(alice, ["pa", "pb", "nope"], 10)
+        assert shape(resp) == ([(0, "pb", [0]), (E.TOPIC_AUTHORIZATION_FAILED, "nope", []),
+                                (E.TOPIC_AUTHORIZATION_FAILED, "pa", [])], None)
+        assert resp.topics[2].topic_id == Uuid.ZERO
+        assert shape(describe(alice, [], 10)) == ([(0, "pb", [0])], None)
+        assert shape(describe(admin, [], 10)) == ([(0, "pa", [0, 1]), (0, "pb", [0])], None)
+    finally:
+        core.close()
