@@ -279,3 +279,14 @@ def test_partition_administration_under_an_authorizer(tmp_path):
         assert shape(describe(admin, [], 10)) == ([(0, "pa", [0, 1]), (0, "pb", [0])], None)
     finally:
         core.close()
+
+
+def test_a_test_hooks_error_is_mirrored_over_the_request(client):
+    from kproto.broker.core import Intercept
+
+    client.core.control(K.DESCRIBE_TOPIC_PARTITIONS, Intercept(error=E.NOT_CONTROLLER))
+    assert shape(describe(client, ["pa", "nope"], 5)) == (
+        [(E.NOT_CONTROLLER, "pa", []), (E.NOT_CONTROLLER, "nope", [])], None)
+    # ElectLeaders v0 has no top-level error code: the partitions carry it
+    client.core.control(K.ELECT_LEADERS, Intercept(error=E.NOT_CONTROLLER))
+    assert results(elect(client, 0, 0, [{"topic": "pa", "partitions": [0]}])) == {("pa", 0): (E.NOT_CONTROLLER, None)}
