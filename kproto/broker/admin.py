@@ -1,6 +1,8 @@
 """Admin APIs of the broker: CreatePartitions, DescribeConfigs, AlterConfigs,
-IncrementalAlterConfigs, DescribeCluster, DescribeLogDirs, DeleteRecords and DescribeProducers, answered as a
-single-node KRaft broker (which is also its own controller) answers them."""
+IncrementalAlterConfigs, DescribeCluster, DescribeLogDirs, DeleteRecords, DescribeProducers,
+ElectLeaders, AlterPartitionReassignments, ListPartitionReassignments, DescribeTopicPartitions and
+ListConfigResources, answered as a single-node KRaft broker (which is also its own controller)
+answers them."""
 from __future__ import annotations
 
 import os
@@ -17,7 +19,9 @@ from kproto.schemas.api_keys import ApiKey
 from kproto.storage.layout import partition_dir_name
 
 
-__all__ = ["AdminHandlers", "ADMIN_VERSIONS", "admin_error_response"]
+__all__ = ["AdminHandlers", "ADMIN_VERSIONS", "admin_error_response", "ELECTION_NOT_NEEDED_MESSAGE",
+           "elect_leaders_error", "describe_topic_partitions_error",
+           "validate_manual_assignment"]
 
 #: API key -> (lowest, highest version) the handlers here implement
 ADMIN_VERSIONS: dict[int, tuple[int, int]] = {
@@ -29,7 +33,45 @@ ADMIN_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.DESCRIBE_LOG_DIRS: (0, 5),
     ApiKey.DELETE_RECORDS: (0, 2),
     ApiKey.DESCRIBE_PRODUCERS: (0, 0),
+    ApiKey.ELECT_LEADERS: (0, 2),
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 1),
+    ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),
+    ApiKey.DESCRIBE_TOPIC_PARTITIONS: (0, 0),
+    ApiKey.LIST_CONFIG_RESOURCES: (0, 1),
 }
+
+#: Kafka's text of ELECTION_NOT_NEEDED in an ElectLeaders answer
+ELECTION_NOT_NEEDED_MESSAGE = "Leader election not needed for topic partition."
+_PREFERRED, _UNCLEAN = 0, 1  # ElectLeaders election types
+#: ConfigResource types ListConfigResources lists, in the order Kafka answers them; v0 (the
+#: former ListClientMetricsResources) lists client-metrics subscriptions only
+_GROUP, _CLIENT_METRICS, _BROKER_LOGGER = 32, 16, 8
+_LISTED_TYPES = (_GROUP, _CLIENT_METRICS, _BROKER_LOGGER, 4, 2)
+#: Kafka's AclOperation bits a topic supports (READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE,
+#: DESCRIBE_CONFIGS, ALTER_CONFIGS): without an authorizer every one is allowed
+_TOPIC_OPERATIONS = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))
+#: max.request.partition.size.limit: the most partitions one DescribeTopicPartitions answers
+MAX_REQUEST_PARTITION_SIZE_LIMIT = 2000
+_INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
+
+
+def validate_manual_assignment(replicas: list[int], registered: Any) -> None:
+    """Kafka's ``validateManualPartitionAssignment``: a non-empty list of registered brokers,
+    each once (checked in broker id order, so an unknown broker is named before a repeat)."""
+    if not replicas:
+        raise BrokerError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                          "The manual partition assignment includes an empty replica list.")
+    prev = None
+    for broker in sorted(replicas):
+        if broker not in registered:
+            raise BrokerError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                              f"The manual partition assignment includes broker {broker}, but no "
+                              "such broker is registered.")
+        if broker == prev:
+            raise BrokerError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                              f"The manual partition assignment includes the broker {prev} more "
+                              "than once.")
+        prev = broker
 
 TOPIC, BROKER = 2, 4  # ConfigResource types
 _SET, _DELETE, _APPEND, _SUBTRACT = 0, 1, 2, 3
@@ -334,6 +376,186 @@ class AdminHandlers:
         respond(cls(throttle_time_ms=0, topics=topics))
 
 
+    # ------------------------------------------------------------------ ElectLeaders
+    def elect_leaders(self, body: Any, version: int, respond: Respond) -> None:
+        """A single broker's partitions are led by their only replica, which is also the
+        preferred one: every partition asked answers ELECTION_NOT_NEEDED, PREFERRED and UNCLEAN
+        alike, as Kafka's controller answers; electing every partition (null topics) answers
+        each topic with no partition (those needing no election are left out)."""
+        cls = response_codec(ApiKey.ELECT_LEADERS).cls
+        kind = body.election_type if version >= 1 else _PREFERRED
+        out = cls(replica_election_results=[])
+        if kind not in (_PREFERRED, _UNCLEAN):
+            # Kafka's controller refuses the whole request (an InvalidRequestException)
+            respond(elect_leaders_error(cls, version, body, ErrorCode.INVALID_REQUEST,
+                                        f"Unknown election type {kind}"))
+            return
+        known = self.core.known_topics()
+        if body.topic_partitions is None:
+            out.replica_election_results = [cls.ReplicaElectionResult(topic=t, partition_result=[])
+                                            for t in sorted(known)]
+        for tp in body.topic_partitions or ():
+            parts = []
+            for i in tp.partitions:
+                res = cls.PartitionResult(partition_id=i, error_code=ErrorCode.ELECTION_NOT_NEEDED,
+                                          error_message=ELECTION_NOT_NEEDED_MESSAGE)
+                if tp.topic not in known:
+                    res.error_code, res.error_message = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                                         f"No such topic as {tp.topic}")
+                elif not 0 <= i < known[tp.topic][1]:
+                    res.error_code, res.error_message = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                                         f"No such partition as {tp.topic}-{i}")
+                parts.append(res)
+            out.replica_election_results.append(cls.ReplicaElectionResult(topic=tp.topic, partition_result=parts))
+        if version >= 1:
+            out.error_code = 0
+        respond(out)
+
+    # ------------------------------------------------------------------ partition reassignments
+    def alter_partition_reassignments(self, body: Any, version: int, respond: Respond) -> None:
+        """As Kafka's controller with one registered broker: the only valid target is that
+        broker (nothing to move, answered without error); any other broker is unknown; a
+        cancellation finds no reassignment in progress."""
+        cls = response_codec(ApiKey.ALTER_PARTITION_REASSIGNMENTS).cls
+        known = self.core.known_topics()
+        registered = set(self.core.broker_ids(alive=False))
+        topics = []
+        for t in body.topics:
+            parts = []
+            for rp in t.partitions:
+                res = cls.ReassignablePartitionResponse(partition_index=rp.partition_index, error_code=0,
+                                                        error_message=None)
+                parts.append(res)
+                try:
+                    if t.name not in known:
+                        raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                          f"Unable to find a topic named {t.name}.")
+                    if not 0 <= rp.partition_index < known[t.name][1]:
+                        raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                          f"Unable to find partition {t.name}:{rp.partition_index}.")
+                    if rp.replicas is None:
+                        raise BrokerError(ErrorCode.NO_REASSIGNMENT_IN_PROGRESS)  # Kafka: no message
+                    # a valid target is [this broker], the replication factor unchanged
+                    validate_manual_assignment(list(rp.replicas), registered)
+                except BrokerError as exc:
+                    res.error_code, res.error_message = exc.code, exc.message
+            topics.append(cls.ReassignableTopicResponse(name=t.name, partitions=parts))
+        out = cls(error_code=0, error_message=None, responses=topics)
+        if version >= 1:
+            out.allow_replication_factor_change = body.allow_replication_factor_change
+        respond(out)
+
+    def list_partition_reassignments(self, body: Any, version: int, respond: Respond) -> None:
+        """No partition of a single broker is ever being reassigned: an empty list, whatever
+        is asked (unknown topics and partitions are left out, as Kafka's controller does)."""
+        cls = response_codec(ApiKey.LIST_PARTITION_REASSIGNMENTS).cls
+        respond(cls(error_code=0, error_message=None, topics=[]))
+
+    # ------------------------------------------------------------------ DescribeTopicPartitions
+    def describe_topic_partitions(self, body: Any, version: int, respond: Respond,
+                                  describable: Optional[Callable[[str], bool]] = None) -> None:
+        """KIP-966's paged topic description, as Kafka's ``DescribeTopicPartitionsRequestHandler``:
+        topics in name order from the cursor on, at most ``response_partition_limit``
+        partitions (within 1 and max.request.partition.size.limit); where the answer stops,
+        ``next_cursor`` says where to go on. Asking for no topic describes every topic (and
+        reports no unknown one). ``describable``: whether the client may describe a topic (an
+        authorizer's DESCRIBE); the others asked by name answer TOPIC_AUTHORIZATION_FAILED after
+        the page, left out when every topic is asked for."""
+        cls = response_codec(ApiKey.DESCRIBE_TOPIC_PARTITIONS).cls
+        known = self.core.known_topics()
+        every = not body.topics
+        cursor = body.cursor
+        after = cursor.topic_name if cursor is not None else ""
+        names = {n for n in (known if every else (t.name for t in body.topics)) if n >= after}
+        if not every and cursor is not None and cursor.topic_name not in names:
+            respond(describe_topic_partitions_error(cls, body, ErrorCode.INVALID_REQUEST))
+            return
+        if cursor is not None and cursor.partition_index < 0:
+            respond(describe_topic_partitions_error(cls, body, ErrorCode.INVALID_REQUEST))
+            return
+        denied = sorted(n for n in names if describable is not None and not describable(n))
+        remaining = max(min(MAX_REQUEST_PARTITION_SIZE_LIMIT, body.response_partition_limit), 1)
+        alive = set(self.core.broker_ids(alive=True))
+        out = cls(topics=[], next_cursor=None)
+        for name in sorted(names.difference(denied)):
+            if remaining == 0:
+                # the previous topic ended exactly at the limit: go on from this one
+                out.next_cursor = cls.Cursor(topic_name=name, partition_index=0)
+                break
+            states = self.core.partition_states(name)
+            if states is None:
+                if not every:
+                    code = (ErrorCode.INVALID_TOPIC_EXCEPTION if topic_name_error(name) is not None
+                            else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                    out.topics.append(cls.DescribeTopicPartitionsResponseTopic(
+                        error_code=code, name=name, is_internal=name in _INTERNAL_TOPICS, partitions=[],
+                        topic_authorized_operations=_TOPIC_OPERATIONS))
+                continue
+            start = cursor.partition_index if cursor is not None and name == cursor.topic_name else 0
+            upper = min(len(states), start + remaining)
+            parts = [cls.DescribeTopicPartitionsResponsePartition(
+                error_code=0, partition_index=p.partition,
+                leader_id=p.leader if p.leader in alive else -1, leader_epoch=p.leader_epoch,
+                replica_nodes=list(p.replicas), isr_nodes=list(p.isr),
+                eligible_leader_replicas=list(p.elr), last_known_elr=list(p.last_known_elr),
+                offline_replicas=[r for r in p.replicas if r not in alive])
+                for p in states if start <= p.partition < upper]
+            out.topics.append(cls.DescribeTopicPartitionsResponseTopic(
+                error_code=0, name=name, topic_id=known[name][0], is_internal=name in _INTERNAL_TOPICS,
+                partitions=parts, topic_authorized_operations=_TOPIC_OPERATIONS))
+            if upper < len(states):
+                out.next_cursor = cls.Cursor(topic_name=name, partition_index=upper)
+                break
+            remaining -= len(parts)
+        if not every:
+            # not told whether they exist: no id, no partitions
+            out.topics += [cls.DescribeTopicPartitionsResponseTopic(
+                error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, name=n, partitions=[]) for n in denied]
+        respond(out)
+
+    # ------------------------------------------------------------------ ListConfigResources
+    def list_config_resources(self, body: Any, version: int, respond: Respond) -> None:
+        """The resources that can have configs, of the types asked (none: every type): groups
+        with configs and client-metrics subscriptions (kproto has neither), the brokers (as
+        BROKER_LOGGER the live ones), the topics. v0 (ListClientMetricsResources) lists
+        client-metrics subscriptions only; an unknown type answers UNSUPPORTED_VERSION."""
+        cls = response_codec(ApiKey.LIST_CONFIG_RESOURCES).cls
+        supported = _LISTED_TYPES if version >= 1 else (_CLIENT_METRICS,)
+        types = (list(body.resource_types) if version >= 1 else []) or list(supported)
+        if any(t not in supported for t in types):
+            respond(cls(throttle_time_ms=0, error_code=ErrorCode.UNSUPPORTED_VERSION, config_resources=[]))
+            return
+        out = []
+        for rtype in _LISTED_TYPES:
+            if rtype not in types:
+                continue
+            if rtype == _BROKER_LOGGER or rtype == BROKER:
+                names = [str(b) for b in self.core.broker_ids(alive=rtype == _BROKER_LOGGER)]
+            elif rtype == TOPIC:
+                names = sorted(self.core.known_topics())
+            else:
+                names = []
+            out += [cls.ConfigResource(resource_name=n, resource_type=rtype) for n in names]
+        respond(cls(throttle_time_ms=0, error_code=0, config_resources=out))
+
+
+def elect_leaders_error(cls: Any, version: int, body: Any, code: int, message: Optional[str]) -> Any:
+    """ElectLeaders refused whole (Kafka's ``getErrorResponse``): every partition asked carries
+    the error, and from v1 the top level too."""
+    out = cls(replica_election_results=[cls.ReplicaElectionResult(topic=tp.topic, partition_result=[
+        cls.PartitionResult(partition_id=i, error_code=code, error_message=message) for i in tp.partitions])
+        for tp in body.topic_partitions or ()])
+    if version >= 1:
+        out.error_code = code
+    return out
+
+
+def describe_topic_partitions_error(cls: Any, body: Any, code: int) -> Any:
+    """DescribeTopicPartitions refused whole: each topic asked with the error and nothing else."""
+    return cls(topics=[cls.DescribeTopicPartitionsResponseTopic(error_code=code, name=t.name, partitions=[])
+                       for t in body.topics], next_cursor=None)
+
+
 def admin_error_response(api_key: int, version: int, body: Any, code: int) -> Optional[Any]:
     """``code`` mirrored over the request's resources/topics (a test hook's error)."""
     cls = response_codec(api_key).cls
@@ -357,6 +579,10 @@ def admin_error_response(api_key: int, version: int, body: Any, code: int) -> Op
         return cls(topics=[cls.TopicResponse(name=t.name, partitions=[
             cls.PartitionResponse(partition_index=p, error_code=code) for p in t.partition_indexes])
             for t in body.topics])
+    if api_key == ApiKey.ELECT_LEADERS:
+        return elect_leaders_error(cls, version, body, code, None)
+    if api_key == ApiKey.DESCRIBE_TOPIC_PARTITIONS:
+        return describe_topic_partitions_error(cls, body, code)
     if api_key == ApiKey.DESCRIBE_LOG_DIRS and version < 3:
         return cls(results=[cls.DescribeLogDirsResult(error_code=code, log_dir="", topics=[])])
     return None

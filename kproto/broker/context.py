@@ -6,13 +6,14 @@ depend on this narrow face and not on the core that depends on them.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Protocol
+from typing import Any, Callable, Mapping, Optional, Protocol
 
 from kproto.broker.configs import BrokerConfig, ConfigManager
 from kproto.broker.log import LogManager
 from kproto.broker.purgatory import DelayedOperationPurgatory
 from kproto.broker.timer import Clock, SystemTimer
 from kproto.codecs.primitives import Uuid
+from kproto.storage.metadata_image import PartitionInfo
 
 __all__ = ["BrokerContext"]
 
@@ -73,3 +74,11 @@ class BrokerContext(Protocol):
         ...
 
     def reserve_producer_id(self, pid: int) -> None: ...
+
+    def partition_states(self, topic: str) -> Optional[list[PartitionInfo]]:
+        """A topic's partitions as the cluster's metadata has them, by index (None: no such topic)."""
+        ...
+
+    def broker_ids(self, alive: bool) -> list[int]:
+        """The registered brokers' ids in order (``alive``: only those not fenced)."""
+        ...

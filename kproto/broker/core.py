@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Hashable, Optional, Protocol, Union
 
-from kproto.broker.security.acl import ACL_VERSIONS, AclHandlers, Authorizer, SecurityFile
+from kproto.broker.security.acl import ACL_VERSIONS, DESCRIBE, TOPIC, AclHandlers, Authorizer, SecurityFile
 from kproto.broker.admin import ADMIN_VERSIONS, AdminHandlers, admin_error_response
 from kproto.broker.security.auth import SASL_VERSIONS, Security
 from kproto.broker.security.authz import RequestAuthorizer
@@ -46,6 +46,7 @@ from kproto.codecs import message
 from kproto.framing import (ResponseHeader, decode_request, encode_response,
                             peek_request_header, request_header_version)
 from kproto.schemas.api_keys import ApiKey
+from kproto.storage.metadata_image import PartitionInfo
 
 # Produce errors whose partition answer keeps the message (Kafka's RecordValidationException),
 # and those answered with log start offset -1 (Kafka's UNKNOWN_LOG_APPEND_INFO)
@@ -401,6 +402,14 @@ class BrokerCore:
             ApiKey.DESCRIBE_LOG_DIRS: lambda r: adm.describe_log_dirs(r.body, r.version, r.respond),
             ApiKey.DELETE_RECORDS: lambda r: adm.delete_records(r.body, r.version, r.respond),
             ApiKey.DESCRIBE_PRODUCERS: lambda r: adm.describe_producers(r.body, r.version, r.respond),
+            ApiKey.ELECT_LEADERS: lambda r: adm.elect_leaders(r.body, r.version, r.respond),
+            ApiKey.ALTER_PARTITION_REASSIGNMENTS:
+                lambda r: adm.alter_partition_reassignments(r.body, r.version, r.respond),
+            ApiKey.LIST_PARTITION_REASSIGNMENTS:
+                lambda r: adm.list_partition_reassignments(r.body, r.version, r.respond),
+            ApiKey.DESCRIBE_TOPIC_PARTITIONS:
+                lambda r: adm.describe_topic_partitions(r.body, r.version, r.respond, self._describable(r)),
+            ApiKey.LIST_CONFIG_RESOURCES: lambda r: adm.list_config_resources(r.body, r.version, r.respond),
             ApiKey.SASL_HANDSHAKE: lambda r: sec.handshake(r.channel, r.body, r.version, r.respond),
             ApiKey.SASL_AUTHENTICATE: lambda r: sec.authenticate(r.channel, r.body, r.version, r.respond),
             ApiKey.CREATE_ACLS: lambda r: acl.create_acls(r.body, r.version, r.respond),
@@ -419,6 +428,13 @@ class BrokerCore:
             ApiKey.DESCRIBE_QUORUM: self._describe_quorum,
         }
         self.requests_handled = 0
+
+    def _describable(self, req: Request) -> Optional[Callable[[str], bool]]:
+        """Whether the request's client may describe a topic (None: no authorizer, any)."""
+        if self.authz is None:
+            return None
+        authz, session = self.authz, self.security.session(req.channel)
+        return lambda name: authz.ok(session, DESCRIBE, TOPIC, name)
 
     # ------------------------------------------------------------------ versions
     def api_versions(self) -> dict[int, tuple[int, int]]:
@@ -635,6 +651,19 @@ class BrokerCore:
 
     def known_topics(self) -> dict[str, tuple[Uuid, int, bool]]:
         return {n: (t.topic_id, len(t.partitions), t.is_internal) for n, t in self.logs.topics.items()}
+
+    def partition_states(self, topic: str) -> Optional[list[PartitionInfo]]:
+        """A topic's partitions: each led by this broker, its only replica and in-sync."""
+        t = self.logs.topics.get(topic)
+        if t is None:
+            return None
+        me = self.config.node_id
+        return [PartitionInfo(topic=topic, topic_id=t.topic_id, partition=p, replicas=(me,), isr=(me,),
+                              leader=me, leader_epoch=lg.leader_epoch, partition_epoch=0)
+                for p, lg in enumerate(t.partitions) if lg is not None]
+
+    def broker_ids(self, alive: bool) -> list[int]:
+        return [self.config.node_id]
 
     def check_produce(self, log: Log, acks: int, min_insync_replicas: int) -> None:
         """Before an append: with acks=all, enough replicas in sync (Kafka's

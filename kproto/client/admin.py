@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 
-from kproto.client.cluster import EARLIEST, LATEST, MAX_TIMESTAMP, BrokerInfo, Cluster, TopicInfo
+from kproto.client.cluster import EARLIEST, LATEST, MAX_TIMESTAMP, BrokerInfo, Cluster, PartitionInfo, TopicInfo
 from kproto.client.connection import Connection
 from kproto.client.protocol import BrokerError, raise_for_error
 from kproto.client.consumer_protocol import decode_assignment
@@ -27,7 +27,7 @@ from kproto.schemas.api_keys import ApiKey
 from kproto.error_codes import ErrorCode
 
 __all__ = ["Admin", "ConfigEntry", "GroupListing", "MemberDescription", "GroupDescription",
-           "ClusterDescription", "FeatureMetadata", "UPGRADE_TYPES", "OffsetSpec", "Acl", "AclFilter", "RESOURCE_TYPES", "CONFIG_SOURCES",
+           "ClusterDescription", "FeatureMetadata", "PartitionReassignment", "ELECTION_TYPES", "UPGRADE_TYPES", "OffsetSpec", "Acl", "AclFilter", "RESOURCE_TYPES", "CONFIG_SOURCES",
            "ACL_RESOURCE_TYPES", "ACL_PATTERN_TYPES", "ACL_OPERATIONS", "ACL_PERMISSIONS"]
 
 
@@ -38,6 +38,8 @@ CONFIG_SOURCES = {-1: "unknown", 1: "dynamic_topic", 2: "dynamic_broker", 3: "dy
                   4: "static_broker", 5: "default", 6: "dynamic_broker_logger", 7: "client_metrics",
                   8: "group"}
 _SET, _DELETE = 0, 1  # IncrementalAlterConfigs operations
+#: ElectLeaders election types by name
+ELECTION_TYPES = {"preferred": 0, "unclean": 1}
 
 #: ``"earliest"``, ``"latest"``, ``"max_timestamp"`` or a timestamp in ms
 OffsetSpec = Union[str, int]
@@ -118,6 +120,16 @@ class ClusterDescription:
 
 
 @dataclass(frozen=True)
+class PartitionReassignment:
+    """A reassignment under way: the replicas now (old and new together), those being added
+    and those being removed."""
+
+    replicas: list[int]
+    adding: list[int]
+    removing: list[int]
+
+
+@dataclass
 class FeatureMetadata:
     """A broker's feature flags as ApiVersions v3+ reports them (Kafka's ``describeFeatures``):
     finalized levels (name -> level), their epoch (-1: none) and the supported ranges."""
@@ -317,6 +329,84 @@ class Admin:
             if missing_ok and r.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
                 continue
             raise_for_error(r.error_code, f"DeleteTopics({r.name})", getattr(r, "error_message", None))
+
+    async def describe_topic_partitions(self, names: Optional[Iterable[str]] = None, *,
+                                        page_size: int = 2000) -> dict[str, TopicInfo]:
+        """Partitions, leaders, replicas and ISRs of ``names`` (None: every topic) with
+        DescribeTopicPartitions (KIP-966), ``page_size`` partitions per request, following the
+        cursor until every partition is in; an unknown topic raises."""
+        codec = _request_codec(ApiKey.DESCRIBE_TOPIC_PARTITIONS)
+        asked = [] if names is None else list(names)
+        conn = await self.cluster.bootstrap_connection()
+        out: dict[str, TopicInfo] = {}
+        cursor = None
+        while True:
+            resp = await conn.request(codec.cls(topics=[codec.cls.TopicRequest(name=n) for n in asked],
+                                                response_partition_limit=page_size, cursor=cursor))
+            for t in resp.topics:
+                raise_for_error(t.error_code, f"DescribeTopicPartitions({t.name})")
+                info = out.setdefault(t.name, TopicInfo(t.name, t.topic_id, 0, {}, t.is_internal))
+                for p in t.partitions:
+                    info.partitions[p.partition_index] = PartitionInfo(
+                        p.partition_index, p.leader_id, p.leader_epoch, list(p.replica_nodes),
+                        list(p.isr_nodes), p.error_code)
+            nxt = resp.next_cursor
+            if nxt is None:
+                return out
+            cursor = codec.cls.Cursor(topic_name=nxt.topic_name, partition_index=nxt.partition_index)
+
+    # -- partition leadership and placement ------------------------------------------------------
+    async def elect_leaders(self, partitions: Optional[Iterable[TopicPartitionKey]] = None, *,
+                            election: str = "preferred") -> dict[TopicPartitionKey, Optional[BrokerError]]:
+        """ElectLeaders of ``partitions`` (None: every partition; those that need no election
+        are then left out): each partition's outcome, None when a leader was elected, else its
+        error (ELECTION_NOT_NEEDED where the wanted leader leads already)."""
+        if election not in ELECTION_TYPES:
+            raise ValueError(f"election must be one of {sorted(ELECTION_TYPES)}, not {election!r}")
+        codec = _request_codec(ApiKey.ELECT_LEADERS)
+        conn = await self._controller()
+        version = conn.version(ApiKey.ELECT_LEADERS)
+        if election != "preferred" and version < 1:
+            raise BrokerError(ErrorCode.UNSUPPORTED_VERSION, "ElectLeaders v1 (an election type)")
+        wanted = None if partitions is None else [
+            codec.cls.TopicPartitions(topic=t, partitions=ps) for t, ps in _by_topic(partitions).items()]
+        resp = await conn.request(codec.cls(election_type=ELECTION_TYPES[election], topic_partitions=wanted,
+                                            timeout_ms=self.timeout_ms), version)
+        if version >= 1:
+            raise_for_error(resp.error_code, "ElectLeaders")
+        return {(r.topic, p.partition_id): (BrokerError(p.error_code, f"ElectLeaders({r.topic}-{p.partition_id})",
+                                                        p.error_message) if p.error_code else None)
+                for r in resp.replica_election_results for p in r.partition_result}
+
+    async def alter_partition_reassignments(self, targets: Mapping[TopicPartitionKey, Optional[list[int]]]) -> None:
+        """Move each partition to the replicas given, ``{(topic, partition): [broker ids]}``
+        (None cancels the partition's reassignment under way); the brokers copy the data in
+        the background (:meth:`list_partition_reassignments` shows what is still moving)."""
+        codec = _request_codec(ApiKey.ALTER_PARTITION_REASSIGNMENTS)
+        topics: dict[str, list[Any]] = {}
+        for (t, p), replicas in targets.items():
+            topics.setdefault(t, []).append(codec.cls.ReassignablePartition(
+                partition_index=p, replicas=None if replicas is None else list(replicas)))
+        resp = await (await self._controller()).request(codec.cls(timeout_ms=self.timeout_ms, topics=[
+            codec.cls.ReassignableTopic(name=t, partitions=ps) for t, ps in topics.items()]))
+        raise_for_error(resp.error_code, "AlterPartitionReassignments", resp.error_message)
+        for rt in resp.responses:
+            for rp in rt.partitions:
+                raise_for_error(rp.error_code, f"AlterPartitionReassignments({rt.name}-{rp.partition_index})",
+                                rp.error_message)
+
+    async def list_partition_reassignments(self, partitions: Optional[Iterable[TopicPartitionKey]] = None
+                                           ) -> dict[TopicPartitionKey, PartitionReassignment]:
+        """The reassignments under way, of ``partitions`` (None: all of them)."""
+        codec = _request_codec(ApiKey.LIST_PARTITION_REASSIGNMENTS)
+        wanted = None if partitions is None else [
+            codec.cls.ListPartitionReassignmentsTopics(name=t, partition_indexes=ps)
+            for t, ps in _by_topic(partitions).items()]
+        resp = await (await self._controller()).request(codec.cls(timeout_ms=self.timeout_ms, topics=wanted))
+        raise_for_error(resp.error_code, "ListPartitionReassignments", resp.error_message)
+        return {(t.name, p.partition_index): PartitionReassignment(list(p.replicas), list(p.adding_replicas),
+                                                                   list(p.removing_replicas))
+                for t in resp.topics for p in t.partitions}
 
     # -- features --------------------------------------------------------------------------------
     async def describe_features(self) -> FeatureMetadata:

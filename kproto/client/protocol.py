@@ -93,6 +93,8 @@ def raise_for_error(code: int, what: str = "", message: str | None = None) -> No
 #: - ApiVersions 0-5 (v5: the cluster id and node id the connection is meant for, once known).
 #: - SaslHandshake: the client sends v1 only (KIP-152: SaslAuthenticate frames the tokens).
 #: - UpdateFeatures 0-2 (v0 has neither validate_only nor downgrades, v2 no per-feature results).
+#: - ElectLeaders 0-2, AlterPartitionReassignments 0-1, ListPartitionReassignments 0 and
+#:   DescribeTopicPartitions 0 (the admin client's partition administration).
 #: - ConsumerGroupHeartbeat 0-1 (KIP-848; v1: the member id is the client's own, and
 #:   SubscribedTopicRegex; a pattern subscription needs v1) and ConsumerGroupDescribe 0-1.
 CLIENT_VERSIONS: Mapping[int, range] = MappingProxyType({
@@ -130,6 +132,10 @@ CLIENT_VERSIONS: Mapping[int, range] = MappingProxyType({
     ApiKey.CONSUMER_GROUP_HEARTBEAT: range(0, 2),
     ApiKey.CONSUMER_GROUP_DESCRIBE: range(0, 2),
     ApiKey.UPDATE_FEATURES: range(0, 3),
+    ApiKey.ELECT_LEADERS: range(0, 3),
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: range(0, 2),
+    ApiKey.LIST_PARTITION_REASSIGNMENTS: range(0, 1),
+    ApiKey.DESCRIBE_TOPIC_PARTITIONS: range(0, 1),
 })
 
 

@@ -710,9 +710,43 @@ def delete_records(ctx: Context) -> ScenarioGen:
 
 @_sc(ApiKey.ELECT_LEADERS, topics=[_t("t")])
 def elect_leaders(ctx: Context) -> ScenarioGen:
-    """A preferred election where the preferred replica leads already; an unknown partition."""
-    yield ctx.call(ApiKey.ELECT_LEADERS, election_type=0, timeout_ms=10000,
-                   topic_partitions=[{"topic": ctx.topic("t"), "partitions": [0, 4]}])
+    """A preferred election where the preferred replica leads already; an unknown partition
+    and an unknown topic; from v1 an unclean election of a partition that has a leader and an
+    unknown election type (the whole request refused)."""
+    def elect(kind: int, label: str) -> Any:
+        return ctx.call(ApiKey.ELECT_LEADERS, election_type=kind, timeout_ms=10000, label=label,
+                        topic_partitions=[{"topic": ctx.topic("t"), "partitions": [0, 4]},
+                                          {"topic": ctx.topic("missing"), "partitions": [0]}])
+    yield elect(0, "ElectLeaders")
+    if ctx.version >= 1:
+        yield elect(1, "ElectLeaders unclean")
+        yield elect(7, "ElectLeaders unknown type")
+        yield ctx.call(ApiKey.ELECT_LEADERS, election_type=0, timeout_ms=10000, topic_partitions=[],
+                       label="ElectLeaders no partitions")
+
+
+@_sc(ApiKey.ALTER_PARTITION_REASSIGNMENTS, topics=[_t("t", 2)])
+def alter_partition_reassignments(ctx: Context) -> ScenarioGen:
+    """Reassignments that change nothing or fail: partition 0 to its current replicas (no
+    move), to an unregistered broker, to no broker, to a broker twice; cancelling where no
+    reassignment is under way; an unknown partition and an unknown topic."""
+    md = yield ctx.call(ApiKey.METADATA, topics=[{"name": ctx.topic("t")}], allow_auto_topic_creation=False)
+    current = list(md.topics[0].partitions[0].replica_nodes) if md.topics and md.topics[0].partitions else [1]
+
+    def alter(replicas: Optional[List[int]], label: str, partition: int = 0, suffix: str = "t") -> Any:
+        return ctx.call(ApiKey.ALTER_PARTITION_REASSIGNMENTS, timeout_ms=10000, label=label,
+                        allow_replication_factor_change=False, topics=[
+                            {"name": ctx.topic(suffix), "partitions": [
+                                {"partition_index": partition, "replicas": replicas}]}])
+    yield alter(current, "AlterPartitionReassignments same replicas")
+    yield alter(current + [12345], "AlterPartitionReassignments unknown broker")
+    yield alter([], "AlterPartitionReassignments no broker")
+    yield alter(current[:1] * 2, "AlterPartitionReassignments broker twice")
+    yield alter(None, "AlterPartitionReassignments cancel none")
+    yield alter(current, "AlterPartitionReassignments bad partition", partition=5)
+    yield alter(current, "AlterPartitionReassignments unknown topic", suffix="missing")
+    yield ctx.call(ApiKey.LIST_PARTITION_REASSIGNMENTS, timeout_ms=10000, compare=True,
+                   label="ListPartitionReassignments after", topics=[{"name": ctx.topic("t"), "partition_indexes": [0, 1]}])
 
 
 @_sc(ApiKey.DESCRIBE_LOG_DIRS, topics=[_t("t")])
@@ -861,23 +895,56 @@ def consumer_group_describe(ctx: Context) -> ScenarioGen:
                    include_authorized_operations=False)
 
 
-@_sc(ApiKey.DESCRIBE_TOPIC_PARTITIONS, topics=[_t("t", 3)])
+@_sc(ApiKey.DESCRIBE_TOPIC_PARTITIONS, topics=[_t("t", 3), _t("u", 1)])
 def describe_topic_partitions(ctx: Context) -> ScenarioGen:
-    """A topic with three partitions, two at a time (a cursor), and an unknown topic."""
-    first = yield ctx.call(ApiKey.DESCRIBE_TOPIC_PARTITIONS, response_partition_limit=2, cursor=None,
-                           topics=[{"name": ctx.topic("t")}, {"name": ctx.topic("missing")}])
+    """A topic with three partitions, two at a time (a cursor), and an unknown topic; a limit
+    ending exactly at a topic's end (the cursor at the next topic), a cursor past the last
+    partition, an invalid name; errors refusing the whole request: a cursor naming a topic
+    not asked for, a negative cursor partition."""
+    t, u = ctx.topic("t"), ctx.topic("u")
+
+    def describe(label: str, topics: List[str], limit: int, cursor: Optional[tuple] = None) -> Any:
+        return ctx.call(ApiKey.DESCRIBE_TOPIC_PARTITIONS, label=label, response_partition_limit=limit,
+                        cursor=None if cursor is None else {"topic_name": cursor[0], "partition_index": cursor[1]},
+                        topics=[{"name": n} for n in topics])
+    first = yield describe("DescribeTopicPartitions", [t, ctx.topic("missing")], 2)
     if first.next_cursor is not None:
-        yield ctx.call(ApiKey.DESCRIBE_TOPIC_PARTITIONS, response_partition_limit=2, label="DescribeTopicPartitions next",
-                       cursor={"topic_name": first.next_cursor.topic_name,
-                               "partition_index": first.next_cursor.partition_index},
-                       topics=[{"name": ctx.topic("t")}])
+        yield describe("DescribeTopicPartitions next", [t],  2,
+                       (first.next_cursor.topic_name, first.next_cursor.partition_index))
+    yield describe("DescribeTopicPartitions limit at topic end", [u, t], 3)
+    yield describe("DescribeTopicPartitions cursor past end", [t, u], 0, (t, 7))
+    yield describe("DescribeTopicPartitions invalid name", ["bad/name", u], 10)
+    yield describe("DescribeTopicPartitions cursor not asked", [t], 10, (u, 0))
+    yield describe("DescribeTopicPartitions negative cursor", [t], 10, (t, -1))
+
+
+@_sc(ApiKey.LIST_CONFIG_RESOURCES, topics=[_t("t")])
+def list_config_resources(ctx: Context) -> ScenarioGen:
+    """Every config resource (the brokers, this run's topic: other runs' topics are left out
+    of the comparison), topics only, and (v1) a type that is not listed."""
+    def mine(tree: Any) -> Any:
+        # keyed by name unless two types share one (a broker is BROKER and BROKER_LOGGER)
+        res = tree["config_resources"]
+        res = [r for r in (res.values() if isinstance(res, dict) else res)
+               if r.get("resource_type") != 2 or r["resource_name"].startswith(ctx.prefix)]
+        return {**tree, "config_resources": sorted(res, key=lambda r: (r.get("resource_type", 0), r["resource_name"]))}
+    yield ctx.call(ApiKey.LIST_CONFIG_RESOURCES, resource_types=[], view=mine)
+    if ctx.version >= 1:
+        yield ctx.call(ApiKey.LIST_CONFIG_RESOURCES, resource_types=[2], view=mine,
+                       label="ListConfigResources topics")
+        yield ctx.call(ApiKey.LIST_CONFIG_RESOURCES, resource_types=[4, 99], view=mine,
+                       label="ListConfigResources unknown type")
 
 
 @_sc(ApiKey.LIST_PARTITION_REASSIGNMENTS, topics=[_t("t")])
 def list_partition_reassignments(ctx: Context) -> ScenarioGen:
-    """No reassignment in progress for the run's topic."""
+    """No reassignment in progress for the run's topic; an unknown partition and an unknown
+    topic are left out of the answer."""
     yield ctx.call(ApiKey.LIST_PARTITION_REASSIGNMENTS, timeout_ms=10000,
                    topics=[{"name": ctx.topic("t"), "partition_indexes": [0]}])
+    yield ctx.call(ApiKey.LIST_PARTITION_REASSIGNMENTS, timeout_ms=10000, label="ListPartitionReassignments unknown",
+                   topics=[{"name": ctx.topic("t"), "partition_indexes": [9]},
+                           {"name": ctx.topic("missing"), "partition_indexes": [0]}])
 
 
 @_sc(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS)

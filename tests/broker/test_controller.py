@@ -540,6 +540,36 @@ def test_preferred_and_unclean_elections() -> None:
     assert elect(c, 1, "t", [0]) == [(0, ErrorCode.ELECTION_NOT_NEEDED)]
 
 
+def test_election_and_reassignment_answers_carry_kafkas_texts() -> None:
+    """As the single broker answers (both as Kafka 4.4.0's controller): ELECTION_NOT_NEEDED's
+    wire text, an unknown election type refusing the whole request, an unknown topic named
+    as such, an unknown broker found before a repeated one, no text with
+    NO_REASSIGNMENT_IN_PROGRESS."""
+    c = cluster3()
+    c.create_topic("t", partitions=1, rf=3)
+    E = request_codec(ApiKey.ELECT_LEADERS).cls
+    r = c.call(ApiKey.ELECT_LEADERS, 2, election_type=0, timeout_ms=0,
+               topic_partitions=[E.TopicPartitions(topic="t", partitions=[0])])
+    assert r.replica_election_results[0].partition_result[0].error_message == \
+        "Leader election not needed for topic partition."
+    r = c.call(ApiKey.ELECT_LEADERS, 2, election_type=3, timeout_ms=0,
+               topic_partitions=[E.TopicPartitions(topic="nope", partitions=[0])])
+    assert r.error_code == ErrorCode.INVALID_REQUEST
+    p = r.replica_election_results[0].partition_result[0]
+    assert (p.error_code, p.error_message) == (ErrorCode.INVALID_REQUEST, "Unknown election type 3")
+    A = request_codec(ApiKey.ALTER_PARTITION_REASSIGNMENTS).cls
+
+    def alter(topic: str, replicas: Any) -> tuple[int, Any]:
+        r = c.call(ApiKey.ALTER_PARTITION_REASSIGNMENTS, 0, timeout_ms=0, topics=[A.ReassignableTopic(
+            name=topic, partitions=[A.ReassignablePartition(partition_index=0, replicas=replicas)])])
+        p = r.responses[0].partitions[0]
+        return p.error_code, p.error_message
+    assert alter("nope", [1]) == (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "Unable to find a topic named nope.")
+    assert alter("t", None) == (ErrorCode.NO_REASSIGNMENT_IN_PROGRESS, None)
+    assert alter("t", [7, 7]) == (ErrorCode.INVALID_REPLICA_ASSIGNMENT, "The manual partition assignment "
+                                  "includes broker 7, but no such broker is registered.")
+
+
 def test_auto_rebalance_moves_leader_back_to_preferred() -> None:
     c = cluster3(broker_session_timeout_ms=3000, leader_imbalance_check_interval_ms=10_000)
     c.create_topic("t", partitions=1, rf=3)

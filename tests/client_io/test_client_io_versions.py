@@ -62,6 +62,10 @@ EXPECTED = {
     K.CONSUMER_GROUP_HEARTBEAT:    (0, 1, 1),
     K.CONSUMER_GROUP_DESCRIBE:     (0, 1, 1),
     K.UPDATE_FEATURES:             (1, 2, 2),
+    K.ELECT_LEADERS:               (2, 2, 2),
+    K.ALTER_PARTITION_REASSIGNMENTS: (0, 1, 1),
+    K.LIST_PARTITION_REASSIGNMENTS: (0, 0, 0),
+    K.DESCRIBE_TOPIC_PARTITIONS:   (0, 0, 0),
 }
 
 HAS_V13 = kproto.request(K.PRODUCE).valid_versions[-1] >= 13

@@ -547,6 +547,13 @@ class ClusterBrokerCore(BrokerCore):
     def has_partition(self, topic: str, partition: int) -> bool:
         return self.image.partition(topic, partition) is not None
 
+    def partition_states(self, topic: str) -> Optional[list[PartitionInfo]]:
+        info = self.image.topics.get(topic)
+        return None if info is None else [p for _, p in sorted(info.partitions.items())]
+
+    def broker_ids(self, alive: bool) -> list[int]:
+        return [i for i, b in sorted(self.image.brokers.items()) if not (alive and b.fenced)]
+
     def known_topics(self) -> dict[str, tuple[Uuid, int, bool]]:
         return {n: (t.topic_id, len(t.partitions), n.startswith("__"))
                 for n, t in self.image.topics.items()}

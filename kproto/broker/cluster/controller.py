@@ -35,6 +35,7 @@ from typing import Any, Callable, Iterable, Optional, Protocol
 
 from kproto.broker import features as feat
 from kproto.broker.configs import LIST, TOPIC_CONFIGS, ConfigLevels, check_broker_configs, formatted_cluster_defaults
+from kproto.broker.admin import ELECTION_NOT_NEEDED_MESSAGE, elect_leaders_error, validate_manual_assignment
 from kproto.broker.log import BrokerError, topic_name_error
 from kproto.broker.security.acl import AclBinding, acl_creations, acl_deletions, acl_error_response
 from kproto.broker.security.auth import SCRAM_MECHANISM_IDS, scram_alterations
@@ -1235,6 +1236,11 @@ class QuorumController:
     def _elect_leaders(self, version: int, body: Any, respond: Respond) -> None:
         cls = response_codec(ApiKey.ELECT_LEADERS).cls
         kind = body.election_type if version >= 1 else _PREFERRED
+        if kind not in (_PREFERRED, _UNCLEAN):  # the whole request refused, as Kafka's controller
+            self._write([], respond, elect_leaders_error(cls, version, body, ErrorCode.INVALID_REQUEST,
+                                                         f"Unknown election type {kind}"),
+                        (ApiKey.ELECT_LEADERS, version, body))
+            return
         explicit = body.topic_partitions is not None
         if explicit:
             wanted = [(tp.topic, i) for tp in body.topic_partitions for i in tp.partitions]
@@ -1259,11 +1265,9 @@ class QuorumController:
         p = self.image.partition(topic, index)
         if p is None:
             return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"No such partition as {topic}-{index}"
-        if kind not in (_PREFERRED, _UNCLEAN):
-            return ErrorCode.INVALID_REQUEST, f"Unknown election type {kind}"
         if (kind == _PREFERRED and p.replicas and p.leader == p.replicas[0]) or (
                 kind == _UNCLEAN and p.leader != NO_LEADER):
-            return ErrorCode.ELECTION_NOT_NEEDED, error_message(ErrorCode.ELECTION_NOT_NEEDED)
+            return ErrorCode.ELECTION_NOT_NEEDED, ELECTION_NOT_NEEDED_MESSAGE
         b = self._builder(p)
         b.election = _ELECT_PREFERRED if kind == _PREFERRED else _ELECT_UNCLEAN
         rec = b.build()
@@ -1300,6 +1304,8 @@ class QuorumController:
 
     def _reassign(self, topic: str, index: int, target: Optional[list[int]], allow_rf: bool
                   ) -> Optional[Any]:
+        if topic not in self.image.topics:
+            raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Unable to find a topic named {topic}.")
         p = self.image.partition(topic, index)
         if p is None:
             raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
@@ -1310,8 +1316,7 @@ class QuorumController:
             b.election = _ELECT_UNCLEAN
         if target is None:  # cancel: back to the replicas before the reassignment
             if not p.is_reassigning:
-                raise BrokerError(ErrorCode.NO_REASSIGNMENT_IN_PROGRESS,
-                                  error_message(ErrorCode.NO_REASSIGNMENT_IN_PROGRESS))
+                raise BrokerError(ErrorCode.NO_REASSIGNMENT_IN_PROGRESS)  # Kafka: no message
             isr = [r for r in p.isr if r not in p.adding_replicas]
             if not isr:
                 if not self._unclean_enabled(topic):
@@ -1322,18 +1327,7 @@ class QuorumController:
             b.isr, b.replicas, b.removing, b.adding = isr, original, [], []
             return b.build()
         target = list(target)
-        if not target:
-            raise BrokerError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                              "The manual partition assignment includes an empty replica list.")
-        if len(set(target)) != len(target):
-            raise BrokerError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                              f"The manual partition assignment includes the broker "
-                              f"{[r for r in target if target.count(r) > 1][0]} more than once.")
-        for r in target:
-            if r not in self.image.brokers:
-                raise BrokerError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                                  f"The manual partition assignment includes broker {r}, but no "
-                                  "such broker is registered.")
+        validate_manual_assignment(target, self.image.brokers)
         if not allow_rf and len(target) != len(original):
             raise BrokerError(ErrorCode.INVALID_REPLICATION_FACTOR,
                               f"The replication factor is changed from {len(original)} to "

@@ -57,7 +57,8 @@ RAFT_APIS: dict[int, tuple[int, int]] = {
     DESCRIBE_QUORUM: (0, 2), FETCH_SNAPSHOT: (0, 1),
 }
 #: Controller APIs and the versions the QuorumController's handlers were written for (a
-#: Kafka 3.9 controller's ranges, CreateTopics/DeleteTopics as the broker's).
+#: Kafka 3.9 controller's ranges, CreateTopics/DeleteTopics as the broker's; AlterPartitionReassignments
+#: v1, KIP-860's allow_replication_factor_change, as the single broker serves it).
 CONTROLLER_APIS: dict[int, tuple[int, int]] = {
     ApiKey.BROKER_REGISTRATION: (0, 4),
     ApiKey.BROKER_HEARTBEAT: (0, 1),
@@ -67,7 +68,7 @@ CONTROLLER_APIS: dict[int, tuple[int, int]] = {
     ApiKey.CREATE_PARTITIONS: (0, 3),
     ApiKey.ALTER_PARTITION: (2, 3),  # Kafka 4 dropped v0-1 (KIP-896)
     ApiKey.ELECT_LEADERS: (0, 2),
-    ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 0),
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 1),
     ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),
     ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
     ApiKey.ALTER_CONFIGS: (0, 2),

@@ -98,6 +98,11 @@ class RequestAuthorizer:
             ApiKey.UPDATE_FEATURES: self._cluster_top_level(ALTER),
             ApiKey.DESCRIBE_QUORUM: self._cluster_top_level(DESCRIBE),
             ApiKey.UNREGISTER_CONTROLLER: self._cluster_top_level(ALTER),
+            # partition administration (DescribeTopicPartitions checks each topic in its handler)
+            ApiKey.ELECT_LEADERS: self._cluster_top_level(ALTER),
+            ApiKey.ALTER_PARTITION_REASSIGNMENTS: self._cluster_top_level(ALTER),
+            ApiKey.LIST_PARTITION_REASSIGNMENTS: self._cluster_top_level(DESCRIBE),
+            ApiKey.LIST_CONFIG_RESOURCES: self._cluster_top_level(DESCRIBE_CONFIGS),
             ApiKey.ALTER_USER_SCRAM_CREDENTIALS: self._alter_scram,
         }
 
