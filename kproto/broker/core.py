@@ -71,10 +71,10 @@ _REQUEST_HEADER = message("RequestHeader")
 #: schema update never advertises a version no handler was written for.
 IMPLEMENTED: dict[int, tuple[int, int]] = {
     ApiKey.PRODUCE: (3, 11),
-    ApiKey.FETCH: (4, 17),
-    ApiKey.LIST_OFFSETS: (1, 9),
+    ApiKey.FETCH: (4, 18),
+    ApiKey.LIST_OFFSETS: (1, 11),
     ApiKey.OFFSET_FOR_LEADER_EPOCH: (0, 4),
-    ApiKey.METADATA: (0, 12),
+    ApiKey.METADATA: (0, 13),
     ApiKey.FIND_COORDINATOR: (0, 6),
     ApiKey.API_VERSIONS: (0, 5),
     ApiKey.CREATE_TOPICS: (2, 7),
@@ -926,7 +926,7 @@ class BrokerCore:
                     mts, moff = lg.max_timestamp
                     if moff >= lg.log_start_offset:
                         res.timestamp, res.offset = mts, moff
-                elif ts == -5:            # LATEST_TIERED: nothing is tiered
+                elif ts in (-5, -6):      # LATEST_TIERED, EARLIEST_PENDING_UPLOAD: nothing is tiered
                     res.offset = -1
                 elif ts >= 0:
                     found = lg.offset_for_timestamp(ts)

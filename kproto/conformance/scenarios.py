@@ -275,8 +275,8 @@ def fetch_sessions(ctx: Context) -> ScenarioGen:
 # -- ListOffsets -------------------------------------------------------------------------------
 @_sc(ApiKey.LIST_OFFSETS, topics=[_t("t")])
 def list_offsets(ctx: Context) -> ScenarioGen:
-    """Earliest, latest, by time, max timestamp (v7+), a time after every record, a bad
-    partition."""
+    """Earliest, latest, by time, max timestamp (v7+), latest tiered (v9+), earliest pending
+    upload (v11+), a time after every record, a bad partition."""
     for i in range(3):
         yield produce(ctx, "t", batch(ctx.t0, 1, first=i, ts_step=1000))
 
@@ -291,6 +291,10 @@ def list_offsets(ctx: Context) -> ScenarioGen:
     yield q(ctx.t0 + 10_000, "ListOffsets after the last record")
     if ctx.version >= 7:
         yield q(-3, "ListOffsets max timestamp")
+    if ctx.version >= 9:
+        yield q(-5, "ListOffsets latest tiered")
+    if ctx.version >= 11:
+        yield q(-6, "ListOffsets earliest pending upload")
     yield q(-1, "ListOffsets bad partition", partition=4)
 
 
