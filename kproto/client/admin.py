@@ -569,7 +569,7 @@ class Admin:
                                else range(0, 100) if ids else range(0, 10))
         if version >= 8:
             topics = None if by_topic is None else [codec.cls.OffsetFetchRequestTopics(
-                name=t, topic_id=ids[t] if version >= 10 else ZERO_UUID, partition_indexes=ps)
+                name=t, topic_id=ids[t] if ids and version >= 10 else ZERO_UUID, partition_indexes=ps)
                 for t, ps in by_topic.items()]
             group_req = codec.cls.OffsetFetchRequestGroup(group_id=group_id, topics=topics)
             if version >= 9 and member_id is not None:
