@@ -72,22 +72,22 @@ _REQUEST_HEADER = message("RequestHeader")
 #: schema update never advertises a version no handler was written for.
 IMPLEMENTED: dict[int, tuple[int, int]] = {
     ApiKey.PRODUCE: (3, 12),
-    ApiKey.FETCH: (4, 17),
-    ApiKey.LIST_OFFSETS: (1, 9),
+    ApiKey.FETCH: (4, 18),
+    ApiKey.LIST_OFFSETS: (1, 11),
     ApiKey.OFFSET_FOR_LEADER_EPOCH: (0, 4),
-    ApiKey.METADATA: (0, 12),
+    ApiKey.METADATA: (0, 13),
     ApiKey.FIND_COORDINATOR: (0, 6),
     ApiKey.API_VERSIONS: (0, 5),
     ApiKey.CREATE_TOPICS: (2, 7),
     ApiKey.DELETE_TOPICS: (1, 6),
     ApiKey.INIT_PRODUCER_ID: (0, 5),
-    # classic groups; OffsetCommit/OffsetFetch v10 name topics by id (KIP-848), not yet
+    # classic groups; OffsetCommit/OffsetFetch v10 name topics by id (KIP-848)
     ApiKey.JOIN_GROUP: (0, 9),
     ApiKey.SYNC_GROUP: (0, 5),
     ApiKey.HEARTBEAT: (0, 4),
     ApiKey.LEAVE_GROUP: (0, 5),
-    ApiKey.OFFSET_COMMIT: (0, 9),
-    ApiKey.OFFSET_FETCH: (0, 9),
+    ApiKey.OFFSET_COMMIT: (0, 10),
+    ApiKey.OFFSET_FETCH: (0, 10),
     ApiKey.OFFSET_DELETE: (0, 0),
     ApiKey.DESCRIBE_GROUPS: (0, 6),
     ApiKey.LIST_GROUPS: (0, 5),
@@ -553,6 +553,8 @@ class BrokerCore:
         if handler is None or rng is None or not rng[0] <= req.version <= rng[1]:
             self._answer_error(req, ErrorCode.UNSUPPORTED_VERSION, run_handler=False)
             return
+        if req.version >= 10 and req.api_key in (ApiKey.OFFSET_COMMIT, ApiKey.OFFSET_FETCH):
+            self._name_topics_by_id(req)
         try:
             if self.authz is not None:
                 verdict = self.authz.check(req.api_key, req.version, req.body,
@@ -569,6 +571,16 @@ class BrokerCore:
         except Exception:  # a handler bug must not take the broker down
             log.exception("error handling %s v%d", request_codec(req.api_key).name, req.version)
             self._answer_error(req, ErrorCode.UNKNOWN_SERVER_ERROR, run_handler=False)
+
+    def _name_topics_by_id(self, req: Request) -> None:
+        """OffsetCommit/OffsetFetch v10 name topics by id only: fill in each topic's name, as
+        Kafka's broker does before authorising the request and handing it to the coordinator;
+        an unknown id keeps the name "" and is answered UNKNOWN_TOPIC_ID."""
+        names = {tid: n for n, (tid, _, _) in self.known_topics().items()}
+        holders = [req.body] if req.api_key == ApiKey.OFFSET_COMMIT else req.body.groups
+        for holder in holders:
+            for t in holder.topics or ():
+                t.name = names.get(t.topic_id, "")
 
     def _answer_error(self, req: Request, code: int, run_handler: bool) -> None:
         """Answer with ``code`` (Kafka's ``getErrorResponse``): for the implemented APIs the
@@ -1009,7 +1021,7 @@ class BrokerCore:
                     mts, moff = lg.max_timestamp
                     if moff >= lg.log_start_offset:
                         res.timestamp, res.offset = mts, moff
-                elif ts == -5:            # LATEST_TIERED: nothing is tiered
+                elif ts in (-5, -6):      # LATEST_TIERED, EARLIEST_PENDING_UPLOAD: nothing is tiered
                     res.offset = -1
                 elif ts >= 0:
                     found = lg.offset_for_timestamp(ts)
@@ -1314,7 +1326,7 @@ def error_response(api_key: int, version: int, body: Any, code: int) -> Optional
     if api_key == ApiKey.INIT_PRODUCER_ID:
         return cls(error_code=code, producer_id=-1, producer_epoch=-1)
     if api_key == ApiKey.OFFSET_COMMIT:
-        return cls(topics=[cls.OffsetCommitResponseTopic(name=t.name, partitions=[
+        return cls(topics=[cls.OffsetCommitResponseTopic(name=t.name, topic_id=t.topic_id, partitions=[
             cls.OffsetCommitResponsePartition(partition_index=p.partition_index, error_code=code)
             for p in t.partitions]) for t in body.topics])
     if api_key == ApiKey.OFFSET_FETCH and version >= 8:

@@ -16,11 +16,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 
-from kproto.client.cluster import EARLIEST, LATEST, MAX_TIMESTAMP, BrokerInfo, Cluster, PartitionInfo, TopicInfo
+from kproto.client.cluster import (EARLIEST, LATEST, MAX_TIMESTAMP, ZERO_UUID, BrokerInfo, Cluster,
+                                   PartitionInfo, TopicInfo)
 from kproto.client.connection import Connection
 from kproto.client.protocol import BrokerError, raise_for_error
 from kproto.client.consumer_protocol import decode_assignment
 from kproto.codecs import request as _request_codec
+from kproto.codecs.primitives import Uuid
 from kproto.errors import DecodeError
 from kproto.topic_partition import TopicPartitionKey
 from kproto.schemas.api_keys import ApiKey
@@ -653,10 +655,13 @@ class Admin:
         codec = _request_codec(ApiKey.OFFSET_FETCH)
         by_topic = None if partitions is None else _by_topic(partitions)
         conn = await self.cluster.coordinator(group_id)
-        version = conn.version(ApiKey.OFFSET_FETCH, range(2, 100) if by_topic is None else None)
+        ids = self._topic_ids(by_topic)
+        version = conn.version(ApiKey.OFFSET_FETCH, range(2, 10) if by_topic is None
+                               else range(0, 100) if ids else range(0, 10))
         if version >= 8:
-            topics = None if by_topic is None else [codec.cls.OffsetFetchRequestTopics(name=t, partition_indexes=ps)
-                                                    for t, ps in by_topic.items()]
+            topics = None if by_topic is None else [codec.cls.OffsetFetchRequestTopics(
+                name=t, topic_id=ids[t] if ids and version >= 10 else ZERO_UUID, partition_indexes=ps)
+                for t, ps in by_topic.items()]
             group_req = codec.cls.OffsetFetchRequestGroup(group_id=group_id, topics=topics)
             if version >= 9 and member_id is not None:
                 group_req.member_id, group_req.member_epoch = member_id, member_epoch
@@ -672,12 +677,23 @@ class Admin:
         else:
             error, rtopics = resp.error_code, resp.topics
         raise_for_error(error, f"OffsetFetch({group_id})")
+        names = {i: t for t, i in (ids or {}).items()}
         out = {}
         for t in rtopics:
+            name = names.get(t.topic_id, t.name) if version >= 10 else t.name
             for p in t.partitions:
-                raise_for_error(p.error_code, f"OffsetFetch({t.name}-{p.partition_index})")
-                out[(t.name, p.partition_index)] = p.committed_offset
+                raise_for_error(p.error_code, f"OffsetFetch({name}-{p.partition_index})")
+                out[(name, p.partition_index)] = p.committed_offset
         return out
+
+    def _topic_ids(self, by_topic: Optional[Mapping[str, Any]]) -> Optional[dict[str, Uuid]]:
+        """Each topic's id when the metadata knows every one of them, else None: OffsetCommit
+        and OffsetFetch v10 name topics by id only, so without all the ids (or for "every
+        topic") the client stays at v9, as Kafka's client does."""
+        if not by_topic:
+            return None
+        ids = {t: self.cluster.metadata.topic_id(t) for t in by_topic}
+        return ids if all(i != ZERO_UUID for i in ids.values()) else None
 
     async def alter_group_offsets(self, group_id: str, offsets: Mapping[TopicPartitionKey, int], *,
                                   generation: int = -1, member_id: str = "",
@@ -689,18 +705,21 @@ class Admin:
         if not offsets:
             return
         codec = _request_codec(ApiKey.OFFSET_COMMIT)
-        version = None
-        if member_epoch:
-            conn = await self.cluster.coordinator(group_id)
-            version = conn.version(ApiKey.OFFSET_COMMIT, range(9, 100))
+        by_topic = _by_topic(offsets)
+        ids = self._topic_ids(by_topic)
+        conn = await self.cluster.coordinator(group_id)
+        version = conn.version(ApiKey.OFFSET_COMMIT, range(9 if member_epoch else 0, 100 if ids else 10))
         req = codec.cls(group_id=group_id, generation_id_or_member_epoch=generation, member_id=member_id, topics=[
-            codec.cls.OffsetCommitRequestTopic(name=t, partitions=[
-                codec.cls.OffsetCommitRequestPartition(partition_index=p, committed_offset=offsets[(t, p)])
-                for p in ps]) for t, ps in _by_topic(offsets).items()])
+            codec.cls.OffsetCommitRequestTopic(name=t, topic_id=ids[t] if ids and version >= 10 else ZERO_UUID,
+                                               partitions=[codec.cls.OffsetCommitRequestPartition(
+                                                   partition_index=p, committed_offset=offsets[(t, p)])
+                                                   for p in ps]) for t, ps in by_topic.items()])
         resp = await self.cluster.coordinator_request(group_id, req, version=version)
+        names = {i: t for t, i in (ids or {}).items()}
         for t in resp.topics:
+            name = names.get(t.topic_id, t.name) if version >= 10 else t.name
             for p in t.partitions:
-                raise_for_error(p.error_code, f"OffsetCommit({t.name}-{p.partition_index})")
+                raise_for_error(p.error_code, f"OffsetCommit({name}-{p.partition_index})")
 
 
 def _filter_fields(f: AclFilter) -> dict[str, Any]:

@@ -85,7 +85,8 @@ def raise_for_error(code: int, what: str = "", message: str | None = None) -> No
 #:   does without transaction version 2 (v12 within a transaction means KIP-890 part 2).
 #: - Fetch 7-18: fetch sessions (KIP-227) need v7; v13+ name topics by id (12 while an id is
 #:   unknown).
-#: - OffsetCommit/OffsetFetch up to 9: v10 names topics by id only (KIP-848); not written yet.
+#: - OffsetCommit/OffsetFetch 0-10: v10 names topics by id only (KIP-848), used when the
+#:   metadata has the id of every topic asked about (9 otherwise, and for "every topic").
 #: - TxnOffsetCommit up to 4 and EndTxn up to 4: v5 of each is transaction version 2 (KIP-890
 #:   part 2: implicit AddOffsetsToTxn, an epoch bump at every EndTxn), which the transaction
 #:   manager does not do. AddPartitionsToTxn up to 3: v4+ is the brokers' batched form.
@@ -102,8 +103,8 @@ CLIENT_VERSIONS: Mapping[int, range] = MappingProxyType({
     ApiKey.FETCH: range(7, 19),
     ApiKey.LIST_OFFSETS: range(0, 12),
     ApiKey.METADATA: range(0, 14),
-    ApiKey.OFFSET_COMMIT: range(0, 10),
-    ApiKey.OFFSET_FETCH: range(0, 10),
+    ApiKey.OFFSET_COMMIT: range(0, 11),
+    ApiKey.OFFSET_FETCH: range(0, 11),
     ApiKey.FIND_COORDINATOR: range(0, 7),
     ApiKey.JOIN_GROUP: range(0, 10),
     ApiKey.HEARTBEAT: range(0, 5),

@@ -276,8 +276,8 @@ def fetch_sessions(ctx: Context) -> ScenarioGen:
 # -- ListOffsets -------------------------------------------------------------------------------
 @_sc(ApiKey.LIST_OFFSETS, topics=[_t("t")])
 def list_offsets(ctx: Context) -> ScenarioGen:
-    """Earliest, latest, by time, max timestamp (v7+), a time after every record, a bad
-    partition."""
+    """Earliest, latest, by time, max timestamp (v7+), latest tiered (v9+), earliest pending
+    upload (v11+), a time after every record, a bad partition."""
     for i in range(3):
         yield produce(ctx, "t", batch(ctx.t0, 1, first=i, ts_step=1000))
 
@@ -292,6 +292,10 @@ def list_offsets(ctx: Context) -> ScenarioGen:
     yield q(ctx.t0 + 10_000, "ListOffsets after the last record")
     if ctx.version >= 7:
         yield q(-3, "ListOffsets max timestamp")
+    if ctx.version >= 9:
+        yield q(-5, "ListOffsets latest tiered")
+    if ctx.version >= 11:
+        yield q(-6, "ListOffsets earliest pending upload")
     yield q(-1, "ListOffsets bad partition", partition=4)
 
 
@@ -419,6 +423,48 @@ def offset_commit(ctx: Context) -> ScenarioGen:
         yield _commit(ctx, g, gen, "unknown-member", 3, "OffsetCommit unknown member")
     yield _commit(ctx, ctx.group("simple"), -1, "", 5, "OffsetCommit simple")
     yield _commit(ctx, ctx.group("simple"), -1, "", 5, "OffsetCommit unknown partition", partition=9)
+
+
+@_sc(ApiKey.OFFSET_COMMIT, topics=[_t("t")], versions=range(10, 11))
+def offset_commit_unknown_topic_id(ctx: Context) -> ScenarioGen:
+    """Topics by id (v10): an id no broker has, alone and beside a known topic, a member's
+    commit with one."""
+    g = ctx.group("simple")
+
+    def commit(topics: List[Any], label: str, group: str = g, gen: int = -1, mid: str = "") -> Any:
+        return ctx.call(ApiKey.OFFSET_COMMIT, group_id=group, generation_id_or_member_epoch=gen,
+                        member_id=mid, group_instance_id=None, retention_time_ms=-1, label=label,
+                        topics=[{"name": "", "topic_id": tid, "partitions": [
+                            {"partition_index": p, "committed_offset": 4, "committed_leader_epoch": -1,
+                             "committed_metadata": "m"} for p in parts]} for tid, parts in topics])
+    unknown, other = _uuid(UNKNOWN_UUID), _uuid("AAAAAAAAAAAAAAAAAAAAAg")
+    yield commit([(unknown, [0, 1])], "OffsetCommit unknown topic id")
+    yield commit([(ctx.topic_id("t"), [0]), (unknown, [0]), (ctx.topic_id("t"), [7]), (other, [2])],
+                 "OffsetCommit known and unknown topic ids")
+    member_group = ctx.group()
+    mid, gen = yield from join_sync(ctx, member_group)
+    yield commit([(unknown, [0]), (ctx.topic_id("t"), [0])], "OffsetCommit member, unknown topic id",
+                 group=member_group, gen=gen, mid=mid)
+
+
+@_sc(ApiKey.OFFSET_FETCH, topics=[_t("t", 2)], versions=range(10, 11))
+def offset_fetch_unknown_topic_id(ctx: Context) -> ScenarioGen:
+    """Topics by id (v10): an id no broker has, beside a known one, for a group with offsets
+    and for an unknown group."""
+    g = ctx.group()
+    yield _commit(ctx, g, -1, "", 7, "OffsetCommit", compare=False)
+    unknown = _uuid(UNKNOWN_UUID)
+
+    def fetch_offsets(group: str, topics: List[Any], label: str) -> Any:
+        return ctx.call(ApiKey.OFFSET_FETCH, require_stable=False, label=label, groups=[
+            {"group_id": group, "member_id": None, "member_epoch": -1, "topics": [
+                {"name": "", "topic_id": tid, "partition_indexes": parts} for tid, parts in topics]}])
+    yield fetch_offsets(g, [(unknown, [0, 1])], "OffsetFetch unknown topic id")
+    yield fetch_offsets(g, [(ctx.topic_id("t"), [0, 1]), (unknown, [0])], "OffsetFetch known and unknown ids")
+    yield fetch_offsets(ctx.group("none"), [(unknown, [0]), (ctx.topic_id("t"), [1])],
+                        "OffsetFetch unknown group, unknown topic id")
+    yield fetch_offsets(g, [(unknown, [0]), (unknown, [1]), (_uuid("AAAAAAAAAAAAAAAAAAAAAg"), [3])],
+                        "OffsetFetch only unknown ids")
 
 
 @_sc(ApiKey.OFFSET_FETCH, topics=[_t("t", 2)])

@@ -482,3 +482,26 @@ def test_streams_group_apis_are_answered_as_by_a_kafka_broker_without_streams_gr
     if version == 0:
         update = client.call(K.STREAMS_GROUP_TOPOLOGY_DESCRIPTION_UPDATE, 0, group_id="s", member_id="m")
         assert update.error_code == E.UNSUPPORTED_VERSION
+
+
+def test_the_newest_fetch_list_offsets_and_metadata_versions_are_served(core):
+    # Fetch v18 (a follower's high watermark, tagged: a consumer fetch is unchanged), ListOffsets
+    # v10 (a timeout for remote reads) and v11 (earliest pending upload: nothing is tiered, -1),
+    # Metadata v13 (a top-level error code, 0)
+    client = Client(core)
+    tid = create(client, "t").topics[0].topic_id
+    produce(client, "t", 0, batch([b"v"]))
+    r = client.call(K.FETCH, 18, **vars_of(fetch_body(None, 0, 0, topic_id=tid)))
+    assert r.error_code == 0 and r.responses[0].partitions[0].records
+    L = kproto.request(2).cls
+    got = {}
+    for version, ts in ((10, -1), (11, -1), (11, -5), (11, -6), (11, -2)):
+        r = client.call(K.LIST_OFFSETS, version, replica_id=-1, timeout_ms=1000, topics=[L.ListOffsetsTopic(
+            name="t", partitions=[L.ListOffsetsPartition(partition_index=0, timestamp=ts)])])
+        p = r.topics[0].partitions[0]
+        got[version, ts] = (p.error_code, p.offset, p.leader_epoch)
+    assert got == {(10, -1): (0, 1, 0), (11, -1): (0, 1, 0), (11, -5): (0, -1, -1), (11, -6): (0, -1, -1),
+                   (11, -2): (0, 0, 0)}
+    M = kproto.request(3).cls
+    r = client.call(K.METADATA, 13, topics=[M.MetadataRequestTopic(name="t")], allow_auto_topic_creation=False)
+    assert (r.error_code, [(t.error_code, t.name, t.topic_id) for t in r.topics]) == (0, [(0, "t", tid)])

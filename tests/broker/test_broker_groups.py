@@ -314,3 +314,39 @@ def test_join_errors(core, clock):
     tick(core, clock, 3000)
     i = c.send(K.JOIN_GROUP, 3, join_body("g", protocols=("roundrobin",)))
     assert c.answer(i).error_code == E.INCONSISTENT_GROUP_PROTOCOL
+
+
+def test_offset_commit_and_fetch_v10_name_topics_by_id(core):
+    # v10 names topics by id only: the broker finds the names; an unknown id is answered
+    # UNKNOWN_TOPIC_ID, in commit order as Kafka answers (unknown partitions and ids first, the
+    # coordinator's results merged in after), and after the known topics in a fetch
+    c = Client(core)
+    c.call(K.METADATA, 12, topics=[kproto.request(3).cls.MetadataRequestTopic(name="t")],
+           allow_auto_topic_creation=True, include_topic_authorized_operations=False)
+    tid = c.call(K.METADATA, 12, topics=[kproto.request(3).cls.MetadataRequestTopic(name="t")]).topics[0].topic_id
+    unknown, other = kproto.Uuid(bytes(range(16))), kproto.Uuid(bytes(range(1, 17)))
+    req = kproto.request(K.OFFSET_COMMIT).cls
+    r = c.call(K.OFFSET_COMMIT, 10, group_id="g", generation_id_or_member_epoch=-1, member_id="", topics=[
+        req.OffsetCommitRequestTopic(topic_id=i, partitions=[req.OffsetCommitRequestPartition(
+            partition_index=p, committed_offset=5, committed_metadata="md") for p in ps])
+        for i, ps in ((tid, [0]), (unknown, [0]), (tid, [7]), (other, [2]))])
+    assert [(t.topic_id, [(p.partition_index, p.error_code) for p in t.partitions]) for t in r.topics] == [
+        (unknown, [(0, E.UNKNOWN_TOPIC_ID)]), (tid, [(7, E.UNKNOWN_TOPIC_OR_PARTITION), (0, 0)]),
+        (other, [(2, E.UNKNOWN_TOPIC_ID)])]
+    assert core.groups.groups["g"].offsets[("t", 0)].offset == 5
+    freq = kproto.request(K.OFFSET_FETCH).cls
+
+    def fetch(topics):
+        r = c.call(K.OFFSET_FETCH, 10, require_stable=False, groups=[freq.OffsetFetchRequestGroup(
+            group_id="g", topics=None if topics is None else [
+                freq.OffsetFetchRequestTopics(topic_id=i, partition_indexes=ps) for i, ps in topics])])
+        return [(t.topic_id, [(p.partition_index, p.committed_offset, p.error_code) for p in t.partitions])
+                for t in r.groups[0].topics]
+    assert fetch([(unknown, [0]), (tid, [0, 1])]) == [
+        (tid, [(0, 5, 0), (1, -1, 0)]), (unknown, [(0, -1, E.UNKNOWN_TOPIC_ID)])]
+    assert fetch(None) == [(tid, [(0, 5, 0)])]
+    # before v10 the same topic goes by name, with no id in the answer
+    r = c.call(K.OFFSET_FETCH, 9, require_stable=False, groups=[freq.OffsetFetchRequestGroup(
+        group_id="g", topics=[freq.OffsetFetchRequestTopics(name="t", partition_indexes=[0])])])
+    assert [(t.name, t.topic_id, t.partitions[0].committed_offset) for t in r.groups[0].topics] == [
+        ("t", kproto.Uuid(), 5)]

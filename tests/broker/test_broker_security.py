@@ -500,3 +500,26 @@ def test_features_and_quorum_need_cluster_rights(secured):
     assert bob.call(K.DESCRIBE_QUORUM, 2, **quorum).error_code == E.CLUSTER_AUTHORIZATION_FAILED
     assert admin.call(K.UPDATE_FEATURES, 2, **update).error_code == 0
     assert admin.call(K.DESCRIBE_QUORUM, 2, **quorum).topics[0].partitions[0].error_code == 0
+
+
+def test_offsets_v10_by_topic_id_unknown_ids_before_topic_rights(secured):
+    # v10 names topics by id: the broker names them first, so READ/DESCRIBE is checked on the
+    # topic the id names (denied with its id in the answer), and an id no topic has is
+    # UNKNOWN_TOPIC_ID before any authorisation, as Kafka answers
+    admin, bob = user(secured, "admin"), user(secured, "bob")
+    metadata(admin, "t")
+    tid = admin.call(K.METADATA, 12, topics=[kproto.request(K.METADATA).cls.MetadataRequestTopic(name="t")],
+                     allow_auto_topic_creation=False).topics[0].topic_id
+    unknown = kproto.Uuid(bytes(range(16)))
+    assert create_acls(admin, acl(GROUP, "g", "User:bob", READ)) == [0]
+    oc = kproto.request(K.OFFSET_COMMIT).cls
+    r = bob.call(K.OFFSET_COMMIT, 10, group_id="g", generation_id_or_member_epoch=-1, member_id="", topics=[
+        oc.OffsetCommitRequestTopic(topic_id=i, partitions=[oc.OffsetCommitRequestPartition(
+            partition_index=0, committed_offset=1)]) for i in (tid, unknown)])
+    assert sorted((t.topic_id == tid, t.partitions[0].error_code) for t in r.topics) == [
+        (False, E.UNKNOWN_TOPIC_ID), (True, E.TOPIC_AUTHORIZATION_FAILED)]
+    of = kproto.request(K.OFFSET_FETCH).cls
+    r = bob.call(K.OFFSET_FETCH, 10, require_stable=False, groups=[of.OffsetFetchRequestGroup(
+        group_id="g", topics=[of.OffsetFetchRequestTopics(topic_id=i, partition_indexes=[0]) for i in (tid, unknown)])])
+    assert sorted((t.topic_id == tid, t.partitions[0].error_code) for t in r.groups[0].topics) == [
+        (False, E.UNKNOWN_TOPIC_ID), (True, E.TOPIC_AUTHORIZATION_FAILED)]

@@ -14,6 +14,8 @@ from kproto.broker.coordinators.offsets_topic import OFFSETS_TOPIC, partition_fo
 from kproto.cli.main import main as cli_main
 from kproto.client.connection import Connection
 from kproto.codecs import request as request_codec
+from kproto.codecs.primitives import Uuid
+from kproto.error_codes import ErrorCode
 from kproto.schemas.api_keys import ApiKey
 from kproto.testing import CLUSTER_TEST_DEFAULTS, TEST_DEFAULTS, ClusterThread
 
@@ -390,3 +392,41 @@ def test_group_coordinator_failover_keeps_committed_offsets(tmp_path: Any, capsy
     assert any(moved in line for line in out.splitlines()), out
     assert out.count(f"broker {coordinator} registered") == 2, out
     assert "events-0 leader" in out and "1 quorum elections" in out
+
+
+# ---------------------------------------------------------------------------- offsets by topic id
+@pytest.mark.kafka_cluster(brokers=3, controllers=1)
+def test_offset_commit_and_fetch_v10_by_topic_id_at_the_coordinator(kafka_cluster: ClusterThread) -> None:
+    """OffsetCommit/OffsetFetch v10 name topics by id: a cluster's coordinator resolves them from
+    the metadata image, an id the cluster does not know is UNKNOWN_TOPIC_ID."""
+    a = admin(kafka_cluster)
+    done(a.create_topics([NewTopic("byid", 2, 2)]))
+    eventually(lambda: led_everywhere(a, "byid", 2), what="byid led")
+    unknown = Uuid(bytes(range(16)))
+    oc, of, fc = (request_codec(k).cls for k in (ApiKey.OFFSET_COMMIT, ApiKey.OFFSET_FETCH,
+                                                  ApiKey.FIND_COORDINATOR))
+
+    async def run() -> tuple[Any, Any, Any]:
+        host, port = kafka_cluster.bootstrap.split(",")[0].rsplit(":", 1)
+        async with await Connection.open(host, int(port)) as conn:
+            md = await conn.request(request_codec(ApiKey.METADATA).cls(topics=[
+                request_codec(ApiKey.METADATA).cls.MetadataRequestTopic(name="byid")]), 12)
+            coord = None
+            for _ in range(50):
+                coord = (await conn.request(fc(key_type=0, coordinator_keys=["byid-g"]), 4)).coordinators[0]
+                if coord.error_code == 0:
+                    break
+                await asyncio.sleep(0.2)
+        tid = md.topics[0].topic_id
+        async with await Connection.open(coord.host, coord.port) as conn:
+            committed = await conn.request(oc(group_id="byid-g", generation_id_or_member_epoch=-1, topics=[
+                oc.OffsetCommitRequestTopic(topic_id=i, partitions=[oc.OffsetCommitRequestPartition(
+                    partition_index=1, committed_offset=3)]) for i in (tid, unknown)]), 10)
+            fetched = await conn.request(of(groups=[of.OffsetFetchRequestGroup(group_id="byid-g", topics=[
+                of.OffsetFetchRequestTopics(topic_id=i, partition_indexes=[1]) for i in (unknown, tid)])]), 10)
+        return tid, committed, fetched
+    tid, committed, fetched = asyncio.run(run())
+    assert [(t.topic_id, t.partitions[0].error_code) for t in committed.topics] == [
+        (unknown, ErrorCode.UNKNOWN_TOPIC_ID), (tid, 0)]
+    assert [(t.topic_id, t.partitions[0].committed_offset, t.partitions[0].error_code)
+            for t in fetched.groups[0].topics] == [(tid, 3, 0), (unknown, -1, ErrorCode.UNKNOWN_TOPIC_ID)]

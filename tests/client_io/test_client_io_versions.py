@@ -22,18 +22,18 @@ from kproto.schemas.api_keys import ApiKey as K
 from client_io_fakebroker import FakeBroker, kafka_ranges, metadata_response
 
 #: What the client sends to an Apache Kafka 3.9 broker, a 4.3.1 one and a 4.4 one, API by API (where
-#: kproto stops below the broker: OffsetCommit/OffsetFetch v10 name topics by id only;
-#: EndTxn/TxnOffsetCommit v5 are transaction version 2, which the producer asks for only where
-#: the broker finalizes it (v4 at most otherwise); TxnOffsetCommit v6 names topics by id;
-#: AddPartitionsToTxn v4+ is for brokers).
+#: kproto stops below the broker: EndTxn/TxnOffsetCommit v5 are transaction version 2, which the
+#: producer asks for only where the broker finalizes it (v4 at most otherwise); TxnOffsetCommit
+#: v6 names topics by id; AddPartitionsToTxn v4+ is for brokers). OffsetCommit/OffsetFetch v10
+#: (topics by id) are used where the client knows every topic's id, v9 otherwise.
 EXPECTED = {
     #                               3.9  4.3.1  4.4
     K.PRODUCE:                     (11, 13, 13),
     K.FETCH:                       (17, 18, 18),
     K.LIST_OFFSETS:                (9, 11, 11),
     K.METADATA:                    (12, 13, 13),
-    K.OFFSET_COMMIT:               (9, 9, 9),
-    K.OFFSET_FETCH:                (9, 9, 9),
+    K.OFFSET_COMMIT:               (9, 10, 10),
+    K.OFFSET_FETCH:                (9, 10, 10),
     K.FIND_COORDINATOR:            (6, 6, 6),
     K.JOIN_GROUP:                  (9, 9, 9),
     K.HEARTBEAT:                   (4, 4, 4),
@@ -111,10 +111,10 @@ def test_the_client_table_decides_not_the_schemas():
 
 def test_a_broker_above_the_client_is_an_unsupported_version_error():
     # a broker that dropped what the client writes: a clear error, nothing sent
-    versions = ApiVersionTable({K.OFFSET_COMMIT: range(10, 11), K.PRODUCE: range(0, 3)})
-    with pytest.raises(UnsupportedVersionError, match=r"OFFSET_COMMIT \(API key 8\): broker supports "
-                                                      r"10-10, kproto's client 0-9"):
-        versions.pick(K.OFFSET_COMMIT)
+    versions = ApiVersionTable({K.ADD_PARTITIONS_TO_TXN: range(4, 6), K.PRODUCE: range(0, 3)})
+    with pytest.raises(UnsupportedVersionError, match=r"ADD_PARTITIONS_TO_TXN \(API key 24\): broker supports "
+                                                      r"4-5, kproto's client 0-3"):
+        versions.pick(K.ADD_PARTITIONS_TO_TXN)
     with pytest.raises(UnsupportedVersionError, match=r"broker supports 0-2, kproto's client 3-"):
         versions.pick(K.PRODUCE)  # record batches (magic 2) need Produce v3
     assert issubclass(UnsupportedVersionError, NoCommonVersionError)
@@ -241,10 +241,10 @@ def test_transactional_and_id_less_produce_stay_below_v13():
 def test_connection_against_a_broker_above_the_client_raises_before_sending():
     async def main():
         ranges = kafka_ranges("4.3.1")
-        ranges[K.OFFSET_COMMIT] = (10, 10)  # a broker that kept only the topic-id form
+        ranges[K.ADD_PARTITIONS_TO_TXN] = (4, 5)  # a broker that kept only the brokers' batched form
         async with FakeBroker(versions=ranges) as fb:
             conn = await Connection.open("127.0.0.1", fb.port)
-            body = kproto.request(K.OFFSET_COMMIT).cls(group_id="g", topics=[])
+            body = kproto.request(K.ADD_PARTITIONS_TO_TXN).cls()
             with pytest.raises(UnsupportedVersionError):
                 conn.send(body)
             await conn.close()
@@ -331,7 +331,12 @@ def test_producer_consumer_admin_against_kprotos_broker_with_4x_ranges(tmp_path)
         lo, hi = kafka43[key]
         assert lo <= version <= hi, (key, version)   # nothing Kafka 4 dropped
         top = min(advertised[key][-1], CLIENT_VERSIONS[key][-1])
-        assert version == top or (key == K.PRODUCE and body.transactional_id), (key, version)
+        # OffsetFetch of every topic stays at v9: v10's answer would name them by id only
+        every_topic = key == K.OFFSET_FETCH and version == 9 and all(g.topics is None for g in body.groups)
+        assert version == top or (key == K.PRODUCE and body.transactional_id) or every_topic, (key, version)
+    # the consumer's own commits and fetches of its positions name topics by id (v10)
+    assert {v for key, v, body in seen if key == K.OFFSET_COMMIT} == {10}
+    assert 10 in {v for key, v, body in seen if key == K.OFFSET_FETCH}
     fetches = [body for key, _, body in seen if key == K.FETCH]
     assert all(t.topic_id != kproto.Uuid.ZERO for f in fetches for t in f.topics)   # by id (v13+)
 

@@ -42,7 +42,7 @@ def test_kproto_against_itself_has_no_difference(brokers):
     assert ran == {s.name for s in SCENARIOS} - set(report.skipped)
     # every version both advertise: e.g. all of Metadata's and JoinGroup's
     cells = {(r.api_key, r.version) for r in report.results}
-    assert {v for k, v in cells if k == ApiKey.METADATA} == set(range(0, 13))
+    assert {v for k, v in cells if k == ApiKey.METADATA} == set(range(0, 14))
     assert {v for k, v in cells if k == ApiKey.JOIN_GROUP} == set(range(0, 10))
     assert any(rule == "topic_ids" for rule, _, _ in report.normalised)
     assert elapsed < 60
@@ -89,7 +89,7 @@ def test_cli(brokers, tmp_path, capsys):
     assert rc == 0 and text.rstrip().endswith("0 unexplained")
     assert "| ListOffsets (2) | 9 | same |" in text
     doc = json.loads(out.read_text())
-    assert doc["unexplained"] == 0 and doc["api_versions"]["2"]["target"] == [1, 9]
+    assert doc["unexplained"] == 0 and doc["api_versions"]["2"]["target"] == [1, 11]
     assert main(["conformance", "--list"]) == 0
     assert "Produce.produce_idempotent" in capsys.readouterr().out
 

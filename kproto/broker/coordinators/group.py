@@ -853,14 +853,17 @@ class GroupCoordinator:
         instance_id = body.group_instance_id if version >= 7 else None
         now = self.core.wall_ms()
 
-        layout = self._offsets_response_layout(body.topics)
+        layout = self._offsets_response_layout_by_id(body.topics)
+
+        def missing(name: str) -> int:
+            # v10 names topics by id: the broker filled in the names, "" where the id is unknown
+            return E.UNKNOWN_TOPIC_ID if version >= 10 and not name else E.UNKNOWN_TOPIC_OR_PARTITION
 
         def result(code_for: Callable[[str, Any], int]) -> Any:
-            return cls(topics=[cls.OffsetCommitResponseTopic(name=name, partitions=[
-                cls.OffsetCommitResponsePartition(
-                    partition_index=p.partition_index,
-                    error_code=code_for(name, p) if known else E.UNKNOWN_TOPIC_OR_PARTITION)
-                for p, known in parts]) for name, parts in layout])
+            return cls(topics=[cls.OffsetCommitResponseTopic(
+                name=name, topic_id=tid, partitions=[cls.OffsetCommitResponsePartition(
+                    partition_index=p.partition_index, error_code=code_for(name, p) if known else missing(name))
+                    for p, known in parts]) for name, tid, parts in layout])
 
         if not body.group_id:
             return respond(result(lambda t, p: E.INVALID_GROUP_ID))
@@ -898,21 +901,27 @@ class GroupCoordinator:
         self._answer_when_stored(body.group_id, codes, last, result, respond)
 
     def _offsets_response_layout(self, topics: Any) -> list[tuple[str, list[tuple[Any, bool]]]]:
+        """:meth:`_offsets_response_layout_by_id` without the ids."""
+        return [(name, parts) for name, _, parts in self._offsets_response_layout_by_id(topics)]
+
+    def _offsets_response_layout_by_id(self, topics: Any) -> list[tuple[str, Uuid, list[tuple[Any, bool]]]]:
         """The order Kafka answers an offset commit's partitions in: the broker first answers
         the partitions it does not have (UNKNOWN_TOPIC_OR_PARTITION, in request order), then
         the coordinator's results are merged in (appended to a topic already answered, or as
-        topics of their own after them). Each partition comes with whether it exists."""
-        out: dict[str, list[tuple[Any, bool]]] = {}
-        valid: list[tuple[str, Any]] = []
+        topics of their own after them). Each partition comes with whether it exists. Topics
+        are told apart by name and id: OffsetCommit v10's unknown ids all have the name ""."""
+        out: dict[tuple[str, Uuid], list[tuple[Any, bool]]] = {}
+        valid: list[tuple[tuple[str, Uuid], Any]] = []
         for t in topics:
+            key = (t.name, getattr(t, "topic_id", Uuid.ZERO))
             for p in t.partitions:
                 if self.core.has_partition(t.name, p.partition_index):
-                    valid.append((t.name, p))
+                    valid.append((key, p))
                 else:
-                    out.setdefault(t.name, []).append((p, False))
-        for name, p in valid:
-            out.setdefault(name, []).append((p, True))
-        return list(out.items())
+                    out.setdefault(key, []).append((p, False))
+        for key, p in valid:
+            out.setdefault(key, []).append((p, True))
+        return [(name, tid, parts) for (name, tid), parts in out.items()]
 
     def _answer_when_stored(self, group_id: str, codes: dict[tuple[str, int], int], last: int,
                             result: Callable[[Callable[[str, Any], int]], Any], respond: Respond) -> None:
@@ -960,10 +969,12 @@ class GroupCoordinator:
         cls = response_codec(ApiKey.OFFSET_FETCH).cls
         if version < 8:
             wanted = [(body.group_id, None if body.topics is None else
-                       [(t.name, list(t.partition_indexes)) for t in body.topics], None, -1)]
+                       [(t.name, list(t.partition_indexes), Uuid.ZERO) for t in body.topics], None, -1)]
         else:
+            # v10 names topics by id: the broker filled in the names, "" where the id is unknown
             wanted = [(g.group_id, None if g.topics is None else
-                       [(t.name, list(t.partition_indexes)) for t in g.topics],
+                       [(t.name, list(t.partition_indexes), t.topic_id if version >= 10 else Uuid.ZERO)
+                        for t in g.topics],
                        g.member_id if version >= 9 else None, g.member_epoch if version >= 9 else -1)
                       for g in body.groups]
         stable = version >= 7 and body.require_stable
@@ -987,9 +998,12 @@ class GroupCoordinator:
                 by_topic: dict[str, list[int]] = {}
                 for t, p in sorted(offsets):
                     by_topic.setdefault(t, []).append(p)
-                topics = list(by_topic.items())
+                ids = {n: tid for n, (tid, _, _) in self.core.known_topics().items()} if version >= 10 else {}
+                topics = [(n, ps, ids.get(n, Uuid.ZERO)) for n, ps in by_topic.items()]
             rows = []
-            for name, parts in topics:
+            for name, parts, tid in topics:
+                if version >= 10 and not name:
+                    continue  # an unknown id: answered by the broker, after the coordinator's topics
                 prow = []
                 for p in parts:
                     om = offsets.get((name, p))
@@ -998,20 +1012,22 @@ class GroupCoordinator:
                         prow.append((p, -1, -1, "", code))
                     else:
                         prow.append((p, om.offset, om.leader_epoch, om.metadata, code))
-                rows.append((name, prow))
+                rows.append((name, tid, prow))
+            rows.extend((name, tid, [(p, -1, -1, "", E.UNKNOWN_TOPIC_ID) for p in parts])
+                        for name, parts, tid in topics if version >= 10 and not name)
             out.append((group_id, rows))
         if version < 8:
             rows = out[0][1]
             respond(cls(error_code=E.NONE, topics=[cls.OffsetFetchResponseTopic(name=n, partitions=[
                 cls.OffsetFetchResponsePartition(partition_index=p, committed_offset=o,
                                                  committed_leader_epoch=e, metadata=m, error_code=c)
-                for p, o, e, m, c in ps]) for n, ps in rows]))
+                for p, o, e, m, c in ps]) for n, _, ps in rows]))
             return
         respond(cls(groups=[cls.OffsetFetchResponseGroup(group_id=g, error_code=errors.get(g, E.NONE), topics=[
-            cls.OffsetFetchResponseTopics(name=n, partitions=[
+            cls.OffsetFetchResponseTopics(name=n, topic_id=tid, partitions=[
                 cls.OffsetFetchResponsePartitions(partition_index=p, committed_offset=o,
                                                   committed_leader_epoch=e, metadata=m, error_code=c)
-                for p, o, e, m, c in ps]) for n, ps in rows]) for g, rows in out]))
+                for p, o, e, m, c in ps]) for n, tid, ps in rows]) for g, rows in out]))
 
     def delete_offsets(self, body: Any, version: int, respond: Respond) -> None:
         cls = response_codec(ApiKey.OFFSET_DELETE).cls

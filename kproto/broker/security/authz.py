@@ -345,15 +345,18 @@ class RequestAuthorizer:
             return Verdict(error=_TOPIC_DENIED)
         return None
 
-    def _offset_topics(self, body: Any, s: ConnectionAuth, field: str) -> Optional[Verdict]:
-        """OffsetCommit/TxnOffsetCommit: READ on each topic, per partition otherwise."""
-        body.topics, denied = self._strip(list(body.topics), lambda t: self.ok(s, READ, TOPIC, t.name))
+    def _offset_topics(self, body: Any, s: ConnectionAuth, field: str, by_id: bool = False) -> Optional[Verdict]:
+        """OffsetCommit/TxnOffsetCommit: READ on each topic, per partition otherwise. ``by_id``:
+        the topics are named by id, an unknown one (no name) is answered UNKNOWN_TOPIC_ID
+        before any authorisation, as Kafka does."""
+        body.topics, denied = self._strip(list(body.topics), lambda t: (by_id and not t.name)
+                                          or self.ok(s, READ, TOPIC, t.name))
         if not denied:
             return None
 
         def make(cls: Any) -> list[Any]:
             if field == "OffsetCommit":
-                return [cls.OffsetCommitResponseTopic(name=t.name, partitions=[
+                return [cls.OffsetCommitResponseTopic(name=t.name, topic_id=t.topic_id, partitions=[
                     cls.OffsetCommitResponsePartition(partition_index=p.partition_index, error_code=_TOPIC_DENIED)
                     for p in t.partitions]) for t in denied]
             return [cls.TxnOffsetCommitResponseTopic(name=t.name, partitions=[
@@ -364,7 +367,7 @@ class RequestAuthorizer:
     def _offset_commit(self, ver: int, body: Any, s: ConnectionAuth) -> Optional[Verdict]:
         if not self.ok(s, READ, GROUP, body.group_id):
             return Verdict(error=_GROUP_DENIED)
-        return self._offset_topics(body, s, "OffsetCommit")
+        return self._offset_topics(body, s, "OffsetCommit", by_id=ver >= 10)
 
     def _txn_offset_commit(self, ver: int, body: Any, s: ConnectionAuth) -> Optional[Verdict]:
         if not self.ok(s, WRITE, TRANSACTIONAL_ID, body.transactional_id):
@@ -374,7 +377,8 @@ class RequestAuthorizer:
         return self._offset_topics(body, s, "TxnOffsetCommit")
 
     def _offset_fetch(self, ver: int, body: Any, s: ConnectionAuth) -> Optional[Verdict]:
-        described = lambda t: self.ok(s, DESCRIBE, TOPIC, t.name)  # noqa: E731
+        # v10 names topics by id: an unknown one (no name) is answered UNKNOWN_TOPIC_ID, not denied
+        described = lambda t: (ver >= 10 and not t.name) or self.ok(s, DESCRIBE, TOPIC, t.name)  # noqa: E731
         if ver < 8:
             if not self.ok(s, DESCRIBE, GROUP, body.group_id):
                 return Verdict(error=_GROUP_DENIED)
@@ -412,7 +416,7 @@ class RequestAuthorizer:
             for rg in resp.groups:
                 if rg.group_id in all_topics:
                     rg.topics = [t for t in rg.topics if described(t)]
-                rg.topics.extend(cls.OffsetFetchResponseTopics(name=t.name, partitions=[
+                rg.topics.extend(cls.OffsetFetchResponseTopics(name=t.name, topic_id=t.topic_id, partitions=[
                     cls.OffsetFetchResponsePartitions(partition_index=p, committed_offset=-1,
                                                       metadata="", error_code=_TOPIC_DENIED)
                     for p in t.partition_indexes]) for t in denied_topics.get(rg.group_id, ()))
