@@ -50,6 +50,9 @@ from kproto.storage.metadata_image import PartitionInfo
 
 # Produce errors whose partition answer keeps the message (Kafka's RecordValidationException),
 # and those answered with log start offset -1 (Kafka's UNKNOWN_LOG_APPEND_INFO)
+#: The first version of each API that names topics by id only (their names are filled in from
+#: the ids before anything else looks at the request).
+_BY_TOPIC_ID: dict[int, int] = {ApiKey.PRODUCE: 13, ApiKey.OFFSET_COMMIT: 10, ApiKey.OFFSET_FETCH: 10}
 _PRODUCE_ERRORS_WITH_MESSAGE = frozenset({ErrorCode.INVALID_RECORD, ErrorCode.INVALID_TIMESTAMP})
 _PRODUCE_ERRORS_WITHOUT_LOG_START = frozenset({ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE,
                                                ErrorCode.CORRUPT_MESSAGE, ErrorCode.KAFKA_STORAGE_ERROR})
@@ -71,7 +74,7 @@ _REQUEST_HEADER = message("RequestHeader")
 #: the intersection with the versions the codecs know (:meth:`BrokerCore.api_versions`), so a
 #: schema update never advertises a version no handler was written for.
 IMPLEMENTED: dict[int, tuple[int, int]] = {
-    ApiKey.PRODUCE: (3, 12),
+    ApiKey.PRODUCE: (3, 13),
     ApiKey.FETCH: (4, 18),
     ApiKey.LIST_OFFSETS: (1, 11),
     ApiKey.OFFSET_FOR_LEADER_EPOCH: (0, 4),
@@ -553,7 +556,7 @@ class BrokerCore:
         if handler is None or rng is None or not rng[0] <= req.version <= rng[1]:
             self._answer_error(req, ErrorCode.UNSUPPORTED_VERSION, run_handler=False)
             return
-        if req.version >= 10 and req.api_key in (ApiKey.OFFSET_COMMIT, ApiKey.OFFSET_FETCH):
+        if req.version >= _BY_TOPIC_ID.get(req.api_key, 99):
             self._name_topics_by_id(req)
         try:
             if self.authz is not None:
@@ -573,10 +576,14 @@ class BrokerCore:
             self._answer_error(req, ErrorCode.UNKNOWN_SERVER_ERROR, run_handler=False)
 
     def _name_topics_by_id(self, req: Request) -> None:
-        """OffsetCommit/OffsetFetch v10 name topics by id only: fill in each topic's name, as
-        Kafka's broker does before authorising the request and handing it to the coordinator;
+        """Produce v13 and OffsetCommit/OffsetFetch v10 name topics by id only: fill in each
+        topic's name, as Kafka's broker does before authorising the request and handling it;
         an unknown id keeps the name "" and is answered UNKNOWN_TOPIC_ID."""
         names = {tid: n for n, (tid, _, _) in self.known_topics().items()}
+        if req.api_key == ApiKey.PRODUCE:
+            for t in req.body.topic_data:
+                t.name = names.get(t.topic_id, "")
+            return
         holders = [req.body] if req.api_key == ApiKey.OFFSET_COMMIT else req.body.groups
         for holder in holders:
             for t in holder.topics or ():
@@ -1127,6 +1134,9 @@ class BrokerCore:
                 if acks not in (0, 1, -1):
                     res.error_code = ErrorCode.INVALID_REQUIRED_ACKS
                     continue
+                if not t.name and req.version >= 13:
+                    res.error_code = ErrorCode.UNKNOWN_TOPIC_ID
+                    continue
                 try:
                     lg = self.leader_log(t.name, p.index)
                 except BrokerError as exc:
@@ -1165,7 +1175,7 @@ class BrokerCore:
                 required = self.produce_appended(lg, info.last_offset)
                 if acks == -1 and required is not None:
                     waits[(t.name, p.index)] = required
-            topics.append(cls.TopicProduceResponse(name=t.name, partition_responses=parts))
+            topics.append(cls.TopicProduceResponse(name=t.name, topic_id=t.topic_id, partition_responses=parts))
         if acks == 0:
             if req.patch is not None or any(p.error_code for t in topics for p in t.partition_responses):
                 _close_for_acks0(req)  # partitions refused by the authorizer, or an append failed
@@ -1289,7 +1299,7 @@ def error_response(api_key: int, version: int, body: Any, code: int) -> Optional
         return admin_error_response(api_key, version, body, code)
     cls = response_codec(api_key).cls
     if api_key == ApiKey.PRODUCE:
-        return cls(responses=[cls.TopicProduceResponse(name=t.name, partition_responses=[
+        return cls(responses=[cls.TopicProduceResponse(name=t.name, topic_id=t.topic_id, partition_responses=[
             cls.PartitionProduceResponse(index=p.index, error_code=code, base_offset=-1,
                                          log_append_time_ms=-1, log_start_offset=-1)
             for p in t.partition_data]) for t in body.topic_data])

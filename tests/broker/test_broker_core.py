@@ -505,3 +505,18 @@ def test_the_newest_fetch_list_offsets_and_metadata_versions_are_served(core):
     M = kproto.request(3).cls
     r = client.call(K.METADATA, 13, topics=[M.MetadataRequestTopic(name="t")], allow_auto_topic_creation=False)
     assert (r.error_code, [(t.error_code, t.name, t.topic_id) for t in r.topics]) == (0, [(0, "t", tid)])
+
+
+def test_produce_v13_names_topics_by_id(core):
+    # Kafka 4.4's Produce v13 (the Java 4.4 client's): topics by id, answered by id; an id no
+    # topic has is UNKNOWN_TOPIC_ID, the other topics of the request still appended
+    client = Client(core)
+    tid = create(client, "t").topics[0].topic_id
+    req = kproto.request(0).cls
+    unknown = kproto.Uuid(b"\x07" * 16)
+    r = client.call(K.PRODUCE, 13, acks=-1, timeout_ms=1000, topic_data=[
+        req.TopicProduceData(topic_id=tid, partition_data=[req.PartitionProduceData(index=0, records=batch([b"a", b"b"]))]),
+        req.TopicProduceData(topic_id=unknown, partition_data=[req.PartitionProduceData(index=0, records=batch([b"c"]))])])
+    got = [(t.topic_id, [(p.index, p.error_code, p.base_offset) for p in t.partition_responses]) for t in r.responses]
+    assert got == [(tid, [(0, 0, 0)]), (unknown, [(0, E.UNKNOWN_TOPIC_ID, -1)])]
+    assert [bytes(rec.value) for b in core.logs.get("t", 0).batches() for rec in b.records()] == [b"a", b"b"]

@@ -137,11 +137,13 @@ class RequestAuthorizer:
     def _produce(self, ver: int, body: Any, s: ConnectionAuth) -> Optional[Verdict]:
         if body.transactional_id is not None and not self.ok(s, WRITE, TRANSACTIONAL_ID, body.transactional_id):
             return Verdict(error=_TXN_DENIED)
-        body.topic_data, denied = self._strip(list(body.topic_data), lambda t: self.ok(s, WRITE, TOPIC, t.name))
+        # v13 names topics by id: an unknown one (no name filled in) is UNKNOWN_TOPIC_ID, not denied
+        body.topic_data, denied = self._strip(list(body.topic_data), lambda t: (
+            ver >= 13 and not t.name) or self.ok(s, WRITE, TOPIC, t.name))
         if not denied:
             return None
         return self._patch_list("responses", lambda cls: [cls.TopicProduceResponse(
-            name=t.name, partition_responses=[cls.PartitionProduceResponse(
+            name=t.name, topic_id=t.topic_id, partition_responses=[cls.PartitionProduceResponse(
                 index=p.index, error_code=_TOPIC_DENIED, base_offset=-1, log_append_time_ms=-1,
                 log_start_offset=-1) for p in t.partition_data]) for t in denied], denied)
 
