@@ -40,8 +40,8 @@ from kproto.client.protocol import (BrokerError, KafkaConnectionError, Unsupport
                                     raise_for_error)
 from kproto.client.transactions import (ADD_PARTITIONS_CLIENT_VERSIONS, END_TXN_V1_VERSIONS,
                                        PRODUCE_TXN_V1_VERSIONS, TRANSACTION_VERSION_FEATURE,
-                                       TXN_OFFSET_COMMIT_V1_VERSIONS, TXN_OFFSET_COMMIT_V2_VERSIONS,
-                                       Action, TransactionManager)
+                                       TXN_OFFSET_COMMIT_BY_ID_VERSIONS, TXN_OFFSET_COMMIT_V1_VERSIONS,
+                                       TXN_OFFSET_COMMIT_V2_VERSIONS, Action, TransactionManager)
 from kproto.codecs import request as _request_codec
 from kproto.codecs.primitives import Uuid
 from kproto.records.compression import codec_id
@@ -203,10 +203,15 @@ class Producer:
         tm = self._tm()
         if not tm.tv2:
             await self._txn_call(tm.add_offsets_request(group_id), tm.handle_add_offsets)
+        # v6 (topics by id) where every topic's id is known, as Kafka 4.4's producer
+        ids = {t: self.cluster.metadata.topic_id(t) for t, _ in offsets} if tm.tv2 else {}
+        by_id = bool(ids) and all(i != Uuid.ZERO for i in ids.values())
         await self._txn_call(tm.txn_offset_commit_request(
             group_id, offsets, generation_id=generation_id, member_id=member_id,
-            group_instance_id=group_instance_id), tm.handle_txn_offset_commit, group=group_id,
-            version=TXN_OFFSET_COMMIT_V2_VERSIONS if tm.tv2 else TXN_OFFSET_COMMIT_V1_VERSIONS)
+            group_instance_id=group_instance_id, topic_ids=ids if by_id else None),
+            tm.handle_txn_offset_commit, group=group_id,
+            version=(TXN_OFFSET_COMMIT_BY_ID_VERSIONS if by_id else TXN_OFFSET_COMMIT_V2_VERSIONS)
+            if tm.tv2 else TXN_OFFSET_COMMIT_V1_VERSIONS)
 
     async def _end_transaction(self, body: Any) -> None:
         """EndTxn; transaction version 2 moves the producer to the epoch (or id) it answers,

@@ -121,7 +121,7 @@ CLIENT_VERSIONS: Mapping[int, range] = MappingProxyType({
     ApiKey.ADD_PARTITIONS_TO_TXN: range(0, 4),
     ApiKey.ADD_OFFSETS_TO_TXN: range(0, 5),
     ApiKey.END_TXN: range(0, 6),
-    ApiKey.TXN_OFFSET_COMMIT: range(0, 6),
+    ApiKey.TXN_OFFSET_COMMIT: range(0, 7),
     ApiKey.DESCRIBE_ACLS: range(0, 4),
     ApiKey.CREATE_ACLS: range(0, 4),
     ApiKey.DELETE_ACLS: range(0, 4),

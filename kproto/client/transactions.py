@@ -29,6 +29,7 @@ from typing import Any, Iterable, Optional
 
 from kproto.client.protocol import CLIENT_VERSIONS, BrokerError
 from kproto.codecs import request as _request_codec
+from kproto.codecs.primitives import Uuid
 from kproto.errors import KprotoError
 from kproto.schemas.api_keys import ApiKey
 from kproto.error_codes import ErrorCode
@@ -45,8 +46,10 @@ ADD_PARTITIONS_CLIENT_VERSIONS = CLIENT_VERSIONS[ApiKey.ADD_PARTITIONS_TO_TXN]
 PRODUCE_TXN_V1_VERSIONS = range(0, 12)
 END_TXN_V1_VERSIONS = range(0, 5)
 TXN_OFFSET_COMMIT_V1_VERSIONS = range(0, 5)
-#: TxnOffsetCommit in a transaction of version 2: v5 (v6 names topics by id, not sent here)
+#: TxnOffsetCommit in a transaction of version 2: v5 by topic name, v6 by topic id (sent when
+#: the producer's metadata has the id of every topic committed, as Kafka 4.4's producer)
 TXN_OFFSET_COMMIT_V2_VERSIONS = range(5, 6)
+TXN_OFFSET_COMMIT_BY_ID_VERSIONS = range(5, 7)
 #: the feature whose finalized level chooses the transaction protocol
 TRANSACTION_VERSION_FEATURE = "transaction.version"
 
@@ -116,6 +119,8 @@ class TransactionManager:
         self.last_error: Optional[KprotoError] = None
         #: transaction version 2 (set by the caller from the coordinator's finalized features)
         self.tv2 = False
+        # topic -> id of the TxnOffsetCommit in flight (v6 answers by id)
+        self._topic_ids: dict[str, Uuid] = {}
 
     # -- state ------------------------------------------------------------------------------
     def _expect(self, *states: TxnState, doing: str, hint: str = "") -> None:
@@ -235,10 +240,13 @@ class TransactionManager:
 
     def txn_offset_commit_request(self, group_id: str, offsets: dict[tuple[str, int], int], *,
                                   generation_id: int = -1, member_id: str = "",
-                                  group_instance_id: Optional[str] = None) -> Any:
+                                  group_instance_id: Optional[str] = None,
+                                  topic_ids: Optional[dict[str, Uuid]] = None) -> Any:
         """To the group coordinator, after AddOffsetsToTxn: ``offsets`` are the next offsets
-        to consume, committed with the transaction."""
+        to consume, committed with the transaction. ``topic_ids``: each topic's id, for v6
+        (which names topics by id only)."""
         cls = _request_codec(ApiKey.TXN_OFFSET_COMMIT).cls
+        self._topic_ids = dict(topic_ids or {})
         by_topic: dict[str, list[Any]] = {}
         for (t, p), off in sorted(offsets.items()):
             by_topic.setdefault(t, []).append(cls.TxnOffsetCommitRequestPartition(
@@ -247,16 +255,19 @@ class TransactionManager:
                    producer_id=self.producer_id, producer_epoch=self.producer_epoch,
                    generation_id_or_member_epoch=generation_id, member_id=member_id,
                    group_instance_id=group_instance_id,
-                   topics=[cls.TxnOffsetCommitRequestTopic(name=t, partitions=ps)
+                   topics=[cls.TxnOffsetCommitRequestTopic(name=t, topic_id=self._topic_ids.get(t, Uuid.ZERO),
+                                                           partitions=ps)
                            for t, ps in by_topic.items()])
 
     def handle_txn_offset_commit(self, resp: Any) -> Action:
         if self.tv2:
             self.started = True  # (v5 added the group's offsets to the transaction)
         worst = Action.DONE
+        names = {i: t for t, i in self._topic_ids.items()}
         for topic in resp.topics:
+            name = topic.name or names.get(topic.topic_id, str(topic.topic_id))  # v6: by id
             for p in topic.partitions:
-                action = self._error(p.error_code, f"TxnOffsetCommit({topic.name}-{p.partition_index})")
+                action = self._error(p.error_code, f"TxnOffsetCommit({name}-{p.partition_index})")
                 if action is not Action.DONE and (worst is Action.DONE or action is Action.FIND_COORDINATOR):
                     worst = action
         return worst

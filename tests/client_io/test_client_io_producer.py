@@ -468,7 +468,7 @@ def test_an_answer_that_cannot_be_read_fails_its_batches(monkeypatch):
 @pytest.mark.parametrize("tv", [1, 2])
 def test_transactional_producer_follows_the_finalized_transaction_version(tmp_path, tv):
     """As the Java 4.x client: transaction version 2 where the broker finalizes
-    transaction.version 2 (Produce v12 adds the partitions, TxnOffsetCommit v5 the offsets,
+    transaction.version 2 (Produce v12+ adds the partitions, TxnOffsetCommit v5+ the offsets,
     EndTxn v5 bumps the epoch), version 1 otherwise (AddPartitionsToTxn, AddOffsetsToTxn,
     Produce 11, EndTxn 4 at most, the epoch kept)."""
     from kproto.broker import Broker
@@ -503,7 +503,8 @@ def test_transactional_producer_follows_the_finalized_transaction_version(tmp_pa
         versions.setdefault(key, set()).add(v)
     if tv == 2:
         assert tv2 and epochs == [0, 1, 2]
-        assert versions == {K.PRODUCE: {12}, K.TXN_OFFSET_COMMIT: {5}, K.END_TXN: {5}}
+        # Produce v13 and TxnOffsetCommit v6 name topics by id (the producer knows "t"'s)
+        assert versions == {K.PRODUCE: {13}, K.TXN_OFFSET_COMMIT: {6}, K.END_TXN: {5}}
     else:
         assert not tv2 and epochs == [0, 0, 0]
         assert versions == {K.PRODUCE: {11}, K.ADD_PARTITIONS_TO_TXN: {3}, K.ADD_OFFSETS_TO_TXN: {4},

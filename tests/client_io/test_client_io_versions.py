@@ -23,9 +23,9 @@ from client_io_fakebroker import FakeBroker, kafka_ranges, metadata_response
 
 #: What the client sends to an Apache Kafka 3.9 broker, a 4.3.1 one and a 4.4 one, API by API (where
 #: kproto stops below the broker: EndTxn/TxnOffsetCommit v5 are transaction version 2, which the
-#: producer asks for only where the broker finalizes it (v4 at most otherwise); TxnOffsetCommit
-#: v6 names topics by id; AddPartitionsToTxn v4+ is for brokers). OffsetCommit/OffsetFetch v10
-#: (topics by id) are used where the client knows every topic's id, v9 otherwise.
+#: producer asks for only where the broker finalizes it (v4 at most otherwise); AddPartitionsToTxn
+#: v4+ is for brokers). OffsetCommit/OffsetFetch v10 and TxnOffsetCommit v6 (topics by id) are
+#: used where the client knows every topic's id, v9 and v5 otherwise.
 EXPECTED = {
     #                               3.9  4.3.1  4.4
     K.PRODUCE:                     (11, 13, 13),
@@ -50,7 +50,7 @@ EXPECTED = {
     K.ADD_PARTITIONS_TO_TXN:       (3, 3, 3),
     K.ADD_OFFSETS_TO_TXN:          (4, 4, 4),
     K.END_TXN:                     (4, 5, 5),
-    K.TXN_OFFSET_COMMIT:           (4, 5, 5),
+    K.TXN_OFFSET_COMMIT:           (4, 5, 6),
     K.DESCRIBE_ACLS:               (3, 3, 3),
     K.CREATE_ACLS:                 (3, 3, 3),
     K.DELETE_ACLS:                 (3, 3, 3),
@@ -323,17 +323,18 @@ def test_producer_consumer_admin_against_kprotos_broker_with_4x_ranges(tmp_path)
     assert {K.METADATA, K.CREATE_TOPICS, K.INIT_PRODUCER_ID, K.PRODUCE, K.LIST_OFFSETS, K.FETCH,
             K.DELETE_TOPICS, K.FIND_COORDINATOR, K.JOIN_GROUP, K.SYNC_GROUP, K.OFFSET_COMMIT,
             K.OFFSET_FETCH, K.END_TXN, K.DESCRIBE_GROUPS} <= keys
-    # the broker finalizes transaction version 2: the Produce (v12) adds the partitions
+    # the broker finalizes transaction version 2: the Produce (v12+; v13 by topic id) adds the
+    # partitions
     assert K.ADD_PARTITIONS_TO_TXN not in keys
     txn_produce = {v for key, v, body in seen if key == K.PRODUCE and body.transactional_id}
-    assert txn_produce == {12}
+    assert txn_produce == {13}
     for key, version, body in seen:
         lo, hi = kafka43[key]
         assert lo <= version <= hi, (key, version)   # nothing Kafka 4 dropped
         top = min(advertised[key][-1], CLIENT_VERSIONS[key][-1])
         # OffsetFetch of every topic stays at v9: v10's answer would name them by id only
         every_topic = key == K.OFFSET_FETCH and version == 9 and all(g.topics is None for g in body.groups)
-        assert version == top or (key == K.PRODUCE and body.transactional_id) or every_topic, (key, version)
+        assert version == top or every_topic, (key, version)
     # the consumer's own commits and fetches of its positions name topics by id (v10)
     assert {v for key, v, body in seen if key == K.OFFSET_COMMIT} == {10}
     assert 10 in {v for key, v, body in seen if key == K.OFFSET_FETCH}
