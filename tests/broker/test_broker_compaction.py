@@ -516,9 +516,9 @@ def test_kafkas_dump_log_segments_reads_cleaned_segments_as_kproto_does(tmp_path
     import sys
     from pathlib import Path
 
-    from kproto.testing import _apache_unavailable
+    from kproto.testing import require_apache_kafka
     from kproto.testing.apache import DEFAULT_VERSION
-    _apache_unavailable(DEFAULT_VERSION)
+    require_apache_kafka(DEFAULT_VERSION)
     sys.path.insert(0, str(Path(__file__).parent.parent / "storage"))
     import kafka_logdir_support as kls
 
