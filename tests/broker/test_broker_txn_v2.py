@@ -170,7 +170,7 @@ def test_api_versions_follow_the_finalized_transaction_version(tmp_path, clock, 
         r = Client(core).call(K.API_VERSIONS, 4, client_software_name="t", client_software_version="1")
         top = {k.api_key: k.max_version for k in r.api_keys}
         # AddPartitionsToTxn v5 either way: the leaders' verification (only brokers send v4+)
-        want = {K.PRODUCE: 12, K.ADD_PARTITIONS_TO_TXN: 5, K.END_TXN: 5, K.TXN_OFFSET_COMMIT: 6} if tv == 2 else \
+        want = {K.PRODUCE: 13, K.ADD_PARTITIONS_TO_TXN: 5, K.END_TXN: 5, K.TXN_OFFSET_COMMIT: 6} if tv == 2 else \
             {K.PRODUCE: 11, K.ADD_PARTITIONS_TO_TXN: 5, K.END_TXN: 4, K.TXN_OFFSET_COMMIT: 4}
         assert {k: top[k] for k in want} == want
         assert ("transaction.version", 0, 2) in [(f.name, f.min_version, f.max_version)

@@ -26,7 +26,7 @@ from __future__ import annotations
 import re
 import struct
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import Any, Callable, Optional, Protocol
 
 from kproto.broker.context import BrokerContext
 from kproto.broker.log import BrokerError
@@ -39,8 +39,16 @@ from kproto.errors import DecodeError
 from kproto.records.builder import RecordBatchBuilder
 from kproto.schemas.api_keys import ApiKey
 
-if TYPE_CHECKING:  # the group coordinator verifies its transactional writes with this module
-    from kproto.broker.coordinators.group import GroupCoordinator
+class TxnOffsets(Protocol):
+    """What the transaction coordinator needs of the group coordinator (which imports this
+    module: it verifies its transactional writes with it)."""
+
+    @property
+    def num_partitions(self) -> int: ...
+
+    def complete_txn(self, partition: int, producer_id: int, commit: bool) -> None: ...
+
+    def ensure_topic(self) -> None: ...
 
 
 __all__ = ["TransactionCoordinator", "TxnMetadata", "TXN_TOPIC", "append_txn_marker", "leader_verification_error"]
@@ -100,7 +108,7 @@ class TxnMetadata:
 class TransactionCoordinator:
     """Transactional ids of one broker (it leads every ``__transaction_state`` partition)."""
 
-    def __init__(self, core: BrokerContext, groups: GroupCoordinator) -> None:
+    def __init__(self, core: BrokerContext, groups: TxnOffsets) -> None:
         self.core = core
         self.groups = groups  # transactional offset commits complete with the markers
         self.config = core.config
