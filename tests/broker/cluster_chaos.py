@@ -21,9 +21,11 @@ TOPIC = "chaos"
 PARTITIONS = 3
 
 
-def wait_healthy(cluster: ClusterThread, timeout: float = 60.0) -> None:
+def wait_healthy(cluster: ClusterThread, timeout: float = 120.0) -> None:
     """Every partition led, its ISR all three brokers, and every replica's log as long as the
-    leader's and fully committed."""
+    leader's and fully committed. (A restarted or healed broker takes 15-30 s to be back in
+    every ISR with the producers writing, before and after this stop's changes alike: the
+    time allowed leaves a loaded machine room.)"""
     def healthy(c: Any) -> bool:
         for p in range(PARTITIONS):
             part = c.image().partition(TOPIC, p)
