@@ -1070,6 +1070,19 @@ class KRaftReplica:
                 leader_id=self._leader_or_minus(), leader_epoch=self._epoch)])])
 
     # Fetch, the leader's side
+    def _leader_error(self, current_leader_epoch: int) -> int:
+        """Why this replica cannot answer a Fetch or FetchSnapshot sent to the leader of
+        ``current_leader_epoch`` (Kafka's order of checks), or NONE."""
+        if current_leader_epoch < self._epoch:
+            return ErrorCode.FENCED_LEADER_EPOCH
+        if current_leader_epoch > self._epoch:
+            return ErrorCode.UNKNOWN_LEADER_EPOCH
+        if self.state != LEADER:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
+        if self._closed:
+            return ErrorCode.BROKER_NOT_AVAILABLE
+        return ErrorCode.NONE
+
     def _handle_fetch(self, version: int, body: Any, respond: Callable[[Any], None]) -> None:
         cls = response_codec(FETCH).cls
         if not self._cluster_ok(getattr(body, "cluster_id", None)):
@@ -1098,14 +1111,8 @@ class KRaftReplica:
         if req.fetch_offset < 0 or req.last_fetched_epoch < 0 \
                 or req.last_fetched_epoch > req.current_leader_epoch:
             part.error_code = ErrorCode.INVALID_REQUEST
-        elif req.current_leader_epoch < self._epoch:
-            part.error_code = ErrorCode.FENCED_LEADER_EPOCH
-        elif req.current_leader_epoch > self._epoch:
-            part.error_code = ErrorCode.UNKNOWN_LEADER_EPOCH
-        elif self.state != LEADER:
-            part.error_code = ErrorCode.NOT_LEADER_OR_FOLLOWER
-        elif self._closed:
-            part.error_code = ErrorCode.BROKER_NOT_AVAILABLE
+        elif (refused := self._leader_error(req.current_leader_epoch)) != ErrorCode.NONE:
+            part.error_code = refused
         else:
             epoch, end = _end_offset_for_epoch(self.log, req.last_fetched_epoch)
             snap = self._snapshot_for_fetch(req.fetch_offset, req.last_fetched_epoch)
@@ -1157,14 +1164,7 @@ class KRaftReplica:
             part.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             part.current_leader = cls.LeaderIdAndEpoch(leader_id=-1, leader_epoch=-1)
             return answer()
-        if req.current_leader_epoch < self._epoch:
-            part.error_code = ErrorCode.FENCED_LEADER_EPOCH
-        elif req.current_leader_epoch > self._epoch:
-            part.error_code = ErrorCode.UNKNOWN_LEADER_EPOCH
-        elif self.state != LEADER:
-            part.error_code = ErrorCode.NOT_LEADER_OR_FOLLOWER
-        elif self._closed:
-            part.error_code = ErrorCode.BROKER_NOT_AVAILABLE
+        part.error_code = self._leader_error(req.current_leader_epoch)
         if part.error_code != ErrorCode.NONE:
             return answer()
         sid = SnapshotId(req.snapshot_id.end_offset, req.snapshot_id.epoch)
