@@ -1,5 +1,6 @@
 """Decoded traffic as Arrow tables: one row per exchange (the ``decode-pcap --format jsonl``
-line, typed), or one row per record of the Produce requests and Fetch responses.
+line, typed), or one row per record of the Produce requests and Fetch and ShareFetch
+responses.
 
 Exchange rows are built from :func:`~kproto.capture.exchange.exchange_to_json`, so they hold
 exactly what the JSON lines hold: nested parts (bodies, ``unread``, ``fetch_session``, ``sasl``)
@@ -61,8 +62,10 @@ EXCHANGE_SCHEMA = pa.schema(_IDENTITY + [
 ])
 _JSON_TEXT = ("request", "response", "unread", "fetch_session", "sasl")
 
-#: one row per record of a Produce request or Fetch response (control batches left out);
-#: ``offset`` of a produced record comes from the response's base offset (null without one)
+#: one row per record of a Produce request or Fetch or ShareFetch response (control batches
+#: left out); ``offset`` of a produced record comes from the response's base offset (null
+#: without one). A ShareFetch response carries whole batches: its rows are their records,
+#: those its ``acquired_records`` ranges hand to the member and any others.
 RECORD_SCHEMA = pa.schema(_IDENTITY + [
     pa.field("topic", pa.string()), pa.field("topic_id", pa.string()),
     pa.field("partition", pa.int32()), pa.field("offset", pa.int64()),
@@ -74,6 +77,9 @@ RECORD_SCHEMA = pa.schema(_IDENTITY + [
 ])
 
 _ZERO_ID = "AAAAAAAAAAAAAAAAAAAAAA"
+#: the responses that carry records fetched (same layout: topics by id, partitions with
+#: partition_index, error_code and records)
+_FETCHES = (ApiKey.FETCH, ApiKey.SHARE_FETCH)
 # a directory contributes these files (rotated tcpdump files are NAME.pcap0, NAME.pcap.1, ...)
 _CAPTURE_MARKS = (".pcap", ".cap")
 
@@ -226,7 +232,7 @@ def _topic(t: Any, names: dict[str, str]) -> tuple[str | None, str | None]:
 def _partition_records(ex: Exchange) -> Iterator[tuple[str | None, str | None, int, int,
                                                        Any, int | None, int]]:
     """(topic, topic id, partition, error code, records bytes, base offset, log append time)
-    of each partition with records in a Produce request or Fetch response."""
+    of each partition with records in a Produce request or Fetch or ShareFetch response."""
     if ex.api_key == ApiKey.PRODUCE and ex.request is not None:
         answers: dict[tuple[Any, int], Any] = {}
         for t in getattr(ex.response, "responses", None) or []:
@@ -241,7 +247,7 @@ def _partition_records(ex: Exchange) -> Iterator[tuple[str | None, str | None, i
                 else:  # not acknowledged: no offsets
                     yield (*topic, p.index, -1 if a is None else a.error_code, p.records,
                            None, -1)
-    elif ex.api_key == ApiKey.FETCH and ex.response is not None:
+    elif ex.api_key in _FETCHES and ex.response is not None:
         for t in ex.response.responses:
             topic = _topic(t, ex.topic_names)
             for p in t.partitions:
@@ -252,7 +258,7 @@ _RECORD_COLUMNS = RECORD_SCHEMA.names[len(_IDENTITY):]
 
 
 class _Records:
-    """The records of Produce requests and Fetch responses of several exchanges, gathered
+    """The records of Produce requests and (Share)Fetch responses of several exchanges, gathered
     partition by partition and decoded together: one :func:`~kproto.records.columns.decode_arrow`
     and one set of Arrow arrays for many small partitions (Arrow calls cost more than a
     captured partition usually holds). Each partition reads as if alone: a records field
@@ -390,7 +396,7 @@ class _Records:
 
 
 def exchange_records(ex: Exchange) -> pa.Table | None:
-    """The records of a Produce request or Fetch response (other exchanges: None) with the
+    """The records of a Produce request or (Share)Fetch response (other exchanges: None) with the
     record columns of :data:`RECORD_SCHEMA` (no identity columns). A records field that does
     not decode is left out; a partial batch ending a Fetch response is not a record."""
     records = _Records()
@@ -402,12 +408,12 @@ def exchange_records(ex: Exchange) -> pa.Table | None:
 
 def record_batches(exchanges: Iterable[Exchange], file: str, *, batch_rows: int = 8192,
                    schema: pa.Schema = RECORD_SCHEMA) -> Iterator[pa.RecordBatch]:
-    """One row per record of the Produce requests and Fetch responses among the exchanges
+    """One row per record of the Produce requests and (Share)Fetch responses among the exchanges
     of capture ``file``, with the exchange's identity columns (:data:`RECORD_SCHEMA`, or the
     subset ``schema`` names), about ``batch_rows`` per Arrow batch."""
     records = _Records()
     for index, ex in enumerate(exchanges):
-        if ex.api_key not in (ApiKey.PRODUCE, ApiKey.FETCH):
+        if ex.api_key != ApiKey.PRODUCE and ex.api_key not in _FETCHES:
             continue
         records.add(index, ex)
         if records.rows >= batch_rows:

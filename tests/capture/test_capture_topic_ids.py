@@ -196,3 +196,28 @@ def test_ids_are_per_cluster():
 def test_unknown_broker_falls_back_to_the_only_name():
     _m, f = _run(_metadata(A, "c1", [(ID2, "only")], [("localhost", 9092)]), _fetch(C, ID2))
     assert f.topic_names == {str(ID2): "only"} and not f.notes
+
+
+def test_share_fetch_records_are_rows_of_the_record_table():
+    """A ShareFetch response names its topic by id only: its records are rows of the record
+    table (what ``decode-pcap``'s Arrow output and the pcap data source yield) under the name
+    the capture's Metadata gave, at the offsets of their batch."""
+    from kproto.capture import table
+    from kproto.records.builder import RecordBatchBuilder
+
+    batch = RecordBatchBuilder(base_offset=40)
+    for i in range(3):
+        batch.append(1_700_000_000_000 + i, f"k{i}".encode(), f"shared-{i}".encode())
+    rq, rs = kproto.request(78).cls, kproto.response(78).cls
+    req = rq(group_id="g", member_id="m", share_session_epoch=0, topics=[
+        rq.FetchTopic(topic_id=ID1, partitions=[rq.FetchPartition(partition_index=2)])])
+    resp = rs(responses=[rs.ShareFetchableTopicResponse(topic_id=ID1, partitions=[
+        rs.PartitionData(partition_index=2, records=batch.build(), acquired_records=[
+            rs.AcquiredRecords(first_offset=40, last_offset=42, delivery_count=1)])])])
+    _m, share = _run(_metadata(A, "c1", [(ID1, "queue")], [("127.0.0.1", 9092)]),
+                     _exchange(A, 78, 1, req, resp, 50003))
+    assert share.topic_names == {str(ID1): "queue"} and not share.notes
+    rows = [b.to_pylist() for b in table.record_batches([share], "f")]
+    assert [(r["topic"], r["topic_id"], r["partition"], r["offset"], r["value"]) for r in rows[0]] == \
+        [("queue", str(ID1), 2, 40 + i, f"shared-{i}".encode()) for i in range(3)]
+    assert table.exchange_records(share).column("value").to_pylist() == [r["value"] for r in rows[0]]
