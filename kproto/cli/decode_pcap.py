@@ -5,6 +5,7 @@ import argparse
 import base64
 import json
 import os
+import subprocess
 import sys
 from typing import Any, Callable, Iterable, Iterator, TextIO
 
@@ -42,6 +43,11 @@ def register(subparsers: Any) -> None:
                         "decode them with the highest version the schemas define)")
     p.add_argument("--summary", action="store_true",
                    help="print only a table per API key (count, errors, p50/p99 latency, bytes)")
+    p.add_argument("--compare-tshark", action="store_true",
+                   help="print only a table of each exchange beside Wireshark's reading of it "
+                        "(tshark on PATH, run on the same file with the Kafka ports: API key, "
+                        "version, correlation id, malformed), then what tshark read that "
+                        "kproto did not, and tshark's totals; one capture file")
     p.add_argument("--api", action="append", default=None, metavar="NAME|KEY",
                    help="only these APIs (repeatable or comma-separated: --api Produce,Fetch or --api 0)")
     p.add_argument("--errors", action="store_true",
@@ -200,6 +206,11 @@ def run(args: argparse.Namespace) -> int:
         if "-" in args.file and len(args.file) > 1:
             raise CliError("- (stdin) cannot be read with other files")
         streaming = args.file == ["-"]
+        compared: list[Any] | None = None   # --compare-tshark: every exchange, filters aside
+        if args.compare_tshark:
+            if streaming or len(args.file) != 1:
+                raise CliError("--compare-tshark reads one capture file (tshark reads it again)")
+            compared = []
         steps: Iterable[Iterable[Any]]  # the exchanges each step of the decoding completes
         if streaming:  # each exchange is written (and flushed) as soon as it completes
             steps = (decoder.feed(p) for p in stream_packets(sys.stdin.buffer))
@@ -217,6 +228,9 @@ def run(args: argparse.Namespace) -> int:
                 announced.add(port)
                 print(f"kafka port {port} (guessed: {decoder.chosen_ports[port]})", file=sys.stderr)
             for ex in exchanges:
+                if compared is not None:
+                    compared.append(ex)
+                    continue
                 if keep is not None and not keep(ex):
                     continue
                 if report is not None:
@@ -256,6 +270,18 @@ def run(args: argparse.Namespace) -> int:
             print("no Kafka connection recognised; give the broker port with --port", file=sys.stderr)
         if summary is not None:
             out.write(summary.table() + "\n")
+        if compared is not None:
+            from kproto.capture.tshark import compare, run_tshark
+
+            ports = args.port or sorted(decoder.chosen_ports)
+            try:
+                comparison = compare(compared, run_tshark(args.file[0], ports))
+            except (RuntimeError, OSError, subprocess.TimeoutExpired, ValueError) as exc:
+                raise CliError(f"--compare-tshark: {exc}") from exc
+            out.write(comparison.table() + "\n")
+            if not comparison.agrees:
+                print("kproto decode-pcap: tshark read PDUs that are not exchanges here "
+                      "(listed as not found)", file=sys.stderr)
         if report is not None:
             from kproto.report import render_capture, write_page
 
