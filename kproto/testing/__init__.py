@@ -26,7 +26,9 @@ injection of :class:`~kproto.broker.Cluster` callable from the test's thread:
 started from the jars tools/setup.sh caches): one combined-mode node unless
 ``@pytest.mark.apache_kafka(nodes=3, controllers=1, config={...}, version="4.3.1")`` says
 otherwise (``scram_users={"alice": "secret"}`` adds a SASL_PLAINTEXT listener with SCRAM,
-``.sasl_bootstrap``); ``apache_kafka_cluster`` defaults to 3 brokers and 1 controller. Clusters are shared
+``.sasl_bootstrap``); ``apache_kafka_cluster`` defaults to 3 brokers and 1 controller, with the
+SCRAM user of :data:`APACHE_CLUSTER_SCRAM_USERS` (clients of its PLAINTEXT listener, ``.bootstrap``,
+see no difference; SASL tests share the cluster instead of starting one of their own). Clusters are shared
 by the tests of a session that ask for the same shape (after each test every node is running
 again; use topic names of your own), ``fresh=True`` gives a test one of its own. Without Java
 or the jars the tests are skipped, or fail when the environment variable ``CI`` is set.
@@ -52,7 +54,8 @@ if TYPE_CHECKING:  # imported on first use: ``python -m kproto.testing.apache`` 
     from kproto.testing.apache import ApacheKafka
 
 __all__ = ["BrokerThread", "ClusterThread", "kafka_broker", "kafka_cluster", "apache_kafka",
-           "apache_kafka_cluster", "apache_kafka_pool", "any_broker", "require_apache_kafka", "TEST_DEFAULTS", "CLUSTER_TEST_DEFAULTS"]
+           "apache_kafka_cluster", "apache_kafka_pool", "any_broker", "require_apache_kafka", "TEST_DEFAULTS", "CLUSTER_TEST_DEFAULTS",
+           "APACHE_CLUSTER_SCRAM_USERS"]
 
 #: What the fixture changes from Kafka's defaults.
 #: Rebalances of both group protocols settle in about a second instead of seconds: no initial
@@ -71,6 +74,13 @@ CLUSTER_TEST_DEFAULTS: dict[str, Any] = {"broker_session_timeout_ms": 2000,
                                          "broker_heartbeat_interval_ms": 250,
                                          "replica_config": ReplicaConfig(replica_lag_time_max_ms=3000,
                                                                         request_timeout_ms=3000)}
+
+
+#: The SCRAM user (name: password) of ``apache_kafka_cluster`` unless the marker names others:
+#: its brokers have a SASL_PLAINTEXT listener beside PLAINTEXT (a port each, credentials
+#: written at format time), so tests of SASL traffic share the session's cluster (three JVMs
+#: and a controller cost tens of seconds to start) with the tests of PLAINTEXT clients.
+APACHE_CLUSTER_SCRAM_USERS: dict[str, str] = {"alice": "alice-secret"}
 
 
 class _LoopThread:
@@ -377,14 +387,14 @@ def apache_kafka_pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[_Apa
 
 
 def _apache(request: pytest.FixtureRequest, pool: _ApachePool, tmp_path_factory: pytest.TempPathFactory,
-            nodes: int, controllers: int) -> Generator[ApacheKafka, None, None]:
+            nodes: int, controllers: int, scram_users: dict[str, str]) -> Generator[ApacheKafka, None, None]:
     marker = request.node.get_closest_marker("apache_kafka")
     kw = dict(marker.kwargs) if marker is not None else {}
     from kproto.testing import apache
     nodes, controllers = kw.pop("nodes", nodes), kw.pop("controllers", controllers)
     version, config = kw.pop("version", apache.DEFAULT_VERSION), dict(kw.pop("config", {}))
     fresh = kw.pop("fresh", False)
-    scram_users = dict(kw.pop("scram_users", {}))
+    scram_users = dict(kw.pop("scram_users", scram_users))
     if kw:
         raise TypeError(f"unknown apache_kafka marker arguments: {sorted(kw)}")
     require_apache_kafka(version)
@@ -408,15 +418,16 @@ def apache_kafka(request: pytest.FixtureRequest, apache_kafka_pool: _ApachePool,
                  tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApacheKafka]:
     """Apache Kafka on 127.0.0.1, shared by the session's tests of the same shape: one
     combined-mode node unless ``@pytest.mark.apache_kafka(nodes=, controllers=, ...)`` says."""
-    yield from _apache(request, apache_kafka_pool, tmp_path_factory, 1, 0)
+    yield from _apache(request, apache_kafka_pool, tmp_path_factory, 1, 0, {})
 
 
 @pytest.fixture
 def apache_kafka_cluster(request: pytest.FixtureRequest, apache_kafka_pool: _ApachePool,
                          tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApacheKafka]:
-    """Apache Kafka with 3 brokers and 1 dedicated controller (the ``apache_kafka`` marker
-    changes it), shared as :func:`apache_kafka`."""
-    yield from _apache(request, apache_kafka_pool, tmp_path_factory, 3, 1)
+    """Apache Kafka with 3 brokers and 1 dedicated controller and a SASL_PLAINTEXT listener
+    for :data:`APACHE_CLUSTER_SCRAM_USERS` (the ``apache_kafka`` marker changes them), shared
+    as :func:`apache_kafka`."""
+    yield from _apache(request, apache_kafka_pool, tmp_path_factory, 3, 1, APACHE_CLUSTER_SCRAM_USERS)
 
 
 @pytest.fixture(params=["kproto", "apache"])

@@ -1,17 +1,22 @@
 """Today's clients against Apache Kafka 4.4.0 over SASL_PLAINTEXT (SCRAM), captured with tcpdump
 on loopback and read back with :mod:`kproto.capture`: no problems (but requests in flight when
 a client closed its connection), every topic id named, every acknowledged record found in the
-Produce requests (value by value, in batches of the client's codec) and in the Fetch responses,
-the SASL handshakes and SCRAM exchanges decoded. ``KPROTO_KEEP_LIVE_CAPTURES=DIR`` keeps the
-captures with their truth files (how tests/capture/data/live_apache was recorded).
+Produce requests (value by value, in batches of the client's codec) and in the Fetch (or
+ShareFetch) responses, the SASL handshakes and SCRAM exchanges decoded. tshark's reading of
+each capture is printed beside kproto's, exchange by exchange: every request and response
+tshark reads is one of kproto's exchanges (its malformed PDUs and notes are information: its
+dissector stops at older versions than Kafka 4.4 speaks). ``KPROTO_KEEP_LIVE_CAPTURES=DIR``
+keeps the captures with their truth files (how tests/capture/data/live_apache was recorded).
 
-One Apache Kafka node (combined mode, from the session's pool) serves the whole module: a
-3-broker cluster would cost three JVMs for no more client traffic. Each client has a topic and
-a capture of its own: confluent-kafka (librdkafka: gzip, a transaction, a KIP-848 group, admin),
-kafka-python (lz4, a classic group), aiokafka (snappy, a classic group), the Java 4.4 client
-(zstd, a transaction, a KIP-848 group, admin), kproto's client (no compression, admin, a
-classic group); kcat (Debian's, an older librdkafka) is refused at SCRAM's last step, as Kafka 4
-refuses every librdkafka before 2.6.1, and its capture shows why.
+The module runs on the session's shared ``apache_kafka_cluster`` (3 brokers and a controller;
+the other cluster tests' clients use its PLAINTEXT listener, these its SASL_PLAINTEXT one), and
+captures the SASL ports of all three brokers: partitions and group coordinators spread over
+them. Each client has a topic and a capture of its own: confluent-kafka (librdkafka: gzip, a
+transaction, a KIP-848 group, admin), kafka-python (lz4, a classic group), aiokafka (snappy, a
+classic group), the Java 4.4 client (zstd, a transaction, a KIP-848 group, admin; and lz4 with
+a share group, KIP-932), kproto's client (no compression, admin, a classic group); kcat
+(Debian's, an older librdkafka) is refused at SCRAM's last step, as Kafka 4 refuses every
+librdkafka before 2.6.1, and its capture shows why.
 """
 from __future__ import annotations
 
@@ -26,13 +31,12 @@ from pathlib import Path
 import pytest
 
 import live_capture
-from capture_live_checks import check_capture, check_scram_refused, decode, ground_truth
-from kproto.testing import apache
+from capture_live_checks import check_capture, check_scram_refused, check_tshark, decode, ground_truth
+from kproto.capture.table import record_batches
+from kproto.testing import APACHE_CLUSTER_SCRAM_USERS, apache
 
-USER, PASSWORD = "alice", "alice-secret"
+((USER, PASSWORD),) = APACHE_CLUSTER_SCRAM_USERS.items()
 KEEP = os.environ.get("KPROTO_KEEP_LIVE_CAPTURES")  # a folder: keep the captures and their truth
-
-pytestmark = pytest.mark.apache_kafka(scram_users={USER: PASSWORD})
 
 
 @pytest.fixture(autouse=True)
@@ -41,8 +45,9 @@ def _tcpdump():
 
 
 @pytest.fixture
-def kafka(apache_kafka):
-    return apache_kafka
+def kafka(apache_kafka_cluster):
+    assert len(apache_kafka_cluster.broker_ids) == 3
+    return apache_kafka_cluster
 
 
 def _value(client, i):
@@ -55,8 +60,17 @@ def _ports(kafka):
     return [kafka.nodes[b].sasl_port for b in kafka.broker_ids]
 
 
+def _known_everywhere(kafka, topic, partitions):
+    """Wait (through the PLAINTEXT listener, outside the capture) until every broker knows the
+    topic a client just created: a broker learns it from the metadata log a moment after the
+    controller answered CreateTopics, and a client asking it before is told it does not exist."""
+    kafka.wait_for(lambda: all(kafka.leader(topic, p, b) is not None for b in kafka.broker_ids
+                               for p in range(partitions)), 30, f"{topic} on every broker")
+
+
 def _check(kafka, path, name, client, acked, consumed, **expect):
     exchanges = check_capture(path, _ports(kafka), acked, consumed, **expect)
+    check_tshark(path, _ports(kafka), exchanges)
     if KEEP:
         os.makedirs(KEEP, exist_ok=True)
         shutil.copy(path, Path(KEEP) / f"{name}.pcap")
@@ -219,6 +233,7 @@ def test_kproto_client(kafka, tmp_path):
         async with Cluster(kafka.sasl_bootstrap, sasl=sasl, client_id="kproto-live") as cluster:
             admin = Admin(cluster)
             await admin.create_topics({topic: 2})
+            await asyncio.to_thread(_known_everywhere, kafka, topic, 2)
             await admin.describe_topics([topic])
             async with Producer(cluster) as producer:
                 futures = [(await producer.send(topic, _value("kproto", i).encode(), key=f"k{i}".encode()),
@@ -244,7 +259,7 @@ def test_kproto_client(kafka, tmp_path):
            codecs={"none"})
 
 
-def _java_classpath(workdir: Path) -> str:
+def _java_classpath(workdir: Path, program: str = "LiveTraffic") -> str:
     version = "4.4.0"
     found = {os.path.basename(j)[:-len(".jar")]: j for j in apache.client_jars(version)}
     jars = [found[n] for n in ("kafka-clients", "slf4j-api", "lz4-java", "snappy-java", "zstd-jni")
@@ -252,7 +267,7 @@ def _java_classpath(workdir: Path) -> str:
     javac = shutil.which("javac")
     if javac is None or len(jars) < 5:
         pytest.skip("Java 17 and the kafka-clients 4.4.0 jars (tools/setup.sh) are needed")
-    source = Path(__file__).with_name("java") / "LiveTraffic.java"
+    source = Path(__file__).with_name("java") / f"{program}.java"
     proc = subprocess.run([javac, "-nowarn", "-cp", jars[0], "-d", str(workdir), str(source)],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
@@ -278,6 +293,33 @@ def test_java_client(kafka, tmp_path):
            codecs={"zstd"})
 
 
+def test_java_share_consumer(kafka, tmp_path):
+    """A share group (KIP-932): the Java client's KafkaShareConsumer acknowledges each record;
+    its ShareGroupHeartbeat, ShareFetch and ShareAcknowledge exchanges decode, and every record
+    produced is in a ShareFetch response, as the capture's record table has it too."""
+    cp = _java_classpath(tmp_path, "ShareTraffic")
+    topic = "live-java-share"
+    cmd = [shutil.which("java") or "java", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+           "-cp", cp, "ShareTraffic", kafka.sasl_bootstrap, "SCRAM-SHA-256", USER, PASSWORD, topic,
+           "java-live-share"]
+    with live_capture.tcpdump(tmp_path / "share.pcap", _ports(kafka)) as path:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    acked = [(x["topic"], x["partition"], x["offset"], x["value"]) for x in lines if "value" in x]
+    consumed = [x["consumed"] for x in lines if "consumed" in x]
+    assert [x["done"] for x in lines if "done" in x] == [len(acked)] and len(acked) == 6
+    exchanges = _check(kafka, path, "java_share", "Apache Kafka's Java client 4.4.0 (KafkaShareConsumer)",
+                       acked, consumed,
+                       apis={"SaslHandshake", "SaslAuthenticate", "CreateTopics", "IncrementalAlterConfigs",
+                             "Produce", "ShareGroupHeartbeat", "ShareFetch", "ShareAcknowledge",
+                             "ShareGroupDescribe", "DescribeShareGroupOffsets"},
+                       mechanisms={"SCRAM-SHA-256"}, codecs={"lz4"})
+    share_fetches = [e for e in exchanges if e.api_name == "ShareFetch"]
+    rows = {(r["topic"], r["partition"], r["offset"], r["value"].decode())
+            for b in record_batches(share_fetches, str(path)) for r in b.to_pylist()}
+    assert set(acked) <= rows, sorted(set(acked) - rows)
+
 
 def _librdkafka_of_kcat() -> tuple[int, ...]:
     version = subprocess.run(["kcat", "-V"], capture_output=True, text=True, timeout=30).stdout
@@ -300,7 +342,7 @@ def test_kcat(kafka, tmp_path):
     with live_capture.tcpdump(tmp_path / "kcat.pcap", _ports(kafka)) as path:
         metadata = subprocess.run(["kcat", *conf, "-L", "-m", "2"], capture_output=True, text=True, timeout=60)
     assert metadata.returncode != 0 and "invalid credentials" in metadata.stderr, metadata.stderr
-    check_scram_refused(path, _ports(kafka), USER)
+    check_tshark(path, _ports(kafka), check_scram_refused(path, _ports(kafka), USER))
     if KEEP:
         shutil.copy(path, Path(KEEP) / "kcat_scram_refused.pcap")
         exchanges, _ = decode(path, _ports(kafka))

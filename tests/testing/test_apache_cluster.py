@@ -39,6 +39,28 @@ def test_three_brokers_and_a_dedicated_controller(apache_kafka_cluster):
         assert '"leaderId":3001,' in state, (node, state)
 
 
+def test_the_shared_cluster_has_a_scram_listener_and_share_groups(apache_kafka_cluster):
+    """The SASL_PLAINTEXT listener of APACHE_CLUSTER_SCRAM_USERS beside PLAINTEXT on every
+    broker, and share groups (KIP-932) on: a 4.4 node is formatted with share.version 2."""
+    from kproto.codecs import request as request_codec
+    from kproto.testing import APACHE_CLUSTER_SCRAM_USERS
+    from kproto.testing.apache import _request
+
+    kafka = apache_kafka_cluster
+    assert kafka.scram_users == APACHE_CLUSTER_SCRAM_USERS
+    for b in kafka.broker_ids:
+        n = kafka.nodes[b]
+        assert f"SASL_PLAINTEXT://127.0.0.1:{n.sasl_port}" in kafka.properties(b)["listeners"]
+        # ApiVersions is answered before authentication, on either listener alike
+        for port in (n.port, n.sasl_port):
+            versions = _request(kafka.host, port, request_codec(18).cls(
+                client_software_name="kproto-test", client_software_version="1"), 3)
+            assert versions.error_code == 0
+            finalized = {f.name: f.max_version_level for f in versions.finalized_features}
+            assert finalized.get("share.version", 0) >= 1, finalized
+            assert 76 in {k.api_key for k in versions.api_keys}   # ShareGroupHeartbeat
+
+
 def test_both_clients_produce_and_consume_through_the_cluster(apache_kafka_cluster):
     kafka = apache_kafka_cluster
     topic = topic_name("kp3")
