@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -41,10 +42,13 @@ def tcpdump(path: Path, ports: Sequence[int], timeout: float = 10.0, linger: flo
 
     Packets are handed over as they come (``--immediate-mode``: otherwise the kernel passes
     them in blocks, and the last second's block is lost when tcpdump stops) and written at once
-    (``-U``); once the block is done, the capture is stopped with SIGINT, which makes tcpdump
-    close the file."""
+    (``-U``), through a 32 MiB buffer (``-B``: a loaded machine lets tcpdump fall behind);
+    once the block is done, the capture is stopped with SIGINT, which makes tcpdump close the
+    file. Packets the kernel dropped all the same fail the test: a capture missing the end of
+    a connection would read as requests left unanswered at a close."""
     expr = " or ".join(f"tcp port {p}" for p in ports)
-    proc = subprocess.Popen(["tcpdump", "-i", "lo", "-n", "--immediate-mode", "-U", "-s", "0", "-w", str(path), expr],
+    proc = subprocess.Popen(["tcpdump", "-i", "lo", "-n", "--immediate-mode", "-U", "-B", "32768", "-s", "0",
+                             "-w", str(path), expr],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         assert proc.stderr is not None
@@ -66,3 +70,8 @@ def tcpdump(path: Path, ports: Sequence[int], timeout: float = 10.0, linger: flo
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(10)
+    assert proc.stderr is not None
+    dropped = re.search(rb"(\d+) packets? dropped by kernel", proc.stderr.read())
+    if dropped and int(dropped.group(1)):
+        pytest.fail(f"tcpdump: {int(dropped.group(1))} packets dropped by the kernel (a loaded "
+                    "machine): the capture is incomplete", pytrace=False)
