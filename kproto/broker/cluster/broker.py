@@ -200,7 +200,7 @@ class ClusterBrokerCore(BrokerCore):
 
     sparse_logs = True
     state_files = False
-    implemented = {**IMPLEMENTED, ApiKey.WRITE_TXN_MARKERS: (0, WRITE_TXN_MARKERS_VERSION)}
+    implemented = {**IMPLEMENTED, ApiKey.WRITE_TXN_MARKERS: (1, 2)}
 
     def __init__(self, data_dir: str, config: BrokerConfig, *, voters: Sequence[int],
                  transport: RaftTransport, raft_config: Optional[RaftConfig] = None,
