@@ -331,7 +331,7 @@ def describe_client_quotas(entries: Mapping[Entity, Mapping[str, float]], body: 
             entity=[cls.EntityData(entity_type=t, entity_name=n)
                     for t, n in _java_order(list(ent), lambda p: _java_hash(p[0]))],
             values=[cls.ValueData(key=k, value=values[k]) for k in _java_order(list(values), _java_hash)]))
-    return cls(throttle_time_ms=0, error_code=0, error_message=None, entries=out)
+    return cls(throttle_time_ms=0, error_code=0, error_message="", entries=out)  # Kafka: "", not null
 
 
 # ------------------------------------------------------------------ rates and throttling
