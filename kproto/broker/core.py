@@ -31,7 +31,7 @@ from kproto.broker import features as feat
 from kproto.broker.log import BrokerError, Log, LogManager, Topic, replace_file, topic_name_error
 from kproto.broker.purgatory import DelayedOperation, DelayedOperationPurgatory
 from kproto.broker.quotas import (QUOTAS_FILE, THROTTLE_EXEMPT, QuotaManagers, QuotaStore, alter_client_quotas,
-                                  describe_client_quotas, describe_error, request_percentage)
+                                  alter_error, describe_client_quotas, describe_error, request_percentage)
 from kproto.broker.cleaner import CleanerConfig, LogCleaner
 from kproto.broker.retention import RetentionManager, maybe_roll_by_time
 from kproto.broker.coordinators.txn import TransactionCoordinator, leader_verification_error
@@ -812,7 +812,7 @@ class BrokerCore:
         req.respond(describe_client_quotas(self.quota_store.entries, req.body))
 
     def _alter_client_quotas(self, req: Request) -> None:
-        resp, changes = alter_client_quotas(self.quota_store, req.body, req.version)
+        resp, changes = alter_client_quotas(self.quota_store.entries, req.body, req.version)
         self.apply_client_quotas(changes)
         req.respond(resp)
 
@@ -1474,7 +1474,5 @@ def error_response(api_key: int, version: int, body: Any, code: int) -> Optional
     if api_key == ApiKey.DESCRIBE_CLIENT_QUOTAS:
         return describe_error(code, error_message(code))
     if api_key == ApiKey.ALTER_CLIENT_QUOTAS:
-        return cls(entries=[cls.EntryData(error_code=code, error_message=error_message(code), entity=[
-            cls.EntityData(entity_type=d.entity_type, entity_name=d.entity_name) for d in e.entity])
-            for e in body.entries])
+        return alter_error(body, code, error_message(code))
     return None

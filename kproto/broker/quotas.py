@@ -34,7 +34,7 @@ from kproto.schemas.api_keys import ApiKey
 
 __all__ = ["USER", "CLIENT_ID", "IP", "PRODUCER_BYTE_RATE", "CONSUMER_BYTE_RATE", "REQUEST_PERCENTAGE",
            "CONTROLLER_MUTATION_RATE", "CONNECTION_CREATION_RATE", "QUOTAS_FILE", "Entity", "QuotaStore",
-           "alter_client_quotas", "describe_client_quotas", "describe_error", "SampledRate",
+           "alter_client_quotas", "alter_error", "quota_record", "describe_client_quotas", "describe_error", "SampledRate",
            "ClientQuotaManager", "QuotaManagers", "THROTTLE_EXEMPT"]
 
 log = logging.getLogger("kproto.broker")
@@ -159,8 +159,9 @@ class QuotaStore:
                                         for ent, vals in self.entries.items()]}
         replace_file(self.path, json.dumps(doc, indent=1).encode())
 
-    def clear(self) -> None:
-        self.entries.clear()
+    def replace(self, entries: Mapping[Entity, Mapping[str, float]]) -> None:
+        """Every quota at once (a cluster broker's, from its metadata image)."""
+        self.entries = {ent: dict(values) for ent, values in entries.items()}
         self.version += 1
 
 
@@ -213,10 +214,10 @@ def _value_problem(keys: Mapping[str, str], key: str, value: float) -> Optional[
     return None
 
 
-def alter_client_quotas(store: QuotaStore, body: Any, version: int
+def alter_client_quotas(configured: Mapping[Entity, Mapping[str, float]], body: Any, version: int
                         ) -> tuple[Any, list[tuple[Entity, str, Optional[float]]]]:
     """AlterClientQuotas' answer and the changes it makes (records to apply; none when
-    ``validate_only``), as Kafka 4.4 answers: each entry's entity and keys checked (known
+    ``validate_only``) over the ``configured`` quotas, as Kafka 4.4 answers: each entry's entity and keys checked (known
     entity types, no empty names, ip alone, the keys of its kind, positive values, whole
     numbers for the byte and connection rates); an entry that fails changes nothing. One
     answer per distinct entity: an entity given twice, or a key given twice in an entry, is
@@ -245,7 +246,7 @@ def alter_client_quotas(store: QuotaStore, body: Any, version: int
         if problem is not None:
             results[ent] = (ErrorCode.INVALID_REQUEST, problem, as_given)
             continue
-        current = store.entries.get(ent, {})
+        current = configured.get(ent, {})
         for key, value in ops.items():
             if (value is None and key in current) or (value is not None and current.get(key) != value):
                 changes.append((ent, key, value))
@@ -254,6 +255,23 @@ def alter_client_quotas(store: QuotaStore, body: Any, version: int
                              entity=[cls.EntityData(entity_type=t, entity_name=n) for t, n in pairs])
                for code, message, pairs in (results[e] for e in _java_order(list(results), _entity_hash))]
     return cls(throttle_time_ms=0, entries=entries), ([] if body.validate_only else changes)
+
+
+def alter_error(body: Any, code: int, message: Optional[str]) -> Any:
+    """An AlterClientQuotas answer with ``code`` for every entry (its entity as asked)."""
+    cls = response_codec(ApiKey.ALTER_CLIENT_QUOTAS).cls
+    return cls(throttle_time_ms=0, entries=[cls.EntryData(error_code=code, error_message=message, entity=[
+        cls.EntityData(entity_type=d.entity_type, entity_name=d.entity_name) for d in e.entity])
+        for e in body.entries])
+
+
+def quota_record(entity: Entity, key: str, value: Optional[float]) -> Any:
+    """The ClientQuotaRecord of one change (None: the key removed)."""
+    from kproto.codecs import metadata_record
+
+    record = metadata_record(14)
+    return record(entity=[record.cls.EntityData(entity_type=t, entity_name=n) for t, n in entity],
+                  key=key, value=0.0 if value is None else value, remove=value is None)
 
 
 # ------------------------------------------------------------------ DescribeClientQuotas

@@ -250,3 +250,29 @@ def test_request_percentage_throttles_handler_time(tmp_path: Any) -> None:
     assert r.throttle_time_ms > 0
     # ApiVersions is exempt
     assert client.call(K.API_VERSIONS, 3, client_software_name="t", client_software_version="1").throttle_time_ms == 0
+
+
+# ------------------------------------------------------------------ the metadata image
+def test_the_metadata_image_replays_and_snapshots_client_quota_records() -> None:
+    from kproto.broker.quotas import quota_record
+    from kproto.storage.metadata_image import MetadataImage, encode_metadata_record
+
+    image = MetadataImage()
+    alice = make_entity([(USER, "alice"), (CLIENT_ID, None)])
+    ip = make_entity([(IP, "10.0.0.1")])
+    for i, (ent, key, value) in enumerate([(alice, "producer_byte_rate", 1024.0), (alice, "request_percentage", 5.5),
+                                           (ip, "connection_creation_rate", 3.0)]):
+        image.replay_value(encode_metadata_record(quota_record(ent, key, value), 0), i)
+    assert image.take_changes().client_quotas
+    assert image.client_quotas == {alice: {"producer_byte_rate": 1024.0, "request_percentage": 5.5},
+                                   ip: {"connection_creation_rate": 3.0}}
+    image.replay_value(encode_metadata_record(quota_record(ip, "connection_creation_rate", None), 0), 9)
+    assert image.take_changes().client_quotas and ip not in image.client_quotas
+    # a snapshot's records give them back, after the configs as in Kafka's image
+    again = MetadataImage()
+    for obj, v in image.records():
+        again.replay_value(encode_metadata_record(obj, v), 0)
+    assert again.client_quotas == image.client_quotas
+    assert [type(o).__name__ for o, _ in image.records()] == ["ClientQuotaRecord"] * 2
+    again.note_changes_since(MetadataImage())
+    assert again.take_changes().client_quotas

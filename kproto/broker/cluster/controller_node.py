@@ -75,6 +75,7 @@ CONTROLLER_APIS: dict[int, tuple[int, int]] = {
     ApiKey.CREATE_ACLS: (1, 3),  # Kafka 4 dropped v0 (KIP-896)
     ApiKey.DELETE_ACLS: (1, 3),
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
+    ApiKey.ALTER_CLIENT_QUOTAS: (0, 1),
     ApiKey.ALLOCATE_PRODUCER_IDS: (0, 0),
     ApiKey.UPDATE_FEATURES: (0, 2),
     ApiKey.CONTROLLER_REGISTRATION: (0, 0),
