@@ -130,6 +130,8 @@ CLIENT_VERSIONS: Mapping[int, range] = MappingProxyType({
     ApiKey.CREATE_PARTITIONS: range(0, 4),
     ApiKey.DELETE_GROUPS: range(0, 4),
     ApiKey.INCREMENTAL_ALTER_CONFIGS: range(0, 2),
+    ApiKey.DESCRIBE_CLIENT_QUOTAS: range(0, 2),
+    ApiKey.ALTER_CLIENT_QUOTAS: range(0, 2),
     ApiKey.CONSUMER_GROUP_HEARTBEAT: range(0, 2),
     ApiKey.CONSUMER_GROUP_DESCRIBE: range(0, 2),
     ApiKey.UPDATE_FEATURES: range(0, 3),
