@@ -762,22 +762,10 @@ class BrokerCore:
     # ------------------------------------------------------------------ ApiVersions
     def _api_versions(self, req: Request) -> None:
         cls = response_codec(ApiKey.API_VERSIONS).cls
-        body = req.body
-        if req.version >= 3 and not (_SOFTWARE_NAME_VERSION.fullmatch(body.client_software_name)
-                                     and _SOFTWARE_NAME_VERSION.fullmatch(body.client_software_version)):
-            # Kafka's ApiVersionsRequest.isValid: both must match its pattern (so neither is empty)
-            req.respond(cls(error_code=ErrorCode.INVALID_REQUEST))
+        refused = api_versions_refusal(req.body, req.version, self.logs.cluster_id, self.config.node_id)
+        if refused:
+            req.respond(cls(error_code=refused))
             return
-        if req.version >= 5:
-            # as Kafka 4.4's KafkaApis: the cluster id and node id come together or not at all,
-            # and a client that meant another cluster or node is told to bootstrap again
-            if (body.cluster_id is None) != (body.node_id == -1):
-                req.respond(cls(error_code=ErrorCode.INVALID_REQUEST))
-                return
-            if body.cluster_id is not None and (body.cluster_id != self.logs.cluster_id
-                                                or body.node_id != self.config.node_id):
-                req.respond(cls(error_code=ErrorCode.REBOOTSTRAP_REQUIRED))
-                return
         resp = cls(error_code=0, api_keys=[
             cls.ApiVersion(api_key=k, min_version=min(lo, ADVERTISED_FROM.get(k, lo)), max_version=hi)
             for k, (lo, hi) in sorted(self.api_versions().items())])
@@ -1378,6 +1366,22 @@ class BrokerCore:
         self.groups.shutdown()
         self.txns.shutdown()
         self.logs.close(clean)
+
+
+def api_versions_refusal(body: Any, version: int, cluster_id: Optional[str], node_id: int) -> int:
+    """The error an ApiVersions request is answered with before anything else (0: none), as
+    Kafka 4.4 checks it: v3+ a client software name and version of Kafka's pattern; v5+ the
+    cluster id and node id together or not at all, and a client that meant another cluster
+    or node is told to bootstrap again."""
+    if version >= 3 and not (_SOFTWARE_NAME_VERSION.fullmatch(body.client_software_name)
+                             and _SOFTWARE_NAME_VERSION.fullmatch(body.client_software_version)):
+        return ErrorCode.INVALID_REQUEST
+    if version >= 5:
+        if (body.cluster_id is None) != (body.node_id == -1):
+            return ErrorCode.INVALID_REQUEST
+        if body.cluster_id is not None and (body.cluster_id != cluster_id or body.node_id != node_id):
+            return ErrorCode.REBOOTSTRAP_REQUIRED
+    return ErrorCode.NONE
 
 
 def metadata_request_topics(body: Any, version: int) -> tuple[bool, list[str], list[Uuid]]:
