@@ -785,6 +785,8 @@ class BrokerCore:
         request quota (not for the exempt APIs nor an acks=0 produce), a produce's bytes against
         the produce byte rate, a fetch's byte-rate throttle decided with its answer; the
         longest of them."""
+        if req.api_key == ApiKey.FETCH and request_replica_id(req.body, req.version) >= 0:
+            return 0  # a follower's fetch: replication is not a client's traffic
         user, client_id = self.quota_identity(req)
         now = self.clock.now_ms()
         throttle = 0

@@ -276,3 +276,17 @@ def test_the_metadata_image_replays_and_snapshots_client_quota_records() -> None
     assert [type(o).__name__ for o, _ in image.records()] == ["ClientQuotaRecord"] * 2
     again.note_changes_since(MetadataImage())
     assert again.take_changes().client_quotas
+
+
+def test_a_followers_fetch_is_never_throttled(tmp_path: Any) -> None:
+    clock = FakeClock()
+    client = Client(fake_core(tmp_path, clock))
+    alter(client, (entity((USER, None)), [op("request_percentage", 0.0001), op("consumer_byte_rate", 1)]))
+
+    def fetch(replica_id: int) -> Any:
+        return client.answer(client.send(K.FETCH, 12, build(K.FETCH, 12, replica_id=replica_id, max_wait_ms=0,
+                                                            min_bytes=0, max_bytes=1 << 20, isolation_level=0,
+                                                            session_id=0, session_epoch=-1, topics=[],
+                                                            forgotten_topics_data=[], rack_id="")))
+    assert fetch(-1).throttle_time_ms > 0   # a consumer under the default user's quotas
+    assert fetch(2).throttle_time_ms == 0   # a follower (broker 2)
