@@ -1125,7 +1125,7 @@ def describe_client_quotas_filters(ctx: Context) -> ScenarioGen:
     yield _describe(ctx, ("client-id", 0, client), strict=True, label="DescribeClientQuotas client strict")
     yield _describe(ctx, ("ip", 0, ip), until=1, label="DescribeClientQuotas ip")
     yield _describe(ctx, ("ip", 2, None), label="DescribeClientQuotas any ip")
-    for label, comps in [
+    refused: List[Any] = [
         ("empty type", [("", 0, user)]),
         ("type twice", [("user", 0, user), ("user", 2, None)]),
         ("unknown type", [("group", 0, user)]),
@@ -1134,7 +1134,8 @@ def describe_client_quotas_filters(ctx: Context) -> ScenarioGen:
         ("specified with name", [("user", 2, user)]),
         ("unknown match type", [("user", 5, None)]),
         ("ip with user", [("user", 0, user), ("ip", 2, None)]),
-    ]:
+    ]
+    for label, comps in refused:
         yield _describe(ctx, *comps, label=f"DescribeClientQuotas {label}")
     yield _alter(ctx, *[(e, [_op(k, 0, True)]) for e, k in [
         (_ent(("user", user)), "producer_byte_rate"), (_ent(("user", user), ("client-id", client)), "consumer_byte_rate"),
