@@ -290,3 +290,13 @@ def test_a_followers_fetch_is_never_throttled(tmp_path: Any) -> None:
                                                             forgotten_topics_data=[], rack_id="")))
     assert fetch(-1).throttle_time_ms > 0   # a consumer under the default user's quotas
     assert fetch(2).throttle_time_ms == 0   # a follower (broker 2)
+
+
+def test_without_cluster_rights_quotas_are_neither_described_nor_altered(tmp_path: Any) -> None:
+    client = Client(fake_core(tmp_path, FakeClock(), authorizer=True))
+    assert describe(client) == E.CLUSTER_AUTHORIZATION_FAILED  # DESCRIBE_CONFIGS on the cluster
+    assert alter(client, (entity((USER, "u")), [op("producer_byte_rate", 1)]),
+                 (entity((CLIENT_ID, "c")), [op("producer_byte_rate", 1)])) == [
+        (E.CLUSTER_AUTHORIZATION_FAILED, [("client-id", "c")]),
+        (E.CLUSTER_AUTHORIZATION_FAILED, [("user", "u")])]       # ALTER_CONFIGS on the cluster
+    assert client.core.quota_store.entries == {}
