@@ -560,6 +560,11 @@ class BrokerCore:
             return
         if self.security.gate(channel, frame, key):  # before authentication: SASL only
             return
+        if key != ApiKey.API_VERSIONS and removed_in_kafka_4(key, ver):
+            # Kafka 4 cannot even parse it (KIP-896: Produce v0-2, OffsetCommit v0-1, the
+            # ZooKeeper-era APIs, ...): it closes the connection
+            channel.close(f"API key {key} v{ver} was removed in Kafka 4")
+            return
         supported = self.api_versions()
         if key == ApiKey.API_VERSIONS and (key not in supported or ver > supported[key][1]):
             # KIP-511: a version too new is answered in v0 form with the versions we have
@@ -1368,6 +1373,16 @@ class BrokerCore:
         self.groups.shutdown()
         self.txns.shutdown()
         self.logs.close(clean)
+
+
+def removed_in_kafka_4(api_key: int, version: int) -> bool:
+    """Whether a request version exists only in Kafka releases before 4.0 (KIP-896 removed it,
+    or its whole API went with ZooKeeper)."""
+    try:
+        release = request_codec(api_key).release(version)
+    except (KeyError, ValueError):
+        return False  # an API or version no release has: answered UNSUPPORTED_VERSION
+    return int(release.split(".")[0]) < 4
 
 
 def api_versions_refusal(body: Any, version: int, cluster_id: Optional[str], node_id: int) -> int:

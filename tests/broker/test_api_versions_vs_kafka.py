@@ -11,6 +11,7 @@ import pytest
 
 from kproto.client.connection import Connection
 from kproto.codecs import request as request_codec
+from kproto.conformance.scenario import build
 from kproto.framing import RequestHeader, encode_request
 from kproto.schemas.api_keys import ApiKey
 
@@ -26,11 +27,11 @@ def advertised(bootstrap: str) -> dict[int, tuple[int, int]]:
     return {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
 
 
-def produce_answered(bootstrap: str, version: int) -> bool:
-    """Whether a Produce at ``version`` gets an answer (False: the connection was closed)."""
+def answered(bootstrap: str, api_key: int, version: int) -> bool:
+    """Whether a request gets an answer (False: the connection was closed)."""
     host, port = bootstrap.split(",")[0].rsplit(":", 1)
-    body = request_codec(ApiKey.PRODUCE).cls(acks=1, timeout_ms=1000, topic_data=[])
-    header = RequestHeader(request_api_key=ApiKey.PRODUCE, request_api_version=version,
+    body = build(api_key, version, **({"acks": 1, "timeout_ms": 1000} if api_key == ApiKey.PRODUCE else {}))
+    header = RequestHeader(request_api_key=api_key, request_api_version=version,
                            correlation_id=7, client_id="kproto-test")
     with socket.create_connection((host, int(port)), timeout=10) as sock:
         sock.sendall(encode_request(header, body))
@@ -52,5 +53,14 @@ def test_api_versions_are_kafka_4_4s_for_every_api_served(ours: str, request: py
 def test_produce_below_v3_is_listed_but_refused_as_kafka_does(version: int, kafka_broker: Any,
                                                               apache_kafka: Any) -> None:
     assert advertised(kafka_broker.bootstrap)[ApiKey.PRODUCE] == (0, 13)
-    assert produce_answered(apache_kafka.bootstrap, version) == (version >= 3)
-    assert produce_answered(kafka_broker.bootstrap, version) == (version >= 3)
+    assert answered(apache_kafka.bootstrap, ApiKey.PRODUCE, version) == (version >= 3)
+    assert answered(kafka_broker.bootstrap, ApiKey.PRODUCE, version) == (version >= 3)
+
+
+@pytest.mark.parametrize("api_key, version", [(ApiKey.OFFSET_COMMIT, 1), (ApiKey.DESCRIBE_ACLS, 0),
+                                              (ApiKey.FETCH, 3), (ApiKey.LEADER_AND_ISR, 0)])
+def test_a_version_kafka_4_removed_closes_the_connection_as_kafka_does(api_key: int, version: int,
+                                                                       kafka_broker: Any, apache_kafka: Any) -> None:
+    assert not answered(apache_kafka.bootstrap, api_key, version)
+    assert not answered(kafka_broker.bootstrap, api_key, version)
+    assert answered(kafka_broker.bootstrap, api_key, version + 1) != (api_key == ApiKey.LEADER_AND_ISR)
