@@ -1054,18 +1054,21 @@ def _alter(ctx: Context, *entries: Any, validate_only: bool = False, label: str 
 
 
 def _describe(ctx: Context, *components: Any, strict: bool = False, label: str = "DescribeClientQuotas",
-              until: Optional[int] = None, **kw: Any) -> Any:
-    """``until``: asked again while the answer has fewer of this run's entries (Kafka's broker
-    learns a change from its metadata log a moment after the controller answered)."""
-    view = _quota_view(ctx)
-    retry = None if until is None else (lambda r: r.error_code == 0 and len(view(_entries_tree(r))["entries"]) < until)
-    return ctx.call(ApiKey.DESCRIBE_CLIENT_QUOTAS, strict=strict, label=label, view=view, retry=retry,
+              until: Optional[Dict[Any, Dict[str, float]]] = None, **kw: Any) -> Any:
+    """``until``: asked again while this run's entities and values in the answer are not these
+    (entity as (type, name) pairs -> values): Kafka's broker learns a change from its metadata
+    log a moment after the controller answered."""
+    ip = _run_ip(ctx)
+
+    def pending(r: Any) -> bool:
+        got = {tuple(sorted((d.entity_type, d.entity_name) for d in e.entity)): {v.key: v.value for v in e.values}
+               for e in r.entries or ()}
+        got = {e: v for e, v in got.items() if any(n is not None and (n.startswith(ctx.prefix) or n == ip)
+                                                    for _, n in e)}
+        return r.error_code == 0 and got != until
+    return ctx.call(ApiKey.DESCRIBE_CLIENT_QUOTAS, strict=strict, label=label, view=_quota_view(ctx),
+                    retry=None if until is None else pending,
                     components=[{"entity_type": t, "match_type": m, "match": s} for t, m, s in components], **kw)
-
-
-def _entries_tree(r: Any) -> Dict[str, Any]:
-    return {"error_code": r.error_code, "entries": [
-        {"entity": _ent(*((d.entity_type, d.entity_name) for d in e.entity))} for e in r.entries or ()]}
 
 
 @_sc(ApiKey.ALTER_CLIENT_QUOTAS)
@@ -1085,7 +1088,10 @@ def alter_client_quotas(ctx: Context) -> ScenarioGen:
                  (_ent(("ip", ip)), [_op("connection_creation_rate", 0, True)]), label="AlterClientQuotas change")
     yield _alter(ctx, (_ent(("user", None)), [_op("producer_byte_rate", 1)]), validate_only=True,
                  label="AlterClientQuotas validate only")
-    yield _describe(ctx, ("user", 0, user), until=3, label="DescribeClientQuotas after")
+    yield _describe(ctx, ("user", 0, user), label="DescribeClientQuotas after", until={
+        (("user", user),): {"producer_byte_rate": 4096.0},
+        (("client-id", client), ("user", user)): {"consumer_byte_rate": 2048.0, "request_percentage": 12.5},
+        (("client-id", None), ("user", user)): {"controller_mutation_rate": 3.5}})
     yield _describe(ctx, ("user", 1, None), strict=True, label="DescribeClientQuotas default user")
     for label, entry in [
         ("no entity", (_ent(), [_op("producer_byte_rate", 1)])),
@@ -1104,7 +1110,8 @@ def alter_client_quotas(ctx: Context) -> ScenarioGen:
         yield _alter(ctx, entry, label=f"AlterClientQuotas {label}")
     yield _alter(ctx, (_ent(("user", user)), [_op("producer_byte_rate", 7)]),
                  (_ent(("user", user)), [_op("consumer_byte_rate", 8)]), label="AlterClientQuotas entity twice")
-    yield _describe(ctx, ("user", 0, user), strict=True, label="DescribeClientQuotas after refusals")
+    yield _describe(ctx, ("user", 0, user), strict=True, label="DescribeClientQuotas after refusals",
+                    until={(("user", user),): {"producer_byte_rate": 7.0}})
 
 
 @_sc(ApiKey.DESCRIBE_CLIENT_QUOTAS)
@@ -1117,13 +1124,17 @@ def describe_client_quotas_filters(ctx: Context) -> ScenarioGen:
                  (_ent(("user", user), ("client-id", client)), [_op("consumer_byte_rate", 2048)]),
                  (_ent(("user", user), ("client-id", None)), [_op("request_percentage", 50)]),
                  (_ent(("ip", ip)), [_op("connection_creation_rate", 5)]), compare=False)
-    yield _describe(ctx, ("user", 0, user), until=3)
+    yield _describe(ctx, ("user", 0, user), until={
+        (("user", user),): {"producer_byte_rate": 1024.0},
+        (("client-id", client), ("user", user)): {"consumer_byte_rate": 2048.0},
+        (("client-id", None), ("user", user)): {"request_percentage": 50.0}})
     yield _describe(ctx, ("user", 0, user), strict=True, label="DescribeClientQuotas strict")
     yield _describe(ctx, ("user", 0, user), ("client-id", 1, None), label="DescribeClientQuotas default client")
     yield _describe(ctx, ("user", 0, user), ("client-id", 2, None), label="DescribeClientQuotas any client")
     yield _describe(ctx, ("client-id", 0, client), label="DescribeClientQuotas client")
     yield _describe(ctx, ("client-id", 0, client), strict=True, label="DescribeClientQuotas client strict")
-    yield _describe(ctx, ("ip", 0, ip), until=1, label="DescribeClientQuotas ip")
+    yield _describe(ctx, ("ip", 0, ip), until={(("ip", ip),): {"connection_creation_rate": 5.0}},
+                    label="DescribeClientQuotas ip")
     yield _describe(ctx, ("ip", 2, None), label="DescribeClientQuotas any ip")
     refused: List[Any] = [
         ("empty type", [("", 0, user)]),
