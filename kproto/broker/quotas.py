@@ -21,6 +21,7 @@ deletions are never answered THROTTLING_QUOTA_EXCEEDED) and the IP connection ra
 """
 from __future__ import annotations
 
+import ipaddress
 import json
 import logging
 import math
@@ -28,6 +29,7 @@ import socket
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Optional
 
+from kproto.broker.log import replace_file
 from kproto.codecs import response as response_codec
 from kproto.error_codes import ErrorCode
 from kproto.schemas.api_keys import ApiKey
@@ -154,7 +156,6 @@ class QuotaStore:
         """Write the file (nothing without a path)."""
         if self.path is None:
             return
-        from kproto.broker.log import replace_file  # the log module's atomic write
         doc = {"version": 1, "quotas": [{"entity": [list(p) for p in ent], "values": vals}
                                         for ent, vals in self.entries.items()]}
         replace_file(self.path, json.dumps(doc, indent=1).encode())
@@ -174,7 +175,12 @@ def _is_resolvable(host: Optional[str]) -> bool:
     if host is None:
         return True
     try:
-        socket.getaddrinfo(host, None)
+        ipaddress.ip_address(host)
+        return True  # an address: no name lookup
+    except ValueError:
+        pass
+    try:
+        socket.getaddrinfo(host, None)  # a name: looked up as Kafka does (blocking, as there)
         return True
     except (OSError, UnicodeError, ValueError):
         return False
