@@ -26,11 +26,11 @@ __all__ = ["AdminHandlers", "ADMIN_VERSIONS", "admin_error_response", "ELECTION_
 #: API key -> (lowest, highest version) the handlers here implement
 ADMIN_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.CREATE_PARTITIONS: (0, 3),
-    ApiKey.DESCRIBE_CONFIGS: (0, 4),
+    ApiKey.DESCRIBE_CONFIGS: (1, 4),
     ApiKey.ALTER_CONFIGS: (0, 2),
     ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
     ApiKey.DESCRIBE_CLUSTER: (0, 2),
-    ApiKey.DESCRIBE_LOG_DIRS: (0, 5),
+    ApiKey.DESCRIBE_LOG_DIRS: (1, 5),
     ApiKey.DELETE_RECORDS: (0, 2),
     ApiKey.DESCRIBE_PRODUCERS: (0, 0),
     ApiKey.ELECT_LEADERS: (0, 2),

@@ -87,6 +87,9 @@ class BrokerConfig:
     # partitions one CreateTopics/CreatePartitions may add (KRaft's controller refuses an
     # operation of more than 10000 records, QuorumController.MAX_RECORDS_PER_USER_OP)
     max_partitions_per_request: int = 10000
+    # client quotas (kproto.broker.quotas): the samples a rate is measured over
+    quota_window_num: int = 11                      # quota.window.num
+    quota_window_size_seconds: int = 1              # quota.window.size.seconds
     # security (kproto.broker.security.auth, kproto.broker.security.acl): SASL on the listener when mechanisms
     # are enabled (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512), users name -> password (PLAIN's JAAS
     # user_<name> options; the SCRAM credentials are salted from them), and the authorizer

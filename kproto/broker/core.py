@@ -17,6 +17,7 @@ import logging
 import os
 import re
 import time
+from time import perf_counter_ns
 from dataclasses import dataclass
 from typing import Any, Callable, Hashable, Optional, Protocol, Union
 
@@ -29,6 +30,8 @@ from kproto.broker.coordinators.group import GroupCoordinator
 from kproto.broker import features as feat
 from kproto.broker.log import BrokerError, Log, LogManager, Topic, replace_file, topic_name_error
 from kproto.broker.purgatory import DelayedOperation, DelayedOperationPurgatory
+from kproto.broker.quotas import (QUOTAS_FILE, THROTTLE_EXEMPT, QuotaManagers, QuotaStore, alter_client_quotas,
+                                  alter_error, describe_client_quotas, describe_error, request_percentage)
 from kproto.broker.cleaner import CleanerConfig, LogCleaner
 from kproto.broker.retention import RetentionManager, maybe_roll_by_time
 from kproto.broker.coordinators.txn import TransactionCoordinator, leader_verification_error
@@ -62,7 +65,7 @@ _FETCH_ERRORS_BEFORE_READ = frozenset({ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, Err
 # what ApiVersions v3+ accepts as client software name and version (Kafka's pattern)
 _SOFTWARE_NAME_VERSION = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
 
-__all__ = ["BrokerConfig", "BrokerCore", "Channel", "Intercept", "ControlHandle", "IMPLEMENTED"]
+__all__ = ["BrokerConfig", "BrokerCore", "Channel", "Intercept", "ControlHandle", "IMPLEMENTED", "ADVERTISED_FROM"]
 
 log = logging.getLogger("kproto.broker")
 
@@ -77,7 +80,7 @@ IMPLEMENTED: dict[int, tuple[int, int]] = {
     ApiKey.PRODUCE: (3, 13),
     ApiKey.FETCH: (4, 18),
     ApiKey.LIST_OFFSETS: (1, 11),
-    ApiKey.OFFSET_FOR_LEADER_EPOCH: (0, 4),
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: (2, 4),
     ApiKey.METADATA: (0, 13),
     ApiKey.FIND_COORDINATOR: (0, 6),
     ApiKey.API_VERSIONS: (0, 5),
@@ -89,8 +92,8 @@ IMPLEMENTED: dict[int, tuple[int, int]] = {
     ApiKey.SYNC_GROUP: (0, 5),
     ApiKey.HEARTBEAT: (0, 4),
     ApiKey.LEAVE_GROUP: (0, 5),
-    ApiKey.OFFSET_COMMIT: (0, 10),
-    ApiKey.OFFSET_FETCH: (0, 10),
+    ApiKey.OFFSET_COMMIT: (2, 10),
+    ApiKey.OFFSET_FETCH: (1, 10),
     ApiKey.OFFSET_DELETE: (0, 0),
     ApiKey.DESCRIBE_GROUPS: (0, 6),
     ApiKey.LIST_GROUPS: (0, 5),
@@ -109,11 +112,18 @@ IMPLEMENTED: dict[int, tuple[int, int]] = {
     # feature flags (kproto.broker.features) and the metadata quorum as a combined node has it
     ApiKey.UPDATE_FEATURES: (0, 2),
     ApiKey.DESCRIBE_QUORUM: (0, 2),
+    # client quotas (kproto.broker.quotas)
+    ApiKey.DESCRIBE_CLIENT_QUOTAS: (0, 1),
+    ApiKey.ALTER_CLIENT_QUOTAS: (0, 1),
     **ADMIN_VERSIONS,
     **SASL_VERSIONS,    # kproto.broker.security.auth
     **ACL_VERSIONS,     # kproto.broker.security.acl
 }
 
+#: Versions ApiVersions lists below what is served: Kafka 4 removed Produce v0-2 (KIP-896) but
+#: still lists them, as librdkafka refuses to produce to a broker that does not; a request at
+#: one of them closes the connection, as Kafka's does.
+ADVERTISED_FROM: dict[int, int] = {ApiKey.PRODUCE: 0}
 
 # Kafka's text of UNKNOWN_TOPIC_OR_PARTITION in a DescribeQuorum answer
 _NOT_HOSTED = "This server does not host this topic-partition."
@@ -159,6 +169,14 @@ class Channel(Protocol):
 
     def close(self, reason: str) -> None:
         """Drop the connection (bad frame, unknown API, a test's hook)."""
+
+
+def _mute(channel: Channel, throttle_ms: int) -> None:
+    """KIP-219: read nothing more from a throttled client's connection for ``throttle_ms``
+    after its answer (a channel without a socket, as a test's, has nothing to mute)."""
+    mute = getattr(channel, "mute", None)
+    if mute is not None and throttle_ms > 0:
+        mute(throttle_ms)
 
 
 @dataclass
@@ -209,14 +227,35 @@ class Request:
     received_ms: int
     #: puts back what the authorizer took out of the request (kproto.broker.security.authz)
     patch: Optional[Callable[[Any], Any]] = None
+    #: the frame's size (a produce's bytes for its quota)
+    size: int = 0
+    #: records the request against its client's quotas and answers the throttle time in ms
+    #: (set when quotas are configured)
+    throttle: Optional[Callable[[Request], int]] = None
+    #: when the handler started and how long it ran (the request quota counts handler time,
+    #: not the time a request waits in a purgatory)
+    started_ns: int = 0
+    handler_ns: Optional[int] = None
+    #: a Fetch's throttle for its byte rate, decided when its answer was built
+    fetch_throttle_ms: int = 0
 
     def respond(self, body: Any, api_version: Optional[int] = None) -> None:
         ver = self.version if api_version is None else api_version
         if self.patch is not None:
             body = self.patch(body)
+        throttle_ms = self.throttle(self) if self.throttle is not None else 0
+        if throttle_ms > 0 and hasattr(body, "throttle_time_ms"):
+            body.throttle_time_ms = throttle_ms
         frame = encode_response(ResponseHeader(correlation_id=self.header.correlation_id), body,
                                 self.api_key, ver)
         self.channel.respond(frame)
+        _mute(self.channel, throttle_ms)
+
+    def respond_nothing(self) -> None:
+        """No answer (an acks=0 produce); its bytes still count against its client's quota."""
+        throttle_ms = self.throttle(self) if self.throttle is not None else 0
+        self.channel.respond(None)
+        _mute(self.channel, throttle_ms)
 
 
 def _producer_of_batch(records: Any) -> tuple[int, int, bool]:
@@ -369,6 +408,10 @@ class BrokerCore:
             if self.config.authorizer else None)
         self.authz = RequestAuthorizer(self.authorizer, self) if self.authorizer is not None else None
         self.security.on_change = lambda _store: self._save_security()
+        # client quotas: kproto-quotas.json (a broker of a cluster: from the metadata image)
+        self.quota_store = QuotaStore(os.path.join(data_dir, QUOTAS_FILE) if self.state_files else None)
+        self.quotas = QuotaManagers(self.quota_store, self.config.quota_window_num,
+                                    self.config.quota_window_size_seconds)
         self.features_file = os.path.join(data_dir, FEATURES_FILE)
         self.finalized_features, self.features_epoch = _load_features(self.features_file,
                                                                       self.config.transaction_version)
@@ -429,6 +472,8 @@ class BrokerCore:
             ApiKey.INIT_PRODUCER_ID: self._init_producer_id,
             ApiKey.UPDATE_FEATURES: self._update_features,
             ApiKey.DESCRIBE_QUORUM: self._describe_quorum,
+            ApiKey.DESCRIBE_CLIENT_QUOTAS: self._describe_client_quotas,
+            ApiKey.ALTER_CLIENT_QUOTAS: self._alter_client_quotas,
         }
         self.requests_handled = 0
 
@@ -515,6 +560,11 @@ class BrokerCore:
             return
         if self.security.gate(channel, frame, key):  # before authentication: SASL only
             return
+        if key != ApiKey.API_VERSIONS and removed_in_kafka_4(key, ver):
+            # Kafka 4 cannot even parse it (KIP-896: Produce v0-2, OffsetCommit v0-1, the
+            # ZooKeeper-era APIs, ...): it closes the connection
+            channel.close(f"API key {key} v{ver} was removed in Kafka 4")
+            return
         supported = self.api_versions()
         if key == ApiKey.API_VERSIONS and (key not in supported or ver > supported[key][1]):
             # KIP-511: a version too new is answered in v0 form with the versions we have
@@ -529,7 +579,9 @@ class BrokerCore:
             # Kafka closes a connection whose request it cannot parse
             channel.close(f"cannot parse request (API key {key} v{ver}): {exc}")
             return
-        req = Request(channel, header, body, key, ver, self.clock.now_ms())
+        req = Request(channel, header, body, key, ver, self.clock.now_ms(), size=len(frame))
+        if self.quotas.any:
+            req.throttle = self._throttle
         try:
             hook = self._intercept(header, body)
         except Exception:  # a test's hook that raises: close, do not leave the request unanswered
@@ -570,7 +622,9 @@ class BrokerCore:
                         req.respond(verdict.response)
                         return
                     req.patch = verdict.patch
+            req.started_ns = perf_counter_ns()
             handler(req)
+            req.handler_ns = perf_counter_ns() - req.started_ns
         except Exception:  # a handler bug must not take the broker down
             log.exception("error handling %s v%d", request_codec(req.api_key).name, req.version)
             self._answer_error(req, ErrorCode.UNKNOWN_SERVER_ERROR, run_handler=False)
@@ -713,28 +767,57 @@ class BrokerCore:
     # ------------------------------------------------------------------ ApiVersions
     def _api_versions(self, req: Request) -> None:
         cls = response_codec(ApiKey.API_VERSIONS).cls
-        body = req.body
-        if req.version >= 3 and not (_SOFTWARE_NAME_VERSION.fullmatch(body.client_software_name)
-                                     and _SOFTWARE_NAME_VERSION.fullmatch(body.client_software_version)):
-            # Kafka's ApiVersionsRequest.isValid: both must match its pattern (so neither is empty)
-            req.respond(cls(error_code=ErrorCode.INVALID_REQUEST))
+        refused = api_versions_refusal(req.body, req.version, self.logs.cluster_id, self.config.node_id)
+        if refused:
+            req.respond(cls(error_code=refused))
             return
-        if req.version >= 5:
-            # as Kafka 4.4's KafkaApis: the cluster id and node id come together or not at all,
-            # and a client that meant another cluster or node is told to bootstrap again
-            if (body.cluster_id is None) != (body.node_id == -1):
-                req.respond(cls(error_code=ErrorCode.INVALID_REQUEST))
-                return
-            if body.cluster_id is not None and (body.cluster_id != self.logs.cluster_id
-                                                or body.node_id != self.config.node_id):
-                req.respond(cls(error_code=ErrorCode.REBOOTSTRAP_REQUIRED))
-                return
         resp = cls(error_code=0, api_keys=[
-            cls.ApiVersion(api_key=k, min_version=lo, max_version=hi)
+            cls.ApiVersion(api_key=k, min_version=min(lo, ADVERTISED_FROM.get(k, lo)), max_version=hi)
             for k, (lo, hi) in sorted(self.api_versions().items())])
         if req.version >= 3:
             feat.set_api_versions_features(resp, req.version, *self.feature_levels())
         req.respond(resp)
+
+    # ------------------------------------------------------------------ client quotas
+    def quota_identity(self, req: Request) -> tuple[str, str]:
+        """The (user, client id) a request is counted under: the principal's name (ANONYMOUS
+        on a listener without authentication), as Kafka's quota entities name users."""
+        principal = self.security.session(req.channel).principal
+        return principal.split(":", 1)[-1], req.header.client_id or ""
+
+    def _throttle(self, req: Request) -> int:
+        """Kafka's throttling of an answer: the request's handler time against its client's
+        request quota (not for the exempt APIs nor an acks=0 produce), a produce's bytes against
+        the produce byte rate, a fetch's byte-rate throttle decided with its answer; the
+        longest of them."""
+        if req.api_key == ApiKey.FETCH and request_replica_id(req.body, req.version) >= 0:
+            return 0  # a follower's fetch: replication is not a client's traffic
+        user, client_id = self.quota_identity(req)
+        now = self.clock.now_ms()
+        throttle = 0
+        produce = req.api_key == ApiKey.PRODUCE
+        if req.api_key not in THROTTLE_EXEMPT and not (produce and req.body.acks == 0):
+            nanos = req.handler_ns if req.handler_ns is not None else perf_counter_ns() - req.started_ns
+            throttle = self.quotas.request.record(user, client_id, request_percentage(nanos), now)
+        if produce:
+            throttle = max(throttle, self.quotas.produce.record(user, client_id, req.size, now))
+        return max(throttle, req.fetch_throttle_ms)
+
+    def _describe_client_quotas(self, req: Request) -> None:
+        req.respond(describe_client_quotas(self.quota_store.entries, req.body))
+
+    def _alter_client_quotas(self, req: Request) -> None:
+        resp, changes = alter_client_quotas(self.quota_store.entries, req.body, req.version)
+        self.apply_client_quotas(changes)
+        req.respond(resp)
+
+    def apply_client_quotas(self, changes: list[tuple[Any, str, Optional[float]]]) -> None:
+        """Make quota changes (ClientQuotaRecords' content) and keep them."""
+        if not changes:
+            return
+        for entity, key, value in changes:
+            self.quota_store.apply(entity, key, value)
+        self.quota_store.save()
 
     # ------------------------------------------------------------------ features
     def feature_levels(self) -> tuple[dict[str, int], int]:
@@ -1180,7 +1263,7 @@ class BrokerCore:
             if req.patch is not None or any(p.error_code for t in topics for p in t.partition_responses):
                 _close_for_acks0(req)  # partitions refused by the authorizer, or an append failed
             else:
-                req.channel.respond(None)
+                req.respond_nothing()
         else:
             self.answer_produce(req, cls(responses=topics), waits)
         for key in appended:
@@ -1210,6 +1293,15 @@ class BrokerCore:
         cls = response_codec(ApiKey.FETCH).cls
         committed = ver >= 4 and body.isolation_level == 1
         budget = min(body.max_bytes if ver >= 3 else _INT32_MAX, self.config.fetch_max_bytes)
+        quota = self.quotas.fetch
+        who: Optional[tuple[str, str]] = None
+        if req.throttle is not None and request_replica_id(body, ver) < 0:
+            who = self.quota_identity(req)
+            in_window = quota.max_value_in_window(*who)
+            if in_window is None:
+                who = None  # no consumer byte rate for this client
+            else:
+                budget = min(budget, int(in_window))  # Kafka's cap of a consumer's answer
         first = True
         updates: dict[TopicIdPartition, Any] = {}
         # records start empty, not null, as Kafka answers (MemoryRecords.EMPTY): librdkafka
@@ -1248,7 +1340,18 @@ class BrokerCore:
                 first = False
                 budget = max(0, budget - len(records))
         answer = ctx.update_and_generate_response_data(updates)
-        req.respond(build_fetch_response(answer, ver))
+        resp = build_fetch_response(answer, ver)
+        if who is not None:
+            # Kafka counts the answer's size; a client over its rate gets an empty answer (its
+            # bytes taken back) and the throttle time
+            size = len(response_codec(ApiKey.FETCH).encode(resp, ver))
+            now = self.clock.now_ms()
+            throttle = quota.record(*who, size, now)
+            if throttle > 0:
+                quota.unrecord(*who, size, now)
+                req.fetch_throttle_ms = throttle
+                resp = build_fetch_response(ctx.get_throttled_response(throttle), ver)
+        req.respond(resp)
 
     # ------------------------------------------------------------------ lifecycle
     def _checkpoint_high_watermarks(self, schedule_only: bool = False) -> None:
@@ -1270,6 +1373,32 @@ class BrokerCore:
         self.groups.shutdown()
         self.txns.shutdown()
         self.logs.close(clean)
+
+
+def removed_in_kafka_4(api_key: int, version: int) -> bool:
+    """Whether a request version exists only in Kafka releases before 4.0 (KIP-896 removed it,
+    or its whole API went with ZooKeeper)."""
+    try:
+        release = request_codec(api_key).release(version)
+    except (KeyError, ValueError):
+        return False  # an API or version no release has: answered UNSUPPORTED_VERSION
+    return int(release.split(".")[0]) < 4
+
+
+def api_versions_refusal(body: Any, version: int, cluster_id: Optional[str], node_id: int) -> int:
+    """The error an ApiVersions request is answered with before anything else (0: none), as
+    Kafka 4.4 checks it: v3+ a client software name and version of Kafka's pattern; v5+ the
+    cluster id and node id together or not at all, and a client that meant another cluster
+    or node is told to bootstrap again."""
+    if version >= 3 and not (_SOFTWARE_NAME_VERSION.fullmatch(body.client_software_name)
+                             and _SOFTWARE_NAME_VERSION.fullmatch(body.client_software_version)):
+        return ErrorCode.INVALID_REQUEST
+    if version >= 5:
+        if (body.cluster_id is None) != (body.node_id == -1):
+            return ErrorCode.INVALID_REQUEST
+        if body.cluster_id is not None and (body.cluster_id != cluster_id or body.node_id != node_id):
+            return ErrorCode.REBOOTSTRAP_REQUIRED
+    return ErrorCode.NONE
 
 
 def metadata_request_topics(body: Any, version: int) -> tuple[bool, list[str], list[Uuid]]:
@@ -1363,4 +1492,8 @@ def error_response(api_key: int, version: int, body: Any, code: int) -> Optional
     if api_key == ApiKey.STREAMS_GROUP_DESCRIBE:
         return cls(groups=[cls.DescribedGroup(error_code=code, group_id=g, group_state="")
                            for g in body.group_ids])
+    if api_key == ApiKey.DESCRIBE_CLIENT_QUOTAS:
+        return describe_error(code, error_message(code))
+    if api_key == ApiKey.ALTER_CLIENT_QUOTAS:
+        return alter_error(body, code, error_message(code))
     return None

@@ -105,6 +105,12 @@ class _Connection:
         self.peer = f"/{peer[0]}" if isinstance(peer, tuple) else "/127.0.0.1"
         self.done: Optional[asyncio.Future[None]] = None
         self.closed: Optional[str] = None
+        #: KIP-219: the loop time until which nothing more is read (a throttled client)
+        self.muted_until = 0.0
+
+    def mute(self, throttle_ms: int) -> None:
+        """Read no further request for ``throttle_ms`` (after this answer)."""
+        self.muted_until = max(self.muted_until, asyncio.get_running_loop().time() + throttle_ms / 1000.0)
 
     def respond(self, frame: Optional[bytes]) -> None:
         if self.closed is None and frame is not None:
@@ -311,6 +317,10 @@ class Listener:
                 await conn.done
                 if conn.closed is not None:
                     return
+                if conn.muted_until:
+                    # throttled (KIP-219): the answer is out, the next request waits
+                    await asyncio.sleep(max(0.0, conn.muted_until - loop.time()))
+                    conn.muted_until = 0.0
                 if writer.transport.get_write_buffer_size() > 1 << 20:
                     await writer.drain()
         except (ConnectionError, asyncio.IncompleteReadError):

@@ -563,6 +563,41 @@ class Admin:
                 deleted.append(_acl_from(m, getattr(m, "pattern_type", 3), m))
         return deleted
 
+    # -- client quotas ---------------------------------------------------------------------------
+    async def alter_client_quotas(self, entity: Mapping[str, Optional[str]], quotas: Mapping[str, Optional[float]],
+                                  *, validate_only: bool = False) -> None:
+        """Set (a value) or remove (None) ``quotas`` of one quota entity: ``{"user": "alice"}``,
+        ``{"user": "alice", "client-id": None}`` (None: the default entity), ``{"ip": "10.0.0.1"}``;
+        keys as Kafka's (``producer_byte_rate``, ``consumer_byte_rate``, ``request_percentage``,
+        ``controller_mutation_rate``, ``connection_creation_rate``)."""
+        codec = _request_codec(ApiKey.ALTER_CLIENT_QUOTAS)
+        cls = codec.cls
+        body = cls(validate_only=validate_only, entries=[cls.EntryData(
+            entity=[cls.EntityData(entity_type=t, entity_name=n) for t, n in entity.items()],
+            ops=[cls.OpData(key=k, value=0.0 if v is None else float(v), remove=v is None)
+                 for k, v in quotas.items()])])
+        conn = await self.cluster.bootstrap_connection()
+        resp = await conn.request(body)
+        for e in resp.entries:
+            raise_for_error(e.error_code, f"AlterClientQuotas({dict(entity)})", e.error_message)
+
+    async def describe_client_quotas(self, match: Optional[Mapping[str, Optional[str]]] = None, *,
+                                     any_of: Iterable[str] = (),
+                                     strict: bool = False) -> dict[tuple[tuple[str, Optional[str]], ...], dict[str, float]]:
+        """The quotas of the entities that ``match`` (entity type -> name, None: the default
+        entity) and that have a name of each type in ``any_of``; ``strict``: only entities with
+        no other types. Keys: the entities as sorted (type, name) pairs."""
+        codec = _request_codec(ApiKey.DESCRIBE_CLIENT_QUOTAS)
+        cls = codec.cls
+        components = [cls.ComponentData(entity_type=t, match_type=0 if n is not None else 1, match=n)
+                      for t, n in (match or {}).items()]
+        components += [cls.ComponentData(entity_type=t, match_type=2, match=None) for t in any_of]
+        conn = await self.cluster.bootstrap_connection()
+        resp = await conn.request(cls(components=components, strict=strict))
+        raise_for_error(resp.error_code, "DescribeClientQuotas", resp.error_message)
+        return {tuple(sorted((d.entity_type, d.entity_name) for d in e.entity)): {v.key: v.value for v in e.values}
+                for e in resp.entries or ()}
+
     # -- groups ----------------------------------------------------------------------------------
     async def list_groups(self) -> list[GroupListing]:
         """Every group of every broker (ListGroups goes to each one, as Kafka's admin does)."""

@@ -9,7 +9,9 @@ into frames and received bytes into responses; ``ApiVersionTable`` picks version
     await conn.close()
 
 Many requests may be in flight at once; Kafka answers them in order on one connection, so each
-response must carry the correlation id of the oldest outstanding request. A request timeout
+response must carry the correlation id of the oldest outstanding request. An answer that says
+the client was throttled (KIP-219) holds the connection's next requests back for that long, as
+Kafka's clients do: the broker has muted the connection meanwhile anyway. A request timeout
 closes the connection (as Kafka's ``NetworkClient`` does): the answer may still arrive later,
 and nothing after it could be trusted to line up.
 """
@@ -46,6 +48,10 @@ class Connection:
         self._closed: Optional[BaseException] = None
         self.version_caps = dict(version_caps or {})
         self.versions: ApiVersionTable = ApiVersionTable({}, self.version_caps)
+        #: KIP-219: requests are held back until this loop time; those sent meanwhile wait here
+        self.throttled_until = 0.0
+        self._held: list[bytes] = []
+        self._release: Optional[asyncio.TimerHandle] = None
         self._read_task = asyncio.get_running_loop().create_task(self._read_loop())
 
     @classmethod
@@ -92,7 +98,12 @@ class Connection:
                 if not data:
                     error = ConnectionClosedError(f"{self.host}:{self.port} closed the connection")
                     break
-                for fut, result in self._protocol.feed(data):
+                results = self._protocol.feed(data)
+                throttle_ms = self._protocol.take_throttle()
+                if throttle_ms > 0:
+                    self.throttled_until = max(self.throttled_until,
+                                               asyncio.get_running_loop().time() + throttle_ms / 1000.0)
+                for fut, result in results:
                     if fut.done():
                         continue
                     if isinstance(result, BaseException):
@@ -116,6 +127,10 @@ class Connection:
                 pending.token.set_exception(self._closed)
                 pending.token.exception()  # retrieved: no "never retrieved" warning if abandoned
         self._protocol.in_flight.clear()
+        self._held.clear()
+        if self._release is not None:
+            self._release.cancel()
+            self._release = None
         self._writer.close()
 
     async def close(self) -> None:
@@ -149,6 +164,8 @@ class Connection:
         closes the connection (later answers could no longer be trusted) and raises
         :class:`RequestTimeoutError`."""
         timeout = self.request_timeout if timeout is None else timeout
+        # a request held back by a throttle has its whole timeout once it is out
+        timeout += max(0.0, self.throttled_until - asyncio.get_running_loop().time())
         try:
             await self._writer.drain()  # back-pressure on big requests
         except OSError:
@@ -172,10 +189,28 @@ class Connection:
         if version is None:
             version = self.versions.pick(body.API_KEY)
         frame = self._protocol.encode(body, version, fut, expect_response)
-        self._writer.write(frame)
+        if self._held or loop.time() < self.throttled_until:
+            self._held.append(frame)
+            if self._release is None:
+                self._release = loop.call_at(self.throttled_until, self._send_held)
+        else:
+            self._writer.write(frame)
         if not expect_response:
             fut.set_result(None)
         return fut
+
+    def _send_held(self) -> None:
+        """Write the requests held back by a throttle, in order, once it is over."""
+        self._release = None
+        if self._closed is not None:
+            return
+        loop = asyncio.get_running_loop()
+        if loop.time() < self.throttled_until:  # a later answer made it longer
+            self._release = loop.call_at(self.throttled_until, self._send_held)
+            return
+        for frame in self._held:
+            self._writer.write(frame)
+        self._held.clear()
 
     async def negotiate_versions(self, cluster_id: Optional[str] = None, node_id: int = -1) -> ApiVersionTable:
         """ApiVersions at our highest version; on UNSUPPORTED_VERSION retry at the broker's

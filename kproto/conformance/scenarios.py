@@ -3,6 +3,7 @@
 decoded answers). Every run uses its own topics and groups, so runs never see each other."""
 from __future__ import annotations
 
+import zlib
 from typing import Any, Dict, List, Optional
 
 from kproto.conformance.normalise import Keyed
@@ -1004,3 +1005,150 @@ def describe_client_quotas(ctx: Context) -> ScenarioGen:
     """The quotas of a client id nobody has configured."""
     yield ctx.call(ApiKey.DESCRIBE_CLIENT_QUOTAS, strict=False, components=[
         {"entity_type": "client-id", "match_type": 0, "match": ctx.group("client")}])
+
+
+# -- client quotas -----------------------------------------------------------------------------
+def _run_ip(ctx: Context) -> str:
+    """An ip address of this run's own (ip entities are shared by every run)."""
+    h = zlib.crc32(ctx.prefix.encode())
+    return f"10.{h % 250 + 1}.{(h >> 8) % 250 + 1}.{(h >> 16) % 250 + 1}"
+
+
+def _quota_view(ctx: Context) -> Any:
+    """Entries in one order (Kafka answers them in its hash maps' order), each entity's parts and
+    values by name; a describe's entries only those of this run (its names and ip)."""
+    ip = _run_ip(ctx)
+
+    def mine(entry: Any) -> bool:
+        names = [e["entity_name"] for e in entry["entity"]]
+        return any(n is not None and (n.startswith(ctx.prefix) or n == ip) for n in names)
+
+    def view(tree: Any) -> Any:
+        entries = tree.get("entries")
+        if entries is None:
+            return tree
+        out = []
+        for e in entries:
+            e = {**e, "entity": sorted(e["entity"], key=lambda d: (d["entity_type"], d["entity_name"] or ""))}
+            if "values" in e:
+                e["values"] = sorted(e["values"], key=lambda v: v["key"])
+            out.append(e)
+        if "error_code" in tree:  # a describe: other runs' entities are not this run's answer
+            out = [e for e in out if mine(e)]
+        return {**tree, "entries": sorted(out, key=lambda e: repr(e["entity"]))}
+    return view
+
+
+def _ent(*pairs: Any) -> List[Dict[str, Any]]:
+    return [{"entity_type": t, "entity_name": n} for t, n in pairs]
+
+
+def _op(key: str, value: float = 0.0, remove: bool = False) -> Dict[str, Any]:
+    return {"key": key, "value": value, "remove": remove}
+
+
+def _alter(ctx: Context, *entries: Any, validate_only: bool = False, label: str = "AlterClientQuotas",
+           **kw: Any) -> Any:
+    return ctx.call(ApiKey.ALTER_CLIENT_QUOTAS, validate_only=validate_only, label=label,
+                    entries=[{"entity": e, "ops": o} for e, o in entries], view=_quota_view(ctx), **kw)
+
+
+def _describe(ctx: Context, *components: Any, strict: bool = False, label: str = "DescribeClientQuotas",
+              until: Optional[Dict[Any, Dict[str, float]]] = None, **kw: Any) -> Any:
+    """``until``: asked again while this run's entities and values in the answer are not these
+    (entity as (type, name) pairs -> values): Kafka's broker learns a change from its metadata
+    log a moment after the controller answered."""
+    ip = _run_ip(ctx)
+
+    def pending(r: Any) -> bool:
+        got = {tuple(sorted((d.entity_type, d.entity_name) for d in e.entity)): {v.key: v.value for v in e.values}
+               for e in r.entries or ()}
+        got = {e: v for e, v in got.items() if any(n is not None and (n.startswith(ctx.prefix) or n == ip)
+                                                    for _, n in e)}
+        return r.error_code == 0 and got != until
+    return ctx.call(ApiKey.DESCRIBE_CLIENT_QUOTAS, strict=strict, label=label, view=_quota_view(ctx),
+                    retry=None if until is None else pending,
+                    components=[{"entity_type": t, "match_type": m, "match": s} for t, m, s in components], **kw)
+
+
+@_sc(ApiKey.ALTER_CLIENT_QUOTAS)
+def alter_client_quotas(ctx: Context) -> ScenarioGen:
+    """Quotas of a user, a user and client id, a user with the default client id and an ip
+    set, one changed and one removed; validate_only on the default user (nothing changes);
+    then every refusal: no entity, an unknown entity type, an empty name, ip with a user, an
+    unknown key, a key of another kind of entity, a fraction for a byte rate, a zero, a key or
+    an entity given twice, a host that does not resolve."""
+    user, client, ip = ctx.group("user"), ctx.group("client"), _run_ip(ctx)
+    yield _alter(ctx, (_ent(("user", user)), [_op("producer_byte_rate", 1024)]),
+                 (_ent(("user", user), ("client-id", client)), [_op("consumer_byte_rate", 2048),
+                                                                 _op("request_percentage", 12.5)]),
+                 (_ent(("user", user), ("client-id", None)), [_op("controller_mutation_rate", 3.5)]),
+                 (_ent(("ip", ip)), [_op("connection_creation_rate", 10)]))
+    yield _alter(ctx, (_ent(("user", user)), [_op("producer_byte_rate", 4096), _op("consumer_byte_rate", 1, True)]),
+                 (_ent(("ip", ip)), [_op("connection_creation_rate", 0, True)]), label="AlterClientQuotas change")
+    yield _alter(ctx, (_ent(("user", None)), [_op("producer_byte_rate", 1)]), validate_only=True,
+                 label="AlterClientQuotas validate only")
+    yield _describe(ctx, ("user", 0, user), label="DescribeClientQuotas after", until={
+        (("user", user),): {"producer_byte_rate": 4096.0},
+        (("client-id", client), ("user", user)): {"consumer_byte_rate": 2048.0, "request_percentage": 12.5},
+        (("client-id", None), ("user", user)): {"controller_mutation_rate": 3.5}})
+    yield _describe(ctx, ("user", 1, None), strict=True, label="DescribeClientQuotas default user")
+    for label, entry in [
+        ("no entity", (_ent(), [_op("producer_byte_rate", 1)])),
+        ("unknown type", (_ent(("group", user)), [_op("producer_byte_rate", 1)])),
+        ("empty name", (_ent(("client-id", "")), [_op("producer_byte_rate", 1)])),
+        ("ip with user", (_ent(("user", user), ("ip", ip)), [_op("producer_byte_rate", 1)])),
+        ("unknown key", (_ent(("user", user)), [_op("nope", 1), _op("producer_byte_rate", 2)])),
+        ("key of another kind", (_ent(("client-id", client)), [_op("connection_creation_rate", 1)])),
+        ("fraction", (_ent(("user", user)), [_op("producer_byte_rate", 1.5)])),
+        ("fraction of a connection rate", (_ent(("ip", None)), [_op("connection_creation_rate", 2.5)])),
+        ("zero", (_ent(("user", user)), [_op("request_percentage", 0)])),
+        ("negative", (_ent(("user", user)), [_op("producer_byte_rate", -5)])),
+        ("key twice", (_ent(("user", user)), [_op("producer_byte_rate", 1), _op("producer_byte_rate", 2)])),
+        ("unresolvable host", (_ent(("ip", "no such host")), [_op("connection_creation_rate", 1)])),
+    ]:
+        yield _alter(ctx, entry, label=f"AlterClientQuotas {label}")
+    yield _alter(ctx, (_ent(("user", user)), [_op("producer_byte_rate", 7)]),
+                 (_ent(("user", user)), [_op("consumer_byte_rate", 8)]), label="AlterClientQuotas entity twice")
+    yield _describe(ctx, ("user", 0, user), strict=True, label="DescribeClientQuotas after refusals",
+                    until={(("user", user),): {"producer_byte_rate": 7.0}})
+
+
+@_sc(ApiKey.DESCRIBE_CLIENT_QUOTAS)
+def describe_client_quotas_filters(ctx: Context) -> ScenarioGen:
+    """Every match type over a run's own entities: exact, default, any specified name, strict
+    and not; an ip; then every refused filter: an empty or unknown entity type, a type twice,
+    exact without a name, default or specified with one, an unknown match type, ip with user."""
+    user, client, ip = ctx.group("user"), ctx.group("client"), _run_ip(ctx)
+    yield _alter(ctx, (_ent(("user", user)), [_op("producer_byte_rate", 1024)]),
+                 (_ent(("user", user), ("client-id", client)), [_op("consumer_byte_rate", 2048)]),
+                 (_ent(("user", user), ("client-id", None)), [_op("request_percentage", 50)]),
+                 (_ent(("ip", ip)), [_op("connection_creation_rate", 5)]), compare=False)
+    yield _describe(ctx, ("user", 0, user), until={
+        (("user", user),): {"producer_byte_rate": 1024.0},
+        (("client-id", client), ("user", user)): {"consumer_byte_rate": 2048.0},
+        (("client-id", None), ("user", user)): {"request_percentage": 50.0}})
+    yield _describe(ctx, ("user", 0, user), strict=True, label="DescribeClientQuotas strict")
+    yield _describe(ctx, ("user", 0, user), ("client-id", 1, None), label="DescribeClientQuotas default client")
+    yield _describe(ctx, ("user", 0, user), ("client-id", 2, None), label="DescribeClientQuotas any client")
+    yield _describe(ctx, ("client-id", 0, client), label="DescribeClientQuotas client")
+    yield _describe(ctx, ("client-id", 0, client), strict=True, label="DescribeClientQuotas client strict")
+    yield _describe(ctx, ("ip", 0, ip), until={(("ip", ip),): {"connection_creation_rate": 5.0}},
+                    label="DescribeClientQuotas ip")
+    yield _describe(ctx, ("ip", 2, None), label="DescribeClientQuotas any ip")
+    refused: List[Any] = [
+        ("empty type", [("", 0, user)]),
+        ("type twice", [("user", 0, user), ("user", 2, None)]),
+        ("unknown type", [("group", 0, user)]),
+        ("exact without name", [("user", 0, None)]),
+        ("default with name", [("user", 1, user)]),
+        ("specified with name", [("user", 2, user)]),
+        ("unknown match type", [("user", 5, None)]),
+        ("ip with user", [("user", 0, user), ("ip", 2, None)]),
+    ]
+    for label, comps in refused:
+        yield _describe(ctx, *comps, label=f"DescribeClientQuotas {label}")
+    yield _alter(ctx, *[(e, [_op(k, 0, True)]) for e, k in [
+        (_ent(("user", user)), "producer_byte_rate"), (_ent(("user", user), ("client-id", client)), "consumer_byte_rate"),
+        (_ent(("user", user), ("client-id", None)), "request_percentage"), (_ent(("ip", ip)), "connection_creation_rate")]],
+        compare=False, label="AlterClientQuotas clean up")

@@ -44,6 +44,7 @@ class RecordType:
     REMOVE_TOPIC = 9
     USER_SCRAM_CREDENTIAL = 11
     FEATURE_LEVEL = 12
+    CLIENT_QUOTA = 14
     PRODUCER_IDS = 15
     BROKER_REGISTRATION_CHANGE = 17
     ACCESS_CONTROL_ENTRY = 18
@@ -235,10 +236,12 @@ class MetadataChanges:
     acls: bool = False
     #: the (SCRAM mechanism id, user) whose credential was set or removed
     scram: list[tuple[int, str]] = field(default_factory=list)
+    #: whether any client quota was set or removed
+    client_quotas: bool = False
 
     def __bool__(self) -> bool:
         return bool(self.topics_created or self.topics_deleted or self.partitions or self.brokers
-                    or self.configs or self.features or self.acls or self.scram)
+                    or self.configs or self.features or self.acls or self.scram or self.client_quotas)
 
 
 class MetadataImage:
@@ -264,6 +267,9 @@ class MetadataImage:
         self.acls: dict[Uuid, AclEntry] = {}
         #: SCRAM credentials by (mechanism id: 1 SCRAM-SHA-256, 2 SCRAM-SHA-512; user name)
         self.scram: dict[tuple[int, str], ScramEntry] = {}
+        #: client quotas: entity ((type, name) pairs sorted by type, a None name the default
+        #: entity) -> {key: value}
+        self.client_quotas: dict[tuple[tuple[str, Optional[str]], ...], dict[str, float]] = {}
         self._topics_created: dict[str, None] = {}
         self._topics_deleted: dict[str, None] = {}
         self._partitions: dict[tuple[Uuid, int], Optional[PartitionInfo]] = {}  # key -> previous
@@ -272,6 +278,7 @@ class MetadataImage:
         self._features: dict[str, None] = {}
         self._acls = False
         self._scram: dict[tuple[int, str], None] = {}
+        self._client_quotas = False
 
     # ------------------------------------------------------------------ reading
     def partition(self, topic: str, partition: int) -> Optional[PartitionInfo]:
@@ -310,8 +317,8 @@ class MetadataImage:
         self.replay(record_type, version, obj, offset)
 
     def replay(self, record_type: int, version: int, obj: Any, offset: int) -> None:
-        """Apply one metadata record; types the image does not keep (client quotas,
-        delegation tokens, transactions markers, NoOp) only move
+        """Apply one metadata record; types the image does not keep (delegation tokens,
+        transactions markers, NoOp) only move
         :attr:`offset`."""
         handler = _REPLAY.get(record_type)
         if handler is not None:
@@ -459,6 +466,16 @@ class MetadataImage:
         if self.scram.pop(key, None) is not None:
             self._scram[key] = None
 
+    def _client_quota(self, r: Any) -> None:
+        entity = tuple(sorted((e.entity_type, e.entity_name) for e in r.entity))
+        if r.remove:
+            values = self.client_quotas.get(entity)
+            if values is not None and values.pop(r.key, None) is not None and not values:
+                del self.client_quotas[entity]
+        else:
+            self.client_quotas.setdefault(entity, {})[r.key] = r.value
+        self._client_quotas = True
+
     def _clear_elr(self, r: Any) -> None:
         topics = self.topics.values() if not r.topic_name else (
             [self.topics[r.topic_name]] if r.topic_name in self.topics else [])
@@ -473,7 +490,8 @@ class MetadataImage:
     def records(self) -> list[tuple[Any, int]]:
         """The image as the ``(record, version)`` list a KRaft snapshot holds, in Kafka's
         ``MetadataImage.write`` order: features (``metadata.version`` first), brokers, controllers,
-        topics with their partitions, configs, the producer id block, ACLs, SCRAM credentials.
+        topics with their partitions, configs, client quotas, the producer id block, ACLs, SCRAM
+        credentials.
         Replaying them into an empty image gives this one back. The versions are those the
         controller writes at
         ``metadata.version`` 3.9-IV0; record types the image does not keep are not written."""
@@ -525,6 +543,11 @@ class MetadataImage:
             for name, value in sorted(entries.items()):
                 out.append((config(resource_type=rtype, resource_name=rname, name=name,
                                    value=value), 0))
+        quota = metadata_record(RecordType.CLIENT_QUOTA)
+        for entity, values in sorted(self.client_quotas.items(), key=lambda kv: repr(kv[0])):
+            for key, amount in sorted(values.items()):
+                out.append((quota(entity=[quota.cls.EntityData(entity_type=t, entity_name=n) for t, n in entity],
+                                  key=key, value=amount, remove=False), 0))
         if self.next_producer_id > 0 or self.producer_ids_owner != (-1, -1):
             # Kafka's ProducerIdsImage.write: the next block only, no owner
             out.append((metadata_record(RecordType.PRODUCER_IDS)(
@@ -569,6 +592,7 @@ class MetadataImage:
         self._acls = self.acls != old.acls
         self._scram = {k: None for k in set(self.scram) | set(old.scram)
                        if self.scram.get(k) != old.scram.get(k)}
+        self._client_quotas = self.client_quotas != old.client_quotas
 
     # ------------------------------------------------------------------ changes
     def take_changes(self) -> MetadataChanges:
@@ -577,7 +601,7 @@ class MetadataImage:
                               topics_deleted=list(self._topics_deleted),
                               brokers={i: self.brokers.get(i) for i in sorted(self._brokers)},
                               configs=list(self._configs), features=list(self._features),
-                              acls=self._acls, scram=list(self._scram))
+                              acls=self._acls, scram=list(self._scram), client_quotas=self._client_quotas)
         for (topic_id, index), previous in self._partitions.items():
             t = self.topics_by_id.get(topic_id)
             current = None if t is None else t.partitions.get(index)
@@ -589,6 +613,7 @@ class MetadataImage:
         self._partitions, self._brokers = {}, set()
         self._configs, self._features = {}, {}
         self._acls, self._scram = False, {}
+        self._client_quotas = False
         return out
 
 
@@ -612,4 +637,5 @@ _REPLAY = {
     RecordType.REMOVE_ACCESS_CONTROL_ENTRY: MetadataImage._remove_acl,
     RecordType.USER_SCRAM_CREDENTIAL: MetadataImage._scram_credential,
     RecordType.REMOVE_USER_SCRAM_CREDENTIAL: MetadataImage._remove_scram_credential,
+    RecordType.CLIENT_QUOTA: MetadataImage._client_quota,
 }

@@ -115,11 +115,9 @@ def test_describe_topic_configs_with_kafka_names_defaults_sources_and_synonyms(e
     assert got["message.timestamp.type"].value == "CreateTime"
     assert (got["max.message.bytes"].value, got["min.insync.replicas"].value) == ("1048588", "1")
     assert [(s.name, s.source) for s in got["segment.bytes"].synonyms] == [("log.segment.bytes", 5)]
-    # only the keys asked for; v0 says is_default instead of a source
+    # only the keys asked for
     only = describe(c, "t", keys=["retention.ms", "segment.ms"])
     assert sorted(x.name for x in only.configs) == ["retention.ms", "segment.ms"]
-    v0 = configs_of(describe(c, "t", version=0, synonyms=False))
-    assert v0["retention.ms"].is_default is False and v0["segment.ms"].is_default is True
     # errors per resource
     assert describe(c, "nope").error_code == E.UNKNOWN_TOPIC_OR_PARTITION
     assert describe(c, "bad name!").error_code == E.INVALID_TOPIC_EXCEPTION

@@ -44,7 +44,6 @@ def test_describe_configs_without_error_has_an_empty_message_from_v1(client):
     create(client, "t")
     assert describe(client, "t", version=1).error_message == ""
     assert describe(client, "t", version=4).error_message == ""
-    assert describe(client, "t", version=0, synonyms=False).error_message is None
     missing = describe(client, "missing", version=4)
     assert (missing.error_code, missing.error_message) == (E.UNKNOWN_TOPIC_OR_PARTITION, "")
 

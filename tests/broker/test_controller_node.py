@@ -305,8 +305,14 @@ def test_controller_core_dispatch_sans_io(tmp_path) -> None:
     advertised = {a.api_key: (a.min_version, a.max_version) for a in body.api_keys}
     assert advertised == core.versions
     assert set(advertised) == {*RAFT_APIS, *CONTROLLER_APIS, ApiKey.API_VERSIONS}
-    limits = {**RAFT_APIS, **CONTROLLER_APIS, ApiKey.API_VERSIONS: (0, 4)}
+    limits = {**RAFT_APIS, **CONTROLLER_APIS, ApiKey.API_VERSIONS: (0, 5)}
     assert all(limits[k][0] <= lo <= hi <= limits[k][1] for k, (lo, hi) in advertised.items())
+    # v5: a client that meant another cluster is told to bootstrap again, as by a broker
+    for cluster, code in [(CLUSTER_ID, 0), ("another-cluster-id-00", ErrorCode.REBOOTSTRAP_REQUIRED)]:
+        core.handle(ch, _frame(ApiKey.API_VERSIONS, 5, kproto.request(ApiKey.API_VERSIONS).cls(
+            client_software_name="t", client_software_version="1", cluster_id=cluster, node_id=1)))
+        _, body = kproto.decode_response(ch.frames[-1], ApiKey.API_VERSIONS, 5, size_prefix=True)
+        assert body.error_code == code and bool(body.api_keys) == (code == 0)
 
     # KIP-511: ApiVersions too new gets a v0 answer with our range
     frame = bytearray(_frame(ApiKey.API_VERSIONS, 3, kproto.request(ApiKey.API_VERSIONS).cls()))

@@ -55,6 +55,18 @@ def test_protocol_correlates_split_and_coalesced_frames():
     assert not proto.in_flight
 
 
+def test_protocol_reports_the_throttle_the_client_must_wait_out():
+    proto = ClientProtocol()
+    cids = [struct.unpack_from(">i", proto.encode(metadata_request(), v, token=v), 8)[0] for v in (12, 5, 12)]
+    answers = [response_frame(c, kproto.response(3).cls(throttle_time_ms=ms), 3, v)
+               for c, v, ms in zip(cids, (12, 5, 12), (200, 900, 100))]
+    proto.feed(answers[0] + answers[1])
+    # v5 answers predate KIP-219: the broker delayed them itself, the client does not wait again
+    assert proto.take_throttle() == 200 and proto.take_throttle() == 0
+    proto.feed(answers[2])
+    assert proto.take_throttle() == 100
+
+
 def test_protocol_rejects_out_of_order_correlation_id():
     proto = ClientProtocol()
     for token in "abc":
@@ -168,6 +180,30 @@ def test_pipelined_requests_are_matched_in_order():
     fb, answers, _ = run(main())
     assert [a.controller_id for a in answers] == list(range(1, 51))  # id 0 was ApiVersions
     assert fb.max_queued > 1  # requests really were in flight together
+
+
+@pytest.mark.parametrize("version, held", [(12, True), (5, False)])
+def test_a_throttled_answer_holds_the_next_requests_back(version, held):
+    async def main():
+        seen = []
+
+        def handler(header, body):
+            if header.request_api_key == 3:
+                seen.append(asyncio.get_running_loop().time())
+                return kproto.response(3).cls(throttle_time_ms=400 if len(seen) == 1 else 0)
+            return NotImplemented
+
+        async with FakeBroker(handler) as fb:
+            conn = await Connection.open("127.0.0.1", fb.port)
+            await conn.request(metadata_request(), version)
+            pipelined = [conn.send(metadata_request(), version) for _ in range(2)]
+            await asyncio.gather(*pipelined)
+            await conn.close()
+        return seen
+
+    seen = run(main())
+    assert len(seen) == 3 and seen[1] <= seen[2]
+    assert (seen[1] - seen[0] >= 0.38) == held
 
 
 def test_negotiates_versions_and_uses_them():

@@ -59,6 +59,8 @@ EXPECTED = {
     K.CREATE_PARTITIONS:           (3, 3, 3),
     K.DELETE_GROUPS:               (2, 2, 3),
     K.INCREMENTAL_ALTER_CONFIGS:   (1, 1, 1),
+    K.DESCRIBE_CLIENT_QUOTAS:      (1, 1, 1),
+    K.ALTER_CLIENT_QUOTAS:         (1, 1, 1),
     K.CONSUMER_GROUP_HEARTBEAT:    (0, 1, 1),
     K.CONSUMER_GROUP_DESCRIBE:     (0, 1, 1),
     K.UPDATE_FEATURES:             (1, 2, 2),

@@ -70,7 +70,7 @@ FORWARDED_APIS = (ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS, ApiKey.CREATE_PART
                   ApiKey.INCREMENTAL_ALTER_CONFIGS, ApiKey.ALTER_CONFIGS, ApiKey.ELECT_LEADERS,
                   ApiKey.ALTER_PARTITION_REASSIGNMENTS, ApiKey.LIST_PARTITION_REASSIGNMENTS,
                   ApiKey.UPDATE_FEATURES, ApiKey.DESCRIBE_QUORUM, ApiKey.UNREGISTER_CONTROLLER,
-                  ApiKey.ALTER_USER_SCRAM_CREDENTIALS)
+                  ApiKey.ALTER_USER_SCRAM_CREDENTIALS, ApiKey.ALTER_CLIENT_QUOTAS)
 #: forwarded only where the broker has an authorizer (SECURITY_DISABLED answered here otherwise)
 FORWARDED_ACL_APIS = (ApiKey.CREATE_ACLS, ApiKey.DELETE_ACLS)
 #: offsets.topic.replication.factor (Kafka's default; fewer brokers: as many as there are)
@@ -200,7 +200,7 @@ class ClusterBrokerCore(BrokerCore):
 
     sparse_logs = True
     state_files = False
-    implemented = {**IMPLEMENTED, ApiKey.WRITE_TXN_MARKERS: (0, WRITE_TXN_MARKERS_VERSION)}
+    implemented = {**IMPLEMENTED, ApiKey.WRITE_TXN_MARKERS: (1, 2)}
 
     def __init__(self, data_dir: str, config: BrokerConfig, *, voters: Sequence[int],
                  transport: RaftTransport, raft_config: Optional[RaftConfig] = None,
@@ -481,6 +481,8 @@ class ClusterBrokerCore(BrokerCore):
                 self.configs.apply_topic(topic, self.image.configs.get((rtype, name), {}))
         if changes.acls and self.authorizer is not None:
             self.authorizer.acls = {AclBinding(*astuple(e)) for e in self.image.acls.values()}
+        if changes.client_quotas:  # served and enforced from the image, as Kafka's brokers
+            self.quota_store.replace(self.image.client_quotas)
         mechanisms = {v: k for k, v in SCRAM_MECHANISM_IDS.items()}
         for mechanism, user in changes.scram:
             if mechanism not in mechanisms:

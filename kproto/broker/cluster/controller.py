@@ -39,6 +39,7 @@ from kproto.broker.admin import ELECTION_NOT_NEEDED_MESSAGE, elect_leaders_error
 from kproto.broker.log import BrokerError, topic_name_error
 from kproto.broker.security.acl import AclBinding, acl_creations, acl_deletions, acl_error_response
 from kproto.broker.security.auth import SCRAM_MECHANISM_IDS, scram_alterations
+from kproto.broker.quotas import alter_client_quotas, alter_error, quota_record
 from kproto.storage.metadata_image import (BROKER_RESOURCE, NO_LEADER, NO_LEADER_CHANGE, RECOVERED,
                                     RECOVERING, TOPIC_RESOURCE, BrokerInfo, MetadataImage,
                                     PartitionInfo, RecordType, encode_metadata_record,
@@ -396,6 +397,7 @@ class QuorumController:
             ApiKey.CREATE_ACLS: self._create_acls,
             ApiKey.DELETE_ACLS: self._delete_acls,
             ApiKey.ALTER_USER_SCRAM_CREDENTIALS: self._alter_scram,
+            ApiKey.ALTER_CLIENT_QUOTAS: self._alter_client_quotas,
             ApiKey.ALLOCATE_PRODUCER_IDS: self._allocate_producer_ids,
             ApiKey.UPDATE_FEATURES: self._update_features,
             ApiKey.CONTROLLER_REGISTRATION: self._controller_registration,
@@ -572,6 +574,8 @@ class QuorumController:
             return cls(error_code=code, replica_election_results=[])
         if api_key in (ApiKey.CREATE_ACLS, ApiKey.DELETE_ACLS):
             return acl_error_response(api_key, body, code, msg)
+        if api_key == ApiKey.ALTER_CLIENT_QUOTAS:
+            return alter_error(body, code, msg)
         if api_key == ApiKey.ALTER_USER_SCRAM_CREDENTIALS:
             names = [d.name for d in body.deletions] + [u.name for u in body.upsertions]
             return cls(results=[cls.AlterUserScramCredentialsResult(user=n, error_code=code,
@@ -1486,3 +1490,11 @@ class QuorumController:
                     name=user, mechanism=mid, salt=cred.salt, stored_key=cred.stored_key,
                     server_key=cred.server_key, iterations=cred.iterations), 0))
         self._write(records, respond, response, (ApiKey.ALTER_USER_SCRAM_CREDENTIALS, version, body))
+
+    # ================================================================== client quotas
+    def _alter_client_quotas(self, version: int, body: Any, respond: Respond) -> None:
+        """Kafka's ``ClientQuotaControlManager.alterClientQuotas``: a ClientQuotaRecord per
+        key set or removed; every broker enforces them from its image."""
+        response, changes = alter_client_quotas(self.image.client_quotas, body, version)
+        self._write([(quota_record(ent, key, value), 0) for ent, key, value in changes], respond, response,
+                    (ApiKey.ALTER_CLIENT_QUOTAS, version, body))

@@ -30,7 +30,7 @@ import os
 from typing import Any, Iterable, Mapping, Optional, Sequence, Union
 
 from kproto.broker.cluster.controller import METADATA_VERSION_3_7, ControllerConfig, QuorumController
-from kproto.broker.core import Channel, Request, parse_request
+from kproto.broker.core import Channel, Request, api_versions_refusal, parse_request
 from kproto.broker.features import METADATA_VERSION, set_api_versions_features, supported_features
 from kproto.broker.cluster.network import NodeNetwork
 from kproto.broker.cluster.raft import (BEGIN_QUORUM_EPOCH, DESCRIBE_QUORUM, END_QUORUM_EPOCH, FETCH,
@@ -61,7 +61,7 @@ RAFT_APIS: dict[int, tuple[int, int]] = {
 #: v1, KIP-860's allow_replication_factor_change, as the single broker serves it).
 CONTROLLER_APIS: dict[int, tuple[int, int]] = {
     ApiKey.BROKER_REGISTRATION: (0, 4),
-    ApiKey.BROKER_HEARTBEAT: (0, 1),
+    ApiKey.BROKER_HEARTBEAT: (0, 2),  # v2's cordoned log directories are not kept
     ApiKey.UNREGISTER_BROKER: (0, 0),
     ApiKey.CREATE_TOPICS: (2, 7),
     ApiKey.DELETE_TOPICS: (1, 6),
@@ -75,6 +75,7 @@ CONTROLLER_APIS: dict[int, tuple[int, int]] = {
     ApiKey.CREATE_ACLS: (1, 3),  # Kafka 4 dropped v0 (KIP-896)
     ApiKey.DELETE_ACLS: (1, 3),
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
+    ApiKey.ALTER_CLIENT_QUOTAS: (0, 1),
     ApiKey.ALLOCATE_PRODUCER_IDS: (0, 0),
     ApiKey.UPDATE_FEATURES: (0, 2),
     ApiKey.CONTROLLER_REGISTRATION: (0, 0),
@@ -82,7 +83,7 @@ CONTROLLER_APIS: dict[int, tuple[int, int]] = {
 }
 #: how often a controller checks that the metadata log holds its registration
 _REGISTRATION_CHECK_MS = 500
-_API_VERSIONS_RANGE = (0, 4)
+_API_VERSIONS_RANGE = (0, 5)
 
 
 def _advertised() -> dict[int, tuple[int, int]]:
@@ -215,7 +216,8 @@ class ControllerCore:
         if self.closed:
             channel.close("controller shutting down")
         elif key == ApiKey.API_VERSIONS:
-            self._api_versions(cid, ver, channel, ErrorCode.NONE)
+            refused = api_versions_refusal(body, ver, self.controller.config.cluster_id, self.node_id)
+            self._api_versions(cid, ver, channel, refused)
         elif key == DESCRIBE_QUORUM:
             self.replica.handle(key, ver, body, lambda resp: req.respond(self._with_nodes(ver, resp)))
         elif key in RAFT_APIS:
@@ -236,11 +238,12 @@ class ControllerCore:
     def _api_versions(self, cid: int, ver: int, channel: Channel, code: int,
                       only: Optional[int] = None) -> None:
         cls = response_codec(ApiKey.API_VERSIONS).cls
-        keys = [only] if only is not None else sorted(self.versions)
+        # a refused request (not KIP-511's version fallback) is answered with its error alone
+        keys = [only] if only is not None else [] if code else sorted(self.versions)
         body = cls(error_code=code, api_keys=[
             cls.ApiVersion(api_key=k, min_version=self.versions[k][0],
                            max_version=self.versions[k][1]) for k in keys])
-        if ver >= 3 and only is None:
+        if ver >= 3 and only is None and not code:
             # as Kafka's controller: the committed levels, their epoch the offset of the last
             # feature change
             committed = self.controller.committed

@@ -53,9 +53,9 @@ DENY, ALLOW = 2, 3
 
 #: what the handlers here implement
 ACL_VERSIONS: dict[int, tuple[int, int]] = {
-    ApiKey.DESCRIBE_ACLS: (0, 3),
-    ApiKey.CREATE_ACLS: (0, 3),
-    ApiKey.DELETE_ACLS: (0, 3),
+    ApiKey.DESCRIBE_ACLS: (1, 3),
+    ApiKey.CREATE_ACLS: (1, 3),
+    ApiKey.DELETE_ACLS: (1, 3),
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
 }

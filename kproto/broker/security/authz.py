@@ -103,6 +103,8 @@ class RequestAuthorizer:
             ApiKey.ALTER_PARTITION_REASSIGNMENTS: self._cluster_top_level(ALTER),
             ApiKey.LIST_PARTITION_REASSIGNMENTS: self._cluster_top_level(DESCRIBE),
             ApiKey.LIST_CONFIG_RESOURCES: self._cluster_top_level(DESCRIBE_CONFIGS),
+            ApiKey.DESCRIBE_CLIENT_QUOTAS: self._cluster_top_level(DESCRIBE_CONFIGS),
+            ApiKey.ALTER_CLIENT_QUOTAS: self._cluster_top_level(ALTER_CONFIGS),
             ApiKey.ALTER_USER_SCRAM_CREDENTIALS: self._alter_scram,
         }
 

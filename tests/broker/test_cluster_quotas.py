@@ -1,0 +1,79 @@
+"""Client quotas in a kproto cluster as in a KRaft cluster: AlterClientQuotas is forwarded to
+the controller, which writes ClientQuotaRecords to the metadata log; every broker describes and
+enforces them from its image; they are in the snapshots and a wiped broker has them again."""
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+from typing import Any
+
+import pytest
+
+from kproto.broker.cluster.raft import RaftConfig
+from kproto.broker.cluster.snapshots import decode_snapshot
+from kproto.client.connection import Connection
+from kproto.conformance.scenario import build
+from kproto.schemas.api_keys import ApiKey as K
+from kproto.storage.metadata_image import RecordType, decode_metadata_record
+from kproto.testing import ClusterThread
+
+SNAPSHOTTING = RaftConfig(max_bytes_between_snapshots=2048, max_retention_bytes=0, segment_bytes=4096)
+
+
+def ask(c: ClusterThread, node: int, body: Any, version: int) -> Any:
+    host, port = c.inspect(lambda cl: (cl.brokers[node].config.host, cl.brokers[node].config.port))
+
+    async def go() -> Any:
+        async with await Connection.open(host, port) as conn:
+            return await conn.request(body, version)
+    return asyncio.run(go())
+
+
+def described(c: ClusterThread, node: int) -> list[tuple[tuple[tuple[str, Any], ...], tuple[tuple[str, float], ...]]]:
+    r = ask(c, node, build(K.DESCRIBE_CLIENT_QUOTAS, strict=False, components=[]), 1)
+    assert r.error_code == 0
+    return sorted((tuple(sorted((d.entity_type, d.entity_name or "") for d in e.entity)),
+                   tuple(sorted((v.key, v.value) for v in e.values))) for e in r.entries)
+
+
+WANT = [((("client-id", ""), ("user", "alice")), (("request_percentage", 25.0),)),
+        ((("client-id", "app"),), (("producer_byte_rate", 1000.0),))]
+
+
+@pytest.mark.kafka_cluster(brokers=3, controllers=1, raft_config=SNAPSHOTTING)
+def test_quotas_are_metadata_records_served_and_enforced_by_every_broker(kafka_cluster: ClusterThread) -> None:
+    c = kafka_cluster
+    r = ask(c, 2, build(K.ALTER_CLIENT_QUOTAS, validate_only=False, entries=[
+        {"entity": [{"entity_type": "client-id", "entity_name": "app"}],
+         "ops": [{"key": "producer_byte_rate", "value": 1000.0, "remove": False}]},
+        {"entity": [{"entity_type": "user", "entity_name": "alice"}, {"entity_type": "client-id", "entity_name": None}],
+         "ops": [{"key": "request_percentage", "value": 25.0, "remove": False}]},
+        {"entity": [{"entity_type": "user", "entity_name": ""}],
+         "ops": [{"key": "request_percentage", "value": 25.0, "remove": False}]}]), 1)
+    assert sorted(e.error_code for e in r.entries) == [0, 0, 42]
+    c.wait_for(lambda cl: all(b.core.quota_store.entries for b in cl.brokers.values()), 10, "quotas on every broker")
+    for node in (1, 2, 3):
+        assert described(c, node) == WANT
+        # enforced there: 20 kB at once is 2000 B/s over the first 10 s, twice the quota
+        assert c.inspect(lambda cl: cl.brokers[node].core.quotas.produce.record("ANONYMOUS", "app", 20_000, 0)) > 0
+    # in the controller's snapshot, and back on a wiped broker from it
+    for i in range(12):  # records enough to pass the 2 KiB between snapshots
+        c.create_topic(f"filler{i}", 1, 1)
+    c.wait_for(lambda cl: all(x.replica.snapshots.ids for x in cl.controllers.values()), 30, "a snapshot")
+    cdir = c.inspect(lambda cl: cl.controllers[cl.controller_ids[0]].core.log.path)
+    latest = sorted(f for f in os.listdir(cdir) if f.endswith(".checkpoint"))[-1]
+    with open(os.path.join(cdir, latest), "rb") as f:
+        _, values = decode_snapshot(f.read())
+    assert [decode_metadata_record(v)[0] for v in values].count(RecordType.CLIENT_QUOTA) == 2
+    c.stop(3)
+    shutil.rmtree(os.path.join(c.data_dir, "broker-3"))
+    c.start(3)
+    c.wait_for(lambda cl: cl.brokers[3].core.quota_store.entries != {}, 30, "the wiped broker's quotas")
+    assert described(c, 3) == WANT
+    # a removal reaches every broker
+    ask(c, 1, build(K.ALTER_CLIENT_QUOTAS, validate_only=False, entries=[
+        {"entity": [{"entity_type": "client-id", "entity_name": "app"}],
+         "ops": [{"key": "producer_byte_rate", "value": 0.0, "remove": True}]}]), 0)
+    c.wait_for(lambda cl: all(len(b.core.quota_store.entries) == 1 for b in cl.brokers.values()), 10, "removed")
+    assert described(c, 2) == WANT[:1]
