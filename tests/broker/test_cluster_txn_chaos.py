@@ -222,7 +222,8 @@ def coordinator(cluster: ClusterThread, txn_id: str) -> tuple[int, Optional[int]
     return p, cluster.leader(TXN_TOPIC, p)
 
 
-def kill_and_restart(cluster: ClusterThread, topic: str, partition: int, say: Callable[[str], None]) -> dict[str, float]:
+def kill_and_restart(cluster: ClusterThread, topic: str, partition: int,
+                     say: Callable[[str], None]) -> dict[str, float]:
     """kill -9 the leader of the partition; its new leader; restart it; full ISRs again."""
     leader = cluster.leader(topic, partition)
     assert leader is not None
