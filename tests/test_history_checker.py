@@ -317,6 +317,108 @@ def test_summary_lists_a_limited_number_of_findings():
     assert "acknowledged: 2 present, 38 lost, 0 at another offset" in text
 
 
+def transactions(outcomes, per_txn: int = 3, *, reads: bool = True):
+    """Transactions of producer "t" over partitions 0 and 1, one per outcome (True committed,
+    False aborted, None unknown), every send acknowledged; the read_committed logs and reads
+    hold the committed ones'. Returns (history, logs, values of each transaction)."""
+    history = History()
+    logs: dict[int, list[tuple[int, bytes]]] = {0: [], 1: []}
+    # the raw offsets, as aborted records keep theirs in the log and a read_committed view skips them
+    ends = {0: 0, 1: 0}
+    txns = []
+    for t, outcome in enumerate(outcomes):
+        ops, values = [], []
+        for i in range(per_txn):
+            value = f"t{t}-{i}".encode()
+            op = history.invoke_send("t", None, value)
+            partition = i % 2
+            history.ok_send(op, partition, ends[partition])
+            if outcome:
+                logs[partition].append((ends[partition], value))
+                if reads:
+                    history.read("c", partition, ends[partition], None, value)
+            ends[partition] += 1
+            ops.append(op)
+            values.append(value)
+        for partition in ends:
+            ends[partition] += 1  # the marker
+        history.end_txn(ops, outcome)
+        txns.append(values)
+    return history, logs, txns
+
+
+def test_committed_and_aborted_transactions_are_valid():
+    history, logs, _ = transactions([True, False, True, False])
+    record_logs(history, logs)
+    result = check(history)
+    print(result.summary())
+    assert result.valid and result.findings == []
+    assert (result.committed_txns, result.aborted_txns, result.unknown_txns) == (2, 2, 0)
+    # the aborted transactions' acknowledged sends are neither acknowledged nor lost
+    assert (result.acknowledged, result.present, result.lost, result.aborted_visible) == (6, 6, 0, 0)
+    assert "transactions: 2 committed, 2 aborted, 0 unknown; 0 records of aborted ones visible" \
+        in result.summary()
+
+
+def test_aborted_transaction_visible_in_the_log_and_to_the_group():
+    history, logs, txns = transactions([True, False])
+    leaked = txns[1][0]  # the aborted transaction's first send: partition 0, raw offset 2
+    logs[0].append((2, leaked))
+    history.read("c", 0, 2, None, leaked)
+    record_logs(history, logs)
+    result = check(history)
+    print(result.summary())
+    assert not result.valid and kinds(result) == {"aborted-visible"}
+    finding = only(result, "aborted-visible")
+    assert (finding.partition, finding.offset, finding.value) == (0, 2, leaked)
+    assert result.aborted_visible == 1
+
+
+def test_aborted_transaction_read_but_in_no_log():
+    history, logs, txns = transactions([False])
+    history.read("c", 1, 1, None, txns[0][1])
+    record_logs(history, logs)
+    result = check(history)
+    assert kinds(result) == {"aborted-visible", "read-not-in-log"}, result.summary()
+    assert "c read it" in only(result, "aborted-visible").detail
+
+
+def test_committed_transaction_partly_missing_is_lost():
+    history, logs, txns = transactions([True], per_txn=2, reads=False)
+    logs[1] = []  # the send to partition 1 is lost
+    record_logs(history, logs)
+    result = check(history)
+    assert kinds(result) == {"lost"} and result.lost == 1, result.summary()
+
+
+def test_transaction_of_unknown_outcome_is_all_or_nothing():
+    for present in (True, False):
+        history, logs, txns = transactions([None])
+        if present:
+            logs = {0: [(0, txns[0][0]), (1, txns[0][2])], 1: [(0, txns[0][1])]}
+        record_logs(history, logs)
+        result = check(history)
+        assert result.valid and result.findings == [], result.summary()
+        assert result.unknown_txns == 1 and result.indeterminate == 3
+        assert result.recovered == (3 if present else 0)
+    history, _, txns = transactions([None])
+    record_logs(history, {0: [(0, txns[0][0]), (1, txns[0][2])], 1: []})
+    result = check(history)
+    print(result.summary())
+    assert kinds(result) == {"torn-transaction"}, result.summary()
+    assert "2 of the 3 sends" in only(result, "torn-transaction").detail
+
+
+def test_end_txn_refuses_misuse():
+    history = History()
+    op = history.invoke_send("p", None, b"v")
+    history.end_txn([op], True)
+    with pytest.raises(ValueError):
+        history.end_txn([op], False)  # one transaction per send
+    with pytest.raises(ValueError):
+        history.end_txn([op + 1], True)  # no such send
+
+
 def test_concurrent_appends():
     threads, per_thread = 8, 1500
     history = History()

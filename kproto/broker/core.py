@@ -720,7 +720,7 @@ class BrokerCore:
         """KIP-890: ask the transactional id's coordinator whether ``partitions`` are in the
         producer's transaction (``add``: TV2, put them in), then ``then(codes)`` with the
         coordinator's codes (AddPartitionsToTxn v5's). The coordinator is here: at once."""
-        then(self.txns.verify_or_add(transactional_id, producer_id, producer_epoch, partitions, add))
+        self.txns.verify_or_add(transactional_id, producer_id, producer_epoch, partitions, add, then)
 
     def known_topics(self) -> dict[str, tuple[Uuid, int, bool]]:
         return {n: (t.topic_id, len(t.partitions), t.is_internal) for n, t in self.logs.topics.items()}

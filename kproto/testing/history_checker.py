@@ -20,6 +20,11 @@ producer's name and a sequence number). A producer's send order is the order of 
 encoding. Partitions and nodes are any hashable names (``0``, ``("orders", 0)``, ``"broker-1"``).
 Replica logs hold data records only (the test leaves out transaction markers).
 
+Transactions: :meth:`History.end_txn` names the sends of one transaction and how it ended. The
+replica logs and the group's reads are then read_committed views (records of aborted
+transactions left out): a committed transaction's sends must all be there, an aborted one's
+none, and one whose outcome the producer could not learn all or none.
+
 Pure Python and sans-I/O: nothing here talks to a broker.
 """
 from __future__ import annotations
@@ -48,6 +53,8 @@ ERROR_KINDS = (
     "read-not-in-log",      # the group read a value that no log holds
     "read-offset-mismatch", # the group read a value at another place than the log holds it
     "unread",               # a committed record the group never read
+    "aborted-visible",      # a send of an aborted transaction in a log or read by the group
+    "torn-transaction",     # a transaction of unknown outcome partly present
 )
 #: Finding kinds that are reported but leave the history valid.
 WARNING_KINDS = (
@@ -58,7 +65,7 @@ _SEVERITY = {**{kind: "error" for kind in ERROR_KINDS},
              **{kind: "warning" for kind in WARNING_KINDS}}
 _KIND_ORDER = {kind: i for i, kind in enumerate(ERROR_KINDS + WARNING_KINDS)}
 
-_INVOKED, _OK, _FAIL, _INFO = "invoked", "ok", "fail", "info"
+_INVOKED, _OK, _FAIL, _INFO, _ABORTED = "invoked", "ok", "fail", "info", "aborted"
 
 
 def _as_bytes(value: Optional[Value]) -> Optional[bytes]:
@@ -81,7 +88,8 @@ def _ordered(items: Iterable[Hashable]) -> list[Hashable]:
 
 
 class _Send:
-    __slots__ = ("producer", "seq", "key", "value", "status", "partition", "offset", "error")
+    __slots__ = ("producer", "seq", "key", "value", "status", "partition", "offset", "error",
+                 "txn")
 
     def __init__(self, producer: Hashable, seq: int, key: Optional[bytes], value: bytes) -> None:
         self.producer = producer
@@ -92,6 +100,8 @@ class _Send:
         self.partition: Hashable = None
         self.offset: Optional[int] = None
         self.error: object = None
+        #: the index of its transaction in ``History._txns`` (None: not in one)
+        self.txn: Optional[int] = None
 
 
 class History:
@@ -111,6 +121,8 @@ class History:
         self._reads: list[tuple[Hashable, Hashable, int, Optional[bytes], Optional[bytes]]] = []
         self._replica_logs: dict[Hashable, dict[Hashable, dict[int, Optional[bytes]]]] = \
             defaultdict(dict)
+        #: each transaction's sends and outcome (True committed, False aborted, None unknown)
+        self._txns: list[tuple[list[int], Optional[bool]]] = []
 
     def __len__(self) -> int:
         """Sends invoked plus reads recorded."""
@@ -154,6 +166,21 @@ class History:
             if send.status != _INVOKED:
                 raise ValueError(f"send {op} was already completed ({send.status})")
             send.status, send.partition, send.offset, send.error = status, partition, offset, error
+
+    def end_txn(self, ops: Iterable[int], committed: Optional[bool]) -> None:
+        """The sends ``ops`` were one transaction, which ended committed (True), aborted
+        (False) or with an outcome the producer could not learn (None). Its sends are
+        completed as usual (an acknowledgement in an aborted transaction is no promise)."""
+        ops = list(ops)
+        with self._lock:
+            for op in ops:
+                if not 0 <= op < len(self._sends):
+                    raise ValueError(f"no send has op id {op}")
+                if self._sends[op].txn is not None:
+                    raise ValueError(f"send {op} already ended in a transaction")
+            for op in ops:
+                self._sends[op].txn = len(self._txns)
+            self._txns.append((ops, committed))
 
     def read(self, consumer: Hashable, partition: Hashable, offset: int,
              key: Optional[Value], value: Optional[Value]) -> None:
@@ -236,6 +263,11 @@ class CheckResult:
     reads: int = 0
     duplicate_reads: int = 0
     unread: int = 0
+    #: transactions by outcome, and the sends of aborted ones found in a log or read
+    committed_txns: int = 0
+    aborted_txns: int = 0
+    unknown_txns: int = 0
+    aborted_visible: int = 0
 
     @property
     def valid(self) -> bool:
@@ -261,6 +293,10 @@ class CheckResult:
             f"reads: {self.reads} by the group; {self.duplicate_reads} duplicate, "
             f"{self.unread} unread",
         ]
+        if self.committed_txns or self.aborted_txns or self.unknown_txns:
+            lines.append(f"transactions: {self.committed_txns} committed, {self.aborted_txns} "
+                         f"aborted, {self.unknown_txns} unknown; {self.aborted_visible} records "
+                         f"of aborted ones visible")
         by_kind: dict[str, list[Finding]] = defaultdict(list)
         for finding in self.findings:
             by_kind[finding.kind].append(finding)
@@ -323,7 +359,16 @@ class _Checker:
         self.check_sends()
         self.check_producer_order()
         self.check_reads()
+        self.check_txns()
         return self.result
+
+    def status(self, send: _Send) -> str:
+        """How a send completed, as its transaction's outcome has it: an aborted one's sends
+        are judged by :meth:`check_txns`, an unknown one's are indeterminate."""
+        if send.txn is None:
+            return send.status
+        outcome = self.history._txns[send.txn][1]
+        return send.status if outcome else _ABORTED if outcome is False else _INFO
 
     def check_replicas(self, partition: Hashable, acked_values: set[bytes]) -> None:
         recorded = self.history._replica_logs.get(partition, {})
@@ -393,7 +438,10 @@ class _Checker:
         r, checked = self.result, set(self.partitions)
         for send in self.history._sends:
             places = self.places.get(send.value, ())
-            if send.status == _OK:
+            status = self.status(send)
+            if status == _ABORTED:
+                continue  # judged by check_txns
+            if status == _OK:
                 if send.partition not in checked:
                     continue
                 r.acknowledged += 1
@@ -409,7 +457,7 @@ class _Checker:
                     found = ", ".join(f"partition {p} offset {o}" for p, o in places)
                     self.add("offset-mismatch", send.partition, send.offset, send.value,
                              f"acknowledged to {send.producer} here, found at {found}")
-            elif send.status == _FAIL:
+            elif status == _FAIL:
                 r.failed += 1
                 if places:
                     r.failed_written += 1
@@ -430,10 +478,13 @@ class _Checker:
         checked = set(self.partitions)
         for send in self.history._sends:
             places = self.places.get(send.value, ())
-            if send.status == _OK and send.partition in checked:
+            status = self.status(send)
+            if status == _ABORTED:
+                continue
+            if status == _OK and send.partition in checked:
                 offset = next((o for p, o in places if p == send.partition), None)
                 found[send.producer, send.partition].append((send, offset))
-            elif send.status != _FAIL:
+            elif status != _FAIL:
                 # an indeterminate send in the log still proves later sends got through
                 for partition, offset in places[:1]:
                     found[send.producer, partition].append((send, offset))
@@ -441,7 +492,7 @@ class _Checker:
             last_present = max((s.seq for s, o in sends if o is not None), default=-1)
             before: Optional[tuple[_Send, int]] = None
             for send, offset in sends:
-                if send.status != _OK:
+                if self.status(send) != _OK:
                     continue
                 if offset is None:
                     if send.seq < last_present:
@@ -494,6 +545,40 @@ class _Checker:
                     r.unread += 1
                     self.add("unread", partition, offset, value,
                              "committed, never read by the group")
+
+
+    def check_txns(self) -> None:
+        r, sends = self.result, self.history._sends
+        read_values: dict[Optional[bytes], tuple[Hashable, Hashable, int]] = {}
+        for consumer, partition, offset, _key, value in self.history._reads:
+            read_values.setdefault(value, (consumer, partition, offset))
+        for ops, committed in self.history._txns:
+            if committed:
+                r.committed_txns += 1
+                continue
+            if committed is None:
+                r.unknown_txns += 1
+                found = [op for op in ops if self.places.get(sends[op].value)]
+                if found and len(found) < len(ops):
+                    first = sends[found[0]]
+                    partition, offset = self.places[first.value][0]
+                    self.add("torn-transaction", partition, offset, first.value,
+                             f"{len(found)} of the {len(ops)} sends of {first.producer}'s "
+                             f"transaction of unknown outcome are present")
+                continue
+            r.aborted_txns += 1
+            for op in ops:
+                send = sends[op]
+                places = self.places.get(send.value, ())
+                for partition, offset in places:
+                    self.add("aborted-visible", partition, offset, send.value,
+                             f"{send.producer}'s transaction aborted, yet the log holds it")
+                read = read_values.get(send.value)
+                if read is not None and read[1:] not in places:
+                    self.add("aborted-visible", read[1], read[2], send.value,
+                             f"{send.producer}'s transaction aborted, yet {read[0]} read it")
+                if places or read is not None:
+                    r.aborted_visible += 1
 
 
 def _start(log: dict[int, Optional[bytes]]) -> int:

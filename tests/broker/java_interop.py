@@ -3,7 +3,8 @@
 compiled once per test session and client version against its jars, run against a broker, its
 JSON lines returned. The same class path holds ``KprotoChaosProducer``
 (``java/KprotoChaosProducer.java``), the chaos run's producer, and ``KprotoTxn``
-(``java/KprotoTxn.java``), the transactions of ``test_txn_v2_interop.py``.
+(``java/KprotoTxn.java``), the transactions of ``test_txn_v2_interop.py``, and ``KprotoTxnChaos``
+(``java/KprotoTxnChaos.java``), the transactional producer of ``test_cluster_txn_chaos.py``.
 
 Also imported by ``tests/spark/test_spark_broker_logdir.py`` (which puts this folder on
 ``sys.path``)."""
@@ -20,7 +21,8 @@ from kproto.testing import apache
 JAVA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "java")
 SOURCE = os.path.join(JAVA_DIR, "KprotoInterop.java")
 #: every program compiled onto the class path
-SOURCES = [SOURCE, os.path.join(JAVA_DIR, "KprotoChaosProducer.java"), os.path.join(JAVA_DIR, "KprotoTxn.java")]
+SOURCES = [SOURCE, os.path.join(JAVA_DIR, "KprotoChaosProducer.java"), os.path.join(JAVA_DIR, "KprotoTxn.java"),
+           os.path.join(JAVA_DIR, "KprotoTxnChaos.java")]
 #: kafka-clients and what it loads at run time (logging API, the codecs' libraries)
 JARS = ["kafka-clients", "slf4j-api", "lz4-java", "snappy-java", "zstd-jni"]
 

@@ -223,3 +223,41 @@ def test_a_marker_from_an_older_coordinator_is_fenced(core):
         append_txn_marker(lg, 9, 0, 5, False, 0)
     assert exc.value.code == E.INVALID_PRODUCER_EPOCH
     assert lg.log_end_offset == 2
+
+
+def test_the_coordinator_answers_once_its_transaction_log_record_is_committed(core):
+    # Kafka answers InitProducerId, AddPartitionsToTxn and a TV2 leader's adding verification
+    # after appending the transaction's record with acks=all: answered earlier, a coordinator
+    # failover could lose the record and the new coordinator end the transaction without the
+    # partition (its records then swept into the producer's next abort)
+    c = Client(core)
+    _, pid, epoch = init(c)
+    held: list = []
+    core.when_replicated = lambda log, offset, then, timeout_ms: held.append((log.topic, offset, then))
+    answers: list = []
+    core.txns.verify_or_add("tx", pid, epoch, [("t", 0)], True, answers.append)
+    assert answers == [] and [h[0] for h in held] == ["__transaction_state"]
+    held.pop()[2](E.NONE)
+    assert answers == [{("t", 0): E.NONE}]
+    # a partition already in the transaction waits for the record that put it there
+    core.txns.verify_or_add("tx", pid, epoch, [("t", 1)], True, answers.append)
+    core.txns.verify_or_add("tx", pid, epoch, [("t", 1)], False, answers.append)
+    assert len(answers) == 1 and held[0][1] == held[1][1]
+    # an append that failed: what Kafka's coordinator answers then (both retriable)
+    held.pop()[2](E.REQUEST_TIMED_OUT)
+    held.pop()[2](E.NOT_COORDINATOR)
+    assert answers[1:] == [{("t", 1): E.COORDINATOR_NOT_AVAILABLE}, {("t", 1): E.NOT_COORDINATOR}]
+    # refusals need no record: at once
+    core.txns.verify_or_add("tx", pid, epoch + 1, [("t", 0)], True, answers.append)
+    assert answers[-1] == {("t", 0): E.PRODUCER_FENCED} and held == []
+    # the client's AddPartitionsToTxn and InitProducerId likewise
+    responses: list = []
+    req = kproto.request(K.ADD_PARTITIONS_TO_TXN).cls
+    core.txns.add_partitions(req(v3_and_below_transactional_id="tx2", v3_and_below_producer_id=pid,
+                                 v3_and_below_producer_epoch=epoch, v3_and_below_topics=[]), 3, responses.append)
+    core.txns.init_producer_id(kproto.request(K.INIT_PRODUCER_ID).cls(
+        transactional_id="tx2", transaction_timeout_ms=60_000, producer_id=-1, producer_epoch=-1), 4,
+        responses.append)
+    assert len(responses) == 1 and len(held) == 1  # the unknown id's refusal, then the new id's record
+    held.pop()[2](E.NONE)
+    assert responses[1].error_code == E.NONE and responses[1].producer_id >= 0

@@ -59,6 +59,12 @@ STATE_NAMES = ["Empty", "Ongoing", "PrepareCommit", "PrepareAbort", "CompleteCom
                "Dead", "PrepareEpochFence"]
 _I16 = struct.Struct(">h")
 _SHORT_MAX = 32767
+#: what a coordinator answers when its TransactionLog append failed (Kafka's
+#: ``TransactionStateManager.appendTransactionToLog``)
+_APPEND_ERRORS: dict[int, int] = {
+    E.UNKNOWN_TOPIC_OR_PARTITION: E.COORDINATOR_NOT_AVAILABLE, E.NOT_ENOUGH_REPLICAS: E.COORDINATOR_NOT_AVAILABLE,
+    E.NOT_ENOUGH_REPLICAS_AFTER_APPEND: E.COORDINATOR_NOT_AVAILABLE, E.REQUEST_TIMED_OUT: E.COORDINATOR_NOT_AVAILABLE,
+    E.NOT_LEADER_OR_FOLLOWER: E.NOT_COORDINATOR, E.KAFKA_STORAGE_ERROR: E.NOT_COORDINATOR}
 Respond = Callable[[Any], None]
 TopicPartition = tuple[str, int]
 
@@ -103,6 +109,8 @@ class TxnMetadata:
     last_producer_epoch: int = -1   # the epoch before the last TV2 bump (an EndTxn retry's)
     prev_producer_id: int = -1      # the producer id before the last rotation (exhausted epoch)
     next_producer_id: int = -1      # the id a prepared TV2 end rotates to (-1: none)
+    #: the log and offset of its latest TransactionLog record (None: none written here)
+    written: Optional[tuple[Any, int]] = None
 
 
 class TransactionCoordinator:
@@ -163,7 +171,29 @@ class TransactionCoordinator:
         b.append(self.core.wall_ms(), key, data)
         offset = lg.append_internal(b.build()).base_offset
         self.core.appended_internal(lg)
+        txn.written = (lg, offset)
         return lg, offset
+
+    def _when_durable(self, txn: Optional[TxnMetadata], then: Callable[[int], None]) -> None:
+        """``then(code)`` once the transaction's latest record is committed (Kafka answers
+        InitProducerId, AddPartitionsToTxn and AddOffsetsToTxn after appending with acks=all:
+        what it answered survives the coordinator's failover); an append that failed answers
+        as Kafka's ``appendTransactionToLog`` maps it."""
+        if txn is None or txn.written is None:
+            then(E.NONE)
+            return
+        lg, offset = txn.written
+        self.core.when_replicated(lg, offset, lambda code: then(_APPEND_ERRORS.get(code, code)),
+                                  self.config.offsets_commit_timeout_ms)
+
+    def _codes_when_durable(self, tid: str, codes: dict[TopicPartition, int],
+                            then: Callable[[dict[TopicPartition, int]], None]) -> None:
+        """:meth:`_when_durable` for per-partition codes: those that say yes wait."""
+        if all(codes.values()):
+            then(codes)
+            return
+        self._when_durable(self.txns.get(tid), lambda err: then(
+            {tp: code or err for tp, code in codes.items()}))
 
     def _transit(self, txn: TxnMetadata, state: int) -> tuple[Any, int]:
         txn.state = state
@@ -313,13 +343,14 @@ class TransactionCoordinator:
         return E.INVALID_PRODUCER_EPOCH if code == E.PRODUCER_FENCED and version < since else code
 
     def verify_or_add(self, tid: str, pid: int, epoch: int, partitions: list[TopicPartition],
-                      add: bool) -> dict[TopicPartition, int]:
+                      add: bool, then: Callable[[dict[TopicPartition, int]], None]) -> None:
         """A partition leader's (or group coordinator's) question about a transactional write,
         Kafka's inter-broker AddPartitionsToTxn v5: with ``add`` (a TV2 producer's Produce v12
         or TxnOffsetCommit v5+) the partitions join the transaction, otherwise (verify_only)
-        whether they are in it. The codes are the coordinator's (see
-        :func:`leader_verification_error` for the leader's)."""
-        return self._add_partitions(tid, pid, epoch, partitions, 5, verify_only=not add, client_tv=2 if add else 0)
+        whether they are in it; ``then(codes)`` once the answer is committed. The codes are
+        the coordinator's (see :func:`leader_verification_error` for the leader's)."""
+        codes = self._add_partitions(tid, pid, epoch, partitions, 5, verify_only=not add, client_tv=2 if add else 0)
+        self._codes_when_durable(tid, codes, then)
 
     # -------------------------------------------------------------- InitProducerId
     def init_producer_id(self, body: Any, version: int, respond: Respond) -> None:
@@ -344,7 +375,8 @@ class TransactionCoordinator:
             txn = TxnMetadata(tid, pid, 0, body.transaction_timeout_ms, EMPTY, set(), -1, now)
             self.txns[tid] = txn
             self._write(txn)
-            return answer(E.NONE, txn.producer_id, txn.producer_epoch)
+            ids = (txn.producer_id, txn.producer_epoch)
+            return self._when_durable(txn, lambda code: answer(code) if code else answer(E.NONE, *ids))
         given_pid = body.producer_id if version >= 3 else -1
         if given_pid >= 0 and (given_pid != txn.producer_id or body.producer_epoch != txn.producer_epoch):
             return answer(E.INVALID_PRODUCER_ID_MAPPING if given_pid != txn.producer_id else E.PRODUCER_FENCED)
@@ -362,7 +394,8 @@ class TransactionCoordinator:
         txn.timeout_ms = body.transaction_timeout_ms
         txn.partitions, txn.start_ms = set(), -1
         self._transit(txn, EMPTY)
-        answer(E.NONE, txn.producer_id, txn.producer_epoch)
+        ids = (txn.producer_id, txn.producer_epoch)
+        self._when_durable(txn, lambda code: answer(code) if code else answer(E.NONE, *ids))
 
     # -------------------------------------------------------------- AddPartitionsToTxn
     def _add(self, txn: TxnMetadata, parts: set[tuple[str, int]]) -> None:
@@ -409,21 +442,33 @@ class TransactionCoordinator:
                     for t, ps in by_topic.items()]
 
         if version < 4:
-            codes = self._add_partitions(body.v3_and_below_transactional_id, body.v3_and_below_producer_id,
-                                         body.v3_and_below_producer_epoch,
+            tid = body.v3_and_below_transactional_id
+            codes = self._add_partitions(tid, body.v3_and_below_producer_id, body.v3_and_below_producer_epoch,
                                          [(t.name, p) for t in body.v3_and_below_topics for p in t.partitions],
                                          version)
-            return respond(cls(throttle_time_ms=0, results_by_topic_v3_and_below=results(codes)))
-        out = []
-        for tx in body.transactions:
+            return self._codes_when_durable(tid, codes, lambda c: respond(
+                cls(throttle_time_ms=0, results_by_topic_v3_and_below=results(c))))
+        out: list[Any] = [None] * len(body.transactions)
+        left = [len(body.transactions)]
+
+        def settled(i: int, tid: str) -> Callable[[dict[TopicPartition, int]], None]:
+            def then(codes: dict[TopicPartition, int]) -> None:
+                out[i] = cls.AddPartitionsToTxnResult(transactional_id=tid, topic_results=results(codes))
+                left[0] -= 1
+                if left[0] == 0:
+                    respond(cls(throttle_time_ms=0, error_code=E.NONE, results_by_transaction=out))
+            return then
+
+        if not body.transactions:
+            return respond(cls(throttle_time_ms=0, error_code=E.NONE, results_by_transaction=[]))
+        for i, tx in enumerate(body.transactions):
             # v5 comes from a leader that knows transaction version 2 (Kafka's
             # transactionVersionForAddPartitionsToTxn)
             codes = self._add_partitions(tx.transactional_id, tx.producer_id, tx.producer_epoch,
                                          [(t.name, p) for t in tx.topics for p in t.partitions], version,
                                          tx.verify_only, 2 if version >= 5 else 0)
-            out.append(cls.AddPartitionsToTxnResult(transactional_id=tx.transactional_id,
-                                                    topic_results=results(codes)))
-        respond(cls(throttle_time_ms=0, error_code=E.NONE, results_by_transaction=out))
+            self._codes_when_durable(tx.transactional_id, codes, settled(i, tx.transactional_id))
+        return None
 
     # -------------------------------------------------------------- AddOffsetsToTxn
     def add_offsets(self, body: Any, version: int, respond: Respond) -> None:
@@ -436,7 +481,8 @@ class TransactionCoordinator:
         # __consumer_offsets exists yet (in a cluster it is made at the group's FindCoordinator)
         codes = self._add_partitions(body.transactional_id, body.producer_id, body.producer_epoch, [tp], version,
                                      check_known=False)
-        respond(cls(throttle_time_ms=0, error_code=self._old_fenced(codes[tp], version, 2)))
+        self._codes_when_durable(body.transactional_id, codes, lambda c: respond(
+            cls(throttle_time_ms=0, error_code=self._old_fenced(c[tp], version, 2))))
 
     # -------------------------------------------------------------- EndTxn
     def end_txn(self, body: Any, version: int, respond: Respond) -> None:
