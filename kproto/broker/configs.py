@@ -25,7 +25,7 @@ from kproto.error_codes import ErrorCode
 if TYPE_CHECKING:
     from kproto.broker.log import LogManager
 
-__all__ = ["BrokerConfig", "ConfigDef", "TOPIC_CONFIGS", "ConfigEntry", "TopicSettings", "ConfigManager", "ConfigStore", "CONFIGS_FILE",
+__all__ = ["BrokerConfig", "ConfigDef", "TOPIC_CONFIGS", "CLEANER_CONFIGS", "JAVA_DOUBLE_MAX", "ConfigEntry", "TopicSettings", "ConfigManager", "ConfigStore", "CONFIGS_FILE",
            "formatted_cluster_defaults", "ConfigLevels", "check_broker_configs",
            "DYNAMIC_TOPIC", "DYNAMIC_BROKER", "DYNAMIC_DEFAULT_BROKER", "STATIC_BROKER", "DEFAULT"]
 
@@ -75,6 +75,7 @@ class BrokerConfig:
     log_cleaner_io_buffer_size: int = 524288        # log.cleaner.io.buffer.size
     log_cleaner_io_buffer_load_factor: float = 0.9  # log.cleaner.io.buffer.load.factor
     log_cleaner_threads: int = 1                    # log.cleaner.threads
+    log_cleaner_io_max_bytes_per_second: float = 1.7976931348623157e308  # log.cleaner.io.max.bytes.per.second
     replica_high_watermark_checkpoint_interval_ms: int = 5000  # replica.high.watermark.checkpoint.interval.ms
     # limits of the socket layer (kproto.broker.server): each connection has one request in
     # flight (Kafka mutes it); the queue caps hold across connections the requests read (or
@@ -252,9 +253,24 @@ def _defs() -> dict[str, ConfigDef]:
 
 #: Kafka's topic configs by name.
 TOPIC_CONFIGS: dict[str, ConfigDef] = _defs()
-#: broker config name -> (topic config, multiplier): the dynamically updatable log defaults
+#: Kafka's ``Double.MAX_VALUE`` as its configs print it (log.cleaner.io.max.bytes.per.second's default)
+JAVA_DOUBLE_MAX = "1.7976931348623157E308"
+#: The log cleaner's broker configs that Kafka's ``LogCleaner`` reconfigures at run time
+#: (``log.cleaner.min.cleanable.ratio`` is a topic config's synonym); each is its own synonym.
+CLEANER_CONFIGS: dict[str, ConfigDef] = {c.name: c for c in (
+    ConfigDef("log.cleaner.threads", INT, "1", (("log.cleaner.threads", 1),), min=0),
+    ConfigDef("log.cleaner.io.max.bytes.per.second", DOUBLE, JAVA_DOUBLE_MAX,
+              (("log.cleaner.io.max.bytes.per.second", 1),)),
+    ConfigDef("log.cleaner.dedupe.buffer.size", LONG, "134217728", (("log.cleaner.dedupe.buffer.size", 1),)),
+    ConfigDef("log.cleaner.io.buffer.size", INT, "524288", (("log.cleaner.io.buffer.size", 1),), min=0),
+    ConfigDef("log.cleaner.io.buffer.load.factor", DOUBLE, "0.9", (("log.cleaner.io.buffer.load.factor", 1),)),
+    ConfigDef("log.cleaner.backoff.ms", LONG, "15000", (("log.cleaner.backoff.ms", 1),), min=0),
+)}
+#: broker config name -> (config, multiplier to its unit): the broker configs that can change
+#: at run time: the log defaults (synonyms of topic configs) and the log cleaner's
 BROKER_SYNONYMS: dict[str, tuple[ConfigDef, int]] = {
-    s: (c, m) for c in TOPIC_CONFIGS.values() for s, m in c.synonyms}
+    **{s: (c, m) for c in TOPIC_CONFIGS.values() for s, m in c.synonyms},
+    **{name: (c, 1) for name, c in CLEANER_CONFIGS.items()}}
 
 
 @dataclass(frozen=True)
@@ -298,9 +314,20 @@ def _static_broker_values(cfg: BrokerConfig) -> dict[str, str]:
         "log.retention.ms": cfg.log_retention_ms, "log.retention.bytes": cfg.log_retention_bytes,
         "log.roll.ms": cfg.log_roll_ms, "log.cleanup.policy": cfg.log_cleanup_policy,
         "min.insync.replicas": cfg.min_insync_replicas,
+        "log.cleaner.threads": cfg.log_cleaner_threads,
+        "log.cleaner.io.max.bytes.per.second": _java_double(cfg.log_cleaner_io_max_bytes_per_second),
+        "log.cleaner.dedupe.buffer.size": cfg.log_cleaner_dedupe_buffer_size,
+        "log.cleaner.io.buffer.size": cfg.log_cleaner_io_buffer_size,
+        "log.cleaner.io.buffer.load.factor": cfg.log_cleaner_io_buffer_load_factor,
+        "log.cleaner.backoff.ms": cfg.log_cleaner_backoff_ms,
     }
     # every name here is a synonym in the topic config's own unit
     return {name: str(v) for name, v in values.items() if str(v) != BROKER_SYNONYMS[name][0].default}
+
+
+def _java_double(v: float) -> str:
+    """A double as Java prints the largest one (Python's ``repr`` otherwise)."""
+    return JAVA_DOUBLE_MAX if v >= 1.7976931348623157e308 else repr(v)
 
 
 def formatted_cluster_defaults(min_insync_replicas: int) -> dict[str, str]:
@@ -437,6 +464,8 @@ class ConfigManager(ConfigLevels):
         #: stored topic configs that are no longer valid (skipped at start)
         self.load_problems: list[str] = []
         self._settings: dict[str, tuple[Any, TopicSettings]] = {}
+        #: called after the dynamic broker configs changed (the log cleaner reconfigures)
+        self.on_broker_change: Optional[Callable[[], None]] = None
         self._load()
 
     # ------------------------------------------------------------------ store
@@ -511,6 +540,17 @@ class ConfigManager(ConfigLevels):
         self.logs.defaults = self._log_defaults()
         for topic in self.logs.topics.values():
             self.apply_topic(topic, topic.configs)
+        if self.on_broker_change is not None:
+            self.on_broker_change()
+
+    def broker_config(self, name: str) -> str:
+        """The value of broker config ``name`` (one of :data:`BROKER_SYNONYMS`) this broker
+        runs with: its most specific level, else Kafka's default."""
+        d, _ = BROKER_SYNONYMS[name]
+        levels = self._broker_levels(name)
+        value = levels[0][0] if levels else self._broker_default(d, name)
+        assert value is not None, name
+        return value
 
     def apply_topic(self, topic: Topic, configs: Mapping[str, str]) -> None:
         """Give ``topic`` these overrides (validated) and its logs the resulting settings."""

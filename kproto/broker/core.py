@@ -327,10 +327,8 @@ class BrokerCore:
         self.groups = GroupCoordinator(self)
         self.txns = TransactionCoordinator(self, self.groups)
         self.retention = RetentionManager(self)
-        c = self.config
-        self.cleaner = LogCleaner(self, CleanerConfig(
-            c.log_cleaner_enable, c.log_cleaner_backoff_ms, c.log_cleaner_dedupe_buffer_size,
-            c.log_cleaner_io_buffer_size, c.log_cleaner_io_buffer_load_factor, c.log_cleaner_threads))
+        self.cleaner = LogCleaner(self, self._cleaner_config())
+        self.configs.on_broker_change = lambda: self.cleaner.reconfigure(self._cleaner_config())
         self._hw_task: Optional[CallbackTask] = None
         self._checkpoint_high_watermarks(schedule_only=True)
         self.admin = AdminHandlers(self, self.retention)
@@ -680,6 +678,16 @@ class BrokerCore:
         """Send a Produce's answer; ``waits``: partitions whose acks=all append is not yet
         replicated (none on a single broker)."""
         req.respond(response)
+
+    def _cleaner_config(self) -> CleanerConfig:
+        """The log cleaner's settings: ``log.cleaner.enable`` from the start-up settings, the
+        others as configured at their most specific level (they change at run time)."""
+        v = self.configs.broker_config
+        return CleanerConfig(
+            self.config.log_cleaner_enable, int(v("log.cleaner.backoff.ms")),
+            int(v("log.cleaner.dedupe.buffer.size")), int(v("log.cleaner.io.buffer.size")),
+            float(v("log.cleaner.io.buffer.load.factor")), int(v("log.cleaner.threads")),
+            float(v("log.cleaner.io.max.bytes.per.second")))
 
     def _open_metadata(self, data_dir: str) -> CombinedMetadata:
         """The single broker's metadata log, brought up to the topics found in the directory
