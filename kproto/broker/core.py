@@ -299,7 +299,7 @@ class BrokerCore:
     #: this node is its own one-voter KRaft controller, its state (topics, configs, ACLs, SCRAM
     #: credentials, feature levels) in its own ``__cluster_metadata-0`` (a broker of a cluster
     #: follows its controllers' metadata log instead)
-    state_files = True
+    own_metadata_log = True
 
     def __init__(self, data_dir: str, config: Optional[BrokerConfig] = None, *,
                  clock: Optional[Clock] = None,
@@ -317,7 +317,7 @@ class BrokerCore:
         self.logs = LogManager(data_dir, node_id=self.config.node_id,
                                cluster_id=self.config.cluster_id, defaults=self.config.log,
                                sparse=self.sparse_logs)
-        self.metadata = self._open_metadata(data_dir) if self.state_files else None
+        self.metadata = self._open_metadata(data_dir) if self.own_metadata_log else None
         # topic and dynamic broker configs from the metadata log, before anything reads a log
         self.configs = ConfigManager(self.config, self.logs, store=self.metadata)
         self.hooks: dict[int, list[ControlHandle]] = {}
