@@ -44,6 +44,21 @@ def _incremental(client: Client, rtype: int, name: str, configs: dict[str, str])
     assert [r.error_code for r in resp.responses] == [0]
 
 
+def _batch_of(data, topic: str) -> list[str]:
+    """The record types of the metadata log batch that holds ``topic``'s TopicRecord."""
+    from kproto.records.batch import RecordBatch
+    from kproto.records.reader import BatchReader
+    from kproto.storage.metadata_image import decode_metadata_record
+
+    raw = (data / META / "00000000000000000000.log").read_bytes()
+    for b in BatchReader(raw):
+        if isinstance(b, RecordBatch) and not b.is_control:
+            objs = [decode_metadata_record(r.value)[2] for r in b.records()]
+            if any(type(o).__name__ == "TopicRecord" and o.name == topic for o in objs):
+                return [type(o).__name__ for o in objs]
+    return []
+
+
 def test_a_new_broker_is_formatted_as_a_one_voter_combined_node(tmp_path):
     core = make_core(tmp_path / "d")
     data = tmp_path / "d"
@@ -107,6 +122,9 @@ def test_state_is_the_metadata_logs_and_comes_back_after_a_restart(tmp_path):
     assert r.error_code == 0
     orders = _tid(core, "orders")
     acl = AclBinding(2, "orders", 3, "User:bob", "*", 3, 3)
+    # a new topic is one batch, as Kafka's controller writes it: TopicRecord, its ConfigRecords,
+    # its PartitionRecords
+    assert _batch_of(data, "orders") == ["TopicRecord", "ConfigRecord", "PartitionRecord", "PartitionRecord"]
 
     # the records on disk, read without the broker
     on_disk = metadata_on_disk(data)

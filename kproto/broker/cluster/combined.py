@@ -123,7 +123,12 @@ class CombinedMetadata:
             if t is None:
                 continue
             if info is None:
+                # the topic's configs between its TopicRecord and its PartitionRecords, as Kafka's
+                # controller writes a new topic
+                config = metadata_record(RecordType.CONFIG)
                 records.append((metadata_record(RecordType.TOPIC)(name=name, topic_id=t.topic_id), 0))
+                records += [(config(resource_type=TOPIC_RESOURCE, resource_name=name, name=k, value=v), 0)
+                            for k, v in sorted(t.configs.items())]
             else:
                 have = len(info.partitions)
             records += [partition_record(t.topic_id, p, me, me, [self.directory_id])
