@@ -142,6 +142,7 @@ class AdminHandlers:
         for p in range(have, t.count):
             path = os.path.join(core.logs.data_dir, partition_dir_name(topic.name, p))
             topic.partitions.append(Log(path, topic.name, p, topic.topic_id, cfg))
+        core.logs.topic_changed(topic.name)
 
     # ------------------------------------------------------------------ DescribeConfigs
     def describe_configs(self, body: Any, version: int, respond: Respond) -> None:

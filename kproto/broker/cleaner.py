@@ -26,7 +26,13 @@ above ``min.cleanable.dirty.ratio``, or any log with dirty bytes older than
 The reading and writing of a round runs in a worker thread (:class:`CleanJob.run` reads only
 closed segments and writes only ``.cleaned`` files); the swap and the in-memory tables are
 updated on the broker's own thread, after checking that the segments are still the ones read
-(a retention deletion or a truncation in between drops the round).
+(a retention deletion or a truncation in between drops the round). Up to
+``log.cleaner.threads`` rounds run at once, each on another log and with its share of the
+dedupe buffer; together they read and write at most ``log.cleaner.io.max.bytes.per.second``
+(Kafka's ``Throttler``: every 300 ms a worker that went faster sleeps until the rate is met).
+The ``log.cleaner.*`` settings Kafka reconfigures at run time are taken by
+:meth:`LogCleaner.reconfigure`: the rate and the backoff at once, the others by the rounds
+started after it.
 """
 from __future__ import annotations
 
@@ -34,6 +40,7 @@ import functools
 import hashlib
 import os
 import threading
+import time
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Callable, Iterator, Optional
@@ -53,7 +60,7 @@ from kproto.storage.layout import offset_file_name
 if TYPE_CHECKING:
     from kproto.broker.context import BrokerContext
 
-__all__ = ["CleanerConfig", "OffsetMap", "LogToClean", "CleanJob", "LogCleaner",
+__all__ = ["CleanerConfig", "Throttler", "OffsetMap", "LogToClean", "CleanJob", "LogCleaner",
            "CLEANER_CHECKPOINT", "clean_log", "grab_filthiest", "group_segments_by_size"]
 
 CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
@@ -83,7 +90,43 @@ class CleanerConfig:
     dedupe_buffer_size: int = 128 * 1024 * 1024  # log.cleaner.dedupe.buffer.size
     io_buffer_size: int = 512 * 1024           # log.cleaner.io.buffer.size
     io_buffer_load_factor: float = 0.9         # log.cleaner.io.buffer.load.factor
-    threads: int = 1                           # log.cleaner.threads (the map's share)
+    threads: int = 1                           # log.cleaner.threads
+    max_io_bytes_per_second: float = 1.7976931348623157e308  # log.cleaner.io.max.bytes.per.second
+
+
+class Throttler:
+    """Kafka's ``Throttler`` as its cleaner uses it: the bytes every worker reads and writes
+    are counted together; once ``check_interval_ms`` passed since the period began, a worker
+    that finds the period's rate above :attr:`rate` sleeps until it is met, and a new period
+    begins. :attr:`rate` may change at any time (dynamic config)."""
+
+    def __init__(self, rate: float, check_interval_ms: int = 300,
+                 clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        self.rate = rate
+        self.check_interval = check_interval_ms / 1000
+        self.clock, self.sleep = clock, sleep
+        self._lock = threading.Lock()
+        self._start = clock()
+        self._observed = 0.0
+        #: seconds slept in all
+        self.slept = 0.0
+
+    def maybe_throttle(self, observed: float) -> None:
+        """Count ``observed`` bytes; sleep (holding the others back too) when above the rate."""
+        if self.rate >= 1.7976931348623157e308:
+            return  # Kafka's default: no limit
+        with self._lock:
+            self._observed += observed
+            elapsed = self.clock() - self._start
+            if elapsed > self.check_interval and self._observed > 0:
+                if self._observed / elapsed > self.rate:
+                    nap = self._observed / self.rate - elapsed
+                    if nap > 0:
+                        self.sleep(nap)
+                        self.slept += nap
+                self._start = self.clock()
+                self._observed = 0.0
 
 
 @dataclass(frozen=True)
@@ -473,8 +516,9 @@ class CleanJob:
     the ``.cleaned`` files; :meth:`commit` (the log's thread) swaps them in."""
 
     def __init__(self, ltc: LogToClean, st: CompactionSettings, config: CleanerConfig,
-                 now: int) -> None:
+                 now: int, throttler: Optional[Throttler] = None) -> None:
         lg = ltc.log
+        self.throttler = throttler
         self.st = replace(st, segment_bytes=st.segment_bytes or lg.config.segment_bytes,
                           segment_index_bytes=st.segment_index_bytes or lg.config.segment_index_bytes,
                           index_interval_bytes=st.index_interval_bytes or lg.config.index_interval_bytes)
@@ -507,6 +551,8 @@ class CleanJob:
         for b in iter_segment_batches(s.seg.path, s.size, self.config.io_buffer_size // 2):
             if self.cancelled.is_set():  # the broker is stopping: Kafka's checkDone
                 raise CleaningAborted(s.seg.path)
+            if self.throttler is not None:
+                self.throttler.maybe_throttle(b.size_in_bytes)
             yield b
 
     def _run(self) -> None:
@@ -582,6 +628,8 @@ class CleanJob:
                         continue
                     kept = RecordBatch(data)
                     out.write(data)
+                    if self.throttler is not None:
+                        self.throttler.maybe_throttle(len(data))
                     index.append(pos, len(data), kept.last_offset, [(kept.max_timestamp, kept.last_offset)])
                     entries.append((kept.last_offset, pos, kept.max_timestamp))
                     pos += len(data)
@@ -802,9 +850,9 @@ def clean_log(lg: Log, now: int, settings: Optional[CompactionSettings] = None,
 
 # ---------------------------------------------------------------------------- the broker's cleaner
 class LogCleaner:
-    """The broker's cleaner: a timer task on the broker's thread choosing the log to clean and
-    swapping its round in, the round's work in a worker thread. ``log.cleaner.threads`` only
-    sizes the offset map (one round at a time)."""
+    """The broker's cleaner: a timer task on the broker's thread choosing the logs to clean and
+    swapping their rounds in, each round's work in a worker thread (up to
+    ``log.cleaner.threads`` at once, on different logs, sharing one :class:`Throttler`)."""
 
     def __init__(self, core: BrokerContext, config: CleanerConfig) -> None:
         self.core, self.config = core, config
@@ -817,11 +865,22 @@ class LogCleaner:
             self.checkpoints = {}
         self.rounds = 0
         self._seen: dict[tuple[str, int], Log] = {}  # the log each checkpoint entry is of
-        self.job: Optional[CleanJob] = None
-        self._thread: Optional[threading.Thread] = None
+        #: the rounds running, by partition
+        self.jobs: dict[tuple[str, int], CleanJob] = {}
+        self.throttler = Throttler(config.max_io_bytes_per_second)
         self._task: Optional[CallbackTask] = None
         self.last_stats: Optional[CleanStats] = None
         if config.enable:
+            self._schedule(config.backoff_ms)
+
+    def reconfigure(self, config: CleanerConfig) -> None:
+        """New ``log.cleaner.*`` settings (Kafka's ``LogCleaner.reconfigure``): the I/O rate holds
+        at once, also for the rounds running; a new backoff from now; the other settings for the
+        rounds started from now on."""
+        old, self.config = self.config, config
+        self.throttler.rate = config.max_io_bytes_per_second
+        if config.enable and config.backoff_ms != old.backoff_ms and self._task is not None:
+            self._task.cancel()
             self._schedule(config.backoff_ms)
 
     def _schedule(self, delay_ms: int) -> None:
@@ -831,14 +890,13 @@ class LogCleaner:
     def _tick(self) -> None:
         delay = self.config.backoff_ms
         try:
-            if self.job is not None and not self.job.done.is_set():
-                delay = min(delay, 20)  # poll for the worker's end
-            else:
-                if self.job is not None:
-                    self._finish()
-                # a round done: the next log at once (Kafka backs off only when none is due)
-                if self.start_round():
-                    delay = 20
+            for job in [j for j in self.jobs.values() if j.done.is_set()]:
+                self._finish(job)
+            # a round done: the next log at once (Kafka backs off only when none is due)
+            while self.start_round():
+                pass
+            if self.jobs:
+                delay = min(delay, 20)  # poll for the workers' end
         finally:
             self._schedule(delay)
 
@@ -855,12 +913,15 @@ class LogCleaner:
                     # the entry was of the old one
                     self._seen[key] = lg
                     self.checkpoints.pop(key, None)
+                if key in self.jobs:
+                    continue  # being cleaned (Kafka's inProgress)
                 out.append((lg, self.checkpoints.get(key), st))
         return out
 
     def start_round(self, now: Optional[int] = None, threaded: bool = True) -> bool:
-        """Pick the dirtiest log and start cleaning it; False when none is cleanable."""
-        if self.job is not None:
+        """Pick the dirtiest log not being cleaned and start cleaning it; False when none is
+        cleanable or ``log.cleaner.threads`` rounds are running."""
+        if len(self.jobs) >= self.config.threads:
             return False
         now = self.core.wall_ms() if now is None else now
         cands = self._candidates()
@@ -872,19 +933,17 @@ class LogCleaner:
         if ltc is None:
             return False
         st = next(st for lg, _, st in cands if lg is ltc.log)
-        self.job = CleanJob(ltc, st, self.config, now)
+        job = CleanJob(ltc, st, self.config, now, self.throttler)
+        self.jobs[(ltc.log.topic, ltc.log.partition)] = job
         if threaded:
-            self._thread = threading.Thread(target=self.job.run, name="kproto-log-cleaner", daemon=True)
-            self._thread.start()
+            threading.Thread(target=job.run, name="kproto-log-cleaner", daemon=True).start()
         else:
-            self.job.run()
+            job.run()
         return True
 
-    def _finish(self) -> None:
-        job, self.job = self.job, None
-        assert job is not None
-        self._thread = None
+    def _finish(self, job: CleanJob) -> None:
         lg = job.ltc.log
+        self.jobs.pop((lg.topic, lg.partition), None)
         if self.core.logs.get(lg.topic, lg.partition) is not lg:
             job.discard()  # deleted or reopened meanwhile
             return
@@ -897,18 +956,18 @@ class LogCleaner:
 
     def clean_now(self, now: Optional[int] = None) -> bool:
         """One whole round in this thread (tests, tools): whether a log was cleaned."""
-        if self.job is not None:
-            self.wait()
+        self.wait()
         if not self.start_round(now, threaded=False):
             return False
-        self._finish()
+        for job in list(self.jobs.values()):
+            self._finish(job)
         return True
 
     def wait(self) -> None:
-        """Let a running round end and swap it in."""
-        if self.job is not None:
-            self.job.done.wait()
-            self._finish()
+        """Let the running rounds end and swap them in."""
+        for job in list(self.jobs.values()):
+            job.done.wait()
+            self._finish(job)
 
     def forget(self, topic: str) -> None:
         """A topic was deleted: its entries leave ``cleaner-offset-checkpoint`` (a running round
@@ -926,11 +985,12 @@ class LogCleaner:
         replace_file(self.path, OffsetCheckpoint(entries).encode())
 
     def shutdown(self) -> None:
-        """Stop: a running round is let finish and dropped (its ``.cleaned`` files removed)."""
+        """Stop: running rounds are let finish and dropped (their ``.cleaned`` files removed)."""
         if self._task is not None:
             self._task.cancel()
-        job, self.job = self.job, None
-        if job is not None:
+        jobs, self.jobs = list(self.jobs.values()), {}
+        for job in jobs:
             job.cancelled.set()
+        for job in jobs:
             job.done.wait()
             job.discard()

@@ -8,26 +8,24 @@ config of this broker (DYNAMIC_BROKER_CONFIG), the dynamic cluster default
 (DYNAMIC_DEFAULT_BROKER_CONFIG), the broker's start-up settings (STATIC_BROKER_CONFIG),
 Kafka's default (DEFAULT_CONFIG); DescribeConfigs lists the levels that are set as synonyms.
 
-Persistence: a KRaft broker keeps topic and dynamic broker configs as ConfigRecords in
-``__cluster_metadata``, and so does a broker of a kproto cluster (its :class:`ConfigManager`
-is given them from the metadata image); the single broker keeps them in
-``kproto-configs.json`` beside ``meta.properties`` (a file a real Kafka ignores: it only scans
-folders and its own checkpoints), rewritten atomically on every change and read back at start.
+Persistence: a KRaft node keeps topic and dynamic broker configs as ConfigRecords in
+``__cluster_metadata``. A broker of a kproto cluster is given them from its metadata image;
+the single broker hands its :class:`ConfigManager` a :class:`ConfigStore` (its own metadata
+log, :class:`~kproto.broker.cluster.combined.CombinedMetadata`) that they are read from at
+start and written to on every change.
 """
 from __future__ import annotations
 
-import json
-import os
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Optional, Protocol
 
-from kproto.broker.log import BrokerError, LogConfig, Topic, replace_file
+from kproto.broker.log import BrokerError, LogConfig, Topic
 from kproto.error_codes import ErrorCode
 
 if TYPE_CHECKING:
     from kproto.broker.log import LogManager
 
-__all__ = ["BrokerConfig", "ConfigDef", "TOPIC_CONFIGS", "ConfigEntry", "TopicSettings", "ConfigManager", "CONFIGS_FILE",
+__all__ = ["BrokerConfig", "ConfigDef", "TOPIC_CONFIGS", "CLEANER_CONFIGS", "JAVA_DOUBLE_MAX", "ConfigEntry", "TopicSettings", "ConfigManager", "ConfigStore", "CONFIGS_FILE",
            "formatted_cluster_defaults", "ConfigLevels", "check_broker_configs",
            "DYNAMIC_TOPIC", "DYNAMIC_BROKER", "DYNAMIC_DEFAULT_BROKER", "STATIC_BROKER", "DEFAULT"]
 
@@ -77,6 +75,7 @@ class BrokerConfig:
     log_cleaner_io_buffer_size: int = 524288        # log.cleaner.io.buffer.size
     log_cleaner_io_buffer_load_factor: float = 0.9  # log.cleaner.io.buffer.load.factor
     log_cleaner_threads: int = 1                    # log.cleaner.threads
+    log_cleaner_io_max_bytes_per_second: float = 1.7976931348623157e308  # log.cleaner.io.max.bytes.per.second
     replica_high_watermark_checkpoint_interval_ms: int = 5000  # replica.high.watermark.checkpoint.interval.ms
     # limits of the socket layer (kproto.broker.server): each connection has one request in
     # flight (Kafka mutes it); the queue caps hold across connections the requests read (or
@@ -101,6 +100,7 @@ class BrokerConfig:
     allow_everyone_if_no_acl_found: bool = False    # allow.everyone.if.no.acl.found
 
 
+#: where older kproto versions kept the configs (migrated into the metadata log once)
 CONFIGS_FILE = "kproto-configs.json"
 
 # DescribeConfigs' ConfigSource values
@@ -256,9 +256,24 @@ def _defs() -> dict[str, ConfigDef]:
 
 #: Kafka's topic configs by name.
 TOPIC_CONFIGS: dict[str, ConfigDef] = _defs()
-#: broker config name -> (topic config, multiplier): the dynamically updatable log defaults
+#: Kafka's ``Double.MAX_VALUE`` as its configs print it (log.cleaner.io.max.bytes.per.second's default)
+JAVA_DOUBLE_MAX = "1.7976931348623157E308"
+#: The log cleaner's broker configs that Kafka's ``LogCleaner`` reconfigures at run time
+#: (``log.cleaner.min.cleanable.ratio`` is a topic config's synonym); each is its own synonym.
+CLEANER_CONFIGS: dict[str, ConfigDef] = {c.name: c for c in (
+    ConfigDef("log.cleaner.threads", INT, "1", (("log.cleaner.threads", 1),), min=0),
+    ConfigDef("log.cleaner.io.max.bytes.per.second", DOUBLE, JAVA_DOUBLE_MAX,
+              (("log.cleaner.io.max.bytes.per.second", 1),)),
+    ConfigDef("log.cleaner.dedupe.buffer.size", LONG, "134217728", (("log.cleaner.dedupe.buffer.size", 1),)),
+    ConfigDef("log.cleaner.io.buffer.size", INT, "524288", (("log.cleaner.io.buffer.size", 1),), min=0),
+    ConfigDef("log.cleaner.io.buffer.load.factor", DOUBLE, "0.9", (("log.cleaner.io.buffer.load.factor", 1),)),
+    ConfigDef("log.cleaner.backoff.ms", LONG, "15000", (("log.cleaner.backoff.ms", 1),), min=0),
+)}
+#: broker config name -> (config, multiplier to its unit): the broker configs that can change
+#: at run time: the log defaults (synonyms of topic configs) and the log cleaner's
 BROKER_SYNONYMS: dict[str, tuple[ConfigDef, int]] = {
-    s: (c, m) for c in TOPIC_CONFIGS.values() for s, m in c.synonyms}
+    **{s: (c, m) for c in TOPIC_CONFIGS.values() for s, m in c.synonyms},
+    **{name: (c, 1) for name, c in CLEANER_CONFIGS.items()}}
 
 
 @dataclass(frozen=True)
@@ -302,9 +317,20 @@ def _static_broker_values(cfg: BrokerConfig) -> dict[str, str]:
         "log.retention.ms": cfg.log_retention_ms, "log.retention.bytes": cfg.log_retention_bytes,
         "log.roll.ms": cfg.log_roll_ms, "log.cleanup.policy": cfg.log_cleanup_policy,
         "min.insync.replicas": cfg.min_insync_replicas,
+        "log.cleaner.threads": cfg.log_cleaner_threads,
+        "log.cleaner.io.max.bytes.per.second": _java_double(cfg.log_cleaner_io_max_bytes_per_second),
+        "log.cleaner.dedupe.buffer.size": cfg.log_cleaner_dedupe_buffer_size,
+        "log.cleaner.io.buffer.size": cfg.log_cleaner_io_buffer_size,
+        "log.cleaner.io.buffer.load.factor": cfg.log_cleaner_io_buffer_load_factor,
+        "log.cleaner.backoff.ms": cfg.log_cleaner_backoff_ms,
     }
     # every name here is a synonym in the topic config's own unit
     return {name: str(v) for name, v in values.items() if str(v) != BROKER_SYNONYMS[name][0].default}
+
+
+def _java_double(v: float) -> str:
+    """A double as Java prints the largest one (Python's ``repr`` otherwise)."""
+    return JAVA_DOUBLE_MAX if v >= 1.7976931348623157e308 else repr(v)
 
 
 def formatted_cluster_defaults(min_insync_replicas: int) -> dict[str, str]:
@@ -415,70 +441,61 @@ def check_broker_configs(configs: Mapping[str, Optional[str]]) -> dict[str, str]
     return out
 
 
-class ConfigManager(ConfigLevels):
-    """Effective configs of topics and this broker, their changes and their file."""
+class ConfigStore(Protocol):
+    """Where the configs set at run time are kept: dynamic broker configs by broker name (""
+    is the cluster-wide default) and topic overrides by topic name."""
 
-    def __init__(self, config: BrokerConfig, logs: LogManager, persist: bool = True) -> None:
+    def stored_configs(self) -> tuple[dict[str, dict[str, str]], dict[str, dict[str, str]]]:
+        """(broker configs, topic configs) as stored."""
+        ...
+
+    def store_configs(self, broker: Mapping[str, Mapping[str, str]],
+                      topics: Mapping[str, Mapping[str, str]]) -> None:
+        """Keep exactly these (what is stored and not given here is removed)."""
+        ...
+
+
+class ConfigManager(ConfigLevels):
+    """Effective configs of topics and this broker, and their changes, kept in ``store``
+    (None: they are given from elsewhere, as a cluster broker's metadata image)."""
+
+    def __init__(self, config: BrokerConfig, logs: LogManager, store: Optional[ConfigStore] = None) -> None:
         super().__init__(str(config.node_id), {"": {}, str(config.node_id): {}}, _static_broker_values(config))
         self.config, self.logs = config, logs
-        #: whether the configs live in CONFIGS_FILE (False: they are given from elsewhere)
-        self.persist = persist
-        self.path = os.path.join(logs.data_dir, CONFIGS_FILE)
+        self.store = store
         self.static_log = logs.defaults
+        #: stored topic configs that are no longer valid (skipped at start)
         self.load_problems: list[str] = []
         self._settings: dict[str, tuple[Any, TopicSettings]] = {}
+        #: called after the dynamic broker configs changed (the log cleaner reconfigures)
+        self.on_broker_change: Optional[Callable[[], None]] = None
         self._load()
 
-    # ------------------------------------------------------------------ file
+    # ------------------------------------------------------------------ store
     def _load(self) -> None:
-        if not self.persist:
+        if self.store is None:
             self._apply_broker()
             return
-        try:
-            with open(self.path, "rb") as f:
-                doc = json.loads(f.read())
-        except FileNotFoundError:
-            if self.logs.formatted and not self.logs.sparse:
-                # a single node formatted now: as Kafka 4.x's storage tool, the cluster-wide
-                # dynamic default of min.insync.replicas is written at format time (a
-                # cluster's controller writes it when it bootstraps the cluster)
-                self.broker_dynamic[""].update(formatted_cluster_defaults(self.config.min_insync_replicas))
-                self._apply_broker()
-                self.save()
-                return
-            self._apply_broker()
-            return
-        except (OSError, ValueError) as exc:
-            # a broken file must not stop the broker; the topics keep the defaults
-            self.load_problems.append(f"{self.path}: {exc}")
-            self._apply_broker()
-            return
-        broker = doc.get("broker", {}) if isinstance(doc, dict) else {}
+        broker, topics = self.store.stored_configs()
         for key in self.broker_dynamic:
-            got = broker.get(key, {})
-            if isinstance(got, dict):
-                self.broker_dynamic[key] = {str(k): str(v) for k, v in got.items() if k in BROKER_SYNONYMS}
+            self.broker_dynamic[key] = {k: v for k, v in broker.get(key, {}).items() if k in BROKER_SYNONYMS}
         self._apply_broker()
-        topics = doc.get("topics", {}) if isinstance(doc, dict) else {}
-        for name, entry in topics.items() if isinstance(topics, dict) else ():
+        for name, configs in topics.items():
             topic = self.logs.topics.get(name)
-            if topic is None or not isinstance(entry, dict) or entry.get("topic_id") != str(topic.topic_id):
-                continue  # deleted, or recreated under the same name while we were down
-            configs = entry.get("configs", {})
-            if isinstance(configs, dict):
-                try:
-                    self.apply_topic(topic, {str(k): str(v) for k, v in configs.items()})
-                except BrokerError as exc:
-                    self.load_problems.append(f"{name}: {exc.message}")
+            if topic is None:
+                continue
+            try:
+                self.apply_topic(topic, configs)
+            except BrokerError as exc:
+                self.load_problems.append(f"{name}: {exc.message}")
 
     def save(self) -> None:
-        if not self.persist:
+        """Write the current configs to the store."""
+        if self.store is None:
             return
-        topics = {t.name: {"topic_id": str(t.topic_id), "configs": dict(sorted(t.configs.items()))}
-                  for t in sorted(self.logs.topics.values(), key=lambda t: t.name) if t.configs}
-        doc = {"version": 1, "topics": topics,
-               "broker": {k: dict(sorted(v.items())) for k, v in self.broker_dynamic.items() if v}}
-        replace_file(self.path, json.dumps(doc, indent=1).encode())
+        self.store.store_configs(
+            {k: v for k, v in self.broker_dynamic.items() if v},
+            {t.name: t.configs for t in self.logs.topics.values() if t.configs})
 
     # ------------------------------------------------------------------ values
     def topic_value(self, topic: Topic, name: str) -> Optional[str]:
@@ -526,6 +543,17 @@ class ConfigManager(ConfigLevels):
         self.logs.defaults = self._log_defaults()
         for topic in self.logs.topics.values():
             self.apply_topic(topic, topic.configs)
+        if self.on_broker_change is not None:
+            self.on_broker_change()
+
+    def broker_config(self, name: str) -> str:
+        """The value of broker config ``name`` (one of :data:`BROKER_SYNONYMS`) this broker
+        runs with: its most specific level, else Kafka's default."""
+        d, _ = BROKER_SYNONYMS[name]
+        levels = self._broker_levels(name)
+        value = levels[0][0] if levels else self._broker_default(d, name)
+        assert value is not None, name
+        return value
 
     def apply_topic(self, topic: Topic, configs: Mapping[str, str]) -> None:
         """Give ``topic`` these overrides (validated) and its logs the resulting settings."""

@@ -12,7 +12,6 @@ connection until the answer is out), so answers keep the order of their requests
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
@@ -21,18 +20,20 @@ from time import perf_counter_ns
 from dataclasses import dataclass
 from typing import Any, Callable, Hashable, Optional, Protocol, Union
 
-from kproto.broker.security.acl import ACL_VERSIONS, DESCRIBE, TOPIC, AclHandlers, Authorizer, SecurityFile
+from kproto.broker.security.acl import ACL_VERSIONS, DESCRIBE, TOPIC, AclHandlers, Authorizer
 from kproto.broker.admin import ADMIN_VERSIONS, AdminHandlers, admin_error_response
 from kproto.broker.security.auth import SASL_VERSIONS, Security
 from kproto.broker.security.authz import RequestAuthorizer
 from kproto.broker.configs import BrokerConfig, ConfigManager
 from kproto.broker.coordinators.group import GroupCoordinator
 from kproto.broker import features as feat
-from kproto.broker.log import BrokerError, Log, LogManager, Topic, replace_file, topic_name_error
+from kproto.broker.log import BrokerError, Log, LogManager, Topic, topic_name_error
 from kproto.broker.purgatory import DelayedOperation, DelayedOperationPurgatory
-from kproto.broker.quotas import (QUOTAS_FILE, THROTTLE_EXEMPT, QuotaManagers, QuotaStore, alter_client_quotas,
-                                  alter_error, describe_client_quotas, describe_error, request_percentage)
+from kproto.broker.quotas import (THROTTLE_EXEMPT, QuotaManagers, QuotaStore, alter_client_quotas, alter_error,
+                                  describe_client_quotas, describe_error, quota_record, request_percentage)
 from kproto.broker.cleaner import CleanerConfig, LogCleaner
+from kproto.broker.cluster.combined import CombinedMetadata
+from kproto.broker.cluster.controller import ControllerConfig
 from kproto.broker.retention import RetentionManager, maybe_roll_by_time
 from kproto.broker.coordinators.txn import TransactionCoordinator, leader_verification_error
 from kproto.broker.timer import CallbackTask, Clock, SystemClock, SystemTimer
@@ -127,33 +128,6 @@ ADVERTISED_FROM: dict[int, int] = {ApiKey.PRODUCE: 0}
 
 # Kafka's text of UNKNOWN_TOPIC_OR_PARTITION in a DescribeQuorum answer
 _NOT_HOSTED = "This server does not host this topic-partition."
-
-#: The single broker's finalized feature levels and their epoch, beside meta.properties.
-FEATURES_FILE = "kproto-features.json"
-
-
-def _load_features(path: str, transaction_version: int) -> tuple[dict[str, int], int]:
-    """(levels, epoch) from the features file; a new broker's defaults (one feature record
-    each, so the epoch is the offset of the last), at ``transaction_version``, when there is
-    none or it cannot be read."""
-    try:
-        with open(path, "rb") as f:
-            doc = json.loads(f.read())
-        return {str(k): int(v) for k, v in doc["features"].items()}, int(doc["epoch"])
-    except FileNotFoundError:
-        pass
-    except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
-        log.warning("%s unreadable (%r): feature levels back to their defaults", path, exc)
-    levels = feat.default_levels()
-    levels.pop(feat.TRANSACTION_VERSION, None)
-    if transaction_version > 0:
-        levels[feat.TRANSACTION_VERSION] = transaction_version
-    return levels, len(levels) - 1
-
-
-def _save_features(path: str, levels: dict[str, int], epoch: int) -> None:
-    replace_file(path, json.dumps({"version": 1, "epoch": epoch, "features": levels}, indent=1).encode())
-
 
 #: The newest versions a broker whose finalized transaction.version is below 2 advertises: the
 #: versions above them carry KIP-890 part 2's meaning (implicit partition adds, epoch bumps).
@@ -361,9 +335,10 @@ class BrokerCore:
     sparse_logs = False
     #: the APIs and versions the handlers implement
     implemented: dict[int, tuple[int, int]] = IMPLEMENTED
-    #: dynamic configs, ACLs and SCRAM credentials kept in the data dir's JSON files (a broker
-    #: of a cluster has them from the metadata log instead)
-    state_files = True
+    #: this node is its own one-voter KRaft controller, its state (topics, configs, ACLs, SCRAM
+    #: credentials, feature levels) in its own ``__cluster_metadata-0`` (a broker of a cluster
+    #: follows its controllers' metadata log instead)
+    own_metadata_log = True
 
     def __init__(self, data_dir: str, config: Optional[BrokerConfig] = None, *,
                  clock: Optional[Clock] = None,
@@ -381,8 +356,9 @@ class BrokerCore:
         self.logs = LogManager(data_dir, node_id=self.config.node_id,
                                cluster_id=self.config.cluster_id, defaults=self.config.log,
                                sparse=self.sparse_logs)
-        # topic and dynamic broker configs from our configs file, before anything reads a log
-        self.configs = ConfigManager(self.config, self.logs, persist=self.state_files)
+        self.metadata = self._open_metadata(data_dir) if self.own_metadata_log else None
+        # topic and dynamic broker configs from the metadata log, before anything reads a log
+        self.configs = ConfigManager(self.config, self.logs, store=self.metadata)
         self.hooks: dict[int, list[ControlHandle]] = {}
         self._next_producer_id = 1 + max(
             (pid for t in self.logs.topics.values() for lg in t.logs for pid in lg.producers),
@@ -390,31 +366,36 @@ class BrokerCore:
         self.groups = GroupCoordinator(self)
         self.txns = TransactionCoordinator(self, self.groups)
         self.retention = RetentionManager(self)
-        c = self.config
-        self.cleaner = LogCleaner(self, CleanerConfig(
-            c.log_cleaner_enable, c.log_cleaner_backoff_ms, c.log_cleaner_dedupe_buffer_size,
-            c.log_cleaner_io_buffer_size, c.log_cleaner_io_buffer_load_factor, c.log_cleaner_threads))
+        self.cleaner = LogCleaner(self, self._cleaner_config())
+        self.configs.on_broker_change = lambda: self.cleaner.reconfigure(self._cleaner_config())
         self._hw_task: Optional[CallbackTask] = None
         self._checkpoint_high_watermarks(schedule_only=True)
         self.admin = AdminHandlers(self, self.retention)
-        # security: SASL per connection, ACLs and SCRAM credentials in kproto-security.json
+        # security: SASL per connection, ACLs and SCRAM credentials from the metadata log
         self.security = Security(self.config)
-        self.security_file = SecurityFile(data_dir)
-        acls, altered = self.security_file.load() if self.state_files else ([], {})
-        self._stored_acls = acls  # kept in the file even while no authorizer is configured
-        self.security.store.apply_altered(altered)
+        acls = sorted(self.metadata.stored_acls()) if self.metadata is not None else []
+        self._stored_acls = acls  # kept in the log even while no authorizer is configured
+        md = self.metadata
+        if md is not None:
+            store = self.security.store
+            if md.created:
+                # as kafka-storage format --add-scram: the configured users' SCRAM credentials
+                # go into the new metadata log (those an older kproto's file named are migrated)
+                md.store_scram({k: c for k, c in store.scram.items() if k not in md.migrated_scram})
+            # from now on SCRAM credentials are the metadata log's, as in Kafka
+            store.scram.clear()
+            store.apply_altered(md.stored_scram())
         self.authorizer: Optional[Authorizer] = (
             Authorizer(self.config.super_users, self.config.allow_everyone_if_no_acl_found, acls)
             if self.config.authorizer else None)
         self.authz = RequestAuthorizer(self.authorizer, self) if self.authorizer is not None else None
         self.security.on_change = lambda _store: self._save_security()
-        # client quotas: kproto-quotas.json (a broker of a cluster: from the metadata image)
-        self.quota_store = QuotaStore(os.path.join(data_dir, QUOTAS_FILE) if self.state_files else None)
+        # client quotas: ClientQuotaRecords of the metadata log (a broker of a cluster: its image's)
+        self.quota_store = QuotaStore()
+        if self.metadata is not None:
+            self.quota_store.replace(self.metadata.image.client_quotas)
         self.quotas = QuotaManagers(self.quota_store, self.config.quota_window_num,
                                     self.config.quota_window_size_seconds)
-        self.features_file = os.path.join(data_dir, FEATURES_FILE)
-        self.finalized_features, self.features_epoch = _load_features(self.features_file,
-                                                                      self.config.transaction_version)
         acl = AclHandlers(self.authorizer, self._save_security)
         sec = self.security
         tx, adm = self.txns, self.admin
@@ -754,11 +735,40 @@ class BrokerCore:
         replicated (none on a single broker)."""
         req.respond(response)
 
+    def _cleaner_config(self) -> CleanerConfig:
+        """The log cleaner's settings: ``log.cleaner.enable`` from the start-up settings, the
+        others as configured at their most specific level (they change at run time)."""
+        v = self.configs.broker_config
+        return CleanerConfig(
+            self.config.log_cleaner_enable, int(v("log.cleaner.backoff.ms")),
+            int(v("log.cleaner.dedupe.buffer.size")), int(v("log.cleaner.io.buffer.size")),
+            float(v("log.cleaner.io.buffer.load.factor")), int(v("log.cleaner.threads")),
+            float(v("log.cleaner.io.max.bytes.per.second")))
+
+    def _open_metadata(self, data_dir: str) -> CombinedMetadata:
+        """The single broker's metadata log, brought up to the topics found in the directory
+        (all of them on a directory of an older kproto) and to the state of an older kproto's
+        JSON files (migrated once)."""
+        c = self.config
+        md = CombinedMetadata(data_dir, node_id=c.node_id, cluster_id=self.logs.cluster_id,
+                              directory_id=self.logs.directory_id, timer=self.timer,
+                              controller_config=ControllerConfig(
+                                  cluster_id=self.logs.cluster_id, node_id=c.node_id, voters=(c.node_id,),
+                                  num_partitions=c.num_partitions, min_insync_replicas=c.min_insync_replicas,
+                                  transaction_version=c.transaction_version,
+                                  auto_leader_rebalance_enable=False))
+        md.sync_topics(self.logs.topics)
+        md.migrate(data_dir)
+        for problem in md.migration_problems:
+            log.warning("migrating the old state files: %s", problem)
+        self.logs.on_topic_changed = lambda name: md.sync_topics(self.logs.topics, (name,))
+        return md
+
     def _save_security(self) -> None:
-        if not self.state_files:
+        if self.metadata is None:
             return
-        self.security_file.save(self.authorizer.acls if self.authorizer is not None else self._stored_acls,
-                                self.security.store)
+        self.metadata.store_acls(self.authorizer.acls if self.authorizer is not None else self._stored_acls)
+        self.metadata.store_scram(self.security.store.altered)
 
     def _create_topic(self, name: str, partitions: int, configs: Optional[dict] = None) -> Topic:
         topic = self.logs.create_topic(name, partitions, configs)
@@ -815,14 +825,16 @@ class BrokerCore:
         """Make quota changes (ClientQuotaRecords' content) and keep them."""
         if not changes:
             return
+        if self.metadata is not None:
+            self.metadata.write([(quota_record(entity, key, value), 0) for entity, key, value in changes])
         for entity, key, value in changes:
             self.quota_store.apply(entity, key, value)
-        self.quota_store.save()
 
     # ------------------------------------------------------------------ features
     def feature_levels(self) -> tuple[dict[str, int], int]:
         """The finalized feature levels and their epoch, as ApiVersions v3+ answers them."""
-        return self.finalized_features, self.features_epoch
+        assert self.metadata is not None  # a broker of a cluster answers from its image
+        return self.metadata.feature_levels()
 
     def transaction_version(self) -> int:
         """The finalized transaction.version: 2 is KIP-890 part 2's protocol."""
@@ -831,29 +843,23 @@ class BrokerCore:
     def _update_features(self, req: Request) -> None:
         # Kafka's controller checks (kproto.broker.features); this node is its own controller
         updates = feat.requested_updates(req.version, req.body)
-        outcome = feat.update_features(updates, self.finalized_features, node_id=self.config.node_id,
+        outcome = feat.update_features(updates, self.feature_levels()[0], node_id=self.config.node_id,
                                        validate_only=req.version >= 1 and req.body.validate_only)
         if outcome.levels:
-            levels = dict(self.finalized_features)
-            for name, level in outcome.levels.items():
-                if level > 0:
-                    levels[name] = level
-                else:
-                    levels.pop(name, None)
-            # one FeatureLevelRecord per update in a metadata log: the epoch is the last one's offset
-            self.finalized_features = levels
-            self.features_epoch += len(outcome.levels)
-            _save_features(self.features_file, levels, self.features_epoch)
+            assert self.metadata is not None
+            self.metadata.store_features(outcome.levels)
         req.respond(feat.update_features_response(req.version, updates, outcome))
 
     # ------------------------------------------------------------------ DescribeQuorum
     def _describe_quorum(self, req: Request) -> None:
         """As Kafka's combined node with a one-voter quorum answers: this node leads the
-        metadata partition in epoch 1, whose log holds the feature records (its end is one past
-        the features epoch); the node's own listener stands for the controller listener."""
+        metadata partition, its log end is the high watermark; the node's own listener stands
+        for the controller listener."""
         cls = response_codec(ApiKey.DESCRIBE_QUORUM).cls
         text = req.version >= 2  # error messages from v2 on
-        end = self.features_epoch + 1
+        assert self.metadata is not None
+        raft = self.metadata.replica
+        end = raft.high_watermark
         now = self.wall_ms()
         me = self.config.node_id
         topics, known = [], False
@@ -871,7 +877,8 @@ class BrokerCore:
                                                    leader_id=0, leader_epoch=0, high_watermark=0))
                     continue
                 parts.append(cls.PartitionData(
-                    partition_index=0, error_code=0, error_message="" if text else None, leader_id=me, leader_epoch=1,
+                    partition_index=0, error_code=0, error_message="" if text else None, leader_id=me,
+                    leader_epoch=raft.epoch,
                     high_watermark=end, observers=[], current_voters=[cls.ReplicaState(
                         replica_id=me, replica_directory_id=self.logs.directory_id if text else Uuid.ZERO,
                         log_end_offset=end, last_fetch_timestamp=now if req.version >= 1 else -1,
@@ -1373,6 +1380,8 @@ class BrokerCore:
         self.groups.shutdown()
         self.txns.shutdown()
         self.logs.close(clean)
+        if self.metadata is not None:
+            self.metadata.close(clean)
 
 
 def removed_in_kafka_4(api_key: int, version: int) -> bool:

@@ -22,7 +22,7 @@ from kproto.codecs import response as response_codec
 from kproto.error_codes import ErrorCode
 from kproto.schemas.api_keys import ApiKey
 
-__all__ = ["FeatureSpec", "FEATURES", "METADATA_VERSION", "KRAFT_VERSION", "GROUP_VERSION",
+__all__ = ["FeatureSpec", "FEATURES", "FEATURES_FILE", "METADATA_VERSION", "KRAFT_VERSION", "GROUP_VERSION",
            "TRANSACTION_VERSION", "SHARE_VERSION", "STREAMS_VERSION",
            "ELIGIBLE_LEADER_REPLICAS_VERSION", "METADATA_VERSION_3_9", "METADATA_VERSION_4_4_IV2",
            "TRANSACTION_VERSION_LEVEL", "UPGRADE", "SAFE_DOWNGRADE", "UNSAFE_DOWNGRADE",
@@ -39,6 +39,9 @@ ELIGIBLE_LEADER_REPLICAS_VERSION = "eligible.leader.replicas.version"
 
 #: metadata.version 3.9-IV0: the form of the records kproto's controller writes.
 METADATA_VERSION_3_9 = 21
+#: where the single broker of older kproto versions kept its finalized levels (migrated into
+#: its metadata log once, see kproto.broker.cluster.migration)
+FEATURES_FILE = "kproto-features.json"
 #: metadata.version 4.4-IV2 (Kafka 4.4.0's latest): from it on controllers can be unregistered.
 METADATA_VERSION_4_4_IV2 = 33
 #: The newest transaction.version the broker implements, and a new broker's or cluster's level:

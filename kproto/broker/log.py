@@ -21,7 +21,7 @@ import struct
 from bisect import bisect_left, bisect_right
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator, Mapping, Optional, Sequence
+from typing import Callable, Iterable, Iterator, Mapping, Optional, Sequence
 
 import numpy as np
 from crc32c import crc32c
@@ -943,6 +943,9 @@ class LogManager:
                 f.write(MetaProperties(props).encode())
         self.node_id = node_id
         self._last_high_watermarks: Optional[list[tuple[str, int, int]]] = None
+        #: told the name of a topic created, deleted or given more partitions (the single
+        #: broker records it in its metadata log)
+        self.on_topic_changed: Optional[Callable[[str], None]] = None
         self._load()
         # Kafka removes the marker at start: a crash from here on is an unclean shutdown
         try:
@@ -1010,7 +1013,13 @@ class LogManager:
             for p in range(partitions)]
         topic = Topic(name, tid, logs, configs, name.startswith("__"))
         self._register(topic)
+        self.topic_changed(name)
         return topic
+
+    def topic_changed(self, name: str) -> None:
+        """Tell :attr:`on_topic_changed` that topic ``name`` was created, deleted or grew."""
+        if self.on_topic_changed is not None:
+            self.on_topic_changed(name)
 
     def open_partition(self, name: str, partition: int, topic_id: Uuid,
                        configs: Optional[Mapping[str, str]] = None) -> Log:
@@ -1052,6 +1061,7 @@ class LogManager:
         self.topics_by_id.pop(topic.topic_id, None)
         for log in topic.logs:
             log.delete()
+        self.topic_changed(name)
         return topic
 
     def close(self, clean: bool = True, broker_epoch: int = 1) -> None:

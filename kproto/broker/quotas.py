@@ -2,9 +2,8 @@
 long a client that went over is throttled, as Kafka's broker does.
 
 - :class:`QuotaStore`: the configured quotas, entity -> {key: value}, changed one
-  ``ClientQuotaRecord`` at a time (:meth:`QuotaStore.apply`); a single broker keeps them in
-  ``kproto-quotas.json`` beside ``meta.properties``, a broker of a cluster has them from its
-  metadata image.
+  ``ClientQuotaRecord`` at a time (:meth:`QuotaStore.apply`); the records themselves are in the
+  metadata log (the single broker's own, a cluster's), the store is its image's view.
 - :func:`alter_client_quotas` and :func:`describe_client_quotas`: the two APIs' answers (Kafka's
   controller validation and its metadata image's filter).
 - :class:`SampledRate` and :class:`ClientQuotaManager`: Kafka's quota sensors (``quota.window.num``
@@ -35,7 +34,7 @@ from kproto.error_codes import ErrorCode
 from kproto.schemas.api_keys import ApiKey
 
 __all__ = ["USER", "CLIENT_ID", "IP", "PRODUCER_BYTE_RATE", "CONSUMER_BYTE_RATE", "REQUEST_PERCENTAGE",
-           "CONTROLLER_MUTATION_RATE", "CONNECTION_CREATION_RATE", "QUOTAS_FILE", "Entity", "QuotaStore",
+           "CONTROLLER_MUTATION_RATE", "CONNECTION_CREATION_RATE", "Entity", "QuotaStore",
            "alter_client_quotas", "alter_error", "quota_record", "describe_client_quotas", "describe_error", "SampledRate",
            "ClientQuotaManager", "QuotaManagers", "THROTTLE_EXEMPT"]
 
@@ -49,7 +48,6 @@ CONTROLLER_MUTATION_RATE = "controller_mutation_rate"
 CONNECTION_CREATION_RATE = "connection_creation_rate"
 
 #: The single broker's quotas, beside meta.properties (a file Kafka ignores).
-QUOTAS_FILE = "kproto-quotas.json"
 
 #: the keys each kind of entity takes and their config type (Kafka's QuotaConfigs): users and
 #: client ids (alone or together) take the first four, ip addresses the connection rate
@@ -110,34 +108,16 @@ def make_entity(pairs: Iterable[tuple[str, Optional[str]]]) -> Entity:
 
 # ------------------------------------------------------------------ the store
 class QuotaStore:
-    """The configured client quotas: entity -> {key: value}. ``path``: the JSON file they are
-    kept in (None: in memory only, as a cluster broker's, whose metadata log keeps them).
+    """The configured client quotas: entity -> {key: value}, as the metadata log's
+    ClientQuotaRecords leave them.
 
     This is the one interface the broker reads and changes quotas through: :meth:`apply` takes
     one ClientQuotaRecord's content, :attr:`entries` is what is configured."""
 
-    def __init__(self, path: Optional[str] = None) -> None:
-        self.path = path
+    def __init__(self) -> None:
         self.entries: dict[Entity, dict[str, float]] = {}
         #: bumped on every change (the managers look their quotas up again)
         self.version = 0
-        self.load_problems: list[str] = []
-        if path is not None:
-            self._load(path)
-
-    def _load(self, path: str) -> None:
-        try:
-            with open(path, "rb") as f:
-                doc = json.loads(f.read())
-            for e in doc["quotas"]:
-                ent = make_entity((str(t), None if n is None else str(n)) for t, n in e["entity"])
-                self.entries[ent] = {str(k): float(v) for k, v in e["values"].items()}
-        except FileNotFoundError:
-            pass
-        except (OSError, ValueError, TypeError, KeyError) as exc:
-            # a broken file must not stop the broker: no quotas then, and the reason kept
-            self.load_problems.append(f"{path}: {exc!r}")
-            log.warning("%s unreadable (%r): no client quotas", path, exc)
 
     def apply(self, entity: Entity, key: str, value: Optional[float]) -> None:
         """One change (a ClientQuotaRecord): set ``key`` of ``entity`` to ``value``, or remove
@@ -152,16 +132,8 @@ class QuotaStore:
             self.entries.setdefault(entity, {})[key] = float(value)
         self.version += 1
 
-    def save(self) -> None:
-        """Write the file (nothing without a path)."""
-        if self.path is None:
-            return
-        doc = {"version": 1, "quotas": [{"entity": [list(p) for p in ent], "values": vals}
-                                        for ent, vals in self.entries.items()]}
-        replace_file(self.path, json.dumps(doc, indent=1).encode())
-
     def replace(self, entries: Mapping[Entity, Mapping[str, float]]) -> None:
-        """Every quota at once (a cluster broker's, from its metadata image)."""
+        """Every quota at once (from a metadata image)."""
         self.entries = {ent: dict(values) for ent, values in entries.items()}
         self.version += 1
 

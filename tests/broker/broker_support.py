@@ -94,3 +94,31 @@ def wait_for(cond, timeout: float = 20.0, what: str = "condition") -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.02)
+
+
+def metadata_on_disk(data_dir: Any) -> Any:
+    """The MetadataImage a reader of ``data_dir``'s ``__cluster_metadata-0`` gets from the files
+    alone: the latest snapshot, then the log's data records after it."""
+    import os
+
+    from kproto.broker.cluster.snapshots import decode_snapshot
+    from kproto.records.batch import RecordBatch
+    from kproto.records.reader import BatchReader
+    from kproto.storage.metadata_image import MetadataImage
+
+    part = os.path.join(os.fspath(data_dir), "__cluster_metadata-0")
+    image, start = MetadataImage(), 0
+    snapshots = sorted(f for f in os.listdir(part) if f.endswith(".checkpoint"))
+    if snapshots:
+        start = int(snapshots[-1].split("-")[0])
+        with open(os.path.join(part, snapshots[-1]), "rb") as f:
+            for value in decode_snapshot(f.read())[1]:
+                image.replay_value(value, start - 1)
+    for name in sorted(f for f in os.listdir(part) if f.endswith(".log")):
+        with open(os.path.join(part, name), "rb") as f:
+            for b in BatchReader(f.read(), verify_crc=True):
+                if isinstance(b, RecordBatch) and not b.is_control:
+                    for r in b.records():
+                        if r.offset >= start:
+                            image.replay_value(r.value, r.offset)
+    return image

@@ -3,7 +3,6 @@ IncrementalAlterConfigs, DescribeCluster, DescribeLogDirs, DeleteRecords; config
 a restart; retention by time and size, the log start offset checkpoint, rolling by time."""
 from __future__ import annotations
 
-import json
 import os
 
 import pytest
@@ -19,7 +18,7 @@ from kproto.records import iter_batches
 from kproto.schemas.api_keys import ApiKey as K
 from kproto.storage.checkpoints import OffsetCheckpoint
 
-from broker_support import Client, batch
+from broker_support import Client, batch, metadata_on_disk
 from test_broker_core import create, fetch_body, produce
 
 WALL0 = 1_700_000_000_000
@@ -217,13 +216,15 @@ def test_topic_and_broker_configs_survive_a_restart_clean_or_not(env):
     assert got["message.timestamp.type"].value == "LogAppendTime"
     assert env.core.logs.get("t", 0).config.message_timestamp_type == "LogAppendTime"
     assert configs_of(describe(env.client, "plain"))["retention.bytes"].value == "1000000"
-    doc = json.load(open(os.path.join(env.path, CONFIGS_FILE)))
-    assert doc["topics"]["t"]["configs"] == {"message.timestamp.type": "LogAppendTime",
-                                             "retention.ms": "60000"}
+    # ConfigRecords in the metadata log (the broker keeps them nowhere else)
+    on_disk = metadata_on_disk(env.path)
+    assert on_disk.configs[(2, "t")] == {"message.timestamp.type": "LogAppendTime", "retention.ms": "60000"}
+    assert on_disk.configs[(4, "")]["log.retention.bytes"] == "1000000"
+    assert not os.path.exists(os.path.join(env.path, CONFIGS_FILE))
     # a deleted topic's configs go; a topic recreated under the name starts from the defaults
     req = kproto.request(K.DELETE_TOPICS).cls
     env.client.call(K.DELETE_TOPICS, 6, timeout_ms=1000, topics=[req.DeleteTopicState(name="t")])
-    assert "t" not in json.load(open(os.path.join(env.path, CONFIGS_FILE)))["topics"]
+    assert (2, "t") not in metadata_on_disk(env.path).configs
     create(env.client, "t")
     env.restart()
     assert configs_of(describe(env.client, "t"))["retention.ms"].config_source == 5

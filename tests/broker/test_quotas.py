@@ -15,7 +15,7 @@ from kproto.conformance.scenario import build
 from kproto.error_codes import ErrorCode as E
 from kproto.schemas.api_keys import ApiKey as K
 
-from tests.broker.broker_support import Client, Recorder, batch, fake_core
+from tests.broker.broker_support import Client, Recorder, batch, fake_core, metadata_on_disk
 
 
 # ------------------------------------------------------------------ rates
@@ -174,11 +174,14 @@ def test_describe_refuses_bad_filters_as_kafka(client: Client, components: Any, 
     assert describe(client, *components) == code
 
 
-def test_quotas_are_kept_across_a_restart(tmp_path: Any) -> None:
+def test_quotas_are_kept_in_the_metadata_log_across_a_restart(tmp_path: Any) -> None:
     clock = FakeClock()
     core = fake_core(tmp_path, clock)
     alter(Client(core), (entity((USER, None), (CLIENT_ID, "c")), [op("producer_byte_rate", 5)]))
     core.close()
+    # kept as Kafka keeps them: a ClientQuotaRecord of the node's own metadata log
+    on_disk = metadata_on_disk(tmp_path)
+    assert on_disk.client_quotas == {(("client-id", "c"), ("user", None)): {"producer_byte_rate": 5.0}}
     again = Client(fake_core(tmp_path, clock))
     assert describe(again) == [((("client-id", "c"), ("user", "<default>")), (("producer_byte_rate", 5.0),))]
 

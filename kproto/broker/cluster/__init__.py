@@ -4,6 +4,9 @@
   :mod:`~kproto.broker.cluster.snapshots`: its snapshot files.
 - :mod:`~kproto.broker.cluster.controller`: the quorum controller;
   :mod:`~kproto.broker.cluster.controller_node`: one controller on a socket.
+- :mod:`~kproto.broker.cluster.combined`: the single broker's own one-voter quorum (a one-node
+  combined KRaft node); :mod:`~kproto.broker.cluster.migration`: older kproto's state files
+  moved into the metadata log.
 - :mod:`~kproto.broker.cluster.replica`: partition replication between brokers.
 - :mod:`~kproto.broker.cluster.broker`: a broker of the cluster (sans-I/O).
 - :mod:`~kproto.broker.cluster.network`: the nodes' connections, where faults are injected.

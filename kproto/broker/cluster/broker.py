@@ -199,7 +199,7 @@ class ClusterBrokerCore(BrokerCore):
     requests to other nodes leaving through ``transport``."""
 
     sparse_logs = True
-    state_files = False
+    own_metadata_log = False
     implemented = {**IMPLEMENTED, ApiKey.WRITE_TXN_MARKERS: (1, 2)}
 
     def __init__(self, data_dir: str, config: BrokerConfig, *, voters: Sequence[int],

@@ -53,7 +53,8 @@ from kproto.error_codes import ErrorCode, error_message
 from kproto.schemas.api_keys import ApiKey
 
 __all__ = ["NotLeaderError", "MetadataLog", "ControllerConfig", "QuorumController",
-           "StripedReplicaPlacer", "InvalidReplicationFactor", "PRODUCER_ID_BLOCK_SIZE"]
+           "StripedReplicaPlacer", "InvalidReplicationFactor", "PRODUCER_ID_BLOCK_SIZE",
+           "partition_record"]
 
 Respond = Callable[[Any], None]
 
@@ -77,6 +78,17 @@ _FENCE, _UNFENCE = 1, -1
 _PREFERRED, _UNCLEAN = 0, 1
 # Election kinds of the partition change builder
 _ELECT_ONLINE, _ELECT_PREFERRED, _ELECT_UNCLEAN = "online", "preferred", "unclean"
+
+
+def partition_record(topic_id: Uuid, index: int, replicas: list[int], isr: list[int],
+                     directories: list[Uuid]) -> tuple[Any, int]:
+    """A new partition's PartitionRecord (and its version) as Kafka's controller writes it:
+    led by the first in-sync replica, epochs 0, each replica's log directory."""
+    rec = metadata_record(3)(partition_id=index, topic_id=topic_id, replicas=replicas, isr=isr,
+                             removing_replicas=[], adding_replicas=[], leader=isr[0],
+                             leader_recovery_state=RECOVERED, leader_epoch=0, partition_epoch=0,
+                             directories=directories)
+    return rec, _V_PARTITION
 
 
 class MetadataLog(Protocol):
@@ -935,11 +947,7 @@ class QuorumController:
 
     def _partition_record(self, topic_id: Uuid, index: int, replicas: list[int],
                           isr: list[int]) -> tuple[Any, int]:
-        rec = metadata_record(3)(partition_id=index, topic_id=topic_id, replicas=replicas, isr=isr,
-                                 removing_replicas=[], adding_replicas=[], leader=isr[0],
-                                 leader_recovery_state=RECOVERED, leader_epoch=0, partition_epoch=0,
-                                 directories=[self._default_dir(r) for r in replicas])
-        return rec, _V_PARTITION
+        return partition_record(topic_id, index, replicas, isr, [self._default_dir(r) for r in replicas])
 
     def _check_manual(self, index: int, replicas: list[int]) -> list[int]:
         """A manual assignment's ISR, or BrokerError as Kafka words it."""

@@ -34,8 +34,8 @@ from kproto.broker.core import Channel, Request, api_versions_refusal, parse_req
 from kproto.broker.features import METADATA_VERSION, set_api_versions_features, supported_features
 from kproto.broker.cluster.network import NodeNetwork
 from kproto.broker.cluster.raft import (BEGIN_QUORUM_EPOCH, DESCRIBE_QUORUM, END_QUORUM_EPOCH, FETCH,
-                                FETCH_SNAPSHOT, VOTE, KRaftReplica, RaftConfig, RaftTransport,
-                                open_metadata_log)
+                                FETCH_SNAPSHOT, VOTE, KRaftReplica, RaftConfig, RaftMetadataLog,
+                                RaftTransport, open_metadata_log)
 from kproto.broker.server import Listener
 from kproto.broker.timer import CallbackTask, Clock, SystemTimer
 from kproto.codecs import request as request_codec
@@ -96,33 +96,6 @@ def _advertised() -> dict[int, tuple[int, int]]:
         if lo2 <= hi2:
             out[int(key)] = (lo2, hi2)
     return out
-
-
-class RaftMetadataLog:
-    """The :class:`~kproto.broker.cluster.controller.MetadataLog` the controller writes through: the
-    node's Raft replica (``end_offset`` is the log end offset, the next append's offset)."""
-
-    def __init__(self, replica: KRaftReplica) -> None:
-        self.replica = replica
-
-    @property
-    def is_leader(self) -> bool:
-        return self.replica.is_leader
-
-    @property
-    def epoch(self) -> int:
-        return self.replica.epoch
-
-    @property
-    def high_watermark(self) -> int:
-        return self.replica.high_watermark
-
-    @property
-    def end_offset(self) -> int:
-        return self.replica.log.log_end_offset
-
-    def append(self, values: list[bytes]) -> int:
-        return self.replica.append(values)
 
 
 class ControllerCore:

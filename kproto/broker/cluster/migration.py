@@ -1,21 +1,23 @@
-"""State a cluster's brokers once kept in JSON files, moved into the metadata log.
+"""State brokers once kept in JSON files, moved into the metadata log.
 
-Before the controller kept them as records, a broker of a kproto cluster could hold dynamic
-configs in ``kproto-configs.json`` and ACLs and SCRAM credentials in ``kproto-security.json``
-(the single broker's files) in its data dir. A cluster started over such a directory reads
-them once: :func:`read_legacy_state` gathers the files of every broker,
-:func:`migration_records` turns what the metadata image lacks into ConfigRecords,
-AccessControlEntryRecords and UserScramCredentialRecords for the active controller to write,
-and :func:`retire_files` renames the files to ``*.migrated`` once those are committed.
+Before the controller kept them as records, a broker (of a kproto cluster, or the single
+broker) held dynamic configs in ``kproto-configs.json``, ACLs and SCRAM credentials in
+``kproto-security.json`` and (the single broker) its feature levels in ``kproto-features.json``
+in its data dir. A cluster or a single broker started over such a directory reads them once:
+:func:`read_legacy_state` gathers the files of every broker, :func:`migration_records` turns
+what the metadata image lacks into ConfigRecords, AccessControlEntryRecords,
+UserScramCredentialRecords and FeatureLevelRecords for the active controller to write, and
+:func:`retire_files` renames the files to ``*.migrated`` once those are committed.
 """
 from __future__ import annotations
 
 import json
 import os
 from dataclasses import astuple, dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Optional
 
 from kproto.broker.configs import BROKER_SYNONYMS, CONFIGS_FILE, TOPIC_CONFIGS
+from kproto.broker.features import FEATURES_FILE
 from kproto.broker.log import BrokerError
 from kproto.broker.security.acl import SECURITY_FILE, AclBinding, SecurityFile
 from kproto.broker.security.auth import SCRAM_MECHANISM_IDS, ScramCredential
@@ -41,6 +43,10 @@ class LegacyState:
     acls: set[AclBinding] = field(default_factory=set)
     #: (SCRAM mechanism name, user) -> credential
     scram: dict[tuple[str, str], ScramCredential] = field(default_factory=dict)
+    #: every (SCRAM mechanism name, user) the files name, deleted ones too
+    scram_keys: set[tuple[str, str]] = field(default_factory=set)
+    #: finalized feature levels (name -> level; None: no features file)
+    features: Optional[dict[str, int]] = None
     #: the files read (renamed by retire_files)
     files: list[str] = field(default_factory=list)
     #: files or entries that could not be read, and why
@@ -64,6 +70,16 @@ def read_legacy_state(data_dirs: Iterable[str]) -> LegacyState:
             out.acls.update(acls)
             # None: a credential of the static users deleted (a cluster has no static ones)
             out.scram.update({k: c for k, c in scram.items() if c is not None})
+            out.scram_keys.update(scram)
+        path = os.path.join(d, FEATURES_FILE)
+        if os.path.exists(path):
+            out.files.append(path)
+            try:
+                with open(path, "rb") as f:
+                    doc = json.loads(f.read())
+                out.features = {str(k): int(v) for k, v in doc["features"].items()}
+            except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
+                out.problems.append(f"{path}: {exc!r}")
     return out
 
 
@@ -87,8 +103,9 @@ def migration_records(state: LegacyState, image: MetadataImage,
     """The records that bring into ``image`` what ``state`` has and it lacks: the configs of
     topics that still exist under the same id (values checked as CreateTopics checks them)
     and dynamic broker configs, ACLs not there yet, SCRAM credentials of users without one
-    for the mechanism. Entries the image already has are left as it has them; ``new_acl_id``
-    gives each ACL its id (the controller's)."""
+    for the mechanism, the levels of a features file where the image's differ. Entries the
+    image already has are left as it has them; ``new_acl_id`` gives each ACL its id (the
+    controller's)."""
     config = metadata_record(RecordType.CONFIG)
     out: list[tuple[Any, int]] = []
     for name, (topic_id, configs) in sorted(state.topic_configs.items()):
@@ -124,6 +141,11 @@ def migration_records(state: LegacyState, image: MetadataImage,
             continue
         out.append((scram(name=user, mechanism=mid, salt=c.salt, stored_key=c.stored_key,
                           server_key=c.server_key, iterations=c.iterations), 0))
+    if state.features is not None:
+        feature = metadata_record(RecordType.FEATURE_LEVEL)
+        levels = {n: 0 for n in image.features} | state.features
+        out += [(feature(name=n, feature_level=lv), 0) for n, lv in sorted(levels.items())
+                if image.features.get(n, 0) != lv]
     return out
 
 

@@ -47,7 +47,7 @@ from kproto.records.batch import RecordBatch
 from kproto.records.builder import RecordBatchBuilder
 from kproto.records.reader import BatchReader
 
-__all__ = ["KRaftReplica", "RaftConfig", "RaftTransport", "RaftListener", "NotLeaderError",
+__all__ = ["KRaftReplica", "RaftMetadataLog", "RaftConfig", "RaftTransport", "RaftListener", "NotLeaderError",
            "METADATA_TOPIC", "METADATA_TOPIC_ID", "METADATA_PARTITION", "open_metadata_log",
            "read_quorum_state", "encode_quorum_state",
            "FETCH", "VOTE", "BEGIN_QUORUM_EPOCH", "END_QUORUM_EPOCH", "DESCRIBE_QUORUM",
@@ -245,10 +245,16 @@ class KRaftReplica:
         self._prev_state: Optional[str] = None
         self._election_deadline: Optional[int] = None
         self._last_fetch_ok_ms: Optional[int] = None
+        # the only voter stands and wins at once (Kafka's KafkaRaftClient.initialize); with no
+        # other voter to vote twice or lead, only the state it ends in needs to be on disk
+        # (one synced write of quorum-state at start, not three)
+        self._persist_deferred = self.voters == [node_id]
         self._initialize()
         if self.voters == [node_id] and self.state not in (CANDIDATE, LEADER):
-            # the only voter stands at once (Kafka's KafkaRaftClient.initialize)
             self._become_candidate()
+        if self._persist_deferred:
+            self._persist_deferred = False
+            self._persist()
 
     # ------------------------------------------------------------------ client API
     def register(self, listener: RaftListener) -> None:
@@ -345,7 +351,7 @@ class KRaftReplica:
 
     def _persist(self) -> None:
         key = (self._epoch, self._leader, self._voted)
-        if key != self._persisted:
+        if key != self._persisted and not self._persist_deferred:
             replace_file(os.path.join(self.log.path, QUORUM_STATE_FILE),
                          encode_quorum_state(self._epoch, self._leader, self._voted, self.voters))
             self._persisted = key
@@ -1266,6 +1272,33 @@ class KRaftReplica:
                 "log_end_offset": self.log.log_end_offset, "high_watermark": self._hw,
                 "log_start_offset": self.log.log_start_offset,
                 "snapshots": [list(s) for s in self.snapshots.ids]}
+
+
+class RaftMetadataLog:
+    """The :class:`~kproto.broker.cluster.controller.MetadataLog` the controller writes through: the
+    node's Raft replica (``end_offset`` is the log end offset, the next append's offset)."""
+
+    def __init__(self, replica: KRaftReplica) -> None:
+        self.replica = replica
+
+    @property
+    def is_leader(self) -> bool:
+        return self.replica.is_leader
+
+    @property
+    def epoch(self) -> int:
+        return self.replica.epoch
+
+    @property
+    def high_watermark(self) -> int:
+        return self.replica.high_watermark
+
+    @property
+    def end_offset(self) -> int:
+        return self.replica.log.log_end_offset
+
+    def append(self, values: list[bytes]) -> int:
+        return self.replica.append(values)
 
 
 def _single_partition(body: Any) -> Any:

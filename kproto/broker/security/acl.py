@@ -9,10 +9,10 @@ operation (or ALL) wins, an ALLOW of it (or ALL, or one that implies it: READ, W
 and ALTER imply DESCRIBE, ALTER_CONFIGS implies DESCRIBE_CONFIGS) allows, and a resource no
 ACL covers at all is allowed only with ``allow.everyone.if.no.acl.found``.
 
-The single broker keeps the ACLs in ``kproto-security.json`` beside ``meta.properties`` (with
-the SCRAM credentials AlterUserScramCredentials set), rewritten atomically on each change and
-read at start; a cluster keeps both as records in ``__cluster_metadata``, as KRaft does
-(:func:`acl_creations` and :func:`acl_deletions` are the checks its controller shares).
+The ACLs are records of ``__cluster_metadata``, as KRaft keeps them: the single broker's own
+(see :mod:`kproto.broker.cluster.combined`), a cluster's controllers' (:func:`acl_creations`
+and :func:`acl_deletions` are the checks its controller shares). :class:`SecurityFile` reads
+``kproto-security.json``, where older kproto versions kept them, for the one-time migration.
 CreateAcls/DescribeAcls/DeleteAcls v0-3 are answered here; without an authorizer they answer
 SECURITY_DISABLED, as Kafka does.
 """
@@ -20,11 +20,10 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, Callable, Container, Iterable, Optional
 
-from kproto.broker.security.auth import CredentialStore, ScramCredential
-from kproto.broker.log import replace_file
+from kproto.broker.security.auth import ScramCredential
 from kproto.codecs import response as response_codec
 from kproto.error_codes import ErrorCode
 from kproto.schemas.api_keys import ApiKey
@@ -210,7 +209,8 @@ class Authorizer:
 
 
 class SecurityFile:
-    """``kproto-security.json``: the ACLs and the SCRAM credentials changed through the API."""
+    """``kproto-security.json`` of an older kproto: the ACLs and the SCRAM credentials changed
+    through the API (read once, to migrate them into the metadata log)."""
 
     def __init__(self, data_dir: str) -> None:
         self.path = os.path.join(data_dir, SECURITY_FILE)
@@ -231,14 +231,6 @@ class SecurityFile:
         except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
             self.load_problems.append(f"{self.path}: {exc!r}")
             return [], {}
-
-    def save(self, acls: Iterable[AclBinding], store: Optional[CredentialStore]) -> None:
-        scram = [] if store is None else [
-            {"mechanism": m, "user": u, "credential": None if c is None else c.to_json()}
-            for (m, u), c in sorted(store.altered.items())]
-        doc = {"version": 1, "acls": [asdict(a) for a in sorted(acls)], "scram": scram}
-        replace_file(self.path, json.dumps(doc, indent=1).encode())
-
 
 
 class AclHandlers:

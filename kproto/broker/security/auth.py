@@ -13,8 +13,8 @@ Credentials: ``sasl_users`` (name -> password) of :class:`~kproto.broker.configs
 are the PLAIN users (Kafka's ``user_<name>="<password>"`` JAAS options) and, salted with
 ``scram_iterations``, the SCRAM credentials of each SCRAM mechanism enabled;
 AlterUserScramCredentials adds, replaces and deletes SCRAM credentials (checked by
-:func:`scram_alterations`), kept across restarts in ``kproto-security.json`` by the single
-broker (see :mod:`kproto.broker.security.acl`) and in ``__cluster_metadata`` by a cluster. The SCRAM math is
+:func:`scram_alterations`), kept across restarts as records of ``__cluster_metadata`` (the single
+broker's own, where ``sasl_users``' credentials are written when it is made, or a cluster's). The SCRAM math is
 :mod:`kproto.client.sasl`'s (RFC 5802 / RFC 7677), shared with the client.
 """
 from __future__ import annotations
