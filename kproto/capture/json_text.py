@@ -21,11 +21,12 @@ from typing import Any, Callable, Mapping, Optional
 
 from kproto.codecs.primitives import Uuid
 
-__all__ = ["body_text", "json_dumps", "float_text"]
+__all__ = ["body_text", "json_dumps", "float_text", "string_text"]
 
 #: Python's JSON encoder with the settings of every capture JSON output
 json_dumps: Callable[[Any], str] = json.JSONEncoder(ensure_ascii=False).encode
-_escape = json.encoder.encode_basestring  # what that encoder writes a str with (quotes included)
+#: a str as that encoder writes it (quotes included)
+string_text: Callable[[str], str] = json.encoder.encode_basestring
 _b2a = binascii.b2a_base64
 _INF = float("inf")
 _INTS = frozenset({"int8", "int16", "uint16", "int32", "uint32", "int64"})
@@ -98,7 +99,7 @@ class _Generator:
 
     def __init__(self, plan: Any) -> None:
         self.top = plan
-        self.ns: dict[str, Any] = {"E": _escape, "B": _b64, "F": float_text, "U": _uuid_text,
+        self.ns: dict[str, Any] = {"E": string_text, "B": _b64, "F": float_text, "U": _uuid_text,
                                    "J": _odd, "float": float, "str": str}
         self.names: dict[int, str] = {}   # id(plan) -> function name
         self.lines: list[str] = []
@@ -141,7 +142,7 @@ class _Generator:
                 cond = f"not (o.{f.attr} == {d}) and o.{f.attr}" if tagged else f"o.{f.attr}"
                 body.append(f"    if unnamed and ({cond}):\n        unnamed = False")
         for i, (f, tagged, default, sub) in enumerate(plan.entries):
-            put = self._field(f, sub, ("{" if static and not i else ", ") + _escape(f.json_key) + ": ")
+            put = self._field(f, sub, ("{" if static and not i else ", ") + string_text(f.json_key) + ": ")
             if tid and f is tid[0][0]:
                 put += ["if unnamed and v is not None:",
                         "    t = U(v)",
