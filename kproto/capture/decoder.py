@@ -144,13 +144,22 @@ class CaptureDecoder:
                 yield from self.feed(p)
             return
         mv = memoryview(data)
-        tcp = self._tcp
+        tcp, segment, connections = self._tcp, self._segment, self.connections
         for rows in tcp_rows(data, source):
             for row in rows:
                 if row.__class__ is tuple:
                     ts, index, n, src, sport, dst, dport, seq, ack, flags, start, end = row
                     self.packets += 1
                     self.bytes += n
+                    conn = connections.get((src, sport, dst, dport), False)
+                    if conn and not (conn.closed and flags & SYN):
+                        # a segment of a Kafka connection: what _tcp does, without its
+                        # list of exchanges per segment
+                        self.last_ts = ts
+                        segment(conn, src, sport, seq, ack, flags, mv[start:end], ts)
+                        if self._out:
+                            yield from self._take()
+                        continue
                     out = tcp(src, sport, dst, dport, seq, ack, flags, mv[start:end], ts, index)
                 else:
                     out = self.feed(cast(Union[Packet, Problem], row))
