@@ -176,10 +176,7 @@ def exchange_to_json(ex: Exchange, *, records: Any = None) -> dict:
 def exchange_to_json_text(ex: Exchange) -> str:
     """``json.dumps(exchange_to_json(ex), ensure_ascii=False)``, the ``--format jsonl`` line,
     with the bodies written as text directly (:mod:`kproto.capture.json_text`)."""
-    out = ["{"]
-    for key, value in zip(_HEAD_KEYS, _head_values(ex)):
-        out += [key, _value_text(value)]
-    out.append(', "request": ')
+    out = [_head_text(ex), ', "request": ']
     body_json_text(ex, "request", out)
     out.append(', "response": ')
     body_json_text(ex, "response", out)
@@ -257,7 +254,6 @@ def _redacted(ex: Exchange) -> bool:
 _HEAD = ("ts", "client", "broker", "kind", "api_key", "api_name", "api_version", "decoded_as",
          "correlation_id", "client_id", "latency_ms", "request_bytes", "response_bytes")
 # each key of the head as it starts its member in the JSON text (the first without a comma)
-_HEAD_KEYS = tuple(("" if i == 0 else ", ") + json_dumps(k) + ": " for i, k in enumerate(_HEAD))
 _EMPTY_TAIL = ', "errors": [], "problems": [], "notes": [], "unread": null}'
 
 
@@ -272,6 +268,38 @@ def _head_values(ex: Exchange) -> tuple:
             ex.api_key, api_name(ex.api_key), ex.api_version, ex.decoded_as,
             ex.correlation_id, ex.client_id, latency_json(ex), ex.request_bytes or None,
             ex.response_bytes or None)
+
+
+def _head_text(ex: Exchange) -> str:
+    """``json_dumps(_head(ex))`` without its closing brace, written directly."""
+    ts, latency, V = _iso(ex.ts), latency_json(ex), _value_text
+    key, ver, corr, as_ = ex.api_key, ex.api_version, ex.correlation_id, ex.decoded_as
+    return (f'{{"ts": {"null" if ts is None else string_text(ts)}, '
+            f'"client": {_endpoint_json(ex.client)}, "broker": {_endpoint_json(ex.broker)}, '
+            f'"kind": {V(ex.kind)}, '
+            f'"api_key": {int.__repr__(key) if key.__class__ is int else V(key)}, '
+            f'"api_name": {V(api_name(key))}, '
+            f'"api_version": {int.__repr__(ver) if ver.__class__ is int else V(ver)}, '
+            f'"decoded_as": {"null" if as_ is None else V(as_)}, '
+            f'"correlation_id": {int.__repr__(corr) if corr.__class__ is int else V(corr)}, '
+            f'"client_id": {V(ex.client_id)}, '
+            f'"latency_ms": {"null" if latency is None else V(latency)}, '
+            f'"request_bytes": {V(ex.request_bytes or None)}, '
+            f'"response_bytes": {V(ex.response_bytes or None)}')
+
+
+def _endpoint_json(endpoint: Endpoint) -> str:
+    """``json_dumps(str(endpoint))``, cached."""
+    try:
+        return _ENDPOINT_JSON[endpoint]
+    except KeyError:
+        if len(_ENDPOINT_JSON) > 4096:
+            _ENDPOINT_JSON.clear()
+        text = _ENDPOINT_JSON[endpoint] = string_text(str(endpoint))
+        return text
+
+
+_ENDPOINT_JSON: dict[Endpoint, str] = {}
 
 
 def _endpoint_text(endpoint: Endpoint) -> str:
