@@ -291,13 +291,20 @@ class CaptureDecoder:
                 else:
                     for frame in conn.responses.data(payload, ts):
                         self._response_frame(conn, frame)
-        if not taken:
+        if not taken and (payload or flags & (SYN | FIN) or mine.acked_past is not None
+                          or not self.fast_paths):
+            # (an empty segment changes nothing unless an acknowledgement is outstanding)
             events = mine.segment(seq, payload, ts, syn=bool(flags & SYN), fin=bool(flags & FIN),
                                   tick=conn.ticks)
             handle_mine = self._request_event if from_client else self._response_event
             for ev in events:
                 handle_mine(conn, ev)
-        if flags & ACK:
+        nxt = other.next_seq
+        if flags & ACK and (nxt is not None and (other.acked_past is not None
+                                                 or 0 < (ack - nxt) & 0xFFFFFFFF < 1 << 31)
+                            or not self.fast_paths):
+            # (what TcpStream.acked checks first: nothing acknowledged past the bytes seen
+            # and nothing outstanding is the usual acknowledgement, which changes nothing)
             handle_other = self._response_event if from_client else self._request_event
             for ev in other.acked(ack, conn.ticks, ts):
                 handle_other(conn, ev)
