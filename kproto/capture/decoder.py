@@ -151,8 +151,8 @@ class CaptureDecoder:
                     ts, index, n, src, sport, dst, dport, seq, ack, flags, start, end = row
                     self.packets += 1
                     self.bytes += n
-                    conn = connections.get((src, sport, dst, dport), False)
-                    if conn and not (conn.closed and flags & SYN):
+                    conn = connections.get((src, sport, dst, dport))
+                    if conn is not None and not (conn.closed and flags & SYN):
                         # a segment of a Kafka connection: what _tcp does, without its
                         # list of exchanges per segment
                         self.last_ts = ts

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import functools
 import json
 import os
 import sys
@@ -171,6 +172,7 @@ def _file_steps(decoder: Any, files: list[str], bar: Progress | None) -> Iterato
         bar.close()
 
 
+@functools.cache  # once a process
 def _reuse_freed_memory() -> bool:
     """Have glibc's malloc keep freed memory for reuse (blocks up to 32 MiB from its heap, up
     to 256 MiB of free heap kept) rather than give it back to the system at once. Decoding a
