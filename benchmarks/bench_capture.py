@@ -27,6 +27,10 @@ fields expanded into batches and records), rows (the ``kafka-pcap`` Spark source
 rows as Arrow batches, ``kproto.capture.table.exchange_batches``, without Spark) and record
 rows (its ``expand=records`` rows, ``record_batches``).
 
+decode-pcap has glibc's malloc keep freed memory for reuse in its process (see
+``kproto.cli.decode_pcap``); measured in this process, every stage after its first run has
+that setting too.
+
 tshark is not a Python package: install it with the system's packages (Debian:
 ``apt-get install tshark``); without it the comparison columns say so.
 Run: ``python benchmarks/bench_capture.py [--repeat N] [FILE ...]``.
@@ -153,8 +157,8 @@ def compare(files: list[Path], repeat: int) -> None:
     tshark = shutil.which("tshark")
     fns: dict[tuple[str, str], Callable[[], float]] = {}
     for f in files:
-        fns[(f.name, "exchanges")] = (lambda fn: lambda: _cpu(fn))(_exchanges([f]))
-        fns[(f.name, "jsonl")] = (lambda fn: lambda: _cpu(fn))(_cli([f]))
+        fns[(str(f), "exchanges")] = (lambda fn: lambda: _cpu(fn))(_exchanges([f]))
+        fns[(str(f), "jsonl")] = (lambda fn: lambda: _cpu(fn))(_cli([f]))
     tmp = tempfile.TemporaryDirectory()
     if tshark is None:
         print("tshark: NOT INSTALLED (Debian: apt-get install tshark): no comparison; "
@@ -165,7 +169,7 @@ def compare(files: list[Path], repeat: int) -> None:
         fns[("", "start-up")] = lambda: _child_cpu([tshark, "-r", _empty_pcap(tmp.name), "-T", "json"])
         for f in files:
             cmd = tshark_command(tshark, f, kafka_ports(f))
-            fns[(f.name, "tshark")] = lambda cmd=cmd: _child_cpu(cmd)
+            fns[(str(f), "tshark")] = lambda cmd=cmd: _child_cpu(cmd)
     for fn in fns.values():
         fn()  # warm up: codecs compile on first use
     times: dict[tuple[str, str], list[float]] = {k: [] for k in fns}
@@ -184,7 +188,7 @@ def compare(files: list[Path], repeat: int) -> None:
         mb = sum(f.stat().st_size for f in group) / 1e6
 
         def total(stage: str) -> Optional[float]:
-            got = [med.get((f.name, stage)) for f in group]
+            got = [med.get((str(f), stage)) for f in group]
             return None if None in got else sum(got)  # type: ignore[arg-type]
         jsonl, ts = total("jsonl"), total("tshark")
         warm = None if ts is None or start is None else ts - start * len(group)
@@ -194,7 +198,7 @@ def compare(files: list[Path], repeat: int) -> None:
                  _mbps(mb, warm), _ratio(jsonl, ts), _ratio(jsonl, warm))
         print(f"{label[:34]:34}" + "".join(f"{c:>12}" for c in cells))
     for f in files:
-        line(f.name, [f])
+        line(f.name if f.parent in (CAPTURES, EXTERNAL) else f"{f.parent.name}/{f.name}", [f])
     shared = [f for f in files if f.parent == CAPTURES]
     if shared and len(shared) < len(files):
         line(f"shared captures ({len(shared)})", shared)
