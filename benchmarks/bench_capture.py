@@ -203,6 +203,8 @@ def compare(files: list[Path], repeat: int) -> None:
     if shared and len(shared) < len(files):
         line(f"shared captures ({len(shared)})", shared)
     line(f"all ({len(files)})", files)
+    if tshark is None:
+        print("(tshark columns empty: tshark is not installed)")
 
 
 def main() -> int:
