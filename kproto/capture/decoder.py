@@ -144,13 +144,22 @@ class CaptureDecoder:
                 yield from self.feed(p)
             return
         mv = memoryview(data)
-        tcp = self._tcp
+        tcp, segment, connections = self._tcp, self._segment, self.connections
         for rows in tcp_rows(data, source):
             for row in rows:
                 if row.__class__ is tuple:
                     ts, index, n, src, sport, dst, dport, seq, ack, flags, start, end = row
                     self.packets += 1
                     self.bytes += n
+                    conn = connections.get((src, sport, dst, dport))
+                    if conn is not None and not (conn.closed and flags & SYN):
+                        # a segment of a Kafka connection: what _tcp does, without its
+                        # list of exchanges per segment
+                        self.last_ts = ts
+                        segment(conn, src, sport, seq, ack, flags, mv[start:end], ts)
+                        if self._out:
+                            yield from self._take()
+                        continue
                     out = tcp(src, sport, dst, dport, seq, ack, flags, mv[start:end], ts, index)
                 else:
                     out = self.feed(cast(Union[Packet, Problem], row))
@@ -282,13 +291,20 @@ class CaptureDecoder:
                 else:
                     for frame in conn.responses.data(payload, ts):
                         self._response_frame(conn, frame)
-        if not taken:
+        if not taken and (payload or flags & (SYN | FIN) or mine.acked_past is not None
+                          or not self.fast_paths):
+            # (an empty segment changes nothing unless an acknowledgement is outstanding)
             events = mine.segment(seq, payload, ts, syn=bool(flags & SYN), fin=bool(flags & FIN),
                                   tick=conn.ticks)
             handle_mine = self._request_event if from_client else self._response_event
             for ev in events:
                 handle_mine(conn, ev)
-        if flags & ACK:
+        nxt = other.next_seq
+        if flags & ACK and (nxt is not None and (other.acked_past is not None
+                                                 or 0 < (ack - nxt) & 0xFFFFFFFF < 1 << 31)
+                            or not self.fast_paths):
+            # (what TcpStream.acked checks first: nothing acknowledged past the bytes seen
+            # and nothing outstanding is the usual acknowledgement, which changes nothing)
             handle_other = self._response_event if from_client else self._request_event
             for ev in other.acked(ack, conn.ticks, ts):
                 handle_other(conn, ev)

@@ -3,12 +3,13 @@ from __future__ import annotations
 
 import base64
 import datetime as _dt
+import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
 import kproto.codecs as codecs
 from kproto.capture.bodies import api_name
-from kproto.capture.json_text import body_text, json_dumps
+from kproto.capture.json_text import body_text, float_text, json_dumps, string_text
 from kproto.capture.layers import format_ip
 from kproto.problems import Problems
 from kproto.schemas.api_keys import ApiKey
@@ -125,11 +126,31 @@ class Exchange:
 def _iso(ts: Optional[float]) -> Optional[str]:
     if ts is None:
         return None
+    if ts.__class__ is float and 0.0 <= ts < 253402300799.0:  # within year 9999
+        # datetime.fromtimestamp's microseconds: the fraction rounded half to even (so a
+        # round up can carry into the second); the text of the second is cached, as a
+        # capture's packets share their seconds
+        frac, whole = math.modf(ts)
+        us = round(frac * 1e6)
+        if us >= 1000000:
+            whole += 1.0
+            us -= 1000000
+        try:
+            second = _SECONDS[whole]
+        except KeyError:
+            if len(_SECONDS) > 4096:
+                _SECONDS.clear()
+            second = _SECONDS[whole] = _dt.datetime.fromtimestamp(
+                whole, _dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.")
+        return f"{second}{us:06d}Z"
     try:
         return _dt.datetime.fromtimestamp(ts, _dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     except (OverflowError, ValueError, OSError):
         # a damaged packet header's time is still data: shown as seconds since the epoch
         return f"{ts}s"
+
+
+_SECONDS: dict[float, str] = {}  # whole seconds since the epoch -> their ISO text, up to the dot
 
 
 def exchange_to_json(ex: Exchange, *, records: Any = None) -> dict:
@@ -155,13 +176,30 @@ def exchange_to_json(ex: Exchange, *, records: Any = None) -> dict:
 def exchange_to_json_text(ex: Exchange) -> str:
     """``json.dumps(exchange_to_json(ex), ensure_ascii=False)``, the ``--format jsonl`` line,
     with the bodies written as text directly (:mod:`kproto.capture.json_text`)."""
-    head, tail = json_dumps(_head(ex)), json_dumps(_tail(ex))
-    out = [head[:-1], ', "request": ']
+    out = [_head_text(ex), ', "request": ']
     body_json_text(ex, "request", out)
     out.append(', "response": ')
     body_json_text(ex, "response", out)
-    out += [", ", tail[1:]]
+    if (ex.errors or ex.problems or ex.notes or ex.unread or ex.fetch_session is not None
+            or ex.sasl is not None):
+        out += [", ", json_dumps(_tail(ex))[1:]]
+    else:  # the usual line: nothing went wrong, nothing to add
+        out.append(_EMPTY_TAIL)
     return "".join(out)
+
+
+def _value_text(v: Any) -> str:
+    """``json_dumps(v)``, quicker for the scalars of a line's head."""
+    cls = v.__class__
+    if cls is str:
+        return string_text(v)
+    if v is None:
+        return "null"
+    if cls is int:
+        return int.__repr__(v)
+    if cls is float:
+        return float_text(v)
+    return json_dumps(v)
 
 
 def body_json_text(ex: Exchange, side: str, out: Optional[list[str]] = None) -> str:
@@ -213,23 +251,69 @@ def _redacted(ex: Exchange) -> bool:
     return bool(ex.sasl) and ex.api_key == ApiKey.SASL_AUTHENTICATE
 
 
+_HEAD = ("ts", "client", "broker", "kind", "api_key", "api_name", "api_version", "decoded_as",
+         "correlation_id", "client_id", "latency_ms", "request_bytes", "response_bytes")
+# each key of the head as it starts its member in the JSON text (the first without a comma)
+_EMPTY_TAIL = ', "errors": [], "problems": [], "notes": [], "unread": null}'
+
+
 def _head(ex: Exchange) -> dict:
     """The JSON line's fields before the bodies."""
-    return {
-        "ts": _iso(ex.ts),
-        "client": str(ex.client),
-        "broker": str(ex.broker),
-        "kind": ex.kind,
-        "api_key": ex.api_key,
-        "api_name": ex.api_name,
-        "api_version": ex.api_version,
-        "decoded_as": ex.decoded_as,
-        "correlation_id": ex.correlation_id,
-        "client_id": ex.client_id,
-        "latency_ms": latency_json(ex),
-        "request_bytes": ex.request_bytes or None,
-        "response_bytes": ex.response_bytes or None,
-    }
+    return dict(zip(_HEAD, _head_values(ex)))
+
+
+def _head_values(ex: Exchange) -> tuple:
+    """The values of :data:`_HEAD`, in that order."""
+    return (_iso(ex.ts), _endpoint_text(ex.client), _endpoint_text(ex.broker), ex.kind,
+            ex.api_key, api_name(ex.api_key), ex.api_version, ex.decoded_as,
+            ex.correlation_id, ex.client_id, latency_json(ex), ex.request_bytes or None,
+            ex.response_bytes or None)
+
+
+def _head_text(ex: Exchange) -> str:
+    """``json_dumps(_head(ex))`` without its closing brace, written directly."""
+    ts, latency, V = _iso(ex.ts), latency_json(ex), _value_text
+    key, ver, corr, as_ = ex.api_key, ex.api_version, ex.correlation_id, ex.decoded_as
+    return (f'{{"ts": {"null" if ts is None else string_text(ts)}, '
+            f'"client": {_endpoint_json(ex.client)}, "broker": {_endpoint_json(ex.broker)}, '
+            f'"kind": {V(ex.kind)}, '
+            f'"api_key": {int.__repr__(key) if key.__class__ is int else V(key)}, '
+            f'"api_name": {V(api_name(key))}, '
+            f'"api_version": {int.__repr__(ver) if ver.__class__ is int else V(ver)}, '
+            f'"decoded_as": {"null" if as_ is None else V(as_)}, '
+            f'"correlation_id": {int.__repr__(corr) if corr.__class__ is int else V(corr)}, '
+            f'"client_id": {V(ex.client_id)}, '
+            f'"latency_ms": {"null" if latency is None else V(latency)}, '
+            f'"request_bytes": {V(ex.request_bytes or None)}, '
+            f'"response_bytes": {V(ex.response_bytes or None)}')
+
+
+def _endpoint_json(endpoint: Endpoint) -> str:
+    """``json_dumps(str(endpoint))``, cached."""
+    try:
+        return _ENDPOINT_JSON[endpoint]
+    except KeyError:
+        if len(_ENDPOINT_JSON) > 4096:
+            _ENDPOINT_JSON.clear()
+        text = _ENDPOINT_JSON[endpoint] = string_text(str(endpoint))
+        return text
+
+
+_ENDPOINT_JSON: dict[Endpoint, str] = {}
+
+
+def _endpoint_text(endpoint: Endpoint) -> str:
+    """``str(endpoint)``, cached: a connection's endpoints are on each of its lines."""
+    try:
+        return _ENDPOINTS[endpoint]
+    except KeyError:
+        if len(_ENDPOINTS) > 4096:
+            _ENDPOINTS.clear()
+        text = _ENDPOINTS[endpoint] = str(endpoint)
+        return text
+
+
+_ENDPOINTS: dict[Endpoint, str] = {}
 
 
 def _tail(ex: Exchange) -> dict:

@@ -21,11 +21,12 @@ from typing import Any, Callable, Mapping, Optional
 
 from kproto.codecs.primitives import Uuid
 
-__all__ = ["body_text", "json_dumps", "float_text"]
+__all__ = ["body_text", "json_dumps", "float_text", "string_text"]
 
 #: Python's JSON encoder with the settings of every capture JSON output
 json_dumps: Callable[[Any], str] = json.JSONEncoder(ensure_ascii=False).encode
-_escape = json.encoder.encode_basestring  # what that encoder writes a str with (quotes included)
+#: a str as that encoder writes it (quotes included)
+string_text: Callable[[str], str] = json.encoder.encode_basestring
 _b2a = binascii.b2a_base64
 _INF = float("inf")
 _INTS = frozenset({"int8", "int16", "uint16", "int32", "uint32", "int64"})
@@ -98,7 +99,7 @@ class _Generator:
 
     def __init__(self, plan: Any) -> None:
         self.top = plan
-        self.ns: dict[str, Any] = {"E": _escape, "B": _b64, "F": float_text, "U": _uuid_text,
+        self.ns: dict[str, Any] = {"E": string_text, "B": _b64, "F": float_text, "U": _uuid_text,
                                    "J": _odd, "float": float, "str": str}
         self.names: dict[int, str] = {}   # id(plan) -> function name
         self.lines: list[str] = []
@@ -140,8 +141,23 @@ class _Generator:
                 d = self._const(default, "d")
                 cond = f"not (o.{f.attr} == {d}) and o.{f.attr}" if tagged else f"o.{f.attr}"
                 body.append(f"    if unnamed and ({cond}):\n        unnamed = False")
+        run: list[tuple[str, str]] = []  # (key, local) of scalar fields written as one piece
+
+        def flush(closing: str = "") -> None:
+            if run:
+                text = "".join(k.replace("{", "{{").replace("}", "}}") + "{" + t + "}"
+                               for k, t in run) + closing
+                body.append(f"    a(f{text!r})")
+                run.clear()
         for i, (f, tagged, default, sub) in enumerate(plan.entries):
-            put = self._field(f, sub, ("{" if static and not i else ", ") + _escape(f.json_key) + ": ")
+            key = ("{" if static and not i else ", ") + string_text(f.json_key) + ": "
+            value = self._value(f, sub)
+            if value is not None and not tagged and not (tid and f is tid[0][0]):
+                body += [f"    v = o.{f.attr}", f"    t{i} = {value}"]
+                run.append((key, f"t{i}"))
+                continue
+            flush()
+            put = self._field(f, sub, key)
             if tid and f is tid[0][0]:
                 put += ["if unnamed and v is not None:",
                         "    t = U(v)",
@@ -153,9 +169,13 @@ class _Generator:
                 body.append(f"    if not (v == {self._const(default, 'd')}):")
                 indent = "        "
             body.extend(indent + line for stmt in put for line in stmt.split("\n"))
-        if not static:
-            body += ["    if len(p) > s + 1:", "        p[s + 1] = p[s + 1][2:]"]
-        body.append("    a('}')")
+        if static and run:
+            flush("}}")
+        else:
+            flush()
+            if not static:
+                body += ["    if len(p) > s + 1:", "        p[s + 1] = p[s + 1][2:]"]
+            body.append("    a('}')")
         self.lines.extend(body)
         return fname
 
@@ -174,14 +194,21 @@ class _Generator:
                     "        if i:\n            a(', ')",
                     f"        if x is None:\n            a('null')\n        else:\n            {fn}(x, names, p)",
                     "    a(']')"]
-        if et in ("bytes", "records"):
-            if not f.is_array:
-                return [f"if v is None:\n    a({key + 'null'!r})",
-                        f"else:\n    a({key + chr(34)!r})\n    a(B(v))\n    a('\"')"]
+        if et in ("bytes", "records") and not f.is_array:  # base64 of any size: not copied again
+            return [f"if v is None:\n    a({key + 'null'!r})",
+                    f"else:\n    a({key + chr(34)!r})\n    a(B(v))\n    a('\"')"]
+        return [f"a({key!r} + ({self._value(f, sub)}))"]
+
+    def _value(self, f: Any, sub: Any) -> Optional[str]:
+        """An expression writing the value ``v`` of field ``f`` in one piece; None for a struct
+        or a single bytes/records value (written in several pieces)."""
+        et = f.element_type
+        if sub is not None or (et in ("bytes", "records") and not f.is_array):
+            return None
         value = self._scalar(et, "x" if f.is_array else "v")
         if f.is_array:
             value = f"'null' if v is None else '[' + ', '.join([{value} for x in v]) + ']'"
-        return [f"a({key!r} + ({value}))"]
+        return value
 
     def _scalar(self, et: str, v: str) -> str:
         """An expression writing the value ``v`` of type ``et``; ``J(v)`` raises for a type

@@ -44,7 +44,7 @@ StreamEvent = Union[StreamData, StreamGap]
 class TcpStream:
     """Reassembler for one direction of one TCP connection."""
 
-    __slots__ = ("next_seq", "offset", "pending", "pending_bytes", "midstream", "_acked_past",
+    __slots__ = ("next_seq", "offset", "pending", "pending_bytes", "midstream", "acked_past",
                  "_ack_deadline", "max_pending", "ack_grace", "fin_seq", "retransmitted_bytes")
 
     def __init__(self, *, max_pending: int = 16 << 20, ack_grace: int = 32) -> None:
@@ -53,7 +53,8 @@ class TcpStream:
         self.pending: dict[int, tuple[bytes, float]] = {}  # seq -> (payload, ts), out of order
         self.pending_bytes = 0
         self.midstream = False                # True if the stream start (SYN) was not captured
-        self._acked_past: Optional[int] = None
+        # an acknowledgement past the bytes seen, waiting for them (None: nothing outstanding)
+        self.acked_past: Optional[int] = None
         self._ack_deadline = 0
         self.max_pending = max_pending
         self.ack_grace = ack_grace            # packets to wait for a late (reordered) segment
@@ -103,7 +104,7 @@ class TcpStream:
         next ones expected while nothing is held or acknowledged ahead: then :meth:`segment`
         would release exactly them (the caller uses the payload itself) and nothing else.
         False: nothing done, :meth:`segment` decides."""
-        if seq != self.next_seq or self.pending or self._acked_past is not None:
+        if seq != self.next_seq or self.pending or self.acked_past is not None:
             return False
         self.next_seq = (seq + n) & 0xFFFFFFFF
         self.offset += n
@@ -112,15 +113,15 @@ class TcpStream:
     def acked(self, ack: int, tick: int = 0, ts: float = 0.0) -> list[StreamEvent]:
         """Note an acknowledgement number sent by the peer for this direction."""
         nxt = self.next_seq
-        if nxt is None or (self._acked_past is None and not 0 < (ack - nxt) & 0xFFFFFFFF < 1 << 31):
+        if nxt is None or (self.acked_past is None and not 0 < (ack - nxt) & 0xFFFFFFFF < 1 << 31):
             return []  # nothing acknowledged past the bytes seen, nothing outstanding
         past = _sdiff(ack, nxt)
         if self.fin_seq is not None and ack == (self.fin_seq + 1) & 0xFFFFFFFF:
             past -= 1
-        if past > 0 and (self._acked_past is None or _sdiff(ack, self._acked_past) > 0):
-            if self._acked_past is None:
+        if past > 0 and (self.acked_past is None or _sdiff(ack, self.acked_past) > 0):
+            if self.acked_past is None:
                 self._ack_deadline = tick + self.ack_grace
-            self._acked_past = ack
+            self.acked_past = ack
         return self._check_ack(tick, ts)
 
     def flush(self, ts: float = 0.0) -> list[StreamEvent]:
@@ -128,19 +129,19 @@ class TcpStream:
         out: list[StreamEvent] = []
         while self.pending:
             self._skip_hole(out, ts, "segment not captured")
-        if self._acked_past is not None and self.next_seq is not None:
+        if self.acked_past is not None and self.next_seq is not None:
             missing = _sdiff(self._acked_limit(), self.next_seq)
             if missing > 0:
                 out.append(StreamGap(missing, ts, self.offset, "acknowledged but not captured"))
                 self._advance(missing)
-            self._acked_past = None
+            self.acked_past = None
         return out
 
     # -- internals -------------------------------------------------------------------------------
 
     def _acked_limit(self) -> int:
         """Highest acknowledged sequence number that stands for data (a FIN takes one too)."""
-        limit = self._acked_past
+        limit = self.acked_past
         assert limit is not None  # only called while an acknowledgement is outstanding
         if self.fin_seq is not None and limit == (self.fin_seq + 1) & 0xFFFFFFFF:
             limit = self.fin_seq
@@ -150,8 +151,8 @@ class TcpStream:
         assert self.next_seq is not None  # the stream has started
         self.next_seq = (self.next_seq + n) & 0xFFFFFFFF
         self.offset += n
-        if self._acked_past is not None and _sdiff(self._acked_past, self.next_seq) <= 0:
-            self._acked_past = None
+        if self.acked_past is not None and _sdiff(self.acked_past, self.next_seq) <= 0:
+            self.acked_past = None
 
     def _drain(self, out: list[StreamEvent]) -> None:
         """Release held segments that now start at or before the next expected byte."""
@@ -189,14 +190,14 @@ class TcpStream:
         self._drain(out)
 
     def _check_ack(self, tick: int, ts: float) -> list[StreamEvent]:
-        if self._acked_past is None or tick < self._ack_deadline:
+        if self.acked_past is None or tick < self._ack_deadline:
             return []
         assert self.next_seq is not None  # an acknowledgement is noted only once started
         out: list[StreamEvent] = []
-        # The receiver has had the bytes up to _acked_past for ack_grace packets: what we hold
+        # The receiver has had the bytes up to acked_past for ack_grace packets: what we hold
         # nothing of in that range was lost by the capture, not by the network.
         limit = self._acked_limit()
-        while self._acked_past is not None and _sdiff(limit, self.next_seq) > 0:
+        while self.acked_past is not None and _sdiff(limit, self.next_seq) > 0:
             nxt = self.next_seq
             if self.pending and _sdiff(min(self.pending, key=lambda s: _sdiff(s, nxt)), limit) < 0:
                 self._skip_hole(out, ts, "acknowledged but not captured")
@@ -205,5 +206,5 @@ class TcpStream:
                 out.append(StreamGap(missing, ts, self.offset,
                                      "acknowledged but not captured"))
                 self._advance(missing)
-        self._acked_past = None
+        self.acked_past = None
         return out

@@ -145,3 +145,46 @@ def test_redacted_sasl_token_and_missing_bodies():
     assert exchange_to_json_text(ex) == _reference(ex)
     assert "<redacted>" in exchange_to_json_text(ex) and "c2VjcmV0" not in exchange_to_json_text(ex)
     assert body_json_text(ex, "response") == "null"
+
+
+def _iso_reference(ts):
+    import datetime as dt
+
+    try:
+        return dt.datetime.fromtimestamp(ts, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    except (OverflowError, ValueError, OSError):
+        return f"{ts}s"
+
+
+@settings(max_examples=2000, deadline=None)
+@given(st.one_of(st.floats(), st.floats(0, 2e9), st.floats(253402300790.0, 253402300801.0),
+                 st.integers(-2**70, 2**70),
+                 # halves of a microsecond: rounded to even, carried into the next second
+                 st.builds(lambda s, us: s + us / 2e6, st.integers(0, 2**33), st.integers(0, 2000001))))
+def test_line_times_are_datetimes_text(ts):
+    from kproto.capture.exchange import _iso
+
+    assert _iso(ts) == _iso_reference(ts)
+
+
+def test_line_heads_and_tails_of_any_content_are_the_reference():
+    from kproto.capture.exchange import Endpoint, Exchange
+    from kproto.problems import Problem
+    from kproto.schemas.api_keys import ApiKey
+
+    ex = Exchange(Endpoint(b"\x7f\0\0\1", 1), Endpoint(b"\0" * 15 + b"\1", 9092),
+                  api_key=ApiKey.METADATA, api_version=12, correlation_id=7, client_id='c"\u00e9\n',
+                  ts=1, request_end=1.5, response_end=1.5000004, request_bytes=10)
+    assert exchange_to_json_text(ex) == _reference(ex)
+    assert '"api_key": 3,' in _reference(ex) and '"ts": "1970-01-01T00:00:01.000000Z"' in _reference(ex)
+    ex.ts = float("nan")
+    ex.errors.append("UNKNOWN_TOPIC_OR_PARTITION")
+    assert exchange_to_json_text(ex) == _reference(ex)
+    ex.errors.clear()
+    for change in (lambda: ex.problems.add(Problem("gap", "lost")),
+                   lambda: ex.notes.add(Problem("topic", "unnamed")),
+                   lambda: ex.unread.update(request=(3, 4, b"\1\2")),
+                   lambda: setattr(ex, "fetch_session", {"id": 1}),
+                   lambda: setattr(ex, "sasl", {"mechanism": "PLAIN"})):
+        change()
+        assert exchange_to_json_text(ex) == _reference(ex)

@@ -145,6 +145,16 @@ def test_uuid_type():
     assert Uuid(u.uuid) == u
 
 
+def test_uuid_text_is_urlsafe_base64_without_padding():
+    import base64
+    import os
+
+    for raw in [bytes(16), b"\xff" * 16, bytes(range(16))] + [os.urandom(16) for _ in range(2000)]:
+        u = Uuid(raw)
+        assert str(u) == base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
+        assert Uuid(str(u)) == u
+
+
 def test_large_decodes_leave_the_garbage_collector_as_they_found_it():
     import gc
 
