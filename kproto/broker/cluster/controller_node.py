@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import ssl
 from typing import Any, Iterable, Mapping, Optional, Sequence, Union
 
 from kproto.broker.cluster.controller import METADATA_VERSION_3_7, ControllerConfig, QuorumController
@@ -287,8 +288,12 @@ class ControllerNode:
     def __init__(self, node_id: int, voters: Union[Mapping[int, tuple[str, int]], Iterable[int]],
                  data_dir: Union[str, os.PathLike[str]], *, cluster_id: str, network: NodeNetwork,
                  host: str = "127.0.0.1", port: int = 0, raft_config: Optional[RaftConfig] = None,
-                 controller_config: Optional[ControllerConfig] = None) -> None:
+                 controller_config: Optional[ControllerConfig] = None,
+                 ssl_context: Optional[ssl.SSLContext] = None) -> None:
+        """``ssl_context``: the listener's (a server context): the controller listener is then
+        SSL (SASL on it is not implemented)."""
         self.node_id = node_id
+        self.ssl_context = ssl_context
         if isinstance(voters, Mapping):
             for v, (h, p) in voters.items():
                 if v != node_id:
@@ -307,7 +312,7 @@ class ControllerNode:
     async def listen(self) -> int:
         """Bind the port and register it in the network (no Raft yet); the port."""
         if self.listener is None:
-            self.listener = Listener()
+            self.listener = Listener(ssl_context=self.ssl_context)
             self.port = await self.listener.listen(self.host, self.requested_port)
             self.network.register(self.node_id, self.host, self.port)
         return self.port
