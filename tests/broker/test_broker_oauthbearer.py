@@ -12,8 +12,8 @@ import time
 import pytest
 
 from kproto.broker.configs import BrokerConfig
-from kproto.broker.security.auth import OAuthBearerServer, SaslFailed, Security
-from kproto.broker.security.oauth import (JwksValidator, TokenRefused, UnsecuredValidator,
+from kproto.broker.security.auth import OAuthBearerServer, SaslFailed, SaslUnanswered, Security
+from kproto.broker.security.oauth import (JwksValidator, TokenRefused, TokenUnanswered, UnsecuredValidator,
                                           parse_initial_response)
 from kproto.client.sasl import OAuthBearerClient
 
@@ -41,10 +41,14 @@ def test_initial_response_parsed():
 
 def test_malformed_initial_response_is_the_generic_failure():
     server = OAuthBearerServer(UnsecuredValidator(), clock=lambda: NOW)
-    for bad in (b"n,,\x01auth=Bearer\x01\x01", b"n,,\x01auth=Basic abc\x01\x01", b"y,,\x01\x01",
+    for bad in (b"n,,\x01auth=Bearer\x01\x01", b"y,,\x01\x01",
                 b"n,,\x01foo=bar\x01\x01"):
         with pytest.raises(SaslFailed, match="invalid credentials with SASL mechanism OAUTHBEARER"):
             OAuthBearerServer(UnsecuredValidator(), clock=lambda: NOW).step(bad)
+    # another scheme: Kafka's parser throws an unexpected exception, the connection is closed
+    # without an answer
+    with pytest.raises(SaslUnanswered):
+        OAuthBearerServer(UnsecuredValidator(), clock=lambda: NOW).step(b"n,,\x01auth=Basic abc\x01\x01")
     assert server.step(initial(unsecured({"sub": "a", "exp": NOW + 1}))) == b""
 
 
@@ -57,6 +61,7 @@ def test_unsecured_validator_claims():
         "expired": unsecured({"sub": "a", "exp": NOW, "scope": "read write"}),
         "no exp": unsecured({"sub": "a", "scope": "read write"}),
         "no sub": unsecured({"exp": NOW + 60, "scope": "read write"}),
+        "empty sub": unsecured({"sub": " ", "exp": NOW + 60, "scope": "read write"}),
         "sub not a string": unsecured({"sub": 7, "exp": NOW + 60, "scope": "read write"}),
         "issued in the future": unsecured({"sub": "a", "exp": NOW + 60, "iat": NOW + 5, "scope": "read write"}),
         "signed": unsecured({"sub": "a", "exp": NOW + 60, "scope": "read write"}, {"alg": "HS256"}),
@@ -68,6 +73,8 @@ def test_unsecured_validator_claims():
         with pytest.raises(TokenRefused) as e:
             v.validate(tok, now_ms)
         assert e.value.status == "invalid_token", what
+    with pytest.raises(TokenUnanswered):  # Kafka: a NullPointerException, no answer
+        v.validate(unsecured({"sub": "a", "exp": NOW + 60}, {"typ": "JWT"}), now_ms)
     with pytest.raises(TokenRefused) as e:
         v.validate(unsecured({"sub": "a", "exp": NOW + 60, "scope": ["read"]}), now_ms)
     assert (e.value.status, e.value.scope) == ("insufficient_scope", "[read, write]")

@@ -35,8 +35,10 @@ from dataclasses import dataclass
 from typing import Any, Callable, Container, Optional, Union
 
 from kproto.broker.configs import BrokerConfig
-from kproto.broker.security.oauth import (InvalidMessage, TokenRefused, Validator, error_document,
-                                          parse_initial_response, validator_from_config)
+from kproto.broker.security.oauth import (InvalidMessage, TokenRefused, TokenUnanswered,
+                                          UnansweredMessage, Validator,
+                                          error_document, parse_initial_response,
+                                          validator_from_config)
 from kproto.broker.security.tls import NoMatchingRule, SslPrincipalMapper, peer_principal
 from kproto.client.sasl import (SCRAM_MECHANISMS, auth_message, client_key, client_signature,
                                 digest, salted_password, server_key, server_signature, stored_key,
@@ -70,6 +72,11 @@ class SaslFailed(Exception):
     def __init__(self, message: str) -> None:
         super().__init__(message)
         self.message = message
+
+
+class SaslUnanswered(SaslFailed):
+    """The exchange failed where Kafka's authenticator throws an unexpected exception: the
+    connection is closed without an answer."""
 
 
 def _generic_failure(mechanism: str) -> SaslFailed:
@@ -278,6 +285,8 @@ class OAuthBearerServer:
         self._error = None
         try:
             authzid, value, extensions = parse_initial_response(token)
+        except UnansweredMessage as exc:
+            raise SaslUnanswered(str(exc)) from None
         except InvalidMessage:
             raise _generic_failure(self.mechanism) from None
         try:
@@ -285,6 +294,8 @@ class OAuthBearerServer:
         except TokenRefused as refused:
             self._error = error_document(refused.status, refused.scope)
             return self._error.encode()
+        except TokenUnanswered as exc:
+            raise SaslUnanswered(str(exc)) from None
         if authzid and authzid != validated.principal:
             raise SaslFailed(f"Authentication failed: Client requested an authorization id "
                              f"({authzid}) that is different from the token's principal name "
@@ -461,6 +472,10 @@ class Security:
             return
         try:
             out = s.mechanism.step(bytes(body.auth_bytes))
+        except SaslUnanswered as exc:
+            s.state = "failed"
+            channel.close(f"SASL authentication failed: {exc.message}")
+            return
         except SaslFailed as exc:
             s.state = "failed"
             respond(cls(error_code=ErrorCode.SASL_AUTHENTICATION_FAILED, error_message=exc.message,
@@ -468,7 +483,8 @@ class Security:
             channel.close(f"SASL authentication failed: {exc.message}")
             return
         lifetime = self._authenticated(s) if s.mechanism.complete else 0
-        respond(cls(error_code=0, error_message=None, auth_bytes=out, session_lifetime_ms=lifetime))
+        # the schema default of a nullable string is "", and Kafka sends it
+        respond(cls(error_code=0, error_message="", auth_bytes=out, session_lifetime_ms=lifetime))
 
     # -------------------------------------------------------------- SCRAM credential admin
     def describe_scram(self, body: Any, version: int, respond: Respond) -> None:

@@ -28,7 +28,7 @@ from typing import Any, Optional, Protocol
 
 from kproto.broker.configs import BrokerConfig
 
-__all__ = ["OAuthBearerServer", "Token", "TokenRefused", "UnsecuredValidator", "JwksValidator",
+__all__ = ["Token", "TokenRefused", "TokenUnanswered", "UnsecuredValidator", "JwksValidator",
            "Validator", "validator_from_config", "parse_initial_response"]
 
 _SEP = "\x01"
@@ -44,6 +44,12 @@ _AUTH = re.compile(r"(?P<scheme>\w+)[ ]+(?P<token>[-_~+/.a-zA-Z0-9]+(?:=*))", re
 class InvalidMessage(ValueError):
     """The client's message is not an OAUTHBEARER initial response (Kafka: a SaslException,
     answered with the generic authentication failure)."""
+
+
+class UnansweredMessage(InvalidMessage):
+    """A message Kafka's parser fails on with an unexpected exception: a well-formed ``auth``
+    whose scheme is not Bearer (its error message reads a group the matcher lacks); Kafka then
+    closes the connection without an answer."""
 
 
 def parse_initial_response(data: bytes) -> tuple[str, str, dict[str, str]]:
@@ -70,7 +76,7 @@ def parse_initial_response(data: bytes) -> tuple[str, str, dict[str, str]]:
     if a is None:
         raise InvalidMessage("Invalid OAUTHBEARER client first message: invalid 'auth' format")
     if a.group("scheme").lower() != "bearer":
-        raise InvalidMessage("Invalid scheme in OAUTHBEARER client first message: null")
+        raise UnansweredMessage("Invalid scheme in OAUTHBEARER client first message")
     return m.group("authzid") or "", a.group("token"), props
 
 
@@ -92,6 +98,11 @@ class TokenRefused(Exception):
     def __init__(self, reason: str, status: str = "invalid_token", scope: Optional[str] = None) -> None:
         super().__init__(reason)
         self.reason, self.status, self.scope = reason, status, scope
+
+
+class TokenUnanswered(Exception):
+    """A token Kafka's validator fails on with an unexpected exception (an unsecured JWS
+    header without ``alg``: a NullPointerException); Kafka closes the connection unanswered."""
 
 
 class Validator(Protocol):
@@ -133,6 +144,10 @@ def _scope(claims: dict[str, Any], name: str) -> frozenset[str]:
     return frozenset()
 
 
+#: what Java's String.trim() removes
+_JAVA_BLANK = "".join(map(chr, range(33)))
+
+
 def _java_list(items: tuple[str, ...]) -> str:
     return "[" + ", ".join(items) + "]"
 
@@ -157,6 +172,8 @@ class UnsecuredValidator:
             raise TokenRefused("Unsecured JWS compact serializations must have 3 dot-separated "
                                "Base64URL-encoded values")
         header, claims = _json_part(parts[0]), _json_part(parts[1])
+        if header.get("alg") is None:
+            raise TokenUnanswered("JWS header must have an Algorithm value")
         if header.get("alg") != "none":
             raise TokenRefused("Unsecured JWS must have 'none' for an algorithm")
         if parts[2]:
@@ -168,6 +185,8 @@ class UnsecuredValidator:
         if not isinstance(principal, str):
             raise TokenRefused(f"The {self.principal_claim} claim had the incorrect type: "
                                f"{type(principal).__name__}")
+        if not principal.strip(_JAVA_BLANK):
+            raise TokenRefused(f"No principal name in JWT claim: {self.principal_claim}")
         skew = self.clock_skew_ms
         if iat is not None and iat * 1000 > now_ms + skew:
             raise TokenRefused(f"The Issued At value ({iat:f} seconds) was after the indicated "
