@@ -1,6 +1,6 @@
 """A kproto cluster with SASL_SSL everywhere: 3 brokers whose client listeners and
-inter-broker links are TLS + SCRAM-SHA-512 (the credentials written at format time, as
-``kafka-storage format --add-scram``), controllers on TLS; records produced through it are
+inter-broker and controller links are TLS + SCRAM-SHA-512 (the credentials written at format
+time, as ``kafka-storage format --add-scram``); records produced through it are
 replicated, and still after a leader change."""
 from __future__ import annotations
 
@@ -71,6 +71,11 @@ def test_sasl_ssl_cluster_replicates_through_a_leader_change(tmp_path):
             assert await net._connection(98, 2, True) is None
             net.secure(2, None, SaslConfig("SCRAM-SHA-512", "broker", "broker-secret"))
             assert await net._connection(99, 2, True) is None
+            # and so do the links to the controller (SASL_SSL too)
+            controller = cluster.controller_ids[0]
+            assert await net._connection(96, controller, False) is not None
+            net.secure(controller, ca.client_context(node), SaslConfig("SCRAM-SHA-512", "broker", "wrong"))
+            assert await net._connection(95, controller, False) is None
             with pytest.raises(SaslAuthenticationError):
                 async with Client(cluster.bootstrap, ssl=ctx,
                                   sasl=SaslConfig("SCRAM-SHA-512", "alice", "wrong")) as bad:

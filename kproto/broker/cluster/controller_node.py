@@ -37,6 +37,8 @@ from kproto.broker.cluster.network import NodeNetwork
 from kproto.broker.cluster.raft import (BEGIN_QUORUM_EPOCH, DESCRIBE_QUORUM, END_QUORUM_EPOCH, FETCH,
                                 FETCH_SNAPSHOT, VOTE, KRaftReplica, RaftConfig, RaftTransport,
                                 open_metadata_log)
+from kproto.broker.configs import BrokerConfig
+from kproto.broker.security.auth import SASL_VERSIONS, Security
 from kproto.broker.server import Listener
 from kproto.broker.timer import CallbackTask, Clock, SystemTimer
 from kproto.codecs import request as request_codec
@@ -134,8 +136,12 @@ class ControllerCore:
                  transport: RaftTransport, raft_config: Optional[RaftConfig] = None,
                  controller_config: Optional[ControllerConfig] = None,
                  clock: Optional[Clock] = None,
-                 addresses: Optional[Mapping[int, tuple[str, int]]] = None) -> None:
+                 addresses: Optional[Mapping[int, tuple[str, int]]] = None,
+                 security: Optional[Security] = None) -> None:
+        """``security``: SASL on the listener (only SaslHandshake and SaslAuthenticate, then
+        ApiVersions, before a connection is authenticated)."""
         self.node_id = node_id
+        self.security = security if security is not None and security.sasl else None
         #: the controllers' (host, port), for DescribeQuorum's nodes
         self.addresses = addresses if addresses is not None else {}
         self.timer = SystemTimer(clock=clock)
@@ -148,6 +154,8 @@ class ControllerCore:
         self.controller = QuorumController(node_id, RaftMetadataLog(self.replica), self.timer, cfg)
         self.replica.register(self.controller)
         self.versions = _advertised()
+        if self.security is not None:
+            self.versions.update(SASL_VERSIONS)
         self.closed = False
         self.transport = transport
         self.incarnation_id = Uuid(os.urandom(16))
@@ -193,10 +201,15 @@ class ControllerCore:
     def handle(self, channel: Channel, frame: bytes) -> None:
         """One request frame (without its size prefix); the channel gets one ``respond`` or
         ``close`` for it, now or later (a Raft Fetch waits for data)."""
+        sec = self.security
         try:
             key, ver, cid = peek_request_header(frame, size_prefix=False)
         except DecodeError as exc:
+            if sec is not None and sec.gate(channel, frame, None):  # a legacy SASL token
+                return
             channel.close(f"bad request header: {exc}")
+            return
+        if sec is not None and sec.gate(channel, frame, key):  # before authentication: SASL only
             return
         rng = self.versions.get(key)
         if key == ApiKey.API_VERSIONS and ver > self.versions[key][1]:
@@ -217,6 +230,10 @@ class ControllerCore:
             channel.close("controller shutting down")
         elif key == ApiKey.API_VERSIONS:
             self._api_versions(cid, ver, channel, ErrorCode.NONE)
+        elif sec is not None and key == ApiKey.SASL_HANDSHAKE:
+            sec.handshake(channel, body, ver, req.respond)
+        elif sec is not None and key == ApiKey.SASL_AUTHENTICATE:
+            sec.authenticate(channel, body, ver, req.respond)
         elif key == DESCRIBE_QUORUM:
             self.replica.handle(key, ver, body, lambda resp: req.respond(self._with_nodes(ver, resp)))
         elif key in RAFT_APIS:
@@ -289,11 +306,14 @@ class ControllerNode:
                  data_dir: Union[str, os.PathLike[str]], *, cluster_id: str, network: NodeNetwork,
                  host: str = "127.0.0.1", port: int = 0, raft_config: Optional[RaftConfig] = None,
                  controller_config: Optional[ControllerConfig] = None,
-                 ssl_context: Optional[ssl.SSLContext] = None) -> None:
-        """``ssl_context``: the listener's (a server context): the controller listener is then
-        SSL (SASL on it is not implemented)."""
+                 ssl_context: Optional[ssl.SSLContext] = None,
+                 security_config: Optional[BrokerConfig] = None) -> None:
+        """``ssl_context``: the listener's (a server context), making it SSL;
+        ``security_config``: its SASL settings (``sasl_enabled_mechanisms``, ``sasl_users``,
+        as a broker's), making it SASL_PLAINTEXT or SASL_SSL."""
         self.node_id = node_id
         self.ssl_context = ssl_context
+        self.security_config = security_config
         if isinstance(voters, Mapping):
             for v, (h, p) in voters.items():
                 if v != node_id:
@@ -330,7 +350,9 @@ class ControllerNode:
                                        cluster_id=self.cluster_id, transport=transport,
                                        raft_config=self.raft_config,
                                        controller_config=self.controller_config,
-                                       addresses=self.network.addresses)
+                                       addresses=self.network.addresses,
+                                       security=(Security(self.security_config)
+                                                 if self.security_config is not None else None))
             listener.core = self.core
             listener.arm_timer()
         return self

@@ -30,6 +30,7 @@ from kproto.broker.cluster.broker import ClusterBrokerCore
 from kproto.broker.cluster.controller import ControllerConfig
 from kproto.broker.features import TRANSACTION_VERSION_LEVEL
 from kproto.broker.cluster.controller_node import ControllerNode, start_quorum
+from kproto.broker.configs import BrokerConfig
 from kproto.broker.cluster.migration import (LegacyState, migration_records, read_legacy_state,
                                               retire_files)
 from kproto.broker.security.auth import SCRAM_MECHANISM_IDS, ScramCredential
@@ -136,7 +137,9 @@ class Cluster:
     ``sasl.mechanism.inter.broker.protocol`` and JAAS). ``scram_users`` (name: password) are
     written to the metadata log as SCRAM credentials of both SCRAM mechanisms when the
     cluster is first started (as ``kafka-storage format --add-scram``), so brokers can
-    authenticate to each other with SCRAM. SASL on the controller listener is not implemented.
+    authenticate to each other with SCRAM. The controllers' listener takes the same SASL
+    mechanisms (their users: ``sasl_users`` and ``scram_users``), and every node link
+    authenticates with ``inter_broker_sasl`` (``sasl.mechanism.controller.protocol`` alike).
     """
 
     def __init__(self, brokers: int = 3, controllers: int = 1,
@@ -163,6 +166,11 @@ class Cluster:
             raise ValueError("TLS listeners need inter_broker_ssl: the client context nodes "
                              "connect to each other with")
         self.scram_users = dict(scram_users or {})
+        mechanisms = tuple(broker_config.get("sasl_enabled_mechanisms", ()))
+        controller_security = BrokerConfig(
+            sasl_enabled_mechanisms=tuple(m for m in mechanisms if m != "OAUTHBEARER"),
+            sasl_users={**broker_config.get("sasl_users", {}), **self.scram_users},
+            scram_iterations=broker_config.get("scram_iterations", 4096)) if mechanisms else None
         self._tmp: Optional[Any] = None
         if data_dir is None:
             import tempfile
@@ -187,11 +195,11 @@ class Cluster:
             n: ControllerNode(n, self.controller_ids, os.path.join(self.data_dir, f"controller-{n}"),
                               cluster_id=self.cluster_id, network=self.network, host=host,
                               raft_config=raft_config, controller_config=ccfg,
-                              ssl_context=ssl_context)
+                              ssl_context=ssl_context, security_config=controller_security)
             for n in self.controller_ids}
-        for n in self.controller_ids:
-            self.network.secure(n, inter_broker_ssl)
         sasl = inter_broker_sasl if broker_config.get("sasl_enabled_mechanisms") else None
+        for n in self.controller_ids:
+            self.network.secure(n, inter_broker_ssl, sasl)
         for n in self.broker_ids:
             self.network.secure(n, inter_broker_ssl, sasl)
         self.brokers = {
