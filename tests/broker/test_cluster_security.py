@@ -36,6 +36,12 @@ def test_sasl_ssl_cluster_replicates_through_a_leader_change(tmp_path):
         try:
             for b in cluster.brokers.values():
                 assert b.security_protocol == "SASL_SSL"
+            # registered as such (SecurityProtocol 3), brokers and controllers
+            image = cluster.controllers[cluster.active_controller()].controller.image
+            assert {(e.name, e.security_protocol) for b in image.brokers.values() for e in b.listeners} \
+                == {("SASL_SSL", 3)}
+            await cluster.wait_for(lambda: image.controllers, 10, "controller registrations")
+            assert {e.security_protocol for c in image.controllers.values() for e in c.listeners} == {3}
             alice = SaslConfig("SCRAM-SHA-512", "alice", "alice-secret")
             ctx = ca.client_context()
             async with Client(cluster.bootstrap, sasl=alice, ssl=ctx) as client:

@@ -137,9 +137,11 @@ class ControllerCore:
                  controller_config: Optional[ControllerConfig] = None,
                  clock: Optional[Clock] = None,
                  addresses: Optional[Mapping[int, tuple[str, int]]] = None,
-                 security: Optional[Security] = None) -> None:
+                 security: Optional[Security] = None, security_protocol: int = 0) -> None:
         """``security``: SASL on the listener (only SaslHandshake and SaslAuthenticate, then
-        ApiVersions, before a connection is authenticated)."""
+        ApiVersions, before a connection is authenticated); ``security_protocol``: the
+        listener's (Kafka's SecurityProtocol id), named in the controller's registration."""
+        self.security_protocol = security_protocol
         self.node_id = node_id
         self.security = security if security is not None and security.sasl else None
         #: the controllers' (host, port), for DescribeQuorum's nodes
@@ -188,7 +190,8 @@ class ControllerCore:
         cls = request_codec(ApiKey.CONTROLLER_REGISTRATION).cls
         host, port = self.addresses[self.node_id]
         body = cls(controller_id=self.node_id, incarnation_id=self.incarnation_id, zk_migration_ready=False,
-                   listeners=[cls.Listener(name="CONTROLLER", host=host, port=port, security_protocol=0)],
+                   listeners=[cls.Listener(name="CONTROLLER", host=host, port=port,
+                                           security_protocol=self.security_protocol)],
                    features=[cls.Feature(name=n, min_supported_version=lo, max_supported_version=hi)
                              for n, (lo, hi) in supported_features().items()])
         self._registering = True
@@ -344,6 +347,7 @@ class ControllerNode:
         assert self.listener is not None
         if self.core is None:
             _ensure_meta_properties(self.data_dir, self.node_id, self.cluster_id)
+            security = Security(self.security_config) if self.security_config is not None else None
             listener = self.listener
             transport = self.network.transport(self.node_id, after=listener.arm_timer)
             self.core = ControllerCore(self.node_id, self.voters, self.data_dir,
@@ -351,8 +355,9 @@ class ControllerNode:
                                        raft_config=self.raft_config,
                                        controller_config=self.controller_config,
                                        addresses=self.network.addresses,
-                                       security=(Security(self.security_config)
-                                                 if self.security_config is not None else None))
+                                       security=security,
+                                       security_protocol=(2 if security is not None and security.sasl else 0)
+                                       + (1 if self.ssl_context is not None else 0))
             listener.core = self.core
             listener.arm_timer()
         return self

@@ -81,7 +81,8 @@ class ClusterBroker(Broker):
             self.data_dir, self.config, voters=self.voters,
             transport=self.network.transport(self.node_id, after=self.arm_timer),
             raft_config=self.raft_config, replica_config=self.replica_config,
-            broker_heartbeat_interval_ms=self.broker_heartbeat_interval_ms)
+            broker_heartbeat_interval_ms=self.broker_heartbeat_interval_ms,
+            security_protocol=self.security_protocol)
         self.arm_timer()
         self._warm(self._hot_codecs())
         return self
