@@ -40,7 +40,7 @@ def _pem(path: str) -> str:
 
 
 APACHE = dict(
-    listeners={"MTLS": "SSL", "OAUTH": "SASL_PLAINTEXT"},
+    listeners={"MTLS": "SSL", "TLSOPT": "SSL", "OAUTH": "SASL_PLAINTEXT"},
     config={
         "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
         "super.users": "User:ANONYMOUS;User:admin",
@@ -51,6 +51,10 @@ APACHE = dict(
         "listener.name.mtls.ssl.keystore.key": _pem(_SERVER.key),
         "listener.name.mtls.ssl.truststore.type": "PEM",
         "listener.name.mtls.ssl.truststore.certificates": _pem(_CA.cert),
+        **{f"listener.name.tlsopt.{k}": v for k, v in {
+            "ssl.client.auth": "requested", "ssl.keystore.type": "PEM",
+            "ssl.keystore.certificate.chain": _pem(_SERVER.cert), "ssl.keystore.key": _pem(_SERVER.key),
+            "ssl.truststore.type": "PEM", "ssl.truststore.certificates": _pem(_CA.cert)}.items()},
         "listener.name.oauth.sasl.enabled.mechanisms": "OAUTHBEARER",
         "listener.name.oauth.oauthbearer.sasl.jaas.config":
             "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required "
@@ -96,17 +100,22 @@ async def _tls_observations(port: int) -> list:
     return out
 
 
-def test_certificate_principals_as_apache(apache_kafka, tmp_path):
-    apache = asyncio.run(_tls_observations(_port(apache_kafka.listener_bootstrap("MTLS"))))
+@pytest.mark.parametrize("listener, client_auth, expected", [
+    ("MTLS", "required", [("admin", 0), ("alice", 0), ("bob", 29), ("stranger", "refused"),
+                          (None, "refused")]),
+    # without a certificate: User:ANONYMOUS, a super user here
+    ("TLSOPT", "requested", [("admin", 0), ("alice", 0), ("bob", 29), ("stranger", "refused"),
+                             (None, 0)])])
+def test_certificate_principals_as_apache(apache_kafka, tmp_path, listener, client_auth, expected):
+    apache = asyncio.run(_tls_observations(_port(apache_kafka.listener_bootstrap(listener))))
     broker = BrokerThread(tmp_path / "k", ssl_context=_CA.server_context(_SERVER),
-                          ssl_client_auth="required", ssl_principal_mapping_rules=RULES,
+                          ssl_client_auth=client_auth, ssl_principal_mapping_rules=RULES,
                           authorizer=True, super_users=("User:ANONYMOUS", "User:admin")).start()
     try:
         ours = asyncio.run(_tls_observations(_port(broker.bootstrap)))
     finally:
         broker.stop()
-    assert apache[2:] == [("admin", 0), ("alice", 0), ("bob", 29), ("stranger", "refused"),
-                          (None, "refused")], apache
+    assert apache[2:] == expected, apache
     assert ours == apache
 
 
@@ -155,6 +164,28 @@ def _cases(now: float) -> dict[str, tuple[str, list[bytes]]]:
     }
 
 
+async def _short_session(port: int) -> list:
+    """A token expiring 5 s after it is made: a request within the session is served,
+    one after it closes the connection (KIP-368)."""
+    now = time.time()
+    token = _jwt({"sub": "alice", "scope": SCOPE, "exp": now + 5, "iat": now - 5})
+    conn = await Connection.open("127.0.0.1", port, connect_timeout=10)
+    seen: list = []
+    try:
+        await conn.request(SaslHandshake(mechanism="OAUTHBEARER"), 1, timeout=10)
+        r = await conn.request(SaslAuthenticate(auth_bytes=_message(token)), 2, timeout=10)
+        seen.append((r.error_code, bytes(r.auth_bytes), 0 < r.session_lifetime_ms <= 5000))
+        seen.append(len((await conn.request(Metadata(topics=[]), 12, timeout=10)).brokers))
+        await asyncio.sleep(6.0)
+        await conn.request(Metadata(topics=[]), 12, timeout=10)
+        seen.append("served")
+    except Exception as exc:  # noqa: BLE001 - the broker closed the connection
+        seen.append(("closed", type(exc).__name__ != "RequestTimeoutError"))
+    finally:
+        await conn.close()
+    return seen
+
+
 async def _oauth_observations(port: int) -> tuple[dict, dict]:
     out, lifetimes = {}, {}
     for label, (mechanism, steps) in _cases(time.time()).items():
@@ -186,11 +217,15 @@ def test_oauthbearer_unsecured_as_apache(apache_kafka, tmp_path):
                           oauthbearer_required_scope=(SCOPE,)).start()
     try:
         ours, our_life = asyncio.run(_oauth_observations(_port(broker.bootstrap)))
+        our_short = asyncio.run(_short_session(_port(broker.bootstrap)))
     finally:
         broker.stop()
     assert apache["valid"][-1][0] == "metadata" and apache["expired"][-1][0] == "closed", apache
+    short = asyncio.run(_short_session(_port(apache_kafka.listener_bootstrap("OAUTH"))))
+    assert short == [(0, b"", True), 1, ("closed", True)], short
     for label in apache:
         assert ours[label] == apache[label], (label, ours[label], apache[label])
+    assert our_short == short
     # KIP-368: the session lasts until the token's exp (600 s from when it was made)
     assert set(our_life) == set(apache_life)
     for label, ms in apache_life.items():
