@@ -325,6 +325,10 @@ class ConnectionAuth:
         self.expires_ms: Optional[int] = None
         #: why the connection cannot be authenticated (state ``failed`` before any request)
         self.failure = ""
+        #: the SaslAuthenticate version the client authenticated with (v1+: it can
+        #: re-authenticate, KIP-368), and whether a re-authentication is under way
+        self.authenticate_version = -1
+        self.reauthenticating = False
 
     @property
     def authenticated(self) -> bool:
@@ -381,6 +385,8 @@ class Security:
         connection is then closed); False lets the core handle it."""
         s = self.session(channel)
         if s.state == "complete":
+            if api_key == ApiKey.SASL_HANDSHAKE and s.authenticate_version >= 1:
+                return False  # a re-authentication (KIP-368), also of an expired session
             if s.expires_ms is not None and self.clock() * 1000 >= s.expires_ms:
                 # KIP-368: an expired session may only re-authenticate; kproto closes it
                 s.state = "failed"
@@ -419,9 +425,14 @@ class Security:
     def _authenticated(self, s: ConnectionAuth) -> int:
         """Completes the session; its lifetime in ms (0: unbounded), as
         SaslServerAuthenticator computes it from the credential's expiry and
-        ``connections.max.reauth.ms``."""
+        ``connections.max.reauth.ms``. A re-authentication must keep the principal."""
         assert s.mechanism is not None and s.mechanism.username is not None
-        s.state, s.principal = "complete", f"User:{s.mechanism.username}"
+        principal = f"User:{s.mechanism.username}"
+        if s.reauthenticating and principal != s.principal:
+            old, new = s.principal.split(":", 1), principal.split(":", 1)
+            raise SaslFailed(f"Cannot change principals during re-authentication from "
+                             f"{old[0]}.{old[1]}: {new[0]}.{new[1]}")
+        s.state, s.principal, s.reauthenticating = "complete", principal, False
         now = int(self.clock() * 1000)
         expiry = s.mechanism.lifetime_ms if isinstance(s.mechanism, OAuthBearerServer) else None
         max_reauth = self.config.connections_max_reauth_ms
@@ -449,10 +460,18 @@ class Security:
     def handshake(self, channel: Any, body: Any, version: int, respond: Respond) -> None:
         cls = response_codec(ApiKey.SASL_HANDSHAKE).cls
         s = self.session(channel)
-        if s.state != "handshake":
+        reauth = s.state == "complete" and self.sasl and s.authenticate_version >= 1 and version >= 1
+        if s.state != "handshake" and not reauth:
             # a PLAINTEXT/SSL listener, or after authentication: KafkaApis answers this
             respond(cls(error_code=ErrorCode.ILLEGAL_SASL_STATE, mechanisms=[]))
             return
+        if reauth and s.mechanism is not None and body.mechanism != s.mechanism.mechanism:
+            s.state = "failed"
+            respond(cls(error_code=ErrorCode.UNSUPPORTED_SASL_MECHANISM, mechanisms=[s.mechanism.mechanism]))
+            channel.close(f"SASL mechanism '{body.mechanism}' requested by client is not supported "
+                          f"for re-authentication of mechanism '{s.mechanism.mechanism}'")
+            return
+        s.reauthenticating = reauth
         if body.mechanism not in self.mechanisms:
             s.state = "failed"
             respond(cls(error_code=ErrorCode.UNSUPPORTED_SASL_MECHANISM, mechanisms=list(self.mechanisms)))
@@ -472,17 +491,21 @@ class Security:
             return
         try:
             out = s.mechanism.step(bytes(body.auth_bytes))
+            lifetime = self._authenticated(s) if s.mechanism.complete else 0
         except SaslUnanswered as exc:
             s.state = "failed"
             channel.close(f"SASL authentication failed: {exc.message}")
             return
         except SaslFailed as exc:
             s.state = "failed"
-            respond(cls(error_code=ErrorCode.SASL_AUTHENTICATION_FAILED, error_message=exc.message,
+            message = exc.message
+            if s.reauthenticating:  # Kafka's generic failure names the re-authentication
+                message = message.replace("failed during authentication", "failed during re-authentication")
+            respond(cls(error_code=ErrorCode.SASL_AUTHENTICATION_FAILED, error_message=message,
                         auth_bytes=b""))
-            channel.close(f"SASL authentication failed: {exc.message}")
+            channel.close(f"SASL authentication failed: {message}")
             return
-        lifetime = self._authenticated(s) if s.mechanism.complete else 0
+        s.authenticate_version = version
         # the schema default of a nullable string is "", and Kafka sends it
         respond(cls(error_code=0, error_message="", auth_bytes=out, session_lifetime_ms=lifetime))
 
