@@ -12,7 +12,8 @@ SASL_AUTHENTICATION_FAILED (v1) and the connection closed. Once authenticated th
 listener, the client certificate's mapped subject (:mod:`kproto.broker.security.tls`).
 A credential with a lifetime (an OAUTHBEARER token's ``exp``, or ``connections_max_reauth_ms``)
 bounds the session (KIP-368): SaslAuthenticate v1+ tells the client, and the first request
-after it ends closes the connection.
+after it ends closes the connection, unless it is a SaslHandshake: a client that authenticated
+with SaslAuthenticate v1+ re-authenticates that way (same mechanism, same principal).
 
 Credentials: ``sasl_users`` (name -> password) of :class:`~kproto.broker.configs.BrokerConfig`
 are the PLAIN users (Kafka's ``user_<name>="<password>"`` JAAS options) and, salted with
