@@ -109,6 +109,9 @@ class BrokerConfig:
     oauthbearer_clock_skew_ms: Optional[int] = None  # None: 0 unsecured, 30 s with a JWKS (Kafka's defaults)
     oauthbearer_expected_audience: tuple[str, ...] = ()  # sasl.oauthbearer.expected.audience
     oauthbearer_expected_issuer: Optional[str] = None  # sasl.oauthbearer.expected.issuer
+    # with a JWKS, Kafka refuses to start without an expected audience and issuer unless these say so
+    oauthbearer_allow_unverified_audience: bool = False  # sasl.oauthbearer.allow.unverified.audience
+    oauthbearer_allow_unverified_issuer: bool = False    # sasl.oauthbearer.allow.unverified.issuer
     connections_max_reauth_ms: int = 0              # connections.max.reauth.ms (0: sessions last)
 
 

@@ -42,6 +42,13 @@ def add_arguments(p: argparse.ArgumentParser, cluster: bool) -> None:
     g.add_argument("--oauthbearer-jwks", metavar="FILE",
                    help="OAUTHBEARER: validate signed tokens with the keys of this JWKS file "
                         "(default: Kafka's unsecured validator)")
+    g.add_argument("--oauthbearer-audience", default="", metavar="LIST",
+                   help="OAUTHBEARER with a JWKS: sasl.oauthbearer.expected.audience, comma-separated")
+    g.add_argument("--oauthbearer-issuer", metavar="ISSUER",
+                   help="OAUTHBEARER with a JWKS: sasl.oauthbearer.expected.issuer")
+    g.add_argument("--oauthbearer-allow-unverified", action="store_true",
+                   help="OAUTHBEARER with a JWKS: accept any audience and issuer when not given "
+                        "(sasl.oauthbearer.allow.unverified.audience/issuer)")
     g.add_argument("--oauthbearer-required-scope", default="", metavar="LIST",
                    help="OAUTHBEARER unsecured: the scope a token must have, comma-separated")
     g.add_argument("--authorizer", action="store_true", help="enforce ACLs (StandardAuthorizer)")
@@ -87,6 +94,11 @@ def settings(args: argparse.Namespace, cluster: bool) -> dict[str, Any]:
         out["sasl_users"] = users
         if args.oauthbearer_jwks:
             out["oauthbearer_jwks_file"] = args.oauthbearer_jwks
+            out["oauthbearer_expected_audience"] = tuple(
+                a for a in args.oauthbearer_audience.split(",") if a)
+            out["oauthbearer_expected_issuer"] = args.oauthbearer_issuer
+            out["oauthbearer_allow_unverified_audience"] = args.oauthbearer_allow_unverified
+            out["oauthbearer_allow_unverified_issuer"] = args.oauthbearer_allow_unverified
         out["oauthbearer_required_scope"] = tuple(
             s for s in args.oauthbearer_required_scope.split(",") if s)
         if cluster:

@@ -157,6 +157,19 @@ def test_jwks_validator_rs256_and_es256(tmp_path):
     assert v.validate(sign({**claims, "exp": NOW - 10}, "e1", "ES256"), now_ms).principal == "svc"
 
 
+def test_jwks_needs_an_audience_and_an_issuer_unless_allowed(tmp_path):
+    from kproto.broker.security.oauth import validator_from_config
+    path = tmp_path / "jwks.json"
+    path.write_text('{"keys": []}')
+    with pytest.raises(ValueError, match='requires "sasl.oauthbearer.expected.audience"'):
+        validator_from_config(BrokerConfig(oauthbearer_jwks_file=str(path), oauthbearer_expected_issuer="i"))
+    with pytest.raises(ValueError, match='requires "sasl.oauthbearer.expected.issuer"'):
+        validator_from_config(BrokerConfig(oauthbearer_jwks_file=str(path), oauthbearer_expected_audience=("a",)))
+    assert isinstance(validator_from_config(BrokerConfig(
+        oauthbearer_jwks_file=str(path), oauthbearer_allow_unverified_audience=True,
+        oauthbearer_allow_unverified_issuer=True)), JwksValidator)
+
+
 # ------------------------------------------------------------------ over SaslAuthenticate
 
 class _Channel:

@@ -300,9 +300,26 @@ class JwksValidator:
         return Token(principal, int(math.floor(exp * 1000)), _scope(claims, self.scope_claim), claims)
 
 
+_UNVERIFIED = ('The OAuth validator for the broker requires "{0}" to be configured so that the '
+               'token\'s {1} claim can be verified, but it was not set. Set "{0}" to {2}, or set '
+               '"{3}" to true to accept tokens regardless of their {4}.')
+
+
 def validator_from_config(config: BrokerConfig) -> Validator:
-    """The validator a broker's settings name."""
+    """The validator a broker's settings name. With a JWKS, as Kafka's broker validator: an
+    expected audience and issuer are required unless ``oauthbearer_allow_unverified_*`` says
+    otherwise (ValueError, Kafka's ConfigException message)."""
     if config.oauthbearer_jwks_file:
+        if not config.oauthbearer_expected_audience and not config.oauthbearer_allow_unverified_audience:
+            raise ValueError(_UNVERIFIED.format(
+                "sasl.oauthbearer.expected.audience", 'audience ("aud")',
+                "the audience(s) that identify this cluster",
+                "sasl.oauthbearer.allow.unverified.audience", "audience"))
+        if config.oauthbearer_expected_issuer is None and not config.oauthbearer_allow_unverified_issuer:
+            raise ValueError(_UNVERIFIED.format(
+                "sasl.oauthbearer.expected.issuer", 'issuer ("iss")',
+                "the issuer URL of the OAuth/OIDC provider that signs the tokens",
+                "sasl.oauthbearer.allow.unverified.issuer", "issuer"))
         return JwksValidator.from_file(
             config.oauthbearer_jwks_file, principal_claim=config.oauthbearer_sub_claim_name,
             scope_claim=config.oauthbearer_scope_claim_name,
