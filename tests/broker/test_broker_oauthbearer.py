@@ -154,7 +154,9 @@ def test_jwks_validator_rs256_and_es256(tmp_path):
             v.validate(tok, now_ms)
             pytest.fail(what)
     # within the default 30 s clock skew
-    assert v.validate(sign({**claims, "exp": NOW - 10}, "e1", "ES256"), now_ms).principal == "svc"
+    assert v.validate(sign({**claims, "exp": NOW - 10, "iat": NOW - 60}, "e1", "ES256"), now_ms).principal == "svc"
+    with pytest.raises(TokenRefused):  # but not expiring before it was issued
+        v.validate(sign({**claims, "exp": NOW - 10, "iat": NOW - 5}, "e1", "ES256"), now_ms)
 
 
 def test_jwks_needs_an_audience_and_an_issuer_unless_allowed(tmp_path):

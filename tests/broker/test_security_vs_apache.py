@@ -1,15 +1,18 @@
-"""TLS client-certificate principals and OAUTHBEARER (unsecured validator) on kproto's broker
+"""TLS client-certificate principals and OAUTHBEARER (unsecured and JWKS) on kproto's broker
 and on Apache Kafka 4.4.0, with the same settings, observed the same way: which principal
 the ACLs see for each certificate, and every SaslHandshake/SaslAuthenticate answer (error
 codes, messages, the JSON error document, the session lifetime) for a set of tokens.
 
-One Apache node serves every test here (the pool shares it by settings): an SSL listener
-asking for client certificates and a SASL_PLAINTEXT listener with OAUTHBEARER."""
+One Apache node serves every test here (the pool shares it by settings): SSL listeners
+requiring and requesting client certificates, and SASL_PLAINTEXT listeners with OAUTHBEARER
+validated unsecured and with a local JWKS."""
 from __future__ import annotations
 
 import asyncio
+import atexit
 import base64
 import json
+import shutil
 import tempfile
 import time
 import uuid
@@ -24,13 +27,52 @@ from kproto.testing import BrokerThread  # noqa: E402
 from kproto.testing.tls import TestCA  # noqa: E402
 
 # made once per session: the Apache node's settings name them, and the pool shares that node
-_CA = TestCA(tempfile.mkdtemp(prefix="kproto-sec-vs-apache-"))
+_DIR = tempfile.mkdtemp(prefix="kproto-sec-vs-apache-")
+atexit.register(shutil.rmtree, _DIR, True)
+_CA = TestCA(_DIR)
 _SERVER = _CA.issue("CN=broker", name="server")
 _IDS = {who: _CA.issue(subject, name=who) for who, subject in (
     ("admin", "CN=Admin,OU=Ops,O=Acme"), ("alice", "CN=Alice,OU=Eng,O=Acme"),
     ("bob", "CN=Bob,OU=Eng,O=Acme"), ("stranger", "O=Nobody"))}
 RULES = "RULE:^CN=(.*?),OU=(.*?),O=Acme$/$1/L"   # no DEFAULT: a subject it misses fails
 SCOPE = "kafka"
+AUDIENCE, ISSUER = "kproto-test", "https://idp.example"
+
+
+def _jwks():
+    """An RSA and an EC key, the JWKS file of their public halves, and a signer."""
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa, utils
+
+    rsa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    ec_key = ec.generate_private_key(ec.SECP256R1())
+    rn, en = rsa_key.public_key().public_numbers(), ec_key.public_key().public_numbers()
+
+    def i2b(n, size=None):
+        return _b64(n.to_bytes(size or (n.bit_length() + 7) // 8, "big"))
+    doc = {"keys": [
+        {"kty": "RSA", "kid": "r1", "alg": "RS256", "use": "sig", "n": i2b(rn.n), "e": i2b(rn.e)},
+        {"kty": "EC", "kid": "e1", "crv": "P-256", "x": i2b(en.x, 32), "y": i2b(en.y, 32)}]}
+    path = _CA.dir / "jwks.json"
+    path.write_text(json.dumps(doc))
+
+    def sign(claims, kid="r1", alg="RS256"):
+        head = f"{_b64({'alg': alg, 'kid': kid, 'typ': 'JWT'})}.{_b64(claims)}"
+        if alg == "RS256":
+            sig = rsa_key.sign(head.encode(), padding.PKCS1v15(), hashes.SHA256())
+        else:
+            r, s = utils.decode_dss_signature(ec_key.sign(head.encode(), ec.ECDSA(hashes.SHA256())))
+            sig = r.to_bytes(32, "big") + s.to_bytes(32, "big")
+        return f"{head}.{_b64(sig)}"
+    return str(path), sign
+
+
+def _b64(doc) -> str:
+    raw = doc if isinstance(doc, bytes) else json.dumps(doc).encode()
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+
+
+_JWKS_FILE, _SIGN = _jwks()
 
 
 def _pem(path: str) -> str:
@@ -40,7 +82,9 @@ def _pem(path: str) -> str:
 
 
 APACHE = dict(
-    listeners={"MTLS": "SSL", "TLSOPT": "SSL", "OAUTH": "SASL_PLAINTEXT"},
+    listeners={"MTLS": "SSL", "TLSOPT": "SSL", "OAUTH": "SASL_PLAINTEXT", "JWKS": "SASL_PLAINTEXT"},
+    # Kafka 4 reads a JWKS only from the URLs this property allows
+    system_properties={"org.apache.kafka.sasl.oauthbearer.allowed.urls": f"file://{_JWKS_FILE}"},
     config={
         "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
         "super.users": "User:ANONYMOUS;User:admin",
@@ -59,6 +103,15 @@ APACHE = dict(
         "listener.name.oauth.oauthbearer.sasl.jaas.config":
             "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required "
             f'unsecuredLoginStringClaim_sub="broker" unsecuredValidatorRequiredScope="{SCOPE}";',
+        "listener.name.jwks.sasl.enabled.mechanisms": "OAUTHBEARER",
+        "listener.name.jwks.oauthbearer.sasl.jaas.config":
+            "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required "
+            'unsecuredLoginStringClaim_sub="broker";',
+        "listener.name.jwks.oauthbearer.sasl.server.callback.handler.class":
+            "org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler",
+        "sasl.oauthbearer.jwks.endpoint.url": f"file://{_JWKS_FILE}",
+        "sasl.oauthbearer.expected.audience": AUDIENCE,
+        "sasl.oauthbearer.expected.issuer": ISSUER,
     })
 pytestmark = pytest.mark.apache_kafka(**APACHE)
 
@@ -120,11 +173,6 @@ def test_certificate_principals_as_apache(apache_kafka, tmp_path, listener, clie
 
 
 # ------------------------------------------------------------------ OAUTHBEARER
-
-def _b64(doc) -> str:
-    raw = doc if isinstance(doc, bytes) else json.dumps(doc).encode()
-    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
-
 
 def _jwt(claims, header=None) -> str:
     return f"{_b64(header if header is not None else {'alg': 'none'})}.{_b64(claims)}."
@@ -193,9 +241,9 @@ async def _short_session(port: int) -> list:
     return seen
 
 
-async def _oauth_observations(port: int) -> tuple[dict, dict]:
+async def _oauth_observations(port: int, cases=None) -> tuple[dict, dict]:
     out, lifetimes = {}, {}
-    for label, (mechanism, steps) in _cases(time.time()).items():
+    for label, (mechanism, steps) in (cases or _cases)(time.time()).items():
         seen: list = []
         conn = await Connection.open("127.0.0.1", port, connect_timeout=10)
         try:
@@ -243,3 +291,48 @@ def test_oauthbearer_unsecured_as_apache(apache_kafka, tmp_path):
         expected = 900_000 if label == "reauthenticate" else 600_000  # the last token's exp
         assert expected - 10_000 <= ms <= expected and abs(our_life[label] - ms) < 10_000, \
             (label, ms, our_life[label])
+
+
+# ------------------------------------------------------------------ OAUTHBEARER with a JWKS
+
+def _jwks_cases(now: float) -> dict[str, tuple[str, list]]:
+    good = {"sub": "svc", "aud": AUDIENCE, "iss": ISSUER, "exp": now + 600, "iat": now - 5,
+            "scope": "a b"}
+    refused = [b"\x01"]
+    return {
+        "RS256": ("OAUTHBEARER", [_message(_SIGN(good))]),
+        "ES256": ("OAUTHBEARER", [_message(_SIGN(good, "e1", "ES256"))]),
+        "audience a list": ("OAUTHBEARER", [_message(_SIGN({**good, "aud": ["x", AUDIENCE]}))]),
+        "other audience": ("OAUTHBEARER", [_message(_SIGN({**good, "aud": "x"})), *refused]),
+        "no audience": ("OAUTHBEARER", [_message(_SIGN({k: v for k, v in good.items() if k != "aud"})), *refused]),
+        "other issuer": ("OAUTHBEARER", [_message(_SIGN({**good, "iss": "https://evil"})), *refused]),
+        "expired": ("OAUTHBEARER", [_message(_SIGN({**good, "exp": now - 120})), *refused]),
+        # within the clock skew, but expiring before it was issued
+        "expires before issued": ("OAUTHBEARER", [_message(_SIGN({**good, "exp": now - 10, "iat": now - 5})), b"\x01"]),
+        "expired 10 s ago": ("OAUTHBEARER", [_message(_SIGN({**good, "exp": now - 10, "iat": now - 60})), b"\x01"]),
+        "no iat": ("OAUTHBEARER", [_message(_SIGN({k: v for k, v in good.items() if k != "iat"})), *refused]),
+        "not yet valid": ("OAUTHBEARER", [_message(_SIGN({**good, "nbf": now + 300})), *refused]),
+        "unknown kid": ("OAUTHBEARER", [_message(_SIGN(good, "zz")), *refused]),
+        "wrong key for kid": ("OAUTHBEARER", [_message(_SIGN(good, "r1", "ES256")), *refused]),
+        "tampered": ("OAUTHBEARER", [_message(_SIGN(good)[:-8] + "AAAAAAAA"), *refused]),
+        "unsigned": ("OAUTHBEARER", [_message(_jwt(good)), *refused]),
+        "no sub": ("OAUTHBEARER", [_message(_SIGN({k: v for k, v in good.items() if k != "sub"})), *refused]),
+    }
+
+
+def test_oauthbearer_jwks_as_apache(apache_kafka, tmp_path):
+    apache, apache_life = asyncio.run(_oauth_observations(
+        _port(apache_kafka.listener_bootstrap("JWKS")), _jwks_cases))
+    broker = BrokerThread(tmp_path / "k", sasl_enabled_mechanisms=("OAUTHBEARER",),
+                          oauthbearer_jwks_file=_JWKS_FILE, oauthbearer_expected_audience=(AUDIENCE,),
+                          oauthbearer_expected_issuer=ISSUER).start()
+    try:
+        ours, our_life = asyncio.run(_oauth_observations(_port(broker.bootstrap), _jwks_cases))
+    finally:
+        broker.stop()
+    assert apache["RS256"][-1][0] == "metadata" and apache["expired"][-1][0] == "closed", apache
+    for label in apache:
+        assert ours[label] == apache[label], (label, ours[label], apache[label])
+    assert set(our_life) == set(apache_life)
+    for label, ms in apache_life.items():
+        assert abs(our_life[label] - ms) < 10_000, (label, ms, our_life[label])

@@ -284,6 +284,8 @@ class JwksValidator:
             raise TokenRefused("No Issued At (iat) claim present.")
         if now_ms - skew >= exp * 1000:
             raise TokenRefused("The JWT is no longer valid (exp)")
+        if exp <= iat:  # Kafka refuses these (seen against 4.4.0)
+            raise TokenRefused("The Expiration Time was not after the Issued At time")
         if nbf is not None and now_ms + skew < nbf * 1000:
             raise TokenRefused("The JWT is not yet valid (nbf)")
         if self.issuer is not None and claims.get("iss") != self.issuer:
