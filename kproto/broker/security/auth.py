@@ -384,6 +384,8 @@ class Security:
         """Called for every frame before the core reads it: True when this frame was
         handled here (a legacy raw token, or a request refused before authentication, whose
         connection is then closed); False lets the core handle it."""
+        if not self.sasl and getattr(channel, "ssl_object", None) is None:
+            return False  # PLAINTEXT: nothing to check (the hot path)
         s = self.session(channel)
         if s.state == "complete":
             if api_key == ApiKey.SASL_HANDSHAKE and s.authenticate_version >= 1:
