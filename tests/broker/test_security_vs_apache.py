@@ -274,13 +274,16 @@ def test_oauthbearer_unsecured_as_apache(apache_kafka, tmp_path):
     apache, apache_life = asyncio.run(_oauth_observations(_port(apache_kafka.listener_bootstrap("OAUTH"))))
     broker = BrokerThread(tmp_path / "k", sasl_enabled_mechanisms=("OAUTHBEARER",),
                           oauthbearer_required_scope=(SCOPE,)).start()
+
+    async def both_short_sessions():  # side by side: each waits out its session
+        return await asyncio.gather(_short_session(_port(apache_kafka.listener_bootstrap("OAUTH"))),
+                                    _short_session(_port(broker.bootstrap)))
     try:
         ours, our_life = asyncio.run(_oauth_observations(_port(broker.bootstrap)))
-        our_short = asyncio.run(_short_session(_port(broker.bootstrap)))
+        short, our_short = asyncio.run(both_short_sessions())
     finally:
         broker.stop()
     assert apache["valid"][-1][0] == "metadata" and apache["expired"][-1][0] == "closed", apache
-    short = asyncio.run(_short_session(_port(apache_kafka.listener_bootstrap("OAUTH"))))
     assert short == [(0, b"", True), 1, ("closed", True)], short
     for label in apache:
         assert ours[label] == apache[label], (label, ours[label], apache[label])
