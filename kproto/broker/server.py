@@ -336,8 +336,8 @@ class Broker(Listener):
     :class:`~kproto.broker.log.LogConfig` (``segment_bytes``, ``message_timestamp_type``, ...).
     ``stall_warning_s`` (default 2 s, None: off): see :class:`Listener`.
     ``ssl_context`` (a server-side :class:`ssl.SSLContext`) makes the listener SSL, or SASL_SSL
-    with ``sasl_enabled_mechanisms``; ``ssl_client_auth`` (``required``, ``requested``, ``none``)
-    sets its ``verify_mode`` (the context must then trust the clients' CA); security settings are in :mod:`kproto.broker.security.auth` and
+    with ``sasl_enabled_mechanisms``; ``ssl_client_auth`` ``required`` or ``requested`` sets its
+    ``verify_mode`` (the context must then trust the clients' CA); security settings are in :mod:`kproto.broker.security.auth` and
     :mod:`kproto.broker.security.acl` (``sasl_users``, ``authorizer``, ``super_users``).
     """
 
@@ -349,9 +349,11 @@ class Broker(Listener):
             config["socket_request_max_bytes"] = max_frame
         self.config = BrokerConfig(host=host, port=port, log=LogConfig(**log_cfg), **config)
         self.data_dir = os.fspath(data_dir)
-        if ssl_context is not None:
-            # ssl.client.auth: whether the TLS handshake asks for a client certificate
-            ssl_context.verify_mode = client_auth_mode(self.config.ssl_client_auth)
+        verify = client_auth_mode(self.config.ssl_client_auth)  # checks the value
+        if ssl_context is not None and self.config.ssl_client_auth != "none":
+            # ssl.client.auth: the TLS handshake asks for a client certificate ("none", the
+            # default, leaves the context as it was made: a server context asks for none)
+            ssl_context.verify_mode = verify
         # socket.request.max.bytes: a frame announcing more is refused and its connection
         # closed before its bytes are read, as Kafka's NetworkReceive does
         super().__init__(max_frame=self.config.socket_request_max_bytes or DEFAULT_MAX_FRAME,
