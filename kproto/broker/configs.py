@@ -98,6 +98,23 @@ class BrokerConfig:
     authorizer: bool = False                        # authorizer.class.name=StandardAuthorizer
     super_users: tuple[str, ...] = ()               # super.users (User:admin, ...)
     allow_everyone_if_no_acl_found: bool = False    # allow.everyone.if.no.acl.found
+    # TLS listeners (kproto.broker.security.tls): whether a client certificate is asked for
+    # (required, requested, none) and how its subject becomes the principal's name
+    ssl_client_auth: str = "none"                   # ssl.client.auth
+    ssl_principal_mapping_rules: str = "DEFAULT"    # ssl.principal.mapping.rules
+    # OAUTHBEARER (kproto.broker.security.oauth): Kafka's unsecured validator (alg none) unless
+    # a JWKS file is given, then signed tokens checked with its keys (RS256, ES256, ...)
+    oauthbearer_jwks_file: Optional[str] = None     # sasl.oauthbearer.jwks.endpoint.url=file:...
+    oauthbearer_sub_claim_name: str = "sub"         # unsecuredValidatorPrincipalClaimName / sasl.oauthbearer.sub.claim.name
+    oauthbearer_scope_claim_name: str = "scope"     # unsecuredValidatorScopeClaimName / sasl.oauthbearer.scope.claim.name
+    oauthbearer_required_scope: tuple[str, ...] = ()  # unsecuredValidatorRequiredScope
+    oauthbearer_clock_skew_ms: Optional[int] = None  # None: 0 unsecured, 30 s with a JWKS (Kafka's defaults)
+    oauthbearer_expected_audience: tuple[str, ...] = ()  # sasl.oauthbearer.expected.audience
+    oauthbearer_expected_issuer: Optional[str] = None  # sasl.oauthbearer.expected.issuer
+    # with a JWKS, Kafka refuses to start without an expected audience and issuer unless these say so
+    oauthbearer_allow_unverified_audience: bool = False  # sasl.oauthbearer.allow.unverified.audience
+    oauthbearer_allow_unverified_issuer: bool = False    # sasl.oauthbearer.allow.unverified.issuer
+    connections_max_reauth_ms: int = 0              # connections.max.reauth.ms (0: sessions last)
 
 
 #: where older kproto versions kept the configs (migrated into the metadata log once)

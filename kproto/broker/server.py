@@ -26,6 +26,7 @@ from typing import Any, Optional
 from kproto.broker.configs import BrokerConfig
 from kproto.broker.core import BrokerCore, ControlHandle, HookAction
 from kproto.broker.log import LogConfig
+from kproto.broker.security.tls import client_auth_mode
 from kproto.codecs import request as request_codec
 from kproto.codecs import response as response_codec
 from kproto.framing import DEFAULT_MAX_FRAME
@@ -103,6 +104,8 @@ class _Connection:
         self.writer = writer
         peer = writer.get_extra_info("peername")
         self.peer = f"/{peer[0]}" if isinstance(peer, tuple) else "/127.0.0.1"
+        #: the TLS session (an SSL listener's: the client certificate), None on PLAINTEXT
+        self.ssl_object: Optional[_ssl.SSLObject] = writer.get_extra_info("ssl_object")
         self.done: Optional[asyncio.Future[None]] = None
         self.closed: Optional[str] = None
         #: KIP-219: the loop time until which nothing more is read (a throttled client)
@@ -343,7 +346,8 @@ class Broker(Listener):
     :class:`~kproto.broker.log.LogConfig` (``segment_bytes``, ``message_timestamp_type``, ...).
     ``stall_warning_s`` (default 2 s, None: off): see :class:`Listener`.
     ``ssl_context`` (a server-side :class:`ssl.SSLContext`) makes the listener SSL, or SASL_SSL
-    with ``sasl_enabled_mechanisms``; security settings are in :mod:`kproto.broker.security.auth` and
+    with ``sasl_enabled_mechanisms``; ``ssl_client_auth`` ``required`` or ``requested`` sets its
+    ``verify_mode`` (the context must then trust the clients' CA); security settings are in :mod:`kproto.broker.security.auth` and
     :mod:`kproto.broker.security.acl` (``sasl_users``, ``authorizer``, ``super_users``).
     """
 
@@ -355,6 +359,11 @@ class Broker(Listener):
             config["socket_request_max_bytes"] = max_frame
         self.config = BrokerConfig(host=host, port=port, log=LogConfig(**log_cfg), **config)
         self.data_dir = os.fspath(data_dir)
+        verify = client_auth_mode(self.config.ssl_client_auth)  # checks the value
+        if ssl_context is not None and self.config.ssl_client_auth != "none":
+            # ssl.client.auth: the TLS handshake asks for a client certificate ("none", the
+            # default, leaves the context as it was made: a server context asks for none)
+            ssl_context.verify_mode = verify
         # socket.request.max.bytes: a frame announcing more is refused and its connection
         # closed before its bytes are read, as Kafka's NetworkReceive does
         super().__init__(max_frame=self.config.socket_request_max_bytes or DEFAULT_MAX_FRAME,

@@ -23,15 +23,20 @@ def register(sub: Any) -> None:
     p.add_argument("--no-auto-create", action="store_true", help="auto.create.topics.enable=false")
     p.add_argument("--json", action="store_true",
                    help='the first line as a JSON object: {"listening": "HOST:PORT", "node_id": N}')
+    from kproto.cli import security
+    security.add_arguments(p, cluster=False)
     p.set_defaults(func=run)
 
 
 async def _serve(args: argparse.Namespace) -> int:
     from kproto.broker.server import Broker
+    from kproto.cli import security
 
-    broker = Broker(args.data, args.port, host=args.host, node_id=args.node_id,
-                    num_partitions=args.partitions, auto_create_topics=not args.no_auto_create)
     try:
+        secured = security.settings(args, cluster=False)
+        broker = Broker(args.data, args.port, host=args.host, node_id=args.node_id,
+                        num_partitions=args.partitions, auto_create_topics=not args.no_auto_create,
+                        **secured)
         await broker.start()
     except (OSError, ValueError) as exc:
         print(f"kproto broker: {exc}", file=sys.stderr)

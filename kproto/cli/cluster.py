@@ -39,6 +39,8 @@ def register(sub: Any) -> None:
     p.add_argument("--json", action="store_true",
                    help='each broker\'s line as a JSON object: {"listening": "HOST:PORT", '
                         '"node_id": N}')
+    from kproto.cli import security
+    security.add_arguments(p, cluster=True)
     p.set_defaults(func=run)
     actions = p.add_subparsers(dest="action", metavar="ACTION")
     ctl = actions.add_parser(
@@ -91,12 +93,18 @@ async def _serve(args: argparse.Namespace) -> int:
     if args.brokers < 1:
         print("kproto cluster: --brokers must be at least 1", file=sys.stderr)
         return 2
+    from kproto.cli import security
+    try:
+        secured = security.settings(args, cluster=True)
+    except (OSError, ValueError) as exc:
+        print(f"kproto cluster: {exc}", file=sys.stderr)
+        return 2
     cluster = Cluster(args.brokers, args.controllers, args.data, host=args.host, port=args.port,
                       broker_session_timeout_ms=args.session_timeout_ms,
                       broker_heartbeat_interval_ms=args.heartbeat_interval_ms,
                       default_replication_factor=args.replication_factor,
                       num_partitions=args.partitions, min_insync_replicas=args.min_insync_replicas,
-                      auto_create_topics=not args.no_auto_create)
+                      auto_create_topics=not args.no_auto_create, **secured)
     try:
         await cluster.start_all()
     except (OSError, ValueError, TimeoutError, RuntimeError) as exc:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional
 
 from kproto.client.sasl import OAuthBearerClient, PlainClient, ScramClient, sasl_client
 from kproto.codecs import message as _message_codec
@@ -343,21 +343,29 @@ class ClientProtocol:
 @dataclass
 class SaslConfig:
     """SASL credentials: ``mechanism`` is PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (with
-    ``username`` and ``password``), or OAUTHBEARER (with ``token`` and optional ``extensions``)."""
+    ``username`` and ``password``), or OAUTHBEARER (with ``token``, or ``token_provider``, a
+    callable asked for a fresh token at each authentication, as Kafka's login callback handler
+    is; and optional ``extensions``)."""
 
     mechanism: str
     username: str = ""
     password: str = ""
     token: str | None = None
     extensions: dict[str, str] = field(default_factory=dict)
+    token_provider: Optional[Callable[[], str]] = None
 
     def __post_init__(self) -> None:
+        if self.mechanism == "OAUTHBEARER" and self.token_provider is not None:
+            if self.token is not None:
+                raise ValueError("OAUTHBEARER takes a token or a token_provider, not both")
+            return  # the provider is asked when connecting, not now
         self.client()  # checks the mechanism and its credentials now, not after connecting
 
     def client(self) -> PlainClient | ScramClient | OAuthBearerClient:
         """A fresh state machine for one exchange."""
         if self.mechanism == "OAUTHBEARER":
-            if self.token is None:
-                raise ValueError("OAUTHBEARER needs a token")
-            return sasl_client(self.mechanism, token=self.token, extensions=self.extensions)
+            token = self.token if self.token_provider is None else self.token_provider()
+            if token is None:
+                raise ValueError("OAUTHBEARER needs a token or a token_provider")
+            return sasl_client(self.mechanism, token=token, extensions=self.extensions)
         return sasl_client(self.mechanism, self.username, self.password)

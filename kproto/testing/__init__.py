@@ -203,8 +203,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "kafka_cluster(**settings): sizes and settings of the "
                                        "kafka_cluster fixture")
     config.addinivalue_line("markers", "apache_kafka(nodes=1, controllers=0, config={}, version=, "
-                                       "scram_users={}, fresh=False): the Apache Kafka of the "
-                                       "apache_kafka fixtures")
+                                       "scram_users={}, listeners={}, system_properties={}, "
+                                       "fresh=False): the Apache Kafka of the apache_kafka fixtures")
 
 
 class ClusterThread(_LoopThread):
@@ -395,20 +395,25 @@ def _apache(request: pytest.FixtureRequest, pool: _ApachePool, tmp_path_factory:
     version, config = kw.pop("version", apache.DEFAULT_VERSION), dict(kw.pop("config", {}))
     fresh = kw.pop("fresh", False)
     scram_users = dict(kw.pop("scram_users", scram_users))
+    listeners = dict(kw.pop("listeners", {}))
+    system_properties = dict(kw.pop("system_properties", {}))
     if kw:
         raise TypeError(f"unknown apache_kafka marker arguments: {sorted(kw)}")
     require_apache_kafka(version)
 
     def make(path: Any) -> ApacheKafka:
         return apache.ApacheKafka(path, nodes, controllers, version=version, config=config,
-                                  scram_users=scram_users)
+                                  scram_users=scram_users, listeners=listeners,
+                                  jvm_options=(*apache.JVM_OPTIONS, *(
+                                      f"-D{k}={v}" for k, v in sorted(system_properties.items()))))
 
     if fresh:
         with make(tmp_path_factory.mktemp("apache-kafka")) as kafka:
             yield kafka
         return
     kafka = pool.get((nodes, controllers, version, tuple(sorted(config.items())),
-                      tuple(sorted(scram_users.items()))), make)
+                      tuple(sorted(scram_users.items())), tuple(sorted(listeners.items())),
+                      tuple(sorted(system_properties.items()))), make)
     yield kafka
     pool.restore(kafka)
 

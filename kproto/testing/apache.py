@@ -281,6 +281,8 @@ class Node:
     port: int = 0               #: the PLAINTEXT listener's port (brokers)
     sasl_port: int = 0          #: the SASL_PLAINTEXT listener's port (brokers, with SCRAM users)
     controller_port: int = 0    #: the CONTROLLER listener's port (controllers)
+    #: the ports of the extra listeners (brokers), by listener name
+    extra_ports: dict[str, int] = field(default_factory=dict)
     directory_id: str = field(default_factory=_random_uuid)
     proc: Optional[subprocess.Popen[bytes]] = None
     archive: Optional[tuple[Path, Path]] = None   #: the class archive this run writes at exit
@@ -312,6 +314,9 @@ class ApacheKafka:
     ``scram_users`` (name: password) adds a SASL_PLAINTEXT listener to every broker
     (:attr:`sasl_bootstrap`) with SCRAM-SHA-256 and SCRAM-SHA-512, the users' credentials of
     both mechanisms written at format time (the storage tool's ``--add-scram``).
+    ``listeners`` (name: security protocol, e.g. ``{"MTLS": "SSL"}``) adds a listener of each
+    to every broker (:meth:`listener_bootstrap`); their settings go in ``config``
+    (``listener.name.<name>.*``).
 
     ``log_dirs`` (node id: directory) starts nodes on existing data instead of ``<node>/data``,
     e.g. another cluster's: a directory that has a ``meta.properties`` is not formatted again.
@@ -323,6 +328,7 @@ class ApacheKafka:
                  version: str = DEFAULT_VERSION, config: Optional[Mapping[str, Any]] = None,
                  node_config: Optional[Mapping[int, Mapping[str, Any]]] = None,
                  scram_users: Optional[Mapping[str, str]] = None,
+                 listeners: Optional[Mapping[str, str]] = None,
                  log_dirs: Optional[Mapping[int, str | os.PathLike[str]]] = None,
                  static_voters: bool = False,
                  host: str = "127.0.0.1", jvm_options: Sequence[str] = JVM_OPTIONS) -> None:
@@ -334,17 +340,20 @@ class ApacheKafka:
         self.node_config = {n: {k: _prop(v) for k, v in c.items()} for n, c in (node_config or {}).items()}
         self.jvm_options = tuple(jvm_options)
         self.scram_users = dict(scram_users or {})
+        self.extra_listeners = {k.upper(): v for k, v in (listeners or {}).items()}
         self.log_dirs = {n: Path(d) for n, d in (log_dirs or {}).items()}
         self.static_voters = static_voters
         self.cluster_id = _random_uuid()
         broker_roles = ("broker",) if controllers else ("broker", "controller")
-        per_broker = (1 if controllers else 2) + (1 if self.scram_users else 0)
+        per_broker = ((1 if controllers else 2) + (1 if self.scram_users else 0)
+                      + len(self.extra_listeners))
         ports = iter(_free_ports(host, brokers * per_broker + controllers))
         self.nodes: dict[int, Node] = {}
         for i in range(1, brokers + 1):
             self.nodes[i] = Node(i, broker_roles, self.data_dir / f"broker-{i}", port=next(ports),
                                  controller_port=0 if controllers else next(ports),
-                                 sasl_port=next(ports) if self.scram_users else 0)
+                                 sasl_port=next(ports) if self.scram_users else 0,
+                                 extra_ports={name: next(ports) for name in self.extra_listeners})
         for i in range(1, controllers + 1):
             n = CONTROLLER_ID_BASE + i
             self.nodes[n] = Node(n, ("controller",), self.data_dir / f"controller-{n}",
@@ -371,6 +380,10 @@ class ApacheKafka:
         if not self.scram_users:
             raise RuntimeError("no SASL listener: start the cluster with scram_users")
         return ",".join(f"{self.host}:{self.nodes[b].sasl_port}" for b in self.broker_ids)
+
+    def listener_bootstrap(self, name: str) -> str:
+        """``host:port`` of every broker's extra listener ``name`` (see ``listeners``)."""
+        return ",".join(f"{self.host}:{self.nodes[b].extra_ports[name.upper()]}" for b in self.broker_ids)
 
     def address(self, node: int) -> tuple[str, int]:
         """The (host, port) a client connects to on broker ``node``."""
@@ -416,6 +429,9 @@ class ApacheKafka:
             if n.sasl_port:
                 listeners.append(f"SASL_PLAINTEXT://{h}:{n.sasl_port}")
                 advertised.append(f"SASL_PLAINTEXT://{h}:{n.sasl_port}")
+            for name, port in n.extra_ports.items():
+                listeners.append(f"{name}://{h}:{port}")
+                advertised.append(f"{name}://{h}:{port}")
         if n.is_controller:
             listeners.append(f"CONTROLLER://{h}:{n.controller_port}")
             advertised.append(f"CONTROLLER://{h}:{n.controller_port}")
@@ -427,7 +443,8 @@ class ApacheKafka:
             "listeners": ",".join(listeners),
             "advertised.listeners": ",".join(advertised),
             "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT"
-                                              + (",SASL_PLAINTEXT:SASL_PLAINTEXT" if n.sasl_port else ""),
+                                              + (",SASL_PLAINTEXT:SASL_PLAINTEXT" if n.sasl_port else "")
+                                              + "".join(f",{k}:{v}" for k, v in self.extra_listeners.items()),
             "controller.listener.names": "CONTROLLER",
             "inter.broker.listener.name": "PLAINTEXT",
             **({"controller.quorum.voters": ",".join(f"{v.id}@{h}:{v.controller_port}" for v in self._voters())}

@@ -73,9 +73,20 @@ def test_plain_good_and_bad_credentials(sasl_core):
     assert r.error_code == 0 and bytes(r.auth_bytes) == b""
     assert sasl_core.security.session(client.channel).principal == "User:alice"
     assert client.call(K.METADATA, 12, topics=None).brokers  # now served
-    # authenticated: a second handshake or authenticate is KafkaApis' ILLEGAL_SASL_STATE
-    assert client.call(K.SASL_HANDSHAKE, 1, mechanism="PLAIN").error_code == E.ILLEGAL_SASL_STATE
+    # authenticated: another SaslAuthenticate is KafkaApis' ILLEGAL_SASL_STATE; a handshake
+    # starts a re-authentication (KIP-368), which must keep the principal
     assert client.call(K.SASL_AUTHENTICATE, 2, auth_bytes=b"x").error_code == E.ILLEGAL_SASL_STATE
+    assert login_plain(client, "alice", "alice-secret").error_code == 0
+    assert client.call(K.METADATA, 12, topics=None).brokers
+    r = login_plain(client, "bob", "bob-secret")
+    assert (r.error_code, r.error_message) == (
+        E.SASL_AUTHENTICATION_FAILED, "Cannot change principals during re-authentication from User.alice: User.bob")
+    assert client.channel.closed
+    # a client that authenticated with SaslAuthenticate v0 cannot re-authenticate
+    client = Client(sasl_core)
+    client.call(K.SASL_HANDSHAKE, 1, mechanism="PLAIN")
+    assert client.call(K.SASL_AUTHENTICATE, 0, auth_bytes=b"\0alice\0alice-secret").error_code == 0
+    assert client.call(K.SASL_HANDSHAKE, 1, mechanism="PLAIN").error_code == E.ILLEGAL_SASL_STATE
 
     client = Client(sasl_core)
     r = login_plain(client, "alice", "wrong")

@@ -79,7 +79,7 @@ def test_a_slow_follower_link_delays_acks_all_but_not_acks_1(kafka_cluster: Clus
     assert acked_one[0][0] is None and acked_one[0][1] < 0.3
 
 
-def test_secured_listeners_are_refused_plainly() -> None:
+def test_secured_listeners_need_inter_broker_credentials() -> None:
     from kproto.broker import Cluster
-    with pytest.raises(NotImplementedError, match="SASL and TLS"):
+    with pytest.raises(ValueError, match="inter_broker_sasl"):
         Cluster(brokers=1, sasl_enabled_mechanisms=("PLAIN",), sasl_users={"a": "b"})

@@ -99,6 +99,20 @@ def test_scram_users_add_a_sasl_listener_and_credentials_at_format_time(tmp_path
         plain.sasl_bootstrap
 
 
+def test_extra_listeners_get_ports_and_protocols(tmp_path):
+    kafka = apache.ApacheKafka(tmp_path, brokers=2, controllers=1,
+                               listeners={"mtls": "SSL", "OAUTH": "SASL_PLAINTEXT"})
+    ports = [kafka.nodes[b].extra_ports[name] for b in (1, 2) for name in ("MTLS", "OAUTH")]
+    assert len({*ports, *(n.port for n in kafka.nodes.values() if n.port)}) == 6   # all distinct
+    assert kafka.listener_bootstrap("mtls") == ",".join(
+        f"127.0.0.1:{kafka.nodes[b].extra_ports['MTLS']}" for b in (1, 2))
+    props = kafka.properties(1)
+    assert f"MTLS://127.0.0.1:{ports[0]}" in props["listeners"].split(",")
+    assert f"OAUTH://127.0.0.1:{ports[1]}" in props["advertised.listeners"].split(",")
+    assert props["listener.security.protocol.map"].endswith(",MTLS:SSL,OAUTH:SASL_PLAINTEXT")
+    assert "MTLS" not in kafka.properties(3001)["listeners"]   # brokers only
+
+
 def test_existing_log_dirs_and_a_static_quorum(tmp_path):
     (tmp_path / "b1").mkdir()
     (tmp_path / "b1" / "meta.properties").write_text("node.id=1\n")

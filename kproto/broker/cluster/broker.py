@@ -49,6 +49,9 @@ from kproto.storage.metadata_image import (BROKER_RESOURCE, NO_LEADER, TOPIC_RES
                                             MetadataImage, PartitionInfo, encode_metadata_record)
 from kproto.broker.security.acl import AclBinding
 from kproto.broker.security.auth import SCRAM_MECHANISM_IDS, ScramCredential
+
+#: Kafka's SecurityProtocol ids, as registrations carry them
+SECURITY_PROTOCOL_IDS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}
 from kproto.broker.coordinators.offsets_topic import OFFSETS_TOPIC, partition_for
 from kproto.broker.purgatory import DelayedOperation, DelayedOperationPurgatory
 from kproto.broker.cluster.raft import KRaftReplica, RaftConfig, RaftTransport, open_metadata_log
@@ -205,11 +208,15 @@ class ClusterBrokerCore(BrokerCore):
     def __init__(self, data_dir: str, config: BrokerConfig, *, voters: Sequence[int],
                  transport: RaftTransport, raft_config: Optional[RaftConfig] = None,
                  replica_config: Optional[ReplicaConfig] = None,
-                 broker_heartbeat_interval_ms: int = 2000, clock: Optional[Clock] = None) -> None:
+                 broker_heartbeat_interval_ms: int = 2000, clock: Optional[Clock] = None,
+                 security_protocol: str = "PLAINTEXT") -> None:
+        """``security_protocol``: the listener's, named in the broker's registration (its
+        listener is named after it, as a Kafka broker's default listeners are)."""
         if not config.cluster_id:
             raise ValueError("a broker of a cluster needs the cluster's id (config.cluster_id)")
         super().__init__(data_dir, config, clock=clock)
         self.node_id = config.node_id
+        self.security_protocol = security_protocol
         self.voters = sorted(voters)
         self.transport = transport
         self.heartbeat_interval_ms = broker_heartbeat_interval_ms
@@ -358,8 +365,8 @@ class ClusterBrokerCore(BrokerCore):
         cfg = self.config
         body = cls(broker_id=self.node_id, cluster_id=self.logs.cluster_id,
                    incarnation_id=self.incarnation_id,
-                   listeners=[cls.Listener(name="PLAINTEXT", host=cfg.host, port=cfg.port,
-                                           security_protocol=0)],
+                   listeners=[cls.Listener(name=self.security_protocol, host=cfg.host, port=cfg.port,
+                                           security_protocol=SECURITY_PROTOCOL_IDS[self.security_protocol])],
                    features=[cls.Feature(name=n, min_supported_version=lo, max_supported_version=hi)
                              for n, (lo, hi) in supported_features().items()],
                    rack=cfg.rack, is_migrating_zk_broker=False, log_dirs=[self.logs.directory_id],

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import ssl
 from typing import Any, Iterable, Mapping, Optional, Sequence, Union
 
 from kproto.broker.cluster.controller import METADATA_VERSION_3_7, ControllerConfig, QuorumController
@@ -36,6 +37,8 @@ from kproto.broker.cluster.network import NodeNetwork
 from kproto.broker.cluster.raft import (BEGIN_QUORUM_EPOCH, DESCRIBE_QUORUM, END_QUORUM_EPOCH, FETCH,
                                 FETCH_SNAPSHOT, VOTE, KRaftReplica, RaftConfig, RaftMetadataLog,
                                 RaftTransport, open_metadata_log)
+from kproto.broker.configs import BrokerConfig
+from kproto.broker.security.auth import SASL_VERSIONS, Security
 from kproto.broker.server import Listener
 from kproto.broker.timer import CallbackTask, Clock, SystemTimer
 from kproto.codecs import request as request_codec
@@ -107,8 +110,14 @@ class ControllerCore:
                  transport: RaftTransport, raft_config: Optional[RaftConfig] = None,
                  controller_config: Optional[ControllerConfig] = None,
                  clock: Optional[Clock] = None,
-                 addresses: Optional[Mapping[int, tuple[str, int]]] = None) -> None:
+                 addresses: Optional[Mapping[int, tuple[str, int]]] = None,
+                 security: Optional[Security] = None, security_protocol: int = 0) -> None:
+        """``security``: SASL on the listener (only SaslHandshake and SaslAuthenticate, then
+        ApiVersions, before a connection is authenticated); ``security_protocol``: the
+        listener's (Kafka's SecurityProtocol id), named in the controller's registration."""
+        self.security_protocol = security_protocol
         self.node_id = node_id
+        self.security = security if security is not None and security.sasl else None
         #: the controllers' (host, port), for DescribeQuorum's nodes
         self.addresses = addresses if addresses is not None else {}
         self.timer = SystemTimer(clock=clock)
@@ -121,6 +130,8 @@ class ControllerCore:
         self.controller = QuorumController(node_id, RaftMetadataLog(self.replica), self.timer, cfg)
         self.replica.register(self.controller)
         self.versions = _advertised()
+        if self.security is not None:
+            self.versions.update(SASL_VERSIONS)
         self.closed = False
         self.transport = transport
         self.incarnation_id = Uuid(os.urandom(16))
@@ -153,7 +164,8 @@ class ControllerCore:
         cls = request_codec(ApiKey.CONTROLLER_REGISTRATION).cls
         host, port = self.addresses[self.node_id]
         body = cls(controller_id=self.node_id, incarnation_id=self.incarnation_id, zk_migration_ready=False,
-                   listeners=[cls.Listener(name="CONTROLLER", host=host, port=port, security_protocol=0)],
+                   listeners=[cls.Listener(name="CONTROLLER", host=host, port=port,
+                                           security_protocol=self.security_protocol)],
                    features=[cls.Feature(name=n, min_supported_version=lo, max_supported_version=hi)
                              for n, (lo, hi) in supported_features().items()])
         self._registering = True
@@ -166,10 +178,15 @@ class ControllerCore:
     def handle(self, channel: Channel, frame: bytes) -> None:
         """One request frame (without its size prefix); the channel gets one ``respond`` or
         ``close`` for it, now or later (a Raft Fetch waits for data)."""
+        sec = self.security
         try:
             key, ver, cid = peek_request_header(frame, size_prefix=False)
         except DecodeError as exc:
+            if sec is not None and sec.gate(channel, frame, None):  # a legacy SASL token
+                return
             channel.close(f"bad request header: {exc}")
+            return
+        if sec is not None and sec.gate(channel, frame, key):  # before authentication: SASL only
             return
         rng = self.versions.get(key)
         if key == ApiKey.API_VERSIONS and ver > self.versions[key][1]:
@@ -191,6 +208,10 @@ class ControllerCore:
         elif key == ApiKey.API_VERSIONS:
             refused = api_versions_refusal(body, ver, self.controller.config.cluster_id, self.node_id)
             self._api_versions(cid, ver, channel, refused)
+        elif sec is not None and key == ApiKey.SASL_HANDSHAKE:
+            sec.handshake(channel, body, ver, req.respond)
+        elif sec is not None and key == ApiKey.SASL_AUTHENTICATE:
+            sec.authenticate(channel, body, ver, req.respond)
         elif key == DESCRIBE_QUORUM:
             self.replica.handle(key, ver, body, lambda resp: req.respond(self._with_nodes(ver, resp)))
         elif key in RAFT_APIS:
@@ -263,8 +284,15 @@ class ControllerNode:
     def __init__(self, node_id: int, voters: Union[Mapping[int, tuple[str, int]], Iterable[int]],
                  data_dir: Union[str, os.PathLike[str]], *, cluster_id: str, network: NodeNetwork,
                  host: str = "127.0.0.1", port: int = 0, raft_config: Optional[RaftConfig] = None,
-                 controller_config: Optional[ControllerConfig] = None) -> None:
+                 controller_config: Optional[ControllerConfig] = None,
+                 ssl_context: Optional[ssl.SSLContext] = None,
+                 security_config: Optional[BrokerConfig] = None) -> None:
+        """``ssl_context``: the listener's (a server context), making it SSL;
+        ``security_config``: its SASL settings (``sasl_enabled_mechanisms``, ``sasl_users``,
+        as a broker's), making it SASL_PLAINTEXT or SASL_SSL."""
         self.node_id = node_id
+        self.ssl_context = ssl_context
+        self.security_config = security_config
         if isinstance(voters, Mapping):
             for v, (h, p) in voters.items():
                 if v != node_id:
@@ -283,7 +311,7 @@ class ControllerNode:
     async def listen(self) -> int:
         """Bind the port and register it in the network (no Raft yet); the port."""
         if self.listener is None:
-            self.listener = Listener()
+            self.listener = Listener(ssl_context=self.ssl_context)
             self.port = await self.listener.listen(self.host, self.requested_port)
             self.network.register(self.node_id, self.host, self.port)
         return self.port
@@ -295,13 +323,17 @@ class ControllerNode:
         assert self.listener is not None
         if self.core is None:
             _ensure_meta_properties(self.data_dir, self.node_id, self.cluster_id)
+            security = Security(self.security_config) if self.security_config is not None else None
             listener = self.listener
             transport = self.network.transport(self.node_id, after=listener.arm_timer)
             self.core = ControllerCore(self.node_id, self.voters, self.data_dir,
                                        cluster_id=self.cluster_id, transport=transport,
                                        raft_config=self.raft_config,
                                        controller_config=self.controller_config,
-                                       addresses=self.network.addresses)
+                                       addresses=self.network.addresses,
+                                       security=security,
+                                       security_protocol=(2 if security is not None and security.sasl else 0)
+                                       + (1 if self.ssl_context is not None else 0))
             listener.core = self.core
             listener.arm_timer()
         return self

@@ -22,14 +22,19 @@ from __future__ import annotations
 
 import asyncio
 import os
+import ssl
 import time
-from typing import Any, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 from kproto.broker.cluster.broker import ClusterBrokerCore
 from kproto.broker.cluster.controller import ControllerConfig
 from kproto.broker.features import TRANSACTION_VERSION_LEVEL
 from kproto.broker.cluster.controller_node import ControllerNode, start_quorum
-from kproto.broker.cluster.migration import migration_records, read_legacy_state, retire_files
+from kproto.broker.configs import BrokerConfig
+from kproto.broker.cluster.migration import (LegacyState, migration_records, read_legacy_state,
+                                              retire_files)
+from kproto.broker.security.auth import SCRAM_MECHANISM_IDS, ScramCredential
+from kproto.client.protocol import SaslConfig
 from kproto.broker.core import Intercept
 from kproto.storage.metadata_image import MetadataImage
 from kproto.broker.cluster.network import NodeNetwork
@@ -76,7 +81,8 @@ class ClusterBroker(Broker):
             self.data_dir, self.config, voters=self.voters,
             transport=self.network.transport(self.node_id, after=self.arm_timer),
             raft_config=self.raft_config, replica_config=self.replica_config,
-            broker_heartbeat_interval_ms=self.broker_heartbeat_interval_ms)
+            broker_heartbeat_interval_ms=self.broker_heartbeat_interval_ms,
+            security_protocol=self.security_protocol)
         self.arm_timer()
         self._warm(self._hot_codecs())
         return self
@@ -123,6 +129,18 @@ class Cluster:
     :class:`~kproto.broker.server.Broker` takes them) or, for ``default_replication_factor``,
     ``min_insync_replicas`` and ``unclean_leader_election_enable``, the controller's too.
     ``racks``: each broker's ``broker.rack`` in id order (replicas are spread over racks).
+
+    Security: ``ssl_context`` (a server context) makes every listener TLS, the brokers' (SSL,
+    or SASL_SSL with ``sasl_enabled_mechanisms``) and the controllers' (SSL);
+    ``inter_broker_ssl`` is the client context the nodes connect to each other with (it
+    presents the inter-broker certificate when ``ssl_client_auth`` asks for one), and
+    ``inter_broker_sasl`` the credentials brokers authenticate to brokers with (Kafka's
+    ``sasl.mechanism.inter.broker.protocol`` and JAAS). ``scram_users`` (name: password) are
+    written to the metadata log as SCRAM credentials of both SCRAM mechanisms when the
+    cluster is first started (as ``kafka-storage format --add-scram``), so brokers can
+    authenticate to each other with SCRAM. The controllers' listener takes the same SASL
+    mechanisms (their users: ``sasl_users`` and ``scram_users``), and every node link
+    authenticates with ``inter_broker_sasl`` (``sasl.mechanism.controller.protocol`` alike).
     """
 
     def __init__(self, brokers: int = 3, controllers: int = 1,
@@ -133,15 +151,27 @@ class Cluster:
                  replica_config: Optional[ReplicaConfig] = None,
                  default_replication_factor: Optional[int] = None,
                  racks: Optional[Sequence[Optional[str]]] = None,
+                 ssl_context: Optional[ssl.SSLContext] = None,
+                 inter_broker_ssl: Optional[ssl.SSLContext] = None,
+                 inter_broker_sasl: Optional[SaslConfig] = None,
+                 scram_users: Optional[Mapping[str, str]] = None,
                  **broker_config: Any) -> None:
         if brokers < 1 or controllers < 1:
             raise ValueError("a cluster needs at least one broker and one controller")
         if racks is not None and len(racks) != brokers:
             raise ValueError(f"{len(racks)} racks given for {brokers} brokers")
-        if broker_config.get("sasl_enabled_mechanisms") or broker_config.get("ssl_context"):
-            # the node links would need an inter-broker listener with its own credentials
-            raise NotImplementedError("SASL and TLS listeners in a Cluster are not implemented: "
-                                      "its brokers and controllers talk PLAINTEXT on loopback")
+        if broker_config.get("sasl_enabled_mechanisms") and inter_broker_sasl is None:
+            raise ValueError("SASL listeners need inter_broker_sasl: the credentials brokers "
+                             "authenticate to each other with")
+        if ssl_context is not None and inter_broker_ssl is None:
+            raise ValueError("TLS listeners need inter_broker_ssl: the client context nodes "
+                             "connect to each other with")
+        self.scram_users = dict(scram_users or {})
+        mechanisms = tuple(broker_config.get("sasl_enabled_mechanisms", ()))
+        controller_security = BrokerConfig(
+            sasl_enabled_mechanisms=tuple(m for m in mechanisms if m != "OAUTHBEARER"),
+            sasl_users={**broker_config.get("sasl_users", {}), **self.scram_users},
+            scram_iterations=broker_config.get("scram_iterations", 4096)) if mechanisms else None
         self._tmp: Optional[Any] = None
         if data_dir is None:
             import tempfile
@@ -165,15 +195,22 @@ class Cluster:
         self.controllers = {
             n: ControllerNode(n, self.controller_ids, os.path.join(self.data_dir, f"controller-{n}"),
                               cluster_id=self.cluster_id, network=self.network, host=host,
-                              raft_config=raft_config, controller_config=ccfg)
+                              raft_config=raft_config, controller_config=ccfg,
+                              ssl_context=ssl_context, security_config=controller_security)
             for n in self.controller_ids}
+        sasl = inter_broker_sasl if broker_config.get("sasl_enabled_mechanisms") else None
+        for n in self.controller_ids:
+            self.network.secure(n, inter_broker_ssl, sasl)
+        for n in self.broker_ids:
+            self.network.secure(n, inter_broker_ssl, sasl)
         self.brokers = {
             n: ClusterBroker(n, os.path.join(self.data_dir, f"broker-{n}"), voters=self.controller_ids,
                              network=self.network, cluster_id=self.cluster_id,
                              raft_config=raft_config, replica_config=replica_config,
                              broker_heartbeat_interval_ms=broker_heartbeat_interval_ms, host=host,
                              port=port + i if port else 0,
-                             rack=racks[i] if racks is not None else None, **broker_config)
+                             rack=racks[i] if racks is not None else None,
+                             ssl_context=ssl_context, **broker_config)
             for i, n in enumerate(self.broker_ids)}
         self._client_cuts: dict[int, list[Any]] = {}
         #: what could not be read of the brokers' old JSON files at the last start_all
@@ -197,11 +234,22 @@ class Cluster:
         log by the active controller, and the files renamed to ``*.migrated``."""
         await start_quorum(self.controllers.values())
         await self._migrate_state_files(timeout)
+        await self._bootstrap_scram(timeout)
         for b in self.brokers.values():
             await b.start()
         await self.wait_for(lambda: all(b.core is not None and b.core.ready for b in self.brokers.values()),
                             timeout, "every broker registered and unfenced")
         return self
+
+    async def _bootstrap_scram(self, timeout: float) -> None:
+        """``scram_users``' credentials that the metadata lacks, written by the active
+        controller before any broker starts."""
+        if not self.scram_users:
+            return
+        state = LegacyState(scram={(mech, user): ScramCredential.from_password(mech, password)
+                                   for user, password in self.scram_users.items()
+                                   for mech in SCRAM_MECHANISM_IDS})
+        await self._write_state(state, timeout)
 
     async def _migrate_state_files(self, timeout: float) -> None:
         dirs = [os.path.join(self.data_dir, f"broker-{n}") for n in self.broker_ids]
@@ -209,10 +257,17 @@ class Cluster:
         self.migration_problems = state.problems
         if not state.files:
             return
+        await self._write_state(state, timeout)
+        retire_files(state)
+
+    async def _write_state(self, state: LegacyState, timeout: float) -> None:
+        """Have the active controller write what ``state`` has and the metadata lacks."""
         await self.wait_for(lambda: self.active_controller() is not None, timeout,
                             "an active controller")
         controller = self.controllers[self.active_controller()].controller  # type: ignore[index]
         records = migration_records(state, controller.image, controller.new_acl_id)
+        if not records:
+            return
         done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
 
         def committed(ok: bool) -> None:
@@ -221,7 +276,6 @@ class Cluster:
         controller.write_records(records, committed)
         if not await asyncio.wait_for(done, timeout):
             raise RuntimeError("the active controller resigned before the migrated state was committed")
-        retire_files(state)
 
     async def __aenter__(self) -> Cluster:
         return await self.start_all()

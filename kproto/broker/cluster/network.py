@@ -21,10 +21,12 @@ Faults, as a test injects them (Jepsen's nemesis):
 from __future__ import annotations
 
 import asyncio
+import ssl as _ssl
 from typing import Any, Callable, Iterable, Optional
 
 from kproto.client.connection import Connection
-from kproto.client.protocol import KafkaConnectionError
+from kproto.client.protocol import KafkaConnectionError, SaslConfig
+from kproto.errors import KprotoError
 
 __all__ = ["NodeNetwork"]
 
@@ -42,12 +44,21 @@ class NodeNetwork:
         self._connecting: dict[tuple[int, int, bool], asyncio.Future[Optional[Connection]]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self.lost = 0  # requests or answers dropped by a cut
+        #: how a node's listener is reached: a TLS client context and SASL credentials
+        self._security: dict[int, tuple[Optional[_ssl.SSLContext], Optional[SaslConfig]]] = {}
 
     # ------------------------------------------------------------------ topology
     def register(self, node: int, host: str, port: int) -> None:
         """Where ``node`` listens (again, after a restart on a new port)."""
         self.addresses[node] = (host, port)
         self.drop_connections(node)
+
+    def secure(self, node: int, ssl: Optional[_ssl.SSLContext] = None,
+               sasl: Optional[SaslConfig] = None) -> None:
+        """Reach ``node`` over TLS (``ssl``: the client context, which presents the
+        inter-broker certificate if the listener asks for one) and authenticate with ``sasl``
+        (Kafka's inter-broker listener and ``sasl.mechanism.inter.broker.protocol``)."""
+        self._security[node] = (ssl, sasl)
 
     def drop_connections(self, node: int) -> None:
         """Close every connection to or from ``node`` (it stopped or restarted)."""
@@ -113,11 +124,14 @@ class NodeNetwork:
         opened: Optional[Connection] = None
         try:
             host, port = self.addresses[dst]
-            opened = await Connection.open(host, port, client_id=f"kproto-node-{src}", negotiate=False,
+            ssl, sasl = self._security.get(dst, (None, None))
+            # SASL needs the versions (SaslHandshake v1); plain links send explicit versions
+            opened = await Connection.open(host, port, client_id=f"kproto-node-{src}",
+                                           negotiate=sasl is not None, ssl=ssl, sasl=sasl,
                                            connect_timeout=5.0)
             self._connections[key] = opened
-        except (KafkaConnectionError, OSError, asyncio.TimeoutError, KeyError):
-            opened = None
+        except (KafkaConnectionError, OSError, asyncio.TimeoutError, KeyError, KprotoError):
+            opened = None  # KprotoError: the SASL exchange failed
         finally:
             self._connecting.pop(key, None)
             if not fut.done():

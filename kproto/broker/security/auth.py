@@ -1,5 +1,6 @@
-"""SASL on the broker's side, sans-I/O: PLAIN and SCRAM-SHA-256/512 as Kafka's
-``SaslServerAuthenticator``, ``PlainSaslServer`` and ``ScramSaslServer`` run them.
+"""SASL on the broker's side, sans-I/O: PLAIN, SCRAM-SHA-256/512 and OAUTHBEARER as Kafka's
+``SaslServerAuthenticator``, ``PlainSaslServer``, ``ScramSaslServer`` and
+``OAuthBearerSaslServer`` run them (OAUTHBEARER's tokens: :mod:`kproto.broker.security.oauth`).
 
 Each connection has a :class:`ConnectionAuth` (kept by :class:`Security`, keyed by the core's
 channel): on a SASL listener it starts in the handshake state, where only ApiVersions and
@@ -7,7 +8,12 @@ SaslHandshake are served (anything else closes the connection, as Kafka's authen
 SaslHandshake v1 moves it to SaslAuthenticate round trips, v0 to the legacy flow of raw
 size-prefixed tokens without a Kafka header. A failed exchange is answered with
 SASL_AUTHENTICATION_FAILED (v1) and the connection closed. Once authenticated the principal is
-``User:<name>``; without SASL (a PLAINTEXT or SSL listener) it is ``User:ANONYMOUS``.
+``User:<name>``; without SASL it is ``User:ANONYMOUS`` on a PLAINTEXT listener and, on an SSL
+listener, the client certificate's mapped subject (:mod:`kproto.broker.security.tls`).
+A credential with a lifetime (an OAUTHBEARER token's ``exp``, or ``connections_max_reauth_ms``)
+bounds the session (KIP-368): SaslAuthenticate v1+ tells the client, and the first request
+after it ends closes the connection, unless it is a SaslHandshake: a client that authenticated
+with SaslAuthenticate v1+ re-authenticates that way (same mechanism, same principal).
 
 Credentials: ``sasl_users`` (name -> password) of :class:`~kproto.broker.configs.BrokerConfig`
 are the PLAIN users (Kafka's ``user_<name>="<password>"`` JAAS options) and, salted with
@@ -24,11 +30,17 @@ import binascii
 import hmac as _hmac
 import re
 import secrets
+import time
 import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Container, Optional, Union
 
 from kproto.broker.configs import BrokerConfig
+from kproto.broker.security.oauth import (InvalidMessage, TokenRefused, TokenUnanswered,
+                                          UnansweredMessage, Validator,
+                                          error_document, parse_initial_response,
+                                          validator_from_config)
+from kproto.broker.security.tls import NoMatchingRule, SslPrincipalMapper, peer_principal
 from kproto.client.sasl import (SCRAM_MECHANISMS, auth_message, client_key, client_signature,
                                 digest, salted_password, server_key, server_signature, stored_key,
                                 username_from_sasl_name)
@@ -36,7 +48,8 @@ from kproto.codecs import response as response_codec
 from kproto.error_codes import ErrorCode
 from kproto.schemas.api_keys import ApiKey
 
-__all__ = ["ScramCredential", "CredentialStore", "PlainServer", "ScramServer", "SaslFailed",
+__all__ = ["ScramCredential", "CredentialStore", "PlainServer", "ScramServer", "OAuthBearerServer",
+           "SaslFailed",
            "ConnectionAuth", "Security", "ANONYMOUS", "SCRAM_MECHANISM_IDS", "SASL_VERSIONS",
            "scram_alterations"]
 
@@ -60,6 +73,11 @@ class SaslFailed(Exception):
     def __init__(self, message: str) -> None:
         super().__init__(message)
         self.message = message
+
+
+class SaslUnanswered(SaslFailed):
+    """The exchange failed where Kafka's authenticator throws an unexpected exception: the
+    connection is closed without an answer."""
 
 
 def _generic_failure(mechanism: str) -> SaslFailed:
@@ -246,7 +264,50 @@ class ScramServer:
         return f"v={base64.b64encode(sig).decode()}".encode()
 
 
-Mechanism = Union[PlainServer, ScramServer]
+class OAuthBearerServer:
+    """Kafka's ``OAuthBearerSaslServer``: the client's initial response, its token checked by
+    ``validator``; a refused token is answered with the JSON error document, the client's
+    ``^A`` to it then fails the exchange with the document as the message."""
+
+    mechanism = "OAUTHBEARER"
+
+    def __init__(self, validator: Validator, clock: Callable[[], float] = time.time) -> None:
+        self.validator, self.clock = validator, clock
+        self.complete = False
+        self.username: Optional[str] = None
+        #: when the token expires (ms since the epoch)
+        self.lifetime_ms: Optional[int] = None
+        self.extensions: dict[str, str] = {}
+        self._error: Optional[str] = None
+
+    def step(self, token: bytes) -> bytes:
+        if token == b"\x01" and self._error is not None:
+            raise SaslFailed(self._error)
+        self._error = None
+        try:
+            authzid, value, extensions = parse_initial_response(token)
+        except UnansweredMessage as exc:
+            raise SaslUnanswered(str(exc)) from None
+        except InvalidMessage:
+            raise _generic_failure(self.mechanism) from None
+        try:
+            validated = self.validator.validate(value, int(self.clock() * 1000))
+        except TokenRefused as refused:
+            self._error = error_document(refused.status, refused.scope)
+            return self._error.encode()
+        except TokenUnanswered as exc:
+            raise SaslUnanswered(str(exc)) from None
+        if authzid and authzid != validated.principal:
+            raise SaslFailed(f"Authentication failed: Client requested an authorization id "
+                             f"({authzid}) that is different from the token's principal name "
+                             f"({validated.principal})")
+        # both of Kafka's validator callback handlers accept every extension
+        self.extensions = extensions
+        self.username, self.lifetime_ms, self.complete = validated.principal, validated.lifetime_ms, True
+        return b""
+
+
+Mechanism = Union[PlainServer, ScramServer, OAuthBearerServer]
 
 
 # ------------------------------------------------------------------ connections
@@ -261,6 +322,14 @@ class ConnectionAuth:
         self.principal = ANONYMOUS
         self.host = host
         self.mechanism: Optional[Mechanism] = None
+        #: when the session ends (ms since the epoch), None: it lasts
+        self.expires_ms: Optional[int] = None
+        #: why the connection cannot be authenticated (state ``failed`` before any request)
+        self.failure = ""
+        #: the SaslAuthenticate version the client authenticated with (v1+: it can
+        #: re-authenticate, KIP-368), and whether a re-authentication is under way
+        self.authenticate_version = -1
+        self.reauthenticating = False
 
     @property
     def authenticated(self) -> bool:
@@ -271,12 +340,18 @@ class Security:
     """The listener's security: which SASL mechanisms it takes, the credentials, and each
     connection's :class:`ConnectionAuth`."""
 
-    def __init__(self, config: BrokerConfig, store: Optional[CredentialStore] = None) -> None:
+    def __init__(self, config: BrokerConfig, store: Optional[CredentialStore] = None,
+                 clock: Callable[[], float] = time.time) -> None:
         self.config = config
+        self.clock = clock
         self.mechanisms = [m for m in config.sasl_enabled_mechanisms]
         for m in self.mechanisms:
-            if m != "PLAIN" and m not in SCRAM_MECHANISMS:
-                raise ValueError(f"unsupported SASL mechanism {m!r} (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512)")
+            if m not in ("PLAIN", "OAUTHBEARER") and m not in SCRAM_MECHANISMS:
+                raise ValueError(f"unsupported SASL mechanism {m!r} "
+                                 "(PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER)")
+        self.validator: Optional[Validator] = (validator_from_config(config)
+                                               if "OAUTHBEARER" in self.mechanisms else None)
+        self.ssl_mapper = SslPrincipalMapper(config.ssl_principal_mapping_rules)
         self.store = store if store is not None else CredentialStore.from_config(config)
         self._sessions: weakref.WeakKeyDictionary[Any, ConnectionAuth] = weakref.WeakKeyDictionary()
         #: called with the store after AlterUserScramCredentials changed it (persistence)
@@ -291,6 +366,16 @@ class Security:
         if s is None:
             peer = getattr(channel, "peer", None) or "/127.0.0.1"
             s = ConnectionAuth(self.sasl, peer.lstrip("/"))
+            if not self.sasl:
+                # an SSL listener: the client certificate's subject, mapped (Kafka's
+                # DefaultKafkaPrincipalBuilder); no certificate: ANONYMOUS
+                try:
+                    principal = peer_principal(getattr(channel, "ssl_object", None), self.ssl_mapper)
+                except NoMatchingRule as exc:
+                    s.state, s.failure = "failed", str(exc)
+                else:
+                    if principal is not None:
+                        s.principal = principal
             self._sessions[channel] = s
         return s
 
@@ -299,11 +384,21 @@ class Security:
         """Called for every frame before the core reads it: True when this frame was
         handled here (a legacy raw token, or a request refused before authentication, whose
         connection is then closed); False lets the core handle it."""
-        if not self.sasl:
-            return False
+        if not self.sasl and getattr(channel, "ssl_object", None) is None:
+            return False  # PLAINTEXT: nothing to check (the hot path)
         s = self.session(channel)
         if s.state == "complete":
+            if api_key == ApiKey.SASL_HANDSHAKE and s.authenticate_version >= 1:
+                return False  # a re-authentication (KIP-368), also of an expired session
+            if s.expires_ms is not None and self.clock() * 1000 >= s.expires_ms:
+                # KIP-368: an expired session may only re-authenticate; kproto closes it
+                s.state = "failed"
+                channel.close("session expired")
+                return True
             return False
+        if s.state == "failed":
+            channel.close(f"authentication failed: {s.failure}")
+            return True
         if s.state == "legacy":
             self._legacy_token(channel, s, bytes(frame))
             return True
@@ -330,21 +425,56 @@ class Security:
             self._authenticated(s)
         channel.respond(len(out).to_bytes(4, "big") + out)
 
-    def _authenticated(self, s: ConnectionAuth) -> None:
+    def _authenticated(self, s: ConnectionAuth) -> int:
+        """Completes the session; its lifetime in ms (0: unbounded), as
+        SaslServerAuthenticator computes it from the credential's expiry and
+        ``connections.max.reauth.ms``. A re-authentication must keep the principal."""
         assert s.mechanism is not None and s.mechanism.username is not None
-        s.state, s.principal = "complete", f"User:{s.mechanism.username}"
+        principal = f"User:{s.mechanism.username}"
+        if s.reauthenticating and principal != s.principal:
+            old, new = s.principal.split(":", 1), principal.split(":", 1)
+            raise SaslFailed(f"Cannot change principals during re-authentication from "
+                             f"{old[0]}.{old[1]}: {new[0]}.{new[1]}")
+        s.state, s.principal, s.reauthenticating = "complete", principal, False
+        now = int(self.clock() * 1000)
+        expiry = s.mechanism.lifetime_ms if isinstance(s.mechanism, OAuthBearerServer) else None
+        max_reauth = self.config.connections_max_reauth_ms
+        if expiry is None and max_reauth <= 0:
+            return 0
+        if expiry is None:
+            lifetime = max_reauth
+        elif max_reauth <= 0:
+            lifetime = expiry - now
+        else:
+            lifetime = min(expiry - now, max_reauth)
+        lifetime = max(0, lifetime)
+        s.expires_ms = now + lifetime
+        return lifetime
 
     def _new_mechanism(self, name: str) -> Mechanism:
-        return PlainServer(self.store) if name == "PLAIN" else ScramServer(name, self.store)
+        if name == "PLAIN":
+            return PlainServer(self.store)
+        if name == "OAUTHBEARER":
+            assert self.validator is not None
+            return OAuthBearerServer(self.validator, self.clock)
+        return ScramServer(name, self.store)
 
     # -------------------------------------------------------------- handlers
     def handshake(self, channel: Any, body: Any, version: int, respond: Respond) -> None:
         cls = response_codec(ApiKey.SASL_HANDSHAKE).cls
         s = self.session(channel)
-        if s.state != "handshake":
+        reauth = s.state == "complete" and self.sasl and s.authenticate_version >= 1 and version >= 1
+        if s.state != "handshake" and not reauth:
             # a PLAINTEXT/SSL listener, or after authentication: KafkaApis answers this
             respond(cls(error_code=ErrorCode.ILLEGAL_SASL_STATE, mechanisms=[]))
             return
+        if reauth and s.mechanism is not None and body.mechanism != s.mechanism.mechanism:
+            s.state = "failed"
+            respond(cls(error_code=ErrorCode.UNSUPPORTED_SASL_MECHANISM, mechanisms=[s.mechanism.mechanism]))
+            channel.close(f"SASL mechanism '{body.mechanism}' requested by client is not supported "
+                          f"for re-authentication of mechanism '{s.mechanism.mechanism}'")
+            return
+        s.reauthenticating = reauth
         if body.mechanism not in self.mechanisms:
             s.state = "failed"
             respond(cls(error_code=ErrorCode.UNSUPPORTED_SASL_MECHANISM, mechanisms=list(self.mechanisms)))
@@ -364,15 +494,23 @@ class Security:
             return
         try:
             out = s.mechanism.step(bytes(body.auth_bytes))
-        except SaslFailed as exc:
+            lifetime = self._authenticated(s) if s.mechanism.complete else 0
+        except SaslUnanswered as exc:
             s.state = "failed"
-            respond(cls(error_code=ErrorCode.SASL_AUTHENTICATION_FAILED, error_message=exc.message,
-                        auth_bytes=b""))
             channel.close(f"SASL authentication failed: {exc.message}")
             return
-        if s.mechanism.complete:
-            self._authenticated(s)
-        respond(cls(error_code=0, error_message=None, auth_bytes=out))
+        except SaslFailed as exc:
+            s.state = "failed"
+            message = exc.message
+            if s.reauthenticating:  # Kafka's generic failure names the re-authentication
+                message = message.replace("failed during authentication", "failed during re-authentication")
+            respond(cls(error_code=ErrorCode.SASL_AUTHENTICATION_FAILED, error_message=message,
+                        auth_bytes=b""))
+            channel.close(f"SASL authentication failed: {message}")
+            return
+        s.authenticate_version = version
+        # the schema default of a nullable string is "", and Kafka sends it
+        respond(cls(error_code=0, error_message="", auth_bytes=out, session_lifetime_ms=lifetime))
 
     # -------------------------------------------------------------- SCRAM credential admin
     def describe_scram(self, body: Any, version: int, respond: Respond) -> None:
