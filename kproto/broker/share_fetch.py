@@ -96,6 +96,9 @@ class SharePartitionManager:
         sp = self.partitions.get(key)
         if sp is not None:
             return sp, False
+        if gid not in self.groups.groups:
+            # no share group of that id: its share-partition state cannot be initialized
+            raise BrokerError(E.UNKNOWN_SERVER_ERROR)
         lg = self.core.logs.get(topic, p)
         if lg is None:
             raise BrokerError(E.UNKNOWN_TOPIC_OR_PARTITION)
@@ -213,8 +216,7 @@ class SharePartitionManager:
             return
         has_acks = any(p.acknowledgement_batches for t in body.topics for p in t.partitions)
         if epoch == _INITIAL and has_acks:
-            req.respond(cls(error_code=E.INVALID_REQUEST, error_message="Acknowledge data present on "
-                            "initial ShareFetchRequest", responses=[], node_endpoints=[]))
+            req.respond(cls(error_code=E.INVALID_REQUEST, responses=[], node_endpoints=[]))
             return
         try:
             session = self._session(req.channel, gid, mid, epoch)
@@ -379,7 +381,8 @@ class SharePartitionManager:
             order.setdefault(tid, []).append(cls.PartitionData(
                 partition_index=p, error_code=code, error_message=msg,
                 current_leader=cls.LeaderIdAndEpoch(leader_id=0, leader_epoch=0)))
-        req.respond(cls(error_code=E.NONE, acquisition_lock_timeout_ms=0, node_endpoints=[], responses=[
+        req.respond(cls(error_code=E.NONE, acquisition_lock_timeout_ms=self.limits().lock_duration_ms,
+                        node_endpoints=[], responses=[
             cls.ShareAcknowledgeTopicResponse(topic_id=tid, partitions=ps) for tid, ps in order.items()]))
 
     def shutdown(self) -> None:

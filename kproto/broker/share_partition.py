@@ -10,6 +10,8 @@ the fate of a record whose lock expires or whose member leaves). A record releas
 ``group.share.delivery.count.limit``-th delivery is ARCHIVED instead. The SPSO moves past the
 done records at its front, so ``end_offset - start_offset`` records are at most in flight;
 no new record is acquired while ``group.share.partition.max.record.locks`` are.
+The SPSO is persisted as Kafka persists it: the state after a change is written with the start
+offset from before it, and the start offset moves once written.
 
 Locks run on the broker's timer; every change of the durable state (SPSO, the done records and
 the delivery counts) is handed to ``on_change``, which writes it through the persister.
@@ -202,6 +204,8 @@ class SharePartition:
                 raise AcknowledgeError(E.INVALID_REQUEST, "Batch record not found. The last offset "
                                                           "in request is past acquired records.")
             for i, off in enumerate(range(first, last + 1)):
+                if off < self.start_offset:
+                    continue  # done already: the start offset moved past it
                 t = types[0] if len(types) == 1 else types[i]
                 r = self.records.get(off)
                 if r is None and t == GAP:
@@ -253,8 +257,10 @@ class SharePartition:
             self._changed()
 
     def _changed(self) -> None:
-        self._advance_start()
+        # the state is written as it is, the start offset moved after (Kafka moves its cached
+        # start offset once the write completed): what is persisted lags by one write
         self.on_change(self)
+        self._advance_start()
 
     def _advance_start(self) -> None:
         """Move the SPSO past the done records at the front of the window."""

@@ -372,14 +372,11 @@ class ShareGroupCoordinator:
         for g in body.groups:
             gid = g.group_id
             group = self.groups.get(gid)
-            if group is None:
-                out.append(cls.DescribeShareGroupOffsetsResponseGroup(
-                    group_id=gid, topics=[], error_code=E.GROUP_ID_NOT_FOUND,
-                    error_message=f"Group {gid} not found."))
-                continue
+            # an unknown group is described as one without any state (Kafka 4.4)
+            initialized = group.initialized if group is not None else {}
             if g.topics is None:  # every topic with a state
                 ids = {tid: n for n, (tid, _) in topics.items()}
-                wanted = [(ids[tid], sorted(ps)) for tid, ps in sorted(group.initialized.items(),
+                wanted = [(ids[tid], sorted(ps)) for tid, ps in sorted(initialized.items(),
                                                                        key=lambda kv: ids.get(kv[0], ""))
                           if tid in ids]
             else:
@@ -398,8 +395,7 @@ class ShareGroupCoordinator:
                             lag = max(0, lg.high_watermark - start - s.delivery_complete_count)
                     ps.append(cls.DescribeShareGroupOffsetsResponsePartition(
                         partition_index=p, start_offset=start,
-                        leader_epoch=(s.leader_epoch if s is not None and start >= 0 else -1)
-                        if s is None or s.leader_epoch >= 0 else 0,
+                        leader_epoch=s.leader_epoch if s is not None else -1,
                         lag=lag, error_code=0, error_message=None))
                 ts.append(cls.DescribeShareGroupOffsetsResponseTopic(topic_name=name, topic_id=tid, partitions=ps))
             out.append(cls.DescribeShareGroupOffsetsResponseGroup(group_id=gid, topics=ts, error_code=0,
@@ -409,10 +405,13 @@ class ShareGroupCoordinator:
     def alter_offsets(self, body: Any, version: int, respond: Respond) -> None:
         cls = response_codec(ApiKey.ALTER_SHARE_GROUP_OFFSETS).cls
         gid = body.group_id
-        group = self.groups.get(gid)
-        if group is None:
-            respond(cls(error_code=E.GROUP_ID_NOT_FOUND, error_message=f"Group {gid} not found.", responses=[]))
+        if self.is_other_group(gid) is not None:
+            respond(cls(error_code=E.GROUP_ID_NOT_FOUND, error_message=f"Group {gid} is not a share group.",
+                        responses=[]))
             return
+        group = self.groups.get(gid)
+        if group is None:  # Kafka creates the (empty) share group
+            group = self.groups[gid] = ShareGroup(gid)
         if group.members:
             respond(cls(error_code=E.NON_EMPTY_GROUP, error_message="The group is not empty.", responses=[]))
             return

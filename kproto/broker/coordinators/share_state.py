@@ -195,7 +195,7 @@ class ShareStateCoordinator:
         """A new state (or a reset one: a new state epoch) as one ShareSnapshot."""
         now = self.core.wall_ms()
         old = self.states.get(key)
-        s = ShareState(state_epoch=state_epoch, leader_epoch=-1, start_offset=start_offset,
+        s = ShareState(state_epoch=state_epoch, leader_epoch=0, start_offset=start_offset,
                        snapshot_epoch=(old.snapshot_epoch + 1) if old else 0, create_ms=now, write_ms=now)
         self.states[key] = s
         self._append(key, [self._snapshot_record(key, s)])
@@ -259,8 +259,10 @@ class ShareStateCoordinator:
             for p in t.partitions:
                 s = self.states.get((body.group_id, t.topic_id, p.partition))
                 if s is None:
-                    parts.append(cls.PartitionResult(partition=p.partition, error_code=0, error_message=None,
-                                                     state_epoch=0, start_offset=-1, state_batches=[]))
+                    parts.append(cls.PartitionResult(
+                        partition=p.partition, error_code=E.INVALID_REQUEST, state_epoch=0, start_offset=0,
+                        error_message="Read operation on uninitialized share partition not allowed.",
+                        state_batches=[]))
                     continue
                 if p.leader_epoch != -1 and p.leader_epoch > s.leader_epoch:
                     s.leader_epoch = p.leader_epoch
