@@ -27,6 +27,7 @@ from kproto.broker.security.authz import RequestAuthorizer
 from kproto.broker.configs import BrokerConfig, ConfigManager
 from kproto.broker.coordinators.group import GroupCoordinator
 from kproto.broker.coordinators.share_group import ShareGroupCoordinator
+from kproto.broker.group_configs import GroupConfigs
 from kproto.broker.coordinators.share_state import SHARE_STATE_TOPIC, ShareStateCoordinator
 from kproto.broker.share_fetch import SharePartitionManager
 from kproto.broker import features as feat
@@ -366,6 +367,7 @@ class BrokerCore:
         # topic and dynamic broker configs from our configs file, before anything reads a log
         self.configs = ConfigManager(self.config, self.logs, persist=self.state_files)
         self.hooks: dict[int, list[ControlHandle]] = {}
+        self.group_configs = GroupConfigs(self.config)
         self._next_producer_id = 1 + max(
             (pid for t in self.logs.topics.values() for lg in t.logs for pid in lg.producers),
             default=-1)

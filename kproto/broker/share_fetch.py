@@ -15,6 +15,7 @@ or where ``share.auto.offset.reset`` says when there is none: ``latest`` the hig
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable, Optional
 
@@ -37,6 +38,16 @@ __all__ = ["SharePartitionManager", "ShareSession"]
 Respond = Callable[[Any], None]
 TP = tuple[Uuid, int]
 _INITIAL, _FINAL = 0, -1
+_DURATION = re.compile(r"P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+(?:\.\d+)?)S)?)?")
+
+
+def _duration_ms(text: str) -> int:
+    """An ISO 8601 duration ``PnDTnHnMn.nS`` in milliseconds (Java's ``Duration.parse`` form)."""
+    m = _DURATION.fullmatch(text.strip().upper())
+    if m is None:
+        return 0
+    d, h, mi, sec = (float(x) if x else 0.0 for x in m.groups())
+    return int(((d * 24 + h) * 60 + mi) * 60_000 + sec * 1000)
 _INT32_MAX = 2**31 - 1
 
 
@@ -79,11 +90,13 @@ class SharePartitionManager:
         groups.events = self
 
     # ------------------------------------------------------------------ settings
-    def limits(self) -> ShareLimits:
-        c = self.core.config
-        return ShareLimits(int(getattr(c, "group_share_record_lock_duration_ms", 30000)),
-                           int(getattr(c, "group_share_delivery_count_limit", 5)),
-                           int(getattr(c, "group_share_partition_max_record_locks", 2000)))
+    def limits(self, group_id: str) -> ShareLimits:
+        """The group's lock duration, delivery count limit and record locks (its group configs,
+        else the broker's)."""
+        v = self.core.group_configs.value
+        return ShareLimits(int(v(group_id, "share.record.lock.duration.ms")),
+                           int(v(group_id, "share.delivery.count.limit")),
+                           int(v(group_id, "share.partition.max.record.locks")))
 
     def _names(self) -> dict[Uuid, str]:
         return {tid: n for n, (tid, _, _) in self.core.known_topics().items()}
@@ -109,13 +122,24 @@ class SharePartitionManager:
             assert state is not None
         start = state.start_offset
         if start < 0:
-            reset = str(getattr(self.core.config, "share_auto_offset_reset", "latest"))
-            start = lg.log_start_offset if reset == "earliest" else lg.high_watermark
+            start = self._reset_offset(gid, lg)
         start = max(start, lg.log_start_offset)
-        sp = SharePartition(gid, topic, p, start, self.core.timer, self.limits, self._changed,
+        sp = SharePartition(gid, topic, p, start, self.core.timer, lambda: self.limits(gid), self._changed,
                             batches=state.batches, topic_id=tid)
         self.partitions[key] = sp
         return sp, True
+
+    def _reset_offset(self, gid: str, lg: Any) -> int:
+        """Where a share-partition without a state starts (``share.auto.offset.reset``):
+        ``earliest`` the log start, ``latest`` the high watermark, ``by_duration:<ISO 8601
+        duration>`` the first record at most that old (the high watermark if none is)."""
+        reset = self.core.group_configs.value(gid, "share.auto.offset.reset")
+        if reset == "earliest":
+            return int(lg.log_start_offset)
+        if reset.startswith("by_duration:"):
+            found = lg.offset_for_timestamp(self.core.wall_ms() - _duration_ms(reset[len("by_duration:"):]))
+            return int(found[0]) if found is not None else int(lg.high_watermark)
+        return int(lg.high_watermark)
 
     def _changed(self, sp: SharePartition) -> None:
         tid: Uuid = sp.topic_id
@@ -227,7 +251,7 @@ class SharePartitionManager:
         acks = self._acknowledge(gid, mid, body.topics, names)
         if epoch == _FINAL:
             self._close_session(session)
-            req.respond(self._response(cls, acks, {}, acquisition=self.limits().lock_duration_ms))
+            req.respond(self._response(cls, acks, {}, acquisition=self.limits(gid).lock_duration_ms))
             return
         for t in body.forgotten_topics_data:
             for p in t.partitions:
@@ -311,7 +335,7 @@ class SharePartitionManager:
                         max_records -= sum(z - a + 1 for a, z, _ in got)
                 if got or (tid, p) in created:
                     data[(tid, p)] = (E.NONE, records, got)
-        req.respond(self._response(cls, acks, data, acquisition=self.limits().lock_duration_ms))
+        req.respond(self._response(cls, acks, data, acquisition=self.limits(session.group_id).lock_duration_ms))
 
     @staticmethod
     def _trim(sp: SharePartition, member_id: str, got: list[tuple[int, int, int]],
@@ -381,7 +405,7 @@ class SharePartitionManager:
             order.setdefault(tid, []).append(cls.PartitionData(
                 partition_index=p, error_code=code, error_message=msg,
                 current_leader=cls.LeaderIdAndEpoch(leader_id=0, leader_epoch=0)))
-        req.respond(cls(error_code=E.NONE, acquisition_lock_timeout_ms=self.limits().lock_duration_ms,
+        req.respond(cls(error_code=E.NONE, acquisition_lock_timeout_ms=self.limits(gid).lock_duration_ms,
                         node_endpoints=[], responses=[
             cls.ShareAcknowledgeTopicResponse(topic_id=tid, partitions=ps) for tid, ps in order.items()]))
 

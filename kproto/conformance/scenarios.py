@@ -966,13 +966,13 @@ def describe_topic_partitions(ctx: Context) -> ScenarioGen:
 
 @_sc(ApiKey.LIST_CONFIG_RESOURCES, topics=[_t("t")])
 def list_config_resources(ctx: Context) -> ScenarioGen:
-    """Every config resource (the brokers, this run's topic: other runs' topics are left out
-    of the comparison), topics only, and (v1) a type that is not listed."""
+    """Every config resource (the brokers, this run's topic: other runs' topics and groups with
+    configs are left out of the comparison), topics only, and (v1) a type that is not listed."""
     def mine(tree: Any) -> Any:
         # keyed by name unless two types share one (a broker is BROKER and BROKER_LOGGER)
         res = tree["config_resources"]
         res = [r for r in (res.values() if isinstance(res, dict) else res)
-               if r.get("resource_type") != 2 or r["resource_name"].startswith(ctx.prefix)]
+               if r.get("resource_type") not in (2, 32) or r["resource_name"].startswith(ctx.prefix)]
         return {**tree, "config_resources": sorted(res, key=lambda r: (r.get("resource_type", 0), r["resource_name"]))}
     yield ctx.call(ApiKey.LIST_CONFIG_RESOURCES, resource_types=[], view=mine)
     if ctx.version >= 1:
@@ -1244,3 +1244,22 @@ def share_group_state_rpcs(ctx: Context) -> ScenarioGen:
                       leader_epoch=0)
     yield _state_call(ctx, ApiKey.DELETE_SHARE_GROUP_STATE, g, "DeleteShareGroupState")
     yield _state_call(ctx, R, g, "ReadShareGroupState deleted", leader_epoch=0)
+
+
+@_sc(ApiKey.INCREMENTAL_ALTER_CONFIGS)
+def group_configs(ctx: Context) -> ScenarioGen:
+    """A group's configs (resource type GROUP): a share setting set, a value out of range, an
+    unknown name, the default group; then the group's configs described."""
+    g = ctx.group()
+
+    def alter(label: str, group: str, name: str, value: str) -> Any:
+        return ctx.call(ApiKey.INCREMENTAL_ALTER_CONFIGS, label=label, validate_only=False, resources=[
+            {"resource_type": 32, "resource_name": group, "configs": [
+                {"name": name, "config_operation": 0, "value": value}]}])
+    yield alter("IncrementalAlterConfigs group", g, "share.auto.offset.reset", "earliest")
+    yield alter("IncrementalAlterConfigs group bad value", g, "share.record.lock.duration.ms", "500")
+    yield alter("IncrementalAlterConfigs group unknown config", g, "nope", "1")
+    yield alter("IncrementalAlterConfigs default group", "", "share.auto.offset.reset", "earliest")
+    yield ctx.call(ApiKey.DESCRIBE_CONFIGS, label="DescribeConfigs group", compare=True, include_synonyms=True,
+                   include_documentation=False, resources=[
+                       {"resource_type": 32, "resource_name": g, "configuration_keys": None}])

@@ -46,11 +46,11 @@ def topic_id(core, name="jobs"):
     return core.logs.topics[name].topic_id
 
 
-def produce(client, n, partition=0, first=0, topic="jobs"):
+def produce(client, n, partition=0, first=0, topic="jobs", timestamp=1_700_000_000_000):
     req = kproto.request(K.PRODUCE).cls
     r = client.call(K.PRODUCE, 11, acks=-1, timeout_ms=1000, topic_data=[req.TopicProduceData(
         name=topic, partition_data=[req.PartitionProduceData(
-            index=partition, records=batch([b"v%d" % (first + i) for i in range(n)]))])])
+            index=partition, records=batch([b"v%d" % (first + i) for i in range(n)], timestamp=timestamp))])])
     assert r.responses[0].partition_responses[0].error_code == 0
     return r.responses[0].partition_responses[0].base_offset
 
@@ -490,3 +490,61 @@ def test_share_partition_refuses_bad_batches(clock):
         with pytest.raises(AcknowledgeError):
             sp.acknowledge("m", [bad])
     assert all(r.state == 1 for r in sp.records.values())  # nothing applied
+
+
+# ------------------------------------------------------------------ group configs
+def alter_group(client, group, **configs):
+    ia = kproto.request(K.INCREMENTAL_ALTER_CONFIGS).cls
+    r = client.call(K.INCREMENTAL_ALTER_CONFIGS, 1, validate_only=False, resources=[ia.AlterConfigsResource(
+        resource_type=32, resource_name=group, configs=[
+            ia.AlterableConfig(name=k.replace("_", "."), config_operation=0, value=v) for k, v in configs.items()])])
+    return r.responses[0].error_code, r.responses[0].error_message
+
+
+def test_group_configs_set_checked_and_described(core):
+    c = Client(core)
+    assert alter_group(c, "g", share_auto_offset_reset="earliest") == (0, None)
+    assert alter_group(c, "g", share_record_lock_duration_ms="500") == (
+        E.INVALID_CONFIG, "Invalid value 500 for configuration share.record.lock.duration.ms: Value must be at least 1000")
+    code, msg = alter_group(c, "g", share_auto_offset_reset="bogus")
+    assert code == E.INVALID_CONFIG and "'earliest', 'latest' or of the format 'by_duration:" in msg
+    assert alter_group(c, "g", nope="1") == (E.INVALID_CONFIG, "Unknown group config name: nope")
+    assert alter_group(c, "", share_auto_offset_reset="earliest") == (
+        E.INVALID_REQUEST, "Default group resources are not allowed.")
+    dc = kproto.request(K.DESCRIBE_CONFIGS).cls
+    r = c.call(K.DESCRIBE_CONFIGS, 4, include_synonyms=True, include_documentation=False, resources=[
+        dc.DescribeConfigsResource(resource_type=32, resource_name="g", configuration_keys=None)])
+    got = {x.name: (x.value, x.config_source) for x in r.results[0].configs}
+    assert len(got) == 21
+    assert got["share.auto.offset.reset"] == ("earliest", 8)
+    assert got["share.record.lock.duration.ms"] == ("30000", 5)
+    syn = {x.name: [(y.name, y.value, y.source) for y in x.synonyms] for x in r.results[0].configs}
+    assert syn["share.auto.offset.reset"] == [("share.auto.offset.reset", "earliest", 8),
+                                              ("share.auto.offset.reset", "latest", 5)]
+    assert syn["share.session.timeout.ms"] == [("group.share.session.timeout.ms", "45000", 5)]
+    listed = c.call(K.LIST_CONFIG_RESOURCES, 1, resource_types=[32]).config_resources
+    assert [(x.resource_name, x.resource_type) for x in listed] == [("g", 32)]
+
+
+def test_group_configs_apply_to_the_share_group(core):
+    c, prod = Client(core), Client(core)
+    produce(prod, 3)
+    assert alter_group(c, "g", share_auto_offset_reset="earliest", share_record_lock_duration_ms="2000",
+                       share_heartbeat_interval_ms="700") == (0, None)
+    assert hb(c).heartbeat_interval_ms == 700
+    hb(c, epoch=2)
+    s = Session(core)
+    r = s.fetched(s.fetch())
+    assert r.acquisition_lock_timeout_ms == 2000
+    assert short(r) == (0, [(0, 0, 0, [(0, 2, 1)])])  # from the log start
+
+
+def test_auto_offset_reset_by_duration(core, clock):
+    c, prod = Client(core), Client(core)
+    clock.advance(120_000)
+    now = core.wall_ms()
+    produce(prod, 2, timestamp=now - 90_000)
+    produce(prod, 1, first=2, timestamp=now - 10_000)
+    assert alter_group(c, "g", share_auto_offset_reset="by_duration:PT30S") == (0, None)
+    join(c)
+    assert Session(core).call() == (0, [(0, 0, 0, [(2, 2, 1)])])  # the first record at most 30 s old
