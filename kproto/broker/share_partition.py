@@ -270,7 +270,8 @@ class SharePartition:
                 break
             self.records.pop(self.start_offset, None)
             self.start_offset += 1
-        for lock in [k for k in self._locks if not any(r.lock == k for r in self.records.values())]:
+        live = {r.lock for r in self.records.values() if r.state == ACQUIRED}
+        for lock in [k for k in self._locks if k not in live]:  # nothing left under these locks
             self._locks.pop(lock).cancel()
 
     def batches(self) -> list[tuple[int, int, int, int]]:

@@ -1263,3 +1263,27 @@ def group_configs(ctx: Context) -> ScenarioGen:
     yield ctx.call(ApiKey.DESCRIBE_CONFIGS, label="DescribeConfigs group", compare=True, include_synonyms=True,
                    include_documentation=False, resources=[
                        {"resource_type": 32, "resource_name": g, "configuration_keys": None}])
+
+
+@_sc(ApiKey.SHARE_GROUP_HEARTBEAT, topics=[_t("t")])
+def share_group_id_of_other_type(ctx: Context) -> ScenarioGen:
+    """One id per group type: a consumer group's id in ShareGroupHeartbeat; a share group's id in
+    ConsumerGroupHeartbeat, ConsumerGroupDescribe, JoinGroup and OffsetCommit."""
+    share, consumer = ctx.group("share"), ctx.group("consumer")
+    yield share_hb(ctx, share, 0, "ShareGroupHeartbeat join", topics=[ctx.topic("t")])
+
+    def cg_hb(g: str, label: str) -> Any:
+        return ctx.call(ApiKey.CONSUMER_GROUP_HEARTBEAT, group_id=g, member_id="kproto-conformance-mem01",
+                        member_epoch=0, instance_id=None, rack_id=None, rebalance_timeout_ms=30000,
+                        subscribed_topic_names=[ctx.topic("t")], subscribed_topic_regex=None, server_assignor=None,
+                        topic_partitions=[], label=label, compare=True)
+    yield cg_hb(consumer, "ConsumerGroupHeartbeat consumer group")
+    yield share_hb(ctx, consumer, 0, "ShareGroupHeartbeat consumer group's id", topics=[ctx.topic("t")])
+    yield cg_hb(share, "ConsumerGroupHeartbeat share group's id")
+    yield ctx.call(ApiKey.CONSUMER_GROUP_DESCRIBE, group_ids=[share], include_authorized_operations=False,
+                   label="ConsumerGroupDescribe share group's id", compare=True)
+    yield ctx.call(ApiKey.JOIN_GROUP, group_id=share, session_timeout_ms=30000, rebalance_timeout_ms=30000,
+                   member_id="", group_instance_id=None, protocol_type="consumer", reason=None,
+                   protocols=[{"name": "range", "metadata": b""}], label="JoinGroup share group's id",
+                   compare=True)
+    yield _commit(ctx, share, -1, "", 1, "OffsetCommit share group's id", compare=True)

@@ -548,3 +548,28 @@ def test_auto_offset_reset_by_duration(core, clock):
     assert alter_group(c, "g", share_auto_offset_reset="by_duration:PT30S") == (0, None)
     join(c)
     assert Session(core).call() == (0, [(0, 0, 0, [(2, 2, 1)])])  # the first record at most 30 s old
+
+
+def test_a_share_group_id_is_not_a_consumer_or_classic_group(core):
+    c = Client(core)
+    join(c)
+    r = c.call(K.CONSUMER_GROUP_HEARTBEAT, 1, group_id="g", member_id="x", member_epoch=0, rebalance_timeout_ms=30000,
+               subscribed_topic_names=["jobs"], topic_partitions=[])
+    assert (r.error_code, r.error_message) == (E.GROUP_ID_NOT_FOUND, "Group g is not a consumer group.")
+    d = c.call(K.CONSUMER_GROUP_DESCRIBE, 1, group_ids=["g"], include_authorized_operations=False).groups[0]
+    assert (d.error_code, d.error_message) == (E.GROUP_ID_NOT_FOUND, "Group g is not a consumer group.")
+    jg = kproto.request(K.JOIN_GROUP).cls
+    r = c.call(K.JOIN_GROUP, 9, group_id="g", session_timeout_ms=30000, rebalance_timeout_ms=30000, member_id="",
+               protocol_type="consumer", protocols=[jg.JoinGroupRequestProtocol(name="range", metadata=b"")])
+    assert r.error_code == E.INCONSISTENT_GROUP_PROTOCOL
+    oc = kproto.request(K.OFFSET_COMMIT).cls
+    r = c.call(K.OFFSET_COMMIT, 9, group_id="g", generation_id_or_member_epoch=-1, member_id="", topics=[
+        oc.OffsetCommitRequestTopic(name="jobs", partitions=[oc.OffsetCommitRequestPartition(
+            partition_index=0, committed_offset=1, committed_leader_epoch=-1, committed_metadata="")])])
+    assert r.topics[0].partitions[0].error_code == E.GROUP_ID_NOT_FOUND
+    # and the other way round
+    r = c.call(K.CONSUMER_GROUP_HEARTBEAT, 1, group_id="cg", member_id="x", member_epoch=0, rebalance_timeout_ms=30000,
+               subscribed_topic_names=["jobs"], topic_partitions=[])
+    assert r.error_code == 0
+    r = hb(c, group="cg")
+    assert (r.error_code, r.error_message) == (E.GROUP_ID_NOT_FOUND, "Group cg is not a share group.")
