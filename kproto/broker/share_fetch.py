@@ -17,11 +17,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable, Hashable, Optional
+from typing import Any, Callable, Hashable, Mapping, Optional, Protocol
 
 from kproto.broker.context import BrokerContext
-from kproto.broker.coordinators.share_group import ShareGroupCoordinator
-from kproto.broker.coordinators.share_state import ShareStateCoordinator
 from kproto.broker.log import BrokerError
 from kproto.broker.purgatory import DelayedOperation
 from kproto.broker.share_partition import AcknowledgeError, SharePartition, ShareLimits
@@ -33,7 +31,7 @@ from kproto.records import RecordBatch
 from kproto.records.reader import BatchReader
 from kproto.schemas.api_keys import ApiKey
 
-__all__ = ["SharePartitionManager", "ShareSession"]
+__all__ = ["SharePartitionManager", "ShareSession", "ShareStore", "ShareGroups"]
 
 Respond = Callable[[Any], None]
 TP = tuple[Uuid, int]
@@ -49,6 +47,28 @@ def _duration_ms(text: str) -> int:
     d, h, mi, sec = (float(x) if x else 0.0 for x in m.groups())
     return int(((d * 24 + h) * 60 + mi) * 60_000 + sec * 1000)
 _INT32_MAX = 2**31 - 1
+
+
+class ShareStore(Protocol):
+    """What the manager uses of the persister (:mod:`kproto.broker.coordinators.share_state`)."""
+
+    def read(self, key: tuple[str, Uuid, int]) -> Any: ...
+
+    def initialize(self, key: tuple[str, Uuid, int], state_epoch: int, start_offset: int) -> None: ...
+
+    def write(self, key: tuple[str, Uuid, int], state_epoch: int, leader_epoch: int, start_offset: int,
+              delivery_complete_count: int, batches: list[tuple[int, int, int, int]]) -> tuple[int, Optional[str]]: ...
+
+
+class ShareGroups(Protocol):
+    """What the manager uses of the share group coordinator
+    (:mod:`kproto.broker.coordinators.share_group`): the groups (with their ``members``), and
+    the hook its membership events go to."""
+
+    events: Any
+
+    @property
+    def groups(self) -> Mapping[str, Any]: ...
 
 
 @dataclass
@@ -83,7 +103,7 @@ class _DelayedShareFetch(DelayedOperation):
 class SharePartitionManager:
     """Share sessions and share-partitions; handles ShareFetch and ShareAcknowledge."""
 
-    def __init__(self, core: BrokerContext, persister: ShareStateCoordinator, groups: ShareGroupCoordinator) -> None:
+    def __init__(self, core: BrokerContext, persister: ShareStore, groups: ShareGroups) -> None:
         self.core, self.persister, self.groups = core, persister, groups
         self.partitions: dict[tuple[str, Uuid, int], SharePartition] = {}
         self.sessions: dict[tuple[str, str], ShareSession] = {}

@@ -1027,7 +1027,8 @@ def share_join(ctx: Context, g: str, suffix: str = "t", member: str = SHARE_MEMB
     first = yield share_hb(ctx, g, 0, "ShareGroupHeartbeat join", member, [ctx.topic(suffix)], compare=compare,
                            retry=_coordinator_loading)
     last = yield share_hb(ctx, g, first.member_epoch, "ShareGroupHeartbeat assigned", member, compare=compare,
-                          retry=lambda r: r.error_code == 0 and r.assignment is None)
+                          retry=lambda r: r.error_code in TRANSIENT_COORDINATOR_ERRORS or
+                          (r.error_code == 0 and r.assignment is None))
     return last.member_epoch
 
 
@@ -1216,8 +1217,14 @@ def delete_groups_share(ctx: Context) -> ScenarioGen:
                    label="ShareGroupDescribe deleted", compare=True)
 
 
+def _state_loading(resp: Any) -> bool:
+    """A share coordinator still loading its partition of ``__share_group_state`` (a new node
+    creates the topic at the first FindCoordinator for a share-partition key)."""
+    return any(p.error_code in TRANSIENT_COORDINATOR_ERRORS for r in resp.results for p in r.partitions)
+
+
 def _state_call(ctx: Context, api: int, g: str, label: str, compare: bool = True, **partition: Any) -> Any:
-    return ctx.call(api, label=label, group_id=g, compare=compare, topics=[
+    return ctx.call(api, label=label, group_id=g, compare=compare, retry=_state_loading, topics=[
         {"topic_id": ctx.topic_id("t"), "partitions": [{"partition": 0, **partition}]}])
 
 
@@ -1260,9 +1267,12 @@ def group_configs(ctx: Context) -> ScenarioGen:
     yield alter("IncrementalAlterConfigs group bad value", g, "share.record.lock.duration.ms", "500")
     yield alter("IncrementalAlterConfigs group unknown config", g, "nope", "1")
     yield alter("IncrementalAlterConfigs default group", "", "share.auto.offset.reset", "earliest")
+    # Kafka's brokers learn a group config from the metadata log: asked again until it is there
     yield ctx.call(ApiKey.DESCRIBE_CONFIGS, label="DescribeConfigs group", compare=True, include_synonyms=True,
                    include_documentation=False, resources=[
-                       {"resource_type": 32, "resource_name": g, "configuration_keys": None}])
+                       {"resource_type": 32, "resource_name": g, "configuration_keys": None}],
+                   retry=lambda r: not any(c.name == "share.auto.offset.reset" and c.value == "earliest"
+                                           for res in r.results for c in res.configs))
 
 
 @_sc(ApiKey.SHARE_GROUP_HEARTBEAT, topics=[_t("t")])
