@@ -333,6 +333,7 @@ class SharePartitionManager:
                     continue
                 got: list[tuple[int, int, int]] = []
                 records = b""
+                sp.skip_to(lg.log_start_offset)
                 if max_records > 0 and sp.can_acquire(lg.high_watermark):
                     raw = lg.read(sp.next_fetch_offset(), budget, True, lg.high_watermark)
                     spans = []
@@ -344,9 +345,7 @@ class SharePartitionManager:
                     except DecodeError:
                         pass
                     got = sp.acquire(session.member_id, [(a, z, c) for a, z, c, _, _ in spans],
-                                     max_records)
-                    if strict and got:
-                        got = self._trim(sp, session.member_id, got, max_records)
+                                     max_records, record_limit=strict)
                     if got:
                         lo, hi = got[0][0], got[-1][1]
                         keep = [(pos, size) for a, z, _, pos, size in spans if z >= lo and a <= hi]
@@ -356,28 +355,6 @@ class SharePartitionManager:
                 if got or (tid, p) in created:
                     data[(tid, p)] = (E.NONE, records, got)
         req.respond(self._response(cls, acks, data, acquisition=self.limits(session.group_id).lock_duration_ms))
-
-    @staticmethod
-    def _trim(sp: SharePartition, member_id: str, got: list[tuple[int, int, int]],
-              limit: int) -> list[tuple[int, int, int]]:
-        """record_limit mode: hand out exactly ``limit`` records, releasing the rest unchanged."""
-        out: list[tuple[int, int, int]] = []
-        left = limit
-        for a, z, c in got:
-            if left <= 0:
-                for off in range(a, z + 1):
-                    r = sp.records[off]
-                    r.state, r.member_id, r.lock = 0, None, 0
-                    r.delivery_count -= 1
-                continue
-            take = min(left, z - a + 1)
-            out.append((a, a + take - 1, c))
-            for off in range(a + take, z + 1):
-                r = sp.records[off]
-                r.state, r.member_id, r.lock = 0, None, 0
-                r.delivery_count -= 1
-            left -= take
-        return out
 
     @staticmethod
     def _response(cls: Any, acks: dict[TP, tuple[int, Optional[str]]],

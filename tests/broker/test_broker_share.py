@@ -573,3 +573,18 @@ def test_a_share_group_id_is_not_a_consumer_or_classic_group(core):
     assert r.error_code == 0
     r = hb(c, group="cg")
     assert (r.error_code, r.error_message) == (E.GROUP_ID_NOT_FOUND, "Group cg is not a share group.")
+
+
+def test_records_deleted_from_the_log_are_skipped(core):
+    prod = Client(core)
+    join(Client(core))
+    s = Session(core)
+    s.call()
+    produce(prod, 3)
+    produce(prod, 2, first=3)
+    assert s.call(max_records=1) == (0, [(0, 0, 0, [(0, 2, 1)])])
+    dr = kproto.request(K.DELETE_RECORDS).cls
+    r = prod.call(K.DELETE_RECORDS, 2, timeout_ms=1000, topics=[dr.DeleteRecordsTopic(
+        name="jobs", partitions=[dr.DeleteRecordsPartition(partition_index=0, offset=4)])])
+    assert r.topics[0].partitions[0].error_code == 0
+    assert s.call() == (0, [(0, 0, 0, [(4, 4, 1)])])  # 0-2 (acquired) and 3 are gone with the log
