@@ -91,6 +91,11 @@ SHARE_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.DELETE_SHARE_GROUP_OFFSETS: (0, 0),
 }
 
+#: The share-group APIs a client sends: UNSUPPORTED_VERSION while share.version is below 1.
+_SHARE_GROUP_APIS = frozenset({ApiKey.SHARE_GROUP_HEARTBEAT, ApiKey.SHARE_GROUP_DESCRIBE, ApiKey.SHARE_FETCH,
+                               ApiKey.SHARE_ACKNOWLEDGE, ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS,
+                               ApiKey.ALTER_SHARE_GROUP_OFFSETS, ApiKey.DELETE_SHARE_GROUP_OFFSETS})
+
 #: What the handlers implement: API key -> (lowest, highest version). ApiVersions advertises
 #: the intersection with the versions the codecs know (:meth:`BrokerCore.api_versions`), so a
 #: schema update never advertises a version no handler was written for.
@@ -600,6 +605,10 @@ class BrokerCore:
         handler = self.handlers.get(req.api_key)
         if handler is None or rng is None or not rng[0] <= req.version <= rng[1]:
             self._answer_error(req, ErrorCode.UNSUPPORTED_VERSION, run_handler=False)
+            return
+        if req.api_key in _SHARE_GROUP_APIS and self.finalized_features.get(feat.SHARE_VERSION, 0) < 1:
+            # share groups disabled (share.version 0): Kafka still advertises the APIs
+            self._answer_error(req, ErrorCode.UNSUPPORTED_VERSION, run_handler=True)
             return
         if req.version >= _BY_TOPIC_ID.get(req.api_key, 99):
             self._name_topics_by_id(req)
@@ -1389,6 +1398,12 @@ def error_response(api_key: int, version: int, body: Any, code: int) -> Optional
                                  for k in body.coordinator_keys])
     if api_key == ApiKey.INIT_PRODUCER_ID:
         return cls(error_code=code, producer_id=-1, producer_epoch=-1)
+    if api_key == ApiKey.SHARE_GROUP_DESCRIBE:
+        return cls(groups=[cls.DescribedGroup(group_id=g, error_code=code, group_state="", assignor_name="")
+                           for g in body.group_ids])
+    if api_key == ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS:
+        return cls(groups=[cls.DescribeShareGroupOffsetsResponseGroup(group_id=g.group_id, topics=[], error_code=code)
+                           for g in body.groups])
     if api_key == ApiKey.OFFSET_COMMIT:
         return cls(topics=[cls.OffsetCommitResponseTopic(name=t.name, topic_id=t.topic_id, partitions=[
             cls.OffsetCommitResponsePartition(partition_index=p.partition_index, error_code=code)

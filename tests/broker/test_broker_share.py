@@ -588,3 +588,19 @@ def test_records_deleted_from_the_log_are_skipped(core):
         name="jobs", partitions=[dr.DeleteRecordsPartition(partition_index=0, offset=4)])])
     assert r.topics[0].partitions[0].error_code == 0
     assert s.call() == (0, [(0, 0, 0, [(4, 4, 1)])])  # 0-2 (acquired) and 3 are gone with the log
+
+
+def test_share_version_0_disables_share_groups(core):
+    c = Client(core)
+    uf = kproto.request(K.UPDATE_FEATURES).cls
+    r = c.call(K.UPDATE_FEATURES, 1, timeout_ms=1000, validate_only=False, feature_updates=[
+        uf.FeatureUpdateKey(feature="share.version", max_version_level=0, upgrade_type=2)])
+    assert r.error_code == 0
+    assert hb(c).error_code == E.UNSUPPORTED_VERSION
+    d = c.call(K.SHARE_GROUP_DESCRIBE, 1, group_ids=["g"], include_authorized_operations=False).groups
+    assert [(x.group_id, x.error_code) for x in d] == [("g", E.UNSUPPORTED_VERSION)]
+    r = c.call(K.API_VERSIONS, 3, client_software_name="t", client_software_version="1")
+    assert HB in {a.api_key for a in r.api_keys}  # still advertised, as Kafka does
+    r = c.call(K.UPDATE_FEATURES, 1, timeout_ms=1000, validate_only=False, feature_updates=[
+        uf.FeatureUpdateKey(feature="share.version", max_version_level=2, upgrade_type=1)])
+    assert r.error_code == 0 and hb(c).error_code == 0
