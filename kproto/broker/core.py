@@ -1398,6 +1398,15 @@ def error_response(api_key: int, version: int, body: Any, code: int) -> Optional
                                  for k in body.coordinator_keys])
     if api_key == ApiKey.INIT_PRODUCER_ID:
         return cls(error_code=code, producer_id=-1, producer_epoch=-1)
+    if api_key in (ApiKey.INITIALIZE_SHARE_GROUP_STATE, ApiKey.READ_SHARE_GROUP_STATE,
+                   ApiKey.WRITE_SHARE_GROUP_STATE, ApiKey.DELETE_SHARE_GROUP_STATE,
+                   ApiKey.READ_SHARE_GROUP_STATE_SUMMARY):
+        # the persister's RPCs: every partition asked carries the error
+        topic_cls = next(getattr(cls, n) for n in ("InitializeStateResult", "ReadStateResult", "WriteStateResult",
+                                                   "DeleteStateResult", "ReadStateSummaryResult") if hasattr(cls, n))
+        return cls(results=[topic_cls(topic_id=t.topic_id, partitions=[
+            cls.PartitionResult(partition=p.partition, error_code=code) for p in t.partitions])
+            for t in body.topics])
     if api_key == ApiKey.SHARE_GROUP_DESCRIBE:
         return cls(groups=[cls.DescribedGroup(group_id=g, error_code=code, group_state="", assignor_name="")
                            for g in body.group_ids])
