@@ -161,6 +161,14 @@ class SharePartitionManager:
             return int(found[0]) if found is not None else int(lg.high_watermark)
         return int(lg.high_watermark)
 
+    def _read_committed(self, gid: str) -> bool:
+        return self.core.group_configs.value(gid, "share.isolation.level") == "read_committed"
+
+    def _fetch_end(self, gid: str, lg: Any) -> int:
+        """Where a share fetch of the group stops: the last stable offset under
+        ``share.isolation.level=read_committed``, else the high watermark."""
+        return int(lg.last_stable_offset if self._read_committed(gid) else lg.high_watermark)
+
     def _changed(self, sp: SharePartition) -> None:
         tid: Uuid = sp.topic_id
         key = (sp.group_id, tid, sp.partition)
@@ -304,7 +312,7 @@ class SharePartitionManager:
                 return True
             sp = self.partitions.get((session.group_id, tid, p))
             lg = self.core.logs.get(name, p)
-            if sp is None or lg is None or sp.can_acquire(lg.high_watermark):
+            if sp is None or lg is None or sp.can_acquire(self._fetch_end(session.group_id, lg)):
                 return True
         return False
 
@@ -334,14 +342,19 @@ class SharePartitionManager:
                 got: list[tuple[int, int, int]] = []
                 records = b""
                 sp.skip_to(lg.log_start_offset)
-                if max_records > 0 and sp.can_acquire(lg.high_watermark):
-                    raw = lg.read(sp.next_fetch_offset(), budget, True, lg.high_watermark)
+                end = self._fetch_end(session.group_id, lg)
+                if max_records > 0 and sp.can_acquire(end):
+                    raw = lg.read(sp.next_fetch_offset(), budget, True, end)
+                    # read_committed: an aborted transaction's records are never delivered
+                    aborted = lg.aborted if self._read_committed(session.group_id) else []
                     spans = []
                     try:
                         for b in BatchReader(raw):
                             if isinstance(b, RecordBatch):
-                                spans.append((b.base_offset, b.last_offset, b.is_control, b.position,
-                                              b.size_in_bytes))
+                                skip = b.is_control or (b.is_transactional and any(
+                                    pid == b.producer_id and first <= b.base_offset <= last
+                                    for pid, first, last in aborted))
+                                spans.append((b.base_offset, b.last_offset, skip, b.position, b.size_in_bytes))
                     except DecodeError:
                         pass
                     got = sp.acquire(session.member_id, [(a, z, c) for a, z, c, _, _ in spans],

@@ -129,7 +129,8 @@ class SharePartition:
     def acquire(self, member_id: str, batches: Sequence[tuple[int, int, bool]],
                 max_records: int, record_limit: bool = False) -> list[tuple[int, int, int]]:
         """Acquire for ``member_id`` what it may have of the log batches read (base offset,
-        last offset, control batch): up to ``max_records`` records, but whole batches (Kafka's
+        last offset, and whether its records are never delivered: a control batch, or an aborted
+        transaction's under read_committed): up to ``max_records`` records, but whole batches (Kafka's
         batch-optimized mode) unless ``record_limit`` (ShareFetch v2's record-limit mode).
         Returns (first, last, delivery count) ranges."""
         got: list[int] = []
@@ -143,7 +144,7 @@ class SharePartition:
                 if record_limit and len(got) >= max_records:
                     break
                 if off >= self.end_offset:
-                    if control:  # a transaction marker is never delivered
+                    if control:  # a transaction marker (or an aborted record) is never delivered
                         self.records[off] = InFlight(ARCHIVED)
                         self.end_offset = off + 1
                         continue

@@ -604,3 +604,40 @@ def test_share_version_0_disables_share_groups(core):
     r = c.call(K.UPDATE_FEATURES, 1, timeout_ms=1000, validate_only=False, feature_updates=[
         uf.FeatureUpdateKey(feature="share.version", max_version_level=2, upgrade_type=1)])
     assert r.error_code == 0 and hb(c).error_code == 0
+
+
+def test_read_committed_hands_out_committed_records_only(tmp_path, clock):
+    from test_broker_txn import add, end, init
+    from test_broker_txn import produce as txn_produce
+    core = make_core(tmp_path / "d", clock, transaction_state_num_partitions=3)
+    core._create_topic("t", 1)
+    try:
+        c = Client(core)
+        assert alter_group(c, "g", share_isolation_level="read_committed", share_auto_offset_reset="earliest") == \
+            (0, None)
+        r = hb(c, topics=("t",))
+        hb(c, epoch=r.member_epoch)
+        _, pid, ep = init(c)
+        add(c, pid, ep, [("t", 0)])
+        txn_produce(c, pid, ep, 0, [b"a1", b"a2"])            # offsets 0-1, aborted below
+        s = Session(core)
+        tid = core.logs.topics["t"].topic_id
+
+        def fetch():
+            sf = kproto.request(SF).cls
+            e, s.epoch = s.epoch, s.epoch + 1
+            return short(s.client.call(SF, 1, group_id="g", member_id="m1", share_session_epoch=e, max_wait_ms=0,
+                                       min_bytes=1, max_bytes=1 << 20, max_records=100, batch_size=100,
+                                       forgotten_topics_data=[], topics=[sf.FetchTopic(topic_id=tid, partitions=[
+                                           sf.FetchPartition(partition_index=0)])]))
+        assert fetch() == (0, [(0, 0, 0, [])])                # the open transaction is past the LSO
+        assert end(c, pid, ep, False) == 0                     # abort: marker at 2
+        _, pid, ep = init(c)
+        add(c, pid, ep, [("t", 0)])
+        txn_produce(c, pid, ep, 0, [b"c1"])                    # offset 3
+        assert end(c, pid, ep, True) == 0                      # commit: marker at 4
+        assert fetch() == (0, [(0, 0, 0, [(3, 3, 1)])])        # only the committed record
+        sp = core.shares.partitions[("g", tid, 0)]
+        assert [(o, r.state) for o, r in sorted(sp.records.items())] == [(3, 1), (4, ARCHIVED)]
+    finally:
+        core.close()
