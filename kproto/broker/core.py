@@ -352,6 +352,8 @@ class BrokerCore:
     #: dynamic configs, ACLs and SCRAM credentials kept in the data dir's JSON files (a broker
     #: of a cluster has them from the metadata log instead)
     state_files = True
+    #: share groups served (a broker of a cluster does not serve them, see SHARE_VERSIONS)
+    serves_share_groups = True
 
     def __init__(self, data_dir: str, config: Optional[BrokerConfig] = None, *,
                  clock: Optional[Clock] = None,
@@ -787,7 +789,7 @@ class BrokerCore:
             cls.ApiVersion(api_key=k, min_version=lo, max_version=hi)
             for k, (lo, hi) in sorted(self.api_versions().items())])
         if req.version >= 3:
-            feat.set_api_versions_features(resp, req.version, *self.feature_levels())
+            feat.set_api_versions_features(resp, req.version, *self.feature_levels(), cluster=not self.serves_share_groups)
         req.respond(resp)
 
     # ------------------------------------------------------------------ features
