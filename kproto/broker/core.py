@@ -26,6 +26,10 @@ from kproto.broker.security.auth import SASL_VERSIONS, Security
 from kproto.broker.security.authz import RequestAuthorizer
 from kproto.broker.configs import BrokerConfig, ConfigManager
 from kproto.broker.coordinators.group import GroupCoordinator
+from kproto.broker.coordinators.share_group import ShareGroupCoordinator
+from kproto.broker.group_configs import GroupConfigs
+from kproto.broker.coordinators.share_state import SHARE_STATE_TOPIC, ShareStateCoordinator
+from kproto.broker.share_fetch import SharePartitionManager
 from kproto.broker import features as feat
 from kproto.broker.log import BrokerError, Log, LogManager, Topic, topic_name_error
 from kproto.broker.purgatory import DelayedOperation, DelayedOperationPurgatory
@@ -66,13 +70,36 @@ _FETCH_ERRORS_BEFORE_READ = frozenset({ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, Err
 # what ApiVersions v3+ accepts as client software name and version (Kafka's pattern)
 _SOFTWARE_NAME_VERSION = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
 
-__all__ = ["BrokerConfig", "BrokerCore", "Channel", "Intercept", "ControlHandle", "IMPLEMENTED", "ADVERTISED_FROM"]
+__all__ = ["BrokerConfig", "BrokerCore", "Channel", "Intercept", "ControlHandle", "IMPLEMENTED", "ADVERTISED_FROM",
+           "SHARE_VERSIONS"]
 
 log = logging.getLogger("kproto.broker")
 
 _INT32_MAX = 2**31 - 1
 ZERO_UUID = Uuid.ZERO
 _REQUEST_HEADER = message("RequestHeader")
+
+#: KIP-932 share groups (kproto.broker.coordinators.share_group, kproto.broker.share_fetch and the
+#: persister kproto.broker.coordinators.share_state), the versions Apache Kafka 4.4.0 advertises
+SHARE_VERSIONS: dict[int, tuple[int, int]] = {
+    ApiKey.SHARE_GROUP_HEARTBEAT: (1, 1),
+    ApiKey.SHARE_GROUP_DESCRIBE: (1, 1),
+    ApiKey.SHARE_FETCH: (1, 2),
+    ApiKey.SHARE_ACKNOWLEDGE: (1, 2),
+    ApiKey.INITIALIZE_SHARE_GROUP_STATE: (0, 0),
+    ApiKey.READ_SHARE_GROUP_STATE: (0, 0),
+    ApiKey.WRITE_SHARE_GROUP_STATE: (0, 1),
+    ApiKey.DELETE_SHARE_GROUP_STATE: (0, 0),
+    ApiKey.READ_SHARE_GROUP_STATE_SUMMARY: (0, 1),
+    ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS: (0, 1),
+    ApiKey.ALTER_SHARE_GROUP_OFFSETS: (0, 0),
+    ApiKey.DELETE_SHARE_GROUP_OFFSETS: (0, 0),
+}
+
+#: The share-group APIs a client sends: UNSUPPORTED_VERSION while share.version is below 1.
+_SHARE_GROUP_APIS = frozenset({ApiKey.SHARE_GROUP_HEARTBEAT, ApiKey.SHARE_GROUP_DESCRIBE, ApiKey.SHARE_FETCH,
+                               ApiKey.SHARE_ACKNOWLEDGE, ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS,
+                               ApiKey.ALTER_SHARE_GROUP_OFFSETS, ApiKey.DELETE_SHARE_GROUP_OFFSETS})
 
 #: What the handlers implement: API key -> (lowest, highest version). ApiVersions advertises
 #: the intersection with the versions the codecs know (:meth:`BrokerCore.api_versions`), so a
@@ -116,6 +143,7 @@ IMPLEMENTED: dict[int, tuple[int, int]] = {
     # client quotas (kproto.broker.quotas)
     ApiKey.DESCRIBE_CLIENT_QUOTAS: (0, 1),
     ApiKey.ALTER_CLIENT_QUOTAS: (0, 1),
+    **SHARE_VERSIONS,
     **ADMIN_VERSIONS,
     **SASL_VERSIONS,    # kproto.broker.security.auth
     **ACL_VERSIONS,     # kproto.broker.security.acl
@@ -339,6 +367,8 @@ class BrokerCore:
     #: credentials, feature levels) in its own ``__cluster_metadata-0`` (a broker of a cluster
     #: follows its controllers' metadata log instead)
     own_metadata_log = True
+    #: share groups served (a broker of a cluster does not serve them, see SHARE_VERSIONS)
+    serves_share_groups = True
 
     def __init__(self, data_dir: str, config: Optional[BrokerConfig] = None, *,
                  clock: Optional[Clock] = None,
@@ -360,11 +390,18 @@ class BrokerCore:
         # topic and dynamic broker configs from the metadata log, before anything reads a log
         self.configs = ConfigManager(self.config, self.logs, store=self.metadata)
         self.hooks: dict[int, list[ControlHandle]] = {}
+        self.group_configs = GroupConfigs(self.config)
         self._next_producer_id = 1 + max(
             (pid for t in self.logs.topics.values() for lg in t.logs for pid in lg.producers),
             default=-1)
         self.groups = GroupCoordinator(self)
         self.txns = TransactionCoordinator(self, self.groups)
+        # share groups: the persister (__share_group_state), membership, share-partitions
+        self.share_state = ShareStateCoordinator(self)
+        self.share_groups = ShareGroupCoordinator(self, self.share_state, self.groups.group_type,
+                                                  self.groups if self.serves_share_groups else None)
+        self.groups.share = self.share_groups
+        self.shares = SharePartitionManager(self, self.share_state, self.share_groups)
         self.retention = RetentionManager(self)
         self.cleaner = LogCleaner(self, self._cleaner_config())
         self.configs.on_broker_change = lambda: self.cleaner.reconfigure(self._cleaner_config())
@@ -420,6 +457,23 @@ class BrokerCore:
             ApiKey.CONSUMER_GROUP_HEARTBEAT: lambda r: self.groups.consumer.heartbeat(
                 r.body, r.version, r.header.client_id or "", _peer(r.channel), r.respond),
             ApiKey.CONSUMER_GROUP_DESCRIBE: lambda r: self.groups.consumer.describe(r.body, r.version, r.respond),
+            ApiKey.SHARE_GROUP_HEARTBEAT: lambda r: self.share_groups.heartbeat(
+                r.body, r.version, r.header.client_id or "", _peer(r.channel), r.respond),
+            ApiKey.SHARE_GROUP_DESCRIBE: lambda r: self.share_groups.describe(r.body, r.version, r.respond),
+            ApiKey.SHARE_FETCH: self.shares.fetch,
+            ApiKey.SHARE_ACKNOWLEDGE: self.shares.acknowledge,
+            ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS:
+                lambda r: self.share_groups.describe_offsets(r.body, r.version, r.respond),
+            ApiKey.ALTER_SHARE_GROUP_OFFSETS: lambda r: self.share_groups.alter_offsets(r.body, r.version, r.respond),
+            ApiKey.DELETE_SHARE_GROUP_OFFSETS:
+                lambda r: self.share_groups.delete_offsets(r.body, r.version, r.respond),
+            ApiKey.INITIALIZE_SHARE_GROUP_STATE:
+                lambda r: self.share_state.initialize_rpc(r.body, r.version, r.respond),
+            ApiKey.READ_SHARE_GROUP_STATE: lambda r: self.share_state.read_rpc(r.body, r.version, r.respond),
+            ApiKey.WRITE_SHARE_GROUP_STATE: lambda r: self.share_state.write_rpc(r.body, r.version, r.respond),
+            ApiKey.DELETE_SHARE_GROUP_STATE: lambda r: self.share_state.delete_rpc(r.body, r.version, r.respond),
+            ApiKey.READ_SHARE_GROUP_STATE_SUMMARY:
+                lambda r: self.share_state.summary_rpc(r.body, r.version, r.respond),
             ApiKey.CREATE_PARTITIONS: lambda r: adm.create_partitions(r.body, r.version, r.respond),
             ApiKey.DESCRIBE_CONFIGS: lambda r: adm.describe_configs(r.body, r.version, r.respond),
             ApiKey.ALTER_CONFIGS: lambda r: adm.alter_configs(r.body, r.version, r.respond),
@@ -589,6 +643,10 @@ class BrokerCore:
         if handler is None or rng is None or not rng[0] <= req.version <= rng[1]:
             self._answer_error(req, ErrorCode.UNSUPPORTED_VERSION, run_handler=False)
             return
+        if req.api_key in _SHARE_GROUP_APIS and self.finalized_features.get(feat.SHARE_VERSION, 0) < 1:
+            # share groups disabled (share.version 0): Kafka still advertises the APIs
+            self._answer_error(req, ErrorCode.UNSUPPORTED_VERSION, run_handler=True)
+            return
         if req.version >= _BY_TOPIC_ID.get(req.api_key, 99):
             self._name_topics_by_id(req)
         try:
@@ -756,7 +814,7 @@ class BrokerCore:
                                   cluster_id=self.logs.cluster_id, node_id=c.node_id, voters=(c.node_id,),
                                   num_partitions=c.num_partitions, min_insync_replicas=c.min_insync_replicas,
                                   transaction_version=c.transaction_version,
-                                  auto_leader_rebalance_enable=False))
+                                  auto_leader_rebalance_enable=False, single_broker=True))
         md.sync_topics(self.logs.topics)
         md.migrate(data_dir)
         for problem in md.migration_problems:
@@ -785,7 +843,7 @@ class BrokerCore:
             cls.ApiVersion(api_key=k, min_version=min(lo, ADVERTISED_FROM.get(k, lo)), max_version=hi)
             for k, (lo, hi) in sorted(self.api_versions().items())])
         if req.version >= 3:
-            feat.set_api_versions_features(resp, req.version, *self.feature_levels())
+            feat.set_api_versions_features(resp, req.version, *self.feature_levels(), cluster=not self.serves_share_groups)
         req.respond(resp)
 
     # ------------------------------------------------------------------ client quotas
@@ -949,6 +1007,9 @@ class BrokerCore:
             err = 0
         elif key_type == 1:
             self._ensure_txn_topic()
+            err = 0
+        elif key_type == 2:  # a share-partition's state: group:topicId:partition
+            self.share_state.ensure_topic()
             err = 0
         else:
             err = ErrorCode.INVALID_REQUEST
@@ -1378,6 +1439,8 @@ class BrokerCore:
         self.retention.shutdown()
         self.cleaner.shutdown()
         self.groups.shutdown()
+        self.share_groups.shutdown()
+        self.shares.shutdown()
         self.txns.shutdown()
         self.logs.close(clean)
         if self.metadata is not None:
@@ -1408,6 +1471,10 @@ def api_versions_refusal(body: Any, version: int, cluster_id: Optional[str], nod
         if body.cluster_id is not None and (body.cluster_id != cluster_id or body.node_id != node_id):
             return ErrorCode.REBOOTSTRAP_REQUIRED
     return ErrorCode.NONE
+
+    def connection_closed(self, channel: Channel) -> None:
+        """A client connection ended: its share sessions end with it (their records released)."""
+        self.shares.connection_closed(channel)
 
 
 def metadata_request_topics(body: Any, version: int) -> tuple[bool, list[str], list[Uuid]]:
@@ -1473,6 +1540,21 @@ def error_response(api_key: int, version: int, body: Any, code: int) -> Optional
                                  for k in body.coordinator_keys])
     if api_key == ApiKey.INIT_PRODUCER_ID:
         return cls(error_code=code, producer_id=-1, producer_epoch=-1)
+    if api_key in (ApiKey.INITIALIZE_SHARE_GROUP_STATE, ApiKey.READ_SHARE_GROUP_STATE,
+                   ApiKey.WRITE_SHARE_GROUP_STATE, ApiKey.DELETE_SHARE_GROUP_STATE,
+                   ApiKey.READ_SHARE_GROUP_STATE_SUMMARY):
+        # the persister's RPCs: every partition asked carries the error
+        topic_cls = next(getattr(cls, n) for n in ("InitializeStateResult", "ReadStateResult", "WriteStateResult",
+                                                   "DeleteStateResult", "ReadStateSummaryResult") if hasattr(cls, n))
+        return cls(results=[topic_cls(topic_id=t.topic_id, partitions=[
+            cls.PartitionResult(partition=p.partition, error_code=code) for p in t.partitions])
+            for t in body.topics])
+    if api_key == ApiKey.SHARE_GROUP_DESCRIBE:
+        return cls(groups=[cls.DescribedGroup(group_id=g, error_code=code, group_state="", assignor_name="")
+                           for g in body.group_ids])
+    if api_key == ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS:
+        return cls(groups=[cls.DescribeShareGroupOffsetsResponseGroup(group_id=g.group_id, topics=[], error_code=code)
+                           for g in body.groups])
     if api_key == ApiKey.OFFSET_COMMIT:
         return cls(topics=[cls.OffsetCommitResponseTopic(name=t.name, topic_id=t.topic_id, partitions=[
             cls.OffsetCommitResponsePartition(partition_index=p.partition_index, error_code=code)

@@ -57,10 +57,11 @@ def test_registry_records_kafka_4_4_and_what_kproto_finalizes():
         "metadata.version": 33, "kraft.version": 1, "group.version": 1, "transaction.version": 2,
         "share.version": 2, "streams.version": 1, "eligible.leader.replicas.version": 1}
     # kproto: only what it implements
-    assert feat.default_levels() == {"metadata.version": 21, "group.version": 1,
+    assert feat.default_levels() == {"metadata.version": 21, "group.version": 1, "share.version": 2,
                                      **({"transaction.version": feat.TRANSACTION_VERSION_LEVEL}
                                         if feat.TRANSACTION_VERSION_LEVEL else {})}
-    assert "share.version" not in feat.supported_features()
+    assert feat.supported_features()["share.version"] == (0, 2)
+    assert "streams.version" not in feat.supported_features()
 
 
 def test_update_order_is_kafkas_hash_map_order():
@@ -128,8 +129,8 @@ def test_update_features_validate_only_then_downgrade_persists(tmp_path):
                                 "The controller does not support the given upgrade type."),
     ([("kraft.version", 0, 2)], "Invalid update version 0 for feature kraft.version. "
                                 "Can't downgrade the version of this feature."),
-    ([("share.version", 1, 1), ("group.version", 1, 1)],
-     "Invalid update version 1 for feature share.version. Local controller 1 does not support this feature."),
+    ([("streams.version", 1, 1), ("group.version", 1, 1)],
+     "Invalid update version 1 for feature streams.version. Local controller 1 does not support this feature."),
 ])
 def test_update_features_errors(core, updates, reason):
     client = Client(core)
@@ -195,3 +196,15 @@ def test_registry_and_admin_client_against_apache_kafka(apache_kafka):
     assert described.finalized == {f.name: f.kafka_level for f in feat.FEATURES.values()}
     assert described.finalized_epoch >= 0
     assert error.code == E.INVALID_UPDATE_VERSION and "without setting the upgrade type" in str(error)
+
+
+def test_a_cluster_neither_supports_nor_finalizes_share_version():
+    # share groups are the single broker's: a cluster's nodes leave share.version at 0
+    assert "share.version" not in feat.supported_features(cluster=True)
+    assert "share.version" not in feat.default_levels(cluster=True)
+    assert feat.default_levels(cluster=True) == {n: v for n, v in feat.default_levels().items() if n != "share.version"}
+    out = feat.update_features([("share.version", 1, feat.UPGRADE)], {}, node_id=3000, cluster=True)
+    assert out.error_code == E.INVALID_UPDATE_VERSION
+    assert out.error_message.endswith("Local controller 3000 does not support this feature.")
+    assert feat.update_features([("share.version", 1, feat.SAFE_DOWNGRADE)], {"share.version": 2}, node_id=1,
+                                validate_only=True).error_code == 0

@@ -42,7 +42,7 @@ from typing import Any, Callable, Optional, Sequence
 from kproto.broker.configs import BrokerConfig
 from kproto.broker.cluster.controller_node import CONTROLLER_APIS, RAFT_APIS
 from kproto.broker.features import supported_features
-from kproto.broker.core import (IMPLEMENTED, BrokerCore, Request, find_coordinator_message,
+from kproto.broker.core import (IMPLEMENTED, SHARE_VERSIONS, BrokerCore, Request, find_coordinator_message,
                                 metadata_request_topics)
 from kproto.broker.log import BrokerError, Log, topic_name_error
 from kproto.storage.metadata_image import (BROKER_RESOURCE, NO_LEADER, TOPIC_RESOURCE,
@@ -203,7 +203,11 @@ class ClusterBrokerCore(BrokerCore):
 
     sparse_logs = True
     own_metadata_log = False
-    implemented = {**IMPLEMENTED, ApiKey.WRITE_TXN_MARKERS: (1, 2)}
+    serves_share_groups = False
+    # share groups are the single broker's only (their state topic and share-partitions would
+    # need the cluster's leadership)
+    implemented = {**{k: v for k, v in IMPLEMENTED.items() if k not in SHARE_VERSIONS},
+                   ApiKey.WRITE_TXN_MARKERS: (1, 2)}
 
     def __init__(self, data_dir: str, config: BrokerConfig, *, voters: Sequence[int],
                  transport: RaftTransport, raft_config: Optional[RaftConfig] = None,
@@ -368,7 +372,7 @@ class ClusterBrokerCore(BrokerCore):
                    listeners=[cls.Listener(name=self.security_protocol, host=cfg.host, port=cfg.port,
                                            security_protocol=SECURITY_PROTOCOL_IDS[self.security_protocol])],
                    features=[cls.Feature(name=n, min_supported_version=lo, max_supported_version=hi)
-                             for n, (lo, hi) in supported_features().items()],
+                             for n, (lo, hi) in supported_features(cluster=True).items()],
                    rack=cfg.rack, is_migrating_zk_broker=False, log_dirs=[self.logs.directory_id],
                    previous_broker_epoch=-1)
 

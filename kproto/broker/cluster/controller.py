@@ -142,6 +142,9 @@ class ControllerConfig:
     #: the controller quorum's voter ids (UpdateFeatures waits for each to have registered)
     voters: tuple[int, ...] = ()
     delete_topic_enable: bool = True
+    #: the single broker's own controller (a one-node combined node): it also finalizes the
+    #: features only the single broker implements (features.SINGLE_BROKER_ONLY)
+    single_broker: bool = False
 
 
 class InvalidReplicationFactor(Exception):
@@ -470,7 +473,7 @@ class QuorumController:
             # a new cluster: bootstrap the metadata version and the other features' levels as
             # Kafka's activation records do, and the cluster-wide dynamic defaults Kafka 4.x's
             # storage tool formats it with
-            levels = {**feat.default_levels(), feat.METADATA_VERSION: self.config.metadata_version,
+            levels = {**feat.default_levels(cluster=not self.config.single_broker), feat.METADATA_VERSION: self.config.metadata_version,
                       feat.TRANSACTION_VERSION: self.config.transaction_version}
             if not levels[feat.TRANSACTION_VERSION]:
                 del levels[feat.TRANSACTION_VERSION]
@@ -880,7 +883,7 @@ class QuorumController:
             validate_only=version >= 1 and body.validate_only,
             brokers={b.id: b.features for b in self.image.brokers.values()},
             controllers={c.id: c.features for c in self.image.controllers.values()},
-            quorum=self.config.voters)
+            quorum=self.config.voters, cluster=not self.config.single_broker)
         records = [(metadata_record(12)(name=name, feature_level=level), 0)
                    for name, level in outcome.levels.items()]
         self._write(records, respond, feat.update_features_response(version, updates, outcome),
