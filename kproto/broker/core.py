@@ -643,7 +643,7 @@ class BrokerCore:
         if handler is None or rng is None or not rng[0] <= req.version <= rng[1]:
             self._answer_error(req, ErrorCode.UNSUPPORTED_VERSION, run_handler=False)
             return
-        if req.api_key in _SHARE_GROUP_APIS and self.finalized_features.get(feat.SHARE_VERSION, 0) < 1:
+        if req.api_key in _SHARE_GROUP_APIS and self.feature_levels()[0].get(feat.SHARE_VERSION, 0) < 1:
             # share groups disabled (share.version 0): Kafka still advertises the APIs
             self._answer_error(req, ErrorCode.UNSUPPORTED_VERSION, run_handler=True)
             return
@@ -1446,6 +1446,9 @@ class BrokerCore:
         if self.metadata is not None:
             self.metadata.close(clean)
 
+    def connection_closed(self, channel: Channel) -> None:
+        """A client connection ended: its share sessions end with it (their records released)."""
+        self.shares.connection_closed(channel)
 
 def removed_in_kafka_4(api_key: int, version: int) -> bool:
     """Whether a request version exists only in Kafka releases before 4.0 (KIP-896 removed it,
@@ -1471,10 +1474,6 @@ def api_versions_refusal(body: Any, version: int, cluster_id: Optional[str], nod
         if body.cluster_id is not None and (body.cluster_id != cluster_id or body.node_id != node_id):
             return ErrorCode.REBOOTSTRAP_REQUIRED
     return ErrorCode.NONE
-
-    def connection_closed(self, channel: Channel) -> None:
-        """A client connection ended: its share sessions end with it (their records released)."""
-        self.shares.connection_closed(channel)
 
 
 def metadata_request_topics(body: Any, version: int) -> tuple[bool, list[str], list[Uuid]]:
