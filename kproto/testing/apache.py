@@ -60,12 +60,18 @@ STORAGE_TOOL = "kafka.tools.StorageTool"
 #: groups form at once (no initial rebalance delay, as Kafka's own test harness), and a dead
 #: broker is fenced after 3 s (Kafka: 9 s; heartbeats every 500 ms, Kafka: 2 s) so leaders
 #: move within seconds; KIP-848 members heartbeat every 500 ms (Kafka: 5 s, also its minimum),
-#: as kproto's test broker has them. The internal topics' replication is set from the cluster's size.
+#: as kproto's test broker has them. Share groups (KIP-932) keep Kafka's defaults, but the floors
+#: of their group configs are lowered so that a test can give its own group a short record lock,
+#: session timeout and heartbeat interval (IncrementalAlterConfigs on the group) without a node
+#: of its own. The internal topics' replication is set from the cluster's size.
 TEST_CONFIG: dict[str, str] = {"group.initial.rebalance.delay.ms": "0",
                                "broker.session.timeout.ms": "3000",
                                "broker.heartbeat.interval.ms": "500",
                                "group.consumer.heartbeat.interval.ms": "500",
-                               "group.consumer.min.heartbeat.interval.ms": "500"}
+                               "group.consumer.min.heartbeat.interval.ms": "500",
+                               "group.share.min.record.lock.duration.ms": "1000",
+                               "group.share.min.session.timeout.ms": "3000",
+                               "group.share.min.heartbeat.interval.ms": "500"}
 
 #: JVM options of every node: a heap small enough for several nodes on a shared 2-core machine,
 #: the serial collector (no GC threads to compete for the cores) and the client compiler only
