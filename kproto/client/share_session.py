@@ -85,6 +85,8 @@ class Acknowledgements:
     runs: list[tuple[int, int, int]] = field(default_factory=list)
 
     def add(self, first: int, last: int, kind: int) -> None:
+        """Acknowledge offsets ``first`` to ``last`` with ``kind`` (an :class:`AcknowledgeType`)."""
+        kind = int(kind)
         if self.runs and self.runs[-1][1] + 1 == first and self.runs[-1][2] == kind:
             self.runs[-1] = (self.runs[-1][0], last, kind)
         else:
