@@ -133,6 +133,9 @@ def test_only_acquired_records_are_delivered_with_their_count_and_holes_become_g
     assert [(r.offset, r.value, r.delivery_count) for r in records] == [(1, b"b", 2), (2, b"c", 2), (6, b"g", 1)]
     assert gaps == [(3, 4), (7, 8)]
     assert acquired_records("t", 0, data, []) == ([], [])
+    # a broker claiming a huge acquired range costs ranges, not an entry per offset
+    records, gaps = acquired_records("t", 0, data, [R(first_offset=0, last_offset=2**62, delivery_count=1)])
+    assert [r.offset for r in records] == [0, 1, 2, 5, 6] and gaps == [(3, 4), (7, 2**62)]
 
 
 # ---- the member ---------------------------------------------------------------------------------
@@ -291,10 +294,14 @@ def test_implicit_mode_accepts_on_the_next_poll_and_close_releases_what_explicit
             implicit = await ShareConsumer(cluster, [topic], group_id=group, max_poll_records=5,
                                            on_acknowledged=acked.append).start()
             await implicit.wait_for_assignment()
-            got = await poll_until(implicit, 20)
-            got += await implicit.poll(0.3)                  # accepts the earlier polls' records
-            assert any(r.error is None and r.offsets for res in acked for r in res.values())
-            await implicit.close()                           # and the last poll's
+            got = await poll_until(implicit, 20)             # each poll accepts the one before
+            committed = await implicit.commit_async()        # accepts the last poll's
+            assert committed and acked[-1] == committed
+            assert all(r.error is None for res in acked for r in res.values())
+            accepted = sorted((p, o) for res in acked for (_, p), r in res.items() for o in r.offsets)
+            assert accepted == sorted((r.partition, r.offset) for r in got)
+            got += await implicit.poll(0.3)
+            await implicit.close()
             producer = await Producer(cluster).start()
             for i in range(20, 30):
                 await producer.send(topic, str(i).encode(), partition=i % 2)
