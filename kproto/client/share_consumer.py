@@ -10,13 +10,14 @@ delivered ``share.delivery.count.limit`` times is archived instead::
         consumer = await ShareConsumer(cluster, ["jobs"], group_id="workers").start()
         for record in await consumer.poll(timeout=1.0):
             ...                                  # implicit mode: accepted by the next poll
+        await consumer.commit_sync()             # or now
         await consumer.close()
 
 ``acknowledgement_mode="explicit"`` (Kafka's ``share.acknowledgement.mode``) makes the
 application acknowledge every record with :meth:`ShareConsumer.acknowledge` before the next
 poll; in the implicit mode (the default) the next :meth:`~ShareConsumer.poll`,
-:meth:`~ShareConsumer.commit_sync` or :meth:`~ShareConsumer.close` accepts every record the
-last poll returned. Acknowledgements ride on the next ShareFetch to the broker that delivered
+:meth:`~ShareConsumer.commit_sync` or :meth:`~ShareConsumer.commit_async` accepts every record
+the last poll returned (:meth:`~ShareConsumer.close` does not: the broker releases them). Acknowledgements ride on the next ShareFetch to the broker that delivered
 the records; :meth:`~ShareConsumer.commit_sync` sends them at once (ShareAcknowledge) and
 returns each partition's outcome.
 
@@ -115,14 +116,15 @@ class ShareConsumer:
         return self
 
     async def close(self) -> None:
-        """Acknowledge what is due (implicit mode: accept the last poll's records; explicit mode:
-        release what was not acknowledged), close every share session (ShareAcknowledge with
-        epoch -1) and leave the group (ShareGroupHeartbeat with epoch -1)."""
+        """Send the acknowledgements given, close every share session (ShareAcknowledge with
+        epoch -1: the broker releases the records not acknowledged, in either mode, as with
+        Kafka's consumer, which does not accept the last poll's records on close) and leave the
+        group (ShareGroupHeartbeat with epoch -1)."""
         if self._closed:
             return
         self._closed = True
         try:
-            self._acknowledge_rest(AcknowledgeType.RELEASE if self.explicit else AcknowledgeType.ACCEPT)
+            self._unacked.clear()
             results = await asyncio.gather(*(self._close_session(node) for node in list(self.sessions)),
                                            return_exceptions=True)
             merged: AcknowledgementResults = {}
