@@ -160,7 +160,13 @@ class ShareConsumer:
     # -- acknowledgements ----------------------------------------------------------------------
     def acknowledge(self, record: ShareRecord, type: AcknowledgeType = AcknowledgeType.ACCEPT) -> None:
         """Acknowledge a record the last poll returned: ACCEPT (processed), RELEASE (deliver it
-        again) or REJECT (never deliver it again). Sent with the next poll or commit."""
+        again) or REJECT (never deliver it again). Sent with the next poll or commit. Explicit
+        acknowledgement mode only, as Kafka's consumer. RENEW (extending the lock) is not
+        implemented: NotImplementedError."""
+        if not self.explicit:
+            raise KprotoError("implicit acknowledgement mode: records are acknowledged by the next poll")
+        if type is AcknowledgeType.RENEW:
+            raise NotImplementedError("acknowledging with RENEW (extending a record's lock)")
         if type not in (AcknowledgeType.ACCEPT, AcknowledgeType.RELEASE, AcknowledgeType.REJECT):
             raise ValueError("acknowledge with ACCEPT, RELEASE or REJECT")
         key = (record.topic, record.partition, record.offset)

@@ -47,12 +47,14 @@ TopicIdPartition = tuple[Uuid, int]
 
 class AcknowledgeType(IntEnum):
     """How a delivered record is acknowledged (the ``AcknowledgeTypes`` values). ``GAP`` marks
-    an offset of an acquired range that holds no record (a control record, a compacted one)."""
+    an offset of an acquired range that holds no record (a control record, a compacted one);
+    ``RENEW`` extends a record's lock (Kafka 4.4, ``IsRenewAck``)."""
 
     GAP = 0
     ACCEPT = 1
     RELEASE = 2
     REJECT = 3
+    RENEW = 4
 
 
 class ShareRecord(NamedTuple):

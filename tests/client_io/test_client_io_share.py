@@ -256,6 +256,8 @@ def test_release_and_an_expired_lock_deliver_again_and_the_limit_archives(apache
                 a.acknowledge(r, AcknowledgeType.RELEASE if r.offset in (1, 2) else AcknowledgeType.ACCEPT)
             with pytest.raises(KprotoError, match="not a record"):
                 a.acknowledge(first[0])                      # once only
+            with pytest.raises(NotImplementedError):
+                a.acknowledge(held, AcknowledgeType.RENEW)
             results = await a.commit_sync()
             assert results == {(topic, 0): AcknowledgementResult((0, 1, 2, 3, 4, 5, 6, 7, 8), None)}
             # a second member takes the expired record; offset 2 is released every time, offset 1 accepted
@@ -304,6 +306,8 @@ def test_implicit_mode_accepts_on_the_next_poll_and_close_releases_what_is_not_a
                                            on_acknowledged=acked.append).start()
             await implicit.wait_for_assignment()
             got = await poll_until(implicit, 20)             # each poll accepts the one before
+            with pytest.raises(KprotoError, match="implicit"):
+                implicit.acknowledge(got[-1])
             committed = await implicit.commit_async()        # accepts the last poll's
             assert committed and acked[-1] == committed
             assert all(r.error is None for res in acked for r in res.values())
