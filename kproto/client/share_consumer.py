@@ -35,8 +35,8 @@ from kproto.client.cluster import METADATA_REFRESH_ERRORS, Cluster
 from kproto.client.membership import MemberState
 from kproto.client.protocol import BrokerError, KafkaConnectionError
 from kproto.client.share_membership import ShareConsumerMembership
-from kproto.client.share_session import (AcknowledgeType, Acknowledgements, ShareRecord, ShareSession,
-                                         TopicIdPartition, acquired_records)
+from kproto.client.share_session import (SESSION_ERRORS, AcknowledgeType, Acknowledgements, ShareRecord,
+                                         ShareSession, TopicIdPartition, acquired_records)
 from kproto.error_codes import ErrorCode
 from kproto.errors import KprotoError
 
@@ -358,10 +358,10 @@ class ShareConsumer:
                 raise
             ok = session.on_response(resp.error_code)
         if not ok:
+            # the session errors open a new session with the next poll; the acknowledgements
+            # sent with this request did not take effect
             self._callback(self._failed(acks, resp.error_code, "ShareFetch"))
-            if resp.error_code not in (ErrorCode.NONE, *METADATA_REFRESH_ERRORS) and resp.error_code not in \
-                    (ErrorCode.SHARE_SESSION_NOT_FOUND, ErrorCode.INVALID_SHARE_SESSION_EPOCH,
-                     ErrorCode.SHARE_SESSION_LIMIT_REACHED):
+            if resp.error_code not in METADATA_REFRESH_ERRORS | SESSION_ERRORS:
                 _log.warning("ShareFetch to node %d: %s", node, BrokerError(resp.error_code, "", resp.error_message))
             return [], resp.error_code in METADATA_REFRESH_ERRORS
         if getattr(resp, "acquisition_lock_timeout_ms", 0) > 0:
