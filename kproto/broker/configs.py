@@ -54,6 +54,16 @@ class BrokerConfig:
     group_consumer_heartbeat_interval_ms: int = 5000  # group.consumer.heartbeat.interval.ms
     group_consumer_assignors: str = "uniform,range"  # group.consumer.assignors (first: default)
     group_consumer_assignment_interval_ms: int = 1000  # group.consumer.assignment.interval.ms (KIP-1263)
+    # KIP-932 share groups (kproto.broker.coordinators.share_group, kproto.broker.share_partition)
+    group_share_session_timeout_ms: int = 45000     # group.share.session.timeout.ms
+    group_share_heartbeat_interval_ms: int = 5000   # group.share.heartbeat.interval.ms
+    group_share_assignment_interval_ms: int = 1000  # assignments batched as consumer groups' (KIP-1263)
+    group_share_record_lock_duration_ms: int = 30000  # group.share.record.lock.duration.ms
+    group_share_delivery_count_limit: int = 5       # group.share.delivery.count.limit
+    group_share_partition_max_record_locks: int = 2000  # group.share.partition.max.record.locks
+    share_auto_offset_reset: str = "latest"         # share.auto.offset.reset (the group config's default)
+    share_coordinator_state_topic_num_partitions: int = 50  # share.coordinator.state.topic.num.partitions
+    share_coordinator_snapshot_update_records_per_snapshot: int = 500  # share.coordinator.snapshot.update.records.per.snapshot
     offset_metadata_max_bytes: int = 4096           # offset.metadata.max.bytes
     offsets_commit_timeout_ms: int = 5000           # offsets.commit.timeout.ms
     transaction_state_num_partitions: int = 50      # transaction.state.log.num.partitions

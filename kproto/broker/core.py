@@ -26,6 +26,9 @@ from kproto.broker.security.auth import SASL_VERSIONS, Security
 from kproto.broker.security.authz import RequestAuthorizer
 from kproto.broker.configs import BrokerConfig, ConfigManager
 from kproto.broker.coordinators.group import GroupCoordinator
+from kproto.broker.coordinators.share_group import ShareGroupCoordinator
+from kproto.broker.coordinators.share_state import SHARE_STATE_TOPIC, ShareStateCoordinator
+from kproto.broker.share_fetch import SharePartitionManager
 from kproto.broker import features as feat
 from kproto.broker.log import BrokerError, Log, LogManager, Topic, replace_file, topic_name_error
 from kproto.broker.purgatory import DelayedOperation, DelayedOperationPurgatory
@@ -62,13 +65,30 @@ _FETCH_ERRORS_BEFORE_READ = frozenset({ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, Err
 # what ApiVersions v3+ accepts as client software name and version (Kafka's pattern)
 _SOFTWARE_NAME_VERSION = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
 
-__all__ = ["BrokerConfig", "BrokerCore", "Channel", "Intercept", "ControlHandle", "IMPLEMENTED"]
+__all__ = ["BrokerConfig", "BrokerCore", "Channel", "Intercept", "ControlHandle", "IMPLEMENTED", "SHARE_VERSIONS"]
 
 log = logging.getLogger("kproto.broker")
 
 _INT32_MAX = 2**31 - 1
 ZERO_UUID = Uuid.ZERO
 _REQUEST_HEADER = message("RequestHeader")
+
+#: KIP-932 share groups (kproto.broker.coordinators.share_group, kproto.broker.share_fetch and the
+#: persister kproto.broker.coordinators.share_state), the versions Apache Kafka 4.4.0 advertises
+SHARE_VERSIONS: dict[int, tuple[int, int]] = {
+    ApiKey.SHARE_GROUP_HEARTBEAT: (1, 1),
+    ApiKey.SHARE_GROUP_DESCRIBE: (1, 1),
+    ApiKey.SHARE_FETCH: (1, 2),
+    ApiKey.SHARE_ACKNOWLEDGE: (1, 2),
+    ApiKey.INITIALIZE_SHARE_GROUP_STATE: (0, 0),
+    ApiKey.READ_SHARE_GROUP_STATE: (0, 0),
+    ApiKey.WRITE_SHARE_GROUP_STATE: (0, 1),
+    ApiKey.DELETE_SHARE_GROUP_STATE: (0, 0),
+    ApiKey.READ_SHARE_GROUP_STATE_SUMMARY: (0, 1),
+    ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS: (0, 1),
+    ApiKey.ALTER_SHARE_GROUP_OFFSETS: (0, 0),
+    ApiKey.DELETE_SHARE_GROUP_OFFSETS: (0, 0),
+}
 
 #: What the handlers implement: API key -> (lowest, highest version). ApiVersions advertises
 #: the intersection with the versions the codecs know (:meth:`BrokerCore.api_versions`), so a
@@ -109,6 +129,7 @@ IMPLEMENTED: dict[int, tuple[int, int]] = {
     # feature flags (kproto.broker.features) and the metadata quorum as a combined node has it
     ApiKey.UPDATE_FEATURES: (0, 2),
     ApiKey.DESCRIBE_QUORUM: (0, 2),
+    **SHARE_VERSIONS,
     **ADMIN_VERSIONS,
     **SASL_VERSIONS,    # kproto.broker.security.auth
     **ACL_VERSIONS,     # kproto.broker.security.acl
@@ -350,6 +371,11 @@ class BrokerCore:
             default=-1)
         self.groups = GroupCoordinator(self)
         self.txns = TransactionCoordinator(self, self.groups)
+        # share groups: the persister (__share_group_state), membership, share-partitions
+        self.share_state = ShareStateCoordinator(self)
+        self.share_groups = ShareGroupCoordinator(self, self.share_state, self.groups.group_type)
+        self.groups.share = self.share_groups
+        self.shares = SharePartitionManager(self, self.share_state, self.share_groups)
         self.retention = RetentionManager(self)
         c = self.config
         self.cleaner = LogCleaner(self, CleanerConfig(
@@ -396,6 +422,23 @@ class BrokerCore:
             ApiKey.CONSUMER_GROUP_HEARTBEAT: lambda r: self.groups.consumer.heartbeat(
                 r.body, r.version, r.header.client_id or "", _peer(r.channel), r.respond),
             ApiKey.CONSUMER_GROUP_DESCRIBE: lambda r: self.groups.consumer.describe(r.body, r.version, r.respond),
+            ApiKey.SHARE_GROUP_HEARTBEAT: lambda r: self.share_groups.heartbeat(
+                r.body, r.version, r.header.client_id or "", _peer(r.channel), r.respond),
+            ApiKey.SHARE_GROUP_DESCRIBE: lambda r: self.share_groups.describe(r.body, r.version, r.respond),
+            ApiKey.SHARE_FETCH: self.shares.fetch,
+            ApiKey.SHARE_ACKNOWLEDGE: self.shares.acknowledge,
+            ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS:
+                lambda r: self.share_groups.describe_offsets(r.body, r.version, r.respond),
+            ApiKey.ALTER_SHARE_GROUP_OFFSETS: lambda r: self.share_groups.alter_offsets(r.body, r.version, r.respond),
+            ApiKey.DELETE_SHARE_GROUP_OFFSETS:
+                lambda r: self.share_groups.delete_offsets(r.body, r.version, r.respond),
+            ApiKey.INITIALIZE_SHARE_GROUP_STATE:
+                lambda r: self.share_state.initialize_rpc(r.body, r.version, r.respond),
+            ApiKey.READ_SHARE_GROUP_STATE: lambda r: self.share_state.read_rpc(r.body, r.version, r.respond),
+            ApiKey.WRITE_SHARE_GROUP_STATE: lambda r: self.share_state.write_rpc(r.body, r.version, r.respond),
+            ApiKey.DELETE_SHARE_GROUP_STATE: lambda r: self.share_state.delete_rpc(r.body, r.version, r.respond),
+            ApiKey.READ_SHARE_GROUP_STATE_SUMMARY:
+                lambda r: self.share_state.summary_rpc(r.body, r.version, r.respond),
             ApiKey.CREATE_PARTITIONS: lambda r: adm.create_partitions(r.body, r.version, r.respond),
             ApiKey.DESCRIBE_CONFIGS: lambda r: adm.describe_configs(r.body, r.version, r.respond),
             ApiKey.ALTER_CONFIGS: lambda r: adm.alter_configs(r.body, r.version, r.respond),
@@ -860,6 +903,9 @@ class BrokerCore:
         elif key_type == 1:
             self._ensure_txn_topic()
             err = 0
+        elif key_type == 2:  # a share-partition's state: group:topicId:partition
+            self.share_state.ensure_topic()
+            err = 0
         else:
             err = ErrorCode.INVALID_REQUEST
         node, host, port = (cfg.node_id, cfg.host, cfg.port) if not err else (-1, "", -1)
@@ -1268,8 +1314,14 @@ class BrokerCore:
         self.retention.shutdown()
         self.cleaner.shutdown()
         self.groups.shutdown()
+        self.share_groups.shutdown()
+        self.shares.shutdown()
         self.txns.shutdown()
         self.logs.close(clean)
+
+    def connection_closed(self, channel: Channel) -> None:
+        """A client connection ended: its share sessions end with it (their records released)."""
+        self.shares.connection_closed(channel)
 
 
 def metadata_request_topics(body: Any, version: int) -> tuple[bool, list[str], list[Uuid]]:

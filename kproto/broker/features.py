@@ -73,7 +73,7 @@ FEATURES: dict[str, FeatureSpec] = {f.name: f for f in (
     FeatureSpec(GROUP_VERSION, (0, 1), 1, (0, 1), 1),
     FeatureSpec(TRANSACTION_VERSION, (0, TRANSACTION_VERSION_LEVEL), TRANSACTION_VERSION_LEVEL,
                 (0, 2), 2),
-    FeatureSpec(SHARE_VERSION, (0, 0), 0, (0, 2), 2, "share groups are not implemented"),
+    FeatureSpec(SHARE_VERSION, (0, 2), 2, (0, 2), 2),
     FeatureSpec(STREAMS_VERSION, (0, 0), 0, (0, 1), 1, "streams groups are not implemented"),
     FeatureSpec(ELIGIBLE_LEADER_REPLICAS_VERSION, (0, 0), 0, (0, 1), 1,
                 "ELR needs metadata.version 4.0-IV1, above kproto's"),

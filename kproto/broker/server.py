@@ -320,6 +320,9 @@ class Listener:
         finally:
             self._connections.discard(conn)
             self._tasks.discard(task)
+            closed = getattr(self.core, "connection_closed", None)
+            if closed is not None:
+                closed(conn)  # a broker's share sessions end with their connection
             if conn.closed is None:
                 conn.closed = "client gone"
                 writer.close()

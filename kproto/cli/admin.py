@@ -113,6 +113,32 @@ async def _topics(args: argparse.Namespace) -> int:
 
 
 # -- groups --------------------------------------------------------------------------------------
+async def _describe_share_group(admin: Any, g: Any, as_json: bool) -> int:
+    """A share group (KIP-932): members with their assignments, and per partition the share-
+    partition start offset and the lag (records not yet delivered for good)."""
+    offsets = [{"topic": t, "partition": p, "start_offset": start, "lag": lag}
+               for (t, p), (start, lag) in sorted((await admin.list_share_group_offsets(g.group_id)).items())]
+    if as_json:
+        _print_json({"group_id": g.group_id, "type": "share", "state": g.state, "assignor": g.protocol,
+                     "group_epoch": g.group_epoch, "assignment_epoch": g.assignment_epoch, "members": [
+                         {"member_id": m.member_id, "client_id": m.client_id, "client_host": m.client_host,
+                          "member_epoch": m.member_epoch, "subscribed_topics": m.subscribed_topics,
+                          "assignment": [list(tp) for tp in m.assignment or []]} for m in g.members],
+                     "offsets": offsets})
+        return 0
+    print(f"group {g.group_id} type share state {g.state} assignor {g.protocol or '-'} "
+          f"epoch {g.group_epoch} assignment epoch {g.assignment_epoch} members {len(g.members)}")
+    for m in g.members:
+        owned = ",".join(f"{t}-{p}" for t, p in m.assignment or []) or "-"
+        print(f"  member {m.member_id} client {m.client_id} host {m.client_host} epoch {m.member_epoch} "
+              f"assigned {owned}")
+    print(f"  {'topic':<24} {'partition':>9} {'start':>12} {'lag':>8}")
+    for o in offsets:
+        lag = "-" if o["lag"] is None else o["lag"]
+        print(f"  {o['topic']:<24} {o['partition']:>9} {o['start_offset']:>12} {lag:>8}")
+    return 0
+
+
 async def _groups(args: argparse.Namespace) -> int:
     spec = _spec(args.to) if getattr(args, "to", None) is not None else None
     async with _cluster(args) as cluster:
@@ -123,10 +149,12 @@ async def _groups(args: argparse.Namespace) -> int:
                 _print_json([{"group_id": g.group_id, "protocol_type": g.protocol_type, "state": g.state,
                               "type": g.type} for g in groups])
             for g in [] if args.json else groups:
-                # ListGroups v5 names the group type (classic or consumer, KIP-848)
+                # ListGroups v5 names the group type (classic, consumer (KIP-848) or share (KIP-932))
                 print(f"{g.group_id}\t{g.protocol_type or '-'}\t{g.state or '-'}\t{g.type or '-'}")
         elif args.action == "describe":
             g = (await admin.describe_groups([args.group]))[args.group]
+            if g.type == "share":
+                return await _describe_share_group(admin, g, args.json)
             committed = await admin.list_group_offsets(args.group)
             await cluster.refresh_metadata(sorted({t for t, _ in committed}))
             ends = await admin.list_offsets(list(committed), "latest") if committed else {}
@@ -288,7 +316,7 @@ def register(subparsers: Any) -> None:
     for a in actions.choices.values():
         a.set_defaults(func=_run(_topics))
 
-    p = subparsers.add_parser("groups", help="list, describe (with lag), reset and delete consumer groups")
+    p = subparsers.add_parser("groups", help="list, describe (with lag), reset and delete consumer and share groups")
     actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
     a = sub(actions, "list", "every group of every broker")
     a.add_argument("--json", action="store_true")

@@ -68,6 +68,11 @@ class ConfigEntry:
         return self.source == 5
 
 
+#: ShareGroupDescribe versions the admin client sends (v1: Kafka 4.1+'s share groups; v0 was
+#: early access)
+_SHARE_GROUP_DESCRIBE = range(1, 2)
+
+
 @dataclass(frozen=True)
 class GroupListing:
     """A group as ListGroups names it (``state`` from v4, ``type`` from v5 brokers)."""
@@ -105,8 +110,9 @@ class GroupDescription:
     protocol_type: str
     protocol: str
     members: list[MemberDescription] = field(default_factory=list)
-    #: ``classic`` (DescribeGroups) or ``consumer`` (KIP-848, ConsumerGroupDescribe; then
-    #: ``protocol`` is the server-side assignor and the epochs are the group's)
+    #: ``classic`` (DescribeGroups), ``consumer`` (KIP-848, ConsumerGroupDescribe) or ``share``
+    #: (KIP-932, ShareGroupDescribe); for the last two ``protocol`` is the server-side assignor
+    #: and the epochs are the group's
     type: str = "classic"
     group_epoch: Optional[int] = None
     assignment_epoch: Optional[int] = None
@@ -581,14 +587,17 @@ class Admin:
     async def describe_groups(self, group_ids: Iterable[str]) -> dict[str, GroupDescription]:
         """State, protocol and members of each group; consumer groups' member assignments decoded.
 
-        Groups of the consumer protocol (KIP-848) are described by ConsumerGroupDescribe where
-        the coordinator has it: those its ListGroups (v5+) lists with type ``consumer``, or, from
+        Share groups (KIP-932, type ``share`` in ListGroups v5) are described by
+        ShareGroupDescribe. Groups of the consumer protocol (KIP-848) are described by
+        ConsumerGroupDescribe where the coordinator has it: those its ListGroups (v5+) lists with type ``consumer``, or, from
         a coordinator without ListGroups v5, any group it does not answer GROUP_ID_NOT_FOUND for
         (Kafka's answer for a classic group, as its admin reads it); the others by DescribeGroups."""
         codec = _request_codec(ApiKey.DESCRIBE_GROUPS)
         out = {}
         for gid in group_ids:
-            found = await self._describe_consumer_group(gid)
+            found = await self._describe_share_group(gid)
+            if found is None:
+                found = await self._describe_consumer_group(gid)
             if found is not None:
                 out[gid] = found
                 continue
@@ -601,20 +610,65 @@ class Admin:
                 for m in g.members])
         return out
 
+    async def _listed_type(self, gid: str) -> Optional[str]:
+        """The group's type as its coordinator's ListGroups v5 names it ('' for a group it does
+        not list); None when the coordinator has no ListGroups v5."""
+        conn = await self.cluster.coordinator(gid)
+        if not conn.versions.supported(ApiKey.LIST_GROUPS, range(5, 100)):
+            return None
+        lg = _request_codec(ApiKey.LIST_GROUPS)
+        listed = await self.cluster.coordinator_request(gid, lg.cls(states_filter=[], types_filter=[]))
+        if listed.error_code != ErrorCode.NONE:
+            return None
+        return {g.group_id: getattr(g, "group_type", "") for g in listed.groups}.get(gid, "").lower()
+
+    async def _describe_share_group(self, gid: str) -> Optional[GroupDescription]:
+        conn = await self.cluster.coordinator(gid)
+        if not conn.versions.supported(ApiKey.SHARE_GROUP_DESCRIBE, _SHARE_GROUP_DESCRIBE) or \
+                await self._listed_type(gid) != "share":
+            return None
+        codec = _request_codec(ApiKey.SHARE_GROUP_DESCRIBE)
+        resp = await self.cluster.coordinator_request(
+            gid, codec.cls(group_ids=[gid]), version=conn.version(ApiKey.SHARE_GROUP_DESCRIBE, _SHARE_GROUP_DESCRIBE))
+        g = resp.groups[0]
+        raise_for_error(g.error_code, f"ShareGroupDescribe({gid})", g.error_message)
+        names = self.cluster.metadata.topic_names()
+        return GroupDescription(g.group_id, g.group_state, "share", g.assignor_name, [
+            MemberDescription(m.member_id, m.client_id, m.client_host, None, sorted(
+                (tp.topic_name or names.get(tp.topic_id, str(tp.topic_id)), p)
+                for tp in m.assignment.topic_partitions for p in tp.partitions),
+                member_epoch=m.member_epoch, subscribed_topics=list(m.subscribed_topic_names), rack_id=m.rack_id)
+            for m in g.members], type="share", group_epoch=g.group_epoch, assignment_epoch=g.assignment_epoch)
+
+    async def list_share_group_offsets(self, group_id: str) -> dict[TopicPartitionKey, tuple[int, Optional[int]]]:
+        """A share group's start offset and lag per partition it has a state for
+        (DescribeShareGroupOffsets; the lag is None before v1 or when the broker does not know it)."""
+        codec = _request_codec(ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS)
+        conn = await self.cluster.coordinator(group_id)
+        version = conn.version(ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS, range(0, 2))  # v1: the lag
+        resp = await self.cluster.coordinator_request(group_id, codec.cls(groups=[
+            codec.cls.DescribeShareGroupOffsetsRequestGroup(group_id=group_id, topics=None)]), version=version)
+        g = resp.groups[0]
+        raise_for_error(g.error_code, f"DescribeShareGroupOffsets({group_id})", g.error_message)
+        out: dict[TopicPartitionKey, tuple[int, Optional[int]]] = {}
+        for t in g.topics:
+            for p in t.partitions:
+                raise_for_error(p.error_code, f"DescribeShareGroupOffsets({group_id}, {t.topic_name}-"
+                                f"{p.partition_index})", p.error_message)
+                lag = getattr(p, "lag", -1) if version >= 1 else -1
+                out[(t.topic_name, p.partition_index)] = (p.start_offset, None if lag < 0 else lag)
+        return out
+
     async def _describe_consumer_group(self, gid: str) -> Optional[GroupDescription]:
         conn = await self.cluster.coordinator(gid)
         if not conn.versions.supported(ApiKey.CONSUMER_GROUP_DESCRIBE):
             return None
-        if conn.versions.supported(ApiKey.LIST_GROUPS, range(5, 100)):
-            # ListGroups v5 names each group's type: ask ConsumerGroupDescribe only for a
-            # consumer-protocol group (some brokers, e.g. tansu 0.6, describe any group with it,
-            # a classic one as a member-less "consumer" group, where Kafka says GROUP_ID_NOT_FOUND)
-            lg = _request_codec(ApiKey.LIST_GROUPS)
-            listed = await self.cluster.coordinator_request(gid, lg.cls(states_filter=[], types_filter=[]))
-            if listed.error_code == ErrorCode.NONE:
-                types = {g.group_id: getattr(g, "group_type", "") for g in listed.groups}
-                if types.get(gid, "").lower() != "consumer":
-                    return None
+        # ListGroups v5 names each group's type: ask ConsumerGroupDescribe only for a
+        # consumer-protocol group (some brokers, e.g. tansu 0.6, describe any group with it,
+        # a classic one as a member-less "consumer" group, where Kafka says GROUP_ID_NOT_FOUND)
+        listed = await self._listed_type(gid)
+        if listed is not None and listed != "consumer":
+            return None
         codec = _request_codec(ApiKey.CONSUMER_GROUP_DESCRIBE)
         resp = await self.cluster.coordinator_request(gid, codec.cls(group_ids=[gid]))
         g = resp.groups[0] if resp.groups else None

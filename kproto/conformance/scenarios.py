@@ -1004,3 +1004,243 @@ def describe_client_quotas(ctx: Context) -> ScenarioGen:
     """The quotas of a client id nobody has configured."""
     yield ctx.call(ApiKey.DESCRIBE_CLIENT_QUOTAS, strict=False, components=[
         {"entity_type": "client-id", "match_type": 0, "match": ctx.group("client")}])
+
+
+# -- share groups (KIP-932) ----------------------------------------------------------------------
+SHARE_MEMBER = "kproto-conformance-shr01"
+#: How long a share fetch that expects records may wait: Kafka hands out records (and answers for
+#: a share-partition it initializes) once its persister has answered, after a fetch of 0 ms
+WAIT = 3000
+
+
+def share_hb(ctx: Context, g: str, epoch: int, label: str, member: str = SHARE_MEMBER,
+             topics: Optional[List[str]] = None, **kw: Any) -> Any:
+    return ctx.call(ApiKey.SHARE_GROUP_HEARTBEAT, group_id=g, member_id=member, member_epoch=epoch,
+                    rack_id=None, subscribed_topic_names=topics, label=label, **kw)
+
+
+def share_join(ctx: Context, g: str, suffix: str = "t", member: str = SHARE_MEMBER,
+               compare: Optional[bool] = False) -> ScenarioGen:
+    """Join a share group and heartbeat until the topic's partitions are assigned (Kafka assigns
+    them once their share-partition state is initialized, about a second later); returns the
+    member epoch."""
+    first = yield share_hb(ctx, g, 0, "ShareGroupHeartbeat join", member, [ctx.topic(suffix)], compare=compare,
+                           retry=_coordinator_loading)
+    last = yield share_hb(ctx, g, first.member_epoch, "ShareGroupHeartbeat assigned", member, compare=compare,
+                          retry=lambda r: r.error_code == 0 and r.assignment is None)
+    return last.member_epoch
+
+
+def share_fetch(ctx: Context, g: str, epoch: int, label: str, suffix: str = "t", partitions: Any = (0,),
+                acks: Optional[Dict[int, list]] = None, wait: int = 0, compare: Optional[bool] = None,
+                **kw: Any) -> Any:
+    acks = acks or {}
+    return ctx.call(ApiKey.SHARE_FETCH, label=label, compare=compare, group_id=g, member_id=SHARE_MEMBER,
+                    share_session_epoch=epoch, max_wait_ms=wait, min_bytes=1, max_bytes=MB, max_records=500,
+                    batch_size=500, forgotten_topics_data=[], topics=[{"topic_id": ctx.topic_id(suffix), "partitions": [
+                        {"partition_index": p, "partition_max_bytes": MB, "acknowledgement_batches": [
+                            {"first_offset": a, "last_offset": z, "acknowledge_types": list(t)}
+                            for a, z, t in acks.get(p, [])]} for p in sorted(set(partitions) | set(acks))]}], **kw)
+
+
+@_sc(ApiKey.SHARE_GROUP_HEARTBEAT, topics=[_t("t", 2)])
+def share_group_heartbeat(ctx: Context) -> ScenarioGen:
+    """Join (epoch 2, nothing assigned until the partitions' state is initialized), the
+    assignment, invalid requests, a greater epoch (fenced), an unknown member, leave twice."""
+    g = ctx.group()
+    yield share_hb(ctx, g, 0, "ShareGroupHeartbeat no member id", "", [ctx.topic("t")])
+    yield share_hb(ctx, g, 0, "ShareGroupHeartbeat no subscription", topics=[])
+    yield share_hb(ctx, g, 3, "ShareGroupHeartbeat unknown group")
+    yield share_hb(ctx, g, -1, "ShareGroupHeartbeat leave unknown group")
+    epoch = yield from share_join(ctx, g, compare=True)
+    yield share_hb(ctx, g, epoch, "ShareGroupHeartbeat steady")
+    yield share_hb(ctx, g, epoch + 5, "ShareGroupHeartbeat fenced epoch")
+    yield share_hb(ctx, g, 3, "ShareGroupHeartbeat unknown member", "kproto-conformance-none")
+    yield share_hb(ctx, g, -1, "ShareGroupHeartbeat leave")
+    yield share_hb(ctx, g, -1, "ShareGroupHeartbeat leave again")
+
+
+@_sc(ApiKey.SHARE_GROUP_DESCRIBE, topics=[_t("t", 2)])
+def share_group_describe(ctx: Context) -> ScenarioGen:
+    """A share group with one member and its assignment; with authorized operations; a classic
+    group, an unknown group and the empty group id."""
+    g = ctx.group()
+    yield from share_join(ctx, g)
+    classic = ctx.group("classic")
+    yield from join_sync(ctx, classic)
+    yield ctx.call(ApiKey.SHARE_GROUP_DESCRIBE, group_ids=[g, classic, ctx.group("none"), ""],
+                   include_authorized_operations=False)
+    yield ctx.call(ApiKey.SHARE_GROUP_DESCRIBE, group_ids=[g], include_authorized_operations=True,
+                   label="ShareGroupDescribe authorized operations")
+
+
+@_sc(ApiKey.SHARE_FETCH, topics=[_t("t")])
+def share_fetch_acknowledge(ctx: Context) -> ScenarioGen:
+    """A share session: opened (the share-partition initialized at the latest offset), records
+    acquired, acknowledged in the next fetch (accept, release, reject: the released record is
+    delivered again), an acknowledgement past the acquired records, a fetch with nothing left,
+    a wrong session epoch, the session closed with a final acknowledgement, then gone."""
+    g = ctx.group()
+    yield from share_join(ctx, g)
+    yield share_fetch(ctx, g, 0, "ShareFetch open session", wait=WAIT)
+    yield produce(ctx, "t", batch(ctx.t0, 3))
+    yield share_fetch(ctx, g, 1, "ShareFetch acquire", wait=WAIT)
+    yield share_fetch(ctx, g, 2, "ShareFetch accept release reject", acks={0: [(0, 2, [1, 2, 3])]}, wait=WAIT)
+    yield share_fetch(ctx, g, 3, "ShareFetch past acquired", acks={0: [(7, 7, [1])]})
+    yield share_fetch(ctx, g, 4, "ShareFetch nothing left", acks={0: [(1, 1, [1])]}, wait=100)
+    yield share_fetch(ctx, g, 9, "ShareFetch wrong epoch")
+    yield share_fetch(ctx, g, 0, "ShareFetch acknowledgements on open", acks={0: [(0, 0, [1])]})
+    yield share_fetch(ctx, g, -1, "ShareFetch close", partitions=())
+    yield share_fetch(ctx, g, 1, "ShareFetch closed session")
+
+
+@_sc(ApiKey.SHARE_ACKNOWLEDGE, topics=[_t("t")])
+def share_acknowledge(ctx: Context) -> ScenarioGen:
+    """ShareAcknowledge in a session: accept and reject what a fetch acquired, the same again
+    (the records are no longer acquired), epoch 0 and a wrong epoch, close with -1."""
+    g = ctx.group()
+    yield from share_join(ctx, g)
+    yield share_fetch(ctx, g, 0, "ShareFetch open session", compare=False, wait=WAIT)
+    yield produce(ctx, "t", batch(ctx.t0, 2))
+    yield share_fetch(ctx, g, 1, "ShareFetch acquire", compare=False, wait=WAIT)
+
+    def ack(epoch: int, label: str, batches: list) -> Any:
+        return ctx.call(ApiKey.SHARE_ACKNOWLEDGE, label=label, group_id=g, member_id=SHARE_MEMBER,
+                        share_session_epoch=epoch, topics=[{"topic_id": ctx.topic_id("t"), "partitions": [
+                            {"partition_index": 0, "acknowledgement_batches": [
+                                {"first_offset": a, "last_offset": z, "acknowledge_types": list(t)}
+                                for a, z, t in batches]}]}] if batches else [])
+    yield ack(2, "ShareAcknowledge", [(0, 1, [1, 3])])
+    yield ack(3, "ShareAcknowledge again", [(0, 0, [1])])
+    yield ack(0, "ShareAcknowledge epoch 0", [])
+    yield ack(9, "ShareAcknowledge wrong epoch", [])
+    yield ack(-1, "ShareAcknowledge close", [])
+    yield ack(5, "ShareAcknowledge closed session", [])
+
+
+def _share_start_below(offset: int) -> Any:
+    def below(resp: Any) -> bool:
+        parts = [p for g in resp.groups for t in g.topics for p in t.partitions]
+        return any(p.start_offset < offset for p in parts)
+    return below
+
+
+def _share_offsets_setup(ctx: Context, g: str) -> ScenarioGen:
+    """A member that acquires three records, accepts the first and leaves (its last two are
+    released)."""
+    epoch = yield from share_join(ctx, g)
+    yield share_fetch(ctx, g, 0, "ShareFetch open session", compare=False, wait=WAIT)
+    yield produce(ctx, "t", batch(ctx.t0, 3))
+    yield share_fetch(ctx, g, 1, "ShareFetch acquire", compare=False, wait=WAIT)
+    yield share_fetch(ctx, g, 2, "ShareFetch accept", acks={0: [(0, 0, [1])]}, compare=False, wait=50)
+    return epoch
+
+
+@_sc(ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS, topics=[_t("t")])
+def describe_share_group_offsets(ctx: Context) -> ScenarioGen:
+    """A share group's start offset and lag after one record of three was accepted (all topics
+    and by name); an unknown topic; an unknown group."""
+    g = ctx.group()
+    yield from _share_offsets_setup(ctx, g)
+    # Kafka answers the fetch before its persister has the acknowledgement: the call is
+    # repeated until the state is written (the start offset is -1 before)
+    yield ctx.call(ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS, groups=[{"group_id": g, "topics": None}],
+                   label="DescribeShareGroupOffsets all", retry=_share_start_below(0))
+    yield ctx.call(ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS, groups=[{"group_id": g, "topics": [
+        {"topic_name": ctx.topic("t"), "partitions": [0]}]}, {"group_id": ctx.group("none"), "topics": None}])
+
+
+@_sc(ApiKey.ALTER_SHARE_GROUP_OFFSETS, topics=[_t("t")])
+def alter_share_group_offsets(ctx: Context) -> ScenarioGen:
+    """Alter a share group's start offset while it has a member (refused), after it left, for an
+    unknown topic; an unknown group."""
+    g = ctx.group()
+    epoch = yield from _share_offsets_setup(ctx, g)
+
+    def alter(group: str, label: str, topic: str = "t") -> Any:
+        return ctx.call(ApiKey.ALTER_SHARE_GROUP_OFFSETS, label=label, group_id=group, topics=[
+            {"topic_name": ctx.topic(topic), "partitions": [{"partition_index": 0, "start_offset": 2}]}])
+    yield alter(g, "AlterShareGroupOffsets member")
+    yield share_hb(ctx, g, -1, "ShareGroupHeartbeat leave", compare=False)
+    yield alter(g, "AlterShareGroupOffsets")
+    yield alter(g, "AlterShareGroupOffsets unknown topic", "missing")
+    yield alter(ctx.group("none"), "AlterShareGroupOffsets unknown group")
+    yield ctx.call(ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS, groups=[{"group_id": g, "topics": None}],
+                   label="DescribeShareGroupOffsets after", compare=True)
+
+
+@_sc(ApiKey.DELETE_SHARE_GROUP_OFFSETS, topics=[_t("t")])
+def delete_share_group_offsets(ctx: Context) -> ScenarioGen:
+    """Delete a share group's offsets while it has a member (refused), after it left, an
+    unknown topic; an unknown group."""
+    g = ctx.group()
+    yield from _share_offsets_setup(ctx, g)
+
+    def delete(group: str, label: str, *topics: str) -> Any:
+        return ctx.call(ApiKey.DELETE_SHARE_GROUP_OFFSETS, label=label, group_id=group,
+                        topics=[{"topic_name": ctx.topic(t)} for t in topics])
+    yield delete(g, "DeleteShareGroupOffsets member", "t")
+    yield share_hb(ctx, g, -1, "ShareGroupHeartbeat leave", compare=False)
+    yield delete(g, "DeleteShareGroupOffsets", "t", "missing")
+    yield delete(ctx.group("none"), "DeleteShareGroupOffsets unknown group", "t")
+    yield ctx.call(ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS, groups=[{"group_id": g, "topics": None}],
+                   label="DescribeShareGroupOffsets after", compare=True)
+
+
+@_sc(ApiKey.LIST_GROUPS, topics=[_t("t")], versions=range(5, 6))
+def list_groups_share(ctx: Context) -> ScenarioGen:
+    """A share group by type filter (and not under another type), then empty after its member left."""
+    g = ctx.group()
+    yield from share_join(ctx, g)
+    yield ctx.call(ApiKey.LIST_GROUPS, states_filter=[], types_filter=["share"], view=_own("groups", g),
+                   label="ListGroups share")
+    yield ctx.call(ApiKey.LIST_GROUPS, states_filter=[], types_filter=["consumer"], view=_own("groups", g),
+                   label="ListGroups consumer")
+    yield share_hb(ctx, g, -1, "ShareGroupHeartbeat leave", compare=False)
+    yield ctx.call(ApiKey.LIST_GROUPS, states_filter=["Empty"], types_filter=[], view=_own("groups", g),
+                   label="ListGroups empty")
+
+
+@_sc(ApiKey.DELETE_GROUPS, topics=[_t("t")])
+def delete_groups_share(ctx: Context) -> ScenarioGen:
+    """DescribeGroups of a share group (not a classic group), DeleteGroups of it with a member
+    (refused) and after the member left; ShareGroupDescribe once it is gone."""
+    g = ctx.group()
+    yield from share_join(ctx, g)
+    yield ctx.call(ApiKey.DESCRIBE_GROUPS, groups=[g], include_authorized_operations=False,
+                   label="DescribeGroups share group", compare=True)
+    yield ctx.call(ApiKey.DELETE_GROUPS, groups_names=[g], label="DeleteGroups member")
+    yield share_hb(ctx, g, -1, "ShareGroupHeartbeat leave", compare=False)
+    yield ctx.call(ApiKey.DELETE_GROUPS, groups_names=[g])
+    yield ctx.call(ApiKey.SHARE_GROUP_DESCRIBE, group_ids=[g], include_authorized_operations=False,
+                   label="ShareGroupDescribe deleted", compare=True)
+
+
+def _state_call(ctx: Context, api: int, g: str, label: str, compare: bool = True, **partition: Any) -> Any:
+    return ctx.call(api, label=label, group_id=g, compare=compare, topics=[
+        {"topic_id": ctx.topic_id("t"), "partitions": [{"partition": 0, **partition}]}])
+
+
+@_sc(ApiKey.INITIALIZE_SHARE_GROUP_STATE, topics=[_t("t")])
+def share_group_state_rpcs(ctx: Context) -> ScenarioGen:
+    """The persister's RPCs as a broker sends them to the share coordinator: initialize a
+    share-partition's state, read it, write it (a stale state epoch, then a good write), its
+    summary, delete it and read again."""
+    g = ctx.group()
+    key = f"{g}:{ctx.topic_id('t')}:0"
+    yield ctx.call(ApiKey.FIND_COORDINATOR, key_type=2, key=key, coordinator_keys=[key], compare=False,
+                   retry=lambda r: any(c.error_code in TRANSIENT_COORDINATOR_ERRORS for c in r.coordinators))
+    I, R, W = ApiKey.INITIALIZE_SHARE_GROUP_STATE, ApiKey.READ_SHARE_GROUP_STATE, ApiKey.WRITE_SHARE_GROUP_STATE
+    yield _state_call(ctx, R, g, "ReadShareGroupState uninitialized", leader_epoch=0)
+    yield _state_call(ctx, I, g, "InitializeShareGroupState", state_epoch=1, start_offset=5)
+    yield _state_call(ctx, R, g, "ReadShareGroupState", leader_epoch=0)
+    batches = [{"first_offset": 6, "last_offset": 7, "delivery_state": 2, "delivery_count": 1}]
+    yield _state_call(ctx, W, g, "WriteShareGroupState stale state epoch", state_epoch=0, leader_epoch=0,
+                      start_offset=6, delivery_complete_count=2, state_batches=batches)
+    yield _state_call(ctx, W, g, "WriteShareGroupState", state_epoch=1, leader_epoch=0,
+                      start_offset=6, delivery_complete_count=2, state_batches=batches)
+    yield _state_call(ctx, R, g, "ReadShareGroupState written", leader_epoch=0)
+    yield _state_call(ctx, ApiKey.READ_SHARE_GROUP_STATE_SUMMARY, g, "ReadShareGroupStateSummary",
+                      leader_epoch=0)
+    yield _state_call(ctx, ApiKey.DELETE_SHARE_GROUP_STATE, g, "DeleteShareGroupState")
+    yield _state_call(ctx, R, g, "ReadShareGroupState deleted", leader_epoch=0)

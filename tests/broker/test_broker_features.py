@@ -57,10 +57,11 @@ def test_registry_records_kafka_4_4_and_what_kproto_finalizes():
         "metadata.version": 33, "kraft.version": 1, "group.version": 1, "transaction.version": 2,
         "share.version": 2, "streams.version": 1, "eligible.leader.replicas.version": 1}
     # kproto: only what it implements
-    assert feat.default_levels() == {"metadata.version": 21, "group.version": 1,
+    assert feat.default_levels() == {"metadata.version": 21, "group.version": 1, "share.version": 2,
                                      **({"transaction.version": feat.TRANSACTION_VERSION_LEVEL}
                                         if feat.TRANSACTION_VERSION_LEVEL else {})}
-    assert "share.version" not in feat.supported_features()
+    assert feat.supported_features()["share.version"] == (0, 2)
+    assert "streams.version" not in feat.supported_features()
 
 
 def test_update_order_is_kafkas_hash_map_order():
@@ -125,8 +126,8 @@ def test_update_features_validate_only_then_downgrade_persists(tmp_path):
                                 "The controller does not support the given upgrade type."),
     ([("kraft.version", 0, 2)], "Invalid update version 0 for feature kraft.version. "
                                 "Can't downgrade the version of this feature."),
-    ([("share.version", 1, 1), ("group.version", 1, 1)],
-     "Invalid update version 1 for feature share.version. Local controller 1 does not support this feature."),
+    ([("streams.version", 1, 1), ("group.version", 1, 1)],
+     "Invalid update version 1 for feature streams.version. Local controller 1 does not support this feature."),
 ])
 def test_update_features_errors(core, updates, reason):
     client = Client(core)

@@ -42,7 +42,7 @@ from typing import Any, Callable, Optional, Sequence
 from kproto.broker.configs import BrokerConfig
 from kproto.broker.cluster.controller_node import CONTROLLER_APIS, RAFT_APIS
 from kproto.broker.features import supported_features
-from kproto.broker.core import (IMPLEMENTED, BrokerCore, Request, find_coordinator_message,
+from kproto.broker.core import (IMPLEMENTED, SHARE_VERSIONS, BrokerCore, Request, find_coordinator_message,
                                 metadata_request_topics)
 from kproto.broker.log import BrokerError, Log, topic_name_error
 from kproto.storage.metadata_image import (BROKER_RESOURCE, NO_LEADER, TOPIC_RESOURCE,
@@ -200,7 +200,10 @@ class ClusterBrokerCore(BrokerCore):
 
     sparse_logs = True
     state_files = False
-    implemented = {**IMPLEMENTED, ApiKey.WRITE_TXN_MARKERS: (0, WRITE_TXN_MARKERS_VERSION)}
+    # share groups are the single broker's only (their state topic and share-partitions would
+    # need the cluster's leadership)
+    implemented = {**{k: v for k, v in IMPLEMENTED.items() if k not in SHARE_VERSIONS},
+                   ApiKey.WRITE_TXN_MARKERS: (0, WRITE_TXN_MARKERS_VERSION)}
 
     def __init__(self, data_dir: str, config: BrokerConfig, *, voters: Sequence[int],
                  transport: RaftTransport, raft_config: Optional[RaftConfig] = None,

@@ -460,6 +460,8 @@ class QuorumController:
                       feat.TRANSACTION_VERSION: self.config.transaction_version}
             if not levels[feat.TRANSACTION_VERSION]:
                 del levels[feat.TRANSACTION_VERSION]
+            # the cluster's brokers serve no share groups (the single broker does)
+            levels.pop(feat.SHARE_VERSION, None)
             self._write([(metadata_record(12)(name=name, feature_level=level), 0)
                          for name, level in sorted(levels.items(), key=lambda x: x[0] != feat.METADATA_VERSION)] + [
                 (metadata_record(4)(resource_type=BROKER_RESOURCE, resource_name="", name=k, value=v), 0)

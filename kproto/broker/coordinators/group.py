@@ -296,10 +296,23 @@ class GroupCoordinator:
             DelayedOperationPurgatory("Heartbeat", core.timer)
         # KIP-848 consumer groups: their own state machine, sharing __consumer_offsets
         self.consumer = ConsumerGroupCoordinator(self)
+        #: KIP-932 share groups (set by the broker): ListGroups, DescribeGroups and DeleteGroups
+        #: answer for them too
+        self.share: Optional[Any] = None
         if OFFSETS_TOPIC in core.logs.topics:
             self._load()
 
     # -------------------------------------------------------------- plumbing
+    def group_type(self, group_id: str) -> Optional[str]:
+        """'classic' or 'consumer' for a group of that id here (None: there is none)."""
+        if group_id in self.consumer.groups:
+            return "consumer"
+        g = self.groups.get(group_id)
+        return "classic" if g is not None and g.state != DEAD else None
+
+    def _is_share(self, group_id: str) -> bool:
+        return self.share is not None and group_id in self.share.groups
+
     def now(self) -> int:
         return self.core.clock.now_ms()
 
@@ -1078,7 +1091,8 @@ class GroupCoordinator:
             # backward compatibility)
             if group is None or group.state == DEAD:
                 code = E.GROUP_ID_NOT_FOUND if version >= 6 else E.NONE
-                what = "is not a classic group" if gid in self.consumer.groups else "not found"
+                what = ("is not a classic group" if gid in self.consumer.groups or self._is_share(gid)
+                        else "not found")
                 out.append(cls.DescribedGroup(
                     error_code=code, error_message=f"Group {gid} {what}." if code else None,
                     group_id=gid, group_state=DEAD, protocol_type="", protocol_data="", members=[]))
@@ -1112,6 +1126,10 @@ class GroupCoordinator:
                 continue
             out.append(cls.ListedGroup(group_id=cg.group_id, protocol_type="consumer",
                                        group_state=cg.state, group_type="consumer"))
+        if self.share is not None and (not types or "share" in types):
+            for gid, state in self.share.listed(states):
+                out.append(cls.ListedGroup(group_id=gid, protocol_type="share", group_state=state,
+                                           group_type="share"))
         respond(cls(error_code=E.NONE, groups=out))
 
     def delete_groups(self, body: Any, version: int, respond: Respond) -> None:
@@ -1126,6 +1144,9 @@ class GroupCoordinator:
             message: Optional[str] = None
             if cg is not None:  # (the empty group id is an unknown group, as in Kafka)
                 code = self.consumer.delete_group(cg)
+            elif self._is_share(gid):
+                assert self.share is not None
+                code = self.share.delete_group(gid)
             elif group is None or group.state == DEAD:
                 code, message = E.GROUP_ID_NOT_FOUND, f"Group {gid} not found."
             elif group.state != EMPTY:

@@ -1,0 +1,390 @@
+"""ShareFetch and ShareAcknowledge (KIP-932, Kafka's ``SharePartitionManager``): share sessions and
+the share-partitions of every share group on this broker, sans-I/O.
+
+A member's share session (keyed by group and member id, bound to its connection as in Kafka 4.x)
+holds the partitions it fetches; its epoch is 0 to open it, then counts up by one per request, and
+-1 closes it (acknowledging without fetching). Closing the session, its connection or leaving the
+group releases what the member still holds. A fetch first applies the request's
+acknowledgements, then acquires records for the member from each partition of the session; with
+nothing to hand out it waits (up to ``max_wait_ms``) in the broker's fetch purgatory, where an
+append to one of the partitions wakes it.
+
+Share-partitions are created at their first fetch from the persisted state (its start offset,
+or where ``share.auto.offset.reset`` says when there is none: ``latest`` the high watermark,
+``earliest`` the log start); every change is written through the persister.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Hashable, Optional
+
+from kproto.broker.context import BrokerContext
+from kproto.broker.coordinators.share_group import ShareGroupCoordinator
+from kproto.broker.coordinators.share_state import ShareStateCoordinator
+from kproto.broker.log import BrokerError
+from kproto.broker.purgatory import DelayedOperation
+from kproto.broker.share_partition import AcknowledgeError, SharePartition, ShareLimits
+from kproto.codecs import response as response_codec
+from kproto.codecs.primitives import Uuid
+from kproto.error_codes import ErrorCode as E
+from kproto.errors import DecodeError
+from kproto.records import RecordBatch
+from kproto.records.reader import BatchReader
+from kproto.schemas.api_keys import ApiKey
+
+__all__ = ["SharePartitionManager", "ShareSession"]
+
+Respond = Callable[[Any], None]
+TP = tuple[Uuid, int]
+_INITIAL, _FINAL = 0, -1
+_INT32_MAX = 2**31 - 1
+
+
+@dataclass
+class ShareSession:
+    """One member's share session: the partitions it fetches and the epoch it must send next."""
+
+    group_id: str
+    member_id: str
+    channel: Any
+    epoch: int = 1
+    partitions: dict[TP, None] = field(default_factory=dict)
+
+
+class _DelayedShareFetch(DelayedOperation):
+    """A ShareFetch with nothing to hand out yet: completes when a partition has records to
+    acquire, or at ``max_wait_ms``."""
+
+    def __init__(self, mgr: SharePartitionManager, session: ShareSession, req: Any, acks: dict[TP, tuple[int, Optional[str]]],
+                 max_wait_ms: int) -> None:
+        super().__init__(max_wait_ms)
+        self.mgr, self.session, self.req, self.acks = mgr, session, req, acks
+
+    def try_complete(self) -> bool:
+        if self.mgr.acquirable(self.session):
+            return self.force_complete()
+        return False
+
+    def on_complete(self) -> None:
+        self.mgr.answer_fetch(self.session, self.req, self.acks, set())
+
+
+class SharePartitionManager:
+    """Share sessions and share-partitions; handles ShareFetch and ShareAcknowledge."""
+
+    def __init__(self, core: BrokerContext, persister: ShareStateCoordinator, groups: ShareGroupCoordinator) -> None:
+        self.core, self.persister, self.groups = core, persister, groups
+        self.partitions: dict[tuple[str, Uuid, int], SharePartition] = {}
+        self.sessions: dict[tuple[str, str], ShareSession] = {}
+        groups.events = self
+
+    # ------------------------------------------------------------------ settings
+    def limits(self) -> ShareLimits:
+        c = self.core.config
+        return ShareLimits(int(getattr(c, "group_share_record_lock_duration_ms", 30000)),
+                           int(getattr(c, "group_share_delivery_count_limit", 5)),
+                           int(getattr(c, "group_share_partition_max_record_locks", 2000)))
+
+    def _names(self) -> dict[Uuid, str]:
+        return {tid: n for n, (tid, _, _) in self.core.known_topics().items()}
+
+    # ------------------------------------------------------------------ share-partitions
+    def _partition(self, gid: str, tid: Uuid, topic: str, p: int) -> tuple[SharePartition, bool]:
+        """The share-partition (and whether it was created now), :class:`BrokerError` when the
+        partition is not here."""
+        key = (gid, tid, p)
+        sp = self.partitions.get(key)
+        if sp is not None:
+            return sp, False
+        if gid not in self.groups.groups:
+            # no share group of that id: its share-partition state cannot be initialized
+            raise BrokerError(E.UNKNOWN_SERVER_ERROR)
+        lg = self.core.logs.get(topic, p)
+        if lg is None:
+            raise BrokerError(E.UNKNOWN_TOPIC_OR_PARTITION)
+        state = self.persister.read(key)
+        if state is None:
+            self.persister.initialize(key, 0, -1)
+            state = self.persister.read(key)
+            assert state is not None
+        start = state.start_offset
+        if start < 0:
+            reset = str(getattr(self.core.config, "share_auto_offset_reset", "latest"))
+            start = lg.log_start_offset if reset == "earliest" else lg.high_watermark
+        start = max(start, lg.log_start_offset)
+        sp = SharePartition(gid, topic, p, start, self.core.timer, self.limits, self._changed,
+                            batches=state.batches, topic_id=tid)
+        self.partitions[key] = sp
+        return sp, True
+
+    def _changed(self, sp: SharePartition) -> None:
+        tid: Uuid = sp.topic_id
+        key = (sp.group_id, tid, sp.partition)
+        state = self.persister.read(key)
+        epoch = state.state_epoch if state is not None else 0
+        lg = self.core.logs.get(sp.topic, sp.partition)
+        leader_epoch = lg.leader_epoch if lg is not None else -1
+        if state is None:
+            self.persister.initialize(key, 0, sp.start_offset)
+        self.persister.write(key, epoch, leader_epoch, sp.start_offset, sp.delivery_complete_count, sp.batches())
+
+    # ------------------------------------------------------------------ events from the coordinator
+    def member_left(self, group_id: str, member_id: str) -> None:
+        self._close_session(self.sessions.get((group_id, member_id)))
+        for (gid, _, _), sp in list(self.partitions.items()):
+            if gid == group_id:
+                sp.release_member(member_id)
+        group = self.groups.groups.get(group_id)
+        if group is not None and not group.members:
+            self._drop_group(group_id)  # an empty group's share-partitions are read back when next fetched
+
+    def group_deleted(self, group_id: str) -> None:
+        self._drop_group(group_id)
+
+    def reset_partition(self, group_id: str, topic_id: Uuid, partition: int) -> None:
+        sp = self.partitions.pop((group_id, topic_id, partition), None)
+        if sp is not None:
+            sp.close()
+
+    def _drop_group(self, group_id: str) -> None:
+        for key in [k for k in self.partitions if k[0] == group_id]:
+            self.partitions.pop(key).close()
+
+    def connection_closed(self, channel: Any) -> None:
+        """A connection went: the share sessions on it end, their records are released."""
+        for s in [s for s in self.sessions.values() if s.channel is channel]:
+            self._close_session(s)
+
+    def _close_session(self, s: Optional[ShareSession]) -> None:
+        if s is None or self.sessions.get((s.group_id, s.member_id)) is not s:
+            return
+        del self.sessions[(s.group_id, s.member_id)]
+        for (gid, _, _), sp in list(self.partitions.items()):
+            if gid == s.group_id:
+                sp.release_member(s.member_id)
+
+    # ------------------------------------------------------------------ sessions
+    def _session(self, channel: Any, gid: str, mid: str, epoch: int) -> ShareSession:
+        """The session a request of ``epoch`` belongs to; :class:`BrokerError` with
+        SHARE_SESSION_NOT_FOUND or INVALID_SHARE_SESSION_EPOCH."""
+        s = self.sessions.get((gid, mid))
+        if epoch == _INITIAL:
+            if s is not None:
+                self._close_session(s)
+            s = self.sessions[(gid, mid)] = ShareSession(gid, mid, channel)
+            return s
+        if s is None:
+            raise BrokerError(E.SHARE_SESSION_NOT_FOUND)
+        if epoch != _FINAL:
+            if epoch != s.epoch:
+                raise BrokerError(E.INVALID_SHARE_SESSION_EPOCH)
+            s.epoch = 1 if s.epoch == _INT32_MAX else s.epoch + 1
+        return s
+
+    def _acknowledge(self, gid: str, mid: str, topics: Any, names: dict[Uuid, str]) -> dict[TP, tuple[int, Optional[str]]]:
+        """Apply each partition's acknowledgement batches: (error code, message) per partition."""
+        out: dict[TP, tuple[int, Optional[str]]] = {}
+        for t in topics:
+            name = names.get(t.topic_id)
+            for p in t.partitions:
+                batches = p.acknowledgement_batches
+                if not batches:
+                    continue
+                tp = (t.topic_id, p.partition_index)
+                if name is None:
+                    out[tp] = (E.UNKNOWN_TOPIC_ID, None)
+                    continue
+                try:
+                    sp, _ = self._partition(gid, t.topic_id, name, p.partition_index)
+                    sp.acknowledge(mid, [(b.first_offset, b.last_offset, list(b.acknowledge_types))
+                                         for b in batches])
+                    out[tp] = (E.NONE, None)
+                except AcknowledgeError as exc:
+                    out[tp] = (exc.code, exc.message)
+                except BrokerError as exc:
+                    out[tp] = (exc.code, None)
+        return out
+
+    # ------------------------------------------------------------------ ShareFetch
+    def fetch(self, req: Any) -> None:
+        """ShareFetch (``req``: the core's request, with channel, body, version and respond)."""
+        cls = response_codec(ApiKey.SHARE_FETCH).cls
+        body = req.body
+        gid, mid, epoch = body.group_id or "", body.member_id or "", body.share_session_epoch
+        if not gid or not mid:
+            req.respond(cls(error_code=E.INVALID_REQUEST, responses=[], node_endpoints=[]))
+            return
+        has_acks = any(p.acknowledgement_batches for t in body.topics for p in t.partitions)
+        if epoch == _INITIAL and has_acks:
+            req.respond(cls(error_code=E.INVALID_REQUEST, responses=[], node_endpoints=[]))
+            return
+        try:
+            session = self._session(req.channel, gid, mid, epoch)
+        except BrokerError as exc:
+            req.respond(cls(error_code=exc.code, responses=[], node_endpoints=[]))
+            return
+        names = self._names()
+        acks = self._acknowledge(gid, mid, body.topics, names)
+        if epoch == _FINAL:
+            self._close_session(session)
+            req.respond(self._response(cls, acks, {}, acquisition=self.limits().lock_duration_ms))
+            return
+        for t in body.forgotten_topics_data:
+            for p in t.partitions:
+                session.partitions.pop((t.topic_id, p), None)
+        for t in body.topics:
+            for p in t.partitions:
+                session.partitions[(t.topic_id, p.partition_index)] = None
+        created: set[TP] = set()
+        for tid, p in session.partitions:
+            name = names.get(tid)
+            if name is not None:
+                try:
+                    if self._partition(gid, tid, name, p)[1]:
+                        created.add((tid, p))
+                except BrokerError:
+                    pass
+        if not created and body.max_wait_ms > 0 and body.min_bytes > 0 and not self.acquirable(session):
+            op = _DelayedShareFetch(self, session, req, acks, body.max_wait_ms)
+            keys: list[Hashable] = [(names[t], p) for t, p in session.partitions if t in names]
+            self.core.fetch_purgatory.try_complete_else_watch(op, keys)
+            return
+        self.answer_fetch(session, req, acks, created)
+
+    def acquirable(self, session: ShareSession) -> bool:
+        """Whether a partition of the session has records to hand out now (or an error to tell)."""
+        names = self._names()
+        for tid, p in session.partitions:
+            name = names.get(tid)
+            if name is None:
+                return True
+            sp = self.partitions.get((session.group_id, tid, p))
+            lg = self.core.logs.get(name, p)
+            if sp is None or lg is None or sp.can_acquire(lg.high_watermark):
+                return True
+        return False
+
+    def answer_fetch(self, session: ShareSession, req: Any, acks: dict[TP, tuple[int, Optional[str]]],
+                     created: set[TP]) -> None:
+        cls = response_codec(ApiKey.SHARE_FETCH).cls
+        body = req.body
+        names = self._names()
+        budget = max(body.max_bytes, 0)
+        max_records = body.max_records if req.version >= 1 else 500
+        strict = req.version >= 2 and body.share_acquire_mode == 1
+        data: dict[TP, tuple[int, bytes, list[tuple[int, int, int]]]] = {}
+        if self.sessions.get((session.group_id, session.member_id)) is session:
+            for tid, p in session.partitions:
+                name = names.get(tid)
+                if name is None:
+                    data[(tid, p)] = (E.UNKNOWN_TOPIC_ID, b"", [])
+                    continue
+                try:
+                    sp, _ = self._partition(session.group_id, tid, name, p)
+                    lg = self.core.logs.get(name, p)
+                    if lg is None:
+                        raise BrokerError(E.UNKNOWN_TOPIC_OR_PARTITION)
+                except BrokerError as exc:
+                    data[(tid, p)] = (exc.code, b"", [])
+                    continue
+                got: list[tuple[int, int, int]] = []
+                records = b""
+                if max_records > 0 and sp.can_acquire(lg.high_watermark):
+                    raw = lg.read(sp.next_fetch_offset(), budget, True, lg.high_watermark)
+                    spans = []
+                    try:
+                        for b in BatchReader(raw):
+                            if isinstance(b, RecordBatch):
+                                spans.append((b.base_offset, b.last_offset, b.is_control, b.position,
+                                              b.size_in_bytes))
+                    except DecodeError:
+                        pass
+                    got = sp.acquire(session.member_id, [(a, z, c) for a, z, c, _, _ in spans],
+                                     max_records)
+                    if strict and got:
+                        got = self._trim(sp, session.member_id, got, max_records)
+                    if got:
+                        lo, hi = got[0][0], got[-1][1]
+                        keep = [(pos, size) for a, z, _, pos, size in spans if z >= lo and a <= hi]
+                        records = bytes(raw[keep[0][0]:keep[-1][0] + keep[-1][1]])
+                        budget = max(0, budget - len(records))
+                        max_records -= sum(z - a + 1 for a, z, _ in got)
+                if got or (tid, p) in created:
+                    data[(tid, p)] = (E.NONE, records, got)
+        req.respond(self._response(cls, acks, data, acquisition=self.limits().lock_duration_ms))
+
+    @staticmethod
+    def _trim(sp: SharePartition, member_id: str, got: list[tuple[int, int, int]],
+              limit: int) -> list[tuple[int, int, int]]:
+        """record_limit mode: hand out exactly ``limit`` records, releasing the rest unchanged."""
+        out: list[tuple[int, int, int]] = []
+        left = limit
+        for a, z, c in got:
+            if left <= 0:
+                for off in range(a, z + 1):
+                    r = sp.records[off]
+                    r.state, r.member_id, r.lock = 0, None, 0
+                    r.delivery_count -= 1
+                continue
+            take = min(left, z - a + 1)
+            out.append((a, a + take - 1, c))
+            for off in range(a + take, z + 1):
+                r = sp.records[off]
+                r.state, r.member_id, r.lock = 0, None, 0
+                r.delivery_count -= 1
+            left -= take
+        return out
+
+    @staticmethod
+    def _response(cls: Any, acks: dict[TP, tuple[int, Optional[str]]],
+                  data: dict[TP, tuple[int, bytes, list[tuple[int, int, int]]]], acquisition: int) -> Any:
+        order: dict[Uuid, list[int]] = {}
+        for tid, p in list(acks) + list(data):
+            ps = order.setdefault(tid, [])
+            if p not in ps:
+                ps.append(p)
+        topics = []
+        for tid, ps in order.items():
+            parts = []
+            for p in ps:
+                code, records, got = data.get((tid, p), (E.NONE, b"", []))
+                ack_code, ack_msg = acks.get((tid, p), (E.NONE, None))
+                parts.append(cls.PartitionData(
+                    partition_index=p, error_code=code, error_message=None, acknowledge_error_code=ack_code,
+                    acknowledge_error_message=ack_msg, current_leader=cls.LeaderIdAndEpoch(leader_id=0, leader_epoch=0),
+                    records=records, acquired_records=[
+                        cls.AcquiredRecords(first_offset=a, last_offset=z, delivery_count=c) for a, z, c in got]))
+            topics.append(cls.ShareFetchableTopicResponse(topic_id=tid, partitions=parts))
+        return cls(error_code=E.NONE, acquisition_lock_timeout_ms=acquisition, responses=topics, node_endpoints=[])
+
+    # ------------------------------------------------------------------ ShareAcknowledge
+    def acknowledge(self, req: Any) -> None:
+        cls = response_codec(ApiKey.SHARE_ACKNOWLEDGE).cls
+        body = req.body
+        gid, mid, epoch = body.group_id or "", body.member_id or "", body.share_session_epoch
+        if not gid or not mid:
+            req.respond(cls(error_code=E.INVALID_REQUEST, responses=[], node_endpoints=[]))
+            return
+        if epoch == _INITIAL:
+            req.respond(cls(error_code=E.INVALID_SHARE_SESSION_EPOCH, responses=[], node_endpoints=[]))
+            return
+        try:
+            session = self._session(req.channel, gid, mid, epoch)
+        except BrokerError as exc:
+            req.respond(cls(error_code=exc.code, responses=[], node_endpoints=[]))
+            return
+        acks = self._acknowledge(gid, mid, body.topics, self._names())
+        if epoch == _FINAL:
+            self._close_session(session)
+        order: dict[Uuid, list[Any]] = {}
+        for (tid, p), (code, msg) in acks.items():
+            order.setdefault(tid, []).append(cls.PartitionData(
+                partition_index=p, error_code=code, error_message=msg,
+                current_leader=cls.LeaderIdAndEpoch(leader_id=0, leader_epoch=0)))
+        req.respond(cls(error_code=E.NONE, acquisition_lock_timeout_ms=self.limits().lock_duration_ms,
+                        node_endpoints=[], responses=[
+            cls.ShareAcknowledgeTopicResponse(topic_id=tid, partitions=ps) for tid, ps in order.items()]))
+
+    def shutdown(self) -> None:
+        for sp in self.partitions.values():
+            sp.close()

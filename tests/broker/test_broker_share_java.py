@@ -1,0 +1,72 @@
+"""Share groups with the Java 4.4 client's KafkaShareConsumer (``java_share/KprotoShare.java``) on
+kproto's broker and on Apache Kafka 4.4.0, the same outcome on both: two share consumers of one
+group each take a partition, the released first record of each partition comes back with delivery
+count 2, every record is accepted exactly once, and the group has no lag left."""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+import uuid
+
+import pytest
+
+from kproto.client.admin import Admin
+from kproto.client.cluster import Cluster
+from kproto.testing import apache, require_apache_kafka
+
+SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "java_share", "KprotoShare.java")
+RECORDS, PARTITIONS, CONSUMERS = 10, 2, 2
+
+
+@pytest.fixture(scope="module")
+def share_cp(tmp_path_factory):
+    """KprotoShare compiled against kafka-clients 4.4.0 (KafkaShareConsumer is 4.x's)."""
+    jars = apache.client_jars("4.4.0")
+    javac = shutil.which("javac")
+    assert javac, "Java 17 (javac) is needed for the Java interop tests"
+    out = str(tmp_path_factory.mktemp("java-share"))
+    proc = subprocess.run([javac, "-nowarn", "-encoding", "UTF-8", "-cp", os.pathsep.join(jars), "-d", out, SOURCE],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return os.pathsep.join([out, *jars])
+
+
+def run_share(cp: str, bootstrap: str, topic: str, group: str, *extra: str) -> list[dict]:
+    java = shutil.which("java")
+    assert java
+    proc = subprocess.run([java, "-Xmx512m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-cp", cp,
+                           "KprotoShare", bootstrap, topic, str(PARTITIONS), group, str(RECORDS), str(CONSUMERS),
+                           "90", *extra], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stderr[-6000:]}\n{proc.stdout[-3000:]}"
+    return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+
+
+async def share_offsets(bootstrap: str, group: str) -> dict:
+    async with await Cluster(bootstrap).start() as cluster:
+        return await Admin(cluster).list_share_group_offsets(group)
+
+
+@pytest.mark.kafka_broker(share_auto_offset_reset="earliest")
+@pytest.mark.parametrize("target", ["kproto", "apache"])
+def test_share_consumers_release_and_accept(target, share_cp, request):
+    if target == "apache":
+        require_apache_kafka()
+    broker = request.getfixturevalue("kafka_broker" if target == "kproto" else "apache_kafka")
+    topic, group = f"share-{uuid.uuid4().hex[:8]}", f"share-g-{uuid.uuid4().hex[:8]}"
+    # Apache Kafka: the group's share.auto.offset.reset (a group config); kproto: the broker's default
+    events = run_share(share_cp, broker.bootstrap, topic, group, *(["earliest"] if target == "apache" else []))
+    records = [e for e in events if e["event"] == "record"]
+    assert [e for e in events if e["event"] == "done"] == [{"event": "done", "accepted": RECORDS}]
+    accepted = sorted((e["partition"], e["offset"]) for e in records if e["ack"] == "accept")
+    assert accepted == sorted((p, o) for p in range(PARTITIONS) for o in range(RECORDS // PARTITIONS))
+    again = sorted((e["partition"], e["offset"], e["delivery"]) for e in records if e["delivery"] > 1)
+    assert again == [(p, 0, 2) for p in range(PARTITIONS)]
+    # each partition went to one consumer (the simple assignor: two members, two partitions)
+    owners = {e["partition"]: {x["consumer"] for x in records if x["partition"] == e["partition"]} for e in records}
+    assert all(len(c) == 1 for c in owners.values()) and len({min(c) for c in owners.values()}) == CONSUMERS
+    offsets = asyncio.run(share_offsets(broker.bootstrap, group))
+    assert sorted(offsets) == [(topic, p) for p in range(PARTITIONS)]
+    assert all(lag == 0 for _, lag in offsets.values()), offsets
