@@ -1,11 +1,12 @@
 """kproto's share consumer (KIP-932): the sans-I/O parts (share sessions, acknowledgement batches,
-acquired records, the member's heartbeats) on their own, then :class:`ShareConsumer` against Apache
-Kafka 4.4.0 (the shared ``apache_kafka`` node), alone and in one share group with Java's
-``KafkaShareConsumer`` (``java/KprotoShareMember.java``, kafka-clients 4.4.0).
+acquired records, the member's heartbeats) on their own, then :class:`ShareConsumer` against kproto's
+broker and Apache Kafka 4.4.0 (``any_broker``: the shared ``apache_kafka`` node), alone and in one
+share group with Java's ``KafkaShareConsumer`` (``java/KprotoShareMember.java``, kafka-clients 4.4.0),
+and against session errors and a lost connection that kproto's broker makes happen.
 
-Each test's group gets short locks and a small delivery limit through group configs
+On Apache Kafka each test's group gets short locks and a small delivery limit through group configs
 (IncrementalAlterConfigs on the group), which the harness's lowered floors allow, so one node
-serves every test.
+serves every test; kproto's broker gets the same values as broker settings.
 """
 from __future__ import annotations
 
@@ -19,10 +20,12 @@ import time
 import uuid
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import pytest
 
+from kproto.broker import Intercept
+from kproto.testing import BrokerThread
 from kproto.client.admin import Admin
 from kproto.client.cluster import Cluster
 from kproto.client.membership import MemberState
@@ -193,6 +196,11 @@ LOCK_MS, DELIVERY_LIMIT = 2000, 3
 GROUP_CONFIG = {"share.auto.offset.reset": "earliest", "share.record.lock.duration.ms": str(LOCK_MS),
                 "share.delivery.count.limit": str(DELIVERY_LIMIT), "share.heartbeat.interval.ms": "500",
                 "share.session.timeout.ms": "6000"}
+#: kproto's broker takes the group configs of :data:`GROUP_CONFIG` as broker settings
+KPROTO_SHARE_SETTINGS = {"group_share_record_lock_duration_ms": LOCK_MS,
+                         "group_share_delivery_count_limit": DELIVERY_LIMIT,
+                         "group_share_heartbeat_interval_ms": 500, "group_share_session_timeout_ms": 6000,
+                         "share_auto_offset_reset": "earliest"}
 
 
 def run(coro: Any, timeout: float = 90) -> Any:
@@ -203,29 +211,24 @@ def new_name(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
-async def setup(cluster: Cluster, topic: str, group: str, partitions: int, values: list[int],
+async def setup(cluster: Cluster, broker: Any, topic: str, group: str, partitions: int, values: list[int],
                 **config: str) -> None:
-    """The topic, the group's configs (:data:`GROUP_CONFIG` and ``config``) and the records."""
+    """The topic, the group's configs (:data:`GROUP_CONFIG` and ``config``; kproto's broker has
+    them as broker settings, from the test's ``kafka_broker`` marker) and the records."""
     admin = Admin(cluster)
     await admin.create_topics({topic: partitions})
-    await admin.alter_configs({("group", group): {**GROUP_CONFIG, **config}})
+    if not isinstance(broker, BrokerThread):
+        await admin.alter_configs({("group", group): {**GROUP_CONFIG, **config}})
     producer = await Producer(cluster).start()
     for i in values:
         await producer.send(topic, str(i).encode(), partition=i % partitions)
     await producer.close()
 
 
-async def group_lag(cluster: Cluster, group: str, topic: str, partitions: int) -> dict[int, int]:
+async def group_lag(cluster: Cluster, group: str) -> dict[int, Optional[int]]:
     """The lag of ``group`` per partition (DescribeShareGroupOffsets v1): how many records are
     neither acknowledged nor archived."""
-    codec = request_codec(ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS).cls
-    req = codec(groups=[codec.DescribeShareGroupOffsetsRequestGroup(group_id=group, topics=[
-        codec.DescribeShareGroupOffsetsRequestTopic(topic_name=topic, partitions=list(range(partitions)))])])
-    conn = await cluster.coordinator(group)
-    resp = await conn.request(req, conn.version(ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS, range(1, 2)))
-    g = resp.groups[0]
-    assert g.error_code == 0, g
-    return {p.partition_index: p.lag for t in g.topics for p in t.partitions}
+    return {p: lag for (_, p), (_, lag) in (await Admin(cluster).list_share_group_offsets(group)).items()}
 
 
 async def poll_until(consumer: ShareConsumer, count: int, deadline_s: float = 30) -> list:
@@ -236,7 +239,8 @@ async def poll_until(consumer: ShareConsumer, count: int, deadline_s: float = 30
     return got
 
 
-def test_release_and_an_expired_lock_deliver_again_and_the_limit_archives(apache_kafka):
+@pytest.mark.kafka_broker(**KPROTO_SHARE_SETTINGS)
+def test_release_and_an_expired_lock_deliver_again_and_the_limit_archives(any_broker):
     """Explicit acknowledgement: a RELEASE comes back with delivery count 2, a record left
     unacknowledged past its lock comes back to another member (and the late acknowledgement is
     refused), a record released at every delivery is archived after the third; the rest accepted
@@ -244,8 +248,8 @@ def test_release_and_an_expired_lock_deliver_again_and_the_limit_archives(apache
     topic, group = new_name("share-ack"), new_name("share-g")
 
     async def main():
-        async with Cluster(apache_kafka.bootstrap) as cluster:
-            await setup(cluster, topic, group, 1, list(range(10)))
+        async with Cluster(any_broker.bootstrap) as cluster:
+            await setup(cluster, any_broker, topic, group, 1, list(range(10)))
             a = await ShareConsumer(cluster, [topic], group_id=group, acknowledgement_mode="explicit",
                                     max_poll_records=10).start()
             await a.wait_for_assignment()
@@ -279,7 +283,7 @@ def test_release_and_an_expired_lock_deliver_again_and_the_limit_archives(apache
             await b.commit_sync()
             await asyncio.sleep(0.5)
             assert [r for r in await b.poll(0.5)] == []      # offset 2 archived at the limit
-            lags = await group_lag(cluster, group, topic, 1)
+            lags = await group_lag(cluster, group)
             await a.close()
             await b.close()
             return lags
@@ -288,7 +292,8 @@ def test_release_and_an_expired_lock_deliver_again_and_the_limit_archives(apache
     assert lags == {0: 0}, lags
 
 
-def test_implicit_mode_accepts_on_the_next_poll_and_close_releases_what_is_not_acknowledged(apache_kafka):
+@pytest.mark.kafka_broker(**KPROTO_SHARE_SETTINGS)
+def test_implicit_mode_accepts_on_the_next_poll_and_close_releases_what_is_not_acknowledged(any_broker):
     """Implicit mode: each poll and commit_async accept the records of the poll before; close
     accepts nothing (as Kafka's consumer): the broker releases the last poll's records, as it
     releases what an explicit-mode member did not acknowledge."""
@@ -301,8 +306,8 @@ def test_implicit_mode_accepts_on_the_next_poll_and_close_releases_what_is_not_a
         await producer.close()
 
     async def main():
-        async with Cluster(apache_kafka.bootstrap) as cluster:
-            await setup(cluster, topic, group, 2, list(range(20)))
+        async with Cluster(any_broker.bootstrap) as cluster:
+            await setup(cluster, any_broker, topic, group, 2, list(range(20)))
             acked: list[dict] = []
             implicit = await ShareConsumer(cluster, [topic], group_id=group, max_poll_records=5,
                                            on_acknowledged=acked.append).start()
@@ -330,7 +335,7 @@ def test_implicit_mode_accepts_on_the_next_poll_and_close_releases_what_is_not_a
                     back.append(r)
             await again.commit_sync()
             await again.close()
-            lags = await group_lag(cluster, group, topic, 2)
+            lags = await group_lag(cluster, group)
             return got, last, held, back, lags
 
     got, last, held, back, lags = run(main())
@@ -402,7 +407,8 @@ class JavaShareMember:
         self._reader.join(10)
 
 
-def test_mixed_share_group_with_java_one_member_killed_loses_nothing(apache_kafka, java_share_cp, tmp_path):
+@pytest.mark.kafka_broker(**{**KPROTO_SHARE_SETTINGS, "group_share_record_lock_duration_ms": 5000})
+def test_mixed_share_group_with_java_one_member_killed_loses_nothing(any_broker, java_share_cp, tmp_path):
     """Two kproto share consumers and Java's KafkaShareConsumer on a 6-partition topic, all
     acknowledging explicitly by :func:`policy`; the Java member is killed (SIGKILL) while it
     holds records. Every record is accepted exactly once or archived at the delivery limit,
@@ -411,10 +417,10 @@ def test_mixed_share_group_with_java_one_member_killed_loses_nothing(apache_kafk
     partitions, count = 6, 900
 
     async def main():
-        async with Cluster(apache_kafka.bootstrap) as cluster:
+        async with Cluster(any_broker.bootstrap) as cluster:
             # a member holds a fetched batch (up to 150 records, 10 ms of work each) well within its lock
-            await setup(cluster, topic, group, partitions, list(range(count)), **{"share.record.lock.duration.ms": "5000"})
-            java = JavaShareMember(java_share_cp, apache_kafka.bootstrap, topic, group, tmp_path, sleep_ms=10)
+            await setup(cluster, any_broker, topic, group, partitions, list(range(count)), **{"share.record.lock.duration.ms": "5000"})
+            java = JavaShareMember(java_share_cp, any_broker.bootstrap, topic, group, tmp_path, sleep_ms=10)
             delivered: list[tuple[str, int, int, int, AcknowledgeType]] = []   # who, partition, offset, count, ack
             confirmed: list[tuple[str, int, int]] = []                          # who, partition, offset (ACCEPT)
             value_of: dict[tuple[int, int], int] = {}
@@ -458,7 +464,7 @@ def test_mixed_share_group_with_java_one_member_killed_loses_nothing(apache_kafk
                         java.kill()                       # mid-stream: every member is reading
                         killed_at = len(delivered)
                     if killed_at is not None:
-                        lags = await group_lag(cluster, group, topic, partitions)
+                        lags = await group_lag(cluster, group)
                         if all(lags.get(p) == 0 for p in range(partitions)):
                             break
                     for t in tasks:
@@ -471,7 +477,7 @@ def test_mixed_share_group_with_java_one_member_killed_loses_nothing(apache_kafk
                     java.kill()
             for t in tasks:
                 t.result()
-            lags = await group_lag(cluster, group, topic, partitions)
+            lags = await group_lag(cluster, group)
             return delivered, confirmed, java, killed_at, lags
 
     delivered, confirmed, java, killed_at, lags = run(main(), timeout=150)
@@ -525,3 +531,66 @@ def test_mixed_share_group_with_java_one_member_killed_loses_nothing(apache_kafk
     redelivered = [k for k in set(unseen) | {k for k in by_record if java_max(k)}
                    if last[k][0] != "java" and last[k][1] > max(java_max(k), 1)]
     assert redelivered, "nothing the Java member held was delivered again"
+
+
+# ---- what only kproto's broker can make happen -------------------------------------------------
+
+@pytest.mark.kafka_broker(**KPROTO_SHARE_SETTINGS)
+def test_a_session_error_and_a_lost_connection_open_a_new_share_session(kafka_broker):
+    """The broker answers INVALID_SHARE_SESSION_EPOCH to the ShareFetch carrying the first
+    acknowledgements, then drops the connection of a later one: the acknowledgements are
+    reported failed, the next ShareFetch opens a new session (epoch 0), the records come back
+    once their locks expire and are accepted then."""
+    topic, group = new_name("share-err"), new_name("share-g")
+    epochs: list[tuple[int, bool]] = []
+    failures = iter([Intercept(error=ErrorCode.INVALID_SHARE_SESSION_EPOCH), Intercept(drop=True)])
+
+    def hook(header: Any, req: Any) -> Any:
+        acks = any(p.acknowledgement_batches for t in req.topics for p in t.partitions)
+        epochs.append((req.share_session_epoch, acks))
+        if acks and req.share_session_epoch > 0:
+            return next(failures, None)
+        return None
+
+    kafka_broker.control(ApiKey.SHARE_FETCH, hook, times=None)
+
+    async def main():
+        async with Cluster(kafka_broker.bootstrap) as cluster:
+            admin = Admin(cluster)
+            await admin.create_topics({topic: 1})
+            producer = await Producer(cluster).start()
+            for i in range(5):
+                await producer.send(topic, str(i).encode())
+            await producer.close()
+            acked: list[dict] = []
+            consumer = await ShareConsumer(cluster, [topic], group_id=group, acknowledgement_mode="explicit",
+                                           on_acknowledged=acked.append).start()
+            await consumer.wait_for_assignment()
+            deliveries: list[tuple[int, int]] = []
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and not (len(deliveries) >= 5 and all(
+                    any(res.error is None and o in res.offsets for a in acked for res in a.values()) for o in range(5))):
+                try:
+                    records = await consumer.poll(0.3)
+                except KprotoError:          # the dropped connection
+                    continue
+                for r in records:
+                    deliveries.append((r.offset, r.delivery_count))
+                    consumer.acknowledge(r)
+            await consumer.close()
+            return deliveries, acked
+
+    deliveries, acked = run(main())
+    failed = [res.error.code for a in acked for res in a.values() if res.error is not None]
+    assert failed[:2] == [ErrorCode.INVALID_SHARE_SESSION_EPOCH, ErrorCode.NETWORK_EXCEPTION], acked
+    # every record came back after each failed acknowledgement, one delivery more each time
+    counts = Counter(o for o, _ in deliveries)
+    assert set(counts) == set(range(5)) and all(n >= 2 for n in counts.values()), deliveries
+    assert sorted(deliveries) == sorted((o, n) for o in range(5) for n in range(1, counts[o] + 1))
+    # after each failure the next ShareFetch opened a new session
+    for i, (epoch, acks) in enumerate(epochs[:-1]):
+        if acks and epoch > 0 and i + 1 < len(epochs) and epochs[i + 1][0] == 0:
+            break
+    else:
+        raise AssertionError(f"no new session after a failure: {epochs}")
+    assert epochs[0] == (0, False) and sum(1 for e, _ in epochs if e == 0) >= 3, epochs
