@@ -478,13 +478,14 @@ def test_mixed_share_group_with_java_one_member_killed_loses_nothing(any_broker,
             for t in tasks:
                 t.result()
             lags = await group_lag(cluster, group)
-            return delivered, confirmed, java, killed_at, lags
+            return delivered, confirmed, java, killed_at, lags, value_of
 
-    delivered, confirmed, java, killed_at, lags = run(main(), timeout=150)
+    delivered, confirmed, java, killed_at, lags, value_of = run(main(), timeout=150)
     assert killed_at is not None, "the Java member was killed mid-stream"
     assert lags == {p: 0 for p in range(partitions)}, lags
     # what was produced: value i went to partition i % 6 at offset i // 6
     produced = {(i % partitions, i // partitions): i for i in range(count)}
+    assert all(produced.get(k) == v for k, v in value_of.items()), "a record came back changed"
     for e in java.of("delivered"):
         delivered.append(("java", e["partition"], e["offset"], e["delivery"], AcknowledgeType[e["ack"].upper()]))
     java_types = {(e["partition"], e["offset"]): e["ack"].upper() for e in java.of("delivered")}
