@@ -8,9 +8,12 @@ One node's core:
 - :mod:`~kproto.broker.configs`, :mod:`~kproto.broker.context`, :mod:`~kproto.broker.retention`,
   :mod:`~kproto.broker.admin`: configs, what the coordinators share, retention, admin APIs.
 - :mod:`~kproto.broker.core`: the sans-I/O request handling (:class:`BrokerCore`).
+- :mod:`~kproto.broker.share_partition`, :mod:`~kproto.broker.share_fetch`: share groups'
+  in-flight records, share sessions, ShareFetch and ShareAcknowledge (KIP-932);
+  :mod:`~kproto.broker.group_configs`: groups' own configs.
 - :mod:`~kproto.broker.server`: the asyncio TCP layer, :class:`Broker`.
 
-Its parts: :mod:`~kproto.broker.coordinators` (groups, transactions),
+Its parts: :mod:`~kproto.broker.coordinators` (groups, share groups, transactions),
 :mod:`~kproto.broker.security` (SASL, ACLs, authorization), and :mod:`~kproto.broker.cluster`
 (KRaft quorum, controller, replication, :class:`Cluster`: nodes and faults in one process).
 

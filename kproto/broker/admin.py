@@ -12,6 +12,7 @@ from typing import Any, Callable, Optional
 from kproto.broker.context import BrokerContext
 from kproto.broker.retention import RetentionManager
 from kproto.broker.configs import TOPIC_CONFIGS, ConfigEntry
+from kproto.broker.group_configs import GROUP_RESOURCE
 from kproto.broker.log import BrokerError, Log, Topic, topic_name_error
 from kproto.codecs import response as response_codec
 from kproto.error_codes import ErrorCode
@@ -211,13 +212,17 @@ class AdminHandlers:
             return configs.describe_topic(self._topic(name))
         if rtype == BROKER:
             return configs.broker_entries(self._broker_name(name))
+        if rtype == GROUP_RESOURCE:
+            if not name:
+                raise BrokerError(ErrorCode.INVALID_REQUEST, "Default group resources are not allowed.")
+            return self.core.group_configs.entries(name)
         raise BrokerError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type: {rtype}")
 
     # ------------------------------------------------------------------ AlterConfigs
     def alter_configs(self, body: Any, version: int, respond: Respond) -> None:
         """The legacy AlterConfigs: each resource's dynamic configs are replaced whole."""
         cls = response_codec(ApiKey.ALTER_CONFIGS).cls
-        self._alter(cls, body, lambda current, r: {c.name: c.value for c in r.configs}, respond)
+        self._alter(cls, body, lambda current, r: {c.name: c.value for c in r.configs}, respond, incremental=False)
 
     def incremental_alter_configs(self, body: Any, version: int, respond: Respond) -> None:
         cls = response_codec(ApiKey.INCREMENTAL_ALTER_CONFIGS).cls
@@ -257,7 +262,7 @@ class AdminHandlers:
         return out
 
     def _alter(self, cls: Any, body: Any, change: Callable[[dict[str, str], Any], dict[str, Optional[str]]],
-               respond: Respond) -> None:
+               respond: Respond, incremental: bool = True) -> None:
         configs = self.core.configs
         keys = [(r.resource_type, r.resource_name) for r in body.resources]
         results = []
@@ -279,6 +284,11 @@ class AdminHandlers:
                     bwanted = configs.validate_broker(change(dict(configs.broker_dynamic[name]), r))
                     if not body.validate_only:
                         configs.set_broker(name, bwanted)
+                elif r.resource_type == GROUP_RESOURCE and incremental:  # (not by the legacy API)
+                    groups = self.core.group_configs
+                    gwanted = groups.validate(r.resource_name, change(groups.current(r.resource_name), r))
+                    if not body.validate_only:
+                        groups.set(r.resource_name, gwanted)
                 else:
                     raise BrokerError(ErrorCode.INVALID_REQUEST,
                                       f"Unsupported resource type: {r.resource_type}")
@@ -516,7 +526,7 @@ class AdminHandlers:
     # ------------------------------------------------------------------ ListConfigResources
     def list_config_resources(self, body: Any, version: int, respond: Respond) -> None:
         """The resources that can have configs, of the types asked (none: every type): groups
-        with configs and client-metrics subscriptions (kproto has neither), the brokers (as
+        with configs, client-metrics subscriptions (kproto has none), the brokers (as
         BROKER_LOGGER the live ones), the topics. v0 (ListClientMetricsResources) lists
         client-metrics subscriptions only; an unknown type answers UNSUPPORTED_VERSION."""
         cls = response_codec(ApiKey.LIST_CONFIG_RESOURCES).cls
@@ -533,6 +543,8 @@ class AdminHandlers:
                 names = [str(b) for b in self.core.broker_ids(alive=rtype == _BROKER_LOGGER)]
             elif rtype == TOPIC:
                 names = sorted(self.core.known_topics())
+            elif rtype == _GROUP:
+                names = sorted(self.core.group_configs.groups)
             else:
                 names = []
             out += [cls.ConfigResource(resource_name=n, resource_type=rtype) for n in names]

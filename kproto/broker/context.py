@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any, Callable, Mapping, Optional, Protocol
 
 from kproto.broker.configs import BrokerConfig, ConfigManager
+from kproto.broker.group_configs import GroupConfigs
 from kproto.broker.log import LogManager
 from kproto.broker.purgatory import DelayedOperationPurgatory
 from kproto.broker.timer import Clock, SystemTimer
@@ -25,6 +26,8 @@ class BrokerContext(Protocol):
     config: BrokerConfig
     logs: LogManager
     configs: ConfigManager
+    #: groups' own configs (IncrementalAlterConfigs of resource type GROUP)
+    group_configs: GroupConfigs
     clock: Clock
     timer: SystemTimer
     #: wall-clock milliseconds (record timestamps; the timer runs on ``clock``)

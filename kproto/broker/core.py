@@ -27,6 +27,7 @@ from kproto.broker.security.authz import RequestAuthorizer
 from kproto.broker.configs import BrokerConfig, ConfigManager
 from kproto.broker.coordinators.group import GroupCoordinator
 from kproto.broker.coordinators.share_group import ShareGroupCoordinator
+from kproto.broker.group_configs import GroupConfigs
 from kproto.broker.coordinators.share_state import SHARE_STATE_TOPIC, ShareStateCoordinator
 from kproto.broker.share_fetch import SharePartitionManager
 from kproto.broker import features as feat
@@ -89,6 +90,11 @@ SHARE_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.ALTER_SHARE_GROUP_OFFSETS: (0, 0),
     ApiKey.DELETE_SHARE_GROUP_OFFSETS: (0, 0),
 }
+
+#: The share-group APIs a client sends: UNSUPPORTED_VERSION while share.version is below 1.
+_SHARE_GROUP_APIS = frozenset({ApiKey.SHARE_GROUP_HEARTBEAT, ApiKey.SHARE_GROUP_DESCRIBE, ApiKey.SHARE_FETCH,
+                               ApiKey.SHARE_ACKNOWLEDGE, ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS,
+                               ApiKey.ALTER_SHARE_GROUP_OFFSETS, ApiKey.DELETE_SHARE_GROUP_OFFSETS})
 
 #: What the handlers implement: API key -> (lowest, highest version). ApiVersions advertises
 #: the intersection with the versions the codecs know (:meth:`BrokerCore.api_versions`), so a
@@ -346,6 +352,8 @@ class BrokerCore:
     #: dynamic configs, ACLs and SCRAM credentials kept in the data dir's JSON files (a broker
     #: of a cluster has them from the metadata log instead)
     state_files = True
+    #: share groups served (a broker of a cluster does not serve them, see SHARE_VERSIONS)
+    serves_share_groups = True
 
     def __init__(self, data_dir: str, config: Optional[BrokerConfig] = None, *,
                  clock: Optional[Clock] = None,
@@ -366,6 +374,7 @@ class BrokerCore:
         # topic and dynamic broker configs from our configs file, before anything reads a log
         self.configs = ConfigManager(self.config, self.logs, persist=self.state_files)
         self.hooks: dict[int, list[ControlHandle]] = {}
+        self.group_configs = GroupConfigs(self.config)
         self._next_producer_id = 1 + max(
             (pid for t in self.logs.topics.values() for lg in t.logs for pid in lg.producers),
             default=-1)
@@ -599,6 +608,10 @@ class BrokerCore:
         if handler is None or rng is None or not rng[0] <= req.version <= rng[1]:
             self._answer_error(req, ErrorCode.UNSUPPORTED_VERSION, run_handler=False)
             return
+        if req.api_key in _SHARE_GROUP_APIS and self.finalized_features.get(feat.SHARE_VERSION, 0) < 1:
+            # share groups disabled (share.version 0): Kafka still advertises the APIs
+            self._answer_error(req, ErrorCode.UNSUPPORTED_VERSION, run_handler=True)
+            return
         if req.version >= _BY_TOPIC_ID.get(req.api_key, 99):
             self._name_topics_by_id(req)
         try:
@@ -776,7 +789,7 @@ class BrokerCore:
             cls.ApiVersion(api_key=k, min_version=lo, max_version=hi)
             for k, (lo, hi) in sorted(self.api_versions().items())])
         if req.version >= 3:
-            feat.set_api_versions_features(resp, req.version, *self.feature_levels())
+            feat.set_api_versions_features(resp, req.version, *self.feature_levels(), cluster=not self.serves_share_groups)
         req.respond(resp)
 
     # ------------------------------------------------------------------ features
@@ -1387,6 +1400,21 @@ def error_response(api_key: int, version: int, body: Any, code: int) -> Optional
                                  for k in body.coordinator_keys])
     if api_key == ApiKey.INIT_PRODUCER_ID:
         return cls(error_code=code, producer_id=-1, producer_epoch=-1)
+    if api_key in (ApiKey.INITIALIZE_SHARE_GROUP_STATE, ApiKey.READ_SHARE_GROUP_STATE,
+                   ApiKey.WRITE_SHARE_GROUP_STATE, ApiKey.DELETE_SHARE_GROUP_STATE,
+                   ApiKey.READ_SHARE_GROUP_STATE_SUMMARY):
+        # the persister's RPCs: every partition asked carries the error
+        topic_cls = next(getattr(cls, n) for n in ("InitializeStateResult", "ReadStateResult", "WriteStateResult",
+                                                   "DeleteStateResult", "ReadStateSummaryResult") if hasattr(cls, n))
+        return cls(results=[topic_cls(topic_id=t.topic_id, partitions=[
+            cls.PartitionResult(partition=p.partition, error_code=code) for p in t.partitions])
+            for t in body.topics])
+    if api_key == ApiKey.SHARE_GROUP_DESCRIBE:
+        return cls(groups=[cls.DescribedGroup(group_id=g, error_code=code, group_state="", assignor_name="")
+                           for g in body.group_ids])
+    if api_key == ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS:
+        return cls(groups=[cls.DescribeShareGroupOffsetsResponseGroup(group_id=g.group_id, topics=[], error_code=code)
+                           for g in body.groups])
     if api_key == ApiKey.OFFSET_COMMIT:
         return cls(topics=[cls.OffsetCommitResponseTopic(name=t.name, topic_id=t.topic_id, partitions=[
             cls.OffsetCommitResponsePartition(partition_index=p.partition_index, error_code=code)

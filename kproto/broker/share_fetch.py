@@ -15,12 +15,11 @@ or where ``share.auto.offset.reset`` says when there is none: ``latest`` the hig
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
-from typing import Any, Callable, Hashable, Optional
+from typing import Any, Callable, Hashable, Mapping, Optional, Protocol
 
 from kproto.broker.context import BrokerContext
-from kproto.broker.coordinators.share_group import ShareGroupCoordinator
-from kproto.broker.coordinators.share_state import ShareStateCoordinator
 from kproto.broker.log import BrokerError
 from kproto.broker.purgatory import DelayedOperation
 from kproto.broker.share_partition import AcknowledgeError, SharePartition, ShareLimits
@@ -32,12 +31,44 @@ from kproto.records import RecordBatch
 from kproto.records.reader import BatchReader
 from kproto.schemas.api_keys import ApiKey
 
-__all__ = ["SharePartitionManager", "ShareSession"]
+__all__ = ["SharePartitionManager", "ShareSession", "ShareStore", "ShareGroups"]
 
 Respond = Callable[[Any], None]
 TP = tuple[Uuid, int]
 _INITIAL, _FINAL = 0, -1
+_DURATION = re.compile(r"P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+(?:\.\d+)?)S)?)?")
+
+
+def _duration_ms(text: str) -> int:
+    """An ISO 8601 duration ``PnDTnHnMn.nS`` in milliseconds (Java's ``Duration.parse`` form)."""
+    m = _DURATION.fullmatch(text.strip().upper())
+    if m is None:
+        return 0
+    d, h, mi, sec = (float(x) if x else 0.0 for x in m.groups())
+    return int(((d * 24 + h) * 60 + mi) * 60_000 + sec * 1000)
 _INT32_MAX = 2**31 - 1
+
+
+class ShareStore(Protocol):
+    """What the manager uses of the persister (:mod:`kproto.broker.coordinators.share_state`)."""
+
+    def read(self, key: tuple[str, Uuid, int]) -> Any: ...
+
+    def initialize(self, key: tuple[str, Uuid, int], state_epoch: int, start_offset: int) -> None: ...
+
+    def write(self, key: tuple[str, Uuid, int], state_epoch: int, leader_epoch: int, start_offset: int,
+              delivery_complete_count: int, batches: list[tuple[int, int, int, int]]) -> tuple[int, Optional[str]]: ...
+
+
+class ShareGroups(Protocol):
+    """What the manager uses of the share group coordinator
+    (:mod:`kproto.broker.coordinators.share_group`): the groups (with their ``members``), and
+    the hook its membership events go to."""
+
+    events: Any
+
+    @property
+    def groups(self) -> Mapping[str, Any]: ...
 
 
 @dataclass
@@ -72,18 +103,20 @@ class _DelayedShareFetch(DelayedOperation):
 class SharePartitionManager:
     """Share sessions and share-partitions; handles ShareFetch and ShareAcknowledge."""
 
-    def __init__(self, core: BrokerContext, persister: ShareStateCoordinator, groups: ShareGroupCoordinator) -> None:
+    def __init__(self, core: BrokerContext, persister: ShareStore, groups: ShareGroups) -> None:
         self.core, self.persister, self.groups = core, persister, groups
         self.partitions: dict[tuple[str, Uuid, int], SharePartition] = {}
         self.sessions: dict[tuple[str, str], ShareSession] = {}
         groups.events = self
 
     # ------------------------------------------------------------------ settings
-    def limits(self) -> ShareLimits:
-        c = self.core.config
-        return ShareLimits(int(getattr(c, "group_share_record_lock_duration_ms", 30000)),
-                           int(getattr(c, "group_share_delivery_count_limit", 5)),
-                           int(getattr(c, "group_share_partition_max_record_locks", 2000)))
+    def limits(self, group_id: str) -> ShareLimits:
+        """The group's lock duration, delivery count limit and record locks (its group configs,
+        else the broker's)."""
+        v = self.core.group_configs.value
+        return ShareLimits(int(v(group_id, "share.record.lock.duration.ms")),
+                           int(v(group_id, "share.delivery.count.limit")),
+                           int(v(group_id, "share.partition.max.record.locks")))
 
     def _names(self) -> dict[Uuid, str]:
         return {tid: n for n, (tid, _, _) in self.core.known_topics().items()}
@@ -109,13 +142,32 @@ class SharePartitionManager:
             assert state is not None
         start = state.start_offset
         if start < 0:
-            reset = str(getattr(self.core.config, "share_auto_offset_reset", "latest"))
-            start = lg.log_start_offset if reset == "earliest" else lg.high_watermark
+            start = self._reset_offset(gid, lg)
         start = max(start, lg.log_start_offset)
-        sp = SharePartition(gid, topic, p, start, self.core.timer, self.limits, self._changed,
+        sp = SharePartition(gid, topic, p, start, self.core.timer, lambda: self.limits(gid), self._changed,
                             batches=state.batches, topic_id=tid)
         self.partitions[key] = sp
         return sp, True
+
+    def _reset_offset(self, gid: str, lg: Any) -> int:
+        """Where a share-partition without a state starts (``share.auto.offset.reset``):
+        ``earliest`` the log start, ``latest`` the high watermark, ``by_duration:<ISO 8601
+        duration>`` the first record at most that old (the high watermark if none is)."""
+        reset = self.core.group_configs.value(gid, "share.auto.offset.reset")
+        if reset == "earliest":
+            return int(lg.log_start_offset)
+        if reset.startswith("by_duration:"):
+            found = lg.offset_for_timestamp(self.core.wall_ms() - _duration_ms(reset[len("by_duration:"):]))
+            return int(found[0]) if found is not None else int(lg.high_watermark)
+        return int(lg.high_watermark)
+
+    def _read_committed(self, gid: str) -> bool:
+        return self.core.group_configs.value(gid, "share.isolation.level") == "read_committed"
+
+    def _fetch_end(self, gid: str, lg: Any) -> int:
+        """Where a share fetch of the group stops: the last stable offset under
+        ``share.isolation.level=read_committed``, else the high watermark."""
+        return int(lg.last_stable_offset if self._read_committed(gid) else lg.high_watermark)
 
     def _changed(self, sp: SharePartition) -> None:
         tid: Uuid = sp.topic_id
@@ -227,7 +279,7 @@ class SharePartitionManager:
         acks = self._acknowledge(gid, mid, body.topics, names)
         if epoch == _FINAL:
             self._close_session(session)
-            req.respond(self._response(cls, acks, {}, acquisition=self.limits().lock_duration_ms))
+            req.respond(self._response(cls, acks, {}, acquisition=self.limits(gid).lock_duration_ms))
             return
         for t in body.forgotten_topics_data:
             for p in t.partitions:
@@ -260,7 +312,7 @@ class SharePartitionManager:
                 return True
             sp = self.partitions.get((session.group_id, tid, p))
             lg = self.core.logs.get(name, p)
-            if sp is None or lg is None or sp.can_acquire(lg.high_watermark):
+            if sp is None or lg is None or sp.can_acquire(self._fetch_end(session.group_id, lg)):
                 return True
         return False
 
@@ -289,20 +341,24 @@ class SharePartitionManager:
                     continue
                 got: list[tuple[int, int, int]] = []
                 records = b""
-                if max_records > 0 and sp.can_acquire(lg.high_watermark):
-                    raw = lg.read(sp.next_fetch_offset(), budget, True, lg.high_watermark)
+                sp.skip_to(lg.log_start_offset)
+                end = self._fetch_end(session.group_id, lg)
+                if max_records > 0 and sp.can_acquire(end):
+                    raw = lg.read(sp.next_fetch_offset(), budget, True, end)
+                    # read_committed: an aborted transaction's records are never delivered
+                    aborted = lg.aborted if self._read_committed(session.group_id) else []
                     spans = []
                     try:
                         for b in BatchReader(raw):
                             if isinstance(b, RecordBatch):
-                                spans.append((b.base_offset, b.last_offset, b.is_control, b.position,
-                                              b.size_in_bytes))
+                                skip = b.is_control or (b.is_transactional and any(
+                                    pid == b.producer_id and first <= b.base_offset <= last
+                                    for pid, first, last in aborted))
+                                spans.append((b.base_offset, b.last_offset, skip, b.position, b.size_in_bytes))
                     except DecodeError:
                         pass
                     got = sp.acquire(session.member_id, [(a, z, c) for a, z, c, _, _ in spans],
-                                     max_records)
-                    if strict and got:
-                        got = self._trim(sp, session.member_id, got, max_records)
+                                     max_records, record_limit=strict)
                     if got:
                         lo, hi = got[0][0], got[-1][1]
                         keep = [(pos, size) for a, z, _, pos, size in spans if z >= lo and a <= hi]
@@ -311,29 +367,7 @@ class SharePartitionManager:
                         max_records -= sum(z - a + 1 for a, z, _ in got)
                 if got or (tid, p) in created:
                     data[(tid, p)] = (E.NONE, records, got)
-        req.respond(self._response(cls, acks, data, acquisition=self.limits().lock_duration_ms))
-
-    @staticmethod
-    def _trim(sp: SharePartition, member_id: str, got: list[tuple[int, int, int]],
-              limit: int) -> list[tuple[int, int, int]]:
-        """record_limit mode: hand out exactly ``limit`` records, releasing the rest unchanged."""
-        out: list[tuple[int, int, int]] = []
-        left = limit
-        for a, z, c in got:
-            if left <= 0:
-                for off in range(a, z + 1):
-                    r = sp.records[off]
-                    r.state, r.member_id, r.lock = 0, None, 0
-                    r.delivery_count -= 1
-                continue
-            take = min(left, z - a + 1)
-            out.append((a, a + take - 1, c))
-            for off in range(a + take, z + 1):
-                r = sp.records[off]
-                r.state, r.member_id, r.lock = 0, None, 0
-                r.delivery_count -= 1
-            left -= take
-        return out
+        req.respond(self._response(cls, acks, data, acquisition=self.limits(session.group_id).lock_duration_ms))
 
     @staticmethod
     def _response(cls: Any, acks: dict[TP, tuple[int, Optional[str]]],
@@ -381,7 +415,7 @@ class SharePartitionManager:
             order.setdefault(tid, []).append(cls.PartitionData(
                 partition_index=p, error_code=code, error_message=msg,
                 current_leader=cls.LeaderIdAndEpoch(leader_id=0, leader_epoch=0)))
-        req.respond(cls(error_code=E.NONE, acquisition_lock_timeout_ms=self.limits().lock_duration_ms,
+        req.respond(cls(error_code=E.NONE, acquisition_lock_timeout_ms=self.limits(gid).lock_duration_ms,
                         node_endpoints=[], responses=[
             cls.ShareAcknowledgeTopicResponse(topic_id=tid, partitions=ps) for tid, ps in order.items()]))
 

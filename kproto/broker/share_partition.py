@@ -127,10 +127,12 @@ class SharePartition:
 
     # ------------------------------------------------------------------ acquire
     def acquire(self, member_id: str, batches: Sequence[tuple[int, int, bool]],
-                max_records: int) -> list[tuple[int, int, int]]:
+                max_records: int, record_limit: bool = False) -> list[tuple[int, int, int]]:
         """Acquire for ``member_id`` what it may have of the log batches read (base offset,
-        last offset, control batch), at most ``max_records`` records but whole batches (Kafka's
-        batch-optimized mode). Returns (first, last, delivery count) ranges."""
+        last offset, and whether its records are never delivered: a control batch, or an aborted
+        transaction's under read_committed): up to ``max_records`` records, but whole batches (Kafka's
+        batch-optimized mode) unless ``record_limit`` (ShareFetch v2's record-limit mode).
+        Returns (first, last, delivery count) ranges."""
         got: list[int] = []
         room = self._room()
         for base, last, control in batches:
@@ -139,8 +141,10 @@ class SharePartition:
             if last < self.start_offset:
                 continue
             for off in range(max(base, self.start_offset), last + 1):
+                if record_limit and len(got) >= max_records:
+                    break
                 if off >= self.end_offset:
-                    if control:  # a transaction marker is never delivered
+                    if control:  # a transaction marker (or an aborted record) is never delivered
                         self.records[off] = InFlight(ARCHIVED)
                         self.end_offset = off + 1
                         continue
@@ -270,8 +274,20 @@ class SharePartition:
                 break
             self.records.pop(self.start_offset, None)
             self.start_offset += 1
-        for lock in [k for k in self._locks if not any(r.lock == k for r in self.records.values())]:
+        live = {r.lock for r in self.records.values() if r.state == ACQUIRED}
+        for lock in [k for k in self._locks if k not in live]:  # nothing left under these locks
             self._locks.pop(lock).cancel()
+
+    def skip_to(self, offset: int) -> None:
+        """The log starts at ``offset`` now (retention, DeleteRecords): what was before it is
+        gone, acquired or not."""
+        if offset <= self.start_offset:
+            return
+        for off in [o for o in self.records if o < offset]:
+            del self.records[off]
+        self.start_offset = offset
+        self.end_offset = max(self.end_offset, offset)
+        self._advance_start()
 
     def batches(self) -> list[tuple[int, int, int, int]]:
         """The durable state batches (see :func:`state_batches`)."""

@@ -966,13 +966,13 @@ def describe_topic_partitions(ctx: Context) -> ScenarioGen:
 
 @_sc(ApiKey.LIST_CONFIG_RESOURCES, topics=[_t("t")])
 def list_config_resources(ctx: Context) -> ScenarioGen:
-    """Every config resource (the brokers, this run's topic: other runs' topics are left out
-    of the comparison), topics only, and (v1) a type that is not listed."""
+    """Every config resource (the brokers, this run's topic: other runs' topics and groups with
+    configs are left out of the comparison), topics only, and (v1) a type that is not listed."""
     def mine(tree: Any) -> Any:
         # keyed by name unless two types share one (a broker is BROKER and BROKER_LOGGER)
         res = tree["config_resources"]
         res = [r for r in (res.values() if isinstance(res, dict) else res)
-               if r.get("resource_type") != 2 or r["resource_name"].startswith(ctx.prefix)]
+               if r.get("resource_type") not in (2, 32) or r["resource_name"].startswith(ctx.prefix)]
         return {**tree, "config_resources": sorted(res, key=lambda r: (r.get("resource_type", 0), r["resource_name"]))}
     yield ctx.call(ApiKey.LIST_CONFIG_RESOURCES, resource_types=[], view=mine)
     if ctx.version >= 1:
@@ -1027,7 +1027,8 @@ def share_join(ctx: Context, g: str, suffix: str = "t", member: str = SHARE_MEMB
     first = yield share_hb(ctx, g, 0, "ShareGroupHeartbeat join", member, [ctx.topic(suffix)], compare=compare,
                            retry=_coordinator_loading)
     last = yield share_hb(ctx, g, first.member_epoch, "ShareGroupHeartbeat assigned", member, compare=compare,
-                          retry=lambda r: r.error_code == 0 and r.assignment is None)
+                          retry=lambda r: r.error_code in TRANSIENT_COORDINATOR_ERRORS or
+                          (r.error_code == 0 and r.assignment is None))
     return last.member_epoch
 
 
@@ -1216,8 +1217,14 @@ def delete_groups_share(ctx: Context) -> ScenarioGen:
                    label="ShareGroupDescribe deleted", compare=True)
 
 
+def _state_loading(resp: Any) -> bool:
+    """A share coordinator still loading its partition of ``__share_group_state`` (a new node
+    creates the topic at the first FindCoordinator for a share-partition key)."""
+    return any(p.error_code in TRANSIENT_COORDINATOR_ERRORS for r in resp.results for p in r.partitions)
+
+
 def _state_call(ctx: Context, api: int, g: str, label: str, compare: bool = True, **partition: Any) -> Any:
-    return ctx.call(api, label=label, group_id=g, compare=compare, topics=[
+    return ctx.call(api, label=label, group_id=g, compare=compare, retry=_state_loading, topics=[
         {"topic_id": ctx.topic_id("t"), "partitions": [{"partition": 0, **partition}]}])
 
 
@@ -1244,3 +1251,49 @@ def share_group_state_rpcs(ctx: Context) -> ScenarioGen:
                       leader_epoch=0)
     yield _state_call(ctx, ApiKey.DELETE_SHARE_GROUP_STATE, g, "DeleteShareGroupState")
     yield _state_call(ctx, R, g, "ReadShareGroupState deleted", leader_epoch=0)
+
+
+@_sc(ApiKey.INCREMENTAL_ALTER_CONFIGS)
+def group_configs(ctx: Context) -> ScenarioGen:
+    """A group's configs (resource type GROUP): a share setting set, a value out of range, an
+    unknown name, the default group; then the group's configs described."""
+    g = ctx.group()
+
+    def alter(label: str, group: str, name: str, value: str) -> Any:
+        return ctx.call(ApiKey.INCREMENTAL_ALTER_CONFIGS, label=label, validate_only=False, resources=[
+            {"resource_type": 32, "resource_name": group, "configs": [
+                {"name": name, "config_operation": 0, "value": value}]}])
+    yield alter("IncrementalAlterConfigs group", g, "share.auto.offset.reset", "earliest")
+    yield alter("IncrementalAlterConfigs group bad value", g, "share.record.lock.duration.ms", "500")
+    yield alter("IncrementalAlterConfigs group unknown config", g, "nope", "1")
+    yield alter("IncrementalAlterConfigs default group", "", "share.auto.offset.reset", "earliest")
+    # Kafka's brokers learn a group config from the metadata log: asked again until it is there
+    yield ctx.call(ApiKey.DESCRIBE_CONFIGS, label="DescribeConfigs group", compare=True, include_synonyms=True,
+                   include_documentation=False, resources=[
+                       {"resource_type": 32, "resource_name": g, "configuration_keys": None}],
+                   retry=lambda r: not any(c.name == "share.auto.offset.reset" and c.value == "earliest"
+                                           for res in r.results for c in res.configs))
+
+
+@_sc(ApiKey.SHARE_GROUP_HEARTBEAT, topics=[_t("t")])
+def share_group_id_of_other_type(ctx: Context) -> ScenarioGen:
+    """One id per group type: a consumer group's id in ShareGroupHeartbeat; a share group's id in
+    ConsumerGroupHeartbeat, ConsumerGroupDescribe, JoinGroup and OffsetCommit."""
+    share, consumer = ctx.group("share"), ctx.group("consumer")
+    yield share_hb(ctx, share, 0, "ShareGroupHeartbeat join", topics=[ctx.topic("t")])
+
+    def cg_hb(g: str, label: str) -> Any:
+        return ctx.call(ApiKey.CONSUMER_GROUP_HEARTBEAT, group_id=g, member_id="kproto-conformance-mem01",
+                        member_epoch=0, instance_id=None, rack_id=None, rebalance_timeout_ms=30000,
+                        subscribed_topic_names=[ctx.topic("t")], subscribed_topic_regex=None, server_assignor=None,
+                        topic_partitions=[], label=label, compare=True)
+    yield cg_hb(consumer, "ConsumerGroupHeartbeat consumer group")
+    yield share_hb(ctx, consumer, 0, "ShareGroupHeartbeat consumer group's id", topics=[ctx.topic("t")])
+    yield cg_hb(share, "ConsumerGroupHeartbeat share group's id")
+    yield ctx.call(ApiKey.CONSUMER_GROUP_DESCRIBE, group_ids=[share], include_authorized_operations=False,
+                   label="ConsumerGroupDescribe share group's id", compare=True)
+    yield ctx.call(ApiKey.JOIN_GROUP, group_id=share, session_timeout_ms=30000, rebalance_timeout_ms=30000,
+                   member_id="", group_instance_id=None, protocol_type="consumer", reason=None,
+                   protocols=[{"name": "range", "metadata": b""}], label="JoinGroup share group's id",
+                   compare=True)
+    yield _commit(ctx, share, -1, "", 1, "OffsetCommit share group's id", compare=True)

@@ -523,3 +523,35 @@ def test_offsets_v10_by_topic_id_unknown_ids_before_topic_rights(secured):
         group_id="g", topics=[of.OffsetFetchRequestTopics(topic_id=i, partition_indexes=[0]) for i in (tid, unknown)])])
     assert sorted((t.topic_id == tid, t.partitions[0].error_code) for t in r.groups[0].topics) == [
         (False, E.UNKNOWN_TOPIC_ID), (True, E.TOPIC_AUTHORIZATION_FAILED)]
+
+
+def test_share_group_rights(secured):
+    admin, alice = user(secured, "admin"), user(secured, "alice")
+    ctr = kproto.request(K.CREATE_TOPICS).cls
+    r = admin.call(K.CREATE_TOPICS, 7, topics=[ctr.CreatableTopic(name=n, num_partitions=1, replication_factor=1)
+                                               for n in ("s1", "s2")], timeout_ms=1000)
+    ids = {t.name: t.topic_id for t in r.topics}
+
+    def hb():
+        return alice.call(K.SHARE_GROUP_HEARTBEAT, 1, group_id="sg", member_id="m", member_epoch=0,
+                          subscribed_topic_names=["s1"]).error_code
+    assert hb() == E.GROUP_AUTHORIZATION_FAILED
+    assert create_acls(admin, acl(GROUP, "sg", "User:alice", READ)) == [0]
+    assert hb() == E.TOPIC_AUTHORIZATION_FAILED                      # no DESCRIBE on s1
+    assert create_acls(admin, acl(TOPIC, "s1", "User:alice", READ)) == [0]  # READ implies DESCRIBE
+    assert hb() == 0
+    d = alice.call(K.SHARE_GROUP_DESCRIBE, 1, group_ids=["sg", "other"], include_authorized_operations=False)
+    assert sorted((g.group_id, g.error_code) for g in d.groups) == [("other", E.GROUP_AUTHORIZATION_FAILED),
+                                                                    ("sg", 0)]
+    sf = kproto.request(K.SHARE_FETCH).cls
+    f = alice.call(K.SHARE_FETCH, 1, group_id="sg", member_id="m", share_session_epoch=0, max_wait_ms=0,
+                   min_bytes=1, max_bytes=1 << 20, max_records=10, batch_size=10, forgotten_topics_data=[],
+                   topics=[sf.FetchTopic(topic_id=ids[n], partitions=[sf.FetchPartition(partition_index=0)])
+                           for n in ("s1", "s2")])
+    got = {t.topic_id: [p.error_code for p in t.partitions] for t in f.responses}
+    assert (f.error_code, got[ids["s2"]]) == (0, [E.TOPIC_AUTHORIZATION_FAILED])
+    assert got.get(ids["s1"], [0]) == [0]
+    rd = kproto.request(K.READ_SHARE_GROUP_STATE).cls
+    r = alice.call(K.READ_SHARE_GROUP_STATE, 0, group_id="sg", topics=[rd.ReadStateData(
+        topic_id=ids["s1"], partitions=[rd.PartitionData(partition=0, leader_epoch=0)])])
+    assert r.results[0].partitions[0].error_code == E.CLUSTER_AUTHORIZATION_FAILED

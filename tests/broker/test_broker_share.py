@@ -46,11 +46,11 @@ def topic_id(core, name="jobs"):
     return core.logs.topics[name].topic_id
 
 
-def produce(client, n, partition=0, first=0, topic="jobs"):
+def produce(client, n, partition=0, first=0, topic="jobs", timestamp=1_700_000_000_000):
     req = kproto.request(K.PRODUCE).cls
     r = client.call(K.PRODUCE, 11, acks=-1, timeout_ms=1000, topic_data=[req.TopicProduceData(
         name=topic, partition_data=[req.PartitionProduceData(
-            index=partition, records=batch([b"v%d" % (first + i) for i in range(n)]))])])
+            index=partition, records=batch([b"v%d" % (first + i) for i in range(n)], timestamp=timestamp))])])
     assert r.responses[0].partition_responses[0].error_code == 0
     return r.responses[0].partition_responses[0].base_offset
 
@@ -490,3 +490,154 @@ def test_share_partition_refuses_bad_batches(clock):
         with pytest.raises(AcknowledgeError):
             sp.acknowledge("m", [bad])
     assert all(r.state == 1 for r in sp.records.values())  # nothing applied
+
+
+# ------------------------------------------------------------------ group configs
+def alter_group(client, group, **configs):
+    ia = kproto.request(K.INCREMENTAL_ALTER_CONFIGS).cls
+    r = client.call(K.INCREMENTAL_ALTER_CONFIGS, 1, validate_only=False, resources=[ia.AlterConfigsResource(
+        resource_type=32, resource_name=group, configs=[
+            ia.AlterableConfig(name=k.replace("_", "."), config_operation=0, value=v) for k, v in configs.items()])])
+    return r.responses[0].error_code, r.responses[0].error_message
+
+
+def test_group_configs_set_checked_and_described(core):
+    c = Client(core)
+    assert alter_group(c, "g", share_auto_offset_reset="earliest") == (0, None)
+    assert alter_group(c, "g", share_record_lock_duration_ms="500") == (
+        E.INVALID_CONFIG, "Invalid value 500 for configuration share.record.lock.duration.ms: Value must be at least 1000")
+    code, msg = alter_group(c, "g", share_auto_offset_reset="bogus")
+    assert code == E.INVALID_CONFIG and "'earliest', 'latest' or of the format 'by_duration:" in msg
+    assert alter_group(c, "g", nope="1") == (E.INVALID_CONFIG, "Unknown group config name: nope")
+    assert alter_group(c, "", share_auto_offset_reset="earliest") == (
+        E.INVALID_REQUEST, "Default group resources are not allowed.")
+    dc = kproto.request(K.DESCRIBE_CONFIGS).cls
+    r = c.call(K.DESCRIBE_CONFIGS, 4, include_synonyms=True, include_documentation=False, resources=[
+        dc.DescribeConfigsResource(resource_type=32, resource_name="g", configuration_keys=None)])
+    got = {x.name: (x.value, x.config_source) for x in r.results[0].configs}
+    assert len(got) == 21
+    assert got["share.auto.offset.reset"] == ("earliest", 8)
+    assert got["share.record.lock.duration.ms"] == ("30000", 5)
+    syn = {x.name: [(y.name, y.value, y.source) for y in x.synonyms] for x in r.results[0].configs}
+    assert syn["share.auto.offset.reset"] == [("share.auto.offset.reset", "earliest", 8),
+                                              ("share.auto.offset.reset", "latest", 5)]
+    assert syn["share.session.timeout.ms"] == [("group.share.session.timeout.ms", "45000", 5)]
+    listed = c.call(K.LIST_CONFIG_RESOURCES, 1, resource_types=[32]).config_resources
+    assert [(x.resource_name, x.resource_type) for x in listed] == [("g", 32)]
+
+
+def test_group_configs_apply_to_the_share_group(core):
+    c, prod = Client(core), Client(core)
+    produce(prod, 3)
+    assert alter_group(c, "g", share_auto_offset_reset="earliest", share_record_lock_duration_ms="2000",
+                       share_heartbeat_interval_ms="700") == (0, None)
+    assert hb(c).heartbeat_interval_ms == 700
+    hb(c, epoch=2)
+    s = Session(core)
+    r = s.fetched(s.fetch())
+    assert r.acquisition_lock_timeout_ms == 2000
+    assert short(r) == (0, [(0, 0, 0, [(0, 2, 1)])])  # from the log start
+
+
+def test_auto_offset_reset_by_duration(core, clock):
+    c, prod = Client(core), Client(core)
+    clock.advance(120_000)
+    now = core.wall_ms()
+    produce(prod, 2, timestamp=now - 90_000)
+    produce(prod, 1, first=2, timestamp=now - 10_000)
+    assert alter_group(c, "g", share_auto_offset_reset="by_duration:PT30S") == (0, None)
+    join(c)
+    assert Session(core).call() == (0, [(0, 0, 0, [(2, 2, 1)])])  # the first record at most 30 s old
+
+
+def test_a_share_group_id_is_not_a_consumer_or_classic_group(core):
+    c = Client(core)
+    join(c)
+    r = c.call(K.CONSUMER_GROUP_HEARTBEAT, 1, group_id="g", member_id="x", member_epoch=0, rebalance_timeout_ms=30000,
+               subscribed_topic_names=["jobs"], topic_partitions=[])
+    assert (r.error_code, r.error_message) == (E.GROUP_ID_NOT_FOUND, "Group g is not a consumer group.")
+    d = c.call(K.CONSUMER_GROUP_DESCRIBE, 1, group_ids=["g"], include_authorized_operations=False).groups[0]
+    assert (d.error_code, d.error_message) == (E.GROUP_ID_NOT_FOUND, "Group g is not a consumer group.")
+    jg = kproto.request(K.JOIN_GROUP).cls
+    r = c.call(K.JOIN_GROUP, 9, group_id="g", session_timeout_ms=30000, rebalance_timeout_ms=30000, member_id="",
+               protocol_type="consumer", protocols=[jg.JoinGroupRequestProtocol(name="range", metadata=b"")])
+    assert r.error_code == E.INCONSISTENT_GROUP_PROTOCOL
+    oc = kproto.request(K.OFFSET_COMMIT).cls
+    r = c.call(K.OFFSET_COMMIT, 9, group_id="g", generation_id_or_member_epoch=-1, member_id="", topics=[
+        oc.OffsetCommitRequestTopic(name="jobs", partitions=[oc.OffsetCommitRequestPartition(
+            partition_index=0, committed_offset=1, committed_leader_epoch=-1, committed_metadata="")])])
+    assert r.topics[0].partitions[0].error_code == E.GROUP_ID_NOT_FOUND
+    # and the other way round
+    r = c.call(K.CONSUMER_GROUP_HEARTBEAT, 1, group_id="cg", member_id="x", member_epoch=0, rebalance_timeout_ms=30000,
+               subscribed_topic_names=["jobs"], topic_partitions=[])
+    assert r.error_code == 0
+    r = hb(c, group="cg")
+    assert (r.error_code, r.error_message) == (E.GROUP_ID_NOT_FOUND, "Group cg is not a share group.")
+
+
+def test_records_deleted_from_the_log_are_skipped(core):
+    prod = Client(core)
+    join(Client(core))
+    s = Session(core)
+    s.call()
+    produce(prod, 3)
+    produce(prod, 2, first=3)
+    assert s.call(max_records=1) == (0, [(0, 0, 0, [(0, 2, 1)])])
+    dr = kproto.request(K.DELETE_RECORDS).cls
+    r = prod.call(K.DELETE_RECORDS, 2, timeout_ms=1000, topics=[dr.DeleteRecordsTopic(
+        name="jobs", partitions=[dr.DeleteRecordsPartition(partition_index=0, offset=4)])])
+    assert r.topics[0].partitions[0].error_code == 0
+    assert s.call() == (0, [(0, 0, 0, [(4, 4, 1)])])  # 0-2 (acquired) and 3 are gone with the log
+
+
+def test_share_version_0_disables_share_groups(core):
+    c = Client(core)
+    uf = kproto.request(K.UPDATE_FEATURES).cls
+    r = c.call(K.UPDATE_FEATURES, 1, timeout_ms=1000, validate_only=False, feature_updates=[
+        uf.FeatureUpdateKey(feature="share.version", max_version_level=0, upgrade_type=2)])
+    assert r.error_code == 0
+    assert hb(c).error_code == E.UNSUPPORTED_VERSION
+    d = c.call(K.SHARE_GROUP_DESCRIBE, 1, group_ids=["g"], include_authorized_operations=False).groups
+    assert [(x.group_id, x.error_code) for x in d] == [("g", E.UNSUPPORTED_VERSION)]
+    r = c.call(K.API_VERSIONS, 3, client_software_name="t", client_software_version="1")
+    assert HB in {a.api_key for a in r.api_keys}  # still advertised, as Kafka does
+    r = c.call(K.UPDATE_FEATURES, 1, timeout_ms=1000, validate_only=False, feature_updates=[
+        uf.FeatureUpdateKey(feature="share.version", max_version_level=2, upgrade_type=1)])
+    assert r.error_code == 0 and hb(c).error_code == 0
+
+
+def test_read_committed_hands_out_committed_records_only(tmp_path, clock):
+    from test_broker_txn import add, end, init
+    from test_broker_txn import produce as txn_produce
+    core = make_core(tmp_path / "d", clock, transaction_state_num_partitions=3)
+    core._create_topic("t", 1)
+    try:
+        c = Client(core)
+        assert alter_group(c, "g", share_isolation_level="read_committed", share_auto_offset_reset="earliest") == \
+            (0, None)
+        r = hb(c, topics=("t",))
+        hb(c, epoch=r.member_epoch)
+        _, pid, ep = init(c)
+        add(c, pid, ep, [("t", 0)])
+        txn_produce(c, pid, ep, 0, [b"a1", b"a2"])            # offsets 0-1, aborted below
+        s = Session(core)
+        tid = core.logs.topics["t"].topic_id
+
+        def fetch():
+            sf = kproto.request(SF).cls
+            e, s.epoch = s.epoch, s.epoch + 1
+            return short(s.client.call(SF, 1, group_id="g", member_id="m1", share_session_epoch=e, max_wait_ms=0,
+                                       min_bytes=1, max_bytes=1 << 20, max_records=100, batch_size=100,
+                                       forgotten_topics_data=[], topics=[sf.FetchTopic(topic_id=tid, partitions=[
+                                           sf.FetchPartition(partition_index=0)])]))
+        assert fetch() == (0, [(0, 0, 0, [])])                # the open transaction is past the LSO
+        assert end(c, pid, ep, False) == 0                     # abort: marker at 2
+        _, pid, ep = init(c)
+        add(c, pid, ep, [("t", 0)])
+        txn_produce(c, pid, ep, 0, [b"c1"])                    # offset 3
+        assert end(c, pid, ep, True) == 0                      # commit: marker at 4
+        assert fetch() == (0, [(0, 0, 0, [(3, 3, 1)])])        # only the committed record
+        sp = core.shares.partitions[("g", tid, 0)]
+        assert [(o, r.state) for o, r in sorted(sp.records.items())] == [(3, 1), (4, ARCHIVED)]
+    finally:
+        core.close()

@@ -1,7 +1,8 @@
-"""Share groups with the Java 4.4 client's KafkaShareConsumer (``java_share/KprotoShare.java``) on
-kproto's broker and on Apache Kafka 4.4.0, the same outcome on both: two share consumers of one
+"""Share groups against Apache Kafka's own code. The Java 4.4 client's KafkaShareConsumer
+(``java_share/KprotoShare.java``) on kproto's broker and on Apache Kafka 4.4.0, the same outcome: two share consumers of one
 group each take a partition, the released first record of each partition comes back with delivery
-count 2, every record is accepted exactly once, and the group has no lag left."""
+count 2, every record is accepted exactly once, and the group has no lag left. And Kafka's
+DumpLogSegments reads what kproto's persister wrote to __share_group_state as kproto does."""
 from __future__ import annotations
 
 import asyncio
@@ -13,8 +14,11 @@ import uuid
 
 import pytest
 
+import test_broker_share as share
+from kproto.broker.timer import FakeClock
 from kproto.client.admin import Admin
 from kproto.client.cluster import Cluster
+from kproto.storage.dump import dump_internal_log
 from kproto.testing import apache, require_apache_kafka
 
 SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "java_share", "KprotoShare.java")
@@ -70,3 +74,36 @@ def test_share_consumers_release_and_accept(target, share_cp, request):
     offsets = asyncio.run(share_offsets(broker.bootstrap, group))
     assert sorted(offsets) == [(topic, p) for p in range(PARTITIONS)]
     assert all(lag == 0 for _, lag in offsets.values()), offsets
+
+
+def test_share_group_state_records_decode_with_kafkas_tool(tmp_path):
+    """What kproto's persister writes to __share_group_state, read by Kafka 4.4.0's
+    DumpLogSegments --share-group-state-decoder and by kproto's dump-log: the same records."""
+    require_apache_kafka()
+    clock = FakeClock(1000)
+    core = share.make_core(tmp_path / "data", clock)
+    core._create_topic("jobs", 1)
+    prod = share.Client(core)
+    share.join(share.Client(core))
+    s = share.Session(core)
+    s.call()
+    share.produce(prod, 4)
+    s.call()
+    s.call(acks={0: [(0, 3, [1, 2, 3, 1])]})
+    core.close()
+    segments = [p for p in sorted((tmp_path / "data").glob("__share_group_state-*/*.log")) if p.stat().st_size]
+    assert segments
+    out = apache.run_tool("4.4.0", "org.apache.kafka.tools.DumpLogSegments", "--share-group-state-decoder",
+                          "--deep-iteration", "--print-data-log", "--files", *map(str, segments), timeout=120)
+    kafka = []
+    for line in out.stdout.splitlines():
+        if line.startswith("| offset:"):
+            key, payload = line.split(" key: ", 1)[1].split(" payload: ")
+            kafka.append((json.loads(key)["data"], json.loads(payload)["data"]))
+    ours = [(d["key"]["data"], d["value"]["data"]) for seg in segments for d in dump_internal_log(str(seg))
+            if "key" in d]
+    assert kafka == ours and len(ours) == 2
+    assert [k for k, _ in kafka] == [{"groupId": "g", "topicId": str(core.logs.topics["jobs"].topic_id),
+                                      "partition": 0}] * 2
+    assert kafka[1][1]["stateBatches"][2] == {"firstOffset": 2, "lastOffset": 2, "deliveryState": 4,
+                                              "deliveryCount": 1}

@@ -200,6 +200,7 @@ class ClusterBrokerCore(BrokerCore):
 
     sparse_logs = True
     state_files = False
+    serves_share_groups = False
     # share groups are the single broker's only (their state topic and share-partitions would
     # need the cluster's leadership)
     implemented = {**{k: v for k, v in IMPLEMENTED.items() if k not in SHARE_VERSIONS},
@@ -364,7 +365,7 @@ class ClusterBrokerCore(BrokerCore):
                    listeners=[cls.Listener(name="PLAINTEXT", host=cfg.host, port=cfg.port,
                                            security_protocol=0)],
                    features=[cls.Feature(name=n, min_supported_version=lo, max_supported_version=hi)
-                             for n, (lo, hi) in supported_features().items()],
+                             for n, (lo, hi) in supported_features(cluster=True).items()],
                    rack=cfg.rack, is_migrating_zk_broker=False, log_dirs=[self.logs.directory_id],
                    previous_broker_epoch=-1)
 

@@ -456,12 +456,10 @@ class QuorumController:
             # a new cluster: bootstrap the metadata version and the other features' levels as
             # Kafka's activation records do, and the cluster-wide dynamic defaults Kafka 4.x's
             # storage tool formats it with
-            levels = {**feat.default_levels(), feat.METADATA_VERSION: self.config.metadata_version,
+            levels = {**feat.default_levels(cluster=True), feat.METADATA_VERSION: self.config.metadata_version,
                       feat.TRANSACTION_VERSION: self.config.transaction_version}
             if not levels[feat.TRANSACTION_VERSION]:
                 del levels[feat.TRANSACTION_VERSION]
-            # the cluster's brokers serve no share groups (the single broker does)
-            levels.pop(feat.SHARE_VERSION, None)
             self._write([(metadata_record(12)(name=name, feature_level=level), 0)
                          for name, level in sorted(levels.items(), key=lambda x: x[0] != feat.METADATA_VERSION)] + [
                 (metadata_record(4)(resource_type=BROKER_RESOURCE, resource_name="", name=k, value=v), 0)
@@ -866,7 +864,7 @@ class QuorumController:
             validate_only=version >= 1 and body.validate_only,
             brokers={b.id: b.features for b in self.image.brokers.values()},
             controllers={c.id: c.features for c in self.image.controllers.values()},
-            quorum=self.config.voters)
+            quorum=self.config.voters, cluster=True)
         records = [(metadata_record(12)(name=name, feature_level=level), 0)
                    for name, level in outcome.levels.items()]
         self._write(records, respond, feat.update_features_response(version, updates, outcome),

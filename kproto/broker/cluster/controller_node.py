@@ -181,7 +181,7 @@ class ControllerCore:
         body = cls(controller_id=self.node_id, incarnation_id=self.incarnation_id, zk_migration_ready=False,
                    listeners=[cls.Listener(name="CONTROLLER", host=host, port=port, security_protocol=0)],
                    features=[cls.Feature(name=n, min_supported_version=lo, max_supported_version=hi)
-                             for n, (lo, hi) in supported_features().items()])
+                             for n, (lo, hi) in supported_features(cluster=True).items()])
         self._registering = True
 
         def answered(resp: Optional[Any]) -> None:
@@ -244,7 +244,7 @@ class ControllerCore:
             # as Kafka's controller: the committed levels, their epoch the offset of the last
             # feature change
             committed = self.controller.committed
-            set_api_versions_features(body, ver, committed.features, committed.features_offset)
+            set_api_versions_features(body, ver, committed.features, committed.features_offset, cluster=True)
         channel.respond(encode_response(ResponseHeader(correlation_id=cid), body,
                                         ApiKey.API_VERSIONS, ver))
 

@@ -350,6 +350,10 @@ class ClassicGroups(Protocol):
 
     def ensure_topic(self) -> None: ...
 
+    def is_share_group(self, group_id: str) -> bool:
+        """Whether a share group (KIP-932) has that id."""
+        ...
+
     def append_records(self, group_id: str, records: list[tuple[bytes, Optional[bytes]]],
                        producer_id: int = -1, producer_epoch: int = -1) -> int: ...
 
@@ -665,6 +669,8 @@ class ConsumerGroupCoordinator:
         group = self.groups.get(gid)
         if group is not None:
             return group
+        if self.classic.is_share_group(gid):
+            raise HeartbeatError(E.GROUP_ID_NOT_FOUND, f"Group {gid} is not a consumer group.")
         classic = self.classic.groups.get(gid)
         if classic is not None and (classic.members or classic.state != "Empty"):
             # no online migration between protocols here (Kafka's policy "disabled")
@@ -911,8 +917,8 @@ class ConsumerGroupCoordinator:
                 out.append(cls.DescribedGroup(error_code=E.INVALID_GROUP_ID, group_id=gid, group_state="",
                                               assignor_name=""))
             elif group is None:
-                classic = gid in self.classic.groups
-                msg = f"Group {gid} is not a consumer group." if classic else f"Group {gid} not found."
+                other = gid in self.classic.groups or self.classic.is_share_group(gid)
+                msg = f"Group {gid} is not a consumer group." if other else f"Group {gid} not found."
                 # Kafka: no state ('') for a group that is not a consumer group
                 out.append(cls.DescribedGroup(error_code=E.GROUP_ID_NOT_FOUND, error_message=msg,
                                               group_id=gid, group_state="", assignor_name=""))

@@ -310,7 +310,7 @@ class GroupCoordinator:
         g = self.groups.get(group_id)
         return "classic" if g is not None and g.state != DEAD else None
 
-    def _is_share(self, group_id: str) -> bool:
+    def is_share_group(self, group_id: str) -> bool:
         return self.share is not None and group_id in self.share.groups
 
     def now(self) -> int:
@@ -645,6 +645,8 @@ class GroupCoordinator:
         if not cfg.group_min_session_timeout_ms <= body.session_timeout_ms <= cfg.group_max_session_timeout_ms:
             return answer(JoinResult(E.INVALID_SESSION_TIMEOUT, member_id))
         self.ensure_topic()
+        if self.is_share_group(body.group_id):  # a share group's id (Kafka: no protocol in common)
+            return answer(JoinResult(E.INCONSISTENT_GROUP_PROTOCOL, member_id))
         if body.group_id in self.consumer.groups:
             err = self.consumer.classic_join(body.group_id)
             if err:
@@ -881,6 +883,8 @@ class GroupCoordinator:
         if not body.group_id:
             return respond(result(lambda t, p: E.INVALID_GROUP_ID))
         self.ensure_topic()
+        if self.is_share_group(body.group_id):  # a share group has no committed offsets
+            return respond(result(lambda t, p: E.GROUP_ID_NOT_FOUND))
         cg = self.consumer.groups.get(body.group_id)
         if cg is not None:
             cerr = self.consumer.offset_commit_error(cg, member_id, generation, version)
@@ -1091,7 +1095,7 @@ class GroupCoordinator:
             # backward compatibility)
             if group is None or group.state == DEAD:
                 code = E.GROUP_ID_NOT_FOUND if version >= 6 else E.NONE
-                what = ("is not a classic group" if gid in self.consumer.groups or self._is_share(gid)
+                what = ("is not a classic group" if gid in self.consumer.groups or self.is_share_group(gid)
                         else "not found")
                 out.append(cls.DescribedGroup(
                     error_code=code, error_message=f"Group {gid} {what}." if code else None,
@@ -1144,7 +1148,7 @@ class GroupCoordinator:
             message: Optional[str] = None
             if cg is not None:  # (the empty group id is an unknown group, as in Kafka)
                 code = self.consumer.delete_group(cg)
-            elif self._is_share(gid):
+            elif self.is_share_group(gid):
                 assert self.share is not None
                 code = self.share.delete_group(gid)
             elif group is None or group.state == DEAD:

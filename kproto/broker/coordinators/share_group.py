@@ -132,20 +132,9 @@ class ShareGroupCoordinator:
             self.groups.setdefault(gid, ShareGroup(gid)).initialized.setdefault(tid, set()).add(p)
 
     # ------------------------------------------------------------------ settings
-    def _cfg(self, name: str, default: int) -> int:
-        return int(getattr(self.core.config, name, default))
-
-    @property
-    def session_timeout_ms(self) -> int:
-        return self._cfg("group_share_session_timeout_ms", 45000)
-
-    @property
-    def heartbeat_interval_ms(self) -> int:
-        return self._cfg("group_share_heartbeat_interval_ms", 5000)
-
-    @property
-    def assignment_interval_ms(self) -> int:
-        return self._cfg("group_share_assignment_interval_ms", 1000)
+    def _cfg(self, group_id: str, name: str) -> int:
+        """A share setting of the group (its group config, else the broker's)."""
+        return int(self.core.group_configs.value(group_id, name))
 
     # ------------------------------------------------------------------ ShareGroupHeartbeat
     def heartbeat(self, body: Any, version: int, client_id: str, client_host: str, respond: Respond) -> None:
@@ -218,8 +207,9 @@ class ShareGroupCoordinator:
             group.members[mid] = member
             group.group_epoch += 1
         now = self.core.clock.now_ms()
+        interval = self._cfg(gid, "share.assignment.interval.ms")
         if group.group_epoch > group.assignment_epoch and (
-                group.assignment_time_ms < 0 or now - group.assignment_time_ms >= self.assignment_interval_ms):
+                group.assignment_time_ms < 0 or now - group.assignment_time_ms >= interval):
             self._compute_target(group, now)
         previous = (member.member_epoch, {t: set(ps) for t, ps in member.assigned.items()})
         member.member_epoch = group.assignment_epoch
@@ -230,7 +220,7 @@ class ShareGroupCoordinator:
             cls.TopicPartitions(topic_id=t, partitions=sorted(ps)) for t, ps in sorted(member.assigned.items())
         ]) if changed else None
         resp = cls(error_code=E.NONE, member_id=mid, member_epoch=member.member_epoch,
-                   heartbeat_interval_ms=self.heartbeat_interval_ms, assignment=assignment)
+                   heartbeat_interval_ms=self._cfg(gid, "share.heartbeat.interval.ms"), assignment=assignment)
         return resp, bool(self._uninitialized(group))
 
     def _subscribed(self, group: ShareGroup) -> list[tuple[str, Uuid, int]]:
@@ -303,7 +293,7 @@ class ShareGroupCoordinator:
             group = self.groups.get(gid)
             if group is not None and mid in group.members:
                 self._remove(group, mid)  # its session timed out
-        task = self._timers[(gid, mid)] = CallbackTask(self.session_timeout_ms, expire)
+        task = self._timers[(gid, mid)] = CallbackTask(self._cfg(gid, "share.session.timeout.ms"), expire)
         self.core.timer.add(task)
 
     def is_member(self, group_id: str, member_id: str) -> bool:

@@ -104,6 +104,20 @@ class RequestAuthorizer:
             ApiKey.LIST_PARTITION_REASSIGNMENTS: self._cluster_top_level(DESCRIBE),
             ApiKey.LIST_CONFIG_RESOURCES: self._cluster_top_level(DESCRIBE_CONFIGS),
             ApiKey.ALTER_USER_SCRAM_CREDENTIALS: self._alter_scram,
+            # share groups (KIP-932): the group's READ (DESCRIBE to describe), the topics' READ
+            # to fetch and acknowledge; the persister's RPCs are the brokers' (CLUSTER_ACTION)
+            ApiKey.SHARE_GROUP_HEARTBEAT: self._consumer_heartbeat,
+            ApiKey.SHARE_GROUP_DESCRIBE: self._consumer_group_describe,
+            ApiKey.SHARE_FETCH: self._share_fetch(ApiKey.SHARE_FETCH),
+            ApiKey.SHARE_ACKNOWLEDGE: self._share_fetch(ApiKey.SHARE_ACKNOWLEDGE),
+            ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS: self._describe_share_group_offsets,
+            ApiKey.ALTER_SHARE_GROUP_OFFSETS: self._group(READ),
+            ApiKey.DELETE_SHARE_GROUP_OFFSETS: self._group(DELETE),
+            ApiKey.INITIALIZE_SHARE_GROUP_STATE: self._cluster_top_level(CLUSTER_ACTION),
+            ApiKey.READ_SHARE_GROUP_STATE: self._cluster_top_level(CLUSTER_ACTION),
+            ApiKey.WRITE_SHARE_GROUP_STATE: self._cluster_top_level(CLUSTER_ACTION),
+            ApiKey.DELETE_SHARE_GROUP_STATE: self._cluster_top_level(CLUSTER_ACTION),
+            ApiKey.READ_SHARE_GROUP_STATE_SUMMARY: self._cluster_top_level(CLUSTER_ACTION),
         }
 
     def check(self, api_key: int, version: int, body: Any, session: ConnectionAuth) -> Optional[Verdict]:
@@ -469,6 +483,39 @@ class RequestAuthorizer:
         return self._patch_list("groups", lambda cls: [cls.DescribedGroup(
             error_code=_GROUP_DENIED, group_id=g, group_state="", assignor_name="", members=[])
             for g in denied], denied)
+
+    def _share_fetch(self, api_key: int) -> Rule:
+        """ShareFetch/ShareAcknowledge: the group's READ (else the whole request), each topic's
+        READ (else its partitions answered TOPIC_AUTHORIZATION_FAILED)."""
+        def rule(ver: int, body: Any, s: ConnectionAuth) -> Optional[Verdict]:
+            if not self.ok(s, READ, GROUP, body.group_id):
+                return Verdict(error=_GROUP_DENIED)
+            by_id = self.broker.logs.topics_by_id
+
+            def allowed(t: Any) -> bool:
+                topic = by_id.get(t.topic_id)
+                return topic is None or self.ok(s, READ, TOPIC, topic.name)
+            body.topics, denied = self._strip(list(body.topics), allowed)
+            if not denied:
+                return None
+            fetch = api_key == ApiKey.SHARE_FETCH
+            field = "responses"
+
+            def make(cls: Any) -> list[Any]:
+                topic_cls = cls.ShareFetchableTopicResponse if fetch else cls.ShareAcknowledgeTopicResponse
+                return [topic_cls(topic_id=t.topic_id, partitions=[cls.PartitionData(
+                    partition_index=p.partition_index, error_code=_TOPIC_DENIED,
+                    **({"records": b"", "acquired_records": []} if fetch else {}))
+                    for p in t.partitions]) for t in denied]
+            return self._patch_list(field, make, denied)
+        return rule
+
+    def _describe_share_group_offsets(self, ver: int, body: Any, s: ConnectionAuth) -> Optional[Verdict]:
+        body.groups, denied = self._strip(list(body.groups), lambda g: self.ok(s, DESCRIBE, GROUP, g.group_id))
+        if not denied:
+            return None
+        return self._patch_list("groups", lambda cls: [cls.DescribeShareGroupOffsetsResponseGroup(
+            group_id=g.group_id, topics=[], error_code=_GROUP_DENIED) for g in denied], denied)
 
     # -------------------------------------------------------------- transactions
     def _init_producer_id(self, ver: int, body: Any, s: ConnectionAuth) -> Optional[Verdict]:
