@@ -4,9 +4,9 @@ broker and Apache Kafka 4.4.0 (``any_broker``: the shared ``apache_kafka`` node)
 share group with Java's ``KafkaShareConsumer`` (``java/KprotoShareMember.java``, kafka-clients 4.4.0),
 and against session errors and a lost connection that kproto's broker makes happen.
 
-On Apache Kafka each test's group gets short locks and a small delivery limit through group configs
-(IncrementalAlterConfigs on the group), which the harness's lowered floors allow, so one node
-serves every test; kproto's broker gets the same values as broker settings.
+Each test's group gets short locks and a small delivery limit through group configs
+(IncrementalAlterConfigs on the group), which the Apache Kafka harness's lowered floors allow, so
+one node serves every test.
 """
 from __future__ import annotations
 
@@ -25,7 +25,6 @@ from typing import Any, Optional
 import pytest
 
 from kproto.broker import Intercept
-from kproto.testing import BrokerThread
 from kproto.client.admin import Admin
 from kproto.client.cluster import Cluster
 from kproto.client.membership import MemberState
@@ -188,7 +187,7 @@ def test_share_member_joins_takes_its_assignment_and_leaves():
         ShareConsumerMembership("g", pattern="a.*")
 
 
-# ---- against Apache Kafka 4.4.0 -----------------------------------------------------------------
+# ---- against kproto's broker and Apache Kafka 4.4.0 ----------------------------------------------
 
 #: the test groups' configs: records locked 2 s, delivered at most 3 times, members heartbeat
 #: every 500 ms and are dropped 6 s after their last heartbeat, reading from the start
@@ -196,11 +195,7 @@ LOCK_MS, DELIVERY_LIMIT = 2000, 3
 GROUP_CONFIG = {"share.auto.offset.reset": "earliest", "share.record.lock.duration.ms": str(LOCK_MS),
                 "share.delivery.count.limit": str(DELIVERY_LIMIT), "share.heartbeat.interval.ms": "500",
                 "share.session.timeout.ms": "6000"}
-#: kproto's broker takes the group configs of :data:`GROUP_CONFIG` as broker settings
-KPROTO_SHARE_SETTINGS = {"group_share_record_lock_duration_ms": LOCK_MS,
-                         "group_share_delivery_count_limit": DELIVERY_LIMIT,
-                         "group_share_heartbeat_interval_ms": 500, "group_share_session_timeout_ms": 6000,
-                         "share_auto_offset_reset": "earliest"}
+
 
 
 def run(coro: Any, timeout: float = 90) -> Any:
@@ -211,14 +206,12 @@ def new_name(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
-async def setup(cluster: Cluster, broker: Any, topic: str, group: str, partitions: int, values: list[int],
+async def setup(cluster: Cluster, topic: str, group: str, partitions: int, values: list[int],
                 **config: str) -> None:
-    """The topic, the group's configs (:data:`GROUP_CONFIG` and ``config``; kproto's broker has
-    them as broker settings, from the test's ``kafka_broker`` marker) and the records."""
+    """The topic, the group's configs (:data:`GROUP_CONFIG` and ``config``) and the records."""
     admin = Admin(cluster)
     await admin.create_topics({topic: partitions})
-    if not isinstance(broker, BrokerThread):
-        await admin.alter_configs({("group", group): {**GROUP_CONFIG, **config}})
+    await admin.alter_configs({("group", group): {**GROUP_CONFIG, **config}})
     producer = await Producer(cluster).start()
     for i in values:
         await producer.send(topic, str(i).encode(), partition=i % partitions)
@@ -239,7 +232,6 @@ async def poll_until(consumer: ShareConsumer, count: int, deadline_s: float = 30
     return got
 
 
-@pytest.mark.kafka_broker(**KPROTO_SHARE_SETTINGS)
 def test_release_and_an_expired_lock_deliver_again_and_the_limit_archives(any_broker):
     """Explicit acknowledgement: a RELEASE comes back with delivery count 2, a record left
     unacknowledged past its lock comes back to another member (and the late acknowledgement is
@@ -249,7 +241,7 @@ def test_release_and_an_expired_lock_deliver_again_and_the_limit_archives(any_br
 
     async def main():
         async with Cluster(any_broker.bootstrap) as cluster:
-            await setup(cluster, any_broker, topic, group, 1, list(range(10)))
+            await setup(cluster, topic, group, 1, list(range(10)))
             a = await ShareConsumer(cluster, [topic], group_id=group, acknowledgement_mode="explicit",
                                     max_poll_records=10).start()
             await a.wait_for_assignment()
@@ -292,7 +284,6 @@ def test_release_and_an_expired_lock_deliver_again_and_the_limit_archives(any_br
     assert lags == {0: 0}, lags
 
 
-@pytest.mark.kafka_broker(**KPROTO_SHARE_SETTINGS)
 def test_implicit_mode_accepts_on_the_next_poll_and_close_releases_what_is_not_acknowledged(any_broker):
     """Implicit mode: each poll and commit_async accept the records of the poll before; close
     accepts nothing (as Kafka's consumer): the broker releases the last poll's records, as it
@@ -307,7 +298,7 @@ def test_implicit_mode_accepts_on_the_next_poll_and_close_releases_what_is_not_a
 
     async def main():
         async with Cluster(any_broker.bootstrap) as cluster:
-            await setup(cluster, any_broker, topic, group, 2, list(range(20)))
+            await setup(cluster, topic, group, 2, list(range(20)))
             acked: list[dict] = []
             implicit = await ShareConsumer(cluster, [topic], group_id=group, max_poll_records=5,
                                            on_acknowledged=acked.append).start()
@@ -407,7 +398,6 @@ class JavaShareMember:
         self._reader.join(10)
 
 
-@pytest.mark.kafka_broker(**{**KPROTO_SHARE_SETTINGS, "group_share_record_lock_duration_ms": 5000})
 def test_mixed_share_group_with_java_one_member_killed_loses_nothing(any_broker, java_share_cp, tmp_path):
     """Two kproto share consumers and Java's KafkaShareConsumer on a 6-partition topic, all
     acknowledging explicitly by :func:`policy`; the Java member is killed (SIGKILL) while it
@@ -419,7 +409,7 @@ def test_mixed_share_group_with_java_one_member_killed_loses_nothing(any_broker,
     async def main():
         async with Cluster(any_broker.bootstrap) as cluster:
             # a member holds a fetched batch (up to 150 records, 10 ms of work each) well within its lock
-            await setup(cluster, any_broker, topic, group, partitions, list(range(count)), **{"share.record.lock.duration.ms": "5000"})
+            await setup(cluster, topic, group, partitions, list(range(count)), **{"share.record.lock.duration.ms": "5000"})
             java = JavaShareMember(java_share_cp, any_broker.bootstrap, topic, group, tmp_path, sleep_ms=10)
             delivered: list[tuple[str, int, int, int, AcknowledgeType]] = []   # who, partition, offset, count, ack
             confirmed: list[tuple[str, int, int]] = []                          # who, partition, offset (ACCEPT)
@@ -536,7 +526,6 @@ def test_mixed_share_group_with_java_one_member_killed_loses_nothing(any_broker,
 
 # ---- what only kproto's broker can make happen -------------------------------------------------
 
-@pytest.mark.kafka_broker(**KPROTO_SHARE_SETTINGS)
 def test_a_session_error_and_a_lost_connection_open_a_new_share_session(kafka_broker):
     """The broker answers INVALID_SHARE_SESSION_EPOCH to the ShareFetch carrying the first
     acknowledgements, then drops the connection of a later one: the acknowledgements are
@@ -557,12 +546,7 @@ def test_a_session_error_and_a_lost_connection_open_a_new_share_session(kafka_br
 
     async def main():
         async with Cluster(kafka_broker.bootstrap) as cluster:
-            admin = Admin(cluster)
-            await admin.create_topics({topic: 1})
-            producer = await Producer(cluster).start()
-            for i in range(5):
-                await producer.send(topic, str(i).encode())
-            await producer.close()
+            await setup(cluster, topic, group, 1, list(range(5)))
             acked: list[dict] = []
             consumer = await ShareConsumer(cluster, [topic], group_id=group, acknowledgement_mode="explicit",
                                            on_acknowledged=acked.append).start()
