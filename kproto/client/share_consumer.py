@@ -104,6 +104,7 @@ class ShareConsumer:
 
     @property
     def member_id(self) -> str:
+        """This member's id in the group (made by the client, as Kafka's)."""
         return self.membership.member_id
 
     # -- lifecycle ---------------------------------------------------------------------------
