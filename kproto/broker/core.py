@@ -382,7 +382,8 @@ class BrokerCore:
         self.txns = TransactionCoordinator(self, self.groups)
         # share groups: the persister (__share_group_state), membership, share-partitions
         self.share_state = ShareStateCoordinator(self)
-        self.share_groups = ShareGroupCoordinator(self, self.share_state, self.groups.group_type)
+        self.share_groups = ShareGroupCoordinator(self, self.share_state, self.groups.group_type,
+                                                  self.groups if self.serves_share_groups else None)
         self.groups.share = self.share_groups
         self.shares = SharePartitionManager(self, self.share_state, self.share_groups)
         self.retention = RetentionManager(self)

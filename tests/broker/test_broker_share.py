@@ -641,3 +641,37 @@ def test_read_committed_hands_out_committed_records_only(tmp_path, clock):
         assert [(o, r.state) for o, r in sorted(sp.records.items())] == [(3, 1), (4, ARCHIVED)]
     finally:
         core.close()
+
+
+def test_membership_written_to_consumer_offsets_and_read_back(tmp_path, clock):
+    path = tmp_path / "d"
+    core = make_core(path, clock)
+    core._create_topic("jobs", 2)
+    a, b = Client(core), Client(core)
+    join(a, "a")
+    hb(b, "b")
+    ra = hb(a, "a", 3)
+    assert ra.member_epoch == 4
+    hb(b, "b", epoch=-1)                                   # b leaves: tombstones
+    join(Client(core), "x", group="gone")
+    hb(Client(core), "x", epoch=-1, group="gone")
+    assert Client(core).call(K.DELETE_GROUPS, 2, groups_names=["gone"]).results[0].error_code == 0
+    before = core.share_groups.groups["g"]
+    state = (before.group_epoch, before.assignment_epoch, {m: (x.member_epoch, x.assigned, x.subscribed_topic_names)
+                                                            for m, x in before.members.items()})
+    core.close()
+    tables = read_internal(str(path))
+    assert {"ShareGroupMemberMetadata", "ShareGroupMetadata", "ShareGroupTargetAssignmentMetadata",
+            "ShareGroupTargetAssignmentMember", "ShareGroupCurrentMemberAssignment",
+            "ShareGroupStatePartitionMetadata"} <= set(tables)
+    core = make_core(path, clock)
+    try:
+        after = core.share_groups.groups["g"]
+        assert (after.group_epoch, after.assignment_epoch, {m: (x.member_epoch, x.assigned, x.subscribed_topic_names)
+                                                            for m, x in after.members.items()}) == state
+        assert after.initialized == before.initialized and "gone" not in core.share_groups.groups
+        assert hb(Client(core), "a", 4).error_code == 0      # the member carries on at its epoch
+        tick(core, clock, 45_001)                          # its session timeout runs again
+        assert hb(Client(core), "a", 4).error_code == E.UNKNOWN_MEMBER_ID
+    finally:
+        core.close()

@@ -107,3 +107,27 @@ def test_share_group_state_records_decode_with_kafkas_tool(tmp_path):
                                       "partition": 0}] * 2
     assert kafka[1][1]["stateBatches"][2] == {"firstOffset": 2, "lastOffset": 2, "deliveryState": 4,
                                               "deliveryCount": 1}
+
+
+def test_share_group_records_decode_with_kafkas_offsets_decoder(tmp_path):
+    """The share groups' membership records kproto writes to __consumer_offsets (types 10-15),
+    read by Kafka 4.4.0's DumpLogSegments --offsets-decoder."""
+    require_apache_kafka()
+    clock = FakeClock(1000)
+    core = share.make_core(tmp_path / "data", clock)
+    core._create_topic("jobs", 1)
+    share.join(share.Client(core))
+    share.hb(share.Client(core), epoch=-1)
+    core.close()
+    segments = [p for p in sorted((tmp_path / "data").glob("__consumer_offsets-*/*.log")) if p.stat().st_size]
+    out = apache.run_tool("4.4.0", "org.apache.kafka.tools.DumpLogSegments", "--offsets-decoder",
+                          "--deep-iteration", "--print-data-log", "--files", *map(str, segments), timeout=120)
+    decoded = []
+    for line in out.stdout.splitlines():
+        if line.startswith("| offset:"):
+            key, payload = line.split(" key: ", 1)[1].split(" payload: ")
+            decoded.append((int(json.loads(key)["type"]), None if payload == "<DELETE>" else json.loads(payload)))
+    assert {t for t, _ in decoded} == set(range(10, 16))
+    current = [p["data"] for t, p in decoded if t == 14 and p is not None]
+    assert current[-1]["memberEpoch"] == 3 and current[-1]["assignedPartitions"][0]["partitions"] == [0]
+    assert [t for t, p in decoded if p is None] == [14, 13, 10]  # the member's tombstones when it left

@@ -16,9 +16,10 @@ the first fetch) and bumps the group epoch, so the next assignment includes them
 The assignor is Kafka's simple one for members subscribed alike: with at least as many members
 as partitions each member gets partition ``i mod P`` (partitions shared by several members),
 else partition ``p`` goes to member ``p mod M`` (members in id order, partitions in topic name
-and index order). Membership is kept in memory (Kafka also writes it to ``__consumer_offsets``):
-a restarted broker starts with no share-group members, but the share-partition states survive in
-``__share_group_state``.
+and index order). Membership is written to ``__consumer_offsets`` as Kafka 4.4 writes it (record
+types 10-15: ShareGroupMemberMetadata, ShareGroupMetadata, ShareGroupTargetAssignmentMetadata/
+Member, ShareGroupCurrentMemberAssignment, ShareGroupStatePartitionMetadata; tombstones for
+departures and deletions) and read back at start, the members' session timeouts restarted.
 
 The offset admin APIs (DescribeShareGroupOffsets, AlterShareGroupOffsets,
 DeleteShareGroupOffsets) and the share-group side of ListGroups, DescribeGroups and DeleteGroups
@@ -29,15 +30,33 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Protocol
 
+import logging
+import struct
+
 from kproto.broker.context import BrokerContext
+from kproto.broker.coordinators.offsets_topic import OFFSETS_TOPIC, record_key, record_value
 from kproto.broker.coordinators.share_state import ShareStateCoordinator
 from kproto.broker.timer import CallbackTask
+from kproto.codecs import message
 from kproto.codecs import response as response_codec
 from kproto.codecs.primitives import Uuid
 from kproto.error_codes import ErrorCode as E
+from kproto.errors import DecodeError
 from kproto.schemas.api_keys import ApiKey
 
-__all__ = ["ShareGroupCoordinator", "ShareGroup", "ShareMember", "simple_assign", "SHARE_GROUP_OPERATIONS"]
+__all__ = ["ShareGroupCoordinator", "ShareGroup", "ShareMember", "simple_assign", "SHARE_GROUP_OPERATIONS",
+           "RECORD_TYPES"]
+
+log = logging.getLogger("kproto.broker.share")
+#: __consumer_offsets record types of share groups (Kafka's CoordinatorRecordType)
+(T_MEMBER, T_METADATA, T_TARGET_METADATA, T_TARGET_MEMBER, T_CURRENT,
+ T_STATE_PARTITIONS) = 10, 11, 12, 13, 14, 15
+RECORD_TYPES = frozenset(range(10, 16))
+_NAMES = {T_MEMBER: "ShareGroupMemberMetadata", T_METADATA: "ShareGroupMetadata",
+          T_TARGET_METADATA: "ShareGroupTargetAssignmentMetadata", T_TARGET_MEMBER: "ShareGroupTargetAssignmentMember",
+          T_CURRENT: "ShareGroupCurrentMemberAssignment", T_STATE_PARTITIONS: "ShareGroupStatePartitionMetadata"}
+_I16 = struct.Struct(">h")
+Record = tuple[bytes, Optional[bytes]]
 
 Assignment = dict[Uuid, set[int]]
 Respond = Callable[[Any], None]
@@ -106,6 +125,13 @@ def simple_assign(members: list[str], partitions: list[tuple[Uuid, int]]) -> dic
     return out
 
 
+class OffsetsTopic(Protocol):
+    """What the share coordinator uses of the classic one: writing to ``__consumer_offsets``."""
+
+    def append_records(self, group_id: str, records: list[tuple[bytes, Optional[bytes]]],
+                       producer_id: int = -1, producer_epoch: int = -1) -> int: ...
+
+
 class ShareEvents(Protocol):
     """What the share-partition manager hears from the coordinator."""
 
@@ -120,16 +146,125 @@ class ShareGroupCoordinator:
     """Every share group of the broker."""
 
     def __init__(self, core: BrokerContext, persister: ShareStateCoordinator,
-                 is_other_group: Callable[[str], Optional[str]]) -> None:
+                 is_other_group: Callable[[str], Optional[str]], offsets: Optional[OffsetsTopic] = None) -> None:
         self.core, self.persister = core, persister
         #: the type of a classic or consumer group of that id (None: no such group)
         self.is_other_group = is_other_group
+        #: where the groups' records go (None: kept in memory only)
+        self.offsets = offsets
         self.groups: dict[str, ShareGroup] = {}
         self.events: Optional[ShareEvents] = None
         self._timers: dict[tuple[str, str], CallbackTask] = {}
-        # groups whose state is known from __share_group_state come back empty
+        # groups whose state is known from __share_group_state come back (empty unless their
+        # records in __consumer_offsets say otherwise)
         for gid, tid, p in persister.states:
             self.groups.setdefault(gid, ShareGroup(gid)).initialized.setdefault(tid, set()).add(p)
+        if offsets is not None and OFFSETS_TOPIC in core.logs.topics:
+            self._load()
+
+    # ------------------------------------------------------------------ records
+    @staticmethod
+    def _rec(rtype: int, key: dict[str, Any], value: Any) -> Record:
+        k = record_key(rtype, message(_NAMES[rtype] + "Key").cls(**key))
+        return k, None if value is None else record_value(0, value)
+
+    @staticmethod
+    def _tps(cls: Any, a: Assignment) -> list[Any]:
+        return [cls(topic_id=t, partitions=sorted(ps)) for t, ps in sorted(a.items()) if ps]
+
+    def _member_records(self, gid: str, m: ShareMember, tomb: bool = False) -> list[Record]:
+        """The member's metadata and current assignment (tombstones when it leaves), and
+        its target assignment's tombstone then."""
+        key = {"group_id": gid, "member_id": m.member_id}
+        cur = message("ShareGroupCurrentMemberAssignmentValue").cls
+        if tomb:
+            return [self._rec(T_CURRENT, key, None), self._rec(T_TARGET_MEMBER, key, None),
+                    self._rec(T_MEMBER, key, None)]
+        return [self._rec(T_MEMBER, key, message("ShareGroupMemberMetadataValue").cls(
+                    rack_id=m.rack_id, client_id=m.client_id, client_host=m.client_host,
+                    subscribed_topic_names=list(m.subscribed_topic_names))),
+                self._rec(T_CURRENT, key, cur(member_epoch=m.member_epoch, previous_member_epoch=m.member_epoch,
+                                              state=0, assigned_partitions=self._tps(cur.TopicPartitions, m.assigned)))]
+
+    def _epoch_record(self, group: ShareGroup, tomb: bool = False) -> Record:
+        return self._rec(T_METADATA, {"group_id": group.group_id}, None if tomb else
+                         message("ShareGroupMetadataValue").cls(epoch=group.group_epoch, metadata_hash=0))
+
+    def _target_records(self, group: ShareGroup) -> list[Record]:
+        cls = message("ShareGroupTargetAssignmentMemberValue").cls
+        out = [self._rec(T_TARGET_MEMBER, {"group_id": group.group_id, "member_id": mid},
+                         cls(topic_partitions=self._tps(cls.TopicPartition, a))) for mid, a in group.target.items()]
+        out.append(self._rec(T_TARGET_METADATA, {"group_id": group.group_id},
+                             message("ShareGroupTargetAssignmentMetadataValue").cls(
+                                 assignment_epoch=group.assignment_epoch, assignment_timestamp=self.core.wall_ms())))
+        return out
+
+    def _initialized_record(self, group: ShareGroup, tomb: bool = False) -> Record:
+        cls = message("ShareGroupStatePartitionMetadataValue").cls
+        names = {tid: n for n, (tid, _, _) in self.core.known_topics().items()}
+        return self._rec(T_STATE_PARTITIONS, {"group_id": group.group_id}, None if tomb else cls(
+            initializing_topics=[], deleting_topics=[], initialized_topics=[
+                cls.TopicPartitionsInfo(topic_id=t, topic_name=names.get(t, ""), partitions=sorted(ps))
+                for t, ps in sorted(group.initialized.items()) if ps]))
+
+    def _write(self, gid: str, records: list[Record]) -> None:
+        if records and self.offsets is not None:
+            self.offsets.append_records(gid, records)
+
+    def _load(self) -> None:
+        """Read the share groups back from ``__consumer_offsets`` (record types 10-15)."""
+        for lg in self.core.logs.topics[OFFSETS_TOPIC].logs:
+            if lg is None or not self.core.leads(lg.topic, lg.partition):
+                continue
+            for batch in lg.batches():
+                if batch.is_control:
+                    continue
+                for r in batch.records():
+                    if r.key is None or len(r.key) < 2 or _I16.unpack_from(r.key, 0)[0] not in RECORD_TYPES:
+                        continue
+                    try:
+                        self._replay(r.key, r.value)
+                    except (DecodeError, struct.error, KeyError):
+                        log.warning("unreadable share group record at offset %d", r.offset)
+        for group in self.groups.values():
+            for mid in group.members:
+                self._schedule_session(group.group_id, mid)
+
+    def _replay(self, key: bytes, value: Optional[bytes]) -> None:
+        rtype = _I16.unpack_from(key, 0)[0]
+        k = message(_NAMES[rtype] + "Key").decode(memoryview(key)[2:], 0)
+        gid = k.group_id
+        if value is None:
+            group = self.groups.get(gid)
+            if group is None:
+                return
+            if rtype == T_MEMBER:
+                group.members.pop(k.member_id, None)
+            elif rtype == T_TARGET_MEMBER:
+                group.target.pop(k.member_id, None)
+            elif rtype == T_METADATA:  # the group was deleted
+                del self.groups[gid]
+            elif rtype == T_STATE_PARTITIONS:
+                group.initialized.clear()
+            return
+        v = message(_NAMES[rtype] + "Value").decode(memoryview(value)[2:], _I16.unpack_from(value, 0)[0])
+        group = self.groups.setdefault(gid, ShareGroup(gid))
+        if rtype == T_MEMBER:
+            m = group.members.setdefault(k.member_id, ShareMember(k.member_id))
+            m.rack_id, m.client_id, m.client_host = v.rack_id, v.client_id, v.client_host
+            m.subscribed_topic_names = list(v.subscribed_topic_names)
+        elif rtype == T_CURRENT:
+            m = group.members.setdefault(k.member_id, ShareMember(k.member_id))
+            m.member_epoch = v.member_epoch
+            m.assigned = {tp.topic_id: set(tp.partitions) for tp in v.assigned_partitions}
+        elif rtype == T_METADATA:
+            group.group_epoch = v.epoch
+        elif rtype == T_TARGET_MEMBER:
+            group.target[k.member_id] = {tp.topic_id: set(tp.partitions) for tp in v.topic_partitions}
+        elif rtype == T_TARGET_METADATA:
+            group.assignment_epoch = v.assignment_epoch
+        elif rtype == T_STATE_PARTITIONS:
+            group.initialized = {t.topic_id: set(t.partitions) for t in v.initialized_topics}
 
     # ------------------------------------------------------------------ settings
     def _cfg(self, group_id: str, name: str) -> int:
@@ -203,19 +338,25 @@ class ShareGroupCoordinator:
             member.rack_id = body.rack_id
         if body.subscribed_topic_names is not None:
             member.subscribed_topic_names = sorted(set(body.subscribed_topic_names))
+        records: list[Record] = []
         if old is None or before != (member.rack_id, member.subscribed_topic_names):
             group.members[mid] = member
             group.group_epoch += 1
+            records.append(self._epoch_record(group))
         now = self.core.clock.now_ms()
         interval = self._cfg(gid, "share.assignment.interval.ms")
         if group.group_epoch > group.assignment_epoch and (
                 group.assignment_time_ms < 0 or now - group.assignment_time_ms >= interval):
             self._compute_target(group, now)
+            records += self._target_records(group)
         previous = (member.member_epoch, {t: set(ps) for t, ps in member.assigned.items()})
         member.member_epoch = group.assignment_epoch
         member.assigned = {t: set(ps) for t, ps in group.target.get(mid, {}).items() if ps}
         self._schedule_session(gid, mid)
         changed = epoch == 0 or previous != (member.member_epoch, member.assigned)
+        if changed or records:
+            records += self._member_records(gid, member)
+        self._write(gid, records)
         assignment = cls.Assignment(topic_partitions=[
             cls.TopicPartitions(topic_id=t, partitions=sorted(ps)) for t, ps in sorted(member.assigned.items())
         ]) if changed else None
@@ -263,6 +404,7 @@ class ShareGroupCoordinator:
             group.initialized.setdefault(tid, set()).add(p)
         if todo:
             group.group_epoch += 1
+            self._write(gid, [self._initialized_record(group), self._epoch_record(group)])
 
     def _leave(self, body: Any) -> Any:
         cls = response_codec(ApiKey.SHARE_GROUP_HEARTBEAT).cls
@@ -274,9 +416,12 @@ class ShareGroupCoordinator:
         return cls(error_code=E.NONE, member_id=mid, member_epoch=LEAVE_EPOCH, heartbeat_interval_ms=0)
 
     def _remove(self, group: ShareGroup, mid: str) -> None:
-        group.members.pop(mid, None)
+        m = group.members.pop(mid, None)
         group.target.pop(mid, None)
         group.group_epoch += 1
+        if m is not None:
+            self._write(group.group_id, self._member_records(group.group_id, m, tomb=True)
+                        + [self._epoch_record(group)])
         task = self._timers.pop((group.group_id, mid), None)
         if task is not None:
             task.cancel()
@@ -348,6 +493,8 @@ class ShareGroupCoordinator:
                 self.persister.delete((gid, tid, p))
         if self.events is not None:
             self.events.group_deleted(gid)
+        self._write(gid, [self._initialized_record(group, tomb=True),
+                          self._rec(T_TARGET_METADATA, {"group_id": gid}, None), self._epoch_record(group, tomb=True)])
         del self.groups[gid]
         return E.NONE
 
@@ -433,6 +580,7 @@ class ShareGroupCoordinator:
                 ps.append(cls.AlterShareGroupOffsetsResponsePartition(
                     partition_index=p.partition_index, error_code=0, error_message=None))
             out.append(cls.AlterShareGroupOffsetsResponseTopic(topic_name=t.topic_name, topic_id=tid, partitions=ps))
+        self._write(gid, [self._epoch_record(group), self._initialized_record(group)])
         respond(cls(error_code=0, error_message=None, responses=out))
 
     def delete_offsets(self, body: Any, version: int, respond: Respond) -> None:
@@ -460,6 +608,7 @@ class ShareGroupCoordinator:
                     self.events.reset_partition(gid, tid, p)
             out.append(cls.DeleteShareGroupOffsetsResponseTopic(topic_name=t.topic_name, topic_id=tid,
                                                                 error_code=0, error_message=None))
+        self._write(gid, [self._initialized_record(group)])
         respond(cls(error_code=0, error_message=None, responses=out))
 
     def shutdown(self) -> None:
