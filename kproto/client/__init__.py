@@ -13,4 +13,19 @@
   SASL) and the cluster's metadata and coordinators.
 - :mod:`kproto.client.producer`, :mod:`kproto.client.consumer`, :mod:`kproto.client.admin`: the
   asyncio producer (idempotent, transactional), group consumer and admin client on top.
+- :mod:`kproto.client.share_membership`, :mod:`kproto.client.share_session` (sans-I/O) and
+  :mod:`kproto.client.share_consumer` (asyncio): the share consumer of KIP-932 share groups.
 """
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["ShareConsumer"]
+
+
+def __getattr__(name: str) -> Any:
+    # imported on first use: importing one building block must not load the asyncio clients
+    if name == "ShareConsumer":
+        from kproto.client.share_consumer import ShareConsumer
+        return ShareConsumer
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

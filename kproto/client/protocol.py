@@ -98,6 +98,8 @@ def raise_for_error(code: int, what: str = "", message: str | None = None) -> No
 #:   DescribeTopicPartitions 0 (the admin client's partition administration).
 #: - ConsumerGroupHeartbeat 0-1 (KIP-848; v1: the member id is the client's own, and
 #:   SubscribedTopicRegex; a pattern subscription needs v1) and ConsumerGroupDescribe 0-1.
+#: - ShareGroupHeartbeat 1, ShareFetch 1-2 and ShareAcknowledge 1-2 (KIP-932 share groups as
+#:   Kafka 4.1+ has them; v0 was the early-access form of Kafka 3.9, which no later broker takes).
 CLIENT_VERSIONS: Mapping[int, range] = MappingProxyType({
     ApiKey.PRODUCE: range(3, 14),
     ApiKey.FETCH: range(7, 19),
@@ -139,6 +141,9 @@ CLIENT_VERSIONS: Mapping[int, range] = MappingProxyType({
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: range(0, 2),
     ApiKey.LIST_PARTITION_REASSIGNMENTS: range(0, 1),
     ApiKey.DESCRIBE_TOPIC_PARTITIONS: range(0, 1),
+    ApiKey.SHARE_GROUP_HEARTBEAT: range(1, 2),
+    ApiKey.SHARE_FETCH: range(1, 3),
+    ApiKey.SHARE_ACKNOWLEDGE: range(1, 3),
 })
 
 

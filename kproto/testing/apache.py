@@ -62,14 +62,18 @@ STORAGE_TOOL = "kafka.tools.StorageTool"
 #: move within seconds; KIP-848 members heartbeat every 500 ms (Kafka: 5 s, also its minimum),
 #: as kproto's test broker has them, and so do share-group members (KIP-932: a member that
 #: joins before the first assignment would wait 5 s for its partitions). Share groups need no
-#: setting of their own: a 4.4 node is formatted with share.version 2. The internal topics'
-#: replication is set from the cluster's size.
+#: setting of their own (a 4.4 node is formatted with share.version 2), but the floors of their
+#: group configs are lowered so that a test can give its own group a short record lock, session
+#: timeout and heartbeat interval (IncrementalAlterConfigs on the group) without a node of its
+#: own. The internal topics' replication is set from the cluster's size.
 TEST_CONFIG: dict[str, str] = {"group.initial.rebalance.delay.ms": "0",
                                "broker.session.timeout.ms": "3000",
                                "broker.heartbeat.interval.ms": "500",
                                "group.consumer.heartbeat.interval.ms": "500",
                                "group.consumer.min.heartbeat.interval.ms": "500",
                                "group.share.heartbeat.interval.ms": "500",
+                               "group.share.min.record.lock.duration.ms": "1000",
+                               "group.share.min.session.timeout.ms": "3000",
                                "group.share.min.heartbeat.interval.ms": "500"}
 
 #: JVM options of every node: a heap small enough for several nodes on a shared 2-core machine,
