@@ -59,11 +59,12 @@ __all__ = ["BrokerThread", "ClusterThread", "kafka_broker", "kafka_cluster", "ap
 
 #: What the fixture changes from Kafka's defaults.
 #: Rebalances of both group protocols settle in about a second instead of seconds: no initial
-#: rebalance delay, and KIP-848 members heartbeat every 500 ms (Kafka: 5 s); their target
-#: assignment is still batched as Kafka 4.4 batches it (``group.consumer.assignment.interval.ms``,
-#: 1 s, as in the Apache Kafka harness).
+#: rebalance delay, and KIP-848 and share-group members heartbeat every 500 ms (Kafka: 5 s);
+#: their target assignment is still batched as Kafka 4.4 batches it
+#: (``group.consumer.assignment.interval.ms``, 1 s, as in the Apache Kafka harness).
 TEST_DEFAULTS: dict[str, Any] = {"group_initial_rebalance_delay_ms": 0,
-                                 "group_consumer_heartbeat_interval_ms": 500}
+                                 "group_consumer_heartbeat_interval_ms": 500,
+                                 "group_share_heartbeat_interval_ms": 500}
 
 
 #: What the cluster fixture changes from Kafka's defaults, besides :data:`TEST_DEFAULTS`: a

@@ -92,6 +92,7 @@ def test_confluent_kafka(kafka, tmp_path):
     with live_capture.tcpdump(tmp_path / "ck.pcap", _ports(kafka)) as path:
         admin = AdminClient(_confluent_conf(kafka, "SCRAM-SHA-512", **{"client.id": "ck-admin"}))
         admin.create_topics([NewTopic(topic, 3, 1)])[topic].result(60)
+        _known_everywhere(kafka, topic, 3)
         admin.describe_configs([ConfigResource("topic", topic)])[ConfigResource("topic", topic)].result(20)
         admin.list_topics(topic, timeout=10)
 

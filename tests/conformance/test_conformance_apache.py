@@ -24,10 +24,13 @@ def test_kproto_against_apache_kafka(apache_kafka, tmp_path):
     deviations = Deviations.load(DEVIATIONS)
     # the same departure from Kafka's defaults as the Apache Kafka harness: groups form at once
     assert TEST_CONFIG["group.initial.rebalance.delay.ms"] == "0"
-    # and its consumer-group heartbeat interval (ConsumerGroupHeartbeat answers it)
+    # and its consumer and share groups' heartbeat intervals (their heartbeats answer them,
+    # a share group's DescribeConfigs lists its own)
     interval = int(TEST_CONFIG["group.consumer.heartbeat.interval.ms"])
+    share_interval = int(TEST_CONFIG["group.share.heartbeat.interval.ms"])
     with BrokerThread(tmp_path / "kproto", group_initial_rebalance_delay_ms=0,
-                      group_consumer_heartbeat_interval_ms=interval) as kproto:
+                      group_consumer_heartbeat_interval_ms=interval,
+                      group_share_heartbeat_interval_ms=share_interval) as kproto:
         t0 = time.monotonic()
         report = asyncio.run(run_conformance(parse_address(kproto.bootstrap),
                                              parse_address(apache_kafka.bootstrap),
