@@ -114,6 +114,21 @@ def pytest_collection_modifyitems(config, items):
                 or any(fnmatch(name, pattern) for pattern in SLOW_MODULES) \
                 or getattr(item, "originalname", item.name) in SLOW_TESTS:
             item.add_marker(pytest.mark.slow)
+        # under ``pytest -n``: a module runs in one worker (its module fixtures start once, its
+        # tests keep their order), and every test of a session JVM in the same worker
+        item.add_marker(pytest.mark.xdist_group("jvm" if _uses_a_jvm(item) else item.nodeid.split("::")[0]))
+
+
+#: Fixtures whose JVMs are started once per session: under ``pytest -n``, the tests using them
+#: run in one worker, so the session starts each JVM once.
+JVM_FIXTURES = {"spark", "apache_kafka", "apache_kafka_cluster", "apache_kafka_pool", "any_broker"}
+
+
+def _uses_a_jvm(item) -> bool:
+    if JVM_FIXTURES & set(getattr(item, "fixturenames", ())):
+        return True
+    callspec = getattr(item, "callspec", None)
+    return callspec is not None and "apache" in map(str, callspec.params.values())
 
 
 @pytest.fixture(scope="session")
