@@ -33,7 +33,7 @@ import struct
 import time
 from functools import partial
 from itertools import repeat
-from typing import Any, NamedTuple, Optional, Sequence
+from typing import Any, Awaitable, Callable, NamedTuple, Optional, Sequence
 
 from kproto.client.admin import Admin
 from kproto.client.assignors import Subscription, assign, encode_sticky_user_data
@@ -79,6 +79,47 @@ GROUP_PROTOCOLS = ("classic", "consumer")
 #: (the heartbeat moved the epoch on while the commit was on its way; Kafka's consumer retries)
 _STALE_EPOCH = ErrorCode.STALE_MEMBER_EPOCH
 
+
+
+async def run_membership(m: ConsumerMembership, wake: asyncio.Event, heartbeat_name: str,
+                         reconcile: Callable[[], Awaitable[None]], heartbeat: Callable[[], Awaitable[None]],
+                         fenced: Callable[[], None]) -> Optional[Exception]:
+    """Drive a KIP-848 or share-group member ``m`` (sans-I/O): heartbeat when due, reconcile a
+    new assignment, rejoin after fencing (``fenced`` first lets go of what the member had).
+    ``wake`` cuts a wait short. Returns None once the member left, else the error that ended it
+    (a fatal heartbeat error, named ``heartbeat_name``, or an unexpected exception)."""
+    loop = asyncio.get_running_loop()
+    try:
+        while True:
+            if m.state is MemberState.FENCED:
+                _log.info("member %s fenced (%s): rejoining (%s)", m.member_id, m.error, heartbeat_name)
+                fenced()
+                m.released()
+            if m.state is MemberState.RECONCILING:
+                await reconcile()
+            if m.state is MemberState.FATAL:
+                code, message = m.error or (ErrorCode.UNKNOWN_SERVER_ERROR, None)
+                error = BrokerError(code, heartbeat_name, message)
+                _log.error("group member failed: %s", error)
+                return error
+            if m.state is MemberState.UNSUBSCRIBED:
+                return None
+            delay = m.time_to_heartbeat(loop.time())
+            if delay is None or delay > 0:
+                # a reconciliation waiting for metadata retries every 0.1 s
+                wait = 0.1 if delay is None or m.state is MemberState.RECONCILING else delay
+                wake.clear()
+                try:
+                    await asyncio.wait_for(wake.wait(), wait)
+                except asyncio.TimeoutError:
+                    pass
+                continue
+            await heartbeat()
+    except asyncio.CancelledError:
+        raise
+    except Exception as e:  # noqa: BLE001 - the caller surfaces it to the application
+        _log.exception("group membership task failed (%s)", heartbeat_name)
+        return e
 
 class ConsumerRecord(NamedTuple):
     """One consumed record; ``headers`` holds ``(key, value)`` pairs."""
@@ -420,45 +461,20 @@ class Consumer:
 
     # -- the consumer group protocol (KIP-848) -----------------------------------------------------
     async def _membership_loop(self) -> None:
-        """Drive :attr:`membership`: heartbeat when it is due, reconcile a new target assignment,
-        release the partitions after fencing. Runs until the member left or failed."""
+        """Drive :attr:`membership` (:func:`run_membership`) until the member left or failed."""
         m = self.membership
         assert m is not None
-        loop = asyncio.get_running_loop()
-        try:
-            while True:
-                if m.state is MemberState.FENCED:
-                    # the partitions are lost: another member may own them already, so their
-                    # positions are dropped without a commit (Kafka's onPartitionsLost)
-                    _log.info("member %s of group %s fenced (%s): rejoining", m.member_id, self.group_id, m.error)
-                    self._drop(set(m.owned) | set(self.assignment))
-                    self.assignment = []
-                    m.released()
-                if m.state is MemberState.RECONCILING:
-                    await self._reconcile(m)
-                if m.state is MemberState.FATAL:
-                    code, message = m.error or (ErrorCode.UNKNOWN_SERVER_ERROR, None)
-                    self._member_error = BrokerError(code, f"ConsumerGroupHeartbeat({self.group_id})", message)
-                    _log.error("consumer group member failed: %s", self._member_error)
-                    return
-                if m.state is MemberState.UNSUBSCRIBED:
-                    return
-                delay = m.time_to_heartbeat(loop.time())
-                if delay is None or delay > 0:
-                    # a reconciliation waiting for metadata retries every 0.1 s
-                    wait = 0.1 if delay is None or m.state is MemberState.RECONCILING else delay
-                    self._wake.clear()
-                    try:
-                        await asyncio.wait_for(self._wake.wait(), wait)
-                    except asyncio.TimeoutError:
-                        pass
-                    continue
-                await self._heartbeat_once(m)
-        except asyncio.CancelledError:
-            raise
-        except Exception as e:  # noqa: BLE001 - surfaced to the application by getmany
-            self._member_error = e
-            _log.exception("consumer group membership task failed")
+
+        def fenced() -> None:
+            # the partitions are lost: another member may own them already, so their
+            # positions are dropped without a commit (Kafka's onPartitionsLost)
+            self._drop(set(m.owned) | set(self.assignment))
+            self.assignment = []
+
+        error = await run_membership(m, self._wake, f"ConsumerGroupHeartbeat({self.group_id})",
+                                     lambda: self._reconcile(m), lambda: self._heartbeat_once(m), fenced)
+        if error is not None:
+            self._member_error = error  # surfaced to the application by getmany
 
     async def _heartbeat_once(self, m: ConsumerMembership) -> None:
         loop = asyncio.get_running_loop()

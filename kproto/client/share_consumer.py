@@ -32,6 +32,7 @@ import logging
 from typing import Any, Callable, NamedTuple, Optional, Sequence
 
 from kproto.client.cluster import METADATA_REFRESH_ERRORS, Cluster
+from kproto.client.consumer import run_membership
 from kproto.client.membership import MemberState
 from kproto.client.protocol import BrokerError, KafkaConnectionError
 from kproto.client.share_membership import ShareConsumerMembership
@@ -398,40 +399,17 @@ class ShareConsumer:
 
     # -- membership ----------------------------------------------------------------------------
     async def _membership_loop(self) -> None:
-        """Drive :attr:`membership`: heartbeat when due, take each new assignment, rejoin after
-        fencing. Runs until the member left or failed."""
+        """Drive :attr:`membership` (the consumer's :func:`run_membership`) until the member
+        left or failed."""
         m = self.membership
-        loop = asyncio.get_running_loop()
-        try:
-            while True:
-                if m.state is MemberState.FENCED:
-                    _log.info("share member %s of group %s fenced (%s): rejoining", m.member_id, self.group_id, m.error)
-                    self.assignment = []
-                    m.released()
-                if m.state is MemberState.RECONCILING:
-                    await self._reconcile(m)
-                if m.state is MemberState.FATAL:
-                    code, message = m.error or (ErrorCode.UNKNOWN_SERVER_ERROR, None)
-                    self._member_error = BrokerError(code, f"ShareGroupHeartbeat({self.group_id})", message)
-                    _log.error("share group member failed: %s", self._member_error)
-                    return
-                if m.state is MemberState.UNSUBSCRIBED:
-                    return
-                delay = m.time_to_heartbeat(loop.time())
-                if delay is None or delay > 0:
-                    wait = 0.1 if delay is None or m.state is MemberState.RECONCILING else delay
-                    self._wake.clear()
-                    try:
-                        await asyncio.wait_for(self._wake.wait(), wait)
-                    except asyncio.TimeoutError:
-                        pass
-                    continue
-                await self._heartbeat_once(m)
-        except asyncio.CancelledError:
-            raise
-        except Exception as e:  # noqa: BLE001 - surfaced to the application by poll
-            self._member_error = e
-            _log.exception("share group membership task failed")
+
+        def fenced() -> None:
+            self.assignment = []
+
+        error = await run_membership(m, self._wake, f"ShareGroupHeartbeat({self.group_id})",
+                                     lambda: self._reconcile(m), lambda: self._heartbeat_once(m), fenced)
+        if error is not None:
+            self._member_error = error  # surfaced to the application by poll
 
     async def _heartbeat_once(self, m: ShareConsumerMembership) -> None:
         loop = asyncio.get_running_loop()
