@@ -30,6 +30,7 @@ import random
 import resource
 import shutil
 import signal
+import struct
 import sys
 import tempfile
 import time
@@ -422,6 +423,9 @@ def mutate(rnd: random.Random, data: bytes, pool: list[bytes]) -> bytes:
 
 #: how many times an input's CPU-time budget it may take in wall time before it counts as a hang
 WALL_BACKSTOP = 15
+#: how long past its family's time a worker may take to report, then to exit, before it is
+#: taken for stuck (killed, its input saved)
+REPORT_GRACE, EXIT_GRACE = 300.0, 30.0
 
 
 class _Timeout(BaseException):
@@ -465,6 +469,35 @@ def _save(out: Path, family: str, target: str, data: bytes, kind: str, detail: s
     return str(path)
 
 
+def _running_path(out: str, family: str, seed: int) -> Path:
+    """Where the worker of ``family`` with ``seed`` keeps the input it is running (read by the
+    campaign when the worker stops answering)."""
+    return Path(out) / f".running-{family}-{seed}"
+
+
+class _Running:
+    """The input a worker is running, written before each call: a call stuck in C code (where
+    neither budget signal reaches Python) leaves its input here for the campaign to save."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+
+    def hold(self, target: str, data: bytes) -> None:
+        name = target.encode()
+        os.pwrite(self.fd, struct.pack(">HI", len(name), len(data)) + name + data, 0)
+
+
+def _stuck_input(path: Path) -> tuple[str, bytes] | None:
+    """(target, input) a worker left in ``path`` (None: none)."""
+    try:
+        raw = path.read_bytes()
+        n, size = struct.unpack_from(">HI", raw)
+        return raw[6:6 + n].decode(), raw[6 + n:6 + n + size]
+    except (OSError, struct.error, UnicodeDecodeError):
+        return None
+
+
 def _compile_every_codec() -> None:
     """Compile every request and response codec at every version (an orphan response in a
     capture may try them all)."""
@@ -486,7 +519,9 @@ def worker(family: str, seconds: float, seed: int, timeout: float, memory: int, 
     # scheduler into a finding), with a wall-clock backstop for a wait that burns none
     signal.signal(signal.SIGPROF, _alarm)
     signal.signal(signal.SIGALRM, _alarm)
-    for fn in targets.values():  # warm up: first calls import and compile codecs
+    running = _Running(_running_path(out, family, seed))
+    for name, fn in targets.items():  # warm up: first calls import and compile codecs
+        running.hold(name, pool[-1])
         with contextlib.suppress(BaseException), _budget(timeout * WALL_BACKSTOP):
             fn(pool[-1])
     if family in ("messages", "frames", "captures", "cli"):
@@ -498,6 +533,7 @@ def worker(family: str, seconds: float, seed: int, timeout: float, memory: int, 
     while time.monotonic() < end:
         name = names[done % len(names)]
         data = mutate(rnd, rnd.choice(pool), pool) if rnd.random() < 0.95 else rnd.choice(pool)
+        running.hold(name, data)
         try:
             with _budget(timeout):
                 targets[name](data)
@@ -522,7 +558,7 @@ def run(families: list[str], seconds: float, workers: int, timeout: float, memor
     """The campaign: each family for ``seconds`` on ``workers`` processes."""
     ctx = mp.get_context("fork")
     summary: dict = {"seconds_per_family": seconds, "workers": workers, "timeout_s": timeout,
-                     "memory_cap": memory, "families": {}}
+                     "memory_cap": memory, "seed": seed, "families": {}}
     for family in families:
         queue = ctx.Queue()
         procs = [ctx.Process(target=worker, args=(family, seconds, seed + i, timeout, memory,
@@ -532,15 +568,29 @@ def run(families: list[str], seconds: float, workers: int, timeout: float, memor
         inputs, findings = 0, []
         for p in procs:
             try:
-                _, n, found = queue.get(timeout=seconds + 300)
-            except Exception:  # noqa: BLE001 - a worker that died without reporting
-                found, n = [f"a {family} worker died without reporting"], 0
+                _, n, found = queue.get(timeout=seconds + REPORT_GRACE)
+            except Exception:  # noqa: BLE001 - a worker that died or hangs without reporting
+                found, n = [], 0
             inputs += n
             findings += found
-        for p in procs:
-            p.join(timeout=30)
-            if p.exitcode not in (0, None):
-                findings.append(f"a {family} worker exited with status {p.exitcode}")
+        for i, p in enumerate(procs):
+            p.join(timeout=EXIT_GRACE)
+            if p.exitcode is None:  # stuck where the budget's signals cannot reach Python
+                p.kill()
+                p.join()
+                stuck = _stuck_input(_running_path(out, family, seed + i))
+                findings.append(_save(Path(out), family, stuck[0], stuck[1], "hang",
+                                      "the worker stopped answering (killed after "
+                                      f"{seconds + REPORT_GRACE + EXIT_GRACE:.0f} s): stuck "
+                                      "where the budget's signals do not reach Python")
+                                if stuck else f"a {family} worker hung before its first input")
+            elif p.exitcode != 0:
+                stuck = _stuck_input(_running_path(out, family, seed + i))
+                findings.append(_save(Path(out), family, stuck[0], stuck[1], "crash",
+                                      f"the worker died with status {p.exitcode}")
+                                if stuck else f"a {family} worker exited with status {p.exitcode}")
+            with contextlib.suppress(OSError):
+                _running_path(out, family, seed + i).unlink()
         summary["families"][family] = {"inputs": inputs, "findings": findings}
     summary["inputs"] = sum(f["inputs"] for f in summary["families"].values())
     summary["findings"] = sum(len(f["findings"]) for f in summary["families"].values())

@@ -52,6 +52,43 @@ def test_findings_are_saved_with_a_reproducer(campaign, tmp_path, target, kind):
     assert note.startswith(f"{kind} in bad (bad)") and "reproduce: python fuzz/campaign.py" in note
 
 
+_CALLS = [0]
+
+
+def _stuck(data: bytes) -> None:
+    import signal
+
+    _CALLS[0] += 1
+    if _CALLS[0] > 1:  # past the warm-up: stuck where neither budget signal reaches Python
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGPROF, signal.SIGALRM})
+        time.sleep(60)
+
+
+def _crashes(data: bytes) -> None:
+    import os
+
+    _CALLS[0] += 1
+    if _CALLS[0] > 1:
+        os._exit(3)
+
+
+@pytest.mark.parametrize("target,kind", [(_stuck, "hang"), (_crashes, "crash")])
+def test_a_stuck_or_dead_worker_leaves_its_input_saved(campaign, tmp_path, monkeypatch, target, kind):
+    monkeypatch.setattr(campaign, "REPORT_GRACE", 1.0)
+    monkeypatch.setattr(campaign, "EXIT_GRACE", 1.0)
+    campaign._LOCAL["bad"] = target
+    campaign.FAMILIES["bad"] = ["bad"]
+    summary = campaign.run(["bad"], seconds=1.0, workers=1, timeout=0.3, memory=1 << 30,
+                           out=str(tmp_path), seed=2)
+    found = summary["families"]["bad"]["findings"]
+    assert len(found) == 1, found
+    saved = Path(found[0])  # the input it was running, with the note to reproduce it
+    assert saved.suffix == ".bin" and saved.exists()
+    note = saved.with_suffix(".txt").read_text()
+    assert note.startswith(f"{kind} in bad (bad)") and "reproduce: python fuzz/campaign.py" in note
+    assert not list(tmp_path.glob(".running-*"))
+
+
 def test_a_short_campaign_of_the_records_family_keeps_the_promise(campaign, tmp_path):
     summary = campaign.run(["records"], seconds=3.0, workers=1, timeout=2.0, memory=2 << 30,
                            out=str(tmp_path), seed=3)
