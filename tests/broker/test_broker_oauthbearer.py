@@ -232,7 +232,10 @@ def test_kproto_client_with_a_token_provider(tmp_path):
 
     def provider():
         calls.append(1)
-        return unsecured({"sub": "alice", "exp": time.time() + 600, "iat": time.time()})
+        # whole seconds, as token issuers write them: a fraction of the current millisecond in
+        # iat would be "issued after now" to a check in the same millisecond (Kafka's too)
+        now = int(time.time())
+        return unsecured({"sub": "alice", "exp": now + 600, "iat": now})
 
     broker = BrokerThread(tmp_path / "k", sasl_enabled_mechanisms=("OAUTHBEARER", "PLAIN"),
                           sasl_users={"x": "y"}).start()

@@ -33,10 +33,12 @@ public class KprotoTxnChaos {
         String txnId = args[3];
         int transactions = Integer.parseInt(args[4]), records = Integer.parseInt(args[5]);
         long limitMs = Long.parseLong(args[6]) * 1000L;
+        // a pause after each transaction: a short run still spans the faults of the test
+        long paceMs = args.length > 7 ? Long.parseLong(args[7]) : 0L;
         KprotoChaosProducer.startWatchdog("KprotoTxnChaos", limitMs);
         long t0 = System.nanoTime();
         try {
-            run(bootstrap, topic, partitions, txnId, transactions, records);
+            run(bootstrap, topic, partitions, txnId, transactions, records, paceMs);
         } catch (Throwable t) {
             t.printStackTrace();
             System.out.flush();
@@ -47,7 +49,8 @@ public class KprotoTxnChaos {
         System.exit(0);
     }
 
-    static void run(String bootstrap, String topic, int partitions, String txnId, int transactions, int records) {
+    static void run(String bootstrap, String topic, int partitions, String txnId, int transactions, int records,
+                    long paceMs) throws InterruptedException {
         Properties p = new Properties();
         p.put("bootstrap.servers", bootstrap);
         p.put("client.id", txnId);
@@ -103,6 +106,7 @@ public class KprotoTxnChaos {
                 KprotoChaosProducer.emit("{\"event\":\"end\",\"txn\":" + t + ",\"first\":" + first + ",\"last\":" + (seq - 1)
                      + ",\"outcome\":\"" + (committed ? "commit" : "abort") + "\",\"retries\":" + retries[0]
                      + ",\"error\":" + (error == null ? "null" : KprotoChaosProducer.quote(error)) + "}");
+                if (paceMs > 0) Thread.sleep(paceMs);
             }
             producer.close(Duration.ofSeconds(60));
         }
