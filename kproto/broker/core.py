@@ -38,7 +38,7 @@ from kproto.broker.quotas import (THROTTLE_EXEMPT, QuotaManagers, QuotaStore, al
 from kproto.broker.cleaner import CleanerConfig, LogCleaner
 from kproto.broker.cluster.combined import CombinedMetadata
 from kproto.broker.cluster.controller import ControllerConfig
-from kproto.broker.retention import RetentionManager, maybe_roll_by_time
+from kproto.broker.retention import RetentionManager, incoming_max_timestamp, maybe_roll_by_time
 from kproto.broker.coordinators.txn import TransactionCoordinator, leader_verification_error
 from kproto.broker.timer import CallbackTask, Clock, SystemClock, SystemTimer
 from kproto.codecs import request as request_codec
@@ -1304,7 +1304,9 @@ class BrokerCore:
                 st = self.configs.settings(self.logs.topics[t.name])
                 try:
                     self.check_produce(lg, acks, st.min_insync_replicas)
-                    maybe_roll_by_time(lg, now, st.segment_ms, st.segment_jitter_ms)
+                    maybe_roll_by_time(lg, now, st.segment_ms, st.segment_jitter_ms,
+                                       None if lg.config.message_timestamp_type == "LogAppendTime"
+                                       else incoming_max_timestamp(p.records))
                     info = lg.append_as_leader(p.records, now)
                 except BrokerError as exc:
                     # as Kafka's ReplicaManager: only a record validation failure carries its

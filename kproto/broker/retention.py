@@ -15,6 +15,7 @@ log start offset moves, so that a crash keeps it (Kafka writes it on a schedule)
 from __future__ import annotations
 
 import os
+import struct
 from bisect import bisect_left
 from typing import Callable, Optional
 
@@ -24,6 +25,8 @@ from kproto.broker.timer import CallbackTask
 from kproto.error_codes import ErrorCode
 from kproto.storage.checkpoints import OffsetCheckpoint
 from kproto.storage.layout import offset_file_name
+
+_INT32, _INT64 = struct.Struct(">i"), struct.Struct(">q")
 
 
 __all__ = ["RetentionManager", "segment_stats", "delete_oldest_segments", "roll"]
@@ -57,12 +60,32 @@ def _first_batch_timestamp(lg: Log) -> Optional[int]:
     return lg.max_timestamps[i] if i < len(lg.max_timestamps) else None
 
 
-def maybe_roll_by_time(lg: Log, now_ms: int, segment_ms: int, jitter_ms: int = 0) -> bool:
-    """Roll before an append when the active segment's first batch is older than ``segment.ms``."""
+def incoming_max_timestamp(records: bytes) -> Optional[int]:
+    """The largest ``maxTimestamp`` of the v2 batch headers in ``records``, None when there is
+    none to read (the append's validation reports what is wrong with them)."""
+    best: Optional[int] = None
+    pos, end = 0, len(records)
+    while pos + 43 <= end:
+        length, = _INT32.unpack_from(records, pos + 8)
+        if records[pos + 16] != 2 or length < 31:
+            return best
+        ts, = _INT64.unpack_from(records, pos + 35)
+        best = ts if best is None else max(best, ts)
+        pos += 12 + length
+    return best
+
+
+def maybe_roll_by_time(lg: Log, now_ms: int, segment_ms: int, jitter_ms: int = 0,
+                       incoming_ms: Optional[int] = None) -> bool:
+    """Roll before an append when ``segment.ms`` has passed since the active segment's first
+    batch, as Kafka's ``LogSegment.shouldRoll`` measures it: from that batch's max timestamp to
+    the incoming batches' max timestamp (``incoming_ms``; the append time, ``now_ms``, when the
+    topic uses LogAppendTime or it is not known), not to the wall clock."""
     if lg.plog.segment.size == 0:
         return False
     first = _first_batch_timestamp(lg)
-    if first is None or first < 0 or now_ms - first <= segment_ms - jitter_ms:
+    at = now_ms if incoming_ms is None else incoming_ms
+    if first is None or first < 0 or at - first <= segment_ms - jitter_ms:
         return False
     roll(lg)
     return True

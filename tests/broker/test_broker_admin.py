@@ -398,6 +398,20 @@ def test_segments_roll_by_time(env):
     assert [b.base_offset for b in iter_batches(got.records)] == [0, 1]
 
 
+def test_segments_roll_by_the_records_timestamps_not_the_clock(env):
+    # Kafka's LogSegment.shouldRoll: the incoming batch's max timestamp minus the active
+    # segment's first one. Records an hour old arriving together do not roll a segment each,
+    # and a batch stamped 1.1 s after the first rolls without the clock moving
+    c = env.client
+    create(c, "t", configs={"segment.ms": "1000"})
+    old = WALL0 + env.clock.now_ms() - 3_600_000
+    for i in range(3):
+        produce(c, "t", 0, batch([b"old%d" % i], timestamp=old + i))
+    assert segments(env.core, "t") == [0]
+    produce(c, "t", 0, batch([b"later"], timestamp=old + 1_100))
+    assert segments(env.core, "t") == [0, 3]
+
+
 def test_the_directory_after_retention_reads_back_without_damage(env):
     import kproto.storage as ks
     c = env.client
