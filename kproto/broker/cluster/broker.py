@@ -48,7 +48,7 @@ from kproto.broker.log import BrokerError, Log, topic_name_error
 from kproto.storage.metadata_image import (BROKER_RESOURCE, NO_LEADER, TOPIC_RESOURCE,
                                             MetadataImage, PartitionInfo, encode_metadata_record)
 from kproto.broker.security.acl import AclBinding
-from kproto.broker.security.auth import SCRAM_MECHANISM_IDS, ScramCredential
+from kproto.broker.security.auth import image_credentials
 
 #: Kafka's SecurityProtocol ids, as registrations carry them
 SECURITY_PROTOCOL_IDS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}
@@ -494,14 +494,8 @@ class ClusterBrokerCore(BrokerCore):
             self.authorizer.acls = {AclBinding(*astuple(e)) for e in self.image.acls.values()}
         if changes.client_quotas:  # served and enforced from the image, as Kafka's brokers
             self.quota_store.replace(self.image.client_quotas)
-        mechanisms = {v: k for k, v in SCRAM_MECHANISM_IDS.items()}
-        for mechanism, user in changes.scram:
-            if mechanism not in mechanisms:
-                continue  # a mechanism this broker does not know
-            c = self.image.scram.get((mechanism, user))
-            self.security.store.apply_altered({(mechanisms[mechanism], user): None if c is None else
-                                               ScramCredential(c.salt, c.stored_key, c.server_key,
-                                                               c.iterations)})
+        if changes.scram:
+            self.security.store.apply_altered(image_credentials(self.image.scram, changes.scram))
         for name in changes.topics_created:
             self._creating.discard(name)
         if deleted:

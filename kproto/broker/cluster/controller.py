@@ -38,7 +38,7 @@ from kproto.broker.configs import LIST, TOPIC_CONFIGS, ConfigLevels, check_broke
 from kproto.broker.admin import ELECTION_NOT_NEEDED_MESSAGE, elect_leaders_error, validate_manual_assignment
 from kproto.broker.log import BrokerError, topic_name_error
 from kproto.broker.security.acl import AclBinding, acl_creations, acl_deletions, acl_error_response
-from kproto.broker.security.auth import SCRAM_MECHANISM_IDS, scram_alterations
+from kproto.broker.security.auth import image_credentials, scram_alterations, scram_records
 from kproto.broker.quotas import alter_client_quotas, alter_error, quota_record
 from kproto.storage.metadata_image import (BROKER_RESOURCE, NO_LEADER, NO_LEADER_CHANGE, RECOVERED,
                                     RECOVERING, TOPIC_RESOURCE, BrokerInfo, MetadataImage,
@@ -1487,19 +1487,8 @@ class QuorumController:
         """Kafka's ``ScramControlManager.alterCredentials``: a UserScramCredentialRecord (the
         stored and server keys derived from the salted password) per upsertion, a
         RemoveUserScramCredentialRecord per deletion."""
-        names = {v: k for k, v in SCRAM_MECHANISM_IDS.items()}
-        existing = {(names[m], user) for m, user in self.image.scram if m in names}
-        response, changes = scram_alterations(body, existing)
-        records: list[tuple[Any, int]] = []
-        for (mech, user), cred in changes.items():
-            mid = SCRAM_MECHANISM_IDS[mech]
-            if cred is None:
-                records.append((metadata_record(RecordType.REMOVE_USER_SCRAM_CREDENTIAL)(
-                    name=user, mechanism=mid), 0))
-            else:
-                records.append((metadata_record(RecordType.USER_SCRAM_CREDENTIAL)(
-                    name=user, mechanism=mid, salt=cred.salt, stored_key=cred.stored_key,
-                    server_key=cred.server_key, iterations=cred.iterations), 0))
+        response, changes = scram_alterations(body, image_credentials(self.image.scram))
+        records = scram_records(changes)
         self._write(records, respond, response, (ApiKey.ALTER_USER_SCRAM_CREDENTIALS, version, body))
 
     # ================================================================== client quotas

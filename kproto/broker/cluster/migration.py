@@ -20,7 +20,7 @@ from kproto.broker.configs import BROKER_SYNONYMS, CONFIGS_FILE, TOPIC_CONFIGS
 from kproto.broker.features import FEATURES_FILE
 from kproto.broker.log import BrokerError
 from kproto.broker.security.acl import SECURITY_FILE, AclBinding, SecurityFile
-from kproto.broker.security.auth import SCRAM_MECHANISM_IDS, ScramCredential
+from kproto.broker.security.auth import SCRAM_MECHANISM_IDS, ScramCredential, scram_records
 from kproto.codecs import metadata_record
 from kproto.codecs.primitives import Uuid
 from kproto.storage.metadata_image import (BROKER_RESOURCE, TOPIC_RESOURCE, MetadataImage,
@@ -134,13 +134,8 @@ def migration_records(state: LegacyState, image: MetadataImage,
         out.append((acl(id=new_acl_id(), resource_type=b.resource_type, resource_name=b.resource_name,
                         pattern_type=b.pattern_type, principal=b.principal, host=b.host,
                         operation=b.operation, permission_type=b.permission), 0))
-    scram = metadata_record(RecordType.USER_SCRAM_CREDENTIAL)
-    for (mech, user), c in sorted(state.scram.items()):
-        mid = SCRAM_MECHANISM_IDS.get(mech)
-        if mid is None or (mid, user) in image.scram:
-            continue
-        out.append((scram(name=user, mechanism=mid, salt=c.salt, stored_key=c.stored_key,
-                          server_key=c.server_key, iterations=c.iterations), 0))
+    out += scram_records({(mech, user): c for (mech, user), c in sorted(state.scram.items())
+                          if (SCRAM_MECHANISM_IDS.get(mech), user) not in image.scram})
     if state.features is not None:
         feature = metadata_record(RecordType.FEATURE_LEVEL)
         levels = {n: 0 for n in image.features} | state.features
