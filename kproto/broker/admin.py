@@ -283,6 +283,7 @@ class AdminHandlers:
                 elif r.resource_type == BROKER:
                     name = self._broker_name(r.resource_name)
                     bwanted = configs.validate_broker(change(dict(configs.broker_dynamic[name]), r))
+                    configs.check_reconfiguration(name, bwanted)
                     if not body.validate_only:
                         configs.set_broker(name, bwanted)
                 elif r.resource_type == GROUP_RESOURCE and incremental:  # (not by the legacy API)

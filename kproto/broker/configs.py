@@ -392,6 +392,31 @@ class ConfigLevels:
             out.append((self.static[broker_name], STATIC_BROKER))
         return out
 
+    def check_reconfiguration(self, name: str, configs: Mapping[str, str]) -> None:
+        """Kafka's checks of a change that this broker would run with: broker ``name`` ("" =
+        the cluster default) given dynamic ``configs``. ``log.cleaner.threads`` may change to
+        at least half and at most double its current value (``LogCleaner.validateReconfiguration``);
+        INVALID_REQUEST as Kafka words it otherwise."""
+        key = "log.cleaner.threads"
+        if name not in ("", self.node):
+            return
+        after = ConfigLevels(self.node, {**self.broker_dynamic, name: dict(configs)}, self.static)
+        d = BROKER_SYNONYMS[key][0]
+        old, new = (int(str(levels[0][0] if levels else self._broker_default(d, key)))
+                    for levels in (self._broker_levels(key), after._broker_levels(key)))
+        if new == old:
+            return  # Kafka reconfigures (and checks) only what changes
+        if new == 0:  # Kafka's cleaner config divides by the thread count before its checks
+            raise BrokerError(ErrorCode.INVALID_REQUEST, "/ by zero")
+        problem = ("Log cleaner threads should be at least 1" if new < 1 else
+                   f"Log cleaner threads cannot be reduced to less than half the current value {old}"
+                   if new < old // 2 else
+                   f"Log cleaner threads cannot be increased to more than double the current value {old}"
+                   if new > old * 2 else None)
+        if problem is not None:
+            raise BrokerError(ErrorCode.INVALID_REQUEST, "Invalid value org.apache.kafka.common.config."
+                              f"ConfigException: {problem} for configuration Invalid dynamic configuration")
+
     def _synonyms(self, d: ConfigDef, main: Optional[str] = None) -> list[tuple[str, Optional[str], int]]:
         """``d``'s broker synonyms as DescribeConfigs lists them (Kafka's ``ConfigHelper.
         configSynonyms``): by level (dynamic broker, dynamic default, static, Kafka's
