@@ -99,6 +99,9 @@ class BrokerConfig:
     # client quotas (kproto.broker.quotas): the samples a rate is measured over
     quota_window_num: int = 11                      # quota.window.num
     quota_window_size_seconds: int = 1              # quota.window.size.seconds
+    # controller_mutation_rate's token bucket holds rate x num x size (KIP-599)
+    controller_quota_window_num: int = 11           # controller.quota.window.num
+    controller_quota_window_size_seconds: int = 1   # controller.quota.window.size.seconds
     # security (kproto.broker.security.auth, kproto.broker.security.acl): SASL on the listener when mechanisms
     # are enabled (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512), users name -> password (PLAIN's JAAS
     # user_<name> options; the SCRAM credentials are salted from them), and the authorizer

@@ -14,9 +14,17 @@ long a client that went over is throttled, as Kafka's broker does.
 Quotas are looked up in Kafka's order of precedence: user and client id, user and default
 client id, user, default user and client id, default user and default client id, default
 user, client id, default client id. Clients that match the same configured entity share one
-sensor (Kafka's metric tags). Not enforced: ``controller_mutation_rate`` (topic creations and
-deletions are never answered THROTTLING_QUOTA_EXCEEDED) and the IP connection rate
-(``connection_creation_rate``); both are stored, validated and described.
+sensor (Kafka's metric tags).
+
+- :class:`TokenBucket` and :class:`ControllerMutationQuotaManager`: KIP-599's
+  ``controller_mutation_rate``, partitions created or deleted per second with a burst of
+  rate x ``controller.quota.window.num`` x ``controller.quota.window.size.seconds``; a request
+  gets a :class:`MutationQuota`, strict from CreateTopics v6, CreatePartitions v3 and
+  DeleteTopics v5 (a topic over it is answered THROTTLING_QUOTA_EXCEEDED), permissive before
+  (done, and the answer throttled).
+
+Not enforced here: the IP connection rate (``connection_creation_rate``), stored, validated
+and described only.
 """
 from __future__ import annotations
 
@@ -36,7 +44,8 @@ from kproto.schemas.api_keys import ApiKey
 __all__ = ["USER", "CLIENT_ID", "IP", "PRODUCER_BYTE_RATE", "CONSUMER_BYTE_RATE", "REQUEST_PERCENTAGE",
            "CONTROLLER_MUTATION_RATE", "CONNECTION_CREATION_RATE", "Entity", "QuotaStore",
            "alter_client_quotas", "alter_error", "quota_record", "describe_client_quotas", "describe_error", "SampledRate",
-           "ClientQuotaManager", "QuotaManagers", "THROTTLE_EXEMPT"]
+           "ClientQuotaManager", "QuotaManagers", "THROTTLE_EXEMPT", "TokenBucket", "MutationQuota",
+           "ControllerMutationQuotaManager", "MUTATION_STRICT_FROM"]
 
 log = logging.getLogger("kproto.broker")
 
@@ -478,15 +487,110 @@ class ClientQuotaManager:
         return None if bound is None else bound * (self.samples - 1) * self.window_ms / 1000.0
 
 
-class QuotaManagers:
-    """A broker's quota managers over one :class:`QuotaStore`: ``produce`` and ``fetch`` bytes
-    per second, ``request`` handler time in percent of one thread."""
+#: the first version of each API whose topics over the controller mutation quota are refused
+#: (THROTTLING_QUOTA_EXCEEDED); older versions are served and only throttled (KIP-599)
+MUTATION_STRICT_FROM: dict[int, int] = {ApiKey.CREATE_TOPICS: 6, ApiKey.CREATE_PARTITIONS: 3, ApiKey.DELETE_TOPICS: 5}
+
+
+@dataclass
+class TokenBucket:
+    """Kafka's ``TokenBucket`` stat: credits refilled at the quota per second up to a burst,
+    taken by what is recorded (they may go below zero: that much is owed). A new bucket is
+    full, as Kafka's is (its first refill counts from the epoch)."""
+
+    tokens: Optional[float] = None
+    last_ms: int = 0
+
+    def measure(self, quota: float, burst: float, now_ms: int) -> float:
+        if self.tokens is None:
+            self.tokens = burst
+        else:
+            self.tokens = min(burst, self.tokens + quota * (now_ms - self.last_ms) / 1000.0)
+        self.last_ms = now_ms
+        return self.tokens
+
+    def record(self, value: float, quota: float, burst: float, now_ms: int) -> None:
+        self.tokens = min(burst, self.measure(quota, burst, now_ms) - value)
+
+
+def _java_round(x: float) -> int:
+    return math.floor(x + 0.5)
+
+
+class MutationQuota:
+    """One request's controller mutation quota (Kafka's Strict/PermissiveControllerMutationQuota):
+    :meth:`record` each topic's partitions as it is created, deleted or grown."""
+
+    def __init__(self, bucket: Optional[TokenBucket], quota: float, burst: float, strict: bool,
+                 clock: Callable[[], int]) -> None:
+        self.bucket, self.quota, self.burst, self.strict, self.clock = bucket, quota, burst, strict, clock
+        self._throttle_ms = 0
+        self._at_ms = 0
+
+    def _violated(self, tokens: float, now: int) -> None:
+        self._throttle_ms = _java_round(-tokens / self.quota * 1000)
+        self._at_ms = now
+
+    def record(self, partitions: int) -> bool:
+        """Count ``partitions`` mutations; False (nothing counted) when the quota is strict and
+        already exhausted: the topic is answered THROTTLING_QUOTA_EXCEEDED. A strict quota
+        takes any number while some credit is left; a permissive one takes everything."""
+        if self.bucket is None:
+            return True
+        now = self.clock()
+        if self.strict:
+            tokens = self.bucket.measure(self.quota, self.burst, now)
+            if tokens < 0:
+                self._violated(tokens, now)
+                return False
+            self.bucket.record(partitions, self.quota, self.burst, now)
+            return True
+        self.bucket.record(partitions, self.quota, self.burst, now)
+        tokens = self.bucket.measure(self.quota, self.burst, now)
+        if tokens < 0:
+            self._violated(tokens, now)
+        return True
+
+    def throttle_time_ms(self) -> int:
+        """How long the client is to wait: until the bucket is back at zero, less the time
+        since that was measured."""
+        if not self._throttle_ms:
+            return 0
+        return max(0, self._throttle_ms - (self.clock() - self._at_ms))
+
+
+class ControllerMutationQuotaManager(ClientQuotaManager):
+    """``controller_mutation_rate``: a token bucket per sensor (the same users and client ids
+    share one as for the other quotas), as Kafka's ControllerMutationQuotaManager."""
 
     def __init__(self, store: QuotaStore, samples: int = 11, window_s: int = 1) -> None:
+        super().__init__(CONTROLLER_MUTATION_RATE, store, samples, window_s)
+        self._buckets: dict[tuple[str, str], TokenBucket] = {}
+
+    def quota_for(self, user: str, client_id: str, api_key: int, version: int,
+                  clock: Callable[[], int]) -> MutationQuota:
+        """The quota of one request: strict from the API's :data:`MUTATION_STRICT_FROM`
+        version, permissive before; unbounded for a client without a quota."""
+        bound, tags = self.quota(user, client_id)
+        strict = version >= MUTATION_STRICT_FROM[api_key]
+        if bound is None:
+            return MutationQuota(None, 0.0, 0.0, strict, clock)
+        bucket = self._buckets.setdefault(tags, TokenBucket())
+        return MutationQuota(bucket, bound, bound * self.samples * self.window_ms / 1000.0, strict, clock)
+
+
+class QuotaManagers:
+    """A broker's quota managers over one :class:`QuotaStore`: ``produce`` and ``fetch`` bytes
+    per second, ``request`` handler time in percent of one thread, ``mutation`` partitions
+    created and deleted per second."""
+
+    def __init__(self, store: QuotaStore, samples: int = 11, window_s: int = 1,
+                 mutation_samples: int = 11, mutation_window_s: int = 1) -> None:
         self.store = store
         self.produce = ClientQuotaManager(PRODUCER_BYTE_RATE, store, samples, window_s)
         self.fetch = ClientQuotaManager(CONSUMER_BYTE_RATE, store, samples, window_s)
         self.request = ClientQuotaManager(REQUEST_PERCENTAGE, store, samples, window_s)
+        self.mutation = ControllerMutationQuotaManager(store, mutation_samples, mutation_window_s)
 
     @property
     def any(self) -> bool:
