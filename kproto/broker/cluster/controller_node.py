@@ -53,10 +53,11 @@ from kproto.storage.checkpoints import MetaProperties
 __all__ = ["ControllerCore", "ControllerNode", "RaftMetadataLog", "RAFT_APIS", "CONTROLLER_APIS",
            "start_quorum"]
 
-#: Raft APIs and the versions the replica's handlers read (Fetch from v12: Raft needs the
-#: last fetched epoch; Vote v2 is Kafka 4's pre-vote, which the replica answers).
+#: Raft APIs and the versions the replica's handlers read, as Kafka 4.4's controller lists them
+#: (a Fetch before v13 names no topic id: refused INVALID_REQUEST, as Kafka does; Vote v2 is
+#: Kafka 4's pre-vote, which the replica answers).
 RAFT_APIS: dict[int, tuple[int, int]] = {
-    FETCH: (12, 17), VOTE: (0, 2), BEGIN_QUORUM_EPOCH: (0, 1), END_QUORUM_EPOCH: (0, 1),
+    FETCH: (4, 18), VOTE: (0, 2), BEGIN_QUORUM_EPOCH: (0, 1), END_QUORUM_EPOCH: (0, 1),
     DESCRIBE_QUORUM: (0, 2), FETCH_SNAPSHOT: (0, 1),
 }
 #: Controller APIs and the versions the QuorumController's handlers were written for (a
