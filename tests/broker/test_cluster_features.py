@@ -183,12 +183,12 @@ def raft_fetch(host: str, port: int, version: int, epoch: int = -1) -> tuple[int
 
 
 def test_raft_fetch_at_every_version_answers_as_kafkas_controller(kafka_cluster: ClusterThread,
-                                                                   apache_kafka: Any) -> None:
+                                                                   apache_kafka_cluster: Any) -> None:
     """Fetch v4-18 on the controller listener: before v13 (no topic id) INVALID_REQUEST and no
     partitions (before v7 the answer has no error field: empty), from v13 the records."""
     ours = nodes(kafka_cluster)[kafka_cluster.active_controller()]
-    node = apache_kafka.nodes[apache_kafka.controller_ids[0]]
-    theirs_at = (apache_kafka.host, node.controller_port)
+    node = apache_kafka_cluster.nodes[apache_kafka_cluster.controller_ids[0]]
+    theirs_at = (apache_kafka_cluster.host, node.controller_port)
     our_epoch, their_epoch = raft_fetch(*ours, 18)[2], raft_fetch(*theirs_at, 18)[2]
     for version in range(4, 19):
         theirs = raft_fetch(*theirs_at, version, their_epoch)[:2]
