@@ -102,6 +102,12 @@ class BrokerConfig:
     # controller_mutation_rate's token bucket holds rate x num x size (KIP-599)
     controller_quota_window_num: int = 11           # controller.quota.window.num
     controller_quota_window_size_seconds: int = 1   # controller.quota.window.size.seconds
+    # connections (Kafka's ConnectionQuotas): at most this many open per client address (the
+    # overrides: "address:count,..."), this many in all, accepted at most this many a second
+    max_connections_per_ip: int = 2**31 - 1         # max.connections.per.ip
+    max_connections_per_ip_overrides: str = ""      # max.connections.per.ip.overrides
+    max_connections: int = 2**31 - 1                # max.connections
+    max_connection_creation_rate: int = 2**31 - 1   # max.connection.creation.rate
     # security (kproto.broker.security.auth, kproto.broker.security.acl): SASL on the listener when mechanisms
     # are enabled (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512), users name -> password (PLAIN's JAAS
     # user_<name> options; the SCRAM credentials are salted from them), and the authorizer
@@ -299,11 +305,21 @@ CLEANER_CONFIGS: dict[str, ConfigDef] = {c.name: c for c in (
     ConfigDef("log.cleaner.io.buffer.load.factor", DOUBLE, "0.9", (("log.cleaner.io.buffer.load.factor", 1),)),
     ConfigDef("log.cleaner.backoff.ms", LONG, "15000", (("log.cleaner.backoff.ms", 1),), min=0),
 )}
+_INT_MAX = str(2**31 - 1)
+#: The connection limits Kafka's ConnectionQuotas takes at run time; each is its own synonym.
+CONNECTION_CONFIGS: dict[str, ConfigDef] = {c.name: c for c in (
+    ConfigDef("max.connections.per.ip", INT, _INT_MAX, (("max.connections.per.ip", 1),), min=0),
+    ConfigDef("max.connections.per.ip.overrides", STRING, "", (("max.connections.per.ip.overrides", 1),)),
+    ConfigDef("max.connections", INT, _INT_MAX, (("max.connections", 1),), min=0),
+    ConfigDef("max.connection.creation.rate", INT, _INT_MAX, (("max.connection.creation.rate", 1),), min=0),
+)}
 #: broker config name -> (config, multiplier to its unit): the broker configs that can change
-#: at run time: the log defaults (synonyms of topic configs) and the log cleaner's
+#: at run time: the log defaults (synonyms of topic configs), the log cleaner's, the
+#: connection limits
 BROKER_SYNONYMS: dict[str, tuple[ConfigDef, int]] = {
     **{s: (c, m) for c in TOPIC_CONFIGS.values() for s, m in c.synonyms},
-    **{name: (c, 1) for name, c in CLEANER_CONFIGS.items()}}
+    **{name: (c, 1) for name, c in CLEANER_CONFIGS.items()},
+    **{name: (c, 1) for name, c in CONNECTION_CONFIGS.items()}}
 
 
 @dataclass(frozen=True)
@@ -353,6 +369,10 @@ def _static_broker_values(cfg: BrokerConfig) -> dict[str, str]:
         "log.cleaner.io.buffer.size": cfg.log_cleaner_io_buffer_size,
         "log.cleaner.io.buffer.load.factor": cfg.log_cleaner_io_buffer_load_factor,
         "log.cleaner.backoff.ms": cfg.log_cleaner_backoff_ms,
+        "max.connections.per.ip": cfg.max_connections_per_ip,
+        "max.connections.per.ip.overrides": cfg.max_connections_per_ip_overrides,
+        "max.connections": cfg.max_connections,
+        "max.connection.creation.rate": cfg.max_connection_creation_rate,
     }
     # every name here is a synonym in the topic config's own unit
     return {name: str(v) for name, v in values.items() if str(v) != BROKER_SYNONYMS[name][0].default}

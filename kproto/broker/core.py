@@ -33,7 +33,7 @@ from kproto.broker.share_fetch import SharePartitionManager
 from kproto.broker import features as feat
 from kproto.broker.log import BrokerError, Log, LogManager, Topic, topic_name_error
 from kproto.broker.purgatory import DelayedOperation, DelayedOperationPurgatory
-from kproto.broker.quotas import (THROTTLE_EXEMPT, MutationQuota, QuotaManagers, QuotaStore, alter_client_quotas, alter_error,
+from kproto.broker.quotas import (THROTTLE_EXEMPT, ConnectionQuotas, MutationQuota, QuotaManagers, QuotaStore, alter_client_quotas, alter_error,
                                   describe_client_quotas, describe_error, quota_record, request_percentage)
 from kproto.broker.cleaner import CleanerConfig, LogCleaner
 from kproto.broker.cluster.combined import CombinedMetadata
@@ -437,6 +437,10 @@ class BrokerCore:
                                     self.config.quota_window_size_seconds,
                                     self.config.controller_quota_window_num,
                                     self.config.controller_quota_window_size_seconds)
+        #: what the listener does with a new connection (its limits are dynamic broker configs)
+        self.connection_quotas = ConnectionQuotas(self.quota_store, self.configs.broker_config,
+                                                  self.config.quota_window_num,
+                                                  self.config.quota_window_size_seconds)
         acl = AclHandlers(self.authorizer, self._save_security)
         sec = self.security
         tx, adm = self.txns, self.admin

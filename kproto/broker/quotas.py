@@ -23,8 +23,11 @@ sensor (Kafka's metric tags).
   DeleteTopics v5 (a topic over it is answered THROTTLING_QUOTA_EXCEEDED), permissive before
   (done, and the answer throttled).
 
-Not enforced here: the IP connection rate (``connection_creation_rate``), stored, validated
-and described only.
+- :class:`ConnectionQuotas`: Kafka's ConnectionQuotas, what a listener does with a new
+  connection: ``max.connection.creation.rate`` and ``max.connections`` hold the acceptor back
+  (the connection waits), an address over its ``connection_creation_rate`` quota has its
+  connection held unread and closed after the throttle time, one over
+  ``max.connections.per.ip`` (or its override) is closed at once.
 """
 from __future__ import annotations
 
@@ -45,7 +48,7 @@ __all__ = ["USER", "CLIENT_ID", "IP", "PRODUCER_BYTE_RATE", "CONSUMER_BYTE_RATE"
            "CONTROLLER_MUTATION_RATE", "CONNECTION_CREATION_RATE", "Entity", "QuotaStore",
            "alter_client_quotas", "alter_error", "quota_record", "describe_client_quotas", "describe_error", "SampledRate",
            "ClientQuotaManager", "QuotaManagers", "THROTTLE_EXEMPT", "TokenBucket", "MutationQuota",
-           "ControllerMutationQuotaManager", "MUTATION_STRICT_FROM"]
+           "ControllerMutationQuotaManager", "MUTATION_STRICT_FROM", "ConnectionQuotas"]
 
 log = logging.getLogger("kproto.broker")
 
@@ -601,3 +604,88 @@ class QuotaManagers:
 def request_percentage(nanos: int) -> float:
     """Handler time as Kafka's request quota counts it: percent of one thread over a second."""
     return nanos * 100.0 / 1e9
+
+
+# ------------------------------------------------------------------ connections
+class ConnectionQuotas:
+    """A listener's connection limits, sans-I/O, as Kafka's ConnectionQuotas: ``setting``
+    answers the broker's current value of a config (they change at run time); the ip quotas
+    (``connection_creation_rate``) are in ``store``. The socket layer calls
+    :meth:`accept_delay`, waits until :meth:`slot_available`, then :meth:`admit` and, for an
+    admitted connection, :meth:`closed` when it ends."""
+
+    def __init__(self, store: QuotaStore, setting: Callable[[str], str], samples: int = 11,
+                 window_s: int = 1) -> None:
+        self.store, self.setting = store, setting
+        self.samples, self.window_ms = samples, window_s * 1000
+        #: open connections by client address, and in all
+        self.counts: dict[str, int] = {}
+        self.total = 0
+        self._broker_rate = SampledRate(samples, self.window_ms)
+        self._ip_rates: dict[str, SampledRate] = {}
+
+    def _record(self, rate: SampledRate, bound: float, now_ms: int) -> int:
+        """Kafka's recordAndGetThrottleTimeMs: one more connection; the time it must wait for
+        the rate to come back to ``bound``, at most one window (quota.window.size.seconds)."""
+        rate.record(1.0, now_ms)
+        observed = rate.measure(now_ms)
+        if observed <= bound:
+            return 0
+        return min(_java_round((observed - bound) / bound * rate.window_size_ms(now_ms)), self.window_ms)
+
+    def accept_delay(self, now_ms: int) -> int:
+        """The broker-wide ``max.connection.creation.rate``: the connection is counted and the
+        acceptor waits this long (ms) before it takes it."""
+        return self._record(self._broker_rate, int(self.setting("max.connection.creation.rate")), now_ms)
+
+    def slot_available(self) -> bool:
+        """Whether ``max.connections`` leaves room for one more (else the acceptor waits for a
+        connection to end)."""
+        return self.total < int(self.setting("max.connections"))
+
+    def ip_rate(self, ip: str) -> Optional[float]:
+        """The ``connection_creation_rate`` quota of ``ip``: its own, else the default ip
+        entity's; None: no quota."""
+        entries = self.store.entries
+        for entity in (((IP, ip),), ((IP, None),)):
+            value = entries.get(entity, {}).get(CONNECTION_CREATION_RATE)
+            if value is not None:
+                return value
+        return None
+
+    def max_for(self, ip: str) -> int:
+        """``max.connections.per.ip``, or this address's entry of its overrides."""
+        for item in self.setting("max.connections.per.ip.overrides").split(","):
+            host, _, count = item.strip().rpartition(":")
+            if host and host == ip:
+                return int(count)
+        return int(self.setting("max.connections.per.ip"))
+
+    def admit(self, ip: str, now_ms: int) -> tuple[str, int]:
+        """A connection from ``ip`` the acceptor takes: ("ok", 0), counted open; ("throttle",
+        ms): over its address's connection_creation_rate, held unread and closed after ms (not
+        counted, in no rate either); ("refuse", max): the address already has ``max``
+        connections, closed at once."""
+        bound = self.ip_rate(ip)
+        if bound is not None:
+            rate = self._ip_rates.setdefault(ip, SampledRate(self.samples, self.window_ms))
+            throttle = self._record(rate, bound, now_ms)
+            if throttle > 0:
+                rate.unrecord(1.0, now_ms)
+                self._broker_rate.unrecord(1.0, now_ms)
+                return "throttle", throttle
+        count, most = self.counts.get(ip, 0), self.max_for(ip)
+        if count >= most:
+            return "refuse", most
+        self.counts[ip] = count + 1
+        self.total += 1
+        return "ok", 0
+
+    def closed(self, ip: str) -> None:
+        """An admitted connection ended."""
+        left = self.counts.get(ip, 0) - 1
+        if left > 0:
+            self.counts[ip] = left
+        else:
+            self.counts.pop(ip, None)
+        self.total -= 1
