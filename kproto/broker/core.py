@@ -242,12 +242,15 @@ class Request:
     fetch_throttle_ms: int = 0
     #: the controller mutation quota of a CreateTopics, CreatePartitions or DeleteTopics
     mutation: Optional[MutationQuota] = None
+    #: the throttle time of the controller's answer to a forwarded request (the client's
+    #: connection is muted that long, as Kafka's broker does)
+    forwarded_throttle_ms: int = 0
 
     def respond(self, body: Any, api_version: Optional[int] = None) -> None:
         ver = self.version if api_version is None else api_version
         if self.patch is not None:
             body = self.patch(body)
-        throttle_ms = self.throttle(self) if self.throttle is not None else 0
+        throttle_ms = max(self.throttle(self) if self.throttle is not None else 0, self.forwarded_throttle_ms)
         if throttle_ms > 0 and hasattr(body, "throttle_time_ms"):
             body.throttle_time_ms = throttle_ms
         frame = encode_response(ResponseHeader(correlation_id=self.header.correlation_id), body,

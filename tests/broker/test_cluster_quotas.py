@@ -77,3 +77,13 @@ def test_quotas_are_metadata_records_served_and_enforced_by_every_broker(kafka_c
          "ops": [{"key": "producer_byte_rate", "value": 0.0, "remove": True}]}]), 0)
     c.wait_for(lambda cl: all(len(b.core.quota_store.entries) == 1 for b in cl.brokers.values()), 10, "removed")
     assert described(c, 2) == WANT[:1]
+
+
+def test_the_controller_counts_mutations_under_the_forwarding_clients_identity(kafka_cluster: ClusterThread) -> None:
+    """A broker forwards CreateTopics, CreatePartitions and DeleteTopics in an envelope with
+    its client's principal and client id: the controller counts them against that client's
+    controller_mutation_rate and answers as Kafka 4.4's does (the single broker's sequence,
+    checked against Apache Kafka 4.4.0 there)."""
+    from test_quotas_mutation import mutation_sequence
+
+    mutation_sequence(kafka_cluster.bootstrap)

@@ -109,7 +109,13 @@ class Probe:
 def test_mutations_over_the_quota_are_refused_or_throttled_as_kafkas(any_broker: Any) -> None:
     """1 partition a second, a burst of 11: the same answers from kproto and Kafka 4.4.0 (the
     throttle times within the time the steps take)."""
-    p = Probe(any_broker.bootstrap)
+    mutation_sequence(any_broker.bootstrap)
+
+
+def mutation_sequence(bootstrap: str) -> None:
+    """The steps of :func:`test_mutations_over_the_quota_are_refused_or_throttled_as_kafkas`
+    and their answers, on the broker(s) of ``bootstrap``."""
+    p = Probe(bootstrap)
     p.set_rate(1.0)
     throttle, topics = p.create(7, [("probe", 5)], validate_only=True)  # validate_only counts: 11 -> 6
     assert (throttle, topics) == (0, [("probe", 0, None)])

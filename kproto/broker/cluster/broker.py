@@ -36,6 +36,7 @@ another broker.
 from __future__ import annotations
 
 import os
+import socket
 from dataclasses import astuple
 from typing import Any, Callable, Optional, Sequence
 
@@ -48,7 +49,8 @@ from kproto.broker.log import BrokerError, Log, topic_name_error
 from kproto.storage.metadata_image import (BROKER_RESOURCE, NO_LEADER, TOPIC_RESOURCE,
                                             MetadataImage, PartitionInfo, encode_metadata_record)
 from kproto.broker.security.acl import AclBinding
-from kproto.broker.security.auth import image_credentials
+from kproto.broker.quotas import MUTATION_STRICT_FROM
+from kproto.broker.security.auth import encode_principal, image_credentials
 
 #: Kafka's SecurityProtocol ids, as registrations carry them
 SECURITY_PROTOCOL_IDS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}
@@ -63,6 +65,7 @@ from kproto.codecs import response as response_codec
 from kproto.codecs.primitives import Uuid
 from kproto.error_codes import ErrorCode
 from kproto.fetch_session.messages import request_replica_id
+from kproto.framing import RequestHeader, decode_response, encode_request
 from kproto.schemas.api_keys import ApiKey
 from kproto.storage.tail import read_high_watermarks
 
@@ -832,13 +835,44 @@ class ClusterBrokerCore(BrokerCore):
             DelayedReplicaFetch(self, req, replica_id, offsets), list(offsets))
 
     def _forward(self, req: Request) -> None:
-        """Kafka's forwarding: the controller answers, at the client's version."""
+        """Kafka's forwarding: the controller answers, at the client's version. The requests
+        the controller counts against the client's controller mutation quota go in an
+        envelope with the client's principal and client id (Kafka's EnvelopeRequest), and
+        the answer's throttle time mutes the client's connection."""
+        if req.api_key in MUTATION_STRICT_FROM:
+            self._forward_enveloped(req)
+            return
+
         def answered(resp: Optional[Any]) -> None:
             if resp is None:
                 self._answer_error(req, ErrorCode.REQUEST_TIMED_OUT, run_handler=True)
                 return
             req.respond(resp)
         self.send_to_controller(req.api_key, req.version, req.body, answered)
+
+    def _forward_enveloped(self, req: Request) -> None:
+        key, ver = req.api_key, req.version
+        inner = encode_request(RequestHeader(request_api_key=key, request_api_version=ver,
+                                             correlation_id=req.header.correlation_id,
+                                             client_id=req.header.client_id), req.body)[4:]
+        peer = (getattr(req.channel, "peer", None) or "/127.0.0.1").lstrip("/")
+        try:
+            address = socket.inet_pton(socket.AF_INET6 if ":" in peer else socket.AF_INET, peer)
+        except OSError:
+            address = b"\x7f\x00\x00\x01"
+        envelope = request_codec(ApiKey.ENVELOPE).cls(
+            request_data=inner, request_principal=encode_principal(self.quota_identity(req)[0]),
+            client_host_address=address)
+
+        def answered(resp: Optional[Any]) -> None:
+            if resp is None or resp.error_code or resp.response_data is None:
+                self._answer_error(req, ErrorCode.REQUEST_TIMED_OUT if resp is None or not resp.error_code
+                                   else resp.error_code, run_handler=True)
+                return
+            _, body = decode_response(bytes(resp.response_data), key, ver, size_prefix=False)
+            req.forwarded_throttle_ms = getattr(body, "throttle_time_ms", 0)
+            req.respond(body)
+        self.send_to_controller(ApiKey.ENVELOPE, 0, envelope, answered)
 
     def _create_internal_topic(self, name: str, partitions: int, configs: dict[str, str]) -> None:
         """Ask the controller for ``name`` (auto-created topics, ``__consumer_offsets``)."""

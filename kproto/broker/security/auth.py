@@ -51,7 +51,7 @@ from kproto.schemas.api_keys import ApiKey
 __all__ = ["ScramCredential", "CredentialStore", "PlainServer", "ScramServer", "OAuthBearerServer",
            "SaslFailed",
            "ConnectionAuth", "Security", "ANONYMOUS", "SCRAM_MECHANISM_IDS", "SASL_VERSIONS",
-           "image_credentials", "scram_records",
+           "image_credentials", "scram_records", "encode_principal", "decode_principal",
            "scram_alterations"]
 
 ANONYMOUS = "User:ANONYMOUS"
@@ -638,3 +638,26 @@ def scram_records(changes: Mapping[tuple[str, str], Optional[ScramCredential]],
             records.append((put(name=user, mechanism=mid, salt=c.salt, stored_key=c.stored_key,
                                 server_key=c.server_key, iterations=c.iterations), 0))
     return records
+
+
+def encode_principal(name: str) -> bytes:
+    """A user principal as a broker forwards it in an EnvelopeRequest (Kafka's
+    DefaultKafkaPrincipalBuilder: DefaultPrincipalData, prefixed with its version)."""
+    from kproto.codecs import message
+
+    codec = message("DefaultPrincipalData")
+    return b"\x00\x00" + codec.encode(codec.cls(type="User", name=name, token_authenticated=False), 0)
+
+
+def decode_principal(data: bytes) -> str:
+    """The principal's name in an EnvelopeRequest (:class:`~kproto.errors.DecodeError` for
+    bytes that are not one)."""
+    from kproto.codecs import message
+    from kproto.errors import DecodeError
+
+    if len(data) < 2:
+        raise DecodeError("principal shorter than its version", what="DefaultPrincipalData", offset=0)
+    version = int.from_bytes(data[:2], "big")
+    if version != 0:
+        raise DecodeError(f"principal version {version}", what="DefaultPrincipalData", offset=0)
+    return str(message("DefaultPrincipalData").decode(data[2:], 0).name)
