@@ -87,3 +87,28 @@ def test_the_controller_counts_mutations_under_the_forwarding_clients_identity(k
     from test_quotas_mutation import mutation_sequence
 
     mutation_sequence(kafka_cluster.bootstrap)
+
+
+def test_a_malformed_envelope_is_refused(kafka_cluster: ClusterThread) -> None:
+    """An envelope whose request or principal does not decode, or that wraps a request the
+    controller does not serve: INVALID_REQUEST, nothing handled."""
+    import kproto
+    from kproto.broker.security.auth import encode_principal
+    from kproto.error_codes import ErrorCode as E
+    from kproto.framing import RequestHeader, encode_request
+
+    controller = kafka_cluster.active_controller()
+    host, port = kafka_cluster.inspect(lambda c: (c.controllers[controller].host, c.controllers[controller].port))
+
+    async def envelope(body: Any) -> Any:
+        async with await Connection.open(host, port) as conn:
+            return await conn.request(body, 0)
+    meta = kproto.request(K.METADATA).cls(topics=[], allow_auto_topic_creation=False)
+    metadata = encode_request(RequestHeader(request_api_key=K.METADATA, request_api_version=12,
+                                            correlation_id=1, client_id="c"), meta)[4:]
+    for data, principal in [(b"\x00\x13\x00", encode_principal("alice")),   # a truncated header
+                            (metadata, encode_principal("alice")),          # not a controller API
+                            (metadata, b"\x00\x01\x05User\x00")]:           # a principal of no known version
+        resp = asyncio.run(envelope(build(K.ENVELOPE, request_data=data, request_principal=principal,
+                                          client_host_address=b"\x7f\x00\x00\x01")))
+        assert (resp.error_code, resp.response_data) == (E.INVALID_REQUEST, None)
