@@ -234,9 +234,11 @@ class AdminHandlers:
 
     def incremental_alter_configs(self, body: Any, version: int, respond: Respond) -> None:
         cls = response_codec(ApiKey.INCREMENTAL_ALTER_CONFIGS).cls
-        self._alter(cls, body, self._incremental, respond)
+        self._alter(cls, body, self.incremental_change, respond)
 
-    def _incremental(self, current: dict[str, str], r: Any) -> dict[str, Optional[str]]:
+    def incremental_change(self, current: dict[str, str], r: Any) -> dict[str, Optional[str]]:
+        """The configs ``current`` becomes with IncrementalAlterConfigs resource ``r``'s
+        operations (None: a config deleted)."""
         out: dict[str, Optional[str]] = dict(current)
         names = [c.name for c in r.configs]
         dupes = sorted({n for n in names if names.count(n) > 1})

@@ -261,6 +261,7 @@ class ClusterBrokerCore(BrokerCore):
         if self.authorizer is not None:
             for key in FORWARDED_ACL_APIS:
                 self.handlers[key] = self._forward
+        self.handlers[ApiKey.INCREMENTAL_ALTER_CONFIGS] = self._forward_alter_configs
         self.handlers[ApiKey.WRITE_TXN_MARKERS] = self._write_txn_markers
         for api, ids in _GROUP_IDS.items():
             self.handlers[api] = self._gate(self.handlers[api], OFFSETS_TOPIC, ids)
@@ -849,6 +850,50 @@ class ClusterBrokerCore(BrokerCore):
                 return
             req.respond(resp)
         self.send_to_controller(req.api_key, req.version, req.body, answered)
+
+    def _forward_alter_configs(self, req: Request) -> None:
+        """Kafka's ConfigAdminManager.preprocess: a change of this broker's or the cluster-wide
+        configs is first checked against what this broker would run with (the log cleaner's
+        thread count may at most double or halve); one refused is answered here, the rest are
+        forwarded, and the answers come back in the request's order."""
+        body = req.body
+        refused: dict[int, BrokerError] = {}
+        for i, r in enumerate(body.resources):
+            name = r.resource_name
+            if r.resource_type != BROKER_RESOURCE or name not in ("", str(self.node_id)):
+                continue
+            try:
+                wanted = self.configs.validate_broker(
+                    self.admin.incremental_change(dict(self.configs.broker_dynamic.get(name, {})), r))
+            except BrokerError:
+                continue  # the controller refuses it as well, in its own words
+            try:
+                self.configs.check_reconfiguration(name, wanted)
+            except BrokerError as exc:
+                refused[i] = exc
+        if not refused:
+            self._forward(req)
+            return
+        cls = response_codec(ApiKey.INCREMENTAL_ALTER_CONFIGS).cls
+        answers: list[Any] = [None] * len(body.resources)
+        for i, why in refused.items():
+            answers[i] = cls.AlterConfigsResourceResponse(
+                error_code=why.code, error_message=why.message, resource_type=body.resources[i].resource_type,
+                resource_name=body.resources[i].resource_name)
+        rest = [r for i, r in enumerate(body.resources) if i not in refused]
+
+        def merged(resp: Optional[Any]) -> None:
+            if resp is None:
+                self._answer_error(req, ErrorCode.REQUEST_TIMED_OUT, run_handler=True)
+                return
+            forwarded = iter(resp.responses)
+            resp.responses = [a if a is not None else next(forwarded) for a in answers]
+            req.respond(resp)
+        if not rest:
+            req.respond(cls(throttle_time_ms=0, responses=answers))
+            return
+        forward = request_codec(ApiKey.INCREMENTAL_ALTER_CONFIGS).cls(resources=rest, validate_only=body.validate_only)
+        self.send_to_controller(ApiKey.INCREMENTAL_ALTER_CONFIGS, req.version, forward, merged)
 
     def _forward_enveloped(self, req: Request) -> None:
         key, ver = req.api_key, req.version
