@@ -354,6 +354,11 @@ def test_a_broker_checks_a_cleaner_thread_change_it_would_run_with_before_forwar
                    what="the broker runs 2 cleaner threads")
         (r,) = ask(c, 1, incremental(4, "", {"log.cleaner.threads": "4"}), 1).responses  # its own 2 stay
         assert (r.error_code, r.error_message) == (0, None)
+        # the legacy AlterConfigs replaces the broker's configs: back to the default's 4 from 2
+        (r,) = ask(c, 1, alter_configs(4, "1", {"log.cleaner.threads": "5"}), 1).responses
+        assert (r.error_code, r.error_message) == (E.INVALID_REQUEST, twice.format(2))
+        (r,) = ask(c, 1, alter_configs(4, "1", {}), 1).responses
+        assert (r.error_code, r.error_message) == (0, None)
 
 
 # ---------------------------------------------------------------------------- migration

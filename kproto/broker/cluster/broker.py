@@ -262,6 +262,7 @@ class ClusterBrokerCore(BrokerCore):
             for key in FORWARDED_ACL_APIS:
                 self.handlers[key] = self._forward
         self.handlers[ApiKey.INCREMENTAL_ALTER_CONFIGS] = self._forward_alter_configs
+        self.handlers[ApiKey.ALTER_CONFIGS] = self._forward_alter_configs
         self.handlers[ApiKey.WRITE_TXN_MARKERS] = self._write_txn_markers
         for api, ids in _GROUP_IDS.items():
             self.handlers[api] = self._gate(self.handlers[api], OFFSETS_TOPIC, ids)
@@ -852,19 +853,22 @@ class ClusterBrokerCore(BrokerCore):
         self.send_to_controller(req.api_key, req.version, req.body, answered)
 
     def _forward_alter_configs(self, req: Request) -> None:
-        """Kafka's ConfigAdminManager.preprocess: a change of this broker's or the cluster-wide
-        configs is first checked against what this broker would run with (the log cleaner's
-        thread count may at most double or halve); one refused is answered here, the rest are
-        forwarded, and the answers come back in the request's order."""
-        body = req.body
+        """Kafka's ConfigAdminManager.preprocess (IncrementalAlterConfigs and the legacy
+        AlterConfigs): a change of this broker's or the cluster-wide configs is first checked
+        against what this broker would run with (the log cleaner's thread count may at most
+        double or halve); one refused is answered here, the rest are forwarded, and the
+        answers come back in the request's order."""
+        body, key = req.body, req.api_key
+        incremental = key == ApiKey.INCREMENTAL_ALTER_CONFIGS
         refused: dict[int, BrokerError] = {}
         for i, r in enumerate(body.resources):
             name = r.resource_name
             if r.resource_type != BROKER_RESOURCE or name not in ("", str(self.node_id)):
                 continue
             try:
-                wanted = self.configs.validate_broker(
-                    self.admin.incremental_change(dict(self.configs.broker_dynamic.get(name, {})), r))
+                current = dict(self.configs.broker_dynamic.get(name, {}))
+                wanted = self.configs.validate_broker(self.admin.incremental_change(current, r) if incremental
+                                                      else {c.name: c.value for c in r.configs})
             except BrokerError:
                 continue  # the controller refuses it as well, in its own words
             try:
@@ -874,7 +878,7 @@ class ClusterBrokerCore(BrokerCore):
         if not refused:
             self._forward(req)
             return
-        cls = response_codec(ApiKey.INCREMENTAL_ALTER_CONFIGS).cls
+        cls = response_codec(key).cls
         answers: list[Any] = [None] * len(body.resources)
         for i, why in refused.items():
             answers[i] = cls.AlterConfigsResourceResponse(
@@ -892,8 +896,8 @@ class ClusterBrokerCore(BrokerCore):
         if not rest:
             req.respond(cls(throttle_time_ms=0, responses=answers))
             return
-        forward = request_codec(ApiKey.INCREMENTAL_ALTER_CONFIGS).cls(resources=rest, validate_only=body.validate_only)
-        self.send_to_controller(ApiKey.INCREMENTAL_ALTER_CONFIGS, req.version, forward, merged)
+        forward = request_codec(key).cls(resources=rest, validate_only=body.validate_only)
+        self.send_to_controller(key, req.version, forward, merged)
 
     def _forward_enveloped(self, req: Request) -> None:
         key, ver = req.api_key, req.version
