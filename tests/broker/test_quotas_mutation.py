@@ -76,6 +76,12 @@ class Probe:
     def name(self, short: str) -> str:
         return f"{self.tag}-{short}"
 
+    def remove_rate(self) -> None:
+        """The quota gone again (the broker may be shared with other tests)."""
+        self.ask(K.ALTER_CLIENT_QUOTAS, 1, validate_only=False, entries=[{
+            "entity": [{"entity_type": "client-id", "entity_name": self.client_id}],
+            "ops": [{"key": "controller_mutation_rate", "value": 0.0, "remove": True}]}])
+
     def set_rate(self, rate: float) -> None:
         """The client id's quota, once the broker describes it (Kafka's controller has it
         then, or a moment later)."""
@@ -117,6 +123,13 @@ def mutation_sequence(bootstrap: str) -> None:
     and their answers, on the broker(s) of ``bootstrap``."""
     p = Probe(bootstrap)
     p.set_rate(1.0)
+    try:
+        _steps(p)
+    finally:
+        p.remove_rate()
+
+
+def _steps(p: Probe) -> None:
     throttle, topics = p.create(7, [("probe", 5)], validate_only=True)  # validate_only counts: 11 -> 6
     assert (throttle, topics) == (0, [("probe", 0, None)])
 
@@ -142,6 +155,13 @@ def test_a_throttled_answer_mutes_its_connection(any_broker: Any) -> None:
     whose clients throttle themselves)."""
     p = Probe(any_broker.bootstrap)
     p.set_rate(1.0)
+    try:
+        _pipelined(p)
+    finally:
+        p.remove_rate()
+
+
+def _pipelined(p: Probe) -> None:
     assert p.create(7, [("probe", 1)], validate_only=True) == (0, [("probe", 0, None)])  # 11 -> 10
     req = kproto.request(K.CREATE_TOPICS).cls
 
