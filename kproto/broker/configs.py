@@ -215,6 +215,13 @@ class ConfigDef:
         return v
 
 
+def _reconfiguration_check(problem: Optional[str]) -> None:
+    """A refused reconfiguration, as Kafka's broker words it (its ConfigException wrapped)."""
+    if problem is not None:
+        raise BrokerError(ErrorCode.INVALID_REQUEST, "Invalid value org.apache.kafka.common.config."
+                          f"ConfigException: {problem} for configuration Invalid dynamic configuration")
+
+
 def _num(x: Optional[float]) -> str:
     return str(int(x)) if x is not None and x == int(x) else str(x)
 
@@ -415,30 +422,46 @@ class ConfigLevels:
             out.append((self.static[broker_name], STATIC_BROKER))
         return out
 
+    def _running(self, key: str) -> str:
+        d = BROKER_SYNONYMS[key][0]
+        levels = self._broker_levels(key)
+        return str(levels[0][0] if levels else self._broker_default(d, key))
+
     def check_reconfiguration(self, name: str, configs: Mapping[str, str]) -> None:
         """Kafka's checks of a change that this broker would run with: broker ``name`` ("" =
-        the cluster default) given dynamic ``configs``. ``log.cleaner.threads`` may change to
-        at least half and at most double its current value (``LogCleaner.validateReconfiguration``);
-        INVALID_REQUEST as Kafka words it otherwise."""
-        key = "log.cleaner.threads"
+        the cluster default) given dynamic ``configs``; INVALID_REQUEST as Kafka words it.
+        ``log.cleaner.threads`` may change to at least half and at most double its current
+        value (``LogCleaner.validateReconfiguration``); ``max.connections`` and
+        ``max.connection.creation.rate`` must stay positive, ``max.connections.per.ip`` may be 0
+        only with overrides, which must parse (Kafka's ConnectionQuotas and KafkaConfig)."""
         if name not in ("", self.node):
             return
         after = ConfigLevels(self.node, {**self.broker_dynamic, name: dict(configs)}, self.static)
-        d = BROKER_SYNONYMS[key][0]
-        old, new = (int(str(levels[0][0] if levels else self._broker_default(d, key)))
-                    for levels in (self._broker_levels(key), after._broker_levels(key)))
-        if new == old:
-            return  # Kafka reconfigures (and checks) only what changes
-        if new == 0:  # Kafka's cleaner config divides by the thread count before its checks
-            raise BrokerError(ErrorCode.INVALID_REQUEST, "/ by zero")
-        problem = ("Log cleaner threads should be at least 1" if new < 1 else
-                   f"Log cleaner threads cannot be reduced to less than half the current value {old}"
-                   if new < old // 2 else
-                   f"Log cleaner threads cannot be increased to more than double the current value {old}"
-                   if new > old * 2 else None)
-        if problem is not None:
-            raise BrokerError(ErrorCode.INVALID_REQUEST, "Invalid value org.apache.kafka.common.config."
-                              f"ConfigException: {problem} for configuration Invalid dynamic configuration")
+        old, new = int(self._running("log.cleaner.threads")), int(after._running("log.cleaner.threads"))
+        if new != old:  # Kafka reconfigures (and checks) only what changes
+            if new == 0:  # Kafka's cleaner config divides by the thread count before its checks
+                raise BrokerError(ErrorCode.INVALID_REQUEST, "/ by zero")
+            _reconfiguration_check(
+                "Log cleaner threads should be at least 1" if new < 1 else
+                f"Log cleaner threads cannot be reduced to less than half the current value {old}"
+                if new < old // 2 else
+                f"Log cleaner threads cannot be increased to more than double the current value {old}"
+                if new > old * 2 else None)
+        for key in ("max.connections", "max.connection.creation.rate"):
+            value = after._running(key)
+            if value != self._running(key) and int(value) <= 0:
+                _reconfiguration_check(f"Invalid {key} {value}")
+        overrides = after._running("max.connections.per.ip.overrides")
+        for item in [i.strip() for i in overrides.split(",")] if overrides.strip() else []:
+            host, sep, count = item.rpartition(":")
+            if not sep:  # Kafka's parser takes the text before the last ':' (Java's substring)
+                raise BrokerError(ErrorCode.INVALID_REQUEST, "Error parsing configuration property "
+                                  f"'max.connections.per.ip.overrides': begin 0, end -1, length {len(item)}")
+            if not count.strip().lstrip("+-").isdigit():
+                raise BrokerError(ErrorCode.INVALID_REQUEST, f'For input string: "{count.strip()}"')
+        if int(after._running("max.connections.per.ip")) == 0 and not overrides.strip():
+            raise BrokerError(ErrorCode.INVALID_REQUEST, "requirement failed: max.connections.per.ip can "
+                              "be set to zero only if max.connections.per.ip.overrides property is set.")
 
     def _synonyms(self, d: ConfigDef, main: Optional[str] = None) -> list[tuple[str, Optional[str], int]]:
         """``d``'s broker synonyms as DescribeConfigs lists them (Kafka's ``ConfigHelper.

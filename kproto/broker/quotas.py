@@ -657,7 +657,7 @@ class ConnectionQuotas:
         """``max.connections.per.ip``, or this address's entry of its overrides."""
         for item in self.setting("max.connections.per.ip.overrides").split(","):
             host, _, count = item.strip().rpartition(":")
-            if host and host == ip:
+            if host.strip() == ip and count.strip().isdigit():  # (checked when set)
                 return int(count)
         return int(self.setting("max.connections.per.ip"))
 

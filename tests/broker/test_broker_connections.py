@@ -173,3 +173,33 @@ def test_past_the_creation_rate_connections_are_taken_late(kafka_broker: Any) ->
         with connect(kafka_broker.bootstrap) as s:
             answered.append(api_versions(s)[1])
     assert max(answered[:10]) < 0.5 and 0.8 <= answered[10] <= 1.5
+
+
+#: (config, value, Kafka 4.4.0's answer) for a validate-only change of the broker's own or the
+#: cluster-wide configs
+LIMIT_CHECKS = [
+    ("max.connections", "0", "Invalid value org.apache.kafka.common.config.ConfigException: Invalid "
+     "max.connections 0 for configuration Invalid dynamic configuration"),
+    ("max.connection.creation.rate", "0", "Invalid value org.apache.kafka.common.config.ConfigException: "
+     "Invalid max.connection.creation.rate 0 for configuration Invalid dynamic configuration"),
+    ("max.connections.per.ip", "0", "requirement failed: max.connections.per.ip can be set to zero only if "
+     "max.connections.per.ip.overrides property is set."),
+    ("max.connections.per.ip.overrides", "bad", "Error parsing configuration property "
+     "'max.connections.per.ip.overrides': begin 0, end -1, length 3"),
+    ("max.connections.per.ip.overrides", "127.0.0.9:x", 'For input string: "x"'),
+    ("max.connections.per.ip.overrides", "127.0.0.9:3, 127.0.0.8:0", None),
+    ("max.connections", "10", None),
+]
+
+
+def test_connection_limits_are_checked_as_kafkas(any_broker: Any) -> None:
+    """Bad connection limits are refused INVALID_REQUEST with Kafka's words (validate_only:
+    nothing changes on the shared broker)."""
+    node = str(ask(any_broker.bootstrap, K.METADATA, 12, topics=[]).brokers[0].node_id)
+    for resource in (node, ""):
+        for name, value, message in LIMIT_CHECKS:
+            resp = ask(any_broker.bootstrap, K.INCREMENTAL_ALTER_CONFIGS, 1, validate_only=True, resources=[{
+                "resource_type": 4, "resource_name": resource, "configs": [
+                    {"name": name, "config_operation": 0, "value": value}]}])
+            (r,) = resp.responses
+            assert (r.error_code, r.error_message) == ((42, message) if message else (0, None)), (resource, name, value)
