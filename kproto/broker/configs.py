@@ -25,7 +25,8 @@ from kproto.error_codes import ErrorCode
 if TYPE_CHECKING:
     from kproto.broker.log import LogManager
 
-__all__ = ["BrokerConfig", "ConfigDef", "TOPIC_CONFIGS", "CLEANER_CONFIGS", "JAVA_DOUBLE_MAX", "ConfigEntry", "TopicSettings", "ConfigManager", "ConfigStore", "CONFIGS_FILE",
+__all__ = ["BrokerConfig", "ConfigDef", "TOPIC_CONFIGS", "CLEANER_CONFIGS", "CONNECTION_CONFIGS",
+           "LISTENER_CONNECTION_CONFIGS", "listener_config", "broker_config_def", "JAVA_DOUBLE_MAX", "ConfigEntry", "TopicSettings", "ConfigManager", "ConfigStore", "CONFIGS_FILE",
            "formatted_cluster_defaults", "ConfigLevels", "check_broker_configs",
            "DYNAMIC_TOPIC", "DYNAMIC_BROKER", "DYNAMIC_DEFAULT_BROKER", "STATIC_BROKER", "DEFAULT"]
 
@@ -327,6 +328,34 @@ BROKER_SYNONYMS: dict[str, tuple[ConfigDef, int]] = {
     **{s: (c, m) for c in TOPIC_CONFIGS.values() for s, m in c.synonyms},
     **{name: (c, 1) for name, c in CLEANER_CONFIGS.items()},
     **{name: (c, 1) for name, c in CONNECTION_CONFIGS.items()}}
+#: the connection limits a listener may have of its own (``listener.name.<listener>.<limit>``;
+#: unset, the broker-wide one applies, as Kafka's listener-prefixed configs)
+LISTENER_CONNECTION_CONFIGS = ("max.connections", "max.connection.creation.rate")
+_LISTENER_PREFIX = "listener.name."
+
+
+def listener_config(listener: str, key: str) -> str:
+    """The name of ``listener``'s own ``key`` (``listener.name.plaintext.max.connections``)."""
+    return f"{_LISTENER_PREFIX}{listener.lower()}.{key}"
+
+
+def _listener_base(name: str) -> Optional[str]:
+    """The broker-wide limit a listener-prefixed config overrides, or None."""
+    if not name.startswith(_LISTENER_PREFIX):
+        return None
+    listener, _, key = name[len(_LISTENER_PREFIX):].partition(".")
+    return key if listener and key in LISTENER_CONNECTION_CONFIGS else None
+
+
+def broker_config_def(name: str) -> Optional[tuple[ConfigDef, int]]:
+    """Dynamic broker config ``name`` (one of :data:`BROKER_SYNONYMS` or a listener's connection
+    limit) and its multiplier to its unit; None: not one that changes at run time."""
+    got = BROKER_SYNONYMS.get(name)
+    base = _listener_base(name) if got is None else None
+    if base is not None:
+        d = CONNECTION_CONFIGS[base]
+        return ConfigDef(name, d.type, None, ((name, 1),), min=d.min), 1
+    return got
 
 
 @dataclass(frozen=True)
@@ -423,9 +452,13 @@ class ConfigLevels:
         return out
 
     def _running(self, key: str) -> str:
-        d = BROKER_SYNONYMS[key][0]
         levels = self._broker_levels(key)
-        return str(levels[0][0] if levels else self._broker_default(d, key))
+        if levels:
+            return str(levels[0][0])
+        base = _listener_base(key)
+        if base is not None:
+            return self._running(base)
+        return str(self._broker_default(BROKER_SYNONYMS[key][0], key))
 
     def check_reconfiguration(self, name: str, configs: Mapping[str, str]) -> None:
         """Kafka's checks of a change that this broker would run with: broker ``name`` ("" =
@@ -447,10 +480,12 @@ class ConfigLevels:
                 if new < old // 2 else
                 f"Log cleaner threads cannot be increased to more than double the current value {old}"
                 if new > old * 2 else None)
-        for key in ("max.connections", "max.connection.creation.rate"):
+        limits = [(key, key) for key in LISTENER_CONNECTION_CONFIGS] + [
+            (name, base) for name in configs for base in [_listener_base(name)] if base is not None]
+        for key, base in limits:
             value = after._running(key)
             if value != self._running(key) and int(value) <= 0:
-                _reconfiguration_check(f"Invalid {key} {value}")
+                _reconfiguration_check(f"Invalid {base} {value}")
         overrides = after._running("max.connections.per.ip.overrides")
         for item in [i.strip() for i in overrides.split(",")] if overrides.strip() else []:
             host, sep, count = item.rpartition(":")
@@ -527,12 +562,15 @@ def check_broker_configs(configs: Mapping[str, Optional[str]]) -> dict[str, str]
     """Dynamic broker configs checked and normalised; INVALID_CONFIG for one that cannot be
     set dynamically or a bad value."""
     out = {}
-    fixed = sorted(n for n in configs if n not in BROKER_SYNONYMS)
+    defs = {n: broker_config_def(n) for n in configs}
+    fixed = sorted(n for n, d in defs.items() if d is None)
     if fixed:
         raise BrokerError(ErrorCode.INVALID_CONFIG,
                           f"Cannot update these configs dynamically: {', '.join(fixed)}")
     for name, value in configs.items():
-        d, _ = BROKER_SYNONYMS[name]
+        found = defs[name]
+        assert found is not None
+        d = found[0]
         if value is None:
             raise BrokerError(ErrorCode.INVALID_CONFIG, f"Null value not supported for {name}")
         out[name] = ConfigDef(name, d.type, None, min=d.min, max=d.max, choices=d.choices).check(value)
@@ -576,7 +614,8 @@ class ConfigManager(ConfigLevels):
             return
         broker, topics = self.store.stored_configs()
         for key in self.broker_dynamic:
-            self.broker_dynamic[key] = {k: v for k, v in broker.get(key, {}).items() if k in BROKER_SYNONYMS}
+            self.broker_dynamic[key] = {k: v for k, v in broker.get(key, {}).items()
+                                        if broker_config_def(k) is not None}
         self._apply_broker()
         for name, configs in topics.items():
             topic = self.logs.topics.get(name)
@@ -645,11 +684,14 @@ class ConfigManager(ConfigLevels):
             self.on_broker_change()
 
     def broker_config(self, name: str) -> str:
-        """The value of broker config ``name`` (one of :data:`BROKER_SYNONYMS`) this broker
-        runs with: its most specific level, else Kafka's default."""
-        d, _ = BROKER_SYNONYMS[name]
+        """The value of broker config ``name`` (one of :data:`BROKER_SYNONYMS`, or a listener's
+        connection limit) this broker runs with: its most specific level, else Kafka's
+        default (a listener's limit: the broker-wide one)."""
         levels = self._broker_levels(name)
-        value = levels[0][0] if levels else self._broker_default(d, name)
+        base = _listener_base(name)
+        if not levels and base is not None:
+            return self.broker_config(base)
+        value = levels[0][0] if levels else self._broker_default(BROKER_SYNONYMS[name][0], name)
         assert value is not None, name
         return value
 
@@ -680,7 +722,7 @@ class ConfigManager(ConfigLevels):
         """Give broker ``name`` ("" = the cluster default) these dynamic configs (those that
         can be set dynamically) and the topics the resulting defaults, without saving (as they
         are elsewhere: a cluster's metadata image)."""
-        self.broker_dynamic[name] = {k: v for k, v in configs.items() if k in BROKER_SYNONYMS}
+        self.broker_dynamic[name] = {k: v for k, v in configs.items() if broker_config_def(k) is not None}
         self._apply_broker()
 
     def validate_broker(self, configs: Mapping[str, Optional[str]]) -> dict[str, str]:
@@ -698,7 +740,9 @@ class ConfigManager(ConfigLevels):
         value: Optional[str]
         if name == "":
             for key, value in sorted(self.broker_dynamic[""].items()):
-                d, _ = BROKER_SYNONYMS[key]
+                found = broker_config_def(key)
+                assert found is not None  # (only dynamic configs are kept)
+                d = found[0]
                 out.append(ConfigEntry(key, value, DYNAMIC_DEFAULT_BROKER, False, False,
                                        ((key, value, DYNAMIC_DEFAULT_BROKER),), d.type))
             return out
@@ -708,6 +752,15 @@ class ConfigManager(ConfigLevels):
             value = levels[0][0] if levels else self._broker_default(d, key)
             source = syn[0][2] if syn else DEFAULT
             out.append(ConfigEntry(key, value, source, False, False, syn, d.type))
+        # a listener's own connection limits, where set: then the broker-wide one's synonyms
+        own = {k for level in ("", self.node) for k in self.broker_dynamic.get(level, {}) if _listener_base(k)}
+        for key in sorted(own):
+            base = _listener_base(key)
+            assert base is not None
+            levels = self._broker_levels(key)
+            syn = tuple((key, v, src) for v, src in levels) + tuple(self._synonyms(CONNECTION_CONFIGS[base], base))
+            # (Kafka marks them read-only, though they change at run time)
+            out.append(ConfigEntry(key, levels[0][0], levels[0][1], True, False, syn, INT))
         c = self.config
         fixed: dict[str, tuple[Any, int]] = {
             "node.id": (c.node_id, INT), "broker.id": (c.node_id, INT),

@@ -615,14 +615,21 @@ class ConnectionQuotas:
     admitted connection, :meth:`closed` when it ends."""
 
     def __init__(self, store: QuotaStore, setting: Callable[[str], str], samples: int = 11,
-                 window_s: int = 1) -> None:
+                 window_s: int = 1, listener: str = "PLAINTEXT") -> None:
+        """``listener``: the listener's name (its own limits are
+        ``listener.name.<listener>.max.connections`` and ``.max.connection.creation.rate``)."""
         self.store, self.setting = store, setting
         self.samples, self.window_ms = samples, window_s * 1000
-        #: open connections by client address, and in all
+        self.listener = listener
+        #: open connections by client address, and in all (the broker has this one listener)
         self.counts: dict[str, int] = {}
         self.total = 0
         self._broker_rate = SampledRate(samples, self.window_ms)
+        self._listener_rate = SampledRate(samples, self.window_ms)
         self._ip_rates: dict[str, SampledRate] = {}
+
+    def _listener_setting(self, key: str) -> str:
+        return self.setting(f"listener.name.{self.listener.lower()}.{key}")
 
     def _record(self, rate: SampledRate, bound: float, now_ms: int) -> int:
         """Kafka's recordAndGetThrottleTimeMs: one more connection; the time it must wait for
@@ -634,14 +641,18 @@ class ConnectionQuotas:
         return min(_java_round((observed - bound) / bound * rate.window_size_ms(now_ms)), self.window_ms)
 
     def accept_delay(self, now_ms: int) -> int:
-        """The broker-wide ``max.connection.creation.rate``: the connection is counted and the
-        acceptor waits this long (ms) before it takes it."""
-        return self._record(self._broker_rate, int(self.setting("max.connection.creation.rate")), now_ms)
+        """The broker-wide and the listener's ``max.connection.creation.rate``: the connection
+        is counted in both and the acceptor waits this long (ms), the longer of the two,
+        before it takes it."""
+        key = "max.connection.creation.rate"
+        return max(self._record(self._broker_rate, int(self.setting(key)), now_ms),
+                   self._record(self._listener_rate, int(self._listener_setting(key)), now_ms))
 
     def slot_available(self) -> bool:
-        """Whether ``max.connections`` leaves room for one more (else the acceptor waits for a
-        connection to end)."""
-        return self.total < int(self.setting("max.connections"))
+        """Whether ``max.connections``, broker-wide and the listener's, leaves room for one
+        more (else the acceptor waits for a connection to end)."""
+        return self.total < min(int(self.setting("max.connections")),
+                                int(self._listener_setting("max.connections")))
 
     def ip_rate(self, ip: str) -> Optional[float]:
         """The ``connection_creation_rate`` quota of ``ip``: its own, else the default ip
@@ -671,8 +682,8 @@ class ConnectionQuotas:
             rate = self._ip_rates.setdefault(ip, SampledRate(self.samples, self.window_ms))
             throttle = self._record(rate, bound, now_ms)
             if throttle > 0:
-                rate.unrecord(1.0, now_ms)
-                self._broker_rate.unrecord(1.0, now_ms)
+                for counted in (rate, self._broker_rate, self._listener_rate):
+                    counted.unrecord(1.0, now_ms)
                 return "throttle", throttle
         count, most = self.counts.get(ip, 0), self.max_for(ip)
         if count >= most:

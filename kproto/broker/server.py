@@ -431,6 +431,7 @@ class Broker(Listener):
         self.config.port = await self.listen(self.config.host, self.config.port)
         # the core opens (and recovers) the log directory once the advertised port is known
         self.core = BrokerCore(self.data_dir, self.config)
+        self.core.connection_quotas.listener = self.security_protocol  # the listener's name
         self._warm(self._hot_codecs())
         return self
 

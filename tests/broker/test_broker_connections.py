@@ -30,7 +30,10 @@ API_VERSIONS = kproto.request(K.API_VERSIONS).cls(client_software_name="t", clie
 def quotas(store: Optional[QuotaStore] = None, **settings: str) -> ConnectionQuotas:
     values = {"max.connection.creation.rate": str(2**31 - 1), "max.connections": str(2**31 - 1),
               "max.connections.per.ip": str(2**31 - 1), "max.connections.per.ip.overrides": "", **settings}
-    return ConnectionQuotas(store or QuotaStore(), values.__getitem__)
+
+    def setting(name: str) -> str:  # a listener's own limit falls back to the broker-wide one
+        return values[name] if name in values else values[name.split(".", 3)[-1]]
+    return ConnectionQuotas(store or QuotaStore(), setting)
 
 
 def test_an_address_over_its_rate_is_throttled_at_most_a_window() -> None:
@@ -64,6 +67,15 @@ def test_the_broker_wide_limits_hold_the_acceptor_back() -> None:
     assert not q.slot_available()
     q.closed("10.0.0.1")
     assert q.slot_available()
+
+
+def test_a_listeners_own_limits_count_over_the_broker_wide_ones() -> None:
+    q = quotas(**{"listener.name.plaintext.max.connection.creation.rate": "1",
+                  "listener.name.plaintext.max.connections": "2", "max.connections": "5"})
+    assert [q.accept_delay(0) for _ in range(10)] == [0] * 10
+    assert q.accept_delay(0) == 1000                                 # the listener's 1 a second
+    assert [q.admit("10.0.0.1", 0)[0] for _ in range(2)] == ["ok", "ok"]
+    assert not q.slot_available()                                    # its 2, not the broker's 5
 
 
 # ------------------------------------------------------------------ over sockets
@@ -203,3 +215,29 @@ def test_connection_limits_are_checked_as_kafkas(any_broker: Any) -> None:
                     {"name": name, "config_operation": 0, "value": value}]}])
             (r,) = resp.responses
             assert (r.error_code, r.error_message) == ((42, message) if message else (0, None)), (resource, name, value)
+
+
+def test_a_listeners_own_max_connections_holds_its_connections_back(kafka_broker: Any) -> None:
+    """kproto's broker: listener.name.plaintext.max.connections, set at run time for the
+    broker, limits its listener (over the broker-wide max.connections); described as Kafka
+    4.4.0 describes it (read-only, its levels, then the broker-wide config's)."""
+    name = "listener.name.plaintext.max.connections"
+    resp = ask(kafka_broker.bootstrap, K.INCREMENTAL_ALTER_CONFIGS, 1, validate_only=False, resources=[{
+        "resource_type": 4, "resource_name": "1", "configs": [{"name": name, "config_operation": 0, "value": "2"}]}])
+    assert [(r.error_code, r.error_message) for r in resp.responses] == [(0, None)]
+    described = ask(kafka_broker.bootstrap, K.DESCRIBE_CONFIGS, 4, include_synonyms=True, include_documentation=False,
+                    resources=[{"resource_type": 4, "resource_name": "1", "configuration_keys": [name]}])
+    (entry,) = described.results[0].configs
+    assert (entry.value, entry.config_source, entry.read_only, [(s.name, s.value, s.source) for s in entry.synonyms]) \
+        == ("2", 2, True, [(name, "2", 2), ("max.connections", str(2**31 - 1), 5)])
+    time.sleep(0.2)  # the describing connection gone
+    first, second = connect(kafka_broker.bootstrap), connect(kafka_broker.bootstrap)
+    assert api_versions(first)[0] == api_versions(second)[0] == "answered"
+    third = connect(kafka_broker.bootstrap)
+    third.settimeout(0.5)
+    assert api_versions(third)[0] == "timeout"
+    first.close()
+    third.settimeout(5)
+    assert third.recv(4)
+    for s in (second, third):
+        s.close()

@@ -224,6 +224,7 @@ class ClusterBrokerCore(BrokerCore):
         super().__init__(data_dir, config, clock=clock)
         self.node_id = config.node_id
         self.security_protocol = security_protocol
+        self.connection_quotas.listener = security_protocol  # its listener is named after it
         self.voters = sorted(voters)
         self.transport = transport
         self.heartbeat_interval_ms = broker_heartbeat_interval_ms

@@ -16,7 +16,7 @@ import os
 from dataclasses import astuple, dataclass, field
 from typing import Any, Callable, Iterable, Optional
 
-from kproto.broker.configs import BROKER_SYNONYMS, CONFIGS_FILE, TOPIC_CONFIGS
+from kproto.broker.configs import CONFIGS_FILE, TOPIC_CONFIGS, broker_config_def
 from kproto.broker.features import FEATURES_FILE
 from kproto.broker.log import BrokerError
 from kproto.broker.security.acl import SECURITY_FILE, AclBinding, SecurityFile
@@ -127,7 +127,7 @@ def migration_records(state: LegacyState, image: MetadataImage,
     for resource, configs in sorted(state.broker_configs.items()):
         have = image.configs.get((BROKER_RESOURCE, resource), {})
         out += [(config(resource_type=BROKER_RESOURCE, resource_name=resource, name=k, value=v), 0)
-                for k, v in sorted(configs.items()) if k in BROKER_SYNONYMS and k not in have]
+                for k, v in sorted(configs.items()) if broker_config_def(k) is not None and k not in have]
     present = {AclBinding(*astuple(e)) for e in image.acls.values()}
     acl = metadata_record(RecordType.ACCESS_CONTROL_ENTRY)
     for b in sorted(state.acls - present):
