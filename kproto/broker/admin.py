@@ -14,6 +14,7 @@ from kproto.broker.retention import RetentionManager
 from kproto.broker.configs import TOPIC_CONFIGS, ConfigEntry
 from kproto.broker.group_configs import GROUP_RESOURCE
 from kproto.broker.log import BrokerError, Log, Topic, topic_name_error
+from kproto.broker.quotas import MutationQuota
 from kproto.codecs import response as response_codec
 from kproto.error_codes import ErrorCode
 from kproto.schemas.api_keys import ApiKey
@@ -94,7 +95,10 @@ class AdminHandlers:
         self.retention = retention
 
     # ------------------------------------------------------------------ CreatePartitions
-    def create_partitions(self, body: Any, version: int, respond: Respond) -> None:
+    def create_partitions(self, body: Any, version: int, respond: Respond,
+                          quota: Optional[MutationQuota] = None) -> None:
+        """``quota``: the request's controller mutation quota (each topic's new partitions
+        are counted against it)."""
         cls = response_codec(ApiKey.CREATE_PARTITIONS).cls
         names = [t.name for t in body.topics]
         results = []
@@ -105,12 +109,12 @@ class AdminHandlers:
                 res.error_code, res.error_message = ErrorCode.INVALID_REQUEST, "Duplicate topic in request."
                 continue
             try:
-                self._add_partitions(t, body.validate_only)
+                self._add_partitions(t, body.validate_only, quota)
             except BrokerError as exc:
                 res.error_code, res.error_message = exc.code, exc.message
         respond(cls(results=results))
 
-    def _add_partitions(self, t: Any, validate_only: bool) -> None:
+    def _add_partitions(self, t: Any, validate_only: bool, quota: Optional[MutationQuota] = None) -> None:
         core = self.core
         topic = core.logs.topics.get(t.name)
         if topic is None:
@@ -131,6 +135,9 @@ class AdminHandlers:
                 raise BrokerError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                                   f"Attempted to add {t.count - have} additional partition(s), but only "
                                   f"{len(t.assignments)} assignment(s) were specified.")
+        if quota is not None and not quota.record(t.count - have):  # Kafka's controller: here
+            raise BrokerError(ErrorCode.THROTTLING_QUOTA_EXCEEDED)
+        if t.assignments is not None:
             for a in t.assignments:
                 if list(a.broker_ids) != [core.config.node_id]:
                     raise BrokerError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
@@ -227,9 +234,11 @@ class AdminHandlers:
 
     def incremental_alter_configs(self, body: Any, version: int, respond: Respond) -> None:
         cls = response_codec(ApiKey.INCREMENTAL_ALTER_CONFIGS).cls
-        self._alter(cls, body, self._incremental, respond)
+        self._alter(cls, body, self.incremental_change, respond)
 
-    def _incremental(self, current: dict[str, str], r: Any) -> dict[str, Optional[str]]:
+    def incremental_change(self, current: dict[str, str], r: Any) -> dict[str, Optional[str]]:
+        """The configs ``current`` becomes with IncrementalAlterConfigs resource ``r``'s
+        operations (None: a config deleted)."""
         out: dict[str, Optional[str]] = dict(current)
         names = [c.name for c in r.configs]
         dupes = sorted({n for n in names if names.count(n) > 1})
@@ -283,6 +292,7 @@ class AdminHandlers:
                 elif r.resource_type == BROKER:
                     name = self._broker_name(r.resource_name)
                     bwanted = configs.validate_broker(change(dict(configs.broker_dynamic[name]), r))
+                    configs.check_reconfiguration(name, bwanted)
                     if not body.validate_only:
                         configs.set_broker(name, bwanted)
                 elif r.resource_type == GROUP_RESOURCE and incremental:  # (not by the legacy API)

@@ -25,7 +25,8 @@ from kproto.error_codes import ErrorCode
 if TYPE_CHECKING:
     from kproto.broker.log import LogManager
 
-__all__ = ["BrokerConfig", "ConfigDef", "TOPIC_CONFIGS", "CLEANER_CONFIGS", "JAVA_DOUBLE_MAX", "ConfigEntry", "TopicSettings", "ConfigManager", "ConfigStore", "CONFIGS_FILE",
+__all__ = ["BrokerConfig", "ConfigDef", "TOPIC_CONFIGS", "CLEANER_CONFIGS", "CONNECTION_CONFIGS",
+           "LISTENER_CONNECTION_CONFIGS", "listener_config", "broker_config_def", "JAVA_DOUBLE_MAX", "ConfigEntry", "TopicSettings", "ConfigManager", "ConfigStore", "CONFIGS_FILE",
            "formatted_cluster_defaults", "ConfigLevels", "check_broker_configs",
            "DYNAMIC_TOPIC", "DYNAMIC_BROKER", "DYNAMIC_DEFAULT_BROKER", "STATIC_BROKER", "DEFAULT"]
 
@@ -99,6 +100,15 @@ class BrokerConfig:
     # client quotas (kproto.broker.quotas): the samples a rate is measured over
     quota_window_num: int = 11                      # quota.window.num
     quota_window_size_seconds: int = 1              # quota.window.size.seconds
+    # controller_mutation_rate's token bucket holds rate x num x size (KIP-599)
+    controller_quota_window_num: int = 11           # controller.quota.window.num
+    controller_quota_window_size_seconds: int = 1   # controller.quota.window.size.seconds
+    # connections (Kafka's ConnectionQuotas): at most this many open per client address (the
+    # overrides: "address:count,..."), this many in all, accepted at most this many a second
+    max_connections_per_ip: int = 2**31 - 1         # max.connections.per.ip
+    max_connections_per_ip_overrides: str = ""      # max.connections.per.ip.overrides
+    max_connections: int = 2**31 - 1                # max.connections
+    max_connection_creation_rate: int = 2**31 - 1   # max.connection.creation.rate
     # security (kproto.broker.security.auth, kproto.broker.security.acl): SASL on the listener when mechanisms
     # are enabled (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512), users name -> password (PLAIN's JAAS
     # user_<name> options; the SCRAM credentials are salted from them), and the authorizer
@@ -206,6 +216,13 @@ class ConfigDef:
         return v
 
 
+def _reconfiguration_check(problem: Optional[str]) -> None:
+    """A refused reconfiguration, as Kafka's broker words it (its ConfigException wrapped)."""
+    if problem is not None:
+        raise BrokerError(ErrorCode.INVALID_REQUEST, "Invalid value org.apache.kafka.common.config."
+                          f"ConfigException: {problem} for configuration Invalid dynamic configuration")
+
+
 def _num(x: Optional[float]) -> str:
     return str(int(x)) if x is not None and x == int(x) else str(x)
 
@@ -296,11 +313,49 @@ CLEANER_CONFIGS: dict[str, ConfigDef] = {c.name: c for c in (
     ConfigDef("log.cleaner.io.buffer.load.factor", DOUBLE, "0.9", (("log.cleaner.io.buffer.load.factor", 1),)),
     ConfigDef("log.cleaner.backoff.ms", LONG, "15000", (("log.cleaner.backoff.ms", 1),), min=0),
 )}
+_INT_MAX = str(2**31 - 1)
+#: The connection limits Kafka's ConnectionQuotas takes at run time; each is its own synonym.
+CONNECTION_CONFIGS: dict[str, ConfigDef] = {c.name: c for c in (
+    ConfigDef("max.connections.per.ip", INT, _INT_MAX, (("max.connections.per.ip", 1),), min=0),
+    ConfigDef("max.connections.per.ip.overrides", STRING, "", (("max.connections.per.ip.overrides", 1),)),
+    ConfigDef("max.connections", INT, _INT_MAX, (("max.connections", 1),), min=0),
+    ConfigDef("max.connection.creation.rate", INT, _INT_MAX, (("max.connection.creation.rate", 1),), min=0),
+)}
 #: broker config name -> (config, multiplier to its unit): the broker configs that can change
-#: at run time: the log defaults (synonyms of topic configs) and the log cleaner's
+#: at run time: the log defaults (synonyms of topic configs), the log cleaner's, the
+#: connection limits
 BROKER_SYNONYMS: dict[str, tuple[ConfigDef, int]] = {
     **{s: (c, m) for c in TOPIC_CONFIGS.values() for s, m in c.synonyms},
-    **{name: (c, 1) for name, c in CLEANER_CONFIGS.items()}}
+    **{name: (c, 1) for name, c in CLEANER_CONFIGS.items()},
+    **{name: (c, 1) for name, c in CONNECTION_CONFIGS.items()}}
+#: the connection limits a listener may have of its own (``listener.name.<listener>.<limit>``;
+#: unset, the broker-wide one applies, as Kafka's listener-prefixed configs)
+LISTENER_CONNECTION_CONFIGS = ("max.connections", "max.connection.creation.rate")
+_LISTENER_PREFIX = "listener.name."
+
+
+def listener_config(listener: str, key: str) -> str:
+    """The name of ``listener``'s own ``key`` (``listener.name.plaintext.max.connections``)."""
+    return f"{_LISTENER_PREFIX}{listener.lower()}.{key}"
+
+
+def _listener_base(name: str) -> Optional[str]:
+    """The broker-wide limit a listener-prefixed config overrides, or None."""
+    if not name.startswith(_LISTENER_PREFIX):
+        return None
+    listener, _, key = name[len(_LISTENER_PREFIX):].partition(".")
+    return key if listener and key in LISTENER_CONNECTION_CONFIGS else None
+
+
+def broker_config_def(name: str) -> Optional[tuple[ConfigDef, int]]:
+    """Dynamic broker config ``name`` (one of :data:`BROKER_SYNONYMS` or a listener's connection
+    limit) and its multiplier to its unit; None: not one that changes at run time."""
+    got = BROKER_SYNONYMS.get(name)
+    base = _listener_base(name) if got is None else None
+    if base is not None:
+        d = CONNECTION_CONFIGS[base]
+        return ConfigDef(name, d.type, None, ((name, 1),), min=d.min), 1
+    return got
 
 
 @dataclass(frozen=True)
@@ -350,6 +405,10 @@ def _static_broker_values(cfg: BrokerConfig) -> dict[str, str]:
         "log.cleaner.io.buffer.size": cfg.log_cleaner_io_buffer_size,
         "log.cleaner.io.buffer.load.factor": cfg.log_cleaner_io_buffer_load_factor,
         "log.cleaner.backoff.ms": cfg.log_cleaner_backoff_ms,
+        "max.connections.per.ip": cfg.max_connections_per_ip,
+        "max.connections.per.ip.overrides": cfg.max_connections_per_ip_overrides,
+        "max.connections": cfg.max_connections,
+        "max.connection.creation.rate": cfg.max_connection_creation_rate,
     }
     # every name here is a synonym in the topic config's own unit
     return {name: str(v) for name, v in values.items() if str(v) != BROKER_SYNONYMS[name][0].default}
@@ -391,6 +450,53 @@ class ConfigLevels:
         if broker_name in self.static:
             out.append((self.static[broker_name], STATIC_BROKER))
         return out
+
+    def _running(self, key: str) -> str:
+        levels = self._broker_levels(key)
+        if levels:
+            return str(levels[0][0])
+        base = _listener_base(key)
+        if base is not None:
+            return self._running(base)
+        return str(self._broker_default(BROKER_SYNONYMS[key][0], key))
+
+    def check_reconfiguration(self, name: str, configs: Mapping[str, str]) -> None:
+        """Kafka's checks of a change that this broker would run with: broker ``name`` ("" =
+        the cluster default) given dynamic ``configs``; INVALID_REQUEST as Kafka words it.
+        ``log.cleaner.threads`` may change to at least half and at most double its current
+        value (``LogCleaner.validateReconfiguration``); ``max.connections`` and
+        ``max.connection.creation.rate`` must stay positive, ``max.connections.per.ip`` may be 0
+        only with overrides, which must parse (Kafka's ConnectionQuotas and KafkaConfig)."""
+        if name not in ("", self.node):
+            return
+        after = ConfigLevels(self.node, {**self.broker_dynamic, name: dict(configs)}, self.static)
+        old, new = int(self._running("log.cleaner.threads")), int(after._running("log.cleaner.threads"))
+        if new != old:  # Kafka reconfigures (and checks) only what changes
+            if new == 0:  # Kafka's cleaner config divides by the thread count before its checks
+                raise BrokerError(ErrorCode.INVALID_REQUEST, "/ by zero")
+            _reconfiguration_check(
+                "Log cleaner threads should be at least 1" if new < 1 else
+                f"Log cleaner threads cannot be reduced to less than half the current value {old}"
+                if new < old // 2 else
+                f"Log cleaner threads cannot be increased to more than double the current value {old}"
+                if new > old * 2 else None)
+        limits = [(key, key) for key in LISTENER_CONNECTION_CONFIGS] + [
+            (name, base) for name in configs for base in [_listener_base(name)] if base is not None]
+        for key, base in limits:
+            value = after._running(key)
+            if value != self._running(key) and int(value) <= 0:
+                _reconfiguration_check(f"Invalid {base} {value}")
+        overrides = after._running("max.connections.per.ip.overrides")
+        for item in [i.strip() for i in overrides.split(",")] if overrides.strip() else []:
+            host, sep, count = item.rpartition(":")
+            if not sep:  # Kafka's parser takes the text before the last ':' (Java's substring)
+                raise BrokerError(ErrorCode.INVALID_REQUEST, "Error parsing configuration property "
+                                  f"'max.connections.per.ip.overrides': begin 0, end -1, length {len(item)}")
+            if not count.strip().lstrip("+-").isdigit():
+                raise BrokerError(ErrorCode.INVALID_REQUEST, f'For input string: "{count.strip()}"')
+        if int(after._running("max.connections.per.ip")) == 0 and not overrides.strip():
+            raise BrokerError(ErrorCode.INVALID_REQUEST, "requirement failed: max.connections.per.ip can "
+                              "be set to zero only if max.connections.per.ip.overrides property is set.")
 
     def _synonyms(self, d: ConfigDef, main: Optional[str] = None) -> list[tuple[str, Optional[str], int]]:
         """``d``'s broker synonyms as DescribeConfigs lists them (Kafka's ``ConfigHelper.
@@ -456,12 +562,15 @@ def check_broker_configs(configs: Mapping[str, Optional[str]]) -> dict[str, str]
     """Dynamic broker configs checked and normalised; INVALID_CONFIG for one that cannot be
     set dynamically or a bad value."""
     out = {}
-    fixed = sorted(n for n in configs if n not in BROKER_SYNONYMS)
+    defs = {n: broker_config_def(n) for n in configs}
+    fixed = sorted(n for n, d in defs.items() if d is None)
     if fixed:
         raise BrokerError(ErrorCode.INVALID_CONFIG,
                           f"Cannot update these configs dynamically: {', '.join(fixed)}")
     for name, value in configs.items():
-        d, _ = BROKER_SYNONYMS[name]
+        found = defs[name]
+        assert found is not None
+        d = found[0]
         if value is None:
             raise BrokerError(ErrorCode.INVALID_CONFIG, f"Null value not supported for {name}")
         out[name] = ConfigDef(name, d.type, None, min=d.min, max=d.max, choices=d.choices).check(value)
@@ -505,7 +614,8 @@ class ConfigManager(ConfigLevels):
             return
         broker, topics = self.store.stored_configs()
         for key in self.broker_dynamic:
-            self.broker_dynamic[key] = {k: v for k, v in broker.get(key, {}).items() if k in BROKER_SYNONYMS}
+            self.broker_dynamic[key] = {k: v for k, v in broker.get(key, {}).items()
+                                        if broker_config_def(k) is not None}
         self._apply_broker()
         for name, configs in topics.items():
             topic = self.logs.topics.get(name)
@@ -574,11 +684,14 @@ class ConfigManager(ConfigLevels):
             self.on_broker_change()
 
     def broker_config(self, name: str) -> str:
-        """The value of broker config ``name`` (one of :data:`BROKER_SYNONYMS`) this broker
-        runs with: its most specific level, else Kafka's default."""
-        d, _ = BROKER_SYNONYMS[name]
+        """The value of broker config ``name`` (one of :data:`BROKER_SYNONYMS`, or a listener's
+        connection limit) this broker runs with: its most specific level, else Kafka's
+        default (a listener's limit: the broker-wide one)."""
         levels = self._broker_levels(name)
-        value = levels[0][0] if levels else self._broker_default(d, name)
+        base = _listener_base(name)
+        if not levels and base is not None:
+            return self.broker_config(base)
+        value = levels[0][0] if levels else self._broker_default(BROKER_SYNONYMS[name][0], name)
         assert value is not None, name
         return value
 
@@ -609,7 +722,7 @@ class ConfigManager(ConfigLevels):
         """Give broker ``name`` ("" = the cluster default) these dynamic configs (those that
         can be set dynamically) and the topics the resulting defaults, without saving (as they
         are elsewhere: a cluster's metadata image)."""
-        self.broker_dynamic[name] = {k: v for k, v in configs.items() if k in BROKER_SYNONYMS}
+        self.broker_dynamic[name] = {k: v for k, v in configs.items() if broker_config_def(k) is not None}
         self._apply_broker()
 
     def validate_broker(self, configs: Mapping[str, Optional[str]]) -> dict[str, str]:
@@ -627,7 +740,9 @@ class ConfigManager(ConfigLevels):
         value: Optional[str]
         if name == "":
             for key, value in sorted(self.broker_dynamic[""].items()):
-                d, _ = BROKER_SYNONYMS[key]
+                found = broker_config_def(key)
+                assert found is not None  # (only dynamic configs are kept)
+                d = found[0]
                 out.append(ConfigEntry(key, value, DYNAMIC_DEFAULT_BROKER, False, False,
                                        ((key, value, DYNAMIC_DEFAULT_BROKER),), d.type))
             return out
@@ -637,6 +752,15 @@ class ConfigManager(ConfigLevels):
             value = levels[0][0] if levels else self._broker_default(d, key)
             source = syn[0][2] if syn else DEFAULT
             out.append(ConfigEntry(key, value, source, False, False, syn, d.type))
+        # a listener's own connection limits, where set: then the broker-wide one's synonyms
+        own = {k for level in ("", self.node) for k in self.broker_dynamic.get(level, {}) if _listener_base(k)}
+        for key in sorted(own):
+            base = _listener_base(key)
+            assert base is not None
+            levels = self._broker_levels(key)
+            syn = tuple((key, v, src) for v, src in levels) + tuple(self._synonyms(CONNECTION_CONFIGS[base], base))
+            # (Kafka marks them read-only, though they change at run time)
+            out.append(ConfigEntry(key, levels[0][0], levels[0][1], True, False, syn, INT))
         c = self.config
         fixed: dict[str, tuple[Any, int]] = {
             "node.id": (c.node_id, INT), "broker.id": (c.node_id, INT),

@@ -33,7 +33,7 @@ from kproto.broker.share_fetch import SharePartitionManager
 from kproto.broker import features as feat
 from kproto.broker.log import BrokerError, Log, LogManager, Topic, topic_name_error
 from kproto.broker.purgatory import DelayedOperation, DelayedOperationPurgatory
-from kproto.broker.quotas import (THROTTLE_EXEMPT, QuotaManagers, QuotaStore, alter_client_quotas, alter_error,
+from kproto.broker.quotas import (THROTTLE_EXEMPT, ConnectionQuotas, MutationQuota, QuotaManagers, QuotaStore, alter_client_quotas, alter_error,
                                   describe_client_quotas, describe_error, quota_record, request_percentage)
 from kproto.broker.cleaner import CleanerConfig, LogCleaner
 from kproto.broker.cluster.combined import CombinedMetadata
@@ -240,12 +240,17 @@ class Request:
     handler_ns: Optional[int] = None
     #: a Fetch's throttle for its byte rate, decided when its answer was built
     fetch_throttle_ms: int = 0
+    #: the controller mutation quota of a CreateTopics, CreatePartitions or DeleteTopics
+    mutation: Optional[MutationQuota] = None
+    #: the throttle time of the controller's answer to a forwarded request (the client's
+    #: connection is muted that long, as Kafka's broker does)
+    forwarded_throttle_ms: int = 0
 
     def respond(self, body: Any, api_version: Optional[int] = None) -> None:
         ver = self.version if api_version is None else api_version
         if self.patch is not None:
             body = self.patch(body)
-        throttle_ms = self.throttle(self) if self.throttle is not None else 0
+        throttle_ms = max(self.throttle(self) if self.throttle is not None else 0, self.forwarded_throttle_ms)
         if throttle_ms > 0 and hasattr(body, "throttle_time_ms"):
             body.throttle_time_ms = throttle_ms
         frame = encode_response(ResponseHeader(correlation_id=self.header.correlation_id), body,
@@ -432,7 +437,13 @@ class BrokerCore:
         if self.metadata is not None:
             self.quota_store.replace(self.metadata.image.client_quotas)
         self.quotas = QuotaManagers(self.quota_store, self.config.quota_window_num,
-                                    self.config.quota_window_size_seconds)
+                                    self.config.quota_window_size_seconds,
+                                    self.config.controller_quota_window_num,
+                                    self.config.controller_quota_window_size_seconds)
+        #: what the listener does with a new connection (its limits are dynamic broker configs)
+        self.connection_quotas = ConnectionQuotas(self.quota_store, self.configs.broker_config,
+                                                  self.config.quota_window_num,
+                                                  self.config.quota_window_size_seconds)
         acl = AclHandlers(self.authorizer, self._save_security)
         sec = self.security
         tx, adm = self.txns, self.admin
@@ -474,7 +485,8 @@ class BrokerCore:
             ApiKey.DELETE_SHARE_GROUP_STATE: lambda r: self.share_state.delete_rpc(r.body, r.version, r.respond),
             ApiKey.READ_SHARE_GROUP_STATE_SUMMARY:
                 lambda r: self.share_state.summary_rpc(r.body, r.version, r.respond),
-            ApiKey.CREATE_PARTITIONS: lambda r: adm.create_partitions(r.body, r.version, r.respond),
+            ApiKey.CREATE_PARTITIONS: lambda r: adm.create_partitions(r.body, r.version, r.respond,
+                                                                     self.mutation_quota(r)),
             ApiKey.DESCRIBE_CONFIGS: lambda r: adm.describe_configs(r.body, r.version, r.respond),
             ApiKey.ALTER_CONFIGS: lambda r: adm.alter_configs(r.body, r.version, r.respond),
             ApiKey.INCREMENTAL_ALTER_CONFIGS:
@@ -869,7 +881,19 @@ class BrokerCore:
             throttle = self.quotas.request.record(user, client_id, request_percentage(nanos), now)
         if produce:
             throttle = max(throttle, self.quotas.produce.record(user, client_id, req.size, now))
+        if req.mutation is not None:
+            throttle = max(throttle, req.mutation.throttle_time_ms())
         return max(throttle, req.fetch_throttle_ms)
+
+    def mutation_quota(self, req: Request) -> MutationQuota:
+        """The controller mutation quota of a CreateTopics, CreatePartitions or DeleteTopics
+        (kept on the request: its answer is throttled by it)."""
+        if not self.quotas.any:
+            req.mutation = MutationQuota(None, 0.0, 0.0, False, self.clock.now_ms)
+        else:
+            req.mutation = self.quotas.mutation.quota_for(*self.quota_identity(req), req.api_key,
+                                                          req.version, self.clock.now_ms)
+        return req.mutation
 
     def _describe_client_quotas(self, req: Request) -> None:
         req.respond(describe_client_quotas(self.quota_store.entries, req.body))
@@ -1046,6 +1070,7 @@ class BrokerCore:
     def _create_topics(self, req: Request) -> None:
         body = req.body
         cls = response_codec(ApiKey.CREATE_TOPICS).cls
+        quota = self.mutation_quota(req)
         results = []
         seen: set[str] = set()
         dupes = {t.name for t in body.topics if sum(1 for u in body.topics if u.name == t.name) > 1}
@@ -1069,6 +1094,9 @@ class BrokerCore:
                                       f"limit is {self.config.max_partitions_per_request}")
             except BrokerError as exc:
                 res.error_code, res.error_message = exc.code, exc.message
+                continue
+            if not quota.record(n):  # after every other check, as Kafka's controller (validate_only too)
+                res.error_code = ErrorCode.THROTTLING_QUOTA_EXCEEDED
                 continue
             res.num_partitions, res.replication_factor = n, 1
             # v5+: every config of the new topic, as DescribeConfigs would show it (KIP-525)
@@ -1126,6 +1154,7 @@ class BrokerCore:
     def _delete_topics(self, req: Request) -> None:
         body, ver = req.body, req.version
         cls = response_codec(ApiKey.DELETE_TOPICS).cls
+        quota = self.mutation_quota(req)
         if ver < 6:
             wanted = [(n, ZERO_UUID) for n in body.topic_names]
         else:
@@ -1138,6 +1167,10 @@ class BrokerCore:
                 # with the error's message, as Kafka's controller answers (v5+ carry it)
                 results.append(cls.DeletableTopicResult(name=name, topic_id=tid, error_code=code,
                                                         error_message=error_message(code) if ver >= 5 else None))
+                continue
+            if not quota.record(len(topic.partitions)):
+                results.append(cls.DeletableTopicResult(name=topic.name, topic_id=topic.topic_id,
+                                                        error_code=ErrorCode.THROTTLING_QUOTA_EXCEEDED))
                 continue
             self.logs.delete_topic(topic.name)
             self.cleaner.forget(topic.name)

@@ -14,9 +14,20 @@ long a client that went over is throttled, as Kafka's broker does.
 Quotas are looked up in Kafka's order of precedence: user and client id, user and default
 client id, user, default user and client id, default user and default client id, default
 user, client id, default client id. Clients that match the same configured entity share one
-sensor (Kafka's metric tags). Not enforced: ``controller_mutation_rate`` (topic creations and
-deletions are never answered THROTTLING_QUOTA_EXCEEDED) and the IP connection rate
-(``connection_creation_rate``); both are stored, validated and described.
+sensor (Kafka's metric tags).
+
+- :class:`TokenBucket` and :class:`ControllerMutationQuotaManager`: KIP-599's
+  ``controller_mutation_rate``, partitions created or deleted per second with a burst of
+  rate x ``controller.quota.window.num`` x ``controller.quota.window.size.seconds``; a request
+  gets a :class:`MutationQuota`, strict from CreateTopics v6, CreatePartitions v3 and
+  DeleteTopics v5 (a topic over it is answered THROTTLING_QUOTA_EXCEEDED), permissive before
+  (done, and the answer throttled).
+
+- :class:`ConnectionQuotas`: Kafka's ConnectionQuotas, what a listener does with a new
+  connection: ``max.connection.creation.rate`` and ``max.connections`` hold the acceptor back
+  (the connection waits), an address over its ``connection_creation_rate`` quota has its
+  connection held unread and closed after the throttle time, one over
+  ``max.connections.per.ip`` (or its override) is closed at once.
 """
 from __future__ import annotations
 
@@ -36,7 +47,8 @@ from kproto.schemas.api_keys import ApiKey
 __all__ = ["USER", "CLIENT_ID", "IP", "PRODUCER_BYTE_RATE", "CONSUMER_BYTE_RATE", "REQUEST_PERCENTAGE",
            "CONTROLLER_MUTATION_RATE", "CONNECTION_CREATION_RATE", "Entity", "QuotaStore",
            "alter_client_quotas", "alter_error", "quota_record", "describe_client_quotas", "describe_error", "SampledRate",
-           "ClientQuotaManager", "QuotaManagers", "THROTTLE_EXEMPT"]
+           "ClientQuotaManager", "QuotaManagers", "THROTTLE_EXEMPT", "TokenBucket", "MutationQuota",
+           "ControllerMutationQuotaManager", "MUTATION_STRICT_FROM", "ConnectionQuotas"]
 
 log = logging.getLogger("kproto.broker")
 
@@ -478,15 +490,110 @@ class ClientQuotaManager:
         return None if bound is None else bound * (self.samples - 1) * self.window_ms / 1000.0
 
 
-class QuotaManagers:
-    """A broker's quota managers over one :class:`QuotaStore`: ``produce`` and ``fetch`` bytes
-    per second, ``request`` handler time in percent of one thread."""
+#: the first version of each API whose topics over the controller mutation quota are refused
+#: (THROTTLING_QUOTA_EXCEEDED); older versions are served and only throttled (KIP-599)
+MUTATION_STRICT_FROM: dict[int, int] = {ApiKey.CREATE_TOPICS: 6, ApiKey.CREATE_PARTITIONS: 3, ApiKey.DELETE_TOPICS: 5}
+
+
+@dataclass
+class TokenBucket:
+    """Kafka's ``TokenBucket`` stat: credits refilled at the quota per second up to a burst,
+    taken by what is recorded (they may go below zero: that much is owed). A new bucket is
+    full, as Kafka's is (its first refill counts from the epoch)."""
+
+    tokens: Optional[float] = None
+    last_ms: int = 0
+
+    def measure(self, quota: float, burst: float, now_ms: int) -> float:
+        if self.tokens is None:
+            self.tokens = burst
+        else:
+            self.tokens = min(burst, self.tokens + quota * (now_ms - self.last_ms) / 1000.0)
+        self.last_ms = now_ms
+        return self.tokens
+
+    def record(self, value: float, quota: float, burst: float, now_ms: int) -> None:
+        self.tokens = min(burst, self.measure(quota, burst, now_ms) - value)
+
+
+def _java_round(x: float) -> int:
+    return math.floor(x + 0.5)
+
+
+class MutationQuota:
+    """One request's controller mutation quota (Kafka's Strict/PermissiveControllerMutationQuota):
+    :meth:`record` each topic's partitions as it is created, deleted or grown."""
+
+    def __init__(self, bucket: Optional[TokenBucket], quota: float, burst: float, strict: bool,
+                 clock: Callable[[], int]) -> None:
+        self.bucket, self.quota, self.burst, self.strict, self.clock = bucket, quota, burst, strict, clock
+        self._throttle_ms = 0
+        self._at_ms = 0
+
+    def _violated(self, tokens: float, now: int) -> None:
+        self._throttle_ms = _java_round(-tokens / self.quota * 1000)
+        self._at_ms = now
+
+    def record(self, partitions: int) -> bool:
+        """Count ``partitions`` mutations; False (nothing counted) when the quota is strict and
+        already exhausted: the topic is answered THROTTLING_QUOTA_EXCEEDED. A strict quota
+        takes any number while some credit is left; a permissive one takes everything."""
+        if self.bucket is None:
+            return True
+        now = self.clock()
+        if self.strict:
+            tokens = self.bucket.measure(self.quota, self.burst, now)
+            if tokens < 0:
+                self._violated(tokens, now)
+                return False
+            self.bucket.record(partitions, self.quota, self.burst, now)
+            return True
+        self.bucket.record(partitions, self.quota, self.burst, now)
+        tokens = self.bucket.measure(self.quota, self.burst, now)
+        if tokens < 0:
+            self._violated(tokens, now)
+        return True
+
+    def throttle_time_ms(self) -> int:
+        """How long the client is to wait: until the bucket is back at zero, less the time
+        since that was measured."""
+        if not self._throttle_ms:
+            return 0
+        return max(0, self._throttle_ms - (self.clock() - self._at_ms))
+
+
+class ControllerMutationQuotaManager(ClientQuotaManager):
+    """``controller_mutation_rate``: a token bucket per sensor (the same users and client ids
+    share one as for the other quotas), as Kafka's ControllerMutationQuotaManager."""
 
     def __init__(self, store: QuotaStore, samples: int = 11, window_s: int = 1) -> None:
+        super().__init__(CONTROLLER_MUTATION_RATE, store, samples, window_s)
+        self._buckets: dict[tuple[str, str], TokenBucket] = {}
+
+    def quota_for(self, user: str, client_id: str, api_key: int, version: int,
+                  clock: Callable[[], int]) -> MutationQuota:
+        """The quota of one request: strict from the API's :data:`MUTATION_STRICT_FROM`
+        version, permissive before; unbounded for a client without a quota."""
+        bound, tags = self.quota(user, client_id)
+        strict = version >= MUTATION_STRICT_FROM[api_key]
+        if bound is None:
+            return MutationQuota(None, 0.0, 0.0, strict, clock)
+        bucket = self._buckets.setdefault(tags, TokenBucket())
+        return MutationQuota(bucket, bound, bound * self.samples * self.window_ms / 1000.0, strict, clock)
+
+
+class QuotaManagers:
+    """A broker's quota managers over one :class:`QuotaStore`: ``produce`` and ``fetch`` bytes
+    per second, ``request`` handler time in percent of one thread, ``mutation`` partitions
+    created and deleted per second."""
+
+    def __init__(self, store: QuotaStore, samples: int = 11, window_s: int = 1,
+                 mutation_samples: int = 11, mutation_window_s: int = 1) -> None:
         self.store = store
         self.produce = ClientQuotaManager(PRODUCER_BYTE_RATE, store, samples, window_s)
         self.fetch = ClientQuotaManager(CONSUMER_BYTE_RATE, store, samples, window_s)
         self.request = ClientQuotaManager(REQUEST_PERCENTAGE, store, samples, window_s)
+        self.mutation = ControllerMutationQuotaManager(store, mutation_samples, mutation_window_s)
 
     @property
     def any(self) -> bool:
@@ -497,3 +604,99 @@ class QuotaManagers:
 def request_percentage(nanos: int) -> float:
     """Handler time as Kafka's request quota counts it: percent of one thread over a second."""
     return nanos * 100.0 / 1e9
+
+
+# ------------------------------------------------------------------ connections
+class ConnectionQuotas:
+    """A listener's connection limits, sans-I/O, as Kafka's ConnectionQuotas: ``setting``
+    answers the broker's current value of a config (they change at run time); the ip quotas
+    (``connection_creation_rate``) are in ``store``. The socket layer calls
+    :meth:`accept_delay`, waits until :meth:`slot_available`, then :meth:`admit` and, for an
+    admitted connection, :meth:`closed` when it ends."""
+
+    def __init__(self, store: QuotaStore, setting: Callable[[str], str], samples: int = 11,
+                 window_s: int = 1, listener: str = "PLAINTEXT") -> None:
+        """``listener``: the listener's name (its own limits are
+        ``listener.name.<listener>.max.connections`` and ``.max.connection.creation.rate``)."""
+        self.store, self.setting = store, setting
+        self.samples, self.window_ms = samples, window_s * 1000
+        self.listener = listener
+        #: open connections by client address, and in all (the broker has this one listener)
+        self.counts: dict[str, int] = {}
+        self.total = 0
+        self._broker_rate = SampledRate(samples, self.window_ms)
+        self._listener_rate = SampledRate(samples, self.window_ms)
+        self._ip_rates: dict[str, SampledRate] = {}
+
+    def _listener_setting(self, key: str) -> str:
+        return self.setting(f"listener.name.{self.listener.lower()}.{key}")
+
+    def _record(self, rate: SampledRate, bound: float, now_ms: int) -> int:
+        """Kafka's recordAndGetThrottleTimeMs: one more connection; the time it must wait for
+        the rate to come back to ``bound``, at most one window (quota.window.size.seconds)."""
+        rate.record(1.0, now_ms)
+        observed = rate.measure(now_ms)
+        if observed <= bound:
+            return 0
+        return min(_java_round((observed - bound) / bound * rate.window_size_ms(now_ms)), self.window_ms)
+
+    def accept_delay(self, now_ms: int) -> int:
+        """The broker-wide and the listener's ``max.connection.creation.rate``: the connection
+        is counted in both and the acceptor waits this long (ms), the longer of the two,
+        before it takes it."""
+        key = "max.connection.creation.rate"
+        return max(self._record(self._broker_rate, int(self.setting(key)), now_ms),
+                   self._record(self._listener_rate, int(self._listener_setting(key)), now_ms))
+
+    def slot_available(self) -> bool:
+        """Whether ``max.connections``, broker-wide and the listener's, leaves room for one
+        more (else the acceptor waits for a connection to end)."""
+        return self.total < min(int(self.setting("max.connections")),
+                                int(self._listener_setting("max.connections")))
+
+    def ip_rate(self, ip: str) -> Optional[float]:
+        """The ``connection_creation_rate`` quota of ``ip``: its own, else the default ip
+        entity's; None: no quota."""
+        entries = self.store.entries
+        for entity in (((IP, ip),), ((IP, None),)):
+            value = entries.get(entity, {}).get(CONNECTION_CREATION_RATE)
+            if value is not None:
+                return value
+        return None
+
+    def max_for(self, ip: str) -> int:
+        """``max.connections.per.ip``, or this address's entry of its overrides."""
+        for item in self.setting("max.connections.per.ip.overrides").split(","):
+            host, _, count = item.strip().rpartition(":")
+            if host.strip() == ip and count.strip().isdigit():  # (checked when set)
+                return int(count)
+        return int(self.setting("max.connections.per.ip"))
+
+    def admit(self, ip: str, now_ms: int) -> tuple[str, int]:
+        """A connection from ``ip`` the acceptor takes: ("ok", 0), counted open; ("throttle",
+        ms): over its address's connection_creation_rate, held unread and closed after ms (not
+        counted, in no rate either); ("refuse", max): the address already has ``max``
+        connections, closed at once."""
+        bound = self.ip_rate(ip)
+        if bound is not None:
+            rate = self._ip_rates.setdefault(ip, SampledRate(self.samples, self.window_ms))
+            throttle = self._record(rate, bound, now_ms)
+            if throttle > 0:
+                for counted in (rate, self._broker_rate, self._listener_rate):
+                    counted.unrecord(1.0, now_ms)
+                return "throttle", throttle
+        count, most = self.counts.get(ip, 0), self.max_for(ip)
+        if count >= most:
+            return "refuse", most
+        self.counts[ip] = count + 1
+        self.total += 1
+        return "ok", 0
+
+    def closed(self, ip: str) -> None:
+        """An admitted connection ended."""
+        left = self.counts.get(ip, 0) - 1
+        if left > 0:
+            self.counts[ip] = left
+        else:
+            self.counts.pop(ip, None)
+        self.total -= 1

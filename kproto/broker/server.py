@@ -26,6 +26,7 @@ from typing import Any, Optional
 from kproto.broker.configs import BrokerConfig
 from kproto.broker.core import BrokerCore, ControlHandle, HookAction
 from kproto.broker.log import LogConfig
+from kproto.broker.quotas import ConnectionQuotas
 from kproto.broker.security.tls import client_auth_mode
 from kproto.codecs import request as request_codec
 from kproto.codecs import response as response_codec
@@ -226,6 +227,9 @@ class Listener:
         self._tasks: set[asyncio.Task[None]] = set()
         self._connections: set[_Connection] = set()
         self._queue = _QueueBudget(queued_max_requests, queued_max_request_bytes)
+        # Kafka's acceptor: one new connection at a time past the connection limits
+        self._acceptor = asyncio.Lock()
+        self._slot_freed = asyncio.Event()
 
     async def listen(self, host: str, port: int) -> int:
         """Accept connections on ``host:port`` (0: a free port); the port bound."""
@@ -282,11 +286,55 @@ class Listener:
             self.arm_timer()
 
     # ------------------------------------------------------------------ connections
+    async def _admit(self, quotas: ConnectionQuotas, ip: str) -> bool:
+        """Kafka's acceptor and ConnectionQuotas: wait out the broker's connection creation
+        rate and for ``max.connections`` to leave room, then the address's limits: over its
+        connection_creation_rate, the connection is held unread and closed after the throttle
+        time; past ``max.connections.per.ip``, closed at once."""
+        loop = asyncio.get_running_loop()
+
+        def now_ms() -> int:
+            return int(loop.time() * 1000)
+        async with self._acceptor:
+            delay = quotas.accept_delay(now_ms())
+            if delay > 0:
+                await asyncio.sleep(delay / 1000.0)
+            while not quotas.slot_available():
+                self._slot_freed.clear()
+                await self._slot_freed.wait()
+            verdict, value = quotas.admit(ip, now_ms())
+        if verdict == "throttle":
+            log.debug("delaying the close of a connection from %s for %d ms", ip, value)
+            await asyncio.sleep(value / 1000.0)
+        elif verdict == "refuse":
+            log.info("refused a connection from %s: the address already has the configured maximum "
+                     "of %d connections", ip, value)
+        return verdict == "ok"
+
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
         self._tasks.add(task)
         conn = _Connection(writer)
+        quotas: Optional[ConnectionQuotas] = getattr(self.core, "connection_quotas", None)
+        ip = conn.peer[1:]
+        if quotas is not None:
+            # nothing is read before the connection is taken (Kafka's acceptor has not handed
+            # it to a processor yet): a client's request waits in the kernel's buffer
+            transport: Any = writer.transport  # a read-write transport
+            transport.pause_reading()
+            try:
+                admitted = await self._admit(quotas, ip)
+            except asyncio.CancelledError:
+                admitted = False
+            if not admitted:
+                self._tasks.discard(task)
+                if getattr(reader, "_buffer", b""):  # read before the pause: dropped unread
+                    transport.abort()
+                else:
+                    writer.close()  # with a request unread in the kernel: a reset, as Kafka's
+                return
+            transport.resume_reading()
         self._connections.add(conn)
         loop = asyncio.get_running_loop()
         budget = self._queue
@@ -333,6 +381,9 @@ class Listener:
         finally:
             self._connections.discard(conn)
             self._tasks.discard(task)
+            if quotas is not None:
+                quotas.closed(ip)
+                self._slot_freed.set()
             closed = getattr(self.core, "connection_closed", None)
             if closed is not None:
                 closed(conn)  # a broker's share sessions end with their connection
@@ -380,6 +431,7 @@ class Broker(Listener):
         self.config.port = await self.listen(self.config.host, self.config.port)
         # the core opens (and recovers) the log directory once the advertised port is known
         self.core = BrokerCore(self.data_dir, self.config)
+        self.core.connection_quotas.listener = self.security_protocol  # the listener's name
         self._warm(self._hot_codecs())
         return self
 

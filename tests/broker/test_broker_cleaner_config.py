@@ -159,6 +159,8 @@ def test_log_cleaner_threads_clean_that_many_logs_at_once(tmp_path):
         cleaner = core.cleaner
         assert cleaner.start_round(now=1_700_000_100_000)
         assert not cleaner.start_round(now=1_700_000_100_000)   # one thread: one round at a time
+        # at most double the current count at a time, as Kafka's LogCleaner takes it
+        assert alter(Client(core), "", {"log.cleaner.threads": "2"}) == [(0, None)]
         assert alter(Client(core), "", {"log.cleaner.threads": "3"}) == [(0, None)]
         assert cleaner.start_round(now=1_700_000_100_000) and cleaner.start_round(now=1_700_000_100_000)
         assert len(cleaner.jobs) == 3 and len({j.ltc.log.partition for j in cleaner.jobs.values()}) == 3
@@ -169,3 +171,57 @@ def test_log_cleaner_threads_clean_that_many_logs_at_once(tmp_path):
         assert cleaner.rounds == 3 and not cleaner.jobs
     finally:
         core.close()
+
+
+#: (resource, log.cleaner.threads or None to delete, error code, the threads the broker runs
+#: with afterwards): Kafka's LogCleaner takes at least half and at most double its current
+#: count, whether it is set for the broker or as the cluster default
+THREADS_STEPS = [
+    ("{node}", "3", E.INVALID_REQUEST, 1), ("{node}", "2", 0, 2), ("{node}", "5", E.INVALID_REQUEST, 2),
+    ("{node}", "4", 0, 4), ("{node}", "1", E.INVALID_REQUEST, 4), ("{node}", "0", E.INVALID_REQUEST, 4),
+    ("", "8", 0, 4),                     # the broker's own value stays: nothing changes for it
+    ("{node}", "2", 0, 2),
+    ("{node}", None, E.INVALID_REQUEST, 2),  # it would run with the default, 8
+    ("", "3", 0, 2), ("{node}", None, 0, 3), ("", "1", 0, 1), ("", None, 0, 1),
+]
+
+
+def test_log_cleaner_threads_change_by_at_most_a_factor_of_two_as_kafkas(any_broker):
+    """The same IncrementalAlterConfigs steps on Kafka 4.4.0 and kproto: the same answers."""
+    import asyncio
+
+    from kproto.client.connection import Connection
+    from kproto.conformance.scenario import build
+
+    host, port = any_broker.bootstrap.split(",")[0].rsplit(":", 1)
+
+    async def ask(key, version, **body):
+        async with await Connection.open(host, int(port)) as conn:
+            return await conn.request(build(key, **body), version)
+
+    node = str(asyncio.run(ask(K.METADATA, 12, topics=[])).brokers[0].node_id)
+
+    def running() -> str:
+        resp = asyncio.run(ask(K.DESCRIBE_CONFIGS, 4, include_synonyms=False, include_documentation=False,
+                               resources=[{"resource_type": 4, "resource_name": node,
+                                           "configuration_keys": ["log.cleaner.threads"]}]))
+        return resp.results[0].configs[0].value
+
+    answers = []
+    for resource, value, code, after in THREADS_STEPS:
+        resp = asyncio.run(ask(K.INCREMENTAL_ALTER_CONFIGS, 1, validate_only=False, resources=[{
+            "resource_type": 4, "resource_name": resource.format(node=node), "configs": [{
+                "name": "log.cleaner.threads", "config_operation": 0 if value is not None else 1,
+                "value": value}]}]))
+        answers.append((resp.responses[0].error_code, resp.responses[0].error_message))
+        deadline = time.monotonic() + 10  # Kafka's broker applies a change once its record is in
+        while running() != str(after) and time.monotonic() < deadline:
+            time.sleep(0.1)
+    assert [code for code, _ in answers] == [code for _, _, code, _ in THREADS_STEPS]
+    more = "Invalid value org.apache.kafka.common.config.ConfigException: Log cleaner threads cannot be "
+    assert answers[0][1] == more + "increased to more than double the current value 1 for configuration " \
+        "Invalid dynamic configuration"
+    assert answers[4][1] == more + "reduced to less than half the current value 4 for configuration " \
+        "Invalid dynamic configuration"
+    assert answers[5][1] == "/ by zero"  # Kafka's message for 0 (its cleaner config divides by it)
+    assert running() == "1"

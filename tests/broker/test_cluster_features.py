@@ -129,9 +129,9 @@ def test_controllers_register_and_updates_wait_for_them(kafka_cluster: ClusterTh
 
 #: What Kafka 4.4.0's controller listener serves and kproto's controllers do not: SASL (their
 #: listener is plaintext), DescribeAcls, DescribeConfigs, delegation tokens,
-#: DescribeUserScramCredentials, Envelope, DescribeCluster, AssignReplicasToDirs, the KIP-853
-#: voter APIs (static voters).
-NOT_ON_KPROTO_CONTROLLERS = {17, 29, 32, 36, 38, 39, 40, 41, 50, 58, 60, 73, 80, 81, 82}
+#: DescribeUserScramCredentials, DescribeCluster, AssignReplicasToDirs, the KIP-853 voter APIs
+#: (static voters).
+NOT_ON_KPROTO_CONTROLLERS = {17, 29, 32, 36, 38, 39, 40, 41, 50, 60, 73, 80, 81, 82}
 
 
 def controller_versions(host: str, port: int) -> tuple[dict[int, tuple[int, int]], Any]:
@@ -144,10 +144,54 @@ def test_controller_api_versions_are_a_controller_listeners(kafka_cluster: Clust
     kafka_id = apache_kafka_cluster.controller_ids[0]
     theirs, kresp = controller_versions(apache_kafka_cluster.host, apache_kafka_cluster.nodes[kafka_id].controller_port)
     assert set(ours) == set(theirs) - NOT_ON_KPROTO_CONTROLLERS
-    # Kafka 4.4's ranges exactly, but Raft's Fetch: from v12 (the last fetched epoch) to v17
-    assert {k: v for k, v in ours.items() if v != theirs[k]} == {ApiKey.FETCH: (12, 17)}
-    assert theirs[ApiKey.FETCH] == (4, 18)
+    # Kafka 4.4's ranges exactly (Raft's Fetch 4-18 too)
+    assert {k: v for k, v in ours.items() if v != theirs[k]} == {}
     # and the features a controller answers: kproto's, as the brokers'
     assert features(resp) == (default_levels(cluster=True), supported_features(cluster=True))
     assert {f.name for f in kresp.supported_features} >= set(supported_features(cluster=True))
 
+
+
+def raft_fetch(host: str, port: int, version: int, epoch: int = -1) -> tuple[int, list[tuple[int, bool]], int]:
+    """An observer's Fetch of the metadata log from offset 0 at ``version`` (``epoch``: the
+    leader epoch it believes current): the top-level error, each partition's (error, whether
+    records came), and the leader epoch answered (-1: none)."""
+    from kproto.broker.cluster.raft import METADATA_TOPIC, METADATA_TOPIC_ID
+
+    cls = request_codec(ApiKey.FETCH).cls
+    part = cls.FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1 << 16)
+    if version >= 9:
+        part.current_leader_epoch = epoch
+    if version >= 12:
+        part.last_fetched_epoch = 0
+    if version >= 5:
+        part.log_start_offset = -1
+    topic = cls.FetchTopic(partitions=[part])
+    if version >= 13:
+        topic.topic_id = METADATA_TOPIC_ID
+    else:
+        topic.topic = METADATA_TOPIC
+    body = cls(max_wait_ms=0, min_bytes=0, topics=[topic], max_bytes=1 << 20)
+    if version >= 7:
+        body.session_epoch = -1
+    if version < 15:
+        body.replica_id = -1
+    resp = ask(host, port, body, version)
+    parts = [p for t in resp.responses for p in t.partitions]
+    return (resp.error_code, [(p.error_code, bool(p.records)) for p in parts],
+            parts[0].current_leader.leader_epoch if parts and version >= 12 else -1)
+
+
+def test_raft_fetch_at_every_version_answers_as_kafkas_controller(kafka_cluster: ClusterThread,
+                                                                   apache_kafka_cluster: Any) -> None:
+    """Fetch v4-18 on the controller listener: before v13 (no topic id) INVALID_REQUEST and no
+    partitions (before v7 the answer has no error field: empty), from v13 the records."""
+    ours = nodes(kafka_cluster)[kafka_cluster.active_controller()]
+    node = apache_kafka_cluster.nodes[apache_kafka_cluster.controller_ids[0]]
+    theirs_at = (apache_kafka_cluster.host, node.controller_port)
+    our_epoch, their_epoch = raft_fetch(*ours, 18)[2], raft_fetch(*theirs_at, 18)[2]
+    for version in range(4, 19):
+        theirs = raft_fetch(*theirs_at, version, their_epoch)[:2]
+        assert raft_fetch(*ours, version, our_epoch)[:2] == theirs, version
+        assert theirs == ((ErrorCode.INVALID_REQUEST if version >= 7 else 0, []) if version < 13
+                          else (0, [(0, True)])), version

@@ -331,6 +331,36 @@ def test_acls_without_an_authorizer_and_static_broker_configs_are_refused(tmp_pa
     assert not image.acls and image.configs == {(4, ""): {"min.insync.replicas": "1"}}  # nothing written (but the format-time default)
 
 
+def test_a_broker_checks_a_cleaner_thread_change_it_would_run_with_before_forwarding_it(tmp_path: Any) -> None:
+    """As Kafka's ConfigAdminManager: log.cleaner.threads for this broker (or cluster-wide) is
+    checked against the count it runs with before the change goes to the controller; a
+    refused resource is answered by the broker, the others of the request are forwarded and
+    answered in the request's order."""
+    with ClusterThread(tmp_path / "c", brokers=1, controllers=1, default_replication_factor=1,
+                       **TEST_DEFAULTS, **CLUSTER_TEST_DEFAULTS) as c:
+        twice = "Invalid value org.apache.kafka.common.config.ConfigException: Log cleaner threads cannot " \
+            "be increased to more than double the current value {} for configuration Invalid dynamic configuration"
+        (r,) = ask(c, 1, incremental(4, "1", {"log.cleaner.threads": "3"}), 1).responses
+        assert (r.error_code, r.error_message) == (E.INVALID_REQUEST, twice.format(1))
+        c.create_topic("t")
+        cls = request_codec(K.INCREMENTAL_ALTER_CONFIGS).cls
+        both = cls(validate_only=False, resources=[cls.AlterConfigsResource(
+            resource_type=rtype, resource_name=name, configs=[cls.AlterableConfig(
+                name=key, config_operation=0, value=value)]) for rtype, name, key, value in [
+            (4, "", "log.cleaner.threads", "4"), (4, "1", "log.cleaner.threads", "2"), (2, "t", "retention.ms", "5000")]])
+        got = [(r.resource_name, r.error_code, r.error_message) for r in ask(c, 1, both, 1).responses]
+        assert got == [("", E.INVALID_REQUEST, twice.format(1)), ("1", 0, None), ("t", 0, None)]
+        c.wait_for(lambda cl: cl.brokers[1].core.configs.broker_config("log.cleaner.threads") == "2",
+                   what="the broker runs 2 cleaner threads")
+        (r,) = ask(c, 1, incremental(4, "", {"log.cleaner.threads": "4"}), 1).responses  # its own 2 stay
+        assert (r.error_code, r.error_message) == (0, None)
+        # the legacy AlterConfigs replaces the broker's configs: back to the default's 4 from 2
+        (r,) = ask(c, 1, alter_configs(4, "1", {"log.cleaner.threads": "5"}), 1).responses
+        assert (r.error_code, r.error_message) == (E.INVALID_REQUEST, twice.format(2))
+        (r,) = ask(c, 1, alter_configs(4, "1", {}), 1).responses
+        assert (r.error_code, r.error_message) == (0, None)
+
+
 # ---------------------------------------------------------------------------- migration
 def test_a_cluster_over_old_json_files_migrates_them_into_the_metadata_log(tmp_path: Any) -> None:
     data = tmp_path / "c"

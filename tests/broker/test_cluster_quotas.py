@@ -77,3 +77,38 @@ def test_quotas_are_metadata_records_served_and_enforced_by_every_broker(kafka_c
          "ops": [{"key": "producer_byte_rate", "value": 0.0, "remove": True}]}]), 0)
     c.wait_for(lambda cl: all(len(b.core.quota_store.entries) == 1 for b in cl.brokers.values()), 10, "removed")
     assert described(c, 2) == WANT[:1]
+
+
+def test_the_controller_counts_mutations_under_the_forwarding_clients_identity(kafka_cluster: ClusterThread) -> None:
+    """A broker forwards CreateTopics, CreatePartitions and DeleteTopics in an envelope with
+    its client's principal and client id: the controller counts them against that client's
+    controller_mutation_rate and answers as Kafka 4.4's does (the single broker's sequence,
+    checked against Apache Kafka 4.4.0 there)."""
+    from test_quotas_mutation import mutation_sequence
+
+    mutation_sequence(kafka_cluster.bootstrap)
+
+
+def test_a_malformed_envelope_is_refused(kafka_cluster: ClusterThread) -> None:
+    """An envelope whose request or principal does not decode, or that wraps a request the
+    controller does not serve: INVALID_REQUEST, nothing handled."""
+    import kproto
+    from kproto.broker.security.auth import encode_principal
+    from kproto.error_codes import ErrorCode as E
+    from kproto.framing import RequestHeader, encode_request
+
+    controller = kafka_cluster.active_controller()
+    host, port = kafka_cluster.inspect(lambda c: (c.controllers[controller].host, c.controllers[controller].port))
+
+    async def envelope(body: Any) -> Any:
+        async with await Connection.open(host, port) as conn:
+            return await conn.request(body, 0)
+    meta = kproto.request(K.METADATA).cls(topics=[], allow_auto_topic_creation=False)
+    metadata = encode_request(RequestHeader(request_api_key=K.METADATA, request_api_version=12,
+                                            correlation_id=1, client_id="c"), meta)[4:]
+    for data, principal in [(b"\x00\x13\x00", encode_principal("alice")),   # a truncated header
+                            (metadata, encode_principal("alice")),          # not a controller API
+                            (metadata, b"\x00\x01\x05User\x00")]:           # a principal of no known version
+        resp = asyncio.run(envelope(build(K.ENVELOPE, request_data=data, request_principal=principal,
+                                          client_host_address=b"\x7f\x00\x00\x01")))
+        assert (resp.error_code, resp.response_data) == (E.INVALID_REQUEST, None)

@@ -578,9 +578,9 @@ def test_fetch_answers_as_kafka(net: Net) -> None:
     assert p.records and kproto.records.RecordBatch(p.records).base_offset == start_e
     # observers are tracked by the leader
     assert 9 in lead._replicas
-    # v12 (topic by name, top-level replica id) is still understood
-    p = _fetch(lead, e, end, e, version=12).responses[0].partitions[0]
-    assert p.error_code == 0 and p.high_watermark == end
+    # v12 names the topic, not its id: refused as Kafka 4.4's controller does (checked live)
+    resp = _fetch(lead, e, end, e, version=12)
+    assert (resp.error_code, resp.responses) == (ErrorCode.INVALID_REQUEST, [])
 
 
 def test_fetch_long_polls_until_data(net: Net) -> None:

@@ -36,6 +36,7 @@ another broker.
 from __future__ import annotations
 
 import os
+import socket
 from dataclasses import astuple
 from typing import Any, Callable, Optional, Sequence
 
@@ -48,7 +49,8 @@ from kproto.broker.log import BrokerError, Log, topic_name_error
 from kproto.storage.metadata_image import (BROKER_RESOURCE, NO_LEADER, TOPIC_RESOURCE,
                                             MetadataImage, PartitionInfo, encode_metadata_record)
 from kproto.broker.security.acl import AclBinding
-from kproto.broker.security.auth import SCRAM_MECHANISM_IDS, ScramCredential
+from kproto.broker.quotas import MUTATION_STRICT_FROM
+from kproto.broker.security.auth import encode_principal, image_credentials
 
 #: Kafka's SecurityProtocol ids, as registrations carry them
 SECURITY_PROTOCOL_IDS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}
@@ -63,6 +65,7 @@ from kproto.codecs import response as response_codec
 from kproto.codecs.primitives import Uuid
 from kproto.error_codes import ErrorCode
 from kproto.fetch_session.messages import request_replica_id
+from kproto.framing import RequestHeader, decode_response, encode_request
 from kproto.schemas.api_keys import ApiKey
 from kproto.storage.tail import read_high_watermarks
 
@@ -221,6 +224,7 @@ class ClusterBrokerCore(BrokerCore):
         super().__init__(data_dir, config, clock=clock)
         self.node_id = config.node_id
         self.security_protocol = security_protocol
+        self.connection_quotas.listener = security_protocol  # its listener is named after it
         self.voters = sorted(voters)
         self.transport = transport
         self.heartbeat_interval_ms = broker_heartbeat_interval_ms
@@ -258,6 +262,8 @@ class ClusterBrokerCore(BrokerCore):
         if self.authorizer is not None:
             for key in FORWARDED_ACL_APIS:
                 self.handlers[key] = self._forward
+        self.handlers[ApiKey.INCREMENTAL_ALTER_CONFIGS] = self._forward_alter_configs
+        self.handlers[ApiKey.ALTER_CONFIGS] = self._forward_alter_configs
         self.handlers[ApiKey.WRITE_TXN_MARKERS] = self._write_txn_markers
         for api, ids in _GROUP_IDS.items():
             self.handlers[api] = self._gate(self.handlers[api], OFFSETS_TOPIC, ids)
@@ -494,14 +500,8 @@ class ClusterBrokerCore(BrokerCore):
             self.authorizer.acls = {AclBinding(*astuple(e)) for e in self.image.acls.values()}
         if changes.client_quotas:  # served and enforced from the image, as Kafka's brokers
             self.quota_store.replace(self.image.client_quotas)
-        mechanisms = {v: k for k, v in SCRAM_MECHANISM_IDS.items()}
-        for mechanism, user in changes.scram:
-            if mechanism not in mechanisms:
-                continue  # a mechanism this broker does not know
-            c = self.image.scram.get((mechanism, user))
-            self.security.store.apply_altered({(mechanisms[mechanism], user): None if c is None else
-                                               ScramCredential(c.salt, c.stored_key, c.server_key,
-                                                               c.iterations)})
+        if changes.scram:
+            self.security.store.apply_altered(image_credentials(self.image.scram, changes.scram))
         for name in changes.topics_created:
             self._creating.discard(name)
         if deleted:
@@ -838,13 +838,91 @@ class ClusterBrokerCore(BrokerCore):
             DelayedReplicaFetch(self, req, replica_id, offsets), list(offsets))
 
     def _forward(self, req: Request) -> None:
-        """Kafka's forwarding: the controller answers, at the client's version."""
+        """Kafka's forwarding: the controller answers, at the client's version. The requests
+        the controller counts against the client's controller mutation quota go in an
+        envelope with the client's principal and client id (Kafka's EnvelopeRequest), and
+        the answer's throttle time mutes the client's connection."""
+        if req.api_key in MUTATION_STRICT_FROM:
+            self._forward_enveloped(req)
+            return
+
         def answered(resp: Optional[Any]) -> None:
             if resp is None:
                 self._answer_error(req, ErrorCode.REQUEST_TIMED_OUT, run_handler=True)
                 return
             req.respond(resp)
         self.send_to_controller(req.api_key, req.version, req.body, answered)
+
+    def _forward_alter_configs(self, req: Request) -> None:
+        """Kafka's ConfigAdminManager.preprocess (IncrementalAlterConfigs and the legacy
+        AlterConfigs): a change of this broker's or the cluster-wide configs is first checked
+        against what this broker would run with (the log cleaner's thread count may at most
+        double or halve); one refused is answered here, the rest are forwarded, and the
+        answers come back in the request's order."""
+        body, key = req.body, req.api_key
+        incremental = key == ApiKey.INCREMENTAL_ALTER_CONFIGS
+        refused: dict[int, BrokerError] = {}
+        for i, r in enumerate(body.resources):
+            name = r.resource_name
+            if r.resource_type != BROKER_RESOURCE or name not in ("", str(self.node_id)):
+                continue
+            try:
+                current = dict(self.configs.broker_dynamic.get(name, {}))
+                wanted = self.configs.validate_broker(self.admin.incremental_change(current, r) if incremental
+                                                      else {c.name: c.value for c in r.configs})
+            except BrokerError:
+                continue  # the controller refuses it as well, in its own words
+            try:
+                self.configs.check_reconfiguration(name, wanted)
+            except BrokerError as exc:
+                refused[i] = exc
+        if not refused:
+            self._forward(req)
+            return
+        cls = response_codec(key).cls
+        answers: list[Any] = [None] * len(body.resources)
+        for i, why in refused.items():
+            answers[i] = cls.AlterConfigsResourceResponse(
+                error_code=why.code, error_message=why.message, resource_type=body.resources[i].resource_type,
+                resource_name=body.resources[i].resource_name)
+        rest = [r for i, r in enumerate(body.resources) if i not in refused]
+
+        def merged(resp: Optional[Any]) -> None:
+            if resp is None:
+                self._answer_error(req, ErrorCode.REQUEST_TIMED_OUT, run_handler=True)
+                return
+            forwarded = iter(resp.responses)
+            resp.responses = [a if a is not None else next(forwarded) for a in answers]
+            req.respond(resp)
+        if not rest:
+            req.respond(cls(throttle_time_ms=0, responses=answers))
+            return
+        forward = request_codec(key).cls(resources=rest, validate_only=body.validate_only)
+        self.send_to_controller(key, req.version, forward, merged)
+
+    def _forward_enveloped(self, req: Request) -> None:
+        key, ver = req.api_key, req.version
+        inner = encode_request(RequestHeader(request_api_key=key, request_api_version=ver,
+                                             correlation_id=req.header.correlation_id,
+                                             client_id=req.header.client_id), req.body)[4:]
+        peer = (getattr(req.channel, "peer", None) or "/127.0.0.1").lstrip("/")
+        try:
+            address = socket.inet_pton(socket.AF_INET6 if ":" in peer else socket.AF_INET, peer)
+        except OSError:
+            address = b"\x7f\x00\x00\x01"
+        envelope = request_codec(ApiKey.ENVELOPE).cls(
+            request_data=inner, request_principal=encode_principal(self.quota_identity(req)[0]),
+            client_host_address=address)
+
+        def answered(resp: Optional[Any]) -> None:
+            if resp is None or resp.error_code or resp.response_data is None:
+                self._answer_error(req, ErrorCode.REQUEST_TIMED_OUT if resp is None or not resp.error_code
+                                   else resp.error_code, run_handler=True)
+                return
+            _, body = decode_response(bytes(resp.response_data), key, ver, size_prefix=False)
+            req.forwarded_throttle_ms = getattr(body, "throttle_time_ms", 0)
+            req.respond(body)
+        self.send_to_controller(ApiKey.ENVELOPE, 0, envelope, answered)
 
     def _create_internal_topic(self, name: str, partitions: int, configs: dict[str, str]) -> None:
         """Ask the controller for ``name`` (auto-created topics, ``__consumer_offsets``)."""

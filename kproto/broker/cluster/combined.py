@@ -28,7 +28,7 @@ from kproto.broker.cluster.migration import migration_records, read_legacy_state
 from kproto.broker.cluster.raft import (METADATA_TOPIC, KRaftReplica, RaftConfig, RaftMetadataLog,
                                         open_metadata_log)
 from kproto.broker.security.acl import AclBinding
-from kproto.broker.security.auth import SCRAM_MECHANISM_IDS, ScramCredential
+from kproto.broker.security.auth import ScramCredential, image_credentials, scram_records
 from kproto.broker.timer import SystemTimer
 from kproto.codecs import metadata_record
 from kproto.codecs.primitives import Uuid
@@ -39,7 +39,6 @@ if TYPE_CHECKING:
 
 __all__ = ["CombinedMetadata"]
 
-_SCRAM_NAMES = {v: k for k, v in SCRAM_MECHANISM_IDS.items()}
 
 
 class _NoPeers:
@@ -178,27 +177,11 @@ class CombinedMetadata:
 
     def stored_scram(self) -> dict[tuple[str, str], Optional[ScramCredential]]:
         """SCRAM credentials by (mechanism name, user)."""
-        return {(_SCRAM_NAMES[m], u): ScramCredential(c.salt, c.stored_key, c.server_key, c.iterations)
-                for (m, u), c in self.image.scram.items() if m in _SCRAM_NAMES}
+        return image_credentials(self.image.scram)
 
     def store_scram(self, credentials: Mapping[tuple[str, str], Optional[ScramCredential]]) -> None:
         """Records for the credentials that differ from the image (None: removed)."""
-        put = metadata_record(RecordType.USER_SCRAM_CREDENTIAL)
-        remove = metadata_record(RecordType.REMOVE_USER_SCRAM_CREDENTIAL)
-        records: list[tuple[Any, int]] = []
-        for (mech, user), c in sorted(credentials.items()):
-            mid = SCRAM_MECHANISM_IDS.get(mech)
-            if mid is None:
-                continue
-            have = self.image.scram.get((mid, user))
-            if c is None:
-                if have is not None:
-                    records.append((remove(name=user, mechanism=mid), 0))
-            elif have is None or (have.salt, have.stored_key, have.server_key, have.iterations) != \
-                    (c.salt, c.stored_key, c.server_key, c.iterations):
-                records.append((put(name=user, mechanism=mid, salt=c.salt, stored_key=c.stored_key,
-                                    server_key=c.server_key, iterations=c.iterations), 0))
-        self.write(records)
+        self.write(scram_records(dict(sorted(credentials.items())), self.image.scram))
 
     # ------------------------------------------------------------------ features
     def feature_levels(self) -> tuple[dict[str, int], int]:

@@ -38,8 +38,9 @@ from kproto.broker.configs import LIST, TOPIC_CONFIGS, ConfigLevels, check_broke
 from kproto.broker.admin import ELECTION_NOT_NEEDED_MESSAGE, elect_leaders_error, validate_manual_assignment
 from kproto.broker.log import BrokerError, topic_name_error
 from kproto.broker.security.acl import AclBinding, acl_creations, acl_deletions, acl_error_response
-from kproto.broker.security.auth import SCRAM_MECHANISM_IDS, scram_alterations
-from kproto.broker.quotas import alter_client_quotas, alter_error, quota_record
+from kproto.broker.security.auth import image_credentials, scram_alterations, scram_records
+from kproto.broker.quotas import (ControllerMutationQuotaManager, MutationQuota, QuotaStore, alter_client_quotas,
+                                  alter_error, quota_record)
 from kproto.storage.metadata_image import (BROKER_RESOURCE, NO_LEADER, NO_LEADER_CHANGE, RECOVERED,
                                     RECOVERING, TOPIC_RESOURCE, BrokerInfo, MetadataImage,
                                     PartitionInfo, RecordType, encode_metadata_record,
@@ -396,6 +397,11 @@ class QuorumController:
         self._session_due = 0
         self._judge_after = 0  # no session judged before (after a late check, see _check_sessions)
         self._rebalance_task: Optional[CallbackTask] = None
+        # controller_mutation_rate (KIP-599), counted here as in Kafka's ControllerApis: the
+        # quotas of the image, the (user, client id) of the request being handled
+        self._quota_store = QuotaStore()
+        self._mutation_quotas = ControllerMutationQuotaManager(self._quota_store)
+        self._identity: tuple[str, str] = ("ANONYMOUS", "")
         self._handlers: dict[int, Callable[[int, Any, Respond], None]] = {
             ApiKey.BROKER_REGISTRATION: self._broker_registration,
             ApiKey.BROKER_HEARTBEAT: self._broker_heartbeat,
@@ -542,16 +548,29 @@ class QuorumController:
             p.respond(p.response)
 
     # ================================================================== requests
-    def handle(self, api_key: int, version: int, body: Any, respond: Respond) -> None:
+    def handle(self, api_key: int, version: int, body: Any, respond: Respond,
+               identity: tuple[str, str] = ("ANONYMOUS", "")) -> None:
         """Serve one controller request; ``respond`` gets the response object once the
-        records it wrote are committed (NOT_CONTROLLER at once when standby)."""
+        records it wrote are committed (NOT_CONTROLLER at once when standby). ``identity``:
+        the (user, client id) it came from (a forwarded one's, from its envelope), what
+        the controller mutation quota is counted under."""
         handler = self._handlers.get(api_key)
         if handler is None:
             raise NotImplementedError(f"controller API {api_key}")
         if not self.active:
             respond(self._error_response(api_key, version, body, ErrorCode.NOT_CONTROLLER))
             return
-        handler(version, body, respond)
+        self._identity = identity
+        try:
+            handler(version, body, respond)
+        finally:
+            self._identity = ("ANONYMOUS", "")
+
+    def _mutation_quota(self, api_key: int, version: int) -> MutationQuota:
+        """The controller mutation quota of the request being handled (the image's quotas)."""
+        if self._quota_store.entries != self.image.client_quotas:
+            self._quota_store.replace(self.image.client_quotas)
+        return self._mutation_quotas.quota_for(*self._identity, api_key, version, self.timer.clock.now_ms)
 
     def _error_response(self, api_key: int, version: int, body: Any, code: int) -> Any:
         """``code`` over every item of a request (NOT_CONTROLLER and the like)."""
@@ -997,6 +1016,7 @@ class QuorumController:
 
     def _create_topics(self, version: int, body: Any, respond: Respond) -> None:
         cls = response_codec(ApiKey.CREATE_TOPICS).cls
+        quota = self._mutation_quota(ApiKey.CREATE_TOPICS, version)
         records: list[tuple[Any, int]] = []
         results = []
         names = [t.name for t in body.topics]
@@ -1058,6 +1078,8 @@ class QuorumController:
                     if placer is None:
                         placer = self._placer()
                     parts = self._place(placer, 0, n, rf)
+                if not quota.record(len(parts)):  # after every other check, as Kafka
+                    raise BrokerError(ErrorCode.THROTTLING_QUOTA_EXCEEDED)
             except BrokerError as exc:
                 res.error_code, res.error_message = exc.code, exc.message
                 if version >= 5:
@@ -1081,10 +1103,12 @@ class QuorumController:
             records.append((metadata_record(2)(name=t.name, topic_id=topic_id), 0))
             records += config_records
             records += [self._partition_record(topic_id, i, r, isr) for i, (r, isr) in enumerate(parts)]
-        self._write(records, respond, cls(topics=results), (ApiKey.CREATE_TOPICS, version, body))
+        self._write(records, respond, cls(topics=results, throttle_time_ms=quota.throttle_time_ms()),
+                    (ApiKey.CREATE_TOPICS, version, body))
 
     def _delete_topics(self, version: int, body: Any, respond: Respond) -> None:
         cls = response_codec(ApiKey.DELETE_TOPICS).cls
+        quota = self._mutation_quota(ApiKey.DELETE_TOPICS, version)
         if version >= 6:
             wanted = [(t.name, t.topic_id) for t in body.topics]
         else:
@@ -1111,13 +1135,18 @@ class QuorumController:
             res.name = t.name
             if version >= 6:
                 res.topic_id = t.topic_id
+            if t.topic_id not in seen and not quota.record(len(t.partitions)):
+                res.error_code = ErrorCode.THROTTLING_QUOTA_EXCEEDED
+                continue
             if t.topic_id not in seen:
                 seen.add(t.topic_id)
                 records.append((metadata_record(9)(topic_id=t.topic_id), 0))
-        self._write(records, respond, cls(responses=results), (ApiKey.DELETE_TOPICS, version, body))
+        self._write(records, respond, cls(responses=results, throttle_time_ms=quota.throttle_time_ms()),
+                    (ApiKey.DELETE_TOPICS, version, body))
 
     def _create_partitions(self, version: int, body: Any, respond: Respond) -> None:
         cls = response_codec(ApiKey.CREATE_PARTITIONS).cls
+        quota = self._mutation_quota(ApiKey.CREATE_PARTITIONS, version)
         records: list[tuple[Any, int]] = []
         results = []
         names = [t.name for t in body.topics]
@@ -1145,6 +1174,9 @@ class QuorumController:
                         raise BrokerError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                                           f"Attempted to add {add} additional partition(s), but only "
                                           f"{len(t.assignments)} assignment(s) were specified.")
+                if not quota.record(add):  # Kafka's controller counts them here
+                    raise BrokerError(ErrorCode.THROTTLING_QUOTA_EXCEEDED)
+                if t.assignments is not None:
                     parts = [(list(a.broker_ids), self._check_manual(have + i, list(a.broker_ids)))
                              for i, a in enumerate(t.assignments)]
                 else:
@@ -1158,7 +1190,8 @@ class QuorumController:
             if not body.validate_only:
                 records += [self._partition_record(topic.topic_id, have + i, r, isr)
                             for i, (r, isr) in enumerate(parts)]
-        self._write(records, respond, cls(results=results), (ApiKey.CREATE_PARTITIONS, version, body))
+        self._write(records, respond, cls(results=results, throttle_time_ms=quota.throttle_time_ms()),
+                    (ApiKey.CREATE_PARTITIONS, version, body))
 
     # ================================================================== partitions
     def _alter_partition(self, version: int, body: Any, respond: Respond) -> None:
@@ -1487,19 +1520,8 @@ class QuorumController:
         """Kafka's ``ScramControlManager.alterCredentials``: a UserScramCredentialRecord (the
         stored and server keys derived from the salted password) per upsertion, a
         RemoveUserScramCredentialRecord per deletion."""
-        names = {v: k for k, v in SCRAM_MECHANISM_IDS.items()}
-        existing = {(names[m], user) for m, user in self.image.scram if m in names}
-        response, changes = scram_alterations(body, existing)
-        records: list[tuple[Any, int]] = []
-        for (mech, user), cred in changes.items():
-            mid = SCRAM_MECHANISM_IDS[mech]
-            if cred is None:
-                records.append((metadata_record(RecordType.REMOVE_USER_SCRAM_CREDENTIAL)(
-                    name=user, mechanism=mid), 0))
-            else:
-                records.append((metadata_record(RecordType.USER_SCRAM_CREDENTIAL)(
-                    name=user, mechanism=mid, salt=cred.salt, stored_key=cred.stored_key,
-                    server_key=cred.server_key, iterations=cred.iterations), 0))
+        response, changes = scram_alterations(body, image_credentials(self.image.scram))
+        records = scram_records(changes)
         self._write(records, respond, response, (ApiKey.ALTER_USER_SCRAM_CREDENTIALS, version, body))
 
     # ================================================================== client quotas

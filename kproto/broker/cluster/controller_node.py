@@ -38,7 +38,7 @@ from kproto.broker.cluster.raft import (BEGIN_QUORUM_EPOCH, DESCRIBE_QUORUM, END
                                 FETCH_SNAPSHOT, VOTE, KRaftReplica, RaftConfig, RaftMetadataLog,
                                 RaftTransport, open_metadata_log)
 from kproto.broker.configs import BrokerConfig
-from kproto.broker.security.auth import SASL_VERSIONS, Security
+from kproto.broker.security.auth import SASL_VERSIONS, Security, decode_principal
 from kproto.broker.server import Listener
 from kproto.broker.timer import CallbackTask, Clock, SystemTimer
 from kproto.codecs import request as request_codec
@@ -53,10 +53,11 @@ from kproto.storage.checkpoints import MetaProperties
 __all__ = ["ControllerCore", "ControllerNode", "RaftMetadataLog", "RAFT_APIS", "CONTROLLER_APIS",
            "start_quorum"]
 
-#: Raft APIs and the versions the replica's handlers read (Fetch from v12: Raft needs the
-#: last fetched epoch; Vote v2 is Kafka 4's pre-vote, which the replica answers).
+#: Raft APIs and the versions the replica's handlers read, as Kafka 4.4's controller lists them
+#: (a Fetch before v13 names no topic id: refused INVALID_REQUEST, as Kafka does; Vote v2 is
+#: Kafka 4's pre-vote, which the replica answers).
 RAFT_APIS: dict[int, tuple[int, int]] = {
-    FETCH: (12, 17), VOTE: (0, 2), BEGIN_QUORUM_EPOCH: (0, 1), END_QUORUM_EPOCH: (0, 1),
+    FETCH: (4, 18), VOTE: (0, 2), BEGIN_QUORUM_EPOCH: (0, 1), END_QUORUM_EPOCH: (0, 1),
     DESCRIBE_QUORUM: (0, 2), FETCH_SNAPSHOT: (0, 1),
 }
 #: Controller APIs and the versions the QuorumController's handlers were written for (a
@@ -83,6 +84,7 @@ CONTROLLER_APIS: dict[int, tuple[int, int]] = {
     ApiKey.UPDATE_FEATURES: (0, 2),
     ApiKey.CONTROLLER_REGISTRATION: (0, 0),
     ApiKey.UNREGISTER_CONTROLLER: (0, 0),
+    ApiKey.ENVELOPE: (0, 0),  # a broker's forwarded request with its client's principal
 }
 #: how often a controller checks that the metadata log holds its registration
 _REGISTRATION_CHECK_MS = 500
@@ -216,8 +218,37 @@ class ControllerCore:
             self.replica.handle(key, ver, body, lambda resp: req.respond(self._with_nodes(ver, resp)))
         elif key in RAFT_APIS:
             self.replica.handle(key, ver, body, req.respond)
+        elif key == ApiKey.ENVELOPE:
+            self._envelope(req)
         else:
-            self.controller.handle(key, ver, body, req.respond)
+            principal = sec.session(channel).principal if sec is not None else "User:ANONYMOUS"
+            self.controller.handle(key, ver, body, req.respond,
+                                   (principal.split(":", 1)[-1], header.client_id or ""))
+
+    def _envelope(self, req: Request) -> None:
+        """A request a broker forwarded (Kafka's EnvelopeRequest): served as its client's,
+        under the principal and client id it carries; its answer goes back in the envelope."""
+        cls = response_codec(ApiKey.ENVELOPE).cls
+        if not self.controller.active:
+            req.respond(cls(error_code=ErrorCode.NOT_CONTROLLER, response_data=None))
+            return
+        try:
+            frame = bytes(req.body.request_data)
+            key, ver, _ = peek_request_header(frame, size_prefix=False)
+            rng = CONTROLLER_APIS.get(key)
+            if key == ApiKey.ENVELOPE or rng is None or not rng[0] <= ver <= rng[1]:
+                req.respond(cls(error_code=ErrorCode.INVALID_REQUEST, response_data=None))
+                return
+            header, body = parse_request(frame, key, ver)
+            principal = decode_principal(bytes(req.body.request_principal or b""))
+        except DecodeError:
+            req.respond(cls(error_code=ErrorCode.INVALID_REQUEST, response_data=None))
+            return
+
+        def answer(resp: Any) -> None:
+            data = encode_response(ResponseHeader(correlation_id=header.correlation_id), resp, key, ver)
+            req.respond(cls(error_code=ErrorCode.NONE, response_data=data[4:]))  # no size prefix
+        self.controller.handle(key, ver, body, answer, (principal, header.client_id or ""))
 
     def _with_nodes(self, ver: int, resp: Any) -> Any:
         """DescribeQuorum v2+ names the voters' controller listeners, as Kafka's does."""

@@ -16,11 +16,11 @@ import os
 from dataclasses import astuple, dataclass, field
 from typing import Any, Callable, Iterable, Optional
 
-from kproto.broker.configs import BROKER_SYNONYMS, CONFIGS_FILE, TOPIC_CONFIGS
+from kproto.broker.configs import CONFIGS_FILE, TOPIC_CONFIGS, broker_config_def
 from kproto.broker.features import FEATURES_FILE
 from kproto.broker.log import BrokerError
 from kproto.broker.security.acl import SECURITY_FILE, AclBinding, SecurityFile
-from kproto.broker.security.auth import SCRAM_MECHANISM_IDS, ScramCredential
+from kproto.broker.security.auth import SCRAM_MECHANISM_IDS, ScramCredential, scram_records
 from kproto.codecs import metadata_record
 from kproto.codecs.primitives import Uuid
 from kproto.storage.metadata_image import (BROKER_RESOURCE, TOPIC_RESOURCE, MetadataImage,
@@ -127,20 +127,15 @@ def migration_records(state: LegacyState, image: MetadataImage,
     for resource, configs in sorted(state.broker_configs.items()):
         have = image.configs.get((BROKER_RESOURCE, resource), {})
         out += [(config(resource_type=BROKER_RESOURCE, resource_name=resource, name=k, value=v), 0)
-                for k, v in sorted(configs.items()) if k in BROKER_SYNONYMS and k not in have]
+                for k, v in sorted(configs.items()) if broker_config_def(k) is not None and k not in have]
     present = {AclBinding(*astuple(e)) for e in image.acls.values()}
     acl = metadata_record(RecordType.ACCESS_CONTROL_ENTRY)
     for b in sorted(state.acls - present):
         out.append((acl(id=new_acl_id(), resource_type=b.resource_type, resource_name=b.resource_name,
                         pattern_type=b.pattern_type, principal=b.principal, host=b.host,
                         operation=b.operation, permission_type=b.permission), 0))
-    scram = metadata_record(RecordType.USER_SCRAM_CREDENTIAL)
-    for (mech, user), c in sorted(state.scram.items()):
-        mid = SCRAM_MECHANISM_IDS.get(mech)
-        if mid is None or (mid, user) in image.scram:
-            continue
-        out.append((scram(name=user, mechanism=mid, salt=c.salt, stored_key=c.stored_key,
-                          server_key=c.server_key, iterations=c.iterations), 0))
+    out += scram_records({(mech, user): c for (mech, user), c in sorted(state.scram.items())
+                          if (SCRAM_MECHANISM_IDS.get(mech), user) not in image.scram})
     if state.features is not None:
         feature = metadata_record(RecordType.FEATURE_LEVEL)
         levels = {n: 0 for n in image.features} | state.features

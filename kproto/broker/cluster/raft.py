@@ -1095,11 +1095,12 @@ class KRaftReplica:
             respond(cls(error_code=ErrorCode.INCONSISTENT_CLUSTER_ID))
             return
         topic = body.topics[0] if len(body.topics) == 1 else None
+        # the metadata partition by its topic id (Kafka's hasValidTopicPartition): a version
+        # before 13 names none and is refused (before v7 the answer has no error field: empty)
         ours = topic is not None and len(topic.partitions) == 1 \
-            and topic.partitions[0].partition == METADATA_PARTITION \
-            and (topic.topic_id == METADATA_TOPIC_ID if version >= 13 else topic.topic == METADATA_TOPIC)
+            and topic.partitions[0].partition == METADATA_PARTITION and topic.topic_id == METADATA_TOPIC_ID
         if not ours:
-            respond(cls(error_code=ErrorCode.INVALID_REQUEST))
+            respond(cls(error_code=ErrorCode.INVALID_REQUEST if version >= 7 else 0, responses=[]))
             return
         replica_id = body.replica_state.replica_id if version >= 15 else body.replica_id
         self._answer_fetch(replica_id, body, respond, may_park=True)

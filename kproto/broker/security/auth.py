@@ -33,7 +33,7 @@ import secrets
 import time
 import weakref
 from dataclasses import dataclass
-from typing import Any, Callable, Container, Optional, Union
+from typing import Any, Callable, Container, Iterable, Mapping, Optional, Union
 
 from kproto.broker.configs import BrokerConfig
 from kproto.broker.security.oauth import (InvalidMessage, TokenRefused, TokenUnanswered,
@@ -51,6 +51,7 @@ from kproto.schemas.api_keys import ApiKey
 __all__ = ["ScramCredential", "CredentialStore", "PlainServer", "ScramServer", "OAuthBearerServer",
            "SaslFailed",
            "ConnectionAuth", "Security", "ANONYMOUS", "SCRAM_MECHANISM_IDS", "SASL_VERSIONS",
+           "image_credentials", "scram_records", "encode_principal", "decode_principal",
            "scram_alterations"]
 
 ANONYMOUS = "User:ANONYMOUS"
@@ -591,3 +592,72 @@ def scram_alterations(body: Any, existing: Container[tuple[str, str]]
     return cls(results=[cls.AlterUserScramCredentialsResult(
         user=n, error_code=errors.get(n, (0, None))[0], error_message=errors.get(n, (0, None))[1])
         for n in dict.fromkeys(names)]), changes
+
+
+_SCRAM_NAMES = {v: k for k, v in SCRAM_MECHANISM_IDS.items()}
+
+
+def image_credentials(scram: Mapping[tuple[int, str], Any], keys: Optional[Iterable[tuple[int, str]]] = None
+                      ) -> dict[tuple[str, str], Optional[ScramCredential]]:
+    """A metadata image's SCRAM credentials ((mechanism id, user) -> its entry) by (mechanism
+    name, user), as a :class:`CredentialStore` takes them; ``keys``: only these, one absent
+    from the image as None (removed). Mechanisms this broker does not know are left out."""
+    wanted = scram if keys is None else keys
+    out: dict[tuple[str, str], Optional[ScramCredential]] = {}
+    for mid, user in wanted:
+        if mid in _SCRAM_NAMES:
+            c = scram.get((mid, user))
+            out[(_SCRAM_NAMES[mid], user)] = None if c is None else ScramCredential(
+                c.salt, c.stored_key, c.server_key, c.iterations)
+    return out
+
+
+def scram_records(changes: Mapping[tuple[str, str], Optional[ScramCredential]],
+                  have: Optional[Mapping[tuple[int, str], Any]] = None) -> list[tuple[Any, int]]:
+    """The metadata records of SCRAM credential ``changes`` ((mechanism name, user) ->
+    credential, None: removed): a UserScramCredentialRecord per credential, a
+    RemoveUserScramCredentialRecord per removal. With ``have`` (the image's credentials),
+    only what differs from it: no record for a credential already so nor for the removal of
+    one that is not there."""
+    from kproto.codecs import metadata_record
+    from kproto.storage.metadata_image import RecordType
+
+    put = metadata_record(RecordType.USER_SCRAM_CREDENTIAL)
+    remove = metadata_record(RecordType.REMOVE_USER_SCRAM_CREDENTIAL)
+    records: list[tuple[Any, int]] = []
+    for (mech, user), c in changes.items():
+        mid = SCRAM_MECHANISM_IDS.get(mech)
+        if mid is None:
+            continue
+        old = have.get((mid, user)) if have is not None else None
+        if c is None:
+            if have is None or old is not None:
+                records.append((remove(name=user, mechanism=mid), 0))
+        elif have is None or old is None or (old.salt, old.stored_key, old.server_key, old.iterations) != \
+                (c.salt, c.stored_key, c.server_key, c.iterations):
+            records.append((put(name=user, mechanism=mid, salt=c.salt, stored_key=c.stored_key,
+                                server_key=c.server_key, iterations=c.iterations), 0))
+    return records
+
+
+def encode_principal(name: str) -> bytes:
+    """A user principal as a broker forwards it in an EnvelopeRequest (Kafka's
+    DefaultKafkaPrincipalBuilder: DefaultPrincipalData, prefixed with its version)."""
+    from kproto.codecs import message
+
+    codec = message("DefaultPrincipalData")
+    return b"\x00\x00" + codec.encode(codec.cls(type="User", name=name, token_authenticated=False), 0)
+
+
+def decode_principal(data: bytes) -> str:
+    """The principal's name in an EnvelopeRequest (:class:`~kproto.errors.DecodeError` for
+    bytes that are not one)."""
+    from kproto.codecs import message
+    from kproto.errors import DecodeError
+
+    if len(data) < 2:
+        raise DecodeError("principal shorter than its version", what="DefaultPrincipalData", offset=0)
+    version = int.from_bytes(data[:2], "big")
+    if version != 0:
+        raise DecodeError(f"principal version {version}", what="DefaultPrincipalData", offset=0)
+    return str(message("DefaultPrincipalData").decode(data[2:], 0).name)
