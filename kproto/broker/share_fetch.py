@@ -233,6 +233,21 @@ class SharePartitionManager:
             s.epoch = 1 if s.epoch == _INT32_MAX else s.epoch + 1
         return s
 
+    def _session_request_error(self, req: Any, opening_error: Optional[int]) -> tuple[Optional[ShareSession], int]:
+        """The session a ShareFetch or ShareAcknowledge ``req`` belongs to, or (None, the error
+        code refusing it): INVALID_REQUEST without a group or member id, ``opening_error`` for
+        a request that may not open a session (epoch 0), else :meth:`_session`'s error."""
+        body = req.body
+        gid, mid, epoch = body.group_id or "", body.member_id or "", body.share_session_epoch
+        if not gid or not mid:
+            return None, E.INVALID_REQUEST
+        if epoch == _INITIAL and opening_error is not None:
+            return None, opening_error
+        try:
+            return self._session(req.channel, gid, mid, epoch), E.NONE
+        except BrokerError as exc:
+            return None, exc.code
+
     def _acknowledge(self, gid: str, mid: str, topics: Any, names: dict[Uuid, str]) -> dict[TP, tuple[int, Optional[str]]]:
         """Apply each partition's acknowledgement batches: (error code, message) per partition."""
         out: dict[TP, tuple[int, Optional[str]]] = {}
@@ -262,19 +277,12 @@ class SharePartitionManager:
         """ShareFetch (``req``: the core's request, with channel, body, version and respond)."""
         cls = response_codec(ApiKey.SHARE_FETCH).cls
         body = req.body
-        gid, mid, epoch = body.group_id or "", body.member_id or "", body.share_session_epoch
-        if not gid or not mid:
-            req.respond(cls(error_code=E.INVALID_REQUEST, responses=[], node_endpoints=[]))
-            return
         has_acks = any(p.acknowledgement_batches for t in body.topics for p in t.partitions)
-        if epoch == _INITIAL and has_acks:
-            req.respond(cls(error_code=E.INVALID_REQUEST, responses=[], node_endpoints=[]))
+        session, error = self._session_request_error(req, E.INVALID_REQUEST if has_acks else None)
+        if session is None:
+            req.respond(cls(error_code=error, responses=[], node_endpoints=[]))
             return
-        try:
-            session = self._session(req.channel, gid, mid, epoch)
-        except BrokerError as exc:
-            req.respond(cls(error_code=exc.code, responses=[], node_endpoints=[]))
-            return
+        gid, mid, epoch = session.group_id, session.member_id, body.share_session_epoch
         names = self._names()
         acks = self._acknowledge(gid, mid, body.topics, names)
         if epoch == _FINAL:
@@ -395,18 +403,11 @@ class SharePartitionManager:
     def acknowledge(self, req: Any) -> None:
         cls = response_codec(ApiKey.SHARE_ACKNOWLEDGE).cls
         body = req.body
-        gid, mid, epoch = body.group_id or "", body.member_id or "", body.share_session_epoch
-        if not gid or not mid:
-            req.respond(cls(error_code=E.INVALID_REQUEST, responses=[], node_endpoints=[]))
+        session, error = self._session_request_error(req, E.INVALID_SHARE_SESSION_EPOCH)
+        if session is None:
+            req.respond(cls(error_code=error, responses=[], node_endpoints=[]))
             return
-        if epoch == _INITIAL:
-            req.respond(cls(error_code=E.INVALID_SHARE_SESSION_EPOCH, responses=[], node_endpoints=[]))
-            return
-        try:
-            session = self._session(req.channel, gid, mid, epoch)
-        except BrokerError as exc:
-            req.respond(cls(error_code=exc.code, responses=[], node_endpoints=[]))
-            return
+        gid, mid, epoch = session.group_id, session.member_id, body.share_session_epoch
         acks = self._acknowledge(gid, mid, body.topics, self._names())
         if epoch == _FINAL:
             self._close_session(session)

@@ -32,7 +32,7 @@ import logging
 from typing import Any, Callable, NamedTuple, Optional, Sequence
 
 from kproto.client.cluster import METADATA_REFRESH_ERRORS, Cluster
-from kproto.client.consumer import run_membership
+from kproto.client.consumer import gather_fetches, run_membership
 from kproto.client.membership import MemberState
 from kproto.client.protocol import BrokerError, KafkaConnectionError
 from kproto.client.share_membership import ShareConsumerMembership
@@ -310,19 +310,7 @@ class ShareConsumer:
         if not nodes:
             await asyncio.sleep(min(timeout, 0.1))
             return []
-        results = await asyncio.gather(*(self._poll_node(n, wanted.get(n, set()), timeout) for n in nodes),
-                                       return_exceptions=True)
-        records: list[ShareRecord] = []
-        refresh = False
-        for res in results:
-            if isinstance(res, KafkaConnectionError):
-                refresh = True
-            elif isinstance(res, BaseException):
-                raise res
-            else:
-                recs, need_refresh = res
-                records.extend(recs)
-                refresh |= need_refresh
+        records, refresh = await gather_fetches(self._poll_node(n, wanted.get(n, set()), timeout) for n in nodes)
         if refresh:
             await self.cluster.refresh_metadata(sorted(set(self.topics)))
         if not records and not any(wanted.values()):
