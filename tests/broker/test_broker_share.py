@@ -526,6 +526,43 @@ def test_group_configs_set_checked_and_described(core):
     assert [(x.resource_name, x.resource_type) for x in listed] == [("g", 32)]
 
 
+def test_group_configs_are_config_records_of_the_metadata_log_and_survive_a_restart(tmp_path, clock):
+    """Group configs are ConfigRecords of resource type GROUP in the metadata log (as Kafka's
+    controller writes them): a restart reads them back, from the log and from a snapshot; a
+    topic config change leaves them alone; a deleted one stays deleted."""
+    path = tmp_path / "d"
+    core = make_core(path, clock)
+    core._create_topic("jobs", 1)
+    c = Client(core)
+    assert alter_group(c, "g", share_auto_offset_reset="earliest", share_record_lock_duration_ms="2000") == (0, None)
+    assert alter_group(c, "h", share_delivery_count_limit="3", share_isolation_level="read_committed") == (0, None)
+    ia = kproto.request(K.INCREMENTAL_ALTER_CONFIGS).cls
+    r = c.call(K.INCREMENTAL_ALTER_CONFIGS, 1, validate_only=False, resources=[
+        ia.AlterConfigsResource(resource_type=32, resource_name="h", configs=[
+            ia.AlterableConfig(name="share.isolation.level", config_operation=1, value=None)]),
+        ia.AlterConfigsResource(resource_type=2, resource_name="jobs", configs=[
+            ia.AlterableConfig(name="retention.ms", config_operation=0, value="60000")])])
+    assert [x.error_code for x in r.responses] == [0, 0]
+    assert core.metadata.image.configs[(32, "g")] == {"share.auto.offset.reset": "earliest",
+                                                      "share.record.lock.duration.ms": "2000"}
+    assert core.metadata.image.configs[(32, "h")] == {"share.delivery.count.limit": "3"}
+    wanted = {"g": {"share.auto.offset.reset": "earliest", "share.record.lock.duration.ms": "2000"},
+              "h": {"share.delivery.count.limit": "3"}}
+    core.close()
+    for snapshot in (False, True):
+        core = make_core(path, clock)
+        try:
+            assert core.group_configs.groups == wanted
+            assert core.shares.limits("g").lock_duration_ms == 2000
+            assert core.shares.limits("h").delivery_count_limit == 3
+            listed = Client(core).call(K.LIST_CONFIG_RESOURCES, 1, resource_types=[32]).config_resources
+            assert [x.resource_name for x in listed] == ["g", "h"]
+            if not snapshot:
+                core.metadata.snapshot()  # the next start reads them from the snapshot
+        finally:
+            core.close()
+
+
 def test_group_configs_apply_to_the_share_group(core):
     c, prod = Client(core), Client(core)
     produce(prod, 3)
