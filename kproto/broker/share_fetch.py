@@ -22,7 +22,7 @@ from typing import Any, Callable, Hashable, Mapping, Optional, Protocol
 from kproto.broker.context import BrokerContext
 from kproto.broker.log import BrokerError
 from kproto.broker.purgatory import DelayedOperation
-from kproto.broker.share_partition import AcknowledgeError, SharePartition, ShareLimits
+from kproto.broker.share_partition import RENEW, AcknowledgeError, SharePartition, ShareLimits
 from kproto.codecs import response as response_codec
 from kproto.codecs.primitives import Uuid
 from kproto.error_codes import ErrorCode as E
@@ -47,6 +47,11 @@ def _duration_ms(text: str) -> int:
     d, h, mi, sec = (float(x) if x else 0.0 for x in m.groups())
     return int(((d * 24 + h) * 60 + mi) * 60_000 + sec * 1000)
 _INT32_MAX = 2**31 - 1
+
+
+def _renewing(req: Any) -> bool:
+    """Whether a ShareFetch or ShareAcknowledge renews locks (``IsRenewAck``, v2)."""
+    return req.version >= 2 and bool(req.body.is_renew_ack)
 
 
 class ShareStore(Protocol):
@@ -248,9 +253,13 @@ class SharePartitionManager:
         except BrokerError as exc:
             return None, exc.code
 
-    def _acknowledge(self, gid: str, mid: str, topics: Any, names: dict[Uuid, str]) -> dict[TP, tuple[int, Optional[str]]]:
-        """Apply each partition's acknowledgement batches: (error code, message) per partition."""
+    def _acknowledge(self, gid: str, mid: str, topics: Any, names: dict[Uuid, str],
+                     renew: bool) -> dict[TP, tuple[int, Optional[str]]]:
+        """Apply each partition's acknowledgement batches: (error code, message) per partition.
+        RENEW is refused (INVALID_REQUEST) unless the request says it renews (``IsRenewAck``),
+        and (INVALID_RECORD_STATE) when the group's ``share.renew.acknowledge.enable`` is off."""
         out: dict[TP, tuple[int, Optional[str]]] = {}
+        renew_enabled = self.core.group_configs.value(gid, "share.renew.acknowledge.enable").lower() == "true"
         for t in topics:
             name = names.get(t.topic_id)
             for p in t.partitions:
@@ -261,6 +270,13 @@ class SharePartitionManager:
                 if name is None:
                     out[tp] = (E.UNKNOWN_TOPIC_ID, None)
                     continue
+                if any(RENEW in b.acknowledge_types for b in batches):
+                    if not renew:
+                        out[tp] = (E.INVALID_REQUEST, None)
+                        continue
+                    if not renew_enabled:
+                        out[tp] = (E.INVALID_RECORD_STATE, "Renewing acquisition locks is not enabled for the group.")
+                        continue
                 try:
                     sp, _ = self._partition(gid, t.topic_id, name, p.partition_index)
                     sp.acknowledge(mid, [(b.first_offset, b.last_offset, list(b.acknowledge_types))
@@ -277,6 +293,11 @@ class SharePartitionManager:
         """ShareFetch (``req``: the core's request, with channel, body, version and respond)."""
         cls = response_codec(ApiKey.SHARE_FETCH).cls
         body = req.body
+        renew = _renewing(req)
+        if renew and (body.max_wait_ms or body.min_bytes or body.max_bytes or body.max_records):
+            # a renewal fetches nothing: Kafka refuses one asking for records
+            req.respond(cls(error_code=E.INVALID_REQUEST, responses=[], node_endpoints=[]))
+            return
         has_acks = any(p.acknowledgement_batches for t in body.topics for p in t.partitions)
         session, error = self._session_request_error(req, E.INVALID_REQUEST if has_acks else None)
         if session is None:
@@ -284,17 +305,15 @@ class SharePartitionManager:
             return
         gid, mid, epoch = session.group_id, session.member_id, body.share_session_epoch
         names = self._names()
-        acks = self._acknowledge(gid, mid, body.topics, names)
-        if epoch == _FINAL:
-            self._close_session(session)
+        acks = self._acknowledge(gid, mid, body.topics, names, renew)
+        if epoch == _FINAL or renew:
+            if epoch == _FINAL:
+                self._close_session(session)
+            else:  # the session's partitions change as in any fetch; nothing is acquired
+                self._update_session(session, body)
             req.respond(self._response(cls, acks, {}, acquisition=self.limits(gid).lock_duration_ms))
             return
-        for t in body.forgotten_topics_data:
-            for p in t.partitions:
-                session.partitions.pop((t.topic_id, p), None)
-        for t in body.topics:
-            for p in t.partitions:
-                session.partitions[(t.topic_id, p.partition_index)] = None
+        self._update_session(session, body)
         created: set[TP] = set()
         for tid, p in session.partitions:
             name = names.get(tid)
@@ -310,6 +329,16 @@ class SharePartitionManager:
             self.core.fetch_purgatory.try_complete_else_watch(op, keys)
             return
         self.answer_fetch(session, req, acks, created)
+
+    @staticmethod
+    def _update_session(session: ShareSession, body: Any) -> None:
+        """The request's partitions join the session, its forgotten ones leave it."""
+        for t in body.forgotten_topics_data:
+            for p in t.partitions:
+                session.partitions.pop((t.topic_id, p), None)
+        for t in body.topics:
+            for p in t.partitions:
+                session.partitions[(t.topic_id, p.partition_index)] = None
 
     def acquirable(self, session: ShareSession) -> bool:
         """Whether a partition of the session has records to hand out now (or an error to tell)."""
@@ -408,7 +437,7 @@ class SharePartitionManager:
             req.respond(cls(error_code=error, responses=[], node_endpoints=[]))
             return
         gid, mid, epoch = session.group_id, session.member_id, body.share_session_epoch
-        acks = self._acknowledge(gid, mid, body.topics, self._names())
+        acks = self._acknowledge(gid, mid, body.topics, self._names(), _renewing(req))
         if epoch == _FINAL:
             self._close_session(session)
         order: dict[Uuid, list[Any]] = {}

@@ -86,7 +86,8 @@ class Session:
                         partition_index=p, acknowledgement_batches=[
                             req.AcknowledgementBatch(first_offset=a, last_offset=z, acknowledge_types=list(t))
                             for a, z, t in acks.get(p, [])]) for p in sorted(set(partitions) | set(acks))])],
-                    forgotten_topics_data=[], **kw)
+                    forgotten_topics_data=[])
+        body.update(kw)
         i = self.client.send(SF, version, req(**body))
         if epoch is None and e >= 0:
             self.epoch = e + 1
@@ -292,11 +293,47 @@ def test_renew_extends_the_lock(tmp_path, clock):
         produce(prod, 1)
         s.call()
         tick(core, clock, 800)
-        assert s.call(acks={0: [(0, 0, [RENEW])]}, version=2, is_renew_ack=True) == (0, [(0, 0, 0, [])])
+        assert s.call(acks={0: [(0, 0, [RENEW])]}, version=2, is_renew_ack=True, **RENEWAL) == (0, [(0, 0, 0, [])])
         tick(core, clock, 800)  # 1600 ms after acquisition, 800 after the renewal: still held
         assert s.ack({0: [(0, 0, [ACCEPT])]}).responses[0].partitions[0].error_code == 0
     finally:
         core.close()
+
+
+#: a renewing ShareFetch asks for no records (Kafka refuses it otherwise)
+RENEWAL = dict(max_records=0, max_bytes=0, min_bytes=0, wait=0)
+
+
+def test_renewals_as_apache_kafka_answers_them(core):
+    """As Apache Kafka 4.4.0 answers (seen on it): a renewing ShareFetch (IsRenewAck) asking for
+    records is refused whole, the session epoch unmoved; one asking for none renews and acquires
+    nothing although records wait; RENEW without IsRenewAck (or in v1) is refused per partition
+    (INVALID_REQUEST) while the fetch goes on; with the group's share.renew.acknowledge.enable
+    off, RENEW is INVALID_RECORD_STATE."""
+    prod, c = Client(core), Client(core)
+    join(c)
+    s = Session(core)
+    s.call()
+    produce(prod, 6)
+    assert s.call() == (0, [(0, 0, 0, [(0, 5, 1)])])
+    produce(prod, 2, first=6)
+    for asked in (dict(max_records=5), dict(wait=100), dict(min_bytes=1), dict(max_bytes=100)):
+        r = s.fetched(s.fetch(acks={0: [(0, 0, [RENEW])]}, version=2, is_renew_ack=True, epoch=s.epoch,
+                              **{**RENEWAL, **asked}))
+        assert (r.error_code, r.responses, r.acquisition_lock_timeout_ms) == (E.INVALID_REQUEST, [], 0)
+    assert s.call(acks={0: [(0, 0, [RENEW])]}, version=2, is_renew_ack=True, **RENEWAL) == (0, [(0, 0, 0, [])])
+    assert s.call(partitions=(), version=2, is_renew_ack=True, **RENEWAL) == (0, [])
+    assert s.call(acks={0: [(1, 1, [RENEW])]}, version=2) == (0, [(0, 0, E.INVALID_REQUEST, [(6, 7, 1)])])
+    assert s.call(acks={0: [(1, 1, [RENEW])]}, version=1) == (0, [(0, 0, E.INVALID_REQUEST, [])])
+    assert s.ack({0: [(1, 1, [RENEW])]}, version=1).responses[0].partitions[0].error_code == E.INVALID_REQUEST
+    assert s.ack({0: [(1, 1, [RENEW])]}, version=2).responses[0].partitions[0].error_code == E.INVALID_REQUEST
+    assert alter_group(c, "g", share_renew_acknowledge_enable="false") == (0, None)
+    r = s.fetched(s.fetch(acks={0: [(1, 2, [RENEW, ACCEPT])]}, version=2, is_renew_ack=True, **RENEWAL))
+    p = r.responses[0].partitions[0]
+    assert (p.acknowledge_error_code, p.acknowledge_error_message) == (
+        E.INVALID_RECORD_STATE, "Renewing acquisition locks is not enabled for the group.")
+    # nothing of the refused partition's acknowledgements applied: offset 2 is still held
+    assert s.call(acks={0: [(2, 2, [ACCEPT])]}, max_records=0) == (0, [(0, 0, 0, [])])
 
 
 def test_session_epochs(core):
