@@ -110,6 +110,26 @@ def test_acknowledgements_never_open_a_session_and_final_closes_it():
     assert [next_epoch(e) for e in (0, 1, 2**31 - 1, -1)] == [1, 2, 1, -1]
 
 
+def test_a_renewal_says_so_and_asks_for_no_records():
+    """A RENEW among the acknowledgements makes the request a renewal (IsRenewAck, v2) and a
+    ShareFetch ask for nothing (Apache Kafka refuses a renewal asking for records); without
+    one the flag is off and the fetch asks as configured."""
+    s = ShareSession(node=1)
+    s.fetch_request("g", "m", [(T1, 0)], {})
+    s.on_response(ErrorCode.NONE)
+    renew = {(T1, 0): Acknowledgements([(0, 0, AcknowledgeType.RENEW), (1, 2, AcknowledgeType.ACCEPT)])}
+    req = s.fetch_request("g", "m", [(T1, 0)], renew, max_wait_ms=500, min_bytes=1, max_bytes=1000, max_records=10)
+    assert (req.is_renew_ack, req.max_wait_ms, req.min_bytes, req.max_bytes, req.max_records) == (True, 0, 0, 0, 0)
+    assert roundtrip(FETCH, req, 2) == req
+    s.on_response(ErrorCode.NONE)
+    plain = s.fetch_request("g", "m", [(T1, 0)], {(T1, 0): Acknowledgements([(3, 3, AcknowledgeType.ACCEPT)])},
+                            max_wait_ms=500, min_bytes=1, max_bytes=1000, max_records=10)
+    assert (plain.is_renew_ack, plain.max_wait_ms, plain.max_records) == (False, 500, 10)
+    s.on_response(ErrorCode.NONE)
+    assert s.acknowledge_request("g", "m", renew).is_renew_ack
+    assert not s.acknowledge_request("g", "m", {(T1, 0): Acknowledgements([(3, 3, 1)])}).is_renew_ack
+
+
 def test_acknowledgement_batches_merge_runs_of_one_type_and_keep_gaps_as_ranges():
     a = Acknowledgements()
     for off, kind in [(3, 1), (4, 1), (10, 3), (5, 2), (6, 2)]:
@@ -254,8 +274,6 @@ def test_release_and_an_expired_lock_deliver_again_and_the_limit_archives(any_br
                 a.acknowledge(r, AcknowledgeType.RELEASE if r.offset in (1, 2) else AcknowledgeType.ACCEPT)
             with pytest.raises(KprotoError, match="not a record"):
                 a.acknowledge(first[0])                      # once only
-            with pytest.raises(NotImplementedError):
-                a.acknowledge(held, AcknowledgeType.RENEW)
             results = await a.commit_sync()
             assert results == {(topic, 0): AcknowledgementResult((0, 1, 2, 3, 4, 5, 6, 7, 8), None)}
             # a second member takes the expired record; offset 2 is released every time, offset 1 accepted
@@ -282,6 +300,54 @@ def test_release_and_an_expired_lock_deliver_again_and_the_limit_archives(any_br
 
     lags = run(main())
     assert lags == {0: 0}, lags
+
+
+def test_renew_keeps_a_record_past_its_lock_and_hands_it_out_again(any_broker):
+    """RENEW (explicit mode): the next poll sends the renewal (a ShareFetch that asks for no
+    records: the records produced meanwhile wait) and returns the renewed record again, same
+    delivery; accepted after its first lock would have run out, the acknowledgement takes
+    effect, and no other member got the record meanwhile."""
+    topic, group = new_name("share-renew"), new_name("share-g")
+    lock_s = 5.0
+
+    async def main():
+        async with Cluster(any_broker.bootstrap) as cluster:
+            await setup(cluster, topic, group, 1, list(range(3)),
+                        **{"share.record.lock.duration.ms": str(int(lock_s * 1000))})
+            a = await ShareConsumer(cluster, [topic], group_id=group, acknowledgement_mode="explicit").start()
+            await a.wait_for_assignment()
+            first = await poll_until(a, 3)
+            polled_at = time.monotonic()
+            assert [(r.offset, r.delivery_count) for r in first] == [(0, 1), (1, 1), (2, 1)]
+            a.acknowledge(first[0], AcknowledgeType.RENEW)
+            for r in first[1:]:
+                a.acknowledge(r)
+            with pytest.raises(KprotoError, match="not a record"):
+                a.acknowledge(first[0])                      # renewing: not waiting for one now
+            producer = await Producer(cluster).start()
+            for v in (b"3", b"4"):
+                await producer.send(topic, v, partition=0)
+            await producer.close()
+            await asyncio.sleep(1.0)
+            renewed = await a.poll(1.0)                      # the renewal, nothing fetched
+            assert renewed == [first[0]]
+            with pytest.raises(KprotoError, match="not acknowledged"):
+                await a.poll(0.1)
+            other = await ShareConsumer(cluster, [topic], group_id=group, acknowledgement_mode="explicit").start()
+            seen = []
+            while time.monotonic() < polled_at + lock_s + 0.5:  # past the first lock's end
+                for r in await other.poll(0.2):
+                    seen.append(r.offset)
+                    other.acknowledge(r)
+            a.acknowledge(renewed[0])
+            results = await a.commit_sync()
+            await other.close()
+            await a.close()
+            return results, seen
+
+    results, seen = run(main())
+    assert results == {(topic, 0): AcknowledgementResult((0,), None)}
+    assert sorted(seen) == [3, 4]          # the records the renewal did not fetch; never offset 0
 
 
 def test_implicit_mode_accepts_on_the_next_poll_and_close_releases_what_is_not_acknowledged(any_broker):
