@@ -395,7 +395,8 @@ class SharePartitionManager:
                     except DecodeError:
                         pass
                     got = sp.acquire(session.member_id, [(a, z, c) for a, z, c, _, _ in spans],
-                                     max_records, record_limit=strict)
+                                     max_records, record_limit=strict,
+                                     batch_size=body.batch_size if req.version >= 1 else None)
                     if got:
                         lo, hi = got[0][0], got[-1][1]
                         keep = [(pos, size) for a, z, _, pos, size in spans if z >= lo and a <= hi]

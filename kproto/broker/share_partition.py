@@ -80,6 +80,25 @@ def state_batches(records: dict[int, InFlight], start: int, end: int) -> list[tu
     return out
 
 
+def _cuts(batches: Sequence[tuple[int, int, bool]], first: int, last: int,
+          batch_size: int) -> list[tuple[int, int]]:
+    """How Kafka's ``SharePartition`` cuts records acquired for the first time, ``first`` to
+    ``last``, into acquired ranges along the log's batches (ShareFetch's ``BatchSize``): a
+    range closes before a batch that starts ``batch_size`` or more records after the range's
+    first offset. Whole batches stay whole, however large; a ``batch_size`` of 0 or less makes
+    Kafka send an empty range (first offset one above the last) before the first batch."""
+    out: list[tuple[int, int]] = []
+    start = first
+    for base, end, _ in batches:
+        if end < first or base > last:
+            continue
+        if base - start >= batch_size:
+            out.append((start, base - 1))
+            start = base
+    out.append((start, last))
+    return out
+
+
 class SharePartition:
     """One share group's view of one topic partition."""
 
@@ -127,13 +146,17 @@ class SharePartition:
 
     # ------------------------------------------------------------------ acquire
     def acquire(self, member_id: str, batches: Sequence[tuple[int, int, bool]],
-                max_records: int, record_limit: bool = False) -> list[tuple[int, int, int]]:
+                max_records: int, record_limit: bool = False,
+                batch_size: Optional[int] = None) -> list[tuple[int, int, int]]:
         """Acquire for ``member_id`` what it may have of the log batches read (base offset,
         last offset, and whether its records are never delivered: a control batch, or an aborted
         transaction's under read_committed): up to ``max_records`` records, but whole batches (Kafka's
         batch-optimized mode) unless ``record_limit`` (ShareFetch v2's record-limit mode).
-        Returns (first, last, delivery count) ranges."""
+        Returns (first, last, delivery count) ranges; in the batch-optimized mode the records
+        acquired for the first time are cut into ranges of about ``batch_size`` records (see
+        :func:`_cuts`)."""
         got: list[int] = []
+        old_end = self.end_offset
         room = self._room()
         for base, last, control in batches:
             if len(got) >= max_records:
@@ -167,10 +190,17 @@ class SharePartition:
             r.state, r.member_id, r.lock = ACQUIRED, member_id, lock
             r.delivery_count += 1
         self._schedule_lock(lock)
+        new = [off for off in got if off >= old_end]
+        cuts = _cuts(batches, new[0], new[-1], batch_size) if new and batch_size is not None and not record_limit \
+            else []
+        starts = {a for a, _ in cuts}
         out: list[tuple[int, int, int]] = []
         for off in got:
+            while cuts and cuts[0][1] < cuts[0][0] and cuts[0][0] <= off:  # an empty range, as Kafka sends it
+                out.append((cuts[0][0], cuts[0][1], 1))
+                cuts.pop(0)
             count = self.records[off].delivery_count
-            if out and out[-1][1] == off - 1 and out[-1][2] == count:
+            if out and out[-1][1] == off - 1 and out[-1][2] == count and off not in starts:
                 out[-1] = (out[-1][0], off, count)
             else:
                 out.append((off, off, count))

@@ -529,6 +529,30 @@ def test_share_partition_refuses_bad_batches(clock):
     assert all(r.state == 1 for r in sp.records.values())  # nothing applied
 
 
+def test_share_partition_cuts_new_records_into_batch_size_ranges(clock):
+    """BatchSize cuts records acquired for the first time along the log's batches, as Apache
+    Kafka 4.4.0 does (tests/client_io's test compares with it): whole batches, a range closed
+    before a batch starting batch_size or more records after its first offset; re-acquired
+    records are not cut."""
+    from kproto.broker.timer import SystemTimer
+    log = [(0, 9, False), (10, 10, False), (11, 11, False), (12, 12, False), (13, 13, False), (14, 14, False),
+           (15, 21, False)]
+
+    def acquire(**kw):
+        sp = SharePartition("g", "t", 0, 0, SystemTimer(clock=clock), ShareLimits, lambda _: None)
+        return sp, sp.acquire("m", log, kw.pop("max_records", 500), **kw)
+
+    assert acquire(batch_size=3)[1] == [(0, 9, 1), (10, 12, 1), (13, 21, 1)]
+    assert acquire(batch_size=4)[1] == [(0, 9, 1), (10, 13, 1), (14, 21, 1)]
+    assert acquire(batch_size=22)[1] == acquire()[1] == [(0, 21, 1)]
+    assert acquire(batch_size=0)[1][:2] == [(0, -1, 1), (0, 9, 1)]   # Kafka's empty first range
+    assert acquire(batch_size=5, max_records=12)[1] == [(0, 9, 1), (10, 11, 1)]
+    assert acquire(batch_size=4, max_records=13, record_limit=True)[1] == [(0, 12, 1)]
+    sp, _ = acquire()
+    sp.acknowledge("m", [(0, 21, [RELEASE])])
+    assert sp.acquire("m", log, 500, batch_size=2) == [(0, 21, 2)]
+
+
 # ------------------------------------------------------------------ group configs
 def alter_group(client, group, **configs):
     ia = kproto.request(K.INCREMENTAL_ALTER_CONFIGS).cls

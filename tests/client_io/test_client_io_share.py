@@ -350,6 +350,65 @@ def test_renew_keeps_a_record_past_its_lock_and_hands_it_out_again(any_broker):
     assert sorted(seen) == [3, 4]          # the records the renewal did not fetch; never offset 0
 
 
+def test_acquired_records_come_in_ranges_of_batch_size_along_the_log_batches(any_broker):
+    """ShareFetch's BatchSize, as Apache Kafka 4.4.0 applies it: records acquired for the first
+    time are cut into AcquiredRecords ranges along the log's batches (a range closes before a
+    batch starting BatchSize or more records after its first offset; a batch is never split;
+    BatchSize 0 sends an empty range first); re-acquired records and the record-limit mode are
+    not cut. The log: batches of 10, 1, 1, 1, 1, 1 and 7 records."""
+    topic = new_name("share-bs")
+    P = request_codec(ApiKey.PRODUCE).cls
+    F = FETCH.cls
+
+    async def main():
+        async with Cluster(any_broker.bootstrap) as cluster:
+            admin = Admin(cluster)
+            await admin.create_topics({topic: 1})
+            await cluster.wait_for_leaders([topic])
+            leader = cluster.metadata.leader(topic, 0)
+            conn = await cluster.connection(leader)
+            now = int(time.time() * 1000)
+            for n in (10, 1, 1, 1, 1, 1, 7):
+                b = RecordBatchBuilder(base_offset=0)
+                for _ in range(n):
+                    b.append(now, None, b"x")
+                r = await conn.request(P(acks=-1, timeout_ms=5000, topic_data=[P.TopicProduceData(
+                    name=topic, partition_data=[P.PartitionProduceData(index=0, records=b.build())])]), 11)
+                assert r.responses[0].partition_responses[0].error_code == 0
+            tid = cluster.metadata.topic_id(topic)
+            out = {}
+            for name, steps in (("bs3", [([], 500, 3, 0)]), ("bs0", [([], 500, 0, 0)]),
+                                ("max12-bs5", [([], 12, 5, 0)]), ("record-limit13-bs4", [([], 13, 4, 1)]),
+                                ("released-bs2", [([], 500, 500, 0), ([(2, 4, [2]), (11, 12, [2]), (15, 21, [2])],
+                                                                     500, 2, 0)])):
+                group = new_name("share-g")
+                await admin.alter_configs({("group", group): GROUP_CONFIG})
+                member = await ShareConsumer(cluster, [topic], group_id=group).start()
+                await member.wait_for_assignment()   # joined; it never fetches: the requests below do
+                got = []
+                for epoch, (acks, max_records, batch_size, mode) in enumerate(steps):
+                    resp = await conn.request(F(
+                        group_id=group, member_id=member.member_id, share_session_epoch=epoch, max_wait_ms=200,
+                        min_bytes=1, max_bytes=1 << 20, max_records=max_records, batch_size=batch_size,
+                        share_acquire_mode=mode, forgotten_topics_data=[], topics=[F.FetchTopic(
+                            topic_id=tid, partitions=[F.FetchPartition(partition_index=0, acknowledgement_batches=[
+                                F.AcknowledgementBatch(first_offset=a, last_offset=z, acknowledge_types=t)
+                                for a, z, t in acks])])]), 2)
+                    got.append([(x.first_offset, x.last_offset, x.delivery_count)
+                                for t in resp.responses for p in t.partitions for x in p.acquired_records])
+                out[name] = got[-1]
+                await member.close()
+            return out
+
+    assert run(main(), 180) == {
+        "bs3": [(0, 9, 1), (10, 12, 1), (13, 21, 1)],
+        "bs0": [(0, -1, 1), (0, 9, 1), (10, 10, 1), (11, 11, 1), (12, 12, 1), (13, 13, 1), (14, 14, 1),
+                (15, 21, 1)],
+        "max12-bs5": [(0, 9, 1), (10, 11, 1)],
+        "record-limit13-bs4": [(0, 12, 1)],
+        "released-bs2": [(2, 4, 2), (11, 12, 2), (15, 21, 2)]}
+
+
 def test_implicit_mode_accepts_on_the_next_poll_and_close_releases_what_is_not_acknowledged(any_broker):
     """Implicit mode: each poll and commit_async accept the records of the poll before; close
     accepts nothing (as Kafka's consumer): the broker releases the last poll's records, as it
