@@ -8,7 +8,7 @@ import pytest
 
 import kproto
 from kproto.broker import features as feat
-from kproto.broker.coordinators.share_group import simple_assign
+from kproto.broker.coordinators.share_assignor import share_assign
 from kproto.broker.share_partition import (ACKNOWLEDGED, ARCHIVED, AVAILABLE, ShareLimits, SharePartition,
                                            state_batches)
 from kproto.codecs.primitives import Uuid
@@ -161,13 +161,17 @@ def test_two_members_share_the_partitions(core):
     ra = hb(a, "a", 3)
     assert ra.member_epoch == rb.member_epoch == 4
     got = {"a": ra.assignment.topic_partitions[0].partitions, "b": rb.assignment.topic_partitions[0].partitions}
-    assert got == {"a": [0], "b": [1]}
+    # one each: which one follows the topic id's hash, as in Kafka
+    assert sorted(got.values()) == [[0], [1]]
 
 
 def test_simple_assignor_shares_partitions_among_more_members():
     t = Uuid(b"\x01" * 16)
-    assert simple_assign(["c", "a", "b"], [(t, 0), (t, 1)]) == {"a": {t: {0}}, "b": {t: {1}}, "c": {t: {0}}}
-    assert simple_assign(["a"], []) == {"a": {}}
+    got = share_assign({"c": [t], "a": [t], "b": [t]}, {t: [0, 1]}, {})
+    # Kafka's desired counts: each partition shared by ceil(3 / 2) = 2 members, 4 assignments
+    assert sorted(len(a[t]) for a in got.values()) == [1, 1, 2]
+    assert sorted(p for a in got.values() for p in a[t]) == [0, 0, 1, 1]
+    assert share_assign({"a": [t]}, {t: []}, {}) == {"a": {}}
 
 
 def test_heartbeat_errors(core):
