@@ -12,9 +12,17 @@ append to one of the partitions wakes it.
 Share-partitions are created at their first fetch from the persisted state (its start offset,
 or where ``share.auto.offset.reset`` says when there is none: ``latest`` the high watermark,
 ``earliest`` the log start); every change is written through the persister.
+
+A record a member rejects, or that reaches the delivery count limit, is archived; when the
+group names a dead-letter queue topic (``errors.deadletterqueue.topic.name``, starting with
+``dlq.``, an existing topic whose ``errors.deadletterqueue.group.enable`` is true) a record
+goes there too, as Kafka 4.4 writes it (KIP-1191): into the partition of the same number,
+``__dlq.errors.*`` headers naming the topic, partition, offset, group, delivery count and why,
+and the original key and value when ``errors.deadletterqueue.copy.record.enable``.
 """
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable, Mapping, Optional, Protocol
@@ -22,12 +30,13 @@ from typing import Any, Callable, Hashable, Mapping, Optional, Protocol
 from kproto.broker.context import BrokerContext
 from kproto.broker.log import BrokerError
 from kproto.broker.purgatory import DelayedOperation
-from kproto.broker.share_partition import RENEW, AcknowledgeError, SharePartition, ShareLimits
+from kproto.broker.share_partition import RENEW, AcknowledgeError, Dead, SharePartition, ShareLimits
 from kproto.codecs import response as response_codec
 from kproto.codecs.primitives import Uuid
 from kproto.error_codes import ErrorCode as E
 from kproto.errors import DecodeError
 from kproto.records import RecordBatch
+from kproto.records.builder import RecordBatchBuilder
 from kproto.records.reader import BatchReader
 from kproto.schemas.api_keys import ApiKey
 
@@ -35,6 +44,9 @@ __all__ = ["SharePartitionManager", "ShareSession", "ShareStore", "ShareGroups"]
 
 Respond = Callable[[Any], None]
 TP = tuple[Uuid, int]
+_log = logging.getLogger("kproto.broker.share")
+#: Kafka's default ``errors.deadletterqueue.topic.name.prefix``: what a dead-letter queue topic's name starts with
+DLQ_TOPIC_PREFIX = "dlq."
 _INITIAL, _FINAL = 0, -1
 _DURATION = re.compile(r"P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+(?:\.\d+)?)S)?)?")
 
@@ -150,7 +162,7 @@ class SharePartitionManager:
             start = self._reset_offset(gid, lg)
         start = max(start, lg.log_start_offset)
         sp = SharePartition(gid, topic, p, start, self.core.timer, lambda: self.limits(gid), self._changed,
-                            batches=state.batches, topic_id=tid)
+                            batches=state.batches, topic_id=tid, on_dead=self._dead_letter)
         self.partitions[key] = sp
         return sp, True
 
@@ -184,6 +196,61 @@ class SharePartitionManager:
         if state is None:
             self.persister.initialize(key, 0, sp.start_offset)
         self.persister.write(key, epoch, leader_epoch, sp.start_offset, sp.delivery_complete_count, sp.batches())
+
+    # ------------------------------------------------------------------ dead-letter queue
+    def _dead_letter(self, sp: SharePartition, dead: list[Dead]) -> None:
+        """Write the records ``sp`` archived (rejected, or at the delivery count limit) to the
+        group's dead-letter queue topic, if it has a usable one (else they are only archived,
+        as Kafka does after logging why)."""
+        gid = sp.group_id
+        value = self.core.group_configs.value
+        name = value(gid, "errors.deadletterqueue.topic.name")
+        if not name:
+            return
+        topic = self.core.logs.topics.get(name)
+        if not name.startswith(DLQ_TOPIC_PREFIX) or topic is None or \
+                topic.configs.get("errors.deadletterqueue.group.enable", "false").lower() != "true":
+            _log.warning("share group %s: %d records archived without a dead-letter copy: %r is not a "
+                         "dead-letter queue topic", gid, len(dead), name)
+            return
+        lg = topic.partitions[sp.partition % len(topic.partitions)]
+        if lg is None:
+            return
+        dead = sorted(dead)
+        copies = self._originals(sp, [off for off, _, _ in dead]) \
+            if value(gid, "errors.deadletterqueue.copy.record.enable").lower() == "true" else {}
+        now = self.core.wall_ms()
+        b = RecordBatchBuilder(base_offset=lg.log_end_offset)
+        for off, count, why in dead:
+            key, val = copies.get(off, (None, None))
+            b.append(now, key, val, headers=[
+                ("__dlq.errors.topic", sp.topic.encode()), ("__dlq.errors.partition", str(sp.partition).encode()),
+                ("__dlq.errors.offset", str(off).encode()), ("__dlq.errors.group", gid.encode()),
+                ("__dlq.errors.delivery.count", str(count).encode()), ("__dlq.errors.message", why.encode())])
+        lg.append_internal(b.build())
+        self.core.appended_internal(lg)
+
+    def _originals(self, sp: SharePartition, offsets: list[int]) -> dict[int, tuple[Optional[bytes], Optional[bytes]]]:
+        """The key and value of the records at ``offsets`` (those still in the log)."""
+        lg = self.core.logs.get(sp.topic, sp.partition)
+        wanted, out = set(offsets), {}
+        at = min(offsets)
+        try:
+            while lg is not None and at <= max(offsets):
+                raw = lg.read(at, 1 << 20, True)
+                last = at - 1
+                for b in BatchReader(raw):
+                    if isinstance(b, RecordBatch) and not b.is_control:
+                        for r in b.records():
+                            if r.offset in wanted:
+                                out[r.offset] = (r.key, r.value)
+                    last = b.last_offset
+                if last < at:
+                    break
+                at = last + 1
+        except (BrokerError, DecodeError):
+            pass  # what cannot be read goes with its headers only, as in Kafka
+        return out
 
     # ------------------------------------------------------------------ events from the coordinator
     def member_left(self, group_id: str, member_id: str) -> None:

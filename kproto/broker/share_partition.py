@@ -26,12 +26,17 @@ from kproto.error_codes import ErrorCode as E
 
 __all__ = ["SharePartition", "ShareLimits", "InFlight", "AVAILABLE", "ACQUIRED", "ACKNOWLEDGED",
            "ARCHIVED", "GAP", "ACCEPT", "RELEASE", "REJECT", "RENEW", "AcknowledgeError",
-           "state_batches"]
+           "state_batches", "REJECTED", "DELIVERY_LIMIT", "Dead"]
 
 #: Delivery states (Kafka's ``RecordState`` ids, as the persister stores them).
 AVAILABLE, ACQUIRED, ACKNOWLEDGED, ARCHIVED = 0, 1, 2, 4
 #: Acknowledge types of ShareFetch/ShareAcknowledge (RENEW: v2, extends the lock).
 GAP, ACCEPT, RELEASE, REJECT, RENEW = 0, 1, 2, 3, 4
+#: Why a record was archived, as Kafka tells its dead-letter queue (``__dlq.errors.message``).
+REJECTED = "Offset rejected by client."
+DELIVERY_LIMIT = "Offset delivery count exceeded the threshold."
+#: A record archived for the dead-letter queue: (offset, delivery count, why).
+Dead = tuple[int, int, str]
 
 
 @dataclass
@@ -105,10 +110,15 @@ class SharePartition:
     def __init__(self, group_id: str, topic: str, partition: int, start_offset: int,
                  timer: SystemTimer, limits: Callable[[], ShareLimits],
                  on_change: Callable[["SharePartition"], None],
-                 batches: Iterable[tuple[int, int, int, int]] = (), topic_id: Any = None) -> None:
+                 batches: Iterable[tuple[int, int, int, int]] = (), topic_id: Any = None,
+                 on_dead: Optional[Callable[["SharePartition", list[Dead]], None]] = None) -> None:
         self.group_id, self.topic, self.partition = group_id, topic, partition
         self.topic_id = topic_id
         self.timer, self.limits, self.on_change = timer, limits, on_change
+        #: told of the records a member rejected or that reached the delivery count limit
+        #: (the dead-letter queue's), after each change
+        self.on_dead = on_dead
+        self._dead: list[Dead] = []
         self.start_offset = start_offset
         self.records: dict[int, InFlight] = {}
         self.end_offset = start_offset
@@ -215,9 +225,9 @@ class SharePartition:
     def _lock_expired(self, lock: int) -> None:
         self._locks.pop(lock, None)
         changed = False
-        for r in self.records.values():
+        for off, r in self.records.items():
             if r.state == ACQUIRED and r.lock == lock:
-                self._release(r)
+                self._release(off, r)
                 changed = True
         if changed:
             self._changed()
@@ -261,8 +271,10 @@ class SharePartition:
             if t == ACCEPT:
                 self._finish(r, ACKNOWLEDGED)
             elif t == RELEASE:
-                self._release(r)
+                self._release(off, r)
             else:  # REJECT, GAP
+                if t == REJECT:
+                    self._dead.append((off, r.delivery_count, REJECTED))
                 self._finish(r, ARCHIVED)
         for lock in renewed:
             old = self._locks.pop(lock, None)
@@ -275,17 +287,19 @@ class SharePartition:
     def _finish(self, r: InFlight, state: int) -> None:
         r.state, r.member_id, r.lock = state, None, 0
 
-    def _release(self, r: InFlight) -> None:
+    def _release(self, off: int, r: InFlight) -> None:
         """Back to AVAILABLE, or ARCHIVED once it was delivered as often as the limit allows."""
         done = r.delivery_count >= self.limits().delivery_count_limit
+        if done:
+            self._dead.append((off, r.delivery_count, DELIVERY_LIMIT))
         self._finish(r, ARCHIVED if done else AVAILABLE)
 
     def release_member(self, member_id: str) -> None:
         """Release everything ``member_id`` holds (its share session ended or it left)."""
         changed = False
-        for r in self.records.values():
+        for off, r in self.records.items():
             if r.state == ACQUIRED and r.member_id == member_id:
-                self._release(r)
+                self._release(off, r)
                 changed = True
         if changed:
             self._changed()
@@ -294,6 +308,9 @@ class SharePartition:
         # the state is written as it is, the start offset moved after (Kafka moves its cached
         # start offset once the write completed): what is persisted lags by one write
         self.on_change(self)
+        dead, self._dead = self._dead, []
+        if dead and self.on_dead is not None:
+            self.on_dead(self, dead)
         self._advance_start()
 
     def _advance_start(self) -> None:

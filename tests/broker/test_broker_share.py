@@ -286,6 +286,49 @@ def test_lock_expiry_and_delivery_count_limit(tmp_path, clock):
         core.close()
 
 
+def dlq_records(core, name="dlq.jobs", partition=0):
+    from kproto.records.reader import BatchReader
+    lg = core.logs.get(name, partition)
+    return [(r.key, r.value, dict(r.headers)) for b in BatchReader(lg.read(0, 1 << 20, True)) for r in b.records()]
+
+
+def test_dead_letter_queue_only_to_an_enabled_dlq_topic_and_on_lock_expiry_too(tmp_path, clock):
+    """The dead-letter queue's conditions (tests/client_io compares its records with Apache
+    Kafka's): a dlq.* topic with errors.deadletterqueue.group.enable, else the records are
+    only archived; a record whose last lock expires goes there as one released at the limit."""
+    core = make_core(tmp_path / "d", clock, group_share_record_lock_duration_ms=1000,
+                     group_share_delivery_count_limit=2)
+    core._create_topic("jobs", 1)
+    core._create_topic("dlq.jobs", 1)
+    core._create_topic("other", 1)
+    try:
+        c, prod = Client(core), Client(core)
+        join(c)
+        s = Session(core)
+        s.call()
+        produce(prod, 4)
+        assert s.call() == (0, [(0, 0, 0, [(0, 3, 1)])])
+        for name in ("other", "dlq.jobs"):   # "other": not a dlq.* name; dlq.jobs: not enabled yet
+            assert alter_group(c, "g", errors_deadletterqueue_topic_name=name) == (0, None)
+            s.ack({0: [(0, 0, [REJECT])]}) if name == "other" else s.ack({0: [(1, 1, [REJECT])]})
+        assert dlq_records(core) == [] and core.logs.get("other", 0).log_end_offset == 0
+        ia = kproto.request(K.INCREMENTAL_ALTER_CONFIGS).cls
+        r = c.call(K.INCREMENTAL_ALTER_CONFIGS, 1, validate_only=False, resources=[ia.AlterConfigsResource(
+            resource_type=2, resource_name="dlq.jobs", configs=[ia.AlterableConfig(
+                name="errors.deadletterqueue.group.enable", config_operation=0, value="true")])])
+        assert r.responses[0].error_code == 0
+        assert alter_group(c, "g", errors_deadletterqueue_copy_record_enable="true") == (0, None)
+        tick(core, clock, 1001)            # offsets 2, 3: first lock expired
+        assert s.call() == (0, [(0, 0, 0, [(2, 3, 2)])])
+        tick(core, clock, 1001)            # the second lock expires at the limit
+        got = dlq_records(core)
+        assert [(v, h["__dlq.errors.offset"], h["__dlq.errors.delivery.count"], h["__dlq.errors.message"])
+                for _, v, h in got] == [(b"v2", b"2", b"2", b"Offset delivery count exceeded the threshold."),
+                                        (b"v3", b"3", b"2", b"Offset delivery count exceeded the threshold.")]
+    finally:
+        core.close()
+
+
 def test_renew_extends_the_lock(tmp_path, clock):
     core = make_core(tmp_path / "d", clock, group_share_record_lock_duration_ms=1000)
     core._create_topic("jobs", 1)

@@ -27,6 +27,7 @@ import pytest
 from kproto.broker import Intercept
 from kproto.client.admin import Admin
 from kproto.client.cluster import Cluster
+from kproto.client.consumer import Consumer
 from kproto.client.membership import MemberState
 from kproto.client.producer import Producer
 from kproto.client.share_consumer import AcknowledgementResult, ShareConsumer
@@ -407,6 +408,63 @@ def test_acquired_records_come_in_ranges_of_batch_size_along_the_log_batches(any
         "max12-bs5": [(0, 9, 1), (10, 11, 1)],
         "record-limit13-bs4": [(0, 12, 1)],
         "released-bs2": [(2, 4, 2), (11, 12, 2), (15, 21, 2)]}
+
+
+def test_rejected_and_exhausted_records_go_to_the_dead_letter_queue(any_broker):
+    """KIP-1191 as Apache Kafka 4.4.0 does it: with the group's errors.deadletterqueue.topic.name
+    (a dlq.* topic whose errors.deadletterqueue.group.enable is true) a rejected record and one
+    released past the delivery count limit are written there, to the partition of the same
+    number, with __dlq.errors.* headers, and with the original key and value (not its headers)
+    when errors.deadletterqueue.copy.record.enable; an accepted one is not."""
+    topic, dlq = new_name("share-dlq-src"), "dlq." + new_name("share")
+
+    async def main():
+        async with Cluster(any_broker.bootstrap) as cluster:
+            admin = Admin(cluster)
+            await admin.create_topics({topic: 2, dlq: 2})
+            await admin.alter_configs({("topic", dlq): {"errors.deadletterqueue.group.enable": "true"}})
+            async with Producer(cluster) as producer:
+                for i in range(3):
+                    await producer.send(topic, b"v%d" % i, key=b"k%d" % i, partition=1, headers=[("h", b"x")])
+            groups = {}
+            for copy in ("false", "true"):
+                group = groups[copy] = new_name("share-g")
+                await admin.alter_configs({("group", group): {
+                    **GROUP_CONFIG, "errors.deadletterqueue.topic.name": dlq,
+                    "errors.deadletterqueue.copy.record.enable": copy}})
+                c = await ShareConsumer(cluster, [topic], group_id=group, acknowledgement_mode="explicit").start()
+                await c.wait_for_assignment()
+                deadline = time.monotonic() + 30
+                done = 0
+                while done < 2 and time.monotonic() < deadline:   # offset 1 released until archived
+                    for r in await c.poll(0.3):
+                        kind = {0: AcknowledgeType.REJECT, 1: AcknowledgeType.RELEASE}.get(r.offset, AcknowledgeType.ACCEPT)
+                        c.acknowledge(r, kind)
+                        done += r.offset == 0 or (r.offset == 1 and r.delivery_count == DELIVERY_LIMIT)
+                await c.commit_sync()
+                await c.close()
+            dead = await Consumer(cluster, [dlq]).start()
+            got: list = []
+            deadline = time.monotonic() + 20
+            while len(got) < 4 and time.monotonic() < deadline:
+                got += await dead.getmany(0.5)
+            await dead.close()
+            return groups, got
+
+    groups, got = run(main(), 120)
+    seen = sorted(((r.partition, r.key, r.value, [(k, v) for k, v in r.headers]) for r in got), key=repr)
+
+    def headers(offset: int, group: str, count: int, why: str) -> list:
+        return [("__dlq.errors.topic", topic.encode()), ("__dlq.errors.partition", b"1"),
+                ("__dlq.errors.offset", str(offset).encode()), ("__dlq.errors.group", group.encode()),
+                ("__dlq.errors.delivery.count", str(count).encode()), ("__dlq.errors.message", why.encode())]
+
+    rejected, exhausted = "Offset rejected by client.", "Offset delivery count exceeded the threshold."
+    assert seen == sorted([
+        (1, None, None, headers(0, groups["false"], 1, rejected)),
+        (1, None, None, headers(1, groups["false"], DELIVERY_LIMIT, exhausted)),
+        (1, b"k0", b"v0", headers(0, groups["true"], 1, rejected)),
+        (1, b"k1", b"v1", headers(1, groups["true"], DELIVERY_LIMIT, exhausted))], key=repr)
 
 
 def test_implicit_mode_accepts_on_the_next_poll_and_close_releases_what_is_not_acknowledged(any_broker):
