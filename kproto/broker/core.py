@@ -395,7 +395,7 @@ class BrokerCore:
         # topic and dynamic broker configs from the metadata log, before anything reads a log
         self.configs = ConfigManager(self.config, self.logs, store=self.metadata)
         self.hooks: dict[int, list[ControlHandle]] = {}
-        self.group_configs = GroupConfigs(self.config)
+        self.group_configs = GroupConfigs(self.config, store=self.metadata)
         self._next_producer_id = 1 + max(
             (pid for t in self.logs.topics.values() for lg in t.logs for pid in lg.producers),
             default=-1)

@@ -3,19 +3,26 @@
 IncrementalAlterConfigs and DescribeConfigs of resource type GROUP (32) set and show them; the
 share-group coordinator and share-partitions read theirs through :meth:`GroupConfigs.value`,
 which falls back to the broker's ``group.*`` setting. The names, defaults, types and checks are
-Apache Kafka 4.4.0's (its DescribeConfigs of a group lists the same 21). They are kept in the
-broker's memory: a restarted single broker starts with none set.
+Apache Kafka 4.4.0's (its DescribeConfigs of a group lists the same 21).
+
+They are kept as Kafka keeps them: ConfigRecords of resource type GROUP in the cluster metadata
+log. :class:`GroupConfigs` reads them from and writes them through a :class:`GroupConfigStore`
+(the single broker's metadata log); :func:`group_config_records` makes the records of a change
+and :func:`group_configs_of` reads every group's configs out of a metadata image's configs.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional, Protocol
 
 from kproto.broker.configs import BOOLEAN, INT, LIST, STRING, ConfigEntry
 from kproto.broker.log import BrokerError
+from kproto.codecs import metadata_record
 from kproto.error_codes import ErrorCode
+from kproto.storage.metadata_image import RecordType
 
-__all__ = ["GROUP_RESOURCE", "GROUP_CONFIGS", "GroupConfigs", "DYNAMIC_GROUP_CONFIG"]
+__all__ = ["GROUP_RESOURCE", "GROUP_CONFIGS", "GroupConfigs", "GroupConfigStore", "DYNAMIC_GROUP_CONFIG",
+           "group_config_records", "group_configs_of"]
 
 #: ConfigResource type GROUP, and DescribeConfigs' source of a group's own value.
 GROUP_RESOURCE, DYNAMIC_GROUP_CONFIG = 32, 8
@@ -103,12 +110,39 @@ GROUP_CONFIGS: dict[str, GroupConfigDef] = {d.name: d for d in (
 )}
 
 
-class GroupConfigs:
-    """Every group's own configs, over the broker's defaults."""
+def group_config_records(group_id: str, old: Mapping[str, str], new: Mapping[str, str]) -> list[tuple[Any, int]]:
+    """The ConfigRecords (record, version) that take group ``group_id``'s configs from ``old``
+    to ``new``: one per name whose value changes, a null value for a name removed."""
+    record = metadata_record(RecordType.CONFIG)
+    return [(record(resource_type=GROUP_RESOURCE, resource_name=group_id, name=n, value=new.get(n)), 0)
+            for n in sorted(set(old) | set(new)) if old.get(n) != new.get(n)]
 
-    def __init__(self, broker_config: Any) -> None:
+
+def group_configs_of(configs: Mapping[tuple[int, str], Mapping[str, str]]) -> dict[str, dict[str, str]]:
+    """Every group's configs among a metadata image's configs (keyed by resource type and name)."""
+    return {name: dict(c) for (kind, name), c in configs.items() if kind == GROUP_RESOURCE and c}
+
+
+class GroupConfigStore(Protocol):
+    """Where group configs are kept (the metadata log)."""
+
+    def stored_group_configs(self) -> dict[str, dict[str, str]]:
+        """Every group's configs, as stored."""
+        ...
+
+    def store_group_configs(self, group_id: str, configs: Mapping[str, str]) -> None:
+        """Keep ``configs`` as the group's (empty: none)."""
+        ...
+
+
+class GroupConfigs:
+    """Every group's own configs, over the broker's defaults; read from ``store`` at start and
+    written through it on every change."""
+
+    def __init__(self, broker_config: Any, store: Optional[GroupConfigStore] = None) -> None:
         self.broker_config = broker_config
-        self.groups: dict[str, dict[str, str]] = {}
+        self.store = store
+        self.groups: dict[str, dict[str, str]] = store.stored_group_configs() if store is not None else {}
 
     def _broker_default(self, d: GroupConfigDef) -> tuple[str, int]:
         if d.broker is not None and hasattr(self.broker_config, d.broker):
@@ -143,6 +177,9 @@ class GroupConfigs:
         return dict(self.groups.get(group_id, {}))
 
     def set(self, group_id: str, configs: Mapping[str, str]) -> None:
+        """Make ``configs`` the group's own (empty: back to the defaults), and store them."""
+        if self.store is not None:
+            self.store.store_group_configs(group_id, configs)
         if configs:
             self.groups[group_id] = dict(configs)
         else:

@@ -12,9 +12,17 @@ append to one of the partitions wakes it.
 Share-partitions are created at their first fetch from the persisted state (its start offset,
 or where ``share.auto.offset.reset`` says when there is none: ``latest`` the high watermark,
 ``earliest`` the log start); every change is written through the persister.
+
+A record a member rejects, or that reaches the delivery count limit, is archived; when the
+group names a dead-letter queue topic (``errors.deadletterqueue.topic.name``, starting with
+``dlq.``, an existing topic whose ``errors.deadletterqueue.group.enable`` is true) a record
+goes there too, as Kafka 4.4 writes it (KIP-1191): into the partition of the same number,
+``__dlq.errors.*`` headers naming the topic, partition, offset, group, delivery count and why,
+and the original key and value when ``errors.deadletterqueue.copy.record.enable``.
 """
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable, Mapping, Optional, Protocol
@@ -22,12 +30,13 @@ from typing import Any, Callable, Hashable, Mapping, Optional, Protocol
 from kproto.broker.context import BrokerContext
 from kproto.broker.log import BrokerError
 from kproto.broker.purgatory import DelayedOperation
-from kproto.broker.share_partition import AcknowledgeError, SharePartition, ShareLimits
+from kproto.broker.share_partition import RENEW, AcknowledgeError, Dead, SharePartition, ShareLimits
 from kproto.codecs import response as response_codec
 from kproto.codecs.primitives import Uuid
 from kproto.error_codes import ErrorCode as E
 from kproto.errors import DecodeError
 from kproto.records import RecordBatch
+from kproto.records.builder import RecordBatchBuilder
 from kproto.records.reader import BatchReader
 from kproto.schemas.api_keys import ApiKey
 
@@ -35,6 +44,9 @@ __all__ = ["SharePartitionManager", "ShareSession", "ShareStore", "ShareGroups"]
 
 Respond = Callable[[Any], None]
 TP = tuple[Uuid, int]
+_log = logging.getLogger("kproto.broker.share")
+#: Kafka's default ``errors.deadletterqueue.topic.name.prefix``: what a dead-letter queue topic's name starts with
+DLQ_TOPIC_PREFIX = "dlq."
 _INITIAL, _FINAL = 0, -1
 _DURATION = re.compile(r"P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+(?:\.\d+)?)S)?)?")
 
@@ -47,6 +59,11 @@ def _duration_ms(text: str) -> int:
     d, h, mi, sec = (float(x) if x else 0.0 for x in m.groups())
     return int(((d * 24 + h) * 60 + mi) * 60_000 + sec * 1000)
 _INT32_MAX = 2**31 - 1
+
+
+def _renewing(req: Any) -> bool:
+    """Whether a ShareFetch or ShareAcknowledge renews locks (``IsRenewAck``, v2)."""
+    return req.version >= 2 and bool(req.body.is_renew_ack)
 
 
 class ShareStore(Protocol):
@@ -145,7 +162,7 @@ class SharePartitionManager:
             start = self._reset_offset(gid, lg)
         start = max(start, lg.log_start_offset)
         sp = SharePartition(gid, topic, p, start, self.core.timer, lambda: self.limits(gid), self._changed,
-                            batches=state.batches, topic_id=tid)
+                            batches=state.batches, topic_id=tid, on_dead=self._dead_letter)
         self.partitions[key] = sp
         return sp, True
 
@@ -179,6 +196,61 @@ class SharePartitionManager:
         if state is None:
             self.persister.initialize(key, 0, sp.start_offset)
         self.persister.write(key, epoch, leader_epoch, sp.start_offset, sp.delivery_complete_count, sp.batches())
+
+    # ------------------------------------------------------------------ dead-letter queue
+    def _dead_letter(self, sp: SharePartition, dead: list[Dead]) -> None:
+        """Write the records ``sp`` archived (rejected, or at the delivery count limit) to the
+        group's dead-letter queue topic, if it has a usable one (else they are only archived,
+        as Kafka does after logging why)."""
+        gid = sp.group_id
+        value = self.core.group_configs.value
+        name = value(gid, "errors.deadletterqueue.topic.name")
+        if not name:
+            return
+        topic = self.core.logs.topics.get(name)
+        if not name.startswith(DLQ_TOPIC_PREFIX) or topic is None or \
+                topic.configs.get("errors.deadletterqueue.group.enable", "false").lower() != "true":
+            _log.warning("share group %s: %d records archived without a dead-letter copy: %r is not a "
+                         "dead-letter queue topic", gid, len(dead), name)
+            return
+        lg = topic.partitions[sp.partition % len(topic.partitions)]
+        if lg is None:
+            return
+        dead = sorted(dead)
+        copies = self._originals(sp, [off for off, _, _ in dead]) \
+            if value(gid, "errors.deadletterqueue.copy.record.enable").lower() == "true" else {}
+        now = self.core.wall_ms()
+        b = RecordBatchBuilder(base_offset=lg.log_end_offset)
+        for off, count, why in dead:
+            key, val = copies.get(off, (None, None))
+            b.append(now, key, val, headers=[
+                ("__dlq.errors.topic", sp.topic.encode()), ("__dlq.errors.partition", str(sp.partition).encode()),
+                ("__dlq.errors.offset", str(off).encode()), ("__dlq.errors.group", gid.encode()),
+                ("__dlq.errors.delivery.count", str(count).encode()), ("__dlq.errors.message", why.encode())])
+        lg.append_internal(b.build())
+        self.core.appended_internal(lg)
+
+    def _originals(self, sp: SharePartition, offsets: list[int]) -> dict[int, tuple[Optional[bytes], Optional[bytes]]]:
+        """The key and value of the records at ``offsets`` (those still in the log)."""
+        lg = self.core.logs.get(sp.topic, sp.partition)
+        wanted, out = set(offsets), {}
+        at = min(offsets)
+        try:
+            while lg is not None and at <= max(offsets):
+                raw = lg.read(at, 1 << 20, True)
+                last = at - 1
+                for b in BatchReader(raw):
+                    if isinstance(b, RecordBatch) and not b.is_control:
+                        for r in b.records():
+                            if r.offset in wanted:
+                                out[r.offset] = (r.key, r.value)
+                    last = b.last_offset
+                if last < at:
+                    break
+                at = last + 1
+        except (BrokerError, DecodeError):
+            pass  # what cannot be read goes with its headers only, as in Kafka
+        return out
 
     # ------------------------------------------------------------------ events from the coordinator
     def member_left(self, group_id: str, member_id: str) -> None:
@@ -233,9 +305,28 @@ class SharePartitionManager:
             s.epoch = 1 if s.epoch == _INT32_MAX else s.epoch + 1
         return s
 
-    def _acknowledge(self, gid: str, mid: str, topics: Any, names: dict[Uuid, str]) -> dict[TP, tuple[int, Optional[str]]]:
-        """Apply each partition's acknowledgement batches: (error code, message) per partition."""
+    def _session_request_error(self, req: Any, opening_error: Optional[int]) -> tuple[Optional[ShareSession], int]:
+        """The session a ShareFetch or ShareAcknowledge ``req`` belongs to, or (None, the error
+        code refusing it): INVALID_REQUEST without a group or member id, ``opening_error`` for
+        a request that may not open a session (epoch 0), else :meth:`_session`'s error."""
+        body = req.body
+        gid, mid, epoch = body.group_id or "", body.member_id or "", body.share_session_epoch
+        if not gid or not mid:
+            return None, E.INVALID_REQUEST
+        if epoch == _INITIAL and opening_error is not None:
+            return None, opening_error
+        try:
+            return self._session(req.channel, gid, mid, epoch), E.NONE
+        except BrokerError as exc:
+            return None, exc.code
+
+    def _acknowledge(self, gid: str, mid: str, topics: Any, names: dict[Uuid, str],
+                     renew: bool) -> dict[TP, tuple[int, Optional[str]]]:
+        """Apply each partition's acknowledgement batches: (error code, message) per partition.
+        RENEW is refused (INVALID_REQUEST) unless the request says it renews (``IsRenewAck``),
+        and (INVALID_RECORD_STATE) when the group's ``share.renew.acknowledge.enable`` is off."""
         out: dict[TP, tuple[int, Optional[str]]] = {}
+        renew_enabled = self.core.group_configs.value(gid, "share.renew.acknowledge.enable").lower() == "true"
         for t in topics:
             name = names.get(t.topic_id)
             for p in t.partitions:
@@ -246,6 +337,13 @@ class SharePartitionManager:
                 if name is None:
                     out[tp] = (E.UNKNOWN_TOPIC_ID, None)
                     continue
+                if any(RENEW in b.acknowledge_types for b in batches):
+                    if not renew:
+                        out[tp] = (E.INVALID_REQUEST, None)
+                        continue
+                    if not renew_enabled:
+                        out[tp] = (E.INVALID_RECORD_STATE, "Renewing acquisition locks is not enabled for the group.")
+                        continue
                 try:
                     sp, _ = self._partition(gid, t.topic_id, name, p.partition_index)
                     sp.acknowledge(mid, [(b.first_offset, b.last_offset, list(b.acknowledge_types))
@@ -262,31 +360,27 @@ class SharePartitionManager:
         """ShareFetch (``req``: the core's request, with channel, body, version and respond)."""
         cls = response_codec(ApiKey.SHARE_FETCH).cls
         body = req.body
-        gid, mid, epoch = body.group_id or "", body.member_id or "", body.share_session_epoch
-        if not gid or not mid:
+        renew = _renewing(req)
+        if renew and (body.max_wait_ms or body.min_bytes or body.max_bytes or body.max_records):
+            # a renewal fetches nothing: Kafka refuses one asking for records
             req.respond(cls(error_code=E.INVALID_REQUEST, responses=[], node_endpoints=[]))
             return
         has_acks = any(p.acknowledgement_batches for t in body.topics for p in t.partitions)
-        if epoch == _INITIAL and has_acks:
-            req.respond(cls(error_code=E.INVALID_REQUEST, responses=[], node_endpoints=[]))
+        session, error = self._session_request_error(req, E.INVALID_REQUEST if has_acks else None)
+        if session is None:
+            req.respond(cls(error_code=error, responses=[], node_endpoints=[]))
             return
-        try:
-            session = self._session(req.channel, gid, mid, epoch)
-        except BrokerError as exc:
-            req.respond(cls(error_code=exc.code, responses=[], node_endpoints=[]))
-            return
+        gid, mid, epoch = session.group_id, session.member_id, body.share_session_epoch
         names = self._names()
-        acks = self._acknowledge(gid, mid, body.topics, names)
-        if epoch == _FINAL:
-            self._close_session(session)
+        acks = self._acknowledge(gid, mid, body.topics, names, renew)
+        if epoch == _FINAL or renew:
+            if epoch == _FINAL:
+                self._close_session(session)
+            else:  # the session's partitions change as in any fetch; nothing is acquired
+                self._update_session(session, body)
             req.respond(self._response(cls, acks, {}, acquisition=self.limits(gid).lock_duration_ms))
             return
-        for t in body.forgotten_topics_data:
-            for p in t.partitions:
-                session.partitions.pop((t.topic_id, p), None)
-        for t in body.topics:
-            for p in t.partitions:
-                session.partitions[(t.topic_id, p.partition_index)] = None
+        self._update_session(session, body)
         created: set[TP] = set()
         for tid, p in session.partitions:
             name = names.get(tid)
@@ -302,6 +396,16 @@ class SharePartitionManager:
             self.core.fetch_purgatory.try_complete_else_watch(op, keys)
             return
         self.answer_fetch(session, req, acks, created)
+
+    @staticmethod
+    def _update_session(session: ShareSession, body: Any) -> None:
+        """The request's partitions join the session, its forgotten ones leave it."""
+        for t in body.forgotten_topics_data:
+            for p in t.partitions:
+                session.partitions.pop((t.topic_id, p), None)
+        for t in body.topics:
+            for p in t.partitions:
+                session.partitions[(t.topic_id, p.partition_index)] = None
 
     def acquirable(self, session: ShareSession) -> bool:
         """Whether a partition of the session has records to hand out now (or an error to tell)."""
@@ -358,7 +462,8 @@ class SharePartitionManager:
                     except DecodeError:
                         pass
                     got = sp.acquire(session.member_id, [(a, z, c) for a, z, c, _, _ in spans],
-                                     max_records, record_limit=strict)
+                                     max_records, record_limit=strict,
+                                     batch_size=body.batch_size if req.version >= 1 else None)
                     if got:
                         lo, hi = got[0][0], got[-1][1]
                         keep = [(pos, size) for a, z, _, pos, size in spans if z >= lo and a <= hi]
@@ -395,19 +500,12 @@ class SharePartitionManager:
     def acknowledge(self, req: Any) -> None:
         cls = response_codec(ApiKey.SHARE_ACKNOWLEDGE).cls
         body = req.body
-        gid, mid, epoch = body.group_id or "", body.member_id or "", body.share_session_epoch
-        if not gid or not mid:
-            req.respond(cls(error_code=E.INVALID_REQUEST, responses=[], node_endpoints=[]))
+        session, error = self._session_request_error(req, E.INVALID_SHARE_SESSION_EPOCH)
+        if session is None:
+            req.respond(cls(error_code=error, responses=[], node_endpoints=[]))
             return
-        if epoch == _INITIAL:
-            req.respond(cls(error_code=E.INVALID_SHARE_SESSION_EPOCH, responses=[], node_endpoints=[]))
-            return
-        try:
-            session = self._session(req.channel, gid, mid, epoch)
-        except BrokerError as exc:
-            req.respond(cls(error_code=exc.code, responses=[], node_endpoints=[]))
-            return
-        acks = self._acknowledge(gid, mid, body.topics, self._names())
+        gid, mid, epoch = session.group_id, session.member_id, body.share_session_epoch
+        acks = self._acknowledge(gid, mid, body.topics, self._names(), _renewing(req))
         if epoch == _FINAL:
             self._close_session(session)
         order: dict[Uuid, list[Any]] = {}

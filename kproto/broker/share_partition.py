@@ -26,12 +26,17 @@ from kproto.error_codes import ErrorCode as E
 
 __all__ = ["SharePartition", "ShareLimits", "InFlight", "AVAILABLE", "ACQUIRED", "ACKNOWLEDGED",
            "ARCHIVED", "GAP", "ACCEPT", "RELEASE", "REJECT", "RENEW", "AcknowledgeError",
-           "state_batches"]
+           "state_batches", "REJECTED", "DELIVERY_LIMIT", "Dead"]
 
 #: Delivery states (Kafka's ``RecordState`` ids, as the persister stores them).
 AVAILABLE, ACQUIRED, ACKNOWLEDGED, ARCHIVED = 0, 1, 2, 4
 #: Acknowledge types of ShareFetch/ShareAcknowledge (RENEW: v2, extends the lock).
 GAP, ACCEPT, RELEASE, REJECT, RENEW = 0, 1, 2, 3, 4
+#: Why a record was archived, as Kafka tells its dead-letter queue (``__dlq.errors.message``).
+REJECTED = "Offset rejected by client."
+DELIVERY_LIMIT = "Offset delivery count exceeded the threshold."
+#: A record archived for the dead-letter queue: (offset, delivery count, why).
+Dead = tuple[int, int, str]
 
 
 @dataclass
@@ -80,16 +85,40 @@ def state_batches(records: dict[int, InFlight], start: int, end: int) -> list[tu
     return out
 
 
+def _cuts(batches: Sequence[tuple[int, int, bool]], first: int, last: int,
+          batch_size: int) -> list[tuple[int, int]]:
+    """How Kafka's ``SharePartition`` cuts records acquired for the first time, ``first`` to
+    ``last``, into acquired ranges along the log's batches (ShareFetch's ``BatchSize``): a
+    range closes before a batch that starts ``batch_size`` or more records after the range's
+    first offset. Whole batches stay whole, however large; a ``batch_size`` of 0 or less makes
+    Kafka send an empty range (first offset one above the last) before the first batch."""
+    out: list[tuple[int, int]] = []
+    start = first
+    for base, end, _ in batches:
+        if end < first or base > last:
+            continue
+        if base - start >= batch_size:
+            out.append((start, base - 1))
+            start = base
+    out.append((start, last))
+    return out
+
+
 class SharePartition:
     """One share group's view of one topic partition."""
 
     def __init__(self, group_id: str, topic: str, partition: int, start_offset: int,
                  timer: SystemTimer, limits: Callable[[], ShareLimits],
                  on_change: Callable[["SharePartition"], None],
-                 batches: Iterable[tuple[int, int, int, int]] = (), topic_id: Any = None) -> None:
+                 batches: Iterable[tuple[int, int, int, int]] = (), topic_id: Any = None,
+                 on_dead: Optional[Callable[["SharePartition", list[Dead]], None]] = None) -> None:
         self.group_id, self.topic, self.partition = group_id, topic, partition
         self.topic_id = topic_id
         self.timer, self.limits, self.on_change = timer, limits, on_change
+        #: told of the records a member rejected or that reached the delivery count limit
+        #: (the dead-letter queue's), after each change
+        self.on_dead = on_dead
+        self._dead: list[Dead] = []
         self.start_offset = start_offset
         self.records: dict[int, InFlight] = {}
         self.end_offset = start_offset
@@ -127,13 +156,17 @@ class SharePartition:
 
     # ------------------------------------------------------------------ acquire
     def acquire(self, member_id: str, batches: Sequence[tuple[int, int, bool]],
-                max_records: int, record_limit: bool = False) -> list[tuple[int, int, int]]:
+                max_records: int, record_limit: bool = False,
+                batch_size: Optional[int] = None) -> list[tuple[int, int, int]]:
         """Acquire for ``member_id`` what it may have of the log batches read (base offset,
         last offset, and whether its records are never delivered: a control batch, or an aborted
         transaction's under read_committed): up to ``max_records`` records, but whole batches (Kafka's
         batch-optimized mode) unless ``record_limit`` (ShareFetch v2's record-limit mode).
-        Returns (first, last, delivery count) ranges."""
+        Returns (first, last, delivery count) ranges; in the batch-optimized mode the records
+        acquired for the first time are cut into ranges of about ``batch_size`` records (see
+        :func:`_cuts`)."""
         got: list[int] = []
+        old_end = self.end_offset
         room = self._room()
         for base, last, control in batches:
             if len(got) >= max_records:
@@ -167,10 +200,17 @@ class SharePartition:
             r.state, r.member_id, r.lock = ACQUIRED, member_id, lock
             r.delivery_count += 1
         self._schedule_lock(lock)
+        new = [off for off in got if off >= old_end]
+        cuts = _cuts(batches, new[0], new[-1], batch_size) if new and batch_size is not None and not record_limit \
+            else []
+        starts = {a for a, _ in cuts}
         out: list[tuple[int, int, int]] = []
         for off in got:
+            while cuts and cuts[0][1] < cuts[0][0] and cuts[0][0] <= off:  # an empty range, as Kafka sends it
+                out.append((cuts[0][0], cuts[0][1], 1))
+                cuts.pop(0)
             count = self.records[off].delivery_count
-            if out and out[-1][1] == off - 1 and out[-1][2] == count:
+            if out and out[-1][1] == off - 1 and out[-1][2] == count and off not in starts:
                 out[-1] = (out[-1][0], off, count)
             else:
                 out.append((off, off, count))
@@ -185,9 +225,9 @@ class SharePartition:
     def _lock_expired(self, lock: int) -> None:
         self._locks.pop(lock, None)
         changed = False
-        for r in self.records.values():
+        for off, r in self.records.items():
             if r.state == ACQUIRED and r.lock == lock:
-                self._release(r)
+                self._release(off, r)
                 changed = True
         if changed:
             self._changed()
@@ -231,8 +271,10 @@ class SharePartition:
             if t == ACCEPT:
                 self._finish(r, ACKNOWLEDGED)
             elif t == RELEASE:
-                self._release(r)
+                self._release(off, r)
             else:  # REJECT, GAP
+                if t == REJECT:
+                    self._dead.append((off, r.delivery_count, REJECTED))
                 self._finish(r, ARCHIVED)
         for lock in renewed:
             old = self._locks.pop(lock, None)
@@ -245,17 +287,19 @@ class SharePartition:
     def _finish(self, r: InFlight, state: int) -> None:
         r.state, r.member_id, r.lock = state, None, 0
 
-    def _release(self, r: InFlight) -> None:
+    def _release(self, off: int, r: InFlight) -> None:
         """Back to AVAILABLE, or ARCHIVED once it was delivered as often as the limit allows."""
         done = r.delivery_count >= self.limits().delivery_count_limit
+        if done:
+            self._dead.append((off, r.delivery_count, DELIVERY_LIMIT))
         self._finish(r, ARCHIVED if done else AVAILABLE)
 
     def release_member(self, member_id: str) -> None:
         """Release everything ``member_id`` holds (its share session ended or it left)."""
         changed = False
-        for r in self.records.values():
+        for off, r in self.records.items():
             if r.state == ACQUIRED and r.member_id == member_id:
-                self._release(r)
+                self._release(off, r)
                 changed = True
         if changed:
             self._changed()
@@ -264,6 +308,9 @@ class SharePartition:
         # the state is written as it is, the start offset moved after (Kafka moves its cached
         # start offset once the write completed): what is persisted lags by one write
         self.on_change(self)
+        dead, self._dead = self._dead, []
+        if dead and self.on_dead is not None:
+            self.on_dead(self, dead)
         self._advance_start()
 
     def _advance_start(self) -> None:

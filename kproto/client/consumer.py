@@ -33,7 +33,7 @@ import struct
 import time
 from functools import partial
 from itertools import repeat
-from typing import Any, Awaitable, Callable, NamedTuple, Optional, Sequence
+from typing import Any, Awaitable, Callable, Iterable, NamedTuple, Optional, Sequence, TypeVar
 
 from kproto.client.admin import Admin
 from kproto.client.assignors import Subscription, assign, encode_sticky_user_data
@@ -120,6 +120,27 @@ async def run_membership(m: ConsumerMembership, wake: asyncio.Event, heartbeat_n
     except Exception as e:  # noqa: BLE001 - the caller surfaces it to the application
         _log.exception("group membership task failed (%s)", heartbeat_name)
         return e
+
+
+_R = TypeVar("_R")
+
+
+async def gather_fetches(fetches: Iterable[Awaitable[tuple[list[_R], bool]]]) -> tuple[list[_R], bool]:
+    """Run one fetch per node at once and merge their ``(records, needs metadata refresh)``
+    results: a lost connection asks for a refresh too, any other exception is raised."""
+    results = await asyncio.gather(*fetches, return_exceptions=True)
+    records: list[_R] = []
+    refresh = False
+    for res in results:
+        if isinstance(res, KafkaConnectionError):
+            refresh = True
+        elif isinstance(res, BaseException):
+            raise res
+        else:
+            records.extend(res[0])
+            refresh |= res[1]
+    return records, refresh
+
 
 class ConsumerRecord(NamedTuple):
     """One consumed record; ``headers`` holds ``(key, value)`` pairs."""
@@ -707,19 +728,8 @@ class Consumer:
         if not by_leader:
             await asyncio.sleep(min(timeout, 0.1))
             return []
-        results = await asyncio.gather(*(self._fetch_from(node, tps, timeout)
-                                         for node, tps in by_leader.items()), return_exceptions=True)
-        records: list[ConsumerRecord] = []
-        refresh = False
-        for res in results:
-            if isinstance(res, KafkaConnectionError):
-                refresh = True
-            elif isinstance(res, BaseException):
-                raise res
-            else:
-                recs, need_refresh = res
-                records.extend(recs)
-                refresh |= need_refresh
+        records, refresh = await gather_fetches(self._fetch_from(node, tps, timeout)
+                                                for node, tps in by_leader.items())
         if refresh:
             await self.cluster.refresh_metadata(sorted(set(self.topics) | {t for t, _ in self.assignment}))
         return records

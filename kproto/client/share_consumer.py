@@ -32,7 +32,7 @@ import logging
 from typing import Any, Callable, NamedTuple, Optional, Sequence
 
 from kproto.client.cluster import METADATA_REFRESH_ERRORS, Cluster
-from kproto.client.consumer import run_membership
+from kproto.client.consumer import gather_fetches, run_membership
 from kproto.client.membership import MemberState
 from kproto.client.protocol import BrokerError, KafkaConnectionError
 from kproto.client.share_membership import ShareConsumerMembership
@@ -94,6 +94,10 @@ class ShareConsumer:
         self.acquisition_lock_timeout_ms: Optional[int] = None
         # delivered records not acknowledged yet -> the broker that delivered them
         self._unacked: dict[_RecordKey, int] = {}
+        # records acknowledged with RENEW, until the broker answers: (record, broker)
+        self._renewing: dict[_RecordKey, tuple[ShareRecord, int]] = {}
+        # records whose lock was renewed: the next poll hands them out again
+        self._renewed: list[tuple[ShareRecord, int]] = []
         # acknowledgements waiting to be sent, per broker and partition
         self._pending: dict[int, dict[TopicIdPartition, Acknowledgements]] = {}
         self._names: dict[TopicIdPartition, tuple[str, int]] = {}
@@ -127,6 +131,7 @@ class ShareConsumer:
         self._closed = True
         try:
             self._unacked.clear()
+            self._renewed.clear()
             results = await asyncio.gather(*(self._close_session(node) for node in list(self.sessions)),
                                            return_exceptions=True)
             merged: AcknowledgementResults = {}
@@ -163,20 +168,26 @@ class ShareConsumer:
     def acknowledge(self, record: ShareRecord, type: AcknowledgeType = AcknowledgeType.ACCEPT) -> None:
         """Acknowledge a record the last poll returned: ACCEPT (processed), RELEASE (deliver it
         again) or REJECT (never deliver it again). Sent with the next poll or commit. Explicit
-        acknowledgement mode only, as Kafka's consumer. RENEW (extending the lock) is not
-        implemented: NotImplementedError."""
+        acknowledgement mode only, as Kafka's consumer.
+
+        RENEW asks the broker to restart the record's lock (the group's
+        ``share.record.lock.duration.ms`` from now on) for work that takes longer: the next poll
+        (or commit) sends the renewal, and once the broker renewed it a poll returns the record
+        again, the same delivery, to be acknowledged once more. A poll that sends a renewal to a
+        broker fetches nothing new from it (as Kafka's renewal requests)."""
         if not self.explicit:
             raise KprotoError("implicit acknowledgement mode: records are acknowledged by the next poll")
-        if type is AcknowledgeType.RENEW:
-            raise NotImplementedError("acknowledging with RENEW (extending a record's lock)")
-        if type not in (AcknowledgeType.ACCEPT, AcknowledgeType.RELEASE, AcknowledgeType.REJECT):
-            raise ValueError("acknowledge with ACCEPT, RELEASE or REJECT")
+        if type not in (AcknowledgeType.ACCEPT, AcknowledgeType.RELEASE, AcknowledgeType.REJECT,
+                        AcknowledgeType.RENEW):
+            raise ValueError("acknowledge with ACCEPT, RELEASE, REJECT or RENEW")
         key = (record.topic, record.partition, record.offset)
         node = self._unacked.pop(key, None)
         if node is None:
             raise KprotoError(f"{record.topic}-{record.partition}@{record.offset} is not a record of the "
                               f"last poll waiting for an acknowledgement")
         tid = self.cluster.metadata.topic_id(record.topic)
+        if type is AcknowledgeType.RENEW:
+            self._renewing[key] = (record, node)
         self._queue(node, (tid, record.partition), record.offset, record.offset, int(type))
 
     def _queue(self, node: int, tp: TopicIdPartition, first: int, last: int, kind: int) -> None:
@@ -232,7 +243,19 @@ class ShareConsumer:
         return taken
 
     def _failed(self, acks: dict[TopicIdPartition, Acknowledgements], code: int, what: str) -> AcknowledgementResults:
-        return {self._name(tp): AcknowledgementResult(a.offsets(), BrokerError(code, what)) for tp, a in acks.items()}
+        return self._settled({self._name(tp): AcknowledgementResult(a.offsets(), BrokerError(code, what))
+                              for tp, a in acks.items()})
+
+    def _settled(self, results: AcknowledgementResults) -> AcknowledgementResults:
+        """Note the outcome of the renewals among ``results``: a renewed record is handed out
+        again by the next poll, one whose renewal failed is not (the broker delivers it again
+        once its lock expires). Returns ``results``."""
+        for (topic, partition), (offsets, error) in results.items():
+            for offset in offsets:
+                held = self._renewing.pop((topic, partition, offset), None)
+                if held is not None and error is None and not self._closed:
+                    self._renewed.append(held)
+        return results
 
     def _name(self, tp: TopicIdPartition) -> tuple[str, int]:
         name = self._names.get(tp)
@@ -274,7 +297,7 @@ class ShareConsumer:
                 if tp in acks:
                     out[self._name(tp)] = AcknowledgementResult(acks[tp].offsets(), BrokerError(
                         pd.error_code, "ShareAcknowledge", pd.error_message) if pd.error_code else None)
-        return out
+        return self._settled(out)
 
     async def _close_session(self, node: int) -> AcknowledgementResults:
         async with self._lock(node):
@@ -289,7 +312,8 @@ class ShareConsumer:
     async def poll(self, timeout: float = 1.0) -> list[ShareRecord]:
         """Acknowledge the last poll's records (implicit mode; explicit mode: every one must be
         acknowledged already), then one ShareFetch to each leader of the assigned partitions,
-        acknowledgements piggy-backed; returns the records acquired, each with its delivery count."""
+        acknowledgements piggy-backed; returns the records whose locks were renewed since (see
+        :meth:`acknowledge`), then those acquired, each with its delivery count."""
         if self._member_error is not None:
             raise self._member_error
         if self._closed:
@@ -309,25 +333,21 @@ class ShareConsumer:
         nodes = set(wanted) | set(self._pending) | {n for n, s in self.sessions.items() if s.partitions}
         if not nodes:
             await asyncio.sleep(min(timeout, 0.1))
-            return []
-        results = await asyncio.gather(*(self._poll_node(n, wanted.get(n, set()), timeout) for n in nodes),
-                                       return_exceptions=True)
-        records: list[ShareRecord] = []
-        refresh = False
-        for res in results:
-            if isinstance(res, KafkaConnectionError):
-                refresh = True
-            elif isinstance(res, BaseException):
-                raise res
-            else:
-                recs, need_refresh = res
-                records.extend(recs)
-                refresh |= need_refresh
+            return self._take_renewed()
+        records, refresh = await gather_fetches(self._poll_node(n, wanted.get(n, set()), timeout) for n in nodes)
         if refresh:
             await self.cluster.refresh_metadata(sorted(set(self.topics)))
+        records = self._take_renewed() + records
         if not records and not any(wanted.values()):
             await asyncio.sleep(min(timeout, 0.1))
         return records
+
+    def _take_renewed(self) -> list[ShareRecord]:
+        """The records renewed since the last poll, waiting for an acknowledgement again."""
+        renewed, self._renewed = self._renewed, []
+        for r, node in renewed:
+            self._unacked[(r.topic, r.partition, r.offset)] = node
+        return [r for r, _ in renewed]
 
     async def _poll_node(self, node: int, wanted: set[TopicIdPartition], timeout: float
                          ) -> tuple[list[ShareRecord], bool]:
@@ -394,7 +414,7 @@ class ShareConsumer:
                 for first, last in gaps:
                     self._queue(node, tp, first, last, int(AcknowledgeType.GAP))
                 records.extend(got)
-        self._callback(acked_now)
+        self._callback(self._settled(acked_now))
         return records, refresh
 
     # -- membership ----------------------------------------------------------------------------

@@ -31,7 +31,7 @@ from kproto.codecs.primitives import Uuid
 from kproto.error_codes import ErrorCode
 from kproto.schemas.api_keys import ApiKey
 
-__all__ = ["AcknowledgeType", "ShareRecord", "Acknowledgements", "ShareSession", "acquired_records",
+__all__ = ["AcknowledgeType", "ShareRecord", "Acknowledgements", "ShareSession", "acquired_records", "renews",
            "next_epoch", "INITIAL_EPOCH", "FINAL_EPOCH", "SESSION_ERRORS"]
 
 #: ShareFetch/ShareAcknowledge session epochs (Kafka's ``ShareRequestMetadata``)
@@ -114,6 +114,12 @@ class Acknowledgements:
         return [cls(first_offset=f, last_offset=la, acknowledge_types=[k]) for f, la, k in out]
 
 
+def renews(acks: Mapping[TopicIdPartition, Acknowledgements]) -> bool:
+    """Whether ``acks`` hold a RENEW: the request carrying them says so (``IsRenewAck``, v2)
+    and, a ShareFetch, asks for no records."""
+    return any(kind == AcknowledgeType.RENEW for a in acks.values() for _, _, kind in a.runs)
+
+
 def acquired_records(topic: str, partition: int, records: Any, acquired: Sequence[Any]
                      ) -> tuple[list[ShareRecord], list[tuple[int, int]]]:
     """The records of a ShareFetch partition that this member acquired, each with its delivery
@@ -171,7 +177,8 @@ class ShareSession:
         """The next ShareFetchRequest for the ``wanted`` partitions, with ``acks`` piggy-backed
         (each of a wanted partition; none on a new session). A new session names every wanted
         partition; a running one the added ones and those with acknowledgements, and forgets
-        the ones no longer wanted."""
+        the ones no longer wanted. With a RENEW among ``acks`` it is a renewal: it asks for no
+        records (see :func:`renews`)."""
         if cls is None:
             cls = _request_codec(ApiKey.SHARE_FETCH).cls
         wanted = set(wanted)
@@ -184,6 +191,9 @@ class ShareSession:
         else:
             send, forget = (wanted - self.partitions) | set(acks), self.partitions - wanted
         self.partitions = wanted
+        renew = renews(acks)
+        if renew:  # a renewal fetches nothing (Kafka refuses one that asks for records)
+            max_wait_ms = min_bytes = max_bytes = max_records = 0
         topics: dict[Uuid, list[Any]] = {}
         for tid, p in sorted(send, key=_key):
             batches = acks[(tid, p)].batches(cls.AcknowledgementBatch) if (tid, p) in acks else []
@@ -193,7 +203,7 @@ class ShareSession:
             forgotten.setdefault(tid, []).append(p)
         return cls(group_id=group_id, member_id=member_id, share_session_epoch=self.epoch,
                    max_wait_ms=max_wait_ms, min_bytes=min_bytes, max_bytes=max_bytes,
-                   max_records=max_records, batch_size=max_records,
+                   max_records=max_records, batch_size=max_records, is_renew_ack=renew,
                    topics=[cls.FetchTopic(topic_id=t, partitions=ps) for t, ps in topics.items()],
                    forgotten_topics_data=[cls.ForgottenTopic(topic_id=t, partitions=ps)
                                           for t, ps in forgotten.items()])
@@ -214,7 +224,7 @@ class ShareSession:
         epoch = FINAL_EPOCH if final else self.epoch
         if final:
             self.epoch, self.partitions = INITIAL_EPOCH, set()
-        return cls(group_id=group_id, member_id=member_id, share_session_epoch=epoch,
+        return cls(group_id=group_id, member_id=member_id, share_session_epoch=epoch, is_renew_ack=renews(acks),
                    topics=[cls.AcknowledgeTopic(topic_id=t, partitions=ps) for t, ps in topics.items()])
 
     def on_response(self, error_code: int) -> bool:

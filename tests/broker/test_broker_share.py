@@ -8,7 +8,7 @@ import pytest
 
 import kproto
 from kproto.broker import features as feat
-from kproto.broker.coordinators.share_group import simple_assign
+from kproto.broker.coordinators.share_assignor import share_assign
 from kproto.broker.share_partition import (ACKNOWLEDGED, ARCHIVED, AVAILABLE, ShareLimits, SharePartition,
                                            state_batches)
 from kproto.codecs.primitives import Uuid
@@ -86,7 +86,8 @@ class Session:
                         partition_index=p, acknowledgement_batches=[
                             req.AcknowledgementBatch(first_offset=a, last_offset=z, acknowledge_types=list(t))
                             for a, z, t in acks.get(p, [])]) for p in sorted(set(partitions) | set(acks))])],
-                    forgotten_topics_data=[], **kw)
+                    forgotten_topics_data=[])
+        body.update(kw)
         i = self.client.send(SF, version, req(**body))
         if epoch is None and e >= 0:
             self.epoch = e + 1
@@ -160,13 +161,17 @@ def test_two_members_share_the_partitions(core):
     ra = hb(a, "a", 3)
     assert ra.member_epoch == rb.member_epoch == 4
     got = {"a": ra.assignment.topic_partitions[0].partitions, "b": rb.assignment.topic_partitions[0].partitions}
-    assert got == {"a": [0], "b": [1]}
+    # one each: which one follows the topic id's hash, as in Kafka
+    assert sorted(got.values()) == [[0], [1]]
 
 
 def test_simple_assignor_shares_partitions_among_more_members():
     t = Uuid(b"\x01" * 16)
-    assert simple_assign(["c", "a", "b"], [(t, 0), (t, 1)]) == {"a": {t: {0}}, "b": {t: {1}}, "c": {t: {0}}}
-    assert simple_assign(["a"], []) == {"a": {}}
+    got = share_assign({"c": [t], "a": [t], "b": [t]}, {t: [0, 1]}, {})
+    # Kafka's desired counts: each partition shared by ceil(3 / 2) = 2 members, 4 assignments
+    assert sorted(len(a[t]) for a in got.values()) == [1, 1, 2]
+    assert sorted(p for a in got.values() for p in a[t]) == [0, 0, 1, 1]
+    assert share_assign({"a": [t]}, {t: []}, {}) == {"a": {}}
 
 
 def test_heartbeat_errors(core):
@@ -281,6 +286,49 @@ def test_lock_expiry_and_delivery_count_limit(tmp_path, clock):
         core.close()
 
 
+def dlq_records(core, name="dlq.jobs", partition=0):
+    from kproto.records.reader import BatchReader
+    lg = core.logs.get(name, partition)
+    return [(r.key, r.value, dict(r.headers)) for b in BatchReader(lg.read(0, 1 << 20, True)) for r in b.records()]
+
+
+def test_dead_letter_queue_only_to_an_enabled_dlq_topic_and_on_lock_expiry_too(tmp_path, clock):
+    """The dead-letter queue's conditions (tests/client_io compares its records with Apache
+    Kafka's): a dlq.* topic with errors.deadletterqueue.group.enable, else the records are
+    only archived; a record whose last lock expires goes there as one released at the limit."""
+    core = make_core(tmp_path / "d", clock, group_share_record_lock_duration_ms=1000,
+                     group_share_delivery_count_limit=2)
+    core._create_topic("jobs", 1)
+    core._create_topic("dlq.jobs", 1)
+    core._create_topic("other", 1)
+    try:
+        c, prod = Client(core), Client(core)
+        join(c)
+        s = Session(core)
+        s.call()
+        produce(prod, 4)
+        assert s.call() == (0, [(0, 0, 0, [(0, 3, 1)])])
+        for name in ("other", "dlq.jobs"):   # "other": not a dlq.* name; dlq.jobs: not enabled yet
+            assert alter_group(c, "g", errors_deadletterqueue_topic_name=name) == (0, None)
+            s.ack({0: [(0, 0, [REJECT])]}) if name == "other" else s.ack({0: [(1, 1, [REJECT])]})
+        assert dlq_records(core) == [] and core.logs.get("other", 0).log_end_offset == 0
+        ia = kproto.request(K.INCREMENTAL_ALTER_CONFIGS).cls
+        r = c.call(K.INCREMENTAL_ALTER_CONFIGS, 1, validate_only=False, resources=[ia.AlterConfigsResource(
+            resource_type=2, resource_name="dlq.jobs", configs=[ia.AlterableConfig(
+                name="errors.deadletterqueue.group.enable", config_operation=0, value="true")])])
+        assert r.responses[0].error_code == 0
+        assert alter_group(c, "g", errors_deadletterqueue_copy_record_enable="true") == (0, None)
+        tick(core, clock, 1001)            # offsets 2, 3: first lock expired
+        assert s.call() == (0, [(0, 0, 0, [(2, 3, 2)])])
+        tick(core, clock, 1001)            # the second lock expires at the limit
+        got = dlq_records(core)
+        assert [(v, h["__dlq.errors.offset"], h["__dlq.errors.delivery.count"], h["__dlq.errors.message"])
+                for _, v, h in got] == [(b"v2", b"2", b"2", b"Offset delivery count exceeded the threshold."),
+                                        (b"v3", b"3", b"2", b"Offset delivery count exceeded the threshold.")]
+    finally:
+        core.close()
+
+
 def test_renew_extends_the_lock(tmp_path, clock):
     core = make_core(tmp_path / "d", clock, group_share_record_lock_duration_ms=1000)
     core._create_topic("jobs", 1)
@@ -292,11 +340,47 @@ def test_renew_extends_the_lock(tmp_path, clock):
         produce(prod, 1)
         s.call()
         tick(core, clock, 800)
-        assert s.call(acks={0: [(0, 0, [RENEW])]}, version=2, is_renew_ack=True) == (0, [(0, 0, 0, [])])
+        assert s.call(acks={0: [(0, 0, [RENEW])]}, version=2, is_renew_ack=True, **RENEWAL) == (0, [(0, 0, 0, [])])
         tick(core, clock, 800)  # 1600 ms after acquisition, 800 after the renewal: still held
         assert s.ack({0: [(0, 0, [ACCEPT])]}).responses[0].partitions[0].error_code == 0
     finally:
         core.close()
+
+
+#: a renewing ShareFetch asks for no records (Kafka refuses it otherwise)
+RENEWAL = dict(max_records=0, max_bytes=0, min_bytes=0, wait=0)
+
+
+def test_renewals_as_apache_kafka_answers_them(core):
+    """As Apache Kafka 4.4.0 answers (seen on it): a renewing ShareFetch (IsRenewAck) asking for
+    records is refused whole, the session epoch unmoved; one asking for none renews and acquires
+    nothing although records wait; RENEW without IsRenewAck (or in v1) is refused per partition
+    (INVALID_REQUEST) while the fetch goes on; with the group's share.renew.acknowledge.enable
+    off, RENEW is INVALID_RECORD_STATE."""
+    prod, c = Client(core), Client(core)
+    join(c)
+    s = Session(core)
+    s.call()
+    produce(prod, 6)
+    assert s.call() == (0, [(0, 0, 0, [(0, 5, 1)])])
+    produce(prod, 2, first=6)
+    for asked in (dict(max_records=5), dict(wait=100), dict(min_bytes=1), dict(max_bytes=100)):
+        r = s.fetched(s.fetch(acks={0: [(0, 0, [RENEW])]}, version=2, is_renew_ack=True, epoch=s.epoch,
+                              **{**RENEWAL, **asked}))
+        assert (r.error_code, r.responses, r.acquisition_lock_timeout_ms) == (E.INVALID_REQUEST, [], 0)
+    assert s.call(acks={0: [(0, 0, [RENEW])]}, version=2, is_renew_ack=True, **RENEWAL) == (0, [(0, 0, 0, [])])
+    assert s.call(partitions=(), version=2, is_renew_ack=True, **RENEWAL) == (0, [])
+    assert s.call(acks={0: [(1, 1, [RENEW])]}, version=2) == (0, [(0, 0, E.INVALID_REQUEST, [(6, 7, 1)])])
+    assert s.call(acks={0: [(1, 1, [RENEW])]}, version=1) == (0, [(0, 0, E.INVALID_REQUEST, [])])
+    assert s.ack({0: [(1, 1, [RENEW])]}, version=1).responses[0].partitions[0].error_code == E.INVALID_REQUEST
+    assert s.ack({0: [(1, 1, [RENEW])]}, version=2).responses[0].partitions[0].error_code == E.INVALID_REQUEST
+    assert alter_group(c, "g", share_renew_acknowledge_enable="false") == (0, None)
+    r = s.fetched(s.fetch(acks={0: [(1, 2, [RENEW, ACCEPT])]}, version=2, is_renew_ack=True, **RENEWAL))
+    p = r.responses[0].partitions[0]
+    assert (p.acknowledge_error_code, p.acknowledge_error_message) == (
+        E.INVALID_RECORD_STATE, "Renewing acquisition locks is not enabled for the group.")
+    # nothing of the refused partition's acknowledgements applied: offset 2 is still held
+    assert s.call(acks={0: [(2, 2, [ACCEPT])]}, max_records=0) == (0, [(0, 0, 0, [])])
 
 
 def test_session_epochs(core):
@@ -492,6 +576,30 @@ def test_share_partition_refuses_bad_batches(clock):
     assert all(r.state == 1 for r in sp.records.values())  # nothing applied
 
 
+def test_share_partition_cuts_new_records_into_batch_size_ranges(clock):
+    """BatchSize cuts records acquired for the first time along the log's batches, as Apache
+    Kafka 4.4.0 does (tests/client_io's test compares with it): whole batches, a range closed
+    before a batch starting batch_size or more records after its first offset; re-acquired
+    records are not cut."""
+    from kproto.broker.timer import SystemTimer
+    log = [(0, 9, False), (10, 10, False), (11, 11, False), (12, 12, False), (13, 13, False), (14, 14, False),
+           (15, 21, False)]
+
+    def acquire(**kw):
+        sp = SharePartition("g", "t", 0, 0, SystemTimer(clock=clock), ShareLimits, lambda _: None)
+        return sp, sp.acquire("m", log, kw.pop("max_records", 500), **kw)
+
+    assert acquire(batch_size=3)[1] == [(0, 9, 1), (10, 12, 1), (13, 21, 1)]
+    assert acquire(batch_size=4)[1] == [(0, 9, 1), (10, 13, 1), (14, 21, 1)]
+    assert acquire(batch_size=22)[1] == acquire()[1] == [(0, 21, 1)]
+    assert acquire(batch_size=0)[1][:2] == [(0, -1, 1), (0, 9, 1)]   # Kafka's empty first range
+    assert acquire(batch_size=5, max_records=12)[1] == [(0, 9, 1), (10, 11, 1)]
+    assert acquire(batch_size=4, max_records=13, record_limit=True)[1] == [(0, 12, 1)]
+    sp, _ = acquire()
+    sp.acknowledge("m", [(0, 21, [RELEASE])])
+    assert sp.acquire("m", log, 500, batch_size=2) == [(0, 21, 2)]
+
+
 # ------------------------------------------------------------------ group configs
 def alter_group(client, group, **configs):
     ia = kproto.request(K.INCREMENTAL_ALTER_CONFIGS).cls
@@ -524,6 +632,43 @@ def test_group_configs_set_checked_and_described(core):
     assert syn["share.session.timeout.ms"] == [("group.share.session.timeout.ms", "45000", 5)]
     listed = c.call(K.LIST_CONFIG_RESOURCES, 1, resource_types=[32]).config_resources
     assert [(x.resource_name, x.resource_type) for x in listed] == [("g", 32)]
+
+
+def test_group_configs_are_config_records_of_the_metadata_log_and_survive_a_restart(tmp_path, clock):
+    """Group configs are ConfigRecords of resource type GROUP in the metadata log (as Kafka's
+    controller writes them): a restart reads them back, from the log and from a snapshot; a
+    topic config change leaves them alone; a deleted one stays deleted."""
+    path = tmp_path / "d"
+    core = make_core(path, clock)
+    core._create_topic("jobs", 1)
+    c = Client(core)
+    assert alter_group(c, "g", share_auto_offset_reset="earliest", share_record_lock_duration_ms="2000") == (0, None)
+    assert alter_group(c, "h", share_delivery_count_limit="3", share_isolation_level="read_committed") == (0, None)
+    ia = kproto.request(K.INCREMENTAL_ALTER_CONFIGS).cls
+    r = c.call(K.INCREMENTAL_ALTER_CONFIGS, 1, validate_only=False, resources=[
+        ia.AlterConfigsResource(resource_type=32, resource_name="h", configs=[
+            ia.AlterableConfig(name="share.isolation.level", config_operation=1, value=None)]),
+        ia.AlterConfigsResource(resource_type=2, resource_name="jobs", configs=[
+            ia.AlterableConfig(name="retention.ms", config_operation=0, value="60000")])])
+    assert [x.error_code for x in r.responses] == [0, 0]
+    assert core.metadata.image.configs[(32, "g")] == {"share.auto.offset.reset": "earliest",
+                                                      "share.record.lock.duration.ms": "2000"}
+    assert core.metadata.image.configs[(32, "h")] == {"share.delivery.count.limit": "3"}
+    wanted = {"g": {"share.auto.offset.reset": "earliest", "share.record.lock.duration.ms": "2000"},
+              "h": {"share.delivery.count.limit": "3"}}
+    core.close()
+    for snapshot in (False, True):
+        core = make_core(path, clock)
+        try:
+            assert core.group_configs.groups == wanted
+            assert core.shares.limits("g").lock_duration_ms == 2000
+            assert core.shares.limits("h").delivery_count_limit == 3
+            listed = Client(core).call(K.LIST_CONFIG_RESOURCES, 1, resource_types=[32]).config_resources
+            assert [x.resource_name for x in listed] == ["g", "h"]
+            if not snapshot:
+                core.metadata.snapshot()  # the next start reads them from the snapshot
+        finally:
+            core.close()
 
 
 def test_group_configs_apply_to_the_share_group(core):

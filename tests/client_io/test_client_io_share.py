@@ -27,6 +27,7 @@ import pytest
 from kproto.broker import Intercept
 from kproto.client.admin import Admin
 from kproto.client.cluster import Cluster
+from kproto.client.consumer import Consumer
 from kproto.client.membership import MemberState
 from kproto.client.producer import Producer
 from kproto.client.share_consumer import AcknowledgementResult, ShareConsumer
@@ -108,6 +109,26 @@ def test_acknowledgements_never_open_a_session_and_final_closes_it():
     final = s.acknowledge_request("g", "m", acks, final=True)
     assert final.share_session_epoch == -1 and s.is_new
     assert [next_epoch(e) for e in (0, 1, 2**31 - 1, -1)] == [1, 2, 1, -1]
+
+
+def test_a_renewal_says_so_and_asks_for_no_records():
+    """A RENEW among the acknowledgements makes the request a renewal (IsRenewAck, v2) and a
+    ShareFetch ask for nothing (Apache Kafka refuses a renewal asking for records); without
+    one the flag is off and the fetch asks as configured."""
+    s = ShareSession(node=1)
+    s.fetch_request("g", "m", [(T1, 0)], {})
+    s.on_response(ErrorCode.NONE)
+    renew = {(T1, 0): Acknowledgements([(0, 0, AcknowledgeType.RENEW), (1, 2, AcknowledgeType.ACCEPT)])}
+    req = s.fetch_request("g", "m", [(T1, 0)], renew, max_wait_ms=500, min_bytes=1, max_bytes=1000, max_records=10)
+    assert (req.is_renew_ack, req.max_wait_ms, req.min_bytes, req.max_bytes, req.max_records) == (True, 0, 0, 0, 0)
+    assert roundtrip(FETCH, req, 2) == req
+    s.on_response(ErrorCode.NONE)
+    plain = s.fetch_request("g", "m", [(T1, 0)], {(T1, 0): Acknowledgements([(3, 3, AcknowledgeType.ACCEPT)])},
+                            max_wait_ms=500, min_bytes=1, max_bytes=1000, max_records=10)
+    assert (plain.is_renew_ack, plain.max_wait_ms, plain.max_records) == (False, 500, 10)
+    s.on_response(ErrorCode.NONE)
+    assert s.acknowledge_request("g", "m", renew).is_renew_ack
+    assert not s.acknowledge_request("g", "m", {(T1, 0): Acknowledgements([(3, 3, 1)])}).is_renew_ack
 
 
 def test_acknowledgement_batches_merge_runs_of_one_type_and_keep_gaps_as_ranges():
@@ -254,8 +275,6 @@ def test_release_and_an_expired_lock_deliver_again_and_the_limit_archives(any_br
                 a.acknowledge(r, AcknowledgeType.RELEASE if r.offset in (1, 2) else AcknowledgeType.ACCEPT)
             with pytest.raises(KprotoError, match="not a record"):
                 a.acknowledge(first[0])                      # once only
-            with pytest.raises(NotImplementedError):
-                a.acknowledge(held, AcknowledgeType.RENEW)
             results = await a.commit_sync()
             assert results == {(topic, 0): AcknowledgementResult((0, 1, 2, 3, 4, 5, 6, 7, 8), None)}
             # a second member takes the expired record; offset 2 is released every time, offset 1 accepted
@@ -282,6 +301,170 @@ def test_release_and_an_expired_lock_deliver_again_and_the_limit_archives(any_br
 
     lags = run(main())
     assert lags == {0: 0}, lags
+
+
+def test_renew_keeps_a_record_past_its_lock_and_hands_it_out_again(any_broker):
+    """RENEW (explicit mode): the next poll sends the renewal (a ShareFetch that asks for no
+    records: the records produced meanwhile wait) and returns the renewed record again, same
+    delivery; accepted after its first lock would have run out, the acknowledgement takes
+    effect, and no other member got the record meanwhile."""
+    topic, group = new_name("share-renew"), new_name("share-g")
+    lock_s = 5.0
+
+    async def main():
+        async with Cluster(any_broker.bootstrap) as cluster:
+            await setup(cluster, topic, group, 1, list(range(3)),
+                        **{"share.record.lock.duration.ms": str(int(lock_s * 1000))})
+            a = await ShareConsumer(cluster, [topic], group_id=group, acknowledgement_mode="explicit").start()
+            await a.wait_for_assignment()
+            first = await poll_until(a, 3)
+            polled_at = time.monotonic()
+            assert [(r.offset, r.delivery_count) for r in first] == [(0, 1), (1, 1), (2, 1)]
+            a.acknowledge(first[0], AcknowledgeType.RENEW)
+            for r in first[1:]:
+                a.acknowledge(r)
+            with pytest.raises(KprotoError, match="not a record"):
+                a.acknowledge(first[0])                      # renewing: not waiting for one now
+            producer = await Producer(cluster).start()
+            for v in (b"3", b"4"):
+                await producer.send(topic, v, partition=0)
+            await producer.close()
+            await asyncio.sleep(1.0)
+            renewed = await a.poll(1.0)                      # the renewal, nothing fetched
+            assert renewed == [first[0]]
+            with pytest.raises(KprotoError, match="not acknowledged"):
+                await a.poll(0.1)
+            other = await ShareConsumer(cluster, [topic], group_id=group, acknowledgement_mode="explicit").start()
+            seen = []
+            while time.monotonic() < polled_at + lock_s + 0.5:  # past the first lock's end
+                for r in await other.poll(0.2):
+                    seen.append(r.offset)
+                    other.acknowledge(r)
+            a.acknowledge(renewed[0])
+            results = await a.commit_sync()
+            await other.close()
+            await a.close()
+            return results, seen
+
+    results, seen = run(main())
+    assert results == {(topic, 0): AcknowledgementResult((0,), None)}
+    assert sorted(seen) == [3, 4]          # the records the renewal did not fetch; never offset 0
+
+
+def test_acquired_records_come_in_ranges_of_batch_size_along_the_log_batches(any_broker):
+    """ShareFetch's BatchSize, as Apache Kafka 4.4.0 applies it: records acquired for the first
+    time are cut into AcquiredRecords ranges along the log's batches (a range closes before a
+    batch starting BatchSize or more records after its first offset; a batch is never split;
+    BatchSize 0 sends an empty range first); re-acquired records and the record-limit mode are
+    not cut. The log: batches of 10, 1, 1, 1, 1, 1 and 7 records."""
+    topic = new_name("share-bs")
+    P = request_codec(ApiKey.PRODUCE).cls
+    F = FETCH.cls
+
+    async def main():
+        async with Cluster(any_broker.bootstrap) as cluster:
+            admin = Admin(cluster)
+            await admin.create_topics({topic: 1})
+            await cluster.wait_for_leaders([topic])
+            leader = cluster.metadata.leader(topic, 0)
+            conn = await cluster.connection(leader)
+            now = int(time.time() * 1000)
+            for n in (10, 1, 1, 1, 1, 1, 7):
+                b = RecordBatchBuilder(base_offset=0)
+                for _ in range(n):
+                    b.append(now, None, b"x")
+                r = await conn.request(P(acks=-1, timeout_ms=5000, topic_data=[P.TopicProduceData(
+                    name=topic, partition_data=[P.PartitionProduceData(index=0, records=b.build())])]), 11)
+                assert r.responses[0].partition_responses[0].error_code == 0
+            tid = cluster.metadata.topic_id(topic)
+            out = {}
+            for name, steps in (("bs3", [([], 500, 3, 0)]), ("bs0", [([], 500, 0, 0)]),
+                                ("max12-bs5", [([], 12, 5, 0)]), ("record-limit13-bs4", [([], 13, 4, 1)]),
+                                ("released-bs2", [([], 500, 500, 0), ([(2, 4, [2]), (11, 12, [2]), (15, 21, [2])],
+                                                                     500, 2, 0)])):
+                group = new_name("share-g")
+                await admin.alter_configs({("group", group): GROUP_CONFIG})
+                member = await ShareConsumer(cluster, [topic], group_id=group).start()
+                await member.wait_for_assignment()   # joined; it never fetches: the requests below do
+                got = []
+                for epoch, (acks, max_records, batch_size, mode) in enumerate(steps):
+                    resp = await conn.request(F(
+                        group_id=group, member_id=member.member_id, share_session_epoch=epoch, max_wait_ms=200,
+                        min_bytes=1, max_bytes=1 << 20, max_records=max_records, batch_size=batch_size,
+                        share_acquire_mode=mode, forgotten_topics_data=[], topics=[F.FetchTopic(
+                            topic_id=tid, partitions=[F.FetchPartition(partition_index=0, acknowledgement_batches=[
+                                F.AcknowledgementBatch(first_offset=a, last_offset=z, acknowledge_types=t)
+                                for a, z, t in acks])])]), 2)
+                    got.append([(x.first_offset, x.last_offset, x.delivery_count)
+                                for t in resp.responses for p in t.partitions for x in p.acquired_records])
+                out[name] = got[-1]
+                await member.close()
+            return out
+
+    assert run(main(), 180) == {
+        "bs3": [(0, 9, 1), (10, 12, 1), (13, 21, 1)],
+        "bs0": [(0, -1, 1), (0, 9, 1), (10, 10, 1), (11, 11, 1), (12, 12, 1), (13, 13, 1), (14, 14, 1),
+                (15, 21, 1)],
+        "max12-bs5": [(0, 9, 1), (10, 11, 1)],
+        "record-limit13-bs4": [(0, 12, 1)],
+        "released-bs2": [(2, 4, 2), (11, 12, 2), (15, 21, 2)]}
+
+
+def test_rejected_and_exhausted_records_go_to_the_dead_letter_queue(any_broker):
+    """KIP-1191 as Apache Kafka 4.4.0 does it: with the group's errors.deadletterqueue.topic.name
+    (a dlq.* topic whose errors.deadletterqueue.group.enable is true) a rejected record and one
+    released past the delivery count limit are written there, to the partition of the same
+    number, with __dlq.errors.* headers, and with the original key and value (not its headers)
+    when errors.deadletterqueue.copy.record.enable; an accepted one is not."""
+    topic, dlq = new_name("share-dlq-src"), "dlq." + new_name("share")
+
+    async def main():
+        async with Cluster(any_broker.bootstrap) as cluster:
+            admin = Admin(cluster)
+            await admin.create_topics({topic: 2, dlq: 2})
+            await admin.alter_configs({("topic", dlq): {"errors.deadletterqueue.group.enable": "true"}})
+            async with Producer(cluster) as producer:
+                for i in range(3):
+                    await producer.send(topic, b"v%d" % i, key=b"k%d" % i, partition=1, headers=[("h", b"x")])
+            groups = {}
+            for copy in ("false", "true"):
+                group = groups[copy] = new_name("share-g")
+                await admin.alter_configs({("group", group): {
+                    **GROUP_CONFIG, "errors.deadletterqueue.topic.name": dlq,
+                    "errors.deadletterqueue.copy.record.enable": copy}})
+                c = await ShareConsumer(cluster, [topic], group_id=group, acknowledgement_mode="explicit").start()
+                await c.wait_for_assignment()
+                deadline = time.monotonic() + 30
+                done = 0
+                while done < 2 and time.monotonic() < deadline:   # offset 1 released until archived
+                    for r in await c.poll(0.3):
+                        kind = {0: AcknowledgeType.REJECT, 1: AcknowledgeType.RELEASE}.get(r.offset, AcknowledgeType.ACCEPT)
+                        c.acknowledge(r, kind)
+                        done += r.offset == 0 or (r.offset == 1 and r.delivery_count == DELIVERY_LIMIT)
+                await c.commit_sync()
+                await c.close()
+            dead = await Consumer(cluster, [dlq]).start()
+            got: list = []
+            deadline = time.monotonic() + 20
+            while len(got) < 4 and time.monotonic() < deadline:
+                got += await dead.getmany(0.5)
+            await dead.close()
+            return groups, got
+
+    groups, got = run(main(), 120)
+    seen = sorted(((r.partition, r.key, r.value, [(k, v) for k, v in r.headers]) for r in got), key=repr)
+
+    def headers(offset: int, group: str, count: int, why: str) -> list:
+        return [("__dlq.errors.topic", topic.encode()), ("__dlq.errors.partition", b"1"),
+                ("__dlq.errors.offset", str(offset).encode()), ("__dlq.errors.group", group.encode()),
+                ("__dlq.errors.delivery.count", str(count).encode()), ("__dlq.errors.message", why.encode())]
+
+    rejected, exhausted = "Offset rejected by client.", "Offset delivery count exceeded the threshold."
+    assert seen == sorted([
+        (1, None, None, headers(0, groups["false"], 1, rejected)),
+        (1, None, None, headers(1, groups["false"], DELIVERY_LIMIT, exhausted)),
+        (1, b"k0", b"v0", headers(0, groups["true"], 1, rejected)),
+        (1, b"k1", b"v1", headers(1, groups["true"], DELIVERY_LIMIT, exhausted))], key=repr)
 
 
 def test_implicit_mode_accepts_on_the_next_poll_and_close_releases_what_is_not_acknowledged(any_broker):

@@ -8,7 +8,7 @@ elects itself at once; each write is committed as it is appended, LeaderChange r
 :class:`~kproto.broker.cluster.controller.QuorumController` over it (its activation writes the
 feature levels and the cluster-wide defaults a new cluster is formatted with). The broker's
 state lives in the controller's image: topics and partitions (TopicRecord, PartitionRecord,
-RemoveTopicRecord), topic and dynamic broker configs (ConfigRecord), ACLs
+RemoveTopicRecord), topic, group and dynamic broker configs (ConfigRecord), ACLs
 (AccessControlEntryRecord), SCRAM credentials (UserScramCredentialRecord) and feature levels
 (FeatureLevelRecord). The ``sync_*``/``store_*`` methods write the records that bring the image
 to what the broker holds; the broker reads its state back from the image at start.
@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Optional
 
 from kproto.broker.cluster.controller import ControllerConfig, QuorumController, partition_record
 from kproto.broker.cluster.migration import migration_records, read_legacy_state, retire_files
+from kproto.broker.group_configs import GROUP_RESOURCE, group_config_records, group_configs_of
 from kproto.broker.cluster.raft import (METADATA_TOPIC, KRaftReplica, RaftConfig, RaftMetadataLog,
                                         open_metadata_log)
 from kproto.broker.security.acl import AclBinding
@@ -149,12 +150,22 @@ class CombinedMetadata:
         record = metadata_record(RecordType.CONFIG)
         records = []
         for key in sorted(set(wanted) | set(self.image.configs)):
+            if key[0] not in (BROKER_RESOURCE, TOPIC_RESOURCE):
+                continue  # group configs are stored on their own
             have, want = self.image.configs.get(key, {}), wanted.get(key, {})
             if key not in wanted and key[0] == TOPIC_RESOURCE and key[1] not in self.image.topics:
                 continue
             records += [(record(resource_type=key[0], resource_name=key[1], name=k, value=want.get(k)), 0)
                         for k in sorted(set(have) | set(want)) if have.get(k) != want.get(k)]
         self.write(records)
+
+    def stored_group_configs(self) -> dict[str, dict[str, str]]:
+        """Every group's configs (ConfigRecords of resource type GROUP)."""
+        return group_configs_of(self.image.configs)
+
+    def store_group_configs(self, group_id: str, configs: Mapping[str, str]) -> None:
+        """ConfigRecords taking the group's configs in the image to ``configs``."""
+        self.write(group_config_records(group_id, self.image.configs.get((GROUP_RESOURCE, group_id), {}), configs))
 
     # ------------------------------------------------------------------ ACLs and SCRAM
     def stored_acls(self) -> set[AclBinding]:

@@ -8,6 +8,7 @@
   ``__transaction_state``.
 - :mod:`~kproto.broker.coordinators.share_group`: the KIP-932 share group coordinator
   (membership, assignment, the share offset admin APIs).
+- :mod:`~kproto.broker.coordinators.share_assignor`: Kafka's share-group assignor.
 - :mod:`~kproto.broker.coordinators.share_state`: the share-group state persister over
   ``__share_group_state``.
 """

@@ -13,10 +13,9 @@ subscribes to a new topic first gets an assignment without it; the coordinator t
 the state of its partitions through the persister (at ``share.auto.offset.reset``, resolved at
 the first fetch) and bumps the group epoch, so the next assignment includes them.
 
-The assignor is Kafka's simple one for members subscribed alike: with at least as many members
-as partitions each member gets partition ``i mod P`` (partitions shared by several members),
-else partition ``p`` goes to member ``p mod M`` (members in id order, partitions in topic name
-and index order). Membership is written to ``__consumer_offsets`` as Kafka 4.4 writes it (record
+The assignor is Kafka 4.4's simple one (:mod:`~kproto.broker.coordinators.share_assignor`):
+balanced, then sticky; a partition is shared by several members only when there are more
+members than partitions. Membership is written to ``__consumer_offsets`` as Kafka 4.4 writes it (record
 types 10-15: ShareGroupMemberMetadata, ShareGroupMetadata, ShareGroupTargetAssignmentMetadata/
 Member, ShareGroupCurrentMemberAssignment, ShareGroupStatePartitionMetadata; tombstones for
 departures and deletions) and read back at start, the members' session timeouts restarted.
@@ -35,6 +34,7 @@ import struct
 
 from kproto.broker.context import BrokerContext
 from kproto.broker.coordinators.offsets_topic import OFFSETS_TOPIC, record_key, record_value
+from kproto.broker.coordinators.share_assignor import share_assign
 from kproto.broker.coordinators.share_state import ShareStateCoordinator
 from kproto.broker.timer import CallbackTask
 from kproto.codecs import message
@@ -44,7 +44,7 @@ from kproto.error_codes import ErrorCode as E
 from kproto.errors import DecodeError
 from kproto.schemas.api_keys import ApiKey
 
-__all__ = ["ShareGroupCoordinator", "ShareGroup", "ShareMember", "simple_assign", "SHARE_GROUP_OPERATIONS",
+__all__ = ["ShareGroupCoordinator", "ShareGroup", "ShareMember", "SHARE_GROUP_OPERATIONS",
            "RECORD_TYPES"]
 
 log = logging.getLogger("kproto.broker.share")
@@ -107,22 +107,6 @@ class ShareGroup:
     @property
     def type(self) -> str:
         return "share"
-
-
-def simple_assign(members: list[str], partitions: list[tuple[Uuid, int]]) -> dict[str, Assignment]:
-    """Kafka's share-group simple assignor for members subscribed alike (see the module doc)."""
-    out: dict[str, Assignment] = {m: {} for m in members}
-    if not members or not partitions:
-        return out
-    ms = sorted(members)
-    if len(ms) >= len(partitions):
-        for i, m in enumerate(ms):
-            t, p = partitions[i % len(partitions)]
-            out[m].setdefault(t, set()).add(p)
-    else:
-        for i, (t, p) in enumerate(partitions):
-            out[ms[i % len(ms)]].setdefault(t, set()).add(p)
-    return out
 
 
 class OffsetsTopic(Protocol):
@@ -375,18 +359,14 @@ class ShareGroupCoordinator:
                 if p not in group.initialized.get(tid, ())]
 
     def _compute_target(self, group: ShareGroup, now: int) -> None:
-        parts = [(tid, p) for _, tid, n in self._subscribed(group) for p in range(n)
-                 if p in group.initialized.get(tid, ())]
-        # members subscribed alike share the partitions; a member gets only what it subscribes to
-        by_sub: dict[tuple[str, ...], list[str]] = {}
-        for m in group.members.values():
-            by_sub.setdefault(tuple(m.subscribed_topic_names), []).append(m.member_id)
-        names = {tid: n for n, tid, _ in self._subscribed(group)}
-        target: dict[str, Assignment] = {}
-        for sub, mids in by_sub.items():
-            mine = [(t, p) for t, p in parts if names.get(t) in sub]
-            target.update(simple_assign(mids, mine))
-        group.target = target
+        """Kafka's share assignor (:func:`share_assign`) from the target so far."""
+        subscribed = self._subscribed(group)
+        ids = {n: tid for n, tid, _ in subscribed}
+        assignable = {tid: [p for p in range(n) if p in group.initialized.get(tid, ())] for _, tid, n in subscribed}
+        members = {m.member_id: [ids[n] for n in m.subscribed_topic_names if n in ids] for m in group.members.values()}
+        names = [set(m.subscribed_topic_names) for m in group.members.values()]
+        group.target = share_assign(members, assignable, group.target,
+                                    homogeneous=all(n == names[0] for n in names))
         group.assignment_epoch = group.group_epoch
         group.assignment_time_ms = now
 
