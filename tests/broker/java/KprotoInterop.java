@@ -21,6 +21,8 @@ import org.apache.kafka.clients.consumer.*;
 import org.apache.kafka.clients.producer.*;
 import org.apache.kafka.common.*;
 import org.apache.kafka.common.config.ConfigResource;
+import org.apache.kafka.common.errors.UnknownTopicIdException;
+import org.apache.kafka.common.errors.UnknownTopicOrPartitionException;
 import org.apache.kafka.common.serialization.*;
 
 public class KprotoInterop {
@@ -504,14 +506,30 @@ public class KprotoInterop {
     // ------------------------------------------------------------------ topics by id
     /** Admin.describeTopics by topic id (a Metadata request naming ids, with empty names), for a
      *  topic that exists and for an id no topic has. */
+    static <T> T untilKnown(Callable<T> call) throws Exception {
+        long deadline = System.nanoTime() + 15_000_000_000L;
+        while (true) {
+            try {
+                return call.call();
+            } catch (ExecutionException ex) {
+                boolean unknown = ex.getCause() instanceof UnknownTopicOrPartitionException
+                    || ex.getCause() instanceof UnknownTopicIdException;
+                if (!unknown || System.nanoTime() > deadline) throw ex;
+                Thread.sleep(100);
+            }
+        }
+    }
+
     static void topicIds() throws Exception {
         try (Admin admin = adminClient()) {
             admin.createTopics(List.of(new NewTopic("j-topicids", Optional.of(2), Optional.empty())))
                 .all().get(15, TimeUnit.SECONDS);
-            Uuid id = admin.describeTopics(List.of("j-topicids")).allTopicNames().get(15, TimeUnit.SECONDS)
-                .get("j-topicids").topicId();
-            TopicDescription d = admin.describeTopics(TopicCollection.ofTopicIds(List.of(id))).allTopicIds()
-                .get(15, TimeUnit.SECONDS).get(id);
+            // on a cluster a broker learns of a new topic a little after the controller answered
+            // CreateTopics: until then it says the topic (or id) is unknown, and Admin does not retry
+            Uuid id = untilKnown(() -> admin.describeTopics(List.of("j-topicids")).allTopicNames()
+                .get(15, TimeUnit.SECONDS).get("j-topicids").topicId());
+            TopicDescription d = untilKnown(() -> admin.describeTopics(TopicCollection.ofTopicIds(List.of(id)))
+                .allTopicIds().get(15, TimeUnit.SECONDS).get(id));
             emit("phase", "topicids", "event", "by-id", "topic_id", id.toString(), "name", d.name(),
                  "partitions", d.partitions().size());
             Uuid unknown = Uuid.randomUuid();
