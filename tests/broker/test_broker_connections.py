@@ -157,7 +157,9 @@ def test_an_address_past_its_connection_count_is_closed_at_once(any_broker: Any)
             s.close()
     finally:
         set_broker_config(any_broker.bootstrap, "max.connections.per.ip.overrides", None)
-    assert (got, again) == (["answered", "answered", "closed"], "answered")
+    # closed unanswered: a FIN, or a reset when the request had reached the closed socket
+    # (seen on Apache Kafka both ways, depending on timing)
+    assert (got[:2], got[2] in ("closed", "reset"), again) == (["answered", "answered"], True, "answered")
 
 
 @pytest.mark.kafka_broker(max_connections=2)
