@@ -31,7 +31,7 @@ from kproto.records import RecordBatch
 from kproto.records.reader import BatchReader
 from kproto.schemas.api_keys import ApiKey
 
-__all__ = ["SharePartitionManager", "ShareSession", "ShareStore", "ShareGroups"]
+__all__ = ["SharePartitionManager", "ShareSession", "ShareStore", "ShareGroups", "StateLoading"]
 
 Respond = Callable[[Any], None]
 TP = tuple[Uuid, int]
@@ -47,6 +47,14 @@ def _duration_ms(text: str) -> int:
     d, h, mi, sec = (float(x) if x else 0.0 for x in m.groups())
     return int(((d * 24 + h) * 60 + mi) * 60_000 + sec * 1000)
 _INT32_MAX = 2**31 - 1
+
+
+class StateLoading(BrokerError):
+    """A share-partition whose persisted state is still being read from another broker (the
+    share coordinator of a cluster): no records are handed out for it until it is there."""
+
+    def __init__(self) -> None:
+        super().__init__(E.INVALID_RECORD_STATE, "The share-partition's state is being loaded.")
 
 
 class ShareStore(Protocol):
@@ -129,17 +137,7 @@ class SharePartitionManager:
         sp = self.partitions.get(key)
         if sp is not None:
             return sp, False
-        if gid not in self.groups.groups:
-            # no share group of that id: its share-partition state cannot be initialized
-            raise BrokerError(E.UNKNOWN_SERVER_ERROR)
-        lg = self.core.logs.get(topic, p)
-        if lg is None:
-            raise BrokerError(E.UNKNOWN_TOPIC_OR_PARTITION)
-        state = self.persister.read(key)
-        if state is None:
-            self.persister.initialize(key, 0, -1)
-            state = self.persister.read(key)
-            assert state is not None
+        lg, state = self._state(key, topic)
         start = state.start_offset
         if start < 0:
             start = self._reset_offset(gid, lg)
@@ -148,6 +146,27 @@ class SharePartitionManager:
                             batches=state.batches, topic_id=tid)
         self.partitions[key] = sp
         return sp, True
+
+    def _state(self, key: tuple[str, Uuid, int], topic: str) -> tuple[Any, Any]:
+        """The log and the persisted state a new share-partition starts from (the state
+        initialized when there is none); :class:`BrokerError` when it cannot be made here,
+        :class:`StateLoading` while the state is on its way."""
+        if key[0] not in self.groups.groups:
+            # no share group of that id: its share-partition state cannot be initialized
+            raise BrokerError(E.UNKNOWN_SERVER_ERROR)
+        lg = self.core.logs.get(topic, key[2])
+        if lg is None:
+            raise BrokerError(E.UNKNOWN_TOPIC_OR_PARTITION)
+        state = self.persister.read(key)
+        if state is None:
+            self.persister.initialize(key, 0, -1)
+            state = self.persister.read(key)
+            assert state is not None
+        return lg, state
+
+    def loading(self, key: tuple[str, Uuid, int]) -> bool:
+        """Whether the share-partition's state is being read (see :class:`StateLoading`)."""
+        return False
 
     def _reset_offset(self, gid: str, lg: Any) -> int:
         """Where a share-partition without a state starts (``share.auto.offset.reset``):
@@ -312,6 +331,8 @@ class SharePartitionManager:
                 return True
             sp = self.partitions.get((session.group_id, tid, p))
             lg = self.core.logs.get(name, p)
+            if sp is None and self.loading((session.group_id, tid, p)):
+                continue
             if sp is None or lg is None or sp.can_acquire(self._fetch_end(session.group_id, lg)):
                 return True
         return False
@@ -336,6 +357,8 @@ class SharePartitionManager:
                     lg = self.core.logs.get(name, p)
                     if lg is None:
                         raise BrokerError(E.UNKNOWN_TOPIC_OR_PARTITION)
+                except StateLoading:
+                    continue  # answered once its state is read
                 except BrokerError as exc:
                     data[(tid, p)] = (exc.code, b"", [])
                     continue

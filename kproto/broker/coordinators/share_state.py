@@ -91,9 +91,9 @@ class ShareStateCoordinator:
     # ------------------------------------------------------------------ topic
     @property
     def num_partitions(self) -> int:
-        topic = self.core.logs.topics.get(SHARE_STATE_TOPIC)
-        if topic is not None:
-            return len(topic.partitions)
+        known = self.core.known_topics().get(SHARE_STATE_TOPIC)
+        if known is not None:
+            return known[1]
         return int(getattr(self.core.config, "share_coordinator_state_topic_num_partitions", 50))
 
     @property
@@ -146,9 +146,11 @@ class ShareStateCoordinator:
                            for a, b, st, c in batches]))
 
     # ------------------------------------------------------------------ load
-    def _load(self) -> None:
+    def _load(self, partitions: Optional[set[int]] = None) -> None:
         for lg in self.core.logs.topics[SHARE_STATE_TOPIC].logs:
             if lg is None or not self.core.leads(lg.topic, lg.partition):
+                continue
+            if partitions is not None and lg.partition not in partitions:
                 continue
             for batch in lg.batches():
                 if batch.is_control:
@@ -158,6 +160,18 @@ class ShareStateCoordinator:
                         self._replay(r.key, r.value)
                     except (DecodeError, struct.error, KeyError, IndexError):
                         log.warning("unreadable %s record at offset %d", SHARE_STATE_TOPIC, r.offset)
+
+    def load_partitions(self, partitions: set[int]) -> None:
+        """This broker became the leader of these ``__share_group_state`` partitions (a
+        cluster's share coordinator): their states are replayed from the log."""
+        if partitions and SHARE_STATE_TOPIC in self.core.logs.topics:
+            self._load(partitions)
+
+    def unload_partitions(self, partitions: set[int]) -> None:
+        """This broker stopped leading these partitions: their states go."""
+        n = self.num_partitions
+        for key in [k for k in self.states if partition_for(share_key(*k), n) in partitions]:
+            del self.states[key]
 
     def _replay(self, key: Optional[bytes], value: Optional[bytes]) -> None:
         if key is None:
