@@ -116,3 +116,134 @@ def test_share_group_over_spread_leaders_delivers_each_record_once(kafka_cluster
     assert extra == []
     assert {p: lag for (_, p), (_, lag) in lags.items()} == {p: 0 for p in range(6)}
     assert found == expected
+
+
+def test_a_data_leader_killed_mid_stream_loses_nothing_and_redelivers_only_what_was_not_acknowledged(
+        kafka_cluster: ClusterThread) -> None:
+    topic, group = new_name("share-kill"), new_name("share-g")
+    kafka_cluster.create_topic(topic, 6, 3)
+    victim = kafka_cluster.leader(topic, 0)
+    led = {p for p in range(6) if kafka_cluster.leader(topic, p) == victim}
+    values = set(range(120))
+
+    async def main() -> tuple[set, set, list, list]:
+        async with Cluster(kafka_cluster.bootstrap) as cluster:
+            await Admin(cluster).alter_configs({("group", group): GROUP_CONFIG})
+            await produce(cluster, topic, range(120), 6)
+            a = await ShareConsumer(cluster, [topic], group_id=group, acknowledgement_mode="explicit",
+                                    max_poll_records=20).start()
+            accepted: set[int] = set()
+            held: set[int] = set()
+            deadline = time.monotonic() + 30
+            while not held and time.monotonic() < deadline:
+                records = await a.poll(0.3)
+                # once records of the victim's partitions were accepted, the next ones it hands
+                # out are held, unacknowledged, when it is killed
+                hold = accepted & {v for v in values if v % 6 in led} and \
+                    [r for r in records if r.partition in led]
+                for r in records:
+                    if hold and r.partition in led:
+                        held.add(int(r.value or b"-1"))
+                    else:
+                        a.acknowledge(r, AcknowledgeType.ACCEPT)
+                        accepted.add(int(r.value or b"-1"))
+                results = await a.commit_sync()
+                assert all(res.error is None for res in results.values()), results
+            assert held, "nothing of the victim's partitions was delivered"
+            kafka_cluster.stop(victim, abrupt=True)
+            await a.close()
+            b = await ShareConsumer(cluster, [topic], group_id=group, acknowledgement_mode="explicit").start()
+            seen: list = []
+            await consume(b, values - accepted, seen, deadline_s=60)
+            await asyncio.sleep(2.5)  # past the lock duration: anything held would come back
+            extra = await b.poll(0.5)
+            await b.close()
+            return accepted, held, seen, extra
+
+    accepted, held, seen, extra = run(main())
+    after = {v for v, _, _ in seen}
+    assert accepted | after == values                        # nothing lost
+    assert not accepted & after, sorted(accepted & after)    # acknowledged: never again
+    assert held <= after                                     # handed out, not acknowledged: again
+    assert len(seen) == len(after) and extra == []           # each once after the kill
+
+
+def test_a_share_coordinator_killed_its_states_survive_on_the_next_leader(kafka_cluster: ClusterThread) -> None:
+    topic = new_name("share-coord")
+    kafka_cluster.create_topic(topic, 1, 3)
+    tid = topic_id(kafka_cluster, topic)
+    for key_type, key in ((0, "any-group"), (2, f"any-group:{tid}:0")):  # both internal topics made
+        find_coordinator(kafka_cluster, key_type, key)
+    # a group whose share coordinator (for partition 0) is neither the data leader nor the group coordinator
+    n_offsets = kafka_cluster.inspect(lambda c: len(c.image().topics[OFFSETS_TOPIC].partitions))
+    data_leader = kafka_cluster.leader(topic, 0)
+    for i in range(500):
+        group = f"share-g-{i}"
+        coordinator = share_coordinator(kafka_cluster, share_key(group, tid, 0))
+        if coordinator not in (data_leader, kafka_cluster.leader(OFFSETS_TOPIC, partition_for(group, n_offsets))):
+            break
+    key = (group, tid, 0)
+    n_state = kafka_cluster.inspect(lambda c: len(c.image().topics[SHARE_STATE_TOPIC].partitions))
+    state_partition = partition_for(share_key(*key), n_state)
+
+    def done_offsets(node: int) -> set[int]:
+        """The offsets the share coordinator ``node`` has as done (acknowledged, or below the start)."""
+        def read(c: Any) -> set[int]:
+            s = c.brokers[node].core.share_state.states.get(key)
+            if s is None:
+                return set()
+            return set(range(s.start_offset)) | {o for a, z, st, _ in s.batches if st == ACKNOWLEDGED
+                                                 for o in range(a, z + 1)}
+        return kafka_cluster.inspect(read)
+
+    async def main() -> tuple[list, list, set, int]:
+        async with Cluster(kafka_cluster.bootstrap) as cluster:
+            await Admin(cluster).alter_configs({("group", group): GROUP_CONFIG})
+            await produce(cluster, topic, range(30), 1)
+            a = await ShareConsumer(cluster, [topic], group_id=group, acknowledgement_mode="explicit",
+                                    max_poll_records=10).start()
+            before: list = []
+            while not before:
+                before = await a.poll(0.3)
+            for r in before:
+                a.acknowledge(r, AcknowledgeType.ACCEPT)
+            assert all(res.error is None for res in (await a.commit_sync()).values())
+            kafka_cluster.stop(coordinator, abrupt=True)
+            kafka_cluster.wait_for(lambda c: c.leader(SHARE_STATE_TOPIC, state_partition) not in (None, -1, coordinator),
+                                   what="a new share coordinator")
+            successor = kafka_cluster.leader(SHARE_STATE_TOPIC, state_partition)
+            replayed = done_offsets(successor)
+            after: list = []
+            await consume(a, set(range(30)) - {int(r.value or b"-1") for r in before}, after)
+            lags = await Admin(cluster).list_share_group_offsets(group)
+            await a.close()
+            return before, after, replayed, lags[(topic, 0)][1]
+
+    before, after, replayed, lag = run(main())
+    assert {r.offset for r in before} <= replayed              # the acknowledgements survived the kill
+    delivered = [int(r.value or b"-1") for r in before] + [v for v, _, _ in after]
+    assert sorted(delivered) == list(range(30))               # each record once
+    assert lag == 0
+
+
+def find_coordinator(kafka_cluster: ClusterThread, key_type: int, key: str) -> int:
+    """FindCoordinator (v4) until the key has a coordinator (its internal topic made on first use)."""
+    from kproto.client.connection import Connection
+    from kproto.codecs import request as request_codec
+    from kproto.schemas.api_keys import ApiKey
+
+    async def ask() -> int:
+        host, port = kafka_cluster.bootstrap.split(",")[0].rsplit(":", 1)
+        conn = await Connection.open(host, int(port), client_id="share-test")
+        try:
+            cls = request_codec(ApiKey.FIND_COORDINATOR).cls
+            for _ in range(100):
+                resp = await conn.request(cls(key_type=key_type, coordinator_keys=[key]), 4)
+                c = resp.coordinators[0]
+                if c.error_code == 0:
+                    return int(c.node_id)
+                await asyncio.sleep(0.1)
+            raise AssertionError(f"no coordinator for {key!r}")
+        finally:
+            await conn.close()
+    return run(ask(), 30)
