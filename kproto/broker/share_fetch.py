@@ -353,7 +353,9 @@ class SharePartitionManager:
                     data[(tid, p)] = (E.UNKNOWN_TOPIC_ID, b"", [])
                     continue
                 try:
-                    sp, _ = self._partition(session.group_id, tid, name, p)
+                    sp, new = self._partition(session.group_id, tid, name, p)
+                    if new:  # (its state was read meanwhile)
+                        created.add((tid, p))
                     lg = self.core.logs.get(name, p)
                     if lg is None:
                         raise BrokerError(E.UNKNOWN_TOPIC_OR_PARTITION)

@@ -58,7 +58,7 @@ _GIVE_UP_MS = 30_000
 def share_state_topic_configs(replicas: int) -> dict[str, str]:
     """``__share_group_state``'s configs as Kafka's share coordinator creates it
     (``share.coordinator.state.topic.min.isr`` 2 where it has the replicas for it)."""
-    return {"cleanup.policy": "delete,compact", "compression.type": "producer", "segment.bytes": "104857600",
+    return {"cleanup.policy": "delete", "compression.type": "producer", "segment.bytes": "104857600",
             "retention.ms": "-1", "min.insync.replicas": str(min(2, replicas))}
 
 
