@@ -10,18 +10,27 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from types import SimpleNamespace
 from typing import Any, Optional
 
 import pytest
 
+from kproto.broker.cluster.share import RemoteSharePersister
 from kproto.broker.coordinators.offsets_topic import OFFSETS_TOPIC, partition_for
 from kproto.broker.coordinators.share_state import SHARE_STATE_TOPIC, share_key
 from kproto.broker.share_partition import ACKNOWLEDGED
+from kproto.broker.timer import FakeClock, SystemTimer
 from kproto.client.admin import Admin
 from kproto.client.cluster import Cluster
+from kproto.client.connection import Connection
 from kproto.client.producer import Producer
 from kproto.client.share_consumer import ShareConsumer
 from kproto.client.share_session import AcknowledgeType
+from kproto.codecs import request as request_codec
+from kproto.codecs import response as response_codec
+from kproto.codecs.primitives import Uuid
+from kproto.error_codes import ErrorCode
+from kproto.schemas.api_keys import ApiKey
 from kproto.testing import ClusterThread
 
 pytestmark = pytest.mark.kafka_cluster(group_share_assignment_interval_ms=0)
@@ -228,10 +237,6 @@ def test_a_share_coordinator_killed_its_states_survive_on_the_next_leader(kafka_
 
 def find_coordinator(kafka_cluster: ClusterThread, key_type: int, key: str) -> int:
     """FindCoordinator (v4) until the key has a coordinator (its internal topic made on first use)."""
-    from kproto.client.connection import Connection
-    from kproto.codecs import request as request_codec
-    from kproto.schemas.api_keys import ApiKey
-
     async def ask() -> int:
         host, port = kafka_cluster.bootstrap.split(",")[0].rsplit(":", 1)
         conn = await Connection.open(host, int(port), client_id="share-test")
@@ -247,3 +252,63 @@ def find_coordinator(kafka_cluster: ClusterThread, key_type: int, key: str) -> i
         finally:
             await conn.close()
     return run(ask(), 30)
+
+
+# ---- the persister of a cluster's broker, sans-I/O -------------------------------------------------
+
+class _FakeCore:
+    """What :class:`RemoteSharePersister` uses of a cluster's broker: the image (who leads
+    ``__share_group_state``), a transport recording what is sent, a fake clock."""
+
+    node_id = 1
+    detached = False
+
+    def __init__(self, leader: int) -> None:
+        self.clock = FakeClock()
+        self.timer = SystemTimer(clock=self.clock)
+        self.partitions = {i: SimpleNamespace(leader=leader) for i in range(3)}
+        self.image = SimpleNamespace(topics={SHARE_STATE_TOPIC: SimpleNamespace(partitions=self.partitions)})
+        self.replicas = SimpleNamespace(config=SimpleNamespace(request_timeout_ms=3000))
+        self.sent: list[tuple[int, int, Any, Any]] = []
+        self.transport = SimpleNamespace(send=lambda node, api, ver, body, cb, timeout:
+                                         self.sent.append((node, api, body, cb)))
+
+    def wall_ms(self) -> int:
+        return 0
+
+    def answer(self, code: int = 0) -> None:
+        node, api, body, cb = self.sent.pop(0)
+        cls = response_codec(api).cls
+        topic = next(getattr(cls, n) for n in ("InitializeStateResult", "WriteStateResult", "ReadStateResult")
+                     if hasattr(cls, n))
+        cb(cls(results=[topic(topic_id=body.topics[0].topic_id, partitions=[
+            cls.PartitionResult(partition=body.topics[0].partitions[0].partition, error_code=code)])]))
+
+
+def test_the_persister_writes_in_order_folds_waiting_writes_and_follows_a_moved_coordinator() -> None:
+    core = _FakeCore(leader=2)
+    persister = RemoteSharePersister(core)  # type: ignore[arg-type]
+    key = ("g", Uuid(b"\x07" * 16), 0)
+    persister.initialize(key, 0, 10)
+    for start in (10, 11, 12):  # three writes while the initialize is on its way
+        persister.write(key, 0, 1, start, 0, [(start, start, ACKNOWLEDGED, 1)])
+    flushed: list[str] = []
+    persister.when_flushed(lambda: flushed.append("all written"))
+    # one request at a time per key: the initialize first, to the share coordinator (broker 2)
+    assert [(n, api) for n, api, _, _ in core.sent] == [(2, ApiKey.INITIALIZE_SHARE_GROUP_STATE)]
+    core.answer()
+    # the three writes were folded into the newest (each carries the whole in-flight window)
+    assert [(n, api, b.topics[0].partitions[0].start_offset) for n, api, b, _ in core.sent] == [
+        (2, ApiKey.WRITE_SHARE_GROUP_STATE, 12)]
+    assert flushed == []
+    # the coordinator moved: NOT_COORDINATOR, asked again of the new leader after a pause
+    for p in core.partitions.values():
+        p.leader = 3
+    core.answer(ErrorCode.NOT_COORDINATOR)
+    assert core.sent == [] and flushed == []
+    core.clock.advance(100)
+    core.timer.advance_clock()
+    assert [(n, api) for n, api, _, _ in core.sent] == [(3, ApiKey.WRITE_SHARE_GROUP_STATE)]
+    core.answer()
+    assert flushed == ["all written"] and core.sent == []
+    assert persister.read(key) is not None and persister.read(key).start_offset == 12  # type: ignore[union-attr]
