@@ -52,6 +52,7 @@ _RETRIABLE = frozenset({E.NOT_COORDINATOR, E.COORDINATOR_NOT_AVAILABLE, E.COORDI
                         E.REQUEST_TIMED_OUT, E.NETWORK_EXCEPTION, E.NOT_ENOUGH_REPLICAS,
                         E.NOT_LEADER_OR_FOLLOWER, E.UNKNOWN_TOPIC_OR_PARTITION})
 _RETRY_MS = 100
+_LIST_OFFSETS_VERSION = 7
 _GIVE_UP_MS = 30_000
 
 
@@ -412,6 +413,81 @@ def share_offsets_handler(core: ClusterBrokerCore, inner: Callable[[Any], None])
 
         def run() -> None:
             answer_when_flushed(core.share_persister, req)
+            if req.api_key == ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS:
+                names = {tid: n for n, (tid, _, _) in topics.items()}
+                tps = sorted({(names[tid], p) for _, tid, p in keys if tid in names})
+
+                def described(hws: dict[tuple[str, int], int]) -> None:
+                    with_lags(core, req, hws)
+                    inner(req)
+                high_watermarks(core, tps, described)
+                return
             inner(req)
         core.share_persister.load_summaries(keys, run)
     return handle
+
+
+def high_watermarks(core: ClusterBrokerCore, tps: list[tuple[str, int]],
+                    then: Callable[[dict[tuple[str, int], int]], None]) -> None:
+    """The high watermarks of ``tps`` as their leaders have them (ListOffsets latest, as
+    Kafka's group coordinator asks them for a share group's lag); a partition whose leader
+    does not answer is left out."""
+    by_leader: dict[int, list[tuple[str, int]]] = {}
+    for t, p in tps:
+        info = core.image.partition(t, p)
+        if info is not None and info.leader >= 0:
+            by_leader.setdefault(info.leader, []).append((t, p))
+    out: dict[tuple[str, int], int] = {}
+    pending = [len(by_leader)]
+    if not by_leader:
+        then(out)
+        return
+
+    def settled() -> None:
+        pending[0] -= 1
+        if pending[0] == 0:
+            then(out)
+
+    cls = request_codec(ApiKey.LIST_OFFSETS).cls
+    for leader, mine in by_leader.items():
+        if leader == core.node_id:
+            for t, p in mine:
+                lg = core.logs.get(t, p)
+                if lg is not None:
+                    out[(t, p)] = lg.high_watermark
+            settled()
+            continue
+        by_topic: dict[str, list[int]] = {}
+        for t, p in mine:
+            by_topic.setdefault(t, []).append(p)
+        body = cls(replica_id=-1, isolation_level=0, timeout_ms=core.replicas.config.request_timeout_ms, topics=[
+            cls.ListOffsetsTopic(name=t, partitions=[cls.ListOffsetsPartition(
+                partition_index=p, current_leader_epoch=-1, timestamp=-1) for p in ps]) for t, ps in by_topic.items()])
+
+        def answered(resp: Optional[Any]) -> None:
+            for t in resp.topics if resp is not None else ():
+                for r in t.partitions:
+                    if not r.error_code:
+                        out[(t.name, r.partition_index)] = r.offset
+            settled()
+        core.transport.send(leader, ApiKey.LIST_OFFSETS, _LIST_OFFSETS_VERSION, body, answered,
+                            core.replicas.config.request_timeout_ms)
+
+
+def with_lags(core: ClusterBrokerCore, req: Any, hws: dict[tuple[str, int], int]) -> None:
+    """DescribeShareGroupOffsets' lags from the leaders' high watermarks ``hws`` (the group
+    coordinator need not host the partitions): the answer's lag of each partition with a
+    state is the records after the start offset not yet done."""
+    respond = req.respond
+    states = core.share_persister.states
+
+    def lagged(body: Any, api_version: Optional[int] = None) -> None:
+        for g in getattr(body, "groups", ()):
+            for t in g.topics:
+                for p in t.partitions:
+                    s = states.get((g.group_id, t.topic_id, p.partition_index))
+                    hw = hws.get((t.topic_name, p.partition_index))
+                    if s is not None and hw is not None and p.start_offset >= 0:
+                        p.lag = max(0, hw - p.start_offset - s.delivery_complete_count)
+        respond(body, api_version)
+    req.respond = lagged
