@@ -235,6 +235,37 @@ def test_a_share_coordinator_killed_its_states_survive_on_the_next_leader(kafka_
     assert lag == 0
 
 
+def test_offsets_altered_while_the_group_is_empty_are_where_its_next_member_starts(
+        kafka_cluster: ClusterThread) -> None:
+    """AlterShareGroupOffsets goes to the group coordinator and the share coordinator; the data
+    partition's leader, where the group's last session ended, reads the new state at the next
+    fetch (its share-partition went with that session)."""
+    topic, group = new_name("share-alter"), new_name("share-g")
+    kafka_cluster.create_topic(topic, 1, 3)
+
+    async def main() -> tuple[list, int, list]:
+        async with Cluster(kafka_cluster.bootstrap) as cluster:
+            await Admin(cluster).alter_configs({("group", group): GROUP_CONFIG})
+            await produce(cluster, topic, range(20), 1)
+            a = await ShareConsumer(cluster, [topic], group_id=group, acknowledgement_mode="explicit").start()
+            first: list = []
+            await consume(a, set(range(20)), first)
+            await a.close()
+            cls = request_codec(ApiKey.ALTER_SHARE_GROUP_OFFSETS).cls
+            resp = await cluster.coordinator_request(group, cls(group_id=group, topics=[
+                cls.AlterShareGroupOffsetsRequestTopic(topic_name=topic, partitions=[
+                    cls.AlterShareGroupOffsetsRequestPartition(partition_index=0, start_offset=5)])]), version=0)
+            b = await ShareConsumer(cluster, [topic], group_id=group, acknowledgement_mode="explicit").start()
+            again: list = []
+            await consume(b, set(range(5, 20)), again, deadline_s=30)
+            await b.close()
+            return first, resp.error_code or resp.responses[0].partitions[0].error_code, again
+
+    first, code, again = run(main())
+    assert sorted(v for v, _, _ in first) == list(range(20)) and code == 0
+    assert sorted(v for v, _, _ in again) == list(range(5, 20))
+
+
 def find_coordinator(kafka_cluster: ClusterThread, key_type: int, key: str) -> int:
     """FindCoordinator (v4) until the key has a coordinator (its internal topic made on first use)."""
     async def ask() -> int:

@@ -199,6 +199,11 @@ class RemoteSharePersister:
         for key in [k for k in self.states if k[1] == topic_id and k[2] == partition]:
             del self.states[key]
 
+    def forget_group(self, group_id: str) -> None:
+        """Drop what is kept of the group's states."""
+        for key in [k for k in self.states if k[0] == group_id]:
+            del self.states[key]
+
     # ------------------------------------------------------------------ ordering
     def when_flushed(self, then: Callable[[], None]) -> None:
         """``then()`` once every change asked for so far was answered by its share coordinator."""
@@ -372,6 +377,15 @@ class ClusterSharePartitionManager(SharePartitionManager):
         for key in [k for k in self.partitions if k[1] == topic_id and k[2] == partition]:
             self.partitions.pop(key).close()
         self.persister.forget(topic_id, partition)
+
+    def _close_session(self, s: Any) -> None:
+        super()._close_session(s)
+        if s is not None and not any(k[0] == s.group_id for k in self.sessions):
+            # the group's last session here: its share-partitions go (their state was written);
+            # its next fetch reads the state again, as the group coordinator may have changed it
+            # meanwhile (AlterShareGroupOffsets, DeleteShareGroupOffsets: an empty group's)
+            self._drop_group(s.group_id)
+            self.persister.forget_group(s.group_id)
 
     def fetch(self, req: Any) -> None:
         answer_when_flushed(self.persister, req)
