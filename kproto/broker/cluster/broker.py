@@ -32,6 +32,10 @@ it has the markers written by each partition's leader through WriteTxnMarkers, r
 every leader has written them. A transactional write (a Produce, a TxnOffsetCommit) is
 verified with the coordinator first (KIP-890), through AddPartitionsToTxn v5 when that is
 another broker.
+
+Share groups (KIP-932): the group coordinator serves their membership, the leader of each
+data partition its share-partitions, the leader of each ``__share_group_state`` partition the
+states whose keys hash to it (see :mod:`kproto.broker.cluster.share`).
 """
 from __future__ import annotations
 
