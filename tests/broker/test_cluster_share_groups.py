@@ -266,6 +266,76 @@ def test_offsets_altered_while_the_group_is_empty_are_where_its_next_member_star
     assert sorted(v for v, _, _ in again) == list(range(5, 20))
 
 
+def test_a_share_fetch_of_a_group_without_state_is_refused_and_initializes_nothing(
+        kafka_cluster: ClusterThread) -> None:
+    """Only the group coordinator initializes a share-partition's state (before it assigns it):
+    the leader asked for one that has none answers UNKNOWN_SERVER_ERROR for it, as the single
+    broker does for a group it does not know, and no state is made."""
+    topic, group = new_name("share-none"), new_name("share-g")
+    kafka_cluster.create_topic(topic, 1, 3)
+    tid = topic_id(kafka_cluster, topic)
+    leader = kafka_cluster.leader(topic, 0)
+    port = kafka_cluster.inspect(lambda c: c.brokers[leader].config.port)
+
+    async def fetch() -> list[tuple[int, int]]:
+        conn = await Connection.open("127.0.0.1", port, client_id="share-test")
+        try:
+            sf = request_codec(ApiKey.SHARE_FETCH).cls
+            resp = await conn.request(sf(
+                group_id=group, member_id="m-1", share_session_epoch=0, max_wait_ms=2000, min_bytes=1,
+                max_bytes=1 << 20, max_records=10, batch_size=10, forgotten_topics_data=[],
+                topics=[sf.FetchTopic(topic_id=tid, partitions=[sf.FetchPartition(partition_index=0)])]), 1)
+            return [(p.partition_index, p.error_code) for t in resp.responses for p in t.partitions]
+        finally:
+            await conn.close()
+
+    assert run(fetch(), 30) == [(0, ErrorCode.UNKNOWN_SERVER_ERROR)]
+    assert holders(kafka_cluster, lambda core: (group, tid, 0) in core.share_state.states) == []
+
+
+def test_a_partition_is_assigned_only_once_its_share_coordinator_initialized_its_state(
+        kafka_cluster: ClusterThread) -> None:
+    """The group coordinator initializes a newly subscribed partition's state on its share
+    coordinator, another broker here, over a link slowed to 1 s: the member gets the partition
+    only once the state is there (not at the next heartbeat, as the assignment interval of 0
+    would have it)."""
+    topic = new_name("share-init")
+    kafka_cluster.create_topic(topic, 1, 3)
+    tid = topic_id(kafka_cluster, topic)
+    find_coordinator(kafka_cluster, 2, f"any-group:{tid}:0")
+    for i in range(500):
+        group = f"share-init-g-{i}"
+        coordinator = find_coordinator(kafka_cluster, 0, group)
+        if share_coordinator(kafka_cluster, share_key(group, tid, 0)) != coordinator:
+            break
+    key = (group, tid, 0)
+    state_node = share_coordinator(kafka_cluster, share_key(*key))
+    port = kafka_cluster.inspect(lambda c: c.brokers[coordinator].config.port)
+    kafka_cluster.slow(coordinator, state_node, 1000)
+
+    async def join() -> tuple[float, list[int]]:
+        conn = await Connection.open("127.0.0.1", port, client_id="share-test")
+        try:
+            hb = request_codec(ApiKey.SHARE_GROUP_HEARTBEAT).cls
+            r = await conn.request(hb(group_id=group, member_id="m-1", member_epoch=0,
+                                      subscribed_topic_names=[topic]), 1)
+            start = time.monotonic()
+            while time.monotonic() - start < 20:
+                r = await conn.request(hb(group_id=group, member_id="m-1", member_epoch=r.member_epoch), 1)
+                if r.assignment is not None and r.assignment.topic_partitions:
+                    # the state is on the share coordinator when the partition is handed out
+                    return time.monotonic() - start, holders(kafka_cluster, lambda c: key in c.share_state.states)
+                await asyncio.sleep(0.1)
+            raise AssertionError("never assigned")
+        finally:
+            await conn.close()
+
+    waited, initialized_on = run(join(), 40)
+    kafka_cluster.heal()
+    assert initialized_on == [state_node]
+    assert waited >= 0.8, waited
+
+
 def find_coordinator(kafka_cluster: ClusterThread, key_type: int, key: str) -> int:
     """FindCoordinator (v4) until the key has a coordinator (its internal topic made on first use)."""
     async def ask() -> int:

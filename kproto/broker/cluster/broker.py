@@ -50,7 +50,8 @@ from kproto.broker.core import (IMPLEMENTED, BrokerCore, Request, find_coordinat
                                 metadata_request_topics)
 from kproto.broker.coordinators.share_state import SHARE_STATE_TOPIC
 from kproto.broker.group_configs import GROUP_RESOURCE
-from kproto.broker.cluster.share import (STATE_RPCS, ClusterSharePartitionManager, RemoteSharePersister,
+from kproto.broker.cluster.share import (STATE_RPCS, ClusterShareGroupCoordinator, ClusterSharePartitionManager,
+                                         RemoteSharePersister,
                                          serve_state_rpc, share_offsets_handler, share_state_topic_configs)
 from kproto.broker.log import BrokerError, Log, topic_name_error
 from kproto.storage.metadata_image import (BROKER_RESOURCE, NO_LEADER, TOPIC_RESOURCE,
@@ -270,7 +271,8 @@ class ClusterBrokerCore(BrokerCore):
         self.handlers[ApiKey.WRITE_TXN_MARKERS] = self._write_txn_markers
         # share groups as kproto.broker.cluster.share places them
         self.share_persister = RemoteSharePersister(self)
-        self.share_groups.persister = self.share_persister  # type: ignore[assignment]
+        self.share_groups = self.groups.share = ClusterShareGroupCoordinator(
+            self, self.share_persister, self.groups.group_type, self.groups)
         self.shares: ClusterSharePartitionManager = ClusterSharePartitionManager(
             self, self.share_persister, self.share_groups)
         self.handlers[ApiKey.SHARE_FETCH] = self.shares.fetch

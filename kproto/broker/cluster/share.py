@@ -23,6 +23,7 @@ import logging
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from kproto.broker.coordinators.offsets_topic import partition_for
+from kproto.broker.coordinators.share_group import ShareGroupCoordinator
 from kproto.broker.core import error_response
 from kproto.broker.coordinators.share_state import (SHARE_STATE_TOPIC, ShareState, ShareStateCoordinator,
                                                     _merge, share_key)
@@ -37,7 +38,7 @@ from kproto.schemas.api_keys import ApiKey
 if TYPE_CHECKING:
     from kproto.broker.cluster.broker import ClusterBrokerCore
 
-__all__ = ["RemoteSharePersister", "ClusterSharePartitionManager", "serve_state_rpc", "STATE_RPCS",
+__all__ = ["RemoteSharePersister", "ClusterSharePartitionManager", "ClusterShareGroupCoordinator", "serve_state_rpc", "STATE_RPCS",
            "share_state_topic_configs", "share_offsets_handler", "answer_when_flushed"]
 
 log = logging.getLogger("kproto.broker.share")
@@ -333,6 +334,36 @@ def serve_state_rpc(core: ClusterBrokerCore, api_key: int, version: int, body: A
     handlers[api_key](body, version, written)
 
 
+class ClusterShareGroupCoordinator(ShareGroupCoordinator):
+    """The share-group coordinator of a cluster's broker: as Kafka's, it assigns a newly
+    subscribed partition only once its share coordinator has initialized the partition's
+    state (the leader would otherwise find none, or the initialization could overwrite the
+    progress of an earlier start)."""
+
+    def __init__(self, core: ClusterBrokerCore, persister: RemoteSharePersister, is_other_group: Any,
+                 offsets: Any) -> None:
+        super().__init__(core, persister, is_other_group, offsets)  # type: ignore[arg-type]
+        self.remote = persister
+        self._initializing: set[str] = set()
+
+    def _initialize(self, gid: str) -> None:
+        group = self.groups.get(gid)
+        if group is None or gid in self._initializing:
+            return
+        todo = [(gid, tid, p) for tid, p in self._uninitialized(group)]
+        if not todo:
+            return
+        for key in todo:
+            if self.remote.read(key) is None:
+                self.remote.initialize(key, 0, -1)
+        self._initializing.add(gid)
+
+        def written() -> None:
+            self._initializing.discard(gid)
+            super(ClusterShareGroupCoordinator, self)._initialize(gid)  # the states are there: assignable
+        self.remote.when_flushed(written)
+
+
 class ClusterSharePartitionManager(SharePartitionManager):
     """ShareFetch and ShareAcknowledge on a broker of a cluster: only for the partitions it
     leads (NOT_LEADER_OR_FOLLOWER otherwise), the share-partitions' state read from and
@@ -344,6 +375,8 @@ class ClusterSharePartitionManager(SharePartitionManager):
     def __init__(self, core: ClusterBrokerCore, persister: RemoteSharePersister, groups: Any) -> None:
         super().__init__(core, persister, groups)
         self.cluster = core
+        #: share-partitions whose state read found none: the error their next fetch answers
+        self._failed: dict[Key, int] = {}
 
     def _state(self, key: Key, topic: str) -> tuple[Any, Any]:
         gid, tid, p = key
@@ -355,14 +388,18 @@ class ClusterSharePartitionManager(SharePartitionManager):
         state = self.persister.read(key)
         if state is not None:
             return lg, state
+        failed = self._failed.pop(key, None)
+        if failed is not None:
+            raise BrokerError(failed)
         if not self.persister.is_loading(key):
             epoch = lg.leader_epoch
 
             def loaded(code: int) -> None:
                 if code == E.INVALID_REQUEST:
-                    # never initialized (the group coordinator has not assigned it yet):
-                    # initialized here, as the single broker does
-                    self.persister.initialize(key, 0, -1)
+                    # never initialized: the group coordinator initializes a share-partition's
+                    # state before it assigns it (no share group, or not yet); the waiting fetch
+                    # answers the error, the next one reads again
+                    self._failed[key] = E.UNKNOWN_SERVER_ERROR
                 self.core.fetch_purgatory.check_and_complete((topic, p))
 
             self.persister.load(key, epoch, loaded)
