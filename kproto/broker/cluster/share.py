@@ -1,7 +1,10 @@
 """Share groups (KIP-932) on a broker of a cluster, placed as Apache Kafka places them.
 
 * The share-group coordinator (membership, assignment, the offsets admin APIs) is the group
-  coordinator: the leader of the group's ``__consumer_offsets`` partition.
+  coordinator: the leader of the group's ``__consumer_offsets`` partition. It assigns a
+  partition once its share coordinator has initialized the partition's state
+  (:class:`ClusterShareGroupCoordinator`); a lag is counted from the partition leader's high
+  watermark (:func:`high_watermarks`).
 * A share-partition's in-flight records live on the leader of its data partition, which serves
   ShareFetch and ShareAcknowledge (:class:`ClusterSharePartitionManager`).
 * Its durable state lives with the share coordinator, the leader of the ``__share_group_state``
@@ -26,7 +29,7 @@ from kproto.broker.coordinators.offsets_topic import partition_for
 from kproto.broker.coordinators.share_group import ShareGroupCoordinator
 from kproto.broker.core import error_response
 from kproto.broker.coordinators.share_state import (SHARE_STATE_TOPIC, ShareState, ShareStateCoordinator,
-                                                    _merge, share_key)
+                                                    merge_batches, share_key)
 from kproto.broker.log import BrokerError
 from kproto.broker.share_fetch import SharePartitionManager, StateLoading
 from kproto.broker.timer import CallbackTask
@@ -38,8 +41,9 @@ from kproto.schemas.api_keys import ApiKey
 if TYPE_CHECKING:
     from kproto.broker.cluster.broker import ClusterBrokerCore
 
-__all__ = ["RemoteSharePersister", "ClusterSharePartitionManager", "ClusterShareGroupCoordinator", "serve_state_rpc", "STATE_RPCS",
-           "share_state_topic_configs", "share_offsets_handler", "answer_when_flushed"]
+__all__ = ["RemoteSharePersister", "ClusterSharePartitionManager", "ClusterShareGroupCoordinator",
+           "serve_state_rpc", "STATE_RPCS", "share_state_topic_configs", "share_offsets_handler",
+           "answer_when_flushed", "high_watermarks"]
 
 log = logging.getLogger("kproto.broker.share")
 
@@ -116,7 +120,7 @@ class RemoteSharePersister:
             s.leader_epoch, s.delivery_complete_count = leader_epoch, delivery_complete_count
             if start_offset >= 0:
                 s.start_offset = start_offset
-            s.batches = _merge(s.batches, batches, s.start_offset)
+            s.batches = merge_batches(s.batches, batches, s.start_offset)
         cls = request_codec(ApiKey.WRITE_SHARE_GROUP_STATE).cls
         body = cls(group_id=key[0], topics=[cls.WriteStateData(topic_id=key[1], partitions=[cls.PartitionData(
             partition=key[2], state_epoch=state_epoch, leader_epoch=leader_epoch, start_offset=start_offset,

@@ -30,7 +30,7 @@ from kproto.errors import DecodeError
 from kproto.records import RecordBatchBuilder
 from kproto.schemas.api_keys import ApiKey
 
-__all__ = ["SHARE_STATE_TOPIC", "ShareState", "ShareStateCoordinator", "share_key"]
+__all__ = ["SHARE_STATE_TOPIC", "ShareState", "ShareStateCoordinator", "share_key", "merge_batches"]
 
 log = logging.getLogger("kproto.broker.share")
 
@@ -61,8 +61,8 @@ class ShareState:
     updates: int = 0  # ShareUpdate records since the last snapshot
 
 
-def _merge(old: list[tuple[int, int, int, int]], new: list[tuple[int, int, int, int]],
-           start: int) -> list[tuple[int, int, int, int]]:
+def merge_batches(old: list[tuple[int, int, int, int]], new: list[tuple[int, int, int, int]],
+                  start: int) -> list[tuple[int, int, int, int]]:
     """The batches of ``old`` overwritten by ``new`` where they overlap, below ``start`` dropped
     (how Kafka folds an update into the snapshot)."""
     per: dict[int, tuple[int, int]] = {}
@@ -198,7 +198,7 @@ class ShareStateCoordinator:
         s.leader_epoch = v.leader_epoch
         s.start_offset = v.start_offset if v.start_offset >= 0 else s.start_offset
         s.delivery_complete_count = v.delivery_complete_count
-        s.batches = _merge(s.batches, batches, s.start_offset)
+        s.batches = merge_batches(s.batches, batches, s.start_offset)
         s.updates += 1
 
     # ------------------------------------------------------------------ the persister's operations
@@ -230,7 +230,7 @@ class ShareStateCoordinator:
         if start_offset >= 0:
             s.start_offset = start_offset
         s.delivery_complete_count = delivery_complete_count
-        s.batches = _merge(s.batches, batches, s.start_offset)
+        s.batches = merge_batches(s.batches, batches, s.start_offset)
         s.write_ms = self.core.wall_ms()
         if s.updates + 1 >= self.snapshot_every:
             s.snapshot_epoch += 1
