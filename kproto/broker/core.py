@@ -372,8 +372,6 @@ class BrokerCore:
     #: credentials, feature levels) in its own ``__cluster_metadata-0`` (a broker of a cluster
     #: follows its controllers' metadata log instead)
     own_metadata_log = True
-    #: share groups served (a broker of a cluster does not serve them, see SHARE_VERSIONS)
-    serves_share_groups = True
 
     def __init__(self, data_dir: str, config: Optional[BrokerConfig] = None, *,
                  clock: Optional[Clock] = None,
@@ -404,7 +402,7 @@ class BrokerCore:
         # share groups: the persister (__share_group_state), membership, share-partitions
         self.share_state = ShareStateCoordinator(self)
         self.share_groups = ShareGroupCoordinator(self, self.share_state, self.groups.group_type,
-                                                  self.groups if self.serves_share_groups else None)
+                                                  self.groups)
         self.groups.share = self.share_groups
         self.shares = SharePartitionManager(self, self.share_state, self.share_groups)
         self.retention = RetentionManager(self)
@@ -826,7 +824,7 @@ class BrokerCore:
                                   cluster_id=self.logs.cluster_id, node_id=c.node_id, voters=(c.node_id,),
                                   num_partitions=c.num_partitions, min_insync_replicas=c.min_insync_replicas,
                                   transaction_version=c.transaction_version,
-                                  auto_leader_rebalance_enable=False, single_broker=True))
+                                  auto_leader_rebalance_enable=False))
         md.sync_topics(self.logs.topics)
         md.migrate(data_dir)
         for problem in md.migration_problems:
@@ -855,7 +853,7 @@ class BrokerCore:
             cls.ApiVersion(api_key=k, min_version=min(lo, ADVERTISED_FROM.get(k, lo)), max_version=hi)
             for k, (lo, hi) in sorted(self.api_versions().items())])
         if req.version >= 3:
-            feat.set_api_versions_features(resp, req.version, *self.feature_levels(), cluster=not self.serves_share_groups)
+            feat.set_api_versions_features(resp, req.version, *self.feature_levels())
         req.respond(resp)
 
     # ------------------------------------------------------------------ client quotas

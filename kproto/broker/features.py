@@ -23,7 +23,7 @@ from kproto.error_codes import ErrorCode
 from kproto.schemas.api_keys import ApiKey
 
 __all__ = ["FeatureSpec", "FEATURES", "FEATURES_FILE", "METADATA_VERSION", "KRAFT_VERSION", "GROUP_VERSION",
-           "TRANSACTION_VERSION", "SHARE_VERSION", "STREAMS_VERSION", "SINGLE_BROKER_ONLY",
+           "TRANSACTION_VERSION", "SHARE_VERSION", "STREAMS_VERSION",
            "ELIGIBLE_LEADER_REPLICAS_VERSION", "METADATA_VERSION_3_9", "METADATA_VERSION_4_4_IV2",
            "TRANSACTION_VERSION_LEVEL", "UPGRADE", "SAFE_DOWNGRADE", "UNSAFE_DOWNGRADE",
            "supported_features", "default_levels", "FeatureUpdates", "update_features",
@@ -83,25 +83,15 @@ FEATURES: dict[str, FeatureSpec] = {f.name: f for f in (
 )}
 
 
-#: Features only the single broker implements: a cluster's nodes support them at level 0 only
-#: (share groups are served by the single broker).
-SINGLE_BROKER_ONLY = frozenset({SHARE_VERSION})
+def supported_features() -> dict[str, tuple[int, int]]:
+    """What a kproto node (single broker, or a node of a cluster) advertises as supported:
+    name -> (min, max), max above 0."""
+    return {f.name: f.supported for f in FEATURES.values() if f.supported[1] > 0}
 
 
-def _supported(f: FeatureSpec, cluster: bool) -> tuple[int, int]:
-    return (0, 0) if cluster and f.name in SINGLE_BROKER_ONLY else f.supported
-
-
-def supported_features(cluster: bool = False) -> dict[str, tuple[int, int]]:
-    """What a kproto node (``cluster``: of a cluster) advertises as supported: name -> (min, max),
-    max above 0."""
-    return {f.name: _supported(f, cluster) for f in FEATURES.values() if _supported(f, cluster)[1] > 0}
-
-
-def default_levels(cluster: bool = False) -> dict[str, int]:
-    """The finalized levels of a new kproto broker (``cluster``: cluster), name -> level above 0."""
-    return {f.name: f.level for f in FEATURES.values()
-            if f.level > 0 and not (cluster and f.name in SINGLE_BROKER_ONLY)}
+def default_levels() -> dict[str, int]:
+    """The finalized levels of a new kproto broker or cluster, name -> level above 0."""
+    return {f.name: f.level for f in FEATURES.values() if f.level > 0}
 
 
 def _range_text(lo: int, hi: int) -> str:
@@ -157,18 +147,18 @@ def update_features(updates: Sequence[tuple[str, int, int]], finalized: Mapping[
                     node_id: int, validate_only: bool = False,
                     brokers: Mapping[int, Mapping[str, tuple[int, int]]] = {},
                     controllers: Mapping[int, Mapping[str, tuple[int, int]]] = {},
-                    quorum: Sequence[int] = (), cluster: bool = False) -> FeatureUpdates:
+                    quorum: Sequence[int] = ()) -> FeatureUpdates:
     """Check ``updates`` against the ``finalized`` levels as Kafka 4.4's controller does.
     ``brokers``/``controllers``: the supported ranges of the registered nodes (controllers:
     besides this one, ``node_id``); ``quorum``: the voter ids, each of which must have
-    registered. ``cluster``: the controller of a kproto cluster (see :data:`SINGLE_BROKER_ONLY`)."""
+    registered."""
     wanted: dict[str, tuple[int, int]] = {}
     for name, level, kind in updates:  # a map: the last update of a feature counts
         wanted[name] = (level, kind)
     records: dict[str, int] = {}
     for name in _java_hash_order(wanted):
         level, kind = wanted[name]
-        reason = _check(name, level, kind, finalized, node_id, brokers, controllers, quorum, cluster)
+        reason = _check(name, level, kind, finalized, node_id, brokers, controllers, quorum)
         if reason is not None:
             return FeatureUpdates(
                 ErrorCode.INVALID_UPDATE_VERSION,
@@ -181,15 +171,14 @@ def update_features(updates: Sequence[tuple[str, int, int]], finalized: Mapping[
 
 def _check(name: str, level: int, kind: int, finalized: Mapping[str, int], node_id: int,
            brokers: Mapping[int, Mapping[str, tuple[int, int]]],
-           controllers: Mapping[int, Mapping[str, tuple[int, int]]], quorum: Sequence[int],
-           cluster: bool = False) -> Optional[str]:
+           controllers: Mapping[int, Mapping[str, tuple[int, int]]], quorum: Sequence[int]) -> Optional[str]:
     if kind not in (UPGRADE, SAFE_DOWNGRADE, UNSAFE_DOWNGRADE):
         return "The controller does not support the given upgrade type."
     current = finalized.get(name, 0)
     if level < 0:
         return "A feature version cannot be less than 0."
     spec = FEATURES.get(name)
-    reason = _not_supported(level, f"Local controller {node_id}", _supported(spec, cluster) if spec else (0, 0))
+    reason = _not_supported(level, f"Local controller {node_id}", spec.supported if spec else (0, 0))
     if reason is not None:
         return reason
     for b, ranges in sorted(brokers.items()):
@@ -228,14 +217,13 @@ def update_features_response(version: int, updates: Sequence[tuple[str, int, int
     return cls(error_code=0, error_message=None, results=results)
 
 
-def set_api_versions_features(resp: Any, version: int, finalized: Mapping[str, int], epoch: int,
-                              cluster: bool = False) -> None:
+def set_api_versions_features(resp: Any, version: int, finalized: Mapping[str, int], epoch: int) -> None:
     """Fill an ApiVersions answer's features (v3+ tagged fields): kproto's supported ranges,
     the ``finalized`` levels and their epoch. Below v4 a supported range starting at 0 is
     left out, as Kafka does (clients before 3.9 cannot read one)."""
     cls = type(resp)
     resp.supported_features = [cls.SupportedFeatureKey(name=n, min_version=lo, max_version=hi)
-                               for n, (lo, hi) in supported_features(cluster).items() if lo > 0 or version >= 4]
+                               for n, (lo, hi) in supported_features().items() if lo > 0 or version >= 4]
     resp.finalized_features = [cls.FinalizedFeatureKey(name=n, max_version_level=v, min_version_level=v)
                                for n, v in finalized.items() if v > 0]
     resp.finalized_features_epoch = epoch

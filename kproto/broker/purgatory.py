@@ -74,10 +74,11 @@ class _Watchers(Generic[T]):
     def try_complete_watched(self) -> int:
         completed = 0
         for key, op in list(self.ops.items()):
+            # (pop: an operation's completion may check this key again and remove it first)
             if op.is_completed:
-                del self.ops[key]  # completed through another key
+                self.ops.pop(key, None)  # completed through another key
             elif op.try_complete():
-                del self.ops[key]
+                self.ops.pop(key, None)
                 completed += 1
         return completed
 

@@ -40,7 +40,7 @@ from kproto.records.builder import RecordBatchBuilder
 from kproto.records.reader import BatchReader
 from kproto.schemas.api_keys import ApiKey
 
-__all__ = ["SharePartitionManager", "ShareSession", "ShareStore", "ShareGroups"]
+__all__ = ["SharePartitionManager", "ShareSession", "ShareStore", "ShareGroups", "StateLoading"]
 
 Respond = Callable[[Any], None]
 TP = tuple[Uuid, int]
@@ -64,6 +64,14 @@ _INT32_MAX = 2**31 - 1
 def _renewing(req: Any) -> bool:
     """Whether a ShareFetch or ShareAcknowledge renews locks (``IsRenewAck``, v2)."""
     return req.version >= 2 and bool(req.body.is_renew_ack)
+
+
+class StateLoading(BrokerError):
+    """A share-partition whose persisted state is still being read from another broker (the
+    share coordinator of a cluster): no records are handed out for it until it is there."""
+
+    def __init__(self) -> None:
+        super().__init__(E.INVALID_RECORD_STATE, "The share-partition's state is being loaded.")
 
 
 class ShareStore(Protocol):
@@ -146,17 +154,7 @@ class SharePartitionManager:
         sp = self.partitions.get(key)
         if sp is not None:
             return sp, False
-        if gid not in self.groups.groups:
-            # no share group of that id: its share-partition state cannot be initialized
-            raise BrokerError(E.UNKNOWN_SERVER_ERROR)
-        lg = self.core.logs.get(topic, p)
-        if lg is None:
-            raise BrokerError(E.UNKNOWN_TOPIC_OR_PARTITION)
-        state = self.persister.read(key)
-        if state is None:
-            self.persister.initialize(key, 0, -1)
-            state = self.persister.read(key)
-            assert state is not None
+        lg, state = self._state(key, topic)
         start = state.start_offset
         if start < 0:
             start = self._reset_offset(gid, lg)
@@ -165,6 +163,27 @@ class SharePartitionManager:
                             batches=state.batches, topic_id=tid, on_dead=self._dead_letter)
         self.partitions[key] = sp
         return sp, True
+
+    def _state(self, key: tuple[str, Uuid, int], topic: str) -> tuple[Any, Any]:
+        """The log and the persisted state a new share-partition starts from (the state
+        initialized when there is none); :class:`BrokerError` when it cannot be made here,
+        :class:`StateLoading` while the state is on its way."""
+        if key[0] not in self.groups.groups:
+            # no share group of that id: its share-partition state cannot be initialized
+            raise BrokerError(E.UNKNOWN_SERVER_ERROR)
+        lg = self.core.logs.get(topic, key[2])
+        if lg is None:
+            raise BrokerError(E.UNKNOWN_TOPIC_OR_PARTITION)
+        state = self.persister.read(key)
+        if state is None:
+            self.persister.initialize(key, 0, -1)
+            state = self.persister.read(key)
+            assert state is not None
+        return lg, state
+
+    def loading(self, key: tuple[str, Uuid, int]) -> bool:
+        """Whether the share-partition's state is being read (see :class:`StateLoading`)."""
+        return False
 
     def _reset_offset(self, gid: str, lg: Any) -> int:
         """Where a share-partition without a state starts (``share.auto.offset.reset``):
@@ -213,8 +232,13 @@ class SharePartitionManager:
             _log.warning("share group %s: %d records archived without a dead-letter copy: %r is not a "
                          "dead-letter queue topic", gid, len(dead), name)
             return
-        lg = topic.partitions[sp.partition % len(topic.partitions)]
-        if lg is None:
+        try:
+            lg = self.core.leader_log(name, sp.partition % len(topic.partitions))
+        except BrokerError:
+            # in a cluster the DLQ partition may be led elsewhere: kproto writes only to a
+            # partition this broker leads (Kafka's broker writes to the leader over the network)
+            _log.warning("share group %s: %d records archived without a dead-letter copy: %s-%d is not "
+                         "led by this broker", gid, len(dead), name, sp.partition % len(topic.partitions))
             return
         dead = sorted(dead)
         copies = self._originals(sp, [off for off, _, _ in dead]) \
@@ -416,6 +440,8 @@ class SharePartitionManager:
                 return True
             sp = self.partitions.get((session.group_id, tid, p))
             lg = self.core.logs.get(name, p)
+            if sp is None and self.loading((session.group_id, tid, p)):
+                continue
             if sp is None or lg is None or sp.can_acquire(self._fetch_end(session.group_id, lg)):
                 return True
         return False
@@ -436,10 +462,14 @@ class SharePartitionManager:
                     data[(tid, p)] = (E.UNKNOWN_TOPIC_ID, b"", [])
                     continue
                 try:
-                    sp, _ = self._partition(session.group_id, tid, name, p)
+                    sp, new = self._partition(session.group_id, tid, name, p)
+                    if new:  # (its state was read meanwhile)
+                        created.add((tid, p))
                     lg = self.core.logs.get(name, p)
                     if lg is None:
                         raise BrokerError(E.UNKNOWN_TOPIC_OR_PARTITION)
+                except StateLoading:
+                    continue  # answered once its state is read
                 except BrokerError as exc:
                     data[(tid, p)] = (exc.code, b"", [])
                     continue

@@ -75,14 +75,21 @@ class _Outcome:
 
 #: Requests sent to the leader of the (first) topic they name, in cluster mode.
 _TO_LEADER = frozenset({ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.LIST_OFFSETS, ApiKey.OFFSET_FOR_LEADER_EPOCH,
-                        ApiKey.DELETE_RECORDS, ApiKey.DESCRIBE_PRODUCERS})
+                        ApiKey.DELETE_RECORDS, ApiKey.DESCRIBE_PRODUCERS, ApiKey.SHARE_FETCH,
+                        ApiKey.SHARE_ACKNOWLEDGE})
 #: Requests sent to the group coordinator of the (first) group they name.
 _TO_GROUP_COORDINATOR = frozenset({
     ApiKey.OFFSET_COMMIT, ApiKey.OFFSET_FETCH, ApiKey.JOIN_GROUP, ApiKey.HEARTBEAT, ApiKey.LEAVE_GROUP,
     ApiKey.SYNC_GROUP, ApiKey.DESCRIBE_GROUPS, ApiKey.DELETE_GROUPS, ApiKey.OFFSET_DELETE,
     ApiKey.TXN_OFFSET_COMMIT, ApiKey.CONSUMER_GROUP_HEARTBEAT, ApiKey.CONSUMER_GROUP_DESCRIBE,
     ApiKey.SHARE_GROUP_HEARTBEAT, ApiKey.SHARE_GROUP_DESCRIBE, ApiKey.STREAMS_GROUP_HEARTBEAT,
-    ApiKey.STREAMS_GROUP_DESCRIBE})
+    ApiKey.STREAMS_GROUP_DESCRIBE, ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS, ApiKey.ALTER_SHARE_GROUP_OFFSETS,
+    ApiKey.DELETE_SHARE_GROUP_OFFSETS})
+#: The share coordinator's RPCs, sent to the share coordinator of the (first) share-partition they
+#: name (FindCoordinator key type 2, key ``group:topicId:partition``), as a broker sends them.
+_TO_SHARE_COORDINATOR = frozenset({ApiKey.INITIALIZE_SHARE_GROUP_STATE, ApiKey.READ_SHARE_GROUP_STATE,
+                                   ApiKey.WRITE_SHARE_GROUP_STATE, ApiKey.DELETE_SHARE_GROUP_STATE,
+                                   ApiKey.READ_SHARE_GROUP_STATE_SUMMARY})
 #: Requests sent to the transaction coordinator of the (first) transactional id they name
 #: (InitProducerId only with one; AddOffsetsToTxn names a group too but goes here).
 _TO_TXN_COORDINATOR = frozenset({ApiKey.INIT_PRODUCER_ID, ApiKey.ADD_PARTITIONS_TO_TXN,
@@ -93,6 +100,8 @@ _TO_TXN_COORDINATOR = frozenset({ApiKey.INIT_PRODUCER_ID, ApiKey.ADD_PARTITIONS_
 #: client splits them: API -> (request list, key type, response list the answers are merged in).
 _SPLIT: Dict[int, Tuple[str, int, str]] = {ApiKey.DESCRIBE_GROUPS: ("groups", 0, "groups"), ApiKey.DELETE_GROUPS: ("groups_names", 0, "results"),
           ApiKey.CONSUMER_GROUP_DESCRIBE: ("group_ids", 0, "groups"), ApiKey.OFFSET_FETCH: ("groups", 0, "groups"),
+          ApiKey.SHARE_GROUP_DESCRIBE: ("group_ids", 0, "groups"),
+          ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS: ("groups", 0, "groups"),
           ApiKey.DESCRIBE_TRANSACTIONS: ("transactional_ids", 1, "transaction_states")}
 #: Requests a client sends to every broker, merging the lists of the answers.
 _TO_ALL: Dict[int, str] = {ApiKey.LIST_GROUPS: "groups", ApiKey.LIST_TRANSACTIONS: "transaction_states"}
@@ -117,6 +126,12 @@ def _first(body: Any, *attrs: str) -> Any:
 def _group_key(body: Any) -> Optional[str]:
     g = _first(body, "group_id", "groups", "groups_names", "group_ids")
     return g if g is None or isinstance(g, str) else getattr(g, "group_id", None)
+
+
+def _share_key(body: Any) -> Optional[str]:
+    t = _first(body, "topics")
+    p = None if t is None else _first(t, "partitions")
+    return None if p is None else f"{body.group_id}:{Uuid(t.topic_id)}:{p.partition}"
 
 
 def _txn_key(body: Any) -> Optional[str]:
@@ -185,7 +200,7 @@ class _Side:
             self.node_pools.setdefault(node, []).append(conn)
 
     async def coordinator(self, key_type: int, key: str) -> Optional[int]:
-        """The node id of the group (0) or transaction (1) coordinator of ``key``, found as
+        """The node id of the group (0), transaction (1) or share (2) coordinator of ``key``, found as
         clients find it (FindCoordinator on the bootstrap broker, transient errors waited out)."""
         k = (key_type, key)
         if k in self.coordinators:
@@ -267,6 +282,8 @@ class _Side:
             return self.coordinators.pop((1, _txn_key(call.body) or ""), None) is not None
         if call.api_key in _TO_GROUP_COORDINATOR and _group_key(call.body):
             return self.coordinators.pop((0, _group_key(call.body) or ""), None) is not None
+        if call.api_key in _TO_SHARE_COORDINATOR and _share_key(call.body):
+            return self.coordinators.pop((2, _share_key(call.body) or ""), None) is not None
         return False
 
     async def route(self, call: Call) -> Optional[int]:
@@ -279,6 +296,8 @@ class _Side:
             node = await self.coordinator(1, _txn_key(call.body) or "")
         elif call.api_key in _TO_GROUP_COORDINATOR and _group_key(call.body):
             node = await self.coordinator(0, _group_key(call.body) or "")
+        elif call.api_key in _TO_SHARE_COORDINATOR and _share_key(call.body):
+            node = await self.coordinator(2, _share_key(call.body) or "")
         return node if node is not None and node in self.nodes else None
 
 

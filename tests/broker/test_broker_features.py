@@ -198,13 +198,10 @@ def test_registry_and_admin_client_against_apache_kafka(apache_kafka):
     assert error.code == E.INVALID_UPDATE_VERSION and "without setting the upgrade type" in str(error)
 
 
-def test_a_cluster_neither_supports_nor_finalizes_share_version():
-    # share groups are the single broker's: a cluster's nodes leave share.version at 0
-    assert "share.version" not in feat.supported_features(cluster=True)
-    assert "share.version" not in feat.default_levels(cluster=True)
-    assert feat.default_levels(cluster=True) == {n: v for n, v in feat.default_levels().items() if n != "share.version"}
-    out = feat.update_features([("share.version", 1, feat.UPGRADE)], {}, node_id=3000, cluster=True)
-    assert out.error_code == E.INVALID_UPDATE_VERSION
-    assert out.error_message.endswith("Local controller 3000 does not support this feature.")
+def test_share_version_is_supported_and_updatable_by_a_cluster_controller():
+    # share groups are served by the cluster too: a controller upgrades and downgrades share.version
+    assert feat.supported_features()["share.version"] == (0, 2)
+    assert feat.default_levels()["share.version"] == 2
+    assert feat.update_features([("share.version", 1, feat.UPGRADE)], {}, node_id=3000).levels == {"share.version": 1}
     assert feat.update_features([("share.version", 1, feat.SAFE_DOWNGRADE)], {"share.version": 2}, node_id=1,
                                 validate_only=True).error_code == 0

@@ -1,8 +1,9 @@
 """Share groups against Apache Kafka's own code. The Java 4.4 client's KafkaShareConsumer
-(``java_share/KprotoShare.java``) on kproto's broker and on Apache Kafka 4.4.0, the same outcome: two share consumers of one
-group each take a partition, the released first record of each partition comes back with delivery
-count 2, every record is accepted exactly once, and the group has no lag left. And Kafka's
-DumpLogSegments reads what kproto's persister wrote to __share_group_state as kproto does."""
+(``java_share/KprotoShare.java``) on kproto's broker, kproto's cluster and on Apache Kafka
+4.4.0, the same outcome: two share consumers of one group each take a partition, the released
+first record of each partition comes back with delivery count 2, every record is accepted
+exactly once, and the group has no lag left. And Kafka's DumpLogSegments reads what kproto's
+persister wrote to __share_group_state as kproto does."""
 from __future__ import annotations
 
 import asyncio
@@ -54,14 +55,16 @@ async def share_offsets(bootstrap: str, group: str) -> dict:
 
 
 @pytest.mark.kafka_broker(share_auto_offset_reset="earliest")
-@pytest.mark.parametrize("target", ["kproto", "apache"])
+@pytest.mark.parametrize("target", ["kproto", "apache", "kproto-cluster"])
 def test_share_consumers_release_and_accept(target, share_cp, request):
     if target == "apache":
         require_apache_kafka()
-    broker = request.getfixturevalue("kafka_broker" if target == "kproto" else "apache_kafka")
+    broker = request.getfixturevalue({"kproto": "kafka_broker", "apache": "apache_kafka",
+                                      "kproto-cluster": "kafka_cluster"}[target])
     topic, group = f"share-{uuid.uuid4().hex[:8]}", f"share-g-{uuid.uuid4().hex[:8]}"
-    # Apache Kafka: the group's share.auto.offset.reset (a group config); kproto: the broker's default
-    events = run_share(share_cp, broker.bootstrap, topic, group, *(["earliest"] if target == "apache" else []))
+    # Apache Kafka and kproto's cluster: the group's share.auto.offset.reset (a group config);
+    # kproto's broker: the broker's default
+    events = run_share(share_cp, broker.bootstrap, topic, group, *(["earliest"] if target != "kproto" else []))
     records = [e for e in events if e["event"] == "record"]
     assert [e for e in events if e["event"] == "done"] == [{"event": "done", "accepted": RECORDS}]
     accepted = sorted((e["partition"], e["offset"]) for e in records if e["ack"] == "accept")

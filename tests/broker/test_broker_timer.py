@@ -152,6 +152,20 @@ def test_an_event_on_a_watch_key_completes_the_operation_before_its_timeout():
     assert purgatory.check_and_complete("a") == 0 and op.completions == 1
 
 
+def test_a_completion_that_checks_its_key_again_completes_each_operation_once():
+    # an operation's answer may append to the partition it waited on (a share coordinator's
+    # write answered from a replication wait): the check of that key runs inside the first
+    clock, purgatory = make_purgatory()
+    ready = [False]
+    first, second = Op(500, ready), Op(500, ready)
+    first.on_complete = lambda: purgatory.check_and_complete("a")  # type: ignore[method-assign]
+    purgatory.try_complete_else_watch(first, ["a"])
+    purgatory.try_complete_else_watch(second, ["a"])
+    ready[0] = True
+    assert purgatory.check_and_complete("a") == 1  # (the second completed inside the first)
+    assert second.completions == 1 and purgatory.num_delayed == 0 and purgatory.watched() == 0
+
+
 def test_expiry_completes_once_and_a_later_event_does_not_complete_again():
     clock, purgatory = make_purgatory()
     ready = [False]

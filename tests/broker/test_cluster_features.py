@@ -59,26 +59,26 @@ def test_features_in_the_metadata_log_and_updates_through_any_broker(kafka_clust
     # every broker and the controller answer the bootstrap levels
     for node, (host, port) in nodes(kafka_cluster).items():
         resp = ask(host, port, API_VERSIONS, 4)
-        assert features(resp) == (default_levels(cluster=True), supported_features(cluster=True)), node
+        assert features(resp) == (default_levels(), supported_features()), node
         assert resp.finalized_features_epoch >= 0
-    assert feature_records(kafka_cluster)[:len(default_levels(cluster=True))] == \
-        sorted(default_levels(cluster=True).items(), key=lambda x: x[0] != "metadata.version")
+    assert feature_records(kafka_cluster)[:len(default_levels())] == \
+        sorted(default_levels().items(), key=lambda x: x[0] != "metadata.version")
 
     async def run() -> None:
         async with Cluster(kafka_cluster.bootstrap) as client:
             admin = Admin(client)
             before = await admin.describe_features()
-            assert before.finalized == default_levels(cluster=True)
+            assert before.finalized == default_levels()
             await admin.update_features({"group.version": 0}, upgrade_type="safe_downgrade", validate_only=True)
             with pytest.raises(BrokerError) as err:
                 await admin.update_features({"group.version": 2})
             assert err.value.code == ErrorCode.INVALID_UPDATE_VERSION
             assert "Local controller 3001 only supports versions 0-1" in str(err.value)
-            assert (await admin.describe_features()).finalized == default_levels(cluster=True)
+            assert (await admin.describe_features()).finalized == default_levels()
             await admin.update_features({"group.version": 0}, upgrade_type="safe_downgrade")
     asyncio.run(run())
     assert feature_records(kafka_cluster)[-1] == ("group.version", 0)
-    wanted = {n: v for n, v in default_levels(cluster=True).items() if n != "group.version"}
+    wanted = {n: v for n, v in default_levels().items() if n != "group.version"}
     kafka_cluster.wait_for(lambda c: all(b.core.image.features == wanted for b in c.brokers.values()),
                            what="every broker without group.version")
     for node, (host, port) in nodes(kafka_cluster).items():
@@ -113,7 +113,7 @@ def test_controllers_register_and_updates_wait_for_them(kafka_cluster: ClusterTh
     regs = kafka_cluster.inspect(lambda c: {n: (r.listeners[0].name, r.listeners[0].port, r.features)
                                             for n, r in c.controllers[3001].controller.committed.controllers.items()})
     ports = kafka_cluster.inspect(lambda c: {n: k.port for n, k in c.controllers.items()})
-    assert regs == {n: ("CONTROLLER", ports[n], supported_features(cluster=True)) for n in ports}
+    assert regs == {n: ("CONTROLLER", ports[n], supported_features()) for n in ports}
     host, port = nodes(kafka_cluster)[1]
     uf = request_codec(ApiKey.UPDATE_FEATURES).cls
     resp = ask(host, port, uf(timeout_ms=5000, validate_only=True, feature_updates=[
@@ -147,8 +147,8 @@ def test_controller_api_versions_are_a_controller_listeners(kafka_cluster: Clust
     # Kafka 4.4's ranges exactly (Raft's Fetch 4-18 too)
     assert {k: v for k, v in ours.items() if v != theirs[k]} == {}
     # and the features a controller answers: kproto's, as the brokers'
-    assert features(resp) == (default_levels(cluster=True), supported_features(cluster=True))
-    assert {f.name for f in kresp.supported_features} >= set(supported_features(cluster=True))
+    assert features(resp) == (default_levels(), supported_features())
+    assert {f.name for f in kresp.supported_features} >= set(supported_features())
 
 
 

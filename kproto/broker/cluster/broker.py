@@ -32,6 +32,10 @@ it has the markers written by each partition's leader through WriteTxnMarkers, r
 every leader has written them. A transactional write (a Produce, a TxnOffsetCommit) is
 verified with the coordinator first (KIP-890), through AddPartitionsToTxn v5 when that is
 another broker.
+
+Share groups (KIP-932): the group coordinator serves their membership, the leader of each
+data partition its share-partitions, the leader of each ``__share_group_state`` partition the
+states whose keys hash to it (see :mod:`kproto.broker.cluster.share`).
 """
 from __future__ import annotations
 
@@ -43,8 +47,13 @@ from typing import Any, Callable, Optional, Sequence
 from kproto.broker.configs import BrokerConfig
 from kproto.broker.cluster.controller_node import CONTROLLER_APIS, RAFT_APIS
 from kproto.broker.features import supported_features
-from kproto.broker.core import (IMPLEMENTED, SHARE_VERSIONS, BrokerCore, Request, find_coordinator_message,
+from kproto.broker.core import (IMPLEMENTED, BrokerCore, Request, find_coordinator_message,
                                 metadata_request_topics)
+from kproto.broker.coordinators.share_state import SHARE_STATE_TOPIC
+from kproto.broker.group_configs import GROUP_RESOURCE
+from kproto.broker.cluster.share import (STATE_RPCS, ClusterShareGroupCoordinator, ClusterSharePartitionManager,
+                                         RemoteSharePersister,
+                                         serve_state_rpc, share_offsets_handler, share_state_topic_configs)
 from kproto.broker.log import BrokerError, Log, topic_name_error
 from kproto.storage.metadata_image import (BROKER_RESOURCE, NO_LEADER, TOPIC_RESOURCE,
                                             MetadataImage, PartitionInfo, encode_metadata_record)
@@ -95,6 +104,11 @@ _GROUP_IDS: dict[int, Callable[[Any, int], list[str]]] = {
     ApiKey.DELETE_GROUPS: lambda b, v: list(b.groups_names),
     ApiKey.CONSUMER_GROUP_HEARTBEAT: lambda b, v: [b.group_id],
     ApiKey.CONSUMER_GROUP_DESCRIBE: lambda b, v: list(b.group_ids),
+    ApiKey.SHARE_GROUP_HEARTBEAT: lambda b, v: [b.group_id],
+    ApiKey.SHARE_GROUP_DESCRIBE: lambda b, v: list(b.group_ids),
+    ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS: lambda b, v: [g.group_id for g in b.groups],
+    ApiKey.ALTER_SHARE_GROUP_OFFSETS: lambda b, v: [b.group_id],
+    ApiKey.DELETE_SHARE_GROUP_OFFSETS: lambda b, v: [b.group_id],
 }
 # the transaction APIs the coordinator of every transactional id named serves
 _TXN_IDS: dict[int, Callable[[Any, int], list[str]]] = {
@@ -206,11 +220,7 @@ class ClusterBrokerCore(BrokerCore):
 
     sparse_logs = True
     own_metadata_log = False
-    serves_share_groups = False
-    # share groups are the single broker's only (their state topic and share-partitions would
-    # need the cluster's leadership)
-    implemented = {**{k: v for k, v in IMPLEMENTED.items() if k not in SHARE_VERSIONS},
-                   ApiKey.WRITE_TXN_MARKERS: (1, 2)}
+    implemented = {**IMPLEMENTED, ApiKey.WRITE_TXN_MARKERS: (1, 2)}
 
     def __init__(self, data_dir: str, config: BrokerConfig, *, voters: Sequence[int],
                  transport: RaftTransport, raft_config: Optional[RaftConfig] = None,
@@ -265,6 +275,19 @@ class ClusterBrokerCore(BrokerCore):
         self.handlers[ApiKey.INCREMENTAL_ALTER_CONFIGS] = self._forward_alter_configs
         self.handlers[ApiKey.ALTER_CONFIGS] = self._forward_alter_configs
         self.handlers[ApiKey.WRITE_TXN_MARKERS] = self._write_txn_markers
+        # share groups as kproto.broker.cluster.share places them
+        self.share_persister = RemoteSharePersister(self)
+        self.share_groups = self.groups.share = ClusterShareGroupCoordinator(
+            self, self.share_persister, self.groups.group_type, self.groups)
+        self.shares: ClusterSharePartitionManager = ClusterSharePartitionManager(
+            self, self.share_persister, self.share_groups)
+        self.handlers[ApiKey.SHARE_FETCH] = self.shares.fetch
+        self.handlers[ApiKey.SHARE_ACKNOWLEDGE] = self.shares.acknowledge
+        for offsets_api in (ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS, ApiKey.ALTER_SHARE_GROUP_OFFSETS,
+                            ApiKey.DELETE_SHARE_GROUP_OFFSETS):
+            self.handlers[offsets_api] = share_offsets_handler(self, self.handlers[offsets_api])
+        for state_api in STATE_RPCS:
+            self.handlers[state_api] = lambda r: serve_state_rpc(self, r.api_key, r.version, r.body, r.respond)
         for api, ids in _GROUP_IDS.items():
             self.handlers[api] = self._gate(self.handlers[api], OFFSETS_TOPIC, ids)
         for api, ids in _TXN_IDS.items():
@@ -378,7 +401,7 @@ class ClusterBrokerCore(BrokerCore):
                    listeners=[cls.Listener(name=self.security_protocol, host=cfg.host, port=cfg.port,
                                            security_protocol=SECURITY_PROTOCOL_IDS[self.security_protocol])],
                    features=[cls.Feature(name=n, min_supported_version=lo, max_supported_version=hi)
-                             for n, (lo, hi) in supported_features(cluster=True).items()],
+                             for n, (lo, hi) in supported_features().items()],
                    rack=cfg.rack, is_migrating_zk_broker=False, log_dirs=[self.logs.directory_id],
                    previous_broker_epoch=-1)
 
@@ -470,7 +493,7 @@ class ClusterBrokerCore(BrokerCore):
         """A new metadata quorum leader: our next controller requests go to it."""
 
     def _apply(self, changes: Any) -> None:
-        before = {t: self._led(t) for t in (OFFSETS_TOPIC, TXN_TOPIC)}
+        before = {t: self._led(t) for t in (OFFSETS_TOPIC, TXN_TOPIC, SHARE_STATE_TOPIC)}
         touched: list[tuple[str, int]] = []
         deleted: list[tuple[str, int]] = []
         deleted_topics = set(changes.topics_deleted)
@@ -479,6 +502,9 @@ class ClusterBrokerCore(BrokerCore):
             assert p is not None
             key = (p.topic, p.partition)
             touched.append(key)
+            if previous is not None and (current is None or (current.leader, current.leader_epoch) !=
+                                         (previous.leader, previous.leader_epoch)):
+                self.shares.leadership_changed(previous.topic_id, previous.partition)
             if current is None and p.topic in deleted_topics:
                 deleted.append(key)  # (a partition leaves the image for other reasons too)
             if current is None or self.node_id not in current.replicas:
@@ -492,6 +518,9 @@ class ClusterBrokerCore(BrokerCore):
             if rtype == BROKER_RESOURCE and name in ("", str(self.node_id)):
                 # the cluster-wide and this broker's dynamic configs (topic defaults)
                 self.configs.apply_broker(name, self.image.configs.get((rtype, name), {}))
+                continue
+            if rtype == GROUP_RESOURCE:  # a group's own configs (share groups' settings)
+                self.group_configs.set(name, self.image.configs.get((rtype, name), {}))
                 continue
             topic = self.logs.topics.get(name) if rtype == TOPIC_RESOURCE else None
             if topic is not None:
@@ -513,7 +542,8 @@ class ClusterBrokerCore(BrokerCore):
             self.fetch_purgatory.check_and_complete(key)
         # Kafka's onResignation/onElection: groups and transactional ids follow the
         # leadership of their partition
-        coordinators: tuple[tuple[str, Any], ...] = ((OFFSETS_TOPIC, self.groups), (TXN_TOPIC, self.txns))
+        coordinators: tuple[tuple[str, Any], ...] = ((OFFSETS_TOPIC, self.groups), (OFFSETS_TOPIC, self.share_groups),
+                                                     (TXN_TOPIC, self.txns), (SHARE_STATE_TOPIC, self.share_state))
         for internal, coordinator in coordinators:
             led = self._led(internal)
             if led != before[internal]:
@@ -924,6 +954,10 @@ class ClusterBrokerCore(BrokerCore):
             req.respond(body)
         self.send_to_controller(ApiKey.ENVELOPE, 0, envelope, answered)
 
+    def create_share_state_topic(self) -> None:
+        """Ask the controller for ``__share_group_state`` (at the first share-state request)."""
+        self._create_internal_topic(SHARE_STATE_TOPIC, *_share_state_topic(self))
+
     def _create_internal_topic(self, name: str, partitions: int, configs: dict[str, str]) -> None:
         """Ask the controller for ``name`` (auto-created topics, ``__consumer_offsets``)."""
         if name in self._creating:
@@ -931,7 +965,7 @@ class ClusterBrokerCore(BrokerCore):
         self._creating.add(name)
         cls = request_codec(ApiKey.CREATE_TOPICS).cls
         rf = (min(OFFSETS_TOPIC_REPLICATION_FACTOR, max(1, len(self._alive())))
-              if name in (OFFSETS_TOPIC, TXN_TOPIC) else -1)
+              if name in _INTERNAL_TOPICS else -1)
         body = cls(topics=[cls.CreatableTopic(
             name=name, num_partitions=partitions, replication_factor=rf, assignments=[],
             configs=[cls.CreatableTopicConfig(name=k, value=v) for k, v in configs.items()])],
@@ -1023,10 +1057,10 @@ class ClusterBrokerCore(BrokerCore):
         answers = []
         for key in keys:
             node, code = -1, int(ErrorCode.COORDINATOR_NOT_AVAILABLE)
-            if key_type not in (0, 1):
+            if key_type not in (0, 1, 2):
                 code = ErrorCode.INVALID_REQUEST
             else:
-                topic = OFFSETS_TOPIC if key_type == 0 else TXN_TOPIC
+                topic = (OFFSETS_TOPIC, TXN_TOPIC, SHARE_STATE_TOPIC)[key_type]
                 info = self.image.topics.get(topic)
                 if info is None:
                     self._create_internal_topic(topic, *_INTERNAL_TOPICS[topic](self))
@@ -1079,6 +1113,11 @@ def _txn_topic(core: ClusterBrokerCore) -> tuple[int, dict[str, str]]:
         "min.insync.replicas": str(min(2, rf))}
 
 
+def _share_state_topic(core: ClusterBrokerCore) -> tuple[int, dict[str, str]]:
+    rf = min(OFFSETS_TOPIC_REPLICATION_FACTOR, max(1, len(core._alive())))
+    return core.config.share_coordinator_state_topic_num_partitions, share_state_topic_configs(rf)
+
+
 #: partitions and configs of the internal topics brokers create on first use
 _INTERNAL_TOPICS: dict[str, Callable[[ClusterBrokerCore], tuple[int, dict[str, str]]]] = {
-    OFFSETS_TOPIC: _offsets_topic, TXN_TOPIC: _txn_topic}
+    OFFSETS_TOPIC: _offsets_topic, TXN_TOPIC: _txn_topic, SHARE_STATE_TOPIC: _share_state_topic}

@@ -37,6 +37,7 @@ from kproto.broker import features as feat
 from kproto.broker.configs import LIST, TOPIC_CONFIGS, ConfigLevels, check_broker_configs, formatted_cluster_defaults
 from kproto.broker.admin import ELECTION_NOT_NEEDED_MESSAGE, elect_leaders_error, validate_manual_assignment
 from kproto.broker.log import BrokerError, topic_name_error
+from kproto.broker.group_configs import GROUP_RESOURCE, GroupConfigs
 from kproto.broker.security.acl import AclBinding, acl_creations, acl_deletions, acl_error_response
 from kproto.broker.security.auth import image_credentials, scram_alterations, scram_records
 from kproto.broker.quotas import (ControllerMutationQuotaManager, MutationQuota, QuotaStore, alter_client_quotas,
@@ -143,9 +144,6 @@ class ControllerConfig:
     #: the controller quorum's voter ids (UpdateFeatures waits for each to have registered)
     voters: tuple[int, ...] = ()
     delete_topic_enable: bool = True
-    #: the single broker's own controller (a one-node combined node): it also finalizes the
-    #: features only the single broker implements (features.SINGLE_BROKER_ONLY)
-    single_broker: bool = False
 
 
 class InvalidReplicationFactor(Exception):
@@ -479,7 +477,7 @@ class QuorumController:
             # a new cluster: bootstrap the metadata version and the other features' levels as
             # Kafka's activation records do, and the cluster-wide dynamic defaults Kafka 4.x's
             # storage tool formats it with
-            levels = {**feat.default_levels(cluster=not self.config.single_broker), feat.METADATA_VERSION: self.config.metadata_version,
+            levels = {**feat.default_levels(), feat.METADATA_VERSION: self.config.metadata_version,
                       feat.TRANSACTION_VERSION: self.config.transaction_version}
             if not levels[feat.TRANSACTION_VERSION]:
                 del levels[feat.TRANSACTION_VERSION]
@@ -902,7 +900,7 @@ class QuorumController:
             validate_only=version >= 1 and body.validate_only,
             brokers={b.id: b.features for b in self.image.brokers.values()},
             controllers={c.id: c.features for c in self.image.controllers.values()},
-            quorum=self.config.voters, cluster=not self.config.single_broker)
+            quorum=self.config.voters)
         records = [(metadata_record(12)(name=name, feature_level=level), 0)
                    for name, level in outcome.levels.items()]
         self._write(records, respond, feat.update_features_response(version, updates, outcome),
@@ -1445,6 +1443,9 @@ class QuorumController:
             if name and not name.lstrip("-").isdigit():
                 raise BrokerError(ErrorCode.INVALID_REQUEST, f"Illegal non-integral BROKER resource "
                                   f"type name {name}")
+        elif kind == GROUP_RESOURCE and not legacy:
+            if not name:
+                raise BrokerError(ErrorCode.INVALID_REQUEST, "Default group resources are not allowed.")
         else:
             raise BrokerError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type {kind}.")
         current = dict(self.image.configs.get((kind, name), {}))
@@ -1482,6 +1483,9 @@ class QuorumController:
         if kind == BROKER_RESOURCE:
             # what the broker checks before forwarding (Kafka's ConfigAdminManager.preprocess)
             changed.update(check_broker_configs({k: v for k, v in changed.items() if v is not None}))
+        elif kind == GROUP_RESOURCE:
+            # Kafka's GroupConfig.validate of the group's configs after the change
+            GroupConfigs(None).validate(name, current)
         return [(metadata_record(4)(resource_type=kind, resource_name=name, name=k, value=v), 0)
                 for k, v in changed.items()]
 

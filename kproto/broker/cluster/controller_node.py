@@ -169,7 +169,7 @@ class ControllerCore:
                    listeners=[cls.Listener(name="CONTROLLER", host=host, port=port,
                                            security_protocol=self.security_protocol)],
                    features=[cls.Feature(name=n, min_supported_version=lo, max_supported_version=hi)
-                             for n, (lo, hi) in supported_features(cluster=True).items()])
+                             for n, (lo, hi) in supported_features().items()])
         self._registering = True
 
         def answered(resp: Optional[Any]) -> None:
@@ -272,7 +272,7 @@ class ControllerCore:
             # as Kafka's controller: the committed levels, their epoch the offset of the last
             # feature change
             committed = self.controller.committed
-            set_api_versions_features(body, ver, committed.features, committed.features_offset, cluster=True)
+            set_api_versions_features(body, ver, committed.features, committed.features_offset)
         channel.respond(encode_response(ResponseHeader(correlation_id=cid), body,
                                         ApiKey.API_VERSIONS, ver))
 

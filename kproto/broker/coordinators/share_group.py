@@ -33,7 +33,7 @@ import logging
 import struct
 
 from kproto.broker.context import BrokerContext
-from kproto.broker.coordinators.offsets_topic import OFFSETS_TOPIC, record_key, record_value
+from kproto.broker.coordinators.offsets_topic import OFFSETS_TOPIC, partition_for, record_key, record_value
 from kproto.broker.coordinators.share_assignor import share_assign
 from kproto.broker.coordinators.share_state import ShareStateCoordinator
 from kproto.broker.timer import CallbackTask
@@ -195,10 +195,26 @@ class ShareGroupCoordinator:
         if records and self.offsets is not None:
             self.offsets.append_records(gid, records)
 
-    def _load(self) -> None:
+    def load_partitions(self, partitions: set[int]) -> None:
+        """This broker became the leader of these ``__consumer_offsets`` partitions (a
+        cluster's group coordinator): their share groups are read back."""
+        if partitions and self.offsets is not None and OFFSETS_TOPIC in self.core.logs.topics:
+            self._load(partitions)
+
+    def unload_partitions(self, partitions: set[int]) -> None:
+        """This broker stopped leading these partitions: their share groups go."""
+        n = len(self.core.logs.topics[OFFSETS_TOPIC].partitions) if OFFSETS_TOPIC in self.core.logs.topics else 0
+        for gid in [g for g in self.groups if n and partition_for(g, n) in partitions]:
+            del self.groups[gid]
+            for key in [k for k in self._timers if k[0] == gid]:
+                self._timers.pop(key).cancel()
+
+    def _load(self, partitions: Optional[set[int]] = None) -> None:
         """Read the share groups back from ``__consumer_offsets`` (record types 10-15)."""
         for lg in self.core.logs.topics[OFFSETS_TOPIC].logs:
             if lg is None or not self.core.leads(lg.topic, lg.partition):
+                continue
+            if partitions is not None and lg.partition not in partitions:
                 continue
             for batch in lg.batches():
                 if batch.is_control:

@@ -30,7 +30,7 @@ from kproto.errors import DecodeError
 from kproto.records import RecordBatchBuilder
 from kproto.schemas.api_keys import ApiKey
 
-__all__ = ["SHARE_STATE_TOPIC", "ShareState", "ShareStateCoordinator", "share_key"]
+__all__ = ["SHARE_STATE_TOPIC", "ShareState", "ShareStateCoordinator", "share_key", "merge_batches"]
 
 log = logging.getLogger("kproto.broker.share")
 
@@ -61,8 +61,8 @@ class ShareState:
     updates: int = 0  # ShareUpdate records since the last snapshot
 
 
-def _merge(old: list[tuple[int, int, int, int]], new: list[tuple[int, int, int, int]],
-           start: int) -> list[tuple[int, int, int, int]]:
+def merge_batches(old: list[tuple[int, int, int, int]], new: list[tuple[int, int, int, int]],
+                  start: int) -> list[tuple[int, int, int, int]]:
     """The batches of ``old`` overwritten by ``new`` where they overlap, below ``start`` dropped
     (how Kafka folds an update into the snapshot)."""
     per: dict[int, tuple[int, int]] = {}
@@ -91,9 +91,9 @@ class ShareStateCoordinator:
     # ------------------------------------------------------------------ topic
     @property
     def num_partitions(self) -> int:
-        topic = self.core.logs.topics.get(SHARE_STATE_TOPIC)
-        if topic is not None:
-            return len(topic.partitions)
+        known = self.core.known_topics().get(SHARE_STATE_TOPIC)
+        if known is not None:
+            return known[1]
         return int(getattr(self.core.config, "share_coordinator_state_topic_num_partitions", 50))
 
     @property
@@ -146,9 +146,11 @@ class ShareStateCoordinator:
                            for a, b, st, c in batches]))
 
     # ------------------------------------------------------------------ load
-    def _load(self) -> None:
+    def _load(self, partitions: Optional[set[int]] = None) -> None:
         for lg in self.core.logs.topics[SHARE_STATE_TOPIC].logs:
             if lg is None or not self.core.leads(lg.topic, lg.partition):
+                continue
+            if partitions is not None and lg.partition not in partitions:
                 continue
             for batch in lg.batches():
                 if batch.is_control:
@@ -158,6 +160,18 @@ class ShareStateCoordinator:
                         self._replay(r.key, r.value)
                     except (DecodeError, struct.error, KeyError, IndexError):
                         log.warning("unreadable %s record at offset %d", SHARE_STATE_TOPIC, r.offset)
+
+    def load_partitions(self, partitions: set[int]) -> None:
+        """This broker became the leader of these ``__share_group_state`` partitions (a
+        cluster's share coordinator): their states are replayed from the log."""
+        if partitions and SHARE_STATE_TOPIC in self.core.logs.topics:
+            self._load(partitions)
+
+    def unload_partitions(self, partitions: set[int]) -> None:
+        """This broker stopped leading these partitions: their states go."""
+        n = self.num_partitions
+        for key in [k for k in self.states if partition_for(share_key(*k), n) in partitions]:
+            del self.states[key]
 
     def _replay(self, key: Optional[bytes], value: Optional[bytes]) -> None:
         if key is None:
@@ -184,7 +198,7 @@ class ShareStateCoordinator:
         s.leader_epoch = v.leader_epoch
         s.start_offset = v.start_offset if v.start_offset >= 0 else s.start_offset
         s.delivery_complete_count = v.delivery_complete_count
-        s.batches = _merge(s.batches, batches, s.start_offset)
+        s.batches = merge_batches(s.batches, batches, s.start_offset)
         s.updates += 1
 
     # ------------------------------------------------------------------ the persister's operations
@@ -216,7 +230,7 @@ class ShareStateCoordinator:
         if start_offset >= 0:
             s.start_offset = start_offset
         s.delivery_complete_count = delivery_complete_count
-        s.batches = _merge(s.batches, batches, s.start_offset)
+        s.batches = merge_batches(s.batches, batches, s.start_offset)
         s.write_ms = self.core.wall_ms()
         if s.updates + 1 >= self.snapshot_every:
             s.snapshot_epoch += 1
