@@ -589,7 +589,7 @@ class JavaShareMember:
         self._reader.join(10)
 
 
-def test_mixed_share_group_with_java_one_member_killed_loses_nothing(any_broker, java_share_cp, tmp_path, request):
+def test_mixed_share_group_with_java_one_member_killed_loses_nothing(any_broker, java_share_cp, tmp_path):
     """Two kproto share consumers and Java's KafkaShareConsumer on a 6-partition topic, all
     acknowledging explicitly by :func:`policy`; the Java member is killed (SIGKILL) while it
     holds records. Every record is accepted exactly once or archived at the delivery limit,
@@ -701,11 +701,9 @@ def test_mixed_share_group_with_java_one_member_killed_loses_nothing(any_broker,
             in_flight_at_kill.append(key)
         if i % 10 == 5 and key in accepted:
             assert counts[-1] >= 2, (i, seen)                                   # released once, then accepted
-    # the Java member fetched ahead only from the partitions it read (on one node: a cluster's
-    # leaders each hand it records at once, which it may hold without handing any out)
-    java_partitions = {e["partition"] for e in java.of("delivered")}
-    if request.node.callspec.params["any_broker"] != "kproto-cluster":
-        assert {p for p, _ in unseen} <= java_partitions, (unseen, java_partitions)
+    # (which partitions the records never handed out are on is not checked: the Java member,
+    # alone at first, fetches from every partition, and records it buffered for a partition
+    # that then moves to another member go back released, count 1 never handed out)
     # what the killed member held came back to the others with a higher delivery count: records
     # it delivered without acknowledging, or had fetched but not handed out yet
     def java_max(k: tuple[int, int]) -> int:
