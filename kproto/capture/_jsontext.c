@@ -72,10 +72,17 @@ static inline int put(Buf *b, const char *s, Py_ssize_t n) {
 }
 #define PUTS(b, lit) put(b, lit, (Py_ssize_t)sizeof(lit) - 1)
 
-static int put_str(Buf *b, PyObject *s) {  /* a str, UTF-8 */
+static int put_str(Buf *b, PyObject *s) {  /* a str, UTF-8 (lone surrogates as they are) */
     Py_ssize_t n;
     const char *u = PyUnicode_AsUTF8AndSize(s, &n);
-    return u == NULL ? -1 : put(b, u, n);
+    if (u != NULL) return put(b, u, n);
+    if (!PyErr_ExceptionMatches(PyExc_UnicodeEncodeError)) return -1;
+    PyErr_Clear();
+    PyObject *e = PyUnicode_AsEncodedString(s, "utf-8", "surrogatepass");
+    if (e == NULL) return -1;
+    int r = put(b, PyBytes_AS_STRING(e), PyBytes_GET_SIZE(e));
+    Py_DECREF(e);
+    return r;
 }
 
 static int odd(void) {
@@ -133,10 +140,12 @@ static int write_scalar(Buf *b, int kind, PyObject *v, Struct *sub, PyObject *na
         if (PyLong_CheckExact(v)) {
             int overflow;
             long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
-            if (!overflow) {
-                char tmp[32];
-                int n = snprintf(tmp, sizeof tmp, "%lld", x);
-                return put(b, tmp, n);
+            if (!overflow) {  /* decimal digits, as str(int) writes them */
+                char tmp[24], *e = tmp + sizeof tmp, *d = e;
+                unsigned long long u = x < 0 ? 0ULL - (unsigned long long)x : (unsigned long long)x;
+                do { *--d = (char)('0' + u % 10); u /= 10; } while (u);
+                if (x < 0) *--d = '-';
+                return put(b, d, e - d);
             }
             PyObject *t = PyObject_Str(v);
             if (t == NULL) return -1;
@@ -342,7 +351,7 @@ static PyObject *Writer_call(WriterObject *self, PyObject *args, PyObject *kwds)
     Buf b = {NULL, 0, 0};
     PyObject *text = NULL;
     if (write_struct(&b, self->top, obj, names) == 0)
-        text = PyUnicode_DecodeUTF8(b.p, b.len, "strict");
+        text = PyUnicode_DecodeUTF8(b.p, b.len, "surrogatepass");
     PyMem_Free(b.p);
     if (text == NULL) return NULL;
     int r = PyList_Append(pieces, text);

@@ -75,7 +75,7 @@ def test_random_bodies_alike(monkeypatch, body):
                                   ensure_ascii=False))
 
 
-_ODD = [None, True, False, 0, -1, 2**70, 1.5, math.nan, -math.inf, "t\u00e9\n\"x\x01",
+_ODD = [None, True, False, 0, -1, 2**70, -2**63, 2**63 - 1, -2**63 - 1, 2**64, 1.5, math.nan, -math.inf, "t\u00e9\n\"x\x01",
         "\ud800", b"\x00\xff", bytearray(b"ab"), memoryview(b"abc"), [], [None], [1, "a"],
         object(), {"a": 1}]
 
