@@ -6,7 +6,8 @@
  *   - a segment of a connection known not to be Kafka (only counted);
  *   - an acknowledgement-only segment of a Kafka connection that changes nothing;
  *   - an in-order segment of a Kafka connection whose bytes fall inside a frame already being
- *     buffered without completing it (the stream advances, the bytes are appended).
+ *     buffered without completing it, or start a frame they do not complete (the stream
+ *     advances, the bytes are buffered).
  * Every other packet is handed back to Python (as bulk's row, or as the fields of a Packet for
  * the reference walker), which does what it always did: the decoder's state is the Python
  * objects' own (TcpConnection, TcpStream, FrameCutter), read and written here in place, so
@@ -25,6 +26,8 @@
 #define RST 0x04
 #define ACK 0x10
 
+static PyObject *request_rule, *response_rule;  /* the frame rules whose checks are known here */
+static PyObject *s_direct, *s_raw, *s_rule, *s_max_frame;
 static PyObject *s_ticks, *s_last_ts, *s_client, *s_ip, *s_port, *s_c2b, *s_b2c, *s_next_seq,
     *s_offset, *s_pending, *s_acked_past, *s_requests, *s_responses, *s_synced, *s_need, *s_buf,
     *s_missing, *s_base, *s_ts;
@@ -64,6 +67,44 @@ static int attr_is_none(PyObject *o, PyObject *name) {
     int r = v == Py_None;
     Py_DECREF(v);
     return r;
+}
+
+/* 1 when a cutter with an empty buffer would take ``chunk`` as the start of one frame longer
+ * than the chunk (its size in *need), 0 when Python must see it, -1 on error: the cutter cuts
+ * directly (not raw SASL tokens), nothing is read of a frame yet, and the chunk's first bytes
+ * are a size prefix its rule (RequestRule or ResponseRule exactly) finds sane. */
+static int frame_start(PyObject *cutter, const uint8_t *chunk, Py_ssize_t n, long long *need) {
+    int r = 0;
+    long long max_frame;
+    PyObject *rule = NULL, *v = PyObject_GetAttr(cutter, s_direct);
+    if (v == NULL) return -1;
+    if (v != Py_True) goto done;
+    Py_SETREF(v, PyObject_GetAttr(cutter, s_raw));
+    if (v == NULL) return -1;
+    if (v != Py_False) goto done;
+    Py_SETREF(v, PyObject_GetAttr(cutter, s_need));
+    if (v == NULL) return -1;
+    if (v != Py_None) goto done;
+    rule = PyObject_GetAttr(cutter, s_rule);
+    if (rule == NULL) goto error;
+    int request = (PyObject *)Py_TYPE(rule) == request_rule;
+    if (!request && (PyObject *)Py_TYPE(rule) != response_rule) goto done;
+    int ok = attr_ll(rule, s_max_frame, &max_frame);
+    if (ok <= 0) { if (ok < 0) goto error; goto done; }
+    if (n < (request ? 8 : 4)) goto done;   /* 4 + the rule's sane_bytes */
+    long long size = (int32_t)be32(chunk);
+    if (size < (request ? 8 : 4) || size > max_frame) goto done;
+    if (request && (chunk[4] >= 0x80 || chunk[6] >= 0x80)) goto done;
+    if (4 + size <= n) goto done;           /* a whole frame: Python cuts it */
+    *need = size;
+    r = 1;
+done:
+    Py_XDECREF(v);
+    Py_XDECREF(rule);
+    return r;
+error:
+    r = -1;
+    goto done;
 }
 
 /* Consume one TCP segment of Kafka connection ``conn`` when its effect is a plain state update
@@ -128,17 +169,24 @@ static int consume(PyObject *conn, const uint8_t *src, unsigned sport, uint32_t 
     if (v != Py_True) goto done;
     Py_CLEAR(v);
     long long need, missing, base, offset;
-    ok = attr_ll(cutter, s_need, &need);
-    if (ok <= 0) { if (ok < 0) goto error; goto done; }
     buf = PyObject_GetAttr(cutter, s_buf);
     if (buf == NULL) goto error;
     if (!PyByteArray_CheckExact(buf)) goto done;
     Py_ssize_t have = PyByteArray_GET_SIZE(buf);
-    if (have == 0) goto done;   /* at a frame start: FrameCutter's direct path */
+    if (have == 0) {
+        /* at a frame start, the chunk the start of a frame longer than it: FrameCutter.data's
+         * direct path stops at once, the chunk is buffered and _cut reads the frame's size */
+        int start = frame_start(cutter, payload, n, &need);
+        if (start <= 0) { if (start < 0) goto error; goto done; }
+    } else {
+        ok = attr_ll(cutter, s_need, &need);
+        if (ok <= 0) { if (ok < 0) goto error; goto done; }
+    }
     if ((ok = attr_ll(cutter, s_missing, &missing)) <= 0) { if (ok < 0) goto error; goto done; }
     if ((ok = attr_ll(cutter, s_base, &base)) <= 0) { if (ok < 0) goto error; goto done; }
     if ((ok = attr_ll(mine, s_offset, &offset)) <= 0) { if (ok < 0) goto error; goto done; }
     if (need < 0 || missing < 0 || (long long)have + missing + n >= 4 + need) goto done;
+    if (have == 0 && set_ll(cutter, s_need, need) < 0) goto error;
     v = PyObject_GetAttr(cutter, s_ts);
     if (v == NULL) goto error;
     if (!PyList_CheckExact(v)) goto done;
@@ -300,8 +348,18 @@ done:
     return result;
 }
 
+static PyObject *setup(PyObject *mod, PyObject *args) {
+    PyObject *req, *resp;
+    if (!PyArg_ParseTuple(args, "O!O!", &PyType_Type, &req, &PyType_Type, &resp)) return NULL;
+    Py_XSETREF(request_rule, Py_NewRef(req));
+    Py_XSETREF(response_rule, Py_NewRef(resp));
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"scan", scan, METH_VARARGS, scan_doc},
+    {"setup", setup, METH_VARARGS,
+     PyDoc_STR("setup(RequestRule, ResponseRule): the frame rules whose size checks scan knows.")},
     {NULL, NULL, 0, NULL},
 };
 
@@ -318,6 +376,8 @@ PyMODINIT_FUNC PyInit__segments(void) {
     INTERN(s_acked_past, "acked_past"); INTERN(s_requests, "requests");
     INTERN(s_responses, "responses"); INTERN(s_synced, "synced"); INTERN(s_need, "need");
     INTERN(s_buf, "buf"); INTERN(s_missing, "missing"); INTERN(s_base, "base"); INTERN(s_ts, "_ts");
+    INTERN(s_direct, "direct"); INTERN(s_raw, "raw"); INTERN(s_rule, "rule");
+    INTERN(s_max_frame, "max_frame");
 #undef INTERN
     return PyModule_Create(&module);
 }

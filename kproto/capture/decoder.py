@@ -33,6 +33,8 @@ ExchangeHook = Callable[[Exchange], None]
 _NONE: list[Exchange] = []  # (never appended to)
 #: the C packet loop over classic pcap files (kproto/capture/_segments.c), None where not built
 _segments = load("kproto.capture._segments")
+if _segments is not None:
+    _segments.setup(RequestRule, ResponseRule)
 
 
 class TcpConnection:

@@ -53,8 +53,8 @@ def test_c_loop_is_built_and_used(monkeypatch):
     path = CAPTURES / "hard_stream_tansu.pcap"
     exchanges = list(decoder.feed_capture(path.read_bytes(), str(path))) + decoder.finish()
     assert len(exchanges) == len(_outcome(path.read_bytes(), False, monkeypatch)[0]) > 300
-    # acknowledgements and the middle segments of long frames never reach Python
-    assert sum(consumed) > decoder.packets * 0.6
+    # acknowledgements and the segments of long frames but their last never reach Python
+    assert sum(consumed) > decoder.packets * 0.7
 
 
 @needs_c
