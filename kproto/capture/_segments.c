@@ -7,7 +7,10 @@
  *   - an acknowledgement-only segment of a Kafka connection that changes nothing;
  *   - an in-order segment of a Kafka connection whose bytes fall inside a frame already being
  *     buffered without completing it, or start a frame they do not complete (the stream
- *     advances, the bytes are buffered).
+ *     advances, the bytes are buffered);
+ *   - an in-order segment of whole frames arriving at a frame start: they are cut and handed
+ *     to the decoder's _request_frame/_response_frame, as the Python path does, and scan
+ *     returns for Python to take the exchanges they finished.
  * Every other packet is handed back to Python (as bulk's row, or as the fields of a Packet for
  * the reference walker), which does what it always did: the decoder's state is the Python
  * objects' own (TcpConnection, TcpStream, FrameCutter), read and written here in place, so
@@ -27,6 +30,8 @@
 #define ACK 0x10
 
 static PyObject *request_rule, *response_rule;  /* the frame rules whose checks are known here */
+static PyObject *frame_type, *problems_type;     /* Frame and Problems */
+static PyObject *s_request_frame, *s_response_frame;
 static PyObject *s_direct, *s_raw, *s_rule, *s_max_frame;
 static PyObject *s_ticks, *s_last_ts, *s_client, *s_ip, *s_port, *s_c2b, *s_b2c, *s_next_seq,
     *s_offset, *s_pending, *s_acked_past, *s_requests, *s_responses, *s_synced, *s_need, *s_buf,
@@ -70,9 +75,20 @@ static int attr_is_none(PyObject *o, PyObject *name) {
 }
 
 /* 1 when a cutter with an empty buffer would take ``chunk`` as the start of one frame longer
- * than the chunk (its size in *need), 0 when Python must see it, -1 on error: the cutter cuts
+ * than the chunk (its size in *need), 2 when the chunk starts with a whole frame, 0 when
+ * Python must see it, -1 on error: the cutter cuts
  * directly (not raw SASL tokens), nothing is read of a frame yet, and the chunk's first bytes
  * are a size prefix its rule (RequestRule or ResponseRule exactly) finds sane. */
+/* The rule's sane(): a size prefix (and for requests, the key and version's sign bytes) at
+ * ``p`` with ``left`` bytes there; the frame's size in *size. */
+static int sane_at(int request, long long max_frame, const uint8_t *p, Py_ssize_t left,
+                   long long *size) {
+    if (left < (request ? 8 : 4)) return 0;   /* 4 + the rule's sane_bytes */
+    *size = (int32_t)be32(p);
+    if (*size < (request ? 8 : 4) || *size > max_frame) return 0;
+    return !request || (p[4] < 0x80 && p[6] < 0x80);
+}
+
 static int frame_start(PyObject *cutter, const uint8_t *chunk, Py_ssize_t n, long long *need) {
     int r = 0;
     long long max_frame;
@@ -91,13 +107,19 @@ static int frame_start(PyObject *cutter, const uint8_t *chunk, Py_ssize_t n, lon
     if (!request && (PyObject *)Py_TYPE(rule) != response_rule) goto done;
     int ok = attr_ll(rule, s_max_frame, &max_frame);
     if (ok <= 0) { if (ok < 0) goto error; goto done; }
-    if (n < (request ? 8 : 4)) goto done;   /* 4 + the rule's sane_bytes */
-    long long size = (int32_t)be32(chunk);
-    if (size < (request ? 8 : 4) || size > max_frame) goto done;
-    if (request && (chunk[4] >= 0x80 || chunk[6] >= 0x80)) goto done;
-    if (4 + size <= n) goto done;           /* a whole frame: Python cuts it */
+    long long size;
+    if (!sane_at(request, max_frame, chunk, n, &size)) goto done;
+    /* a chunk of whole frames: each sane, the last ending with the chunk */
+    if (4 + size <= n) {
+        Py_ssize_t pos = 4 + (Py_ssize_t)size;
+        long long next;
+        while (pos < n && sane_at(request, max_frame, chunk + pos, n - pos, &next)
+               && 4 + next <= n - pos)
+            pos += 4 + (Py_ssize_t)next;
+        if (pos != n) goto done;
+    }
     *need = size;
-    r = 1;
+    r = 4 + size <= n ? 2 : 1;              /* 2: a whole frame at least */
 done:
     Py_XDECREF(v);
     Py_XDECREF(rule);
@@ -107,10 +129,62 @@ error:
     goto done;
 }
 
+/* The connection's packet count and time (what _segment does first) */
+static int tick(PyObject *conn, PyObject *ts) {
+    long long ticks;
+    int ok = attr_ll(conn, s_ticks, &ticks);
+    if (ok <= 0) {
+        if (ok == 0) PyErr_SetString(PyExc_TypeError, "a connection's ticks must be an int");
+        return -1;
+    }
+    if (set_ll(conn, s_ticks, ticks + 1) < 0) return -1;
+    return PyObject_SetAttr(conn, s_last_ts, ts);
+}
+
+/* A chunk of whole frames (checked by frame_start) at a cutter's frame start: the frames
+ * FrameCutter.data's direct path cuts (the first with the problems pending, offsets from
+ * ``base``), then each handed to the decoder's _request_frame or _response_frame in order. */
+static int cut_whole(PyObject *decoder, PyObject *conn, int from_client, PyObject *cutter,
+                     const uint8_t *chunk, Py_ssize_t n, PyObject *ts, long long base,
+                     PyObject *pending) {
+    PyObject *frames = PyList_New(0);
+    if (frames == NULL) return -1;
+    int r = -1;
+    Py_INCREF(pending);
+    for (Py_ssize_t pos = 0; pos < n;) {   /* frame_start checked every size */
+        Py_ssize_t size = (Py_ssize_t)(int32_t)be32(chunk + pos);
+        PyObject *frame = Py_BuildValue("(y#nOOLiOO)", (const char *)chunk + pos + 4, size, size,
+                                        ts, ts, base, 0, Py_False, pending);
+        if (frame != NULL) Py_SETREF(frame, PyObject_Call(frame_type, frame, NULL));
+        if (frame == NULL || PyList_Append(frames, frame) < 0) { Py_XDECREF(frame); goto out; }
+        Py_DECREF(frame);
+        Py_SETREF(pending, PyObject_CallNoArgs(problems_type));
+        if (pending == NULL) goto out;
+        base += 4 + size;
+        pos += 4 + size;
+    }
+    if (PyObject_SetAttr(cutter, s_pending, pending) < 0 || set_ll(cutter, s_base, base) < 0)
+        goto out;
+    PyObject *handler = PyObject_GetAttr(decoder, from_client ? s_request_frame : s_response_frame);
+    if (handler == NULL) goto out;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(frames); i++) {
+        PyObject *got = PyObject_CallFunctionObjArgs(handler, conn, PyList_GET_ITEM(frames, i), NULL);
+        if (got == NULL) { Py_DECREF(handler); goto out; }
+        Py_DECREF(got);
+    }
+    Py_DECREF(handler);
+    r = 0;
+out:
+    Py_XDECREF(pending);
+    Py_DECREF(frames);
+    return r;
+}
+
 /* Consume one TCP segment of Kafka connection ``conn`` when its effect is a plain state update
- * (see the top comment); 1: consumed, 0: Python must take it, -1: error. The checks mirror
+ * (see the top comment); 1: consumed, 2: consumed and frames handed to the decoder, 0: Python
+ * must take it, -1: error. The checks mirror
  * CaptureDecoder._segment, TcpStream.in_order/acked and FrameCutter.data/_cut. */
-static int consume(PyObject *conn, const uint8_t *src, unsigned sport, uint32_t seq,
+static int consume(PyObject *decoder, PyObject *conn, const uint8_t *src, unsigned sport, uint32_t seq,
                    uint32_t ack, unsigned flags, const uint8_t *payload, Py_ssize_t n,
                    PyObject *ts) {
     if (flags & (SYN | FIN | RST)) return 0;
@@ -149,10 +223,7 @@ static int consume(PyObject *conn, const uint8_t *src, unsigned sport, uint32_t 
     int none = attr_is_none(mine, s_acked_past);
     if (none < 0) goto error;
     if (!none) goto done;
-    if (n == 0) {  /* an acknowledgement only, nothing outstanding: nothing to do */
-        r = 1;
-        goto update;
-    }
+    if (n == 0) goto update;  /* an acknowledgement only, nothing outstanding: nothing to do */
     /* in order, nothing held (TcpStream.in_order) */
     ok = attr_ll(mine, s_next_seq, &nxt);
     if (ok <= 0) { if (ok < 0) goto error; goto done; }
@@ -173,11 +244,14 @@ static int consume(PyObject *conn, const uint8_t *src, unsigned sport, uint32_t 
     if (buf == NULL) goto error;
     if (!PyByteArray_CheckExact(buf)) goto done;
     Py_ssize_t have = PyByteArray_GET_SIZE(buf);
+    int whole = 0;
     if (have == 0) {
-        /* at a frame start, the chunk the start of a frame longer than it: FrameCutter.data's
-         * direct path stops at once, the chunk is buffered and _cut reads the frame's size */
+        /* at a frame start: the chunk the start of a frame longer than it (FrameCutter.data's
+         * direct path stops at once, the chunk is buffered and _cut reads the frame's size),
+         * or whole frames (cut from it directly) */
         int start = frame_start(cutter, payload, n, &need);
         if (start <= 0) { if (start < 0) goto error; goto done; }
+        whole = start == 2;
     } else {
         ok = attr_ll(cutter, s_need, &need);
         if (ok <= 0) { if (ok < 0) goto error; goto done; }
@@ -185,12 +259,22 @@ static int consume(PyObject *conn, const uint8_t *src, unsigned sport, uint32_t 
     if ((ok = attr_ll(cutter, s_missing, &missing)) <= 0) { if (ok < 0) goto error; goto done; }
     if ((ok = attr_ll(cutter, s_base, &base)) <= 0) { if (ok < 0) goto error; goto done; }
     if ((ok = attr_ll(mine, s_offset, &offset)) <= 0) { if (ok < 0) goto error; goto done; }
-    if (need < 0 || missing < 0 || (long long)have + missing + n >= 4 + need) goto done;
-    if (have == 0 && set_ll(cutter, s_need, need) < 0) goto error;
-    v = PyObject_GetAttr(cutter, s_ts);
+    if (!whole && (need < 0 || missing < 0 || (long long)have + missing + n >= 4 + need)) goto done;
+    v = PyObject_GetAttr(cutter, whole ? s_pending : s_ts);
     if (v == NULL) goto error;
-    if (!PyList_CheckExact(v)) goto done;
-    /* consumed: the stream advances, the bytes join the frame */
+    if (!whole && !PyList_CheckExact(v)) goto done;
+    /* consumed */
+    r = whole ? 2 : 1;
+    if (tick(conn, ts) < 0) goto error;
+    if (set_ll(mine, s_next_seq, (long long)((seq + (uint32_t)n) & 0xFFFFFFFFu)) < 0) goto error;
+    if (set_ll(mine, s_offset, offset + n) < 0) goto error;
+    if (whole) {  /* cut, then handed to the decoder in order, as _segment does */
+        if (cut_whole(decoder, conn, from_client, cutter, payload, n, ts, base, v) < 0)
+            goto error;
+        goto done;
+    }
+    /* the bytes join the frame */
+    if (have == 0 && set_ll(cutter, s_need, need) < 0) goto error;
     PyObject *at = PyLong_FromLongLong(base + missing + have);
     PyObject *item = at == NULL ? NULL : PyTuple_Pack(2, at, ts);
     Py_XDECREF(at);
@@ -200,19 +284,10 @@ static int consume(PyObject *conn, const uint8_t *src, unsigned sport, uint32_t 
     if (bad) goto error;
     if (PyByteArray_Resize(buf, have + n) < 0) goto error;
     memcpy(PyByteArray_AS_STRING(buf) + have, payload, (size_t)n);
-    if (set_ll(mine, s_next_seq, (long long)((seq + (uint32_t)n) & 0xFFFFFFFFu)) < 0) goto error;
-    if (set_ll(mine, s_offset, offset + n) < 0) goto error;
+    goto done;
+update:
     r = 1;
-update:;
-    long long ticks;
-    ok = attr_ll(conn, s_ticks, &ticks);
-    if (ok < 0) goto error;
-    if (!ok) {  /* cannot happen for a TcpConnection; undo nothing was done for n > 0 */
-        PyErr_SetString(PyExc_TypeError, "connection ticks is not an int");
-        goto error;
-    }
-    if (set_ll(conn, s_ticks, ticks + 1) < 0) goto error;
-    if (PyObject_SetAttr(conn, s_last_ts, ts) < 0) goto error;
+    if (tick(conn, ts) < 0) goto error;
 done:
     Py_XDECREF(client); Py_XDECREF(ip); Py_XDECREF(mine); Py_XDECREF(other);
     Py_XDECREF(cutter); Py_XDECREF(buf); Py_XDECREF(v);
@@ -235,22 +310,24 @@ static int link_layout(long linktype, Py_ssize_t *need, Py_ssize_t *at, Py_ssize
 }
 
 PyDoc_STRVAR(scan_doc,
-"scan(connections, data, pos, index, big_endian, nanos, linktype)\n--\n\n"
+"scan(decoder, connections, data, pos, index, big_endian, nanos, linktype)\n--\n\n"
 "Walk a classic pcap file's records from ``pos`` (``index``: packets before it), consuming\n"
-"the packets that only update state (see the module). Returns ``(pos, index, packets,\n"
-"bytes, last_ts, kind, item)``: what was consumed (count, captured bytes, last timestamp or\n"
-"None), then kind 0 (stopped at the end of the records, or at one not whole: ``pos`` is\n"
-"there), 1 (``item`` is bulk's row of the next packet, for Python) or 2 (``item`` is\n"
-"``(ts, start, captured length, original length)`` of a packet for the reference path).");
+"the packets that only update state or carry whole frames (see the module). Returns\n"
+"``(pos, index, packets, bytes, last_ts, kind, item)``: what was consumed (count, captured\n"
+"bytes, last timestamp or None), then kind 0 (stopped at the end of the records, or at one\n"
+"not whole: ``pos`` is there), 1 (``item`` is bulk's row of the next packet, for Python),\n"
+"2 (``item`` is ``(ts, start, captured length, original length)`` of a packet for the\n"
+"reference path) or 3 (the last packet consumed handed frames to the decoder's\n"
+"_request_frame/_response_frame: its finished exchanges are waiting).");
 
 static PyObject *scan(PyObject *mod, PyObject *args) {
-    PyObject *connections;
+    PyObject *decoder, *connections;
     Py_buffer view;
     Py_ssize_t pos, index;
     int big, nanos;
     long linktype;
-    if (!PyArg_ParseTuple(args, "O!y*nnppl", &PyDict_Type, &connections, &view, &pos, &index,
-                          &big, &nanos, &linktype))
+    if (!PyArg_ParseTuple(args, "OO!y*nnppl", &decoder, &PyDict_Type, &connections, &view, &pos,
+                          &index, &big, &nanos, &linktype))
         return NULL;
     const uint8_t *data = view.buf;
     Py_ssize_t end = view.len;
@@ -315,7 +392,7 @@ static PyObject *scan(PyObject *mod, PyObject *args) {
             took = 1;   /* a connection that is not Kafka: counted only */
         } else if (conn != NULL) {
             Py_INCREF(conn);
-            took = consume(conn, p + off + 12, sport, seq, ack, flags, p + t + hlen,
+            took = consume(decoder, conn, p + off + 12, sport, seq, ack, flags, p + t + hlen,
                            stop - t - hlen, tsobj);
             Py_DECREF(conn);
         }
@@ -328,6 +405,10 @@ static PyObject *scan(PyObject *mod, PyObject *args) {
             nbytes += incl;
             Py_XSETREF(last_ts, tsobj);
             Py_DECREF(src); Py_DECREF(dst); Py_DECREF(key);
+            if (took == 2) {   /* frames went to the decoder: Python takes what they finished */
+                kind = 3;
+                goto out;
+            }
             continue;
         }
         item = Py_BuildValue("(NnkOIOIkkInn)", tsobj, index, (unsigned long)incl, src, sport,
@@ -338,7 +419,7 @@ static PyObject *scan(PyObject *mod, PyObject *args) {
         goto out;
     }
 out:
-    if (kind && item == NULL) goto done;
+    if ((kind == 1 || kind == 2) && item == NULL) goto done;
     result = Py_BuildValue("(nnnLOiO)", pos, index, packets, nbytes,
                            last_ts ? last_ts : Py_None, kind, item ? item : Py_None);
 done:
@@ -349,17 +430,22 @@ done:
 }
 
 static PyObject *setup(PyObject *mod, PyObject *args) {
-    PyObject *req, *resp;
-    if (!PyArg_ParseTuple(args, "O!O!", &PyType_Type, &req, &PyType_Type, &resp)) return NULL;
+    PyObject *req, *resp, *frame, *problems;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!", &PyType_Type, &req, &PyType_Type, &resp,
+                          &PyType_Type, &frame, &PyType_Type, &problems))
+        return NULL;
     Py_XSETREF(request_rule, Py_NewRef(req));
     Py_XSETREF(response_rule, Py_NewRef(resp));
+    Py_XSETREF(frame_type, Py_NewRef(frame));
+    Py_XSETREF(problems_type, Py_NewRef(problems));
     Py_RETURN_NONE;
 }
 
 static PyMethodDef methods[] = {
     {"scan", scan, METH_VARARGS, scan_doc},
     {"setup", setup, METH_VARARGS,
-     PyDoc_STR("setup(RequestRule, ResponseRule): the frame rules whose size checks scan knows.")},
+     PyDoc_STR("setup(RequestRule, ResponseRule, Frame, Problems): the frame rules whose size "
+               "checks scan knows, and the classes of the frames and problems it makes.")},
     {NULL, NULL, 0, NULL},
 };
 
@@ -377,7 +463,8 @@ PyMODINIT_FUNC PyInit__segments(void) {
     INTERN(s_responses, "responses"); INTERN(s_synced, "synced"); INTERN(s_need, "need");
     INTERN(s_buf, "buf"); INTERN(s_missing, "missing"); INTERN(s_base, "base"); INTERN(s_ts, "_ts");
     INTERN(s_direct, "direct"); INTERN(s_raw, "raw"); INTERN(s_rule, "rule");
-    INTERN(s_max_frame, "max_frame");
+    INTERN(s_max_frame, "max_frame"); INTERN(s_request_frame, "_request_frame");
+    INTERN(s_response_frame, "_response_frame");
 #undef INTERN
     return PyModule_Create(&module);
 }

@@ -34,7 +34,7 @@ _NONE: list[Exchange] = []  # (never appended to)
 #: the C packet loop over classic pcap files (kproto/capture/_segments.c), None where not built
 _segments = load("kproto.capture._segments")
 if _segments is not None:
-    _segments.setup(RequestRule, ResponseRule)
+    _segments.setup(RequestRule, ResponseRule, Frame, Problems)
 
 
 class TcpConnection:
@@ -189,7 +189,7 @@ class CaptureDecoder:
         pos, index, end = _PCAP_HEADER_SIZE, 0, len(mv)
         while True:
             pos, index, packets, size, last_ts, kind, item = scan(
-                connections, mv, pos, index, big_endian, nanos, linktype)
+                self, connections, mv, pos, index, big_endian, nanos, linktype)
             self.packets += packets
             self.bytes += size
             if last_ts is not None:
@@ -199,6 +199,8 @@ class CaptureDecoder:
             elif kind == 2:
                 ts, start, n, orig = item
                 out = self.feed(Packet(ts, linktype, mv[start:start + n], orig, index))
+            elif kind == 3:  # its frames went to _request_frame/_response_frame
+                out = self._take() if self._out else _NONE
             else:
                 break
             if out:
