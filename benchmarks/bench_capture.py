@@ -31,6 +31,10 @@ decode-pcap has glibc's malloc keep freed memory for reuse in its process (see
 ``kproto.cli.decode_pcap``); measured in this process, every stage after its first run has
 that setting too.
 
+kproto's figures are those of its C accelerators where they are built (the capture decoder's
+packet loop, its JSON body writer, the protocol decoder; see ``kproto.accelerators``):
+``KPROTO_PURE=1 python benchmarks/bench_capture.py`` measures the pure Python paths.
+
 tshark is not a Python package: install it with the system's packages (Debian:
 ``apt-get install tshark``); without it the comparison columns say so.
 Run: ``python benchmarks/bench_capture.py [--repeat N] [FILE ...]``.

@@ -1,7 +1,9 @@
 """The optional C accelerators, chosen in one place: the codec engine's decoder
-(``kproto.codecs._decoder``) and the records layer's bulk scanner (``kproto.records._speedups``).
-Both are built at install when a compiler is there; the pure Python paths are the reference and
-run wherever one is missing, or everywhere with ``KPROTO_PURE=1``."""
+(``kproto.codecs._decoder``), the records layer's bulk scanner (``kproto.records._speedups``),
+the capture decoder's packet loop (``kproto.capture._segments``) and its JSON body writer
+(``kproto.capture._jsontext``). All are built at install when a compiler is there; the pure
+Python paths are the reference and run wherever one is missing, or everywhere with
+``KPROTO_PURE=1``."""
 from __future__ import annotations
 
 import importlib

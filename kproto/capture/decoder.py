@@ -16,8 +16,9 @@ from kproto.capture.frames import DEFAULT_MAX_FRAME, Frame, FrameCutter, Request
 from kproto.capture.layers import (ACK, FIN, LINKTYPES, RST, SYN, TcpSegment, link_parses,
                                    tcp_fields)
 from kproto.capture.bulk import tcp_rows
-from kproto.capture.pcap import Packet, packets_of
+from kproto.capture.pcap import _PCAP_HEADER_SIZE, _PCAP_MAGICS, Packet, _iter_pcap, packets_of
 from kproto.capture.tcp import TcpStream
+from kproto.accelerators import load
 from kproto.errors import KprotoError
 from kproto.problems import Problem, Problems
 from kproto.schemas.api_keys import ApiKey
@@ -29,6 +30,11 @@ _CLASSIFY_LIMIT = 8  # payload segments looked at before calling a connection "n
 _MAX_EARLY = 256     # responses kept per connection while waiting for their request
 
 ExchangeHook = Callable[[Exchange], None]
+_NONE: list[Exchange] = []  # (never appended to)
+#: the C packet loop over classic pcap files (kproto/capture/_segments.c), None where not built
+_segments = load("kproto.capture._segments")
+if _segments is not None:
+    _segments.setup(RequestRule, ResponseRule, Frame, Problems)
 
 
 class TcpConnection:
@@ -68,6 +74,9 @@ class CaptureDecoder:
     #: frames in one segment are cut from it (False: every segment through the reassembler's
     #: events and the cutter's buffer, the reference path the tests compare with)
     fast_paths = True
+    #: with :attr:`fast_paths`, a classic pcap file's packets go through the C packet loop
+    #: (``kproto.capture._segments``) where it is built (False: bulk's rows, in Python)
+    accelerated = True
 
     def __init__(self, ports: Optional[Iterable[int]] = None, *, max_frame: int = DEFAULT_MAX_FRAME,
                  decode: Optional[ExchangeHook] = None) -> None:
@@ -136,35 +145,69 @@ class CaptureDecoder:
     def feed_capture(self, data: bytes, source: str = "") -> Iterator[Exchange]:
         """The exchanges the packets of a capture file's bytes complete, as feeding each packet
         of :func:`~kproto.capture.pcap.packets_of` gives them (problems' ``source``:
-        ``source``), a classic pcap's plain TCP packets read many at a time by
-        :mod:`~kproto.capture.bulk`. Several files in a row are one capture; call
-        :meth:`finish` after the last."""
+        ``source``), a classic pcap's plain TCP packets read many at a time (by the C packet
+        loop, :data:`accelerated`, else by :mod:`~kproto.capture.bulk`). Several files in a
+        row are one capture; call :meth:`finish` after the last."""
         if not self.fast_paths:
             for p in packets_of(data, source):
                 yield from self.feed(p)
             return
         mv = memoryview(data)
-        tcp, segment, connections = self._tcp, self._segment, self.connections
+        classic = _classic_pcap(mv) if _segments is not None and self.accelerated else None
+        if classic is not None:
+            yield from self._feed_classic(mv, source, *classic)
+            return
         for rows in tcp_rows(data, source):
             for row in rows:
                 if row.__class__ is tuple:
-                    ts, index, n, src, sport, dst, dport, seq, ack, flags, start, end = row
-                    self.packets += 1
-                    self.bytes += n
-                    conn = connections.get((src, sport, dst, dport))
-                    if conn is not None and not (conn.closed and flags & SYN):
-                        # a segment of a Kafka connection: what _tcp does, without its
-                        # list of exchanges per segment
-                        self.last_ts = ts
-                        segment(conn, src, sport, seq, ack, flags, mv[start:end], ts)
-                        if self._out:
-                            yield from self._take()
-                        continue
-                    out = tcp(src, sport, dst, dport, seq, ack, flags, mv[start:end], ts, index)
+                    yield from self._row(mv, row)
                 else:
                     out = self.feed(cast(Union[Packet, Problem], row))
-                if out:
-                    yield from out
+                    if out:
+                        yield from out
+
+    def _row(self, mv: memoryview, row: tuple) -> list[Exchange]:
+        """A packet read by :mod:`~kproto.capture.bulk` (its row)."""
+        ts, index, n, src, sport, dst, dport, seq, ack, flags, start, end = row
+        self.packets += 1
+        self.bytes += n
+        conn = self.connections.get((src, sport, dst, dport))
+        if conn is not None and not (conn.closed and flags & SYN):
+            # a segment of a Kafka connection: what _tcp does, without its list of
+            # exchanges per segment
+            self.last_ts = ts
+            self._segment(conn, src, sport, seq, ack, flags, mv[start:end], ts)
+            return self._take() if self._out else _NONE
+        return self._tcp(src, sport, dst, dport, seq, ack, flags, mv[start:end], ts, index)
+
+    def _feed_classic(self, mv: memoryview, source: str, big_endian: bool, nanos: bool,
+                      linktype: int) -> Iterator[Exchange]:
+        """:meth:`feed_capture` of a classic pcap file by the C packet loop: it consumes the
+        packets that only update state and hands back the others, which take the usual path."""
+        assert _segments is not None  # chosen only when the accelerator is there
+        scan, connections, row_of = _segments.scan, self.connections, self._row
+        pos, index, end = _PCAP_HEADER_SIZE, 0, len(mv)
+        while True:
+            pos, index, packets, size, last_ts, kind, item = scan(
+                self, connections, mv, pos, index, big_endian, nanos, linktype)
+            self.packets += packets
+            self.bytes += size
+            if last_ts is not None:
+                self.last_ts = last_ts
+            if kind == 1:
+                out = row_of(mv, item)
+            elif kind == 2:
+                ts, start, n, orig = item
+                out = self.feed(Packet(ts, linktype, mv[start:start + n], orig, index))
+            elif kind == 3:  # its frames went to _request_frame/_response_frame
+                out = self._take() if self._out else _NONE
+            else:
+                break
+            if out:
+                yield from out
+        if pos < end:  # a truncated record: the walker says what is wrong, as it would have
+            for p in _iter_pcap(mv, ">" if big_endian else "<", nanos, index, 0, source, pos):
+                yield from self.feed(p)
 
     def feed_all(self, packets: Iterable[Union[Packet, Problem]]) -> list[Exchange]:
         """Feed every packet and finish; return all exchanges."""
@@ -437,6 +480,19 @@ class CaptureDecoder:
     def _take(self) -> list[Exchange]:
         out, self._out = self._out, []
         return out
+
+
+def _classic_pcap(mv: memoryview) -> Optional[tuple[bool, bool, int]]:
+    """(big-endian, nanosecond timestamps, link type) of a classic pcap file's header; None
+    for anything else (pcapng, damaged, not a capture)."""
+    if len(mv) < _PCAP_HEADER_SIZE:
+        return None
+    magic = struct.unpack_from("<I", mv, 0)[0]
+    if magic not in _PCAP_MAGICS:
+        return None
+    order, nanos = _PCAP_MAGICS[magic]
+    linktype = struct.unpack_from(order + "I", mv, 20)[0] & 0x0FFFFFFF
+    return order == ">", nanos, linktype
 
 
 def _canon(key: tuple) -> tuple:

@@ -11,6 +11,11 @@ A value of any other type, or any error, sends the whole body to the reference p
 caller's ``reference``), which writes it or raises; a plan this module does
 not handle exactly (a key twice in a struct, a topic id beside a ``topicName`` key or a
 ``name``/``topic`` that is not a string) is always written by the reference path.
+
+Where the C accelerator is built (``kproto.capture._jsontext``, see
+:mod:`kproto.accelerators`), a C writer compiled from the same plan takes the generated
+functions' place: the same text, the same refusals (:data:`accelerated` False: the Python
+functions).
 """
 from __future__ import annotations
 
@@ -19,6 +24,7 @@ import functools
 import json
 from typing import Any, Callable, Mapping, Optional
 
+from kproto.accelerators import load
 from kproto.codecs.primitives import Uuid
 
 __all__ = ["body_text", "json_dumps", "float_text", "string_text"]
@@ -76,16 +82,43 @@ def body_text(codec: Any, obj: Any, version: int, names: Mapping[str, str],
 
 
 def _compiled(codec: Any, version: int) -> Optional[BodyWriter]:
-    key = (codec, version)
+    key = (codec, version, accelerated)
     try:
         return _CACHE[key]
     except KeyError:
         pass
-    fn = _CACHE[key] = _Generator(codec.json_plan(version)).function()
+    plan = codec.json_plan(version)
+    fn = _Generator(plan).function()
+    if fn is not None and accelerated and _jsontext is not None:
+        fn = _jsontext.Writer(_spec(plan))  # the same writer, in C
+    _CACHE[key] = fn
     return fn
 
 
-_CACHE: dict[tuple[Any, int], Optional[BodyWriter]] = {}
+_CACHE: dict[tuple[Any, int, bool], Optional[BodyWriter]] = {}
+#: the C writer (kproto/capture/_jsontext.c), None where it is not built
+_jsontext = load("kproto.capture._jsontext")
+if _jsontext is not None:
+    _jsontext.setup(string_text, _uuid_text)
+#: bodies are written by the C writer where it is built (False: the generated Python writers)
+accelerated = True
+# the C writer's kinds of values (see _jsontext.c)
+_KINDS = {**{t: 0 for t in _INTS}, "string": 1, "bool": 2, "float64": 3, "bytes": 4,
+          "records": 4, "uuid": 5}
+
+
+def _spec(plan: Any) -> tuple:
+    """The C writer's spec of a struct plan the Python generator writes (same checks passed):
+    ``(named_by, entries)``, see ``_jsontext.c``."""
+    tid = [f for f, _t, _d, _s in plan.entries if f.json_key == "topicId" and not f.is_array]
+    named_by = tuple((f.attr, bool(tagged), default) for f, tagged, default, _s in plan.entries
+                     if tid and f.json_key in _NAMED_BY)
+    entries = tuple(((string_text(f.json_key) + ": ").encode(), f.attr,
+                     6 if sub is not None else _KINDS[f.element_type], bool(f.is_array),
+                     bool(tagged), default, None if sub is None else _spec(sub),
+                     bool(tid) and f is tid[0])
+                    for f, tagged, default, sub in plan.entries)
+    return named_by, entries
 
 
 class _Unsupported(Exception):

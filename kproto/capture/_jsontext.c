@@ -1,0 +1,404 @@
+/* Message bodies to JSON text in C (optional accelerator of kproto.capture.json_text).
+ *
+ * A Writer is compiled from a spec that json_text builds from the codec's JSON plan (the same
+ * plan its generated Python writers follow) and writes exactly what they write: the same
+ * fields, order, tagged defaults, topicName beside a named topicId, and each value as Python's
+ * JSON encoder writes what the codec's converter makes of it. Strings are escaped and UUIDs
+ * written by the very functions the Python writers call. A value the Python writers would
+ * refuse raises here too (any exception: the caller then takes the reference path).
+ *
+ * spec of a struct: (named_by, entries)
+ *   named_by: ((attr, tagged, default), ...)   fields that name the struct's topic
+ *   entries:  ((key, attr, kind, is_array, tagged, default, sub, is_tid), ...)
+ *             key: UTF-8 bytes of '"jsonKey": '; kind: see K_*; sub: a struct spec or None
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+enum { K_INT, K_STRING, K_BOOL, K_FLOAT, K_BYTES, K_UUID, K_STRUCT };
+
+typedef struct Struct Struct;
+typedef struct {
+    PyObject *key;      /* bytes */
+    PyObject *attr;     /* str */
+    int kind, is_array, tagged, is_tid;
+    PyObject *dflt;
+    Struct *sub;
+} Entry;
+typedef struct {
+    PyObject *attr;
+    int tagged;
+    PyObject *dflt;
+} Namer;
+struct Struct {
+    Py_ssize_t n_entries, n_named;
+    Entry *entries;
+    Namer *named;
+    int has_tid;
+};
+
+typedef struct {
+    char *p;
+    Py_ssize_t len, cap;
+} Buf;
+
+static PyObject *escape_fn;   /* the JSON encoder's string escaping (encode_basestring) */
+static PyObject *uuid_fn;     /* a UUID's text */
+
+static int grow(Buf *b, Py_ssize_t n) {
+    if (n > PY_SSIZE_T_MAX - b->len) { PyErr_NoMemory(); return -1; }
+    Py_ssize_t need = b->len + n;
+    if (need <= b->cap) return 0;
+    Py_ssize_t cap = b->cap ? b->cap : 256;
+    while (cap < need) {
+        if (cap > PY_SSIZE_T_MAX / 2) { cap = need; break; }
+        cap *= 2;
+    }
+    char *p = PyMem_Realloc(b->p, (size_t)cap);
+    if (p == NULL) { PyErr_NoMemory(); return -1; }
+    b->p = p;
+    b->cap = cap;
+    return 0;
+}
+
+static inline int put(Buf *b, const char *s, Py_ssize_t n) {
+    if (grow(b, n) < 0) return -1;
+    memcpy(b->p + b->len, s, (size_t)n);
+    b->len += n;
+    return 0;
+}
+#define PUTS(b, lit) put(b, lit, (Py_ssize_t)sizeof(lit) - 1)
+
+static int put_str(Buf *b, PyObject *s) {  /* a str, UTF-8 (lone surrogates as they are) */
+    Py_ssize_t n;
+    const char *u = PyUnicode_AsUTF8AndSize(s, &n);
+    if (u != NULL) return put(b, u, n);
+    if (!PyErr_ExceptionMatches(PyExc_UnicodeEncodeError)) return -1;
+    PyErr_Clear();
+    PyObject *e = PyUnicode_AsEncodedString(s, "utf-8", "surrogatepass");
+    if (e == NULL) return -1;
+    int r = put(b, PyBytes_AS_STRING(e), PyBytes_GET_SIZE(e));
+    Py_DECREF(e);
+    return r;
+}
+
+static int odd(void) {
+    PyErr_SetString(PyExc_TypeError, "a value not of its field's type");
+    return -1;
+}
+
+static const char B64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+static int put_base64(Buf *b, PyObject *v) {
+    Py_buffer view;
+    if (PyObject_GetBuffer(v, &view, PyBUF_SIMPLE) < 0) return -1;
+    Py_ssize_t n = view.len;
+    if (n > (PY_SSIZE_T_MAX - 8) / 4 * 3) { PyBuffer_Release(&view); PyErr_NoMemory(); return -1; }
+    Py_ssize_t out = (n + 2) / 3 * 4;
+    if (grow(b, out + 2) < 0) { PyBuffer_Release(&view); return -1; }
+    const unsigned char *s = view.buf;
+    char *d = b->p + b->len;
+    *d++ = '"';
+    Py_ssize_t i = 0;
+    for (; i + 3 <= n; i += 3) {
+        uint32_t x = ((uint32_t)s[i] << 16) | ((uint32_t)s[i + 1] << 8) | s[i + 2];
+        d[0] = B64[x >> 18]; d[1] = B64[(x >> 12) & 63]; d[2] = B64[(x >> 6) & 63]; d[3] = B64[x & 63];
+        d += 4;
+    }
+    if (n - i == 1) {
+        uint32_t x = (uint32_t)s[i] << 16;
+        d[0] = B64[x >> 18]; d[1] = B64[(x >> 12) & 63]; d[2] = '='; d[3] = '=';
+        d += 4;
+    } else if (n - i == 2) {
+        uint32_t x = ((uint32_t)s[i] << 16) | ((uint32_t)s[i + 1] << 8);
+        d[0] = B64[x >> 18]; d[1] = B64[(x >> 12) & 63]; d[2] = B64[(x >> 6) & 63]; d[3] = '=';
+        d += 4;
+    }
+    *d++ = '"';
+    b->len = d - b->p;
+    PyBuffer_Release(&view);
+    return 0;
+}
+
+static int put_call(Buf *b, PyObject *fn, PyObject *v) {  /* the text fn(v) */
+    PyObject *t = PyObject_CallOneArg(fn, v);
+    if (t == NULL) return -1;
+    int r = PyUnicode_Check(t) ? put_str(b, t) : odd();
+    Py_DECREF(t);
+    return r;
+}
+
+static int write_struct(Buf *b, Struct *st, PyObject *o, PyObject *names);
+
+/* One value of kind ``kind`` (not an array) */
+static int write_scalar(Buf *b, int kind, PyObject *v, Struct *sub, PyObject *names) {
+    switch (kind) {
+    case K_INT:
+        if (PyLong_CheckExact(v)) {
+            int overflow;
+            long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+            if (!overflow) {  /* decimal digits, as str(int) writes them */
+                char tmp[24], *e = tmp + sizeof tmp, *d = e;
+                unsigned long long u = x < 0 ? 0ULL - (unsigned long long)x : (unsigned long long)x;
+                do { *--d = (char)('0' + u % 10); u /= 10; } while (u);
+                if (x < 0) *--d = '-';
+                return put(b, d, e - d);
+            }
+            PyObject *t = PyObject_Str(v);
+            if (t == NULL) return -1;
+            int r = put_str(b, t);
+            Py_DECREF(t);
+            return r;
+        }
+        return v == Py_None ? PUTS(b, "null") : odd();
+    case K_STRING:
+        if (PyUnicode_CheckExact(v)) return put_call(b, escape_fn, v);
+        return v == Py_None ? PUTS(b, "null") : odd();
+    case K_BOOL: {
+        if (v == Py_None) return PUTS(b, "null");
+        int t = PyObject_IsTrue(v);
+        if (t < 0) return -1;
+        return t ? PUTS(b, "true") : PUTS(b, "false");
+    }
+    case K_FLOAT: {
+        if (v == Py_None) return PUTS(b, "null");
+        PyObject *f = PyNumber_Float(v);
+        if (f == NULL) return -1;
+        double x = PyFloat_AS_DOUBLE(f);
+        int r;
+        if (isnan(x)) r = PUTS(b, "NaN");
+        else if (isinf(x)) r = x > 0 ? PUTS(b, "Infinity") : PUTS(b, "-Infinity");
+        else {
+            PyObject *t = PyFloat_Type.tp_repr(f);
+            r = t == NULL ? -1 : put_str(b, t);
+            Py_XDECREF(t);
+        }
+        Py_DECREF(f);
+        return r;
+    }
+    case K_BYTES:
+        return v == Py_None ? PUTS(b, "null") : put_base64(b, v);
+    case K_UUID:
+        if (v == Py_None) return PUTS(b, "null");
+        if (PUTS(b, "\"") < 0 || put_call(b, uuid_fn, v) < 0) return -1;
+        return PUTS(b, "\"");
+    case K_STRUCT:
+        return v == Py_None ? PUTS(b, "null") : write_struct(b, sub, v, names);
+    }
+    PyErr_SetString(PyExc_SystemError, "unknown kind");
+    return -1;
+}
+
+static int write_value(Buf *b, Entry *e, PyObject *v, PyObject *names) {
+    if (!e->is_array || v == Py_None) return write_scalar(b, e->kind, v, e->sub, names);
+    PyObject *seq = PySequence_Fast(v, "not a sequence");
+    if (seq == NULL) return -1;
+    int r = PUTS(b, "[");
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    for (Py_ssize_t i = 0; r == 0 && i < n; i++) {
+        if (i && PUTS(b, ", ") < 0) { r = -1; break; }
+        r = write_scalar(b, e->kind, items[i], e->sub, names);
+    }
+    if (r == 0) r = PUTS(b, "]");
+    Py_DECREF(seq);
+    return r;
+}
+
+/* 1: v differs from the tagged field's default (``not (v == default)``), 0: it does not */
+static int differs(PyObject *v, PyObject *dflt) {
+    PyObject *eq = PyObject_RichCompare(v, dflt, Py_EQ);
+    if (eq == NULL) return -1;
+    int t = PyObject_IsTrue(eq);
+    Py_DECREF(eq);
+    return t < 0 ? -1 : !t;
+}
+
+static int write_struct(Buf *b, Struct *st, PyObject *o, PyObject *names) {
+    if (Py_EnterRecursiveCall(" writing JSON")) return -1;
+    int r = -1, first = 1, unnamed = 0;
+    if (PUTS(b, "{") < 0) goto out;
+    if (st->has_tid) {
+        /* the reference names the id unless the struct's JSON has a true name or topic */
+        unnamed = PyObject_IsTrue(names);
+        if (unnamed < 0) goto out;
+        for (Py_ssize_t i = 0; unnamed && i < st->n_named; i++) {
+            Namer *nm = &st->named[i];
+            PyObject *v = PyObject_GetAttr(o, nm->attr);
+            if (v == NULL) goto out;
+            int t = nm->tagged ? differs(v, nm->dflt) : 1;
+            if (t > 0) t = PyObject_IsTrue(v);
+            Py_DECREF(v);
+            if (t < 0) goto out;
+            if (t) unnamed = 0;
+        }
+    }
+    for (Py_ssize_t i = 0; i < st->n_entries; i++) {
+        Entry *e = &st->entries[i];
+        PyObject *v = PyObject_GetAttr(o, e->attr);
+        if (v == NULL) goto out;
+        int w = e->tagged ? differs(v, e->dflt) : 1;
+        int bad = w < 0;
+        if (w > 0) {
+            bad = (!first && PUTS(b, ", ") < 0)
+                  || put(b, PyBytes_AS_STRING(e->key), PyBytes_GET_SIZE(e->key)) < 0
+                  || write_value(b, e, v, names) < 0;
+            first = 0;
+            if (!bad && e->is_tid && unnamed && v != Py_None) {
+                PyObject *t = PyObject_CallOneArg(uuid_fn, v);
+                PyObject *name = NULL;
+                if (t == NULL) bad = 1;
+                else {
+                    int has = PySequence_Contains(names, t);
+                    if (has < 0) bad = 1;
+                    else if (has) {
+                        name = PyObject_GetItem(names, t);
+                        bad = name == NULL || PUTS(b, ", \"topicName\": ") < 0
+                              || put_call(b, escape_fn, name) < 0;
+                    }
+                }
+                Py_XDECREF(t);
+                Py_XDECREF(name);
+            }
+        }
+        Py_DECREF(v);
+        if (bad) goto out;
+    }
+    r = PUTS(b, "}");
+out:
+    Py_LeaveRecursiveCall();
+    return r;
+}
+
+/* -- compiling a spec ------------------------------------------------------------------------ */
+
+typedef struct {
+    PyObject_HEAD
+    Struct *top;
+    PyObject *keep;   /* the spec: keeps keys, attrs and defaults alive */
+} WriterObject;
+
+static void free_struct(Struct *st) {
+    if (st == NULL) return;
+    for (Py_ssize_t i = 0; i < st->n_entries; i++) free_struct(st->entries[i].sub);
+    PyMem_Free(st->entries);
+    PyMem_Free(st->named);
+    PyMem_Free(st);
+}
+
+static Struct *compile_struct(PyObject *spec, int depth) {
+    PyObject *named, *entries;
+    if (depth > 64) { PyErr_SetString(PyExc_ValueError, "spec nested too deep"); return NULL; }
+    if (!PyArg_ParseTuple(spec, "O!O!", &PyTuple_Type, &named, &PyTuple_Type, &entries)) return NULL;
+    Struct *st = PyMem_Calloc(1, sizeof(Struct));
+    if (st == NULL) { PyErr_NoMemory(); return NULL; }
+    st->n_named = PyTuple_GET_SIZE(named);
+    st->named = PyMem_Calloc((size_t)st->n_named + 1, sizeof(Namer));
+    st->entries = PyMem_Calloc((size_t)PyTuple_GET_SIZE(entries) + 1, sizeof(Entry));
+    if (st->named == NULL || st->entries == NULL) { PyErr_NoMemory(); goto fail; }
+    for (Py_ssize_t i = 0; i < st->n_named; i++) {
+        Namer *nm = &st->named[i];
+        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(named, i), "UpO", &nm->attr, &nm->tagged, &nm->dflt))
+            goto fail;
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(entries); i++) {
+        Entry *e = &st->entries[i];
+        PyObject *sub;
+        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(entries, i), "SUippOOp", &e->key, &e->attr,
+                              &e->kind, &e->is_array, &e->tagged, &e->dflt, &sub, &e->is_tid))
+            goto fail;
+        st->n_entries = i + 1;
+        if (e->kind < K_INT || e->kind > K_STRUCT || (e->kind == K_STRUCT) != (sub != Py_None)) {
+            PyErr_SetString(PyExc_ValueError, "bad entry kind");
+            goto fail;
+        }
+        if (e->is_tid) st->has_tid = 1;
+        if (sub != Py_None && (e->sub = compile_struct(sub, depth + 1)) == NULL) goto fail;
+    }
+    return st;
+fail:
+    free_struct(st);
+    return NULL;
+}
+
+static PyObject *Writer_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    PyObject *spec;
+    if (!PyArg_ParseTuple(args, "O!:Writer", &PyTuple_Type, &spec)) return NULL;
+    WriterObject *self = (WriterObject *)type->tp_alloc(type, 0);
+    if (self == NULL) return NULL;
+    self->top = compile_struct(spec, 0);
+    if (self->top == NULL) { Py_DECREF(self); return NULL; }
+    self->keep = Py_NewRef(spec);
+    return (PyObject *)self;
+}
+
+static void Writer_dealloc(WriterObject *self) {
+    free_struct(self->top);
+    Py_XDECREF(self->keep);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *Writer_call(WriterObject *self, PyObject *args, PyObject *kwds) {
+    PyObject *obj, *names, *pieces;
+    if (!PyArg_ParseTuple(args, "OOO!", &obj, &names, &PyList_Type, &pieces)) return NULL;
+    if (escape_fn == NULL || uuid_fn == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "setup() not called");
+        return NULL;
+    }
+    Buf b = {NULL, 0, 0};
+    PyObject *text = NULL;
+    if (write_struct(&b, self->top, obj, names) == 0)
+        text = PyUnicode_DecodeUTF8(b.p, b.len, "surrogatepass");
+    PyMem_Free(b.p);
+    if (text == NULL) return NULL;
+    int r = PyList_Append(pieces, text);
+    Py_DECREF(text);
+    if (r < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyTypeObject WriterType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "kproto.capture._jsontext.Writer",
+    .tp_basicsize = sizeof(WriterObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = PyDoc_STR("Writer(spec): call with (message, topic names, pieces) to append the "
+                        "message's JSON text to pieces."),
+    .tp_new = Writer_new,
+    .tp_dealloc = (destructor)Writer_dealloc,
+    .tp_call = (ternaryfunc)Writer_call,
+};
+
+static PyObject *setup(PyObject *mod, PyObject *args) {
+    PyObject *escape, *uuid;
+    if (!PyArg_ParseTuple(args, "OO", &escape, &uuid)) return NULL;
+    Py_XSETREF(escape_fn, Py_NewRef(escape));
+    Py_XSETREF(uuid_fn, Py_NewRef(uuid));
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"setup", setup, METH_VARARGS,
+     PyDoc_STR("setup(escape, uuid_text): the string escaping and UUID text functions to use.")},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "kproto.capture._jsontext",
+    "Message bodies to JSON text in C (see kproto.capture.json_text).", -1, methods,
+    NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__jsontext(void) {
+    if (PyType_Ready(&WriterType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL) return NULL;
+    if (PyModule_AddObjectRef(m, "Writer", (PyObject *)&WriterType) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

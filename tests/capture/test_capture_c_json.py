@@ -1,0 +1,109 @@
+"""The C body writer (``kproto.capture._jsontext``, chosen by
+:func:`kproto.capture.json_text._compiled`) writes what the generated Python writers write,
+byte for byte, and refuses what they refuse (the caller then takes the reference path): on
+every body of the shared captures, on random message objects of every message version with
+topic ids named, and on objects with values of the wrong type put anywhere."""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from kproto.capture import BodyDecoder, CaptureDecoder, json_text, read_packets
+from kproto.capture.exchange import _body_json, _request_body, _response_body
+from kproto.codecs.objects import MessageObject
+from test_capture_json_text import _bodies, _capture_files
+
+needs_c = pytest.mark.skipif(json_text._jsontext is None,
+                             reason="the C writer is not built (KPROTO_PURE)")
+
+
+def _write(codec, obj, version: int, names, accelerated: bool, monkeypatch) -> tuple:
+    """("ok", text) or ("raises", exception type) of one writer."""
+    monkeypatch.setattr(json_text, "accelerated", accelerated)
+    fn = json_text._compiled(codec, version)
+    assert fn is not None
+    assert isinstance(fn, json_text._jsontext.Writer) == accelerated
+    out: list[str] = []
+    try:
+        fn(obj, names, out)
+    except Exception:  # noqa: BLE001 - which one does not matter: the reference follows
+        return ("raises",)
+    return ("ok", "".join(out))
+
+
+def test_c_writer_is_built_and_used():
+    from kproto import accelerators
+    from kproto import codecs
+
+    assert accelerators.PURE is False and json_text._jsontext is not None
+    assert isinstance(json_text._compiled(codecs.message("FetchResponse"), 12),
+                      json_text._jsontext.Writer)
+
+
+@needs_c
+def test_real_capture_bodies_alike(monkeypatch):
+    n = 0
+    for path in _capture_files():
+        for ex in CaptureDecoder(decode=BodyDecoder()).feed_all(read_packets(path)):
+            for side, body in (("request", _request_body), ("response", _response_body)):
+                if getattr(ex, side) is None:
+                    continue
+                codec, obj, version = body(ex)
+                if json_text._Generator(codec.json_plan(version)).function() is None:
+                    continue
+                c = _write(codec, obj, version, ex.topic_names, True, monkeypatch)
+                assert c[0] == "ok"
+                assert c == _write(codec, obj, version, ex.topic_names, False, monkeypatch)
+                n += 1
+    assert n > 2000
+
+
+@needs_c
+@settings(max_examples=400, deadline=None, suppress_health_check=list(HealthCheck))
+@given(_bodies())
+def test_random_bodies_alike(monkeypatch, body):
+    codec, obj, version, names = body
+    if json_text._Generator(codec.json_plan(version)).function() is None:
+        return
+    c = _write(codec, obj, version, names, True, monkeypatch)
+    assert c == _write(codec, obj, version, names, False, monkeypatch)
+    assert c == ("ok", json.dumps(_body_json(codec, obj, version, None, names),
+                                  ensure_ascii=False))
+
+
+_ODD = [None, True, False, 0, -1, 2**70, -2**63, 2**63 - 1, -2**63 - 1, 2**64, 1.5, math.nan, -math.inf, "t\u00e9\n\"x\x01",
+        "\ud800", b"\x00\xff", bytearray(b"ab"), memoryview(b"abc"), [], [None], [1, "a"],
+        object(), {"a": 1}]
+
+
+def _structs(obj, out: list) -> list:
+    out.append(obj)
+    for name in obj._fields:
+        v = getattr(obj, name)
+        for x in v if isinstance(v, list) else [v]:
+            if isinstance(x, MessageObject):
+                _structs(x, out)
+    return out
+
+
+@needs_c
+@settings(max_examples=400, deadline=None, suppress_health_check=list(HealthCheck))
+@given(_bodies(), st.data())
+def test_odd_values_alike(monkeypatch, body, data):
+    """Values of any type in any field (None, bools in int fields, NaN, strings with escapes
+    and lone surrogates, buffers, lists, other objects): the same text or a refusal."""
+    codec, obj, version, names = body
+    if json_text._Generator(codec.json_plan(version)).function() is None:
+        return
+    structs = _structs(obj, [])
+    for _ in range(data.draw(st.integers(1, 3))):
+        target = data.draw(st.sampled_from(structs))
+        if target._fields:
+            setattr(target, data.draw(st.sampled_from(list(target._fields))),
+                    data.draw(st.sampled_from(_ODD)))
+    assert (_write(codec, obj, version, names, True, monkeypatch)
+            == _write(codec, obj, version, names, False, monkeypatch))
