@@ -22,7 +22,8 @@ from typing import Any, Callable, Hashable, Optional, Protocol, Union
 
 from kproto.broker.security.acl import ACL_VERSIONS, DESCRIBE, TOPIC, AclHandlers, Authorizer
 from kproto.broker.admin import ADMIN_VERSIONS, AdminHandlers, admin_error_response
-from kproto.broker.security.auth import SASL_VERSIONS, Security
+from kproto.broker.security.auth import ANONYMOUS, SASL_VERSIONS, Security
+from kproto.broker.security.tokens import TOKEN_VERSIONS, DelegationTokens, TokenRequest
 from kproto.broker.security.authz import RequestAuthorizer
 from kproto.broker.configs import BrokerConfig, ConfigManager
 from kproto.broker.coordinators.group import GroupCoordinator
@@ -147,6 +148,7 @@ IMPLEMENTED: dict[int, tuple[int, int]] = {
     **ADMIN_VERSIONS,
     **SASL_VERSIONS,    # kproto.broker.security.auth
     **ACL_VERSIONS,     # kproto.broker.security.acl
+    **TOKEN_VERSIONS,   # kproto.broker.security.tokens
 }
 
 #: Versions ApiVersions lists below what is served: Kafka 4 removed Produce v0-2 (KIP-896) but
@@ -427,6 +429,15 @@ class BrokerCore:
             if self.config.authorizer else None)
         self.authz = RequestAuthorizer(self.authorizer, self) if self.authorizer is not None else None
         self.security.on_change = lambda _store: self._save_security()
+        # delegation tokens: kept in the metadata log, their SCRAM credentials in the store
+        authorizer = self.authorizer
+        sec_clock = self.security.clock  # wall-clock time: tokens' timestamps are epoch ms
+        self.tokens = DelegationTokens(self.config, None if authorizer is None else authorizer.authorize,
+                                       lambda: int(sec_clock() * 1000))
+        self._token_task: Optional[CallbackTask] = None
+        self._sync_tokens()
+        if self.metadata is not None and self.tokens.enabled:
+            self._sweep_tokens(schedule_only=True)
         # client quotas: ClientQuotaRecords of the metadata log (a broker of a cluster: its image's)
         self.quota_store = QuotaStore()
         if self.metadata is not None:
@@ -498,6 +509,11 @@ class BrokerCore:
             ApiKey.DELETE_ACLS: lambda r: acl.delete_acls(r.body, r.version, r.respond),
             ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: lambda r: sec.describe_scram(r.body, r.version, r.respond),
             ApiKey.ALTER_USER_SCRAM_CREDENTIALS: lambda r: sec.alter_scram(r.body, r.version, r.respond),
+            ApiKey.CREATE_DELEGATION_TOKEN: lambda r: self._token_change(r, self.tokens.create),
+            ApiKey.RENEW_DELEGATION_TOKEN: lambda r: self._token_change(r, self.tokens.renew),
+            ApiKey.EXPIRE_DELEGATION_TOKEN: lambda r: self._token_change(r, self.tokens.expire),
+            ApiKey.DESCRIBE_DELEGATION_TOKEN: lambda r: r.respond(self.tokens.describe(
+                self._token_request(r), r.body, r.version, self._token_image())),
             ApiKey.PRODUCE: self._produce, ApiKey.FETCH: self._fetch,
             ApiKey.LIST_OFFSETS: self._list_offsets, ApiKey.METADATA: self._metadata,
             ApiKey.OFFSET_FOR_LEADER_EPOCH: self._offsets_for_leader_epoch,
@@ -827,6 +843,53 @@ class BrokerCore:
             return
         self.metadata.store_acls(self.authorizer.acls if self.authorizer is not None else self._stored_acls)
         self.metadata.store_scram(self.security.store.altered)
+
+    # ------------------------------------------------------------------ delegation tokens
+    def _token_request(self, req: Request) -> TokenRequest:
+        """Who asks, and whether Kafka takes token requests from this connection: not on a
+        PLAINTEXT listener, not over SSL without a client certificate, not from a connection
+        authenticated with a token."""
+        s = self.security.session(req.channel)
+        tls = getattr(req.channel, "ssl_object", None) is not None
+        refused = (s.token_authenticated or (not self.security.sasl and not tls)
+                   or (not self.security.sasl and s.principal == ANONYMOUS))
+        return TokenRequest(s.principal, s.host, not refused)
+
+    def _token_image(self) -> dict:
+        return self.metadata.image.tokens if self.metadata is not None else {}
+
+    def _token_change(self, req: Request, handler: Callable[..., tuple[Any, list]]) -> None:
+        """Create, renew or expire: the records written to the metadata log, then the answer."""
+        resp, records = handler(self._token_request(req), req.body, req.version, self._token_image())
+        if records:
+            assert self.metadata is not None
+            self.metadata.write(records)
+            self._sync_tokens()
+        req.respond(resp)
+
+    def _sync_tokens(self) -> None:
+        """The SCRAM credentials of the tokens the metadata image holds (Kafka's
+        ``DelegationTokenPublisher`` feeding the token cache)."""
+        store, image = self.security.store, self._token_image()
+        for gone in set(store.tokens) - set(image):
+            del store.tokens[gone]
+        if not self.tokens.enabled:
+            return
+        for token_id, t in image.items():
+            have = store.tokens.get(token_id)
+            if have is None or (have.owner, have.expiry_ms) != (t.owner, t.expiry_ms):
+                store.put_token(token_id, t.owner, t.expiry_ms, self.tokens.hmac(token_id))
+
+    def _sweep_tokens(self, schedule_only: bool = False) -> None:
+        """Remove the expired tokens, every ``delegation.token.expiry.check.interval.ms``."""
+        if not schedule_only and self.metadata is not None:
+            records = self.tokens.sweep(self._token_image())
+            if records:
+                self.metadata.write(records)
+                self._sync_tokens()
+        self._token_task = CallbackTask(max(1, self.config.delegation_token_expiry_check_interval_ms),
+                                        self._sweep_tokens)
+        self.timer.add(self._token_task)
 
     def _create_topic(self, name: str, partitions: int, configs: Optional[dict] = None) -> Topic:
         topic = self.logs.create_topic(name, partitions, configs)
@@ -1435,6 +1498,8 @@ class BrokerCore:
         self.closed = True
         if self._hw_task is not None:
             self._hw_task.cancel()
+        if self._token_task is not None:
+            self._token_task.cancel()
         self.fetch_purgatory.shutdown()
         self.retention.shutdown()
         self.cleaner.shutdown()

@@ -49,6 +49,7 @@ from kproto.storage.metadata_image import (BROKER_RESOURCE, NO_LEADER, TOPIC_RES
                                             MetadataImage, PartitionInfo, encode_metadata_record)
 from kproto.broker.security.acl import AclBinding
 from kproto.broker.security.auth import SCRAM_MECHANISM_IDS, ScramCredential
+from kproto.broker.security.tokens import TOKEN_VERSIONS
 
 #: Kafka's SecurityProtocol ids, as registrations carry them
 SECURITY_PROTOCOL_IDS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}
@@ -205,8 +206,10 @@ class ClusterBrokerCore(BrokerCore):
     own_metadata_log = False
     serves_share_groups = False
     # share groups are the single broker's only (their state topic and share-partitions would
-    # need the cluster's leadership)
-    implemented = {**{k: v for k, v in IMPLEMENTED.items() if k not in SHARE_VERSIONS},
+    # need the cluster's leadership); so are delegation tokens (a cluster's controller would
+    # need the requester's principal, which kproto's forwarding does not carry)
+    implemented = {**{k: v for k, v in IMPLEMENTED.items()
+                      if k not in SHARE_VERSIONS and k not in TOKEN_VERSIONS},
                    ApiKey.WRITE_TXN_MARKERS: (1, 2)}
 
     def __init__(self, data_dir: str, config: BrokerConfig, *, voters: Sequence[int],
