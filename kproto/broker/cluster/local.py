@@ -139,8 +139,10 @@ class Cluster:
     written to the metadata log as SCRAM credentials of both SCRAM mechanisms when the
     cluster is first started (as ``kafka-storage format --add-scram``), so brokers can
     authenticate to each other with SCRAM. The controllers' listener takes the same SASL
-    mechanisms (their users: ``sasl_users`` and ``scram_users``), and every node link
-    authenticates with ``inter_broker_sasl`` (``sasl.mechanism.controller.protocol`` alike).
+    mechanisms (their users: ``sasl_users`` and ``scram_users``; OAUTHBEARER tokens checked by
+    the same ``oauthbearer_*`` settings), and every node link authenticates with
+    ``inter_broker_sasl`` (``sasl.mechanism.controller.protocol`` alike): with OAUTHBEARER,
+    a ``token_provider`` whose tokens the nodes renew on their links before they expire.
     """
 
     def __init__(self, brokers: int = 3, controllers: int = 1,
@@ -168,10 +170,14 @@ class Cluster:
                              "connect to each other with")
         self.scram_users = dict(scram_users or {})
         mechanisms = tuple(broker_config.get("sasl_enabled_mechanisms", ()))
+        # the controllers' listener takes the brokers' mechanisms, OAUTHBEARER validated as the
+        # brokers validate it, sessions bounded alike
         controller_security = BrokerConfig(
-            sasl_enabled_mechanisms=tuple(m for m in mechanisms if m != "OAUTHBEARER"),
+            sasl_enabled_mechanisms=mechanisms,
             sasl_users={**broker_config.get("sasl_users", {}), **self.scram_users},
-            scram_iterations=broker_config.get("scram_iterations", 4096)) if mechanisms else None
+            scram_iterations=broker_config.get("scram_iterations", 4096),
+            **{k: v for k, v in broker_config.items()
+               if k.startswith("oauthbearer_") or k == "connections_max_reauth_ms"}) if mechanisms else None
         self._tmp: Optional[Any] = None
         if data_dir is None:
             import tempfile
