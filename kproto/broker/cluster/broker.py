@@ -36,6 +36,7 @@ another broker.
 from __future__ import annotations
 
 import os
+import socket
 from dataclasses import astuple
 from typing import Any, Callable, Optional, Sequence
 
@@ -49,7 +50,7 @@ from kproto.storage.metadata_image import (BROKER_RESOURCE, NO_LEADER, TOPIC_RES
                                             MetadataImage, PartitionInfo, encode_metadata_record)
 from kproto.broker.security.acl import AclBinding
 from kproto.broker.security.auth import SCRAM_MECHANISM_IDS, ScramCredential
-from kproto.broker.security.tokens import TOKEN_VERSIONS
+from kproto.broker.security.tokens import encode_principal
 
 #: Kafka's SecurityProtocol ids, as registrations carry them
 SECURITY_PROTOCOL_IDS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}
@@ -61,6 +62,7 @@ from kproto.broker.timer import CallbackTask, Clock
 from kproto.broker.coordinators.txn import TXN_TOPIC, append_txn_marker
 from kproto.codecs import request as request_codec
 from kproto.codecs import response as response_codec
+from kproto.framing import decode_response, encode_request
 from kproto.codecs.primitives import Uuid
 from kproto.error_codes import ErrorCode
 from kproto.fetch_session.messages import request_replica_id
@@ -77,6 +79,9 @@ FORWARDED_APIS = (ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS, ApiKey.CREATE_PART
                   ApiKey.ALTER_USER_SCRAM_CREDENTIALS, ApiKey.ALTER_CLIENT_QUOTAS)
 #: forwarded only where the broker has an authorizer (SECURITY_DISABLED answered here otherwise)
 FORWARDED_ACL_APIS = (ApiKey.CREATE_ACLS, ApiKey.DELETE_ACLS)
+#: delegation token changes: forwarded in an EnvelopeRequest, with the principal
+_TOKEN_CHANGES = (ApiKey.CREATE_DELEGATION_TOKEN, ApiKey.RENEW_DELEGATION_TOKEN,
+                  ApiKey.EXPIRE_DELEGATION_TOKEN)
 #: offsets.topic.replication.factor (Kafka's default; fewer brokers: as many as there are)
 OFFSETS_TOPIC_REPLICATION_FACTOR = 3
 # the group APIs and where each names its groups
@@ -206,10 +211,8 @@ class ClusterBrokerCore(BrokerCore):
     own_metadata_log = False
     serves_share_groups = False
     # share groups are the single broker's only (their state topic and share-partitions would
-    # need the cluster's leadership); so are delegation tokens (a cluster's controller would
-    # need the requester's principal, which kproto's forwarding does not carry)
-    implemented = {**{k: v for k, v in IMPLEMENTED.items()
-                      if k not in SHARE_VERSIONS and k not in TOKEN_VERSIONS},
+    # need the cluster's leadership)
+    implemented = {**{k: v for k, v in IMPLEMENTED.items() if k not in SHARE_VERSIONS},
                    ApiKey.WRITE_TXN_MARKERS: (1, 2)}
 
     def __init__(self, data_dir: str, config: BrokerConfig, *, voters: Sequence[int],
@@ -262,6 +265,8 @@ class ClusterBrokerCore(BrokerCore):
             for key in FORWARDED_ACL_APIS:
                 self.handlers[key] = self._forward
         self.handlers[ApiKey.WRITE_TXN_MARKERS] = self._write_txn_markers
+        for key in _TOKEN_CHANGES:
+            self.handlers[key] = self._forward_token
         for api, ids in _GROUP_IDS.items():
             self.handlers[api] = self._gate(self.handlers[api], OFFSETS_TOPIC, ids)
         for api, ids in _TXN_IDS.items():
@@ -495,6 +500,8 @@ class ClusterBrokerCore(BrokerCore):
                 self.configs.apply_topic(topic, self.image.configs.get((rtype, name), {}))
         if changes.acls and self.authorizer is not None:
             self.authorizer.acls = {AclBinding(*astuple(e)) for e in self.image.acls.values()}
+        if changes.tokens:  # every broker authenticates every token
+            self._sync_tokens()
         if changes.client_quotas:  # served and enforced from the image, as Kafka's brokers
             self.quota_store.replace(self.image.client_quotas)
         mechanisms = {v: k for k, v in SCRAM_MECHANISM_IDS.items()}
@@ -848,6 +855,42 @@ class ClusterBrokerCore(BrokerCore):
                 return
             req.respond(resp)
         self.send_to_controller(req.api_key, req.version, req.body, answered)
+
+    def _token_image(self) -> dict:
+        image = getattr(self, "image", None)  # None while the core is made
+        return {} if image is None else image.tokens
+
+    def _forward_token(self, req: Request) -> None:
+        """A token change, as Kafka's brokers forward it: in an EnvelopeRequest with the
+        client's principal, for the active controller to write; what this broker can refuse
+        (the connection, the rights, a token its image does not have yet) it answers itself."""
+        handlers: dict[int, Callable[..., tuple[Any, list[tuple[Any, int]]]]] = {
+                   ApiKey.CREATE_DELEGATION_TOKEN: self.tokens.create,
+                   ApiKey.RENEW_DELEGATION_TOKEN: self.tokens.renew,
+                   ApiKey.EXPIRE_DELEGATION_TOKEN: self.tokens.expire}
+        handler = handlers[req.api_key]
+        who = self._token_request(req)
+        resp, records = handler(who, req.body, req.version, self._token_image())
+        if not records:
+            req.respond(resp)
+            return
+        session = self.security.session(req.channel)
+        try:
+            address = socket.inet_aton(who.host)
+        except OSError:
+            address = b""
+        env = request_codec(ApiKey.ENVELOPE).cls(
+            request_data=encode_request(req.header, req.body)[4:],
+            request_principal=encode_principal(who.principal, session.token_authenticated),
+            client_host_address=address)
+
+        def answered(out: Optional[Any]) -> None:
+            if out is None or out.error_code or out.response_data is None:
+                code = ErrorCode.REQUEST_TIMED_OUT if out is None else out.error_code or ErrorCode.UNKNOWN_SERVER_ERROR
+                self._answer_error(req, code, run_handler=True)
+                return
+            req.respond(decode_response(bytes(out.response_data), req.api_key, req.version, size_prefix=False)[1])
+        self.send_to_controller(ApiKey.ENVELOPE, 0, env, answered)
 
     def _create_internal_topic(self, name: str, partitions: int, configs: dict[str, str]) -> None:
         """Ask the controller for ``name`` (auto-created topics, ``__consumer_offsets``)."""

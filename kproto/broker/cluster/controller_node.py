@@ -83,6 +83,7 @@ CONTROLLER_APIS: dict[int, tuple[int, int]] = {
     ApiKey.UPDATE_FEATURES: (0, 2),
     ApiKey.CONTROLLER_REGISTRATION: (0, 0),
     ApiKey.UNREGISTER_CONTROLLER: (0, 0),
+    ApiKey.ENVELOPE: (0, 0),  # delegation token changes forwarded by a broker
 }
 #: how often a controller checks that the metadata log holds its registration
 _REGISTRATION_CHECK_MS = 500

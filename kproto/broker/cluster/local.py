@@ -197,7 +197,9 @@ class Cluster:
             num_partitions=broker_config.get("num_partitions", 1),
             min_insync_replicas=broker_config.get("min_insync_replicas", 1),
             transaction_version=broker_config.get("transaction_version", TRANSACTION_VERSION_LEVEL),
-            unclean_leader_election_enable=broker_config.pop("unclean_leader_election_enable", False))
+            unclean_leader_election_enable=broker_config.pop("unclean_leader_election_enable", False),
+            # the brokers keep the token settings too: they compute the HMACs they authenticate
+            **{k: v for k, v in broker_config.items() if k.startswith("delegation_token_")})
         self.controllers = {
             n: ControllerNode(n, self.controller_ids, os.path.join(self.data_dir, f"controller-{n}"),
                               cluster_id=self.cluster_id, network=self.network, host=host,

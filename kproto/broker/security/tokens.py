@@ -22,19 +22,21 @@ from __future__ import annotations
 import hmac as _hmac
 import os
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional, Protocol
 
-from kproto.broker.configs import BrokerConfig
 from kproto.broker.security.acl import DELEGATION_TOKEN, DESCRIBE, USER, CREATE_TOKENS, DESCRIBE_TOKENS
+from kproto.codecs import message as message_codec
 from kproto.codecs import metadata_record
 from kproto.codecs import response as response_codec
-from kproto.codecs.primitives import Uuid
+from kproto.codecs.primitives import INT16, Uuid
 from kproto.error_codes import ErrorCode
+from kproto.errors import DecodeError
 from kproto.javahash import hashmap_capacity, java_hash_order, java_string_hash
 from kproto.schemas.api_keys import ApiKey
 from kproto.storage.metadata_image import DelegationTokenEntry, RecordType
 
-__all__ = ["token_hmac", "new_token_id", "TokenRequest", "DelegationTokens", "TOKEN_VERSIONS"]
+__all__ = ["token_hmac", "new_token_id", "TokenRequest", "TokenSettings", "DelegationTokens", "TOKEN_VERSIONS",
+           "encode_principal", "decode_principal"]
 
 #: what the handlers implement (Kafka 4.4's versions)
 TOKEN_VERSIONS: dict[int, tuple[int, int]] = {
@@ -45,6 +47,7 @@ TOKEN_VERSIONS: dict[int, tuple[int, int]] = {
 }
 
 Records = list[tuple[Any, int]]
+_PRINCIPAL = message_codec("DefaultPrincipalData")
 #: (principal, host, operation, resource type, resource name) -> allowed
 Authorize = Callable[[str, str, int, int, str], bool]
 
@@ -75,6 +78,15 @@ class TokenRequest:
     allowed: bool
 
 
+class TokenSettings(Protocol):
+    """The token settings (:class:`~kproto.broker.configs.BrokerConfig`'s, a cluster
+    controller's :class:`~kproto.broker.cluster.controller.ControllerConfig`'s)."""
+
+    delegation_token_secret_key: Optional[str]
+    delegation_token_max_lifetime_ms: int
+    delegation_token_expiry_time_ms: int
+
+
 def _split(principal: str) -> tuple[str, str]:
     kind, _, name = principal.partition(":")
     return kind, name
@@ -85,7 +97,7 @@ class DelegationTokens:
     the authorizer's check, None without an authorizer (then everything is allowed, as
     Kafka's ``AuthHelper`` allows it); ``now_ms`` the clock."""
 
-    def __init__(self, config: BrokerConfig, authorize: Optional[Authorize],
+    def __init__(self, config: TokenSettings, authorize: Optional[Authorize],
                  now_ms: Callable[[], int]) -> None:
         self.config = config
         self.authorize = authorize
@@ -241,3 +253,24 @@ def _record(t: DelegationTokenEntry) -> tuple[Any, int]:
     return (metadata_record(RecordType.DELEGATION_TOKEN)(
         owner=t.owner, requester=t.requester, renewers=list(t.renewers), issue_timestamp=t.issue_ms,
         max_timestamp=t.max_ms, expiration_timestamp=t.expiry_ms, token_id=t.token_id), 0)
+
+
+def encode_principal(principal: str, token_authenticated: bool) -> bytes:
+    """A principal as a forwarding broker puts it in an EnvelopeRequest (Kafka's
+    ``DefaultKafkaPrincipalBuilder.serialize``: the DefaultPrincipalData version, then the
+    message)."""
+    kind, name = _split(principal)
+    obj = _PRINCIPAL.cls(type=kind, name=name, token_authenticated=token_authenticated)
+    return INT16.pack(0) + _PRINCIPAL.encode(obj, 0)
+
+
+def decode_principal(data: bytes) -> tuple[str, bool]:
+    """(principal, token authenticated) of :func:`encode_principal`'s bytes;
+    :class:`~kproto.errors.DecodeError` when they are not that."""
+    if len(data) < 2:
+        raise DecodeError("principal shorter than its version", what="DefaultPrincipalData", offset=0)
+    version = INT16.unpack_from(data, 0)[0]
+    if version != 0:
+        raise DecodeError(f"unknown DefaultPrincipalData version {version}", what="DefaultPrincipalData", offset=0)
+    obj = _PRINCIPAL.decode(memoryview(data)[2:], 0)
+    return f"{obj.type}:{obj.name}", bool(obj.token_authenticated)
