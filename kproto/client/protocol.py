@@ -99,6 +99,7 @@ def raise_for_error(code: int, what: str = "", message: str | None = None) -> No
 #:   DescribeTopicPartitions 0 (the admin client's partition administration).
 #: - ConsumerGroupHeartbeat 0-1 (KIP-848; v1: the member id is the client's own, and
 #:   SubscribedTopicRegex; a pattern subscription needs v1) and ConsumerGroupDescribe 0-1.
+#: - the delegation token APIs at Kafka 4.4's versions (CreateDelegationToken v3 names an owner).
 #: - ShareGroupHeartbeat 1, ShareFetch 1-2 and ShareAcknowledge 1-2 (KIP-932 share groups as
 #:   Kafka 4.1+ has them; v0 was the early-access form of Kafka 3.9, which no later broker takes).
 CLIENT_VERSIONS: Mapping[int, range] = MappingProxyType({
@@ -145,6 +146,10 @@ CLIENT_VERSIONS: Mapping[int, range] = MappingProxyType({
     ApiKey.SHARE_GROUP_HEARTBEAT: range(1, 2),
     ApiKey.SHARE_FETCH: range(1, 3),
     ApiKey.SHARE_ACKNOWLEDGE: range(1, 3),
+    ApiKey.CREATE_DELEGATION_TOKEN: range(1, 4),
+    ApiKey.RENEW_DELEGATION_TOKEN: range(1, 3),
+    ApiKey.EXPIRE_DELEGATION_TOKEN: range(1, 3),
+    ApiKey.DESCRIBE_DELEGATION_TOKEN: range(1, 4),
 })
 
 

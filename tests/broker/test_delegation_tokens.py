@@ -160,3 +160,32 @@ def test_client_token_auth_needs_scram():
     cfg = SaslConfig.delegation_token("abc", b"\x01\x02")
     assert (cfg.mechanism, cfg.username, cfg.password, cfg.token_auth) == ("SCRAM-SHA-512", "abc", "AQI=", True)
     assert b",tokenauth=true" in cfg.client().initial()
+
+
+def test_admin_token_calls(tmp_path):
+    from kproto.client.admin import Admin
+    from kproto.client.cluster import Cluster
+    from kproto.client.protocol import BrokerError
+
+    async def run(b):
+        async with Cluster(b.bootstrap, sasl=SaslConfig("SCRAM-SHA-512", "alice", USERS["alice"])) as client:
+            admin = Admin(client)
+            token = await admin.create_delegation_token(renewers=["User:bob"], max_lifetime_ms=600_000)
+            listed = await admin.describe_delegation_tokens(["User:alice"])
+            none = await admin.describe_delegation_tokens([])
+            expiry = await admin.renew_delegation_token(token.hmac, 30_000)
+            with pytest.raises(BrokerError) as unknown:
+                await admin.renew_delegation_token(b"nope")
+            await admin.expire_delegation_token(token.hmac)
+            after = await admin.describe_delegation_tokens()
+        with pytest.raises(SaslAuthenticationError):  # the expired token is gone
+            async with Cluster(b.bootstrap, sasl=token.sasl("SCRAM-SHA-256")) as worker:
+                await worker.refresh_metadata([])
+        return token, listed, none, expiry, unknown.value.code, after
+    with _broker(tmp_path, delegation_token_secret_key=SECRET) as b:
+        token, listed, none, expiry, unknown, after = asyncio.run(run(b))
+    assert (token.owner, token.requester, token.renewers) == ("User:alice", "User:alice", ("User:bob",))
+    assert token.max_ms - token.issue_ms == 600_000 and token.hmac == token_hmac(token.token_id, SECRET)
+    assert listed == [token] and none == []
+    assert 0 < expiry - int(time.time() * 1000) <= 30_000
+    assert unknown == ErrorCode.DELEGATION_TOKEN_NOT_FOUND and after == []
