@@ -12,6 +12,7 @@ connection until the answer is out), so answers keep the order of their requests
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import re
@@ -429,6 +430,15 @@ class BrokerCore:
             if self.config.authorizer else None)
         self.authz = RequestAuthorizer(self.authorizer, self) if self.authorizer is not None else None
         self.security.on_change = lambda _store: self._save_security()
+        #: the security of the broker's other listeners by name (a cluster broker's
+        #: inter-broker listener), sharing the credentials
+        self.listener_security: dict[str, Security] = {}
+        name = self.config.inter_broker_listener_name
+        if name:
+            protocol = self.config.inter_broker_security_protocol
+            self.listener_security[name] = Security(dataclasses.replace(
+                self.config, sasl_enabled_mechanisms=self.config.sasl_enabled_mechanisms
+                if protocol.startswith("SASL_") else ()), store=self.security.store)
         # delegation tokens: kept in the metadata log, their SCRAM credentials in the store
         authorizer = self.authorizer
         sec_clock = self.security.clock  # wall-clock time: tokens' timestamps are epoch ms
@@ -502,8 +512,10 @@ class BrokerCore:
             ApiKey.DESCRIBE_TOPIC_PARTITIONS:
                 lambda r: adm.describe_topic_partitions(r.body, r.version, r.respond, self._describable(r)),
             ApiKey.LIST_CONFIG_RESOURCES: lambda r: adm.list_config_resources(r.body, r.version, r.respond),
-            ApiKey.SASL_HANDSHAKE: lambda r: sec.handshake(r.channel, r.body, r.version, r.respond),
-            ApiKey.SASL_AUTHENTICATE: lambda r: sec.authenticate(r.channel, r.body, r.version, r.respond),
+            ApiKey.SASL_HANDSHAKE: lambda r: self.security_of(r.channel).handshake(
+                r.channel, r.body, r.version, r.respond),
+            ApiKey.SASL_AUTHENTICATE: lambda r: self.security_of(r.channel).authenticate(
+                r.channel, r.body, r.version, r.respond),
             ApiKey.CREATE_ACLS: lambda r: acl.create_acls(r.body, r.version, r.respond),
             ApiKey.DESCRIBE_ACLS: lambda r: acl.describe_acls(r.body, r.version, r.respond),
             ApiKey.DELETE_ACLS: lambda r: acl.delete_acls(r.body, r.version, r.respond),
@@ -532,7 +544,7 @@ class BrokerCore:
         """Whether the request's client may describe a topic (None: no authorizer, any)."""
         if self.authz is None:
             return None
-        authz, session = self.authz, self.security.session(req.channel)
+        authz, session = self.authz, self.security_of(req.channel).session(req.channel)
         return lambda name: authz.ok(session, DESCRIBE, TOPIC, name)
 
     # ------------------------------------------------------------------ versions
@@ -605,11 +617,11 @@ class BrokerCore:
         try:
             key, ver, cid = peek_request_header(frame, size_prefix=False)
         except DecodeError as exc:
-            if self.security.gate(channel, frame, None):  # a legacy SASL token has no header
+            if self.security_of(channel).gate(channel, frame, None):  # a legacy SASL token has no header
                 return
             channel.close(f"bad request header: {exc}")
             return
-        if self.security.gate(channel, frame, key):  # before authentication: SASL only
+        if self.security_of(channel).gate(channel, frame, key):  # before authentication: SASL only
             return
         if key != ApiKey.API_VERSIONS and removed_in_kafka_4(key, ver):
             # Kafka 4 cannot even parse it (KIP-896: Produce v0-2, OffsetCommit v0-1, the
@@ -668,7 +680,7 @@ class BrokerCore:
         try:
             if self.authz is not None:
                 verdict = self.authz.check(req.api_key, req.version, req.body,
-                                           self.security.session(req.channel))
+                                           self.security_of(req.channel).session(req.channel))
                 if verdict is not None:
                     if verdict.error is not None:
                         self._answer_error(req, verdict.error, run_handler=True)
@@ -844,15 +856,21 @@ class BrokerCore:
         self.metadata.store_acls(self.authorizer.acls if self.authorizer is not None else self._stored_acls)
         self.metadata.store_scram(self.security.store.altered)
 
+    def security_of(self, channel: Channel) -> Security:
+        """The security of the listener ``channel`` came in on."""
+        name = getattr(channel, "listener", None)
+        return self.security if name is None else self.listener_security.get(name, self.security)
+
     # ------------------------------------------------------------------ delegation tokens
     def _token_request(self, req: Request) -> TokenRequest:
         """Who asks, and whether Kafka takes token requests from this connection: not on a
         PLAINTEXT listener, not over SSL without a client certificate, not from a connection
         authenticated with a token."""
-        s = self.security.session(req.channel)
+        sec = self.security_of(req.channel)
+        s = sec.session(req.channel)
         tls = getattr(req.channel, "ssl_object", None) is not None
-        refused = (s.token_authenticated or (not self.security.sasl and not tls)
-                   or (not self.security.sasl and s.principal == ANONYMOUS))
+        refused = (s.token_authenticated or (not sec.sasl and not tls)
+                   or (not sec.sasl and s.principal == ANONYMOUS))
         return TokenRequest(s.principal, s.host, not refused)
 
     def _token_image(self) -> dict:
@@ -913,7 +931,7 @@ class BrokerCore:
     def quota_identity(self, req: Request) -> tuple[str, str]:
         """The (user, client id) a request is counted under: the principal's name (ANONYMOUS
         on a listener without authentication), as Kafka's quota entities name users."""
-        principal = self.security.session(req.channel).principal
+        principal = self.security_of(req.channel).session(req.channel).principal
         return principal.split(":", 1)[-1], req.header.client_id or ""
 
     def _throttle(self, req: Request) -> int:

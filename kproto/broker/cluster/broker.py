@@ -378,7 +378,10 @@ class ClusterBrokerCore(BrokerCore):
         body = cls(broker_id=self.node_id, cluster_id=self.logs.cluster_id,
                    incarnation_id=self.incarnation_id,
                    listeners=[cls.Listener(name=self.security_protocol, host=cfg.host, port=cfg.port,
-                                           security_protocol=SECURITY_PROTOCOL_IDS[self.security_protocol])],
+                                           security_protocol=SECURITY_PROTOCOL_IDS[self.security_protocol])] + ([
+                       cls.Listener(name=cfg.inter_broker_listener_name, host=cfg.host, port=cfg.inter_broker_port,
+                                    security_protocol=SECURITY_PROTOCOL_IDS[cfg.inter_broker_security_protocol])]
+                       if cfg.inter_broker_listener_name else []),
                    features=[cls.Feature(name=n, min_supported_version=lo, max_supported_version=hi)
                              for n, (lo, hi) in supported_features(cluster=True).items()],
                    rack=cfg.rack, is_migrating_zk_broker=False, log_dirs=[self.logs.directory_id],
@@ -874,7 +877,7 @@ class ClusterBrokerCore(BrokerCore):
         if not records:
             req.respond(resp)
             return
-        session = self.security.session(req.channel)
+        session = self.security_of(req.channel).session(req.channel)
         try:
             address = socket.inet_aton(who.host)
         except OSError:
@@ -957,7 +960,7 @@ class ClusterBrokerCore(BrokerCore):
                 is_internal=info.name.startswith("__"), partitions=parts))
         brokers = []
         for b in alive:
-            ep = b.listeners[0] if b.listeners else None
+            ep = self._endpoint(b, req)
             if ep is not None:
                 brokers.append(cls.MetadataResponseBroker(node_id=b.id, host=ep.host, port=ep.port,
                                                           rack=b.rack))
@@ -965,6 +968,15 @@ class ClusterBrokerCore(BrokerCore):
         controller = self.node_id if self.node_id in alive_ids else (min(alive_ids) if alive_ids else -1)
         req.respond(cls(brokers=brokers, cluster_id=self.logs.cluster_id, controller_id=controller,
                         topics=topics_out))
+
+    def _endpoint(self, b: Any, req: Request) -> Optional[Any]:
+        """Broker ``b``'s endpoint on the listener the request came in on, as Kafka answers
+        Metadata (the first registered when it has none of that name)."""
+        name = getattr(req.channel, "listener", None) or self.security_protocol
+        for ep in b.listeners:
+            if ep.name == name:
+                return ep
+        return b.listeners[0] if b.listeners else None
 
     def _describe_cluster(self, req: Request) -> None:
         cls = response_codec(ApiKey.DESCRIBE_CLUSTER).cls
@@ -974,9 +986,8 @@ class ClusterBrokerCore(BrokerCore):
             return
         out = cls(error_code=0, error_message=None, cluster_id=self.logs.cluster_id,
                   controller_id=self.node_id, brokers=[
-                      cls.DescribeClusterBroker(broker_id=b.id, host=b.listeners[0].host,
-                                                port=b.listeners[0].port, rack=b.rack)
-                      for b in self._alive() if b.listeners],
+                      cls.DescribeClusterBroker(broker_id=b.id, host=ep.host, port=ep.port, rack=b.rack)
+                      for b, ep in ((b, self._endpoint(b, req)) for b in self._alive()) if ep is not None],
                   cluster_authorized_operations=-2147483648)
         if req.version >= 1:
             out.endpoint_type = endpoint
@@ -1007,7 +1018,8 @@ class ClusterBrokerCore(BrokerCore):
         out = []
         for key, node, code in answers:
             b = self.image.brokers.get(node)
-            host, port = (b.listeners[0].host, b.listeners[0].port) if b is not None and not code else ("", -1)
+            ep = self._endpoint(b, req) if b is not None and not code else None
+            host, port = (ep.host, ep.port) if ep is not None else ("", -1)
             out.append((key, node, host, port, code))
         if req.version < 4:
             _, node, host, port, code = out[0]
