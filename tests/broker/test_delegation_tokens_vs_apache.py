@@ -204,3 +204,35 @@ def test_delegation_tokens_as_apache(apache_kafka, tmp_path):
     assert len(ours) == len(apache)
     for a, k in zip(apache, ours):
         assert k == a, f"\napache: {a}\nkproto: {k}"
+
+
+async def _over_tls(port: int) -> list:
+    """Token requests over SSL with and without a client certificate: who may ask."""
+    from test_security_vs_apache import _CA, _IDS
+
+    out = []
+    for who in ("alice", None):
+        conn = await Connection.open("127.0.0.1", port, ssl=_CA.client_context(_IDS[who] if who else None))
+        created = await conn.request(Create(renewers=[], max_lifetime_ms=60_000), 3)
+        described = await conn.request(Describe(owners=[]), 3)
+        out.append((who, created.error_code, created.principal_name, described.error_code))
+        await conn.close()
+    return out
+
+
+def test_token_requests_over_tls_as_apache(apache_kafka, tmp_path):
+    from test_security_vs_apache import _CA, _SERVER, RULES
+
+    # TLSOPT asks for a certificate without requiring one: anonymous SSL clients get in
+    apache = asyncio.run(_over_tls(_addr(apache_kafka.listener_bootstrap("TLSOPT"))[1]))
+    broker = BrokerThread(tmp_path / "k", ssl_context=_CA.server_context(_SERVER), ssl_client_auth="requested",
+                          ssl_principal_mapping_rules=RULES, authorizer=True,
+                          super_users=("User:ANONYMOUS", "User:admin"),
+                          delegation_token_secret_key=TOKEN_SECRET).start()
+    try:
+        ours = asyncio.run(_over_tls(_addr(broker.bootstrap)[1]))
+    finally:
+        broker.stop()
+    # a certificate's principal may ask for tokens; an anonymous SSL client may not
+    assert apache == [("alice", 0, "alice", 0), (None, 64, "ANONYMOUS", 64)], apache
+    assert ours == apache
