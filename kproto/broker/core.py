@@ -19,7 +19,7 @@ import re
 import time
 from time import perf_counter_ns
 from dataclasses import dataclass
-from typing import Any, Callable, Hashable, Optional, Protocol, Union
+from typing import Any, Callable, Hashable, Mapping, Optional, Protocol, Union
 
 from kproto.broker.security.acl import ACL_VERSIONS, DESCRIBE, TOPIC, AclHandlers, Authorizer
 from kproto.broker.admin import ADMIN_VERSIONS, AdminHandlers, admin_error_response
@@ -56,7 +56,7 @@ from kproto.codecs import message
 from kproto.framing import (ResponseHeader, decode_request, encode_response,
                             peek_request_header, request_header_version)
 from kproto.schemas.api_keys import ApiKey
-from kproto.storage.metadata_image import PartitionInfo
+from kproto.storage.metadata_image import DelegationTokenEntry, PartitionInfo
 
 # Produce errors whose partition answer keeps the message (Kafka's RecordValidationException),
 # and those answered with log start offset -1 (Kafka's UNKNOWN_LOG_APPEND_INFO)
@@ -858,6 +858,8 @@ class BrokerCore:
 
     def security_of(self, channel: Channel) -> Security:
         """The security of the listener ``channel`` came in on."""
+        if not self.listener_security:  # one listener (the hot path: every request asks)
+            return self.security
         name = getattr(channel, "listener", None)
         return self.security if name is None else self.listener_security.get(name, self.security)
 
@@ -873,7 +875,8 @@ class BrokerCore:
                    or (not sec.sasl and s.principal == ANONYMOUS))
         return TokenRequest(s.principal, s.host, not refused)
 
-    def _token_image(self) -> dict:
+    def _token_image(self) -> Mapping[str, DelegationTokenEntry]:
+        """The delegation tokens by id (the metadata image's)."""
         return self.metadata.image.tokens if self.metadata is not None else {}
 
     def _token_change(self, req: Request, handler: Callable[..., tuple[Any, list]]) -> None:

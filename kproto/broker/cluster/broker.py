@@ -38,7 +38,7 @@ from __future__ import annotations
 import os
 import socket
 from dataclasses import astuple
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 from kproto.broker.configs import BrokerConfig
 from kproto.broker.cluster.controller_node import CONTROLLER_APIS, RAFT_APIS
@@ -47,7 +47,8 @@ from kproto.broker.core import (IMPLEMENTED, SHARE_VERSIONS, BrokerCore, Request
                                 metadata_request_topics)
 from kproto.broker.log import BrokerError, Log, topic_name_error
 from kproto.storage.metadata_image import (BROKER_RESOURCE, NO_LEADER, TOPIC_RESOURCE,
-                                            MetadataImage, PartitionInfo, encode_metadata_record)
+                                            DelegationTokenEntry, MetadataImage, PartitionInfo,
+                                            encode_metadata_record)
 from kproto.broker.security.acl import AclBinding
 from kproto.broker.security.auth import SCRAM_MECHANISM_IDS, ScramCredential
 from kproto.broker.security.tokens import encode_principal
@@ -859,7 +860,7 @@ class ClusterBrokerCore(BrokerCore):
             req.respond(resp)
         self.send_to_controller(req.api_key, req.version, req.body, answered)
 
-    def _token_image(self) -> dict:
+    def _token_image(self) -> Mapping[str, DelegationTokenEntry]:
         image = getattr(self, "image", None)  # None while the core is made
         return {} if image is None else image.tokens
 
