@@ -208,7 +208,8 @@ class Connection:
              ) -> "asyncio.Future[Any]":
         """Write a request now and return a future of its response (pipelining: call several
         times before awaiting). With ``expect_response`` False (Produce with acks=0) the future
-        is already done with None."""
+        is already done with None (once the request is out, when it waited for a
+        re-authentication)."""
         loop = asyncio.get_running_loop()
         if self._closed is not None:
             raise ConnectionClosedError(str(self._closed)) from self._closed
@@ -299,7 +300,7 @@ class Connection:
     async def _reauthenticate(self, config: SaslConfig) -> None:
         try:
             await self._authenticate(config)
-        except (SaslAuthenticationError, KafkaConnectionError, DecodeError) as exc:
+        except Exception as exc:  # noqa: BLE001 - refused, lost, or a token provider failing
             # the session cannot be renewed: the connection is of no further use
             if self._closed is None:
                 err = ConnectionClosedError(f"re-authentication with {self.host}:{self.port} failed: {exc}")

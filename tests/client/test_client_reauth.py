@@ -96,3 +96,34 @@ def test_a_failed_renewal_closes_the_connection(tmp_path):
         closed, renewals = asyncio.run(run())
     # the broker answers SASL_AUTHENTICATION_FAILED and closes the connection
     assert closed and renewals == 0
+
+
+def test_a_token_provider_failing_at_renewal_closes_the_connection_and_fails_waiting_requests(tmp_path):
+    import base64
+    import json
+
+    def b64(doc):
+        return base64.urlsafe_b64encode(json.dumps(doc).encode()).rstrip(b"=").decode()
+    calls = []
+
+    def provider() -> str:
+        calls.append(1)
+        if len(calls) > 1:
+            raise RuntimeError("the identity provider is down")
+        now = int(time.time())
+        return f"{b64({'alg': 'none'})}.{b64({'sub': 'alice', 'iat': now, 'exp': now + 1})}."
+
+    with BrokerThread(tmp_path, sasl_enabled_mechanisms=("OAUTHBEARER",)) as b:
+        async def run():
+            conn = await Connection.open(*_addr(b), sasl=SaslConfig("OAUTHBEARER", token_provider=provider))
+            await asyncio.sleep(1.2)
+            closed = conn.closed
+            try:
+                await conn.request(Metadata(topics=[], allow_auto_topic_creation=False), 12, timeout=5)
+                failed = None
+            except Exception as exc:  # noqa: BLE001
+                failed = type(exc).__name__
+            await conn.close()
+            return closed, failed
+        closed, failed = asyncio.run(run())
+    assert closed and failed == "ConnectionClosedError" and len(calls) == 2
