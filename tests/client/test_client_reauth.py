@@ -111,19 +111,27 @@ def test_a_token_provider_failing_at_renewal_closes_the_connection_and_fails_wai
         if len(calls) > 1:
             raise RuntimeError("the identity provider is down")
         now = int(time.time())
-        return f"{b64({'alg': 'none'})}.{b64({'sub': 'alice', 'iat': now, 'exp': now + 1})}."
+        return f"{b64({'alg': 'none'})}.{b64({'sub': 'alice', 'iat': now, 'exp': now + 2})}."
 
     with BrokerThread(tmp_path, sasl_enabled_mechanisms=("OAUTHBEARER",)) as b:
+        # the renewal's SaslHandshake is answered 300 ms late: a request made meanwhile waits
+        # for the renewal, which then fails in the provider
+        b.control(ApiKey.SASL_HANDSHAKE, Intercept(delay_ms=300), times=None)
+
         async def run():
             conn = await Connection.open(*_addr(b), sasl=SaslConfig("OAUTHBEARER", token_provider=provider))
-            await asyncio.sleep(1.2)
-            closed = conn.closed
+            for _ in range(500):
+                if conn._reauth_task is not None:
+                    break
+                await asyncio.sleep(0.01)
+            waited = conn._reauth_task is not None
             try:
                 await conn.request(Metadata(topics=[], allow_auto_topic_creation=False), 12, timeout=5)
                 failed = None
             except Exception as exc:  # noqa: BLE001
                 failed = type(exc).__name__
+            out = (waited, conn.closed, failed)
             await conn.close()
-            return closed, failed
-        closed, failed = asyncio.run(run())
-    assert closed and failed == "ConnectionClosedError" and len(calls) == 2
+            return out
+        waited, closed, failed = asyncio.run(run())
+    assert waited and closed and failed == "ConnectionClosedError" and len(calls) == 2
