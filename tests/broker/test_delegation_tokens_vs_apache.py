@@ -54,7 +54,8 @@ class _Observer:
         d.pop("throttle_time_ms", None)
 
         def rel(v):
-            return v if v <= 0 else round((v - sent_ms) / 1000)
+            # whole seconds after the request was sent: the broker's clock read up to 1 s later
+            return v if v <= 0 else (v - sent_ms) // 1000
         if "token_id" in d:  # CreateDelegationToken
             tid = resp.token_id
             d["hmac"] = "ok" if tid and bytes(resp.hmac) == token_hmac(tid, TOKEN_SECRET) else len(resp.hmac)
