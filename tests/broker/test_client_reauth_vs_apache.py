@@ -65,9 +65,9 @@ def test_client_renews_sessions_on_apache_and_kproto(apache_kafka, tmp_path):
                 _observe(_addr(apache_kafka.sasl_bootstrap), scram, 7.5),
                 _observe(_addr(b_scram.bootstrap), scram, 7.5),
                 _observe(_addr(apache_kafka.listener_bootstrap("OAUTH")),
-                         SaslConfig("OAUTHBEARER", token_provider=_provider(apache_issued)), 6.0),
+                         SaslConfig("OAUTHBEARER", token_provider=_provider(apache_issued)), 7.5),
                 _observe(_addr(b_oauth.bootstrap), SaslConfig("OAUTHBEARER", token_provider=_provider(kproto_issued)),
-                         6.0))
+                         7.5))
         apache_scram, kproto_scram, apache_oauth, kproto_oauth = asyncio.run(run())
     for lifetime, renewals, busy, closed in (apache_scram, kproto_scram):
         assert lifetime == REAUTH_MS and renewals >= 2 and busy and not closed
