@@ -135,6 +135,17 @@ class BrokerConfig:
     oauthbearer_allow_unverified_audience: bool = False  # sasl.oauthbearer.allow.unverified.audience
     oauthbearer_allow_unverified_issuer: bool = False    # sasl.oauthbearer.allow.unverified.issuer
     connections_max_reauth_ms: int = 0              # connections.max.reauth.ms (0: sessions last)
+    # a cluster broker's own listener for the other brokers (inter.broker.listener.name) and
+    # its security protocol (listener.security.protocol.map's entry for it); None: the
+    # brokers share the clients' listener
+    inter_broker_listener_name: Optional[str] = None
+    inter_broker_security_protocol: str = "PLAINTEXT"
+    inter_broker_port: int = 0                      # 0: a free port
+    # delegation tokens (kproto.broker.security.tokens): on only with a secret key
+    delegation_token_secret_key: Optional[str] = None     # delegation.token.secret.key
+    delegation_token_max_lifetime_ms: int = 7 * 24 * 3600 * 1000  # delegation.token.max.lifetime.ms
+    delegation_token_expiry_time_ms: int = 24 * 3600 * 1000       # delegation.token.expiry.time.ms
+    delegation_token_expiry_check_interval_ms: int = 3600 * 1000  # delegation.token.expiry.check.interval.ms
 
 
 #: where older kproto versions kept the configs (migrated into the metadata log once)

@@ -12,17 +12,19 @@ connection until the answer is out), so answers keep the order of their requests
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import re
 import time
 from time import perf_counter_ns
 from dataclasses import dataclass
-from typing import Any, Callable, Hashable, Optional, Protocol, Union
+from typing import Any, Callable, Hashable, Mapping, Optional, Protocol, Union
 
 from kproto.broker.security.acl import ACL_VERSIONS, DESCRIBE, TOPIC, AclHandlers, Authorizer
 from kproto.broker.admin import ADMIN_VERSIONS, AdminHandlers, admin_error_response
-from kproto.broker.security.auth import SASL_VERSIONS, Security
+from kproto.broker.security.auth import ANONYMOUS, SASL_VERSIONS, Security
+from kproto.broker.security.tokens import TOKEN_VERSIONS, DelegationTokens, TokenRequest
 from kproto.broker.security.authz import RequestAuthorizer
 from kproto.broker.configs import BrokerConfig, ConfigManager
 from kproto.broker.coordinators.group import GroupCoordinator
@@ -54,7 +56,7 @@ from kproto.codecs import message
 from kproto.framing import (ResponseHeader, decode_request, encode_response,
                             peek_request_header, request_header_version)
 from kproto.schemas.api_keys import ApiKey
-from kproto.storage.metadata_image import PartitionInfo
+from kproto.storage.metadata_image import DelegationTokenEntry, PartitionInfo
 
 # Produce errors whose partition answer keeps the message (Kafka's RecordValidationException),
 # and those answered with log start offset -1 (Kafka's UNKNOWN_LOG_APPEND_INFO)
@@ -147,6 +149,7 @@ IMPLEMENTED: dict[int, tuple[int, int]] = {
     **ADMIN_VERSIONS,
     **SASL_VERSIONS,    # kproto.broker.security.auth
     **ACL_VERSIONS,     # kproto.broker.security.acl
+    **TOKEN_VERSIONS,   # kproto.broker.security.tokens
 }
 
 #: Versions ApiVersions lists below what is served: Kafka 4 removed Produce v0-2 (KIP-896) but
@@ -430,6 +433,24 @@ class BrokerCore:
             if self.config.authorizer else None)
         self.authz = RequestAuthorizer(self.authorizer, self) if self.authorizer is not None else None
         self.security.on_change = lambda _store: self._save_security()
+        #: the security of the broker's other listeners by name (a cluster broker's
+        #: inter-broker listener), sharing the credentials
+        self.listener_security: dict[str, Security] = {}
+        name = self.config.inter_broker_listener_name
+        if name:
+            protocol = self.config.inter_broker_security_protocol
+            self.listener_security[name] = Security(dataclasses.replace(
+                self.config, sasl_enabled_mechanisms=self.config.sasl_enabled_mechanisms
+                if protocol.startswith("SASL_") else ()), store=self.security.store)
+        # delegation tokens: kept in the metadata log, their SCRAM credentials in the store
+        authorizer = self.authorizer
+        sec_clock = self.security.clock  # wall-clock time: tokens' timestamps are epoch ms
+        self.tokens = DelegationTokens(self.config, None if authorizer is None else authorizer.authorize,
+                                       lambda: int(sec_clock() * 1000))
+        self._token_task: Optional[CallbackTask] = None
+        self._sync_tokens()
+        if self.metadata is not None and self.tokens.enabled:
+            self._sweep_tokens(schedule_only=True)
         # client quotas: ClientQuotaRecords of the metadata log (a broker of a cluster: its image's)
         self.quota_store = QuotaStore()
         if self.metadata is not None:
@@ -501,13 +522,20 @@ class BrokerCore:
             ApiKey.DESCRIBE_TOPIC_PARTITIONS:
                 lambda r: adm.describe_topic_partitions(r.body, r.version, r.respond, self._describable(r)),
             ApiKey.LIST_CONFIG_RESOURCES: lambda r: adm.list_config_resources(r.body, r.version, r.respond),
-            ApiKey.SASL_HANDSHAKE: lambda r: sec.handshake(r.channel, r.body, r.version, r.respond),
-            ApiKey.SASL_AUTHENTICATE: lambda r: sec.authenticate(r.channel, r.body, r.version, r.respond),
+            ApiKey.SASL_HANDSHAKE: lambda r: self.security_of(r.channel).handshake(
+                r.channel, r.body, r.version, r.respond),
+            ApiKey.SASL_AUTHENTICATE: lambda r: self.security_of(r.channel).authenticate(
+                r.channel, r.body, r.version, r.respond),
             ApiKey.CREATE_ACLS: lambda r: acl.create_acls(r.body, r.version, r.respond),
             ApiKey.DESCRIBE_ACLS: lambda r: acl.describe_acls(r.body, r.version, r.respond),
             ApiKey.DELETE_ACLS: lambda r: acl.delete_acls(r.body, r.version, r.respond),
             ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: lambda r: sec.describe_scram(r.body, r.version, r.respond),
             ApiKey.ALTER_USER_SCRAM_CREDENTIALS: lambda r: sec.alter_scram(r.body, r.version, r.respond),
+            ApiKey.CREATE_DELEGATION_TOKEN: lambda r: self._token_change(r, self.tokens.create),
+            ApiKey.RENEW_DELEGATION_TOKEN: lambda r: self._token_change(r, self.tokens.renew),
+            ApiKey.EXPIRE_DELEGATION_TOKEN: lambda r: self._token_change(r, self.tokens.expire),
+            ApiKey.DESCRIBE_DELEGATION_TOKEN: lambda r: r.respond(self.tokens.describe(
+                self._token_request(r), r.body, r.version, self._token_image())),
             ApiKey.PRODUCE: self._produce, ApiKey.FETCH: self._fetch,
             ApiKey.LIST_OFFSETS: self._list_offsets, ApiKey.METADATA: self._metadata,
             ApiKey.OFFSET_FOR_LEADER_EPOCH: self._offsets_for_leader_epoch,
@@ -526,7 +554,7 @@ class BrokerCore:
         """Whether the request's client may describe a topic (None: no authorizer, any)."""
         if self.authz is None:
             return None
-        authz, session = self.authz, self.security.session(req.channel)
+        authz, session = self.authz, self.security_of(req.channel).session(req.channel)
         return lambda name: authz.ok(session, DESCRIBE, TOPIC, name)
 
     # ------------------------------------------------------------------ versions
@@ -599,11 +627,11 @@ class BrokerCore:
         try:
             key, ver, cid = peek_request_header(frame, size_prefix=False)
         except DecodeError as exc:
-            if self.security.gate(channel, frame, None):  # a legacy SASL token has no header
+            if self.security_of(channel).gate(channel, frame, None):  # a legacy SASL token has no header
                 return
             channel.close(f"bad request header: {exc}")
             return
-        if self.security.gate(channel, frame, key):  # before authentication: SASL only
+        if self.security_of(channel).gate(channel, frame, key):  # before authentication: SASL only
             return
         if key != ApiKey.API_VERSIONS and removed_in_kafka_4(key, ver):
             # Kafka 4 cannot even parse it (KIP-896: Produce v0-2, OffsetCommit v0-1, the
@@ -662,7 +690,7 @@ class BrokerCore:
         try:
             if self.authz is not None:
                 verdict = self.authz.check(req.api_key, req.version, req.body,
-                                           self.security.session(req.channel))
+                                           self.security_of(req.channel).session(req.channel))
                 if verdict is not None:
                     if verdict.error is not None:
                         self._answer_error(req, verdict.error, run_handler=True)
@@ -838,6 +866,62 @@ class BrokerCore:
         self.metadata.store_acls(self.authorizer.acls if self.authorizer is not None else self._stored_acls)
         self.metadata.store_scram(self.security.store.altered)
 
+    def security_of(self, channel: Channel) -> Security:
+        """The security of the listener ``channel`` came in on."""
+        if not self.listener_security:  # one listener (the hot path: every request asks)
+            return self.security
+        name = getattr(channel, "listener", None)
+        return self.security if name is None else self.listener_security.get(name, self.security)
+
+    # ------------------------------------------------------------------ delegation tokens
+    def _token_request(self, req: Request) -> TokenRequest:
+        """Who asks, and whether Kafka takes token requests from this connection: not on a
+        PLAINTEXT listener, not over SSL without a client certificate, not from a connection
+        authenticated with a token."""
+        sec = self.security_of(req.channel)
+        s = sec.session(req.channel)
+        tls = getattr(req.channel, "ssl_object", None) is not None
+        refused = (s.token_authenticated or (not sec.sasl and not tls)
+                   or (not sec.sasl and s.principal == ANONYMOUS))
+        return TokenRequest(s.principal, s.host, not refused)
+
+    def _token_image(self) -> Mapping[str, DelegationTokenEntry]:
+        """The delegation tokens by id (the metadata image's)."""
+        return self.metadata.image.tokens if self.metadata is not None else {}
+
+    def _token_change(self, req: Request, handler: Callable[..., tuple[Any, list]]) -> None:
+        """Create, renew or expire: the records written to the metadata log, then the answer."""
+        resp, records = handler(self._token_request(req), req.body, req.version, self._token_image())
+        if records:
+            assert self.metadata is not None
+            self.metadata.write(records)
+            self._sync_tokens()
+        req.respond(resp)
+
+    def _sync_tokens(self) -> None:
+        """The SCRAM credentials of the tokens the metadata image holds (Kafka's
+        ``DelegationTokenPublisher`` feeding the token cache)."""
+        store, image = self.security.store, self._token_image()
+        for gone in set(store.tokens) - set(image):
+            del store.tokens[gone]
+        if not self.tokens.enabled:
+            return
+        for token_id, t in image.items():
+            have = store.tokens.get(token_id)
+            if have is None or (have.owner, have.expiry_ms) != (t.owner, t.expiry_ms):
+                store.put_token(token_id, t.owner, t.expiry_ms, self.tokens.hmac(token_id))
+
+    def _sweep_tokens(self, schedule_only: bool = False) -> None:
+        """Remove the expired tokens, every ``delegation.token.expiry.check.interval.ms``."""
+        if not schedule_only and self.metadata is not None:
+            records = self.tokens.sweep(self._token_image())
+            if records:
+                self.metadata.write(records)
+                self._sync_tokens()
+        self._token_task = CallbackTask(max(1, self.config.delegation_token_expiry_check_interval_ms),
+                                        self._sweep_tokens)
+        self.timer.add(self._token_task)
+
     def _create_topic(self, name: str, partitions: int, configs: Optional[dict] = None) -> Topic:
         topic = self.logs.create_topic(name, partitions, configs)
         return topic
@@ -860,7 +944,7 @@ class BrokerCore:
     def quota_identity(self, req: Request) -> tuple[str, str]:
         """The (user, client id) a request is counted under: the principal's name (ANONYMOUS
         on a listener without authentication), as Kafka's quota entities name users."""
-        principal = self.security.session(req.channel).principal
+        principal = self.security_of(req.channel).session(req.channel).principal
         return principal.split(":", 1)[-1], req.header.client_id or ""
 
     def _throttle(self, req: Request) -> int:
@@ -1468,6 +1552,8 @@ class BrokerCore:
         self.closed = True
         if self._hw_task is not None:
             self._hw_task.cancel()
+        if self._token_task is not None:
+            self._token_task.cancel()
         self.fetch_purgatory.shutdown()
         self.retention.shutdown()
         self.cleaner.shutdown()

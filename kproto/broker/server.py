@@ -13,6 +13,7 @@ is a listener in front of a broker core.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import select
@@ -101,8 +102,10 @@ class _QueueBudget:
 class _Connection:
     """A channel of the core bound to one socket."""
 
-    def __init__(self, writer: asyncio.StreamWriter) -> None:
+    def __init__(self, writer: asyncio.StreamWriter, listener: Optional[str] = None) -> None:
         self.writer = writer
+        #: the name of the listener it came in on (None: the broker's main listener)
+        self.listener = listener
         peer = writer.get_extra_info("peername")
         self.peer = f"/{peer[0]}" if isinstance(peer, tuple) else "/127.0.0.1"
         #: the TLS session (an SSL listener's: the client certificate), None on PLAINTEXT
@@ -222,6 +225,8 @@ class Listener:
         self.max_frame = max_frame
         self.core = None
         self._server: Optional[asyncio.AbstractServer] = None
+        #: more listeners by name (a cluster broker's inter-broker listener)
+        self._extra_servers: dict[str, asyncio.AbstractServer] = {}
         self._wakeup: Optional[asyncio.TimerHandle] = None
         self._wakeup_at: Optional[int] = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -239,6 +244,16 @@ class Listener:
                                             [s.fileno() for s in self._server.sockets])
         return self._server.sockets[0].getsockname()[1]
 
+    async def listen_also(self, name: str, host: str, port: int,
+                          ssl_context: Optional[_ssl.SSLContext] = None) -> int:
+        """Accept connections on another listener, ``name`` (Kafka's listener names): its
+        connections' channels carry the name, for the core to apply that listener's security.
+        The port bound."""
+        server = await asyncio.start_server(functools.partial(self._serve, listener=name), host, port,
+                                            ssl=ssl_context)
+        self._extra_servers[name] = server
+        return server.sockets[0].getsockname()[1]
+
     async def stop_listening(self) -> None:
         """Stop accepting, drop the connections and the timer's wakeup (the core is left to
         its owner)."""
@@ -247,6 +262,8 @@ class Listener:
             self._watchdog = None
         if self._server is not None:
             self._server.close()
+        for server in self._extra_servers.values():
+            server.close()
         for conn in list(self._connections):
             conn.close("broker shutting down")
         for task in list(self._tasks):
@@ -256,6 +273,9 @@ class Listener:
         if self._server is not None:
             await self._server.wait_closed()
             self._server = None
+        extra, self._extra_servers = self._extra_servers, {}
+        for server in extra.values():
+            await server.wait_closed()
         if self._wakeup is not None:
             self._wakeup.cancel()
             self._wakeup = None
@@ -311,11 +331,12 @@ class Listener:
                      "of %d connections", ip, value)
         return verdict == "ok"
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                     listener: Optional[str] = None) -> None:
         task = asyncio.current_task()
         assert task is not None
         self._tasks.add(task)
-        conn = _Connection(writer)
+        conn = _Connection(writer, listener)
         quotas: Optional[ConnectionQuotas] = getattr(self.core, "connection_quotas", None)
         ip = conn.peer[1:]
         if quotas is not None:

@@ -1,6 +1,6 @@
 """The listener security options ``kproto broker`` and ``kproto cluster`` share: the
 security protocol, TLS files and client authentication, SASL mechanisms and users,
-OAUTHBEARER validation, ACLs."""
+OAUTHBEARER validation, delegation tokens, ACLs (and, for a cluster, the inter-broker listener)."""
 from __future__ import annotations
 
 import argparse
@@ -39,6 +39,10 @@ def add_arguments(p: argparse.ArgumentParser, cluster: bool) -> None:
         g.add_argument("--inter-broker-mechanism", metavar="MECHANISM",
                        help="sasl.mechanism.inter.broker.protocol (default: the first PLAIN or "
                             "SCRAM mechanism of --sasl-mechanisms)")
+        g.add_argument("--inter-broker-protocol", choices=PROTOCOLS,
+                       help="security.inter.broker.protocol: the brokers talk to each other on a "
+                            "listener of their own (named INTERNAL) of this protocol (default: "
+                            "they share the clients' listener)")
     g.add_argument("--oauthbearer-jwks", metavar="FILE",
                    help="OAUTHBEARER: validate signed tokens with the keys of this JWKS file "
                         "(default: Kafka's unsecured validator)")
@@ -51,6 +55,8 @@ def add_arguments(p: argparse.ArgumentParser, cluster: bool) -> None:
                         "(sasl.oauthbearer.allow.unverified.audience/issuer)")
     g.add_argument("--oauthbearer-required-scope", default="", metavar="LIST",
                    help="OAUTHBEARER unsecured: the scope a token must have, comma-separated")
+    g.add_argument("--delegation-token-secret-key", metavar="SECRET",
+                   help="delegation.token.secret.key: turns delegation tokens on")
     g.add_argument("--authorizer", action="store_true", help="enforce ACLs (StandardAuthorizer)")
     g.add_argument("--super-users", default="", metavar="LIST",
                    help="super.users, semicolon-separated (User:admin;User:broker)")
@@ -116,6 +122,10 @@ def settings(args: argparse.Namespace, cluster: bool) -> dict[str, Any]:
             out["scram_users"] = users
     elif users:
         raise ValueError(f"--sasl-user needs --security-protocol SASL_PLAINTEXT or SASL_SSL, not {protocol}")
+    if cluster and args.inter_broker_protocol:
+        out["inter_broker_protocol"] = args.inter_broker_protocol
+    if args.delegation_token_secret_key:
+        out["delegation_token_secret_key"] = args.delegation_token_secret_key
     if args.authorizer:
         out["authorizer"] = True
     if args.super_users:

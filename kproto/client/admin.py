@@ -1,5 +1,5 @@
 """Cluster administration over a :class:`~kproto.client.cluster.Cluster`: topics, partitions,
-configs, offsets, records, consumer groups and ACLs, routed as Kafka's AdminClient routes them.
+configs, offsets, records, consumer groups, ACLs and delegation tokens, routed as Kafka's AdminClient routes them.
 
 Each call sends the requests it needs (to the controller, a partition leader, a group
 coordinator or every broker), checks every error code in the answers and raises
@@ -19,7 +19,7 @@ from typing import Any, Optional, Union
 from kproto.client.cluster import (EARLIEST, LATEST, MAX_TIMESTAMP, ZERO_UUID, BrokerInfo, Cluster,
                                    PartitionInfo, TopicInfo)
 from kproto.client.connection import Connection
-from kproto.client.protocol import BrokerError, raise_for_error
+from kproto.client.protocol import BrokerError, SaslConfig, raise_for_error
 from kproto.client.consumer_protocol import decode_assignment
 from kproto.codecs import request as _request_codec
 from kproto.codecs.primitives import Uuid
@@ -29,7 +29,7 @@ from kproto.schemas.api_keys import ApiKey
 from kproto.error_codes import ErrorCode
 
 __all__ = ["Admin", "ConfigEntry", "GroupListing", "MemberDescription", "GroupDescription",
-           "ClusterDescription", "FeatureMetadata", "PartitionReassignment", "ELECTION_TYPES", "UPGRADE_TYPES", "OffsetSpec", "Acl", "AclFilter", "RESOURCE_TYPES", "CONFIG_SOURCES",
+           "ClusterDescription", "FeatureMetadata", "DelegationToken", "PartitionReassignment", "ELECTION_TYPES", "UPGRADE_TYPES", "OffsetSpec", "Acl", "AclFilter", "RESOURCE_TYPES", "CONFIG_SOURCES",
            "ACL_RESOURCE_TYPES", "ACL_PATTERN_TYPES", "ACL_OPERATIONS", "ACL_PERMISSIONS"]
 
 
@@ -232,6 +232,25 @@ def _by_topic(partitions: Iterable[TopicPartitionKey]) -> dict[str, list[int]]:
     for t, p in partitions:
         out.setdefault(t, []).append(p)
     return out
+
+
+@dataclass(frozen=True)
+class DelegationToken:
+    """A delegation token (KIP-48): principals as ``User:<name>``, times in ms since the
+    epoch; ``token_id`` and ``hmac`` are what a client authenticates with (:meth:`sasl`)."""
+
+    token_id: str
+    hmac: bytes
+    owner: str
+    requester: str
+    renewers: tuple[str, ...]
+    issue_ms: int
+    expiry_ms: int
+    max_ms: int
+
+    def sasl(self, mechanism: str = "SCRAM-SHA-512") -> SaslConfig:
+        """The SCRAM credentials of this token (``tokenauth=true``)."""
+        return SaslConfig.delegation_token(self.token_id, self.hmac, mechanism)
 
 
 class Admin:
@@ -603,6 +622,64 @@ class Admin:
         raise_for_error(resp.error_code, "DescribeClientQuotas", resp.error_message)
         return {tuple(sorted((d.entity_type, d.entity_name) for d in e.entity)): {v.key: v.value for v in e.values}
                 for e in resp.entries or ()}
+
+    # -- delegation tokens -----------------------------------------------------------------------
+    async def create_delegation_token(self, *, renewers: Iterable[str] = (), max_lifetime_ms: int = -1,
+                                      owner: Optional[str] = None) -> DelegationToken:
+        """A new token of ``owner`` (default: the connection's principal; another takes
+        CREATE_TOKENS on that user) that ``renewers`` (``User:<name>``) may renew too;
+        ``max_lifetime_ms`` -1: the broker's maximum."""
+        cls = _request_codec(ApiKey.CREATE_DELEGATION_TOKEN).cls
+        body = cls(renewers=[cls.CreatableRenewers(principal_type=k, principal_name=n)
+                             for k, n in (r.split(":", 1) for r in renewers)], max_lifetime_ms=max_lifetime_ms)
+        if owner is not None:
+            body.owner_principal_type, body.owner_principal_name = owner.split(":", 1)
+        conn = await self.cluster.bootstrap_connection()
+        if owner is not None and conn.version(ApiKey.CREATE_DELEGATION_TOKEN) < 3:
+            raise BrokerError(ErrorCode.UNSUPPORTED_VERSION, "CreateDelegationToken for another owner needs v3")
+        resp = await conn.request(body)
+        raise_for_error(resp.error_code, "CreateDelegationToken")
+        requester = (f"{resp.token_requester_principal_type}:{resp.token_requester_principal_name}"
+                     if resp.token_requester_principal_type else f"{resp.principal_type}:{resp.principal_name}")
+        return DelegationToken(resp.token_id, bytes(resp.hmac), f"{resp.principal_type}:{resp.principal_name}",
+                               requester, tuple(renewers), resp.issue_timestamp_ms, resp.expiry_timestamp_ms,
+                               resp.max_timestamp_ms)
+
+    async def renew_delegation_token(self, hmac: bytes, renew_period_ms: int = -1) -> int:
+        """Renew the token of ``hmac`` for ``renew_period_ms`` (-1: the broker's renewal time);
+        its new expiry."""
+        cls = _request_codec(ApiKey.RENEW_DELEGATION_TOKEN).cls
+        resp = await (await self.cluster.bootstrap_connection()).request(
+            cls(hmac=hmac, renew_period_ms=renew_period_ms))
+        raise_for_error(resp.error_code, "RenewDelegationToken")
+        return int(resp.expiry_timestamp_ms)
+
+    async def expire_delegation_token(self, hmac: bytes, expiry_time_period_ms: int = -1) -> int:
+        """Make the token of ``hmac`` expire ``expiry_time_period_ms`` from now (negative: at
+        once, the token is removed); its new expiry."""
+        cls = _request_codec(ApiKey.EXPIRE_DELEGATION_TOKEN).cls
+        resp = await (await self.cluster.bootstrap_connection()).request(
+            cls(hmac=hmac, expiry_time_period_ms=expiry_time_period_ms))
+        raise_for_error(resp.error_code, "ExpireDelegationToken")
+        return int(resp.expiry_timestamp_ms)
+
+    async def describe_delegation_tokens(self, owners: Optional[Iterable[str]] = None) -> list[DelegationToken]:
+        """The tokens of ``owners`` (``User:<name>``; None: every owner) the principal may see."""
+        cls = _request_codec(ApiKey.DESCRIBE_DELEGATION_TOKEN).cls
+        body = cls(owners=None if owners is None else [
+            cls.DescribeDelegationTokenOwner(principal_type=k, principal_name=n)
+            for k, n in (o.split(":", 1) for o in owners)])
+        resp = await (await self.cluster.bootstrap_connection()).request(body)
+        raise_for_error(resp.error_code, "DescribeDelegationToken")
+        out = []
+        for t in resp.tokens:
+            owner = f"{t.principal_type}:{t.principal_name}"
+            requester = (f"{t.token_requester_principal_type}:{t.token_requester_principal_name}"
+                         if t.token_requester_principal_type else owner)
+            out.append(DelegationToken(t.token_id, bytes(t.hmac), owner, requester,
+                                       tuple(f"{r.principal_type}:{r.principal_name}" for r in t.renewers),
+                                       t.issue_timestamp, t.expiry_timestamp, t.max_timestamp))
+        return out
 
     # -- groups ----------------------------------------------------------------------------------
     async def list_groups(self) -> list[GroupListing]:

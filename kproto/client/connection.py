@@ -14,10 +14,17 @@ the client was throttled (KIP-219) holds the connection's next requests back for
 Kafka's clients do: the broker has muted the connection meanwhile anyway. A request timeout
 closes the connection (as Kafka's ``NetworkClient`` does): the answer may still arrive later,
 and nothing after it could be trusted to line up.
+
+A SASL session with a lifetime (SaslAuthenticate's ``session_lifetime_ms``, KIP-368) is renewed
+on the open connection as Kafka's clients renew it: at a random 85-95% of the lifetime the
+client sends SaslHandshake and SaslAuthenticate again with the same mechanism (a fresh token
+from an OAUTHBEARER ``token_provider``); requests made meanwhile wait until it is done.
 """
 from __future__ import annotations
 
 import asyncio
+import functools
+import random
 import ssl as _ssl
 from typing import Any, Iterable, Optional
 
@@ -52,6 +59,16 @@ class Connection:
         self.throttled_until = 0.0
         self._held: list[bytes] = []
         self._release: Optional[asyncio.TimerHandle] = None
+        #: KIP-368: the SASL session's lifetime the broker gave (ms, 0: it lasts), how many
+        #: re-authentications were done, and the one under way (requests wait for it)
+        self.session_lifetime_ms = 0
+        self.reauthentications = 0
+        self._sasl: Optional[SaslConfig] = None
+        self._reauth_timer: Optional[asyncio.TimerHandle] = None
+        self._reauth_task: Optional[asyncio.Task[None]] = None
+        #: requests made during a re-authentication: (body, version, future, expect_response),
+        #: encoded (so numbered) once it is done, as the broker takes nothing else meanwhile
+        self._waiting: list[tuple[Any, int, "asyncio.Future[Any]", bool]] = []
         self._read_task = asyncio.get_running_loop().create_task(self._read_loop())
 
     @classmethod
@@ -128,14 +145,24 @@ class Connection:
                 pending.token.exception()  # retrieved: no "never retrieved" warning if abandoned
         self._protocol.in_flight.clear()
         self._held.clear()
+        for _, _, fut, _ in self._waiting:
+            if not fut.done():
+                fut.set_exception(self._closed)
+                fut.exception()
+        self._waiting.clear()
         if self._release is not None:
             self._release.cancel()
             self._release = None
+        if self._reauth_timer is not None:
+            self._reauth_timer.cancel()
+            self._reauth_timer = None
         self._writer.close()
 
     async def close(self) -> None:
         """Close the connection; outstanding requests fail with :class:`ConnectionClosedError`."""
         self._fail(ConnectionClosedError("connection closed"))
+        if self._reauth_task is not None and not self._reauth_task.done():
+            self._reauth_task.cancel()
         self._read_task.cancel()
         try:
             await self._read_task
@@ -181,7 +208,20 @@ class Connection:
              ) -> "asyncio.Future[Any]":
         """Write a request now and return a future of its response (pipelining: call several
         times before awaiting). With ``expect_response`` False (Produce with acks=0) the future
-        is already done with None."""
+        is already done with None (once the request is out, when it waited for a
+        re-authentication)."""
+        loop = asyncio.get_running_loop()
+        if self._closed is not None:
+            raise ConnectionClosedError(str(self._closed)) from self._closed
+        if version is None:
+            version = self.versions.pick(body.API_KEY)
+        if self._reauth_task is not None:
+            fut = loop.create_future()
+            self._waiting.append((body, version, fut, expect_response))
+            return fut
+        return self._send(body, version, expect_response)
+
+    def _send(self, body: Any, version: int | None, expect_response: bool) -> "asyncio.Future[Any]":
         loop = asyncio.get_running_loop()
         fut = loop.create_future()
         if self._closed is not None:
@@ -240,12 +280,54 @@ class Connection:
         raise NoCommonVersionError("ApiVersions negotiation did not converge")
 
     async def authenticate(self, config: SaslConfig) -> None:
-        """SaslHandshake (v1) then SaslAuthenticate round trips until the mechanism completes."""
+        """SaslHandshake (v1) then SaslAuthenticate round trips until the mechanism completes.
+        A session with a lifetime is renewed on this connection before it ends (KIP-368)."""
+        await self._authenticate(config)
+        self._sasl = config
+        self._schedule_reauthentication()
+
+    def _schedule_reauthentication(self) -> None:
+        # Kafka's clients: at a random 85-95% of the session's lifetime
+        if self.session_lifetime_ms > 0 and self._closed is None:
+            delay = self.session_lifetime_ms * random.uniform(0.85, 0.95) / 1000.0
+            self._reauth_timer = asyncio.get_running_loop().call_later(delay, self._begin_reauthentication)
+
+    def _begin_reauthentication(self) -> None:
+        self._reauth_timer = None
+        if self._closed is None and self._sasl is not None:
+            self._reauth_task = asyncio.get_running_loop().create_task(self._reauthenticate(self._sasl))
+
+    async def _reauthenticate(self, config: SaslConfig) -> None:
+        try:
+            await self._authenticate(config)
+        except Exception as exc:  # noqa: BLE001 - refused, lost, or a token provider failing
+            # the session cannot be renewed: the connection is of no further use
+            if self._closed is None:
+                err = ConnectionClosedError(f"re-authentication with {self.host}:{self.port} failed: {exc}")
+                err.__cause__ = exc
+                self._fail(err)
+            return
+        finally:
+            self._reauth_task = None
+        self.reauthentications += 1
+        self._schedule_reauthentication()
+        waiting, self._waiting = self._waiting, []
+        for body, version, fut, expect_response in waiting:
+            try:
+                sent = self._send(body, version, expect_response)
+            except Exception as exc:  # noqa: BLE001 - the caller's future carries it
+                fut.set_exception(exc)
+                continue
+            sent.add_done_callback(functools.partial(_chain, fut))
+
+    async def _authenticate(self, config: SaslConfig) -> None:
+        async def ask(body: Any, version: int | None = None) -> Any:
+            return await self.response(self._send(body, version, True), type(body).__name__)
         try:
             version = self.version(ApiKey.SASL_HANDSHAKE)  # v1 (KIP-152), the client's only one
         except UnsupportedVersionError:
             raise SaslAuthenticationError("broker does not support SaslHandshake v1 (KIP-152)") from None
-        hs = await self.request(_request_codec(ApiKey.SASL_HANDSHAKE).cls(mechanism=config.mechanism), version)
+        hs = await ask(_request_codec(ApiKey.SASL_HANDSHAKE).cls(mechanism=config.mechanism), version)
         if hs.error_code:
             raise SaslAuthenticationError(
                 f"mechanism {config.mechanism} refused ({error_name(hs.error_code)}); "
@@ -253,8 +335,9 @@ class Connection:
         mech = config.client()
         token: bytes | None = mech.initial()
         auth_cls = _request_codec(ApiKey.SASL_AUTHENTICATE).cls
+        resp = None
         while token is not None:
-            resp = await self.request(auth_cls(auth_bytes=token))
+            resp = await ask(auth_cls(auth_bytes=token))
             if resp.error_code:
                 detail = resp.error_message or "authentication failed"
                 if isinstance(mech, OAuthBearerClient) and mech.server_error:
@@ -263,9 +346,25 @@ class Connection:
             token = mech.step(bytes(resp.auth_bytes))
         if not mech.complete:
             raise SaslAuthenticationError("SASL exchange ended before completing")
+        # SaslAuthenticate v1+ says how long the session lasts (v0: no lifetime)
+        self.session_lifetime_ms = max(0, getattr(resp, "session_lifetime_ms", 0) or 0)
 
     async def __aenter__(self) -> "Connection":
         return self
 
     async def __aexit__(self, *exc: Iterable[Any]) -> None:
         await self.close()
+
+
+def _chain(fut: "asyncio.Future[Any]", done: "asyncio.Future[Any]") -> None:
+    """Hand a request's answer to the future its caller got while it waited."""
+    if fut.done():
+        return
+    if done.cancelled():
+        fut.cancel()
+        return
+    exc = done.exception()
+    if exc is not None:
+        fut.set_exception(exc)
+    else:
+        fut.set_result(done.result())

@@ -4,6 +4,7 @@ frames out; bytes in, responses out, in correlation order; version negotiation
 answers with. The asyncio :class:`~kproto.client.connection.Connection` drives it."""
 from __future__ import annotations
 
+import base64
 from collections import deque
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -98,6 +99,7 @@ def raise_for_error(code: int, what: str = "", message: str | None = None) -> No
 #:   DescribeTopicPartitions 0 (the admin client's partition administration).
 #: - ConsumerGroupHeartbeat 0-1 (KIP-848; v1: the member id is the client's own, and
 #:   SubscribedTopicRegex; a pattern subscription needs v1) and ConsumerGroupDescribe 0-1.
+#: - the delegation token APIs at Kafka 4.4's versions (CreateDelegationToken v3 names an owner).
 #: - ShareGroupHeartbeat 1, ShareFetch 1-2 and ShareAcknowledge 1-2 (KIP-932 share groups as
 #:   Kafka 4.1+ has them; v0 was the early-access form of Kafka 3.9, which no later broker takes).
 CLIENT_VERSIONS: Mapping[int, range] = MappingProxyType({
@@ -144,6 +146,10 @@ CLIENT_VERSIONS: Mapping[int, range] = MappingProxyType({
     ApiKey.SHARE_GROUP_HEARTBEAT: range(1, 2),
     ApiKey.SHARE_FETCH: range(1, 3),
     ApiKey.SHARE_ACKNOWLEDGE: range(1, 3),
+    ApiKey.CREATE_DELEGATION_TOKEN: range(1, 4),
+    ApiKey.RENEW_DELEGATION_TOKEN: range(1, 3),
+    ApiKey.EXPIRE_DELEGATION_TOKEN: range(1, 3),
+    ApiKey.DESCRIBE_DELEGATION_TOKEN: range(1, 4),
 })
 
 
@@ -350,7 +356,9 @@ class SaslConfig:
     """SASL credentials: ``mechanism`` is PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (with
     ``username`` and ``password``), or OAUTHBEARER (with ``token``, or ``token_provider``, a
     callable asked for a fresh token at each authentication, as Kafka's login callback handler
-    is; and optional ``extensions``)."""
+    is; and optional ``extensions``). ``token_auth``: SCRAM with a delegation token (KIP-48),
+    the token id as ``username`` and its HMAC in base64 as ``password`` (the client-first
+    message carries ``tokenauth=true``); :meth:`delegation_token` makes one."""
 
     mechanism: str
     username: str = ""
@@ -358,8 +366,17 @@ class SaslConfig:
     token: str | None = None
     extensions: dict[str, str] = field(default_factory=dict)
     token_provider: Optional[Callable[[], str]] = None
+    token_auth: bool = False
+
+    @classmethod
+    def delegation_token(cls, token_id: str, hmac: bytes, mechanism: str = "SCRAM-SHA-512") -> SaslConfig:
+        """SCRAM credentials of a delegation token (CreateDelegationToken's ``token_id`` and
+        ``hmac``), as Kafka's clients take them (``tokenauth=true``)."""
+        return cls(mechanism, token_id, base64.b64encode(hmac).decode("ascii"), token_auth=True)
 
     def __post_init__(self) -> None:
+        if self.token_auth and self.mechanism not in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
+            raise ValueError("token_auth needs a SCRAM mechanism (delegation tokens authenticate with SCRAM)")
         if self.mechanism == "OAUTHBEARER" and self.token_provider is not None:
             if self.token is not None:
                 raise ValueError("OAUTHBEARER takes a token or a token_provider, not both")
@@ -373,4 +390,7 @@ class SaslConfig:
             if token is None:
                 raise ValueError("OAUTHBEARER needs a token or a token_provider")
             return sasl_client(self.mechanism, token=token, extensions=self.extensions)
+        if self.token_auth:
+            return sasl_client(self.mechanism, self.username, self.password,
+                               extensions={"tokenauth": "true"})
         return sasl_client(self.mechanism, self.username, self.password)

@@ -3,7 +3,7 @@
 Kafka's controller and every broker replay the same KRaft log into their own in-memory picture
 of the cluster (``MetadataImage``, changed through a ``MetadataDelta``). :class:`MetadataImage`
 is that picture: brokers, topics and their partitions, configs, finalized features and the
-next producer id block, ACLs and SCRAM credentials. :meth:`MetadataImage.replay` applies one record as Kafka's
+next producer id block, ACLs, SCRAM credentials and delegation tokens. :meth:`MetadataImage.replay` applies one record as Kafka's
 ``MetadataDelta.replay`` does; :meth:`MetadataImage.take_changes` reports what changed since the
 previous call, which is what a broker needs to become leader or follower of partitions.
 
@@ -24,7 +24,7 @@ from kproto.codecs.primitives import Uuid, read_uvarint, uvarint
 from kproto.storage.internal import read_metadata_frame
 
 __all__ = ["encode_metadata_record", "decode_metadata_record", "record_type_of", "Endpoint", "BrokerInfo",
-           "ControllerInfo", "AclEntry", "ScramEntry",
+           "ControllerInfo", "AclEntry", "ScramEntry", "DelegationTokenEntry",
            "PartitionInfo", "TopicInfo", "MetadataChanges", "MetadataImage", "RecordType",
            "TOPIC_RESOURCE", "BROKER_RESOURCE", "NO_LEADER", "NO_LEADER_CHANGE", "RECOVERED",
            "RECOVERING"]
@@ -42,6 +42,7 @@ class RecordType:
     FENCE_BROKER = 7
     UNFENCE_BROKER = 8
     REMOVE_TOPIC = 9
+    DELEGATION_TOKEN = 10
     USER_SCRAM_CREDENTIAL = 11
     FEATURE_LEVEL = 12
     CLIENT_QUOTA = 14
@@ -51,6 +52,7 @@ class RecordType:
     REMOVE_ACCESS_CONTROL_ENTRY = 19
     NO_OP = 20
     REMOVE_USER_SCRAM_CREDENTIAL = 22
+    REMOVE_DELEGATION_TOKEN = 26
     REGISTER_CONTROLLER = 27
     CLEAR_ELR = 28
     UNREGISTER_CONTROLLER = 29
@@ -209,6 +211,24 @@ class ScramEntry:
     iterations: int
 
 
+@dataclass(frozen=True)
+class DelegationTokenEntry:
+    """A delegation token (Kafka's ``TokenInformation``): principals as ``User:<name>``,
+    times in ms since the epoch."""
+
+    token_id: str
+    owner: str
+    requester: str
+    renewers: tuple[str, ...]
+    issue_ms: int
+    max_ms: int
+    expiry_ms: int
+
+    def owner_or_renewer(self, principal: str) -> bool:
+        """Kafka's ``TokenInformation.ownerOrRenewer``: the owner, the requester or a renewer."""
+        return principal in (self.owner, self.requester) or principal in self.renewers
+
+
 @dataclass
 class TopicInfo:
     """A topic and its partitions by index."""
@@ -238,10 +258,13 @@ class MetadataChanges:
     scram: list[tuple[int, str]] = field(default_factory=list)
     #: whether any client quota was set or removed
     client_quotas: bool = False
+    #: the delegation tokens created, renewed or removed
+    tokens: list[str] = field(default_factory=list)
 
     def __bool__(self) -> bool:
         return bool(self.topics_created or self.topics_deleted or self.partitions or self.brokers
-                    or self.configs or self.features or self.acls or self.scram or self.client_quotas)
+                    or self.configs or self.features or self.acls or self.scram or self.client_quotas
+                    or self.tokens)
 
 
 class MetadataImage:
@@ -270,6 +293,9 @@ class MetadataImage:
         #: client quotas: entity ((type, name) pairs sorted by type, a None name the default
         #: entity) -> {key: value}
         self.client_quotas: dict[tuple[tuple[str, Optional[str]], ...], dict[str, float]] = {}
+        #: delegation tokens by id
+        self.tokens: dict[str, DelegationTokenEntry] = {}
+        self._tokens: dict[str, None] = {}
         self._topics_created: dict[str, None] = {}
         self._topics_deleted: dict[str, None] = {}
         self._partitions: dict[tuple[Uuid, int], Optional[PartitionInfo]] = {}  # key -> previous
@@ -317,8 +343,8 @@ class MetadataImage:
         self.replay(record_type, version, obj, offset)
 
     def replay(self, record_type: int, version: int, obj: Any, offset: int) -> None:
-        """Apply one metadata record; types the image does not keep (delegation tokens,
-        transactions markers, NoOp) only move
+        """Apply one metadata record; types the image does not keep (transactions markers,
+        NoOp) only move
         :attr:`offset`."""
         handler = _REPLAY.get(record_type)
         if handler is not None:
@@ -466,6 +492,16 @@ class MetadataImage:
         if self.scram.pop(key, None) is not None:
             self._scram[key] = None
 
+    def _delegation_token(self, r: Any) -> None:
+        self.tokens[r.token_id] = DelegationTokenEntry(
+            r.token_id, r.owner, r.requester, tuple(r.renewers), r.issue_timestamp,
+            r.max_timestamp, r.expiration_timestamp)
+        self._tokens[r.token_id] = None
+
+    def _remove_delegation_token(self, r: Any) -> None:
+        if self.tokens.pop(r.token_id, None) is not None:
+            self._tokens[r.token_id] = None
+
     def _client_quota(self, r: Any) -> None:
         entity = tuple(sorted((e.entity_type, e.entity_name) for e in r.entity))
         if r.remove:
@@ -491,7 +527,7 @@ class MetadataImage:
         """The image as the ``(record, version)`` list a KRaft snapshot holds, in Kafka's
         ``MetadataImage.write`` order: features (``metadata.version`` first), brokers, controllers,
         topics with their partitions, configs, client quotas, the producer id block, ACLs, SCRAM
-        credentials.
+        credentials, delegation tokens.
         Replaying them into an empty image gives this one back. The versions are those the
         controller writes at
         ``metadata.version`` 3.9-IV0; record types the image does not keep are not written."""
@@ -561,6 +597,11 @@ class MetadataImage:
         for (mechanism, user), c in sorted(self.scram.items()):
             out.append((scram(name=user, mechanism=mechanism, salt=c.salt, stored_key=c.stored_key,
                               server_key=c.server_key, iterations=c.iterations), 0))
+        token = metadata_record(RecordType.DELEGATION_TOKEN)
+        for _, tok in sorted(self.tokens.items()):
+            out.append((token(owner=tok.owner, requester=tok.requester, renewers=list(tok.renewers),
+                              issue_timestamp=tok.issue_ms, max_timestamp=tok.max_ms,
+                              expiration_timestamp=tok.expiry_ms, token_id=tok.token_id), 0))
         return out
 
     def note_changes_since(self, old: "MetadataImage") -> None:
@@ -593,6 +634,8 @@ class MetadataImage:
         self._scram = {k: None for k in set(self.scram) | set(old.scram)
                        if self.scram.get(k) != old.scram.get(k)}
         self._client_quotas = self.client_quotas != old.client_quotas
+        self._tokens = {k: None for k in set(self.tokens) | set(old.tokens)
+                        if self.tokens.get(k) != old.tokens.get(k)}
 
     # ------------------------------------------------------------------ changes
     def take_changes(self) -> MetadataChanges:
@@ -601,7 +644,8 @@ class MetadataImage:
                               topics_deleted=list(self._topics_deleted),
                               brokers={i: self.brokers.get(i) for i in sorted(self._brokers)},
                               configs=list(self._configs), features=list(self._features),
-                              acls=self._acls, scram=list(self._scram), client_quotas=self._client_quotas)
+                              acls=self._acls, scram=list(self._scram), client_quotas=self._client_quotas,
+                              tokens=list(self._tokens))
         for (topic_id, index), previous in self._partitions.items():
             t = self.topics_by_id.get(topic_id)
             current = None if t is None else t.partitions.get(index)
@@ -614,6 +658,7 @@ class MetadataImage:
         self._configs, self._features = {}, {}
         self._acls, self._scram = False, {}
         self._client_quotas = False
+        self._tokens = {}
         return out
 
 
@@ -638,4 +683,6 @@ _REPLAY = {
     RecordType.USER_SCRAM_CREDENTIAL: MetadataImage._scram_credential,
     RecordType.REMOVE_USER_SCRAM_CREDENTIAL: MetadataImage._remove_scram_credential,
     RecordType.CLIENT_QUOTA: MetadataImage._client_quota,
+    RecordType.DELEGATION_TOKEN: MetadataImage._delegation_token,
+    RecordType.REMOVE_DELEGATION_TOKEN: MetadataImage._remove_delegation_token,
 }

@@ -377,7 +377,7 @@ def test_unknown_keys_and_bad_frames_close_the_connection(core):
 
 def test_a_known_but_unimplemented_api_gets_unsupported_version(core):
     client = Client(core)
-    r = client.call(K.DESCRIBE_DELEGATION_TOKEN, 1, owners=None)
+    r = client.call(K.GET_TELEMETRY_SUBSCRIPTIONS, 0)
     assert r.error_code == E.UNSUPPORTED_VERSION
 
 

@@ -85,3 +85,25 @@ def test_cli_refuses_inconsistent_security_options(tmp_path):
     out = subprocess.run([sys.executable, "-m", "kproto", "broker", "--data", str(tmp_path / "b"),
                           "--security-protocol", "SSL"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and "--ssl-cert" in out.stderr
+
+
+def test_cli_token_secret_and_inter_broker_protocol():
+    from kproto.cli import security
+    from kproto.cli.main import build_parser
+
+    parser = build_parser()
+    args = parser.parse_args(["cluster", "--data", "d", "--security-protocol", "SASL_PLAINTEXT", "--sasl-user", "broker=b",
+                              "--inter-broker-protocol", "PLAINTEXT", "--delegation-token-secret-key", "s3"])
+    out = security.settings(args, cluster=True)
+    assert (out["inter_broker_protocol"], out["delegation_token_secret_key"]) == ("PLAINTEXT", "s3")
+    args = parser.parse_args(["broker", "--data", "d", "--security-protocol", "SASL_PLAINTEXT", "--sasl-user", "a=b",
+                              "--delegation-token-secret-key", "s3"])
+    out = security.settings(args, cluster=False)
+    assert out["delegation_token_secret_key"] == "s3" and "inter_broker_protocol" not in out
+    assert "inter_broker_protocol" not in security.settings(parser.parse_args(["cluster", "--data", "d"]), cluster=True)
+
+
+def test_cli_refuses_an_ssl_inter_broker_listener_without_certificates(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "kproto", "cluster", "--data", str(tmp_path / "c"),
+                          "--inter-broker-protocol", "SSL"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "inter-broker listener needs ssl_context" in out.stderr

@@ -128,9 +128,9 @@ def test_controllers_register_and_updates_wait_for_them(kafka_cluster: ClusterTh
 
 
 #: What Kafka 4.4.0's controller listener serves and kproto's controllers do not: SASL (their
-#: listener is plaintext), DescribeAcls, DescribeConfigs, delegation tokens,
-#: DescribeUserScramCredentials, DescribeCluster, AssignReplicasToDirs, the KIP-853 voter APIs
-#: (static voters).
+#: listener is plaintext), DescribeAcls, DescribeConfigs, delegation tokens asked directly
+#: (a broker forwards them in an Envelope), DescribeUserScramCredentials, DescribeCluster,
+#: AssignReplicasToDirs, the KIP-853 voter APIs (static voters).
 NOT_ON_KPROTO_CONTROLLERS = {17, 29, 32, 36, 38, 39, 40, 41, 50, 60, 73, 80, 81, 82}
 
 

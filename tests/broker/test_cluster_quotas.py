@@ -93,7 +93,7 @@ def test_a_malformed_envelope_is_refused(kafka_cluster: ClusterThread) -> None:
     """An envelope whose request or principal does not decode, or that wraps a request the
     controller does not serve: INVALID_REQUEST, nothing handled."""
     import kproto
-    from kproto.broker.security.auth import encode_principal
+    from kproto.broker.security.tokens import encode_principal
     from kproto.error_codes import ErrorCode as E
     from kproto.framing import RequestHeader, encode_request
 
@@ -106,8 +106,8 @@ def test_a_malformed_envelope_is_refused(kafka_cluster: ClusterThread) -> None:
     meta = kproto.request(K.METADATA).cls(topics=[], allow_auto_topic_creation=False)
     metadata = encode_request(RequestHeader(request_api_key=K.METADATA, request_api_version=12,
                                             correlation_id=1, client_id="c"), meta)[4:]
-    for data, principal in [(b"\x00\x13\x00", encode_principal("alice")),   # a truncated header
-                            (metadata, encode_principal("alice")),          # not a controller API
+    for data, principal in [(b"\x00\x13\x00", encode_principal("User:alice", False)),   # a truncated header
+                            (metadata, encode_principal("User:alice", False)),          # not a controller API
                             (metadata, b"\x00\x01\x05User\x00")]:           # a principal of no known version
         resp = asyncio.run(envelope(build(K.ENVELOPE, request_data=data, request_principal=principal,
                                           client_host_address=b"\x7f\x00\x00\x01")))

@@ -5,7 +5,9 @@ codes, messages, the JSON error document, the session lifetime) for a set of tok
 
 One Apache node serves every test here (the pool shares it by settings): SSL listeners
 requiring and requesting client certificates, and SASL_PLAINTEXT listeners with OAUTHBEARER
-validated unsecured and with a local JWKS."""
+validated unsecured and with a local JWKS. The same node (:data:`APACHE`) serves the
+delegation token and re-authentication comparisons: SCRAM users on its SASL_PLAINTEXT
+listener, a token secret key, a short SCRAM-SHA-512 session."""
 from __future__ import annotations
 
 import asyncio
@@ -81,8 +83,17 @@ def _pem(path: str) -> str:
         return f.read().strip().replace("\n", "\\n")
 
 
+#: the SCRAM users of the node's SASL_PLAINTEXT listener (delegation tokens, re-authentication)
+SCRAM_USERS = {"admin": "admin-secret", "alice": "alice-secret", "bob": "bob-secret",
+               "carol": "carol-secret"}
+TOKEN_SECRET = "kproto-token-secret"
+#: connections.max.reauth.ms of SCRAM-SHA-512 on the SASL_PLAINTEXT listener (SCRAM-SHA-256's
+#: sessions last)
+REAUTH_MS = 3000
+
 APACHE = dict(
     listeners={"MTLS": "SSL", "TLSOPT": "SSL", "OAUTH": "SASL_PLAINTEXT", "JWKS": "SASL_PLAINTEXT"},
+    scram_users=SCRAM_USERS,
     # Kafka 4 reads a JWKS only from the URLs this property allows
     system_properties={"org.apache.kafka.sasl.oauthbearer.allowed.urls": f"file://{_JWKS_FILE}"},
     config={
@@ -112,6 +123,8 @@ APACHE = dict(
         "sasl.oauthbearer.jwks.endpoint.url": f"file://{_JWKS_FILE}",
         "sasl.oauthbearer.expected.audience": AUDIENCE,
         "sasl.oauthbearer.expected.issuer": ISSUER,
+        "delegation.token.secret.key": TOKEN_SECRET,
+        "listener.name.sasl_plaintext.scram-sha-512.connections.max.reauth.ms": REAUTH_MS,
     })
 pytestmark = pytest.mark.apache_kafka(**APACHE)
 

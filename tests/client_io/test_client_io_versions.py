@@ -72,6 +72,10 @@ EXPECTED = {
     K.SHARE_GROUP_HEARTBEAT:       (None, 1, 1),
     K.SHARE_FETCH:                 (None, 2, 2),
     K.SHARE_ACKNOWLEDGE:           (None, 2, 2),
+    K.CREATE_DELEGATION_TOKEN:     (3, 3, 3),
+    K.RENEW_DELEGATION_TOKEN:      (2, 2, 2),
+    K.EXPIRE_DELEGATION_TOKEN:     (2, 2, 2),
+    K.DESCRIBE_DELEGATION_TOKEN:   (3, 3, 3),
 }
 
 HAS_V13 = kproto.request(K.PRODUCE).valid_versions[-1] >= 13

@@ -42,7 +42,7 @@ from __future__ import annotations
 import os
 import socket
 from dataclasses import astuple
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 from kproto.broker.configs import BrokerConfig
 from kproto.broker.cluster.controller_node import CONTROLLER_APIS, RAFT_APIS
@@ -56,10 +56,12 @@ from kproto.broker.cluster.share import (STATE_RPCS, ClusterShareGroupCoordinato
                                          serve_state_rpc, share_offsets_handler, share_state_topic_configs)
 from kproto.broker.log import BrokerError, Log, topic_name_error
 from kproto.storage.metadata_image import (BROKER_RESOURCE, NO_LEADER, TOPIC_RESOURCE,
-                                            MetadataImage, PartitionInfo, encode_metadata_record)
+                                            DelegationTokenEntry, MetadataImage, PartitionInfo,
+                                            encode_metadata_record)
 from kproto.broker.security.acl import AclBinding
 from kproto.broker.quotas import MUTATION_STRICT_FROM
-from kproto.broker.security.auth import encode_principal, image_credentials
+from kproto.broker.security.auth import image_credentials
+from kproto.broker.security.tokens import TOKEN_CHANGES, encode_principal
 
 #: Kafka's SecurityProtocol ids, as registrations carry them
 SECURITY_PROTOCOL_IDS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}
@@ -71,6 +73,7 @@ from kproto.broker.timer import CallbackTask, Clock
 from kproto.broker.coordinators.txn import TXN_TOPIC, append_txn_marker
 from kproto.codecs import request as request_codec
 from kproto.codecs import response as response_codec
+from kproto.framing import decode_response, encode_request
 from kproto.codecs.primitives import Uuid
 from kproto.error_codes import ErrorCode
 from kproto.fetch_session.messages import request_replica_id
@@ -288,6 +291,8 @@ class ClusterBrokerCore(BrokerCore):
             self.handlers[offsets_api] = share_offsets_handler(self, self.handlers[offsets_api])
         for state_api in STATE_RPCS:
             self.handlers[state_api] = lambda r: serve_state_rpc(self, r.api_key, r.version, r.body, r.respond)
+        for key in TOKEN_CHANGES:
+            self.handlers[key] = self._forward_token
         for api, ids in _GROUP_IDS.items():
             self.handlers[api] = self._gate(self.handlers[api], OFFSETS_TOPIC, ids)
         for api, ids in _TXN_IDS.items():
@@ -399,7 +404,10 @@ class ClusterBrokerCore(BrokerCore):
         body = cls(broker_id=self.node_id, cluster_id=self.logs.cluster_id,
                    incarnation_id=self.incarnation_id,
                    listeners=[cls.Listener(name=self.security_protocol, host=cfg.host, port=cfg.port,
-                                           security_protocol=SECURITY_PROTOCOL_IDS[self.security_protocol])],
+                                           security_protocol=SECURITY_PROTOCOL_IDS[self.security_protocol])] + ([
+                       cls.Listener(name=cfg.inter_broker_listener_name, host=cfg.host, port=cfg.inter_broker_port,
+                                    security_protocol=SECURITY_PROTOCOL_IDS[cfg.inter_broker_security_protocol])]
+                       if cfg.inter_broker_listener_name else []),
                    features=[cls.Feature(name=n, min_supported_version=lo, max_supported_version=hi)
                              for n, (lo, hi) in supported_features().items()],
                    rack=cfg.rack, is_migrating_zk_broker=False, log_dirs=[self.logs.directory_id],
@@ -527,6 +535,8 @@ class ClusterBrokerCore(BrokerCore):
                 self.configs.apply_topic(topic, self.image.configs.get((rtype, name), {}))
         if changes.acls and self.authorizer is not None:
             self.authorizer.acls = {AclBinding(*astuple(e)) for e in self.image.acls.values()}
+        if changes.tokens:  # every broker authenticates every token
+            self._sync_tokens()
         if changes.client_quotas:  # served and enforced from the image, as Kafka's brokers
             self.quota_store.replace(self.image.client_quotas)
         if changes.scram:
@@ -940,8 +950,9 @@ class ClusterBrokerCore(BrokerCore):
             address = socket.inet_pton(socket.AF_INET6 if ":" in peer else socket.AF_INET, peer)
         except OSError:
             address = b"\x7f\x00\x00\x01"
+        session = self.security_of(req.channel).session(req.channel)
         envelope = request_codec(ApiKey.ENVELOPE).cls(
-            request_data=inner, request_principal=encode_principal(self.quota_identity(req)[0]),
+            request_data=inner, request_principal=encode_principal(session.principal, session.token_authenticated),
             client_host_address=address)
 
         def answered(resp: Optional[Any]) -> None:
@@ -957,6 +968,42 @@ class ClusterBrokerCore(BrokerCore):
     def create_share_state_topic(self) -> None:
         """Ask the controller for ``__share_group_state`` (at the first share-state request)."""
         self._create_internal_topic(SHARE_STATE_TOPIC, *_share_state_topic(self))
+
+    def _token_image(self) -> Mapping[str, DelegationTokenEntry]:
+        image = getattr(self, "image", None)  # None while the core is made
+        return {} if image is None else image.tokens
+
+    def _forward_token(self, req: Request) -> None:
+        """A token change, as Kafka's brokers forward it: in an EnvelopeRequest with the
+        client's principal, for the active controller to write; what this broker can refuse
+        (the connection, the rights, a token its image does not have yet) it answers itself."""
+        handlers: dict[int, Callable[..., tuple[Any, list[tuple[Any, int]]]]] = {
+                   ApiKey.CREATE_DELEGATION_TOKEN: self.tokens.create,
+                   ApiKey.RENEW_DELEGATION_TOKEN: self.tokens.renew,
+                   ApiKey.EXPIRE_DELEGATION_TOKEN: self.tokens.expire}
+        handler = handlers[req.api_key]
+        who = self._token_request(req)
+        resp, records = handler(who, req.body, req.version, self._token_image())
+        if not records:
+            req.respond(resp)
+            return
+        session = self.security_of(req.channel).session(req.channel)
+        try:
+            address = socket.inet_aton(who.host)
+        except OSError:
+            address = b""
+        env = request_codec(ApiKey.ENVELOPE).cls(
+            request_data=encode_request(req.header, req.body)[4:],
+            request_principal=encode_principal(who.principal, session.token_authenticated),
+            client_host_address=address)
+
+        def answered(out: Optional[Any]) -> None:
+            if out is None or out.error_code or out.response_data is None:
+                code = ErrorCode.REQUEST_TIMED_OUT if out is None else out.error_code or ErrorCode.UNKNOWN_SERVER_ERROR
+                self._answer_error(req, code, run_handler=True)
+                return
+            req.respond(decode_response(bytes(out.response_data), req.api_key, req.version, size_prefix=False)[1])
+        self.send_to_controller(ApiKey.ENVELOPE, 0, env, answered)
 
     def _create_internal_topic(self, name: str, partitions: int, configs: dict[str, str]) -> None:
         """Ask the controller for ``name`` (auto-created topics, ``__consumer_offsets``)."""
@@ -1023,7 +1070,7 @@ class ClusterBrokerCore(BrokerCore):
                 is_internal=info.name.startswith("__"), partitions=parts))
         brokers = []
         for b in alive:
-            ep = b.listeners[0] if b.listeners else None
+            ep = self._endpoint(b, req)
             if ep is not None:
                 brokers.append(cls.MetadataResponseBroker(node_id=b.id, host=ep.host, port=ep.port,
                                                           rack=b.rack))
@@ -1031,6 +1078,15 @@ class ClusterBrokerCore(BrokerCore):
         controller = self.node_id if self.node_id in alive_ids else (min(alive_ids) if alive_ids else -1)
         req.respond(cls(brokers=brokers, cluster_id=self.logs.cluster_id, controller_id=controller,
                         topics=topics_out))
+
+    def _endpoint(self, b: Any, req: Request) -> Optional[Any]:
+        """Broker ``b``'s endpoint on the listener the request came in on, as Kafka answers
+        Metadata (the first registered when it has none of that name)."""
+        name = getattr(req.channel, "listener", None) or self.security_protocol
+        for ep in b.listeners:
+            if ep.name == name:
+                return ep
+        return b.listeners[0] if b.listeners else None
 
     def _describe_cluster(self, req: Request) -> None:
         cls = response_codec(ApiKey.DESCRIBE_CLUSTER).cls
@@ -1040,9 +1096,8 @@ class ClusterBrokerCore(BrokerCore):
             return
         out = cls(error_code=0, error_message=None, cluster_id=self.logs.cluster_id,
                   controller_id=self.node_id, brokers=[
-                      cls.DescribeClusterBroker(broker_id=b.id, host=b.listeners[0].host,
-                                                port=b.listeners[0].port, rack=b.rack)
-                      for b in self._alive() if b.listeners],
+                      cls.DescribeClusterBroker(broker_id=b.id, host=ep.host, port=ep.port, rack=b.rack)
+                      for b, ep in ((b, self._endpoint(b, req)) for b in self._alive()) if ep is not None],
                   cluster_authorized_operations=-2147483648)
         if req.version >= 1:
             out.endpoint_type = endpoint
@@ -1073,7 +1128,8 @@ class ClusterBrokerCore(BrokerCore):
         out = []
         for key, node, code in answers:
             b = self.image.brokers.get(node)
-            host, port = (b.listeners[0].host, b.listeners[0].port) if b is not None and not code else ("", -1)
+            ep = self._endpoint(b, req) if b is not None and not code else None
+            host, port = (ep.host, ep.port) if ep is not None else ("", -1)
             out.append((key, node, host, port, code))
         if req.version < 4:
             _, node, host, port, code = out[0]

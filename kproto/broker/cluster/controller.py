@@ -29,6 +29,7 @@ The Raft side calls :meth:`QuorumController.handle_commit` with committed record
 from __future__ import annotations
 
 import random
+import time
 from collections import deque
 from dataclasses import astuple, dataclass
 from typing import Any, Callable, Iterable, Optional, Protocol
@@ -40,6 +41,7 @@ from kproto.broker.log import BrokerError, topic_name_error
 from kproto.broker.group_configs import GROUP_RESOURCE, GroupConfigs
 from kproto.broker.security.acl import AclBinding, acl_creations, acl_deletions, acl_error_response
 from kproto.broker.security.auth import image_credentials, scram_alterations, scram_records
+from kproto.broker.security.tokens import DelegationTokens, TokenRequest, decode_principal
 from kproto.broker.quotas import (ControllerMutationQuotaManager, MutationQuota, QuotaStore, alter_client_quotas,
                                   alter_error, quota_record)
 from kproto.storage.metadata_image import (BROKER_RESOURCE, NO_LEADER, NO_LEADER_CHANGE, RECOVERED,
@@ -52,6 +54,8 @@ from kproto.codecs import metadata_record
 from kproto.codecs import response as response_codec
 from kproto.codecs.primitives import Uuid
 from kproto.error_codes import ErrorCode, error_message
+from kproto.errors import DecodeError
+from kproto.framing import ResponseHeader, encode_response, peek_request_header
 from kproto.schemas.api_keys import ApiKey
 
 __all__ = ["NotLeaderError", "MetadataLog", "ControllerConfig", "QuorumController",
@@ -144,6 +148,12 @@ class ControllerConfig:
     #: the controller quorum's voter ids (UpdateFeatures waits for each to have registered)
     voters: tuple[int, ...] = ()
     delete_topic_enable: bool = True
+    #: delegation tokens (a cluster's brokers forward their changes in EnvelopeRequests): on
+    #: only with the secret key; the active controller sweeps the expired ones
+    delegation_token_secret_key: Optional[str] = None
+    delegation_token_max_lifetime_ms: int = 7 * 24 * 3600 * 1000
+    delegation_token_expiry_time_ms: int = 24 * 3600 * 1000
+    delegation_token_expiry_check_interval_ms: int = 3600 * 1000
 
 
 class InvalidReplicationFactor(Exception):
@@ -400,6 +410,10 @@ class QuorumController:
         self._quota_store = QuotaStore()
         self._mutation_quotas = ControllerMutationQuotaManager(self._quota_store)
         self._identity: tuple[str, str] = ("ANONYMOUS", "")
+        self._token_task: Optional[CallbackTask] = None
+        # wall-clock ms: tokens' timestamps are epoch times. Token requests come forwarded by
+        # a broker, which checked the requester's rights (CREATE_TOKENS) against its ACLs
+        self.tokens = DelegationTokens(self.config, None, lambda: int(time.time() * 1000))
         self._handlers: dict[int, Callable[[int, Any, Respond], None]] = {
             ApiKey.BROKER_REGISTRATION: self._broker_registration,
             ApiKey.BROKER_HEARTBEAT: self._broker_heartbeat,
@@ -421,6 +435,7 @@ class QuorumController:
             ApiKey.UPDATE_FEATURES: self._update_features,
             ApiKey.CONTROLLER_REGISTRATION: self._controller_registration,
             ApiKey.UNREGISTER_CONTROLLER: self._unregister_controller,
+            ApiKey.ENVELOPE: self._envelope,
         }
 
     # ================================================================== Raft side
@@ -488,15 +503,17 @@ class QuorumController:
         self._schedule_session_check()
         if self.config.auto_leader_rebalance_enable:
             self._schedule_rebalance()
+        if self.tokens.enabled:
+            self._schedule_token_sweep()
 
     def _resign(self) -> None:
         self.active = False
         self._want_active = False
         self.image = self.committed
-        for task in (self._session_task, self._rebalance_task):
+        for task in (self._session_task, self._rebalance_task, self._token_task):
             if task is not None:
                 task.cancel()
-        self._session_task = self._rebalance_task = None
+        self._session_task = self._rebalance_task = self._token_task = None
         pending, self._pending = self._pending, deque()
         for p in pending:
             p.respond(self._error_response(p.api_key, p.version, p.body, ErrorCode.NOT_CONTROLLER))
@@ -576,7 +593,7 @@ class QuorumController:
             return None  # write_records: no request to answer
         cls = response_codec(api_key).cls
         msg = error_message(code)
-        if api_key in (ApiKey.BROKER_REGISTRATION, ApiKey.ALLOCATE_PRODUCER_IDS):
+        if api_key in (ApiKey.BROKER_REGISTRATION, ApiKey.ALLOCATE_PRODUCER_IDS, ApiKey.ENVELOPE):
             return cls(error_code=code)
         if api_key in (ApiKey.UPDATE_FEATURES, ApiKey.CONTROLLER_REGISTRATION, ApiKey.UNREGISTER_CONTROLLER):
             return cls(error_code=code, error_message=msg)
@@ -1527,6 +1544,47 @@ class QuorumController:
         response, changes = scram_alterations(body, image_credentials(self.image.scram))
         records = scram_records(changes)
         self._write(records, respond, response, (ApiKey.ALTER_USER_SCRAM_CREDENTIALS, version, body))
+
+    # ================================================================== delegation tokens
+    def _envelope(self, version: int, body: Any, respond: Respond) -> None:
+        """A token request a broker forwarded (Kafka's EnvelopeRequest): the client's request
+        and principal; the answer carries the client's response, sent once the token's
+        records are committed."""
+        from kproto.broker.core import parse_request  # the core imports this module
+        cls = response_codec(ApiKey.ENVELOPE).cls
+        handlers: dict[int, Callable[..., tuple[Any, list[tuple[Any, int]]]]] = {
+                    ApiKey.CREATE_DELEGATION_TOKEN: self.tokens.create,
+                    ApiKey.RENEW_DELEGATION_TOKEN: self.tokens.renew,
+                    ApiKey.EXPIRE_DELEGATION_TOKEN: self.tokens.expire}
+        try:
+            data = bytes(body.request_data)
+            key, ver, cid = peek_request_header(data, size_prefix=False)
+            handler = handlers.get(key)
+            if handler is None or body.request_principal is None:
+                raise DecodeError(f"API key {key} is not forwarded here", what="EnvelopeRequest")
+            _, inner = parse_request(data, key, ver)
+            principal, token_authenticated = decode_principal(bytes(body.request_principal))
+        except DecodeError:
+            respond(cls(error_code=ErrorCode.INVALID_REQUEST, response_data=None))
+            return
+        host = ".".join(str(b) for b in bytes(body.client_host_address)) if len(body.client_host_address) == 4 else ""
+        resp, records = handler(TokenRequest(principal, host, not token_authenticated), inner, ver, self.image.tokens)
+        data = encode_response(ResponseHeader(correlation_id=cid), resp, key, ver)[4:]
+        self._write(records, respond, cls(error_code=0, response_data=data), (ApiKey.ENVELOPE, version, body))
+
+    def _schedule_token_sweep(self) -> None:
+        self._token_task = CallbackTask(max(1, self.config.delegation_token_expiry_check_interval_ms),
+                                        self._sweep_tokens)
+        self.timer.add(self._token_task)
+
+    def _sweep_tokens(self) -> None:
+        """Kafka's ``DelegationTokenControlManager.sweepExpiredDelegationTokens``: a
+        RemoveDelegationTokenRecord for each token past its expiry."""
+        self._token_task = None
+        if not self.active:
+            return
+        self._write(self.tokens.sweep(self.image.tokens))
+        self._schedule_token_sweep()
 
     # ================================================================== client quotas
     def _alter_client_quotas(self, version: int, body: Any, respond: Respond) -> None:

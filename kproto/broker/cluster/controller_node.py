@@ -38,7 +38,8 @@ from kproto.broker.cluster.raft import (BEGIN_QUORUM_EPOCH, DESCRIBE_QUORUM, END
                                 FETCH_SNAPSHOT, VOTE, KRaftReplica, RaftConfig, RaftMetadataLog,
                                 RaftTransport, open_metadata_log)
 from kproto.broker.configs import BrokerConfig
-from kproto.broker.security.auth import SASL_VERSIONS, Security, decode_principal
+from kproto.broker.security.auth import SASL_VERSIONS, Security
+from kproto.broker.security.tokens import TOKEN_CHANGES, decode_principal
 from kproto.broker.server import Listener
 from kproto.broker.timer import CallbackTask, Clock, SystemTimer
 from kproto.codecs import request as request_codec
@@ -235,12 +236,16 @@ class ControllerCore:
         try:
             frame = bytes(req.body.request_data)
             key, ver, _ = peek_request_header(frame, size_prefix=False)
+            if key in TOKEN_CHANGES:
+                # the controller writes the token's records under the principal it carries
+                self.controller.handle(ApiKey.ENVELOPE, req.version, req.body, req.respond)
+                return
             rng = CONTROLLER_APIS.get(key)
             if key == ApiKey.ENVELOPE or rng is None or not rng[0] <= ver <= rng[1]:
                 req.respond(cls(error_code=ErrorCode.INVALID_REQUEST, response_data=None))
                 return
             header, body = parse_request(frame, key, ver)
-            principal = decode_principal(bytes(req.body.request_principal or b""))
+            principal = decode_principal(bytes(req.body.request_principal or b""))[0].split(":", 1)[-1]
         except DecodeError:
             req.respond(cls(error_code=ErrorCode.INVALID_REQUEST, response_data=None))
             return

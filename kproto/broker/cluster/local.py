@@ -76,7 +76,15 @@ class ClusterBroker(Broker):
     async def start(self) -> ClusterBroker:
         await self.settle()  # its directory as the crash left it
         self.config.port = await self.listen(self.config.host, self.config.port)
-        self.network.register(self.node_id, self.config.host, self.config.port)
+        internal = self.config.inter_broker_listener_name
+        if internal:
+            # the other brokers reach this one on its inter-broker listener, clients on the main one
+            tls = self.config.inter_broker_security_protocol in ("SSL", "SASL_SSL")
+            self.config.inter_broker_port = await self.listen_also(
+                internal, self.config.host, self.config.inter_broker_port, self.ssl_context if tls else None)
+            self.network.register(self.node_id, self.config.host, self.config.inter_broker_port)
+        else:
+            self.network.register(self.node_id, self.config.host, self.config.port)
         self.core = ClusterBrokerCore(
             self.data_dir, self.config, voters=self.voters,
             transport=self.network.transport(self.node_id, after=self.arm_timer),
@@ -139,8 +147,15 @@ class Cluster:
     written to the metadata log as SCRAM credentials of both SCRAM mechanisms when the
     cluster is first started (as ``kafka-storage format --add-scram``), so brokers can
     authenticate to each other with SCRAM. The controllers' listener takes the same SASL
-    mechanisms (their users: ``sasl_users`` and ``scram_users``), and every node link
-    authenticates with ``inter_broker_sasl`` (``sasl.mechanism.controller.protocol`` alike).
+    mechanisms (their users: ``sasl_users`` and ``scram_users``; OAUTHBEARER tokens checked by
+    the same ``oauthbearer_*`` settings), and every node link authenticates with
+    ``inter_broker_sasl`` (``sasl.mechanism.controller.protocol`` alike): with OAUTHBEARER,
+    a ``token_provider`` whose tokens the nodes renew on their links before they expire.
+    ``inter_broker_protocol`` (Kafka's ``security.inter.broker.protocol``) gives each broker a
+    second listener, ``inter_broker_listener_name`` (``inter.broker.listener.name``), of that
+    protocol: the brokers reach each other there (``inter_broker_ssl``/``inter_broker_sasl``
+    as the protocol needs) and clients on the main listener; both are registered, and Metadata
+    names each broker's endpoint on the listener it was asked on.
     """
 
     def __init__(self, brokers: int = 3, controllers: int = 1,
@@ -155,6 +170,8 @@ class Cluster:
                  inter_broker_ssl: Optional[ssl.SSLContext] = None,
                  inter_broker_sasl: Optional[SaslConfig] = None,
                  scram_users: Optional[Mapping[str, str]] = None,
+                 inter_broker_protocol: Optional[str] = None,
+                 inter_broker_listener_name: str = "INTERNAL",
                  **broker_config: Any) -> None:
         if brokers < 1 or controllers < 1:
             raise ValueError("a cluster needs at least one broker and one controller")
@@ -166,12 +183,28 @@ class Cluster:
         if ssl_context is not None and inter_broker_ssl is None:
             raise ValueError("TLS listeners need inter_broker_ssl: the client context nodes "
                              "connect to each other with")
+        if inter_broker_protocol is not None:
+            if inter_broker_protocol not in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"):
+                raise ValueError(f"unknown security protocol {inter_broker_protocol!r}")
+            if "SSL" in inter_broker_protocol and (ssl_context is None or inter_broker_ssl is None):
+                raise ValueError(f"an {inter_broker_protocol} inter-broker listener needs ssl_context "
+                                 "and inter_broker_ssl")
+            if inter_broker_protocol.startswith("SASL_") and (
+                    not broker_config.get("sasl_enabled_mechanisms") or inter_broker_sasl is None):
+                raise ValueError(f"a {inter_broker_protocol} inter-broker listener needs "
+                                 "sasl_enabled_mechanisms and inter_broker_sasl")
+            broker_config["inter_broker_listener_name"] = inter_broker_listener_name
+            broker_config["inter_broker_security_protocol"] = inter_broker_protocol
         self.scram_users = dict(scram_users or {})
         mechanisms = tuple(broker_config.get("sasl_enabled_mechanisms", ()))
+        # the controllers' listener takes the brokers' mechanisms, OAUTHBEARER validated as the
+        # brokers validate it, sessions bounded alike
         controller_security = BrokerConfig(
-            sasl_enabled_mechanisms=tuple(m for m in mechanisms if m != "OAUTHBEARER"),
+            sasl_enabled_mechanisms=mechanisms,
             sasl_users={**broker_config.get("sasl_users", {}), **self.scram_users},
-            scram_iterations=broker_config.get("scram_iterations", 4096)) if mechanisms else None
+            scram_iterations=broker_config.get("scram_iterations", 4096),
+            **{k: v for k, v in broker_config.items()
+               if k.startswith("oauthbearer_") or k == "connections_max_reauth_ms"}) if mechanisms else None
         self._tmp: Optional[Any] = None
         if data_dir is None:
             import tempfile
@@ -191,7 +224,9 @@ class Cluster:
             num_partitions=broker_config.get("num_partitions", 1),
             min_insync_replicas=broker_config.get("min_insync_replicas", 1),
             transaction_version=broker_config.get("transaction_version", TRANSACTION_VERSION_LEVEL),
-            unclean_leader_election_enable=broker_config.pop("unclean_leader_election_enable", False))
+            unclean_leader_election_enable=broker_config.pop("unclean_leader_election_enable", False),
+            # the brokers keep the token settings too: they compute the HMACs they authenticate
+            **{k: v for k, v in broker_config.items() if k.startswith("delegation_token_")})
         self.controllers = {
             n: ControllerNode(n, self.controller_ids, os.path.join(self.data_dir, f"controller-{n}"),
                               cluster_id=self.cluster_id, network=self.network, host=host,
@@ -202,7 +237,11 @@ class Cluster:
         for n in self.controller_ids:
             self.network.secure(n, inter_broker_ssl, sasl)
         for n in self.broker_ids:
-            self.network.secure(n, inter_broker_ssl, sasl)
+            if inter_broker_protocol is None:
+                self.network.secure(n, inter_broker_ssl, sasl)
+            else:  # the brokers' own listener for each other
+                self.network.secure(n, inter_broker_ssl if "SSL" in inter_broker_protocol else None,
+                                    sasl if inter_broker_protocol.startswith("SASL_") else None)
         self.brokers = {
             n: ClusterBroker(n, os.path.join(self.data_dir, f"broker-{n}"), voters=self.controller_ids,
                              network=self.network, cluster_id=self.cluster_id,

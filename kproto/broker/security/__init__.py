@@ -4,6 +4,8 @@
   broker's side, sessions and re-authentication.
 - :mod:`~kproto.broker.security.oauth`: OAUTHBEARER's messages and token validators (unsecured,
   JWKS).
+- :mod:`~kproto.broker.security.tokens`: delegation tokens (KIP-48): the four token APIs,
+  their metadata records, the HMAC a token authenticates with over SCRAM.
 - :mod:`~kproto.broker.security.tls`: TLS client-certificate principals
   (``ssl.principal.mapping.rules``).
 - :mod:`~kproto.broker.security.acl`: ACLs and the authorizer (Kafka's ``StandardAuthorizer``).

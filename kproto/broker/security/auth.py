@@ -20,7 +20,10 @@ are the PLAIN users (Kafka's ``user_<name>="<password>"`` JAAS options) and, sal
 ``scram_iterations``, the SCRAM credentials of each SCRAM mechanism enabled;
 AlterUserScramCredentials adds, replaces and deletes SCRAM credentials (checked by
 :func:`scram_alterations`), kept across restarts as records of ``__cluster_metadata`` (the single
-broker's own, where ``sasl_users``' credentials are written when it is made, or a cluster's). The SCRAM math is
+broker's own, where ``sasl_users``' credentials are written when it is made, or a cluster's).
+A SCRAM client-first message with ``tokenauth=true`` authenticates a delegation token
+(:mod:`kproto.broker.security.tokens`): the user name is the token's id, the principal its
+owner, and the session ends with the token. The SCRAM math is
 :mod:`kproto.client.sasl`'s (RFC 5802 / RFC 7677), shared with the client.
 """
 from __future__ import annotations
@@ -48,10 +51,10 @@ from kproto.codecs import response as response_codec
 from kproto.error_codes import ErrorCode
 from kproto.schemas.api_keys import ApiKey
 
-__all__ = ["ScramCredential", "CredentialStore", "PlainServer", "ScramServer", "OAuthBearerServer",
+__all__ = ["ScramCredential", "TokenCredential", "CredentialStore", "PlainServer", "ScramServer", "OAuthBearerServer",
            "SaslFailed",
            "ConnectionAuth", "Security", "ANONYMOUS", "SCRAM_MECHANISM_IDS", "SASL_VERSIONS",
-           "image_credentials", "scram_records", "encode_principal", "decode_principal",
+           "image_credentials", "scram_records",
            "scram_alterations"]
 
 ANONYMOUS = "User:ANONYMOUS"
@@ -121,12 +124,24 @@ class ScramCredential:
                    base64.b64decode(doc["server_key"]), int(doc["iterations"]))
 
 
+@dataclass(frozen=True)
+class TokenCredential:
+    """A delegation token as SCRAM sees it (Kafka's ``DelegationTokenCache``): its owner's
+    principal, its expiry (ms since the epoch) and a SCRAM credential per mechanism salted from
+    the HMAC's base64 (the token's password) with Kafka's minimum iterations."""
+
+    owner: str
+    expiry_ms: int
+    scram: dict[str, ScramCredential]
+
+
 class CredentialStore:
-    """PLAIN passwords and SCRAM credentials by (mechanism, user)."""
+    """PLAIN passwords, SCRAM credentials by (mechanism, user) and delegation tokens by id."""
 
     def __init__(self, plain: Optional[dict[str, str]] = None) -> None:
         self.plain: dict[str, str] = dict(plain or {})
         self.scram: dict[tuple[str, str], ScramCredential] = {}
+        self.tokens: dict[str, TokenCredential] = {}
         #: what AlterUserScramCredentials changed (None: deleted), kept across restarts
         self.altered: dict[tuple[str, str], Optional[ScramCredential]] = {}
 
@@ -137,6 +152,18 @@ class CredentialStore:
                 self.scram.pop(key, None)
             else:
                 self.scram[key] = cred
+
+    def put_token(self, token_id: str, owner: str, expiry_ms: int, hmac: bytes) -> None:
+        """Add a token, or change its owner and expiry (its credentials are kept: the same
+        HMAC)."""
+        have = self.tokens.get(token_id)
+        if have is None:
+            password = base64.b64encode(hmac).decode("ascii")
+            scram = {m: ScramCredential.from_password(m, password, SCRAM_MECHANISMS[m][1])
+                     for m in SCRAM_MECHANISMS}
+        else:
+            scram = have.scram
+        self.tokens[token_id] = TokenCredential(owner, expiry_ms, scram)
 
     @classmethod
     def from_config(cls, config: BrokerConfig) -> CredentialStore:
@@ -201,6 +228,9 @@ class ScramServer:
         self._nonce_suffix = nonce if nonce is not None else secrets.token_urlsafe(24)
         self.complete = False
         self.username: Optional[str] = None
+        #: authenticated with a delegation token (``tokenauth=true``), and when it expires
+        self.token_authenticated = False
+        self.lifetime_ms: Optional[int] = None
         self._state = "client-first"
         self._cred: Optional[ScramCredential] = None
         self._client_first_bare = self._server_first = self._nonce = ""
@@ -221,16 +251,24 @@ class ScramServer:
         if m is None:
             raise SaslFailed("Invalid SCRAM client first message format")
         authzid, bare, name, nonce, ext = m.groups()
-        if "tokenauth=" in (ext or ""):
-            raise _generic_failure(self.mechanism)  # delegation tokens: not supported
         user = username_from_sasl_name(name)
-        cred = self.store.scram.get((self.mechanism, user))
+        extensions = dict(e.partition("=")[::2] for e in (ext or "").split(",")[1:])
+        if extensions.get("tokenauth", "").lower() == "true":
+            # a delegation token: the user name is its id; the principal its owner's
+            token = self.store.tokens.get(user)
+            if token is None:
+                raise _generic_failure(self.mechanism)  # "Token Authentication failed: Invalid tokenId"
+            cred: Optional[ScramCredential] = token.scram.get(self.mechanism)
+            principal_name = token.owner.partition(":")[2]
+            self.token_authenticated, self.lifetime_ms = True, token.expiry_ms
+        else:
+            cred, principal_name = self.store.scram.get((self.mechanism, user)), user
         if cred is None:
             raise _generic_failure(self.mechanism)  # "Invalid user credentials"
         if authzid and username_from_sasl_name(authzid) != user:
             raise SaslFailed("Authentication failed: Client requested an authorization id that "
                              "is different from username")
-        self.username, self._cred = user, cred
+        self.username, self._cred = principal_name, cred
         self._client_first_bare = bare
         self._nonce = nonce + self._nonce_suffix
         self._server_first = (f"r={self._nonce},s={base64.b64encode(cred.salt).decode()},"
@@ -331,6 +369,8 @@ class ConnectionAuth:
         #: re-authenticate, KIP-368), and whether a re-authentication is under way
         self.authenticate_version = -1
         self.reauthenticating = False
+        #: authenticated with a delegation token (which may not ask for tokens)
+        self.token_authenticated = False
 
     @property
     def authenticated(self) -> bool:
@@ -437,8 +477,10 @@ class Security:
             raise SaslFailed(f"Cannot change principals during re-authentication from "
                              f"{old[0]}.{old[1]}: {new[0]}.{new[1]}")
         s.state, s.principal, s.reauthenticating = "complete", principal, False
+        s.token_authenticated = isinstance(s.mechanism, ScramServer) and s.mechanism.token_authenticated
         now = int(self.clock() * 1000)
-        expiry = s.mechanism.lifetime_ms if isinstance(s.mechanism, OAuthBearerServer) else None
+        # the credential's expiry: an OAUTHBEARER token's, a delegation token's
+        expiry = getattr(s.mechanism, "lifetime_ms", None)
         max_reauth = self.config.connections_max_reauth_ms
         if expiry is None and max_reauth <= 0:
             return 0
@@ -638,26 +680,3 @@ def scram_records(changes: Mapping[tuple[str, str], Optional[ScramCredential]],
             records.append((put(name=user, mechanism=mid, salt=c.salt, stored_key=c.stored_key,
                                 server_key=c.server_key, iterations=c.iterations), 0))
     return records
-
-
-def encode_principal(name: str) -> bytes:
-    """A user principal as a broker forwards it in an EnvelopeRequest (Kafka's
-    DefaultKafkaPrincipalBuilder: DefaultPrincipalData, prefixed with its version)."""
-    from kproto.codecs import message
-
-    codec = message("DefaultPrincipalData")
-    return b"\x00\x00" + codec.encode(codec.cls(type="User", name=name, token_authenticated=False), 0)
-
-
-def decode_principal(data: bytes) -> str:
-    """The principal's name in an EnvelopeRequest (:class:`~kproto.errors.DecodeError` for
-    bytes that are not one)."""
-    from kproto.codecs import message
-    from kproto.errors import DecodeError
-
-    if len(data) < 2:
-        raise DecodeError("principal shorter than its version", what="DefaultPrincipalData", offset=0)
-    version = int.from_bytes(data[:2], "big")
-    if version != 0:
-        raise DecodeError(f"principal version {version}", what="DefaultPrincipalData", offset=0)
-    return str(message("DefaultPrincipalData").decode(data[2:], 0).name)
