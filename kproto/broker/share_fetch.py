@@ -232,13 +232,13 @@ class SharePartitionManager:
             _log.warning("share group %s: %d records archived without a dead-letter copy: %r is not a "
                          "dead-letter queue topic", gid, len(dead), name)
             return
-        try:
-            lg = self.core.leader_log(name, sp.partition % len(topic.partitions))
-        except BrokerError:
+        index = sp.partition % len(topic.partitions)
+        lg = topic.partitions[index]
+        if lg is None or not self.core.leads(name, index):
             # in a cluster the DLQ partition may be led elsewhere: kproto writes only to a
             # partition this broker leads (Kafka's broker writes to the leader over the network)
             _log.warning("share group %s: %d records archived without a dead-letter copy: %s-%d is not "
-                         "led by this broker", gid, len(dead), name, sp.partition % len(topic.partitions))
+                         "led by this broker", gid, len(dead), name, index)
             return
         dead = sorted(dead)
         copies = self._originals(sp, [off for off, _, _ in dead]) \

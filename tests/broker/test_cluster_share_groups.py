@@ -320,7 +320,11 @@ def test_a_partition_is_assigned_only_once_its_share_coordinator_initialized_its
             r = await conn.request(hb(group_id=group, member_id="m-1", member_epoch=0,
                                       subscribed_topic_names=[topic]), 1)
             start = time.monotonic()
-            while time.monotonic() - start < 20:
+            # not a bound on how soon: after the other tests of this module (the state topic
+            # there, every replica in sync) the first InitializeShareGroupState over the slowed
+            # link stays unanswered until its 30 s request timeout and succeeds when retried
+            # (a known defect of the cluster's share persister, not yet found)
+            while time.monotonic() - start < 50:
                 r = await conn.request(hb(group_id=group, member_id="m-1", member_epoch=r.member_epoch), 1)
                 if r.assignment is not None and r.assignment.topic_partitions:
                     # the state is on the share coordinator when the partition is handed out
@@ -330,7 +334,7 @@ def test_a_partition_is_assigned_only_once_its_share_coordinator_initialized_its
         finally:
             await conn.close()
 
-    waited, initialized_on = run(join(), 40)
+    waited, initialized_on = run(join(), 70)
     kafka_cluster.heal()
     assert initialized_on == [state_node]
     assert waited >= 0.8, waited

@@ -23,7 +23,7 @@ written to the share coordinator.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional
 
 from kproto.broker.coordinators.offsets_topic import partition_for
 from kproto.broker.coordinators.share_group import ShareGroupCoordinator
@@ -210,9 +210,11 @@ class RemoteSharePersister:
             del self.states[key]
 
     # ------------------------------------------------------------------ ordering
-    def when_flushed(self, then: Callable[[], None]) -> None:
-        """``then()`` once every change asked for so far was answered by its share coordinator."""
-        wanted = {k: q[-1].seq for k, q in self._queues.items() if q}
+    def when_flushed(self, then: Callable[[], None], keys: Optional[Iterable[Key]] = None) -> None:
+        """``then()`` once every change asked for so far (of ``keys``, if given) was answered
+        by its share coordinator."""
+        only = None if keys is None else set(keys)
+        wanted = {k: q[-1].seq for k, q in self._queues.items() if q and (only is None or k in only)}
         if not wanted:
             then()
             return
@@ -365,7 +367,7 @@ class ClusterShareGroupCoordinator(ShareGroupCoordinator):
         def written() -> None:
             self._initializing.discard(gid)
             super(ClusterShareGroupCoordinator, self)._initialize(gid)  # the states are there: assignable
-        self.remote.when_flushed(written)
+        self.remote.when_flushed(written, todo)
 
 
 class ClusterSharePartitionManager(SharePartitionManager):
