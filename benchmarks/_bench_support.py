@@ -198,14 +198,17 @@ def rss_mb(pids: list[int], peak: bool = False) -> float:
     return total / 1024
 
 
-def create_topics(bootstrap: str, topics: Mapping[str, int], replication_factor: int = 1) -> None:
-    """Create ``topics`` (name: partitions) with confluent-kafka's admin client and wait until
-    each partition has a leader; the mock has no CreateTopics (it auto-creates)."""
+def create_topics(bootstrap: str, topics: Mapping[str, int], replication_factor: int = 1,
+                  config: Optional[Mapping[str, str]] = None) -> None:
+    """Create ``topics`` (name: partitions) with confluent-kafka's admin client, ``config``
+    their topic configs, and wait until each partition has a leader; the mock has no
+    CreateTopics (it auto-creates)."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
     try:
-        for f in admin.create_topics([NewTopic(t, n, replication_factor) for t, n in topics.items()]).values():
+        for f in admin.create_topics([NewTopic(t, n, replication_factor, config=dict(config or {}))
+                                      for t, n in topics.items()]).values():
             f.result(30)
     except Exception:
         pass
@@ -221,7 +224,8 @@ def create_topics(bootstrap: str, topics: Mapping[str, int], replication_factor:
 
 def bench_produce(bootstrap: str, n: int, size: int, topic: str, warm: bool = True, pid: int = 0,
                   replication_factor: int = 1, acks: str = "all", partitions: int = 1,
-                  pids: Optional[list[int]] = None) -> tuple[float, list[float], float]:
+                  pids: Optional[list[int]] = None,
+                  topic_config: Optional[Mapping[str, str]] = None) -> tuple[float, list[float], float]:
     """Produce ``n`` records of ``size`` bytes to ``topic`` (created with ``partitions`` and
     ``replication_factor`` when the broker has CreateTopics), ``acks``, linger.ms 5: one
     partition, partition 0 named; more, librdkafka's partitioner spreads them (no key: sticky
@@ -232,7 +236,7 @@ def bench_produce(bootstrap: str, n: int, size: int, topic: str, warm: bool = Tr
 
     pids = pids or ([pid] if pid else [])
     topics = [topic, topic + "-warmup"] if warm else [topic]
-    create_topics(bootstrap, {t: partitions for t in topics}, replication_factor)
+    create_topics(bootstrap, {t: partitions for t in topics}, replication_factor, topic_config)
     p = ck.Producer({"bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 5,
                      "queue.buffering.max.messages": 1_000_000})
     explicit = {"partition": 0} if partitions == 1 else {}
