@@ -113,12 +113,14 @@ def start(peer: str, tmp: str, brokers: int = 1, timed: bool = False) -> Any:
     """Start ``peer`` (kproto, tansu or mock) and return the process and its bootstrap list
     (with ``timed``, also the seconds from its start to the first answered ApiVersions).
     ``brokers`` > 1: ``kproto cluster`` or a mock cluster of that many brokers."""
-    ready, port = None, 0
+    ready: object = None
+    port = 0
     t0 = time.perf_counter()
     if peer == "kproto" and brokers > 1:
+        # one 'listening on' line per broker once every broker is registered and unfenced
         cmd = [sys.executable, "-m", "kproto", "cluster", "--brokers", str(brokers),
                "--data", os.path.join(tmp, "data")]
-        prefix, ready = "listening on ", "ready"
+        prefix, ready = "listening on ", brokers
     elif peer == "kproto":
         port = _free_port()  # known before the start, so the first answer can be awaited
         cmd = [sys.executable, "-m", "kproto", "broker", "--data", os.path.join(tmp, "data"),
@@ -140,7 +142,7 @@ def start(peer: str, tmp: str, brokers: int = 1, timed: bool = False) -> Any:
         line = proc.stdout.readline()
         if line.startswith(prefix):
             addresses.append(line[len(prefix):].split()[0])
-            if ready is None:
+            if ready is None or (isinstance(ready, int) and len(addresses) == ready):
                 break
         elif ready is not None and line.strip() == ready and addresses:
             break
