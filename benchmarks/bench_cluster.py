@@ -2,7 +2,15 @@
 dies abruptly, and what replication costs produce throughput.
 
     python benchmarks/bench_cluster.py [--records 200000] [--size 110] [--rounds 3] [--trials 3]
-                                       [--peers kproto,mock] [--skip failover|throughput]
+                                       [--peers kproto,apache,mock] [--failover-peers kproto,apache]
+                                       [--modes kill,controlled] [--skip failover|throughput]
+
+With ``apache`` (Apache Kafka 4.4.0 from kproto.testing.apache, its JVMs as Kafka's start
+script runs them): throughput on 3 combined-mode brokers, failover on 3 brokers and a
+dedicated controller with the same session settings, one cluster per setting whose stopped
+broker is started again (and waited for back in every ISR) after each trial. ``--modes
+controlled`` stops the leader with a controlled shutdown (kproto's, or SIGTERM to Kafka)
+instead of kill -9; each trial also reports the longest gap between deliveries.
 
 Failover: a fresh in-process :class:`kproto.broker.Cluster` per trial (3 brokers, 1
 controller), a topic of ``--partitions`` partitions with RF=3; an idempotent acks=all producer
