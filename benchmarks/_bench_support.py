@@ -153,7 +153,7 @@ def start(peer: str, tmp: str, brokers: int = 1, timed: bool = False) -> Any:
         proc.kill()
         raise RuntimeError(f"{peer} did not start")
     if not port:  # the port is known from its first line only: time to that line and an answer
-        host, _, p = addresses[0].rpartition(":")
+        host, _, p = addresses[0].split(",")[0].rpartition(":")  # the mock prints a list
         took = _first_answer(host, int(p), t0, lambda: proc.poll() is None, 60)
     bootstrap = ",".join(addresses)
     return (proc, bootstrap, took) if timed else (proc, bootstrap)
