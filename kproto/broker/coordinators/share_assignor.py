@@ -148,7 +148,21 @@ def _copy(a: Assignment) -> Assignment:
     return {t: set(ps) for t, ps in a.items()}
 
 
-class _Homogeneous:
+class _Builder:
+    """What both of Kafka's builders keep: the members' assignments before (``old``) and the
+    ones changed so far (``new``, copied from ``old`` at the first change)."""
+
+    old: list[Assignment]
+    new: list[Optional[Assignment]]
+
+    def _new(self, i: int) -> Assignment:
+        a = self.new[i]
+        if a is None:
+            a = self.new[i] = _copy(self.old[i])
+        return a
+
+
+class _Homogeneous(_Builder):
     """Kafka's ``SimpleHomogeneousAssignmentBuilder``: members (by index) all subscribed to ``topics``."""
 
     def __init__(self, members: list[str], topics: set[Uuid], assignable: Mapping[Uuid, list[int]],
@@ -176,12 +190,6 @@ class _Homogeneous:
         if i not in self.by_member:
             self.by_member[i] = _JavaOrder(_tp_hash)
         return self.by_member[i]
-
-    def _new(self, i: int) -> Assignment:
-        a = self.new[i]
-        if a is None:
-            a = self.new[i] = _copy(self.old[i])
-        return a
 
     def build(self) -> list[Optional[Assignment]]:
         if not self.topics:
@@ -271,7 +279,7 @@ class _Homogeneous:
                 break
 
 
-class _Heterogeneous:
+class _Heterogeneous(_Builder):
     """Kafka's ``SimpleHeterogeneousAssignmentBuilder``: each topic balanced among its subscribers."""
 
     def __init__(self, members: list[str], subs: Mapping[str, set[Uuid]], assignable: Mapping[Uuid, list[int]],
@@ -284,12 +292,6 @@ class _Heterogeneous:
             for t in subs[mid]:
                 self.subscribers.setdefault(t, []).append(i)
         self.assignable = assignable
-
-    def _new(self, i: int) -> Assignment:
-        a = self.new[i]
-        if a is None:
-            a = self.new[i] = _copy(self.old[i])
-        return a
 
     def build(self) -> list[Optional[Assignment]]:
         for t in sorted(self.subscribers):  # topics are independent of each other
