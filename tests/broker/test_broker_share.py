@@ -154,6 +154,18 @@ def test_join_then_assignment_after_initialization(core):
     assert [(t.topic_name, t.partitions) for t in m.assignment.topic_partitions] == [("jobs", [0, 1])]
 
 
+def test_the_share_state_topic_has_kafkas_configs(core):
+    """``__share_group_state`` as Apache Kafka 4.4.0's share coordinator creates it:
+    cleanup.policy delete (the coordinator prunes its records; it is not compacted), no
+    retention."""
+    c = Client(core)
+    hb(c)
+    hb(c, epoch=2)   # the partitions' states are initialized: the topic exists
+    configs = core.logs.topics["__share_group_state"].configs
+    assert {k: configs.get(k) for k in ("cleanup.policy", "retention.ms")} == {
+        "cleanup.policy": "delete", "retention.ms": "-1"}
+
+
 def test_two_members_share_the_partitions(core):
     a, b = Client(core), Client(core)
     join(a, "a")

@@ -49,11 +49,11 @@ from kproto.broker.cluster.controller_node import CONTROLLER_APIS, RAFT_APIS
 from kproto.broker.features import supported_features
 from kproto.broker.core import (IMPLEMENTED, BrokerCore, Request, find_coordinator_message,
                                 metadata_request_topics)
-from kproto.broker.coordinators.share_state import SHARE_STATE_TOPIC
+from kproto.broker.coordinators.share_state import SHARE_STATE_TOPIC, share_state_topic_configs
 from kproto.broker.group_configs import GROUP_RESOURCE
 from kproto.broker.cluster.share import (STATE_RPCS, ClusterShareGroupCoordinator, ClusterSharePartitionManager,
                                          RemoteSharePersister,
-                                         serve_state_rpc, share_offsets_handler, share_state_topic_configs)
+                                         serve_state_rpc, share_offsets_handler)
 from kproto.broker.log import BrokerError, Log, topic_name_error
 from kproto.storage.metadata_image import (BROKER_RESOURCE, NO_LEADER, TOPIC_RESOURCE,
                                             DelegationTokenEntry, MetadataImage, PartitionInfo,

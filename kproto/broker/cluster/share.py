@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from kproto.broker.cluster.broker import ClusterBrokerCore
 
 __all__ = ["RemoteSharePersister", "ClusterSharePartitionManager", "ClusterShareGroupCoordinator",
-           "serve_state_rpc", "STATE_RPCS", "share_state_topic_configs", "share_offsets_handler",
+           "serve_state_rpc", "STATE_RPCS", "share_offsets_handler",
            "answer_when_flushed", "high_watermarks"]
 
 log = logging.getLogger("kproto.broker.share")
@@ -59,13 +59,6 @@ _RETRIABLE = frozenset({E.NOT_COORDINATOR, E.COORDINATOR_NOT_AVAILABLE, E.COORDI
 _RETRY_MS = 100
 _LIST_OFFSETS_VERSION = 7
 _GIVE_UP_MS = 30_000
-
-
-def share_state_topic_configs(replicas: int) -> dict[str, str]:
-    """``__share_group_state``'s configs as Kafka's share coordinator creates it
-    (``share.coordinator.state.topic.min.isr`` 2 where it has the replicas for it)."""
-    return {"cleanup.policy": "delete", "compression.type": "producer", "segment.bytes": "104857600",
-            "retention.ms": "-1", "min.insync.replicas": str(min(2, replicas))}
 
 
 def _first_partition(resp: Any) -> Any:

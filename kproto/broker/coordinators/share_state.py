@@ -30,7 +30,8 @@ from kproto.errors import DecodeError
 from kproto.records import RecordBatchBuilder
 from kproto.schemas.api_keys import ApiKey
 
-__all__ = ["SHARE_STATE_TOPIC", "ShareState", "ShareStateCoordinator", "share_key", "merge_batches"]
+__all__ = ["SHARE_STATE_TOPIC", "ShareState", "ShareStateCoordinator", "share_key", "merge_batches",
+           "share_state_topic_configs"]
 
 log = logging.getLogger("kproto.broker.share")
 
@@ -44,6 +45,13 @@ Key = tuple[str, Uuid, int]
 def share_key(group_id: str, topic_id: Uuid, partition: int) -> str:
     """The coordinator key of a share-partition (FindCoordinator key type 2)."""
     return f"{group_id}:{topic_id}:{partition}"
+
+
+def share_state_topic_configs(replicas: int) -> dict[str, str]:
+    """``__share_group_state``'s configs as Kafka's share coordinator creates it
+    (``share.coordinator.state.topic.min.isr`` 2 where it has the replicas for it)."""
+    return {"cleanup.policy": "delete", "compression.type": "producer", "segment.bytes": "104857600",
+            "retention.ms": "-1", "min.insync.replicas": str(min(2, replicas))}
 
 
 @dataclass
@@ -101,11 +109,9 @@ class ShareStateCoordinator:
         return int(getattr(self.core.config, "share_coordinator_snapshot_update_records_per_snapshot", 500))
 
     def ensure_topic(self) -> None:
-        """Create ``__share_group_state`` (compacted, as Kafka's share coordinator does)."""
+        """Create ``__share_group_state`` with the configs Kafka's share coordinator gives it."""
         if SHARE_STATE_TOPIC not in self.core.logs.topics:
-            self.core.logs.create_topic(SHARE_STATE_TOPIC, self.num_partitions,
-                                        {"cleanup.policy": "delete,compact", "compression.type": "producer",
-                                         "segment.bytes": "104857600", "retention.ms": "-1"})
+            self.core.logs.create_topic(SHARE_STATE_TOPIC, self.num_partitions, share_state_topic_configs(1))
 
     def _log(self, key: Key) -> Log:
         self.ensure_topic()
