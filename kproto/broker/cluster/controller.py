@@ -41,7 +41,7 @@ from kproto.broker.log import BrokerError, topic_name_error
 from kproto.broker.group_configs import GROUP_RESOURCE, GroupConfigs
 from kproto.broker.security.acl import AclBinding, acl_creations, acl_deletions, acl_error_response
 from kproto.broker.security.auth import image_credentials, scram_alterations, scram_records
-from kproto.broker.security.tokens import DelegationTokens, TokenRequest, decode_principal
+from kproto.broker.security.tokens import DelegationTokens, TokenRequest
 from kproto.broker.quotas import (ControllerMutationQuotaManager, MutationQuota, QuotaStore, alter_client_quotas,
                                   alter_error, quota_record)
 from kproto.storage.metadata_image import (BROKER_RESOURCE, NO_LEADER, NO_LEADER_CHANGE, RECOVERED,
@@ -410,6 +410,8 @@ class QuorumController:
         self._quota_store = QuotaStore()
         self._mutation_quotas = ControllerMutationQuotaManager(self._quota_store)
         self._identity: tuple[str, str] = ("ANONYMOUS", "")
+        # the requester of a forwarded token change (its envelope's principal and address)
+        self._token_requester: Optional[TokenRequest] = None
         self._token_task: Optional[CallbackTask] = None
         # wall-clock ms: tokens' timestamps are epoch times. Token requests come forwarded by
         # a broker, which checked the requester's rights (CREATE_TOKENS) against its ACLs
@@ -435,7 +437,12 @@ class QuorumController:
             ApiKey.UPDATE_FEATURES: self._update_features,
             ApiKey.CONTROLLER_REGISTRATION: self._controller_registration,
             ApiKey.UNREGISTER_CONTROLLER: self._unregister_controller,
-            ApiKey.ENVELOPE: self._envelope,
+            ApiKey.CREATE_DELEGATION_TOKEN: lambda v, b, r: self._token_change(
+                self.tokens.create, ApiKey.CREATE_DELEGATION_TOKEN, v, b, r),
+            ApiKey.RENEW_DELEGATION_TOKEN: lambda v, b, r: self._token_change(
+                self.tokens.renew, ApiKey.RENEW_DELEGATION_TOKEN, v, b, r),
+            ApiKey.EXPIRE_DELEGATION_TOKEN: lambda v, b, r: self._token_change(
+                self.tokens.expire, ApiKey.EXPIRE_DELEGATION_TOKEN, v, b, r),
         }
 
     # ================================================================== Raft side
@@ -564,7 +571,7 @@ class QuorumController:
 
     # ================================================================== requests
     def handle(self, api_key: int, version: int, body: Any, respond: Respond,
-               identity: tuple[str, str] = ("ANONYMOUS", "")) -> None:
+               identity: tuple[str, str] = ("ANONYMOUS", ""), token_requester: Optional[TokenRequest] = None) -> None:
         """Serve one controller request; ``respond`` gets the response object once the
         records it wrote are committed (NOT_CONTROLLER at once when standby). ``identity``:
         the (user, client id) it came from (a forwarded one's, from its envelope), what
@@ -575,11 +582,11 @@ class QuorumController:
         if not self.active:
             respond(self._error_response(api_key, version, body, ErrorCode.NOT_CONTROLLER))
             return
-        self._identity = identity
+        self._identity, self._token_requester = identity, token_requester
         try:
             handler(version, body, respond)
         finally:
-            self._identity = ("ANONYMOUS", "")
+            self._identity, self._token_requester = ("ANONYMOUS", ""), None
 
     def _mutation_quota(self, api_key: int, version: int) -> MutationQuota:
         """The controller mutation quota of the request being handled (the image's quotas)."""
@@ -1546,31 +1553,16 @@ class QuorumController:
         self._write(records, respond, response, (ApiKey.ALTER_USER_SCRAM_CREDENTIALS, version, body))
 
     # ================================================================== delegation tokens
-    def _envelope(self, version: int, body: Any, respond: Respond) -> None:
-        """A token request a broker forwarded (Kafka's EnvelopeRequest): the client's request
-        and principal; the answer carries the client's response, sent once the token's
-        records are committed."""
-        from kproto.broker.core import parse_request  # the core imports this module
-        cls = response_codec(ApiKey.ENVELOPE).cls
-        handlers: dict[int, Callable[..., tuple[Any, list[tuple[Any, int]]]]] = {
-                    ApiKey.CREATE_DELEGATION_TOKEN: self.tokens.create,
-                    ApiKey.RENEW_DELEGATION_TOKEN: self.tokens.renew,
-                    ApiKey.EXPIRE_DELEGATION_TOKEN: self.tokens.expire}
-        try:
-            data = bytes(body.request_data)
-            key, ver, cid = peek_request_header(data, size_prefix=False)
-            handler = handlers.get(key)
-            if handler is None or body.request_principal is None:
-                raise DecodeError(f"API key {key} is not forwarded here", what="EnvelopeRequest")
-            _, inner = parse_request(data, key, ver)
-            principal, token_authenticated = decode_principal(bytes(body.request_principal))
-        except DecodeError:
-            respond(cls(error_code=ErrorCode.INVALID_REQUEST, response_data=None))
+    def _token_change(self, change: Callable[..., tuple[Any, list[tuple[Any, int]]]], api_key: int,
+                      version: int, body: Any, respond: Respond) -> None:
+        """A token change a broker forwarded in an EnvelopeRequest, under the requester it
+        carried (:attr:`_token_requester`); answered once the token's records are committed."""
+        who = self._token_requester
+        if who is None:  # only forwarded ones carry who asks
+            respond(self._error_response(api_key, version, body, ErrorCode.INVALID_REQUEST))
             return
-        host = ".".join(str(b) for b in bytes(body.client_host_address)) if len(body.client_host_address) == 4 else ""
-        resp, records = handler(TokenRequest(principal, host, not token_authenticated), inner, ver, self.image.tokens)
-        data = encode_response(ResponseHeader(correlation_id=cid), resp, key, ver)[4:]
-        self._write(records, respond, cls(error_code=0, response_data=data), (ApiKey.ENVELOPE, version, body))
+        resp, records = change(who, body, version, self.image.tokens)
+        self._write(records, respond, resp, (api_key, version, body))
 
     def _schedule_token_sweep(self) -> None:
         self._token_task = CallbackTask(max(1, self.config.delegation_token_expiry_check_interval_ms),

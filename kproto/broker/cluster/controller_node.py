@@ -39,7 +39,7 @@ from kproto.broker.cluster.raft import (BEGIN_QUORUM_EPOCH, DESCRIBE_QUORUM, END
                                 RaftTransport, open_metadata_log)
 from kproto.broker.configs import BrokerConfig
 from kproto.broker.security.auth import SASL_VERSIONS, Security
-from kproto.broker.security.tokens import TOKEN_CHANGES, decode_principal
+from kproto.broker.security.tokens import TOKEN_CHANGES, TOKEN_VERSIONS, TokenRequest, decode_principal
 from kproto.broker.server import Listener
 from kproto.broker.timer import CallbackTask, Clock, SystemTimer
 from kproto.codecs import request as request_codec
@@ -236,24 +236,25 @@ class ControllerCore:
         try:
             frame = bytes(req.body.request_data)
             key, ver, _ = peek_request_header(frame, size_prefix=False)
-            if key in TOKEN_CHANGES:
-                # the controller writes the token's records under the principal it carries
-                self.controller.handle(ApiKey.ENVELOPE, req.version, req.body, req.respond)
-                return
-            rng = CONTROLLER_APIS.get(key)
+            rng = CONTROLLER_APIS.get(key) if key not in TOKEN_CHANGES else TOKEN_VERSIONS[key]
             if key == ApiKey.ENVELOPE or rng is None or not rng[0] <= ver <= rng[1]:
                 req.respond(cls(error_code=ErrorCode.INVALID_REQUEST, response_data=None))
                 return
             header, body = parse_request(frame, key, ver)
-            principal = decode_principal(bytes(req.body.request_principal or b""))[0].split(":", 1)[-1]
+            principal, token_authenticated = decode_principal(bytes(req.body.request_principal or b""))
         except DecodeError:
             req.respond(cls(error_code=ErrorCode.INVALID_REQUEST, response_data=None))
             return
+        address = bytes(req.body.client_host_address)
+        # token changes are served only forwarded (the controller takes no token request itself)
+        requester = TokenRequest(principal, ".".join(map(str, address)) if len(address) == 4 else "",
+                                 not token_authenticated) if key in TOKEN_CHANGES else None
 
         def answer(resp: Any) -> None:
             data = encode_response(ResponseHeader(correlation_id=header.correlation_id), resp, key, ver)
             req.respond(cls(error_code=ErrorCode.NONE, response_data=data[4:]))  # no size prefix
-        self.controller.handle(key, ver, body, answer, (principal, header.client_id or ""))
+        self.controller.handle(key, ver, body, answer, (principal.split(":", 1)[-1], header.client_id or ""),
+                               requester)
 
     def _with_nodes(self, ver: int, resp: Any) -> Any:
         """DescribeQuorum v2+ names the voters' controller listeners, as Kafka's does."""

@@ -23,7 +23,7 @@ written to the share coordinator.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional
+from typing import Any, Callable, Iterable, Optional
 
 from kproto.broker.coordinators.offsets_topic import partition_for
 from kproto.broker.coordinators.share_group import ShareGroupCoordinator
@@ -38,8 +38,10 @@ from kproto.codecs.primitives import Uuid
 from kproto.error_codes import ErrorCode as E
 from kproto.schemas.api_keys import ApiKey
 
-if TYPE_CHECKING:
-    from kproto.broker.cluster.broker import ClusterBrokerCore
+#: the cluster broker's core (``kproto.broker.cluster.broker.ClusterBrokerCore``), which builds
+#: this module's parts: not imported here, not even for type checking, so that neither module
+#: needs the other first
+ClusterCore = Any
 
 __all__ = ["RemoteSharePersister", "ClusterSharePartitionManager", "ClusterShareGroupCoordinator",
            "serve_state_rpc", "STATE_RPCS", "share_offsets_handler",
@@ -83,7 +85,7 @@ class RemoteSharePersister:
     request in flight per key; consecutive writes of a key folded into the newest, which
     carries the whole in-flight window), retried while the coordinator moves."""
 
-    def __init__(self, core: ClusterBrokerCore) -> None:
+    def __init__(self, core: ClusterCore) -> None:
         self.core = core
         self.states: dict[Key, ShareState] = {}
         self._queues: dict[Key, list[_Op]] = {}
@@ -282,7 +284,7 @@ class RemoteSharePersister:
         return p.leader if p is not None and p.leader >= 0 else None
 
 
-def serve_state_rpc(core: ClusterBrokerCore, api_key: int, version: int, body: Any,
+def serve_state_rpc(core: ClusterCore, api_key: int, version: int, body: Any,
                     respond: Callable[[Any], None]) -> None:
     """The share coordinator's side of a persister RPC: NOT_COORDINATOR unless this broker
     leads the ``__share_group_state`` partition of every key named; a change answered once
@@ -339,7 +341,7 @@ class ClusterShareGroupCoordinator(ShareGroupCoordinator):
     state (the leader would otherwise find none, or the initialization could overwrite the
     progress of an earlier start)."""
 
-    def __init__(self, core: ClusterBrokerCore, persister: RemoteSharePersister, is_other_group: Any,
+    def __init__(self, core: ClusterCore, persister: RemoteSharePersister, is_other_group: Any,
                  offsets: Any) -> None:
         super().__init__(core, persister, is_other_group, offsets)  # type: ignore[arg-type]
         self.remote = persister
@@ -371,7 +373,7 @@ class ClusterSharePartitionManager(SharePartitionManager):
 
     persister: RemoteSharePersister
 
-    def __init__(self, core: ClusterBrokerCore, persister: RemoteSharePersister, groups: Any) -> None:
+    def __init__(self, core: ClusterCore, persister: RemoteSharePersister, groups: Any) -> None:
         super().__init__(core, persister, groups)
         self.cluster = core
         #: share-partitions whose state read found none: the error their next fetch answers
@@ -441,7 +443,7 @@ def answer_when_flushed(persister: RemoteSharePersister, req: Any) -> None:
     req.respond = later
 
 
-def share_offsets_handler(core: ClusterBrokerCore, inner: Callable[[Any], None]) -> Callable[[Any], None]:
+def share_offsets_handler(core: ClusterCore, inner: Callable[[Any], None]) -> Callable[[Any], None]:
     """The share-group coordinator's offsets admin APIs on a cluster: the states they read
     (DescribeShareGroupOffsets, AlterShareGroupOffsets) are first read from their share
     coordinators, the answer waits for the states they change."""
@@ -477,7 +479,7 @@ def share_offsets_handler(core: ClusterBrokerCore, inner: Callable[[Any], None])
     return handle
 
 
-def high_watermarks(core: ClusterBrokerCore, tps: list[tuple[str, int]],
+def high_watermarks(core: ClusterCore, tps: list[tuple[str, int]],
                     then: Callable[[dict[tuple[str, int], int]], None]) -> None:
     """The high watermarks of ``tps`` as their leaders have them (ListOffsets latest, as
     Kafka's group coordinator asks them for a share group's lag); a partition whose leader
@@ -524,7 +526,7 @@ def high_watermarks(core: ClusterBrokerCore, tps: list[tuple[str, int]],
                             core.replicas.config.request_timeout_ms)
 
 
-def with_lags(core: ClusterBrokerCore, req: Any, hws: dict[tuple[str, int], int]) -> None:
+def with_lags(core: ClusterCore, req: Any, hws: dict[tuple[str, int], int]) -> None:
     """DescribeShareGroupOffsets' lags from the leaders' high watermarks ``hws`` (the group
     coordinator need not host the partitions): the answer's lag of each partition with a
     state is the records after the start offset not yet done."""
