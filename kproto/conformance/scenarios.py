@@ -1000,6 +1000,20 @@ def describe_user_scram_credentials(ctx: Context) -> ScenarioGen:
     yield ctx.call(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, users=[{"name": ctx.group("user")}])
 
 
+@_sc(ApiKey.CREATE_DELEGATION_TOKEN)
+def delegation_tokens(ctx: Context) -> ScenarioGen:
+    """The four token APIs from a connection that may not ask for tokens (no authentication):
+    each refused as Kafka refuses it, before it looks at whether tokens are enabled."""
+    owner = f"User:{ctx.group('owner')}"
+    yield ctx.call(ApiKey.CREATE_DELEGATION_TOKEN, owner_principal_type="User", owner_principal_name=ctx.group("owner"),
+                   renewers=[{"principal_type": "User", "principal_name": ctx.group("renewer")}],
+                   max_lifetime_ms=3_600_000)
+    yield ctx.call(ApiKey.RENEW_DELEGATION_TOKEN, hmac=b"\x01" * 64, renew_period_ms=60_000)
+    yield ctx.call(ApiKey.EXPIRE_DELEGATION_TOKEN, hmac=b"\x01" * 64, expiry_time_period_ms=-1)
+    yield ctx.call(ApiKey.DESCRIBE_DELEGATION_TOKEN, label="DescribeDelegationToken of an owner",
+                   owners=[{"principal_type": "User", "principal_name": owner.split(":", 1)[1]}])
+
+
 @_sc(ApiKey.DESCRIBE_CLIENT_QUOTAS)
 def describe_client_quotas(ctx: Context) -> ScenarioGen:
     """The quotas of a client id nobody has configured."""
