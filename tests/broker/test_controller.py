@@ -184,8 +184,8 @@ def test_bootstrap_writes_features_and_the_formatted_min_insync_replicas() -> No
     features = [(rtype, version, rec.name, rec.feature_level) for rtype, version, rec in records
                 if rtype == 12]
     assert features == [(12, 0, "metadata.version", 21)] + [
-        (12, 0, n, v) for n, v in default_levels(cluster=True).items() if n != "metadata.version"]
-    assert c.image.features == default_levels(cluster=True)
+        (12, 0, n, v) for n, v in default_levels().items() if n != "metadata.version"]
+    assert c.image.features == default_levels()
     (ctype, _, config), = [r for r in records if r[0] != 12]
     assert (ctype, config.resource_type, config.resource_name, config.name, config.value) == (
         4, 4, "", "min.insync.replicas", "1")
@@ -898,7 +898,7 @@ def test_over_the_raft_replica(tmp_path: Any) -> None:
             break
         clock.advance(50)
         timer.advance_clock()
-    assert ctrl.is_active and ctrl.committed.features == default_levels(cluster=True)
+    assert ctrl.is_active and ctrl.committed.features == default_levels()
     R = request_codec(ApiKey.BROKER_REGISTRATION).cls
     out: list[Any] = []
     ctrl.handle(ApiKey.BROKER_REGISTRATION, 3, R(

@@ -191,4 +191,6 @@ def test_decoding_a_file_reuses_freed_memory():
                                       capture_output=True, text=True, check=True).stdout)
               for how in ("with", "without")}
     assert faults["without"] > 1000, faults
-    assert faults["with"] * 10 < faults["without"], faults
+    # with the setting what is left (about 400 faults, pure Python and C alike) is the process's
+    # own growth; without it the C paths take about 3,200 and pure Python 4,800
+    assert faults["with"] * 5 < faults["without"], faults
