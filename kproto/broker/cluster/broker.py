@@ -941,6 +941,9 @@ class ClusterBrokerCore(BrokerCore):
         self.send_to_controller(key, req.version, forward, merged)
 
     def _forward_enveloped(self, req: Request) -> None:
+        """Forward ``req`` to the active controller in an EnvelopeRequest carrying its client's
+        principal and address, as Kafka's brokers do; the controller's answer to the client
+        comes back inside the envelope's."""
         key, ver = req.api_key, req.version
         inner = encode_request(RequestHeader(request_api_key=key, request_api_version=ver,
                                              correlation_id=req.header.correlation_id,
@@ -987,23 +990,7 @@ class ClusterBrokerCore(BrokerCore):
         if not records:
             req.respond(resp)
             return
-        session = self.security_of(req.channel).session(req.channel)
-        try:
-            address = socket.inet_aton(who.host)
-        except OSError:
-            address = b""
-        env = request_codec(ApiKey.ENVELOPE).cls(
-            request_data=encode_request(req.header, req.body)[4:],
-            request_principal=encode_principal(who.principal, session.token_authenticated),
-            client_host_address=address)
-
-        def answered(out: Optional[Any]) -> None:
-            if out is None or out.error_code or out.response_data is None:
-                code = ErrorCode.REQUEST_TIMED_OUT if out is None else out.error_code or ErrorCode.UNKNOWN_SERVER_ERROR
-                self._answer_error(req, code, run_handler=True)
-                return
-            req.respond(decode_response(bytes(out.response_data), req.api_key, req.version, size_prefix=False)[1])
-        self.send_to_controller(ApiKey.ENVELOPE, 0, env, answered)
+        self._forward_enveloped(req)
 
     def _create_internal_topic(self, name: str, partitions: int, configs: dict[str, str]) -> None:
         """Ask the controller for ``name`` (auto-created topics, ``__consumer_offsets``)."""
