@@ -115,20 +115,29 @@ def pytest_collection_modifyitems(config, items):
                 or getattr(item, "originalname", item.name) in SLOW_TESTS:
             item.add_marker(pytest.mark.slow)
         # under ``pytest -n``: a module runs in one worker (its module fixtures start once, its
-        # tests keep their order), and every test of a session JVM in the same worker
-        item.add_marker(pytest.mark.xdist_group("jvm" if _uses_a_jvm(item) else item.nodeid.split("::")[0]))
+        # tests keep their order), and every test of one kind of session JVM in the same worker;
+        # a test that names its own group keeps it
+        if item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(_jvm_group(item) or item.nodeid.split("::")[0]))
 
 
-#: Fixtures whose JVMs are started once per session: under ``pytest -n``, the tests using them
-#: run in one worker, so the session starts each JVM once.
-JVM_FIXTURES = {"spark", "apache_kafka", "apache_kafka_cluster", "apache_kafka_pool", "any_broker"}
+#: Fixtures whose JVMs are started once per session (per worker under ``pytest -n``): the tests
+#: using them run in one worker, so the session starts each JVM once. Apache Kafka's and
+#: Spark's are separate groups, so the two kinds of JVM run beside each other in two workers.
+APACHE_FIXTURES = {"apache_kafka", "apache_kafka_cluster", "apache_kafka_pool", "any_broker"}
+SPARK_FIXTURES = {"spark"}
 
 
-def _uses_a_jvm(item) -> bool:
-    if JVM_FIXTURES & set(getattr(item, "fixturenames", ())):
-        return True
+def _jvm_group(item) -> str | None:
+    """``"apache"`` for a test of Apache Kafka (by fixture, or by a parameter that names it: the
+    tests that take their broker with ``request.getfixturevalue``), ``"spark"`` for a test of a
+    Spark session, else None."""
+    names = set(getattr(item, "fixturenames", ()))
     callspec = getattr(item, "callspec", None)
-    return callspec is not None and "apache" in map(str, callspec.params.values())
+    params = [v for v in callspec.params.values() if isinstance(v, str)] if callspec else []
+    if APACHE_FIXTURES & names or any("apache" in p.lower() for p in params):
+        return "apache"
+    return "spark" if SPARK_FIXTURES & names else None
 
 
 @pytest.fixture(scope="session")

@@ -64,7 +64,9 @@ def _spark_batch(block: Block, tmp: Path) -> list:
 
 
 def _param(block: Block):
-    marks = []
+    # a page's blocks run in one worker under ``pytest -n`` (its Spark blocks share a process),
+    # the pages spread over the workers
+    marks = [pytest.mark.xdist_group(f"docs:{block.id.split(':')[0]}")]
     if block.directive == "skip":
         marks.append(pytest.mark.skip(reason=f"{block.id}: {block.argument}"))
     elif block.directive == "slow":
