@@ -28,6 +28,7 @@ __all__ = ["CaptureDecoder", "TcpConnection"]
 _I32 = struct.Struct(">i")
 _CLASSIFY_LIMIT = 8  # payload segments looked at before calling a connection "not Kafka"
 _MAX_EARLY = 256     # responses kept per connection while waiting for their request
+_SASL_HANDSHAKE = int(ApiKey.SASL_HANDSHAKE)  # (an enum member's lookup: slower, per exchange)
 
 ExchangeHook = Callable[[Exchange], None]
 _NONE: list[Exchange] = []  # (never appended to)
@@ -440,7 +441,8 @@ class CaptureDecoder:
     def _pair(self, conn: TcpConnection, ex: Exchange, frame: Frame) -> None:
         ex.response_start, ex.response_end = frame.ts_start, frame.ts_end
         ex.response_bytes = frame.size + 4
-        ex.problems.extend(frame.problems)
+        if frame.problems:
+            ex.problems.extend(frame.problems)
         if frame.missing:
             ex.problems.report("gap", f"response incomplete: {frame.missing} of {frame.size} bytes "
                                "not captured", bytes_skipped=frame.missing)
@@ -448,7 +450,7 @@ class CaptureDecoder:
             ex.problems.report("gap", "response cut off by the end of the capture")
         else:
             ex.response_data = frame.data
-        if ex.api_key == ApiKey.SASL_HANDSHAKE and ex.api_version == 0 and ex.response_data is not None:
+        if ex.api_key == _SASL_HANDSHAKE and ex.api_version == 0 and ex.response_data is not None:
             mechanism = _sasl_v0_success(ex)
             if mechanism is not None:
                 # SaslHandshake v0 succeeded: raw, size-prefixed SASL tokens follow (KIP-43).
