@@ -178,9 +178,15 @@ def exchange_to_json_text(ex: Exchange) -> str:
     """``json.dumps(exchange_to_json(ex), ensure_ascii=False)``, the ``--format jsonl`` line,
     with the bodies written as text directly (:mod:`kproto.capture.json_text`)."""
     out = [_head_text(ex), ', "request": ']
-    body_json_text(ex, "request", out)
+    if ex.request is None:  # (json_dumps(None))
+        out.append("null")
+    else:
+        body_json_text(ex, "request", out)
     out.append(', "response": ')
-    body_json_text(ex, "response", out)
+    if ex.response is None:
+        out.append("null")
+    else:
+        body_json_text(ex, "response", out)
     if (ex.errors or ex.problems or ex.notes or ex.unread or ex.fetch_session is not None
             or ex.sasl is not None):
         out += [", ", json_dumps(_tail(ex))[1:]]
