@@ -89,8 +89,10 @@ class Problems:
                  topic: str | None = None, partition: int | None = None,
                  note: bool | None = None) -> None:
         self._items: list[Problem] = list(items)
-        self._context = _NONE if source is None and topic is None and partition is None \
-            and note is None else _context(source, topic, partition, note)
+        if source is None and topic is None and partition is None:  # (most collectors)
+            self._context = _NONE if note is None else _NOTES if note else _NOT_NOTES
+        else:
+            self._context = _context(source, topic, partition, note)
 
     # -- reporting --------------------------------------------------------------------------------
 
@@ -178,6 +180,8 @@ class Problems:
 
 
 _NONE: dict[str, Any] = {}  # no context (shared: a context is never changed in place)
+_NOTES: dict[str, Any] = {"note": True}      # notes only (an exchange's notes), shared too
+_NOT_NOTES: dict[str, Any] = {"note": False}
 
 
 def _context(source: str | None, topic: str | None, partition: int | None,

@@ -1,7 +1,8 @@
 /* The capture decoder's packet loop over a classic pcap file, in C (optional accelerator).
  *
  * scan() walks the file's packet records from a position and reads each packet's IPv4/TCP
- * fields exactly as kproto.capture.bulk does. It consumes itself, without returning to
+ * fields exactly as kproto.capture.bulk does (scan_ng() the Enhanced Packet Blocks of a
+ * pcapng file, stopping at any other block for the Python walker). It consumes itself, without returning to
  * Python, the packets whose whole effect is a plain state update:
  *   - a segment of a connection known not to be Kafka (only counted);
  *   - an acknowledgement-only segment of a Kafka connection that changes nothing;
@@ -309,6 +310,154 @@ static int link_layout(long linktype, Py_ssize_t *need, Py_ssize_t *at, Py_ssize
     }
 }
 
+/* What the packets consumed so far add up to. */
+typedef struct {
+    Py_ssize_t packets;
+    long long nbytes;
+    PyObject *last_ts;   /* owned, or NULL */
+} Tally;
+
+/* The connections of the last two address pairs looked up in one call (a long frame's
+ * segments and their acknowledgements alternate between two): no key and dict lookup for
+ * each packet. Emptied whenever Python code may have changed the connections. */
+typedef struct {
+    int valid;
+    uint8_t addrs[8];     /* source and destination IPv4 addresses */
+    unsigned sport, dport;
+    PyObject *conn;       /* owned: the connection, or None (not Kafka) */
+} Known;
+
+typedef struct {
+    Known e[2];
+    int next;
+} KnownCache;
+
+static void known_clear(KnownCache *c) {
+    for (int i = 0; i < 2; i++) {
+        if (c->e[i].valid) Py_DECREF(c->e[i].conn);
+        c->e[i].valid = 0;
+    }
+}
+
+/* One packet record: ``incl`` captured bytes at ``data + d`` (the file's ``index``-th packet),
+ * taken at ``ts``, of link type ``linktype``. Returns 0 when consumed, 3 when consumed and
+ * frames went to the decoder, 1 with bulk's row of the packet in *item, 2 with the fields of a
+ * Packet for the reference path in *item (with the link type when ``with_link``: a pcapng
+ * interface's), -1 on error. */
+static int one_packet(PyObject *decoder, PyObject *connections, const uint8_t *data,
+                      Py_ssize_t d, uint32_t incl, uint32_t orig, double ts, long linktype,
+                      int with_link, Py_ssize_t index, Tally *tally, PyObject **item,
+                      KnownCache *known_conns) {
+    const uint8_t *p = data + d;
+    Py_ssize_t need = 0, at = 0, off = 0;
+    int known = link_layout(linktype, &need, &at, &off);
+    /* the fields, as bulk._rows reads them */
+    int fast = 0;
+    Py_ssize_t t = 0, hlen = 0, stop = 0;
+    if (known && (Py_ssize_t)incl >= (need > off + 20 ? need : off + 20)) {
+        int proto_ok = at < 0 ? (p[0] >> 4) == 4 : be16(p + at) == 0x0800;
+        const uint8_t *ipp = p + off;
+        unsigned vihl = ipp[0], ipproto = ipp[9];
+        unsigned total = be16(ipp + 2), frag = be16(ipp + 6);
+        Py_ssize_t ihl = (Py_ssize_t)(vihl & 0x0F) * 4;
+        if (proto_ok && (vihl >> 4) == 4 && ihl >= 20 && ipproto == 6 && (frag & 0x3FFF) == 0) {
+            stop = (Py_ssize_t)total >= ihl
+                       ? ((Py_ssize_t)incl < off + (Py_ssize_t)total ? (Py_ssize_t)incl
+                                                                      : off + (Py_ssize_t)total)
+                       : (Py_ssize_t)incl;
+            t = off + ihl;
+            if (t + 20 <= stop) {
+                hlen = (Py_ssize_t)(p[t + 12] >> 4) * 4;
+                fast = hlen >= 20 && t + hlen <= stop;
+            }
+        }
+    }
+    PyObject *tsobj = PyFloat_FromDouble(ts);
+    if (tsobj == NULL) return -1;
+    if (!fast) {
+        *item = with_link ? Py_BuildValue("(NnkIl)", tsobj, d, (unsigned long)incl, orig, linktype)
+                          : Py_BuildValue("(NnkI)", tsobj, d, (unsigned long)incl, orig);
+        return *item == NULL ? -1 : 2;
+    }
+    const uint8_t *tcp = p + t;
+    unsigned sport = be16(tcp), dport = be16(tcp + 2), flags = tcp[13];
+    uint32_t seq = be32(tcp + 4), ack = be32(tcp + 8);
+    const uint8_t *addrs = p + off + 12;
+    PyObject *src = NULL, *dst = NULL, *key = NULL, *conn = NULL;  /* conn: borrowed */
+    for (int i = 0; i < 2; i++) {
+        Known *k = &known_conns->e[i];
+        if (k->valid && k->sport == sport && k->dport == dport && memcmp(k->addrs, addrs, 8) == 0) {
+            conn = k->conn;
+            break;
+        }
+    }
+    if (conn == NULL) {
+        src = PyBytes_FromStringAndSize((const char *)addrs, 4);
+        dst = PyBytes_FromStringAndSize((const char *)addrs + 4, 4);
+        key = src && dst ? Py_BuildValue("(OIOI)", src, sport, dst, dport) : NULL;
+        conn = key ? PyDict_GetItemWithError(connections, key) : NULL;
+        if (conn != NULL) {   /* remembered for the next packets */
+            Known *k = &known_conns->e[known_conns->next];
+            known_conns->next ^= 1;
+            if (k->valid) Py_DECREF(k->conn);
+            k->valid = 1;
+            memcpy(k->addrs, addrs, 8);
+            k->sport = sport;
+            k->dport = dport;
+            k->conn = Py_NewRef(conn);
+            conn = k->conn;
+        }
+    }
+    int took = 0;
+    if (conn == NULL && !PyErr_Occurred()) {
+        took = 0;   /* not seen yet: Python classifies it */
+    } else if (conn == Py_None) {
+        took = 1;   /* a connection that is not Kafka: counted only */
+    } else if (conn != NULL) {
+        Py_INCREF(conn);
+        took = consume(decoder, conn, p + off + 12, sport, seq, ack, flags, p + t + hlen,
+                       stop - t - hlen, tsobj);
+        Py_DECREF(conn);
+    }
+    if (PyErr_Occurred()) {
+        Py_XDECREF(src); Py_XDECREF(dst); Py_XDECREF(key); Py_DECREF(tsobj);
+        return -1;
+    }
+    if (took == 2)   /* Python code ran (the decoder's frame handlers): forget the lookups */
+        known_clear(known_conns);
+    if (took) {
+        tally->packets += 1;
+        tally->nbytes += incl;
+        Py_XSETREF(tally->last_ts, tsobj);
+        Py_XDECREF(src); Py_XDECREF(dst); Py_XDECREF(key);
+        return took == 2 ? 3 : 0;   /* 3: Python takes what the frames finished */
+    }
+    if (src == NULL) {   /* found among the known: the row's addresses */
+        src = PyBytes_FromStringAndSize((const char *)addrs, 4);
+        dst = src == NULL ? NULL : PyBytes_FromStringAndSize((const char *)addrs + 4, 4);
+        if (dst == NULL) {
+            Py_XDECREF(src); Py_DECREF(tsobj);
+            return -1;
+        }
+    }
+    *item = Py_BuildValue("(NnkOIOIkkInn)", tsobj, index, (unsigned long)incl, src, sport,
+                          dst, dport, (unsigned long)seq, (unsigned long)ack, flags,
+                          d + t + hlen, d + stop);
+    Py_XDECREF(src); Py_XDECREF(dst); Py_XDECREF(key);
+    return *item == NULL ? -1 : 1;
+}
+
+/* scan's and scan_ng's answer: what was consumed, then what Python takes next. */
+static PyObject *answer(Py_ssize_t pos, Py_ssize_t index, Tally *tally, int kind,
+                        PyObject *item) {
+    PyObject *result = Py_BuildValue("(nnnLOiO)", pos, index, tally->packets, tally->nbytes,
+                                     tally->last_ts ? tally->last_ts : Py_None, kind,
+                                     item ? item : Py_None);
+    Py_XDECREF(item);
+    Py_XDECREF(tally->last_ts);
+    return result;
+}
+
 PyDoc_STRVAR(scan_doc,
 "scan(decoder, connections, data, pos, index, big_endian, nanos, linktype)\n--\n\n"
 "Walk a classic pcap file's records from ``pos`` (``index``: packets before it), consuming\n"
@@ -332,11 +481,9 @@ static PyObject *scan(PyObject *mod, PyObject *args) {
     const uint8_t *data = view.buf;
     Py_ssize_t end = view.len;
     double scale = nanos ? 1e-9 : 1e-6;
-    Py_ssize_t need = 0, at = 0, off = 0;
-    int known = link_layout(linktype, &need, &at, &off);
-    Py_ssize_t packets = 0;
-    long long nbytes = 0;
-    PyObject *last_ts = NULL, *result = NULL, *item = NULL;
+    Tally tally = {0, 0, NULL};
+    KnownCache known_conns = {{{0}, {0}}, 0};
+    PyObject *item = NULL;
     int kind = 0;
     if (pos < 0) pos = end;
     while (pos <= end - 16) {
@@ -345,88 +492,105 @@ static PyObject *scan(PyObject *mod, PyObject *args) {
                  orig = rd32(rec + 12, big);
         if ((uint64_t)incl > (uint64_t)(end - pos - 16)) break;   /* not whole: Python reports */
         Py_ssize_t d = pos + 16;
-        const uint8_t *p = data + d;
         volatile double frac_s = (double)frac * scale;   /* as numpy: sec + frac * scale */
         double ts = (double)sec + frac_s;
         pos = d + (Py_ssize_t)incl;
         index += 1;
-        /* the fields, as bulk._rows reads them */
-        int fast = 0;
-        Py_ssize_t t = 0, hlen = 0, stop = 0;
-        if (known && (Py_ssize_t)incl >= (need > off + 20 ? need : off + 20)) {
-            int proto_ok = at < 0 ? (p[0] >> 4) == 4 : be16(p + at) == 0x0800;
-            const uint8_t *ipp = p + off;
-            unsigned vihl = ipp[0], ipproto = ipp[9];
-            unsigned total = be16(ipp + 2), frag = be16(ipp + 6);
-            Py_ssize_t ihl = (Py_ssize_t)(vihl & 0x0F) * 4;
-            if (proto_ok && (vihl >> 4) == 4 && ihl >= 20 && ipproto == 6 && (frag & 0x3FFF) == 0) {
-                stop = (Py_ssize_t)total >= ihl
-                           ? ((Py_ssize_t)incl < off + (Py_ssize_t)total ? (Py_ssize_t)incl
-                                                                          : off + (Py_ssize_t)total)
-                           : (Py_ssize_t)incl;
-                t = off + ihl;
-                if (t + 20 <= stop) {
-                    hlen = (Py_ssize_t)(p[t + 12] >> 4) * 4;
-                    fast = hlen >= 20 && t + hlen <= stop;
-                }
-            }
+        kind = one_packet(decoder, connections, data, d, incl, orig, ts, linktype, 0, index,
+                          &tally, &item, &known_conns);
+        if (kind < 0) {
+            known_clear(&known_conns);
+            Py_XDECREF(tally.last_ts);
+            PyBuffer_Release(&view);
+            return NULL;
         }
-        PyObject *tsobj = PyFloat_FromDouble(ts);
-        if (tsobj == NULL) goto done;
-        if (!fast) {
-            item = Py_BuildValue("(NnkI)", tsobj, d, (unsigned long)incl, orig);
-            kind = 2;
-            goto out;
-        }
-        const uint8_t *tcp = p + t;
-        unsigned sport = be16(tcp), dport = be16(tcp + 2), flags = tcp[13];
-        uint32_t seq = be32(tcp + 4), ack = be32(tcp + 8);
-        PyObject *src = PyBytes_FromStringAndSize((const char *)p + off + 12, 4);
-        PyObject *dst = PyBytes_FromStringAndSize((const char *)p + off + 16, 4);
-        PyObject *key = src && dst ? Py_BuildValue("(OIOI)", src, sport, dst, dport) : NULL;
-        PyObject *conn = key ? PyDict_GetItemWithError(connections, key) : NULL;  /* borrowed */
-        int took = 0;
-        if (conn == NULL && !PyErr_Occurred()) {
-            took = 0;   /* not seen yet: Python classifies it */
-        } else if (conn == Py_None) {
-            took = 1;   /* a connection that is not Kafka: counted only */
-        } else if (conn != NULL) {
-            Py_INCREF(conn);
-            took = consume(decoder, conn, p + off + 12, sport, seq, ack, flags, p + t + hlen,
-                           stop - t - hlen, tsobj);
-            Py_DECREF(conn);
-        }
-        if (PyErr_Occurred()) {
-            Py_XDECREF(src); Py_XDECREF(dst); Py_XDECREF(key); Py_DECREF(tsobj);
-            goto done;
-        }
-        if (took) {
-            packets += 1;
-            nbytes += incl;
-            Py_XSETREF(last_ts, tsobj);
-            Py_DECREF(src); Py_DECREF(dst); Py_DECREF(key);
-            if (took == 2) {   /* frames went to the decoder: Python takes what they finished */
-                kind = 3;
-                goto out;
-            }
-            continue;
-        }
-        item = Py_BuildValue("(NnkOIOIkkInn)", tsobj, index, (unsigned long)incl, src, sport,
-                             dst, dport, (unsigned long)seq, (unsigned long)ack, flags,
-                             d + t + hlen, d + stop);
-        Py_XDECREF(src); Py_XDECREF(dst); Py_XDECREF(key);
-        kind = 1;
-        goto out;
+        if (kind) break;
     }
-out:
-    if ((kind == 1 || kind == 2) && item == NULL) goto done;
-    result = Py_BuildValue("(nnnLOiO)", pos, index, packets, nbytes,
-                           last_ts ? last_ts : Py_None, kind, item ? item : Py_None);
-done:
-    Py_XDECREF(item);
-    Py_XDECREF(last_ts);
+    known_clear(&known_conns);
     PyBuffer_Release(&view);
-    return result;
+    return answer(pos, index, &tally, kind, item);
+}
+
+/* A pcapng interface as scan_ng reads it: (link type, seconds per unit, offset). */
+typedef struct {
+    long linktype;
+    double unit, offset;
+} Iface;
+
+PyDoc_STRVAR(scan_ng_doc,
+"scan_ng(decoder, connections, data, pos, index, big_endian, ifaces)\n--\n\n"
+"scan over the blocks of a pcapng section from ``pos``: its Enhanced Packet Blocks whose\n"
+"interface is one of ``ifaces`` (per interface: link type, seconds per timestamp unit,\n"
+"timestamp offset; the section's so far) and whose lengths are whole. It stops (kind 0,\n"
+"``pos`` there) at any other block, which the Python walker reads. Returns what scan\n"
+"returns; kind 2's item also has the packet's link type.");
+
+static PyObject *scan_ng(PyObject *mod, PyObject *args) {
+    PyObject *decoder, *connections, *ifaces;
+    Py_buffer view;
+    Py_ssize_t pos, index;
+    int big;
+    if (!PyArg_ParseTuple(args, "OO!y*nnpO!", &decoder, &PyDict_Type, &connections, &view, &pos,
+                          &index, &big, &PyTuple_Type, &ifaces))
+        return NULL;
+    Py_ssize_t n_if = PyTuple_GET_SIZE(ifaces);
+    Iface *ifs = PyMem_New(Iface, n_if > 0 ? n_if : 1);
+    if (ifs == NULL) {
+        PyBuffer_Release(&view);
+        return PyErr_NoMemory();
+    }
+    for (Py_ssize_t i = 0; i < n_if; i++) {
+        PyObject *it = PyTuple_GET_ITEM(ifaces, i);
+        if (!PyTuple_Check(it) || PyTuple_GET_SIZE(it) != 3 || !PyLong_Check(PyTuple_GET_ITEM(it, 0))
+                || !PyFloat_Check(PyTuple_GET_ITEM(it, 1)) || !PyLong_Check(PyTuple_GET_ITEM(it, 2))) {
+            PyErr_SetString(PyExc_TypeError, "an interface is (link type, unit, offset)");
+            goto fail;
+        }
+        ifs[i].linktype = PyLong_AsLong(PyTuple_GET_ITEM(it, 0));
+        ifs[i].unit = PyFloat_AS_DOUBLE(PyTuple_GET_ITEM(it, 1));
+        /* float + int in Python: the int converted to the nearest double */
+        ifs[i].offset = PyLong_AsDouble(PyTuple_GET_ITEM(it, 2));
+        if (PyErr_Occurred()) goto fail;
+    }
+    const uint8_t *data = view.buf;
+    Py_ssize_t end = view.len;
+    Tally tally = {0, 0, NULL};
+    KnownCache known_conns = {{{0}, {0}}, 0};
+    PyObject *item = NULL;
+    int kind = 0;
+    if (pos < 0) pos = end;
+    while (pos <= end - 12) {
+        const uint8_t *b = data + pos;
+        uint32_t btype = rd32(b, big), blen = rd32(b + 4, big);
+        /* an Enhanced Packet Block whose fields are there (else the walker reads it) */
+        if (btype != 6 || blen < 32 || blen % 4 || (Py_ssize_t)blen > end - pos) break;
+        const uint8_t *body = b + 8;
+        uint32_t iface = rd32(body, big), hi = rd32(body + 4, big), lo = rd32(body + 8, big),
+                 incl = rd32(body + 12, big), orig = rd32(body + 16, big);
+        if ((Py_ssize_t)iface >= n_if || (uint64_t)incl + 20 > (uint64_t)blen - 12) break;
+        /* as the walker: ((hi << 32) | lo) * unit + offset, each step rounded */
+        volatile double units = (double)(((uint64_t)hi << 32) | lo) * ifs[iface].unit;
+        double ts = units + ifs[iface].offset;
+        Py_ssize_t d = pos + 28;
+        pos += (Py_ssize_t)blen;
+        index += 1;
+        kind = one_packet(decoder, connections, data, d, incl, orig, ts, ifs[iface].linktype, 1,
+                          index, &tally, &item, &known_conns);
+        if (kind < 0) {
+            known_clear(&known_conns);
+            Py_XDECREF(tally.last_ts);
+            goto fail;
+        }
+        if (kind) break;
+    }
+    known_clear(&known_conns);
+    PyMem_Free(ifs);
+    PyBuffer_Release(&view);
+    return answer(pos, index, &tally, kind, item);
+fail:
+    PyMem_Free(ifs);
+    PyBuffer_Release(&view);
+    return NULL;
 }
 
 static PyObject *setup(PyObject *mod, PyObject *args) {
@@ -443,6 +607,7 @@ static PyObject *setup(PyObject *mod, PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"scan", scan, METH_VARARGS, scan_doc},
+    {"scan_ng", scan_ng, METH_VARARGS, scan_ng_doc},
     {"setup", setup, METH_VARARGS,
      PyDoc_STR("setup(RequestRule, ResponseRule, Frame, Problems): the frame rules whose size "
                "checks scan knows, and the classes of the frames and problems it makes.")},

@@ -25,6 +25,9 @@ __all__ = ["BodyDecoder", "iter_exchanges", "exchange_to_json"]
 
 #: Responses that name topic ids: Metadata (v10+), CreateTopics (v7+), DescribeTopicPartitions.
 _NAMES_IDS = frozenset({ApiKey.METADATA, ApiKey.CREATE_TOPICS, ApiKey.DESCRIBE_TOPIC_PARTITIONS})
+# the keys compared with every exchange's, as plain ints (an enum member's lookup is slower)
+_PRODUCE, _FETCH = int(ApiKey.PRODUCE), int(ApiKey.FETCH)
+_SASL_HANDSHAKE, _SASL_AUTHENTICATE = int(ApiKey.SASL_HANDSHAKE), int(ApiKey.SASL_AUTHENTICATE)
 
 
 class BodyDecoder:
@@ -62,7 +65,10 @@ class BodyDecoder:
         assert ver is not None  # the decoder sets api_key and api_version together
         versions = bodies.api_versions(key)
         if ex.request_bytes and versions is not None and ver in versions:
-            self._versions.setdefault((ex.client, ex.broker), {})[key] = ver
+            used = self._versions.get((ex.client, ex.broker))
+            if used is None:
+                used = self._versions[(ex.client, ex.broker)] = {}
+            used[key] = ver
         if versions is None:
             ex.problems.report("decode", f"unknown API key {key}: body not decoded")
             return
@@ -74,13 +80,13 @@ class BodyDecoder:
             self._decode_newer(ex, versions)
         else:
             self._decode_known(ex, key, ver)
-        if key == ApiKey.PRODUCE and ex.request is not None and ex.request.acks == 0:
+        if key == _PRODUCE and ex.request is not None and ex.request.acks == 0:
             ex.expects_response = False  # acks=0: the broker never answers
         if ex.response is not None:
             ex.errors = [error_name(c) for c in bodies.response_error_codes(ex.response)]
         self._name_topics(ex)
-        conn = (ex.client, ex.broker)
-        if key == ApiKey.FETCH and ex.request is not None:
+        if key == _FETCH and ex.request is not None:
+            conn = (ex.client, ex.broker)
             view = self._sessions.get(conn)
             if view is None:
                 view = self._sessions[conn] = FetchSessionView(self.topics.for_broker(ex.broker))
@@ -89,17 +95,21 @@ class BodyDecoder:
                 view.response(ex.response, ex.fetch_session, ex.problems)
         elif key in _NAMES_IDS and ex.response is not None:
             self.topics.learn(ex.broker, ex.response)
-        elif key == ApiKey.SASL_HANDSHAKE and ex.request is not None:
-            self._mechanisms[conn] = ex.request.mechanism
-        elif key == ApiKey.SASL_AUTHENTICATE and ex.request is not None:
-            ex.sasl = _describe_token(self._mechanisms.get(conn), ex.request.auth_bytes)
+        elif key == _SASL_HANDSHAKE and ex.request is not None:
+            self._mechanisms[(ex.client, ex.broker)] = ex.request.mechanism
+        elif key == _SASL_AUTHENTICATE and ex.request is not None:
+            ex.sasl = _describe_token(self._mechanisms.get((ex.client, ex.broker)),
+                                      ex.request.auth_bytes)
 
     def _name_topics(self, ex: Exchange) -> None:
         """Names of the topic ids the bodies use without a name, as far as the capture says."""
         ver = ex.api_version if ex.decoded_as is None else ex.decoded_as
-        ids = {t: None for body, v in ((ex.request, ver), (ex.response, ex.response_version
-                                                              if ex.response_version is not None else ver))
-               if body is not None for t in topic_ids(body, v)}
+        ids = [] if ex.request is None else topic_ids(ex.request, ver)
+        if ex.response is not None:  # each id once, the request's first
+            more = topic_ids(ex.response, ver if ex.response_version is None
+                             else ex.response_version)
+            if more:
+                ids = list(dict.fromkeys(ids + more)) if ids else more
         if not ids:
             return
         unknown = []
@@ -152,40 +162,48 @@ class BodyDecoder:
     def _decode_known(self, ex: Exchange, key: int, ver: int) -> None:
         """Bodies of a version the schemas define. Bytes after a complete body do not lose it:
         they are kept in ``unread`` and noted (brokers ignore them too)."""
-        for side, data in (("request", ex.request_data), ("response", ex.response_data)):
-            if data is None:
-                continue
+        data = ex.request_data
+        if data is not None:
             try:
-                got = (bodies.decode_request_as(data, key, ver, ver) if side == "request"
-                       else bodies.decode_response_as(data, key, ver, ver))
+                got = bodies.decode_request_as(data, key, ver, ver)
             except DecodeError as e:
-                if side == "request":
-                    ex.problems.report("decode", f"request: {e}")
-                else:
-                    self._bad_response(ex, e)
-                continue
-            if side == "response" and got.unread and key == ApiKey.API_VERSIONS:
+                ex.problems.report("decode", f"request: {e}")
+            else:
+                ex.request_header, ex.request = got.header, got.body
+                if got.unread:
+                    self._unread_known(ex, "request", data, got, key, ver)
+        data = ex.response_data
+        if data is not None:
+            try:
+                got = bodies.decode_response_as(data, key, ver, ver)
+            except DecodeError as e:
+                self._bad_response(ex, e)
+                return
+            if got.unread and key == ApiKey.API_VERSIONS:
                 if self._apiversions_v0(ex):
-                    continue
+                    return
                 if got.body.error_code == ErrorCode.UNSUPPORTED_VERSION:
                     # the answer to a version the peer does not support must be a v0 body:
                     # a longer body read in the newer layout is not a complete one
                     self._bad_response(ex, DecodeError(f"{got.unread} bytes left over"))
-                    continue
-            if side == "request":
-                ex.request_header, ex.request = got.header, got.body
-            else:
-                ex.response_header, ex.response = got.header, got.body
+                    return
+            ex.response_header, ex.response = got.header, got.body
             if got.unread:
-                offset = len(data) - got.body_start - got.unread
-                tail = got.tail(data)
-                ex.unread[side] = (offset, got.unread, tail[:UNREAD_KEPT])
-                why = ""
-                if side == "request" and key == ApiKey.API_VERSIONS and ver == 0 and tail == bytes(4):
-                    why = " (old librdkafka's empty int32 array, which brokers ignore)"
-                ex.notes.report("unread", f"{side}: {got.unread} bytes after the end of the "
-                                f"{bodies.api_name(key)} v{ver} body{why}; body decoded, "
-                                "the extra bytes kept in unread", bytes_skipped=got.unread)
+                self._unread_known(ex, "response", data, got, key, ver)
+
+    @staticmethod
+    def _unread_known(ex: Exchange, side: str, data: bytes, got: bodies.BestEffort, key: int,
+                      ver: int) -> None:
+        """Bytes after a complete body of a known version: kept in ``unread``, and a note."""
+        offset = len(data) - got.body_start - got.unread
+        tail = got.tail(data)
+        ex.unread[side] = (offset, got.unread, tail[:UNREAD_KEPT])
+        why = ""
+        if side == "request" and key == ApiKey.API_VERSIONS and ver == 0 and tail == bytes(4):
+            why = " (old librdkafka's empty int32 array, which brokers ignore)"
+        ex.notes.report("unread", f"{side}: {got.unread} bytes after the end of the "
+                        f"{bodies.api_name(key)} v{ver} body{why}; body decoded, "
+                        "the extra bytes kept in unread", bytes_skipped=got.unread)
 
     def _decode_newer(self, ex: Exchange, versions: range) -> None:
         """Bodies of a version newer than the schemas, read with the highest one they define."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import functools
 import struct
-from typing import Any, NamedTuple, Optional
+from typing import Any, Callable, NamedTuple, Optional
 
 from kproto.capture.walk import Leaf, walker
 
@@ -16,6 +16,7 @@ __all__ = ["BestEffort", "api_name", "api_versions", "best_effort_version", "dec
            "response_error_codes", "schemas_release"]
 
 _I16 = struct.Struct(">h")
+_REQUEST_HEAD = struct.Struct(">hhi")  # api_key, api_version, correlation_id: in every version
 
 
 @functools.lru_cache(maxsize=1024)
@@ -48,9 +49,11 @@ def read_request_header(data: bytes) -> tuple[int, int, int, Optional[str]]:
     These fields sit at the same place in every header version, so the body need not be
     decoded. client_id is None when absent or cut. Raises DecodeError if ``data`` is too short.
     """
-    from kproto.framing import peek_request_header
+    if len(data) < 8:  # the framing's error
+        from kproto.framing import peek_request_header
 
-    key, ver, corr = peek_request_header(data, size_prefix=False)
+        peek_request_header(data, size_prefix=False)
+    key, ver, corr = _REQUEST_HEAD.unpack_from(data, 0)
     n = _I16.unpack_from(data, 8)[0] if len(data) >= 10 else -1
     if n < 0 or 10 + n > len(data):
         return key, ver, corr, None
@@ -141,25 +144,37 @@ def decode_request_as(data: Any, api_key: int, api_version: int, version: int) -
     The header is read as the frame's own version wants it. Unlike :func:`decode_request`,
     trailing bytes are not an error: they are counted in ``unread``. Raises DecodeError.
     """
-    import kproto.codecs as codecs
-
-    header, pos = _header_codec("RequestHeader").decode_from(
-        data, 0, _header_versions(api_key, api_version)[0])
+    header_from, header_version, body_from = _readers(api_key, api_version, True)
+    header, pos = header_from(data, 0, header_version)
     body = memoryview(data)[pos:]
-    obj, end = codecs.request(api_key).decode_from(body, 0, version)
+    obj, end = body_from(body, 0, version)
     return BestEffort(header, obj, pos, len(body) - end)
 
 
 def decode_response_as(data: Any, api_key: int, api_version: int, version: int) -> BestEffort:
     """Decode a response frame (no size prefix) to a request of ``api_key`` at ``api_version``,
     its body read with ``version``'s layout; trailing bytes are counted. Raises DecodeError."""
+    header_from, header_version, body_from = _readers(api_key, api_version, False)
+    header, pos = header_from(data, 0, header_version)
+    body = memoryview(data)[pos:]
+    obj, end = body_from(body, 0, version)
+    return BestEffort(header, obj, pos, len(body) - end)
+
+
+_Reader = Callable[[Any, int, int], tuple[Any, int]]  # a codec's decode_from
+
+
+@functools.lru_cache(maxsize=4096)
+def _readers(api_key: int, api_version: int, request: bool) -> tuple[_Reader, int, _Reader]:
+    """(header's decode_from, header version, body's decode_from) of a request
+    (``request``) or response frame of ``api_key`` at ``api_version``: looked up once, not
+    per frame."""
     import kproto.codecs as codecs
 
-    header, pos = _header_codec("ResponseHeader").decode_from(
-        data, 0, _header_versions(api_key, api_version)[1])
-    body = memoryview(data)[pos:]
-    obj, end = codecs.response(api_key).decode_from(body, 0, version)
-    return BestEffort(header, obj, pos, len(body) - end)
+    header = _header_codec("RequestHeader" if request else "ResponseHeader")
+    body = codecs.request(api_key) if request else codecs.response(api_key)
+    return (header.decode_from, _header_versions(api_key, api_version)[0 if request else 1],
+            body.decode_from)
 
 
 def response_error_codes(obj: Any, out: Optional[list[int]] = None) -> list[int]:

@@ -16,7 +16,8 @@ from kproto.capture.frames import DEFAULT_MAX_FRAME, Frame, FrameCutter, Request
 from kproto.capture.layers import (ACK, FIN, LINKTYPES, RST, SYN, TcpSegment, link_parses,
                                    tcp_fields)
 from kproto.capture.bulk import tcp_rows
-from kproto.capture.pcap import _PCAP_HEADER_SIZE, _PCAP_MAGICS, Packet, _iter_pcap, packets_of
+from kproto.capture.pcap import (_PCAP_HEADER_SIZE, _PCAP_MAGICS, _PCAPNG_SHB, Packet,
+                                 _iter_pcap, _pcapng_block, _PcapngWalk, packets_of)
 from kproto.capture.tcp import TcpStream
 from kproto.accelerators import load
 from kproto.errors import KprotoError
@@ -28,6 +29,7 @@ __all__ = ["CaptureDecoder", "TcpConnection"]
 _I32 = struct.Struct(">i")
 _CLASSIFY_LIMIT = 8  # payload segments looked at before calling a connection "not Kafka"
 _MAX_EARLY = 256     # responses kept per connection while waiting for their request
+_SASL_HANDSHAKE = int(ApiKey.SASL_HANDSHAKE)  # (an enum member's lookup: slower, per exchange)
 
 ExchangeHook = Callable[[Exchange], None]
 _NONE: list[Exchange] = []  # (never appended to)
@@ -74,8 +76,9 @@ class CaptureDecoder:
     #: frames in one segment are cut from it (False: every segment through the reassembler's
     #: events and the cutter's buffer, the reference path the tests compare with)
     fast_paths = True
-    #: with :attr:`fast_paths`, a classic pcap file's packets go through the C packet loop
-    #: (``kproto.capture._segments``) where it is built (False: bulk's rows, in Python)
+    #: with :attr:`fast_paths`, the packets of a classic pcap file (and the Enhanced Packet
+    #: Blocks of a pcapng file) go through the C packet loop (``kproto.capture._segments``)
+    #: where it is built (False: bulk's rows, in Python; pcapng by the walker, packet by packet)
     accelerated = True
 
     def __init__(self, ports: Optional[Iterable[int]] = None, *, max_frame: int = DEFAULT_MAX_FRAME,
@@ -146,7 +149,8 @@ class CaptureDecoder:
         """The exchanges the packets of a capture file's bytes complete, as feeding each packet
         of :func:`~kproto.capture.pcap.packets_of` gives them (problems' ``source``:
         ``source``), a classic pcap's plain TCP packets read many at a time (by the C packet
-        loop, :data:`accelerated`, else by :mod:`~kproto.capture.bulk`). Several files in a
+        loop, :data:`accelerated`, else by :mod:`~kproto.capture.bulk`), a pcapng's by the C
+        loop too where it is built. Several files in a
         row are one capture; call :meth:`finish` after the last."""
         if not self.fast_paths:
             for p in packets_of(data, source):
@@ -156,6 +160,10 @@ class CaptureDecoder:
         classic = _classic_pcap(mv) if _segments is not None and self.accelerated else None
         if classic is not None:
             yield from self._feed_classic(mv, source, *classic)
+            return
+        if (_segments is not None and self.accelerated and len(mv) >= 4
+                and struct.unpack_from("<I", mv, 0)[0] == _PCAPNG_SHB):
+            yield from self._feed_pcapng(mv, source)
             return
         for rows in tcp_rows(data, source):
             for row in rows:
@@ -208,6 +216,40 @@ class CaptureDecoder:
         if pos < end:  # a truncated record: the walker says what is wrong, as it would have
             for p in _iter_pcap(mv, ">" if big_endian else "<", nanos, index, 0, source, pos):
                 yield from self.feed(p)
+
+    def _feed_pcapng(self, mv: memoryview, source: str) -> Iterator[Exchange]:
+        """:meth:`feed_capture` of a pcapng file by the C packet loop: its Enhanced Packet
+        Blocks as :meth:`_feed_classic` takes a classic file's records; every other block (and
+        any the loop does not take whole) is read by the Python walker, one at a time."""
+        assert _segments is not None  # chosen only when the accelerator is there
+        scan, connections, row_of = _segments.scan_ng, self.connections, self._row
+        walk = _PcapngWalk()
+        pos, end = 0, len(mv)
+        while pos < end:
+            pos, walk.index, packets, size, last_ts, kind, item = scan(
+                self, connections, mv, pos, walk.index, walk.order == ">", tuple(walk.ifaces))
+            self.packets += packets
+            self.bytes += size
+            if last_ts is not None:
+                self.last_ts = last_ts
+            if kind == 1:
+                out = row_of(mv, item)
+            elif kind == 2:
+                ts, start, n, orig, linktype = item
+                out = self.feed(Packet(ts, linktype, mv[start:start + n], orig, walk.index))
+            elif kind == 3:  # its frames went to _request_frame/_response_frame
+                out = self._take() if self._out else _NONE
+            elif pos < end:  # a block the loop does not take: the walker reads it
+                items, pos = _pcapng_block(mv, pos, walk, 0, source)
+                for p in items:
+                    yield from self.feed(p)
+                if pos < 0:  # damage ends the walk
+                    return
+                continue
+            else:
+                break
+            if out:
+                yield from out
 
     def feed_all(self, packets: Iterable[Union[Packet, Problem]]) -> list[Exchange]:
         """Feed every packet and finish; return all exchanges."""
@@ -440,7 +482,8 @@ class CaptureDecoder:
     def _pair(self, conn: TcpConnection, ex: Exchange, frame: Frame) -> None:
         ex.response_start, ex.response_end = frame.ts_start, frame.ts_end
         ex.response_bytes = frame.size + 4
-        ex.problems.extend(frame.problems)
+        if frame.problems:
+            ex.problems.extend(frame.problems)
         if frame.missing:
             ex.problems.report("gap", f"response incomplete: {frame.missing} of {frame.size} bytes "
                                "not captured", bytes_skipped=frame.missing)
@@ -448,7 +491,7 @@ class CaptureDecoder:
             ex.problems.report("gap", "response cut off by the end of the capture")
         else:
             ex.response_data = frame.data
-        if ex.api_key == ApiKey.SASL_HANDSHAKE and ex.api_version == 0 and ex.response_data is not None:
+        if ex.api_key == _SASL_HANDSHAKE and ex.api_version == 0 and ex.response_data is not None:
             mechanism = _sasl_v0_success(ex)
             if mechanism is not None:
                 # SaslHandshake v0 succeeded: raw, size-prefixed SASL tokens follow (KIP-43).

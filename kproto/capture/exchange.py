@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import base64
 import datetime as _dt
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
@@ -177,9 +178,15 @@ def exchange_to_json_text(ex: Exchange) -> str:
     """``json.dumps(exchange_to_json(ex), ensure_ascii=False)``, the ``--format jsonl`` line,
     with the bodies written as text directly (:mod:`kproto.capture.json_text`)."""
     out = [_head_text(ex), ', "request": ']
-    body_json_text(ex, "request", out)
+    if ex.request is None:  # (json_dumps(None))
+        out.append("null")
+    else:
+        body_json_text(ex, "request", out)
     out.append(', "response": ')
-    body_json_text(ex, "response", out)
+    if ex.response is None:
+        out.append("null")
+    else:
+        body_json_text(ex, "response", out)
     if (ex.errors or ex.problems or ex.notes or ex.unread or ex.fetch_session is not None
             or ex.sasl is not None):
         out += [", ", json_dumps(_tail(ex))[1:]]
@@ -223,7 +230,7 @@ def _request_body(ex: Exchange) -> tuple[Any, Any, int]:
     """(codec, message, version) of a decoded request."""
     key, body_ver = ex.api_key, ex.api_version if ex.decoded_as is None else ex.decoded_as
     assert key is not None and body_ver is not None  # a decoded body has a key and version
-    return codecs.request(key), ex.request, body_ver
+    return _request_codec(key), ex.request, body_ver
 
 
 def _response_body(ex: Exchange) -> tuple[Any, Any, int]:
@@ -231,7 +238,12 @@ def _response_body(ex: Exchange) -> tuple[Any, Any, int]:
     key, body_ver = ex.api_key, ex.api_version if ex.decoded_as is None else ex.decoded_as
     assert key is not None and body_ver is not None
     rver = body_ver if ex.response_version is None else ex.response_version
-    return codecs.response(key), ex.response, rver
+    return _response_codec(key), ex.response, rver
+
+
+# the codecs of an API key's bodies, looked up once (they are made once and never change)
+_request_codec = functools.lru_cache(maxsize=None)(codecs.request)
+_response_codec = functools.lru_cache(maxsize=None)(codecs.response)
 
 
 def latency_json(ex: Exchange) -> Optional[float]:
@@ -248,7 +260,10 @@ def unread_json(ex: Exchange) -> Optional[dict]:
 
 def _redacted(ex: Exchange) -> bool:
     """A SaslAuthenticate request whose token is shown as ``<redacted>``."""
-    return bool(ex.sasl) and ex.api_key == ApiKey.SASL_AUTHENTICATE
+    return bool(ex.sasl) and ex.api_key == _SASL_AUTHENTICATE
+
+
+_SASL_AUTHENTICATE = int(ApiKey.SASL_AUTHENTICATE)  # (an enum member's lookup: slower)
 
 
 _HEAD = ("ts", "client", "broker", "kind", "api_key", "api_name", "api_version", "decoded_as",
@@ -272,20 +287,39 @@ def _head_values(ex: Exchange) -> tuple:
 
 def _head_text(ex: Exchange) -> str:
     """``json_dumps(_head(ex))`` without its closing brace, written directly."""
-    ts, latency, V = _iso(ex.ts), latency_json(ex), _value_text
+    ts, latency, V = _iso(ex.ts), ex.latency_ms, _value_text
     key, ver, corr, as_ = ex.api_key, ex.api_version, ex.correlation_id, ex.decoded_as
+    kind, req, resp = ex.kind, ex.request_bytes, ex.response_bytes
+    try:
+        key_text = _KEY_TEXT[key]  # the API key and its name, which make one piece
+    except (KeyError, TypeError):
+        key_text = _key_text(key)
     return (f'{{"ts": {"null" if ts is None else string_text(ts)}, '
             f'"client": {_endpoint_json(ex.client)}, "broker": {_endpoint_json(ex.broker)}, '
-            f'"kind": {V(ex.kind)}, '
-            f'"api_key": {int.__repr__(key) if key.__class__ is int else V(key)}, '
-            f'"api_name": {V(api_name(key))}, '
+            f'"kind": {_KIND_TEXT[kind] if kind in _KIND_TEXT else V(kind)}, '
+            f'{key_text}'
             f'"api_version": {int.__repr__(ver) if ver.__class__ is int else V(ver)}, '
             f'"decoded_as": {"null" if as_ is None else V(as_)}, '
             f'"correlation_id": {int.__repr__(corr) if corr.__class__ is int else V(corr)}, '
             f'"client_id": {V(ex.client_id)}, '
-            f'"latency_ms": {"null" if latency is None else V(latency)}, '
-            f'"request_bytes": {V(ex.request_bytes or None)}, '
-            f'"response_bytes": {V(ex.response_bytes or None)}')
+            f'"latency_ms": {"null" if latency is None else V(round(latency, 3))}, '
+            f'"request_bytes": {int.__repr__(req) if req.__class__ is int and req else V(req or None)}, '
+            f'"response_bytes": '
+            f'{int.__repr__(resp) if resp.__class__ is int and resp else V(resp or None)}')
+
+
+_KIND_TEXT = {k: string_text(k) for k in ("kafka", "sasl", "stream")}
+
+
+def _key_text(key: Any) -> str:
+    """The ``api_key`` and ``api_name`` members of the head (cached per key)."""
+    text = f'"api_key": {_value_text(key)}, "api_name": {_value_text(api_name(key))}, '
+    if key is None or key.__class__ is int:
+        _KEY_TEXT[key] = text
+    return text
+
+
+_KEY_TEXT: dict[Optional[int], str] = {}
 
 
 def _endpoint_json(endpoint: Endpoint) -> str:

@@ -130,76 +130,100 @@ def _iter_pcap(mv: memoryview, order: str, nanos: bool, index: int = 0, shift: i
 
 def _iter_pcapng(mv: memoryview, index: int = 0, shift: int = 0,
                  source: str = "") -> Generator[Union[Packet, Problem], None, tuple[int, bool]]:
+    walk = _PcapngWalk(index)
     pos, end = 0, len(mv)
-    order = "<"
-    # per interface: (linktype, seconds per timestamp unit, timestamp offset)
-    ifaces: list[tuple[int, float, int]] = []
     while pos < end:
-        at = pos + shift  # where the block is in the whole capture
-        if pos + 12 > end:
-            yield _damage(f"pcapng block header truncated at byte {at}",
-                          index + 1, at, source=source)
-            return index, False
-        btype = struct.unpack_from("<I", mv, pos)[0]
-        if btype == _PCAPNG_SHB:
-            bom = struct.unpack_from("<I", mv, pos + 8)[0]
-            if bom == _BYTE_ORDER_MAGIC:
-                order = "<"
-            elif bom == 0x4D3C2B1A:
-                order = ">"
-            else:
-                yield _damage(f"pcapng section header with bad byte-order magic at byte {at}",
-                              index + 1, at, source=source)
-                return index, False
-            ifaces = []
+        items, pos = _pcapng_block(mv, pos, walk, shift, source)
+        yield from items
+        if pos < 0:
+            return walk.index, False
+    return walk.index, True
+
+
+class _PcapngWalk:
+    """Where a walk over a pcapng file is: the section's byte order (``"<"``/``">"``), its
+    interfaces (link type, seconds per timestamp unit, timestamp offset) and the packets so
+    far (``index``)."""
+
+    __slots__ = ("order", "ifaces", "index")
+
+    def __init__(self, index: int = 0) -> None:
+        self.order = "<"
+        self.ifaces: list[tuple[int, float, int]] = []
+        self.index = index
+
+
+def _pcapng_block(mv: memoryview, pos: int, walk: _PcapngWalk, shift: int = 0,
+                 source: str = "") -> tuple[list[Union[Packet, Problem]], int]:
+    """The packets and problems of the pcapng block at ``pos`` (``walk`` updated), and where
+    the next block starts (-1: damage ends the walk). ``shift``: where ``mv`` starts in the
+    capture."""
+    end = len(mv)
+    order = walk.order
+    at = pos + shift  # where the block is in the whole capture
+    if pos + 12 > end:
+        return [_damage(f"pcapng block header truncated at byte {at}",
+                        walk.index + 1, at, source=source)], -1
+    btype = struct.unpack_from("<I", mv, pos)[0]
+    if btype == _PCAPNG_SHB:
+        bom = struct.unpack_from("<I", mv, pos + 8)[0]
+        if bom == _BYTE_ORDER_MAGIC:
+            order = "<"
+        elif bom == 0x4D3C2B1A:
+            order = ">"
         else:
-            btype = struct.unpack_from(order + "I", mv, pos)[0]
-        blen = struct.unpack_from(order + "I", mv, pos + 4)[0]
-        if blen < 12 or blen % 4:
-            yield _damage(f"pcapng block at byte {at} has invalid length {blen}",
-                          index + 1, at, source=source)
-            return index, False
-        if pos + blen > end:
-            yield _damage(f"pcapng block at byte {at} truncated ({end - pos} of {blen} bytes)",
-                          index + 1, at, source=source)
-            return index, False
-        body = mv[pos + 8:pos + blen - 4]
-        if btype == 1:  # Interface Description Block
-            if len(body) < 8:
-                yield _damage(f"pcapng interface block at byte {at} too short",
-                              index + 1, at, source=source)
-                return index, False
-            idb = _LAYOUTS[order][1].parse(body)
-            ifaces.append((idb.linktype, *_idb_time(idb.options, order)))
-        elif btype in (6, 2):  # Enhanced Packet Block, obsolete Packet Block
-            if len(body) < 20:
-                yield _damage(f"pcapng packet block at byte {at} too short",
-                              index + 1, at, source=source)
-                return index, False
-            if btype == 6:
-                iface, hi, lo, incl, orig = struct.unpack_from(order + "IIIII", body, 0)
-            else:
-                iface, _drops, hi, lo, incl, orig = struct.unpack_from(order + "HHIIII", body, 0)
-            index += 1
-            if iface >= len(ifaces):
-                yield _damage(f"packet {index}: unknown interface {iface}",
-                              index, at, source=source)
-            elif 20 + incl > len(body):
-                yield _damage(f"packet {index}: captured length {incl} exceeds its block",
-                              index, at, source=source)
-            else:
-                linktype, unit, offset = ifaces[iface]
-                yield Packet(((hi << 32) | lo) * unit + offset, linktype, body[20:20 + incl], orig, index)
-        elif btype == 3:  # Simple Packet Block: no timestamp, interface 0
-            if len(body) < 4 or not ifaces:
-                yield _damage(f"pcapng simple packet block at byte {at} unusable",
-                              index + 1, at, source=source)
-            else:
-                index += 1
-                orig = struct.unpack_from(order + "I", body, 0)[0]
-                yield Packet(0.0, ifaces[0][0], body[4:4 + min(orig, len(body) - 4)], orig, index)
-        pos += blen
-    return index, True
+            return [_damage(f"pcapng section header with bad byte-order magic at byte {at}",
+                            walk.index + 1, at, source=source)], -1
+        walk.order = order
+        walk.ifaces = []
+    else:
+        btype = struct.unpack_from(order + "I", mv, pos)[0]
+    blen = struct.unpack_from(order + "I", mv, pos + 4)[0]
+    if blen < 12 or blen % 4:
+        return [_damage(f"pcapng block at byte {at} has invalid length {blen}",
+                        walk.index + 1, at, source=source)], -1
+    if pos + blen > end:
+        return [_damage(f"pcapng block at byte {at} truncated ({end - pos} of {blen} bytes)",
+                        walk.index + 1, at, source=source)], -1
+    body = mv[pos + 8:pos + blen - 4]
+    ifaces = walk.ifaces
+    out: list[Union[Packet, Problem]] = []
+    if btype == 1:  # Interface Description Block
+        if len(body) < 8:
+            return [_damage(f"pcapng interface block at byte {at} too short",
+                            walk.index + 1, at, source=source)], -1
+        idb = _LAYOUTS[order][1].parse(body)
+        ifaces.append((idb.linktype, *_idb_time(idb.options, order)))
+    elif btype in (6, 2):  # Enhanced Packet Block, obsolete Packet Block
+        if len(body) < 20:
+            return [_damage(f"pcapng packet block at byte {at} too short",
+                            walk.index + 1, at, source=source)], -1
+        if btype == 6:
+            iface, hi, lo, incl, orig = struct.unpack_from(order + "IIIII", body, 0)
+        else:
+            iface, _drops, hi, lo, incl, orig = struct.unpack_from(order + "HHIIII", body, 0)
+        walk.index += 1
+        index = walk.index
+        if iface >= len(ifaces):
+            out.append(_damage(f"packet {index}: unknown interface {iface}",
+                               index, at, source=source))
+        elif 20 + incl > len(body):
+            out.append(_damage(f"packet {index}: captured length {incl} exceeds its block",
+                               index, at, source=source))
+        else:
+            linktype, unit, offset = ifaces[iface]
+            out.append(Packet(((hi << 32) | lo) * unit + offset, linktype, body[20:20 + incl],
+                              orig, index))
+    elif btype == 3:  # Simple Packet Block: no timestamp, interface 0
+        if len(body) < 4 or not ifaces:
+            out.append(_damage(f"pcapng simple packet block at byte {at} unusable",
+                               walk.index + 1, at, source=source))
+        else:
+            walk.index += 1
+            orig = struct.unpack_from(order + "I", body, 0)[0]
+            out.append(Packet(0.0, ifaces[0][0], body[4:4 + min(orig, len(body) - 4)], orig,
+                              walk.index))
+    return out, pos + blen
 
 
 def _idb_time(options: list, order: str) -> tuple[float, int]:

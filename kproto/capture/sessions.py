@@ -49,8 +49,8 @@ def _topic_key(topic: Any, names: Mapping[str, str]) -> str:
     name = getattr(topic, "topic", None)
     if name:
         return name
-    tid = getattr(topic, "topic_id", None)
-    return names.get(str(tid), str(tid))
+    tid = str(getattr(topic, "topic_id", None))
+    return names.get(tid, tid)
 
 
 class FetchSessionView:

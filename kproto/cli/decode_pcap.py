@@ -247,9 +247,11 @@ def run(args: argparse.Namespace) -> int:
         announced: set[int] = set()
 
         def emit(exchanges: Iterable[Any]) -> None:
-            for port in decoder.chosen_ports.keys() - announced:
-                announced.add(port)
-                print(f"kafka port {port} (guessed: {decoder.chosen_ports[port]})", file=sys.stderr)
+            if len(decoder.chosen_ports) != len(announced):  # (ports are only ever added)
+                for port in decoder.chosen_ports.keys() - announced:
+                    announced.add(port)
+                    print(f"kafka port {port} (guessed: {decoder.chosen_ports[port]})",
+                          file=sys.stderr)
             for ex in exchanges:
                 if compared is not None:
                     compared.append(ex)

@@ -5,6 +5,8 @@ capture, on generated conversations (segments reordered, retransmitted, overlapp
 acknowledged ahead, frames split anywhere) and on damaged files."""
 from __future__ import annotations
 
+import struct
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -14,7 +16,7 @@ from kproto.capture import BodyDecoder, CaptureDecoder
 from kproto.capture import decoder as decoder_module
 from kproto.capture.exchange import exchange_to_json_text
 from kproto.capture.tcp import TcpStream
-from pcapgen import write_pcap
+from pcapgen import _block, write_pcap, write_pcapng
 from test_capture_fast_paths import captures, pcap_files
 
 EXTERNAL = CAPTURES.parent / "external" / "captures"
@@ -69,15 +71,13 @@ def test_real_captures_alike(monkeypatch):
 
 @needs_c
 def test_real_captures_cut_and_damaged_alike(monkeypatch):
-    """Each shared classic pcap cut short, and with bytes of its packets overwritten."""
+    """Each shared capture (pcap and pcapng) cut short, and with bytes of its packets (and
+    of the blocks around them) overwritten."""
     import random
 
     rnd = random.Random(7)
     for path in FILES:
         data = path.read_bytes()
-        if data[:4] not in (b"\xd4\xc3\xb2\xa1", b"\xa1\xb2\xc3\xd4", b"\x4d\x3c\xb2\xa1",
-                            b"\xa1\xb2\x3c\x4d"):
-            continue  # pcapng: the reference walker reads it, packet by packet
         variants = [data[:rnd.randrange(24, len(data) + 1)] for _ in range(2)]
         for _ in range(3):
             mutated = bytearray(data)
@@ -101,4 +101,95 @@ def test_generated_conversations_alike(monkeypatch, frames, grace, nanos, big_en
 @settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
 @given(pcap_files())
 def test_damaged_files_alike(monkeypatch, data):
+    assert _outcome(data, True, monkeypatch) == _outcome(data, False, monkeypatch)
+
+
+@needs_c
+def test_c_loop_reads_pcapng(monkeypatch):
+    """A pcapng file's Enhanced Packet Blocks go through the C loop too (scan_ng); only the
+    other blocks and the packets it hands back reach the Python walker."""
+    consumed = []
+    scan_ng = decoder_module._segments.scan_ng
+
+    def counting(*args):
+        got = scan_ng(*args)
+        consumed.append(got[2])
+        return got
+    monkeypatch.setattr(decoder_module, "_segments",
+                        type("M", (), {"scan_ng": staticmethod(counting)}))
+    decoder = CaptureDecoder(decode=BodyDecoder())
+    path = CAPTURES / "java_tansu.pcapng"
+    exchanges = list(decoder.feed_capture(path.read_bytes(), str(path))) + decoder.finish()
+    assert len(exchanges) == len(_outcome(path.read_bytes(), False, monkeypatch)[0]) > 50
+    assert sum(consumed) > decoder.packets * 0.5
+
+
+@st.composite
+def pcapng_files(draw):
+    """pcapng files of generated conversations (microsecond or nanosecond or binary
+    timestamps, an offset, either byte order) with other blocks among the packets: more
+    interfaces (another link type), a new section, simple and obsolete packet blocks, blocks
+    of unknown types, and damage (a bad length, an unknown interface, a cut end)."""
+    frames = draw(captures())
+    big = draw(st.booleans())
+    o = ">" if big else "<"
+    tsresol = draw(st.sampled_from([6, 9, 0x80 | 20]))
+    offset = draw(st.sampled_from([0, 0, 3, -7]))
+    opts = (struct.pack(o + "HH", 9, 1) + bytes([tsresol]) + b"\x00" * 3
+            + (struct.pack(o + "HHq", 14, 8, offset) if offset else b"") + struct.pack(o + "HH", 0, 0))
+
+    def shb(order: str) -> bytes:
+        return _block(0x0A0D0D0A, struct.pack(order + "IHHq", 0x1A2B3C4D, 1, 0, -1), order)
+
+    def idb(linktype: int) -> bytes:
+        return _block(1, struct.pack(o + "HHI", linktype, 0, 0) + opts, o)
+
+    unit = 2.0 ** -(tsresol & 0x7F) if tsresol & 0x80 else 10.0 ** -tsresol
+    out = bytearray(shb(o) + idb(1))
+    ifaces = 1
+    for ts, data in frames:
+        extra = draw(st.sampled_from(["", "", "", "", "idb", "unknown", "spb", "pb", "badiface",
+                                      "badlen", "section"]))
+        if extra == "idb":
+            out += idb(draw(st.sampled_from([1, 113, 101])))
+            ifaces += 1
+        elif extra == "unknown":
+            out += _block(draw(st.sampled_from([4, 5, 0x0BAD])), draw(st.binary(max_size=12)), o)
+        elif extra == "spb":
+            out += _block(3, struct.pack(o + "I", len(data)) + data, o)
+            continue
+        elif extra == "section":  # a new section: interfaces start over
+            out += shb(o) + idb(1)
+            ifaces = 1
+        t = round((ts - offset) / unit)
+        iface = draw(st.integers(0, ifaces - 1)) if ifaces > 1 else 0
+        if extra == "badiface":
+            iface = ifaces + 1
+        if extra == "pb":
+            body = struct.pack(o + "HHIIII", iface, 0, t >> 32, t & 0xFFFFFFFF, len(data),
+                               len(data)) + data
+            out += _block(2, body, o)
+            continue
+        block = _block(6, struct.pack(o + "IIIII", iface, t >> 32, t & 0xFFFFFFFF, len(data),
+                                      len(data)) + data, o)
+        if extra == "badlen":
+            block = block[:4] + struct.pack(o + "I", draw(st.sampled_from([8, 30, 33, 1 << 30]))) + block[8:]
+        out += block
+    if draw(st.integers(0, 4)) == 0:
+        out = out[:draw(st.integers(0, len(out)))]
+    return bytes(out)
+
+
+@needs_c
+@settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
+@given(pcapng_files())
+def test_generated_pcapng_alike(monkeypatch, data):
+    assert _outcome(data, True, monkeypatch) == _outcome(data, False, monkeypatch)
+
+
+@needs_c
+@settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck))
+@given(captures(), st.sampled_from([6, 9]), st.booleans())
+def test_generated_pcapng_conversations_alike(monkeypatch, frames, tsresol, big_endian):
+    data = write_pcapng(frames, 1, tsresol=tsresol, big_endian=big_endian)
     assert _outcome(data, True, monkeypatch) == _outcome(data, False, monkeypatch)
