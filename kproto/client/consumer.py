@@ -27,13 +27,12 @@ moves away and adds what it hands over, while fetching of the other partitions g
 from __future__ import annotations
 
 import asyncio
-import bisect
 import logging
 import struct
 import time
-from functools import partial
-from itertools import repeat
 from typing import Any, Awaitable, Callable, Iterable, NamedTuple, Optional, Sequence, TypeVar
+
+import numpy as np
 
 from kproto.client.admin import Admin
 from kproto.client.assignors import Subscription, assign, encode_sticky_user_data
@@ -47,7 +46,7 @@ from kproto.errors import KprotoError
 from kproto.fetch_session import FetchSessionHandler, PartitionData, TopicPartition, response_data
 from kproto.fetch_session.messages import build_fetch_request
 from kproto.records import RecordBatch, iter_batches
-from kproto.records.columns import decode_batches, record_values
+from kproto.records.columns import decode_batches, record_tuples
 from kproto.records.transactions import AbortedTransactions
 from kproto.schemas.api_keys import ApiKey
 from kproto.error_codes import ErrorCode
@@ -187,14 +186,9 @@ def parse_records(topic: str, partition: int, records: Any, position: int,
         return [], position
     # one bulk decode for the whole fetch; offsets ascend, so what lies before the fetch
     # position (the start of a compressed batch) is a prefix
-    offsets, stamps, keys, values, headers = record_values(decode_batches(kept))
-    out = list(map(_new_consumer_record, zip(repeat(topic), repeat(partition), offsets, stamps,
-                                             keys, values, headers)))
-    skip = bisect.bisect_left(offsets, start)
-    return (out[skip:] if skip else out), position
-
-
-_new_consumer_record = partial(tuple.__new__, ConsumerRecord)
+    cols = decode_batches(kept)
+    skip = int(np.searchsorted(cols.offset, start))
+    return record_tuples(cols, ConsumerRecord, topic, partition, skip), position
 
 
 def subscription_metadata(assignor: str, topics: Sequence[str], assigned: Sequence[tuple],
