@@ -303,6 +303,8 @@ class Consumer:
             self.member_id = self.membership.member_id
             self._needs_join = False  # the membership task joins; ensure_group is the classic path
         self._member_task: Optional[asyncio.Task] = None
+        #: node -> the fetch in flight to it (one at most: its fetch session's order)
+        self._fetches: dict[int, asyncio.Task] = {}
         self._wake = asyncio.Event()
         self._member_error: Optional[BaseException] = None
         #: loop time of each finished reconciliation (tests and measurements)
@@ -325,6 +327,7 @@ class Consumer:
 
     async def close(self) -> None:
         """Commit (with auto-commit) and leave the group (the cluster stays open)."""
+        await self._cancel_fetches()
         if self.membership is not None:
             await self._leave_consumer_group()
             return
@@ -706,41 +709,101 @@ class Consumer:
     # -- fetching -----------------------------------------------------------------------------
     async def getmany(self, timeout: float = 1.0) -> list[ConsumerRecord]:
         """Rejoin if needed, then one fetch round to every leader; returns the new records and
-        advances the positions."""
+        advances the positions.
+
+        Fetches are pipelined as in Kafka's Fetcher: once a leader's answer is read, the next
+        fetch goes to it before the records are returned, so the broker reads on while the
+        application handles them. At most one fetch per broker is in flight (its fetch
+        session's order), so at most one answer per broker waits. What an answer holds for a
+        partition that was seeked, paused or revoked since its fetch went out is dropped;
+        a round that held nothing else is followed by another while ``timeout`` lasts."""
         if self._member_error is not None:
             raise self._member_error
         if self.group_id is not None:
             await self.ensure_group()
             await self._auto_commit()
         await self._init_positions()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            self._send_fetches(timeout)
+            if not self._fetches:
+                await asyncio.sleep(min(timeout, 0.1))
+                return []
+            nodes = list(self._fetches)
+            await asyncio.wait([self._fetches[n] for n in nodes])
+            records: list[ConsumerRecord] = []
+            refresh = stale = False
+            error: Optional[BaseException] = None
+            for node in nodes:
+                task = self._fetches.pop(node)
+                try:
+                    answer = task.result()
+                except KafkaConnectionError:
+                    refresh = True
+                    continue
+                except Exception as e:  # noqa: BLE001 - raised once every answer is read
+                    error = error or e
+                    continue
+                data, asked, r = answer
+                refresh |= r
+                if data:
+                    recs, r, s = self._complete_fetch(data, asked)
+                    records += recs
+                    refresh |= r
+                    stale |= s
+            if error is not None:
+                raise error
+            if refresh:
+                await self.cluster.refresh_metadata(sorted(set(self.topics) | {t for t, _ in self.assignment}))
+                return records
+            self._send_fetches(timeout)  # the next round is under way while these are handled
+            if records or not stale or loop.time() >= deadline:
+                return records
+
+    def _send_fetches(self, timeout: float) -> None:
+        """A fetch to every leader of a fetchable partition that has none in flight."""
         md = self.cluster.metadata
         by_leader: dict[int, list[tuple[str, int]]] = {}
         for tp in self.assignment:
             leader = md.leader(*tp)
-            if leader is not None and tp not in self._paused:
+            if leader is not None and tp not in self._paused and tp in self.positions:
                 by_leader.setdefault(leader, []).append(tp)
-        if not by_leader:
-            await asyncio.sleep(min(timeout, 0.1))
-            return []
-        records, refresh = await gather_fetches(self._fetch_from(node, tps, timeout)
-                                                for node, tps in by_leader.items())
-        if refresh:
-            await self.cluster.refresh_metadata(sorted(set(self.topics) | {t for t, _ in self.assignment}))
-        return records
+        for node, tps in by_leader.items():
+            if node not in self._fetches:
+                task = asyncio.get_running_loop().create_task(self._fetch(node, tps, timeout))
+                task.add_done_callback(_retrieved)
+                self._fetches[node] = task
 
-    async def _fetch_from(self, node: int, tps: list[tuple[str, int]], timeout: float
-                          ) -> tuple[list[ConsumerRecord], bool]:
+    async def _cancel_fetches(self) -> None:
+        """Cancel the fetches in flight; their fetch sessions go with them (the broker answered,
+        or will, a request whose answer is never read: the next fetch opens a new session)."""
+        tasks = list(self._fetches.values())
+        for node in self._fetches:
+            self.sessions.pop(node, None)
+        self._fetches.clear()
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks)
+
+    async def _fetch(self, node: int, tps: list[tuple[str, int]], timeout: float
+                     ) -> tuple[Optional[dict], dict[tuple[str, int], int], bool]:
+        """One FetchRequest to ``node``: its partitions' data (None when the fetch session
+        handler refused the answer), the offsets it asked for, and whether a top-level error
+        asks for a metadata refresh."""
         conn = await self.cluster.connection(node)
         handler = self.sessions.get(node)
         if handler is None:
             handler = self.sessions[node] = FetchSessionHandler(node)
         md = self.cluster.metadata
         builder = handler.new_builder()
+        asked = {}
         for t, p in tps:
             epoch = md.topics[t].partitions[p].leader_epoch if t in md.topics else -1
+            asked[(t, p)] = offset = self.positions[(t, p)]
             builder.add(TopicPartition(t, p), PartitionData(
-                md.topic_id(t), self.positions[(t, p)], -1, self.max_partition_fetch_bytes,
-                epoch if epoch >= 0 else None))
+                md.topic_id(t), offset, -1, self.max_partition_fetch_bytes, epoch if epoch >= 0 else None))
         built = builder.build()
         # v13+ name topics by id: only when every partition's topic has one (Kafka's Fetcher)
         version = conn.version(ApiKey.FETCH, None if built.can_use_topic_ids else range(0, 13))
@@ -753,14 +816,23 @@ class Consumer:
             handler.handle_error(e)
             raise
         if not handler.handle_response(resp, version):
-            return [], resp.error_code != ErrorCode.NONE
+            return None, asked, resp.error_code != ErrorCode.NONE
+        return response_data(resp, version, handler.session_topic_names), asked, False
+
+    def _complete_fetch(self, data: dict, asked: dict[tuple[str, int], int]
+                        ) -> tuple[list[ConsumerRecord], bool, bool]:
+        """The records of one answer and whether it asks for a metadata refresh or held data
+        that was stale: for a partition revoked, paused or moved (seek) since the fetch left,
+        as Kafka's Fetcher drops it."""
         records: list[ConsumerRecord] = []
-        refresh = False
-        for (name, p), pd in response_data(resp, version, handler.session_topic_names).items():
+        refresh = stale = False
+        for (name, p), pd in data.items():
             t = name or ""  # response_data keeps named topics only
             tp = (t, p)
-            if tp not in self.positions:
-                continue  # revoked while the fetch was in flight
+            position = self.positions.get(tp)
+            if position is None or position != asked.get(tp) or tp in self._paused:
+                stale = True
+                continue
             if pd.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
                 del self.positions[tp]
                 self._reset.add(tp)  # auto_offset_reset, not the committed offset again
@@ -772,6 +844,12 @@ class Consumer:
             aborted = None
             if self.isolation_level:
                 aborted = [(a.producer_id, a.first_offset) for a in pd.aborted_transactions or ()]
-            recs, self.positions[tp] = parse_records(t, p, pd.records, self.positions[tp], aborted)
-            records.extend(recs)
-        return records, refresh
+            recs, self.positions[tp] = parse_records(t, p, pd.records, position, aborted)
+            records += recs
+        return records, refresh, stale
+
+
+def _retrieved(task: asyncio.Task) -> None:
+    """A fetch's exception is read in getmany, or by no one when the consumer closed first."""
+    if not task.cancelled():
+        task.exception()
