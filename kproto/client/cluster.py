@@ -243,6 +243,12 @@ class Cluster:
             return conn
         raise KafkaConnectionError("no broker reachable: " + "; ".join(map(str, errors)))
 
+    def open_connection(self, node_id: int, purpose: str = "data") -> Optional[Connection]:
+        """The connection to ``node_id`` for ``purpose`` when one is open, else None (no
+        await: a request can leave at once)."""
+        conn = self._conns.get((node_id, purpose))
+        return conn if conn is not None and not conn.closed else None
+
     async def connection(self, node_id: int, purpose: str = "data") -> Connection:
         """The connection to ``node_id`` for ``purpose`` (``data`` or ``coordinator``),
         (re)opened when needed."""

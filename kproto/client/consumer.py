@@ -37,6 +37,7 @@ import numpy as np
 from kproto.client.admin import Admin
 from kproto.client.assignors import Subscription, assign, encode_sticky_user_data
 from kproto.client.cluster import EARLIEST, LATEST, METADATA_REFRESH_ERRORS, Cluster
+from kproto.client.connection import Connection
 from kproto.client.protocol import BrokerError, KafkaConnectionError, raise_for_error
 from kproto.client.consumer_protocol import (Assignment, decode_assignment, decode_subscription,
                                              encode_assignment, encode_subscription)
@@ -762,18 +763,28 @@ class Consumer:
                 return records
 
     def _send_fetches(self, timeout: float) -> None:
-        """A fetch to every leader of a fetchable partition that has none in flight."""
+        """A fetch to every leader of a fetchable partition that has none in flight; over an
+        open connection the request leaves now, not when the caller next yields."""
         md = self.cluster.metadata
         by_leader: dict[int, list[tuple[str, int]]] = {}
         for tp in self.assignment:
             leader = md.leader(*tp)
             if leader is not None and tp not in self._paused and tp in self.positions:
                 by_leader.setdefault(leader, []).append(tp)
+        loop = asyncio.get_running_loop()
         for node, tps in by_leader.items():
-            if node not in self._fetches:
-                task = asyncio.get_running_loop().create_task(self._fetch(node, tps, timeout))
-                task.add_done_callback(_retrieved)
-                self._fetches[node] = task
+            if node in self._fetches:
+                continue
+            conn = self.cluster.open_connection(node)
+            sent: Optional[_SentFetch | KafkaConnectionError] = None
+            if conn is not None:
+                try:
+                    sent = self._send_fetch(conn, node, tps, timeout)
+                except KafkaConnectionError as e:
+                    sent = e
+            task = loop.create_task(self._fetch(node, tps, timeout, sent))
+            task.add_done_callback(_retrieved)
+            self._fetches[node] = task
 
     async def _cancel_fetches(self) -> None:
         """Cancel the fetches in flight; their fetch sessions go with them (the broker answered,
@@ -787,12 +798,9 @@ class Consumer:
         if tasks:
             await asyncio.wait(tasks)
 
-    async def _fetch(self, node: int, tps: list[tuple[str, int]], timeout: float
-                     ) -> tuple[Optional[dict], dict[tuple[str, int], int], bool]:
-        """One FetchRequest to ``node``: its partitions' data (None when the fetch session
-        handler refused the answer), the offsets it asked for, and whether a top-level error
-        asks for a metadata refresh."""
-        conn = await self.cluster.connection(node)
+    def _send_fetch(self, conn: Connection, node: int, tps: list[tuple[str, int]], timeout: float
+                    ) -> "_SentFetch":
+        """Write one FetchRequest for ``tps`` to ``node`` from their positions."""
         handler = self.sessions.get(node)
         if handler is None:
             handler = self.sessions[node] = FetchSessionHandler(node)
@@ -807,17 +815,36 @@ class Consumer:
         built = builder.build()
         # v13+ name topics by id: only when every partition's topic has one (Kafka's Fetcher)
         version = conn.version(ApiKey.FETCH, None if built.can_use_topic_ids else range(0, 13))
-        req = build_fetch_request(built, version, max_wait_ms=min(self.fetch_max_wait_ms, int(timeout * 1000)),
-                                  min_bytes=self.fetch_min_bytes, max_bytes=self.fetch_max_bytes,
-                                  isolation_level=self.isolation_level, rack_id=self.rack or "")
+        max_wait = min(self.fetch_max_wait_ms, int(timeout * 1000))
+        req = build_fetch_request(built, version, max_wait_ms=max_wait, min_bytes=self.fetch_min_bytes,
+                                  max_bytes=self.fetch_max_bytes, isolation_level=self.isolation_level,
+                                  rack_id=self.rack or "")
         try:
-            resp = await conn.request(req, version, timeout=timeout + conn.request_timeout)
+            fut = conn.send(req, version)
+        except KafkaConnectionError as e:
+            handler.handle_error(e)
+            raise
+        return _SentFetch(conn, fut, handler, version, asked, max_wait / 1000.0)
+
+    async def _fetch(self, node: int, tps: list[tuple[str, int]], timeout: float,
+                     sent: Optional[_SentFetch | KafkaConnectionError] = None
+                     ) -> tuple[Optional[dict], dict[tuple[str, int], int], bool]:
+        """One fetch from ``node`` (``sent``: its request, already written): its partitions'
+        data (None when the fetch session handler refused the answer), the offsets it asked
+        for, and whether a top-level error asks for a metadata refresh."""
+        if isinstance(sent, KafkaConnectionError):
+            raise sent
+        if sent is None:
+            sent = self._send_fetch(await self.cluster.connection(node), node, tps, timeout)
+        conn, handler, version = sent.conn, sent.handler, sent.version
+        try:
+            resp = await conn.response(sent.answer, "FetchRequest", timeout=sent.max_wait + conn.request_timeout)
         except KafkaConnectionError as e:
             handler.handle_error(e)
             raise
         if not handler.handle_response(resp, version):
-            return None, asked, resp.error_code != ErrorCode.NONE
-        return response_data(resp, version, handler.session_topic_names), asked, False
+            return None, sent.asked, resp.error_code != ErrorCode.NONE
+        return response_data(resp, version, handler.session_topic_names), sent.asked, False
 
     def _complete_fetch(self, data: dict, asked: dict[tuple[str, int], int]
                         ) -> tuple[list[ConsumerRecord], bool, bool]:
@@ -847,6 +874,17 @@ class Consumer:
             recs, self.positions[tp] = parse_records(t, p, pd.records, position, aborted)
             records += recs
         return records, refresh, stale
+
+
+class _SentFetch(NamedTuple):
+    """A FetchRequest written to ``conn``: ``answer`` is its response's future."""
+
+    conn: Connection
+    answer: "asyncio.Future[Any]"
+    handler: FetchSessionHandler
+    version: int
+    asked: dict[tuple[str, int], int]
+    max_wait: float
 
 
 def _retrieved(task: asyncio.Task) -> None:
