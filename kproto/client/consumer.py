@@ -717,7 +717,8 @@ class Consumer:
         application handles them. At most one fetch per broker is in flight (its fetch
         session's order), so at most one answer per broker waits. What an answer holds for a
         partition that was seeked, paused or revoked since its fetch went out is dropped;
-        a round that held nothing else is followed by another while ``timeout`` lasts."""
+        a round that held nothing else is followed by another while ``timeout`` lasts. A fetch
+        an earlier call sent is waited for until ``timeout`` at most, then left in flight."""
         if self._member_error is not None:
             raise self._member_error
         if self.group_id is not None:
@@ -727,16 +728,21 @@ class Consumer:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while True:
-            self._send_fetches(timeout)
+            fresh = self._send_fetches(timeout)
             if not self._fetches:
                 await asyncio.sleep(min(timeout, 0.1))
                 return []
             nodes = list(self._fetches)
-            await asyncio.wait([self._fetches[n] for n in nodes])
+            # a fetch sent by an earlier call may wait longer in the broker than this call's
+            # timeout: it is waited for until the deadline, then left in flight
+            wait = None if fresh.issuperset(nodes) else max(0.0, deadline - loop.time())
+            await asyncio.wait([self._fetches[n] for n in nodes], timeout=wait)
             records: list[ConsumerRecord] = []
             refresh = stale = False
             error: Optional[BaseException] = None
             for node in nodes:
+                if not self._fetches[node].done():
+                    continue
                 task = self._fetches.pop(node)
                 try:
                     answer = task.result()
@@ -762,9 +768,10 @@ class Consumer:
             if records or not stale or loop.time() >= deadline:
                 return records
 
-    def _send_fetches(self, timeout: float) -> None:
-        """A fetch to every leader of a fetchable partition that has none in flight; over an
-        open connection the request leaves now, not when the caller next yields."""
+    def _send_fetches(self, timeout: float) -> set[int]:
+        """A fetch to every leader of a fetchable partition that has none in flight (over an
+        open connection the request leaves now, not when the caller next yields); returns
+        the nodes fetched from."""
         md = self.cluster.metadata
         by_leader: dict[int, list[tuple[str, int]]] = {}
         for tp in self.assignment:
@@ -772,6 +779,7 @@ class Consumer:
             if leader is not None and tp not in self._paused and tp in self.positions:
                 by_leader.setdefault(leader, []).append(tp)
         loop = asyncio.get_running_loop()
+        fresh: set[int] = set()
         for node, tps in by_leader.items():
             if node in self._fetches:
                 continue
@@ -785,6 +793,8 @@ class Consumer:
             task = loop.create_task(self._fetch(node, tps, timeout, sent))
             task.add_done_callback(_retrieved)
             self._fetches[node] = task
+            fresh.add(node)
+        return fresh
 
     async def _cancel_fetches(self) -> None:
         """Cancel the fetches in flight; their fetch sessions go with them (the broker answered,

@@ -107,3 +107,35 @@ def test_answers_for_seeked_or_paused_partitions_are_dropped(apache_kafka):
     assert pos_seek == 13
     assert while_paused == [] and pos_paused == 13
     assert [(r.offset, r.value) for r in after_resume] == [(13, b"a13"), (14, b"a14")]
+
+
+def test_a_fetch_sent_earlier_is_waited_for_until_the_timeout_only(apache_kafka):
+    """The fetch left in flight by getmany(5) may wait 3 s in the broker at the log's end
+    (fetch_max_wait_ms); getmany(0.1) returns after its own timeout, the fetch still out."""
+    topic = new_topic("pipeline-wait")
+
+    async def main():
+        async with await Cluster(apache_kafka.bootstrap).start() as cluster:
+            await Admin(cluster).create_topics({topic: 1})
+            await cluster.wait_for_leaders([topic])
+            producer = await Producer(cluster).start()
+            await producer.send(topic, b"x", partition=0)
+            await producer.flush()
+            consumer = await Consumer(cluster, [topic], fetch_max_wait_ms=3000).start()
+            first = await consumer.getmany(5.0)  # the next fetch leaves with max wait 3 s
+            loop = asyncio.get_running_loop()
+            t = loop.time()
+            short = await consumer.getmany(0.1)
+            took = loop.time() - t
+            still_out = bool(consumer._fetches)
+            await producer.send(topic, b"y", partition=0)  # the fetch in flight answers it
+            await producer.flush()
+            later = await consume_all(consumer, 1)
+            await consumer.close()
+            await producer.close()
+            return first, short, took, still_out, later
+
+    first, short, took, still_out, later = run(main())
+    assert [r.value for r in first] == [b"x"] and short == [] and still_out
+    assert took < 1.5
+    assert [r.value for r in later] == [b"y"]
