@@ -1129,7 +1129,8 @@ static PyObject *record_tuples(PyObject *self, PyObject *args)
         goto done;
     out = PyList_New(n - first);
     for (Py_ssize_t i = first; out && i < n; i++) {
-        PyObject *rec = type->tp_alloc(type, 7);
+        /* an exact tuple from tuple's own allocator: its deallocator keeps free lists */
+        PyObject *rec = type == &PyTuple_Type ? PyTuple_New(7) : type->tp_alloc(type, 7);
         if (!rec) {
             Py_CLEAR(out);
             break;

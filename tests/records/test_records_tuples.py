@@ -142,6 +142,15 @@ def test_c_rejects_what_does_not_fit(speedups, change, error):
         _call(speedups, cols, **change)
 
 
+def test_plain_tuples_too(speedups):
+    cols = _columns()
+    for _ in range(3):  # through tuple's free lists and back
+        recs = _call(speedups, cols, cls=tuple)
+        assert recs == [("t", 0, 5, 1, b"k", b"v", ()), ("t", 0, 6, 2, None, b"w", ())]
+        assert all(type(r) is tuple for r in recs)
+        del recs
+
+
 def test_python_path_is_the_same(monkeypatch, speedups):
     from kproto.records import columns
 
