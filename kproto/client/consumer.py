@@ -27,6 +27,7 @@ moves away and adds what it hands over, while fetching of the other partitions g
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import struct
 import time
@@ -36,7 +37,7 @@ import numpy as np
 
 from kproto.client.admin import Admin
 from kproto.client.assignors import Subscription, assign, encode_sticky_user_data
-from kproto.client.cluster import EARLIEST, LATEST, METADATA_REFRESH_ERRORS, Cluster
+from kproto.client.cluster import EARLIEST, FETCH_PURPOSE, LATEST, METADATA_REFRESH_ERRORS, Cluster
 from kproto.client.connection import Connection
 from kproto.client.protocol import BrokerError, KafkaConnectionError, raise_for_error
 from kproto.client.consumer_protocol import (Assignment, decode_assignment, decode_subscription,
@@ -123,6 +124,7 @@ async def run_membership(m: ConsumerMembership, wake: asyncio.Event, heartbeat_n
 
 
 _R = TypeVar("_R")
+_consumer_ids = itertools.count()
 
 
 async def gather_fetches(fetches: Iterable[Awaitable[tuple[list[_R], bool]]]) -> tuple[list[_R], bool]:
@@ -306,6 +308,8 @@ class Consumer:
         self._member_task: Optional[asyncio.Task] = None
         #: node -> the fetch in flight to it (one at most: its fetch session's order)
         self._fetches: dict[int, asyncio.Task] = {}
+        #: the fetches' own connections (a fetch waiting in the broker holds its connection)
+        self._fetch_purpose = f"{FETCH_PURPOSE}-{next(_consumer_ids)}"
         self._wake = asyncio.Event()
         self._member_error: Optional[BaseException] = None
         #: loop time of each finished reconciliation (tests and measurements)
@@ -783,7 +787,7 @@ class Consumer:
         for node, tps in by_leader.items():
             if node in self._fetches:
                 continue
-            conn = self.cluster.open_connection(node)
+            conn = self.cluster.open_connection(node, self._fetch_purpose)
             sent: Optional[_SentFetch | KafkaConnectionError] = None
             if conn is not None:
                 try:
@@ -798,7 +802,8 @@ class Consumer:
 
     async def _cancel_fetches(self) -> None:
         """Cancel the fetches in flight; their fetch sessions go with them (the broker answered,
-        or will, a request whose answer is never read: the next fetch opens a new session)."""
+        or will, a request whose answer is never read: the next fetch opens a new session), and
+        the fetches' connections."""
         tasks = list(self._fetches.values())
         for node in self._fetches:
             self.sessions.pop(node, None)
@@ -807,6 +812,7 @@ class Consumer:
             task.cancel()
         if tasks:
             await asyncio.wait(tasks)
+        await self.cluster.close_connections(self._fetch_purpose)
 
     def _send_fetch(self, conn: Connection, node: int, tps: list[tuple[str, int]], timeout: float
                     ) -> "_SentFetch":
@@ -845,7 +851,8 @@ class Consumer:
         if isinstance(sent, KafkaConnectionError):
             raise sent
         if sent is None:
-            sent = self._send_fetch(await self.cluster.connection(node), node, tps, timeout)
+            conn = await self.cluster.connection(node, self._fetch_purpose)
+            sent = self._send_fetch(conn, node, tps, timeout)
         conn, handler, version = sent.conn, sent.handler, sent.version
         try:
             resp = await conn.response(sent.answer, "FetchRequest", timeout=sent.max_wait + conn.request_timeout)

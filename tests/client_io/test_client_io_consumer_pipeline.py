@@ -9,6 +9,7 @@ import pytest
 
 from kproto.client.admin import Admin
 from kproto.client.cluster import Cluster
+from kproto.client.connection import Connection
 from kproto.client.consumer import Consumer
 from kproto.client.producer import Producer
 from kproto.schemas.api_keys import ApiKey
@@ -26,8 +27,17 @@ async def _answered(consumer: Consumer) -> None:
 
 
 @pytest.mark.apache
-def test_next_fetch_leaves_before_getmany_returns(peer):
+def test_next_fetch_leaves_before_getmany_returns(peer, monkeypatch):
     topic = created_topic(peer, "pipeline")
+    fetches: list[int] = []
+    send = Connection.send
+
+    def counting(conn, body, *args, **kwargs):
+        if body.API_KEY == ApiKey.FETCH:
+            fetches.append(len(fetches))
+        return send(conn, body, *args, **kwargs)
+
+    monkeypatch.setattr(Connection, "send", counting)
 
     async def main():
         async with await cluster_for(peer) as cluster:
@@ -36,16 +46,6 @@ def test_next_fetch_leaves_before_getmany_returns(peer):
                 await producer.send(topic, b"v%d" % i, partition=0)
             await producer.flush()
             consumer = await Consumer(cluster, [topic], fetch_max_wait_ms=200).start()
-            conn = await cluster.connection(cluster.metadata.leader(topic, 0))
-            fetches: list[int] = []
-            send = conn.send
-
-            def counting(body, *args, **kwargs):
-                if body.API_KEY == ApiKey.FETCH:
-                    fetches.append(len(fetches))
-                return send(body, *args, **kwargs)
-
-            conn.send = counting
             got: list = []
             calls = 0
             while len(got) < 5 and calls < 40:
@@ -111,7 +111,8 @@ def test_answers_for_seeked_or_paused_partitions_are_dropped(apache_kafka):
 
 def test_a_fetch_sent_earlier_is_waited_for_until_the_timeout_only(apache_kafka):
     """The fetch left in flight by getmany(5) may wait 3 s in the broker at the log's end
-    (fetch_max_wait_ms); getmany(0.1) returns after its own timeout, the fetch still out."""
+    (fetch_max_wait_ms); getmany(0.1) returns after its own timeout, the fetch still out, and
+    a producer on the same cluster is not held up behind it."""
     topic = new_topic("pipeline-wait")
 
     async def main():
@@ -128,14 +129,18 @@ def test_a_fetch_sent_earlier_is_waited_for_until_the_timeout_only(apache_kafka)
             short = await consumer.getmany(0.1)
             took = loop.time() - t
             still_out = bool(consumer._fetches)
+            # the producer shares the cluster, not the fetch's connection: a broker answers a
+            # connection's requests in order, so the Produce would wait out the fetch there
+            t = loop.time()
             await producer.send(topic, b"y", partition=0)  # the fetch in flight answers it
             await producer.flush()
+            produced_in = loop.time() - t
             later = await consume_all(consumer, 1)
             await consumer.close()
             await producer.close()
-            return first, short, took, still_out, later
+            return first, short, took, still_out, produced_in, later
 
-    first, short, took, still_out, later = run(main())
+    first, short, took, still_out, produced_in, later = run(main())
     assert [r.value for r in first] == [b"x"] and short == [] and still_out
-    assert took < 1.5
+    assert took < 1.5 and produced_in < 1.5
     assert [r.value for r in later] == [b"y"]
