@@ -710,15 +710,15 @@ class BrokerCore:
         """Produce v13 and OffsetCommit/OffsetFetch v10 name topics by id only: fill in each
         topic's name, as Kafka's broker does before authorising the request and handling it;
         an unknown id keeps the name "" and is answered UNKNOWN_TOPIC_ID."""
-        names = {tid: n for n, (tid, _, _) in self.known_topics().items()}
+        name = self.topic_name
         if req.api_key == ApiKey.PRODUCE:
             for t in req.body.topic_data:
-                t.name = names.get(t.topic_id, "")
+                t.name = name(t.topic_id) or ""
             return
         holders = [req.body] if req.api_key == ApiKey.OFFSET_COMMIT else req.body.groups
         for holder in holders:
             for t in holder.topics or ():
-                t.name = names.get(t.topic_id, "")
+                t.name = name(t.topic_id) or ""
 
     def _answer_error(self, req: Request, code: int, run_handler: bool) -> None:
         """Answer with ``code`` (Kafka's ``getErrorResponse``): for the implemented APIs the
@@ -801,6 +801,12 @@ class BrokerCore:
 
     def known_topics(self) -> dict[str, tuple[Uuid, int, bool]]:
         return {n: (t.topic_id, len(t.partitions), t.is_internal) for n, t in self.logs.topics.items()}
+
+    def topic_name(self, topic_id: Uuid) -> Optional[str]:
+        """The name of the topic ``known_topics`` lists with ``topic_id`` (None: no such topic),
+        looked up, not searched: every Produce v13 asks it."""
+        t = self.logs.topics_by_id.get(topic_id)
+        return None if t is None else t.name
 
     def partition_states(self, topic: str) -> Optional[list[PartitionInfo]]:
         """A topic's partitions: each led by this broker, its only replica and in-sync."""

@@ -506,11 +506,18 @@ def test_the_newest_fetch_list_offsets_and_metadata_versions_are_served(core):
     assert (r.error_code, [(t.error_code, t.name, t.topic_id) for t in r.topics]) == (0, [(0, "t", tid)])
 
 
-def test_produce_v13_names_topics_by_id(core):
+def test_produce_v13_names_topics_by_id(core, monkeypatch):
     # Kafka 4.4's Produce v13 (the Java 4.4 client's): topics by id, answered by id; an id no
     # topic has is UNKNOWN_TOPIC_ID, the other topics of the request still appended
     client = Client(core)
     tid = create(client, "t").topics[0].topic_id
+    for i in range(50):
+        create(client, f"other-{i}")
+
+    def listed():  # each id is looked up (as Kafka's metadata cache does), not searched for
+        raise AssertionError("every topic listed for one Produce")
+
+    monkeypatch.setattr(core, "known_topics", listed)
     req = kproto.request(0).cls
     unknown = kproto.Uuid(b"\x07" * 16)
     r = client.call(K.PRODUCE, 13, acks=-1, timeout_ms=1000, topic_data=[
