@@ -526,3 +526,14 @@ def test_produce_v13_names_topics_by_id(core, monkeypatch):
     got = [(t.topic_id, [(p.index, p.error_code, p.base_offset) for p in t.partition_responses]) for t in r.responses]
     assert got == [(tid, [(0, 0, 0)]), (unknown, [(0, E.UNKNOWN_TOPIC_ID, -1)])]
     assert [bytes(rec.value) for b in core.logs.get("t", 0).batches() for rec in b.records()] == [b"a", b"b"]
+
+
+def test_a_request_looks_the_supported_versions_up_once(core, monkeypatch):
+    """handle() and the dispatch share one look-up of the versions served (it walks the
+    feature levels: a cost per request)."""
+    client = Client(core)
+    create(client, "t")
+    real, calls = core.api_versions, []
+    monkeypatch.setattr(core, "api_versions", lambda: calls.append(1) or real())
+    assert produce(client, "t", 0, batch([b"a"])).responses[0].partition_responses[0].error_code == 0
+    assert len(calls) == 1
