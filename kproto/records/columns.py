@@ -269,16 +269,18 @@ def check_records(batch: RecordBatch, now_ms: int, before_max_ms: int, after_max
     Returns (max timestamp, offset delta of the first record holding it) when all pass; None
     when one fails, the batch does not decompress, or the accelerator is absent: then
     :meth:`RecordBatch.columns` is the way to the details."""
-    if _speedups is None or batch.count <= 0:
+    # an accelerator built from an older source has no check_v2: the columns decide then
+    check = getattr(_speedups, "check_v2", None)
+    if check is None or batch.count <= 0:
         return None
     try:
         data = batch.records_data()
     except DecodeError:
         return None
     # past int64 a bound checks nothing: no int64 difference exceeds it
-    return _speedups.check_v2(data, batch.count, batch.first_timestamp, batch.timestamp_type == 0,
-                              now_ms, min(before_max_ms, _INT64_MAX), min(after_max_ms, _INT64_MAX),
-                              check_timestamps, need_keys)
+    return check(data, batch.count, batch.first_timestamp, batch.timestamp_type == 0, now_ms,
+                 min(before_max_ms, _INT64_MAX), min(after_max_ms, _INT64_MAX), check_timestamps,
+                 need_keys)
 
 
 # --------------------------------------------------------------------------------- decoding
