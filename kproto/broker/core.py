@@ -13,6 +13,7 @@ connection until the answer is out), so answers keep the order of their requests
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import os
 import re
@@ -666,9 +667,12 @@ class BrokerCore:
                 after = Intercept(error=hook.error, drop=hook.drop)
                 self.timer.add(CallbackTask(hook.delay_ms, lambda: self._dispatch(req, after)))
                 return
-        self._dispatch(req, hook)
+        self._dispatch(req, hook, supported)
 
-    def _dispatch(self, req: Request, hook: Optional[Intercept]) -> None:
+    def _dispatch(self, req: Request, hook: Optional[Intercept],
+                  supported: Optional[dict[int, tuple[int, int]]] = None) -> None:
+        """Run ``req``'s handler; ``supported``: :meth:`api_versions` when the request arrived
+        (None: now, for a request a test hook held back)."""
         if hook is not None and hook.drop:
             req.channel.close(f"dropped by a test hook on API key {req.api_key}")
             return
@@ -676,7 +680,7 @@ class BrokerCore:
             self._answer_error(req, hook.error, run_handler=req.api_key in self.handlers)
             return
         self.requests_handled += 1
-        rng = self.api_versions().get(req.api_key)
+        rng = (self.api_versions() if supported is None else supported).get(req.api_key)
         handler = self.handlers.get(req.api_key)
         if handler is None or rng is None or not rng[0] <= req.version <= rng[1]:
             self._answer_error(req, ErrorCode.UNSUPPORTED_VERSION, run_handler=False)
@@ -710,15 +714,15 @@ class BrokerCore:
         """Produce v13 and OffsetCommit/OffsetFetch v10 name topics by id only: fill in each
         topic's name, as Kafka's broker does before authorising the request and handling it;
         an unknown id keeps the name "" and is answered UNKNOWN_TOPIC_ID."""
-        names = {tid: n for n, (tid, _, _) in self.known_topics().items()}
+        name = self.topic_name
         if req.api_key == ApiKey.PRODUCE:
             for t in req.body.topic_data:
-                t.name = names.get(t.topic_id, "")
+                t.name = name(t.topic_id) or ""
             return
         holders = [req.body] if req.api_key == ApiKey.OFFSET_COMMIT else req.body.groups
         for holder in holders:
             for t in holder.topics or ():
-                t.name = names.get(t.topic_id, "")
+                t.name = name(t.topic_id) or ""
 
     def _answer_error(self, req: Request, code: int, run_handler: bool) -> None:
         """Answer with ``code`` (Kafka's ``getErrorResponse``): for the implemented APIs the
@@ -801,6 +805,12 @@ class BrokerCore:
 
     def known_topics(self) -> dict[str, tuple[Uuid, int, bool]]:
         return {n: (t.topic_id, len(t.partitions), t.is_internal) for n, t in self.logs.topics.items()}
+
+    def topic_name(self, topic_id: Uuid) -> Optional[str]:
+        """The name of the topic ``known_topics`` lists with ``topic_id`` (None: no such topic),
+        looked up, not searched: every Produce v13 asks it."""
+        t = self.logs.topics_by_id.get(topic_id)
+        return None if t is None else t.name
 
     def partition_states(self, topic: str) -> Optional[list[PartitionInfo]]:
         """A topic's partitions: each led by this broker, its only replica and in-sync."""
@@ -1569,6 +1579,7 @@ class BrokerCore:
         """A client connection ended: its share sessions end with it (their records released)."""
         self.shares.connection_closed(channel)
 
+@functools.lru_cache(maxsize=1024)  # asked for every request: a pure function of its arguments
 def removed_in_kafka_4(api_key: int, version: int) -> bool:
     """Whether a request version exists only in Kafka releases before 4.0 (KIP-896 removed it,
     or its whole API went with ZooKeeper)."""

@@ -30,6 +30,7 @@ from kproto.codecs.primitives import Uuid
 from kproto.error_codes import ErrorCode
 from kproto.errors import DecodeError
 from kproto.records.batch import CRC_START, RecordBatch
+from kproto.records.columns import check_records
 from kproto.records.control import decode_control
 from kproto.records.reader import BatchReader
 from kproto.records.record import ATTR_TIMESTAMP_TYPE, increment_sequence
@@ -285,6 +286,15 @@ def _validate(batch: RecordBatch, config: LogConfig, now_ms: int, where: str = "
         raise BrokerError(ErrorCode.INVALID_RECORD,
                           f"Invalid sequence number {batch.base_sequence} in record batch "
                           f"with producerId {batch.producer_id}")
+    check_ts = config.message_timestamp_type == "CreateTime" and (
+        config.timestamp_before_max_ms < _INT64_MAX or config.timestamp_after_max_ms < _INT64_MAX)
+    # one pass that builds nothing (a fixed cost per produced batch); when a check fails, the
+    # columns below find which and say so
+    passed = check_records(batch, now_ms, config.timestamp_before_max_ms,
+                           config.timestamp_after_max_ms, check_timestamps=check_ts,
+                           need_keys=config.compacted)
+    if passed is not None:
+        return passed
     try:
         cols = batch.columns()  # bulk (columnar) decoding: no object per record
     except DecodeError as exc:
@@ -311,8 +321,7 @@ def _validate(batch: RecordBatch, config: LogConfig, now_ms: int, where: str = "
     # under LogAppendTime the decoded stamps are the batch's max: the producer's own are lost
     # to the broker as well, so the base timestamp stands for them
     ts = cols.timestamp if batch.timestamp_type == 0 else np.full(n, batch.first_timestamp)
-    if config.message_timestamp_type == "CreateTime" and (
-            config.timestamp_before_max_ms < _INT64_MAX or config.timestamp_after_max_ms < _INT64_MAX):
+    if check_ts:
         late = (now_ms - ts) > config.timestamp_before_max_ms
         early = (ts - now_ms) > config.timestamp_after_max_ms
         bad_ts = np.flatnonzero(late | early)

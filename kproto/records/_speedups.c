@@ -64,57 +64,77 @@ typedef struct {
         if (n_ <= 0) FAIL(n_ == 0 ? what " runs past the record" : what " is too long", q); \
         q += n_; } while (0)
 
+/* One record's fields, positions relative to the buffer's base. */
+typedef struct {
+    int64_t rs, re, ts, od, ks, kl, vs, vl, hc, hs;
+    uint8_t at;
+} rec_fields;
+
+/* Decode the record at *pp (never reading at or past sendp) into f and move *pp past it.
+ * Returns 0, or -1 with *err and *err_at set. */
+static inline int parse_record(const uint8_t *base, const uint8_t **pp, const uint8_t *sendp,
+                               rec_fields *f, const char **err, int64_t *err_at)
+{
+    const uint8_t *p = *pp, *q = p, *rend = sendp;
+    int64_t len, v;
+    VARINT(len, 5, "record length");
+    if (len <= 0 || len > rend - q)
+        FAIL("bad record length", p);
+    f->rs = p - base;
+    rend = q + len;
+    f->re = rend - base;
+    f->at = *q++;
+    VARINT(f->ts, 10, "timestamp delta");
+    VARINT(f->od, 5, "offset delta");
+    VARINT(f->kl, 5, "key length");
+    if (f->kl < -1 || f->kl > rend - q)
+        FAIL("bad key length", q);
+    f->ks = q - base;
+    q += f->kl > 0 ? f->kl : 0;
+    VARINT(f->vl, 5, "value length");
+    if (f->vl < -1 || f->vl > rend - q)
+        FAIL("bad value length", q);
+    f->vs = q - base;
+    q += f->vl > 0 ? f->vl : 0;
+    VARINT(f->hc, 5, "header count");
+    if (f->hc < 0 || f->hc > (rend - q) / 2)
+        FAIL("bad header count", q);
+    f->hs = q - base;
+    for (int64_t h = 0; h < f->hc; h++) {
+        VARINT(v, 5, "header key length");
+        if (v < 0 || v > rend - q)
+            FAIL("bad header key length", q);
+        q += v;
+        VARINT(v, 5, "header value length");
+        if (v < -1 || v > rend - q)
+            FAIL("bad header value length", q);
+        q += v > 0 ? v : 0;
+    }
+    if (q != rend)
+        FAIL("record fields do not fill the record length", p);
+    *pp = rend;
+    return 0;
+}
+
 /* Decode the scount records of base[sstart:send] into o at record numbers k, k+1, ...
  * Positions written are relative to base. Returns 0, or -1 with *err and *err_at set. */
 static int scan_section(const uint8_t *base, int64_t sstart, int64_t send, int64_t scount,
                         Py_ssize_t k, const scan_out *o, const char **err, int64_t *err_at)
 {
     const uint8_t *p = base + sstart, *sendp = base + send;
+    rec_fields f;
     for (int64_t i = 0; i < scount; i++, k++) {
-        const uint8_t *q = p, *rend = sendp;
-        int64_t len, v, klen, vlen, hcount;
-        VARINT(len, 5, "record length");
-        if (len <= 0 || len > rend - q)
-            FAIL("bad record length", p);
-        o->rs[k] = p - base;
-        rend = q + len;
-        o->re[k] = rend - base;
-        o->at[k] = *q++;
-        VARINT(o->ts[k], 10, "timestamp delta");
-        VARINT(o->od[k], 5, "offset delta");
-        VARINT(klen, 5, "key length");
-        if (klen < -1 || klen > rend - q)
-            FAIL("bad key length", q);
-        o->ks[k] = q - base;
-        o->kl[k] = klen;
-        q += klen > 0 ? klen : 0;
-        VARINT(vlen, 5, "value length");
-        if (vlen < -1 || vlen > rend - q)
-            FAIL("bad value length", q);
-        o->vs[k] = q - base;
-        o->vl[k] = vlen;
-        q += vlen > 0 ? vlen : 0;
-        VARINT(hcount, 5, "header count");
-        if (hcount < 0 || hcount > (rend - q) / 2)
-            FAIL("bad header count", q);
-        o->hc[k] = hcount;
-        o->hs[k] = q - base;
-        for (int64_t h = 0; h < hcount; h++) {
-            VARINT(v, 5, "header key length");
-            if (v < 0 || v > rend - q)
-                FAIL("bad header key length", q);
-            q += v;
-            VARINT(v, 5, "header value length");
-            if (v < -1 || v > rend - q)
-                FAIL("bad header value length", q);
-            q += v > 0 ? v : 0;
-        }
-        if (q != rend)
-            FAIL("record fields do not fill the record length", p);
-        p = rend;
+        if (parse_record(base, &p, sendp, &f, err, err_at) < 0)
+            return -1;
+        o->rs[k] = f.rs; o->re[k] = f.re; o->at[k] = f.at; o->ts[k] = f.ts; o->od[k] = f.od;
+        o->ks[k] = f.ks; o->kl[k] = f.kl; o->vs[k] = f.vs; o->vl[k] = f.vl; o->hc[k] = f.hc;
+        o->hs[k] = f.hs;
     }
-    if (p != sendp)
-        FAIL("bytes left after the last record", p);
+    if (p != sendp) {
+        *err = "bytes left after the last record";
+        *err_at = (int64_t)(p - base);
+        return -1;
+    }
     return 0;
 }
 
@@ -205,6 +225,53 @@ release:
     PyBuffer_Release(&data);
     PyBuffer_Release(&segs);
     return finish_outputs(out);
+}
+
+/* check_v2(data, count, first_timestamp, create_time, now_ms, before_max_ms, after_max_ms,
+ *          check_timestamps, need_keys)
+ * Kafka's LogValidator checks of one v2 batch's (decompressed) records section in one pass,
+ * building nothing: exactly count well-formed records filling data, offset deltas 0, 1, ...,
+ * with check_timestamps every timestamp within [now - before_max, now + after_max] (int64
+ * arithmetic wrapping as numpy's), with need_keys every record keyed. A record's timestamp
+ * is first_timestamp + its delta when create_time, else first_timestamp. Returns (max
+ * timestamp, offset delta of the first record holding it), or None when any check fails:
+ * the caller's columnar path (the reference) then reports what is wrong. */
+static PyObject *check_v2(PyObject *self, PyObject *args)
+{
+    Py_buffer data;
+    long long count, first, now, before, after;
+    int create_time, check_ts, need_keys;
+    if (!PyArg_ParseTuple(args, "y*LLpLLLpp", &data, &count, &first, &create_time, &now, &before,
+                          &after, &check_ts, &need_keys))
+        return NULL;
+    const uint8_t *base = (const uint8_t *)data.buf, *p = base, *end = base + data.len;
+    const char *err = NULL;
+    int64_t err_at = 0, max_ts = INT64_MIN, max_at = -1;
+    int ok = count > 0;
+    rec_fields f;
+    for (long long i = 0; ok && i < count; i++) {
+        if (parse_record(base, &p, end, &f, &err, &err_at) < 0 || f.od != i
+                || (need_keys && f.kl < 0)) {
+            ok = 0;
+            break;
+        }
+        int64_t ts = create_time ? (int64_t)((uint64_t)first + (uint64_t)f.ts) : (int64_t)first;
+        if (check_ts && ((int64_t)((uint64_t)now - (uint64_t)ts) > before
+                         || (int64_t)((uint64_t)ts - (uint64_t)now) > after)) {
+            ok = 0;
+            break;
+        }
+        if (ts > max_ts || max_at < 0) {
+            max_ts = ts;
+            max_at = i;
+        }
+    }
+    if (ok && p != end)
+        ok = 0;
+    PyBuffer_Release(&data);
+    if (!ok)
+        Py_RETURN_NONE;
+    return Py_BuildValue("(LL)", (long long)max_ts, (long long)max_at);
 }
 
 /* Buffers of every item of a sequence of bytes-like objects (released by release_parts). */
@@ -1168,6 +1235,8 @@ done:
 
 static PyMethodDef methods[] = {
     {"scan_v2", scan_v2, METH_VARARGS, "Decode the varint fields of v2 records sections."},
+    {"check_v2", check_v2, METH_VARARGS,
+     "LogValidator's record checks of one v2 records section, without building columns."},
     {"scan_parts", scan_parts, METH_VARARGS,
      "scan_v2 over one buffer per records section (no concatenation)."},
     {"gather_binary", gather_binary, METH_VARARGS,

@@ -506,11 +506,18 @@ def test_the_newest_fetch_list_offsets_and_metadata_versions_are_served(core):
     assert (r.error_code, [(t.error_code, t.name, t.topic_id) for t in r.topics]) == (0, [(0, "t", tid)])
 
 
-def test_produce_v13_names_topics_by_id(core):
+def test_produce_v13_names_topics_by_id(core, monkeypatch):
     # Kafka 4.4's Produce v13 (the Java 4.4 client's): topics by id, answered by id; an id no
     # topic has is UNKNOWN_TOPIC_ID, the other topics of the request still appended
     client = Client(core)
     tid = create(client, "t").topics[0].topic_id
+    for i in range(50):
+        create(client, f"other-{i}")
+
+    def listed():  # each id is looked up (as Kafka's metadata cache does), not searched for
+        raise AssertionError("every topic listed for one Produce")
+
+    monkeypatch.setattr(core, "known_topics", listed)
     req = kproto.request(0).cls
     unknown = kproto.Uuid(b"\x07" * 16)
     r = client.call(K.PRODUCE, 13, acks=-1, timeout_ms=1000, topic_data=[
@@ -519,3 +526,14 @@ def test_produce_v13_names_topics_by_id(core):
     got = [(t.topic_id, [(p.index, p.error_code, p.base_offset) for p in t.partition_responses]) for t in r.responses]
     assert got == [(tid, [(0, 0, 0)]), (unknown, [(0, E.UNKNOWN_TOPIC_ID, -1)])]
     assert [bytes(rec.value) for b in core.logs.get("t", 0).batches() for rec in b.records()] == [b"a", b"b"]
+
+
+def test_a_request_looks_the_supported_versions_up_once(core, monkeypatch):
+    """handle() and the dispatch share one look-up of the versions served (it walks the
+    feature levels: a cost per request)."""
+    client = Client(core)
+    create(client, "t")
+    real, calls = core.api_versions, []
+    monkeypatch.setattr(core, "api_versions", lambda: calls.append(1) or real())
+    assert produce(client, "t", 0, batch([b"a"])).responses[0].partition_responses[0].error_code == 0
+    assert len(calls) == 1

@@ -247,3 +247,22 @@ def test_the_high_watermark_follows_the_log_end_until_replication_sets_it(tmp_pa
     assert log.set_high_watermark(10) and log.high_watermark == 3   # never past the log end
     assert not log.set_high_watermark(None)
     mgr.close()
+
+
+@pytest.mark.parametrize("compression", [0, 1])
+def test_a_valid_batch_is_appended_without_decoding_its_columns(tmp_path, monkeypatch, compression):
+    """The checks of a well-formed batch take one pass that builds nothing (a fixed cost per
+    produced batch); the columnar decoding runs only to say what is wrong with a bad one."""
+    from kproto.records import RecordBatch
+
+    mgr = LogManager(str(tmp_path))
+    log = mgr.create_topic("t", 1, {"message.timestamp.after.max.ms": "1000"}).partitions[0]
+    real = RecordBatch.columns
+    decoded = []
+    monkeypatch.setattr(RecordBatch, "columns", lambda self: decoded.append(self) or real(self))
+    good = batch([b"a", b"b", b"c"], timestamp=NOW, compression=compression)
+    assert log.append_as_leader(good, NOW).last_offset == 2 and not decoded
+    with pytest.raises(BrokerError) as exc:
+        log.append_as_leader(batch([b"x", b"y"], timestamp=NOW + 5000, compression=compression), NOW)
+    assert exc.value.code == E.INVALID_TIMESTAMP and len(decoded) == 1
+    assert str(exc.value.message) == f"Timestamp {NOW + 5000} of message with offset 0 is out of range"

@@ -611,6 +611,10 @@ class ClusterBrokerCore(BrokerCore):
         return {n: (t.topic_id, len(t.partitions), n.startswith("__"))
                 for n, t in self.image.topics.items()}
 
+    def topic_name(self, topic_id: Uuid) -> Optional[str]:
+        t = self.image.topics_by_id.get(topic_id)
+        return None if t is None else t.name
+
     def appended_internal(self, log: Log) -> None:
         part = self.replicas.partitions.get((log.topic, log.partition))
         if part is not None:
