@@ -31,15 +31,15 @@ import org.apache.kafka.common.protocol.ByteBufferAccessor;
 import org.apache.kafka.common.protocol.ObjectSerializationCache;
 import org.apache.kafka.common.protocol.Readable;
 import org.apache.kafka.common.protocol.SendBuilder;
-import org.apache.kafka.common.record.FileRecords;
-import org.apache.kafka.common.record.MemoryRecords;
-import org.apache.kafka.common.record.Record;
-import org.apache.kafka.common.record.RecordBatch;
+import org.apache.kafka.common.record.internal.FileRecords;
+import org.apache.kafka.common.record.internal.MemoryRecords;
+import org.apache.kafka.common.record.internal.Record;
+import org.apache.kafka.common.record.internal.RecordBatch;
 import org.apache.kafka.common.requests.RequestHeader;
 import org.apache.kafka.common.requests.ResponseHeader;
-import org.apache.kafka.common.utils.AppInfoParser;
-import org.apache.kafka.common.utils.BufferSupplier;
-import org.apache.kafka.common.utils.CloseableIterator;
+import org.apache.kafka.common.utils.internals.AppInfoParser;
+import org.apache.kafka.common.utils.internals.BufferSupplier;
+import org.apache.kafka.common.utils.internals.CloseableIterator;
 
 public final class ProtocolBench {
     static double warmupSeconds = 5;
@@ -189,7 +189,8 @@ public final class ProtocolBench {
         double mappedRate = rate(() -> { long n = 0; for (ByteBuffer m : mapped) n += readRecords(m, buffers, false); return n; });
         double crcRate = rate(() -> { long n = 0; for (ByteBuffer m : mapped) n += readRecords(m, buffers, true); return n; });
         double fileRate = rate(() -> { long n = 0; for (FileRecords f : files) n += readBatches(f.batches(), buffers, false); return n; });
-        for (FileRecords f : files) f.closeHandlers();
+        // The channel only: FileRecords.close() would flush and trim files it only read.
+        for (FileRecords f : files) f.channel().close();
         return "{\"files\":" + paths.length + ",\"bytes\":" + bytes + ",\"batches\":" + batches
             + ",\"records\":" + count + ",\"mapped\":" + mappedRate + ",\"mapped_crc\":" + crcRate
             + ",\"file_records\":" + fileRate + "}";
