@@ -19,7 +19,8 @@ Both engines: the C helper (``kproto/records/_speedups.c``) and the numpy one wi
 Java (run first, alone, so that the JVM and Python do not share the two cores): every record
 of every file iterated with ``MemoryRecords`` over the mapped files (``mapped``: the
 reference), the same with each batch's CRC checked (read_arrow computes every CRC), and through
-``FileRecords`` (Kafka's log reads); records/s of the JVM's wall clock, median of its rounds.
+``FileRecords`` (Kafka's log reads); records per second of the JVM's CPU time (all its
+threads, as Python's is its process time), median of its rounds.
 
     python benchmarks/bench_storage.py [--records N] [--batch-records N] [--engines c,numpy]
                                        [--codecs none,lz4,zstd] [--repeat N] [--profile]
@@ -106,8 +107,8 @@ def main() -> None:
             java = java_runner.run(java_cmd, segments=[(c, segment_files(r)) for c, r in
                                                        roots.items()],
                                    warmup=args.java_warmup, rounds=args.java_rounds,
-                                   round_seconds=args.java_round_seconds)["segments"]
-            print("Java: Kafka's classes (java_runner), records/s of a scan of the same files")
+                                   round_seconds=args.java_round_seconds, cpu_time=True)["segments"]
+            print("Java: Kafka's classes (java_runner), records per CPU second of a scan of the same files")
         else:
             print(java_runner.NO_JAVA + "; reference figure (Kafka's classes, this machine): Java scans 20.9M records/s "
                   "uncompressed")
