@@ -35,7 +35,7 @@ def test_runner_measures_the_benchmarks_bytes(command):
     protocol = [(label, m, v, d) for label, (m, v, d) in bench_protocol.build_inputs().items()]
     logs = {codec: bench_records.make_log(3, 100, codec) for codec in bench_records.CODECS}
     out = java_runner.run(command, protocol, list(logs.items()), timeout=120, **QUICK)
-    assert out["kafka"].startswith("3.") and out["rounds"] == 3
+    assert out["kafka"] == java_runner.KAFKA_VERSION and out["rounds"] == 3 and out["clock"] == "wall"
     assert set(out["protocol"]) == {p[0] for p in protocol}
     for label, message, version, data in protocol:
         j = out["protocol"][label]
@@ -67,7 +67,12 @@ def test_runner_scans_the_storage_benchmarks_segments(command, tmp_path):
     bench_storage.write_log_dir(root, 3000, "lz4")
     logs = bench_storage.segment_files(root)
     assert len(logs) > 1
-    out = java_runner.run(command, segments=[("lz4", logs)], timeout=120, **QUICK)
+    # timed by the JVM's CPU time, as bench_storage times read_arrow (a protocol payload too)
+    message, version, data = bench_protocol.build_inputs()["ProduceRequest v9"]
+    out = java_runner.run(command, [("p", message, version, data)], segments=[("lz4", logs)],
+                          timeout=120, cpu_time=True, **QUICK)
+    assert out["clock"] == "cpu"
+    assert all(out["protocol"]["p"][op] > 0 for op in ("decode", "encode", "send"))
     j = out["segments"]["lz4"]
     batches = sum(1 for p in logs for _ in iter_batches(open(p, "rb").read()))
     assert (j["files"], j["bytes"], j["batches"]) == (len(logs), sum(map(os.path.getsize, logs)),
@@ -75,3 +80,9 @@ def test_runner_scans_the_storage_benchmarks_segments(command, tmp_path):
     assert j["records"] == read_arrow(root).num_rows == 3000
     for way in ("mapped", "mapped_crc", "file_records"):
         assert j[way] > 0, way
+
+
+def test_ops_per_second_uses_the_clock_it_is_given():
+    ticks = iter(range(10**6))   # a clock that advances one second per reading
+    rate = bench_protocol.ops_per_second(lambda: None, 1.0, 3, clock=lambda: float(next(ticks)))
+    assert rate == 1.0   # one call per round, each round two readings one second apart

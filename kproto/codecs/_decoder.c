@@ -590,6 +590,28 @@ static int fill_defaults(PyObject *o, Prog *pg) {
     return 0;
 }
 
+/* An array of int32 (its count not read yet): None when null and nullable. */
+static inline PyObject *read_int32_array(Reader *r, Op *op) {
+    int64_t n;
+    if (read_len(r, op->flags, 0, &n) < 0) return NULL;
+    if (n < 0) {
+        if (op->flags & F_NULLABLE) Py_RETURN_NONE;
+        return fail("null in a non-nullable array");
+    }
+    if (n * 4 > r->len - r->pos) return fail("count beyond the data");
+    PyObject *list = new_list((Py_ssize_t)n);
+    if (!list) return NULL;
+    const uint8_t *p = r->p + r->pos;
+    PyObject **items = ((PyListObject *)list)->ob_item;
+    for (Py_ssize_t i = 0; i < (Py_ssize_t)n; i++, p += 4) {
+        PyObject *v = new_int((int32_t)be32(p));
+        if (!v) { Py_DECREF(list); return NULL; }
+        items[i] = v;
+    }
+    r->pos += (Py_ssize_t)n * 4;
+    return list;
+}
+
 static PyObject *decode_value(Reader *r, Op *op) {
     const uint8_t *p;
     switch (op->code) {
@@ -658,6 +680,7 @@ static PyObject *decode_value(Reader *r, Op *op) {
         }
         return decode_struct(r, op->sub);
     case OP_ARRAY: {
+        if (op->elem->code == OP_INT32) return read_int32_array(r, op);
         int64_t n;
         if (read_len(r, op->flags, 0, &n) < 0) return NULL;
         if (n < 0) {
@@ -669,14 +692,6 @@ static PyObject *decode_value(Reader *r, Op *op) {
         if (n * fixed_width(op->elem->code) > r->len - r->pos) return fail("count beyond the data");
         PyObject *list = new_list((Py_ssize_t)n);
         if (!list) return NULL;
-        if (op->elem->code == OP_INT32) {   /* bounds checked above for all n */
-            for (Py_ssize_t i = 0; i < (Py_ssize_t)n; i++, r->pos += 4) {
-                PyObject *v = new_int((int32_t)be32(r->p + r->pos));
-                if (!v) { Py_DECREF(list); return NULL; }
-                PyList_SET_ITEM(list, i, v);
-            }
-            return list;
-        }
         int structs = op->elem->code == OP_STRUCT && !(op->elem->flags & F_NULLABLE);
         for (Py_ssize_t i = 0; i < (Py_ssize_t)n; i++) {
             PyObject *v = structs ? decode_struct(r, op->elem->sub) : decode_value(r, op->elem);
@@ -769,6 +784,10 @@ static PyObject *decode_struct(Reader *r, Prog *pg) {
                                          : NEED(r, 4) && be32(p) == 0)) {
                 r->pos += (op->flags & F_COMPACT) ? 1 : 4;
                 continue;
+            }
+            if (op->elem->code == OP_INT32) {   /* replicas, ISR and the like: here, not a call each */
+                v = read_int32_array(r, op);
+                break;
             }
             v = decode_value(r, op);
             break;
