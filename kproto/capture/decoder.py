@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import replace
-from typing import Callable, Iterable, Iterator, Literal, Optional, Union, cast
+from typing import Any, Callable, Iterable, Iterator, Literal, Optional, Union, cast
 
 from kproto.capture import bodies
 from kproto.capture.exchange import Endpoint, Exchange
@@ -193,23 +193,12 @@ class CaptureDecoder:
         """:meth:`feed_capture` of a classic pcap file by the C packet loop: it consumes the
         packets that only update state and hands back the others, which take the usual path."""
         assert _segments is not None  # chosen only when the accelerator is there
-        scan, connections, row_of = _segments.scan, self.connections, self._row
+        scan, connections, scanned = _segments.scan, self.connections, self._scanned
         pos, index, end = _PCAP_HEADER_SIZE, 0, len(mv)
         while True:
-            pos, index, packets, size, last_ts, kind, item = scan(
-                self, connections, mv, pos, index, big_endian, nanos, linktype)
-            self.packets += packets
-            self.bytes += size
-            if last_ts is not None:
-                self.last_ts = last_ts
-            if kind == 1:
-                out = row_of(mv, item)
-            elif kind == 2:
-                ts, start, n, orig = item
-                out = self.feed(Packet(ts, linktype, mv[start:start + n], orig, index))
-            elif kind == 3:  # its frames went to _request_frame/_response_frame
-                out = self._take() if self._out else _NONE
-            else:
+            pos, index, *result = scan(self, connections, mv, pos, index, big_endian, nanos, linktype)
+            out = scanned(mv, index, linktype, *result)
+            if out is None:
                 break
             if out:
                 yield from out
@@ -217,39 +206,47 @@ class CaptureDecoder:
             for p in _iter_pcap(mv, ">" if big_endian else "<", nanos, index, 0, source, pos):
                 yield from self.feed(p)
 
+    def _scanned(self, mv: memoryview, index: int, linktype: Optional[int], packets: int, size: int,
+                 last_ts: Optional[float], kind: int, item: Any) -> Optional[Iterable[Exchange]]:
+        """Account for what one call of the C packet loop consumed and take the packet it
+        stopped at: a frame row (kind 1), a packet for the usual path (2; a pcapng packet names
+        its link type), frames already queued (3); None when it stopped without one."""
+        self.packets += packets
+        self.bytes += size
+        if last_ts is not None:
+            self.last_ts = last_ts
+        if kind == 1:
+            return self._row(mv, item)
+        if kind == 2:
+            ts, start, n, orig, *own = item
+            return self.feed(Packet(ts, own[0] if own else linktype, mv[start:start + n], orig, index))
+        if kind == 3:  # its frames went to _request_frame/_response_frame
+            return self._take() if self._out else _NONE
+        return None
+
     def _feed_pcapng(self, mv: memoryview, source: str) -> Iterator[Exchange]:
         """:meth:`feed_capture` of a pcapng file by the C packet loop: its Enhanced Packet
         Blocks as :meth:`_feed_classic` takes a classic file's records; every other block (and
         any the loop does not take whole) is read by the Python walker, one at a time."""
         assert _segments is not None  # chosen only when the accelerator is there
-        scan, connections, row_of = _segments.scan_ng, self.connections, self._row
+        scan, connections, scanned = _segments.scan_ng, self.connections, self._scanned
         walk = _PcapngWalk()
         pos, end = 0, len(mv)
         while pos < end:
-            pos, walk.index, packets, size, last_ts, kind, item = scan(
+            pos, walk.index, *result = scan(
                 self, connections, mv, pos, walk.index, walk.order == ">", tuple(walk.ifaces))
-            self.packets += packets
-            self.bytes += size
-            if last_ts is not None:
-                self.last_ts = last_ts
-            if kind == 1:
-                out = row_of(mv, item)
-            elif kind == 2:
-                ts, start, n, orig, linktype = item
-                out = self.feed(Packet(ts, linktype, mv[start:start + n], orig, walk.index))
-            elif kind == 3:  # its frames went to _request_frame/_response_frame
-                out = self._take() if self._out else _NONE
-            elif pos < end:  # a block the loop does not take: the walker reads it
+            out = scanned(mv, walk.index, None, *result)
+            if out:
+                yield from out
+            elif out is None:
+                if pos >= end:
+                    break
+                # a block the loop does not take: the walker reads it
                 items, pos = _pcapng_block(mv, pos, walk, 0, source)
                 for p in items:
                     yield from self.feed(p)
                 if pos < 0:  # damage ends the walk
                     return
-                continue
-            else:
-                break
-            if out:
-                yield from out
 
     def feed_all(self, packets: Iterable[Union[Packet, Problem]]) -> list[Exchange]:
         """Feed every packet and finish; return all exchanges."""
