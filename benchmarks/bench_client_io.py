@@ -12,8 +12,12 @@ confluent-kafka, the Java client (Kafka's ProducerPerformance/ConsumerPerformanc
 null keys, the consumer's fetch phase only, its group join left out), aiokafka and
 kafka-python: acks=all, linger 5 ms, 64 KiB batches, idempotent producers (not against tansu,
 which answers InitProducerId with an error). Each round every client produces to a fresh
-4-partition topic and reads it back with a fresh consumer, the clients in turn; the medians
-of the rounds and their ratios are printed.
+4-partition topic, then every client's fresh consumer reads the same records (kproto's topic
+of the round) from the start: its clock starts once it is connected and has the topic's
+metadata, no group join in anyone's time, and stops at the n-th record. The medians of the
+rounds, the consumers' CPU seconds (this process, every thread) and the ratios are printed.
+200,000 records by default: 50,000 take a consumer 0.05-0.2 s, where its first fetch and
+start-up weigh as much as the records.
 """
 from __future__ import annotations
 
@@ -28,6 +32,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # _bench_support
@@ -79,188 +84,228 @@ async def bench_round_trips(bootstrap: str, n: int) -> None:
     print(f"Heartbeat round trips: {serial:,.0f}/s one at a time, {piped:,.0f}/s pipelined ({n} in flight)")
 
 
-async def _kproto(bootstrap: str, topics: list[str], n: int, value: bytes,
-                  codec: str, idempotent: bool = True) -> tuple[float, float]:
+# Each client has a producer (writes n records to its own topic; returns seconds) and a
+# consumer (reads the n records of the round's shared topic from the start; returns wall and
+# CPU seconds). The consumers' clocks start once they are connected and know the topic's
+# metadata, before any fetch; none joins a group inside its time.
+
+def _cpu() -> float:
+    """CPU seconds of this process, every thread (librdkafka's included)."""
+    return time.process_time()
+
+
+async def _kproto_produce(bootstrap: str, topic: str, n: int, value: bytes, codec: str,
+                          idempotent: bool = True) -> float:
     async with Cluster(bootstrap) as cluster:
         producer = await Producer(cluster, compression=codec, linger_ms=5, batch_size=65536,
                                   idempotent=idempotent).start()
-        dt_p = float("inf")
-        for topic in topics:  # one topic per run: each holds exactly n records
-            t = time.perf_counter()
-            futs = [await producer.send(topic, value, b"%d" % (i % 1000)) for i in range(n)]
-            await producer.flush()
-            dt_p = min(dt_p, time.perf_counter() - t)
-            assert all(f.exception() is None for f in futs)
+        t = time.perf_counter()
+        futs = [await producer.send(topic, value, b"%d" % (i % 1000)) for i in range(n)]
+        await producer.flush()
+        dt = time.perf_counter() - t
+        assert all(f.exception() is None for f in futs)
         await producer.close()
-        best = float("inf")
-        for _ in topics:  # a fresh consumer each time, reading the first topic from the start
-            consumer = await Consumer(cluster, topics[:1], fetch_max_wait_ms=50).start()
-            t = time.perf_counter()
-            got = 0
-            while got < n:
-                got += len(await consumer.getmany(1.0))
-            best = min(best, time.perf_counter() - t)
-            await consumer.close()
-        return dt_p, best
+        return dt
 
 
-async def _aiokafka(bootstrap: str, topics: list[str], n: int, value: bytes,
-                    codec: str, idempotent: bool = True) -> tuple[float, float]:
-    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+async def _kproto_consume(bootstrap: str, topic: str, n: int) -> tuple[float, float]:
+    async with Cluster(bootstrap) as cluster:
+        consumer = await Consumer(cluster, [topic], fetch_max_wait_ms=50).start()
+        t, c = time.perf_counter(), _cpu()
+        got = 0
+        while got < n:
+            got += len(await consumer.getmany(1.0))
+        dt, dc = time.perf_counter() - t, _cpu() - c
+        await consumer.close()
+        return dt, dc
+
+
+async def _aiokafka_produce(bootstrap: str, topic: str, n: int, value: bytes, codec: str,
+                            idempotent: bool = True) -> float:
+    from aiokafka import AIOKafkaProducer
 
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=idempotent,
                                 compression_type=None if codec == "none" else codec,
                                 linger_ms=5, max_batch_size=65536)
     await producer.start()
     try:
-        dt_p = float("inf")
-        for topic in topics:
-            t = time.perf_counter()
-            futs = [await producer.send(topic, value, key=b"%d" % (i % 1000)) for i in range(n)]
-            await producer.flush()
-            await asyncio.gather(*futs)
-            dt_p = min(dt_p, time.perf_counter() - t)
+        t = time.perf_counter()
+        futs = [await producer.send(topic, value, key=b"%d" % (i % 1000)) for i in range(n)]
+        await producer.flush()
+        await asyncio.gather(*futs)
+        return time.perf_counter() - t
     finally:
         await producer.stop()
-    best = float("inf")
-    for _ in topics:
-        consumer = AIOKafkaConsumer(topics[0], bootstrap_servers=bootstrap, auto_offset_reset="earliest",
-                                    fetch_max_wait_ms=50, enable_auto_commit=False)
-        await consumer.start()
-        t = time.perf_counter()
-        got = 0
-        while got < n:
-            got += sum(len(v) for v in (await consumer.getmany(timeout_ms=1000)).values())
-        best = min(best, time.perf_counter() - t)
-        await consumer.stop()
-    return dt_p, best
 
 
-def _kafka_python(bootstrap: str, topics: list[str], n: int, value: bytes,
-                  codec: str, idempotent: bool = True) -> tuple[float, float]:
-    from kafka import KafkaConsumer, KafkaProducer
+async def _aiokafka_consume(bootstrap: str, topic: str, n: int) -> tuple[float, float]:
+    from aiokafka import AIOKafkaConsumer
+
+    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
+                                fetch_max_wait_ms=50, enable_auto_commit=False)
+    await consumer.start()
+    t, c = time.perf_counter(), _cpu()
+    got = 0
+    while got < n:
+        got += sum(len(v) for v in (await consumer.getmany(timeout_ms=1000)).values())
+    dt, dc = time.perf_counter() - t, _cpu() - c
+    await consumer.stop()
+    return dt, dc
+
+
+def _kafka_python_produce(bootstrap: str, topic: str, n: int, value: bytes, codec: str,
+                          idempotent: bool = True) -> float:
+    from kafka import KafkaProducer
 
     producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=idempotent,
                              compression_type=None if codec == "none" else codec,
                              linger_ms=5, batch_size=65536)
-    dt_p = float("inf")
-    for topic in topics:
-        t = time.perf_counter()
-        for i in range(n):
-            producer.send(topic, value, key=b"%d" % (i % 1000))
-        producer.flush()
-        dt_p = min(dt_p, time.perf_counter() - t)
+    t = time.perf_counter()
+    for i in range(n):
+        producer.send(topic, value, key=b"%d" % (i % 1000))
+    producer.flush()
+    dt = time.perf_counter() - t
     producer.close()
-    best = float("inf")
-    for _ in topics:
-        consumer = KafkaConsumer(topics[0], bootstrap_servers=bootstrap, auto_offset_reset="earliest",
-                                 fetch_max_wait_ms=50, enable_auto_commit=False)
-        t = time.perf_counter()
-        got = 0
-        while got < n:
-            got += sum(len(v) for v in consumer.poll(timeout_ms=1000).values())
-        best = min(best, time.perf_counter() - t)
-        consumer.close()
-    return dt_p, best
+    return dt
 
 
-def _confluent(bootstrap: str, topics: list[str], n: int, value: bytes,
-               codec: str, idempotent: bool = True) -> tuple[float, float]:
+def _kafka_python_consume(bootstrap: str, topic: str, n: int) -> tuple[float, float]:
+    from kafka import KafkaConsumer
+
+    consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
+                             fetch_max_wait_ms=50, enable_auto_commit=False)
+    t, c = time.perf_counter(), _cpu()
+    got = 0
+    while got < n:
+        got += sum(len(v) for v in consumer.poll(timeout_ms=1000).values())
+    dt, dc = time.perf_counter() - t, _cpu() - c
+    consumer.close()
+    return dt, dc
+
+
+def _confluent_produce(bootstrap: str, topic: str, n: int, value: bytes, codec: str,
+                       idempotent: bool = True) -> float:
     import confluent_kafka as ck
 
     producer = ck.Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": idempotent,
                             "compression.type": codec, "linger.ms": 5, "batch.size": 65536,
                             "queue.buffering.max.messages": max(n, 100_000)})
-    dt_p = float("inf")
-    for topic in topics:
-        t = time.perf_counter()
-        for i in range(n):
-            producer.produce(topic, value, b"%d" % (i % 1000))
-            if i % 1000 == 0:
-                producer.poll(0)
-        if producer.flush(120):
-            raise RuntimeError("confluent-kafka: records left undelivered")
-        dt_p = min(dt_p, time.perf_counter() - t)
-    best = float("inf")
-    for _ in topics:
-        consumer = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex[:6]}",
-                                "enable.auto.commit": False, "fetch.wait.max.ms": 50,
-                                "queued.min.messages": max(n, 100_000) + 1})
-        # assigned, not subscribed: the other clients' consumers join their group before the
-        # clock starts, so no group join is in any client's time
-        parts = consumer.list_topics(topics[0], timeout=10).topics[topics[0]].partitions
-        t = time.perf_counter()
-        consumer.assign([ck.TopicPartition(topics[0], p, ck.OFFSET_BEGINNING) for p in parts])
-        got = 0
-        while got < n:
-            got += sum(1 for m in consumer.consume(min(10000, n - got), 1.0) if m.error() is None)
-        best = min(best, time.perf_counter() - t)
-        consumer.close()
-    return dt_p, best
+    t = time.perf_counter()
+    for i in range(n):
+        producer.produce(topic, value, b"%d" % (i % 1000))
+        if i % 1000 == 0:
+            producer.poll(0)
+    if producer.flush(120):
+        raise RuntimeError("confluent-kafka: records left undelivered")
+    return time.perf_counter() - t
 
 
-def _java(bootstrap: str, topics: list[str], n: int, value: bytes,
-          codec: str, idempotent: bool = True) -> tuple[float, float]:
-    from _bench_support import java_consume, java_produce
+def _confluent_consume(bootstrap: str, topic: str, n: int) -> tuple[float, float]:
+    import confluent_kafka as ck
 
-    dt_p = best = float("inf")
-    for topic in topics:
-        prod = java_produce(bootstrap, n, len(value), topic, "all",
-                            props=(f"compression.type={codec}", "linger.ms=5", "batch.size=65536",
-                                   f"enable.idempotence={str(idempotent).lower()}"))
-        dt_p = min(dt_p, n / prod["rate"])
-    for _ in topics:
-        best = min(best, n / java_consume(bootstrap, n, topics[0])["rate"])
-    return dt_p, best
+    consumer = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex[:6]}",
+                            "enable.auto.commit": False, "fetch.wait.max.ms": 50,
+                            "queued.min.messages": max(n, 100_000) + 1})
+    # assigned, not subscribed: the other clients' consumers join no group in their time either
+    parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+    t, c = time.perf_counter(), _cpu()
+    consumer.assign([ck.TopicPartition(topic, p, ck.OFFSET_BEGINNING) for p in parts])
+    got = 0
+    while got < n:
+        got += sum(1 for m in consumer.consume(min(10000, n - got), 1.0) if m.error() is None)
+    dt, dc = time.perf_counter() - t, _cpu() - c
+    consumer.close()
+    return dt, dc
 
 
-CLIENTS = {"kproto": _kproto, "aiokafka": _aiokafka, "kafka-python": _kafka_python,
-           "confluent": _confluent, "java": _java}
+def _java_produce(bootstrap: str, topic: str, n: int, value: bytes, codec: str,
+                  idempotent: bool = True) -> float:
+    from _bench_support import java_produce
+
+    prod = java_produce(bootstrap, n, len(value), topic, "all",
+                        props=(f"compression.type={codec}", "linger.ms=5", "batch.size=65536",
+                               f"enable.idempotence={str(idempotent).lower()}"))
+    return n / prod["rate"]
+
+
+def _java_consume(bootstrap: str, topic: str, n: int) -> tuple[float, float]:
+    from _bench_support import java_consume
+
+    return n / java_consume(bootstrap, n, topic)["rate"], float("nan")  # another process
+
+
+CLIENTS: dict[str, tuple[Any, Any]] = {
+    "kproto": (_kproto_produce, _kproto_consume), "aiokafka": (_aiokafka_produce, _aiokafka_consume),
+    "kafka-python": (_kafka_python_produce, _kafka_python_consume),
+    "confluent": (_confluent_produce, _confluent_consume), "java": (_java_produce, _java_consume)}
+
+
+async def _call(fn: Any, *args: Any) -> Any:
+    if asyncio.iscoroutinefunction(fn):
+        return await fn(*args)
+    return await asyncio.to_thread(fn, *args)
 
 
 async def bench_produce_consume(bootstrap: str, n: int, size: int, codecs: list[str],
                                 peers: list[str], rounds: int = 3, idempotent: bool = True) -> None:
-    """Per round, each client (in turn) produces ``n`` records to a fresh 4-partition topic and
-    reads it back with a fresh consumer; the medians of the rounds count."""
+    """Per round, each client (in turn) produces ``n`` records to a fresh 4-partition topic;
+    then each client's fresh consumer reads the same records (the round's first topic, kproto's)
+    from the start. The medians of the rounds count; consume CPU is this process's (every
+    thread), so none for the Java tool."""
     value = (b"kproto benchmark payload " * (size // 25 + 1))[:size]
     mb = n * size / 1e6
     print(f"produce / consume, {n} x {size} B records, 4 partitions, acks=all, "
           f"{'idempotent' if idempotent else 'not idempotent'}, median of {rounds} interleaved "
-          f"rounds, records/s (MB/s):")
+          f"rounds, records/s (MB/s), consume CPU s:")
     # the broker's first requests (a JVM's JIT, a Python broker's first-touch work) in no round
-    await asyncio.to_thread(_confluent, bootstrap, [f"bench-warmup-{uuid.uuid4().hex[:6]}"], 20_000,
-                            value, "none", idempotent)
+    warm = f"bench-warmup-{uuid.uuid4().hex[:6]}"
+    async with Cluster(bootstrap) as cluster:
+        await Admin(cluster).create_topics({warm: 4})
+        await cluster.wait_for_leaders([warm])
+    await _call(_confluent_produce, bootstrap, warm, 20_000, value, "none", idempotent)
+    await _call(_confluent_consume, bootstrap, warm, 20_000)
+    clients = ["kproto"] + peers
     for codec in codecs:
-        times: dict[str, list[tuple[float, float]]] = {}
+        times: dict[str, list[tuple[float, float, float]]] = {}
         for _ in range(rounds):
-            for client in ["kproto"] + peers:
+            produced: dict[str, float] = {}
+            shared = None
+            for client in clients:
                 topic = f"bench-{client}-{codec}-{uuid.uuid4().hex[:6]}"
                 async with Cluster(bootstrap) as cluster:
                     await Admin(cluster).create_topics({topic: 4})
                     await cluster.wait_for_leaders([topic])
-                fn = CLIENTS[client]
                 try:
-                    if asyncio.iscoroutinefunction(fn):
-                        dt = await fn(bootstrap, [topic], n, value, codec, idempotent)
-                    else:
-                        dt = await asyncio.to_thread(fn, bootstrap, [topic], n, value, codec, idempotent)
+                    produced[client] = await _call(CLIENTS[client][0], bootstrap, topic, n, value, codec,
+                                                   idempotent)
                 except Exception as e:  # a peer without this codec's library, for one
-                    print(f"  {codec:>6} {client:>12}: failed ({type(e).__name__}: {str(e)[:300]})")
+                    print(f"  {codec:>6} {client:>12}: produce failed ({type(e).__name__}: {str(e)[:300]})")
                     continue
-                times.setdefault(client, []).append(dt)
-                print(f"  {codec:>6} {client:>12}: produce {n / dt[0]:9,.0f} ({mb / dt[0]:5.1f}) | "
-                      f"consume {n / dt[1]:9,.0f} ({mb / dt[1]:5.1f})", flush=True)
-        rates = {c: (n / statistics.median(t[0] for t in ts), n / statistics.median(t[1] for t in ts))
-                 for c, ts in times.items()}
+                shared = shared or topic
+            for client in clients:
+                if client not in produced or shared is None:
+                    continue
+                try:
+                    dt, cpu = await _call(CLIENTS[client][1], bootstrap, shared, n)
+                except Exception as e:
+                    print(f"  {codec:>6} {client:>12}: consume failed ({type(e).__name__}: {str(e)[:300]})")
+                    continue
+                times.setdefault(client, []).append((produced[client], dt, cpu))
+                print(f"  {codec:>6} {client:>12}: produce {n / produced[client]:9,.0f} "
+                      f"({mb / produced[client]:5.1f}) | consume {n / dt:9,.0f} ({mb / dt:5.1f}) "
+                      f"cpu {cpu:.3f}", flush=True)
+        rates = {c: (n / statistics.median(t[0] for t in ts), n / statistics.median(t[1] for t in ts),
+                     statistics.median(t[2] for t in ts)) for c, ts in times.items()}
         print(f"  {codec} medians:")
-        for client, (p, c) in rates.items():
+        for client, (p, c, cpu) in rates.items():
             print(f"  {codec:>6} {client:>12}: produce {p:9,.0f} ({p * size / 1e6:5.1f}) | "
-                  f"consume {c:9,.0f} ({c * size / 1e6:5.1f})")
+                  f"consume {c:9,.0f} ({c * size / 1e6:5.1f}) cpu {cpu:.3f}")
         ours = rates.get("kproto")
         for client in peers:
             if ours and client in rates:
-                p, c = rates[client]
-                print(f"  {codec:>6} kproto / {client}: produce {ours[0] / p:.2f}x, consume {ours[1] / c:.2f}x")
+                p, c, cpu = rates[client]
+                print(f"  {codec:>6} kproto / {client}: produce {ours[0] / p:.2f}x, consume {ours[1] / c:.2f}x, "
+                      f"consume CPU {ours[2] / cpu:.2f}x")
 
 
 def main() -> None:
@@ -268,7 +313,7 @@ def main() -> None:
     ap.add_argument("--bootstrap")
     ap.add_argument("--broker", choices=("tansu", "apache"), default="tansu",
                     help="the broker started when no --bootstrap is given")
-    ap.add_argument("--records", type=int, default=50000)
+    ap.add_argument("--records", type=int, default=200_000)
     ap.add_argument("--size", type=int, default=100)
     ap.add_argument("--quick", action="store_true", help="fewer records, two codecs")
     ap.add_argument("--rounds", "--repeat", type=int, default=3,

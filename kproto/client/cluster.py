@@ -167,6 +167,12 @@ class MetadataCache:
         return {name: len(t.partitions) for name, t in self.topics.items() if not t.error_code}
 
 
+#: Purposes starting with this name a consumer's fetches own: a broker answers the requests of
+#: a connection one at a time, so a fetch waiting in the broker would hold up any other
+#: request sent on it (Kafka's clients do not share connections either); never lent out
+FETCH_PURPOSE = "fetch"
+
+
 class Cluster:
     """Connections to a cluster's brokers and its metadata. Use as ``async with`` or call
     :meth:`start` / :meth:`close`. ``version_caps`` is passed to every :class:`Connection`."""
@@ -224,8 +230,8 @@ class Cluster:
 
     async def bootstrap_connection(self) -> Connection:
         """A connection to any broker: a known one if any, else a bootstrap server."""
-        for conn in self._conns.values():
-            if not conn.closed:
+        for (_, purpose), conn in self._conns.items():
+            if not conn.closed and not purpose.startswith(FETCH_PURPOSE):
                 return conn
         errors = []
         for node in list(self.metadata.brokers.values()):
@@ -242,6 +248,17 @@ class Cluster:
             self._conns[((host, port), "bootstrap")] = conn
             return conn
         raise KafkaConnectionError("no broker reachable: " + "; ".join(map(str, errors)))
+
+    async def close_connections(self, purpose: str) -> None:
+        """Close the connections opened for ``purpose``."""
+        for key in [k for k in self._conns if k[1] == purpose]:
+            await self._conns.pop(key).close()
+
+    def open_connection(self, node_id: int, purpose: str = "data") -> Optional[Connection]:
+        """The connection to ``node_id`` for ``purpose`` when one is open, else None (no
+        await: a request can leave at once)."""
+        conn = self._conns.get((node_id, purpose))
+        return conn if conn is not None and not conn.closed else None
 
     async def connection(self, node_id: int, purpose: str = "data") -> Connection:
         """The connection to ``node_id`` for ``purpose`` (``data`` or ``coordinator``),

@@ -27,17 +27,18 @@ moves away and adds what it hands over, while fetching of the other partitions g
 from __future__ import annotations
 
 import asyncio
-import bisect
+import itertools
 import logging
 import struct
 import time
-from functools import partial
-from itertools import repeat
 from typing import Any, Awaitable, Callable, Iterable, NamedTuple, Optional, Sequence, TypeVar
+
+import numpy as np
 
 from kproto.client.admin import Admin
 from kproto.client.assignors import Subscription, assign, encode_sticky_user_data
-from kproto.client.cluster import EARLIEST, LATEST, METADATA_REFRESH_ERRORS, Cluster
+from kproto.client.cluster import EARLIEST, FETCH_PURPOSE, LATEST, METADATA_REFRESH_ERRORS, Cluster
+from kproto.client.connection import Connection
 from kproto.client.protocol import BrokerError, KafkaConnectionError, raise_for_error
 from kproto.client.consumer_protocol import (Assignment, decode_assignment, decode_subscription,
                                              encode_assignment, encode_subscription)
@@ -47,7 +48,7 @@ from kproto.errors import KprotoError
 from kproto.fetch_session import FetchSessionHandler, PartitionData, TopicPartition, response_data
 from kproto.fetch_session.messages import build_fetch_request
 from kproto.records import RecordBatch, iter_batches
-from kproto.records.columns import decode_batches, record_values
+from kproto.records.columns import decode_batches, record_tuples
 from kproto.records.transactions import AbortedTransactions
 from kproto.schemas.api_keys import ApiKey
 from kproto.error_codes import ErrorCode
@@ -123,6 +124,7 @@ async def run_membership(m: ConsumerMembership, wake: asyncio.Event, heartbeat_n
 
 
 _R = TypeVar("_R")
+_consumer_ids = itertools.count()
 
 
 async def gather_fetches(fetches: Iterable[Awaitable[tuple[list[_R], bool]]]) -> tuple[list[_R], bool]:
@@ -187,14 +189,9 @@ def parse_records(topic: str, partition: int, records: Any, position: int,
         return [], position
     # one bulk decode for the whole fetch; offsets ascend, so what lies before the fetch
     # position (the start of a compressed batch) is a prefix
-    offsets, stamps, keys, values, headers = record_values(decode_batches(kept))
-    out = list(map(_new_consumer_record, zip(repeat(topic), repeat(partition), offsets, stamps,
-                                             keys, values, headers)))
-    skip = bisect.bisect_left(offsets, start)
-    return (out[skip:] if skip else out), position
-
-
-_new_consumer_record = partial(tuple.__new__, ConsumerRecord)
+    cols = decode_batches(kept)
+    skip = int(np.searchsorted(cols.offset, start))
+    return record_tuples(cols, ConsumerRecord, topic, partition, skip), position
 
 
 def subscription_metadata(assignor: str, topics: Sequence[str], assigned: Sequence[tuple],
@@ -309,6 +306,10 @@ class Consumer:
             self.member_id = self.membership.member_id
             self._needs_join = False  # the membership task joins; ensure_group is the classic path
         self._member_task: Optional[asyncio.Task] = None
+        #: node -> the fetch in flight to it (one at most: its fetch session's order)
+        self._fetches: dict[int, asyncio.Task] = {}
+        #: the fetches' own connections (a fetch waiting in the broker holds its connection)
+        self._fetch_purpose = f"{FETCH_PURPOSE}-{next(_consumer_ids)}"
         self._wake = asyncio.Event()
         self._member_error: Optional[BaseException] = None
         #: loop time of each finished reconciliation (tests and measurements)
@@ -331,6 +332,7 @@ class Consumer:
 
     async def close(self) -> None:
         """Commit (with auto-commit) and leave the group (the cluster stays open)."""
+        await self._cancel_fetches()
         if self.membership is not None:
             await self._leave_consumer_group()
             return
@@ -712,61 +714,169 @@ class Consumer:
     # -- fetching -----------------------------------------------------------------------------
     async def getmany(self, timeout: float = 1.0) -> list[ConsumerRecord]:
         """Rejoin if needed, then one fetch round to every leader; returns the new records and
-        advances the positions."""
+        advances the positions.
+
+        Fetches are pipelined as in Kafka's Fetcher: once a leader's answer is read, the next
+        fetch goes to it before the records are returned, so the broker reads on while the
+        application handles them. At most one fetch per broker is in flight (its fetch
+        session's order), so at most one answer per broker waits. What an answer holds for a
+        partition that was seeked, paused or revoked since its fetch went out is dropped;
+        a round that held nothing else is followed by another while ``timeout`` lasts. A fetch
+        an earlier call sent is waited for until ``timeout`` at most, then left in flight."""
         if self._member_error is not None:
             raise self._member_error
         if self.group_id is not None:
             await self.ensure_group()
             await self._auto_commit()
         await self._init_positions()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            fresh = self._send_fetches(timeout)
+            if not self._fetches:
+                await asyncio.sleep(min(timeout, 0.1))
+                return []
+            nodes = list(self._fetches)
+            # a fetch sent by an earlier call may wait longer in the broker than this call's
+            # timeout: it is waited for until the deadline, then left in flight
+            wait = None if fresh.issuperset(nodes) else max(0.0, deadline - loop.time())
+            await asyncio.wait([self._fetches[n] for n in nodes], timeout=wait)
+            records: list[ConsumerRecord] = []
+            refresh = stale = False
+            error: Optional[BaseException] = None
+            for node in nodes:
+                if not self._fetches[node].done():
+                    continue
+                task = self._fetches.pop(node)
+                try:
+                    answer = task.result()
+                except KafkaConnectionError:
+                    refresh = True
+                    continue
+                except Exception as e:  # noqa: BLE001 - raised once every answer is read
+                    error = error or e
+                    continue
+                data, asked, r = answer
+                refresh |= r
+                if data:
+                    recs, r, s = self._complete_fetch(data, asked)
+                    records += recs
+                    refresh |= r
+                    stale |= s
+            if error is not None:
+                raise error
+            if refresh:
+                await self.cluster.refresh_metadata(sorted(set(self.topics) | {t for t, _ in self.assignment}))
+                return records
+            self._send_fetches(timeout)  # the next round is under way while these are handled
+            if records or not stale or loop.time() >= deadline:
+                return records
+
+    def _send_fetches(self, timeout: float) -> set[int]:
+        """A fetch to every leader of a fetchable partition that has none in flight (over an
+        open connection the request leaves now, not when the caller next yields); returns
+        the nodes fetched from."""
         md = self.cluster.metadata
         by_leader: dict[int, list[tuple[str, int]]] = {}
         for tp in self.assignment:
             leader = md.leader(*tp)
-            if leader is not None and tp not in self._paused:
+            if leader is not None and tp not in self._paused and tp in self.positions:
                 by_leader.setdefault(leader, []).append(tp)
-        if not by_leader:
-            await asyncio.sleep(min(timeout, 0.1))
-            return []
-        records, refresh = await gather_fetches(self._fetch_from(node, tps, timeout)
-                                                for node, tps in by_leader.items())
-        if refresh:
-            await self.cluster.refresh_metadata(sorted(set(self.topics) | {t for t, _ in self.assignment}))
-        return records
+        loop = asyncio.get_running_loop()
+        fresh: set[int] = set()
+        for node, tps in by_leader.items():
+            if node in self._fetches:
+                continue
+            conn = self.cluster.open_connection(node, self._fetch_purpose)
+            sent: Optional[_SentFetch | KafkaConnectionError] = None
+            if conn is not None:
+                try:
+                    sent = self._send_fetch(conn, node, tps, timeout)
+                except KafkaConnectionError as e:
+                    sent = e
+            task = loop.create_task(self._fetch(node, tps, timeout, sent))
+            task.add_done_callback(_retrieved)
+            self._fetches[node] = task
+            fresh.add(node)
+        return fresh
 
-    async def _fetch_from(self, node: int, tps: list[tuple[str, int]], timeout: float
-                          ) -> tuple[list[ConsumerRecord], bool]:
-        conn = await self.cluster.connection(node)
+    async def _cancel_fetches(self) -> None:
+        """Cancel the fetches in flight; their fetch sessions go with them (the broker answered,
+        or will, a request whose answer is never read: the next fetch opens a new session), and
+        the fetches' connections."""
+        tasks = list(self._fetches.values())
+        for node in self._fetches:
+            self.sessions.pop(node, None)
+        self._fetches.clear()
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks)
+        await self.cluster.close_connections(self._fetch_purpose)
+
+    def _send_fetch(self, conn: Connection, node: int, tps: list[tuple[str, int]], timeout: float
+                    ) -> "_SentFetch":
+        """Write one FetchRequest for ``tps`` to ``node`` from their positions."""
         handler = self.sessions.get(node)
         if handler is None:
             handler = self.sessions[node] = FetchSessionHandler(node)
         md = self.cluster.metadata
         builder = handler.new_builder()
+        asked = {}
         for t, p in tps:
             epoch = md.topics[t].partitions[p].leader_epoch if t in md.topics else -1
+            asked[(t, p)] = offset = self.positions[(t, p)]
             builder.add(TopicPartition(t, p), PartitionData(
-                md.topic_id(t), self.positions[(t, p)], -1, self.max_partition_fetch_bytes,
-                epoch if epoch >= 0 else None))
+                md.topic_id(t), offset, -1, self.max_partition_fetch_bytes, epoch if epoch >= 0 else None))
         built = builder.build()
         # v13+ name topics by id: only when every partition's topic has one (Kafka's Fetcher)
         version = conn.version(ApiKey.FETCH, None if built.can_use_topic_ids else range(0, 13))
-        req = build_fetch_request(built, version, max_wait_ms=min(self.fetch_max_wait_ms, int(timeout * 1000)),
-                                  min_bytes=self.fetch_min_bytes, max_bytes=self.fetch_max_bytes,
-                                  isolation_level=self.isolation_level, rack_id=self.rack or "")
+        max_wait = min(self.fetch_max_wait_ms, int(timeout * 1000))
+        req = build_fetch_request(built, version, max_wait_ms=max_wait, min_bytes=self.fetch_min_bytes,
+                                  max_bytes=self.fetch_max_bytes, isolation_level=self.isolation_level,
+                                  rack_id=self.rack or "")
         try:
-            resp = await conn.request(req, version, timeout=timeout + conn.request_timeout)
+            fut = conn.send(req, version)
+        except KafkaConnectionError as e:
+            handler.handle_error(e)
+            raise
+        return _SentFetch(conn, fut, handler, version, asked, max_wait / 1000.0)
+
+    async def _fetch(self, node: int, tps: list[tuple[str, int]], timeout: float,
+                     sent: Optional[_SentFetch | KafkaConnectionError] = None
+                     ) -> tuple[Optional[dict], dict[tuple[str, int], int], bool]:
+        """One fetch from ``node`` (``sent``: its request, already written): its partitions'
+        data (None when the fetch session handler refused the answer), the offsets it asked
+        for, and whether a top-level error asks for a metadata refresh."""
+        if isinstance(sent, KafkaConnectionError):
+            raise sent
+        if sent is None:
+            conn = await self.cluster.connection(node, self._fetch_purpose)
+            sent = self._send_fetch(conn, node, tps, timeout)
+        conn, handler, version = sent.conn, sent.handler, sent.version
+        try:
+            resp = await conn.response(sent.answer, "FetchRequest", timeout=sent.max_wait + conn.request_timeout)
         except KafkaConnectionError as e:
             handler.handle_error(e)
             raise
         if not handler.handle_response(resp, version):
-            return [], resp.error_code != ErrorCode.NONE
+            return None, sent.asked, resp.error_code != ErrorCode.NONE
+        return response_data(resp, version, handler.session_topic_names), sent.asked, False
+
+    def _complete_fetch(self, data: dict, asked: dict[tuple[str, int], int]
+                        ) -> tuple[list[ConsumerRecord], bool, bool]:
+        """The records of one answer and whether it asks for a metadata refresh or held data
+        that was stale: for a partition revoked, paused or moved (seek) since the fetch left,
+        as Kafka's Fetcher drops it."""
         records: list[ConsumerRecord] = []
-        refresh = False
-        for (name, p), pd in response_data(resp, version, handler.session_topic_names).items():
+        refresh = stale = False
+        for (name, p), pd in data.items():
             t = name or ""  # response_data keeps named topics only
             tp = (t, p)
-            if tp not in self.positions:
-                continue  # revoked while the fetch was in flight
+            position = self.positions.get(tp)
+            if position is None or position != asked.get(tp) or tp in self._paused:
+                stale = True
+                continue
             if pd.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
                 del self.positions[tp]
                 self._reset.add(tp)  # auto_offset_reset, not the committed offset again
@@ -778,6 +888,23 @@ class Consumer:
             aborted = None
             if self.isolation_level:
                 aborted = [(a.producer_id, a.first_offset) for a in pd.aborted_transactions or ()]
-            recs, self.positions[tp] = parse_records(t, p, pd.records, self.positions[tp], aborted)
-            records.extend(recs)
-        return records, refresh
+            recs, self.positions[tp] = parse_records(t, p, pd.records, position, aborted)
+            records += recs
+        return records, refresh, stale
+
+
+class _SentFetch(NamedTuple):
+    """A FetchRequest written to ``conn``: ``answer`` is its response's future."""
+
+    conn: Connection
+    answer: "asyncio.Future[Any]"
+    handler: FetchSessionHandler
+    version: int
+    asked: dict[tuple[str, int], int]
+    max_wait: float
+
+
+def _retrieved(task: asyncio.Task) -> None:
+    """A fetch's exception is read in getmany, or by no one when the consumer closed first."""
+    if not task.cancelled():
+        task.exception()

@@ -22,6 +22,8 @@
  * spread over their records), and build_headers the headers' buffers. Both stop at the first
  * thing they do not expect and leave it to the Python path, which is the reference and
  * reports the damage.
+ *
+ * record_tuples turns decoded columns into a client's record tuples (see its comment).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -1074,6 +1076,96 @@ done:
     return result;
 }
 
+/* A field's bytes (None for length -1), or NULL with ValueError when it leaves data. */
+static PyObject *field_bytes(const uint8_t *data, Py_ssize_t len, int64_t start, int32_t n)
+{
+    if (n == -1)
+        Py_RETURN_NONE;
+    if (n < -1 || start < 0 || start > len || (int64_t)n > len - start) {
+        PyErr_SetString(PyExc_ValueError, "record_tuples: a field lies outside the data");
+        return NULL;
+    }
+    return PyBytes_FromStringAndSize((const char *)data + start, n);
+}
+
+/* record_tuples(cls, topic, partition, data, offset, timestamp, key_start, key_len,
+ *               value_start, value_len, headers, first)
+ * The records first.. of decoded columns as instances of cls, a tuple subclass of seven
+ * fields (topic, partition, offset, timestamp, key, value, headers), e.g. a client's record
+ * NamedTuple. offset, timestamp, key_start, value_start: int64[n]; key_len, value_len:
+ * int32[n]; headers: a list of n tuples or None (every record's headers ()). Every key and
+ * value is checked against data. A record whose items cannot form a reference cycle (all
+ * but a tracked headers tuple) is left untracked by the garbage collector, as CPython does
+ * for such plain tuples: a fetch's records do not slow every collection down. */
+static PyObject *record_tuples(PyObject *self, PyObject *args)
+{
+    PyObject *cls, *topic, *partition, *headers;
+    Py_buffer data, off, ts, ks, kl, vs, vl;
+    Py_ssize_t first;
+    if (!PyArg_ParseTuple(args, "O!OOy*y*y*y*y*y*y*On", &PyType_Type, &cls, &topic, &partition,
+                          &data, &off, &ts, &ks, &kl, &vs, &vl, &headers, &first))
+        return NULL;
+    PyObject *out = NULL;
+    PyTypeObject *type = (PyTypeObject *)cls;
+    Py_ssize_t n = off.len / 8;
+    if (!PyType_IsSubtype(type, &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "record_tuples: cls must be a tuple subclass");
+        goto done;
+    }
+    if (off.len != 8 * n || ts.len != 8 * n || ks.len != 8 * n || vs.len != 8 * n
+            || kl.len != 4 * n || vl.len != 4 * n || first < 0 || first > n) {
+        PyErr_SetString(PyExc_ValueError, "record_tuples: column lengths differ");
+        goto done;
+    }
+    if (headers != Py_None && (!PyList_CheckExact(headers) || PyList_GET_SIZE(headers) != n)) {
+        PyErr_SetString(PyExc_ValueError, "record_tuples: headers must be a list of n tuples");
+        goto done;
+    }
+    const uint8_t *d = (const uint8_t *)data.buf;
+    const int64_t *o = off.buf, *t = ts.buf, *kst = ks.buf, *vst = vs.buf;
+    const int32_t *kln = kl.buf, *vln = vl.buf;
+    PyObject *empty = PyTuple_New(0);
+    if (!empty)
+        goto done;
+    out = PyList_New(n - first);
+    for (Py_ssize_t i = first; out && i < n; i++) {
+        /* an exact tuple from tuple's own allocator: its deallocator keeps free lists */
+        PyObject *rec = type == &PyTuple_Type ? PyTuple_New(7) : type->tp_alloc(type, 7);
+        if (!rec) {
+            Py_CLEAR(out);
+            break;
+        }
+        PyList_SET_ITEM(out, i - first, rec); /* the list owns it, filled or not */
+        PyObject *h = headers == Py_None ? empty : PyList_GET_ITEM(headers, i);
+        PyObject *items[7] = {
+            Py_NewRef(topic), Py_NewRef(partition), PyLong_FromLongLong(o[i]),
+            PyLong_FromLongLong(t[i]), field_bytes(d, data.len, kst[i], kln[i]),
+            field_bytes(d, data.len, vst[i], vln[i]), Py_NewRef(h)};
+        int ok = 1;
+        for (int j = 0; j < 7; j++) {
+            ok &= items[j] != NULL;
+            PyTuple_SET_ITEM(rec, j, items[j]);
+        }
+        if (!ok) {
+            Py_CLEAR(out);
+            break;
+        }
+        if (!PyObject_GC_IsTracked(topic) && !PyObject_GC_IsTracked(partition)
+                && !PyObject_GC_IsTracked(h))
+            PyObject_GC_UnTrack(rec);
+    }
+    Py_DECREF(empty);
+done:
+    PyBuffer_Release(&data);
+    PyBuffer_Release(&off);
+    PyBuffer_Release(&ts);
+    PyBuffer_Release(&ks);
+    PyBuffer_Release(&kl);
+    PyBuffer_Release(&vs);
+    PyBuffer_Release(&vl);
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"scan_v2", scan_v2, METH_VARARGS, "Decode the varint fields of v2 records sections."},
     {"scan_parts", scan_parts, METH_VARARGS,
@@ -1086,6 +1178,8 @@ static PyMethodDef methods[] = {
      "Every record column of framed batches as Arrow buffers, in one pass."},
     {"build_headers", build_headers, METH_VARARGS,
      "The headers of framed batches as Arrow buffers."},
+    {"record_tuples", record_tuples, METH_VARARGS,
+     "Records of decoded columns as instances of a 7-field tuple subclass."},
     {NULL, NULL, 0, NULL},
 };
 

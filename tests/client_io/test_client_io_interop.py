@@ -196,18 +196,22 @@ def test_fetch_sessions_granted_as_the_peer_does(peer):
             consumer = await Consumer(cluster, [topic]).start()
             for _ in range(3):
                 await consumer.getmany(0.1)
-            return resp, consumer
+            # read while connected: the next fetch is in flight, and a closed connection
+            # ends its session
+            sessions = [(h.session_id, h.next_metadata.is_full) for h in consumer.sessions.values()]
+            await consumer.close()
+            return resp, sessions
 
-    resp, consumer = run(main())
+    resp, sessions = run(main())
     assert resp.error_code == 0
+    assert sessions
     if peer.name == "apache":
         assert resp.session_id != 0
-        assert consumer.sessions and all(h.session_id != 0 and not h.next_metadata.is_full
-                                         for h in consumer.sessions.values())
+        assert all(sid != 0 and not full for sid, full in sessions)
     else:
         assert resp.session_id == 0
         # so the handler keeps sending full requests (epoch 0), as Kafka's client does
-        assert all(h.session_id == 0 and h.next_metadata.is_full for h in consumer.sessions.values())
+        assert all(sid == 0 and full for sid, full in sessions)
 
 
 # ---- groups ------------------------------------------------------------------------------------
