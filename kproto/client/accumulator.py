@@ -184,8 +184,7 @@ def encode_batch(batch: PendingBatch, compression: int, producer_id: int, produc
     b = RecordBatchBuilder(compression=compression, producer_id=producer_id,
                            producer_epoch=producer_epoch, base_sequence=batch.base_sequence,
                            transactional=transactional)
-    for ts, key, value, headers in batch.records:
-        b.append(ts, key, value, headers)
+    b.extend(batch.records)
     return b.build()
 
 
