@@ -27,10 +27,12 @@
  *
  * The producer's side: murmur2 is Kafka's Utils.murmur2 (the partitioner's hash of a key) and
  * encode_records writes the v2 records of a batch (DefaultRecord.writeTo), byte-exact with the
- * pure Python versions in kproto.client.partitioner and kproto.records.builder.
+ * pure Python versions in kproto.client.partitioner and kproto.records.builder; resolve sets
+ * the futures of an acknowledged batch (kproto.client.producer).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <limits.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -1370,10 +1372,14 @@ static PyObject *encode_records(PyObject *self, PyObject *args)
         if (ts == -1 && PyErr_Occurred())
             goto fail;
         body.len = 0;
-        /* the deltas in 64-bit two's complement (unsigned arithmetic: no overflow) */
-        if (encode_body(&body, (int64_t)((uint64_t)off - (uint64_t)base_offset),
-                        (int64_t)((uint64_t)ts - (uint64_t)base_ts), PyTuple_GET_ITEM(r, 2),
-                        PyTuple_GET_ITEM(r, 3), PyTuple_GET_ITEM(r, 4)) < 0)
+        long long od, td;
+        if (__builtin_sub_overflow(off, base_offset, &od) || __builtin_sub_overflow(ts, base_ts, &td)) {
+            /* as the Python writer: a delta beyond 64 bits does not fit a varlong */
+            PyErr_SetString(PyExc_ValueError, "encode_records: a delta does not fit a varlong");
+            goto fail;
+        }
+        if (encode_body(&body, od, td, PyTuple_GET_ITEM(r, 2), PyTuple_GET_ITEM(r, 3),
+                        PyTuple_GET_ITEM(r, 4)) < 0)
             goto fail;
         if (wb_reserve(&w, 10 + body.len) < 0)
             goto fail;
@@ -1389,6 +1395,87 @@ fail:
     PyMem_Free(w.p);
     PyMem_Free(body.p);
     return NULL;
+}
+
+/* One future of resolve: 0 done (or already done), -1 with an exception set. */
+static int resolve_one(PyObject *fut, PyObject *rec, PyTypeObject *type, PyObject *topic,
+                       PyObject *partition, long long offset, PyObject *done_name,
+                       PyObject *set_result_name)
+{
+    PyObject *d = PyObject_CallMethodNoArgs(fut, done_name);
+    int is_done = d ? PyObject_IsTrue(d) : -1;
+    Py_XDECREF(d);
+    if (is_done != 0)
+        return is_done < 0 ? -1 : 0;
+    if (!PyTuple_Check(rec) || PyTuple_GET_SIZE(rec) < 1 || !PyLong_Check(PyTuple_GET_ITEM(rec, 0))) {
+        PyErr_SetString(PyExc_TypeError, "resolve: a record must be a tuple led by its timestamp");
+        return -1;
+    }
+    PyObject *md = type == &PyTuple_Type ? PyTuple_New(4) : type->tp_alloc(type, 4);
+    if (!md)
+        return -1;
+    PyObject *off = PyLong_FromLongLong(offset);
+    if (!off) {
+        Py_DECREF(md);
+        return -1;
+    }
+    PyTuple_SET_ITEM(md, 0, Py_NewRef(topic));
+    PyTuple_SET_ITEM(md, 1, Py_NewRef(partition));
+    PyTuple_SET_ITEM(md, 2, off);
+    PyTuple_SET_ITEM(md, 3, Py_NewRef(PyTuple_GET_ITEM(rec, 0)));
+    if (type->tp_dictoffset == 0)  /* a str and ints only: nothing to collect through it */
+        PyObject_GC_UnTrack(md);
+    PyObject *r = PyObject_CallMethodOneArg(fut, set_result_name, md);
+    Py_DECREF(md);
+    if (!r)
+        return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+/* resolve(futures, cls, topic, partition, base_offset, records)
+ * The producer's acknowledgement of one batch: each future of futures not done yet gets
+ * cls(topic, partition, offset, timestamp), cls a 4-field tuple subclass (RecordMetadata),
+ * offset base_offset + its index (-1 when base_offset is -1), timestamp the first item of
+ * its record in records (a list of tuples, one per future). The results hold only a str and
+ * ints, so they are left untracked by the garbage collector, as CPython does for such plain
+ * tuples: the futures a sender keeps do not make every full collection longer. */
+static PyObject *resolve(PyObject *self, PyObject *args)
+{
+    PyObject *futures, *cls, *topic, *partition, *records;
+    long long base;
+    if (!PyArg_ParseTuple(args, "O!O!UO!LO!", &PyList_Type, &futures, &PyType_Type, &cls, &topic,
+                          &PyLong_Type, &partition, &base, &PyList_Type, &records))
+        return NULL;
+    PyTypeObject *type = (PyTypeObject *)cls;
+    if (!PyType_IsSubtype(type, &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "resolve: cls must be a tuple subclass");
+        return NULL;
+    }
+    if (PyList_GET_SIZE(records) < PyList_GET_SIZE(futures)) {
+        PyErr_SetString(PyExc_ValueError, "resolve: fewer records than futures");
+        return NULL;
+    }
+    if (base > LLONG_MAX - PyList_GET_SIZE(futures)) {
+        PyErr_SetString(PyExc_OverflowError, "resolve: the offsets do not fit in 64 bits");
+        return NULL;
+    }
+    static PyObject *done_name, *set_result_name;
+    if (!done_name && !(done_name = PyUnicode_InternFromString("done")))
+        return NULL;
+    if (!set_result_name && !(set_result_name = PyUnicode_InternFromString("set_result")))
+        return NULL;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(futures) && i < PyList_GET_SIZE(records); i++) {
+        PyObject *fut = Py_NewRef(PyList_GET_ITEM(futures, i));
+        PyObject *rec = Py_NewRef(PyList_GET_ITEM(records, i));
+        int ok = resolve_one(fut, rec, type, topic, partition, base >= 0 ? base + i : -1,
+                             done_name, set_result_name);
+        Py_DECREF(fut);
+        Py_DECREF(rec);
+        if (ok < 0)
+            return NULL;
+    }
+    Py_RETURN_NONE;
 }
 
 static PyMethodDef methods[] = {
@@ -1408,6 +1495,8 @@ static PyMethodDef methods[] = {
     {"murmur2", py_murmur2, METH_O, "Kafka's Utils.murmur2 of a bytes-like object (signed int32)."},
     {"encode_records", encode_records, METH_VARARGS,
      "The v2 records of (offset, timestamp, key, value, headers) tuples."},
+    {"resolve", resolve, METH_VARARGS,
+     "Set each pending future of an acknowledged batch to its record's metadata."},
     {NULL, NULL, 0, NULL},
 };
 

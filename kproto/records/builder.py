@@ -142,8 +142,8 @@ class RecordBatchBuilder:
         if _speedups is not None:
             try:
                 body = _speedups.encode_records(recs, self.base_offset, base_ts)
-            except ValueError as e:  # a null header key (extend does not look at each record)
-                raise EncodeError(str(e)) from None
+            except (ValueError, OverflowError) as e:  # as the Python writer: a null header key
+                raise EncodeError(str(e)) from None  # (extend looks at no record), a huge delta
         else:
             body = b"".join([encode_record(off - self.base_offset, ts - base_ts, k, v, h)
                              for off, ts, k, v, h in recs])

@@ -78,6 +78,21 @@ def test_extend_is_append_at_consecutive_offsets():
     assert [(r.timestamp, r.key, r.value) for r in batch.record_list()] == [r[:3] for r in recs]
 
 
+@needs_c
+def test_a_delta_beyond_64_bits_fails_as_in_python():
+    from kproto.errors import EncodeError as Err
+
+    big = [(0, (1 << 63) - 1, None, None, ())]
+    with pytest.raises(Err):
+        encode_record(0, (1 << 63) - 1 - (-5), None, None)
+    with pytest.raises(ValueError):
+        speedups.encode_records(big, 0, -5)
+    b = RecordBatchBuilder()
+    b.extend([(-5, None, None, ()), ((1 << 63) - 1, None, None, ())])
+    with pytest.raises(Err):
+        b.build()
+
+
 def test_null_header_key_is_an_encode_error():
     b = RecordBatchBuilder()
     with pytest.raises(EncodeError):
