@@ -252,7 +252,8 @@ class Producer:
                    partition: Optional[int] = None, headers: Sequence[tuple[str, Optional[bytes]]] = (),
                    timestamp_ms: Optional[int] = None) -> "asyncio.Future[RecordMetadata]":
         """Queue a record; returns a future resolved when the broker acknowledged it. Waits
-        while more than ``buffer_memory`` bytes are queued."""
+        while more than ``buffer_memory`` bytes are queued; yields to the event loop once when
+        the record fills its batch, so that the sender writes the batch while the caller goes on."""
         if self.transactions is not None:
             self.transactions.check_can_send()
         hdrs: tuple = ()
