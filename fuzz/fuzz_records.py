@@ -20,16 +20,18 @@ except ImportError:  # pragma: no cover - the test suite drives TestOneInput wit
 
 if atheris is not None:
     with atheris.instrument_imports():
-        from kproto.errors import DecodeError
+        from kproto.errors import DecodeError, EncodeError
         from kproto.problems import Problems
         from kproto.records import (LegacyMessageBuilder, RecordBatch, RecordBatchBuilder,
                                     iter_batches)
+        from kproto.records.builder import _speedups, encode_record
         from kproto.records.columns import record_tuples
         from kproto.records.dump import dump_lines
 else:
-    from kproto.errors import DecodeError
+    from kproto.errors import DecodeError, EncodeError
     from kproto.problems import Problems
     from kproto.records import LegacyMessageBuilder, RecordBatch, RecordBatchBuilder, iter_batches
+    from kproto.records.builder import _speedups, encode_record
     from kproto.records.columns import record_tuples
     from kproto.records.dump import dump_lines
 
@@ -57,6 +59,22 @@ def _seeds() -> list[bytes]:
 SEEDS = _seeds()
 
 
+def _same_writing(batch: object, rows: list) -> None:
+    """The records written again: the C writer (the producer's) agrees with the reference,
+    bytes or failure."""
+    base_o, base_t = rows[0][0], rows[0][1]
+    try:
+        want: object = b"".join(encode_record(o - base_o, t - base_t, k, v, h) for o, t, k, v, h in rows)
+    except (EncodeError, UnicodeError):
+        want = "fails"
+    try:
+        got: object = _speedups.encode_records(rows, base_o, base_t)
+    except (ValueError, OverflowError):  # UnicodeError is a ValueError
+        got = "fails"
+    if got != want:
+        raise AssertionError(f"encode_records and encode_record disagree on {batch!r}")
+
+
 def check(buf: bytes) -> None:
     """Read everything in ``buf`` every way kproto can; only DecodeError may escape."""
     found = Problems()
@@ -80,6 +98,9 @@ def check(buf: bytes) -> None:
                 got = [tuple(r[2:6]) + (tuple(r[6]),) for r in record_tuples(cols, tuple, "t", 0)]
                 if got != [(r.offset, r.timestamp, r.key, r.value, tuple(r.headers)) for r in ref]:
                     raise AssertionError(f"record_tuples and the reference disagree on {batch!r}")
+                if ref and _speedups is not None:
+                    _same_writing(batch, [(r.offset, r.timestamp, r.key, r.value, tuple(r.headers))
+                                          for r in ref])
     for _ in dump_lines(buf, max_decompressed=LIMIT):
         pass
 

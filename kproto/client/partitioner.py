@@ -17,6 +17,8 @@ import random as _random
 import struct
 from typing import TYPE_CHECKING, Callable, Sequence
 
+from kproto.accelerators import load
+
 if TYPE_CHECKING:
     import numpy as np
 
@@ -36,8 +38,8 @@ def _words(n: int) -> struct.Struct:
     return s
 
 
-def murmur2(data: bytes | bytearray | memoryview) -> int:
-    """Kafka's ``Utils.murmur2`` (32-bit MurmurHash2, seed 0x9747b28c) as a signed 32-bit int."""
+def _murmur2_py(data: bytes | bytearray | memoryview) -> int:
+    """:func:`murmur2` in pure Python (the reference of the C one)."""
     length = len(data)
     h = (_SEED ^ length) & _MASK
     n4 = length >> 2
@@ -60,6 +62,13 @@ def murmur2(data: bytes | bytearray | memoryview) -> int:
     h = (h * _M) & _MASK
     h ^= h >> 15
     return h - 0x100000000 if h & 0x80000000 else h
+
+
+_speedups = load("kproto.records._speedups")
+#: Kafka's ``Utils.murmur2`` (32-bit MurmurHash2, seed 0x9747b28c) as a signed 32-bit int: the
+#: records accelerator's when it is built, else the pure Python one.
+murmur2: Callable[[bytes | bytearray | memoryview], int] = (
+    _speedups.murmur2 if _speedups is not None else _murmur2_py)
 
 
 def murmur2_batch(keys: Sequence[bytes]) -> "np.ndarray":

@@ -42,6 +42,7 @@ from kproto.client.transactions import (ADD_PARTITIONS_CLIENT_VERSIONS, END_TXN_
                                        PRODUCE_TXN_V1_VERSIONS, TRANSACTION_VERSION_FEATURE,
                                        TXN_OFFSET_COMMIT_BY_ID_VERSIONS, TXN_OFFSET_COMMIT_V1_VERSIONS,
                                        TXN_OFFSET_COMMIT_V2_VERSIONS, Action, TransactionManager)
+from kproto.accelerators import load
 from kproto.codecs import request as _request_codec
 from kproto.codecs.primitives import Uuid
 from kproto.records.compression import codec_id
@@ -51,6 +52,10 @@ from kproto.schemas.api_keys import ApiKey
 from kproto.error_codes import ErrorCode, is_retriable
 
 __all__ = ["Producer", "RecordMetadata"]
+
+# optional C accelerator (kproto.accelerators): resolve sets an acknowledged batch's futures
+# with what _resolve's Python loop sets them, the results untracked by the garbage collector
+_speedups = load("kproto.records._speedups")
 
 #: Produce v13 names topics by id (KIP-516); below it, by name
 _PRODUCE_TOPIC_IDS = 13
@@ -247,37 +252,46 @@ class Producer:
                    partition: Optional[int] = None, headers: Sequence[tuple[str, Optional[bytes]]] = (),
                    timestamp_ms: Optional[int] = None) -> "asyncio.Future[RecordMetadata]":
         """Queue a record; returns a future resolved when the broker acknowledged it. Waits
-        while more than ``buffer_memory`` bytes are queued."""
+        while more than ``buffer_memory`` bytes are queued; yields to the event loop once when
+        the record fills its batch, so that the sender writes the batch while the caller goes on."""
         if self.transactions is not None:
             self.transactions.check_can_send()
-        if headers and any(k is None for k, _ in headers):
-            raise EncodeError("header keys cannot be null")
-        if self.accumulator.queued_bytes >= self.buffer_memory:
+        hdrs: tuple = ()
+        if headers:
+            hdrs = tuple(headers)
+            if any(k is None for k, _ in hdrs):
+                raise EncodeError("header keys cannot be null")
+        acc = self.accumulator
+        if acc.queued_bytes >= self.buffer_memory:
             await self._wait(lambda: self.accumulator.queued_bytes < self.buffer_memory)
-        available: Sequence[int] = ()
         # like Kafka's waitOnMetadata: the topic's metadata first (a broker may create it)
         info = self.cluster.metadata.topics.get(topic)
         if info is None or not info.partitions:
             await self.cluster.wait_for_leaders([topic], allow_auto_create=True)
             info = self.cluster.metadata.topics[topic]
         n = len(info.partitions)
-        sticky = partition is None and key is None  # the built-in partitioner's own choice
-        if partition is None:
-            if key is None:  # only the sticky choice needs the partitions that have leaders
-                available = self.cluster.metadata.available_partitions(topic)
-            partition = self.accumulator.partition(topic, key, n, available)
-        elif not 0 <= partition < n:
-            raise KprotoError(f"partition {partition} is not in the range [0...{n}) of {topic}")
         loop = asyncio.get_running_loop()
-        fut: asyncio.Future = loop.create_future()
+        fut: asyncio.Future = asyncio.Future(loop=loop)  # loop.create_future() without its frame
         ts = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
-        full = self.accumulator.append(topic, partition, ts, key, value, tuple(headers), fut,
-                                       num_partitions=n, available=available, keyed=not sticky)
+        if partition is None and key is None:  # the built-in partitioner's own (sticky) choice
+            available = self.cluster.metadata.available_partitions(topic)
+            partition = acc.partition(topic, None, n, available)
+            full = acc.append(topic, partition, ts, key, value, hdrs, fut,
+                              num_partitions=n, available=available, keyed=False)
+        else:
+            if partition is None:
+                partition = acc.partition(topic, key, n, ())
+            elif not 0 <= partition < n:
+                raise KprotoError(f"partition {partition} is not in the range [0...{n}) of {topic}")
+            full = acc.append(topic, partition, ts, key, value, hdrs, fut)
         if self._linger_deadline is None:  # the sender sleeps until then (or a full batch)
             self._linger_deadline = loop.time() + self.linger
             self._wake()
         elif full:
             self._wake()
+            # let the sender write the full batch now, while the caller goes on appending, as
+            # Kafka's sender thread does (a caller that never waits would queue everything first)
+            await asyncio.sleep(0)
         return fut
 
     async def flush(self) -> None:
@@ -546,10 +560,16 @@ class Producer:
 
     @staticmethod
     def _resolve(batch: PendingBatch, base_offset: int) -> None:
-        for i, (fut, rec) in enumerate(zip(batch.futures, batch.records)):
+        if _speedups is not None and base_offset < 1 << 62:
+            _speedups.resolve(batch.futures, RecordMetadata, batch.topic, batch.partition,
+                              base_offset, batch.records)
+            return
+        topic, partition, records = batch.topic, batch.partition, batch.records
+        make = tuple.__new__  # RecordMetadata(...) without its Python-level __new__
+        for i, fut in enumerate(batch.futures):
             if not fut.done():
                 off = base_offset + i if base_offset >= 0 else -1
-                fut.set_result(RecordMetadata(batch.topic, batch.partition, off, rec[0]))
+                fut.set_result(make(RecordMetadata, (topic, partition, off, records[i][0])))
 
     def _fail(self, batches: list[PendingBatch], exc: BaseException) -> None:
         if self.transactions is not None and batches and isinstance(exc, KprotoError):

@@ -24,9 +24,15 @@
  * reports the damage.
  *
  * record_tuples turns decoded columns into a client's record tuples (see its comment).
+ *
+ * The producer's side: murmur2 is Kafka's Utils.murmur2 (the partitioner's hash of a key) and
+ * encode_records writes the v2 records of a batch (DefaultRecord.writeTo), byte-exact with the
+ * pure Python versions in kproto.client.partitioner and kproto.records.builder; resolve sets
+ * the futures of an acknowledged batch (kproto.client.producer).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <limits.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -1233,6 +1239,312 @@ done:
     return out;
 }
 
+/* murmur2(data) -> Kafka's Utils.murmur2 of a bytes-like object, a signed 32-bit int. */
+static PyObject *py_murmur2(PyObject *self, PyObject *arg)
+{
+    Py_buffer b;
+    if (PyObject_GetBuffer(arg, &b, PyBUF_SIMPLE) < 0)
+        return NULL;
+    const uint8_t *d = (const uint8_t *)b.buf;
+    Py_ssize_t length = b.len;
+    const uint32_t m = 0x5bd1e995u;
+    uint32_t h = 0x9747b28cu ^ (uint32_t)length;
+    Py_ssize_t n4 = length >> 2;
+    for (Py_ssize_t i = 0; i < n4; i++) {
+        const uint8_t *q = d + 4 * i;
+        uint32_t k = (uint32_t)q[0] | (uint32_t)q[1] << 8 | (uint32_t)q[2] << 16 | (uint32_t)q[3] << 24;
+        k *= m;
+        k ^= k >> 24;
+        k *= m;
+        h *= m;
+        h ^= k;
+    }
+    Py_ssize_t base = length & ~(Py_ssize_t)3;
+    switch (length & 3) {
+    case 3: h ^= (uint32_t)d[base + 2] << 16; /* fall through */
+    case 2: h ^= (uint32_t)d[base + 1] << 8;  /* fall through */
+    case 1: h ^= d[base]; h *= m;
+    }
+    h ^= h >> 13;
+    h *= m;
+    h ^= h >> 15;
+    PyBuffer_Release(&b);
+    return PyLong_FromLong((long)(int32_t)h);
+}
+
+/* A growable output buffer for encode_records. */
+typedef struct {
+    uint8_t *p;
+    Py_ssize_t len, cap;
+} wbuf;
+
+static int wb_reserve(wbuf *w, Py_ssize_t extra)
+{
+    if (extra > PY_SSIZE_T_MAX / 2 - w->len) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    if (w->len + extra <= w->cap)
+        return 0;
+    Py_ssize_t cap = w->cap ? w->cap : 256;
+    while (cap < w->len + extra)
+        cap *= 2;
+    uint8_t *p = PyMem_Realloc(w->p, cap);
+    if (!p) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    w->p = p;
+    w->cap = cap;
+    return 0;
+}
+
+/* Zig-zag varint of v into w (room for 10 bytes reserved by the caller). */
+static inline void put_varint(wbuf *w, int64_t v)
+{
+    uint64_t z = ((uint64_t)v << 1) ^ (uint64_t)(v >> 63);
+    while (z >= 0x80) {
+        w->p[w->len++] = (uint8_t)(z | 0x80);
+        z >>= 7;
+    }
+    w->p[w->len++] = (uint8_t)z;
+}
+
+/* A nullable bytes field: varint length (-1 for None) then the bytes. Its bytes-like view is
+ * taken in get_field and released by the caller. */
+static int get_field(PyObject *o, Py_buffer *b, const char *what)
+{
+    if (o == Py_None) {
+        b->obj = NULL;
+        b->buf = NULL;
+        b->len = -1;
+        return 0;
+    }
+    if (PyObject_GetBuffer(o, b, PyBUF_SIMPLE) < 0) {
+        PyErr_Format(PyExc_TypeError, "encode_records: a record's %s must be bytes-like or None", what);
+        return -1;
+    }
+    return 0;
+}
+
+static int put_field(wbuf *w, const Py_buffer *b)
+{
+    if (wb_reserve(w, 10 + (b->len > 0 ? b->len : 0)) < 0)
+        return -1;
+    put_varint(w, b->len);
+    if (b->len > 0) {
+        memcpy(w->p + w->len, b->buf, b->len);
+        w->len += b->len;
+    }
+    return 0;
+}
+
+static void release_field(Py_buffer *b)
+{
+    if (b->obj)
+        PyBuffer_Release(b);
+}
+
+/* One record's body (everything after its length prefix) into w. */
+static int encode_body(wbuf *w, int64_t offset_delta, int64_t ts_delta, PyObject *key,
+                       PyObject *value, PyObject *headers)
+{
+    Py_buffer kb, vb;
+    if (!PyTuple_Check(headers) && !PyList_Check(headers)) {
+        PyErr_SetString(PyExc_TypeError, "encode_records: a record's headers must be a tuple or list");
+        return -1;
+    }
+    if (get_field(key, &kb, "key") < 0)
+        return -1;
+    if (get_field(value, &vb, "value") < 0) {
+        release_field(&kb);
+        return -1;
+    }
+    int rc = -1;
+    Py_ssize_t nh = PySequence_Fast_GET_SIZE(headers);
+    if (wb_reserve(w, 21) < 0)
+        goto out;
+    w->p[w->len++] = 0; /* attributes */
+    put_varint(w, ts_delta);
+    put_varint(w, offset_delta);
+    if (put_field(w, &kb) < 0 || put_field(w, &vb) < 0 || wb_reserve(w, 10) < 0)
+        goto out;
+    put_varint(w, nh);
+    for (Py_ssize_t i = 0; i < nh; i++) {
+        PyObject *h = PySequence_Fast_GET_ITEM(headers, i);
+        if ((!PyTuple_Check(h) && !PyList_Check(h)) || PySequence_Fast_GET_SIZE(h) != 2) {
+            PyErr_SetString(PyExc_TypeError, "encode_records: a header must be a (key, value) pair");
+            goto out;
+        }
+        PyObject *hk = PySequence_Fast_GET_ITEM(h, 0), *hv = PySequence_Fast_GET_ITEM(h, 1);
+        Py_buffer hkb, hvb;
+        if (hk == Py_None) {
+            PyErr_SetString(PyExc_ValueError, "header keys cannot be null");
+            goto out;
+        }
+        if (PyUnicode_Check(hk)) {
+            Py_ssize_t n;
+            const char *s = PyUnicode_AsUTF8AndSize(hk, &n);
+            if (!s || wb_reserve(w, 10 + n) < 0)
+                goto out;
+            put_varint(w, n);
+            memcpy(w->p + w->len, s, n);
+            w->len += n;
+        } else {
+            if (get_field(hk, &hkb, "header key") < 0)
+                goto out;
+            int bad = put_field(w, &hkb);
+            release_field(&hkb);
+            if (bad < 0)
+                goto out;
+        }
+        if (get_field(hv, &hvb, "header value") < 0)
+            goto out;
+        int bad = put_field(w, &hvb);
+        release_field(&hvb);
+        if (bad < 0)
+            goto out;
+    }
+    rc = 0;
+out:
+    release_field(&kb);
+    release_field(&vb);
+    return rc;
+}
+
+/* encode_records(records, base_offset, base_timestamp) -> bytes
+ * The v2 records (DefaultRecord.writeTo, each with its varint length prefix) of a list of
+ * (offset, timestamp, key, value, headers) tuples: attributes 0, timestamp and offset deltas
+ * from the bases, nullable key and value, headers as (str or bytes key, bytes or None value)
+ * pairs. Byte-exact with kproto.records.builder.encode_record. */
+static PyObject *encode_records(PyObject *self, PyObject *args)
+{
+    PyObject *records;
+    long long base_offset, base_ts;
+    if (!PyArg_ParseTuple(args, "O!LL", &PyList_Type, &records, &base_offset, &base_ts))
+        return NULL;
+    wbuf w = {NULL, 0, 0}, body = {NULL, 0, 0};
+    Py_ssize_t n = PyList_GET_SIZE(records);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *r = PyList_GET_ITEM(records, i);
+        if (!PyTuple_Check(r) || PyTuple_GET_SIZE(r) != 5) {
+            PyErr_SetString(PyExc_TypeError,
+                            "encode_records: records must be (offset, timestamp, key, value, headers) tuples");
+            goto fail;
+        }
+        long long off = PyLong_AsLongLong(PyTuple_GET_ITEM(r, 0));
+        if (off == -1 && PyErr_Occurred())
+            goto fail;
+        long long ts = PyLong_AsLongLong(PyTuple_GET_ITEM(r, 1));
+        if (ts == -1 && PyErr_Occurred())
+            goto fail;
+        body.len = 0;
+        long long od, td;
+        if (__builtin_sub_overflow(off, base_offset, &od) || __builtin_sub_overflow(ts, base_ts, &td)) {
+            /* as the Python writer: a delta beyond 64 bits does not fit a varlong */
+            PyErr_SetString(PyExc_ValueError, "encode_records: a delta does not fit a varlong");
+            goto fail;
+        }
+        if (encode_body(&body, od, td, PyTuple_GET_ITEM(r, 2), PyTuple_GET_ITEM(r, 3),
+                        PyTuple_GET_ITEM(r, 4)) < 0)
+            goto fail;
+        if (wb_reserve(&w, 10 + body.len) < 0)
+            goto fail;
+        put_varint(&w, body.len);
+        memcpy(w.p + w.len, body.p, body.len);
+        w.len += body.len;
+    }
+    PyObject *out = PyBytes_FromStringAndSize((const char *)w.p, w.len);
+    PyMem_Free(w.p);
+    PyMem_Free(body.p);
+    return out;
+fail:
+    PyMem_Free(w.p);
+    PyMem_Free(body.p);
+    return NULL;
+}
+
+/* One future of resolve: 0 done (or already done), -1 with an exception set. */
+static int resolve_one(PyObject *fut, PyObject *rec, PyTypeObject *type, PyObject *topic,
+                       PyObject *partition, long long offset, PyObject *done_name,
+                       PyObject *set_result_name)
+{
+    PyObject *d = PyObject_CallMethodNoArgs(fut, done_name);
+    int is_done = d ? PyObject_IsTrue(d) : -1;
+    Py_XDECREF(d);
+    if (is_done != 0)
+        return is_done < 0 ? -1 : 0;
+    if (!PyTuple_Check(rec) || PyTuple_GET_SIZE(rec) < 1 || !PyLong_Check(PyTuple_GET_ITEM(rec, 0))) {
+        PyErr_SetString(PyExc_TypeError, "resolve: a record must be a tuple led by its timestamp");
+        return -1;
+    }
+    PyObject *md = type == &PyTuple_Type ? PyTuple_New(4) : type->tp_alloc(type, 4);
+    if (!md)
+        return -1;
+    PyObject *off = PyLong_FromLongLong(offset);
+    if (!off) {
+        Py_DECREF(md);
+        return -1;
+    }
+    PyTuple_SET_ITEM(md, 0, Py_NewRef(topic));
+    PyTuple_SET_ITEM(md, 1, Py_NewRef(partition));
+    PyTuple_SET_ITEM(md, 2, off);
+    PyTuple_SET_ITEM(md, 3, Py_NewRef(PyTuple_GET_ITEM(rec, 0)));
+    if (type->tp_dictoffset == 0)  /* a str and ints only: nothing to collect through it */
+        PyObject_GC_UnTrack(md);
+    PyObject *r = PyObject_CallMethodOneArg(fut, set_result_name, md);
+    Py_DECREF(md);
+    if (!r)
+        return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+/* resolve(futures, cls, topic, partition, base_offset, records)
+ * The producer's acknowledgement of one batch: each future of futures not done yet gets
+ * cls(topic, partition, offset, timestamp), cls a 4-field tuple subclass (RecordMetadata),
+ * offset base_offset + its index (-1 when base_offset is -1), timestamp the first item of
+ * its record in records (a list of tuples, one per future). The results hold only a str and
+ * ints, so they are left untracked by the garbage collector, as CPython does for such plain
+ * tuples: the futures a sender keeps do not make every full collection longer. */
+static PyObject *resolve(PyObject *self, PyObject *args)
+{
+    PyObject *futures, *cls, *topic, *partition, *records;
+    long long base;
+    if (!PyArg_ParseTuple(args, "O!O!UO!LO!", &PyList_Type, &futures, &PyType_Type, &cls, &topic,
+                          &PyLong_Type, &partition, &base, &PyList_Type, &records))
+        return NULL;
+    PyTypeObject *type = (PyTypeObject *)cls;
+    if (!PyType_IsSubtype(type, &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "resolve: cls must be a tuple subclass");
+        return NULL;
+    }
+    if (PyList_GET_SIZE(records) < PyList_GET_SIZE(futures)) {
+        PyErr_SetString(PyExc_ValueError, "resolve: fewer records than futures");
+        return NULL;
+    }
+    if (base > LLONG_MAX - PyList_GET_SIZE(futures)) {
+        PyErr_SetString(PyExc_OverflowError, "resolve: the offsets do not fit in 64 bits");
+        return NULL;
+    }
+    static PyObject *done_name, *set_result_name;
+    if (!done_name && !(done_name = PyUnicode_InternFromString("done")))
+        return NULL;
+    if (!set_result_name && !(set_result_name = PyUnicode_InternFromString("set_result")))
+        return NULL;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(futures) && i < PyList_GET_SIZE(records); i++) {
+        PyObject *fut = Py_NewRef(PyList_GET_ITEM(futures, i));
+        PyObject *rec = Py_NewRef(PyList_GET_ITEM(records, i));
+        int ok = resolve_one(fut, rec, type, topic, partition, base >= 0 ? base + i : -1,
+                             done_name, set_result_name);
+        Py_DECREF(fut);
+        Py_DECREF(rec);
+        if (ok < 0)
+            return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"scan_v2", scan_v2, METH_VARARGS, "Decode the varint fields of v2 records sections."},
     {"check_v2", check_v2, METH_VARARGS,
@@ -1249,6 +1561,11 @@ static PyMethodDef methods[] = {
      "The headers of framed batches as Arrow buffers."},
     {"record_tuples", record_tuples, METH_VARARGS,
      "Records of decoded columns as instances of a 7-field tuple subclass."},
+    {"murmur2", py_murmur2, METH_O, "Kafka's Utils.murmur2 of a bytes-like object (signed int32)."},
+    {"encode_records", encode_records, METH_VARARGS,
+     "The v2 records of (offset, timestamp, key, value, headers) tuples."},
+    {"resolve", resolve, METH_VARARGS,
+     "Set each pending future of an acknowledged batch to its record's metadata."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -5,6 +5,7 @@ import itertools
 
 import pytest
 
+from kproto.client import partitioner
 from kproto.client.partitioner import (
     StickyPartitioner, murmur2, murmur2_batch, partition_for_key, partitions_for_keys, to_positive)
 
@@ -31,6 +32,19 @@ def test_every_murmur2_vector():
         if got != want:
             bad.append((i, got, want))
     assert not bad, f"{len(bad)} mismatches, first: {bad[:3]}"
+
+
+@pytest.mark.parametrize("impl", ["python", "c"])
+def test_both_murmur2_match_every_vector(impl):
+    # the accelerator's murmur2 (the one partitioning uses when built) and the pure Python one
+    if impl == "c" and partitioner._speedups is None:
+        pytest.skip("the records accelerator is not built")
+    fn = partitioner._murmur2_py if impl == "python" else partitioner._speedups.murmur2
+    keys = [bytes.fromhex(v["key_hex"]) for v in MURMUR]
+    assert [fn(k) for k in keys] == [v["murmur2"] for v in MURMUR]
+    assert fn(bytearray(keys[7])) == fn(memoryview(keys[7])) == MURMUR[7]["murmur2"]
+    with pytest.raises(TypeError):
+        fn("text")
 
 
 def test_batch_matches_every_vector():

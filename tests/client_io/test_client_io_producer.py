@@ -509,3 +509,29 @@ def test_transactional_producer_follows_the_finalized_transaction_version(tmp_pa
         assert not tv2 and epochs == [0, 0, 0]
         assert versions == {K.PRODUCE: {11}, K.ADD_PARTITIONS_TO_TXN: {3}, K.ADD_OFFSETS_TO_TXN: {4},
                             K.TXN_OFFSET_COMMIT: {4}, K.END_TXN: {4}}
+
+
+def test_a_send_that_fills_its_batch_lets_the_sender_write_it():
+    # a caller that never waits still has full batches sent while it goes on appending
+    broker = ProduceBroker([])
+
+    async def main():
+        async with fake_cluster(broker) as cluster:
+            producer = await Producer(cluster, linger_ms=60_000, batch_size=100).start()
+            await producer.send("t", b"v", partition=0)  # metadata first (that send waits)
+            await producer.flush()
+            yielded = []
+            for i in range(9):  # 21 + 16 bytes a record: every 3rd fills a 100-byte batch
+                ran: list[int] = []
+                asyncio.get_running_loop().call_soon(ran.append, i)
+                await producer.send("t", b"v" * 16, partition=0)
+                if ran:
+                    yielded.append(i)
+            await asyncio.sleep(0.2)  # the answers (the linger alone would hold them a minute)
+            sent_early = list(broker.produced)
+            await producer.close()
+            return yielded, sent_early
+
+    yielded, sent_early = asyncio.run(asyncio.wait_for(main(), 30))
+    assert yielded == [2, 5, 8]  # only the sends that filled a batch
+    assert [count for _, _, count in sent_early] == [1, 3, 3, 3]

@@ -169,3 +169,63 @@ def test_leader_assignments_match_assignor(assignor):
     assert decoded == assign(assignor, {"a": 5, "b": 3}, subs)
     assert sorted(tp for tps in decoded.values() for tp in tps) == \
         [("a", p) for p in range(5)] + [("b", p) for p in range(3)]
+
+
+@pytest.mark.parametrize("accelerated", [False, True])
+def test_an_acknowledged_batch_resolves_each_pending_future(monkeypatch, accelerated):
+    import asyncio
+    import gc
+
+    from kproto.client import producer as producer_module
+    from kproto.client.accumulator import RecordMetadata
+
+    if accelerated and producer_module._speedups is None:
+        pytest.skip("the records accelerator is not built")
+    if not accelerated:
+        monkeypatch.setattr(producer_module, "_speedups", None)
+    loop = asyncio.new_event_loop()
+    try:
+        futs = [loop.create_future() for _ in range(4)]
+        futs[1].set_result("earlier")
+        futs[2].set_exception(ValueError("earlier"))
+        b = PendingBatch("t", 3, [(100 + i, None, b"v", ()) for i in range(4)], futs)
+        producer_module.Producer._resolve(b, 50)
+        assert [f.result() for f in (futs[0], futs[3])] == [
+            RecordMetadata("t", 3, 50, 100), RecordMetadata("t", 3, 53, 103)]
+        assert futs[1].result() == "earlier" and isinstance(futs[2].exception(), ValueError)
+        assert type(futs[0].result()) is RecordMetadata and futs[3].result().offset == 53
+        # the C path leaves the results (a str and ints) to reference counting alone
+        assert gc.is_tracked(futs[0].result()) is not accelerated
+        acks0 = [loop.create_future() for _ in range(2)]
+        producer_module.Producer._resolve(PendingBatch("t", 0, [(7, None, None, ())] * 2, acks0), -1)
+        assert [f.result().offset for f in acks0] == [-1, -1]
+        huge = [loop.create_future() for _ in range(2)]  # an absurd offset still resolves
+        producer_module.Producer._resolve(PendingBatch("t", 0, [(7, None, None, ())] * 2, huge), (1 << 63) - 1)
+        assert [f.result().offset for f in huge] == [(1 << 63) - 1, 1 << 63]
+    finally:
+        loop.close()
+
+
+def test_resolve_checks_its_arguments():
+    from kproto.client.producer import _speedups
+
+    if _speedups is None:
+        pytest.skip("the records accelerator is not built")
+    import asyncio
+
+    loop = asyncio.new_event_loop()
+    try:
+        futs = [loop.create_future()]
+        with pytest.raises(ValueError):
+            _speedups.resolve(futs, tuple, "t", 0, 0, [])
+        with pytest.raises(TypeError):
+            _speedups.resolve(futs, tuple, "t", 0, 0, [("not a timestamp",)])
+        with pytest.raises(TypeError):
+            _speedups.resolve(futs, list, "t", 0, 0, [(1,)])
+        with pytest.raises(OverflowError):
+            _speedups.resolve(futs, tuple, "t", 0, (1 << 63) - 1, [(1,)])
+        assert not futs[0].done()
+        _speedups.resolve(futs, tuple, "t", 0, 5, [(1,)])
+        assert futs[0].result() == ("t", 0, 5, 1)
+    finally:
+        loop.close()
