@@ -305,7 +305,9 @@ def test_oauthbearer_unsecured_as_apache(apache_kafka, tmp_path):
     assert set(our_life) == set(apache_life)
     for label, ms in apache_life.items():
         expected = 900_000 if label == "reauthenticate" else 600_000  # the last token's exp
-        assert expected - 10_000 <= ms <= expected and abs(our_life[label] - ms) < 10_000, \
+        # 30 s of slack (the tokens' lifetimes differ by 300 s): on a busy machine Apache Kafka
+        # took 10.8 s from making a token to reading it into a session
+        assert expected - 30_000 <= ms <= expected and abs(our_life[label] - ms) < 30_000, \
             (label, ms, our_life[label])
 
 
