@@ -206,7 +206,7 @@ class CaptureDecoder:
             for p in _iter_pcap(mv, ">" if big_endian else "<", nanos, index, 0, source, pos):
                 yield from self.feed(p)
 
-    def _scanned(self, mv: memoryview, index: int, linktype: Optional[int], packets: int, size: int,
+    def _scanned(self, mv: memoryview, index: int, linktype: int, packets: int, size: int,
                  last_ts: Optional[float], kind: int, item: Any) -> Optional[Iterable[Exchange]]:
         """Account for what one call of the C packet loop consumed and take the packet it
         stopped at: a frame row (kind 1), a packet for the usual path (2; a pcapng packet names
@@ -235,7 +235,7 @@ class CaptureDecoder:
         while pos < end:
             pos, walk.index, *result = scan(
                 self, connections, mv, pos, walk.index, walk.order == ">", tuple(walk.ifaces))
-            out = scanned(mv, walk.index, None, *result)
+            out = scanned(mv, walk.index, -1, *result)  # its packets name their link type
             if out:
                 yield from out
             elif out is None:
