@@ -43,8 +43,9 @@ _NUMERIC = frozenset({"connect_timeout", "request_timeout", "retry_limit_seconds
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]+")  # RFC 3986; one letter is a Windows drive
 
 
-def is_remote(path: str) -> bool:
+def is_remote(path: str | os.PathLike[str]) -> bool:
     """True for a ``scheme://`` URI other than ``file://`` (those go through pyarrow/fsspec)."""
+    path = os.fspath(path)
     i = path.find("://")
     return i > 1 and _SCHEME.fullmatch(path[:i]) is not None and path[:i].lower() != "file"
 
@@ -61,8 +62,10 @@ def _root(path: str) -> tuple[str, str, str]:
     return scheme.lower(), f"{scheme}://{netloc}", rest.lstrip("/")
 
 
-def normpath(path: str) -> str:
-    """``os.path.normpath`` that keeps a URI's ``scheme://authority``."""
+def normpath(path: str | os.PathLike[str]) -> str:
+    """``os.path.normpath`` that keeps a URI's ``scheme://authority`` (a ``pathlib.Path`` is
+    a local path)."""
+    path = os.fspath(path)
     if not is_remote(path):
         return os.path.normpath(_local(path))
     _, root, rest = _root(path)

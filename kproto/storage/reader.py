@@ -801,7 +801,7 @@ def _decode(batches: list[Batch], split: Split, segment: str, opts: ReadOptions,
         yield rb
 
 
-def iter_arrow(path: str, *, topics: Iterable[str] | None = None,
+def iter_arrow(path: str | os.PathLike[str], *, topics: Iterable[str] | None = None,
                partitions: Iterable[int] | None = None, problems: Problems | None = None,
                storage_options: Mapping[str, Any] | None = None,
                **options) -> Iterator[pa.RecordBatch]:
@@ -809,7 +809,7 @@ def iter_arrow(path: str, *, topics: Iterable[str] | None = None,
     local or a URI; ``storage_options``: see :func:`plan_splits`), partition by partition in
     offset order. ``options``: the fields of :class:`ReadOptions`. Damage found is reported
     in ``problems`` when given."""
-    return _iter_arrow(path, topics, partitions, problems, ReadOptions(**options),
+    return _iter_arrow(os.fspath(path), topics, partitions, problems, ReadOptions(**options),
                        storage_options)
 
 
@@ -821,11 +821,11 @@ def _iter_arrow(path: str, topics: Iterable[str] | None, partitions: Iterable[in
         yield from read_split(split, opts, problems=problems)
 
 
-def read_arrow(path: str, *, topics: Iterable[str] | None = None,
+def read_arrow(path: str | os.PathLike[str], *, topics: Iterable[str] | None = None,
                partitions: Iterable[int] | None = None, problems: Problems | None = None,
                storage_options: Mapping[str, Any] | None = None, **options) -> pa.Table:
     """Every record under ``path`` as one ``pyarrow.Table`` (see :func:`iter_arrow`);
     ``read_arrow(path).to_pandas()`` for pandas."""
     opts = ReadOptions(**options)
-    batches = list(_iter_arrow(path, topics, partitions, problems, opts, storage_options))
+    batches = list(_iter_arrow(os.fspath(path), topics, partitions, problems, opts, storage_options))
     return pa.Table.from_batches(batches, schema=arrow_schema(opts.binary_view))

@@ -209,3 +209,11 @@ def test_legacy_wrapper_that_does_not_decompress_is_damage_in_both_isolations(is
     assert [(d.kind, d.position, d.bytes_skipped) for d in damage] == [
         ("corrupt", len(first), len(bad))]
     assert "gzip" in damage[0].reason
+
+
+def test_a_pathlib_path_reads_as_its_string():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2] / "examples" / "logdir"
+    assert read_arrow(root).equals(read_arrow(str(root)))
+    assert read_arrow(root).num_rows > 0
