@@ -26,7 +26,7 @@ from typing import Callable, Iterable, Iterator, Mapping, Optional, Sequence
 import numpy as np
 from crc32c import crc32c
 
-from kproto.codecs.primitives import Uuid
+from kproto.codecs.primitives import INT64_MAX, Uuid
 from kproto.error_codes import ErrorCode
 from kproto.errors import DecodeError
 from kproto.records.batch import CRC_START, RecordBatch
@@ -135,7 +135,6 @@ def topic_name_error(name: str) -> Optional[str]:
                 "alphanumerics, '.', '_' and '-'")
     return None
 
-_INT64_MAX = 2**63 - 1
 _I64 = struct.Struct(">q")
 _I32 = struct.Struct(">i")
 _U32 = struct.Struct(">I")
@@ -170,7 +169,7 @@ class LogConfig:
     index_interval_bytes: int = 4096
     segment_index_bytes: int = 10 * 1024 * 1024
     message_timestamp_type: str = "CreateTime"
-    timestamp_before_max_ms: int = _INT64_MAX
+    timestamp_before_max_ms: int = INT64_MAX
     timestamp_after_max_ms: int = 3_600_000  # Kafka 4.0+ refuses stamps over an hour ahead
     max_message_bytes: int = 1048588
     compacted: bool = False  # cleanup.policy includes compact: every record needs a key
@@ -287,7 +286,7 @@ def _validate(batch: RecordBatch, config: LogConfig, now_ms: int, where: str = "
                           f"Invalid sequence number {batch.base_sequence} in record batch "
                           f"with producerId {batch.producer_id}")
     check_ts = config.message_timestamp_type == "CreateTime" and (
-        config.timestamp_before_max_ms < _INT64_MAX or config.timestamp_after_max_ms < _INT64_MAX)
+        config.timestamp_before_max_ms < INT64_MAX or config.timestamp_after_max_ms < INT64_MAX)
     # one pass that builds nothing (a fixed cost per produced batch); when a check fails, the
     # columns below find which and say so
     passed = check_records(batch, now_ms, config.timestamp_before_max_ms,

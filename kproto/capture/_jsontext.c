@@ -392,11 +392,16 @@ static struct PyModuleDef module = {
     NULL, NULL, NULL, NULL,
 };
 
+/* The interface this source offers; kproto.accelerators.API names the one the Python
+ * side expects, and a build whose number differs is not used. Bump both together. */
+#define KPROTO_API 1
+
 PyMODINIT_FUNC PyInit__jsontext(void) {
     if (PyType_Ready(&WriterType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
-    if (PyModule_AddObjectRef(m, "Writer", (PyObject *)&WriterType) < 0) {
+    if (PyModule_AddObjectRef(m, "Writer", (PyObject *)&WriterType) < 0
+            || PyModule_AddIntConstant(m, "API", KPROTO_API) < 0) {
         Py_DECREF(m);
         return NULL;
     }

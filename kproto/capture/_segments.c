@@ -619,6 +619,10 @@ static struct PyModuleDef module = {
     "The capture decoder's packet loop over classic pcap files, in C (see scan).", -1, methods,
 };
 
+/* The interface this source offers; kproto.accelerators.API names the one the Python
+ * side expects, and a build whose number differs is not used. Bump both together. */
+#define KPROTO_API 1
+
 PyMODINIT_FUNC PyInit__segments(void) {
 #define INTERN(var, text) if ((var = PyUnicode_InternFromString(text)) == NULL) return NULL
     INTERN(s_ticks, "ticks"); INTERN(s_last_ts, "last_ts"); INTERN(s_client, "client");
@@ -631,5 +635,10 @@ PyMODINIT_FUNC PyInit__segments(void) {
     INTERN(s_max_frame, "max_frame"); INTERN(s_request_frame, "_request_frame");
     INTERN(s_response_frame, "_response_frame");
 #undef INTERN
-    return PyModule_Create(&module);
+    PyObject *m = PyModule_Create(&module);
+    if (m && PyModule_AddIntConstant(m, "API", KPROTO_API) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }

@@ -379,6 +379,14 @@ class Consumer:
                     raise_for_error(code, f"JoinGroup({self.group_id}): no coordinator within {wait:g} s")
                 self.cluster.forget_coordinator(self._group)
                 await asyncio.sleep(_RETRY_BACKOFF)
+            elif code == ErrorCode.INVALID_REQUEST:
+                # librdkafka's mock refuses a follower's SyncGroup that arrives after the
+                # leader's has completed the round; librdkafka rejoins on any SyncGroup error.
+                # Kafka never answers a well-formed SyncGroup so: rejoin until the deadline.
+                if time.monotonic() > deadline:
+                    raise_for_error(code, f"SyncGroup({self.group_id})")
+                _log.warning("SyncGroup(%s) refused with INVALID_REQUEST: joining again", self.group_id)
+                await asyncio.sleep(_RETRY_BACKOFF)
 
     async def _auto_commit(self, force: bool = False) -> None:
         """Commit the positions when auto-commit is on and the interval passed (or ``force``).
@@ -428,7 +436,8 @@ class Consumer:
             group_instance_id=self.group_instance_id, protocol_type=PROTOCOL_TYPE, protocol_name=self.protocol,
             assignments=[sg.cls.SyncGroupRequestAssignment(member_id=m, assignment=a)
                          for m, a in assignments.items()]))
-        if sync.error_code in _REJOIN_ERRORS or sync.error_code in _COORDINATOR_ERRORS:
+        if sync.error_code in _REJOIN_ERRORS or sync.error_code in _COORDINATOR_ERRORS \
+                or sync.error_code == ErrorCode.INVALID_REQUEST:
             if sync.error_code == ErrorCode.UNKNOWN_MEMBER_ID:
                 self.member_id = ""
             return int(sync.error_code)

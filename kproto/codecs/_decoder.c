@@ -1594,6 +1594,10 @@ static struct PyModuleDef moduledef = {
     PyModuleDef_HEAD_INIT, "_decoder", "Compiled decoder and encoder programs for kproto's codec.", -1, module_methods,
 };
 
+/* The interface this source offers; kproto.accelerators.API names the one the Python
+ * side expects, and a build whose number differs is not used. Bump both together. */
+#define KPROTO_API 1
+
 PyMODINIT_FUNC PyInit__decoder(void) {
     if (PyType_Ready(&ProgramType) < 0 || PyType_Ready(&LazyType) < 0) return NULL;
     for (int i = SMALL_INT_MIN; i <= SMALL_INT_MAX; i++)
@@ -1607,6 +1611,10 @@ PyMODINIT_FUNC PyInit__decoder(void) {
     }
     if (PyModule_AddObject(m, "LazyDefault", Py_NewRef((PyObject *)&LazyType)) < 0) {
         Py_DECREF(&LazyType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    if (PyModule_AddIntConstant(m, "API", KPROTO_API) < 0) {
         Py_DECREF(m);
         return NULL;
     }

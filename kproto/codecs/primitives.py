@@ -18,6 +18,8 @@ INT64 = struct.Struct(">q")
 UINT16 = struct.Struct(">H")
 UINT32 = struct.Struct(">I")
 FLOAT64 = struct.Struct(">d")
+#: Java's Long.MAX_VALUE: Kafka's "no limit" for offsets, timestamps and lags
+INT64_MAX = 2**63 - 1
 
 _URLSAFE = bytes.maketrans(b"+/", b"-_")
 

@@ -1574,6 +1574,10 @@ static struct PyModuleDef module = {
     "Optional C accelerator for kproto.records.columns.", -1, methods,
 };
 
+/* The interface this source offers; kproto.accelerators.API names the one the Python
+ * side expects, and a build whose number differs is not used. Bump both together. */
+#define KPROTO_API 1
+
 PyMODINIT_FUNC PyInit__speedups(void)
 {
     crc_init();
@@ -1583,7 +1587,8 @@ PyMODINIT_FUNC PyInit__speedups(void)
 #endif
     PyObject *m = PyModule_Create(&module);
     if (m && (PyModule_AddIntConstant(m, "FRAME_WIDTH", NF) < 0
-              || PyModule_AddIntConstant(m, "CRC_HARDWARE", crc_hw) < 0)) {
+              || PyModule_AddIntConstant(m, "CRC_HARDWARE", crc_hw) < 0
+              || PyModule_AddIntConstant(m, "API", KPROTO_API) < 0)) {
         Py_DECREF(m);
         return NULL;
     }

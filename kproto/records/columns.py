@@ -39,7 +39,7 @@ import numpy as np
 
 from kproto.accelerators import load
 from kproto.records.compression import DEFAULT_MAX_SIZE
-from kproto.codecs.primitives import read_varint
+from kproto.codecs.primitives import INT64_MAX, read_varint
 from kproto.errors import DecodeError
 from kproto.records.legacy import LegacyMessage
 from kproto.records.record import Record, parse_headers
@@ -257,7 +257,6 @@ def _scan_c(data: bytes, segments: list[tuple[int, int, int]]) -> _Fields:
     return rs, re_, attrs, ts, od, ks, kl, vs, vl, hc, hs
 
 
-_INT64_MAX = 2**63 - 1
 
 
 def check_records(batch: RecordBatch, now_ms: int, before_max_ms: int, after_max_ms: int, *,
@@ -269,17 +268,15 @@ def check_records(batch: RecordBatch, now_ms: int, before_max_ms: int, after_max
     Returns (max timestamp, offset delta of the first record holding it) when all pass; None
     when one fails, the batch does not decompress, or the accelerator is absent: then
     :meth:`RecordBatch.columns` is the way to the details."""
-    # an accelerator built from an older source has no check_v2: the columns decide then
-    check = getattr(_speedups, "check_v2", None)
-    if check is None or batch.count <= 0:
+    if _speedups is None or batch.count <= 0:
         return None
     try:
         data = batch.records_data()
     except DecodeError:
         return None
     # past int64 a bound checks nothing: no int64 difference exceeds it
-    return check(data, batch.count, batch.first_timestamp, batch.timestamp_type == 0, now_ms,
-                 min(before_max_ms, _INT64_MAX), min(after_max_ms, _INT64_MAX), check_timestamps,
+    return _speedups.check_v2(data, batch.count, batch.first_timestamp, batch.timestamp_type == 0, now_ms,
+                 min(before_max_ms, INT64_MAX), min(after_max_ms, INT64_MAX), check_timestamps,
                  need_keys)
 
 

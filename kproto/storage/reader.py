@@ -31,6 +31,7 @@ from crc32c import crc32c
 
 from kproto.records.compression import (DEFAULT_BUDGET_FLOOR, DEFAULT_BUDGET_RATIO,
                                       DecompressionBudget, DecompressionLimitError)
+from kproto.codecs.primitives import INT64_MAX
 from kproto.errors import DecodeError
 from kproto.problems import Problems
 from kproto.records.batch import RecordBatch
@@ -64,7 +65,6 @@ FAST_SCAN = True
 CRC_IN_C: bool | None = None
 _FRAME_ROWS = 4096  # batches framed per call of the C helper (one table, reused)
 _MIN_BATCH = HEADER_SIZE  # the smallest v2 batch: no more rows than this allows
-_INT64_MAX = (1 << 63) - 1
 _TIMESTAMP = pa.timestamp("ms", tz="UTC")
 # batch fields the C builder spreads over the records unless they are the same for a whole
 # chunk (position always differs; topic, partition, compression and segment are constants)
@@ -617,7 +617,7 @@ class _SplitRead:
             bad = (first < prev) | (last < first)
             if low is None:
                 bad[0] |= last[0] < base
-            bad[1:] |= last[:-1] == _INT64_MAX  # the next low is past int64: nothing fits
+            bad[1:] |= last[:-1] == INT64_MAX  # the next low is past int64: nothing fits
             if high is not None:
                 bad |= last >= high
             if not bad.any():

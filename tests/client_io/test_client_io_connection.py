@@ -113,6 +113,29 @@ def test_protocol_ignores_trailing_bytes_like_kafka_clients():
     assert resp.cluster_id == "x"
 
 
+@pytest.mark.parametrize("version", [0, 1, 3])
+def test_sync_group_error_with_a_null_assignment_keeps_the_error(version):
+    # librdkafka's mock answers every SyncGroup error with assignment -1, which the field does
+    # not allow: the error is kept; a null beside no error stays a DecodeError.
+    req = kproto.request(14).cls(group_id="g", generation_id=1, member_id="m")
+    throttle = struct.pack(">i", 7) if version >= 1 else b""
+    for error, expected in ((42, 42), (0, DecodeError)):
+        proto = ClientProtocol()
+        proto.encode(req, version, token=0)
+        body = struct.pack(">i", 0) + throttle + struct.pack(">hi", error, -1)
+        [(_, resp)] = proto.feed(struct.pack(">i", len(body)) + body)
+        if expected is DecodeError:
+            assert isinstance(resp, DecodeError) and "null" in str(resp)
+        else:
+            assert resp.error_code == expected and resp.assignment == b""
+            assert resp.throttle_time_ms == (7 if version >= 1 else 0)
+    proto = ClientProtocol()  # anything else that does not decode is still refused
+    proto.encode(req, version, token=0)
+    body = struct.pack(">i", 0) + throttle + struct.pack(">hi", 42, -2)
+    [(_, resp)] = proto.feed(struct.pack(">i", len(body)) + body)
+    assert isinstance(resp, DecodeError)
+
+
 def test_protocol_correlation_id_wraps():
     proto = ClientProtocol()
     proto._next_id = 2**31 - 1

@@ -294,6 +294,62 @@ def test_mock_group_api_quirks(rdkafka_mock):
     run(main())
 
 
+def test_mock_refuses_a_late_follower_sync_and_the_member_rejoins(rdkafka_mock, caplog):
+    """The mock completes a round on the leader's SyncGroup alone; a follower whose SyncGroup
+    comes after it gets INVALID_REQUEST with a null assignment (CI saw it once, by chance).
+    Forced here: the follower rejoins, as librdkafka does, and the group settles."""
+    async def main():
+        c1, c2 = await cluster_for(rdkafka_mock), await cluster_for(rdkafka_mock)
+        topic = new_topic("late-sync")
+        await make_topic(c1, rdkafka_mock, topic)
+        kw = dict(group_id="g-" + topic, rebalance_timeout_ms=4000, session_timeout_ms=6000,
+                  heartbeat_interval_ms=200)
+        a, b = Consumer(c1, [topic], **kw), Consumer(c2, [topic], **kw)
+        leader_synced: dict[int, asyncio.Event] = {}
+        held: list[int] = []
+
+        def hold_late_follower(c):
+            request = c._group_request
+
+            async def group_request(body):
+                is_sync = type(body).__name__ == "SyncGroupRequest"
+                synced = leader_synced.setdefault(c.generation, asyncio.Event())
+                if is_sync and c.leader_id != c.member_id and not held:
+                    held.append(c.generation)
+                    await asyncio.wait_for(synced.wait(), 20)
+                resp = await request(body)
+                if is_sync and c.leader_id == c.member_id:
+                    synced.set()
+                return resp
+            c._group_request = group_request
+
+        hold_late_follower(a)
+        hold_late_follower(b)
+        await a.start()
+        await b.start()
+        deadline = time.monotonic() + 40
+
+        def settled():
+            return (held and a.generation == b.generation > held[0] and not a.rebalance_needed
+                    and not b.rebalance_needed and len(a.assignment) + len(b.assignment) == PARTITIONS)
+
+        async def poll(c):
+            while not settled() and time.monotonic() < deadline:
+                await c.getmany(0.3)
+
+        await asyncio.gather(poll(a), poll(b))
+        result = held, a.generation, sorted(a.assignment + b.assignment)
+        for x in (a, b, c1, c2):
+            await x.close()
+        return topic, result
+
+    with caplog.at_level("WARNING", logger="kproto.client"):
+        topic, (held, generation, owned) = run(main(), timeout=90)
+    assert held and generation > held[0]
+    assert owned == [(topic, p) for p in range(PARTITIONS)]
+    assert any("SyncGroup" in r.getMessage() and "INVALID_REQUEST" in r.getMessage() for r in caplog.records)
+
+
 # ---- against confluent-kafka (librdkafka) -----------------------------------------------------
 
 @pytest.mark.apache
