@@ -123,6 +123,27 @@ static int put_base64(Buf *b, PyObject *v) {
     return 0;
 }
 
+/* A str as the JSON encoder writes it (ensure_ascii off): an ASCII string with nothing to
+ * escape (no quote, backslash or control character) is itself in quotes, written here; any
+ * other goes through the encoder's own escaping. */
+static int put_call(Buf *b, PyObject *fn, PyObject *v);
+static int put_string(Buf *b, PyObject *s) {
+    if (PyUnicode_IS_ASCII(s)) {
+        const unsigned char *p = PyUnicode_1BYTE_DATA(s);
+        Py_ssize_t n = PyUnicode_GET_LENGTH(s), i = 0;
+        while (i < n && p[i] >= 0x20 && p[i] != '"' && p[i] != '\\') i++;
+        if (i == n) {
+            if (grow(b, n + 2) < 0) return -1;
+            b->p[b->len] = '"';
+            memcpy(b->p + b->len + 1, p, (size_t)n);
+            b->p[b->len + 1 + n] = '"';
+            b->len += n + 2;
+            return 0;
+        }
+    }
+    return put_call(b, escape_fn, s);
+}
+
 static int put_call(Buf *b, PyObject *fn, PyObject *v) {  /* the text fn(v) */
     PyObject *t = PyObject_CallOneArg(fn, v);
     if (t == NULL) return -1;
@@ -155,7 +176,7 @@ static int write_scalar(Buf *b, int kind, PyObject *v, Struct *sub, PyObject *na
         }
         return v == Py_None ? PUTS(b, "null") : odd();
     case K_STRING:
-        if (PyUnicode_CheckExact(v)) return put_call(b, escape_fn, v);
+        if (PyUnicode_CheckExact(v)) return put_string(b, v);
         return v == Py_None ? PUTS(b, "null") : odd();
     case K_BOOL: {
         if (v == Py_None) return PUTS(b, "null");
@@ -257,7 +278,8 @@ static int write_struct(Buf *b, Struct *st, PyObject *o, PyObject *names) {
                     else if (has) {
                         name = PyObject_GetItem(names, t);
                         bad = name == NULL || PUTS(b, ", \"topicName\": ") < 0
-                              || put_call(b, escape_fn, name) < 0;
+                              || (PyUnicode_CheckExact(name) ? put_string(b, name)
+                                                             : put_call(b, escape_fn, name)) < 0;
                     }
                 }
                 Py_XDECREF(t);

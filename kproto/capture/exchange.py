@@ -287,25 +287,42 @@ def _head_values(ex: Exchange) -> tuple:
 
 def _head_text(ex: Exchange) -> str:
     """``json_dumps(_head(ex))`` without its closing brace, written directly."""
-    ts, latency, V = _iso(ex.ts), ex.latency_ms, _value_text
+    client, broker, V = ex.client, ex.broker, _value_text
+    last = _LAST_PAIR[0]  # a connection's exchanges mostly come one after another
+    if last[0] is client and last[1] is broker:
+        pair = last[2]
+    else:
+        pair = f'"client": {_endpoint_json(client)}, "broker": {_endpoint_json(broker)}, '
+        _LAST_PAIR[0] = (client, broker, pair)  # (one tuple: read and replaced whole)
     key, ver, corr, as_ = ex.api_key, ex.api_version, ex.correlation_id, ex.decoded_as
     kind, req, resp = ex.kind, ex.request_bytes, ex.response_bytes
     try:
         key_text = _KEY_TEXT[key]  # the API key and its name, which make one piece
     except (KeyError, TypeError):
         key_text = _key_text(key)
-    return (f'{{"ts": {"null" if ts is None else string_text(ts)}, '
-            f'"client": {_endpoint_json(ex.client)}, "broker": {_endpoint_json(ex.broker)}, '
+    start, end = ex.request_end, ex.response_end  # latency_ms, rounded to the microsecond
+    if start is None or end is None:
+        latency = "null"
+    else:
+        ms = round((end - start) * 1000.0, 3)
+        # a finite float as the encoder writes it (ms - ms is NaN for inf and NaN)
+        latency = float.__repr__(ms) if ms.__class__ is float and ms - ms == 0.0 else V(ms)
+    ts = _iso(ex.ts)
+    return (f'{{"ts": {"null" if ts is None else string_text(ts)}, {pair}'
             f'"kind": {_KIND_TEXT[kind] if kind in _KIND_TEXT else V(kind)}, '
             f'{key_text}'
             f'"api_version": {int.__repr__(ver) if ver.__class__ is int else V(ver)}, '
             f'"decoded_as": {"null" if as_ is None else V(as_)}, '
             f'"correlation_id": {int.__repr__(corr) if corr.__class__ is int else V(corr)}, '
             f'"client_id": {V(ex.client_id)}, '
-            f'"latency_ms": {"null" if latency is None else V(round(latency, 3))}, '
+            f'"latency_ms": {latency}, '
             f'"request_bytes": {int.__repr__(req) if req.__class__ is int and req else V(req or None)}, '
             f'"response_bytes": '
             f'{int.__repr__(resp) if resp.__class__ is int and resp else V(resp or None)}')
+
+
+#: the client and broker members of the last head written, with their endpoints
+_LAST_PAIR: list[tuple[Any, Any, str]] = [(None, None, "")]
 
 
 _KIND_TEXT = {k: string_text(k) for k in ("kafka", "sasl", "stream")}

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from kproto import codecs
 from kproto.capture import BodyDecoder, CaptureDecoder, json_text, read_packets
 from kproto.capture.exchange import _body_json, _request_body, _response_body
 from kproto.codecs.objects import MessageObject
@@ -107,3 +108,30 @@ def test_odd_values_alike(monkeypatch, body, data):
                     data.draw(st.sampled_from(_ODD)))
     assert (_write(codec, obj, version, names, True, monkeypatch)
             == _write(codec, obj, version, names, False, monkeypatch))
+
+
+class _Str(str):
+    """A str subclass: refused by both writers (the reference path writes it)."""
+
+
+_STRINGS = ["", "orders", "a b~\x7f", "q\"uote", "back\\slash", "t\u00e9", "\ud800", "emoji \U0001f600",
+            _Str("sub"), *(f"c{chr(c)}c" for c in range(0x20))]
+
+
+@needs_c
+@pytest.mark.parametrize("text", _STRINGS, ids=range(len(_STRINGS)))
+def test_strings_and_topic_names_alike(monkeypatch, text):
+    """Strings the C writer copies itself (ASCII, nothing to escape) and those it leaves to the
+    encoder's escaping (quotes, backslashes, control characters, any other character): the
+    same text as the Python writer and json.dumps, in a string field and as a topicName."""
+    from kproto.codecs.primitives import Uuid
+
+    codec = codecs.message("MetadataResponse")
+    tid = Uuid(bytes(range(16)))
+    topic = codec.cls.MetadataResponseTopic
+    obj = codec.cls(topics=[topic(name=text, topic_id=tid), topic(name=None, topic_id=tid)])
+    names = {str(tid): text}
+    c = _write(codec, obj, 12, names, True, monkeypatch)
+    assert c == _write(codec, obj, 12, names, False, monkeypatch)
+    if text.__class__ is str:
+        assert c == ("ok", json.dumps(_body_json(codec, obj, 12, None, names), ensure_ascii=False))
