@@ -91,6 +91,14 @@ static int odd(void) {
 }
 
 static const char B64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+static char B64_PAIRS[4096][2];   /* the two characters of every 12 bits (filled at import) */
+
+static void b64_pairs_init(void) {
+    for (int i = 0; i < 4096; i++) {
+        B64_PAIRS[i][0] = B64[i >> 6];
+        B64_PAIRS[i][1] = B64[i & 63];
+    }
+}
 
 static int put_base64(Buf *b, PyObject *v) {
     Py_buffer view;
@@ -103,9 +111,10 @@ static int put_base64(Buf *b, PyObject *v) {
     char *d = b->p + b->len;
     *d++ = '"';
     Py_ssize_t i = 0;
-    for (; i + 3 <= n; i += 3) {
+    for (; i + 3 <= n; i += 3) {   /* two characters per lookup: 12 bits each */
         uint32_t x = ((uint32_t)s[i] << 16) | ((uint32_t)s[i + 1] << 8) | s[i + 2];
-        d[0] = B64[x >> 18]; d[1] = B64[(x >> 12) & 63]; d[2] = B64[(x >> 6) & 63]; d[3] = B64[x & 63];
+        memcpy(d, B64_PAIRS[x >> 12], 2);
+        memcpy(d + 2, B64_PAIRS[x & 0xFFF], 2);
         d += 4;
     }
     if (n - i == 1) {
@@ -419,6 +428,7 @@ static struct PyModuleDef module = {
 #define KPROTO_API 1
 
 PyMODINIT_FUNC PyInit__jsontext(void) {
+    b64_pairs_init();
     if (PyType_Ready(&WriterType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
