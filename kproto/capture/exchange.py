@@ -174,9 +174,10 @@ def exchange_to_json(ex: Exchange, *, records: Any = None) -> dict:
     return {**_head(ex), "request": request, "response": response, **_tail(ex)}
 
 
-def exchange_to_json_text(ex: Exchange) -> str:
+def exchange_to_json_text(ex: Exchange, end: str = "") -> str:
     """``json.dumps(exchange_to_json(ex), ensure_ascii=False)``, the ``--format jsonl`` line,
-    with the bodies written as text directly (:mod:`kproto.capture.json_text`)."""
+    with the bodies written as text directly (:mod:`kproto.capture.json_text`); ``end`` is
+    appended (a newline: one text to write per line)."""
     out = [_head_text(ex), ', "request": ']
     if ex.request is None:  # (json_dumps(None))
         out.append("null")
@@ -189,9 +190,9 @@ def exchange_to_json_text(ex: Exchange) -> str:
         body_json_text(ex, "response", out)
     if (ex.errors or ex.problems or ex.notes or ex.unread or ex.fetch_session is not None
             or ex.sasl is not None):
-        out += [", ", json_dumps(_tail(ex))[1:]]
+        out += [", ", json_dumps(_tail(ex))[1:], end]
     else:  # the usual line: nothing went wrong, nothing to add
-        out.append(_EMPTY_TAIL)
+        out.append(_EMPTY_TAIL + end if end else _EMPTY_TAIL)
     return "".join(out)
 
 

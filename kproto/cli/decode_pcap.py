@@ -264,8 +264,7 @@ def run(args: argparse.Namespace) -> int:
                     summary.add(ex)
                     continue  # --summary: just the table
                 if fmt == "jsonl" and convert is None:  # the bodies written as text directly
-                    out.write(exchange_to_json_text(ex))
-                    out.write("\n")  # (a line + "\n" would copy lines of megabytes once more)
+                    out.write(exchange_to_json_text(ex, "\n"))  # (joined with its newline)
                     continue
                 doc = exchange_to_json(ex, records=convert)
                 if fmt == "jsonl":

@@ -43,6 +43,7 @@ def test_real_captures_lines_are_the_reference():
     for path in files:
         for ex in CaptureDecoder(decode=BodyDecoder()).feed_all(read_packets(path)):
             assert exchange_to_json_text(ex) == _reference(ex), (path.name, ex)
+            assert exchange_to_json_text(ex, "\n") == _reference(ex) + "\n"  # the CLI's line
             lines += 1
             for side, body in (("request", _request_body), ("response", _response_body)):
                 if getattr(ex, side) is not None:
