@@ -10,6 +10,7 @@ from typing import Any, Mapping, Optional
 
 import kproto.codecs as codecs
 from kproto.capture.bodies import api_name
+from kproto.capture import json_text
 from kproto.capture.json_text import body_text, float_text, json_dumps, string_text
 from kproto.capture.layers import format_ip
 from kproto.problems import Problems
@@ -178,7 +179,8 @@ def exchange_to_json_text(ex: Exchange, end: str = "") -> str:
     """``json.dumps(exchange_to_json(ex), ensure_ascii=False)``, the ``--format jsonl`` line,
     with the bodies written as text directly (:mod:`kproto.capture.json_text`); ``end`` is
     appended (a newline: one text to write per line)."""
-    out = [_head_text(ex), ', "request": ']
+    head = None if _c_head is None else _c_head(ex)  # None: a value the C head leaves here
+    out = [_head_text(ex) if head is None else head, ', "request": ']
     if ex.request is None:  # (json_dumps(None))
         out.append("null")
     else:
@@ -352,6 +354,11 @@ def _endpoint_json(endpoint: Endpoint) -> str:
 
 
 _ENDPOINT_JSON: dict[Endpoint, str] = {}
+#: the head in C (kproto/capture/_jsontext.c): the same text as :func:`_head_text` for the
+#: usual values, None for any other; None where the accelerator is not built
+_c_head = None if json_text._jsontext is None else json_text._jsontext.head
+if json_text._jsontext is not None:
+    json_text._jsontext.setup_head(_endpoint_json, _KEY_TEXT)
 
 
 def _endpoint_text(endpoint: Endpoint) -> str:

@@ -153,3 +153,75 @@ def test_bytes_in_base64_alike(monkeypatch, data):
         assert c == _write(codec, obj, 2, {}, False, monkeypatch)
     want = json.dumps(_body_json(codec, codec.cls(auth_bytes=data), 2, None, {}), ensure_ascii=False)
     assert _write(codec, codec.cls(auth_bytes=data), 2, {}, True, monkeypatch) == ("ok", want)
+
+
+@needs_c
+def test_c_head_is_the_python_head_on_real_captures():
+    """The head of every line of the shared captures (connections interleaved, timestamps of
+    every second): the C head writes it, and writes what the Python head writes."""
+    from kproto.capture import exchange as X
+
+    n = 0
+    for path in _capture_files():
+        for ex in CaptureDecoder(decode=BodyDecoder()).feed_all(read_packets(path)):
+            want = X._head_text(ex)  # (which names the API key for the C head too)
+            assert X._c_head(ex) == want, (path.name, ex)
+            n += 1
+    assert n > 1000
+
+
+_INTS = [None, 0, 3, -1, 2**31 - 1, 2**70, -2**70, True, 1.0, "3"]
+_HEAD_VALUES = {
+    "ts": [None, 0.0, -0.0, 1.5, 0.9999995, 0.0000005, 1e9 + 0.4999995, 1700000000.0000025,
+           253402300798.9999999, 253402300799.0, -1.0, math.nan, math.inf, 5, True],
+    "kind": ["kafka", "stream", "sasl", "x\"y", "\u00e9", None],
+    "api_key": [None, 0, 18, 999, -1, 2**70, "0", True],
+    "api_version": _INTS, "decoded_as": _INTS, "correlation_id": _INTS,
+    "client_id": [None, "", "c-1", "c\"1", "\u00e9", "\x01", 5],
+    "request_end": [None, 1.0, 2, 1e300, math.nan, math.inf, 1700000000.0000025],
+    "response_end": [None, 1.0015, 3, -1e300, math.inf, 1700000000.1234567],
+    "request_bytes": [0, 1, None, -5, 2**70, 1.5, True, False],
+    "response_bytes": [0, 77, None, 2**63, 0.0],
+}
+
+
+def _py_head(ex) -> tuple:
+    from kproto.capture import exchange as X
+
+    try:
+        return ("ok", X._head_text(ex))
+    except Exception as exc:  # noqa: BLE001 - the C head must then leave it to Python
+        return ("raises", type(exc))
+
+
+@needs_c
+@settings(max_examples=600, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.data())
+def test_c_head_is_the_python_head_or_leaves_it(data):
+    """Any value in any field of the head, on connections that change or not: the C head
+    writes what the Python head writes, or leaves the line to it (None) for values it does
+    not write (a timestamp out of its range or not a float, non-finite latencies, odd types)."""
+    from kproto.capture import exchange as X
+    from kproto.capture.exchange import Endpoint, Exchange
+
+    ends = [Endpoint(b"\x7f\x00\x00\x01", 9092), Endpoint(b"\x0a\x00\x00\x02", 40000),
+            Endpoint(bytes(15) + b"\x01", 9093)]
+    for _ in range(data.draw(st.integers(1, 4))):
+        ex = Exchange(data.draw(st.sampled_from(ends)), data.draw(st.sampled_from(ends)))
+        for name, values in _HEAD_VALUES.items():
+            setattr(ex, name, data.draw(st.sampled_from(values), label=name))
+        want = _py_head(ex)
+        got = X._c_head(ex)
+        if got is not None:
+            assert ("ok", got) == want
+        usual = (ex.ts is None or ex.ts.__class__ is float and 0.0 <= ex.ts < 253402300799.0) and all(
+            getattr(ex, f) is None or getattr(ex, f).__class__ is int
+            for f in ("api_version", "decoded_as", "correlation_id", "request_bytes",
+                      "response_bytes")) and ex.kind.__class__ is str and (
+            ex.client_id is None or ex.client_id.__class__ is str) and (
+            ex.request_end is None or ex.response_end is None
+            or ex.request_end.__class__ is float and ex.response_end.__class__ is float
+            and math.isfinite(ex.response_end - ex.request_end)) and (
+            ex.api_key in X._KEY_TEXT and ex.api_key.__class__ in (int, type(None)))
+        if usual:
+            assert got is not None, ex
