@@ -181,21 +181,66 @@ def exchange_to_json_text(ex: Exchange, end: str = "") -> str:
     appended (a newline: one text to write per line)."""
     head = None if _c_head is None else _c_head(ex)  # None: a value the C head leaves here
     out = [_head_text(ex) if head is None else head, ', "request": ']
-    if ex.request is None:  # (json_dumps(None))
+    # each body by its writer straight away (what body_json_text does, without its steps);
+    # a body the writer refuses, and a redacted one, go through body_json_text
+    key, as_ = ex.api_key, ex.decoded_as
+    version = ex.api_version if as_ is None else as_
+    plain = key.__class__ is int and version.__class__ is int  # (else body_json_text says why)
+    obj = ex.request
+    if obj is None:  # (json_dumps(None))
         out.append("null")
     else:
-        body_json_text(ex, "request", out)
+        fn = _writer(key, version, True) if plain else None
+        mark = len(out)
+        try:
+            if fn is None or (ex.sasl and key == _SASL_AUTHENTICATE):
+                raise _Refused
+            fn(obj, ex.topic_names, out)
+        except Exception:  # the reference path writes it, or raises as it does
+            del out[mark:]
+            body_json_text(ex, "request", out)
     out.append(', "response": ')
-    if ex.response is None:
+    obj = ex.response
+    if obj is None:
         out.append("null")
     else:
-        body_json_text(ex, "response", out)
+        if ex.response_version is not None:
+            version = ex.response_version
+        fn = _writer(key, version, False) if plain and version.__class__ is int else None
+        mark = len(out)
+        try:
+            if fn is None:
+                raise _Refused
+            fn(obj, ex.topic_names, out)
+        except Exception:
+            del out[mark:]
+            body_json_text(ex, "response", out)
     if (ex.errors or ex.problems or ex.notes or ex.unread or ex.fetch_session is not None
             or ex.sasl is not None):
         out += [", ", json_dumps(_tail(ex))[1:], end]
     else:  # the usual line: nothing went wrong, nothing to add
         out.append(_EMPTY_TAIL + end if end else _EMPTY_TAIL)
     return "".join(out)
+
+
+class _Refused(Exception):
+    """A body the writer does not take (see exchange_to_json_text)."""
+
+
+def _writer(key: Any, version: Any, request: bool) -> Any:
+    """The body writer of :mod:`~kproto.capture.json_text` for an API key's request or
+    response at ``version`` (cached), None where that module has none."""
+    wkey = (key, version, request, json_text.accelerated)
+    try:
+        return _WRITERS[wkey]
+    except KeyError:
+        pass
+    codec = _request_codec(key) if request else _response_codec(key)
+    fn = _WRITERS[wkey] = json_text._compiled(codec, version)
+    return fn
+
+
+_WRITERS: dict[tuple, Any] = {}
 
 
 def _value_text(v: Any) -> str:
