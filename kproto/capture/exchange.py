@@ -10,6 +10,7 @@ from typing import Any, Mapping, Optional
 
 import kproto.codecs as codecs
 from kproto.capture.bodies import api_name
+from kproto.capture import json_text
 from kproto.capture.json_text import body_text, float_text, json_dumps, string_text
 from kproto.capture.layers import format_ip
 from kproto.problems import Problems
@@ -174,25 +175,72 @@ def exchange_to_json(ex: Exchange, *, records: Any = None) -> dict:
     return {**_head(ex), "request": request, "response": response, **_tail(ex)}
 
 
-def exchange_to_json_text(ex: Exchange) -> str:
+def exchange_to_json_text(ex: Exchange, end: str = "") -> str:
     """``json.dumps(exchange_to_json(ex), ensure_ascii=False)``, the ``--format jsonl`` line,
-    with the bodies written as text directly (:mod:`kproto.capture.json_text`)."""
-    out = [_head_text(ex), ', "request": ']
-    if ex.request is None:  # (json_dumps(None))
+    with the bodies written as text directly (:mod:`kproto.capture.json_text`); ``end`` is
+    appended (a newline: one text to write per line)."""
+    head = None if _c_head is None else _c_head(ex)  # None: a value the C head leaves here
+    out = [_head_text(ex) if head is None else head, ', "request": ']
+    # each body by its writer straight away (what body_json_text does, without its steps);
+    # a body the writer refuses, and a redacted one, go through body_json_text
+    key, as_ = ex.api_key, ex.decoded_as
+    version = ex.api_version if as_ is None else as_
+    plain = key.__class__ is int and version.__class__ is int  # (else body_json_text says why)
+    obj = ex.request
+    if obj is None:  # (json_dumps(None))
         out.append("null")
     else:
-        body_json_text(ex, "request", out)
+        fn = _writer(key, version, True) if plain else None
+        mark = len(out)
+        try:
+            if fn is None or (ex.sasl and key == _SASL_AUTHENTICATE):
+                raise _Refused
+            fn(obj, ex.topic_names, out)
+        except Exception:  # the reference path writes it, or raises as it does
+            del out[mark:]
+            body_json_text(ex, "request", out)
     out.append(', "response": ')
-    if ex.response is None:
+    obj = ex.response
+    if obj is None:
         out.append("null")
     else:
-        body_json_text(ex, "response", out)
+        if ex.response_version is not None:
+            version = ex.response_version
+        fn = _writer(key, version, False) if plain and version.__class__ is int else None
+        mark = len(out)
+        try:
+            if fn is None:
+                raise _Refused
+            fn(obj, ex.topic_names, out)
+        except Exception:
+            del out[mark:]
+            body_json_text(ex, "response", out)
     if (ex.errors or ex.problems or ex.notes or ex.unread or ex.fetch_session is not None
             or ex.sasl is not None):
-        out += [", ", json_dumps(_tail(ex))[1:]]
+        out += [", ", json_dumps(_tail(ex))[1:], end]
     else:  # the usual line: nothing went wrong, nothing to add
-        out.append(_EMPTY_TAIL)
+        out.append(_EMPTY_TAIL + end if end else _EMPTY_TAIL)
     return "".join(out)
+
+
+class _Refused(Exception):
+    """A body the writer does not take (see exchange_to_json_text)."""
+
+
+def _writer(key: Any, version: Any, request: bool) -> Any:
+    """The body writer of :mod:`~kproto.capture.json_text` for an API key's request or
+    response at ``version`` (cached), None where that module has none."""
+    wkey = (key, version, request, json_text.accelerated)
+    try:
+        return _WRITERS[wkey]
+    except KeyError:
+        pass
+    codec = _request_codec(key) if request else _response_codec(key)
+    fn = _WRITERS[wkey] = json_text._compiled(codec, version)
+    return fn
+
+
+_WRITERS: dict[tuple, Any] = {}
 
 
 def _value_text(v: Any) -> str:
@@ -287,25 +335,42 @@ def _head_values(ex: Exchange) -> tuple:
 
 def _head_text(ex: Exchange) -> str:
     """``json_dumps(_head(ex))`` without its closing brace, written directly."""
-    ts, latency, V = _iso(ex.ts), ex.latency_ms, _value_text
+    client, broker, V = ex.client, ex.broker, _value_text
+    last = _LAST_PAIR[0]  # a connection's exchanges mostly come one after another
+    if last[0] is client and last[1] is broker:
+        pair = last[2]
+    else:
+        pair = f'"client": {_endpoint_json(client)}, "broker": {_endpoint_json(broker)}, '
+        _LAST_PAIR[0] = (client, broker, pair)  # (one tuple: read and replaced whole)
     key, ver, corr, as_ = ex.api_key, ex.api_version, ex.correlation_id, ex.decoded_as
     kind, req, resp = ex.kind, ex.request_bytes, ex.response_bytes
     try:
         key_text = _KEY_TEXT[key]  # the API key and its name, which make one piece
     except (KeyError, TypeError):
         key_text = _key_text(key)
-    return (f'{{"ts": {"null" if ts is None else string_text(ts)}, '
-            f'"client": {_endpoint_json(ex.client)}, "broker": {_endpoint_json(ex.broker)}, '
+    start, end = ex.request_end, ex.response_end  # latency_ms, rounded to the microsecond
+    if start is None or end is None:
+        latency = "null"
+    else:
+        ms = round((end - start) * 1000.0, 3)
+        # a finite float as the encoder writes it (ms - ms is NaN for inf and NaN)
+        latency = float.__repr__(ms) if ms.__class__ is float and ms - ms == 0.0 else V(ms)
+    ts = _iso(ex.ts)
+    return (f'{{"ts": {"null" if ts is None else string_text(ts)}, {pair}'
             f'"kind": {_KIND_TEXT[kind] if kind in _KIND_TEXT else V(kind)}, '
             f'{key_text}'
             f'"api_version": {int.__repr__(ver) if ver.__class__ is int else V(ver)}, '
             f'"decoded_as": {"null" if as_ is None else V(as_)}, '
             f'"correlation_id": {int.__repr__(corr) if corr.__class__ is int else V(corr)}, '
             f'"client_id": {V(ex.client_id)}, '
-            f'"latency_ms": {"null" if latency is None else V(round(latency, 3))}, '
+            f'"latency_ms": {latency}, '
             f'"request_bytes": {int.__repr__(req) if req.__class__ is int and req else V(req or None)}, '
             f'"response_bytes": '
             f'{int.__repr__(resp) if resp.__class__ is int and resp else V(resp or None)}')
+
+
+#: the client and broker members of the last head written, with their endpoints
+_LAST_PAIR: list[tuple[Any, Any, str]] = [(None, None, "")]
 
 
 _KIND_TEXT = {k: string_text(k) for k in ("kafka", "sasl", "stream")}
@@ -334,6 +399,11 @@ def _endpoint_json(endpoint: Endpoint) -> str:
 
 
 _ENDPOINT_JSON: dict[Endpoint, str] = {}
+#: the head in C (kproto/capture/_jsontext.c): the same text as :func:`_head_text` for the
+#: usual values, None for any other; None where the accelerator is not built
+_c_head = None if json_text._jsontext is None else json_text._jsontext.head
+if json_text._jsontext is not None:
+    json_text._jsontext.setup_head(_endpoint_json, _KEY_TEXT)
 
 
 def _endpoint_text(endpoint: Endpoint) -> str:

@@ -41,15 +41,19 @@ class TopicNames:
         cluster = self.cluster_of[broker]
         for b in getattr(response, "brokers", None) or []:
             try:
-                ip = ipaddress.ip_address(b.host).packed
-            except (ValueError, AttributeError):
+                ip = _packed_ip(b.host)
+            except (AttributeError, TypeError):  # no host, or one that cannot be looked up
+                continue
+            if ip is None:
                 continue  # a host name: its address is not in the capture
             self.cluster_of.setdefault(Endpoint(ip, b.port), cluster)
         names = self.clusters.setdefault(cluster, {})
         for t in getattr(response, "topics", None) or []:
             tid, name = getattr(t, "topic_id", None), getattr(t, "name", None)
-            if tid is not None and name and str(tid) != _ZERO:
-                names[str(tid)] = name
+            if tid is not None and name:
+                text = str(tid)
+                if text != _ZERO:
+                    names[text] = name
 
     def name(self, broker: Endpoint, topic_id: str) -> Optional[str]:
         """The name of a topic id used on a connection to ``broker``, or None."""
@@ -63,6 +67,15 @@ class TopicNames:
     def for_broker(self, broker: Endpoint) -> Mapping[str, str]:
         """A read-only mapping id -> name as seen from connections to ``broker``."""
         return _BrokerView(self, broker)
+
+
+@functools.lru_cache(maxsize=4096)  # a capture's Metadata responses list the same brokers
+def _packed_ip(host: Any) -> Optional[bytes]:
+    """The packed address of an IP address's text; None for anything else (a host name)."""
+    try:
+        return ipaddress.ip_address(host).packed
+    except ValueError:
+        return None
 
 
 class _BrokerView(Mapping[str, str]):

@@ -245,6 +245,10 @@ def run(args: argparse.Namespace) -> int:
             steps = _file_steps(decoder, args.file, bar)
         summary = Summary() if args.summary else None
         announced: set[int] = set()
+        # every exchange a JSON line, nothing else to do with it (the usual run): one call each
+        plain = (fmt == "jsonl" and convert is None and compared is None and keep is None
+                 and report is None and summary is None)
+        write = out.write
 
         def emit(exchanges: Iterable[Any]) -> None:
             if len(decoder.chosen_ports) != len(announced):  # (ports are only ever added)
@@ -252,6 +256,10 @@ def run(args: argparse.Namespace) -> int:
                     announced.add(port)
                     print(f"kafka port {port} (guessed: {decoder.chosen_ports[port]})",
                           file=sys.stderr)
+            if plain:
+                for ex in exchanges:
+                    write(exchange_to_json_text(ex, "\n"))
+                return
             for ex in exchanges:
                 if compared is not None:
                     compared.append(ex)
@@ -264,8 +272,7 @@ def run(args: argparse.Namespace) -> int:
                     summary.add(ex)
                     continue  # --summary: just the table
                 if fmt == "jsonl" and convert is None:  # the bodies written as text directly
-                    out.write(exchange_to_json_text(ex))
-                    out.write("\n")  # (a line + "\n" would copy lines of megabytes once more)
+                    out.write(exchange_to_json_text(ex, "\n"))  # (joined with its newline)
                     continue
                 doc = exchange_to_json(ex, records=convert)
                 if fmt == "jsonl":

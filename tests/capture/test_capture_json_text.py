@@ -43,6 +43,7 @@ def test_real_captures_lines_are_the_reference():
     for path in files:
         for ex in CaptureDecoder(decode=BodyDecoder()).feed_all(read_packets(path)):
             assert exchange_to_json_text(ex) == _reference(ex), (path.name, ex)
+            assert exchange_to_json_text(ex, "\n") == _reference(ex) + "\n"  # the CLI's line
             lines += 1
             for side, body in (("request", _request_body), ("response", _response_body)):
                 if getattr(ex, side) is not None:
@@ -188,3 +189,32 @@ def test_line_heads_and_tails_of_any_content_are_the_reference():
                    lambda: setattr(ex, "sasl", {"mechanism": "PLAIN"})):
         change()
         assert exchange_to_json_text(ex) == _reference(ex)
+
+
+def test_line_bodies_the_writers_refuse_are_the_reference():
+    """A line whose bodies hold values a writer refuses (a bool in an int field, a str
+    subclass) is the reference's, as is one whose response has its own version; a body the
+    reference cannot write raises as it does."""
+    from kproto.capture.exchange import Endpoint, Exchange
+
+    class Name(str):
+        pass
+
+    req, resp = codecs.message("ProduceRequest"), codecs.message("ApiVersionsResponse")
+    ex = Exchange(Endpoint(b"\x7f\0\0\1", 1), Endpoint(b"\x7f\0\0\1", 9092), api_key=0,
+                  api_version=3, ts=1.0,
+                  request=req.cls(acks=True, timeout_ms=5, transactional_id=Name("tx"),
+                                  topic_data=[req.cls.TopicProduceData(name="t", partition_data=[])]),
+                  response=resp.cls(error_code=True))
+    ex.api_key, ex.response_version = 18, 0  # (an ApiVersions answered with a v0 body)
+    ex.request = codecs.message("ApiVersionsRequest").cls(client_software_name=Name("x"))
+    for response_version in (0, None):
+        ex.response_version = response_version
+        assert exchange_to_json_text(ex) == _reference(ex)
+        assert exchange_to_json_text(ex, "\n") == _reference(ex) + "\n"
+    ex.api_key, ex.api_version = 0, 3
+    ex.request, ex.response = req.cls(acks=1, timeout_ms=5, topic_data=[object()]), None
+    with pytest.raises(AttributeError):
+        _reference(ex)
+    with pytest.raises(AttributeError):
+        exchange_to_json_text(ex)
