@@ -1,0 +1,115 @@
+"""``kafka-segments-jvm`` (kproto/spark/jvm/*.java) against ``kafka-segments`` with
+``columns=kafka``: the same schema and the same rows, collected and sorted, on log dirs
+kproto's writer wrote with every codec (several topics, partitions and segments, headers,
+null keys, control batches, LogAppendTime, a log start offset, tasks cut inside segments),
+on the log dirs Apache Kafka wrote (../shared/fixtures/logdirs), and its errors for what it
+does not read. The jar joins the shared session (tests/spark/conftest.py)."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from kproto.records import RecordBatchBuilder
+from kproto.spark import jvm
+from kproto.spark.source import kafka_spark_schema
+from kproto.storage import LogDirWriter, OffsetCheckpoint
+
+CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
+FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "fixtures", "logdirs")
+TS = 1_700_000_000_000
+
+
+@pytest.fixture(scope="module")
+def session(spark):
+    try:
+        path = jvm.jar()
+    except RuntimeError as exc:
+        if os.environ.get("CI") == "true":
+            raise
+        pytest.skip(str(exc))
+    if path not in spark.conf.get("spark.jars", ""):
+        pytest.fail("the kafka-segments-jvm jar is not on the shared session's class path")
+    return spark
+
+
+def _rows(df):
+    return sorted((r.topic, r.partition, r.offset, r.key, r.value, r.timestamp, r.timestampType,
+                   None if "headers" not in r or r.headers is None
+                   else tuple((h.key, h.value) for h in r.headers)) for r in df.collect())
+
+
+def _both(session, path, **options):
+    read = session.read.options(**options)
+    ours = read.format("kafka-segments-jvm").load(path)
+    theirs = read.format("kafka-segments").option("columns", "kafka").load(path)
+    return ours, theirs
+
+
+def _write(root, codec):
+    """Two topics (3 and 1 partitions) of 1,600 records in small segments; a control batch
+    (a committed transaction), a LogAppendTime batch and a log start offset in partition 0."""
+    w = LogDirWriter(root, cluster_id="Gbic2Gj7Dm9oTfmSNSzM_A", segment_bytes=6000)
+    n = 0
+    for topic, parts in (("orders", 3), ("clicks", 1)):
+        for p in range(parts):
+            part = w.partition(topic, p)
+            for b in range(40):
+                builder = RecordBatchBuilder(compression=codec, base_offset=part.next_offset,
+                                             **({"timestamp_type": 1, "log_append_time": TS + 99}
+                                                if b == 7 else {}))
+                for i in range(10):
+                    n += 1
+                    key = None if n % 4 == 0 else b"k%d" % (n % 13)
+                    headers = [("h", b"%d" % n), ("nil", None)] if n % 3 == 0 else []
+                    value = None if n % 50 == 0 else b"v%d-" % n * (1 + n % 5)
+                    builder.append(TS + n, key, value, headers)
+                part.append(builder.build())
+                if b == 20:
+                    tx = RecordBatchBuilder(base_offset=part.next_offset, producer_id=9,
+                                            producer_epoch=0, transactional=True, control=True)
+                    tx.append_end_txn_marker(True, 0, TS)
+                    part.append(tx.build())
+    w.close()
+    with open(os.path.join(root, "log-start-offset-checkpoint"), "wb") as f:
+        f.write(OffsetCheckpoint([("orders", 0, 123)]).encode())
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_the_rows_of_kafka_segments_with_every_codec(session, tmp_path, codec):
+    root = str(tmp_path)
+    _write(root, codec)
+    ours, theirs = _both(session, root, includeHeaders="true", splitSize="2k")
+    assert ours.schema == theirs.schema == kafka_spark_schema(True)
+    segments = sum(f.endswith(".log") for _, _, files in os.walk(root) for f in files)
+    assert ours.rdd.getNumPartitions() > segments > 4  # segments of ~6 kB cut into tasks
+    got, want = _rows(ours), _rows(theirs)
+    assert len(want) == 1600 - 123
+    assert got == want
+    assert any(r[6] == 1 for r in got) and any(r[3] is None for r in got)
+    ours, theirs = _both(session, root, subscribe="clicks")
+    assert ours.schema == kafka_spark_schema(False)
+    assert _rows(ours) == _rows(theirs) and len(_rows(ours)) == 400
+
+
+def test_the_rows_of_apache_kafkas_log_dirs(session):
+    clean, crashed = (os.path.join(FIXTURES, d) for d in ("broker1-clean", "broker1-crashed"))
+    # magic 2 topics; the transactional one read_uncommitted (aborted records too)
+    topics = "orders,payments,users,clicks,__consumer_offsets,__transaction_state"
+    ours, theirs = _both(session, clean, includeHeaders="true", topics=topics, splitSize="16k")
+    got = _rows(ours)
+    assert got == _rows(theirs) and len(got) > 1000
+    # a torn tail and a flipped byte: the rest is read, the damaged batch skipped (CRC-32C)
+    ours, _ = _both(session, crashed, includeHeaders="true")
+    theirs = (session.read.format("kafka-segments").option("columns", "kafka")
+              .option("includeHeaders", "true").option("verifyCrc", "true").load(crashed))
+    assert _rows(ours) == _rows(theirs)
+
+
+def test_what_it_does_not_read_names_kafka_segments(session):
+    with pytest.raises(Exception, match="kafka-segments.*startingoffsets|startingoffsets.*kafka-segments"):
+        session.read.format("kafka-segments-jvm").option("startingOffsets", "latest") \
+            .load(os.path.join(FIXTURES, "broker1-clean")).collect()
+    with pytest.raises(Exception, match="magic 0.*kafka-segments"):
+        session.read.format("kafka-segments-jvm").option("topics", "legacy") \
+            .load(os.path.join(FIXTURES, "broker1-clean")).collect()
