@@ -106,6 +106,20 @@ def test_the_rows_of_apache_kafkas_log_dirs(session):
     assert _rows(ours) == _rows(theirs)
 
 
+def test_a_decompression_bomb_is_skipped_and_the_rest_read(session, tmp_path):
+    """A zstd batch of 40 MiB of zeros (kilobytes on disk) spends the task's decompression
+    allowance (16 MiB plus 64x the compressed bytes), as in kproto's Python reader: that batch
+    is skipped, the batches around it are read."""
+    part = LogDirWriter(str(tmp_path), cluster_id="Gbic2Gj7Dm9oTfmSNSzM_A").partition("t", 0)
+    for value in (b"before", bytes(40 << 20), b"after"):
+        builder = RecordBatchBuilder(compression="zstd", base_offset=part.next_offset)
+        builder.append(TS, None, value)
+        part.append(builder.build())
+    part.close()
+    rows = session.read.format("kafka-segments-jvm").load(str(tmp_path)).collect()
+    assert [(r.offset, r.value) for r in rows] == [(0, b"before"), (2, b"after")]
+
+
 def test_what_it_does_not_read_names_kafka_segments(session):
     with pytest.raises(Exception, match="kafka-segments.*startingoffsets|startingoffsets.*kafka-segments"):
         session.read.format("kafka-segments-jvm").option("startingOffsets", "latest") \

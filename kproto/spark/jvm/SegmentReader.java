@@ -162,6 +162,10 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
             return;
         }
         int length = getInt(data, pos + 8);
+        if (length < 14) {  // below any message's size: zeros or damage, nothing to frame by
+            skipRest("a batch length of " + length);
+            return;
+        }
         byte magic = data[pos + 16];
         if (magic != 2) {
             throw new UnsupportedOperationException(KafkaSegmentsJvm.NAME + ": " + cur.path + " at byte "
@@ -212,6 +216,7 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
                 recEnd = at + size;
             } else {
                 recs = decompress(codec, data, at + HEADER, size - HEADER);
+                decompressed += recs.length;
                 recPos = 0;
                 recEnd = recs.length;
             }
@@ -223,7 +228,15 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
         recLeft = count;
     }
 
-    private static byte[] decompress(int codec, byte[] src, int off, int len) throws IOException {
+    /** Decompressed bytes allowed to a task: this floor plus this ratio times the compressed
+     *  bytes it met (the limits of kproto's Python reader): a decompression bomb is cut short
+     *  and its batch skipped. */
+    static final long BUDGET_FLOOR = 16L << 20, BUDGET_RATIO = 64;
+    private long compressed, decompressed;
+
+    private byte[] decompress(int codec, byte[] src, int off, int len) throws IOException {
+        compressed += len;
+        long allowed = BUDGET_FLOOR + BUDGET_RATIO * compressed - decompressed;
         InputStream raw = new ByteArrayInputStream(src, off, len);
         InputStream in;
         switch (codec) {
@@ -234,7 +247,7 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
             default: throw new IOException("unknown compression codec " + codec);
         }
         try (InputStream s = in) {
-            byte[] out = new byte[Math.max(1024, len * 4)];
+            byte[] out = new byte[(int) Math.min(Math.max(1024, len * 4L), allowed + 1)];
             int n = 0;
             while (true) {
                 if (n == out.length) {
@@ -245,6 +258,9 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
                     break;
                 }
                 n += r;
+                if (n > allowed) {
+                    throw new IOException("more than the decompression limit of " + allowed + " bytes");
+                }
             }
             return n == out.length ? out : Arrays.copyOf(out, n);
         }
