@@ -7,6 +7,8 @@ does not read. The jar joins the shared session (tests/spark/conftest.py)."""
 from __future__ import annotations
 
 import os
+import shutil
+import zipfile
 
 import pytest
 
@@ -127,3 +129,23 @@ def test_what_it_does_not_read_names_kafka_segments(session):
     with pytest.raises(Exception, match="magic 0.*kafka-segments"):
         session.read.format("kafka-segments-jvm").option("topics", "legacy") \
             .load(os.path.join(FIXTURES, "broker1-clean")).collect()
+
+
+def test_jar_names_a_missing_javac_and_reuses_a_built_jar(tmp_path, monkeypatch):
+    monkeypatch.setenv("KPROTO_CACHE_DIR", str(tmp_path))
+    path = os.environ["PATH"]
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))  # no javac on it
+    with pytest.raises(RuntimeError, match="javac"):
+        jvm.jar()
+    assert not list(tmp_path.glob("*.jar"))
+    monkeypatch.setenv("PATH", path)
+    if os.environ.get("CI") != "true" and not shutil.which("javac"):
+        pytest.skip("no javac here")
+    built = jvm.jar()
+    assert os.path.dirname(built) == str(tmp_path)
+    with zipfile.ZipFile(built) as zf:
+        assert "kproto/spark/jvm/KafkaSegmentsJvm.class" in zf.namelist()
+        assert zf.read(jvm.SERVICE).strip() == b"kproto.spark.jvm.KafkaSegmentsJvm"
+    monkeypatch.setattr(jvm, "_javac", lambda: pytest.fail("javac run for a built jar"))
+    assert jvm.jar() == built
