@@ -251,7 +251,10 @@ final class Planner {
                         j--;
                     }
                 }
-                if (j >= at.length || at[j] <= start || at[j] >= s.end) {
+                while (j < at.length && at[j] <= start) {
+                    j++;  // the nearest boundary is where this piece starts: take the next
+                }
+                if (j >= at.length || at[j] >= s.end) {
                     break;
                 }
                 long cut = at[j];
