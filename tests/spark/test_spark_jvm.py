@@ -108,6 +108,25 @@ def test_the_rows_of_apache_kafkas_log_dirs(session):
     assert _rows(ours) == _rows(theirs)
 
 
+def test_a_task_larger_than_the_read_window(session, tmp_path):
+    """One task over a 12 MB segment: the reader's window (8 MiB) moves along it, batches
+    that straddle its end included."""
+    part = LogDirWriter(str(tmp_path), cluster_id="Gbic2Gj7Dm9oTfmSNSzM_A",
+                        segment_bytes=1 << 30).partition("big", 0)
+    for b in range(400):
+        builder = RecordBatchBuilder(base_offset=part.next_offset)
+        for i in range(5):
+            builder.append(TS + b, b"%d" % i, os.urandom(6000 + 7 * b))
+        part.append(builder.build())
+    part.close()
+    ours, theirs = _both(session, str(tmp_path), splitSize="1g")
+    assert ours.rdd.getNumPartitions() == 1
+    summary = ("count(*)", "sum(offset)", "sum(length(value))", "sum(crc32(value))",
+               "sum(crc32(key))")
+    got = ours.selectExpr(*summary).collect()
+    assert got == theirs.selectExpr(*summary).collect() and got[0][0] == 2000
+
+
 def test_a_decompression_bomb_is_skipped_and_the_rest_read(session, tmp_path):
     """A zstd batch of 40 MiB of zeros (kilobytes on disk) spends the task's decompression
     allowance (16 MiB plus 64x the compressed bytes), as in kproto's Python reader: that batch

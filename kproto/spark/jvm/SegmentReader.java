@@ -61,7 +61,12 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
     private final CRC32C crc = new CRC32C();
 
     private int piece = -1;
-    private byte[] data = new byte[0];  // the current piece's bytes
+    // a window of the current piece: data[0, dataLen) holds its bytes from winStart on (a few
+    // MiB, or a batch when larger), pos the next batch's index in it
+    static final int WINDOW = 8 << 20;
+    private RandomAccessFile file;
+    private long winStart, pieceEnd;
+    private byte[] data = new byte[0];
     private int dataLen, pos;
     private Planner.Piece cur;
     // records of the current (decompressed) batch still to go
@@ -108,7 +113,7 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
                 rows = records(rows);
                 continue;
             }
-            if (cur == null || pos >= dataLen) {
+            if (cur == null || winStart + pos >= pieceEnd) {
                 if (rows > 0) {
                     break;  // a batch holds one partition's rows (topic, partition are constants)
                 }
@@ -129,38 +134,49 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
             return false;
         }
         cur = pieces[piece];
-        long size = cur.end - cur.start;
-        if (size > MAX_RECORD_BATCH) {
-            throw new IOException(KafkaSegmentsJvm.NAME + ": a task piece over 2 GiB; set a smaller splitSize");
-        }
-        if (data.length < size) {
-            data = new byte[(int) size];
-        }
-        try (RandomAccessFile f = new RandomAccessFile(cur.path, "r")) {
-            long avail = Math.max(0, Math.min(cur.end, f.length()) - cur.start);
-            f.seek(cur.start);
-            f.readFully(data, 0, (int) avail);
-            dataLen = (int) avail;
-        }
+        closeFile();
+        file = new RandomAccessFile(cur.path, "r");
+        pieceEnd = Math.max(cur.start, Math.min(cur.end, file.length()));
+        winStart = cur.start;
         pos = 0;
+        dataLen = 0;
         topic.setUtf8String(UTF8String.fromString(cur.topic));
         partition.setInt(cur.partition);
         return true;
     }
 
+    /** Makes data[pos, pos + n) hold the piece's next n bytes (n: at most what is left). */
+    private void ensure(int n) throws IOException {
+        if (dataLen - pos >= n) {
+            return;
+        }
+        int keep = dataLen - pos;
+        int want = (int) Math.min(Math.max(n, WINDOW), pieceEnd - winStart - pos);
+        byte[] into = data.length < want ? new byte[want] : data;
+        System.arraycopy(data, pos, into, 0, keep);
+        data = into;
+        winStart += pos;
+        pos = 0;
+        file.seek(winStart + keep);
+        file.readFully(data, keep, want - keep);
+        dataLen = want;
+    }
+
     private void skipRest(String why) {
         Planner.LOG.warn("{}: {}-{} {} at byte {}: {}; {} bytes skipped", KafkaSegmentsJvm.NAME,
-                cur.topic, cur.partition, cur.path, cur.start + pos, why, dataLen - pos);
+                cur.topic, cur.partition, cur.path, winStart + pos, why, pieceEnd - winStart - pos);
         pos = dataLen;
+        winStart = pieceEnd - dataLen;  // the piece is done
     }
 
     /** Frames the batch at {@code pos}; sets up its records when it is to be read. */
     private void nextBatch() throws IOException {
-        int left = dataLen - pos;
+        long left = pieceEnd - winStart - pos;
         if (left < 17) {
             skipRest("torn tail (a partial batch header)");
             return;
         }
+        ensure((int) Math.min(left, HEADER));
         int length = getInt(data, pos + 8);
         if (length < 14) {  // below any message's size: zeros or damage, nothing to frame by
             skipRest("a batch length of " + length);
@@ -169,7 +185,7 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
         byte magic = data[pos + 16];
         if (magic != 2) {
             throw new UnsupportedOperationException(KafkaSegmentsJvm.NAME + ": " + cur.path + " at byte "
-                    + (cur.start + pos) + " holds a message of magic " + magic
+                    + (winStart + pos) + " holds a message of magic " + magic
                     + " (only record batches of magic 2 are read here)" + KafkaSegmentsJvm.FALLBACK);
         }
         if (length < HEADER - 12 || left < HEADER) {
@@ -180,14 +196,19 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
             skipRest("torn tail (a batch of " + (12L + length) + " bytes, " + left + " present)");
             return;
         }
-        int at = pos;
+        if (length > MAX_RECORD_BATCH) {
+            skipRest("a batch length of " + length);
+            return;
+        }
         int size = 12 + length;
+        ensure(size);
+        int at = pos;
         pos += size;
         crc.reset();
         crc.update(data, at + 21, size - 21);
         if ((int) crc.getValue() != getInt(data, at + 17)) {
             Planner.LOG.warn("{}: {}-{} {} at byte {}: CRC-32C does not match; batch of {} bytes skipped",
-                    KafkaSegmentsJvm.NAME, cur.topic, cur.partition, cur.path, cur.start + at, size);
+                    KafkaSegmentsJvm.NAME, cur.topic, cur.partition, cur.path, winStart + at, size);
             return;
         }
         int attrs = getShort(data, at + 21);
@@ -222,7 +243,7 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
             }
         } catch (IOException | RuntimeException | LinkageError e) {
             Planner.LOG.warn("{}: {}-{} {} at byte {}: records do not decompress ({}); batch of {} bytes skipped",
-                    KafkaSegmentsJvm.NAME, cur.topic, cur.partition, cur.path, cur.start + at, e, size);
+                    KafkaSegmentsJvm.NAME, cur.topic, cur.partition, cur.path, winStart + at, e, size);
             return;
         }
         recLeft = count;
@@ -425,8 +446,16 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
         return batch;
     }
 
+    private void closeFile() throws IOException {
+        if (file != null) {
+            file.close();
+            file = null;
+        }
+    }
+
     @Override
-    public void close() {
+    public void close() throws IOException {
         batch.close();
+        closeFile();
     }
 }
