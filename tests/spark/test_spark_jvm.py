@@ -127,6 +127,31 @@ def test_a_task_larger_than_the_read_window(session, tmp_path):
     assert got == theirs.selectExpr(*summary).collect() and got[0][0] == 2000
 
 
+@pytest.mark.parametrize("length, last", [(3, 399), (0x7FFFFFF0, 199)])
+def test_a_damaged_batch_length_as_kafka_segments_reads_it(session, tmp_path, length, last):
+    """A batch length overwritten in the middle of a segment: too small to frame anything, the
+    read goes on from the next .index position (the batches between are lost); past the end of
+    the file, it is a torn tail and the segment's read ends there, as in kafka-segments."""
+    part = LogDirWriter(str(tmp_path), cluster_id="Gbic2Gj7Dm9oTfmSNSzM_A").partition("t", 0)
+    for b in range(100):
+        builder = RecordBatchBuilder(base_offset=part.next_offset)
+        for i in range(4):
+            builder.append(TS + b, None, b"%d-%d-" % (b, i) * 40)
+        part.append(builder.build())
+    part.close()
+    log = tmp_path / "t-0" / ("0" * 20 + ".log")
+    data = bytearray(log.read_bytes())
+    position = 0
+    for _ in range(50):  # the 51st batch
+        position += 12 + int.from_bytes(data[position + 8:position + 12], "big")
+    data[position + 8:position + 12] = length.to_bytes(4, "big")
+    log.write_bytes(bytes(data))
+    ours, theirs = _both(session, str(tmp_path))
+    got = _rows(ours)
+    assert got == _rows(theirs)
+    assert got[-1][2] == last and (len(got) == 200 if last == 199 else 200 < len(got) < 396)
+
+
 def test_a_decompression_bomb_is_skipped_and_the_rest_read(session, tmp_path):
     """A zstd batch of 40 MiB of zeros (kilobytes on disk) spends the task's decompression
     allowance (16 MiB plus 64x the compressed bytes), as in kproto's Python reader: that batch

@@ -42,8 +42,12 @@ final class Planner {
         final String path, topic;
         final int partition;
         final long start, end, logStart, nextBase;  // logStart / nextBase: -1 none
+        /** Batch positions the segment's .index knows: where a read resumes after damage. */
+        final long[] resync;
 
-        Piece(String path, String topic, int partition, long start, long end, long logStart, long nextBase) {
+        Piece(String path, String topic, int partition, long start, long end, long logStart, long nextBase,
+              long[] resync) {
+            this.resync = resync;
             this.path = path;
             this.topic = topic;
             this.partition = partition;
@@ -190,9 +194,38 @@ final class Planner {
             if (size == 0) {
                 continue;
             }
-            pieces.add(new Piece(log.toString(), topic, partition, 0, size, logStart, nextBase));
+            pieces.add(new Piece(log.toString(), topic, partition, 0, size, logStart, nextBase,
+                    indexPositions(log, size)));
             cuts.add(positions);
         }
+    }
+
+    /** The positions of a segment's .index entries (none when it is missing or unreadable):
+     *  valid entries end at the first all-zero slot (a preallocated index's tail), and at
+     *  any position that does not grow or lies past the log. */
+    static long[] indexPositions(Path log, long logSize) {
+        String name = log.getFileName().toString();
+        Path index = log.resolveSibling(name.substring(0, name.length() - 4) + ".index");
+        byte[] bytes;
+        try {
+            if (!Files.isRegularFile(index) || Files.size(index) > (64L << 20)) {
+                return new long[0];
+            }
+            bytes = Files.readAllBytes(index);
+        } catch (IOException e) {
+            return new long[0];
+        }
+        ByteBuffer b = ByteBuffer.wrap(bytes);
+        long[] out = new long[bytes.length / 8];
+        int n = 0;
+        for (int i = 0; i + 8 <= bytes.length; i += 8) {
+            int rel = b.getInt(i), position = b.getInt(i + 4);
+            if ((rel == 0 && position == 0) || position <= (n > 0 ? out[n - 1] : 0) || position >= logSize) {
+                break;
+            }
+            out[n++] = position;
+        }
+        return Arrays.copyOf(out, n);
     }
 
     private static long baseOf(Path log) {
@@ -258,13 +291,13 @@ final class Planner {
                     break;
                 }
                 long cut = at[j];
-                group.add(new Piece(s.path, s.topic, s.partition, start, cut, s.logStart, s.nextBase));
+                group.add(new Piece(s.path, s.topic, s.partition, start, cut, s.logStart, s.nextBase, s.resync));
                 tasks.add(new SegmentPartition(group));
                 group = new ArrayList<>();
                 start = cut;
                 done = 0;
             }
-            group.add(new Piece(s.path, s.topic, s.partition, start, s.end, s.logStart, s.nextBase));
+            group.add(new Piece(s.path, s.topic, s.partition, start, s.end, s.logStart, s.nextBase, s.resync));
             done += s.end - start;
             if (done >= target) {
                 tasks.add(new SegmentPartition(group));

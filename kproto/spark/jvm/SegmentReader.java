@@ -162,11 +162,37 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
         dataLen = want;
     }
 
+    /** The piece is done: a torn tail (a batch that does not fit in what is left) is its
+     *  end, as in kproto's Python reader. */
     private void skipRest(String why) {
+        skipTo(why, pieceEnd);
+    }
+
+    /** Damage at {@code pos} that frames nothing: the read resumes at the next batch the
+     *  .index knows in this piece, else the piece is done. */
+    private void resync(String why) {
+        long here = winStart + pos;
+        long next = pieceEnd;
+        for (long p : cur.resync) {
+            if (p > here && p < pieceEnd) {
+                next = p;
+                break;
+            }
+        }
+        skipTo(why, next);
+    }
+
+    private void skipTo(String why, long next) {
+        long here = winStart + pos;
         Planner.LOG.warn("{}: {}-{} {} at byte {}: {}; {} bytes skipped", KafkaSegmentsJvm.NAME,
-                cur.topic, cur.partition, cur.path, winStart + pos, why, pieceEnd - winStart - pos);
-        pos = dataLen;
-        winStart = pieceEnd - dataLen;  // the piece is done
+                cur.topic, cur.partition, cur.path, here, why, next - here);
+        if (next - winStart <= dataLen) {
+            pos = (int) (next - winStart);
+        } else {
+            winStart = next;
+            pos = 0;
+            dataLen = 0;
+        }
     }
 
     /** Frames the batch at {@code pos}; sets up its records when it is to be read. */
@@ -179,7 +205,7 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
         ensure((int) Math.min(left, HEADER));
         int length = getInt(data, pos + 8);
         if (length < 14) {  // below any message's size: zeros or damage, nothing to frame by
-            skipRest("a batch length of " + length);
+            resync("a batch length of " + length);
             return;
         }
         byte magic = data[pos + 16];
@@ -188,8 +214,12 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
                     + (winStart + pos) + " holds a message of magic " + magic
                     + " (only record batches of magic 2 are read here)" + KafkaSegmentsJvm.FALLBACK);
         }
-        if (length < HEADER - 12 || left < HEADER) {
-            skipRest(length < HEADER - 12 ? "a batch length of " + length : "torn tail (a partial batch header)");
+        if (length < HEADER - 12) {
+            resync("a batch length of " + length);
+            return;
+        }
+        if (left < HEADER) {
+            skipRest("torn tail (a partial batch header)");
             return;
         }
         if (12L + length > left) {
