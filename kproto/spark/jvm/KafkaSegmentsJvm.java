@@ -216,10 +216,11 @@ public final class KafkaSegmentsJvm implements TableProvider, DataSourceRegister
             if (size != null) {
                 split = Planner.parseSize(size);
             }
-            int tasks = 4;
-            SparkSession active = SparkSession.active();
-            if (active != null) {
-                tasks = Math.max(1, active.sparkContext().defaultParallelism());
+            int tasks = 4;  // as kafka-segments when the session's parallelism is unknown
+            try {
+                tasks = Math.max(1, SparkSession.active().sparkContext().defaultParallelism());
+            } catch (IllegalStateException e) {
+                // no active session on this thread (planning outside a query): keep the default
             }
             return Planner.plan(paths(), topics, split, tasks).toArray(new InputPartition[0]);
         }
