@@ -33,8 +33,9 @@ broker) on the same topics of one Apache Kafka 4.4.0 node started for the run (u
 and lz4, ``--peer-partitions`` partitions, written by Kafka's ProducerPerformance tool), same
 columns, in ``local[2]`` (``--masters``), rounds interleaved; medians of the rounds and the
 median of the rounds' ratios. The broker serves Spark's source on the same cores meanwhile
-(its CPU is printed too); kafka-segments needs no broker. Needs tools/setup.sh's jars
-(Apache Kafka and Spark's Kafka source).
+(its CPU is printed too); kafka-segments needs no broker. ``kafka-segments-jvm`` (the JVM
+reader, :mod:`kproto.spark.jvm`, built by javac on first use) reads the same data directory
+beside them. Needs tools/setup.sh's jars (Apache Kafka and Spark's Kafka source).
 """
 from __future__ import annotations
 
@@ -270,11 +271,13 @@ def bench_remote(records: int, codec: str, masters: list[str], repeat: int) -> N
 
 def bench_spark_kafka(records: int, codecs: list[str], masters: list[str], repeat: int,
                       partitions: int, record_size: int) -> None:
-    """kafka-segments against Spark's Kafka source, one Apache Kafka node, same topics."""
+    """kafka-segments and kafka-segments-jvm against Spark's Kafka source, one Apache Kafka
+    node, same topics."""
+    from kproto.spark import jvm
     from kproto.testing import apache
     from kproto.testing.spark import kafka_source_jars, kafka_source_version
 
-    jars = ",".join(kafka_source_jars())
+    jars = ",".join([*kafka_source_jars(), jvm.jar()])
     walls: dict[tuple[str, str], dict[str, list[float]]] = {}
     broker_cpu: dict[tuple[str, str], list[float]] = {}
     with tempfile.TemporaryDirectory() as tmp, apache.ApacheKafka(os.path.join(tmp, "kafka")) as kafka:
@@ -299,6 +302,8 @@ def bench_spark_kafka(records: int, codecs: list[str], masters: list[str], repea
                 frames = {
                     "kafka-segments": spark.read.format("kafka-segments")
                     .option("columns", "kafka").option("subscribe", topic).load(data),
+                    "kafka-segments-jvm": spark.read.format("kafka-segments-jvm")
+                    .option("subscribe", topic).load(data),
                     "spark kafka": spark.read.format("kafka")
                     .option("kafka.bootstrap.servers", kafka.bootstrap)
                     .option("subscribe", topic).load(),
@@ -321,20 +326,21 @@ def bench_spark_kafka(records: int, codecs: list[str], masters: list[str], repea
                         rounds.setdefault(name, []).append(time.perf_counter() - t)
                         if name == "spark kafka":
                             used.append(_stat_cpu(f"/proc/{pid}/stat")[1] - before)
-                print(f"{master} {codec}: kafka-segments {frames['kafka-segments'].rdd.getNumPartitions()}"
-                      f" tasks, spark kafka {frames['spark kafka'].rdd.getNumPartitions()} tasks",
+                print(f"{master} {codec}: " + ", ".join(
+                    f"{name} {frame.rdd.getNumPartitions()} tasks" for name, frame in frames.items()),
                       flush=True)
             spark.stop()
     print(f"\nrows/s, median of {repeat} interleaved rounds ({records} records of "
           f"{record_size} bytes, {partitions} partitions; Spark's Kafka source "
           f"{kafka_source_version()}, Apache Kafka {apache.DEFAULT_VERSION})")
-    print(f"{'codec':6} {'master':9} {'kafka-segments':>15} {'spark kafka':>15} "
-          f"{'ratio (median)':>15} {'broker CPU s':>13}")
+    print(f"{'codec':6} {'master':9} {'kafka-segments':>15} {'-jvm':>15} {'spark kafka':>15} "
+          f"{'ratio (median)':>15} {'jvm ratio':>10} {'broker CPU s':>13}")
     for (codec, master), w in walls.items():
-        seg, kaf = w["kafka-segments"], w["spark kafka"]
+        seg, jv, kaf = w["kafka-segments"], w["kafka-segments-jvm"], w["spark kafka"]
         print(f"{codec:6} {master:9} {records / statistics.median(seg):15,.0f} "
+              f"{records / statistics.median(jv):15,.0f} "
               f"{records / statistics.median(kaf):15,.0f} {median_ratio(kaf, seg):15.2f} "
-              f"{statistics.median(broker_cpu[(codec, master)]):13.2f}")
+              f"{median_ratio(kaf, jv):10.2f} {statistics.median(broker_cpu[(codec, master)]):13.2f}")
 
 
 def main() -> None:

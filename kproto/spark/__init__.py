@@ -20,6 +20,10 @@ the internal topics, each record decoded into typed columns (:func:`internal_spa
 (:func:`kafka_spark_schema`), whose options ``subscribe``, ``subscribePattern``,
 ``assign``, ``kafka.isolation.level``, ``includeHeaders`` and JSON offsets are understood too.
 
+``kafka-segments-jvm`` (:mod:`kproto.spark.jvm`) reads the same log directories on the JVM,
+several times faster, with the columns of Spark's Kafka source and fewer options; its jar,
+``kproto.spark.jvm.jar()``, goes into ``spark.jars`` when the session is built.
+
 ``kafka-pcap`` (:mod:`kproto.spark.pcap`, registered by the same call, and automatically by
 ``pyspark_kafka_pcap``) reads capture files: one row per exchange of ``kproto decode-pcap``, or
 per Produce/Fetch record with ``.option("expand", "records")``.

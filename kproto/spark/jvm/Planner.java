@@ -1,0 +1,313 @@
+package kproto.spark.jvm;
+
+import java.io.IOException;
+import java.io.Serializable;
+import java.nio.ByteBuffer;
+import java.nio.channels.FileChannel;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.nio.file.Paths;
+import java.nio.file.StandardOpenOption;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Locale;
+import java.util.Map;
+import java.util.Set;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
+import java.util.stream.Stream;
+
+import org.apache.spark.sql.connector.read.InputPartition;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/** Planning on the driver: partition folders, their segments, cut into tasks at batch
+ *  boundaries found by a walk over the batch headers. */
+final class Planner {
+    static final Logger LOG = LoggerFactory.getLogger("kproto.spark.jvm");
+    static final long MIN_SPLIT = 4L << 20, MAX_SPLIT = 128L << 20;
+    private static final Pattern FOLDER = Pattern.compile("(.+)-(\\d+)");
+    private static final Pattern SEGMENT = Pattern.compile("(\\d{20})\\.log");
+    static final String LOG_START_CHECKPOINT = "log-start-offset-checkpoint";
+
+    private Planner() {
+    }
+
+    /** A byte range of one segment: whole batches from {@code start}; {@code end} the
+     *  segment's end or a batch boundary. */
+    static final class Piece implements Serializable {
+        final String path, topic;
+        final int partition;
+        final long start, end, logStart, nextBase;  // logStart / nextBase: -1 none
+        /** Batch positions the segment's .index knows: where a read resumes after damage. */
+        final long[] resync;
+
+        Piece(String path, String topic, int partition, long start, long end, long logStart, long nextBase,
+              long[] resync) {
+            this.resync = resync;
+            this.path = path;
+            this.topic = topic;
+            this.partition = partition;
+            this.start = start;
+            this.end = end;
+            this.logStart = logStart;
+            this.nextBase = nextBase;
+        }
+
+        @Override
+        public String toString() {
+            return topic + "-" + partition + "/" + Paths.get(path).getFileName() + "[" + start + ":" + end + "]";
+        }
+    }
+
+    /** One Spark task: consecutive pieces. */
+    static final class SegmentPartition implements InputPartition {
+        final Piece[] pieces;
+
+        SegmentPartition(List<Piece> pieces) {
+            this.pieces = pieces.toArray(new Piece[0]);
+        }
+
+        @Override
+        public String toString() {
+            return "SegmentPartition" + Arrays.toString(pieces);
+        }
+    }
+
+    static long parseSize(String text) {
+        Matcher m = Pattern.compile("(\\d+)\\s*([a-z]*)").matcher(text.trim().toLowerCase(Locale.ROOT));
+        if (!m.matches()) {
+            throw new IllegalArgumentException(KafkaSegmentsJvm.NAME + ": splitSize " + text + " is not a size");
+        }
+        long n = Long.parseLong(m.group(1));
+        switch (m.group(2)) {
+            case "": case "b": break;
+            case "k": case "kb": n <<= 10; break;
+            case "m": case "mb": n <<= 20; break;
+            case "g": case "gb": n <<= 30; break;
+            default: throw new IllegalArgumentException(KafkaSegmentsJvm.NAME + ": splitSize " + text + " is not a size");
+        }
+        if (n <= 0) {
+            throw new IllegalArgumentException(KafkaSegmentsJvm.NAME + ": splitSize must be positive");
+        }
+        return n;
+    }
+
+    /** Log start offsets of a log directory's checkpoint, by "topic partition". */
+    static Map<String, Long> logStarts(Path dir) {
+        Map<String, Long> out = new HashMap<>();
+        Path file = dir.resolve(LOG_START_CHECKPOINT);
+        if (!Files.isRegularFile(file)) {
+            return out;
+        }
+        try {
+            List<String> lines = Files.readAllLines(file, StandardCharsets.UTF_8);
+            for (int i = 2; i < lines.size(); i++) {
+                String[] f = lines.get(i).trim().split(" ");
+                if (f.length == 3) {
+                    out.put(f[0] + " " + f[1], Long.parseLong(f[2]));
+                }
+            }
+        } catch (IOException | RuntimeException e) {
+            LOG.warn("{}: {} ignored: {}", KafkaSegmentsJvm.NAME, file, e.toString());
+            out.clear();
+        }
+        return out;
+    }
+
+    static List<InputPartition> plan(List<String> paths, Set<String> topics, long splitBytes, int tasks) {
+        List<Piece> pieces = new ArrayList<>();
+        List<long[]> cuts = new ArrayList<>();  // batch positions of each piece's segment
+        for (String p : paths) {
+            Path path = Paths.get(p.startsWith("file:") ? p.substring(5).replaceFirst("^//", "") : p);
+            if (!Files.isDirectory(path)) {
+                throw new IllegalArgumentException(KafkaSegmentsJvm.NAME + ": " + p + " is not a directory"
+                        + " (remote paths are not read here" + KafkaSegmentsJvm.FALLBACK + ")");
+            }
+            List<Path> folders = new ArrayList<>();
+            Path checkpointDir = path;
+            if (isPartitionFolder(path)) {
+                folders.add(path);
+                checkpointDir = path.toAbsolutePath().getParent();
+            } else {
+                try (Stream<Path> s = Files.list(path)) {
+                    s.filter(Planner::isPartitionFolder).sorted().forEach(folders::add);
+                } catch (IOException e) {
+                    throw new IllegalArgumentException(KafkaSegmentsJvm.NAME + ": cannot list " + p + ": " + e, e);
+                }
+            }
+            Map<String, Long> starts = checkpointDir == null ? new HashMap<>() : logStarts(checkpointDir);
+            for (Path folder : folders) {
+                Matcher m = FOLDER.matcher(folder.getFileName().toString());
+                if (!m.matches()) {
+                    continue;
+                }
+                String topic = m.group(1);
+                int partition = Integer.parseInt(m.group(2));
+                if (topics != null && !topics.contains(topic)) {
+                    continue;
+                }
+                long logStart = starts.getOrDefault(topic + " " + partition, -1L);
+                planPartition(folder, topic, partition, logStart, pieces, cuts);
+            }
+        }
+        long total = 0;
+        for (Piece piece : pieces) {
+            total += piece.end - piece.start;
+        }
+        long target = splitBytes > 0 ? splitBytes
+                : Math.min(MAX_SPLIT, Math.max(MIN_SPLIT, (total + tasks - 1) / Math.max(1, tasks)));
+        return balance(pieces, cuts, target);
+    }
+
+    private static boolean isPartitionFolder(Path p) {
+        return Files.isDirectory(p) && FOLDER.matcher(p.getFileName().toString()).matches();
+    }
+
+    private static void planPartition(Path folder, String topic, int partition, long logStart,
+                                      List<Piece> pieces, List<long[]> cuts) {
+        List<Path> logs = new ArrayList<>();
+        try (Stream<Path> s = Files.list(folder)) {
+            s.filter(f -> SEGMENT.matcher(f.getFileName().toString()).matches()).sorted().forEach(logs::add);
+        } catch (IOException e) {
+            LOG.warn("{}: {} not read: {}", KafkaSegmentsJvm.NAME, folder, e.toString());
+            return;
+        }
+        for (int i = 0; i < logs.size(); i++) {
+            long nextBase = i + 1 < logs.size() ? baseOf(logs.get(i + 1)) : -1;
+            if (logStart >= 0 && nextBase >= 0 && nextBase <= logStart) {
+                continue;  // every record of it is below the log start offset
+            }
+            Path log = logs.get(i);
+            long[] positions;
+            long size;
+            try (FileChannel ch = FileChannel.open(log, StandardOpenOption.READ)) {
+                size = ch.size();
+                positions = batchPositions(ch, size);
+            } catch (IOException e) {
+                LOG.warn("{}: {} not read: {}", KafkaSegmentsJvm.NAME, log, e.toString());
+                continue;
+            }
+            if (size == 0) {
+                continue;
+            }
+            pieces.add(new Piece(log.toString(), topic, partition, 0, size, logStart, nextBase,
+                    indexPositions(log, size)));
+            cuts.add(positions);
+        }
+    }
+
+    /** The positions of a segment's .index entries (none when it is missing or unreadable):
+     *  valid entries end at the first all-zero slot (a preallocated index's tail), and at
+     *  any position that does not grow or lies past the log. */
+    static long[] indexPositions(Path log, long logSize) {
+        String name = log.getFileName().toString();
+        Path index = log.resolveSibling(name.substring(0, name.length() - 4) + ".index");
+        byte[] bytes;
+        try {
+            if (!Files.isRegularFile(index) || Files.size(index) > (64L << 20)) {
+                return new long[0];
+            }
+            bytes = Files.readAllBytes(index);
+        } catch (IOException e) {
+            return new long[0];
+        }
+        ByteBuffer b = ByteBuffer.wrap(bytes);
+        long[] out = new long[bytes.length / 8];
+        int n = 0;
+        for (int i = 0; i + 8 <= bytes.length; i += 8) {
+            int rel = b.getInt(i), position = b.getInt(i + 4);
+            if ((rel == 0 && position == 0) || position <= (n > 0 ? out[n - 1] : 0) || position >= logSize) {
+                break;
+            }
+            out[n++] = position;
+        }
+        return Arrays.copyOf(out, n);
+    }
+
+    private static long baseOf(Path log) {
+        return Long.parseLong(log.getFileName().toString().substring(0, 20));
+    }
+
+    /** Positions of the batches a walk over their headers finds (it stops at a header that
+     *  does not fit: the reader reports what is there). */
+    static long[] batchPositions(FileChannel ch, long size) throws IOException {
+        long[] out = new long[64];
+        int n = 0;
+        ByteBuffer head = ByteBuffer.allocate(12);
+        long pos = 0;
+        while (pos + 12 <= size) {
+            head.clear();
+            int got = 0;
+            while (head.hasRemaining()) {
+                int r = ch.read(head, pos + got);
+                if (r < 0) {
+                    break;
+                }
+                got += r;
+            }
+            if (head.hasRemaining()) {
+                break;
+            }
+            int length = head.getInt(8);
+            if (length < 14 || pos + 12 + length > size) {
+                break;
+            }
+            if (n == out.length) {
+                out = Arrays.copyOf(out, n * 2);
+            }
+            out[n++] = pos;
+            pos += 12 + length;
+        }
+        return Arrays.copyOf(out, n);
+    }
+
+    /** Tasks of about {@code target} bytes: pieces laid end to end, cut at the batch
+     *  boundary nearest each multiple of {@code target}; small segments share a task. */
+    static List<InputPartition> balance(List<Piece> pieces, List<long[]> cuts, long target) {
+        List<InputPartition> tasks = new ArrayList<>();
+        List<Piece> group = new ArrayList<>();
+        long done = 0;
+        for (int i = 0; i < pieces.size(); i++) {
+            Piece s = pieces.get(i);
+            long[] at = cuts.get(i);
+            long start = s.start;
+            while (done + s.end - start >= target) {
+                long want = start + target - done;
+                int j = Arrays.binarySearch(at, want);
+                if (j < 0) {
+                    j = -j - 1;  // first boundary above want; pick the nearer neighbour
+                    if (j > 0 && (j == at.length || want - at[j - 1] <= at[j] - want)) {
+                        j--;
+                    }
+                }
+                while (j < at.length && at[j] <= start) {
+                    j++;  // the nearest boundary is where this piece starts: take the next
+                }
+                if (j >= at.length || at[j] >= s.end) {
+                    break;
+                }
+                long cut = at[j];
+                group.add(new Piece(s.path, s.topic, s.partition, start, cut, s.logStart, s.nextBase, s.resync));
+                tasks.add(new SegmentPartition(group));
+                group = new ArrayList<>();
+                start = cut;
+                done = 0;
+            }
+            group.add(new Piece(s.path, s.topic, s.partition, start, s.end, s.logStart, s.nextBase, s.resync));
+            done += s.end - start;
+            if (done >= target) {
+                tasks.add(new SegmentPartition(group));
+                group = new ArrayList<>();
+                done = 0;
+            }
+        }
+        if (!group.isEmpty()) {
+            tasks.add(new SegmentPartition(group));
+        }
+        return tasks;
+    }
+}

@@ -1,0 +1,195 @@
+"""``kafka-segments-jvm`` (kproto/spark/jvm/*.java) against ``kafka-segments`` with
+``columns=kafka``: the same schema and the same rows, collected and sorted, on log dirs
+kproto's writer wrote with every codec (several topics, partitions and segments, headers,
+null keys, control batches, LogAppendTime, a log start offset, tasks cut inside segments),
+on the log dirs Apache Kafka wrote (../shared/fixtures/logdirs), and its errors for what it
+does not read. The jar joins the shared session (tests/spark/conftest.py)."""
+from __future__ import annotations
+
+import os
+import shutil
+import zipfile
+
+import pytest
+
+from kproto.records import RecordBatchBuilder
+from kproto.spark import jvm
+from kproto.spark.source import kafka_spark_schema
+from kproto.storage import LogDirWriter, OffsetCheckpoint
+
+CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
+FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "fixtures", "logdirs")
+TS = 1_700_000_000_000
+
+
+@pytest.fixture(scope="module")
+def session(spark):
+    try:
+        path = jvm.jar()
+    except RuntimeError as exc:
+        if os.environ.get("CI") == "true":
+            raise
+        pytest.skip(str(exc))
+    if path not in spark.conf.get("spark.jars", ""):
+        pytest.fail("the kafka-segments-jvm jar is not on the shared session's class path")
+    return spark
+
+
+def _rows(df):
+    return sorted((r.topic, r.partition, r.offset, r.key, r.value, r.timestamp, r.timestampType,
+                   None if "headers" not in r or r.headers is None
+                   else tuple((h.key, h.value) for h in r.headers)) for r in df.collect())
+
+
+def _both(session, path, **options):
+    read = session.read.options(**options)
+    ours = read.format("kafka-segments-jvm").load(path)
+    theirs = read.format("kafka-segments").option("columns", "kafka").load(path)
+    return ours, theirs
+
+
+def _write(root, codec):
+    """Two topics (3 and 1 partitions) of 1,600 records in small segments; a control batch
+    (a committed transaction), a LogAppendTime batch and a log start offset in partition 0."""
+    w = LogDirWriter(root, cluster_id="Gbic2Gj7Dm9oTfmSNSzM_A", segment_bytes=6000)
+    n = 0
+    for topic, parts in (("orders", 3), ("clicks", 1)):
+        for p in range(parts):
+            part = w.partition(topic, p)
+            for b in range(40):
+                builder = RecordBatchBuilder(compression=codec, base_offset=part.next_offset,
+                                             **({"timestamp_type": 1, "log_append_time": TS + 99}
+                                                if b == 7 else {}))
+                for i in range(10):
+                    n += 1
+                    key = None if n % 4 == 0 else b"k%d" % (n % 13)
+                    headers = [("h", b"%d" % n), ("nil", None)] if n % 3 == 0 else []
+                    value = None if n % 50 == 0 else b"v%d-" % n * (1 + n % 5)
+                    builder.append(TS + n, key, value, headers)
+                part.append(builder.build())
+                if b == 20:
+                    tx = RecordBatchBuilder(base_offset=part.next_offset, producer_id=9,
+                                            producer_epoch=0, transactional=True, control=True)
+                    tx.append_end_txn_marker(True, 0, TS)
+                    part.append(tx.build())
+    w.close()
+    with open(os.path.join(root, "log-start-offset-checkpoint"), "wb") as f:
+        f.write(OffsetCheckpoint([("orders", 0, 123)]).encode())
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_the_rows_of_kafka_segments_with_every_codec(session, tmp_path, codec):
+    root = str(tmp_path)
+    _write(root, codec)
+    ours, theirs = _both(session, root, includeHeaders="true", splitSize="2k")
+    assert ours.schema == theirs.schema == kafka_spark_schema(True)
+    segments = sum(f.endswith(".log") for _, _, files in os.walk(root) for f in files)
+    assert ours.rdd.getNumPartitions() > segments > 4  # segments of ~6 kB cut into tasks
+    got, want = _rows(ours), _rows(theirs)
+    assert len(want) == 1600 - 123
+    assert got == want
+    assert any(r[6] == 1 for r in got) and any(r[3] is None for r in got)
+    ours, theirs = _both(session, root, subscribe="clicks")
+    assert ours.schema == kafka_spark_schema(False)
+    assert _rows(ours) == _rows(theirs) and len(_rows(ours)) == 400
+
+
+def test_the_rows_of_apache_kafkas_log_dirs(session):
+    clean, crashed = (os.path.join(FIXTURES, d) for d in ("broker1-clean", "broker1-crashed"))
+    # magic 2 topics; the transactional one read_uncommitted (aborted records too)
+    topics = "orders,payments,users,clicks,__consumer_offsets,__transaction_state"
+    ours, theirs = _both(session, clean, includeHeaders="true", topics=topics, splitSize="16k")
+    got = _rows(ours)
+    assert got == _rows(theirs) and len(got) > 1000
+    # a torn tail and a flipped byte: the rest is read, the damaged batch skipped (CRC-32C)
+    ours, _ = _both(session, crashed, includeHeaders="true")
+    theirs = (session.read.format("kafka-segments").option("columns", "kafka")
+              .option("includeHeaders", "true").option("verifyCrc", "true").load(crashed))
+    assert _rows(ours) == _rows(theirs)
+
+
+def test_a_task_larger_than_the_read_window(session, tmp_path):
+    """One task over a 12 MB segment: the reader's window (8 MiB) moves along it, batches
+    that straddle its end included."""
+    part = LogDirWriter(str(tmp_path), cluster_id="Gbic2Gj7Dm9oTfmSNSzM_A",
+                        segment_bytes=1 << 30).partition("big", 0)
+    for b in range(400):
+        builder = RecordBatchBuilder(base_offset=part.next_offset)
+        for i in range(5):
+            builder.append(TS + b, b"%d" % i, os.urandom(6000 + 7 * b))
+        part.append(builder.build())
+    part.close()
+    ours, theirs = _both(session, str(tmp_path), splitSize="1g")
+    assert ours.rdd.getNumPartitions() == 1
+    summary = ("count(*)", "sum(offset)", "sum(length(value))", "sum(crc32(value))",
+               "sum(crc32(key))")
+    got = ours.selectExpr(*summary).collect()
+    assert got == theirs.selectExpr(*summary).collect() and got[0][0] == 2000
+
+
+@pytest.mark.parametrize("length, last", [(3, 399), (0x7FFFFFF0, 199)])
+def test_a_damaged_batch_length_as_kafka_segments_reads_it(session, tmp_path, length, last):
+    """A batch length overwritten in the middle of a segment: too small to frame anything, the
+    read goes on from the next .index position (the batches between are lost); past the end of
+    the file, it is a torn tail and the segment's read ends there, as in kafka-segments."""
+    part = LogDirWriter(str(tmp_path), cluster_id="Gbic2Gj7Dm9oTfmSNSzM_A").partition("t", 0)
+    for b in range(100):
+        builder = RecordBatchBuilder(base_offset=part.next_offset)
+        for i in range(4):
+            builder.append(TS + b, None, b"%d-%d-" % (b, i) * 40)
+        part.append(builder.build())
+    part.close()
+    log = tmp_path / "t-0" / ("0" * 20 + ".log")
+    data = bytearray(log.read_bytes())
+    position = 0
+    for _ in range(50):  # the 51st batch
+        position += 12 + int.from_bytes(data[position + 8:position + 12], "big")
+    data[position + 8:position + 12] = length.to_bytes(4, "big")
+    log.write_bytes(bytes(data))
+    ours, theirs = _both(session, str(tmp_path))
+    got = _rows(ours)
+    assert got == _rows(theirs)
+    assert got[-1][2] == last and (len(got) == 200 if last == 199 else 200 < len(got) < 396)
+
+
+def test_a_decompression_bomb_is_skipped_and_the_rest_read(session, tmp_path):
+    """A zstd batch of 40 MiB of zeros (kilobytes on disk) spends the task's decompression
+    allowance (16 MiB plus 64x the compressed bytes), as in kproto's Python reader: that batch
+    is skipped, the batches around it are read."""
+    part = LogDirWriter(str(tmp_path), cluster_id="Gbic2Gj7Dm9oTfmSNSzM_A").partition("t", 0)
+    for value in (b"before", bytes(40 << 20), b"after"):
+        builder = RecordBatchBuilder(compression="zstd", base_offset=part.next_offset)
+        builder.append(TS, None, value)
+        part.append(builder.build())
+    part.close()
+    rows = session.read.format("kafka-segments-jvm").load(str(tmp_path)).collect()
+    assert [(r.offset, r.value) for r in rows] == [(0, b"before"), (2, b"after")]
+
+
+def test_what_it_does_not_read_names_kafka_segments(session):
+    with pytest.raises(Exception, match="kafka-segments.*startingoffsets|startingoffsets.*kafka-segments"):
+        session.read.format("kafka-segments-jvm").option("startingOffsets", "latest") \
+            .load(os.path.join(FIXTURES, "broker1-clean")).collect()
+    with pytest.raises(Exception, match="magic 0.*kafka-segments"):
+        session.read.format("kafka-segments-jvm").option("topics", "legacy") \
+            .load(os.path.join(FIXTURES, "broker1-clean")).collect()
+
+
+def test_jar_names_a_missing_javac_and_reuses_a_built_jar(tmp_path, monkeypatch):
+    monkeypatch.setenv("KPROTO_CACHE_DIR", str(tmp_path))
+    path = os.environ["PATH"]
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))  # no javac on it
+    with pytest.raises(RuntimeError, match="javac"):
+        jvm.jar()
+    assert not list(tmp_path.glob("*.jar"))
+    monkeypatch.setenv("PATH", path)
+    if os.environ.get("CI") != "true" and not shutil.which("javac"):
+        pytest.skip("no javac here")
+    built = jvm.jar()
+    assert os.path.dirname(built) == str(tmp_path)
+    with zipfile.ZipFile(built) as zf:
+        assert "kproto/spark/jvm/KafkaSegmentsJvm.class" in zf.namelist()
+        assert zf.read(jvm.SERVICE).strip() == b"kproto.spark.jvm.KafkaSegmentsJvm"
+    monkeypatch.setattr(jvm, "_javac", lambda: pytest.fail("javac run for a built jar"))
+    assert jvm.jar() == built
