@@ -43,7 +43,9 @@ _batches: dict[Path, dict[str, list]] = {}
 
 
 def _uses_spark(block: Block) -> bool:
-    return any(name in block.code for name in _SPARK)
+    """Whether the block joins its page's shared Spark process: a block that sets
+    ``spark.jars`` runs alone, as jars join a JVM only when it starts."""
+    return any(name in block.code for name in _SPARK) and "spark.jars" not in block.code
 
 
 def _env(tmp: Path) -> dict[str, str]:
