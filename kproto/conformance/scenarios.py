@@ -201,8 +201,7 @@ def produce_unknown(ctx: Context) -> ScenarioGen:
 def produce_idempotent(ctx: Context) -> ScenarioGen:
     """An idempotent producer: sequence 0, the same batch again (duplicate), a gap (out of
     order), the next sequence, and an unknown producer id."""
-    init = yield ctx.call(ApiKey.INIT_PRODUCER_ID, transactional_id=None, transaction_timeout_ms=60000,
-                          producer_id=-1, producer_epoch=-1)
+    init = yield init_idempotent(ctx)
     pid, epoch = init.producer_id, init.producer_epoch
     first = batch(ctx.t0, 3, producer_id=pid, producer_epoch=epoch, base_sequence=0)
     yield produce(ctx, "t", first, label="Produce seq 0")
@@ -228,8 +227,7 @@ def produce_rejected(ctx: Context) -> ScenarioGen:
 def produce_transactional_unadded(ctx: Context) -> ScenarioGen:
     """A transactional batch to a partition not added to the transaction."""
     txn = ctx.group("txn")
-    init = yield ctx.call(ApiKey.INIT_PRODUCER_ID, transactional_id=txn, transaction_timeout_ms=60000,
-                          producer_id=-1, producer_epoch=-1)
+    init = yield init_txn(ctx, txn)
     yield produce(ctx, "t", batch(ctx.t0, 1, producer_id=init.producer_id, producer_epoch=init.producer_epoch,
                                   base_sequence=0, transactional=True),
                   transactional_id=txn, label="Produce txn not added")
@@ -554,6 +552,13 @@ def init_txn(ctx: Context, txn: str, label: str = "InitProducerId", compare: Opt
                     retry=_coordinator_loading)
 
 
+def init_idempotent(ctx: Context, label: str = "InitProducerId") -> Any:
+    """An idempotent producer id. Kafka answers COORDINATOR_LOAD_IN_PROGRESS until its first
+    block of producer ids arrives from the controller (its client retries): asked again then."""
+    return ctx.call(ApiKey.INIT_PRODUCER_ID, transactional_id=None, transaction_timeout_ms=60000,
+                    producer_id=-1, producer_epoch=-1, label=label, retry=_coordinator_loading)
+
+
 def add_partitions(ctx: Context, txn: str, pid: int, epoch: int, suffix: str = "t",
                    label: str = "AddPartitionsToTxn", name: Optional[str] = None) -> Any:
     topics = [{"name": name or ctx.topic(suffix), "partitions": [0]}]
@@ -567,8 +572,7 @@ def add_partitions(ctx: Context, txn: str, pid: int, epoch: int, suffix: str = "
 @_sc(ApiKey.INIT_PRODUCER_ID)
 def init_producer_id(ctx: Context) -> ScenarioGen:
     """An idempotent producer id; a transactional one, twice (the epoch bumps); a bad timeout."""
-    yield ctx.call(ApiKey.INIT_PRODUCER_ID, transactional_id=None, transaction_timeout_ms=60000,
-                   producer_id=-1, producer_epoch=-1, label="InitProducerId idempotent")
+    yield init_idempotent(ctx, "InitProducerId idempotent")
     txn = ctx.group("txn")
     yield init_txn(ctx, txn)
     yield init_txn(ctx, txn, "InitProducerId again")
@@ -680,8 +684,7 @@ def list_transactions(ctx: Context) -> ScenarioGen:
 @_sc(ApiKey.DESCRIBE_PRODUCERS, topics=[_t("t")])
 def describe_producers(ctx: Context) -> ScenarioGen:
     """The idempotent producer of a partition; an unknown partition."""
-    init = yield ctx.call(ApiKey.INIT_PRODUCER_ID, transactional_id=None, transaction_timeout_ms=60000,
-                          producer_id=-1, producer_epoch=-1)
+    init = yield init_idempotent(ctx)
     yield produce(ctx, "t", batch(ctx.t0, 3, producer_id=init.producer_id, producer_epoch=init.producer_epoch,
                                   base_sequence=0))
     yield ctx.call(ApiKey.DESCRIBE_PRODUCERS, topics=[{"name": ctx.topic("t"), "partition_indexes": [0, 5]}])
