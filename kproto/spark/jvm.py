@@ -65,7 +65,9 @@ def jar() -> str:
         return str(target)
     javac = _javac()
     target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="kproto-jvm-") as tmp:
+    # built beside the target: os.replace is atomic only within a file system (and fails
+    # across two, as from a tmpfs /tmp to the home directory)
+    with tempfile.TemporaryDirectory(prefix="kproto-jvm-", dir=target.parent) as tmp:
         classes = Path(tmp) / "classes"
         run = subprocess.run([javac, "--release", "17", "-nowarn", "-encoding", "UTF-8",
                               "-cp", str(jars / "*"), "-d", str(classes), *map(str, sources)],

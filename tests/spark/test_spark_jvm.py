@@ -186,8 +186,16 @@ def test_jar_names_a_missing_javac_and_reuses_a_built_jar(tmp_path, monkeypatch)
     monkeypatch.setenv("PATH", path)
     if os.environ.get("CI") != "true" and not shutil.which("javac"):
         pytest.skip("no javac here")
+    replaced = []
+    real_replace = os.replace
+
+    def replace(src, dst):  # a move within one directory, so within one file system
+        replaced.append((os.path.dirname(os.path.dirname(src)), os.path.dirname(dst)))
+        return real_replace(src, dst)
+    monkeypatch.setattr(jvm.os, "replace", replace)
     built = jvm.jar()
     assert os.path.dirname(built) == str(tmp_path)
+    assert replaced == [(str(tmp_path), str(tmp_path))]
     with zipfile.ZipFile(built) as zf:
         assert "kproto/spark/jvm/KafkaSegmentsJvm.class" in zf.namelist()
         assert zf.read(jvm.SERVICE).strip() == b"kproto.spark.jvm.KafkaSegmentsJvm"
