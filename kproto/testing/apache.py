@@ -40,6 +40,7 @@ from kproto.codecs import request as request_codec
 from kproto.error_codes import error_name
 from kproto.errors import DecodeError
 from kproto.framing import RequestHeader, decode_response, encode_request
+from kproto.testing.ports import free_ports
 
 __all__ = ["ApacheKafka", "KafkaNotAvailable", "KafkaStartError", "DEFAULT_VERSION", "VERSIONS",
            "TEST_CONFIG", "cache_dir", "classpath", "client_jars", "java", "unavailable",
@@ -208,20 +209,6 @@ def _random_uuid() -> str:
             return text
 
 
-def _free_ports(host: str, n: int) -> list[int]:
-    """``n`` distinct ports free on ``host`` now (all held open until each is known)."""
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket()
-            socks.append(s)
-            s.bind((host, 0))
-        return [int(s.getsockname()[1]) for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
 def _die_with_parent() -> list[str]:
     """A prefix that makes the JVM die with the process that started it (Linux's parent-death
     signal, set by util-linux's setpriv, kept across exec), so no node outlives a test run that
@@ -351,7 +338,7 @@ class ApacheKafka:
         broker_roles = ("broker",) if controllers else ("broker", "controller")
         per_broker = ((1 if controllers else 2) + (1 if self.scram_users else 0)
                       + len(self.extra_listeners))
-        ports = iter(_free_ports(host, brokers * per_broker + controllers))
+        ports = iter(free_ports(brokers * per_broker + controllers, host))
         self.nodes: dict[int, Node] = {}
         for i in range(1, brokers + 1):
             self.nodes[i] = Node(i, broker_roles, self.data_dir / f"broker-{i}", port=next(ports),

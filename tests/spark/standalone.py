@@ -14,7 +14,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -25,21 +24,16 @@ from typing import Iterator
 
 import pyspark
 
+from kproto.testing.ports import free_ports
+
 HOST = "127.0.0.1"
 SPARK_CLASS = os.path.join(os.path.dirname(pyspark.__file__), "bin", "spark-class")
-
-
-def free_port() -> int:
-    """A TCP port nothing listens on now (the OS's pick; the caller binds it soon after)."""
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
 
 
 def cluster_env(root: Path) -> dict[str, str]:
     """Environment of the cluster's JVMs (and of a driver that should join them): loopback
     only, logs and scratch space under ``root``, executors on this interpreter."""
-    # a port taken after free_port() picked it: fail (and start again) rather than take the
+    # a port taken after free_ports() picked it: fail (and start again) rather than take the
     # next one, which the master URL would not name
     opts = (os.environ.get("SPARK_DAEMON_JAVA_OPTS", "") + " -Dspark.port.maxRetries=0").strip()
     return {**os.environ, "SPARK_LOCAL_IP": HOST, "SPARK_LOCAL_HOSTNAME": HOST,
@@ -135,7 +129,7 @@ def start_standalone(root: Path, *, cores: int = 1, memory: str = "1g",
 def _start(root: Path, cores: int, memory: str, timeout: float) -> Standalone:
     for sub in ("logs", "local", "work"):
         (root / sub).mkdir(parents=True, exist_ok=True)
-    port, ui = free_port(), free_port()
+    port, ui, worker_port, worker_ui = free_ports(4, HOST)
     cluster = Standalone(root, f"spark://{HOST}:{port}", f"http://{HOST}:{ui}")
     try:
         cluster.processes["master"] = _spawn(root, "master", [
@@ -143,7 +137,7 @@ def _start(root: Path, cores: int, memory: str, timeout: float) -> Standalone:
             "--webui-port", str(ui)])
         cluster.processes["worker"] = _spawn(root, "worker", [
             "org.apache.spark.deploy.worker.Worker", "--host", HOST,
-            "--port", str(free_port()), "--webui-port", str(free_port()),
+            "--port", str(worker_port), "--webui-port", str(worker_ui),
             "--cores", str(cores), "--memory", memory, "--work-dir", str(cluster.work_dir),
             cluster.master_url])
         deadline = time.monotonic() + timeout

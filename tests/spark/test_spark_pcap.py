@@ -10,7 +10,6 @@ import functools
 import io
 import json
 import os
-import subprocess
 import sys
 
 import pytest
@@ -165,31 +164,6 @@ def test_bad_options_and_paths():
         parse_pcap_options({"path": DIRS[0], "isolation": "read_committed"})
     with pytest.raises(FileNotFoundError):
         capture_files([os.path.join(DIRS[0], "no-such-*.pcap")])
-
-
-AUTO = """
-import sys
-from pyspark.sql import SparkSession
-spark = (SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false")
-         .config("spark.ui.showConsoleProgress", "false").getOrCreate())
-print("COUNT", spark.read.format("kafka-pcap").load(sys.argv[1]).count())
-spark.stop()
-"""
-
-
-def test_found_without_registration(tmp_path):
-    import pyspark_kafka_pcap
-    from kproto.spark import KafkaPcapDataSource
-
-    assert pyspark_kafka_pcap.DefaultSource is KafkaPcapDataSource
-    path = str(external_support.CAPTURES)
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable,
-           "PYTHONPATH": os.pathsep.join([os.path.dirname(_TESTS), os.environ.get("PYTHONPATH", "")])}
-    out = subprocess.run([sys.executable, "-c", AUTO, path], cwd=tmp_path, env=env,
-                         capture_output=True, text=True, timeout=240)
-    assert out.returncode == 0, out.stderr[-3000:]
-    want = sum(len(cli_lines(f)) for f, _ in capture_files([path]))
-    assert f"COUNT {want}" in out.stdout.splitlines()
 
 
 def test_record_columns_join_kafka_segments_columns():

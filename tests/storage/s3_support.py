@@ -12,6 +12,8 @@ import time
 from dataclasses import dataclass, field
 from urllib.parse import unquote
 
+from kproto.testing.ports import free_port
+
 BUCKET = "kproto-remote"
 CREDENTIALS = {"access_key": "testing", "secret_key": "testing", "region": "us-east-1"}
 
@@ -118,9 +120,7 @@ def start_s3_server() -> S3Server:
 def start_server_process(argv: list[str], what: str) -> tuple[subprocess.Popen, int]:
     """``python -m <argv...>`` listening on a free loopback port (``{port}`` in ``argv``), once
     it accepts connections: ``(process, port)``."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", *(a.format(port=port) for a in argv)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 30
