@@ -6,13 +6,14 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import socket
 import subprocess
 import sys
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping, Optional
+
+from kproto.testing.ports import free_port
 
 PEERS = os.environ.get("KPROTO_PEERS", os.path.join(os.path.dirname(__file__), "..", "..", "shared", "peers"))
 
@@ -61,12 +62,6 @@ def _first_answer(host: str, port: int, t0: float, alive: Callable[[], bool], ti
             return time.perf_counter() - t0
         time.sleep(0.005)
     raise RuntimeError(f"nothing answered on {host}:{port} within {timeout:.0f} s")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @contextlib.contextmanager
@@ -122,7 +117,7 @@ def start(peer: str, tmp: str, brokers: int = 1, timed: bool = False) -> Any:
                "--data", os.path.join(tmp, "data")]
         prefix, ready = "listening on ", brokers
     elif peer == "kproto":
-        port = _free_port()  # known before the start, so the first answer can be awaited
+        port = free_port()  # known before the start, so the first answer can be awaited
         cmd = [sys.executable, "-m", "kproto", "broker", "--data", os.path.join(tmp, "data"),
                "--port", str(port)]
         prefix = "listening on "
