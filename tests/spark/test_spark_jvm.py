@@ -6,11 +6,15 @@ on the log dirs Apache Kafka wrote (../shared/fixtures/logdirs), and its errors 
 does not read. The jar joins the shared session (tests/spark/conftest.py)."""
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import zipfile
 
 import pytest
+from crc32c import crc32c
+
+from kproto.codecs.primitives import read_varint, varint
 
 from kproto.records import RecordBatchBuilder
 from kproto.spark import jvm
@@ -164,6 +168,52 @@ def test_a_decompression_bomb_is_skipped_and_the_rest_read(session, tmp_path):
     part.close()
     rows = session.read.format("kafka-segments-jvm").load(str(tmp_path)).collect()
     assert [(r.offset, r.value) for r in rows] == [(0, b"before"), (2, b"after")]
+
+
+def _check(session, *inputs: str) -> list[dict]:
+    """LogDirCheck's JSON lines for these input lines, run in the session's JVM."""
+    out = session._jvm.kproto.spark.jvm.LogDirCheck.checkAll("\n".join(inputs) + "\n")
+    return [json.loads(line) for line in out.splitlines()]
+
+
+def _malformed_third_record(batch: bytes) -> bytes:
+    """The batch with its 3rd record's key length past the record, CRC-32C made valid again."""
+    data = bytearray(batch)
+    pos = 61
+    for _ in range(2):
+        length, after = read_varint(data, pos)
+        pos = after + length
+    length, at = read_varint(data, pos)  # the 3rd record: attributes, timestamp and offset deltas
+    at += 1
+    for _ in range(2):
+        _, at = read_varint(data, at)
+    key_length, after = read_varint(data, at)
+    bad = varint(length + 5)
+    assert len(bad) == after - at  # same size: the framing around it stays
+    data[at:after] = bad
+    data[17:21] = crc32c(bytes(data[21:])).to_bytes(4, "big")
+    return bytes(data)
+
+
+def test_a_batch_that_does_not_decode_gives_none_of_its_rows(session, tmp_path):
+    """A CRC-valid batch whose 3rd record is malformed, starting 2 rows before the end of a
+    columnar batch (4,096 rows): none of its rows, the skip reported, the batch after it
+    read; as kafka-segments reads it."""
+    part = LogDirWriter(str(tmp_path), cluster_id="Gbic2Gj7Dm9oTfmSNSzM_A").partition("t", 0)
+    for n, bad in ((4094, False), (10, True), (5, False)):
+        builder = RecordBatchBuilder(base_offset=part.next_offset)
+        for i in range(n):
+            builder.append(TS + i, b"k%d" % i, b"v%d" % i, [("h", b"x")] if i % 2 else [])
+        part.append(_malformed_third_record(builder.build()) if bad else builder.build())
+    part.close()
+    ours, theirs = _both(session, str(tmp_path), includeHeaders="true")
+    got = _rows(ours)
+    assert got == _rows(theirs)
+    assert [r[2] for r in got] == [*range(4094), *range(4104, 4109)]
+    [report] = _check(session, str(tmp_path))
+    assert len(report["rows"]) == len(got) and [r[2] for r in report["rows"]] == [r[2] for r in got]
+    [skip] = report["skips"]
+    assert "records do not decode" in skip and "offset 4094" in skip
 
 
 def test_what_it_does_not_read_names_kafka_segments(session):

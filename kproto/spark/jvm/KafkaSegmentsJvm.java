@@ -82,6 +82,34 @@ public final class KafkaSegmentsJvm implements TableProvider, DataSourceRegister
         }
     }
 
+    /** The tasks of a read of {@code paths} with these (checked) options, about
+     *  {@code tasks} of them unless {@code splitSize} says. */
+    static List<InputPartition> plan(Map<String, String> options, List<String> paths, int tasks) {
+        Map<String, String> opts = lower(options);
+        Set<String> topics = null;
+        for (String key : new String[] {"topics", "subscribe"}) {
+            String v = opts.get(key);
+            if (v != null) {
+                Set<String> these = new HashSet<>();
+                for (String t : v.split(",")) {
+                    if (!t.trim().isEmpty()) {
+                        these.add(t.trim());
+                    }
+                }
+                if (topics != null) {
+                    these.retainAll(topics);
+                }
+                topics = these;
+            }
+        }
+        long split = -1;
+        String size = opts.get("splitsize");
+        if (size != null) {
+            split = Planner.parseSize(size);
+        }
+        return Planner.plan(paths, topics, split, tasks);
+    }
+
     /** Spark's Kafka source's columns (nullability as kproto's {@code kafka_spark_schema}). */
     static StructType schema(boolean headers) {
         StructType s = new StructType()
@@ -195,34 +223,13 @@ public final class KafkaSegmentsJvm implements TableProvider, DataSourceRegister
 
         @Override
         public InputPartition[] planInputPartitions() {
-            Set<String> topics = null;
-            for (String key : new String[] {"topics", "subscribe"}) {
-                String v = options.get(key);
-                if (v != null) {
-                    Set<String> these = new HashSet<>();
-                    for (String t : v.split(",")) {
-                        if (!t.trim().isEmpty()) {
-                            these.add(t.trim());
-                        }
-                    }
-                    if (topics != null) {
-                        these.retainAll(topics);
-                    }
-                    topics = these;
-                }
-            }
-            long split = -1;
-            String size = options.get("splitsize");
-            if (size != null) {
-                split = Planner.parseSize(size);
-            }
             int tasks = 4;  // as kafka-segments when the session's parallelism is unknown
             try {
                 tasks = Math.max(1, SparkSession.active().sparkContext().defaultParallelism());
             } catch (IllegalStateException e) {
                 // no active session on this thread (planning outside a query): keep the default
             }
-            return Planner.plan(paths(), topics, split, tasks).toArray(new InputPartition[0]);
+            return plan(options, paths(), tasks).toArray(new InputPartition[0]);
         }
 
         @Override

@@ -59,6 +59,8 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
     private final ConstantColumnVector topic, partition;
     private final ColumnarBatch batch;
     private final CRC32C crc = new CRC32C();
+    /** Also told of every skip (the {@link LogDirCheck} tool prints them); null: the log only. */
+    java.util.function.Consumer<String> onSkip;
 
     private int piece = -1;
     // a window of the current piece: data[0, dataLen) holds its bytes from winStart on (a few
@@ -72,11 +74,13 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
     // records of the current (decompressed) batch still to go
     private byte[] recs;
     private int recPos, recEnd, recLeft;
-    private long baseOffset, baseTs, maxTs;
+    private long baseOffset, baseTs, maxTs, batchAt;
     private int tsKind;
     private boolean logAppend;
     private int headerRows;  // rows written into the headers' child vectors
     private int headerCap;  // their capacity (reserved here)
+    private int headerHigh;  // header entries touched (their null flags) since the last reset
+    private int capacity = ROWS;  // rows the column vectors hold
 
     SegmentReader(Planner.Piece[] pieces, boolean withHeaders) {
         this.pieces = pieces;
@@ -106,13 +110,10 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
         if (headers != null) {
             headers.reset();
             headerRows = 0;
+            headerHigh = 0;
         }
         int rows = 0;
         while (rows < ROWS) {
-            if (recLeft > 0) {
-                rows = records(rows);
-                continue;
-            }
             if (cur == null || winStart + pos >= pieceEnd) {
                 if (rows > 0) {
                     break;  // a batch holds one partition's rows (topic, partition are constants)
@@ -122,7 +123,9 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
                 }
                 continue;
             }
-            nextBatch();
+            if (nextBatch()) {
+                rows = records(rows);  // all of the batch's rows or none of them
+            }
         }
         batch.setNumRows(rows);
         return rows > 0;
@@ -164,6 +167,16 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
 
     /** The piece is done: a torn tail (a batch that does not fit in what is left) is its
      *  end, as in kproto's Python reader. */
+    /** Reports damage read past: a warning on the log, and to {@link #onSkip} when set. */
+    private void skipped(long at, String what) {
+        String line = KafkaSegmentsJvm.NAME + ": " + cur.topic + "-" + cur.partition + " " + cur.path
+                + " at byte " + at + ": " + what;
+        Planner.LOG.warn(line);
+        if (onSkip != null) {
+            onSkip.accept(line);
+        }
+    }
+
     private void skipRest(String why) {
         skipTo(why, pieceEnd);
     }
@@ -184,8 +197,7 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
 
     private void skipTo(String why, long next) {
         long here = winStart + pos;
-        Planner.LOG.warn("{}: {}-{} {} at byte {}: {}; {} bytes skipped", KafkaSegmentsJvm.NAME,
-                cur.topic, cur.partition, cur.path, here, why, next - here);
+        skipped(here, why + "; " + (next - here) + " bytes skipped");
         if (next - winStart <= dataLen) {
             pos = (int) (next - winStart);
         } else {
@@ -195,18 +207,18 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
         }
     }
 
-    /** Frames the batch at {@code pos}; sets up its records when it is to be read. */
-    private void nextBatch() throws IOException {
+    /** Frames the batch at {@code pos}; true when its records are set up to be read. */
+    private boolean nextBatch() throws IOException {
         long left = pieceEnd - winStart - pos;
         if (left < 17) {
             skipRest("torn tail (a partial batch header)");
-            return;
+            return false;
         }
         ensure((int) Math.min(left, HEADER));
         int length = getInt(data, pos + 8);
         if (length < 14) {  // below any message's size: zeros or damage, nothing to frame by
             resync("a batch length of " + length);
-            return;
+            return false;
         }
         byte magic = data[pos + 16];
         if (magic != 2) {
@@ -216,19 +228,19 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
         }
         if (length < HEADER - 12) {
             resync("a batch length of " + length);
-            return;
+            return false;
         }
         if (left < HEADER) {
             skipRest("torn tail (a partial batch header)");
-            return;
+            return false;
         }
         if (12L + length > left) {
             skipRest("torn tail (a batch of " + (12L + length) + " bytes, " + left + " present)");
-            return;
+            return false;
         }
         if (length > MAX_RECORD_BATCH) {
             skipRest("a batch length of " + length);
-            return;
+            return false;
         }
         int size = 12 + length;
         ensure(size);
@@ -237,22 +249,21 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
         crc.reset();
         crc.update(data, at + 21, size - 21);
         if ((int) crc.getValue() != getInt(data, at + 17)) {
-            Planner.LOG.warn("{}: {}-{} {} at byte {}: CRC-32C does not match; batch of {} bytes skipped",
-                    KafkaSegmentsJvm.NAME, cur.topic, cur.partition, cur.path, winStart + at, size);
-            return;
+            skipped(winStart + at, "CRC-32C does not match; batch of " + size + " bytes skipped");
+            return false;
         }
         int attrs = getShort(data, at + 21);
         if ((attrs & 0x20) != 0) {
-            return;  // control batch
+            return false;  // control batch
         }
         long base = getLong(data, at);
         int lastDelta = getInt(data, at + 23);
         if (cur.logStart >= 0 && base + lastDelta < cur.logStart) {
-            return;
+            return false;
         }
         int count = getInt(data, at + 57);
         if (count <= 0) {
-            return;
+            return false;
         }
         baseOffset = base;
         baseTs = getLong(data, at + 27);
@@ -272,11 +283,12 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
                 recEnd = recs.length;
             }
         } catch (IOException | RuntimeException | LinkageError e) {
-            Planner.LOG.warn("{}: {}-{} {} at byte {}: records do not decompress ({}); batch of {} bytes skipped",
-                    KafkaSegmentsJvm.NAME, cur.topic, cur.partition, cur.path, winStart + at, e, size);
-            return;
+            skipped(winStart + at, "records do not decompress (" + e + "); batch of " + size + " bytes skipped");
+            return false;
         }
         recLeft = count;
+        batchAt = winStart + at;
+        return true;
     }
 
     /** Decompressed bytes allowed to a task: this floor plus this ratio times the compressed
@@ -340,10 +352,12 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
         return (raw >>> 1) ^ -(raw & 1);
     }
 
+    /** An int32 varint as Kafka's {@code readVarint} takes it: at most 5 bytes. */
     private int varint() {
+        int at = varPos;
         long v = varlong();
-        if (v < Integer.MIN_VALUE || v > Integer.MAX_VALUE) {
-            throw new IllegalStateException("a varint out of int32 range");
+        if (varPos - at > 5 || v < Integer.MIN_VALUE || v > Integer.MAX_VALUE) {
+            throw new IllegalStateException("a varint longer than 5 bytes");
         }
         return (int) v;
     }
@@ -356,16 +370,35 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
         return n;
     }
 
-    /** Decodes records of the current batch into rows from {@code rows} on. */
+    /** Makes the column vectors hold at least {@code rows} rows. */
+    private void reserve(int rows) {
+        if (rows <= capacity) {
+            return;
+        }
+        capacity = Math.max(rows, capacity * 2);
+        key.reserve(capacity);
+        value.reserve(capacity);
+        offset.reserve(capacity);
+        timestamp.reserve(capacity);
+        tsType.reserve(capacity);
+        if (headers != null) {
+            headers.reserve(capacity);
+        }
+    }
+
+    /** Decodes every record of the current batch into rows from {@code rows} on and returns
+     *  the row count after them; a batch whose records do not decode gives no row at all (the
+     *  rows written of it are rolled back), as kafka-segments checks a whole batch before it
+     *  gives any of its rows. A row may pass {@link #ROWS}: a batch is never split. */
     private int records(int rows) {
         int rowStart = rows;
         int headerStart = headerRows;
         try {
-            while (recLeft > 0 && rows < ROWS) {
+            for (; recLeft > 0; recLeft--) {
                 varPos = recPos;
                 int length = varint();
                 int end = varPos + length;
-                if (length < 0 || end > recEnd) {
+                if (length <= 0 || end > recEnd) {
                     throw new IllegalStateException("a record of " + length + " bytes past the batch");
                 }
                 varPos++;  // attributes
@@ -378,52 +411,88 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
                 int vAt = varPos;
                 varPos += Math.max(vl, 0);
                 int hc = varint();
-                if (hc < 0 || hc > end - varPos) {
+                if (hc < 0 || hc > (end - varPos) / 2) {  // a header takes two bytes at least
                     throw new IllegalStateException("a header count of " + hc);
                 }
                 recPos = end;
-                recLeft--;
-                if ((cur.logStart >= 0 && off < cur.logStart) || (cur.nextBase >= 0 && off >= cur.nextBase)) {
-                    continue;
+                boolean keep = (cur.logStart < 0 || off >= cur.logStart) && (cur.nextBase < 0 || off < cur.nextBase);
+                if (keep) {
+                    reserve(rows + 1);
+                    if (kl < 0) {
+                        key.putNull(rows);
+                    } else {
+                        key.putByteArray(rows, recs, kAt, kl);
+                    }
+                    if (vl < 0) {
+                        value.putNull(rows);
+                    } else {
+                        value.putByteArray(rows, recs, vAt, vl);
+                    }
+                    offset.putLong(rows, off);
+                    timestamp.putLong(rows, (logAppend ? maxTs : baseTs + tsDelta) * 1000L);
+                    tsType.putInt(rows, tsKind);
                 }
-                if (kl < 0) {
-                    key.putNull(rows);
-                } else {
-                    key.putByteArray(rows, recs, kAt, kl);
-                }
-                if (vl < 0) {
-                    value.putNull(rows);
-                } else {
-                    value.putByteArray(rows, recs, vAt, vl);
-                }
-                offset.putLong(rows, off);
-                timestamp.putLong(rows, (logAppend ? maxTs : baseTs + tsDelta) * 1000L);
-                tsType.putInt(rows, tsKind);
-                if (headers != null) {
-                    putHeaders(rows, hc, end);
-                } else {
-                    varPos = end;
+                if (hc > 0 || keep && headers != null) {
+                    // headers are checked whether or not they are read, as kafka-segments does
+                    headers(keep && headers != null ? rows : -1, hc, end);
                 }
                 if (varPos != end) {
                     throw new IllegalStateException("a record's fields end at " + varPos + ", its length at " + end);
                 }
-                rows++;
+                if (keep) {
+                    rows++;
+                }
+            }
+            if (recPos != recEnd) {
+                throw new IllegalStateException((recEnd - recPos) + " bytes after the last record");
             }
         } catch (RuntimeException e) {
-            // the batch passed its CRC yet does not decode: drop its rows, report, go on
-            Planner.LOG.warn("{}: {}-{} {}: records do not decode ({}); batch at offset {} skipped",
-                    KafkaSegmentsJvm.NAME, cur.topic, cur.partition, cur.path, e.getMessage(), baseOffset);
+            // the batch passed its CRC yet does not decode: none of its rows, report, go on
             recLeft = 0;
-            if (headers != null) {
-                headerRows = headerStart;
-            }
-            // the rows this call wrote of it are dropped (any a previous call handed over stay)
+            rollBack(rowStart, Math.min(rows + 1, capacity), headerStart);
+            skipped(batchAt, "records do not decode (" + e.getMessage() + "); batch at offset "
+                    + baseOffset + " skipped");
             return rowStart;
         }
         return rows;
     }
 
-    private void putHeaders(int row, int count, int end) {
+    /** Forgets rows {@code [rowStart, rowEnd)} and header entries from {@code headerStart} on:
+     *  the null flags they set are cleared (a later row reuses the slots), appended bytes stay
+     *  unused. */
+    private void rollBack(int rowStart, int rowEnd, int headerStart) {
+        if (rowEnd > rowStart) {
+            key.putNotNulls(rowStart, rowEnd - rowStart);
+            value.putNotNulls(rowStart, rowEnd - rowStart);
+            if (headers != null) {
+                headers.putNotNulls(rowStart, rowEnd - rowStart);
+            }
+        }
+        if (headers != null) {
+            int end = Math.min(headerHigh, headerCap);
+            if (end > headerStart) {
+                headers.arrayData().getChild(1).putNotNulls(headerStart, end - headerStart);
+            }
+            headerRows = headerStart;
+            headerHigh = headerStart;
+        }
+    }
+
+    /** The {@code count} headers of a record: into row {@code row}'s headers, or only checked
+     *  ({@code row} -1). */
+    private void headers(int row, int count, int end) {
+        if (row < 0) {
+            for (int i = 0; i < count; i++) {
+                int kl = varint();
+                if (kl < 0 || varPos + kl > end) {
+                    throw new IllegalStateException("a header key of " + kl + " bytes");
+                }
+                varPos += kl;
+                int vl = bytesLen(end);  // (not in one statement: it moves varPos)
+                varPos += Math.max(vl, 0);
+            }
+            return;
+        }
         if (count == 0) {
             headers.putNull(row);
             return;
@@ -439,6 +508,7 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
             hk.reserve(cap);
             hv.reserve(cap);
         }
+        headerHigh = Math.max(headerHigh, need);
         for (int i = 0; i < count; i++) {
             int kl = varint();
             if (kl < 0 || varPos + kl > end) {
