@@ -6,9 +6,12 @@ on the log dirs Apache Kafka wrote (../shared/fixtures/logdirs), and its errors 
 does not read. The jar joins the shared session (tests/spark/conftest.py)."""
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
+import random
 import shutil
+import time
 import zipfile
 
 import pytest
@@ -216,10 +219,141 @@ def test_a_batch_that_does_not_decode_gives_none_of_its_rows(session, tmp_path):
     assert "records do not decode" in skip and "offset 4094" in skip
 
 
+def _oracle():
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "fuzz", "jvm_oracle.py")
+    spec = importlib.util.spec_from_file_location("jvm_oracle", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_damaged_segments_read_as_kproto_reads_them(session, tmp_path):
+    """250 mutations of a segment of every codec (bit flips, overwritten bytes, cuts, inserts,
+    edge values in batch lengths, base offsets, magic bytes, offset deltas and counts), read in
+    one JVM by LogDirCheck through the reader's own code: never a crash, and the rows of
+    kproto's Python reader (CRCs checked) wherever the JVM reads the directory at all."""
+    oracle = _oracle()
+    pristine = tmp_path / "seed"
+    log = oracle.seed_logdir(str(pristine))
+    data = open(log, "rb").read()
+    rnd = random.Random(20261129)
+    paths = []
+    for i in range(250):
+        root = tmp_path / f"m{i}"
+        shutil.copytree(pristine, root)
+        (root / os.path.relpath(log, pristine)).write_bytes(oracle.mutate(rnd, data))
+        paths.append(str(root))
+    started = time.monotonic()
+    reports = _check(session, *paths)
+    assert len(reports) == len(paths) and time.monotonic() - started < 60
+    verdicts = [oracle.judge(path, report) for path, report in zip(paths, reports)]
+    assert verdicts.count("rows") > 200  # a refusal (a whole legacy message) stays rare
+    assert sum(bool(r.get("skips")) for r in reports) > 100  # the damage was met and skipped
+
+
+def _transactions(root, snapshots=True):
+    """kproto's log writer: producers 7, 8 and 9 commit and abort transactions between plain
+    batches in segments of 1.5 kB (with .txnindex and producer snapshots), producer 9's last
+    transaction left open before two plain records; a second topic of plain batches."""
+    w = LogDirWriter(root, cluster_id="Gbic2Gj7Dm9oTfmSNSzM_A", segment_bytes=1500)
+    part = w.partition("tx", 0)
+
+    def batch(n, tag, pid=-1, seq=0):
+        b = RecordBatchBuilder(base_offset=part.next_offset, producer_id=pid,
+                               producer_epoch=0 if pid >= 0 else -1,
+                               base_sequence=seq if pid >= 0 else -1, transactional=pid >= 0)
+        for i in range(n):
+            b.append(TS + i, b"k", f"{tag}-{i}".encode())
+        part.append(b.build())
+
+    def marker(commit, pid):
+        b = RecordBatchBuilder(base_offset=part.next_offset, producer_id=pid, producer_epoch=0,
+                               transactional=True, control=True)
+        b.append_end_txn_marker(commit, 3, TS)
+        part.append(b.build())
+
+    seq = dict.fromkeys((7, 8, 9), 0)
+    for r in range(12):
+        for pid in (7, 8, 9):
+            batch(3, f"t{pid}r{r}", pid, seq[pid])
+            seq[pid] += 3
+        batch(2, f"plain{r}")
+        marker(r % 3 != 0, 7)  # aborted on rounds 0, 3, 6, 9
+        marker(r % 2 == 0, 8)  # aborted on odd rounds
+        marker(True, 9)
+    batch(2, "open", 9, seq[9])
+    batch(2, "after")
+    for p in range(2):
+        other = w.partition("plain", p)
+        for b in range(10):
+            builder = RecordBatchBuilder(base_offset=other.next_offset)
+            for i in range(3):
+                builder.append(TS + i, None, b"p%d-%d-%d" % (p, b, i))
+            other.append(builder.build())
+    w.close()
+    if not snapshots:
+        for snap in (tmp for tmp in os.listdir(os.path.join(root, "tx-0")) if tmp.endswith(".snapshot")):
+            os.remove(os.path.join(root, "tx-0", snap))
+
+
+@pytest.mark.parametrize("options, snapshots", [
+    ({"isolation": "read_committed", "splitSize": "1k"}, True),
+    ({"kafka.isolation.level": "read_committed"}, False),
+    ({"kafka.isolation.level": "read_committed", "endingOffsets": "150",
+      "startingOffsets": '{"tx": {"0": 33}, "plain": {"1": 7, "0": -2}}'}, True),
+    ({"startingOffsets": "4", "endingOffsets": '{"tx": {"0": 120}, "plain": {"0": -1, "1": 20}}'}, True),
+])
+def test_read_committed_and_offset_bounds_as_kafka_segments(session, tmp_path, options, snapshots):
+    """read_committed leaves out aborted transactions (.txnindex) and stops at the last stable
+    offset (a producer snapshot's open transactions brought up to date by the batches after
+    it, or every batch when there is no snapshot); startingOffsets / endingOffsets bound each
+    partition, as numbers or Spark's JSON. The rows of kafka-segments on the same options."""
+    _transactions(str(tmp_path), snapshots)
+    assert any(f.endswith(".snapshot") for f in os.listdir(tmp_path / "tx-0")) == snapshots
+    ours, theirs = _both(session, str(tmp_path), **options)
+    got = _rows(ours)
+    assert got == _rows(theirs)
+    values = [r[4].decode() for r in got]
+    if "read_committed" in options.values():
+        assert not [v for v in values if v.startswith(("open-", "after-", "t7r0-", "t8r1-"))]
+        assert "t7r4-0" in values and "t8r4-0" in values
+    else:
+        assert "t7r3-0" in values and "open-0" not in values  # aborted, read; ends at 120
+    if "startingOffsets" in options:
+        assert min(r[2] for r in got if r[0] == "tx") in (4, 33)
+    full = {"tx": 136, "plain": 60}
+    assert 0 < len(got) < sum(full.values())
+
+
+def test_read_committed_and_bounds_on_apache_kafkas_log_dir(session):
+    """Apache Kafka's transactional topic read_committed, bounded per partition in JSON."""
+    clean = os.path.join(FIXTURES, "broker1-clean")
+    options = {"topics": "payments,orders", "isolation": "read_committed",
+               "startingOffsets": '{"orders": {"1": 40}, "payments": {"0": 700}}',
+               "endingOffsets": '{"orders": {"0": 50, "2": -1}}'}
+    ours, theirs = _both(session, clean, **options)
+    got = _rows(ours)
+    assert got == _rows(theirs)
+    payments = [r for r in got if r[0] == "payments"]
+    everything = _rows(session.read.format("kafka-segments-jvm").options(topics="payments")
+                       .load(clean))
+    assert payments and payments[0][2] >= 700 and len(payments) < len([r for r in everything if r[2] >= 700])
+
+
+@pytest.mark.parametrize("option, value, error", [
+    ("startingOffsets", "latest", "startingOffsets can't be latest for batch queries"),
+    ("endingOffsets", '{"orders": {"0": -2}}', "endingOffsets for orders-0 can't be earliest"),
+    ("endingOffsets", '{"x": 5}', "endingOffsets must be earliest, latest, an offset or JSON"),
+    ("isolation", "serializable", "isolation must be read_uncommitted or read_committed"),
+    ("startingTimestamp", "1000", "startingtimestamp=1000 is not supported.*kafka-segments"),
+])
+def test_option_values_it_refuses(session, option, value, error):
+    with pytest.raises(Exception, match=error):
+        session.read.format("kafka-segments-jvm").option(option, value) \
+            .load(os.path.join(FIXTURES, "broker1-clean")).schema
+
+
 def test_what_it_does_not_read_names_kafka_segments(session):
-    with pytest.raises(Exception, match="kafka-segments.*startingoffsets|startingoffsets.*kafka-segments"):
-        session.read.format("kafka-segments-jvm").option("startingOffsets", "latest") \
-            .load(os.path.join(FIXTURES, "broker1-clean")).collect()
     with pytest.raises(Exception, match="magic 0.*kafka-segments"):
         session.read.format("kafka-segments-jvm").option("topics", "legacy") \
             .load(os.path.join(FIXTURES, "broker1-clean")).collect()

@@ -24,7 +24,8 @@ import org.apache.spark.unsafe.types.UTF8String;
 
 /** Reads a task's segment pieces into columnar batches: record batches of magic 2, every
  *  codec, CRC-32C checked (a batch that fails is skipped and logged), control batches
- *  skipped, records below the log start offset or at the next segment's base dropped. */
+ *  skipped, and the records of each piece's offset range ({@link Planner.Piece#from} to
+ *  {@link Planner.Piece#until}) outside aborted transactions ({@link Planner.Piece#aborted}). */
 final class SegmentReader implements PartitionReader<ColumnarBatch> {
     static final int ROWS = 4096;
     static final int HEADER = 61;  // v2 batch header bytes
@@ -75,6 +76,9 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
     private byte[] recs;
     private int recPos, recEnd, recLeft;
     private long baseOffset, baseTs, maxTs, batchAt;
+    // where the next batch of the piece may start (once one is placed): see placed()
+    private long low;
+    private boolean lowSet, lowFull;
     private int tsKind;
     private boolean logAppend;
     private int headerRows;  // rows written into the headers' child vectors
@@ -143,6 +147,7 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
         winStart = cur.start;
         pos = 0;
         dataLen = 0;
+        lowSet = false;
         topic.setUtf8String(UTF8String.fromString(cur.topic));
         partition.setInt(cur.partition);
         return true;
@@ -207,10 +212,11 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
         }
     }
 
-    /** Frames the batch at {@code pos}; true when its records are set up to be read. */
+    /** Frames the batch at {@code pos} as kproto's Python reader frames it; true when its
+     *  records are set up to be read. */
     private boolean nextBatch() throws IOException {
         long left = pieceEnd - winStart - pos;
-        if (left < 17) {
+        if (left < 12) {
             skipRest("torn tail (a partial batch header)");
             return false;
         }
@@ -220,22 +226,21 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
             resync("a batch length of " + length);
             return false;
         }
+        if (12L + length > left) {
+            skipRest("torn tail (a batch of " + (12L + length) + " bytes, " + left + " present)");
+            return false;
+        }
         byte magic = data[pos + 16];
+        if (magic == 0 || magic == 1) {
+            legacy(magic, length);
+            return false;
+        }
         if (magic != 2) {
-            throw new UnsupportedOperationException(KafkaSegmentsJvm.NAME + ": " + cur.path + " at byte "
-                    + (winStart + pos) + " holds a message of magic " + magic
-                    + " (only record batches of magic 2 are read here)" + KafkaSegmentsJvm.FALLBACK);
+            resync("unknown magic " + magic);
+            return false;
         }
         if (length < HEADER - 12) {
             resync("a batch length of " + length);
-            return false;
-        }
-        if (left < HEADER) {
-            skipRest("torn tail (a partial batch header)");
-            return false;
-        }
-        if (12L + length > left) {
-            skipRest("torn tail (a batch of " + (12L + length) + " bytes, " + left + " present)");
             return false;
         }
         if (length > MAX_RECORD_BATCH) {
@@ -245,6 +250,11 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
         int size = 12 + length;
         ensure(size);
         int at = pos;
+        int count = getInt(data, at + 57);
+        if (count < 0) {
+            resync("a record count of " + count);
+            return false;
+        }
         pos += size;
         crc.reset();
         crc.update(data, at + 21, size - 21);
@@ -253,16 +263,26 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
             return false;
         }
         int attrs = getShort(data, at + 21);
+        int codec = attrs & 0x07;
+        if (codec > 4 || (count == 0 && size > HEADER)) {
+            skipped(winStart + at, (codec > 4 ? "unknown compression codec " + codec : "a record count of 0 before "
+                    + (size - HEADER) + " bytes of records") + "; batch of " + size + " bytes skipped");
+            return false;
+        }
+        long base = getLong(data, at);
+        long last = base + getInt(data, at + 23);
+        if (!placed(base, last)) {
+            skipped(winStart + at, "batch offsets " + base + ".." + last + " out of place; batch of "
+                    + size + " bytes skipped");
+            return false;
+        }
         if ((attrs & 0x20) != 0) {
             return false;  // control batch
         }
-        long base = getLong(data, at);
-        int lastDelta = getInt(data, at + 23);
-        if (cur.logStart >= 0 && base + lastDelta < cur.logStart) {
+        if (count == 0 || last < (cur.from == Long.MIN_VALUE ? 0 : cur.from) || (cur.until >= 0 && base >= cur.until)) {
             return false;
         }
-        int count = getInt(data, at + 57);
-        if (count <= 0) {
+        if ((attrs & 0x10) != 0 && aborted(cur.aborted, getLong(data, at + 43), last)) {
             return false;
         }
         baseOffset = base;
@@ -270,7 +290,6 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
         maxTs = getLong(data, at + 35);
         logAppend = (attrs & 0x08) != 0;
         tsKind = logAppend ? 1 : 0;
-        int codec = attrs & 0x07;
         try {
             if (codec == 0) {
                 recs = data;
@@ -289,6 +308,79 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
         recLeft = count;
         batchAt = winStart + at;
         return true;
+    }
+
+    /** Whether a batch of offsets {@code [base, last]} follows the ones before it in this
+     *  piece (the first may start below the segment's base offset, not end below it) and
+     *  ends below the next segment's base, as kproto's Python reader places batches (the
+     *  base offset is not covered by the CRC); a batch placed sets where the next may start. */
+    private boolean placed(long base, long last) {
+        boolean bad = (lowSet ? lowFull || base < low : last < cur.segBase) || last < base
+                || (cur.nextBase >= 0 && last >= cur.nextBase);
+        if (!bad) {
+            low = last + 1;
+            lowFull = last == Long.MAX_VALUE;
+            lowSet = true;
+        }
+        return !bad;
+    }
+
+    /** Whether a transactional data batch of producer {@code pid} ending at {@code last}
+     *  belongs to an aborted transaction of {@code spans} (producer id, first offset, ABORT
+     *  marker offset triples, sorted): the last span of that producer starting at or before
+     *  {@code last} holds it when its marker comes later. */
+    static boolean aborted(long[] spans, long pid, long last) {
+        int lo = 0, hi = spans.length / 3;  // the first span after (pid, last)
+        while (lo < hi) {
+            int mid = (lo + hi) >>> 1;
+            long p = spans[3 * mid], f = spans[3 * mid + 1];
+            if (p < pid || (p == pid && f <= last)) {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        return lo > 0 && spans[3 * (lo - 1)] == pid && last < spans[3 * (lo - 1) + 2];
+    }
+
+    /** A message of magic 0 or 1 at {@code pos}: framing that does not hold resumes the read
+     *  at the next .index position, a CRC-32 that does not match skips it (kproto's Python
+     *  reader's rules), a whole one is refused (this reader reads record batches only). */
+    private void legacy(int magic, int length) throws IOException {
+        int size = 12 + length;
+        if (length < (magic == 0 ? 14 : 22)) {
+            resync("a message size of " + length + " below the magic " + magic + " minimum");
+            return;
+        }
+        ensure(size);
+        long p = pos + 18 + (magic == 1 ? 8 : 0), end = pos + (long) size;
+        for (int i = 0; i < 2; i++) {  // key and value: they fill the message
+            if (p + 4 > end) {
+                resync("a message's lengths run past it");
+                return;
+            }
+            int n = getInt(data, (int) p);
+            p += 4;
+            if (n < -1 || p + Math.max(n, 0) > end) {
+                resync("a message's lengths run past it");
+                return;
+            }
+            p += Math.max(n, 0);
+        }
+        if (p != end) {
+            resync("a message's lengths do not fill it");
+            return;
+        }
+        java.util.zip.CRC32 crc32 = new java.util.zip.CRC32();
+        crc32.update(data, pos + 16, size - 16);
+        if ((int) crc32.getValue() != getInt(data, pos + 12)) {
+            skipped(winStart + pos, "CRC-32 does not match; message of " + size + " bytes skipped");
+            pos += size;
+            return;
+        }
+        throw new UnsupportedOperationException(KafkaSegmentsJvm.NAME + ": " + cur.path + " at byte "
+                + (winStart + pos) + " holds a message of magic " + magic
+                + " (only record batches of magic 2 are read here)" + KafkaSegmentsJvm.FALLBACK);
     }
 
     /** Decompressed bytes allowed to a task: this floor plus this ratio times the compressed
@@ -415,7 +507,7 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
                     throw new IllegalStateException("a header count of " + hc);
                 }
                 recPos = end;
-                boolean keep = (cur.logStart < 0 || off >= cur.logStart) && (cur.nextBase < 0 || off < cur.nextBase);
+                boolean keep = off >= cur.from && (cur.until < 0 || off < cur.until);
                 if (keep) {
                     reserve(rows + 1);
                     if (kl < 0) {
