@@ -19,7 +19,7 @@ from crc32c import crc32c
 
 from kproto.codecs.primitives import read_varint, varint
 
-from kproto.records import RecordBatchBuilder
+from kproto.records import LegacyMessageBuilder, RecordBatchBuilder
 from kproto.spark import jvm
 from kproto.spark.source import kafka_spark_schema
 from kproto.storage import LogDirWriter, OffsetCheckpoint
@@ -323,6 +323,28 @@ def test_read_committed_and_offset_bounds_as_kafka_segments(session, tmp_path, o
         assert min(r[2] for r in got if r[0] == "tx") in (4, 33)
     full = {"tx": 136, "plain": 60}
     assert 0 < len(got) < sum(full.values())
+
+
+def test_a_start_offset_enters_its_segment_through_the_index(session, tmp_path):
+    """A segment whose first message is of magic 1 (refused when read) then record batches:
+    from startingOffsets 20 the read starts at the .index position for offset 20, as
+    kafka-segments' does, and never meets the legacy message."""
+    part = LogDirWriter(str(tmp_path), cluster_id="Gbic2Gj7Dm9oTfmSNSzM_A",
+                        index_interval=100).partition("t", 0)
+    legacy = LegacyMessageBuilder(1)
+    legacy.append(1000, b"k", b"old" * 50)
+    part.append(legacy.build())
+    for b in range(10):
+        builder = RecordBatchBuilder(base_offset=part.next_offset)
+        for i in range(3):
+            builder.append(TS, None, b"x%d" % i * 40)
+        part.append(builder.build())
+    part.close()
+    ours, theirs = _both(session, str(tmp_path), startingOffsets="20")
+    got = _rows(ours)
+    assert got == _rows(theirs) and [r[2] for r in got] == list(range(20, 31))
+    [whole] = _check(session, str(tmp_path))
+    assert "magic 1" in whole["refused"]
 
 
 def test_read_committed_and_bounds_on_apache_kafkas_log_dir(session):

@@ -250,8 +250,12 @@ final class Planner {
             if (size == 0) {
                 continue;
             }
-            pieces.add(new Piece(log.toString(), topic, partition, 0, size, base, nextBase, from, until, aborted,
-                    indexPositions(log, size)));
+            long[][] index = index(log, size);
+            // the segment holding the first offset read is entered through its index, as
+            // kafka-segments enters it
+            long start = from > base ? lookup(index, base, from) : 0;
+            pieces.add(new Piece(log.toString(), topic, partition, start, size, base, nextBase, from, until, aborted,
+                    index[1]));
             cuts.add(positions);
         }
     }
@@ -264,15 +268,22 @@ final class Planner {
      *  first all-zero slot (a preallocated index's tail); a slot past one per 26 bytes of log
      *  (the smallest message) is preallocation. */
     static long[] indexPositions(Path log, long logSize) {
+        return index(log, logSize)[1];
+    }
+
+    /** The relative offsets and positions of a segment's usable .index entries (see
+     *  {@link #indexPositions}). */
+    static long[][] index(Path log, long logSize) {
+        long[][] none = {new long[0], new long[0]};
         Path index = Transactions.sibling(log, ".index");
         byte[] bytes;
         try {
             if (!Files.isRegularFile(index)) {
-                return new long[0];
+                return none;
             }
             long fileSize = Files.size(index);
             if (fileSize > Integer.MAX_VALUE || fileSize % 8 != 0) {
-                return new long[0];
+                return none;
             }
             int useful = (int) Math.min(fileSize, 8 * (logSize / 26 + 1));
             bytes = new byte[useful];
@@ -281,10 +292,10 @@ final class Planner {
             }
             bytes = Arrays.copyOf(bytes, useful - useful % 8);
         } catch (IOException e) {
-            return new long[0];
+            return none;
         }
         ByteBuffer b = ByteBuffer.wrap(bytes);
-        long[] out = new long[bytes.length / 8];
+        long[] out = new long[bytes.length / 8], rels = new long[bytes.length / 8];
         int n = 0;
         int prevRel = 0;
         for (int i = 0; i + 8 <= bytes.length; i += 8) {
@@ -294,15 +305,27 @@ final class Planner {
             }
             boolean bad = n == 0 ? rel < 0 || position < 0 : rel <= prevRel || position < out[n - 1];
             if (bad) {
-                return new long[0];
+                return none;
             }
             prevRel = rel;
+            rels[n] = rel;
             out[n++] = position;
         }
         if (n > 0 && out[n - 1] >= logSize) {
-            return new long[0];
+            return none;
         }
-        return Arrays.copyOf(out, n);
+        return new long[][] {Arrays.copyOf(rels, n), Arrays.copyOf(out, n)};
+    }
+
+    /** Kafka's {@code OffsetIndex.lookup}: the position of the last entry whose offset is at
+     *  or below {@code offset} (its batch ends there, so the batch holding {@code offset}
+     *  starts at or after it), 0 when there is none. */
+    static long lookup(long[][] index, long base, long offset) {
+        long at = 0;
+        for (int i = 0; i < index[0].length && base + index[0][i] <= offset; i++) {
+            at = index[1][i];
+        }
+        return at;
     }
 
     static long baseOf(Path log) {
