@@ -378,6 +378,20 @@ def test_option_values_it_refuses(session, option, value, error):
             .load(os.path.join(FIXTURES, "broker1-clean")).schema
 
 
+def test_check_command_reads_each_line_of_its_stdin(session, tmp_path):
+    """LogDirCheck as its own program (the fuzz campaign's way): a JSON line per input line,
+    in order, options after tabs."""
+    import subprocess
+
+    _write(str(tmp_path), "lz4")
+    lines = [f"{tmp_path}\tsubscribe=clicks\tendingOffsets=7", str(tmp_path / "missing")]
+    run = subprocess.run(jvm.check_command(), input="\n".join(lines) + "\n", capture_output=True,
+                         text=True, timeout=300)
+    first, second = [json.loads(line) for line in run.stdout.splitlines()]
+    assert [r[:3] for r in first["rows"]] == [["clicks", 0, o] for o in range(7)]
+    assert "is not a directory" in second["refused"]
+
+
 def test_what_it_does_not_read_names_kafka_segments(session):
     with pytest.raises(Exception, match="magic 0.*kafka-segments"):
         session.read.format("kafka-segments-jvm").option("topics", "legacy") \
