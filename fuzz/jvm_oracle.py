@@ -91,11 +91,12 @@ def mutate(rnd: random.Random, data: bytes) -> bytes:
     return bytes(buf)
 
 
-def python_rows(path: str) -> list[tuple]:
-    """The rows kproto's Python reader gives (CRCs checked), as :func:`jvm_rows` gives them."""
+def python_rows(path: str, **options) -> list[tuple]:
+    """The rows kproto's Python reader gives (CRCs checked; ``options``: more fields of its
+    ``ReadOptions``), as :func:`jvm_rows` gives them."""
     import kproto.storage as ks
 
-    table = ks.read_arrow(path, verify_crc=True)
+    table = ks.read_arrow(path, verify_crc=True, **options)
     ts = table["timestamp"].cast(pa.int64()).to_pylist()
     out = []
     for i, r in enumerate(table.select(["topic", "partition", "offset", "timestamp_type", "key",
@@ -119,14 +120,15 @@ def jvm_rows(report: dict) -> list[tuple]:
     return sorted(out, key=repr)
 
 
-def judge(path: str, report: dict) -> str:
-    """``"rows"`` when the JVM reader read ``path`` as the Python reader does, ``"refused"``
-    when it refused it; AssertionError on a crash or rows that differ."""
+def judge(path: str, report: dict, **options) -> str:
+    """``"rows"`` when the JVM reader read ``path`` as the Python reader does (with these
+    ``ReadOptions`` fields, the JVM's with the matching source options), ``"refused"`` when it
+    refused it; AssertionError on a crash or rows that differ."""
     if "crash" in report:
         raise AssertionError(f"kafka-segments-jvm crashed on {path}:\n{report['crash']}")
     if "refused" in report:
         return "refused"
-    got, want = jvm_rows(report), python_rows(path)
+    got, want = jvm_rows(report), python_rows(path, **options)
     if got != want:
         only_jvm = [r[2] for r in got if r not in want][:10]
         only_py = [r[2] for r in want if r not in got][:10]

@@ -392,6 +392,33 @@ def test_check_command_reads_each_line_of_its_stdin(session, tmp_path):
     assert "is not a directory" in second["refused"]
 
 
+def test_damaged_transaction_files_read_committed_as_kproto_reads_them(session, tmp_path):
+    """80 mutations of one file of a transactional partition (a segment, its .index or
+    .txnindex, a producer snapshot), read read_committed from a random start to a random end:
+    never a crash, and the rows of kproto's Python reader."""
+    oracle = _oracle()
+    pristine = tmp_path / "seed"
+    _transactions(str(pristine))
+    names = sorted(f for f in os.listdir(pristine / "tx-0")
+                   if f.endswith((".log", ".index", ".txnindex", ".snapshot")))
+    rnd = random.Random(5)
+    cases = []
+    for i in range(80):
+        root = tmp_path / f"m{i}"
+        shutil.copytree(pristine, root)
+        victim = root / "tx-0" / rnd.choice(names)
+        data = victim.read_bytes()
+        victim.write_bytes(oracle.mutate(rnd, data) if data else rnd.randbytes(rnd.randint(1, 40)))
+        start, end = rnd.randrange(0, 170), rnd.choice([None, rnd.randrange(0, 200)])
+        cases.append((str(root), start, end))
+    reports = _check(session, *(f"{root}\tisolation=read_committed\tstartingOffsets={start}"
+                                + (f"\tendingOffsets={end}" if end is not None else "")
+                                for root, start, end in cases))
+    verdicts = [oracle.judge(root, report, isolation="read_committed", start_offset=start,
+                             end_offset=end) for (root, start, end), report in zip(cases, reports)]
+    assert verdicts.count("rows") == len(cases)
+
+
 def test_what_it_does_not_read_names_kafka_segments(session):
     with pytest.raises(Exception, match="magic 0.*kafka-segments"):
         session.read.format("kafka-segments-jvm").option("topics", "legacy") \
