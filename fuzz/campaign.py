@@ -15,6 +15,10 @@ record batches of every codec, of decompression bombs and of random bytes. An ex
 escapes a target, a timeout or a MemoryError is a finding: the input is saved with a ``.txt``
 beside it saying how to reproduce it. The summary (JSON on stdout, ``--json FILE``) gives the
 inputs executed and the findings per family.
+
+The ``jvm`` family runs only when named (``--families jvm``: it needs a JDK and pyspark): each
+input is a segment read by the ``kafka-segments-jvm`` reader in a JVM per worker and must give
+the rows of kproto's Python reader (or a refusal), never an exception in the JVM.
 """
 from __future__ import annotations
 
@@ -31,11 +35,13 @@ import resource
 import shutil
 import signal
 import struct
+import subprocess
 import sys
 import tempfile
 import time
 import traceback
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -55,7 +61,10 @@ FAMILIES: dict[str, list[str]] = {
     "bombs": ["bomb_entry_points"],
     "files": ["huge_files"],
     "attributes": ["attribute_oracle"],
+    "jvm": ["jvm_segments"],
 }
+#: families run only when named in ``--families``: ``jvm`` needs a JDK and pyspark's jars
+OPT_IN = frozenset({"jvm"})
 
 
 # -- targets that have no fuzz/ module of their own ---------------------------------------------
@@ -312,9 +321,51 @@ def attribute_oracle(data: bytes) -> None:
         Path(seg).write_bytes(pristine)
 
 
+_JVM: dict[str, Any] = {}
+
+
+def _jvm_oracle():
+    spec = importlib.util.spec_from_file_location("jvm_oracle", HERE / "jvm_oracle.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def jvm_segments(data: bytes) -> None:
+    """The input as the segment of a one-partition log dir, read by kafka-segments-jvm's
+    ``LogDirCheck`` (one JVM per worker, kept across inputs and started at the warm-up, before
+    the memory cap) and judged against kproto's Python reader (fuzz/jvm_oracle.py): an
+    exception or error in the JVM, no answer, or rows that differ is a finding."""
+    if not _JVM:
+        oracle = _jvm_oracle()
+        root = tempfile.mkdtemp(prefix="kproto-campaign-jvm-")
+        _JVM.update(oracle=oracle, root=root, log=oracle.seed_logdir(root))
+    proc = _JVM.get("proc")
+    if proc is None or proc.poll() is not None:
+        from kproto.spark import jvm
+
+        proc = subprocess.Popen(jvm.check_command(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.DEVNULL, text=True)
+        _JVM["proc"] = proc
+    Path(_JVM["log"]).write_bytes(data)
+    try:
+        proc.stdin.write(_JVM["root"] + "\n")
+        proc.stdin.flush()
+        line = proc.stdout.readline()
+    except BaseException:  # a timeout: that JVM is stuck on this input
+        proc.kill()
+        _JVM.pop("proc")
+        raise
+    if not line:
+        _JVM.pop("proc")
+        raise AssertionError(f"LogDirCheck exited with status {proc.wait()}")
+    _JVM["oracle"].judge(_JVM["root"], json.loads(line))
+
+
 _LOCAL = {"records_bulk": records_bulk, "logdir_files": logdir_files, "cli_files": cli_files,
           "bomb_entry_points": bomb_entry_points, "huge_files": huge_files,
-          "attribute_oracle": attribute_oracle}
+          "attribute_oracle": attribute_oracle, "jvm_segments": jvm_segments}
 
 
 def load_target(name: str):
@@ -383,6 +434,10 @@ def seeds(family: str) -> list[bytes]:
                                     b"\x00\x08", b"\x00\x40", b"\xff\xff")]
     if family == "logdirs":
         out += [bytes([i]) + files[i % len(files)].read_bytes()[:4096] for i in range(len(files))]
+    if family == "jvm":
+        with tempfile.TemporaryDirectory() as tmp:
+            out.append(Path(_jvm_oracle().seed_logdir(tmp)).read_bytes())
+        out += [p.read_bytes()[:65536] for p in files if p.suffix == ".log"]
     return out
 
 
@@ -614,8 +669,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=2.0, help="per input, seconds (default 2)")
     p.add_argument("--memory", type=int, default=2 << 30,
                    help="memory (data limit) per worker above the imported library (default 2 GiB)")
-    p.add_argument("--families", default=",".join(FAMILIES),
-                   help=f"comma-separated, of {', '.join(FAMILIES)}")
+    p.add_argument("--families", default=",".join(f for f in FAMILIES if f not in OPT_IN),
+                   help=f"comma-separated, of {', '.join(FAMILIES)} (default: all but "
+                        f"{', '.join(sorted(OPT_IN))})")
     p.add_argument("--out", default="fuzz-findings", help="where findings are saved")
     p.add_argument("--seed", type=int, default=int(time.time()))
     p.add_argument("--json", help="also write the summary to this file")

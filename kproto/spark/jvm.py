@@ -82,3 +82,21 @@ def jar() -> str:
                 zf.write(cls, cls.relative_to(classes).as_posix())
         os.replace(built, target)  # atomic: a concurrent build writes the same bytes
     return str(target)
+
+
+def _java() -> str:
+    home = os.environ.get("JAVA_HOME")
+    found = (str(Path(home) / "bin" / "java") if home and (Path(home) / "bin" / "java").exists()
+             else shutil.which("java"))
+    if not found:
+        raise RuntimeError(f"{NAME}: java is not on PATH nor in JAVA_HOME")
+    return found
+
+
+def check_command(max_heap: str = "256m") -> list[str]:
+    """The command line of ``kproto.spark.jvm.LogDirCheck``: it reads each log directory named
+    on its stdin (a path, then optional tab-separated ``option=value`` pairs of the source)
+    through this source's planning and reader, without a Spark session, and prints one JSON
+    line per input (its rows and skipped damage, a refusal, or a crash's stack trace)."""
+    classpath = os.pathsep.join([jar(), str(_pyspark_jars() / "*")])
+    return [_java(), f"-Xmx{max_heap}", "-cp", classpath, "kproto.spark.jvm.LogDirCheck"]

@@ -2,17 +2,27 @@
 ``columns=kafka``: the same schema and the same rows, collected and sorted, on log dirs
 kproto's writer wrote with every codec (several topics, partitions and segments, headers,
 null keys, control batches, LogAppendTime, a log start offset, tasks cut inside segments),
-on the log dirs Apache Kafka wrote (../shared/fixtures/logdirs), and its errors for what it
-does not read. The jar joins the shared session (tests/spark/conftest.py)."""
+with transactions (read_committed, startingOffsets / endingOffsets), on the log dirs Apache
+Kafka wrote (../shared/fixtures/logdirs), on damage (a batch that does not decode partway, a
+damaged batch length, a decompression bomb, 250 mutated segments judged by
+fuzz/jvm_oracle.py through the LogDirCheck tool in the session's JVM), and its errors for what
+it does not read. The jar joins the shared session (tests/spark/conftest.py)."""
 from __future__ import annotations
 
+import importlib.util
+import json
 import os
+import random
 import shutil
+import time
 import zipfile
 
 import pytest
+from crc32c import crc32c
 
-from kproto.records import RecordBatchBuilder
+from kproto.codecs.primitives import read_varint, varint
+
+from kproto.records import LegacyMessageBuilder, RecordBatchBuilder
 from kproto.spark import jvm
 from kproto.spark.source import kafka_spark_schema
 from kproto.storage import LogDirWriter, OffsetCheckpoint
@@ -166,10 +176,250 @@ def test_a_decompression_bomb_is_skipped_and_the_rest_read(session, tmp_path):
     assert [(r.offset, r.value) for r in rows] == [(0, b"before"), (2, b"after")]
 
 
+def _check(session, *inputs: str) -> list[dict]:
+    """LogDirCheck's JSON lines for these input lines, run in the session's JVM."""
+    out = session._jvm.kproto.spark.jvm.LogDirCheck.checkAll("\n".join(inputs) + "\n")
+    return [json.loads(line) for line in out.splitlines()]
+
+
+def _malformed_third_record(batch: bytes) -> bytes:
+    """The batch with its 3rd record's key length past the record, CRC-32C made valid again."""
+    data = bytearray(batch)
+    pos = 61
+    for _ in range(2):
+        length, after = read_varint(data, pos)
+        pos = after + length
+    length, at = read_varint(data, pos)  # the 3rd record: attributes, timestamp and offset deltas
+    at += 1
+    for _ in range(2):
+        _, at = read_varint(data, at)
+    key_length, after = read_varint(data, at)
+    bad = varint(length + 5)
+    assert len(bad) == after - at  # same size: the framing around it stays
+    data[at:after] = bad
+    data[17:21] = crc32c(bytes(data[21:])).to_bytes(4, "big")
+    return bytes(data)
+
+
+def test_a_batch_that_does_not_decode_gives_none_of_its_rows(session, tmp_path):
+    """A CRC-valid batch whose 3rd record is malformed, starting 2 rows before the end of a
+    columnar batch (4,096 rows): none of its rows, the skip reported, the batch after it
+    read; as kafka-segments reads it."""
+    part = LogDirWriter(str(tmp_path), cluster_id="Gbic2Gj7Dm9oTfmSNSzM_A").partition("t", 0)
+    for n, bad in ((4094, False), (10, True), (5, False)):
+        builder = RecordBatchBuilder(base_offset=part.next_offset)
+        for i in range(n):
+            builder.append(TS + i, b"k%d" % i, b"v%d" % i, [("h", b"x")] if i % 2 else [])
+        part.append(_malformed_third_record(builder.build()) if bad else builder.build())
+    part.close()
+    ours, theirs = _both(session, str(tmp_path), includeHeaders="true")
+    got = _rows(ours)
+    assert got == _rows(theirs)
+    assert [r[2] for r in got] == [*range(4094), *range(4104, 4109)]
+    [report] = _check(session, str(tmp_path))
+    assert len(report["rows"]) == len(got) and [r[2] for r in report["rows"]] == [r[2] for r in got]
+    [skip] = report["skips"]
+    assert "records do not decode" in skip and "offset 4094" in skip
+
+
+def _oracle():
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "fuzz", "jvm_oracle.py")
+    spec = importlib.util.spec_from_file_location("jvm_oracle", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_damaged_segments_read_as_kproto_reads_them(session, tmp_path):
+    """250 mutations of a segment of every codec (bit flips, overwritten bytes, cuts, inserts,
+    edge values in batch lengths, base offsets, magic bytes, offset deltas and counts), read in
+    one JVM by LogDirCheck through the reader's own code: never a crash, and the rows of
+    kproto's Python reader (CRCs checked) wherever the JVM reads the directory at all."""
+    oracle = _oracle()
+    pristine = tmp_path / "seed"
+    log = oracle.seed_logdir(str(pristine))
+    data = open(log, "rb").read()
+    rnd = random.Random(20261129)
+    paths = []
+    for i in range(250):
+        root = tmp_path / f"m{i}"
+        shutil.copytree(pristine, root)
+        (root / os.path.relpath(log, pristine)).write_bytes(oracle.mutate(rnd, data))
+        paths.append(str(root))
+    started = time.monotonic()
+    reports = _check(session, *paths)
+    assert len(reports) == len(paths) and time.monotonic() - started < 60
+    verdicts = [oracle.judge(path, report) for path, report in zip(paths, reports)]
+    assert verdicts.count("rows") > 200  # a refusal (a whole legacy message) stays rare
+    assert sum(bool(r.get("skips")) for r in reports) > 100  # the damage was met and skipped
+
+
+def _transactions(root, snapshots=True):
+    """kproto's log writer: producers 7, 8 and 9 commit and abort transactions between plain
+    batches in segments of 1.5 kB (with .txnindex and producer snapshots), producer 9's last
+    transaction left open before two plain records; a second topic of plain batches."""
+    w = LogDirWriter(root, cluster_id="Gbic2Gj7Dm9oTfmSNSzM_A", segment_bytes=1500)
+    part = w.partition("tx", 0)
+
+    def batch(n, tag, pid=-1, seq=0):
+        b = RecordBatchBuilder(base_offset=part.next_offset, producer_id=pid,
+                               producer_epoch=0 if pid >= 0 else -1,
+                               base_sequence=seq if pid >= 0 else -1, transactional=pid >= 0)
+        for i in range(n):
+            b.append(TS + i, b"k", f"{tag}-{i}".encode())
+        part.append(b.build())
+
+    def marker(commit, pid):
+        b = RecordBatchBuilder(base_offset=part.next_offset, producer_id=pid, producer_epoch=0,
+                               transactional=True, control=True)
+        b.append_end_txn_marker(commit, 3, TS)
+        part.append(b.build())
+
+    seq = dict.fromkeys((7, 8, 9), 0)
+    for r in range(12):
+        for pid in (7, 8, 9):
+            batch(3, f"t{pid}r{r}", pid, seq[pid])
+            seq[pid] += 3
+        batch(2, f"plain{r}")
+        marker(r % 3 != 0, 7)  # aborted on rounds 0, 3, 6, 9
+        marker(r % 2 == 0, 8)  # aborted on odd rounds
+        marker(True, 9)
+    batch(2, "open", 9, seq[9])
+    batch(2, "after")
+    for p in range(2):
+        other = w.partition("plain", p)
+        for b in range(10):
+            builder = RecordBatchBuilder(base_offset=other.next_offset)
+            for i in range(3):
+                builder.append(TS + i, None, b"p%d-%d-%d" % (p, b, i))
+            other.append(builder.build())
+    w.close()
+    if not snapshots:
+        for snap in (tmp for tmp in os.listdir(os.path.join(root, "tx-0")) if tmp.endswith(".snapshot")):
+            os.remove(os.path.join(root, "tx-0", snap))
+
+
+@pytest.mark.parametrize("options, snapshots", [
+    ({"isolation": "read_committed", "splitSize": "1k"}, True),
+    ({"kafka.isolation.level": "read_committed"}, False),
+    ({"kafka.isolation.level": "read_committed", "endingOffsets": "150",
+      "startingOffsets": '{"tx": {"0": 33}, "plain": {"1": 7, "0": -2}}'}, True),
+    ({"startingOffsets": "4", "endingOffsets": '{"tx": {"0": 120}, "plain": {"0": -1, "1": 20}}'}, True),
+])
+def test_read_committed_and_offset_bounds_as_kafka_segments(session, tmp_path, options, snapshots):
+    """read_committed leaves out aborted transactions (.txnindex) and stops at the last stable
+    offset (a producer snapshot's open transactions brought up to date by the batches after
+    it, or every batch when there is no snapshot); startingOffsets / endingOffsets bound each
+    partition, as numbers or Spark's JSON. The rows of kafka-segments on the same options."""
+    _transactions(str(tmp_path), snapshots)
+    assert any(f.endswith(".snapshot") for f in os.listdir(tmp_path / "tx-0")) == snapshots
+    ours, theirs = _both(session, str(tmp_path), **options)
+    got = _rows(ours)
+    assert got == _rows(theirs)
+    values = [r[4].decode() for r in got]
+    if "read_committed" in options.values():
+        assert not [v for v in values if v.startswith(("open-", "after-", "t7r0-", "t8r1-"))]
+        assert "t7r4-0" in values and "t8r4-0" in values
+    else:
+        assert "t7r3-0" in values and "open-0" not in values  # aborted, read; ends at 120
+    if "startingOffsets" in options:
+        assert min(r[2] for r in got if r[0] == "tx") in (4, 33)
+    full = {"tx": 136, "plain": 60}
+    assert 0 < len(got) < sum(full.values())
+
+
+def test_a_start_offset_enters_its_segment_through_the_index(session, tmp_path):
+    """A segment whose first message is of magic 1 (refused when read) then record batches:
+    from startingOffsets 20 the read starts at the .index position for offset 20, as
+    kafka-segments' does, and never meets the legacy message."""
+    part = LogDirWriter(str(tmp_path), cluster_id="Gbic2Gj7Dm9oTfmSNSzM_A",
+                        index_interval=100).partition("t", 0)
+    legacy = LegacyMessageBuilder(1)
+    legacy.append(1000, b"k", b"old" * 50)
+    part.append(legacy.build())
+    for b in range(10):
+        builder = RecordBatchBuilder(base_offset=part.next_offset)
+        for i in range(3):
+            builder.append(TS, None, b"x%d" % i * 40)
+        part.append(builder.build())
+    part.close()
+    ours, theirs = _both(session, str(tmp_path), startingOffsets="20")
+    got = _rows(ours)
+    assert got == _rows(theirs) and [r[2] for r in got] == list(range(20, 31))
+    [whole] = _check(session, str(tmp_path))
+    assert "magic 1" in whole["refused"]
+
+
+def test_read_committed_and_bounds_on_apache_kafkas_log_dir(session):
+    """Apache Kafka's transactional topic read_committed, bounded per partition in JSON."""
+    clean = os.path.join(FIXTURES, "broker1-clean")
+    options = {"topics": "payments,orders", "isolation": "read_committed",
+               "startingOffsets": '{"orders": {"1": 40}, "payments": {"0": 700}}',
+               "endingOffsets": '{"orders": {"0": 50, "2": -1}}'}
+    ours, theirs = _both(session, clean, **options)
+    got = _rows(ours)
+    assert got == _rows(theirs)
+    payments = [r for r in got if r[0] == "payments"]
+    everything = _rows(session.read.format("kafka-segments-jvm").options(topics="payments")
+                       .load(clean))
+    assert payments and payments[0][2] >= 700 and len(payments) < len([r for r in everything if r[2] >= 700])
+
+
+@pytest.mark.parametrize("option, value, error", [
+    ("startingOffsets", "latest", "startingOffsets can't be latest for batch queries"),
+    ("endingOffsets", '{"orders": {"0": -2}}', "endingOffsets for orders-0 can't be earliest"),
+    ("endingOffsets", '{"x": 5}', "endingOffsets must be earliest, latest, an offset or JSON"),
+    ("isolation", "serializable", "isolation must be read_uncommitted or read_committed"),
+    ("startingTimestamp", "1000", "startingtimestamp=1000 is not supported.*kafka-segments"),
+])
+def test_option_values_it_refuses(session, option, value, error):
+    with pytest.raises(Exception, match=error):
+        session.read.format("kafka-segments-jvm").option(option, value) \
+            .load(os.path.join(FIXTURES, "broker1-clean")).schema
+
+
+def test_check_command_reads_each_line_of_its_stdin(session, tmp_path):
+    """LogDirCheck as its own program (the fuzz campaign's way): a JSON line per input line,
+    in order, options after tabs."""
+    import subprocess
+
+    _write(str(tmp_path), "lz4")
+    lines = [f"{tmp_path}\tsubscribe=clicks\tendingOffsets=7", str(tmp_path / "missing")]
+    run = subprocess.run(jvm.check_command(), input="\n".join(lines) + "\n", capture_output=True,
+                         text=True, timeout=300)
+    first, second = [json.loads(line) for line in run.stdout.splitlines()]
+    assert [r[:3] for r in first["rows"]] == [["clicks", 0, o] for o in range(7)]
+    assert "is not a directory" in second["refused"]
+
+
+def test_damaged_transaction_files_read_committed_as_kproto_reads_them(session, tmp_path):
+    """80 mutations of one file of a transactional partition (a segment, its .index or
+    .txnindex, a producer snapshot), read read_committed from a random start to a random end:
+    never a crash, and the rows of kproto's Python reader."""
+    oracle = _oracle()
+    pristine = tmp_path / "seed"
+    _transactions(str(pristine))
+    names = sorted(f for f in os.listdir(pristine / "tx-0")
+                   if f.endswith((".log", ".index", ".txnindex", ".snapshot")))
+    rnd = random.Random(5)
+    cases = []
+    for i in range(80):
+        root = tmp_path / f"m{i}"
+        shutil.copytree(pristine, root)
+        victim = root / "tx-0" / rnd.choice(names)
+        data = victim.read_bytes()
+        victim.write_bytes(oracle.mutate(rnd, data) if data else rnd.randbytes(rnd.randint(1, 40)))
+        start, end = rnd.randrange(0, 170), rnd.choice([None, rnd.randrange(0, 200)])
+        cases.append((str(root), start, end))
+    reports = _check(session, *(f"{root}\tisolation=read_committed\tstartingOffsets={start}"
+                                + (f"\tendingOffsets={end}" if end is not None else "")
+                                for root, start, end in cases))
+    verdicts = [oracle.judge(root, report, isolation="read_committed", start_offset=start,
+                             end_offset=end) for (root, start, end), report in zip(cases, reports)]
+    assert verdicts.count("rows") == len(cases)
+
+
 def test_what_it_does_not_read_names_kafka_segments(session):
-    with pytest.raises(Exception, match="kafka-segments.*startingoffsets|startingoffsets.*kafka-segments"):
-        session.read.format("kafka-segments-jvm").option("startingOffsets", "latest") \
-            .load(os.path.join(FIXTURES, "broker1-clean")).collect()
     with pytest.raises(Exception, match="magic 0.*kafka-segments"):
         session.read.format("kafka-segments-jvm").option("topics", "legacy") \
             .load(os.path.join(FIXTURES, "broker1-clean")).collect()

@@ -1,6 +1,7 @@
 package kproto.spark.jvm;
 
 import java.util.Arrays;
+import java.util.HashMap;
 import java.util.HashSet;
 import java.util.List;
 import java.util.Locale;
@@ -30,8 +31,10 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
  * {@code spark.read.format("kafka-segments-jvm").load(logdir)}: the records of a Kafka log
  * directory (or one partition folder) with the columns of Spark's Kafka source, read on the
  * JVM. Options: {@code topics} / {@code subscribe} (comma list), {@code includeHeaders},
- * {@code splitSize} (bytes per task, e.g. {@code 64m}); anything else is refused with a
- * pointer to the Python source {@code kafka-segments}, which reads it.
+ * {@code splitSize} (bytes per task, e.g. {@code 64m}), {@code startingOffsets} /
+ * {@code endingOffsets} and {@code isolation} / {@code kafka.isolation.level}, with the values
+ * {@code kafka-segments} takes; anything else is refused with a pointer to that Python source,
+ * which reads it.
  */
 public final class KafkaSegmentsJvm implements TableProvider, DataSourceRegister {
 
@@ -40,11 +43,11 @@ public final class KafkaSegmentsJvm implements TableProvider, DataSourceRegister
     /** Options as Spark hands them over (lower-cased), and the defaults of Spark's source
      *  this reader implements (any other value is refused). */
     static final Set<String> OPTIONS = new HashSet<>(Arrays.asList(
-            "path", "paths", "topics", "subscribe", "includeheaders", "splitsize"));
-    static final Map<String, String> DEFAULTS = Map.of(
-            "startingoffsets", "earliest", "endingoffsets", "latest",
-            "kafka.isolation.level", "read_uncommitted", "isolation", "read_uncommitted",
-            "columns", "kafka", "failondataloss", "false");
+            "path", "paths", "topics", "subscribe", "includeheaders", "splitsize", "startingoffsets",
+            "endingoffsets", "isolation", "kafka.isolation.level"));
+    static final Map<String, String> DEFAULTS = Map.of("columns", "kafka", "failondataloss", "false");
+    /** Spark's Kafka source's offsets in its JSON form: -2 the earliest, -1 the latest. */
+    static final long EARLIEST = -2, LATEST = -1;
 
     @Override
     public String shortName() {
@@ -66,8 +69,10 @@ public final class KafkaSegmentsJvm implements TableProvider, DataSourceRegister
         return out;
     }
 
-    /** Refuses what this reader does not implement, naming the Python source that does. */
+    /** Refuses what this reader does not implement, naming the Python source that does, and
+     *  option values kafka-segments refuses. */
     static void check(Map<String, String> options) {
+        bounds(options);
         for (Map.Entry<String, String> e : lower(options).entrySet()) {
             String key = e.getKey();
             if (OPTIONS.contains(key)) {
@@ -80,6 +85,123 @@ public final class KafkaSegmentsJvm implements TableProvider, DataSourceRegister
             throw new UnsupportedOperationException(
                     NAME + ": option " + key + "=" + e.getValue() + " is not supported" + FALLBACK);
         }
+    }
+
+    /** The offset bounds and isolation of these options (kafka-segments' rules: startingOffsets
+     *  {@code earliest}, an offset for every partition or JSON {@code {"topic": {"0": 42}}}
+     *  with -2 the earliest, endingOffsets the same with {@code latest} and -1; a batch read
+     *  neither starts at the latest nor ends at the earliest). */
+    static Planner.Bounds bounds(Map<String, String> options) {
+        Map<String, String> opts = lower(options);
+        String isolation = opts.getOrDefault("isolation", opts.getOrDefault("kafka.isolation.level",
+                "read_uncommitted")).trim();
+        if (opts.containsKey("isolation") && opts.containsKey("kafka.isolation.level")
+                && !opts.get("isolation").equals(opts.get("kafka.isolation.level"))) {
+            throw new IllegalArgumentException(NAME + ": isolation (" + opts.get("isolation")
+                    + ") and kafka.isolation.level (" + opts.get("kafka.isolation.level")
+                    + ") say different things: give one");
+        }
+        isolation = isolation.toLowerCase(Locale.ROOT);
+        if (!isolation.equals("read_uncommitted") && !isolation.equals("read_committed")) {
+            throw new IllegalArgumentException(NAME + ": isolation must be read_uncommitted or read_committed, not "
+                    + isolation);
+        }
+        Map<String, long[]> per = new HashMap<>();
+        long start = offsets(opts, true, per), end = offsets(opts, false, per);
+        return new Planner.Bounds(start, end, per, isolation.equals("read_committed"));
+    }
+
+    /** The offset of startingOffsets ({@code starting}) or endingOffsets for every partition
+     *  (Long.MIN_VALUE or -1: open); its JSON form's per partition into {@code per}. */
+    private static long offsets(Map<String, String> opts, boolean starting, Map<String, long[]> per) {
+        String name = starting ? "startingOffsets" : "endingOffsets";
+        String open = starting ? "earliest" : "latest", other = starting ? "latest" : "earliest";
+        long none = starting ? Long.MIN_VALUE : -1;
+        String value = opts.getOrDefault(name.toLowerCase(Locale.ROOT), open).trim();
+        if (value.equalsIgnoreCase(open)) {
+            return none;
+        }
+        if (value.equalsIgnoreCase(other)) {
+            throw new IllegalArgumentException(NAME + ": " + name + " can't be " + other
+                    + " for batch queries (as in Spark's Kafka source)");
+        }
+        if (!value.startsWith("{")) {
+            try {
+                return Long.parseLong(value);
+            } catch (NumberFormatException e) {
+                throw new IllegalArgumentException(NAME + ": " + name.toLowerCase(Locale.ROOT)
+                        + " must be an integer: " + value);
+            }
+        }
+        String form = NAME + ": " + name + " must be earliest, latest, an offset or JSON like "
+                + "{\"topic\": {\"0\": 42}}: " + value;
+        com.fasterxml.jackson.databind.JsonNode root;
+        try {
+            root = new com.fasterxml.jackson.databind.ObjectMapper().readTree(value);
+        } catch (java.io.IOException e) {
+            throw new IllegalArgumentException(form);
+        }
+        if (root == null || !root.isObject()) {
+            throw new IllegalArgumentException(form);
+        }
+        for (Map.Entry<String, com.fasterxml.jackson.databind.JsonNode> topic : root.properties()) {
+            if (!topic.getValue().isObject()) {
+                throw new IllegalArgumentException(form);
+            }
+            for (Map.Entry<String, com.fasterxml.jackson.databind.JsonNode> p : topic.getValue().properties()) {
+                com.fasterxml.jackson.databind.JsonNode v = p.getValue();
+                int partition;
+                long offset;
+                try {
+                    partition = Integer.parseInt(p.getKey().trim());
+                    offset = v.isIntegralNumber() && v.canConvertToLong() ? v.asLong()
+                            : v.isTextual() ? Long.parseLong(v.asText().trim()) : Long.parseLong("x");
+                } catch (NumberFormatException e) {
+                    throw new IllegalArgumentException(form);
+                }
+                String tp = topic.getKey() + "-" + partition;
+                if (offset == (starting ? LATEST : EARLIEST)) {
+                    throw new IllegalArgumentException(NAME + ": " + name + " for " + tp + " can't be " + other
+                            + " for batch queries (as in Spark's Kafka source)");
+                }
+                if (offset < 0 && offset != EARLIEST && offset != LATEST) {
+                    throw new IllegalArgumentException(NAME + ": " + name + " for " + tp
+                            + " must be an offset, -2 (earliest) or -1 (latest), not " + offset);
+                }
+                long[] bounds = per.computeIfAbsent(topic.getKey() + " " + partition,
+                        k -> new long[] {Long.MIN_VALUE, -1});
+                bounds[starting ? 0 : 1] = offset < 0 ? none : offset;
+            }
+        }
+        return none;
+    }
+
+    /** The tasks of a read of {@code paths} with these (checked) options, about
+     *  {@code tasks} of them unless {@code splitSize} says. */
+    static List<InputPartition> plan(Map<String, String> options, List<String> paths, int tasks) {
+        Map<String, String> opts = lower(options);
+        Set<String> topics = null;
+        for (String key : new String[] {"topics", "subscribe"}) {
+            String v = opts.get(key);
+            if (v != null) {
+                Set<String> these = new HashSet<>();
+                for (String t : v.split(",")) {
+                    if (!t.trim().isEmpty()) {
+                        these.add(t.trim());
+                    }
+                }
+                if (topics != null) {
+                    these.retainAll(topics);
+                }
+                topics = these;
+            }
+        }
+        long split = -1;
+        String size = opts.get("splitsize");
+        if (size != null) {
+            split = Planner.parseSize(size);
+        }
+        return Planner.plan(paths, topics, bounds(opts), split, tasks);
     }
 
     /** Spark's Kafka source's columns (nullability as kproto's {@code kafka_spark_schema}). */
@@ -195,34 +317,13 @@ public final class KafkaSegmentsJvm implements TableProvider, DataSourceRegister
 
         @Override
         public InputPartition[] planInputPartitions() {
-            Set<String> topics = null;
-            for (String key : new String[] {"topics", "subscribe"}) {
-                String v = options.get(key);
-                if (v != null) {
-                    Set<String> these = new HashSet<>();
-                    for (String t : v.split(",")) {
-                        if (!t.trim().isEmpty()) {
-                            these.add(t.trim());
-                        }
-                    }
-                    if (topics != null) {
-                        these.retainAll(topics);
-                    }
-                    topics = these;
-                }
-            }
-            long split = -1;
-            String size = options.get("splitsize");
-            if (size != null) {
-                split = Planner.parseSize(size);
-            }
             int tasks = 4;  // as kafka-segments when the session's parallelism is unknown
             try {
                 tasks = Math.max(1, SparkSession.active().sparkContext().defaultParallelism());
             } catch (IllegalStateException e) {
                 // no active session on this thread (planning outside a query): keep the default
             }
-            return Planner.plan(paths(), topics, split, tasks).toArray(new InputPartition[0]);
+            return plan(options, paths(), tasks).toArray(new InputPartition[0]);
         }
 
         @Override

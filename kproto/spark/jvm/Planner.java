@@ -32,34 +32,75 @@ final class Planner {
     private static final Pattern FOLDER = Pattern.compile("(.+)-(\\d+)");
     private static final Pattern SEGMENT = Pattern.compile("(\\d{20})\\.log");
     static final String LOG_START_CHECKPOINT = "log-start-offset-checkpoint";
+    static final int HEADER_BYTES = 61;  // a v2 batch header
 
     private Planner() {
     }
 
     /** A byte range of one segment: whole batches from {@code start}; {@code end} the
-     *  segment's end or a batch boundary. */
+     *  segment's end or a batch boundary; the records it gives: offsets {@code [from, until)}
+     *  ({@code until} -1: no end) outside the {@code aborted} transactions. */
     static final class Piece implements Serializable {
         final String path, topic;
         final int partition;
-        final long start, end, logStart, nextBase;  // logStart / nextBase: -1 none
+        final long start, end, segBase, nextBase;  // nextBase -1: none
+        final long from, until;
+        /** Aborted transactions (read_committed): producer id, first offset, ABORT marker
+         *  offset triples, sorted; empty otherwise. */
+        final long[] aborted;
         /** Batch positions the segment's .index knows: where a read resumes after damage. */
         final long[] resync;
 
-        Piece(String path, String topic, int partition, long start, long end, long logStart, long nextBase,
-              long[] resync) {
-            this.resync = resync;
+        Piece(String path, String topic, int partition, long start, long end, long segBase, long nextBase,
+              long from, long until, long[] aborted, long[] resync) {
             this.path = path;
             this.topic = topic;
             this.partition = partition;
             this.start = start;
             this.end = end;
-            this.logStart = logStart;
+            this.segBase = segBase;
             this.nextBase = nextBase;
+            this.from = from;
+            this.until = until;
+            this.aborted = aborted;
+            this.resync = resync;
+        }
+
+        Piece range(long start, long end) {
+            return new Piece(path, topic, partition, start, end, segBase, nextBase, from, until, aborted, resync);
         }
 
         @Override
         public String toString() {
             return topic + "-" + partition + "/" + Paths.get(path).getFileName() + "[" + start + ":" + end + "]";
+        }
+    }
+
+    /** What a read selects of each partition: offsets {@code [start, end)} (Long.MIN_VALUE /
+     *  -1: open) for every partition, narrowed per partition by the JSON forms of
+     *  startingOffsets / endingOffsets, and the isolation level. */
+    static final class Bounds {
+        static final Bounds ALL = new Bounds(Long.MIN_VALUE, -1, Map.of(), false);
+        final long start, end;
+        final Map<String, long[]> perPartition;  // "topic partition" -> {start, end}
+        final boolean committed;
+
+        Bounds(long start, long end, Map<String, long[]> perPartition, boolean committed) {
+            this.start = start;
+            this.end = end;
+            this.perPartition = perPartition;
+            this.committed = committed;
+        }
+
+        /** {start, end} of one partition. */
+        long[] of(String topic, int partition) {
+            long[] p = perPartition.get(topic + " " + partition);
+            long lo = start, hi = end;
+            if (p != null) {
+                lo = Math.max(lo, p[0]);
+                hi = hi < 0 ? p[1] : p[1] < 0 ? hi : Math.min(hi, p[1]);
+            }
+            return new long[] {lo, hi};
         }
     }
 
@@ -118,7 +159,8 @@ final class Planner {
         return out;
     }
 
-    static List<InputPartition> plan(List<String> paths, Set<String> topics, long splitBytes, int tasks) {
+    static List<InputPartition> plan(List<String> paths, Set<String> topics, Bounds bounds, long splitBytes,
+                                     int tasks) {
         List<Piece> pieces = new ArrayList<>();
         List<long[]> cuts = new ArrayList<>();  // batch positions of each piece's segment
         for (String p : paths) {
@@ -150,8 +192,8 @@ final class Planner {
                 if (topics != null && !topics.contains(topic)) {
                     continue;
                 }
-                long logStart = starts.getOrDefault(topic + " " + partition, -1L);
-                planPartition(folder, topic, partition, logStart, pieces, cuts);
+                long logStart = starts.getOrDefault(topic + " " + partition, Long.MIN_VALUE);
+                planPartition(folder, topic, partition, logStart, bounds, pieces, cuts);
             }
         }
         long total = 0;
@@ -167,7 +209,7 @@ final class Planner {
         return Files.isDirectory(p) && FOLDER.matcher(p.getFileName().toString()).matches();
     }
 
-    private static void planPartition(Path folder, String topic, int partition, long logStart,
+    private static void planPartition(Path folder, String topic, int partition, long logStart, Bounds bounds,
                                       List<Piece> pieces, List<long[]> cuts) {
         List<Path> logs = new ArrayList<>();
         try (Stream<Path> s = Files.list(folder)) {
@@ -176,10 +218,24 @@ final class Planner {
             LOG.warn("{}: {} not read: {}", KafkaSegmentsJvm.NAME, folder, e.toString());
             return;
         }
+        long[] range = bounds.of(topic, partition);
+        long from = Math.max(range[0], logStart), until = range[1];
+        long[] aborted = new long[0];
+        if (bounds.committed) {
+            aborted = Transactions.aborted(logs);
+            long lso = Transactions.firstUnstableOffset(folder, logs);
+            if (lso >= 0) {
+                until = until < 0 ? lso : Math.min(until, lso);
+            }
+        }
         for (int i = 0; i < logs.size(); i++) {
+            long base = baseOf(logs.get(i));
             long nextBase = i + 1 < logs.size() ? baseOf(logs.get(i + 1)) : -1;
-            if (logStart >= 0 && nextBase >= 0 && nextBase <= logStart) {
-                continue;  // every record of it is below the log start offset
+            if (nextBase >= 0 && nextBase <= from) {
+                continue;  // every record of it is below the first offset read
+            }
+            if (until >= 0 && base >= until) {
+                break;  // and of these, at or past the end
             }
             Path log = logs.get(i);
             long[] positions;
@@ -194,41 +250,85 @@ final class Planner {
             if (size == 0) {
                 continue;
             }
-            pieces.add(new Piece(log.toString(), topic, partition, 0, size, logStart, nextBase,
-                    indexPositions(log, size)));
+            long[][] index = index(log, size);
+            // the segment holding the first offset read is entered through its index, as
+            // kafka-segments enters it
+            long start = from > base ? lookup(index, base, from) : 0;
+            pieces.add(new Piece(log.toString(), topic, partition, start, size, base, nextBase, from, until, aborted,
+                    index[1]));
             cuts.add(positions);
         }
     }
 
-    /** The positions of a segment's .index entries (none when it is missing or unreadable):
-     *  valid entries end at the first all-zero slot (a preallocated index's tail), and at
-     *  any position that does not grow or lies past the log. */
+    /** The positions of a segment's .index entries, none when it is missing or unusable by
+     *  Kafka's sanity checks as kproto's Python reader applies them (a size not a multiple of
+     *  8 or past 2 GiB, offsets not growing, positions going back, a negative first entry, a
+     *  last position past the log): that reader then rebuilds the index by a scan that stops
+     *  at the first damage, so it knows no batch after the damage either. Entries end at the
+     *  first all-zero slot (a preallocated index's tail); a slot past one per 26 bytes of log
+     *  (the smallest message) is preallocation. */
     static long[] indexPositions(Path log, long logSize) {
-        String name = log.getFileName().toString();
-        Path index = log.resolveSibling(name.substring(0, name.length() - 4) + ".index");
-        byte[] bytes;
-        try {
-            if (!Files.isRegularFile(index) || Files.size(index) > (64L << 20)) {
-                return new long[0];
-            }
-            bytes = Files.readAllBytes(index);
-        } catch (IOException e) {
-            return new long[0];
-        }
-        ByteBuffer b = ByteBuffer.wrap(bytes);
-        long[] out = new long[bytes.length / 8];
-        int n = 0;
-        for (int i = 0; i + 8 <= bytes.length; i += 8) {
-            int rel = b.getInt(i), position = b.getInt(i + 4);
-            if ((rel == 0 && position == 0) || position <= (n > 0 ? out[n - 1] : 0) || position >= logSize) {
-                break;
-            }
-            out[n++] = position;
-        }
-        return Arrays.copyOf(out, n);
+        return index(log, logSize)[1];
     }
 
-    private static long baseOf(Path log) {
+    /** The relative offsets and positions of a segment's usable .index entries (see
+     *  {@link #indexPositions}). */
+    static long[][] index(Path log, long logSize) {
+        long[][] none = {new long[0], new long[0]};
+        Path index = Transactions.sibling(log, ".index");
+        byte[] bytes;
+        try {
+            if (!Files.isRegularFile(index)) {
+                return none;
+            }
+            long fileSize = Files.size(index);
+            if (fileSize > Integer.MAX_VALUE || fileSize % 8 != 0) {
+                return none;
+            }
+            int useful = (int) Math.min(fileSize, 8 * (logSize / 26 + 1));
+            bytes = new byte[useful];
+            try (FileChannel ch = FileChannel.open(index, StandardOpenOption.READ)) {
+                useful = readAt(ch, ByteBuffer.wrap(bytes), 0);
+            }
+            bytes = Arrays.copyOf(bytes, useful - useful % 8);
+        } catch (IOException e) {
+            return none;
+        }
+        ByteBuffer b = ByteBuffer.wrap(bytes);
+        long[] out = new long[bytes.length / 8], rels = new long[bytes.length / 8];
+        int n = 0;
+        int prevRel = 0;
+        for (int i = 0; i + 8 <= bytes.length; i += 8) {
+            int rel = b.getInt(i), position = b.getInt(i + 4);
+            if (rel == 0 && position == 0) {
+                break;
+            }
+            boolean bad = n == 0 ? rel < 0 || position < 0 : rel <= prevRel || position < out[n - 1];
+            if (bad) {
+                return none;
+            }
+            prevRel = rel;
+            rels[n] = rel;
+            out[n++] = position;
+        }
+        if (n > 0 && out[n - 1] >= logSize) {
+            return none;
+        }
+        return new long[][] {Arrays.copyOf(rels, n), Arrays.copyOf(out, n)};
+    }
+
+    /** Kafka's {@code OffsetIndex.lookup}: the position of the last entry whose offset is at
+     *  or below {@code offset} (its batch ends there, so the batch holding {@code offset}
+     *  starts at or after it), 0 when there is none. */
+    static long lookup(long[][] index, long base, long offset) {
+        long at = 0;
+        for (int i = 0; i < index[0].length && base + index[0][i] <= offset; i++) {
+            at = index[1][i];
+        }
+        return at;
+    }
+
+    static long baseOf(Path log) {
         return Long.parseLong(log.getFileName().toString().substring(0, 20));
     }
 
@@ -265,6 +365,21 @@ final class Planner {
         return Arrays.copyOf(out, n);
     }
 
+    /** Reads up to {@code buf}'s capacity from {@code pos} into it (cleared first); the bytes
+     *  read (fewer at the end of the file). */
+    static int readAt(FileChannel ch, ByteBuffer buf, long pos) throws IOException {
+        buf.clear();
+        int got = 0;
+        while (buf.hasRemaining()) {
+            int r = ch.read(buf, pos + got);
+            if (r < 0) {
+                break;
+            }
+            got += r;
+        }
+        return got;
+    }
+
     /** Tasks of about {@code target} bytes: pieces laid end to end, cut at the batch
      *  boundary nearest each multiple of {@code target}; small segments share a task. */
     static List<InputPartition> balance(List<Piece> pieces, List<long[]> cuts, long target) {
@@ -291,13 +406,13 @@ final class Planner {
                     break;
                 }
                 long cut = at[j];
-                group.add(new Piece(s.path, s.topic, s.partition, start, cut, s.logStart, s.nextBase, s.resync));
+                group.add(s.range(start, cut));
                 tasks.add(new SegmentPartition(group));
                 group = new ArrayList<>();
                 start = cut;
                 done = 0;
             }
-            group.add(new Piece(s.path, s.topic, s.partition, start, s.end, s.logStart, s.nextBase, s.resync));
+            group.add(s.range(start, s.end));
             done += s.end - start;
             if (done >= target) {
                 tasks.add(new SegmentPartition(group));

@@ -24,7 +24,8 @@ import org.apache.spark.unsafe.types.UTF8String;
 
 /** Reads a task's segment pieces into columnar batches: record batches of magic 2, every
  *  codec, CRC-32C checked (a batch that fails is skipped and logged), control batches
- *  skipped, records below the log start offset or at the next segment's base dropped. */
+ *  skipped, and the records of each piece's offset range ({@link Planner.Piece#from} to
+ *  {@link Planner.Piece#until}) outside aborted transactions ({@link Planner.Piece#aborted}). */
 final class SegmentReader implements PartitionReader<ColumnarBatch> {
     static final int ROWS = 4096;
     static final int HEADER = 61;  // v2 batch header bytes
@@ -59,6 +60,8 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
     private final ConstantColumnVector topic, partition;
     private final ColumnarBatch batch;
     private final CRC32C crc = new CRC32C();
+    /** Also told of every skip (the {@link LogDirCheck} tool prints them); null: the log only. */
+    java.util.function.Consumer<String> onSkip;
 
     private int piece = -1;
     // a window of the current piece: data[0, dataLen) holds its bytes from winStart on (a few
@@ -72,11 +75,16 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
     // records of the current (decompressed) batch still to go
     private byte[] recs;
     private int recPos, recEnd, recLeft;
-    private long baseOffset, baseTs, maxTs;
+    private long baseOffset, baseTs, maxTs, batchAt;
+    // where the next batch of the piece may start (once one is placed): see placed()
+    private long low;
+    private boolean lowSet, lowFull;
     private int tsKind;
     private boolean logAppend;
     private int headerRows;  // rows written into the headers' child vectors
     private int headerCap;  // their capacity (reserved here)
+    private int headerHigh;  // header entries touched (their null flags) since the last reset
+    private int capacity = ROWS;  // rows the column vectors hold
 
     SegmentReader(Planner.Piece[] pieces, boolean withHeaders) {
         this.pieces = pieces;
@@ -106,13 +114,10 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
         if (headers != null) {
             headers.reset();
             headerRows = 0;
+            headerHigh = 0;
         }
         int rows = 0;
         while (rows < ROWS) {
-            if (recLeft > 0) {
-                rows = records(rows);
-                continue;
-            }
             if (cur == null || winStart + pos >= pieceEnd) {
                 if (rows > 0) {
                     break;  // a batch holds one partition's rows (topic, partition are constants)
@@ -122,7 +127,9 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
                 }
                 continue;
             }
-            nextBatch();
+            if (nextBatch()) {
+                rows = records(rows);  // all of the batch's rows or none of them
+            }
         }
         batch.setNumRows(rows);
         return rows > 0;
@@ -140,6 +147,7 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
         winStart = cur.start;
         pos = 0;
         dataLen = 0;
+        lowSet = false;
         topic.setUtf8String(UTF8String.fromString(cur.topic));
         partition.setInt(cur.partition);
         return true;
@@ -164,6 +172,16 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
 
     /** The piece is done: a torn tail (a batch that does not fit in what is left) is its
      *  end, as in kproto's Python reader. */
+    /** Reports damage read past: a warning on the log, and to {@link #onSkip} when set. */
+    private void skipped(long at, String what) {
+        String line = KafkaSegmentsJvm.NAME + ": " + cur.topic + "-" + cur.partition + " " + cur.path
+                + " at byte " + at + ": " + what;
+        Planner.LOG.warn(line);
+        if (onSkip != null) {
+            onSkip.accept(line);
+        }
+    }
+
     private void skipRest(String why) {
         skipTo(why, pieceEnd);
     }
@@ -184,8 +202,7 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
 
     private void skipTo(String why, long next) {
         long here = winStart + pos;
-        Planner.LOG.warn("{}: {}-{} {} at byte {}: {}; {} bytes skipped", KafkaSegmentsJvm.NAME,
-                cur.topic, cur.partition, cur.path, here, why, next - here);
+        skipped(here, why + "; " + (next - here) + " bytes skipped");
         if (next - winStart <= dataLen) {
             pos = (int) (next - winStart);
         } else {
@@ -195,71 +212,84 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
         }
     }
 
-    /** Frames the batch at {@code pos}; sets up its records when it is to be read. */
-    private void nextBatch() throws IOException {
+    /** Frames the batch at {@code pos} as kproto's Python reader frames it; true when its
+     *  records are set up to be read. */
+    private boolean nextBatch() throws IOException {
         long left = pieceEnd - winStart - pos;
-        if (left < 17) {
+        if (left < 12) {
             skipRest("torn tail (a partial batch header)");
-            return;
+            return false;
         }
         ensure((int) Math.min(left, HEADER));
         int length = getInt(data, pos + 8);
         if (length < 14) {  // below any message's size: zeros or damage, nothing to frame by
             resync("a batch length of " + length);
-            return;
-        }
-        byte magic = data[pos + 16];
-        if (magic != 2) {
-            throw new UnsupportedOperationException(KafkaSegmentsJvm.NAME + ": " + cur.path + " at byte "
-                    + (winStart + pos) + " holds a message of magic " + magic
-                    + " (only record batches of magic 2 are read here)" + KafkaSegmentsJvm.FALLBACK);
-        }
-        if (length < HEADER - 12) {
-            resync("a batch length of " + length);
-            return;
-        }
-        if (left < HEADER) {
-            skipRest("torn tail (a partial batch header)");
-            return;
+            return false;
         }
         if (12L + length > left) {
             skipRest("torn tail (a batch of " + (12L + length) + " bytes, " + left + " present)");
-            return;
+            return false;
+        }
+        byte magic = data[pos + 16];
+        if (magic == 0 || magic == 1) {
+            legacy(magic, length);
+            return false;
+        }
+        if (magic != 2) {
+            resync("unknown magic " + magic);
+            return false;
+        }
+        if (length < HEADER - 12) {
+            resync("a batch length of " + length);
+            return false;
         }
         if (length > MAX_RECORD_BATCH) {
             skipRest("a batch length of " + length);
-            return;
+            return false;
         }
         int size = 12 + length;
         ensure(size);
         int at = pos;
+        int count = getInt(data, at + 57);
+        if (count < 0) {
+            resync("a record count of " + count);
+            return false;
+        }
         pos += size;
         crc.reset();
         crc.update(data, at + 21, size - 21);
         if ((int) crc.getValue() != getInt(data, at + 17)) {
-            Planner.LOG.warn("{}: {}-{} {} at byte {}: CRC-32C does not match; batch of {} bytes skipped",
-                    KafkaSegmentsJvm.NAME, cur.topic, cur.partition, cur.path, winStart + at, size);
-            return;
+            skipped(winStart + at, "CRC-32C does not match; batch of " + size + " bytes skipped");
+            return false;
         }
         int attrs = getShort(data, at + 21);
-        if ((attrs & 0x20) != 0) {
-            return;  // control batch
+        int codec = attrs & 0x07;
+        if (codec > 4 || (count == 0 && size > HEADER)) {
+            skipped(winStart + at, (codec > 4 ? "unknown compression codec " + codec : "a record count of 0 before "
+                    + (size - HEADER) + " bytes of records") + "; batch of " + size + " bytes skipped");
+            return false;
         }
         long base = getLong(data, at);
-        int lastDelta = getInt(data, at + 23);
-        if (cur.logStart >= 0 && base + lastDelta < cur.logStart) {
-            return;
+        long last = base + getInt(data, at + 23);
+        if (!placed(base, last)) {
+            skipped(winStart + at, "batch offsets " + base + ".." + last + " out of place; batch of "
+                    + size + " bytes skipped");
+            return false;
         }
-        int count = getInt(data, at + 57);
-        if (count <= 0) {
-            return;
+        if ((attrs & 0x20) != 0) {
+            return false;  // control batch
+        }
+        if (count == 0 || last < (cur.from == Long.MIN_VALUE ? 0 : cur.from) || (cur.until >= 0 && base >= cur.until)) {
+            return false;
+        }
+        if ((attrs & 0x10) != 0 && aborted(cur.aborted, getLong(data, at + 43), last)) {
+            return false;
         }
         baseOffset = base;
         baseTs = getLong(data, at + 27);
         maxTs = getLong(data, at + 35);
         logAppend = (attrs & 0x08) != 0;
         tsKind = logAppend ? 1 : 0;
-        int codec = attrs & 0x07;
         try {
             if (codec == 0) {
                 recs = data;
@@ -272,11 +302,85 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
                 recEnd = recs.length;
             }
         } catch (IOException | RuntimeException | LinkageError e) {
-            Planner.LOG.warn("{}: {}-{} {} at byte {}: records do not decompress ({}); batch of {} bytes skipped",
-                    KafkaSegmentsJvm.NAME, cur.topic, cur.partition, cur.path, winStart + at, e, size);
-            return;
+            skipped(winStart + at, "records do not decompress (" + e + "); batch of " + size + " bytes skipped");
+            return false;
         }
         recLeft = count;
+        batchAt = winStart + at;
+        return true;
+    }
+
+    /** Whether a batch of offsets {@code [base, last]} follows the ones before it in this
+     *  piece (the first may start below the segment's base offset, not end below it) and
+     *  ends below the next segment's base, as kproto's Python reader places batches (the
+     *  base offset is not covered by the CRC); a batch placed sets where the next may start. */
+    private boolean placed(long base, long last) {
+        boolean bad = (lowSet ? lowFull || base < low : last < cur.segBase) || last < base
+                || (cur.nextBase >= 0 && last >= cur.nextBase);
+        if (!bad) {
+            low = last + 1;
+            lowFull = last == Long.MAX_VALUE;
+            lowSet = true;
+        }
+        return !bad;
+    }
+
+    /** Whether a transactional data batch of producer {@code pid} ending at {@code last}
+     *  belongs to an aborted transaction of {@code spans} (producer id, first offset, ABORT
+     *  marker offset triples, sorted): the last span of that producer starting at or before
+     *  {@code last} holds it when its marker comes later. */
+    static boolean aborted(long[] spans, long pid, long last) {
+        int lo = 0, hi = spans.length / 3;  // the first span after (pid, last)
+        while (lo < hi) {
+            int mid = (lo + hi) >>> 1;
+            long p = spans[3 * mid], f = spans[3 * mid + 1];
+            if (p < pid || (p == pid && f <= last)) {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        return lo > 0 && spans[3 * (lo - 1)] == pid && last < spans[3 * (lo - 1) + 2];
+    }
+
+    /** A message of magic 0 or 1 at {@code pos}: framing that does not hold resumes the read
+     *  at the next .index position, a CRC-32 that does not match skips it (kproto's Python
+     *  reader's rules), a whole one is refused (this reader reads record batches only). */
+    private void legacy(int magic, int length) throws IOException {
+        int size = 12 + length;
+        if (length < (magic == 0 ? 14 : 22)) {
+            resync("a message size of " + length + " below the magic " + magic + " minimum");
+            return;
+        }
+        ensure(size);
+        long p = pos + 18 + (magic == 1 ? 8 : 0), end = pos + (long) size;
+        for (int i = 0; i < 2; i++) {  // key and value: they fill the message
+            if (p + 4 > end) {
+                resync("a message's lengths run past it");
+                return;
+            }
+            int n = getInt(data, (int) p);
+            p += 4;
+            if (n < -1 || p + Math.max(n, 0) > end) {
+                resync("a message's lengths run past it");
+                return;
+            }
+            p += Math.max(n, 0);
+        }
+        if (p != end) {
+            resync("a message's lengths do not fill it");
+            return;
+        }
+        java.util.zip.CRC32 crc32 = new java.util.zip.CRC32();
+        crc32.update(data, pos + 16, size - 16);
+        if ((int) crc32.getValue() != getInt(data, pos + 12)) {
+            skipped(winStart + pos, "CRC-32 does not match; message of " + size + " bytes skipped");
+            pos += size;
+            return;
+        }
+        throw new UnsupportedOperationException(KafkaSegmentsJvm.NAME + ": " + cur.path + " at byte "
+                + (winStart + pos) + " holds a message of magic " + magic
+                + " (only record batches of magic 2 are read here)" + KafkaSegmentsJvm.FALLBACK);
     }
 
     /** Decompressed bytes allowed to a task: this floor plus this ratio times the compressed
@@ -340,10 +444,12 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
         return (raw >>> 1) ^ -(raw & 1);
     }
 
+    /** An int32 varint as Kafka's {@code readVarint} takes it: at most 5 bytes. */
     private int varint() {
+        int at = varPos;
         long v = varlong();
-        if (v < Integer.MIN_VALUE || v > Integer.MAX_VALUE) {
-            throw new IllegalStateException("a varint out of int32 range");
+        if (varPos - at > 5 || v < Integer.MIN_VALUE || v > Integer.MAX_VALUE) {
+            throw new IllegalStateException("a varint longer than 5 bytes");
         }
         return (int) v;
     }
@@ -356,16 +462,35 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
         return n;
     }
 
-    /** Decodes records of the current batch into rows from {@code rows} on. */
+    /** Makes the column vectors hold at least {@code rows} rows. */
+    private void reserve(int rows) {
+        if (rows <= capacity) {
+            return;
+        }
+        capacity = Math.max(rows, capacity * 2);
+        key.reserve(capacity);
+        value.reserve(capacity);
+        offset.reserve(capacity);
+        timestamp.reserve(capacity);
+        tsType.reserve(capacity);
+        if (headers != null) {
+            headers.reserve(capacity);
+        }
+    }
+
+    /** Decodes every record of the current batch into rows from {@code rows} on and returns
+     *  the row count after them; a batch whose records do not decode gives no row at all (the
+     *  rows written of it are rolled back), as kafka-segments checks a whole batch before it
+     *  gives any of its rows. A row may pass {@link #ROWS}: a batch is never split. */
     private int records(int rows) {
         int rowStart = rows;
         int headerStart = headerRows;
         try {
-            while (recLeft > 0 && rows < ROWS) {
+            for (; recLeft > 0; recLeft--) {
                 varPos = recPos;
                 int length = varint();
                 int end = varPos + length;
-                if (length < 0 || end > recEnd) {
+                if (length <= 0 || end > recEnd) {
                     throw new IllegalStateException("a record of " + length + " bytes past the batch");
                 }
                 varPos++;  // attributes
@@ -378,52 +503,88 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
                 int vAt = varPos;
                 varPos += Math.max(vl, 0);
                 int hc = varint();
-                if (hc < 0 || hc > end - varPos) {
+                if (hc < 0 || hc > (end - varPos) / 2) {  // a header takes two bytes at least
                     throw new IllegalStateException("a header count of " + hc);
                 }
                 recPos = end;
-                recLeft--;
-                if ((cur.logStart >= 0 && off < cur.logStart) || (cur.nextBase >= 0 && off >= cur.nextBase)) {
-                    continue;
+                boolean keep = off >= cur.from && (cur.until < 0 || off < cur.until);
+                if (keep) {
+                    reserve(rows + 1);
+                    if (kl < 0) {
+                        key.putNull(rows);
+                    } else {
+                        key.putByteArray(rows, recs, kAt, kl);
+                    }
+                    if (vl < 0) {
+                        value.putNull(rows);
+                    } else {
+                        value.putByteArray(rows, recs, vAt, vl);
+                    }
+                    offset.putLong(rows, off);
+                    timestamp.putLong(rows, (logAppend ? maxTs : baseTs + tsDelta) * 1000L);
+                    tsType.putInt(rows, tsKind);
                 }
-                if (kl < 0) {
-                    key.putNull(rows);
-                } else {
-                    key.putByteArray(rows, recs, kAt, kl);
-                }
-                if (vl < 0) {
-                    value.putNull(rows);
-                } else {
-                    value.putByteArray(rows, recs, vAt, vl);
-                }
-                offset.putLong(rows, off);
-                timestamp.putLong(rows, (logAppend ? maxTs : baseTs + tsDelta) * 1000L);
-                tsType.putInt(rows, tsKind);
-                if (headers != null) {
-                    putHeaders(rows, hc, end);
-                } else {
-                    varPos = end;
+                if (hc > 0 || keep && headers != null) {
+                    // headers are checked whether or not they are read, as kafka-segments does
+                    headers(keep && headers != null ? rows : -1, hc, end);
                 }
                 if (varPos != end) {
                     throw new IllegalStateException("a record's fields end at " + varPos + ", its length at " + end);
                 }
-                rows++;
+                if (keep) {
+                    rows++;
+                }
+            }
+            if (recPos != recEnd) {
+                throw new IllegalStateException((recEnd - recPos) + " bytes after the last record");
             }
         } catch (RuntimeException e) {
-            // the batch passed its CRC yet does not decode: drop its rows, report, go on
-            Planner.LOG.warn("{}: {}-{} {}: records do not decode ({}); batch at offset {} skipped",
-                    KafkaSegmentsJvm.NAME, cur.topic, cur.partition, cur.path, e.getMessage(), baseOffset);
+            // the batch passed its CRC yet does not decode: none of its rows, report, go on
             recLeft = 0;
-            if (headers != null) {
-                headerRows = headerStart;
-            }
-            // the rows this call wrote of it are dropped (any a previous call handed over stay)
+            rollBack(rowStart, Math.min(rows + 1, capacity), headerStart);
+            skipped(batchAt, "records do not decode (" + e.getMessage() + "); batch at offset "
+                    + baseOffset + " skipped");
             return rowStart;
         }
         return rows;
     }
 
-    private void putHeaders(int row, int count, int end) {
+    /** Forgets rows {@code [rowStart, rowEnd)} and header entries from {@code headerStart} on:
+     *  the null flags they set are cleared (a later row reuses the slots), appended bytes stay
+     *  unused. */
+    private void rollBack(int rowStart, int rowEnd, int headerStart) {
+        if (rowEnd > rowStart) {
+            key.putNotNulls(rowStart, rowEnd - rowStart);
+            value.putNotNulls(rowStart, rowEnd - rowStart);
+            if (headers != null) {
+                headers.putNotNulls(rowStart, rowEnd - rowStart);
+            }
+        }
+        if (headers != null) {
+            int end = Math.min(headerHigh, headerCap);
+            if (end > headerStart) {
+                headers.arrayData().getChild(1).putNotNulls(headerStart, end - headerStart);
+            }
+            headerRows = headerStart;
+            headerHigh = headerStart;
+        }
+    }
+
+    /** The {@code count} headers of a record: into row {@code row}'s headers, or only checked
+     *  ({@code row} -1). */
+    private void headers(int row, int count, int end) {
+        if (row < 0) {
+            for (int i = 0; i < count; i++) {
+                int kl = varint();
+                if (kl < 0 || varPos + kl > end) {
+                    throw new IllegalStateException("a header key of " + kl + " bytes");
+                }
+                varPos += kl;
+                int vl = bytesLen(end);  // (not in one statement: it moves varPos)
+                varPos += Math.max(vl, 0);
+            }
+            return;
+        }
         if (count == 0) {
             headers.putNull(row);
             return;
@@ -439,6 +600,7 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
             hk.reserve(cap);
             hv.reserve(cap);
         }
+        headerHigh = Math.max(headerHigh, need);
         for (int i = 0; i < count; i++) {
             int kl = varint();
             if (kl < 0 || varPos + kl > end) {
