@@ -284,7 +284,10 @@ class FileRegion:
             self.fd = None
 
     def __del__(self) -> None:  # an answer dropped unsent (its connection closed)
-        self.close()
+        try:
+            self.close()
+        except Exception:  # at interpreter exit
+            pass
 
     def __repr__(self) -> str:
         return f"FileRegion(fd={self.fd}, offset={self.offset}, count={self.count})"
