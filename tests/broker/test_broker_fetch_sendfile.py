@@ -209,3 +209,27 @@ def test_a_slow_reader_blocks_no_one_and_gets_its_answer_whole(tmp_path):
             assert open_fds() <= fds
 
     asyncio.run(asyncio.wait_for(main(), 90))
+
+
+def test_a_tls_connection_copies_records_and_answers_the_same_bytes(tmp_path, monkeypatch):
+    pytest.importorskip("cryptography")
+    from kproto.testing.tls import TestCA
+
+    ca = TestCA(tmp_path / "ca")
+    server = ca.issue("CN=broker")
+    calls = []
+    real = os.sendfile
+    monkeypatch.setattr(os, "sendfile", lambda *a: calls.append(a) or real(*a))
+
+    async def main():
+        async with Broker(tmp_path / "data", ssl_context=ca.server_context(server)) as broker:
+            fill_broker(broker, "tls", 2, 1)
+            fetch = frame_of(K.FETCH, 12, fetch_all("tls", 2, 16 << 20, 12), 3)
+            expect = copied_answer(broker, fetch)
+            reader, writer = await asyncio.open_connection(broker.host, broker.port, ssl=ca.client_context())
+            writer.write(fetch)
+            assert await asyncio.wait_for(read_frame(reader), 20) == expect and len(expect) > 1_000_000
+            assert not calls and not any(c.sends_files for c in broker._connections)
+            writer.close()
+
+    asyncio.run(asyncio.wait_for(main(), 60))
