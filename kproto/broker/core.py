@@ -81,8 +81,8 @@ log = logging.getLogger("kproto.broker")
 _INT32_MAX = 2**31 - 1
 
 #: A partition's records of at least this many bytes are sent from their file (``sendfile``)
-#: on a channel that can; fewer are cheaper read and written with the answer's other bytes
-#: (a sendfile costs the event loop tens of microseconds, a copy of 64 KiB a few)
+#: on a channel that can; fewer are read and written with the answer's other bytes (a
+#: sendfile through the event loop costs more than copying a small record set)
 MIN_FILE_REGION = 64 * 1024
 ZERO_UUID = Uuid.ZERO
 _REQUEST_HEADER = message("RequestHeader")

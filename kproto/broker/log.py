@@ -257,8 +257,8 @@ class FileRegion:
     """``count`` bytes of a segment file from ``offset``, not read: what a Fetch answer holds
     in place of the records when the connection sends them with ``sendfile`` (Kafka's
     ``FileRecords`` slice in its zero-copy ``Send``). It owns a duplicate of the segment's
-    descriptor, so a segment deleted or replaced meanwhile still sends the bytes read; the
-    sender closes it. ``bytes(region)`` reads the bytes (an encoder that must copy)."""
+    descriptor, so a segment deleted or replaced meanwhile (retention, compaction) still sends
+    its bytes; the sender closes it. ``bytes(region)`` reads the bytes (an encoder that must copy)."""
 
     __slots__ = ("fd", "offset", "count")
 
