@@ -82,8 +82,8 @@ _INT32_MAX = 2**31 - 1
 
 #: A partition's records of at least this many bytes are sent from their file (``sendfile``)
 #: on a channel that can; fewer are read and written with the answer's other bytes: each
-#: sendfile through the event loop costs about 70 us of CPU, more than copying 64 KiB, and
-#: the two cost about the same at 128 KiB (32 such partitions an answer, loopback)
+#: sendfile through the event loop costs about 70 microseconds of CPU, more than copying
+#: 64 KiB; the two cost about the same at 128 KiB (32 such partitions an answer, loopback)
 MIN_FILE_REGION = 128 * 1024
 ZERO_UUID = Uuid.ZERO
 _REQUEST_HEADER = message("RequestHeader")
