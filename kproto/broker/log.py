@@ -41,7 +41,7 @@ from kproto.storage.layout import (offset_file_name, parse_offset_file_name, par
                                    partition_dir_name, scan_partition_dir)
 from kproto.storage.writer import FileOp, PartitionLog, ProducerStateTracker, rebuild_txn_index
 
-__all__ = ["BrokerError", "LogConfig", "AppendInfo", "Log", "LogManager", "Topic",
+__all__ = ["BrokerError", "LogConfig", "AppendInfo", "Log", "LogManager", "Topic", "FileRegion",
            "topic_name_error", "replace_file", "finish_interrupted_swaps"]
 
 _LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]+")
@@ -253,6 +253,50 @@ def _marker_coordinator_epoch(batch: RecordBatch) -> int:
     return -1 if ctrl is None or ctrl.coordinator_epoch is None else ctrl.coordinator_epoch
 
 
+class FileRegion:
+    """``count`` bytes of a segment file from ``offset``, not read: what a Fetch answer holds
+    in place of the records when the connection sends them with ``sendfile`` (Kafka's
+    ``FileRecords`` slice in its zero-copy ``Send``). It owns a duplicate of the segment's
+    descriptor, so a segment deleted or replaced meanwhile (retention, compaction) still sends
+    its bytes; the sender closes it. ``bytes(region)`` reads the bytes (an encoder that must copy)."""
+
+    __slots__ = ("fd", "offset", "count")
+
+    def __init__(self, fd: int, offset: int, count: int) -> None:
+        self.fd: Optional[int] = fd
+        self.offset = offset
+        self.count = count
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __bytes__(self) -> bytes:
+        if self.fd is None:
+            raise ValueError("the file region is closed")
+        data = os.pread(self.fd, self.count, self.offset)
+        if len(data) != self.count:  # the file shrank under it (truncated)
+            raise OSError(f"file region of {self.count} bytes at {self.offset}: {len(data)} left")
+        return data
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+    def __del__(self) -> None:  # an answer dropped unsent (its connection closed)
+        try:
+            self.close()
+        except Exception:  # at interpreter exit
+            pass
+
+    def __repr__(self) -> str:
+        return f"FileRegion(fd={self.fd}, offset={self.offset}, count={self.count})"
+
+
+def _global_start(seg: _Seg) -> int:
+    return seg.global_start
+
+
 @dataclass
 class _Seg:
     base_offset: int
@@ -265,6 +309,11 @@ class _Seg:
         if self.fd is None:
             self.fd = os.open(self.path, os.O_RDONLY)
         return os.pread(self.fd, n, pos)
+
+    def region(self, pos: int, n: int) -> FileRegion:
+        if self.fd is None:
+            self.fd = os.open(self.path, os.O_RDONLY)
+        return FileRegion(os.dup(self.fd), pos, n)
 
     def close(self) -> None:
         if self.fd is not None:
@@ -838,6 +887,22 @@ class Log:
         one batch with ``min_one_batch``, KIP-74), within one segment as Kafka reads, and
         only batches below ``max_offset`` when given (read_committed: the LSO).
         :class:`BrokerError` OFFSET_OUT_OF_RANGE outside [log start, log end]."""
+        span = self._span(offset, max_bytes, min_one_batch, max_offset)
+        return b"" if span is None else span[0].pread(span[1], span[2])
+
+    def read_region(self, offset: int, max_bytes: int, min_one_batch: bool = True,
+                    max_offset: Optional[int] = None, min_region: int = 0) -> bytes | FileRegion:
+        """:meth:`read`'s batches as a :class:`FileRegion` of their segment file (to send
+        with ``sendfile``), or as bytes when fewer than ``min_region`` (cheaper copied)."""
+        span = self._span(offset, max_bytes, min_one_batch, max_offset)
+        if span is None:
+            return b""
+        seg, pos, n = span
+        return seg.region(pos, n) if n >= min_region else seg.pread(pos, n)
+
+    def _span(self, offset: int, max_bytes: int, min_one_batch: bool,
+              max_offset: Optional[int]) -> Optional[tuple[_Seg, int, int]]:
+        """(segment, position in it, length) of :meth:`read`'s batches; None: nothing."""
         if offset < self.log_start_offset or offset > self.log_end_offset:
             raise BrokerError(ErrorCode.OFFSET_OUT_OF_RANGE,
                               f"Offset {offset} is out of range [{self.log_start_offset}, "
@@ -845,13 +910,12 @@ class Log:
         i = bisect_left(self.last_offsets, offset)
         positions = self.positions
         if i >= len(positions):
-            return b""
+            return None
         start = positions[i]
         limit = self._end_position(max_offset)
         if start >= limit:
-            return b""
-        s = bisect_right([seg.global_start for seg in self.segments], start) - 1
-        seg = self.segments[s]
+            return None
+        seg = self.segments[bisect_right(self.segments, start, key=_global_start) - 1]
         cap = min(start + max(max_bytes, 0), seg.global_start + seg.size, limit)
 
         def end_of(k: int) -> int:  # batches are contiguous, also across segments
@@ -861,9 +925,9 @@ class Log:
         end = end_of(j) if end_of(j) <= cap else positions[j]
         if end <= start:
             if not min_one_batch or end_of(i) > limit:
-                return b""
+                return None
             end = end_of(i)
-        return seg.pread(start - seg.global_start, end - start)
+        return seg, start - seg.global_start, end - start
 
     def offset_for_timestamp(self, timestamp: int) -> Optional[tuple[int, int]]:
         """(offset, timestamp) of the first record with a timestamp >= ``timestamp``."""

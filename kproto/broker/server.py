@@ -17,6 +17,7 @@ import functools
 import logging
 import os
 import select
+import socket
 import ssl as _ssl
 import threading
 import time
@@ -26,7 +27,7 @@ from typing import Any, Optional
 
 from kproto.broker.configs import BrokerConfig
 from kproto.broker.core import BrokerCore, ControlHandle, HookAction
-from kproto.broker.log import LogConfig
+from kproto.broker.log import FileRegion, LogConfig
 from kproto.broker.quotas import ConnectionQuotas
 from kproto.broker.security.tls import client_auth_mode
 from kproto.codecs import request as request_codec
@@ -110,6 +111,12 @@ class _Connection:
         self.peer = f"/{peer[0]}" if isinstance(peer, tuple) else "/127.0.0.1"
         #: the TLS session (an SSL listener's: the client certificate), None on PLAINTEXT
         self.ssl_object: Optional[_ssl.SSLObject] = writer.get_extra_info("ssl_object")
+        #: a plaintext socket sends a Fetch answer's records from their files (sendfile, as
+        #: Kafka's PLAINTEXT listener does); TLS copies them through the encryption
+        self.sends_files = self.ssl_object is None and hasattr(os, "sendfile")
+        #: the answer being sent with sendfile; nothing more is read from the connection
+        #: (nor written to it) until it is out
+        self.sending: Optional[asyncio.Task[None]] = None
         self.done: Optional[asyncio.Future[None]] = None
         self.closed: Optional[str] = None
         #: KIP-219: the loop time until which nothing more is read (a throttled client)
@@ -125,13 +132,63 @@ class _Connection:
         if self.done is not None and not self.done.done():
             self.done.set_result(None)
 
+    def respond_parts(self, parts: list[Any]) -> None:
+        """The answer as buffers and :class:`FileRegion` parts, sent in order by a task: the
+        buffers with the transport's writes, each region with ``sendfile`` once what precedes
+        it is out (a slow reader waits in the event loop, blocking nothing)."""
+        if self.closed is None:
+            self.sending = asyncio.get_running_loop().create_task(self._send(parts))
+        else:
+            _close_regions(parts)
+        if self.done is not None and not self.done.done():
+            self.done.set_result(None)
+
+    async def _send(self, parts: list[Any]) -> None:
+        loop = asyncio.get_running_loop()
+        transport: Any = self.writer.transport
+        sock = transport.get_extra_info("socket")
+        # TCP_CORK: the answer's small pieces between regions go out in full packets
+        cork = sock is not None and hasattr(socket, "TCP_CORK")
+        try:
+            if cork:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 1)
+            pending: list[Any] = []
+            for part in parts:
+                if type(part) is not FileRegion:
+                    pending.append(part)
+                    continue
+                if pending:
+                    transport.write(b"".join(pending))
+                    pending.clear()
+                with open(part.fd, "rb", buffering=0, closefd=False) as f:  # type: ignore[arg-type]
+                    sent = await loop.sendfile(transport, f, part.offset, part.count, fallback=False)
+                part.close()
+                if sent != part.count:  # the segment file was truncated under the answer
+                    raise OSError(f"sent {sent} of a file region's {part.count} bytes")
+            if pending:
+                transport.write(b"".join(pending))
+            if cork and not transport.is_closing():
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 0)
+        except (OSError, RuntimeError) as exc:  # ConnectionError is an OSError
+            self.close(f"sending an answer failed: {exc}")
+        finally:
+            _close_regions(parts)
+
     def close(self, reason: str) -> None:
+        if self.sending is not None and not self.sending.done() and self.sending is not asyncio.current_task():
+            self.sending.cancel()  # its finally closes the regions not sent
         if self.closed is None:
             self.closed = reason
             log.info("closing connection %s: %s", self.writer.get_extra_info("peername"), reason)
             self.writer.close()
         if self.done is not None and not self.done.done():
             self.done.set_result(None)
+
+
+def _close_regions(parts: list[Any]) -> None:
+    for part in parts:
+        if type(part) is FileRegion:
+            part.close()
 
 
 STALL_WARNING_S = 2.0
@@ -387,6 +444,11 @@ class Listener:
                 del frame
                 self.arm_timer()
                 await conn.done
+                if conn.sending is not None:
+                    # the next request is read once this answer is out (Kafka mutes a
+                    # connection while its answer is being sent)
+                    await conn.sending
+                    conn.sending = None
                 if conn.closed is not None:
                     return
                 if conn.muted_until:
