@@ -1099,16 +1099,18 @@ static PyObject *build_pending(PendingObject *pd) {
     return list;
 }
 
+/* The pending array v in slot off of o, built and kept there (borrowed), or NULL on failure. */
+static PyObject *build_slot(PyObject *o, Py_ssize_t off, PyObject *v) {
+    PyObject *list = build_pending((PendingObject *)v);
+    if (list) set_slot(o, off, list);   /* the Pending goes, and with the last one the buffer */
+    return list;
+}
+
 /* The value in slot off of o (borrowed; NULL when empty), a pending array built and kept there
- * first; -1 on failure. */
-static int slot_value(PyObject *o, Py_ssize_t off, PyObject **out) {
+ * first; -1 on failure. Inline: the encoder reads every slot through it. */
+static inline int slot_value(PyObject *o, Py_ssize_t off, PyObject **out) {
     PyObject *v = SLOT(o, off);
-    if (v && Py_TYPE(v) == &PendingType) {
-        PyObject *list = build_pending((PendingObject *)v);
-        if (!list) return -1;
-        set_slot(o, off, list);   /* the Pending goes, and with the last one the buffer */
-        v = list;
-    }
+    if (__builtin_expect(v != NULL && Py_TYPE(v) == &PendingType, 0) && !(v = build_slot(o, off, v))) return -1;
     *out = v;
     return 0;
 }
