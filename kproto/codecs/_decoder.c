@@ -624,7 +624,9 @@ static inline PyObject *read_int32_array(Reader *r, Op *op) {
  * null, string length, UTF-8 and bound) but its elements are not made: the slot holds a Pending
  * (where the elements start and end, how many, the array's op) and the field's LazyDefault builds
  * the list on first read and keeps it in the slot; the encoder builds it too. Elements are built
- * with the same decode_struct, so an array nested in them is pending in turn. Building cannot fail
+ * with the same decode_struct, and the arrays nested in them with them: reading everything then
+ * walks the bytes twice (the check, the build), not once more per level of nesting (a pending
+ * array inside a built one would be walked again to find where it ends). Building cannot fail
  * on bytes already checked: a malformed message fails to decode, and reading a field of one that
  * decoded never does. A Pending keeps the buffer (a Holder: one export of it per message, and the
  * program), as records views do; a writable buffer is decoded whole, its bytes may change before
@@ -1080,7 +1082,7 @@ error:
 static PyObject *build_pending(PendingObject *pd) {
     Holder *h = pd->holder;
     Reader r = {(const uint8_t *)h->buf.buf, h->buf.len, pd->pos, h->buf.obj, Py_XNewRef(h->view),
-                (ProgramObject *)h->program, 1, (Holder *)Py_NewRef(h)};
+                (ProgramObject *)h->program, 0, (Holder *)Py_NewRef(h)};   /* nested arrays built now */
     gc_enter();
     int paused = pd->end - pd->pos > 4096 && PyGC_Disable();   /* as decode() */
     Prog *sub = pd->op->elem->sub;

@@ -14,8 +14,8 @@ A program is plain nested tuples, compiled once by ``_decoder.Program``:
   empty (the field's LazyDefault makes it on first read), and so an array read empty (flag
   ``F_LAZY``), and the encoder takes an empty slot as the default
 * an array of structs in a slot (flag ``F_PEND``) read from a read-only buffer is checked whole
-  but left pending: the field's LazyDefault, and the encoder, build its list from the bytes when
-  first needed
+  but left pending: the field's LazyDefault, and the encoder, build its list (and the arrays
+  nested in it) from the bytes when first needed
 
 Slots are addressed by byte offset, so the C side fills objects without attribute lookups.
 """
@@ -120,8 +120,9 @@ class ProgramBuilder:
 def pending_fields(obj: Any) -> Tuple[str, ...]:
     """The fields of a decoded message object (not its nested ones) whose arrays of structs are
     still to be built: the C decoder checks such an array whole when it decodes a read-only
-    buffer, and builds its list on the field's first read (or encoding). Until then the object
-    keeps the buffer it was decoded from, as ``records`` views do. Empty without the C decoder."""
+    buffer, and builds its list, with every array nested in its elements, on the field's first
+    read (or encoding). Until then the object keeps the buffer it was decoded from, as
+    ``records`` views do. Empty without the C decoder."""
     if _decoder is None:
         return ()
     cls = type(obj)

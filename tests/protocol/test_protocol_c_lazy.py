@@ -36,25 +36,27 @@ def _struct_arrays(obj) -> set:
     return out
 
 
-def _check_built_on_read(c, py) -> int:
+def _check_built_on_read(c, py, decoded: bool = True) -> int:
     """c (pending arrays) against py (the Python decoder's object), depth first: exactly the
-    non-empty arrays of structs are pending, each builds a list equal to py's; the count of
-    pending arrays seen."""
+    non-empty arrays of structs of objects the decode made (not those built with an array) are
+    pending, each builds a list equal to py's; the count of pending arrays seen."""
     values = [(name, getattr(py, name)) for name in py._fields]
     want = {n for n, v in values if isinstance(v, list) and v and isinstance(v[0], MessageObject)}
+    if not decoded:
+        want = set()   # built with the array that holds it: its own arrays were built with it
     got = pending_fields(c)
     assert set(got) == want, (type(c).__qualname__, got, want)
     seen = len(want)
     for name, pv in values:
         cv = getattr(c, name)
         if isinstance(pv, MessageObject):
-            seen += _check_built_on_read(cv, pv)
+            seen += _check_built_on_read(cv, pv, decoded)
         elif isinstance(pv, list):
             assert type(cv) is list and len(cv) == len(pv) and getattr(c, name) is cv   # built once, kept
             for a, b in zip(cv, pv):
                 if isinstance(b, MessageObject):
                     assert type(a) is type(b)
-                    seen += _check_built_on_read(a, b)
+                    seen += _check_built_on_read(a, b, False)
                 else:
                     assert a == b or a != a   # NaN
         else:
@@ -80,7 +82,7 @@ def test_every_vector_builds_its_pending_arrays_as_the_python_decoder_does():
         assert end == len(data)
         pending += _check_built_on_read(c, py)
         assert c == py
-    assert pending > 500   # the vectors have arrays of structs at every depth
+    assert pending > 500   # the vectors have many arrays of structs
 
 
 def test_a_never_read_message_encodes_as_the_python_encoder_writes_it():
@@ -241,7 +243,7 @@ def test_mutation_after_the_first_read_is_kept_and_encoded():
     C = MD.cls
     obj = MD.decode(data, 12)
     topics = obj.topics
-    assert obj.topics is topics and pending_fields(topics[0]) == ("partitions",)
+    assert obj.topics is topics and pending_fields(topics[0]) == ()   # built with the topics
     topics[0].partitions[1].leader_id = 42
     topics.append(C.MetadataResponseTopic(name="new", topic_id=Uuid.ZERO))
     back = MD.decode(MD.encode(obj, 12), 12)
