@@ -1547,8 +1547,8 @@ typedef struct {
     PyTypeObject *type;     /* the class that has the slot */
 } LazyObject;
 
-static int Lazy_check(LazyObject *self, PyObject *obj) {
-    if (PyObject_TypeCheck(obj, self->type)) return 0;
+static inline int Lazy_check(LazyObject *self, PyObject *obj) {
+    if (Py_TYPE(obj) == self->type || PyType_IsSubtype(Py_TYPE(obj), self->type)) return 0;
     PyErr_Format(PyExc_TypeError, "descriptor '%U' for '%.100s' objects doesn't apply to a '%.100s' object",
                  self->name, self->type->tp_name, Py_TYPE(obj)->tp_name);
     return -1;
@@ -1579,9 +1579,9 @@ static void Lazy_dealloc(LazyObject *self) {
 
 static PyObject *Lazy_get(LazyObject *self, PyObject *obj, PyObject *type) {
     if (!obj) return Py_NewRef(self);
+    if (Lazy_check(self, obj) < 0) return NULL;   /* the slot is read by offset */
     PyObject *v = SLOT(obj, self->offset);
     if (v && Py_TYPE(v) != &PendingType) return Py_NewRef(v);
-    if (Lazy_check(self, obj) < 0) return NULL;
     if (v) {   /* a pending array: built now, and kept */
         if (slot_value(obj, self->offset, &v) < 0) return NULL;
         return Py_NewRef(v);

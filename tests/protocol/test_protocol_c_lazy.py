@@ -297,3 +297,12 @@ def test_decode_from_a_position_inside_a_frame():
     obj, end = MD.decode_from(framed, 3, 12)
     assert end == len(framed) - 1 and pending_fields(obj) == ("brokers", "topics")
     assert obj == MD.decode(body, 12) and MD.encode(obj, 12) == body
+
+
+def test_the_field_descriptor_refuses_objects_of_other_classes():
+    descr = MD.cls.__dict__["topics"]
+    other = MD.cls.MetadataResponseTopic()
+    for call in (lambda: descr.__get__(other), lambda: descr.__set__(other, []), lambda: descr.pending(other)):
+        with pytest.raises(TypeError):
+            call()   # its slot is read by offset: only where that offset is the field's
+    assert descr.pending(MD.decode(_metadata(1, 1), 12)) is True
