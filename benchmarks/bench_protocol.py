@@ -11,6 +11,11 @@ the same bytes before it is timed):
 Prints the median ops/s of decode and encode for each library and kproto's ratio to each peer, and
 kproto's zero-copy send (``encode_parts``: a list of buffers for ``writelines``, records not copied).
 
+kproto's C decoder checks an array of structs whole but builds its elements on first read, so its
+decode row is what decoding costs a reader of some fields; ``--touch`` adds two rows: decoding and
+then building every array of structs at any depth (the same objects Java's decode makes), and
+decoding and then reading every field of every object (what a reader of all of it pays in Python).
+
 With ``KPROTO_JAVA_BENCH`` set (``python benchmarks/java_runner.py --build`` prints it) the same bytes
 also go to Apache Kafka's own classes on the JVM (5 s warm-up, median of 5 rounds by default), which
 must re-encode them identically; the Java row and the send row give kproto/Java. Without it the
@@ -20,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import operator
 import os
 import statistics
 import sys
@@ -104,6 +110,55 @@ class Lib:
         raise NotImplementedError
 
 
+_GETTERS: Dict[type, Callable[[Any], Tuple[Any, ...]]] = {}
+
+
+def touch(obj: Any) -> int:
+    """Read every field of a decoded message and of every object in it, at any depth (arrays of
+    structs still pending are built by the read); the number of values read."""
+    n = 0
+    stack = [obj]
+    message_object = kproto.codecs.MessageObject
+    while stack:
+        o = stack.pop()
+        get = _GETTERS.get(type(o))
+        if get is None:
+            fields = type(o)._fields
+            get = _GETTERS[type(o)] = (operator.attrgetter(*fields) if len(fields) > 1
+                                       else (lambda x, f=fields: tuple(getattr(x, a) for a in f)))
+        for v in get(o):
+            n += 1
+            if type(v) is list:
+                if v and isinstance(v[0], message_object):
+                    stack.extend(v)
+            elif isinstance(v, message_object):
+                stack.append(v)
+    return n
+
+
+_ARRAYS: Dict[type, Tuple[str, ...]] = {}
+
+
+def _struct_arrays(cls: type) -> Tuple[str, ...]:
+    names = _ARRAYS.get(cls)
+    if names is None:
+        names = _ARRAYS[cls] = tuple(f.attr for f in cls._schema_struct.fields  # type: ignore[attr-defined]
+                                     if f.is_array and f.is_struct_type)
+    return names
+
+
+def build_all(obj: Any) -> None:
+    """Read every array of structs of a decoded message at any depth (built by the first read of
+    the outermost ones) and nothing else: the cost of building everything, with little Python."""
+    stack = [obj]
+    while stack:
+        o = stack.pop()
+        for name in _struct_arrays(type(o)):
+            v = getattr(o, name)
+            if v and _struct_arrays(type(v[0])):
+                stack.extend(v)
+
+
 class KprotoLib(Lib):
     name = "kproto"
 
@@ -112,6 +167,8 @@ class KprotoLib(Lib):
         obj = codec.decode(data, version)
         assert codec.encode(obj, version) == data
         self.send = lambda: codec.encode_parts(obj, version, [])
+        self.touch = lambda: touch(codec.decode(data, version))
+        self.build = lambda: build_all(codec.decode(data, version))
         return (lambda: codec.decode(data, version)), (lambda: codec.encode(obj, version))
 
 
@@ -207,6 +264,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--cpu-time", action="store_true",
                     help="ops per CPU second (Python's process_time, the JVM's process CPU time) rather "
                          "than per wall-clock second: steadier on a machine shared with other work")
+    ap.add_argument("--touch", action="store_true",
+                    help="also time kproto decoding and then reading every field at any depth")
     ap.add_argument("--java-warmup", type=float, default=5.0, help="JVM warm-up seconds per measurement")
     ap.add_argument("--java-rounds", type=int, default=5, help="JVM rounds (median reported)")
     ap.add_argument("--java-round-seconds", type=float, default=1.0)
@@ -260,6 +319,13 @@ def main(argv: Optional[List[str]] = None) -> int:
             if name == "kproto":
                 send = ops_per_second(libs[0].send, args.seconds, args.repeat, clock)
                 print(f"{'':<22} {'kproto send':<13} {'':>13} {send:>13,.0f}   (encode_parts, zero-copy)")
+                if args.touch:
+                    java_decode = results.get("Java", results.get("Java (ref.)", (0.0, 0.0)))[0]
+                    for row, fn, what in (("kproto build", libs[0].build, "decode and build every array"),
+                                          ("kproto touch", libs[0].touch, "decode and read every field")):
+                        rate = ops_per_second(fn, args.seconds, args.repeat, clock)
+                        vs = f"{rate / java_decode:>18.2f}x ({what} / Java decode)" if java_decode else ""
+                        print(f"{'':<22} {row:<13} {rate:>13,.0f} {'':>13}   {vs}")
             elif name.startswith("Java") and java_send:
                 # Java's encode copies records into one buffer, its Send (SendBuilder) does not
                 print(f"{'':<22} {name + ' send':<13} {'':>13} {java_send:>13,.0f}   {'':>18} "

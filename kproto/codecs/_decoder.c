@@ -25,7 +25,7 @@ enum {
     OP_BOOL = 1, OP_INT8, OP_INT16, OP_UINT16, OP_INT32, OP_UINT32, OP_INT64, OP_FLOAT64,
     OP_UUID, OP_STRING, OP_BYTES, OP_STRUCT, OP_ARRAY
 };
-enum { F_COMPACT = 1, F_NULLABLE = 2, F_VIEW = 4, F_TAGGED = 8, F_LAZY = 16 };
+enum { F_COMPACT = 1, F_NULLABLE = 2, F_VIEW = 4, F_TAGGED = 8, F_LAZY = 16, F_PEND = 32 };
 enum { D_CONST = 0, D_LIST = 1, D_STRUCT = 2 };
 
 typedef struct Prog Prog;
@@ -73,12 +73,17 @@ typedef struct {
     Py_ssize_t nblocks, cap;
 } ProgramObject;
 
+typedef struct Holder Holder;
+
 typedef struct {
     const uint8_t *p;
     Py_ssize_t len;
     Py_ssize_t pos;
     PyObject *src;          /* the caller's buffer object */
     PyObject *view;         /* memoryview over src, made on first zero-copy field */
+    ProgramObject *prog;    /* the program whose ops are walked (borrowed) */
+    int lazy;               /* arrays of structs left pending (a read-only buffer) */
+    Holder *holder;         /* what pending arrays keep (made on the first one) */
 } Reader;
 
 static PyObject *uuid_new;       /* the Uuid class (a subclass of bytes) */
@@ -612,6 +617,266 @@ static inline PyObject *read_int32_array(Reader *r, Op *op) {
     return list;
 }
 
+/* -- arrays of structs built on first read ---------------------------------------------------
+ *
+ * Where the buffer is read-only, a non-empty array of structs in a field with a LazyDefault is
+ * walked and checked exactly as decoding it would check it (every length, count, varint, tag,
+ * null, string length, UTF-8 and bound) but its elements are not made: the slot holds a Pending
+ * (where the elements start and end, how many, the array's op) and the field's LazyDefault builds
+ * the list on first read and keeps it in the slot; the encoder builds it too. Elements are built
+ * with the same decode_struct, and the arrays nested in them with them: reading everything then
+ * walks the bytes twice (the check, the build), not once more per level of nesting (a pending
+ * array inside a built one would be walked again to find where it ends). Building cannot fail
+ * on bytes already checked: a malformed message fails to decode, and reading a field of one that
+ * decoded never does. A Pending keeps the buffer (a Holder: one export of it per message, and the
+ * program), as records views do; a writable buffer is decoded whole, its bytes may change before
+ * they are read. */
+
+struct Holder {
+    PyObject_HEAD
+    Py_buffer buf;          /* an export of the source: it stays alive, and is not resized */
+    PyObject *program;      /* the ProgramObject whose ops the Pendings point into */
+    PyObject *view;         /* memoryview over the source for records views, made once */
+};
+
+typedef struct {
+    PyObject_HEAD
+    Holder *holder;
+    Op *op;                 /* the array's op: its elements are op->elem->sub */
+    Py_ssize_t pos, end;    /* the elements' bytes */
+    Py_ssize_t count;
+} PendingObject;
+
+static PyTypeObject HolderType, PendingType;
+
+#define PENDING_KEEP 1024
+static PendingObject *pending_pool[PENDING_KEEP];
+static int pending_pool_n;
+
+static void Holder_dealloc(Holder *h) {
+    Py_CLEAR(h->view);
+    if (h->buf.obj) PyBuffer_Release(&h->buf);
+    Py_CLEAR(h->program);
+    PyObject_Free(h);
+}
+
+static void Pending_dealloc(PendingObject *pd) {
+    Holder *h = pd->holder;
+    pd->holder = NULL;
+    if (pending_pool_n < PENDING_KEEP) pending_pool[pending_pool_n++] = pd;   /* for the next decode */
+    else PyObject_Free(pd);
+    Py_XDECREF(h);
+}
+
+static PyTypeObject HolderType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "kproto.codecs._decoder.Holder",
+    .tp_basicsize = sizeof(Holder),
+    .tp_dealloc = (destructor)Holder_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = PyDoc_STR("The buffer and program that pending arrays of one message read from."),
+};
+
+static PyTypeObject PendingType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "kproto.codecs._decoder.Pending",
+    .tp_basicsize = sizeof(PendingObject),
+    .tp_dealloc = (destructor)Pending_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = PyDoc_STR("An array of structs checked but not built yet (its field builds it on first read)."),
+};
+
+/* The reader's Holder, made on its first Pending; NULL without an error when the source's export
+ * is not the buffer being read (the array is then built now). */
+static Holder *reader_holder(Reader *r) {
+    if (r->holder) return r->holder;
+    Holder *h = PyObject_New(Holder, &HolderType);
+    if (!h) return NULL;
+    h->program = NULL;
+    h->view = NULL;
+    if (PyObject_GetBuffer(r->src, &h->buf, PyBUF_SIMPLE) < 0) {
+        h->buf.obj = NULL;
+        Py_DECREF(h);
+        return NULL;
+    }
+    h->program = Py_NewRef((PyObject *)r->prog);
+    if (h->buf.buf != (const void *)r->p || h->buf.len != r->len) {
+        Py_DECREF(h);
+        r->lazy = 0;
+        return NULL;
+    }
+    r->holder = h;
+    return h;
+}
+
+/* The end of a read: the holder keeps the reader's view for the records views of later builds. */
+static void reader_done(Reader *r) {
+    if (r->holder && r->view && !r->holder->view) {
+        r->holder->view = r->view;
+        r->view = NULL;
+    }
+    Py_CLEAR(r->view);
+    Py_CLEAR(r->holder);
+}
+
+/* Whether n bytes are UTF-8 as Python's strict decoder takes them (Unicode's well-formed
+ * sequences: no overlong forms, no surrogates, nothing past U+10FFFF). */
+static int utf8_ok(const uint8_t *p, Py_ssize_t n) {
+    Py_ssize_t i = 0;
+    while (i < n) {
+        if (n - i >= 8) {
+            uint64_t w;
+            memcpy(&w, p + i, 8);
+            if (!(w & 0x8080808080808080ULL)) { i += 8; continue; }
+        }
+        uint8_t c = p[i];
+        if (c < 0x80) { i++; continue; }
+        int k;
+        uint8_t lo = 0x80, hi = 0xBF;   /* the second byte's range */
+        if (c >= 0xC2 && c <= 0xDF) {
+            k = 1;
+        } else if (c >= 0xE0 && c <= 0xEF) {
+            k = 2;
+            if (c == 0xE0) lo = 0xA0;
+            else if (c == 0xED) hi = 0x9F;
+        } else if (c >= 0xF0 && c <= 0xF4) {
+            k = 3;
+            if (c == 0xF0) lo = 0x90;
+            else if (c == 0xF4) hi = 0x8F;
+        } else {
+            return 0;
+        }
+        if (n - i - 1 < k || p[i + 1] < lo || p[i + 1] > hi) return 0;
+        for (int j = 2; j <= k; j++)
+            if ((p[i + j] & 0xC0) != 0x80) return 0;
+        i += k + 1;
+    }
+    return 1;
+}
+
+static int skip_struct(Reader *r, Prog *pg);
+
+/* Check one value as decode_value reads it, making nothing; -1 (ValueError) where it would fail. */
+static int skip_value(Reader *r, Op *op) {
+    int64_t n;
+    switch (op->code) {
+    case OP_STRING:
+    case OP_BYTES: {
+        int str = op->code == OP_STRING && !(op->flags & F_VIEW);
+        if (read_len(r, op->flags, str, &n) < 0) return -1;
+        if (n < 0) {
+            if (op->flags & F_NULLABLE) return 0;
+            fail("null in a non-nullable field");
+            return -1;
+        }
+        if (str && n > 32767) { fail("string too long"); return -1; }
+        if (n > r->len - r->pos) { fail("length beyond the data"); return -1; }
+        if (str && !utf8_ok(r->p + r->pos, (Py_ssize_t)n)) { fail("string not UTF-8"); return -1; }
+        r->pos += (Py_ssize_t)n;
+        return 0;
+    }
+    case OP_STRUCT:
+        if (op->flags & F_NULLABLE) {
+            if (!NEED(r, 1)) { fail("truncated"); return -1; }
+            int8_t marker = (int8_t)r->p[r->pos++];
+            if (marker < 0 || (marker == 0 && (op->flags & F_TAGGED))) return 0;
+        }
+        return skip_struct(r, op->sub);
+    case OP_ARRAY: {
+        if (read_len(r, op->flags, 0, &n) < 0) return -1;
+        if (n < 0) {
+            if (op->flags & F_NULLABLE) return 0;
+            fail("null in a non-nullable array");
+            return -1;
+        }
+        Op *elem = op->elem;
+        int64_t w = fixed_width(elem->code);
+        if (n * w > r->len - r->pos) { fail("count beyond the data"); return -1; }
+        if (elem->code < OP_STRING) {   /* fixed-width elements: the count checked is the bytes */
+            r->pos += (Py_ssize_t)(n * w);
+            return 0;
+        }
+        if (elem->code == OP_STRUCT && !(elem->flags & F_NULLABLE)) {
+            for (int64_t i = 0; i < n; i++)
+                if (skip_struct(r, elem->sub) < 0) return -1;
+        } else {
+            for (int64_t i = 0; i < n; i++)
+                if (skip_value(r, elem) < 0) return -1;
+        }
+        return 0;
+    }
+    default: {
+        int64_t w = fixed_width(op->code);
+        if (!NEED(r, w)) { fail("truncated"); return -1; }
+        r->pos += (Py_ssize_t)w;
+        return 0;
+    }
+    }
+}
+
+/* Tagged fields as decode_tags reads them. */
+static int skip_tags(Reader *r, Prog *pg) {
+    int64_t count;
+    if (read_uvarint(r, &count) < 0) return -1;
+    for (int64_t k = 0; k < count; k++) {
+        int64_t tag, size;
+        if (read_uvarint(r, &tag) < 0 || read_uvarint(r, &size) < 0) return -1;
+        if (size > r->len - r->pos) { fail("tagged field beyond the data"); return -1; }
+        Py_ssize_t end = r->pos + (Py_ssize_t)size;
+        Py_ssize_t i;
+        for (i = 0; i < pg->ntags; i++)
+            if (pg->tags[i].tag == tag) break;
+        if (i < pg->ntags) {
+            if (skip_value(r, &pg->tags[i].op) < 0) return -1;
+            if (r->pos != end) { fail("tagged field size mismatch"); return -1; }
+        } else {
+            r->pos = end;
+        }
+    }
+    return 0;
+}
+
+/* A struct as decode_struct reads it. */
+static int skip_struct(Reader *r, Prog *pg) {
+    for (Py_ssize_t i = 0; i < pg->nops; i++) {
+        Op *op = &pg->ops[i];
+        if (op->code < OP_STRING) {   /* fixed width: here, not a call each */
+            int64_t w = fixed_width(op->code);
+            if (!NEED(r, w)) { fail("truncated"); return -1; }
+            r->pos += (Py_ssize_t)w;
+        } else if (skip_value(r, op) < 0) {
+            return -1;
+        }
+    }
+    if (!pg->flexible) return 0;
+    if (r->pos < r->len && r->p[r->pos] == 0) {   /* no tagged fields */
+        r->pos++;
+        return 0;
+    }
+    return skip_tags(r, pg);
+}
+
+/* The n elements starting at r->pos, checked, as a Pending (the reader has its Holder). */
+static PyObject *pend_array(Reader *r, Op *op, int64_t n) {
+    Py_ssize_t start = r->pos;
+    for (int64_t i = 0; i < n; i++)
+        if (skip_struct(r, op->elem->sub) < 0) return NULL;
+    PendingObject *pd;
+    if (pending_pool_n > 0) {
+        pd = pending_pool[--pending_pool_n];
+        PyObject_Init((PyObject *)pd, &PendingType);
+    } else {
+        pd = PyObject_New(PendingObject, &PendingType);
+        if (!pd) return NULL;
+    }
+    pd->holder = (Holder *)Py_NewRef(r->holder);
+    pd->op = op;
+    pd->pos = start;
+    pd->end = r->pos;
+    pd->count = (Py_ssize_t)n;
+    return (PyObject *)pd;
+}
+
 static PyObject *decode_value(Reader *r, Op *op) {
     const uint8_t *p;
     switch (op->code) {
@@ -690,6 +955,10 @@ static PyObject *decode_value(Reader *r, Op *op) {
         /* every element takes at least one byte (fixed-width ones their width): no list is
          * sized beyond the data left */
         if (n * fixed_width(op->elem->code) > r->len - r->pos) return fail("count beyond the data");
+        if ((op->flags & F_PEND) && r->lazy && n > 0) {   /* checked now, built on first read */
+            if (reader_holder(r)) return pend_array(r, op, n);
+            if (PyErr_Occurred()) return NULL;
+        }
         PyObject *list = new_list((Py_ssize_t)n);
         if (!list) return NULL;
         int structs = op->elem->code == OP_STRUCT && !(op->elem->flags & F_NULLABLE);
@@ -807,6 +1076,45 @@ static PyObject *decode_struct(Reader *r, Prog *pg) {
 error:
     Py_DECREF(o);
     return NULL;
+}
+
+/* The list of a Pending's elements, built from the bytes it checked. */
+static PyObject *build_pending(PendingObject *pd) {
+    Holder *h = pd->holder;
+    Reader r = {(const uint8_t *)h->buf.buf, h->buf.len, pd->pos, h->buf.obj, Py_XNewRef(h->view),
+                (ProgramObject *)h->program, 0, (Holder *)Py_NewRef(h)};   /* nested arrays built now */
+    gc_enter();
+    int paused = pd->end - pd->pos > 4096 && PyGC_Disable();   /* as decode() */
+    Prog *sub = pd->op->elem->sub;
+    PyObject *list = new_list(pd->count);
+    for (Py_ssize_t i = 0; list && i < pd->count; i++) {
+        PyObject *v = decode_struct(&r, sub);
+        if (!v) Py_CLEAR(list);
+        else PyList_SET_ITEM(list, i, v);
+    }
+    if (paused) PyGC_Enable();
+    if (list && r.pos != pd->end) {   /* the bytes were checked: never, unless they changed */
+        Py_CLEAR(list);
+        PyErr_SetString(PyExc_SystemError, "a pending array read differently from its check");
+    }
+    reader_done(&r);
+    return list;
+}
+
+/* The pending array v in slot off of o, built and kept there (borrowed), or NULL on failure. */
+static PyObject *build_slot(PyObject *o, Py_ssize_t off, PyObject *v) {
+    PyObject *list = build_pending((PendingObject *)v);
+    if (list) set_slot(o, off, list);   /* the Pending goes, and with the last one the buffer */
+    return list;
+}
+
+/* The value in slot off of o (borrowed; NULL when empty), a pending array built and kept there
+ * first; -1 on failure. Inline: the encoder reads every slot through it. */
+static inline int slot_value(PyObject *o, Py_ssize_t off, PyObject **out) {
+    PyObject *v = SLOT(o, off);
+    if (__builtin_expect(v != NULL && Py_TYPE(v) == &PendingType, 0) && !(v = build_slot(o, off, v))) return -1;
+    *out = v;
+    return 0;
 }
 
 /* -- writing ---------------------------------------------------------------------------------- */
@@ -963,7 +1271,8 @@ static int differs(PyObject *v, Dflt *d) {
     Prog *pg = d->sub;
     if (Py_TYPE(v) != pg->type) return 1;
     for (Py_ssize_t i = 0; i < pg->ndflt; i++) {
-        PyObject *sub = SLOT(v, pg->dflt[i].offset);
+        PyObject *sub;
+        if (slot_value(v, pg->dflt[i].offset, &sub) < 0) return -1;
         if (!sub) {
             if (pg->dflt[i].kind != D_CONST) continue;   /* a LazyDefault not yet read */
             return efail("unset slot");
@@ -1144,7 +1453,8 @@ static int encode_tags(Writer *w, Prog *pg, PyObject *o) {
     }
     for (Py_ssize_t i = 0; i < pg->ntags; i++) {
         Tag *t = &pg->tags[i];
-        PyObject *v = SLOT(o, t->op.offset);
+        PyObject *v;
+        if (slot_value(o, t->op.offset, &v) < 0) goto done;
         if (!v) {
             if (t->dflt.kind != D_CONST) continue;   /* a LazyDefault not yet read: at its default */
             efail("unset slot");
@@ -1186,7 +1496,8 @@ done:
 static int encode_struct(Writer *w, Prog *pg, PyObject *o) {
     if (Py_TYPE(o) != pg->type) return efail("not the message's class");
     for (Py_ssize_t i = 0; i < pg->nguards; i++) {
-        PyObject *v = SLOT(o, pg->guards[i].offset);
+        PyObject *v;
+        if (slot_value(o, pg->guards[i].offset, &v) < 0) return -1;
         if (!v) {
             if (pg->guards[i].kind != D_CONST) continue;   /* a LazyDefault not yet read */
             return efail("unset slot");
@@ -1198,7 +1509,8 @@ static int encode_struct(Writer *w, Prog *pg, PyObject *o) {
     }
     for (Py_ssize_t i = 0; i < pg->nops; i++) {
         Op *op = &pg->ops[i];
-        PyObject *v = SLOT(o, op->offset);
+        PyObject *v;
+        if (slot_value(o, op->offset, &v) < 0) return -1;
         if (v) {
             Py_INCREF(v);
         } else if ((op->flags & F_LAZY) && op->code == OP_ARRAY) {   /* a LazyDefault not yet read: [] */
@@ -1224,14 +1536,23 @@ static int encode_struct(Writer *w, Prog *pg, PyObject *o) {
  * its slot descriptor: the decoder leaves the slot empty where the field is absent or tagged and
  * not on the wire (three of a FetchResponse partition's seven objects), or is an empty array, and
  * the first read makes the default and keeps it, so the field reads as it would have. The encoder
- * takes an empty slot of such a field as its default. */
+ * takes an empty slot of such a field as its default. Every array of structs has one too (with no
+ * factory where its default is null): the first read of a pending array builds its list. */
 
 typedef struct {
     PyObject_HEAD
     Py_ssize_t offset;
     PyObject *name;
-    PyObject *factory;      /* the struct class's _make_default */
+    PyObject *factory;      /* the struct class's _make_default, list, or None: no default to make */
+    PyTypeObject *type;     /* the class that has the slot */
 } LazyObject;
+
+static inline int Lazy_check(LazyObject *self, PyObject *obj) {
+    if (Py_TYPE(obj) == self->type || PyType_IsSubtype(Py_TYPE(obj), self->type)) return 0;
+    PyErr_Format(PyExc_TypeError, "descriptor '%U' for '%.100s' objects doesn't apply to a '%.100s' object",
+                 self->name, self->type->tp_name, Py_TYPE(obj)->tp_name);
+    return -1;
+}
 
 static PyObject *Lazy_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     PyObject *member, *factory;
@@ -1245,27 +1566,38 @@ static PyObject *Lazy_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     self->offset = ((PyMemberDescrObject *)member)->d_member->offset;
     self->name = Py_NewRef(PyDescr_NAME(member));
     self->factory = Py_NewRef(factory);
+    self->type = (PyTypeObject *)Py_NewRef(PyDescr_TYPE(member));
     return (PyObject *)self;
 }
 
 static void Lazy_dealloc(LazyObject *self) {
     Py_XDECREF(self->name);
     Py_XDECREF(self->factory);
+    Py_XDECREF(self->type);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
 static PyObject *Lazy_get(LazyObject *self, PyObject *obj, PyObject *type) {
     if (!obj) return Py_NewRef(self);
+    if (Lazy_check(self, obj) < 0) return NULL;   /* the slot is read by offset */
     PyObject *v = SLOT(obj, self->offset);
-    if (!v) {
-        v = PyObject_CallNoArgs(self->factory);
-        if (!v) return NULL;
-        set_slot(obj, self->offset, v);   /* kept: the field now reads as the same object */
+    if (v && Py_TYPE(v) != &PendingType) return Py_NewRef(v);
+    if (v) {   /* a pending array: built now, and kept */
+        if (slot_value(obj, self->offset, &v) < 0) return NULL;
+        return Py_NewRef(v);
     }
+    if (self->factory == Py_None) {   /* an emptied slot without a default, as a member reads it */
+        PyErr_SetObject(PyExc_AttributeError, self->name);
+        return NULL;
+    }
+    v = PyObject_CallNoArgs(self->factory);
+    if (!v) return NULL;
+    set_slot(obj, self->offset, v);   /* kept: the field now reads as the same object */
     return Py_NewRef(v);
 }
 
 static int Lazy_set(LazyObject *self, PyObject *obj, PyObject *value) {
+    if (Lazy_check(self, obj) < 0) return -1;
     if (!value && !SLOT(obj, self->offset)) {
         PyErr_SetObject(PyExc_AttributeError, self->name);
         return -1;
@@ -1274,6 +1606,19 @@ static int Lazy_set(LazyObject *self, PyObject *obj, PyObject *value) {
     set_slot(obj, self->offset, value);
     return 0;
 }
+
+PyDoc_STRVAR(Lazy_pending_doc, "pending(obj) -> bool: whether obj's array in this field is still to be built.");
+
+static PyObject *Lazy_pending(LazyObject *self, PyObject *obj) {
+    if (Lazy_check(self, obj) < 0) return NULL;
+    PyObject *v = SLOT(obj, self->offset);
+    return PyBool_FromLong(v && Py_TYPE(v) == &PendingType);
+}
+
+static PyMethodDef Lazy_methods[] = {
+    {"pending", (PyCFunction)Lazy_pending, METH_O, Lazy_pending_doc},
+    {NULL, NULL, 0, NULL},
+};
 
 static PyObject *Lazy_offset(LazyObject *self, void *closure) { return PyLong_FromSsize_t(self->offset); }
 static PyObject *Lazy_name(LazyObject *self, void *closure) { return Py_NewRef(self->name); }
@@ -1290,8 +1635,10 @@ static PyTypeObject LazyType = {
     .tp_basicsize = sizeof(LazyObject),
     .tp_dealloc = (destructor)Lazy_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = PyDoc_STR("LazyDefault(member, factory): a slot whose default struct is made on first read."),
+    .tp_doc = PyDoc_STR("LazyDefault(member, factory): a slot whose default (factory(), unless None) is made, "
+                        "or whose pending array is built, on first read."),
     .tp_getset = Lazy_getset,
+    .tp_methods = Lazy_methods,
     .tp_descr_get = (descrgetfunc)Lazy_get,
     .tp_descr_set = (descrsetfunc)Lazy_set,
     .tp_new = Lazy_new,
@@ -1427,7 +1774,7 @@ static PyObject *Program_decode(ProgramObject *self, PyObject *const *args, Py_s
     if (pos == -1 && PyErr_Occurred()) return NULL;
     Py_buffer view;
     if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
-    Reader r = {(const uint8_t *)view.buf, view.len, pos, args[0], NULL};
+    Reader r = {(const uint8_t *)view.buf, view.len, pos, args[0], NULL, self, view.readonly, NULL};
     PyObject *result = NULL;
     if (pos < 0 || pos > view.len) {
         fail("position outside the data");
@@ -1442,7 +1789,7 @@ static PyObject *Program_decode(ProgramObject *self, PyObject *const *args, Py_s
             result = Py_BuildValue("(Nn)", o, r.pos);
         }
     }
-    Py_XDECREF(r.view);
+    reader_done(&r);
     PyBuffer_Release(&view);
     return result;
 }
@@ -1453,7 +1800,7 @@ PyDoc_STRVAR(decode_whole_doc, "decode_whole(buf) -> object: decode(buf, 0) that
 static PyObject *Program_decode_whole(ProgramObject *self, PyObject *buf) {
     Py_buffer view;
     if (PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE) < 0) return NULL;
-    Reader r = {(const uint8_t *)view.buf, view.len, 0, buf, NULL};
+    Reader r = {(const uint8_t *)view.buf, view.len, 0, buf, NULL, self, view.readonly, NULL};
     gc_enter();
     int paused = view.len > 4096 && PyGC_Disable();   /* as decode() */
     PyObject *o = decode_struct(&r, self->root);
@@ -1462,7 +1809,7 @@ static PyObject *Program_decode_whole(ProgramObject *self, PyObject *buf) {
         Py_CLEAR(o);
         fail("bytes left over after the message");
     }
-    Py_XDECREF(r.view);
+    reader_done(&r);
     PyBuffer_Release(&view);
     return o;
 }
@@ -1549,7 +1896,8 @@ static PyObject *pool_stats(PyObject *mod, PyObject *unused) {
     for (int k = 0; k <= INT_MAX_DIGITS; k++) ints += int_pool_n[k];
     views = view_pool_n;
 #endif
-    return Py_BuildValue("{snsnsnsn}", "objects", objects, "lists", lists, "ints", ints, "views", views);
+    return Py_BuildValue("{snsnsnsnsi}", "objects", objects, "lists", lists, "ints", ints, "views", views,
+                         "pending", pending_pool_n);
 }
 
 static PyObject *clear_pools(PyObject *mod, PyObject *unused) {
@@ -1573,6 +1921,7 @@ static PyObject *clear_pools(PyObject *mod, PyObject *unused) {
         Py_DECREF(v);
     }
 #endif
+    while (pending_pool_n > 0) PyObject_Free(pending_pool[--pending_pool_n]);
     for (int i = 0; i < STR_CACHE_SIZE; i++) Py_CLEAR(str_cache[i]);
     for (int i = 0; i < UUID_CACHE_SIZE; i++) Py_CLEAR(uuid_cache[i]);
     Py_RETURN_NONE;
@@ -1580,9 +1929,9 @@ static PyObject *clear_pools(PyObject *mod, PyObject *unused) {
 
 static PyMethodDef module_methods[] = {
     {"clear_pools", clear_pools, METH_NOARGS,
-     "Free the message objects, lists, ints and byte views kept for the decoder, and the shared strings."},
+     "Free the message objects, lists, ints, byte views and pending-array markers kept for the decoder, and the shared strings."},
     {"pool_stats", pool_stats, METH_NOARGS,
-     "How many freed message objects, lists, ints and byte views are kept for the decoder."},
+     "How many freed message objects, lists, ints, byte views and pending-array markers are kept for the decoder."},
     {"slot_offset", slot_offset, METH_O, "Byte offset of a __slots__ member descriptor."},
     {"set_uuid_type", set_uuid_type, METH_O, "Set the class of decoded UUIDs (a subclass of bytes)."},
     {"set_fast_dealloc", set_fast_dealloc, METH_O,
@@ -1596,10 +1945,12 @@ static struct PyModuleDef moduledef = {
 
 /* The interface this source offers; kproto.accelerators.API names the one the Python
  * side expects, and a build whose number differs is not used. Bump both together. */
-#define KPROTO_API 1
+#define KPROTO_API 2
 
 PyMODINIT_FUNC PyInit__decoder(void) {
-    if (PyType_Ready(&ProgramType) < 0 || PyType_Ready(&LazyType) < 0) return NULL;
+    if (PyType_Ready(&ProgramType) < 0 || PyType_Ready(&LazyType) < 0 || PyType_Ready(&HolderType) < 0 ||
+        PyType_Ready(&PendingType) < 0)
+        return NULL;
     for (int i = SMALL_INT_MIN; i <= SMALL_INT_MAX; i++)
         if (!small_ints[i - SMALL_INT_MIN] && !(small_ints[i - SMALL_INT_MIN] = PyLong_FromLong(i))) return NULL;
     PyObject *m = PyModule_Create(&moduledef);

@@ -8,8 +8,10 @@ annotations. Unknown tagged fields read from the wire live in ``_unknown_tagged_
 Where the C decoder is built, a field whose default is a struct or an empty list reads through a
 ``LazyDefault``: the C decoder leaves it empty when the field is not on the wire (a FetchResponse
 partition has three such tagged structs) or is an empty array, and the first read makes the
-default; the instances are freed by a plain slot-dropping function instead of CPython's generic
-one.
+default. Every array of structs reads through one too: decoding a read-only buffer checks such an
+array's bytes whole but leaves its elements to be built on the field's first read (see
+:func:`kproto.codecs.program.pending_fields`). The instances are freed by a plain slot-dropping
+function instead of CPython's generic one.
 """
 from __future__ import annotations
 
@@ -182,6 +184,8 @@ def build_classes(message: Message) -> Dict[str, type]:
                 if factory is not None:
                     make = list if factory is list else factory._make_default  # type: ignore[attr-defined]
                     setattr(cls, f.attr, _decoder.LazyDefault(cls.__dict__[f.attr], make))
+                elif f.is_array and f.is_struct_type:   # an array built on first read, null by default
+                    setattr(cls, f.attr, _decoder.LazyDefault(cls.__dict__[f.attr], None))
     top = classes[message.name]
     top.API_KEY = message.api_key
     top.MESSAGE_KIND = message.kind

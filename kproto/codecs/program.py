@@ -13,6 +13,9 @@ A program is plain nested tuples, compiled once by ``_decoder.Program``:
   ``(cls, unknown_offset, defaults)``; the decoder leaves the slot of a default list or struct
   empty (the field's LazyDefault makes it on first read), and so an array read empty (flag
   ``F_LAZY``), and the encoder takes an empty slot as the default
+* an array of structs in a slot (flag ``F_PEND``) read from a read-only buffer is checked whole
+  but left pending: the field's LazyDefault, and the encoder, build its list (and the arrays
+  nested in it) from the bytes when first needed
 
 Slots are addressed by byte offset, so the C side fills objects without attribute lookups.
 """
@@ -34,7 +37,7 @@ if _decoder is not None:
 OP_CODES = {"bool": 1, "int8": 2, "int16": 3, "uint16": 4, "int32": 5, "uint32": 6, "int64": 7,
             "float64": 8, "uuid": 9, "string": 10, "bytes": 11, "records": 11}
 OP_STRUCT, OP_ARRAY = 12, 13
-F_COMPACT, F_NULLABLE, F_VIEW, F_TAGGED, F_LAZY = 1, 2, 4, 8, 16
+F_COMPACT, F_NULLABLE, F_VIEW, F_TAGGED, F_LAZY, F_PEND = 1, 2, 4, 8, 16, 32
 D_CONST, D_LIST, D_STRUCT = 0, 1, 2
 
 
@@ -82,6 +85,8 @@ class ProgramBuilder:
             sub: Optional[Tuple[Any, ...]] = self.op(elem, -1)
             if offset >= 0 and parse_default(f, self.classes)[1] is list:
                 flags |= F_LAZY   # a LazyDefault slot: the decoder leaves an empty array to it
+            if offset >= 0 and f.is_struct_type:
+                flags |= F_PEND   # a LazyDefault slot (every array of structs has one): built on first read
             return (OP_ARRAY, offset, flags, sub)
         if f.is_struct_type:
             if offset >= 0 and parse_default(f, self.classes)[1] is not None:
@@ -110,6 +115,19 @@ class ProgramBuilder:
                     tuple(self.default_entry(cls, f) for f in fields))
             self._defaults[cls] = spec
         return spec
+
+
+def pending_fields(obj: Any) -> Tuple[str, ...]:
+    """The fields of a decoded message object (not its nested ones) whose arrays of structs are
+    still to be built: the C decoder checks such an array whole when it decodes a read-only
+    buffer, and builds its list, with every array nested in its elements, on the field's first
+    read (or encoding). Until then the object keeps the buffer it was decoded from, as
+    ``records`` views do. Empty without the C decoder."""
+    if _decoder is None:
+        return ()
+    cls = type(obj)
+    return tuple(name for name in getattr(cls, "_fields", ())
+                 if isinstance(d := getattr(cls, name), _decoder.LazyDefault) and d.pending(obj))
 
 
 def clear_pools() -> None:
