@@ -110,10 +110,11 @@ def peek_request_header(frame: Buffer, *, size_prefix: bool = True) -> Tuple[int
     return key, ver, INT32.unpack_from(frame, base + 4)[0]
 
 
-def decode_request(frame: Buffer, *, size_prefix: bool = True) -> Tuple[Any, Any]:
+def decode_request(frame: Buffer, *, size_prefix: bool = True, lazy: bool = True) -> Tuple[Any, Any]:
     """Decode a request frame into ``(header, body)``.
 
-    ``frame`` includes the 4-byte size prefix unless ``size_prefix=False``.
+    ``frame`` includes the 4-byte size prefix unless ``size_prefix=False``. ``lazy=False``
+    builds the body's arrays of structs now (see :meth:`kproto.codecs.engine.MessageCodec.decode`).
     """
     data = _strip_size(frame, size_prefix)
     key, ver, _ = peek_request_header(data, size_prefix=False)
@@ -124,7 +125,7 @@ def decode_request(frame: Buffer, *, size_prefix: bool = True) -> Tuple[Any, Any
     if ver not in codec.valid_versions:
         raise DecodeError(f"{codec.name} has no version {ver}", what="RequestHeader", offset=2)
     header, pos = _REQUEST_HEADER.decode_from(data, 0, request_header_version(key, ver))
-    return header, codec.decode(memoryview(data)[pos:], ver)
+    return header, codec.decode(memoryview(data)[pos:], ver, lazy)
 
 
 def decode_response(frame: Buffer, api_key: int, api_version: int, *, size_prefix: bool = True) -> Tuple[Any, Any]:

@@ -331,13 +331,13 @@ def parse_request(frame: bytes, key: int, ver: int) -> tuple[Any, Any]:
     checking that it was all consumed, and librdkafka 2.x sends such a Metadata v12 (three
     bytes after an all-topics request)."""
     try:
-        return decode_request(frame, size_prefix=False)
+        return decode_request(frame, size_prefix=False, lazy=False)  # the broker reads it all
     except DecodeError as exc:
         if "trailing bytes after the message" not in str(exc):
             raise
         try:
             header, pos = _REQUEST_HEADER.decode_from(frame, 0, request_header_version(key, ver))
-            body, _ = request_codec(key).decode_from(memoryview(frame), pos, ver)
+            body, _ = request_codec(key).decode_from(memoryview(frame), pos, ver, lazy=False)  # read whole
         except (DecodeError, KeyError):
             raise exc from None
         return header, body

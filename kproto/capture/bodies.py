@@ -173,8 +173,9 @@ def _readers(api_key: int, api_version: int, request: bool) -> tuple[_Reader, in
 
     header = _header_codec("RequestHeader" if request else "ResponseHeader")
     body = codecs.request(api_key) if request else codecs.response(api_key)
+    # bodies are built whole: every reader of an exchange (the JSON lines, the tables) reads it all
     return (header.decode_from, _header_versions(api_key, api_version)[0 if request else 1],
-            body.decode_from)
+            functools.partial(body.decode_from, lazy=False))
 
 
 def response_error_codes(obj: Any, out: Optional[list[int]] = None) -> list[int]:

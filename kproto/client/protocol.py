@@ -350,7 +350,7 @@ class ClientProtocol:
         _, pos = _RESPONSE_HEADER.decode_from(frame, 0, response_header_version(head.api_key, head.version))
         codec = _response_codec(head.api_key)
         try:
-            return codec.decode_from(frame, pos, head.version)[0]
+            return codec.decode_from(frame, pos, head.version, lazy=False)[0]  # read whole
         except DecodeError:
             if head.api_key != ApiKey.SYNC_GROUP or head.version > 3:
                 raise

@@ -1765,16 +1765,20 @@ static void Program_dealloc(ProgramObject *self) {
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-PyDoc_STRVAR(decode_doc, "decode(buf, pos) -> (object, new pos); ValueError on malformed input. "
+PyDoc_STRVAR(decode_doc, "decode(buf, pos[, lazy=True]) -> (object, new pos); ValueError on malformed "
+             "input. Arrays of structs of a read-only buffer are left pending unless lazy is false. "
              "The garbage collector is paused while more than 4 KiB are read.");
 
 static PyObject *Program_decode(ProgramObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 2) return PyErr_Format(PyExc_TypeError, "decode() takes 2 arguments (%zd given)", nargs);
+    if (nargs != 2 && nargs != 3)
+        return PyErr_Format(PyExc_TypeError, "decode() takes 2 or 3 arguments (%zd given)", nargs);
     Py_ssize_t pos = PyLong_AsSsize_t(args[1]);
     if (pos == -1 && PyErr_Occurred()) return NULL;
+    int lazy = nargs == 3 ? PyObject_IsTrue(args[2]) : 1;
+    if (lazy < 0) return NULL;
     Py_buffer view;
     if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
-    Reader r = {(const uint8_t *)view.buf, view.len, pos, args[0], NULL, self, view.readonly, NULL};
+    Reader r = {(const uint8_t *)view.buf, view.len, pos, args[0], NULL, self, view.readonly && lazy, NULL};
     PyObject *result = NULL;
     if (pos < 0 || pos > view.len) {
         fail("position outside the data");
@@ -1794,13 +1798,18 @@ static PyObject *Program_decode(ProgramObject *self, PyObject *const *args, Py_s
     return result;
 }
 
-PyDoc_STRVAR(decode_whole_doc, "decode_whole(buf) -> object: decode(buf, 0) that must read every byte; "
-             "ValueError on malformed input or bytes left over.");
+PyDoc_STRVAR(decode_whole_doc, "decode_whole(buf[, lazy=True]) -> object: decode(buf, 0[, lazy]) that must "
+             "read every byte; ValueError on malformed input or bytes left over.");
 
-static PyObject *Program_decode_whole(ProgramObject *self, PyObject *buf) {
+static PyObject *Program_decode_whole(ProgramObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 1 && nargs != 2)
+        return PyErr_Format(PyExc_TypeError, "decode_whole() takes 1 or 2 arguments (%zd given)", nargs);
+    PyObject *buf = args[0];
+    int lazy = nargs == 2 ? PyObject_IsTrue(args[1]) : 1;
+    if (lazy < 0) return NULL;
     Py_buffer view;
     if (PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE) < 0) return NULL;
-    Reader r = {(const uint8_t *)view.buf, view.len, 0, buf, NULL, self, view.readonly, NULL};
+    Reader r = {(const uint8_t *)view.buf, view.len, 0, buf, NULL, self, view.readonly && lazy, NULL};
     gc_enter();
     int paused = view.len > 4096 && PyGC_Disable();   /* as decode() */
     PyObject *o = decode_struct(&r, self->root);
@@ -1848,7 +1857,7 @@ static PyObject *Program_encode_parts(ProgramObject *self, PyObject *const *args
 
 static PyMethodDef Program_methods[] = {
     {"decode", (PyCFunction)(void (*)(void))Program_decode, METH_FASTCALL, decode_doc},
-    {"decode_whole", (PyCFunction)Program_decode_whole, METH_O, decode_whole_doc},
+    {"decode_whole", (PyCFunction)(void (*)(void))Program_decode_whole, METH_FASTCALL, decode_whole_doc},
     {"encode", (PyCFunction)Program_encode, METH_O, encode_doc},
     {"encode_parts", (PyCFunction)(void (*)(void))Program_encode_parts, METH_FASTCALL, encode_parts_doc},
     {NULL, NULL, 0, NULL},
@@ -1945,7 +1954,7 @@ static struct PyModuleDef moduledef = {
 
 /* The interface this source offers; kproto.accelerators.API names the one the Python
  * side expects, and a build whose number differs is not used. Bump both together. */
-#define KPROTO_API 2
+#define KPROTO_API 3
 
 PyMODINIT_FUNC PyInit__decoder(void) {
     if (PyType_Ready(&ProgramType) < 0 || PyType_Ready(&LazyType) < 0 || PyType_Ready(&HolderType) < 0 ||

@@ -205,33 +205,39 @@ class MessageCodec:
         return self._get(version).source
 
     # -- binary -------------------------------------------------------------------------------
-    def decode(self, data: Buffer, version: int) -> Any:
+    def decode(self, data: Buffer, version: int, lazy: bool = True) -> Any:
         """Decode a whole message body; every byte must be consumed.
 
         ``records`` fields (and the spec's zeroCopy fields) are memoryview slices of ``data``, as
-        Kafka's own decoder slices its buffer; other ``bytes`` fields are copies.
+        Kafka's own decoder slices its buffer; other ``bytes`` fields are copies. With the C
+        decoder and a read-only buffer, arrays of structs are checked now and built on first
+        read unless ``lazy=False`` (see :meth:`decode_from`).
         Raises :class:`kproto.DecodeError` on malformed input.
         """
         c = self._compiled.get(version) or self._get(version)
         if c.decode_whole_c is not None:
             try:
-                return c.decode_whole_c(data)
+                return c.decode_whole_c(data) if lazy else c.decode_whole_c(data, False)
             except _DECODE_FAULTS:
                 pass   # malformed, or bytes left over: the path below says which
         if c.decode_c is not None or len(data) <= 4096:   # the C decoder pauses the GC itself
             try:
-                obj, pos = c.decode(data, 0)
+                obj, pos = c.decode(data, 0) if lazy or c.decode_c is None else c.decode_c(data, 0, False)
             except _DECODE_FAULTS:
                 raise self._explain_decode(data, 0, version) from None
         else:
-            obj, pos = self.decode_from(data, 0, version)
+            obj, pos = self.decode_from(data, 0, version, lazy)
         if pos != len(data):
             raise DecodeError(f"{len(data) - pos} trailing bytes after the message",
                               what=f"{self.name} v{version}", offset=pos)
         return obj
 
-    def decode_from(self, data: Buffer, pos: int, version: int) -> Tuple[Any, int]:
-        """Decode one message starting at ``pos``; return (object, position after it)."""
+    def decode_from(self, data: Buffer, pos: int, version: int, lazy: bool = True) -> Tuple[Any, int]:
+        """Decode one message starting at ``pos``; return (object, position after it).
+
+        With the C decoder and a read-only buffer, arrays of structs are checked whole but built
+        on first read (:func:`kproto.codecs.program.pending_fields`); ``lazy=False`` builds them
+        now, which is cheaper for a caller that reads every field (one walk of the bytes, not two)."""
         c = self._get(version)
         # A large message makes thousands of objects, all alive at the end: collecting garbage
         # among them halfway is wasted work (about 15% of a 2,000-partition MetadataResponse).
@@ -240,7 +246,9 @@ class MessageCodec:
         if pause_gc:
             _gc_disable()
         try:
-            return c.decode(data, pos)
+            if lazy or c.decode_c is None:
+                return c.decode(data, pos)
+            return c.decode_c(data, pos, False)
         except _DECODE_FAULTS:
             pass
         finally:

@@ -306,3 +306,31 @@ def test_the_field_descriptor_refuses_objects_of_other_classes():
         with pytest.raises(TypeError):
             call()   # its slot is read by offset: only where that offset is the field's
     assert descr.pending(MD.decode(_metadata(1, 1), 12)) is True
+
+
+def test_lazy_false_builds_every_array_now_on_every_entry_point():
+    """``lazy=False`` (what the broker, the client and the capture reader use: they read every
+    field) builds at decode; the default leaves arrays pending; both give equal objects."""
+    from kproto.framing import RequestHeader, decode_request, encode_request
+
+    data = _metadata()
+    lazy, eager = MD.decode(data, 12), MD.decode(data, 12, lazy=False)
+    a, _ = MD.decode_from(data, 0, 12)
+    b, _ = MD.decode_from(data, 0, 12, lazy=False)
+    assert pending_fields(lazy) and pending_fields(a)
+    assert not pending_fields(eager) and not pending_fields(b)
+    assert lazy == eager == a == b == MD.decode(data, 12)
+    P = kproto.request(0).cls
+    req = P(acks=1, timeout_ms=10, topic_data=[P.TopicProduceData(name="t", partition_data=[
+        P.PartitionProduceData(index=0, records=b"")])])
+    frame = encode_request(RequestHeader(request_api_key=0, request_api_version=9, correlation_id=7,
+                                         client_id="c"), req)
+    (_, lazy_body), (_, eager_body) = decode_request(frame), decode_request(frame, lazy=False)
+    assert pending_fields(lazy_body) == ("topic_data",) and pending_fields(eager_body) == ()
+    assert lazy_body == eager_body == req
+    # the readers of every field build whole: the broker's requests, the capture reader's bodies
+    from kproto.broker.core import parse_request
+    from kproto.capture.bodies import decode_request_as
+
+    assert pending_fields(parse_request(frame[4:], 0, 9)[1]) == ()
+    assert pending_fields(decode_request_as(frame[4:], 0, 9, 9).body) == ()
