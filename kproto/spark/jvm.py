@@ -31,12 +31,13 @@ def _pyspark_jars() -> Path:
     return jars
 
 
-def _javac() -> str:
+def _jdk_tool(tool: str, what: str) -> str:
+    """The path of a JDK program (``java``, ``javac``): JAVA_HOME's, else the one on PATH."""
     home = os.environ.get("JAVA_HOME")
-    found = (str(Path(home) / "bin" / "javac") if home and (Path(home) / "bin" / "javac").exists()
-             else shutil.which("javac"))
+    found = (str(Path(home) / "bin" / tool) if home and (Path(home) / "bin" / tool).exists()
+             else shutil.which(tool))
     if not found:
-        raise RuntimeError(f"{NAME}: javac (a JDK 17 or later) is not on PATH nor in JAVA_HOME")
+        raise RuntimeError(f"{NAME}: {what} is not on PATH nor in JAVA_HOME")
     return found
 
 
@@ -63,7 +64,7 @@ def jar() -> str:
     target = cache_dir() / f"{NAME}-{digest.hexdigest()[:16]}.jar"
     if target.exists():
         return str(target)
-    javac = _javac()
+    javac = _jdk_tool("javac", "javac (a JDK 17 or later)")
     target.parent.mkdir(parents=True, exist_ok=True)
     # built beside the target: os.replace is atomic only within a file system (and fails
     # across two, as from a tmpfs /tmp to the home directory)
@@ -84,19 +85,10 @@ def jar() -> str:
     return str(target)
 
 
-def _java() -> str:
-    home = os.environ.get("JAVA_HOME")
-    found = (str(Path(home) / "bin" / "java") if home and (Path(home) / "bin" / "java").exists()
-             else shutil.which("java"))
-    if not found:
-        raise RuntimeError(f"{NAME}: java is not on PATH nor in JAVA_HOME")
-    return found
-
-
 def check_command(max_heap: str = "256m") -> list[str]:
     """The command line of ``kproto.spark.jvm.LogDirCheck``: it reads each log directory named
     on its stdin (a path, then optional tab-separated ``option=value`` pairs of the source)
     through this source's planning and reader, without a Spark session, and prints one JSON
     line per input (its rows and skipped damage, a refusal, or a crash's stack trace)."""
     classpath = os.pathsep.join([jar(), str(_pyspark_jars() / "*")])
-    return [_java(), f"-Xmx{max_heap}", "-cp", classpath, "kproto.spark.jvm.LogDirCheck"]
+    return [_jdk_tool("java", "java"), f"-Xmx{max_heap}", "-cp", classpath, "kproto.spark.jvm.LogDirCheck"]

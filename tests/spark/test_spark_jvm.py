@@ -449,5 +449,5 @@ def test_jar_names_a_missing_javac_and_reuses_a_built_jar(tmp_path, monkeypatch)
     with zipfile.ZipFile(built) as zf:
         assert "kproto/spark/jvm/KafkaSegmentsJvm.class" in zf.namelist()
         assert zf.read(jvm.SERVICE).strip() == b"kproto.spark.jvm.KafkaSegmentsJvm"
-    monkeypatch.setattr(jvm, "_javac", lambda: pytest.fail("javac run for a built jar"))
+    monkeypatch.setattr(jvm, "_jdk_tool", lambda *a: pytest.fail("javac looked for, for a built jar"))
     assert jvm.jar() == built
