@@ -12,9 +12,11 @@ Prints the median ops/s of decode and encode for each library and kproto's ratio
 kproto's zero-copy send (``encode_parts``: a list of buffers for ``writelines``, records not copied).
 
 kproto's C decoder checks an array of structs whole but builds its elements on first read, so its
-decode row is what decoding costs a reader of some fields; ``--touch`` adds two rows: decoding and
-then building every array of structs at any depth (the same objects Java's decode makes), and
-decoding and then reading every field of every object (what a reader of all of it pays in Python).
+decode row is what decoding costs a reader of some fields; ``--touch`` adds three rows: decoding
+with ``lazy=False`` (everything built in the one walk, the same objects Java's decode makes, as
+kproto's broker, client and capture reader decode), decoding and then building every array of
+structs at any depth, and decoding and then reading every field of every object (what a reader
+of all of it pays in Python).
 
 With ``KPROTO_JAVA_BENCH`` set (``python benchmarks/java_runner.py --build`` prints it) the same bytes
 also go to Apache Kafka's own classes on the JVM (5 s warm-up, median of 5 rounds by default), which
@@ -169,6 +171,7 @@ class KprotoLib(Lib):
         self.send = lambda: codec.encode_parts(obj, version, [])
         self.touch = lambda: touch(codec.decode(data, version))
         self.build = lambda: build_all(codec.decode(data, version))
+        self.whole = lambda: codec.decode(data, version, lazy=False)
         return (lambda: codec.decode(data, version)), (lambda: codec.encode(obj, version))
 
 
@@ -265,7 +268,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                     help="ops per CPU second (Python's process_time, the JVM's process CPU time) rather "
                          "than per wall-clock second: steadier on a machine shared with other work")
     ap.add_argument("--touch", action="store_true",
-                    help="also time kproto decoding and then reading every field at any depth")
+                    help="also time kproto decoding with lazy=False, and decoding then building or reading "
+                         "everything at any depth")
     ap.add_argument("--java-warmup", type=float, default=5.0, help="JVM warm-up seconds per measurement")
     ap.add_argument("--java-rounds", type=int, default=5, help="JVM rounds (median reported)")
     ap.add_argument("--java-round-seconds", type=float, default=1.0)
@@ -321,7 +325,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                 print(f"{'':<22} {'kproto send':<13} {'':>13} {send:>13,.0f}   (encode_parts, zero-copy)")
                 if args.touch:
                     java_decode = results.get("Java", results.get("Java (ref.)", (0.0, 0.0)))[0]
-                    for row, fn, what in (("kproto build", libs[0].build, "decode and build every array"),
+                    for row, fn, what in (("kproto whole", libs[0].whole, "decode with lazy=False"),
+                                          ("kproto build", libs[0].build, "decode and build every array"),
                                           ("kproto touch", libs[0].touch, "decode and read every field")):
                         rate = ops_per_second(fn, args.seconds, args.repeat, clock)
                         vs = f"{rate / java_decode:>18.2f}x ({what} / Java decode)" if java_decode else ""
