@@ -324,12 +324,17 @@ def attribute_oracle(data: bytes) -> None:
 _JVM: dict[str, Any] = {}
 
 
-def _jvm_oracle():
-    spec = importlib.util.spec_from_file_location("jvm_oracle", HERE / "jvm_oracle.py")
+def _fuzz_module(name: str):
+    """fuzz/<name>.py, loaded as a module."""
+    spec = importlib.util.spec_from_file_location(name, HERE / f"{name}.py")
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+def _jvm_oracle():
+    return _fuzz_module("jvm_oracle")
 
 
 def jvm_segments(data: bytes) -> None:
@@ -372,11 +377,7 @@ def load_target(name: str):
     """The ``TestOneInput`` of fuzz/<name>.py, or one of this module's targets."""
     if name in _LOCAL:
         return _LOCAL[name]
-    spec = importlib.util.spec_from_file_location(name, HERE / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.TestOneInput
+    return _fuzz_module(name).TestOneInput
 
 
 # -- inputs -------------------------------------------------------------------------------------

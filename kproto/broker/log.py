@@ -305,15 +305,16 @@ class _Seg:
     size: int = 0
     fd: Optional[int] = None
 
-    def pread(self, pos: int, n: int) -> bytes:
+    def _open(self) -> int:
         if self.fd is None:
             self.fd = os.open(self.path, os.O_RDONLY)
-        return os.pread(self.fd, n, pos)
+        return self.fd
+
+    def pread(self, pos: int, n: int) -> bytes:
+        return os.pread(self._open(), n, pos)
 
     def region(self, pos: int, n: int) -> FileRegion:
-        if self.fd is None:
-            self.fd = os.open(self.path, os.O_RDONLY)
-        return FileRegion(os.dup(self.fd), pos, n)
+        return FileRegion(os.dup(self._open()), pos, n)
 
     def close(self) -> None:
         if self.fd is not None:
