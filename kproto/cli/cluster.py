@@ -123,6 +123,9 @@ async def _serve(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    from kproto.cli.broker import keep_freed_memory
+
+    keep_freed_memory()
     return asyncio.run(_serve(args))
 
 
