@@ -29,10 +29,10 @@ from crc32c import crc32c
 from kproto.codecs.primitives import INT64_MAX, Uuid
 from kproto.error_codes import ErrorCode
 from kproto.errors import DecodeError
-from kproto.records.batch import CRC_START, RecordBatch
+from kproto.records.batch import CRC_START, HEADER_SIZE, MAX_CODEC, RecordBatch
 from kproto.records.columns import check_records
 from kproto.records.control import decode_control
-from kproto.records.reader import BatchReader
+from kproto.records.reader import Batch, BatchReader
 from kproto.records.record import ATTR_TIMESTAMP_TYPE, increment_sequence
 from kproto.storage.checkpoints import (CleanShutdown, EpochEntry, LeaderEpochCheckpoint,
                                         MetaProperties, OffsetCheckpoint, PartitionMetadata)
@@ -384,6 +384,21 @@ def _validate(batch: RecordBatch, config: LogConfig, now_ms: int, where: str = "
     return max_ts, max_delta
 
 
+def _one_batch(records: bytes | memoryview) -> Optional[RecordBatch]:
+    """The v2 batch that is all of ``records``, when it reads as :class:`BatchReader` would
+    read it without complaint (one batch, nothing after it); None otherwise. A produce
+    request's records usually are exactly that: read once, without the reader's loop."""
+    n = len(records)
+    if n < HEADER_SIZE or records[16] != 2 or _I32.unpack_from(records, 8)[0] + 12 != n:
+        return None
+    try:
+        batch = RecordBatch(records)
+    except DecodeError:
+        return None
+    # what the reader reports as damage (header_problem's cases)
+    return batch if batch.count and batch.attributes & 7 <= MAX_CODEC else None
+
+
 def patch_batch(buf: bytearray, base_offset: int, leader_epoch: int,
                 timestamp: Optional[tuple[int, int]]) -> None:
     """Kafka's in-place offset assignment: base offset and partition leader epoch (outside the
@@ -527,9 +542,10 @@ class Log:
                 # an index or snapshot written whole: the previous active .log is done with
                 op.write_to(full)
         # keep only the active segment's append descriptor open
-        active = offset_file_name(self.plog.segment.base_offset, ".log")
-        for name in [n for n in self._append_fds if n != active]:
-            os.close(self._append_fds.pop(name))
+        if len(self._append_fds) > 1:
+            active = offset_file_name(self.plog.segment.base_offset, ".log")
+            for name in [n for n in self._append_fds if n != active]:
+                os.close(self._append_fds.pop(name))
 
     def _recover(self) -> tuple[int, list[EpochEntry]]:
         """Read the folder as a restarted broker does: every batch is scanned (framing, CRC,
@@ -707,18 +723,20 @@ class Log:
             raise BrokerError(ErrorCode.MESSAGE_TOO_LARGE,
                               f"The request included a message larger than the max message "
                               f"size the server will accept ({self.config.max_message_bytes})")
-        reader = BatchReader(records)
-        try:
-            batches = list(reader)
-        except DecodeError as exc:
-            raise BrokerError(ErrorCode.CORRUPT_MESSAGE, f"Record batch is corrupt: {exc}") from None
-        if reader.trailing_bytes or not batches:
-            raise BrokerError(ErrorCode.CORRUPT_MESSAGE, "Record batch is partial or missing")
-        if len(batches) != 1:
-            raise BrokerError(ErrorCode.INVALID_RECORD,
-                              "Produce requests with version 3 and later are only allowed to "
-                              "contain exactly one record batch")
-        batch = batches[0]
+        batch: Optional[Batch] = _one_batch(records)
+        if batch is None:  # anything else: read as a log is read, for its error
+            reader = BatchReader(records)
+            try:
+                batches = list(reader)
+            except DecodeError as exc:
+                raise BrokerError(ErrorCode.CORRUPT_MESSAGE, f"Record batch is corrupt: {exc}") from None
+            if reader.trailing_bytes or not batches:
+                raise BrokerError(ErrorCode.CORRUPT_MESSAGE, "Record batch is partial or missing")
+            if len(batches) != 1:
+                raise BrokerError(ErrorCode.INVALID_RECORD,
+                                  "Produce requests with version 3 and later are only allowed to "
+                                  "contain exactly one record batch")
+            batch = batches[0]
         if not isinstance(batch, RecordBatch):
             raise BrokerError(ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT,
                               "Only magic v2 record batches are accepted")
@@ -742,7 +760,7 @@ class Log:
         if log_append:
             max_ts, max_delta = now_ms, 0
         patch_batch(buf, base, self.leader_epoch, (1 if log_append else 0, max_ts))
-        last = self._write(batch, bytes(buf), base, max_ts, max_delta)
+        last = self._write(RecordBatch(buf), max_ts, max_delta)
         return AppendInfo(base, last, now_ms if log_append else -1, self.log_start_offset)
 
     def append_internal(self, data: bytes) -> AppendInfo:
@@ -754,7 +772,7 @@ class Log:
             raise ValueError(f"internal batch at {batch.base_offset}, log end {self.log_end_offset}")
         buf = bytearray(data)
         patch_batch(buf, batch.base_offset, self.leader_epoch, None)
-        last = self._write(batch, bytes(buf), batch.base_offset, batch.max_timestamp, 0)
+        last = self._write(RecordBatch(bytes(buf)), batch.max_timestamp, 0)
         return AppendInfo(batch.base_offset, last, -1, self.log_start_offset)
 
     def append_as_follower(self, records: bytes | memoryview) -> int:
@@ -772,7 +790,7 @@ class Log:
                                       f"batch at {b.base_offset} overlaps the log end {self.log_end_offset}")
                 # a v2 batch's time-index entry names its last offset (Kafka's
                 # shallowOffsetOfMaxTimestamp)
-                self._write(b, bytes(b.buffer), b.base_offset, b.max_timestamp, b.last_offset_delta)
+                self._write(b, b.max_timestamp, b.last_offset_delta)
         except DecodeError as exc:
             raise BrokerError(ErrorCode.CORRUPT_MESSAGE, f"Record batch is corrupt: {exc}") from None
         return self.log_end_offset
@@ -824,11 +842,13 @@ class Log:
         self._open(False, None, base_offset=offset)
         self.recovery.append(f"truncated fully, starting at {offset}")
 
-    def _write(self, batch: RecordBatch, data: bytes, base: int, max_ts: int, max_delta: int) -> int:
-        """Hand a patched batch to the storage log and index it in memory; returns its last offset."""
+    def _write(self, batch: RecordBatch, max_ts: int, max_delta: int) -> int:
+        """Hand a batch as it is to be written (offsets and leader epoch assigned) to the
+        storage log and index it in memory; returns its last offset."""
+        data, base = batch.buffer, batch.base_offset
         last = base + batch.last_offset_delta
         epochs_before = len(self.plog.epochs)
-        ops = self.plog.append(data)
+        ops = self.plog.append(data, [batch])
         if len(self.plog.epochs) != epochs_before:
             # Kafka flushes the epoch cache as soon as an epoch is assigned: a follower
             # truncating after a crash relies on it

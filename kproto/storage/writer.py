@@ -147,7 +147,7 @@ class FileOp:
     does, not written byte by byte."""
 
     name: str
-    data: bytes
+    data: bytes | memoryview
     mode: str = "w"
     size: int | None = None
 
@@ -306,13 +306,15 @@ class PartitionLog:
         ops.append(FileOp(offset_file_name(new_base, ".log"), b"", "a"))
         return ops
 
-    def append(self, data: bytes) -> AppendResult:
+    def append(self, data: bytes | memoryview, batches: Sequence[Batch] | None = None) -> AppendResult:
         """Append whole batches (one broker append). Offsets must follow :attr:`next_offset`.
         Returns the file operations, with the aborted transactions the append's ABORT markers
-        completed as ``.aborted``."""
+        completed as ``.aborted``. ``batches``: ``data`` already parsed (the caller's read of
+        exactly these bytes), so they are not read again."""
         if self.closed:
             raise EncodeError("log is closed")
-        batches = list(iter_batches(data))
+        if batches is None:
+            batches = list(iter_batches(data))
         used = sum(b.size_in_bytes for b in batches)
         if not batches or used != len(data):
             raise EncodeError("an append must hold whole batches only")
