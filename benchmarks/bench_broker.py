@@ -15,7 +15,8 @@ confluent-kafka produces ``--records`` records (linger.ms 5; one partition: part
 named, more: librdkafka's sticky partitioner), after a warm-up of 20,000 records to another
 topic (``--cold``: none); records/s until flush and the p50/p99/p99.9 of produce() to the
 delivery report (so the wait in the client's queue while the broker falls behind is in
-it), then reads them back (assigned from the beginning), records/s. ``java``: Kafka's own
+it), then reads them back (assigned from the beginning), records/s (``--consume-runs``
+reads, the median). ``java``: Kafka's own
 ProducerPerformance and ConsumerPerformance tools (the Java client 4.4.0 with its defaults,
 C2 on), their own figures (the consumer's fetch phase). The broker's CPU seconds per
 million records (user + system from /proc, the JVM's for Apache Kafka; with the Java tools
@@ -33,7 +34,7 @@ import argparse
 import itertools
 import statistics
 import tempfile
-from typing import Optional
+from typing import Callable, Optional
 
 from _bench_support import (bench_consume, bench_produce, java_consume, java_produce, long_poll_latency,
                             percentile, rss_mb, serve)
@@ -43,14 +44,21 @@ ROW_FIGURES = ("produce", "p50", "p99", "p999", "cpu_p", "consume", "cpu_c")
 PEER_FIGURES = ("start_s", "rss_mb", "poll_p50", "poll_p99")
 
 
-def run_row(bootstrap: str, pids: list[int], row: Row, n: int, warm: bool) -> dict[str, float]:
-    """One row's figures against the broker at ``bootstrap``."""
+def run_row(bootstrap: str, pids: list[int], row: Row, n: int, warm: bool,
+            consume_runs: int = 1) -> dict[str, float]:
+    """One row's figures against the broker at ``bootstrap``; the records are read back
+    ``consume_runs`` times (the median of the reads' rates and CPU)."""
     client, acks, size, partitions = row
     topic = f"t-{client}-{acks}-{size}-{partitions}"
+
+    def read_back(read: Callable[[], tuple[float, float]]) -> tuple[float, float]:
+        reads = [read() for _ in range(consume_runs)]
+        return median([r for r, _ in reads]), median([c for _, c in reads])
+
     if client == "confluent":
         rate, lat, cpu_p = bench_produce(bootstrap, n, size, topic, warm, acks=acks,
                                          partitions=partitions, pids=pids)
-        consume, cpu_c = bench_consume(bootstrap, n, topic, partitions, pids)
+        consume, cpu_c = read_back(lambda: bench_consume(bootstrap, n, topic, partitions, pids))
         return {"produce": rate, "p50": percentile(lat, 0.5) * 1000, "p99": percentile(lat, 0.99) * 1000,
                 "p999": percentile(lat, 0.999) * 1000, "cpu_p": cpu_p, "consume": consume, "cpu_c": cpu_c}
     from _bench_support import create_topics
@@ -59,9 +67,13 @@ def run_row(bootstrap: str, pids: list[int], row: Row, n: int, warm: bool) -> di
     if warm:
         java_produce(bootstrap, 20_000, size, topic + "-warmup", acks)
     prod = java_produce(bootstrap, n, size, topic, acks, pids)
-    cons = java_consume(bootstrap, n, topic, pids)
+    def java_read() -> tuple[float, float]:
+        got = java_consume(bootstrap, n, topic, pids)
+        return got["rate"], got["cpu"]
+
+    consume, cpu_c = read_back(java_read)
     return {"produce": prod["rate"], "p50": prod["p50"], "p99": prod["p99"], "p999": prod["p999"],
-            "cpu_p": prod["cpu"], "consume": cons["rate"], "cpu_c": cons["cpu"]}
+            "cpu_p": prod["cpu"], "consume": consume, "cpu_c": cpu_c}
 
 
 def main() -> None:
@@ -77,6 +89,9 @@ def main() -> None:
     ap.add_argument("--long-poll", type=int, default=100, metavar="N",
                     help="long-poll samples per broker (0: not measured)")
     ap.add_argument("--cold", action="store_true", help="no warm-up produce before measuring")
+    ap.add_argument("--consume-runs", type=int, default=3, metavar="N",
+                    help="read each row's records back N times, the median (default 3: one read of "
+                         "200,000 records lasts under a second, and moves by 20-30%% from run to run)")
     args = ap.parse_args()
     sizes = [args.size] if args.size else [int(s) for s in args.sizes.split(",")]
     rows: list[Row] = list(itertools.product(args.clients.split(","), args.acks.split(","), sizes,
@@ -92,7 +107,8 @@ def main() -> None:
                       f"after its process started", flush=True)
                 for row in rows:
                     try:
-                        got = run_row(broker.bootstrap, broker.pids, row, args.records, not args.cold)
+                        got = run_row(broker.bootstrap, broker.pids, row, args.records, not args.cold,
+                                      args.consume_runs)
                     except Exception as e:  # a peer without groups or CreateTopics, for one
                         print(f"  {row_name(row)}: failed ({type(e).__name__}: {str(e)[:300]})", flush=True)
                         continue
