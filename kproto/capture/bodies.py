@@ -21,8 +21,8 @@ _REQUEST_HEAD = struct.Struct(">hhi")  # api_key, api_version, correlation_id: i
 
 @functools.lru_cache(maxsize=1024)
 def api_versions(api_key: int) -> Optional[range]:
-    """Valid request versions of an API key (every version of the schemas, up to Kafka 4.3.1's
-    newest and down to the ones 4.0 dropped); None if the key is unknown."""
+    """Valid request versions of an API key (every version of the schemas, up to the newest
+    release's and down to the ones 4.0 dropped); None if the key is unknown."""
     import kproto.codecs as codecs
 
     try:
@@ -76,7 +76,7 @@ def decode_response_version(data: bytes, api_key: int, api_version: int) -> tupl
 
 
 def schemas_release() -> str:
-    """The newest Kafka release kproto's schemas come from (``"4.3.1"``)."""
+    """The newest Kafka release kproto's schemas come from (``"4.4.0"``)."""
     from kproto.codecs import KAFKA_VERSION
 
     return KAFKA_VERSION

@@ -26,7 +26,7 @@ __all__ = ["Frame", "FrameCutter", "FrameRule", "RequestRule", "ResponseRule", "
            "NEWER_VERSIONS"]
 
 #: Versions above the newest the schemas know that still make a plausible request start: clients
-#: newer than the schemas speak them (a client of a Kafka release after 4.3.1 talking to a
+#: newer than the schemas speak them (a client of a Kafka release after the schemas' talking to a
 #: broker that knows its versions), and a release rarely adds more than one or two versions to
 #: an API.
 NEWER_VERSIONS = 3

@@ -17,10 +17,12 @@ __all__ = ["register", "run"]
 
 
 def register(subparsers: Any) -> None:
+    from kproto.schemas._index import KAFKA_VERSION
+
     p = subparsers.add_parser(
         "decode-pcap", help="decode the Kafka traffic of a pcap/pcapng capture",
         description="Reassemble TCP, cut Kafka frames, pair responses with requests and decode "
-                    "both with kproto's schemas (every API key and version up to Kafka 4.3.1's, "
+                    f"both with kproto's schemas (every API key and version up to Kafka {KAFKA_VERSION}'s, "
                     "the versions 4.0 dropped included; newer versions best effort with the "
                     "newest layout known; topic ids named from the capture's Metadata "
                     "responses as topicName). Exit status 1 when "

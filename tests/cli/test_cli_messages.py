@@ -247,3 +247,16 @@ def test_logdir_summary_reports_segment_bytes_as_it_goes():
     assert calls[0] == (0, total) and calls[-1] == (total, total) and total > 0
     assert [d for d, _ in calls] == sorted(d for d, _ in calls)
     assert summarize(EXAMPLE_LOGDIR) == doc
+
+
+def test_decode_pcap_help_names_the_release_the_schemas_come_from():
+    import pytest
+
+    from kproto.capture.bodies import schemas_release
+    from kproto.codecs import KAFKA_VERSION
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit):
+        main(["decode-pcap", "--help"])
+    text = " ".join(out.getvalue().split())
+    assert f"up to Kafka {KAFKA_VERSION}'s" in text and schemas_release() == KAFKA_VERSION
