@@ -760,7 +760,7 @@ class Log:
         if log_append:
             max_ts, max_delta = now_ms, 0
         patch_batch(buf, base, self.leader_epoch, (1 if log_append else 0, max_ts))
-        last = self._write(RecordBatch(buf), max_ts, max_delta)
+        last = self._write(RecordBatch(memoryview(buf)), max_ts, max_delta)
         return AppendInfo(base, last, now_ms if log_append else -1, self.log_start_offset)
 
     def append_internal(self, data: bytes) -> AppendInfo:
