@@ -390,12 +390,34 @@ static inline PyObject *new_int(int64_t x) {
 
 /* Short strings and UUIDs recur (topic names, hosts, racks, client ids, topic ids, in message
  * after message): the last ones made are kept by a hash of their bytes and shared (str and Uuid
- * are immutable), which costs a hash and a compare where decoding costs an allocation and a copy. */
-#define STR_CACHE_SIZE 1024
+ * are immutable), which costs a hash and a compare where decoding costs an allocation and a copy.
+ * Each hash picks a set of four entries, each with more bits of the hash as a tag, so a message's
+ * few hundred names rarely outnumber a set's entries (which then evict one another on every
+ * decode) and a miss seldom reads a cached object. */
+#define CACHE_WAYS 4
+#define STR_CACHE_SETS 512
 #define STR_CACHE_MAX_LEN 64
-#define UUID_CACHE_SIZE 512
-static PyObject *str_cache[STR_CACHE_SIZE];     /* ASCII strings only */
-static PyObject *uuid_cache[UUID_CACHE_SIZE];
+#define UUID_CACHE_SETS 256
+typedef struct {
+    uint32_t tag[CACHE_WAYS];
+    PyObject *obj[CACHE_WAYS];   /* newest first */
+} CacheSet;
+static CacheSet str_cache[STR_CACHE_SETS];     /* ASCII strings only */
+static CacheSet uuid_cache[UUID_CACHE_SETS];
+
+/* v as the newest entry of its set (the oldest goes). */
+static inline void cache_put(CacheSet *set, uint32_t tag, PyObject *v) {
+    Py_XDECREF(set->obj[CACHE_WAYS - 1]);
+    memmove(set->obj + 1, set->obj, (CACHE_WAYS - 1) * sizeof(PyObject *));
+    memmove(set->tag + 1, set->tag, (CACHE_WAYS - 1) * sizeof(uint32_t));
+    set->obj[0] = Py_NewRef(v);
+    set->tag[0] = tag;
+}
+
+static void cache_clear(CacheSet *sets, int n) {
+    for (int i = 0; i < n; i++)
+        for (int w = 0; w < CACHE_WAYS; w++) Py_CLEAR(sets[i].obj[w]);
+}
 
 static inline uint64_t bytes_hash(const uint8_t *p, Py_ssize_t n) {
     uint64_t h = 0x9E3779B97F4A7C15ULL ^ (uint64_t)n;
@@ -411,17 +433,26 @@ static inline uint64_t bytes_hash(const uint8_t *p, Py_ssize_t n) {
         h = (h ^ w) * 0xFF51AFD7ED558CCDULL;
         h ^= h >> 32;
     }
-    return h ^ (h >> 29);
+    /* a full final mix (MurmurHash3's): without it names a byte apart ("topic-0" .. "topic-9")
+     * fell into a few sets */
+    h ^= h >> 33;
+    h *= 0xC4CEB9FE1A85EC53ULL;
+    return h ^ (h >> 33);
 }
 
 static PyObject *new_str(const uint8_t *p, Py_ssize_t n) {
     if (n == 0 || n > STR_CACHE_MAX_LEN) return PyUnicode_DecodeUTF8((const char *)p, n, NULL);
-    PyObject **slot = &str_cache[bytes_hash(p, n) & (STR_CACHE_SIZE - 1)];
-    PyObject *c = *slot;
-    if (c && PyUnicode_GET_LENGTH(c) == n && memcmp(PyUnicode_1BYTE_DATA(c), p, (size_t)n) == 0)
-        return Py_NewRef(c);
+    uint64_t h = bytes_hash(p, n);
+    CacheSet *set = &str_cache[h & (STR_CACHE_SETS - 1)];
+    uint32_t tag = (uint32_t)(h >> 32);
+    for (int w = 0; w < CACHE_WAYS; w++) {
+        PyObject *c = set->obj[w];
+        if (set->tag[w] == tag && c && PyUnicode_GET_LENGTH(c) == n &&
+            memcmp(PyUnicode_1BYTE_DATA(c), p, (size_t)n) == 0)
+            return Py_NewRef(c);
+    }
     PyObject *s = PyUnicode_DecodeUTF8((const char *)p, n, NULL);
-    if (s && PyUnicode_IS_ASCII(s)) Py_XSETREF(*slot, Py_NewRef(s));   /* its bytes are its UTF-8 */
+    if (s && PyUnicode_IS_ASCII(s)) cache_put(set, tag, s);   /* its bytes are its UTF-8 */
     return s;
 }
 
@@ -450,11 +481,14 @@ static PyObject *make_uuid(const uint8_t *p) {
 }
 
 static PyObject *new_uuid(const uint8_t *p) {
-    PyObject **slot = &uuid_cache[bytes_hash(p, 16) & (UUID_CACHE_SIZE - 1)];
-    PyObject *c = *slot;
-    if (c && memcmp(PyBytes_AS_STRING(c), p, 16) == 0) return Py_NewRef(c);
+    uint64_t h = bytes_hash(p, 16);
+    CacheSet *set = &uuid_cache[h & (UUID_CACHE_SETS - 1)];
+    uint32_t tag = (uint32_t)(h >> 32);
+    for (int w = 0; w < CACHE_WAYS; w++)
+        if (set->tag[w] == tag && set->obj[w] && memcmp(PyBytes_AS_STRING(set->obj[w]), p, 16) == 0)
+            return Py_NewRef(set->obj[w]);
     PyObject *u = make_uuid(p);
-    if (u) Py_XSETREF(*slot, Py_NewRef(u));
+    if (u) cache_put(set, tag, u);
     return u;
 }
 
@@ -1893,7 +1927,7 @@ static PyObject *set_uuid_type(PyObject *mod, PyObject *cls) {
     /* made directly only when its instances are exactly bytes objects (no __dict__, no slots) */
     uuid_type = (t->tp_basicsize == PyBytes_Type.tp_basicsize && t->tp_itemsize == PyBytes_Type.tp_itemsize &&
                  t->tp_dictoffset == 0 && t->tp_weaklistoffset == 0) ? t : NULL;
-    for (int i = 0; i < UUID_CACHE_SIZE; i++) Py_CLEAR(uuid_cache[i]);
+    cache_clear(uuid_cache, UUID_CACHE_SETS);
     Py_RETURN_NONE;
 }
 
@@ -1931,8 +1965,8 @@ static PyObject *clear_pools(PyObject *mod, PyObject *unused) {
     }
 #endif
     while (pending_pool_n > 0) PyObject_Free(pending_pool[--pending_pool_n]);
-    for (int i = 0; i < STR_CACHE_SIZE; i++) Py_CLEAR(str_cache[i]);
-    for (int i = 0; i < UUID_CACHE_SIZE; i++) Py_CLEAR(uuid_cache[i]);
+    cache_clear(str_cache, STR_CACHE_SETS);
+    cache_clear(uuid_cache, UUID_CACHE_SETS);
     Py_RETURN_NONE;
 }
 
