@@ -84,6 +84,7 @@ typedef struct {
     ProgramObject *prog;    /* the program whose ops are walked (borrowed) */
     int lazy;               /* arrays of structs left pending (a read-only buffer) */
     Holder *holder;         /* what pending arrays keep (made on the first one) */
+    int view_kind;          /* how view is sliced (VIEW_*), learnt on the first slice; 0 before */
 } Reader;
 
 static PyObject *uuid_new;       /* the Uuid class (a subclass of bytes) */
@@ -339,6 +340,9 @@ static int recycle_view(PyObject *v) {
 #endif
 
 static void release_last(PyObject *v);
+static void message_dealloc(PyObject *self);
+static void free_message(PyObject *self, PyTypeObject *tp, PyTypeObject *t);
+static int dealloc_depth;   /* message objects being freed inside one another */
 
 /* Drop a reference: the last one to a list, an int or a view keeps the object for the decoder. */
 static inline void release(PyObject *v) {
@@ -346,25 +350,40 @@ static inline void release(PyObject *v) {
     else release_last(v);
 }
 
+/* The last reference to a message object of a generated class (a subclass's dealloc is CPython's),
+ * or to a list: freed and kept as message_dealloc and recycle_list keep them, without the calls
+ * through Py_DECREF and _Py_Dealloc. Out of line, so that release_last stays a leaf for the
+ * views and ints most values are. */
+static __attribute__((noinline)) void release_message(PyObject *v, PyTypeObject *t) {
+    Py_SET_REFCNT(v, 0);
+    gc_untrack(v);
+    dealloc_depth++;
+    free_message(v, t, t);
+    dealloc_depth--;
+}
+
+static __attribute__((noinline)) void release_list(PyObject *v) {
+    release_depth++;
+    int done = recycle_list(v);
+    release_depth--;
+    if (!done) Py_DECREF(v);
+}
+
 static void release_last(PyObject *v) {
     PyTypeObject *t = Py_TYPE(v);
 #ifdef POOL_INTS_AND_VIEWS
-    if (t == &PyLong_Type) {
-        if (!recycle_int(v)) Py_DECREF(v);
-        return;
-    }
     if (t == &PyMemoryView_Type) {
         if (!recycle_view(v)) Py_DECREF(v);
         return;
     }
-#endif
-    if (t == &PyList_Type && release_depth < 32) {   /* its items are released in turn */
-        release_depth++;
-        int done = recycle_list(v);
-        release_depth--;
-        if (done) return;
+    if (t == &PyLong_Type) {
+        if (!recycle_int(v)) Py_DECREF(v);
+        return;
     }
-    Py_DECREF(v);
+#endif
+    if (t->tp_dealloc == message_dealloc && dealloc_depth < 40) release_message(v, t);
+    else if (t == &PyList_Type && release_depth < 32) release_list(v);   /* its items released in turn */
+    else Py_DECREF(v);
 }
 
 /* CPython's small ints (-5 to 256), looked up without a call. */
@@ -546,15 +565,30 @@ static inline int read_len(Reader *r, int flags, int is_string, int64_t *out) {
     return 0;
 }
 
-/* mv[at:at + n] for a flat byte view: a new view of the same exporter, narrowed in place, which
- * is what slicing does minus the slice object (a third of the cost of a ProduceRequest). */
-static PyObject *view_slice(PyObject *mv, Py_ssize_t at, Py_ssize_t n) {
+/* How a message's views of its buffer are made: by slicing (not a flat byte view), as a new view
+ * narrowed in place, or that in a recycled view object. A reader learns it once: the buffer is
+ * exported to the reader for the whole decode, so it can be neither released nor changed. */
+enum { VIEW_SLICE = 1, VIEW_NARROW, VIEW_RECYCLE };
+
+static int view_kind(PyObject *mv) {
     Py_buffer *b = PyMemoryView_GET_BUFFER(mv);
     if (b->ndim != 1 || b->itemsize != 1 || (b->strides && b->strides[0] != 1) || !b->shape)
-        return PySequence_GetSlice(mv, at, at + n);
+        return VIEW_SLICE;
+#ifdef POOL_INTS_AND_VIEWS
+    if (b->strides && !b->suboffsets && !(((PyMemoryViewObject *)mv)->flags & _Py_MEMORYVIEW_RELEASED))
+        return VIEW_RECYCLE;
+#endif
+    return VIEW_NARROW;
+}
+
+/* mv[at:at + n] for a view of the kind given: a new view of the same exporter, narrowed in place,
+ * which is what slicing does minus the slice object (a third of the cost of a ProduceRequest). */
+static PyObject *view_slice(PyObject *mv, int kind, Py_ssize_t at, Py_ssize_t n) {
+    if (kind == VIEW_SLICE) return PySequence_GetSlice(mv, at, at + n);
+    Py_buffer *b = PyMemoryView_GET_BUFFER(mv);
 #ifdef POOL_INTS_AND_VIEWS
     PyMemoryViewObject *base = (PyMemoryViewObject *)mv;
-    if (view_pool_n > 0 && b->strides && !b->suboffsets && !(base->flags & _Py_MEMORYVIEW_RELEASED)) {
+    if (kind == VIEW_RECYCLE && view_pool_n > 0) {
         /* what PyMemoryView_FromObject(mv) makes (mbuf_add_view), in a recycled view */
         PyMemoryViewObject *v = (PyMemoryViewObject *)view_pool[--view_pool_n];
         v->mbuf = (_PyManagedBufferObject *)Py_NewRef(base->mbuf);
@@ -600,7 +634,8 @@ static inline PyObject *read_view(Reader *r, Op *op) {
         r->view = PyMemoryView_Check(r->src) ? Py_NewRef(r->src) : PyMemoryView_FromObject(r->src);
         if (!r->view) return NULL;
     }
-    return view_slice(r->view, at, (Py_ssize_t)n);
+    if (!r->view_kind) r->view_kind = view_kind(r->view);
+    return view_slice(r->view, r->view_kind, at, (Py_ssize_t)n);
 }
 
 static inline int64_t fixed_width(int code) {
@@ -1732,8 +1767,6 @@ static void free_message(PyObject *self, PyTypeObject *tp, PyTypeObject *t) {
         tp->tp_free(self);
     Py_DECREF(tp);   /* a heap type: its instances hold a reference (subtype_dealloc leaves it to us) */
 }
-
-static int dealloc_depth;   /* message objects being freed inside one another */
 
 static void message_dealloc(PyObject *self) {
     PyTypeObject *tp = Py_TYPE(self), *t = tp;
