@@ -84,6 +84,7 @@ typedef struct {
     ProgramObject *prog;    /* the program whose ops are walked (borrowed) */
     int lazy;               /* arrays of structs left pending (a read-only buffer) */
     Holder *holder;         /* what pending arrays keep (made on the first one) */
+    int view_kind;          /* how view is sliced (VIEW_*), learnt on the first slice; 0 before */
 } Reader;
 
 static PyObject *uuid_new;       /* the Uuid class (a subclass of bytes) */
@@ -339,6 +340,9 @@ static int recycle_view(PyObject *v) {
 #endif
 
 static void release_last(PyObject *v);
+static void message_dealloc(PyObject *self);
+static void free_message(PyObject *self, PyTypeObject *tp, PyTypeObject *t);
+static int dealloc_depth;   /* message objects being freed inside one another */
 
 /* Drop a reference: the last one to a list, an int or a view keeps the object for the decoder. */
 static inline void release(PyObject *v) {
@@ -346,25 +350,40 @@ static inline void release(PyObject *v) {
     else release_last(v);
 }
 
+/* The last reference to a message object of a generated class (a subclass's dealloc is CPython's),
+ * or to a list: freed and kept as message_dealloc and recycle_list keep them, without the calls
+ * through Py_DECREF and _Py_Dealloc. Out of line, so that release_last stays a leaf for the
+ * views and ints most values are. */
+static __attribute__((noinline)) void release_message(PyObject *v, PyTypeObject *t) {
+    Py_SET_REFCNT(v, 0);
+    gc_untrack(v);
+    dealloc_depth++;
+    free_message(v, t, t);
+    dealloc_depth--;
+}
+
+static __attribute__((noinline)) void release_list(PyObject *v) {
+    release_depth++;
+    int done = recycle_list(v);
+    release_depth--;
+    if (!done) Py_DECREF(v);
+}
+
 static void release_last(PyObject *v) {
     PyTypeObject *t = Py_TYPE(v);
 #ifdef POOL_INTS_AND_VIEWS
-    if (t == &PyLong_Type) {
-        if (!recycle_int(v)) Py_DECREF(v);
-        return;
-    }
     if (t == &PyMemoryView_Type) {
         if (!recycle_view(v)) Py_DECREF(v);
         return;
     }
-#endif
-    if (t == &PyList_Type && release_depth < 32) {   /* its items are released in turn */
-        release_depth++;
-        int done = recycle_list(v);
-        release_depth--;
-        if (done) return;
+    if (t == &PyLong_Type) {
+        if (!recycle_int(v)) Py_DECREF(v);
+        return;
     }
-    Py_DECREF(v);
+#endif
+    if (t->tp_dealloc == message_dealloc && dealloc_depth < 40) release_message(v, t);
+    else if (t == &PyList_Type && release_depth < 32) release_list(v);   /* its items released in turn */
+    else Py_DECREF(v);
 }
 
 /* CPython's small ints (-5 to 256), looked up without a call. */
@@ -390,12 +409,34 @@ static inline PyObject *new_int(int64_t x) {
 
 /* Short strings and UUIDs recur (topic names, hosts, racks, client ids, topic ids, in message
  * after message): the last ones made are kept by a hash of their bytes and shared (str and Uuid
- * are immutable), which costs a hash and a compare where decoding costs an allocation and a copy. */
-#define STR_CACHE_SIZE 1024
+ * are immutable), which costs a hash and a compare where decoding costs an allocation and a copy.
+ * Each hash picks a set of four entries, each with more bits of the hash as a tag, so a message's
+ * few hundred names rarely outnumber a set's entries (which then evict one another on every
+ * decode) and a miss seldom reads a cached object. */
+#define CACHE_WAYS 4
+#define STR_CACHE_SETS 512
 #define STR_CACHE_MAX_LEN 64
-#define UUID_CACHE_SIZE 512
-static PyObject *str_cache[STR_CACHE_SIZE];     /* ASCII strings only */
-static PyObject *uuid_cache[UUID_CACHE_SIZE];
+#define UUID_CACHE_SETS 256
+typedef struct {
+    uint32_t tag[CACHE_WAYS];
+    PyObject *obj[CACHE_WAYS];   /* newest first */
+} CacheSet;
+static CacheSet str_cache[STR_CACHE_SETS];     /* ASCII strings only */
+static CacheSet uuid_cache[UUID_CACHE_SETS];
+
+/* v as the newest entry of its set (the oldest goes). */
+static inline void cache_put(CacheSet *set, uint32_t tag, PyObject *v) {
+    Py_XDECREF(set->obj[CACHE_WAYS - 1]);
+    memmove(set->obj + 1, set->obj, (CACHE_WAYS - 1) * sizeof(PyObject *));
+    memmove(set->tag + 1, set->tag, (CACHE_WAYS - 1) * sizeof(uint32_t));
+    set->obj[0] = Py_NewRef(v);
+    set->tag[0] = tag;
+}
+
+static void cache_clear(CacheSet *sets, int n) {
+    for (int i = 0; i < n; i++)
+        for (int w = 0; w < CACHE_WAYS; w++) Py_CLEAR(sets[i].obj[w]);
+}
 
 static inline uint64_t bytes_hash(const uint8_t *p, Py_ssize_t n) {
     uint64_t h = 0x9E3779B97F4A7C15ULL ^ (uint64_t)n;
@@ -411,17 +452,26 @@ static inline uint64_t bytes_hash(const uint8_t *p, Py_ssize_t n) {
         h = (h ^ w) * 0xFF51AFD7ED558CCDULL;
         h ^= h >> 32;
     }
-    return h ^ (h >> 29);
+    /* a full final mix (MurmurHash3's): without it names a byte apart ("topic-0" .. "topic-9")
+     * fell into a few sets */
+    h ^= h >> 33;
+    h *= 0xC4CEB9FE1A85EC53ULL;
+    return h ^ (h >> 33);
 }
 
 static PyObject *new_str(const uint8_t *p, Py_ssize_t n) {
     if (n == 0 || n > STR_CACHE_MAX_LEN) return PyUnicode_DecodeUTF8((const char *)p, n, NULL);
-    PyObject **slot = &str_cache[bytes_hash(p, n) & (STR_CACHE_SIZE - 1)];
-    PyObject *c = *slot;
-    if (c && PyUnicode_GET_LENGTH(c) == n && memcmp(PyUnicode_1BYTE_DATA(c), p, (size_t)n) == 0)
-        return Py_NewRef(c);
+    uint64_t h = bytes_hash(p, n);
+    CacheSet *set = &str_cache[h & (STR_CACHE_SETS - 1)];
+    uint32_t tag = (uint32_t)(h >> 32);
+    for (int w = 0; w < CACHE_WAYS; w++) {
+        PyObject *c = set->obj[w];
+        if (set->tag[w] == tag && c && PyUnicode_GET_LENGTH(c) == n &&
+            memcmp(PyUnicode_1BYTE_DATA(c), p, (size_t)n) == 0)
+            return Py_NewRef(c);
+    }
     PyObject *s = PyUnicode_DecodeUTF8((const char *)p, n, NULL);
-    if (s && PyUnicode_IS_ASCII(s)) Py_XSETREF(*slot, Py_NewRef(s));   /* its bytes are its UTF-8 */
+    if (s && PyUnicode_IS_ASCII(s)) cache_put(set, tag, s);   /* its bytes are its UTF-8 */
     return s;
 }
 
@@ -450,11 +500,14 @@ static PyObject *make_uuid(const uint8_t *p) {
 }
 
 static PyObject *new_uuid(const uint8_t *p) {
-    PyObject **slot = &uuid_cache[bytes_hash(p, 16) & (UUID_CACHE_SIZE - 1)];
-    PyObject *c = *slot;
-    if (c && memcmp(PyBytes_AS_STRING(c), p, 16) == 0) return Py_NewRef(c);
+    uint64_t h = bytes_hash(p, 16);
+    CacheSet *set = &uuid_cache[h & (UUID_CACHE_SETS - 1)];
+    uint32_t tag = (uint32_t)(h >> 32);
+    for (int w = 0; w < CACHE_WAYS; w++)
+        if (set->tag[w] == tag && set->obj[w] && memcmp(PyBytes_AS_STRING(set->obj[w]), p, 16) == 0)
+            return Py_NewRef(set->obj[w]);
     PyObject *u = make_uuid(p);
-    if (u) Py_XSETREF(*slot, Py_NewRef(u));
+    if (u) cache_put(set, tag, u);
     return u;
 }
 
@@ -512,15 +565,30 @@ static inline int read_len(Reader *r, int flags, int is_string, int64_t *out) {
     return 0;
 }
 
-/* mv[at:at + n] for a flat byte view: a new view of the same exporter, narrowed in place, which
- * is what slicing does minus the slice object (a third of the cost of a ProduceRequest). */
-static PyObject *view_slice(PyObject *mv, Py_ssize_t at, Py_ssize_t n) {
+/* How a message's views of its buffer are made: by slicing (not a flat byte view), as a new view
+ * narrowed in place, or that in a recycled view object. A reader learns it once: the buffer is
+ * exported to the reader for the whole decode, so it can be neither released nor changed. */
+enum { VIEW_SLICE = 1, VIEW_NARROW, VIEW_RECYCLE };
+
+static int view_kind(PyObject *mv) {
     Py_buffer *b = PyMemoryView_GET_BUFFER(mv);
     if (b->ndim != 1 || b->itemsize != 1 || (b->strides && b->strides[0] != 1) || !b->shape)
-        return PySequence_GetSlice(mv, at, at + n);
+        return VIEW_SLICE;
+#ifdef POOL_INTS_AND_VIEWS
+    if (b->strides && !b->suboffsets && !(((PyMemoryViewObject *)mv)->flags & _Py_MEMORYVIEW_RELEASED))
+        return VIEW_RECYCLE;
+#endif
+    return VIEW_NARROW;
+}
+
+/* mv[at:at + n] for a view of the kind given: a new view of the same exporter, narrowed in place,
+ * which is what slicing does minus the slice object (a third of the cost of a ProduceRequest). */
+static PyObject *view_slice(PyObject *mv, int kind, Py_ssize_t at, Py_ssize_t n) {
+    if (kind == VIEW_SLICE) return PySequence_GetSlice(mv, at, at + n);
+    Py_buffer *b = PyMemoryView_GET_BUFFER(mv);
 #ifdef POOL_INTS_AND_VIEWS
     PyMemoryViewObject *base = (PyMemoryViewObject *)mv;
-    if (view_pool_n > 0 && b->strides && !b->suboffsets && !(base->flags & _Py_MEMORYVIEW_RELEASED)) {
+    if (kind == VIEW_RECYCLE && view_pool_n > 0) {
         /* what PyMemoryView_FromObject(mv) makes (mbuf_add_view), in a recycled view */
         PyMemoryViewObject *v = (PyMemoryViewObject *)view_pool[--view_pool_n];
         v->mbuf = (_PyManagedBufferObject *)Py_NewRef(base->mbuf);
@@ -566,7 +634,8 @@ static inline PyObject *read_view(Reader *r, Op *op) {
         r->view = PyMemoryView_Check(r->src) ? Py_NewRef(r->src) : PyMemoryView_FromObject(r->src);
         if (!r->view) return NULL;
     }
-    return view_slice(r->view, at, (Py_ssize_t)n);
+    if (!r->view_kind) r->view_kind = view_kind(r->view);
+    return view_slice(r->view, r->view_kind, at, (Py_ssize_t)n);
 }
 
 static inline int64_t fixed_width(int code) {
@@ -1699,8 +1768,6 @@ static void free_message(PyObject *self, PyTypeObject *tp, PyTypeObject *t) {
     Py_DECREF(tp);   /* a heap type: its instances hold a reference (subtype_dealloc leaves it to us) */
 }
 
-static int dealloc_depth;   /* message objects being freed inside one another */
-
 static void message_dealloc(PyObject *self) {
     PyTypeObject *tp = Py_TYPE(self), *t = tp;
     while (t->tp_dealloc != message_dealloc) t = t->tp_base;   /* the generated class */
@@ -1893,7 +1960,7 @@ static PyObject *set_uuid_type(PyObject *mod, PyObject *cls) {
     /* made directly only when its instances are exactly bytes objects (no __dict__, no slots) */
     uuid_type = (t->tp_basicsize == PyBytes_Type.tp_basicsize && t->tp_itemsize == PyBytes_Type.tp_itemsize &&
                  t->tp_dictoffset == 0 && t->tp_weaklistoffset == 0) ? t : NULL;
-    for (int i = 0; i < UUID_CACHE_SIZE; i++) Py_CLEAR(uuid_cache[i]);
+    cache_clear(uuid_cache, UUID_CACHE_SETS);
     Py_RETURN_NONE;
 }
 
@@ -1931,8 +1998,8 @@ static PyObject *clear_pools(PyObject *mod, PyObject *unused) {
     }
 #endif
     while (pending_pool_n > 0) PyObject_Free(pending_pool[--pending_pool_n]);
-    for (int i = 0; i < STR_CACHE_SIZE; i++) Py_CLEAR(str_cache[i]);
-    for (int i = 0; i < UUID_CACHE_SIZE; i++) Py_CLEAR(uuid_cache[i]);
+    cache_clear(str_cache, STR_CACHE_SETS);
+    cache_clear(uuid_cache, UUID_CACHE_SETS);
     Py_RETURN_NONE;
 }
 

@@ -165,6 +165,19 @@ def test_strings_and_uuids_shared_only_when_equal():
     assert one.topics[1].topic_id is two.topics[1].topic_id
 
 
+def test_names_that_differ_in_one_byte_all_stay_shared():
+    """Ten topic names a byte apart, and 200 of a common shape, all survive in the caches from one
+    decode to the next (a weak hash put several in one slot, where they evicted one another)."""
+    for names in ([f"topic-{i}" for i in range(10)], [f"topic-{i:04d}.events" for i in range(200)]):
+        data = _metadata(names)
+        _decoder.clear_pools()
+        one, two = MD.decode(data, 12, lazy=False), MD.decode(data, 12, lazy=False)
+        assert [t.name for t in two.topics] == names
+        unshared = [t.name for a, t in zip(one.topics, two.topics) if a.name is not t.name]
+        unshared_ids = [t.name for a, t in zip(one.topics, two.topics) if a.topic_id is not t.topic_id]
+        assert unshared == [] and unshared_ids == []
+
+
 def test_long_chains_of_objects_free_without_deep_recursion():
     R = FETCH.cls
     chain = None
