@@ -527,10 +527,10 @@ class Log:
     # ------------------------------------------------------------------------ files
     def _apply(self, ops: Iterable[FileOp]) -> None:
         for op in ops:
-            full = os.path.join(self.path, op.name)
             if op.mode == "a":
                 fd = self._append_fds.get(op.name)
                 if fd is None:
+                    full = os.path.join(self.path, op.name)
                     fd = os.open(full, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
                     self._append_fds[op.name] = fd
                     if op.name.endswith(".log") and not any(
@@ -540,7 +540,7 @@ class Log:
                     os.write(fd, op.data)
             else:
                 # an index or snapshot written whole: the previous active .log is done with
-                op.write_to(full)
+                op.write_to(os.path.join(self.path, op.name))
         # keep only the active segment's append descriptor open
         if len(self._append_fds) > 1:
             active = offset_file_name(self.plog.segment.base_offset, ".log")
