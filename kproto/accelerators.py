@@ -21,7 +21,7 @@ PURE = os.environ.get("KPROTO_PURE", "") not in ("", "0")
 #: The interface each accelerator's C source declares (its ``KPROTO_API``): a build made from
 #: another version of the source (an in-place build left behind by a checkout) is not used, so
 #: the Python side never calls a function it lacks or one whose arguments changed.
-API = {"kproto.codecs._decoder": 3, "kproto.records._speedups": 1,
+API = {"kproto.codecs._decoder": 3, "kproto.records._speedups": 2,
        "kproto.capture._segments": 1, "kproto.capture._jsontext": 2}
 
 

@@ -29,8 +29,8 @@ from crc32c import crc32c
 from kproto.codecs.primitives import INT64_MAX, Uuid
 from kproto.error_codes import ErrorCode
 from kproto.errors import DecodeError
-from kproto.records.batch import CRC_START, HEADER_SIZE, MAX_CODEC, RecordBatch
-from kproto.records.columns import check_records
+from kproto.records.batch import CRC_START, HEADER_SIZE, RecordBatch, header_problem
+from kproto.records.columns import check_records, validate_and_assign_offsets
 from kproto.records.control import decode_control
 from kproto.records.reader import Batch, BatchReader
 from kproto.records.record import ATTR_TIMESTAMP_TYPE, increment_sequence
@@ -322,6 +322,12 @@ class _Seg:
             self.fd = None
 
 
+def _checks_timestamps(config: LogConfig) -> bool:
+    """Whether the topic bounds its records' create times (KIP-937's before/after limits)."""
+    return config.message_timestamp_type == "CreateTime" and (
+        config.timestamp_before_max_ms < INT64_MAX or config.timestamp_after_max_ms < INT64_MAX)
+
+
 def _validate(batch: RecordBatch, config: LogConfig, now_ms: int, where: str = "") -> tuple[int, int]:
     """Kafka's ``LogValidator`` checks of a client's v2 batch; returns (max timestamp, offset
     delta of the record holding it). Records are decoded (decompressed) to be checked."""
@@ -335,8 +341,7 @@ def _validate(batch: RecordBatch, config: LogConfig, now_ms: int, where: str = "
         raise BrokerError(ErrorCode.INVALID_RECORD,
                           f"Invalid sequence number {batch.base_sequence} in record batch "
                           f"with producerId {batch.producer_id}")
-    check_ts = config.message_timestamp_type == "CreateTime" and (
-        config.timestamp_before_max_ms < INT64_MAX or config.timestamp_after_max_ms < INT64_MAX)
+    check_ts = _checks_timestamps(config)
     # one pass that builds nothing (a fixed cost per produced batch); when a check fails, the
     # columns below find which and say so
     passed = check_records(batch, now_ms, config.timestamp_before_max_ms,
@@ -395,8 +400,7 @@ def _one_batch(records: bytes | memoryview) -> Optional[RecordBatch]:
         batch = RecordBatch(records)
     except DecodeError:
         return None
-    # what the reader reports as damage (header_problem's cases)
-    return batch if batch.count and batch.attributes & 7 <= MAX_CODEC else None
+    return None if header_problem(batch.attributes, batch.count, n) else batch
 
 
 def patch_batch(buf: bytearray, base_offset: int, leader_epoch: int,
@@ -723,6 +727,31 @@ class Log:
             raise BrokerError(ErrorCode.MESSAGE_TOO_LARGE,
                               f"The request included a message larger than the max message "
                               f"size the server will accept ({self.config.max_message_bytes})")
+        cfg = self.config
+        log_append = cfg.message_timestamp_type == "LogAppendTime"
+        base = self.log_end_offset
+        # the usual produce (one uncompressed batch that passes): checked and assigned in one pass
+        assigned = validate_and_assign_offsets(
+            records, now_ms, cfg.timestamp_before_max_ms, cfg.timestamp_after_max_ms,
+            check_timestamps=_checks_timestamps(cfg), need_keys=cfg.compacted,
+            log_append_time=log_append, base_offset=base, leader_epoch=self.leader_epoch)
+        if assigned is None:  # anything else, or something wrong: found and reported here
+            assigned = self._validate_and_assign(records, now_ms, log_append, base)
+        data, max_ts, max_delta = assigned
+        batch = RecordBatch(data)
+        if batch.producer_id >= 0:
+            dup = self._check_producer(batch)
+            if dup is not None:
+                # Kafka's UnifiedLog answers a duplicate with its original batch's max
+                # timestamp as the log append time, whatever the topic's timestamp type
+                return AppendInfo(dup.first_offset, dup.last_offset, dup.timestamp, self.log_start_offset, True)
+        last = self._write(batch, max_ts, max_delta)
+        return AppendInfo(base, last, now_ms if log_append else -1, self.log_start_offset)
+
+    def _validate_and_assign(self, records: bytes | memoryview, now_ms: int, log_append: bool,
+                             base: int) -> tuple[bytes | memoryview, int, int]:
+        """The general path of :meth:`append_as_leader`: the records read as a log is read,
+        each of Kafka's checks in its order with its error, then a patched copy."""
         batch: Optional[Batch] = _one_batch(records)
         if batch is None:  # anything else: read as a log is read, for its error
             reader = BatchReader(records)
@@ -748,20 +777,11 @@ class Log:
             raise BrokerError(ErrorCode.INVALID_RECORD,
                               "A transactional batch must carry a producer id")
         max_ts, max_delta = _validate(batch, self.config, now_ms, f"{self.topic}-{self.partition}")
-        if batch.producer_id >= 0:
-            dup = self._check_producer(batch)
-            if dup is not None:
-                # Kafka's UnifiedLog answers a duplicate with its original batch's max
-                # timestamp as the log append time, whatever the topic's timestamp type
-                return AppendInfo(dup.first_offset, dup.last_offset, dup.timestamp, self.log_start_offset, True)
-        base = self.log_end_offset
         buf = bytearray(batch.buffer)
-        log_append = self.config.message_timestamp_type == "LogAppendTime"
         if log_append:
             max_ts, max_delta = now_ms, 0
         patch_batch(buf, base, self.leader_epoch, (1 if log_append else 0, max_ts))
-        last = self._write(RecordBatch(memoryview(buf)), max_ts, max_delta)
-        return AppendInfo(base, last, now_ms if log_append else -1, self.log_start_offset)
+        return memoryview(buf), max_ts, max_delta
 
     def append_internal(self, data: bytes) -> AppendInfo:
         """Append one batch the broker built itself (coordinator records, transaction

@@ -647,6 +647,98 @@ static inline int16_t be16(const uint8_t *p)
     return (int16_t)((uint16_t)p[0] << 8 | p[1]);
 }
 
+static inline void put_be32(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t)(v >> 24); p[1] = (uint8_t)(v >> 16); p[2] = (uint8_t)(v >> 8); p[3] = (uint8_t)v;
+}
+
+static inline void put_be64(uint8_t *p, uint64_t v)
+{
+    put_be32(p, (uint32_t)(v >> 32));
+    put_be32(p + 4, (uint32_t)v);
+}
+
+/* leader_batch(records, now, before_max, after_max, check_ts, need_keys, log_append_time,
+ *              base_offset, leader_epoch) -> (batch bytes, max timestamp, its offset delta) | None
+ * A produce request's records for one partition, when they are exactly one uncompressed v2
+ * batch that every check of Kafka's LogValidator passes (framing, count, CRC, no control
+ * batch, a sequence for a producer id, a producer id for a transaction, the records as
+ * check_v2 checks them): a copy with Kafka's offset assignment applied (base offset, partition
+ * leader epoch; the timestamp type and max timestamp set from the records, or to now under
+ * LogAppendTime, the CRC recomputed when they change), in one pass over the bytes. None in any
+ * other case: the caller's general path then reads the records and reports what is wrong. */
+static PyObject *leader_batch(PyObject *self, PyObject *args)
+{
+    Py_buffer in;
+    long long now, before, after, base_offset;
+    int check_ts, need_keys, log_append, leader_epoch;
+    if (!PyArg_ParseTuple(args, "y*LLLpppLi", &in, &now, &before, &after, &check_ts, &need_keys,
+                          &log_append, &base_offset, &leader_epoch))
+        return NULL;
+    const uint8_t *b = (const uint8_t *)in.buf;
+    Py_ssize_t n = in.len;
+    PyObject *out = NULL;
+    int64_t max_ts = INT64_MIN, max_at = -1;
+    if (n < 61 || b[16] != 2 || (int64_t)be32(b + 8) + 12 != n)
+        goto none;
+    int16_t attrs = be16(b + 21);
+    int32_t lod = be32(b + 23), count = be32(b + 57);
+    int64_t first = be64(b + 27), stored_max = be64(b + 35), pid = be64(b + 43);
+    int32_t base_seq = be32(b + 53);
+    /* uncompressed (a codec: the general path decompresses), no control batch, count = last
+     * offset delta + 1 > 0, a sequence with a producer id, a producer id with a transaction */
+    if ((attrs & 0x07) || (attrs & 0x20) || count <= 0 || (int64_t)lod + 1 != count
+            || (pid >= 0 && base_seq < 0) || ((attrs & 0x10) && pid < 0))
+        goto none;
+    if (crc32c(b + 21, (size_t)(n - 21)) != (uint32_t)be32(b + 17))
+        goto none;
+    int create_time = !(attrs & 0x08);
+    const uint8_t *p = b + 61, *end = b + n;
+    const char *err = NULL;
+    int64_t err_at = 0;
+    rec_fields f;
+    for (int32_t i = 0; i < count; i++) {
+        if (parse_record(b + 61, &p, end, &f, &err, &err_at) < 0 || f.od != i
+                || (need_keys && f.kl < 0))
+            goto none;
+        int64_t ts = create_time ? (int64_t)((uint64_t)first + (uint64_t)f.ts) : first;
+        if (check_ts && ((int64_t)((uint64_t)now - (uint64_t)ts) > before
+                         || (int64_t)((uint64_t)ts - (uint64_t)now) > after))
+            goto none;
+        if (ts > max_ts || max_at < 0) {
+            max_ts = ts;
+            max_at = i;
+        }
+    }
+    if (p != end)
+        goto none;
+    if (log_append) {
+        max_ts = now;
+        max_at = 0;
+    }
+    int16_t new_attrs = log_append ? (int16_t)(attrs | 0x08) : (int16_t)(attrs & ~0x08);
+    out = PyBytes_FromStringAndSize((const char *)b, n);
+    if (out == NULL)
+        goto done;
+    uint8_t *o = (uint8_t *)PyBytes_AS_STRING(out);
+    put_be64(o, (uint64_t)base_offset);
+    put_be32(o + 12, (uint32_t)leader_epoch);
+    if (new_attrs != attrs || stored_max != max_ts) {
+        o[21] = (uint8_t)((uint16_t)new_attrs >> 8);
+        o[22] = (uint8_t)new_attrs;
+        put_be64(o + 35, (uint64_t)max_ts);
+        put_be32(o + 17, crc32c(o + 21, (size_t)(n - 21)));
+    }
+    PyBuffer_Release(&in);
+    return Py_BuildValue("(NLL)", out, (long long)max_ts, (long long)max_at);
+none:
+    PyBuffer_Release(&in);
+    Py_RETURN_NONE;
+done:
+    PyBuffer_Release(&in);
+    return NULL;
+}
+
 /* frame_v2(buf, pos, end, max_bytes, table[, crc]) -> (batches, next position, stop)
  * Reads the v2 batches of buf[pos:end] into rows of table (int64, NF columns), computing each
  * one's CRC-32C (unless crc is False: the column is -1 then, for the caller to fill), as long
@@ -1555,6 +1647,8 @@ static PyMethodDef methods[] = {
      "Copy one field of every record into Arrow's binary layout (int32 offsets + data)."},
     {"crc32c", py_crc32c, METH_VARARGS, "CRC-32C (Castagnoli) of a bytes-like object."},
     {"frame_v2", frame_v2, METH_VARARGS, "Frame the v2 batches of a buffer into a table."},
+    {"leader_batch", leader_batch, METH_VARARGS,
+     "One produced v2 batch checked as LogValidator checks it and copied with its offsets assigned."},
     {"build_columns", build_columns, METH_VARARGS,
      "Every record column of framed batches as Arrow buffers, in one pass."},
     {"build_headers", build_headers, METH_VARARGS,
@@ -1576,7 +1670,7 @@ static struct PyModuleDef module = {
 
 /* The interface this source offers; kproto.accelerators.API names the one the Python
  * side expects, and a build whose number differs is not used. Bump both together. */
-#define KPROTO_API 1
+#define KPROTO_API 2
 
 PyMODINIT_FUNC PyInit__speedups(void)
 {

@@ -53,6 +53,7 @@ RecordBatch = Any
 _speedups = load("kproto.records._speedups")
 
 __all__ = ["RecordColumns", "BatchColumns", "ArrowRecords", "decode_batches", "check_records",
+           "validate_and_assign_offsets",
            "decode_arrow", "batch_records", "record_values", "record_tuples", "to_arrow",
            "binary_view_array",
            "binary_array", "headers_array"]
@@ -278,6 +279,24 @@ def check_records(batch: RecordBatch, now_ms: int, before_max_ms: int, after_max
     return _speedups.check_v2(data, batch.count, batch.first_timestamp, batch.timestamp_type == 0, now_ms,
                  min(before_max_ms, INT64_MAX), min(after_max_ms, INT64_MAX), check_timestamps,
                  need_keys)
+
+
+def validate_and_assign_offsets(records: bytes | memoryview, now_ms: int, before_max_ms: int,
+                                after_max_ms: int, *, check_timestamps: bool, need_keys: bool,
+                                log_append_time: bool, base_offset: int,
+                                leader_epoch: int) -> Optional[tuple[bytes, int, int]]:
+    """Kafka's ``LogValidator.validateMessagesAndAssignOffsets`` for the common produce in one
+    pass of the C accelerator: when ``records`` are exactly one uncompressed v2 batch that passes
+    every check (those of :func:`check_records`, its CRC, no control batch, a sequence with a
+    producer id, a producer id with a transaction), a copy with ``base_offset`` and
+    ``leader_epoch`` assigned and its timestamp type and max timestamp set (``now_ms`` under
+    ``log_append_time``), as (batch bytes, max timestamp, offset delta of the record holding
+    it). None otherwise, or without the accelerator: the general path then finds what fails."""
+    if _speedups is None:
+        return None
+    return _speedups.leader_batch(records, now_ms, min(before_max_ms, INT64_MAX),
+                                  min(after_max_ms, INT64_MAX), check_timestamps, need_keys,
+                                  log_append_time, base_offset, leader_epoch)
 
 
 # --------------------------------------------------------------------------------- decoding
