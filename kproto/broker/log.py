@@ -547,7 +547,7 @@ class Log:
                 op.write_to(os.path.join(self.path, op.name))
         # keep only the active segment's append descriptor open
         if len(self._append_fds) > 1:
-            active = offset_file_name(self.plog.segment.base_offset, ".log")
+            active = self.plog.segment.log_name
             for name in [n for n in self._append_fds if n != active]:
                 os.close(self._append_fds.pop(name))
 

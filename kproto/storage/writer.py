@@ -101,10 +101,10 @@ class ProducerStateTracker:
             return None
         if batch.is_transactional:
             self.ongoing.setdefault(pid, batch.base_offset)
+        last = batch.last_offset
         self.producers[pid] = ProducerEntry(
-            pid, batch.producer_epoch, batch.last_sequence, batch.last_offset,
-            batch.last_offset - batch.base_offset, batch.max_timestamp,
-            prev.coordinator_epoch if prev else -1, self.ongoing.get(pid, -1))
+            pid, batch.producer_epoch, batch.last_sequence, last, last - batch.base_offset,
+            batch.max_timestamp, prev.coordinator_epoch if prev else -1, self.ongoing.get(pid, -1))
         return None
 
     def snapshot(self) -> bytes:
@@ -137,6 +137,10 @@ class _Segment:
     index: IndexBuilder
     size: int = 0
     aborted: list[AbortedTxn] = field(default_factory=list)
+    log_name: str = ""  # its .log file's name (made once: every append names it)
+
+    def __post_init__(self) -> None:
+        self.log_name = offset_file_name(self.base_offset, ".log")
 
 
 @dataclass
@@ -163,9 +167,8 @@ class AppendResult(list[FileOp]):
     """The file operations of one :meth:`PartitionLog.append` (a list, as before), and
     ``aborted``: the aborted transactions its ABORT markers completed (usually none or one)."""
 
-    def __init__(self, ops: Iterable[FileOp] = (), aborted: Sequence[AbortedTxn] = ()) -> None:
-        super().__init__(ops)
-        self.aborted: tuple[AbortedTxn, ...] = tuple(aborted)
+    # a class default, so the usual append (no marker) makes no tuple of its own
+    aborted: tuple[AbortedTxn, ...] = ()
 
 
 class PartitionLog:
@@ -315,8 +318,11 @@ class PartitionLog:
             raise EncodeError("log is closed")
         if batches is None:
             batches = list(iter_batches(data))
-        used = sum(b.size_in_bytes for b in batches)
-        if not batches or used != len(data):
+        size = len(data)
+        used = 0
+        for b in batches:
+            used += b.size_in_bytes
+        if not batches or used != size:
             raise EncodeError("an append must hold whole batches only")
         for b in batches:  # refuse before any state changes
             if isinstance(b, RecordBatch) and b.is_control and b.producer_id >= 0:
@@ -329,14 +335,14 @@ class PartitionLog:
         last = batches[-1].last_offset
         # LogSegment.shouldRoll: size, a full index, or offsets too far for relative int32s
         if seg.size > 0 and (
-                seg.size > self.segment_bytes - len(data)
+                seg.size > self.segment_bytes - size
                 or len(seg.index.offset_entries) >= self.segment_index_bytes // OFFSET_ENTRY_SIZE
                 or len(seg.index.time_entries) >= self.segment_index_bytes // TIME_ENTRY_SIZE
                 or last - seg.base_offset > _INT32_MAX):
             ops += self._roll(batches[0].base_offset)
             seg = self.segment
         elif seg.size == 0:
-            ops.append(FileOp(offset_file_name(seg.base_offset, ".log"), b"", "a"))
+            ops.append(FileOp(seg.log_name, b"", "a"))
         if last - seg.base_offset > _INT32_MAX:
             raise EncodeError("an append spans more than 2^31 offsets")
         stamps = []
@@ -352,14 +358,14 @@ class PartitionLog:
                     ops.aborted += (aborted,)
             else:
                 self.epochs = []  # Kafka clears the epoch cache on a pre-v2 append
-        seg.index.append(seg.size, len(data), last, stamps)
-        ops.append(FileOp(offset_file_name(seg.base_offset, ".log"), data, "a"))
+        seg.index.append(seg.size, size, last, stamps)
+        ops.append(FileOp(seg.log_name, data, "a"))
         if ops.aborted:
             # Kafka appends the entries once the ABORT markers are in the log, so a reader of a
             # live directory sees the active segment's aborted transactions too
             ops.append(FileOp(offset_file_name(seg.base_offset, ".txnindex"),
                               encode_txn_index(ops.aborted), "a"))
-        seg.size += len(data)
+        seg.size += size
         self.next_offset = last + 1
         return ops
 
