@@ -731,13 +731,13 @@ class Log:
         log_append = cfg.message_timestamp_type == "LogAppendTime"
         base = self.log_end_offset
         # the usual produce (one uncompressed batch that passes): checked and assigned in one pass
-        assigned = validate_and_assign_offsets(
+        one_pass = validate_and_assign_offsets(
             records, now_ms, cfg.timestamp_before_max_ms, cfg.timestamp_after_max_ms,
             check_timestamps=_checks_timestamps(cfg), need_keys=cfg.compacted,
             log_append_time=log_append, base_offset=base, leader_epoch=self.leader_epoch)
-        if assigned is None:  # anything else, or something wrong: found and reported here
-            assigned = self._validate_and_assign(records, now_ms, log_append, base)
-        data, max_ts, max_delta = assigned
+        # anything else, or something wrong: found and reported by the general path
+        data, max_ts, max_delta = (one_pass if one_pass is not None
+                                   else self._validate_and_assign(records, now_ms, log_append, base))
         batch = RecordBatch(data)
         if batch.producer_id >= 0:
             dup = self._check_producer(batch)
