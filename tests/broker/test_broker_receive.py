@@ -1,0 +1,83 @@
+"""The broker's receive path: each frame read by the kernel straight into its own buffer, frames
+split across reads or sharing one, and reading paused only while a request is in flight."""
+from __future__ import annotations
+
+import asyncio
+import socket
+from asyncio import selector_events
+
+import kproto
+from kproto.broker import Broker
+from kproto.framing import RequestHeader, decode_response, encode_request
+
+
+def api_versions(cid: int, pad: int = 0) -> bytes:
+    """An ApiVersions v3 frame, ``pad`` zero bytes after its body (a broker reads past them)."""
+    header = RequestHeader(request_api_key=18, request_api_version=3, correlation_id=cid, client_id="t")
+    body = encode_request(header, kproto.request(18).cls(client_software_name="t",
+                                                         client_software_version="1"))[4:] + bytes(pad)
+    return len(body).to_bytes(4, "big") + body
+
+
+async def answers(reader: asyncio.StreamReader, n: int) -> list[int]:
+    got = []
+    for _ in range(n):
+        size = int.from_bytes(await reader.readexactly(4), "big")
+        header, body = decode_response(await reader.readexactly(size), 18, 3, size_prefix=False)
+        assert body.error_code == 0
+        got.append(header.correlation_id)
+    return got
+
+
+def test_a_large_frame_is_read_without_pausing_the_transport(tmp_path, monkeypatch):
+    """A 300 KB frame and the small one after it, in one write: both read with the transport
+    never paused (a stream reader's 64 KiB limit paused it every 128 KiB)."""
+    pauses = []
+    pause = selector_events._SelectorSocketTransport.pause_reading
+
+    def counted(self):
+        pauses.append(self)
+        pause(self)
+    monkeypatch.setattr(selector_events._SelectorSocketTransport, "pause_reading", counted)
+
+    async def main():
+        async with Broker(tmp_path / "d") as broker:
+            reader, writer = await asyncio.open_connection(broker.host, broker.port)
+            writer.write(api_versions(1))
+            assert await answers(reader, 1) == [1]  # connected, admitted, reading
+            pauses.clear()
+            writer.write(api_versions(2, pad=300_000) + api_versions(3))
+            assert await answers(reader, 2) == [2, 3]
+            assert pauses == []
+            writer.close()
+
+    asyncio.run(asyncio.wait_for(main(), 30))
+
+
+def test_frames_split_byte_by_byte_or_sharing_a_write_are_answered_in_order(tmp_path):
+    async def main():
+        async with Broker(tmp_path / "d") as broker:
+            sock = socket.create_connection((broker.host, broker.port))
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock.setblocking(False)
+            reader, writer = await asyncio.open_connection(sock=sock)
+            frame = api_versions(1, pad=3)
+            for i in range(len(frame)):  # a byte per segment: the size prefix split too
+                writer.write(frame[i:i + 1])
+                await writer.drain()
+                await asyncio.sleep(0.002)
+            assert await answers(reader, 1) == [1]
+            # five frames in three writes: the fourth's split in its size prefix and its body
+            frames = [api_versions(cid, pad=cid * 1000) for cid in range(2, 7)]
+            burst, at = b"".join(frames), sum(map(len, frames[:3]))
+            for part in (burst[:at + 2], burst[at + 2:at + 100], burst[at + 100:]):
+                writer.write(part)
+                await writer.drain()
+                await asyncio.sleep(0.01)
+            assert await answers(reader, 5) == [2, 3, 4, 5, 6]
+            # an empty frame: no header, the connection is closed (not left waiting)
+            writer.write(bytes(4))
+            assert await asyncio.wait_for(reader.read(), 5) == b""
+            writer.close()
+
+    asyncio.run(asyncio.wait_for(main(), 30))
