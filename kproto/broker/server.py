@@ -204,22 +204,28 @@ def _close_regions(parts: list[Any]) -> None:
 _AFTER_REQUEST = -1
 """:attr:`_Receiver.stopped` after a request that must be waited for before the next is read."""
 
+_HEAD = 16 << 10
+"""Bytes a connection reads at once between frames. Frames that fit are read together (a small
+request costs no turn of the loop of its own) and copied out once; a larger frame's bytes past
+them are read into its own buffer."""
+
 
 class _Receiver(asyncio.BufferedProtocol):
-    """A connection's reads, as Kafka's NetworkReceive: the 4-byte size, then the frame into a
-    buffer of exactly its size, each filled by the kernel (``recv_into``) with no copy in user
-    space. A frame is handled as soon as it is complete; reading goes on at once when its answer
-    is out, and otherwise stops (the transport paused, as Kafka mutes a channel) and
-    :meth:`Listener._serve`, woken through :meth:`next_stop`, waits for what is missing."""
+    """A connection's reads: up to :data:`_HEAD` bytes at once between frames, a larger frame
+    into a buffer of exactly its size, filled by the kernel (``recv_into``) with no copy in user
+    space (but of its first bytes, read with its size). A frame is handled as soon as it is
+    complete; reading goes on at once when its answer is out, and otherwise stops (the transport
+    paused, as Kafka mutes a channel) while :meth:`Listener._serve`, woken through
+    :meth:`next_stop`, waits for what is missing."""
 
     def __init__(self, listener: Listener, name: Optional[str]) -> None:
         self.listener, self.name = listener, name
         self.transport: Any = None
         self.conn: _Connection  # once connected
-        self._size = memoryview(bytearray(4))
-        self._buf = self._size  # the part being read: the size, or a frame
-        self._pos = 0
-        self._reading_frame = False
+        self._head = memoryview(bytearray(_HEAD))
+        self._start = self._end = 0  # the head's bytes not yet taken
+        self._frame: Optional[memoryview] = None  # a frame being read into its own buffer
+        self._pos = 0  # bytes of it read
         #: the budget share (queued.max.request.bytes) taken for the frame being read; -1: none
         self.held = -1
         #: why reading stopped, for the task: a frame's size (waiting for the budget) or
@@ -238,21 +244,23 @@ class _Receiver(asyncio.BufferedProtocol):
         asyncio.get_running_loop().create_task(self.listener._serve(self))
 
     def get_buffer(self, sizehint: int) -> memoryview:
-        return self._buf[self._pos:]
+        if self._frame is not None:
+            return self._frame[self._pos:]
+        return self._head[self._end:]
 
     def buffer_updated(self, nbytes: int) -> None:
         if self.conn.closed is not None:
             return  # closing (a TLS shutdown still reads): what arrives now is dropped unread
+        if self._frame is None:
+            self._end += nbytes
+            self._frames()
+            return
         self._pos += nbytes
-        if self._pos < len(self._buf):
-            return
-        self._pos = 0
-        if not self._reading_frame:
-            self._sized(int.from_bytes(self._size, "big", signed=True))
-            return
-        frame = self._buf
-        self._buf, self._reading_frame = self._size, False
-        self._deliver(frame)
+        if self._pos == len(self._frame):
+            frame, self._frame = self._frame, None
+            # read-only: the buffer is this request's alone, and the records views the log
+            # keeps are read-only as over bytes (bytes would cost a copy)
+            self._deliver(frame.toreadonly())
 
     def eof_received(self) -> None:
         return None  # the transport closes; connection_lost follows
@@ -272,26 +280,41 @@ class _Receiver(asyncio.BufferedProtocol):
             self._writable.set_result(None)
 
     # ------------------------------------------------------------------ frames
-    def _sized(self, size: int) -> None:
-        listener = self.listener
-        if size < 0 or size > listener.max_frame:
-            # refused from its size prefix alone, before its bytes are read
-            self.conn.close(f"frame size {size} out of range (max {listener.max_frame})")
-        elif listener._queue.try_acquire(size):
-            self.read_frame(size)
-        else:
-            self._stop(size)  # the task waits for the budget; nothing is read meanwhile
+    def _frames(self) -> None:
+        """Handle the frames in the head while reading goes on; keep the rest of it."""
+        listener, head = self.listener, self._head
+        while self.stopped is None and self._frame is None and self.conn.closed is None:
+            start = self._start
+            if self._end - start < 4:
+                break
+            size = int.from_bytes(head[start:start + 4], "big", signed=True)
+            self._start = start + 4
+            if size < 0 or size > listener.max_frame:
+                # refused from its size prefix alone, before the rest of it is read
+                self.conn.close(f"frame size {size} out of range (max {listener.max_frame})")
+                return
+            if listener._queue.try_acquire(size):
+                self.read_frame(size)
+            else:
+                self._stop(size)  # the task waits for the budget; nothing is read meanwhile
+        if self._frame is None and self.stopped is None and self._start:
+            n = self._end - self._start  # less than a size prefix: moved to the front
+            head[:n] = head[self._start:self._end]
+            self._start, self._end = 0, n
 
     def read_frame(self, size: int) -> None:
         """Read the frame of ``size`` bytes, its share of the budget taken."""
         self.held = size
-        if size == 0:
-            self._deliver(memoryview(b""))
+        start, have = self._start, self._end - self._start
+        if have >= size:
+            self._start = start + size
+            self._deliver(bytes(self._head[start:start + size]))
             return
-        self._buf = memoryview(bytearray(size))
-        self._reading_frame = True
+        self._frame = memoryview(bytearray(size))
+        self._frame[:have] = self._head[start:self._end]
+        self._pos, self._start, self._end = have, 0, 0
 
-    def _deliver(self, frame: memoryview) -> None:
+    def _deliver(self, frame: Any) -> None:
         conn, listener = self.conn, self.listener
         size, self.held = self.held, -1
         try:
@@ -301,10 +324,7 @@ class _Receiver(asyncio.BufferedProtocol):
                 return
             conn.done = asyncio.get_running_loop().create_future()
             try:
-                # read-only: the frame's buffer is this request's alone (a new one is read
-                # into for the next), and the records views the log keeps are read-only as
-                # over bytes; handing bytes would copy every frame once more
-                core.handle(conn, frame.toreadonly())
+                core.handle(conn, frame)
             except Exception:  # a core bug ends this connection, not the broker
                 log.exception("error handling a request")
                 conn.close("internal error")
@@ -343,6 +363,12 @@ class _Receiver(asyncio.BufferedProtocol):
             await self._wakeup
         why, self.stopped = self.stopped, None
         return why
+
+    def resume(self) -> None:
+        """Read on: the frames already in the head first, then the socket."""
+        self._frames()
+        if self.stopped is None and self.conn.closed is None:
+            self.transport.resume_reading()
 
     async def drain(self) -> None:
         """Wait until the transport's write buffer is below its low mark."""
@@ -571,7 +597,7 @@ class Listener:
         self._connections.add(conn)
         loop = asyncio.get_running_loop()
         try:
-            rx.transport.resume_reading()
+            rx.resume()
             while conn.closed is None:
                 why = await rx.next_stop()
                 if why is None:
@@ -597,8 +623,7 @@ class Listener:
                         conn.muted_until = 0.0
                     if rx.transport.get_write_buffer_size() > 1 << 20:
                         await rx.drain()
-                if rx.stopped is None and conn.closed is None:
-                    rx.transport.resume_reading()
+                rx.resume()
         except asyncio.CancelledError:
             pass
         finally:

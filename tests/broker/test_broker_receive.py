@@ -6,6 +6,8 @@ import asyncio
 import socket
 from asyncio import selector_events
 
+import pytest
+
 import kproto
 from kproto.broker import Broker
 from kproto.framing import RequestHeader, decode_response, encode_request
@@ -67,8 +69,9 @@ def test_frames_split_byte_by_byte_or_sharing_a_write_are_answered_in_order(tmp_
                 await writer.drain()
                 await asyncio.sleep(0.002)
             assert await answers(reader, 1) == [1]
-            # five frames in three writes: the fourth's split in its size prefix and its body
-            frames = [api_versions(cid, pad=cid * 1000) for cid in range(2, 7)]
+            # five frames in three writes, three of them longer than what is read at once
+            # between frames: the fourth's split in its size prefix and its body
+            frames = [api_versions(cid, pad=cid * 5000) for cid in range(2, 7)]
             burst, at = b"".join(frames), sum(map(len, frames[:3]))
             for part in (burst[:at + 2], burst[at + 2:at + 100], burst[at + 100:]):
                 writer.write(part)
@@ -79,5 +82,29 @@ def test_frames_split_byte_by_byte_or_sharing_a_write_are_answered_in_order(tmp_
             writer.write(bytes(4))
             assert await asyncio.wait_for(reader.read(), 5) == b""
             writer.close()
+
+    asyncio.run(asyncio.wait_for(main(), 30))
+
+
+def test_frames_read_together_wait_for_the_request_budget(tmp_path):
+    """queued.max.requests=1: while one connection's large frame is being read, another's two
+    small frames, written at once, wait for the budget; then both are answered, in order."""
+    async def main():
+        async with Broker(tmp_path / "d", queued_max_requests=1) as broker:
+            a = await asyncio.open_connection(broker.host, broker.port)
+            b = await asyncio.open_connection(broker.host, broker.port)
+            big = api_versions(1, pad=300_000)
+            a[1].write(big[:1000])  # the budget is held until the frame is read whole
+            await asyncio.sleep(0.2)
+            b[1].write(api_versions(2) + api_versions(3))
+            with pytest.raises(asyncio.TimeoutError):  # not answered meanwhile
+                await asyncio.wait_for(b[0].readexactly(1), 0.3)
+            assert broker._queue.requests == 1
+            a[1].write(big[1000:])
+            assert await answers(a[0], 1) == [1]
+            assert await answers(b[0], 2) == [2, 3]
+            assert broker._queue.peak_requests == 1 and broker._queue.requests == 0
+            a[1].close()
+            b[1].close()
 
     asyncio.run(asyncio.wait_for(main(), 30))

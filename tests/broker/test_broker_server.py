@@ -35,7 +35,7 @@ def test_hooks_seen_by_a_real_client_and_a_bad_frame_closes_only_its_connection(
                 assert meta.offset == 0 and hook.seen == 2 and not hook.active  # retried through
                 # a rude client: garbage frame -> closed; the producer goes on
                 reader, writer = await asyncio.open_connection(broker.host, broker.port)
-                writer.write(b"\x00\x00\x00\x07garbage")  # all read: a clean close, no reset
+                writer.write(b"\x00\x00\x00\x05garbage")
                 await writer.drain()
                 assert await asyncio.wait_for(reader.read(), 5) == b""
                 reader, writer = await asyncio.open_connection(broker.host, broker.port)
