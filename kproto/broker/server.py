@@ -246,6 +246,8 @@ class _Receiver(asyncio.BufferedProtocol):
     def get_buffer(self, sizehint: int) -> memoryview:
         if self._frame is not None:
             return self._frame[self._pos:]
+        if self._end == _HEAD:  # full only once closing (a TLS shutdown still reads): dropped
+            self._start = self._end = 0
         return self._head[self._end:]
 
     def buffer_updated(self, nbytes: int) -> None:

@@ -108,3 +108,24 @@ def test_frames_read_together_wait_for_the_request_budget(tmp_path):
             b[1].close()
 
     asyncio.run(asyncio.wait_for(main(), 30))
+
+
+def test_a_tls_listener_reads_large_small_and_split_frames(tmp_path):
+    """The same reads through TLS (its transport fills the receiver's buffers too)."""
+    pytest.importorskip("cryptography")
+    from kproto.testing.tls import TestCA
+
+    ca = TestCA(tmp_path / "ca")
+
+    async def main():
+        async with Broker(tmp_path / "d", ssl_context=ca.server_context(ca.issue("CN=broker"))) as broker:
+            reader, writer = await asyncio.open_connection(broker.host, broker.port, ssl=ca.client_context())
+            frames = [api_versions(1), api_versions(2, pad=300_000), api_versions(3), api_versions(4, pad=20_000)]
+            burst = b"".join(frames)
+            for at in range(0, len(burst), 7001):  # TLS records cut across frames and prefixes
+                writer.write(burst[at:at + 7001])
+                await writer.drain()
+            assert await answers(reader, 4) == [1, 2, 3, 4]
+            writer.close()
+
+    asyncio.run(asyncio.wait_for(main(), 30))
