@@ -13,7 +13,6 @@ is a listener in front of a broker core.
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import os
 import select
@@ -72,19 +71,30 @@ class _QueueBudget:
             return False
         return self.max_bytes is None or self.bytes == 0 or self.bytes + size <= self.max_bytes
 
+    def try_acquire(self, size: int) -> bool:
+        """Take ``size`` now if it fits and nobody waits before it (first come, first served)."""
+        if self._waiters or not self._fits(size):
+            return False
+        self._take(size)
+        return True
+
     async def acquire(self, size: int) -> None:
-        if self._waiters or not self._fits(size):  # first come, first served
-            loop = asyncio.get_running_loop()
-            fut: asyncio.Future[None] = loop.create_future()
-            self._waiters.append(fut)
-            try:
-                await fut  # only the head of the line is woken
-                while not self._fits(size):
-                    fut = self._waiters[0] = loop.create_future()
-                    await fut
-            finally:
-                self._waiters.remove(fut)
-                self._wake()  # the next in line checks once this one has taken its share
+        if self.try_acquire(size):
+            return
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[None] = loop.create_future()
+        self._waiters.append(fut)
+        try:
+            await fut  # only the head of the line is woken
+            while not self._fits(size):
+                fut = self._waiters[0] = loop.create_future()
+                await fut
+        finally:
+            self._waiters.remove(fut)
+            self._wake()  # the next in line checks once this one has taken its share
+        self._take(size)
+
+    def _take(self, size: int) -> None:
         self.requests += 1
         self.bytes += size
         self.peak_requests = max(self.peak_requests, self.requests)
@@ -103,14 +113,14 @@ class _QueueBudget:
 class _Connection:
     """A channel of the core bound to one socket."""
 
-    def __init__(self, writer: asyncio.StreamWriter, listener: Optional[str] = None) -> None:
-        self.writer = writer
+    def __init__(self, transport: asyncio.Transport, listener: Optional[str] = None) -> None:
+        self.transport = transport
         #: the name of the listener it came in on (None: the broker's main listener)
         self.listener = listener
-        peer = writer.get_extra_info("peername")
+        peer = transport.get_extra_info("peername")
         self.peer = f"/{peer[0]}" if isinstance(peer, tuple) else "/127.0.0.1"
         #: the TLS session (an SSL listener's: the client certificate), None on PLAINTEXT
-        self.ssl_object: Optional[_ssl.SSLObject] = writer.get_extra_info("ssl_object")
+        self.ssl_object: Optional[_ssl.SSLObject] = transport.get_extra_info("ssl_object")
         #: a plaintext socket sends a Fetch answer's records from their files (sendfile, as
         #: Kafka's PLAINTEXT listener does); TLS copies them through the encryption
         self.sends_files = self.ssl_object is None and hasattr(os, "sendfile")
@@ -128,7 +138,7 @@ class _Connection:
 
     def respond(self, frame: Optional[bytes]) -> None:
         if self.closed is None and frame is not None:
-            self.writer.write(frame)
+            self.transport.write(frame)
         if self.done is not None and not self.done.done():
             self.done.set_result(None)
 
@@ -145,7 +155,7 @@ class _Connection:
 
     async def _send(self, parts: list[Any]) -> None:
         loop = asyncio.get_running_loop()
-        transport: Any = self.writer.transport
+        transport: Any = self.transport
         sock = transport.get_extra_info("socket")
         # TCP_CORK: the answer's small pieces between regions go out in full packets
         cork = sock is not None and hasattr(socket, "TCP_CORK")
@@ -179,8 +189,8 @@ class _Connection:
             self.sending.cancel()  # its finally closes the regions not sent
         if self.closed is None:
             self.closed = reason
-            log.info("closing connection %s: %s", self.writer.get_extra_info("peername"), reason)
-            self.writer.close()
+            log.info("closing connection %s: %s", self.transport.get_extra_info("peername"), reason)
+            self.transport.close()
         if self.done is not None and not self.done.done():
             self.done.set_result(None)
 
@@ -189,6 +199,183 @@ def _close_regions(parts: list[Any]) -> None:
     for part in parts:
         if type(part) is FileRegion:
             part.close()
+
+
+_AFTER_REQUEST = -1
+""":attr:`_Receiver.stopped` after a request that must be waited for before the next is read."""
+
+_HEAD = 16 << 10
+"""Bytes a connection reads at once between frames. Frames that fit are read together (a small
+request costs no turn of the loop of its own) and copied out once; a larger frame's bytes past
+them are read into its own buffer."""
+
+
+class _Receiver(asyncio.BufferedProtocol):
+    """A connection's reads: up to :data:`_HEAD` bytes at once between frames, a larger frame
+    into a buffer of exactly its size, filled by the kernel (``recv_into``) with no copy in user
+    space (but of its first bytes, read with its size). A frame is handled as soon as it is
+    complete; reading goes on at once when its answer is out, and otherwise stops (the transport
+    paused, as Kafka mutes a channel) while :meth:`Listener._serve`, woken through
+    :meth:`next_stop`, waits for what is missing."""
+
+    def __init__(self, listener: Listener, name: Optional[str]) -> None:
+        self.listener, self.name = listener, name
+        self.transport: Any = None
+        self.conn: _Connection  # once connected
+        self._head = memoryview(bytearray(_HEAD))
+        self._start = self._end = 0  # the head's bytes not yet taken
+        self._frame: Optional[memoryview] = None  # a frame being read into its own buffer
+        self._pos = 0  # bytes of it read
+        #: the budget share (queued.max.request.bytes) taken for the frame being read; -1: none
+        self.held = -1
+        #: why reading stopped, for the task: a frame's size (waiting for the budget) or
+        #: _AFTER_REQUEST; None: reading
+        self.stopped: Optional[int] = None
+        self.lost = False
+        self._wakeup: Optional[asyncio.Future[None]] = None
+        self._writable: Optional[asyncio.Future[None]] = None
+
+    # ------------------------------------------------------------------ asyncio callbacks
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport
+        # nothing is read before the task has admitted the connection (connection quotas)
+        self.transport.pause_reading()
+        self.conn = _Connection(self.transport, self.name)
+        asyncio.get_running_loop().create_task(self.listener._serve(self))
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if self._frame is not None:
+            return self._frame[self._pos:]
+        if self._end == _HEAD:  # full only once closing (a TLS shutdown still reads): dropped
+            self._start = self._end = 0
+        return self._head[self._end:]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self.conn.closed is not None:
+            return  # closing (a TLS shutdown still reads): what arrives now is dropped unread
+        if self._frame is None:
+            self._end += nbytes
+            self._frames()
+            return
+        self._pos += nbytes
+        if self._pos == len(self._frame):
+            frame, self._frame = self._frame, None
+            # read-only: the buffer is this request's alone, and the records views the log
+            # keeps are read-only as over bytes (bytes would cost a copy)
+            self._deliver(frame.toreadonly())
+
+    def eof_received(self) -> None:
+        return None  # the transport closes; connection_lost follows
+
+    def connection_lost(self, exc: Optional[Exception]) -> None:
+        self.lost = True
+        self._wake()
+        if self._writable is not None and not self._writable.done():
+            self._writable.set_result(None)
+
+    def pause_writing(self) -> None:
+        if self._writable is None or self._writable.done():
+            self._writable = asyncio.get_running_loop().create_future()
+
+    def resume_writing(self) -> None:
+        if self._writable is not None and not self._writable.done():
+            self._writable.set_result(None)
+
+    # ------------------------------------------------------------------ frames
+    def _frames(self) -> None:
+        """Handle the frames in the head while reading goes on; keep the rest of it."""
+        listener, head = self.listener, self._head
+        while self.stopped is None and self._frame is None and self.conn.closed is None:
+            start = self._start
+            if self._end - start < 4:
+                break
+            size = int.from_bytes(head[start:start + 4], "big", signed=True)
+            self._start = start + 4
+            if size < 0 or size > listener.max_frame:
+                # refused from its size prefix alone, before the rest of it is read
+                self.conn.close(f"frame size {size} out of range (max {listener.max_frame})")
+                return
+            if listener._queue.try_acquire(size):
+                self.read_frame(size)
+            else:
+                self._stop(size)  # the task waits for the budget; nothing is read meanwhile
+        if self._frame is None and self.stopped is None and self._start:
+            n = self._end - self._start  # less than a size prefix: moved to the front
+            head[:n] = head[self._start:self._end]
+            self._start, self._end = 0, n
+
+    def read_frame(self, size: int) -> None:
+        """Read the frame of ``size`` bytes, its share of the budget taken."""
+        self.held = size
+        start, have = self._start, self._end - self._start
+        if have >= size:
+            self._start = start + size
+            self._deliver(bytes(self._head[start:start + size]))
+            return
+        self._frame = memoryview(bytearray(size))
+        self._frame[:have] = self._head[start:self._end]
+        self._pos, self._start, self._end = have, 0, 0
+
+    def _deliver(self, frame: Any) -> None:
+        conn, listener = self.conn, self.listener
+        size, self.held = self.held, -1
+        try:
+            core = listener.core
+            if core is None:
+                conn.close("no core to handle requests")
+                return
+            conn.done = asyncio.get_running_loop().create_future()
+            try:
+                core.handle(conn, frame)
+            except Exception:  # a core bug ends this connection, not the broker
+                log.exception("error handling a request")
+                conn.close("internal error")
+        finally:
+            # handled (Kafka releases the request's buffer once its handler returns; a long
+            # poll waits in the purgatory, not in the queue)
+            listener._queue.release(size)
+        listener.arm_timer()
+        if (conn.closed is None and conn.done.done() and conn.sending is None and not conn.muted_until
+                and self.transport.get_write_buffer_size() <= 1 << 20):
+            return  # answered: the next frame is read on
+        self._stop(_AFTER_REQUEST)
+
+    def release(self) -> None:
+        """Give back the budget share of a frame left unread (the connection is gone)."""
+        if self.held >= 0:
+            self.listener._queue.release(self.held)
+            self.held = -1
+
+    # ------------------------------------------------------------------ the task's side
+    def _stop(self, why: int) -> None:
+        self.transport.pause_reading()
+        self.stopped = why
+        self._wake()
+
+    def _wake(self) -> None:
+        if self._wakeup is not None and not self._wakeup.done():
+            self._wakeup.set_result(None)
+
+    async def next_stop(self) -> Optional[int]:
+        """Why reading stopped (see :attr:`stopped`), once it has; None: the connection is gone."""
+        while self.stopped is None:
+            if self.lost:
+                return None
+            self._wakeup = asyncio.get_running_loop().create_future()
+            await self._wakeup
+        why, self.stopped = self.stopped, None
+        return why
+
+    def resume(self) -> None:
+        """Read on: the frames already in the head first, then the socket."""
+        self._frames()
+        if self.stopped is None and self.conn.closed is None:
+            self.transport.resume_reading()
+
+    async def drain(self) -> None:
+        """Wait until the transport's write buffer is below its low mark."""
+        if self._writable is not None and not self.lost:
+            await self._writable
 
 
 STALL_WARNING_S = 2.0
@@ -238,7 +425,7 @@ class _StallWatchdog:
             return True
         fds = list(self.fds)
         for c in conns:
-            sock = c.writer.get_extra_info("socket")
+            sock = c.transport.get_extra_info("socket")
             if sock is not None and c.closed is None:
                 fds.append(sock.fileno())
         fds = [fd for fd in fds if fd >= 0]
@@ -295,7 +482,9 @@ class Listener:
 
     async def listen(self, host: str, port: int) -> int:
         """Accept connections on ``host:port`` (0: a free port); the port bound."""
-        self._server = await asyncio.start_server(self._serve, host, port, ssl=self.ssl_context)
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(lambda: _Receiver(self, None), host, port,
+                                                ssl=self.ssl_context)
         if self.stall_warning_s is not None and self._watchdog is None:
             self._watchdog = _StallWatchdog(self, asyncio.get_running_loop(), self.stall_warning_s,
                                             [s.fileno() for s in self._server.sockets])
@@ -306,8 +495,8 @@ class Listener:
         """Accept connections on another listener, ``name`` (Kafka's listener names): its
         connections' channels carry the name, for the core to apply that listener's security.
         The port bound."""
-        server = await asyncio.start_server(functools.partial(self._serve, listener=name), host, port,
-                                            ssl=ssl_context)
+        server = await asyncio.get_running_loop().create_server(lambda: _Receiver(self, name), host,
+                                                                port, ssl=ssl_context)
         self._extra_servers[name] = server
         return server.sockets[0].getsockname()[1]
 
@@ -388,80 +577,59 @@ class Listener:
                      "of %d connections", ip, value)
         return verdict == "ok"
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                     listener: Optional[str] = None) -> None:
+    async def _serve(self, rx: _Receiver) -> None:
+        """A connection's task: admit it, then wait for whatever its receiver stopped for."""
         task = asyncio.current_task()
         assert task is not None
         self._tasks.add(task)
-        conn = _Connection(writer, listener)
+        conn = rx.conn
         quotas: Optional[ConnectionQuotas] = getattr(self.core, "connection_quotas", None)
         ip = conn.peer[1:]
         if quotas is not None:
             # nothing is read before the connection is taken (Kafka's acceptor has not handed
             # it to a processor yet): a client's request waits in the kernel's buffer
-            transport: Any = writer.transport  # a read-write transport
-            transport.pause_reading()
             try:
                 admitted = await self._admit(quotas, ip)
             except asyncio.CancelledError:
                 admitted = False
             if not admitted:
                 self._tasks.discard(task)
-                if getattr(reader, "_buffer", b""):  # read before the pause: dropped unread
-                    transport.abort()
-                else:
-                    writer.close()  # with a request unread in the kernel: a reset, as Kafka's
+                rx.transport.close()  # with a request unread in the kernel: a reset, as Kafka's
                 return
-            transport.resume_reading()
         self._connections.add(conn)
         loop = asyncio.get_running_loop()
-        budget = self._queue
         try:
+            rx.resume()
             while conn.closed is None:
-                size = int.from_bytes(await reader.readexactly(4), "big", signed=True)
-                if size < 0 or size > self.max_frame:
-                    # refused from its size prefix alone, before its bytes are read
-                    conn.close(f"frame size {size} out of range (max {self.max_frame})")
-                    return
-                # queued.max.requests / queued.max.request.bytes: the frame's bytes are read
-                # only once the shared budget has room (the socket is not read meanwhile)
-                await budget.acquire(size)
-                try:
-                    frame = await reader.readexactly(size)
-                    core = self.core
-                    if core is None:
+                why = await rx.next_stop()
+                if why is None:
+                    return  # the client is gone
+                if why != _AFTER_REQUEST:
+                    # queued.max.requests / queued.max.request.bytes: the frame's bytes are
+                    # read only once the shared budget has room
+                    await self._queue.acquire(why)
+                    rx.read_frame(why)
+                else:
+                    assert conn.done is not None
+                    await conn.done
+                    if conn.sending is not None:
+                        # the next request is read once this answer is out (Kafka mutes a
+                        # connection while its answer is being sent)
+                        await conn.sending
+                        conn.sending = None
+                    if conn.closed is not None:
                         return
-                    conn.done = loop.create_future()
-                    try:
-                        core.handle(conn, frame)
-                    except Exception:  # a core bug ends this connection, not the broker
-                        log.exception("error handling a request")
-                        conn.close("internal error")
-                finally:
-                    # handled (Kafka releases the request's buffer once its handler returns;
-                    # a long poll waits in the purgatory, not in the queue)
-                    budget.release(size)
-                del frame
-                self.arm_timer()
-                await conn.done
-                if conn.sending is not None:
-                    # the next request is read once this answer is out (Kafka mutes a
-                    # connection while its answer is being sent)
-                    await conn.sending
-                    conn.sending = None
-                if conn.closed is not None:
-                    return
-                if conn.muted_until:
-                    # throttled (KIP-219): the answer is out, the next request waits
-                    await asyncio.sleep(max(0.0, conn.muted_until - loop.time()))
-                    conn.muted_until = 0.0
-                if writer.transport.get_write_buffer_size() > 1 << 20:
-                    await writer.drain()
-        except (ConnectionError, asyncio.IncompleteReadError):
-            pass
+                    if conn.muted_until:
+                        # throttled (KIP-219): the answer is out, the next request waits
+                        await asyncio.sleep(max(0.0, conn.muted_until - loop.time()))
+                        conn.muted_until = 0.0
+                    if rx.transport.get_write_buffer_size() > 1 << 20:
+                        await rx.drain()
+                rx.resume()
         except asyncio.CancelledError:
             pass
         finally:
+            rx.release()
             self._connections.discard(conn)
             self._tasks.discard(task)
             if quotas is not None:
@@ -472,7 +640,7 @@ class Listener:
                 closed(conn)  # a broker's share sessions end with their connection
             if conn.closed is None:
                 conn.closed = "client gone"
-                writer.close()
+                rx.transport.close()
 
 
 class Broker(Listener):
