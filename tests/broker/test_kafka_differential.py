@@ -107,6 +107,14 @@ class Story:
         self.t.create_topic(topic, partitions)
         tid = self.t.topic_id(topic)
         assert tid is not None
+        # Apache Kafka's metadata names a new partition's leader before its replica manager
+        # has made the partition a leader: a produce between the two is answered
+        # NOT_LEADER_OR_FOLLOWER (seen under load). The stories start once both agree.
+        L = request_codec(ApiKey.LIST_OFFSETS).cls
+        ask = L(replica_id=-1, isolation_level=0, topics=[L.ListOffsetsTopic(name=topic, partitions=[
+            L.ListOffsetsPartition(partition_index=i, timestamp=-1) for i in range(partitions)])])
+        eventually(lambda: not any(p.error_code for t in self.t.request(ask, 7).topics for p in t.partitions),
+                   what=f"{topic}'s partitions led")
         return tid
 
     def delete(self, topic: str) -> None:
