@@ -60,6 +60,8 @@ struct Prog {
     int reuse;              /* a freed object of type can be decoded into again (every slot is an op's,
                              * a default's or the unknown fields') */
     int has_view;           /* a view of the buffer can be in this struct or one nested in it */
+    Op **view_ops;          /* the ops (regular or tagged) whose values can be or hold views */
+    Py_ssize_t nview_ops;
     Dflt *dflt;
     Op *ops;
     Tag *tags;
@@ -340,17 +342,30 @@ static int recycle_int(PyObject *v) {
     return 1;
 }
 
-static int recycle_view(PyObject *v) {
+/* A view the decoder made gives its export of the buffer back and stays a released view of
+ * nothing (its mbuf NULL), to be made a view again: when it has one dimension (room for its
+ * shape, strides and suboffsets), was never exported, and another view keeps the buffer (the last
+ * one is freed by CPython, which releases the exporter's buffer). */
+static int detach_view(PyObject *v) {
     PyMemoryViewObject *mv = (PyMemoryViewObject *)v;
-    /* one dimension (room for its shape, strides and suboffsets), never exported, not released, and another view keeps the buffer (the last
-     * one is freed by CPython, which releases the exporter's buffer) */
     if (Py_SIZE(v) != 3 || mv->view.ndim != 1 || mv->exports != 0 || mv->weakreflist != NULL ||
-        (mv->flags & _Py_MEMORYVIEW_RELEASED) || !mv->mbuf || mv->mbuf->exports < 2 ||
-        view_pool_n >= POOL_KEEP)
+        (mv->flags & _Py_MEMORYVIEW_RELEASED) || !mv->mbuf || mv->mbuf->exports < 2)
         return 0;
-    gc_untrack(v);
     mv->mbuf->exports--;
     Py_CLEAR(mv->mbuf);
+    mv->flags |= _Py_MEMORYVIEW_RELEASED;   /* anything reading it finds it released */
+    return 1;
+}
+
+/* A detached view (a kept message's, see drop_views), or one that can be. */
+static inline int detached_view(PyObject *v) {
+    PyMemoryViewObject *mv = (PyMemoryViewObject *)v;
+    return !mv->mbuf && Py_SIZE(v) == 3 && mv->exports == 0 && mv->weakreflist == NULL;
+}
+
+static int recycle_view(PyObject *v) {
+    if (view_pool_n >= POOL_KEEP || !(detached_view(v) || detach_view(v))) return 0;
+    gc_untrack(v);
     view_pool[view_pool_n++] = v;
     return 1;
 }
@@ -605,29 +620,35 @@ static int view_kind(PyObject *mv) {
 
 /* mv[at:at + n] for a view of the kind given: a new view of the same exporter, narrowed in place,
  * which is what slicing does minus the slice object (a third of the cost of a ProduceRequest). */
+#ifdef POOL_INTS_AND_VIEWS
+/* A detached view v made base[at:at + n]: what PyMemoryView_FromObject(base) makes (mbuf_add_view),
+ * narrowed. */
+static inline void fill_view(PyObject *v, PyObject *base, Py_ssize_t at, Py_ssize_t n) {
+    PyMemoryViewObject *mv = (PyMemoryViewObject *)v, *b = (PyMemoryViewObject *)base;
+    mv->mbuf = (_PyManagedBufferObject *)Py_NewRef(b->mbuf);
+    b->mbuf->exports++;
+    mv->hash = -1;
+    mv->flags = b->flags;
+    mv->exports = 0;
+    mv->view = b->view;
+    mv->view.shape = mv->ob_array;
+    mv->view.strides = mv->ob_array + 1;
+    mv->view.suboffsets = NULL;
+    mv->view.buf = (char *)b->view.buf + at;
+    mv->view.len = n;
+    mv->ob_array[0] = n;
+    mv->ob_array[1] = 1;
+}
+#endif
+
 static PyObject *view_slice(PyObject *mv, int kind, Py_ssize_t at, Py_ssize_t n) {
     if (kind == VIEW_SLICE) return PySequence_GetSlice(mv, at, at + n);
-    Py_buffer *b = PyMemoryView_GET_BUFFER(mv);
 #ifdef POOL_INTS_AND_VIEWS
-    PyMemoryViewObject *base = (PyMemoryViewObject *)mv;
     if (kind == VIEW_RECYCLE && view_pool_n > 0) {
-        /* what PyMemoryView_FromObject(mv) makes (mbuf_add_view), in a recycled view */
-        PyMemoryViewObject *v = (PyMemoryViewObject *)view_pool[--view_pool_n];
-        v->mbuf = (_PyManagedBufferObject *)Py_NewRef(base->mbuf);
-        base->mbuf->exports++;
-        v->hash = -1;
-        v->flags = base->flags;
-        v->exports = 0;
-        v->view = base->view;
-        v->view.shape = v->ob_array;
-        v->view.strides = v->ob_array + 1;
-        v->view.suboffsets = NULL;
-        v->view.buf = (char *)b->buf + at;
-        v->view.len = n;
-        v->ob_array[0] = n;
-        v->ob_array[1] = 1;
-        gc_track((PyObject *)v);
-        return (PyObject *)v;
+        PyObject *v = view_pool[--view_pool_n];
+        fill_view(v, mv, at, n);
+        gc_track(v);
+        return v;
     }
 #endif
     PyObject *sub = PyMemoryView_FromObject(mv);
@@ -641,23 +662,45 @@ static PyObject *view_slice(PyObject *mv, int kind, Py_ssize_t at, Py_ssize_t n)
 
 static PyObject *decode_struct(Reader *r, Prog *pg, PyObject *o);
 
-/* A bytes field read as a slice of the caller's buffer (Kafka's zeroCopy: records). */
-static inline PyObject *read_view(Reader *r, Op *op) {
+static inline void put_slot(PyObject **slot, PyObject *v);
+static inline void put_none(PyObject **slot);
+
+/* A bytes field read as a slice of the caller's buffer (Kafka's zeroCopy: records) into *slot:
+ * a detached view there (a kept message's) is made that slice. */
+static inline int read_view_into(Reader *r, Op *op, PyObject **slot) {
     int64_t n;
-    if (read_len(r, op->flags, 0, &n) < 0) return NULL;
+    if (read_len(r, op->flags, 0, &n) < 0) return -1;
     if (n < 0) {
-        if (op->flags & F_NULLABLE) Py_RETURN_NONE;
-        return fail("null in a non-nullable field");
+        if (op->flags & F_NULLABLE) { put_none(slot); return 0; }
+        fail("null in a non-nullable field");
+        return -1;
     }
-    if (n > r->len - r->pos) return fail("length beyond the data");
+    if (n > r->len - r->pos) { fail("length beyond the data"); return -1; }
     Py_ssize_t at = r->pos;
     r->pos += (Py_ssize_t)n;
     if (!r->view) {
         r->view = PyMemoryView_Check(r->src) ? Py_NewRef(r->src) : PyMemoryView_FromObject(r->src);
-        if (!r->view) return NULL;
+        if (!r->view) return -1;
     }
     if (!r->view_kind) r->view_kind = view_kind(r->view);
-    return view_slice(r->view, r->view_kind, at, (Py_ssize_t)n);
+#ifdef POOL_INTS_AND_VIEWS
+    PyObject *old = *slot;
+    if (old && r->view_kind == VIEW_RECYCLE && Py_TYPE(old) == &PyMemoryView_Type && Py_REFCNT(old) == 1 &&
+        detached_view(old)) {
+        fill_view(old, r->view, at, (Py_ssize_t)n);
+        return 0;
+    }
+#endif
+    PyObject *v = view_slice(r->view, r->view_kind, at, (Py_ssize_t)n);
+    if (!v) return -1;
+    put_slot(slot, v);
+    return 0;
+}
+
+static inline PyObject *read_view(Reader *r, Op *op) {
+    PyObject *v = NULL;
+    if (read_view_into(r, op, &v) < 0) { Py_XDECREF(v); return NULL; }
+    return v;
 }
 
 static inline int64_t fixed_width(int code) {
@@ -1183,6 +1226,9 @@ static int read_into(Reader *r, Op *op, PyObject **slot) {
         *slot = NULL;
         return (*slot = read_array(r, op, old)) ? 0 : -1;
     }
+    case OP_BYTES:
+        if (op->flags & F_VIEW) return read_view_into(r, op, slot);
+        /* fall through */
     default: {
         PyObject *v = decode_value(r, op);
         if (!v) return -1;
@@ -1190,12 +1236,7 @@ static int read_into(Reader *r, Op *op, PyObject **slot) {
         return 0;
     }
     }
-    if (op->code == OP_STRING) {   /* a zeroCopy string: a view */
-        PyObject *v = read_view(r, op);
-        if (!v) return -1;
-        put_slot(slot, v);
-        return 0;
-    }
+    if (op->code == OP_STRING) return read_view_into(r, op, slot);   /* a zeroCopy string: a view */
     fail("truncated");
     return -1;
 }
@@ -1273,11 +1314,7 @@ static PyObject *decode_struct(Reader *r, Prog *pg, PyObject *o) {
             break;
         }
         case OP_BYTES:
-            if (op->flags & F_VIEW) {
-                PyObject *v = read_view(r, op);
-                if (!v) goto error;
-                put_slot(slot, v);
-            } else if (read_into(r, op, slot) < 0) {
+            if ((op->flags & F_VIEW) ? read_view_into(r, op, slot) < 0 : read_into(r, op, slot) < 0) {
                 goto error;
             }
             break;
@@ -1994,24 +2031,27 @@ static PyObject *set_fast_dealloc(PyObject *mod, PyObject *cls) {
 
 /* Drop the views of the buffer in o and in what o alone holds (o is held by nobody else). */
 static void drop_views(PyObject *o, Prog *pg) {
-    for (Py_ssize_t i = 0; i < pg->nops + pg->ntags; i++) {
-        Op *op = i < pg->nops ? &pg->ops[i] : &pg->tags[i - pg->nops].op;
+    for (Py_ssize_t i = 0; i < pg->nview_ops; i++) {
+        Op *op = pg->view_ops[i];
         PyObject **slot = &SLOT(o, op->offset), *v = *slot;
         if (!v) continue;
-        if (op->flags & F_VIEW || Py_TYPE(v) == &PyMemoryView_Type ||
-            (op->code == OP_ARRAY && (op->elem->flags & F_VIEW))) {
+        Op *elem = op->code == OP_ARRAY ? op->elem : op;
+        if ((elem->flags & F_VIEW) || Py_TYPE(v) == &PyMemoryView_Type) {
+#ifdef POOL_INTS_AND_VIEWS
+            /* left in the slot without the buffer, made a view again by the next decode */
+            if (Py_TYPE(v) == &PyMemoryView_Type && Py_REFCNT(v) == 1 && detach_view(v)) continue;
+#endif
             *slot = NULL;
             release(v);
-            continue;
-        }
-        Prog *sub = op->code == OP_STRUCT ? op->sub : op->code == OP_ARRAY && op->elem->code == OP_STRUCT ? op->elem->sub : NULL;
-        if (!sub || !sub->has_view || Py_REFCNT(v) != 1) continue;
-        if (op->code == OP_STRUCT) {
-            if (Py_TYPE(v) == sub->type) drop_views(v, sub);
-        } else if (Py_TYPE(v) == &PyList_Type) {
-            for (Py_ssize_t k = 0; k < Py_SIZE(v); k++) {
-                PyObject *e = PyList_GET_ITEM(v, k);
-                if (e && Py_TYPE(e) == sub->type && Py_REFCNT(e) == 1) drop_views(e, sub);
+        } else if (Py_REFCNT(v) == 1) {
+            Prog *sub = elem->sub;
+            if (op->code == OP_STRUCT) {
+                if (Py_TYPE(v) == sub->type) drop_views(v, sub);
+            } else if (Py_TYPE(v) == &PyList_Type) {
+                for (Py_ssize_t k = 0; k < Py_SIZE(v); k++) {
+                    PyObject *e = PyList_GET_ITEM(v, k);
+                    if (e && Py_TYPE(e) == sub->type && Py_REFCNT(e) == 1) drop_views(e, sub);
+                }
             }
         }
     }
@@ -2050,19 +2090,21 @@ static inline void note(ProgramObject *prog, PyObject *o, Reader *r) {
 }
 
 /* Whether the instances of pg's class (and its nested structs') can be decoded into again, and
- * whether a view can be found in them. */
-static void mark_reuse(Prog *pg) {
+ * which of their fields can hold views. */
+static int mark_reuse(ProgramObject *self, Prog *pg) {
     Py_ssize_t nslots = (pg->type->tp_basicsize - (Py_ssize_t)sizeof(PyObject)) / (Py_ssize_t)sizeof(PyObject *);
     pg->reuse = pg->type->tp_dealloc == message_dealloc && pg->nops + pg->ndflt + 1 == nslots;
-    for (Py_ssize_t i = 0; i < pg->nops + pg->ntags; i++) {
+    Py_ssize_t n = pg->nops + pg->ntags;
+    if (!(pg->view_ops = arena(self, sizeof(Op *) * (size_t)n))) return -1;
+    for (Py_ssize_t i = 0; i < n; i++) {
         Op *op = i < pg->nops ? &pg->ops[i] : &pg->tags[i - pg->nops].op;
         Op *elem = op->code == OP_ARRAY ? op->elem : op;
-        if (op->flags & F_VIEW || elem->flags & F_VIEW) pg->has_view = 1;
-        if (elem->code == OP_STRUCT) {
-            mark_reuse(elem->sub);
-            pg->has_view |= elem->sub->has_view;
-        }
+        if (elem->code == OP_STRUCT && mark_reuse(self, elem->sub) < 0) return -1;
+        if ((elem->flags & F_VIEW) || (elem->code == OP_STRUCT && elem->sub->has_view))
+            pg->view_ops[pg->nview_ops++] = op;
     }
+    pg->has_view = pg->nview_ops > 0;
+    return 0;
 }
 
 /* -- the Program type ------------------------------------------------------------------------- */
@@ -2078,8 +2120,7 @@ static PyObject *Program_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     if (programs) programs->prev = self;
     programs = self;
     self->root = compile_struct(self, spec);
-    if (!self->root) { Py_DECREF(self); return NULL; }
-    mark_reuse(self->root);
+    if (!self->root || mark_reuse(self, self->root) < 0) { Py_DECREF(self); return NULL; }
     return (PyObject *)self;
 }
 
