@@ -2313,7 +2313,8 @@ static PyObject *clear_pools(PyObject *mod, PyObject *unused) {
 
 static PyMethodDef module_methods[] = {
     {"clear_pools", clear_pools, METH_NOARGS,
-     "Free the message objects, lists, ints, byte views and pending-array markers kept for the decoder, and the shared strings."},
+     "Free the message objects, lists, ints, byte views and pending-array markers kept for the decoder, the messages "
+     "programs keep to decode into, and the shared strings."},
     {"pool_stats", pool_stats, METH_NOARGS,
      "How many freed message objects, lists, ints, byte views and pending-array markers are kept for the decoder."},
     {"slot_offset", slot_offset, METH_O, "Byte offset of a __slots__ member descriptor."},
