@@ -57,21 +57,40 @@ struct Prog {
     int flexible;
     Py_ssize_t ndflt, nops, ntags, nguards;
     int has_const;          /* some default is a constant the decoder sets */
+    int reuse;              /* a freed object of type can be decoded into again (every slot is an op's,
+                             * a default's or the unknown fields') */
+    int has_view;           /* a view of the buffer can be in this struct or one nested in it */
+    Op **view_ops;          /* the ops (regular or tagged) whose values can be or hold views */
+    Py_ssize_t nview_ops;
     Dflt *dflt;
     Op *ops;
     Tag *tags;
     Dflt *guards;           /* fields absent at this version: encoding needs them at their default */
 };
 
-typedef struct {
+typedef struct ProgramObject ProgramObject;
+
+struct ProgramObject {
     PyObject_HEAD
     PyObject *spec;         /* keeps every borrowed class and constant alive */
     Prog *root;
+    PyObject *kept;         /* the last message decoded, freed by its user: decoded into next time */
+    ProgramObject *prev, *next;   /* every program (clear_pools frees what they keep) */
     Py_ssize_t last_size;   /* size of the last encoding: the next one's first buffer */
     Py_ssize_t parts_size;  /* encode_parts' buffer size last time (its largest part) */
     void **blocks;          /* everything allocated for the program, freed together */
     Py_ssize_t nblocks, cap;
-} ProgramObject;
+};
+
+/* The last message decoded whole of each program, by address (see keep_message). */
+#define NOTED 64
+typedef struct { PyObject *obj; ProgramObject *prog; } Noted;
+static Noted noted[NOTED];
+static ProgramObject *programs;   /* every program, linked */
+
+static inline Noted *noted_entry(PyObject *o) {
+    return &noted[(((uintptr_t)o >> 4) * 0x9E3779B97F4A7C15ULL) >> 58];   /* 6 bits: NOTED */
+}
 
 typedef struct Holder Holder;
 
@@ -323,17 +342,30 @@ static int recycle_int(PyObject *v) {
     return 1;
 }
 
-static int recycle_view(PyObject *v) {
+/* A view the decoder made gives its export of the buffer back and stays a released view of
+ * nothing (its mbuf NULL), to be made a view again: when it has one dimension (room for its
+ * shape, strides and suboffsets), was never exported, and another view keeps the buffer (the last
+ * one is freed by CPython, which releases the exporter's buffer). */
+static int detach_view(PyObject *v) {
     PyMemoryViewObject *mv = (PyMemoryViewObject *)v;
-    /* one dimension (room for its shape, strides and suboffsets), never exported, not released, and another view keeps the buffer (the last
-     * one is freed by CPython, which releases the exporter's buffer) */
     if (Py_SIZE(v) != 3 || mv->view.ndim != 1 || mv->exports != 0 || mv->weakreflist != NULL ||
-        (mv->flags & _Py_MEMORYVIEW_RELEASED) || !mv->mbuf || mv->mbuf->exports < 2 ||
-        view_pool_n >= POOL_KEEP)
+        (mv->flags & _Py_MEMORYVIEW_RELEASED) || !mv->mbuf || mv->mbuf->exports < 2)
         return 0;
-    gc_untrack(v);
     mv->mbuf->exports--;
     Py_CLEAR(mv->mbuf);
+    mv->flags |= _Py_MEMORYVIEW_RELEASED;   /* anything reading it finds it released */
+    return 1;
+}
+
+/* A detached view (a kept message's, see drop_views), or one that can be. */
+static inline int detached_view(PyObject *v) {
+    PyMemoryViewObject *mv = (PyMemoryViewObject *)v;
+    return !mv->mbuf && Py_SIZE(v) == 3 && mv->exports == 0 && mv->weakreflist == NULL;
+}
+
+static int recycle_view(PyObject *v) {
+    if (view_pool_n >= POOL_KEEP || !(detached_view(v) || detach_view(v))) return 0;
+    gc_untrack(v);
     view_pool[view_pool_n++] = v;
     return 1;
 }
@@ -521,10 +553,15 @@ static PyObject *fail(const char *why) {
 #define NEED(r, n) ((r)->len - (r)->pos >= (Py_ssize_t)(n))
 #define SLOT(o, off) (*(PyObject **)((char *)(o) + (off)))
 
-static inline void set_slot(PyObject *o, Py_ssize_t off, PyObject *v) {
-    PyObject *old = SLOT(o, off);
-    SLOT(o, off) = v;
-    Py_XDECREF(old);
+/* *slot = v (a new reference), the old value released. */
+static inline void put_slot(PyObject **slot, PyObject *v) {
+    PyObject *old = *slot;
+    *slot = v;
+    if (old) release(old);
+}
+
+static inline void put_none(PyObject **slot) {
+    if (*slot != Py_None) put_slot(slot, Py_NewRef(Py_None));
 }
 
 static inline uint16_t be16(const uint8_t *p) { return (uint16_t)((p[0] << 8) | p[1]); }
@@ -583,29 +620,35 @@ static int view_kind(PyObject *mv) {
 
 /* mv[at:at + n] for a view of the kind given: a new view of the same exporter, narrowed in place,
  * which is what slicing does minus the slice object (a third of the cost of a ProduceRequest). */
+#ifdef POOL_INTS_AND_VIEWS
+/* A detached view v made base[at:at + n]: what PyMemoryView_FromObject(base) makes (mbuf_add_view),
+ * narrowed. */
+static inline void fill_view(PyObject *v, PyObject *base, Py_ssize_t at, Py_ssize_t n) {
+    PyMemoryViewObject *mv = (PyMemoryViewObject *)v, *b = (PyMemoryViewObject *)base;
+    mv->mbuf = (_PyManagedBufferObject *)Py_NewRef(b->mbuf);
+    b->mbuf->exports++;
+    mv->hash = -1;
+    mv->flags = b->flags;
+    mv->exports = 0;
+    mv->view = b->view;
+    mv->view.shape = mv->ob_array;
+    mv->view.strides = mv->ob_array + 1;
+    mv->view.suboffsets = NULL;
+    mv->view.buf = (char *)b->view.buf + at;
+    mv->view.len = n;
+    mv->ob_array[0] = n;
+    mv->ob_array[1] = 1;
+}
+#endif
+
 static PyObject *view_slice(PyObject *mv, int kind, Py_ssize_t at, Py_ssize_t n) {
     if (kind == VIEW_SLICE) return PySequence_GetSlice(mv, at, at + n);
-    Py_buffer *b = PyMemoryView_GET_BUFFER(mv);
 #ifdef POOL_INTS_AND_VIEWS
-    PyMemoryViewObject *base = (PyMemoryViewObject *)mv;
     if (kind == VIEW_RECYCLE && view_pool_n > 0) {
-        /* what PyMemoryView_FromObject(mv) makes (mbuf_add_view), in a recycled view */
-        PyMemoryViewObject *v = (PyMemoryViewObject *)view_pool[--view_pool_n];
-        v->mbuf = (_PyManagedBufferObject *)Py_NewRef(base->mbuf);
-        base->mbuf->exports++;
-        v->hash = -1;
-        v->flags = base->flags;
-        v->exports = 0;
-        v->view = base->view;
-        v->view.shape = v->ob_array;
-        v->view.strides = v->ob_array + 1;
-        v->view.suboffsets = NULL;
-        v->view.buf = (char *)b->buf + at;
-        v->view.len = n;
-        v->ob_array[0] = n;
-        v->ob_array[1] = 1;
-        gc_track((PyObject *)v);
-        return (PyObject *)v;
+        PyObject *v = view_pool[--view_pool_n];
+        fill_view(v, mv, at, n);
+        gc_track(v);
+        return v;
     }
 #endif
     PyObject *sub = PyMemoryView_FromObject(mv);
@@ -617,25 +660,47 @@ static PyObject *view_slice(PyObject *mv, int kind, Py_ssize_t at, Py_ssize_t n)
     return sub;
 }
 
-static PyObject *decode_struct(Reader *r, Prog *pg);
+static PyObject *decode_struct(Reader *r, Prog *pg, PyObject *o);
 
-/* A bytes field read as a slice of the caller's buffer (Kafka's zeroCopy: records). */
-static inline PyObject *read_view(Reader *r, Op *op) {
+static inline void put_slot(PyObject **slot, PyObject *v);
+static inline void put_none(PyObject **slot);
+
+/* A bytes field read as a slice of the caller's buffer (Kafka's zeroCopy: records) into *slot:
+ * a detached view there (a kept message's) is made that slice. */
+static inline int read_view_into(Reader *r, Op *op, PyObject **slot) {
     int64_t n;
-    if (read_len(r, op->flags, 0, &n) < 0) return NULL;
+    if (read_len(r, op->flags, 0, &n) < 0) return -1;
     if (n < 0) {
-        if (op->flags & F_NULLABLE) Py_RETURN_NONE;
-        return fail("null in a non-nullable field");
+        if (op->flags & F_NULLABLE) { put_none(slot); return 0; }
+        fail("null in a non-nullable field");
+        return -1;
     }
-    if (n > r->len - r->pos) return fail("length beyond the data");
+    if (n > r->len - r->pos) { fail("length beyond the data"); return -1; }
     Py_ssize_t at = r->pos;
     r->pos += (Py_ssize_t)n;
     if (!r->view) {
         r->view = PyMemoryView_Check(r->src) ? Py_NewRef(r->src) : PyMemoryView_FromObject(r->src);
-        if (!r->view) return NULL;
+        if (!r->view) return -1;
     }
     if (!r->view_kind) r->view_kind = view_kind(r->view);
-    return view_slice(r->view, r->view_kind, at, (Py_ssize_t)n);
+#ifdef POOL_INTS_AND_VIEWS
+    PyObject *old = *slot;
+    if (old && r->view_kind == VIEW_RECYCLE && Py_TYPE(old) == &PyMemoryView_Type && Py_REFCNT(old) == 1 &&
+        detached_view(old)) {
+        fill_view(old, r->view, at, (Py_ssize_t)n);
+        return 0;
+    }
+#endif
+    PyObject *v = view_slice(r->view, r->view_kind, at, (Py_ssize_t)n);
+    if (!v) return -1;
+    put_slot(slot, v);
+    return 0;
+}
+
+static inline PyObject *read_view(Reader *r, Op *op) {
+    PyObject *v = NULL;
+    if (read_view_into(r, op, &v) < 0) { Py_XDECREF(v); return NULL; }
+    return v;
 }
 
 static inline int64_t fixed_width(int code) {
@@ -648,42 +713,22 @@ static inline int64_t fixed_width(int code) {
     }
 }
 
-static int fill_defaults(PyObject *o, Prog *pg) {
-    if (!pg->has_const) return 0;   /* every default made on first read */
+/* The slots of the fields absent at this version or tagged at their defaults: a constant, or
+ * empty for a LazyDefault (made on first read). A new object's slots are empty already. */
+static int fill_defaults(PyObject *o, Prog *pg, int fresh) {
+    if (fresh && !pg->has_const) return 0;
     for (Py_ssize_t i = 0; i < pg->ndflt; i++) {
         Dflt *d = &pg->dflt[i];
-        PyObject *v;
+        PyObject **slot = &SLOT(o, d->offset);
         if (d->kind == D_CONST) {
-            v = Py_NewRef(d->value);
-        } else {
-            continue;   /* a LazyDefault field: made on first read (the objects are new, the slot empty) */
+            if (*slot != d->value) put_slot(slot, Py_NewRef(d->value));
+        } else if (*slot) {
+            PyObject *old = *slot;
+            *slot = NULL;
+            release(old);
         }
-        if (!v) return -1;
-        set_slot(o, d->offset, v);
     }
     return 0;
-}
-
-/* An array of int32 (its count not read yet): None when null and nullable. */
-static inline PyObject *read_int32_array(Reader *r, Op *op) {
-    int64_t n;
-    if (read_len(r, op->flags, 0, &n) < 0) return NULL;
-    if (n < 0) {
-        if (op->flags & F_NULLABLE) Py_RETURN_NONE;
-        return fail("null in a non-nullable array");
-    }
-    if (n * 4 > r->len - r->pos) return fail("count beyond the data");
-    PyObject *list = new_list((Py_ssize_t)n);
-    if (!list) return NULL;
-    const uint8_t *p = r->p + r->pos;
-    PyObject **items = ((PyListObject *)list)->ob_item;
-    for (Py_ssize_t i = 0; i < (Py_ssize_t)n; i++, p += 4) {
-        PyObject *v = new_int((int32_t)be32(p));
-        if (!v) { Py_DECREF(list); return NULL; }
-        items[i] = v;
-    }
-    r->pos += (Py_ssize_t)n * 4;
-    return list;
 }
 
 /* -- arrays of structs built on first read ---------------------------------------------------
@@ -946,35 +991,152 @@ static PyObject *pend_array(Reader *r, Op *op, int64_t n) {
     return (PyObject *)pd;
 }
 
+/* -- values written into slots ----------------------------------------------------------------
+ *
+ * A slot is written with what it held before in mind: NULL in a new object, the previous value
+ * in an object of a freed message decoded into again (see "decoding into a freed message").
+ * An equal int, str or Uuid is kept; an int only the slot holds is overwritten in place; a list or
+ * message object only the slot holds is filled again; anything else is released. */
+
+static inline int put_int(PyObject **slot, int64_t x) {
+    PyObject *old = *slot;
+    if (x >= SMALL_INT_MIN && x <= SMALL_INT_MAX) {
+        PyObject *s = small_ints[x - SMALL_INT_MIN];
+        if (old != s) put_slot(slot, Py_NewRef(s));
+        return 0;
+    }
+#ifdef POOL_INTS_AND_VIEWS
+    if (old && Py_TYPE(old) == &PyLong_Type) {
+        uint64_t a = x < 0 ? (uint64_t)0 - (uint64_t)x : (uint64_t)x;
+        int k = a < ((uint64_t)1 << PyLong_SHIFT) ? 1 : a < ((uint64_t)1 << (2 * PyLong_SHIFT)) ? 2 : 3;
+        if (Py_SIZE(old) == (x < 0 ? -k : k)) {
+            digit d[INT_MAX_DIGITS];
+            for (int i = 0; i < k; i++) { d[i] = (digit)(a & PyLong_MASK); a >>= PyLong_SHIFT; }
+            digit *od = ((PyLongObject *)old)->ob_digit;
+            if (Py_REFCNT(old) == 1) {   /* nobody else sees it change */
+                memcpy(od, d, (size_t)k * sizeof(digit));
+                return 0;
+            }
+            if (memcmp(od, d, (size_t)k * sizeof(digit)) == 0) return 0;
+        }
+    }
+#endif
+    PyObject *v = new_int(x);
+    if (!v) return -1;
+    put_slot(slot, v);
+    return 0;
+}
+
+static inline int put_str(PyObject **slot, const uint8_t *p, Py_ssize_t n) {
+    PyObject *old = *slot;
+    if (old && PyUnicode_CheckExact(old) && PyUnicode_IS_COMPACT_ASCII(old) && PyUnicode_GET_LENGTH(old) == n &&
+        memcmp(PyUnicode_1BYTE_DATA(old), p, (size_t)n) == 0)
+        return 0;
+    PyObject *v = new_str(p, n);
+    if (!v) return -1;
+    put_slot(slot, v);
+    return 0;
+}
+
+static inline int put_uuid(PyObject **slot, const uint8_t *p) {
+    PyObject *old = *slot;
+    if (old && (PyObject *)Py_TYPE(old) == uuid_new && PyBytes_GET_SIZE(old) == 16 &&
+        memcmp(PyBytes_AS_STRING(old), p, 16) == 0)
+        return 0;
+    PyObject *v = new_uuid(p);
+    if (!v) return -1;
+    put_slot(slot, v);
+    return 0;
+}
+
+/* old (owned), when a message object of pg's class that nobody else holds: decoded into again;
+ * else released. */
+static inline PyObject *reusable(PyObject *old, Prog *pg) {
+    if (!old) return NULL;
+    if (pg->reuse && Py_TYPE(old) == pg->type && Py_REFCNT(old) == 1) return old;
+    release(old);
+    return NULL;
+}
+
+/* A list of n items taking the place of old (owned): old itself, when a list nobody else holds,
+ * with its first n items kept (the rest released) and the new ones NULL; else a new list. */
+static PyObject *reuse_list(PyObject *old, Py_ssize_t n) {
+    if (!old || Py_TYPE(old) != &PyList_Type || Py_REFCNT(old) != 1) {
+        if (old) release(old);
+        return new_list(n);
+    }
+    PyListObject *l = (PyListObject *)old;
+    Py_ssize_t size = Py_SIZE(l);
+    if (l->allocated < n) {   /* as list_resize grows it */
+        PyObject **items = PyMem_Realloc(l->ob_item, (size_t)n * sizeof(PyObject *));
+        if (!items) { Py_DECREF(old); return PyErr_NoMemory(); }
+        l->ob_item = items;
+        l->allocated = n;
+    }
+    for (Py_ssize_t i = size; i < n; i++) l->ob_item[i] = NULL;
+    Py_SET_SIZE(l, n < size ? n : size);
+    for (Py_ssize_t i = size; --i >= n;) {   /* a list never shows its items past its size */
+        PyObject *x = l->ob_item[i];
+        l->ob_item[i] = NULL;
+        if (x) release(x);
+    }
+    Py_SET_SIZE(l, n);
+    return old;
+}
+
+static int read_into(Reader *r, Op *op, PyObject **slot);
+
+/* An array (its count not read yet) in place of old (owned): None when null and nullable. */
+static PyObject *read_array(Reader *r, Op *op, PyObject *old) {
+    int64_t n;
+    if (read_len(r, op->flags, 0, &n) < 0) goto fail;
+    if (n < 0) {
+        if (!(op->flags & F_NULLABLE)) { fail("null in a non-nullable array"); goto fail; }
+        if (old) release(old);
+        Py_RETURN_NONE;
+    }
+    Op *elem = op->elem;
+    /* every element takes at least one byte (fixed-width ones their width): no list is sized
+     * beyond the data left */
+    if (n * fixed_width(elem->code) > r->len - r->pos) { fail("count beyond the data"); goto fail; }
+    if ((op->flags & F_PEND) && r->lazy && n > 0) {   /* checked now, built on first read */
+        if (reader_holder(r)) {
+            if (old) release(old);
+            return pend_array(r, op, n);
+        }
+        if (PyErr_Occurred()) goto fail;
+    }
+    PyObject *list = reuse_list(old, (Py_ssize_t)n);
+    if (!list) return NULL;
+    PyObject **items = ((PyListObject *)list)->ob_item;
+    if (elem->code == OP_INT32) {   /* replicas, ISR and the like: no call each */
+        const uint8_t *p = r->p + r->pos;
+        for (Py_ssize_t i = 0; i < (Py_ssize_t)n; i++, p += 4)
+            if (put_int(&items[i], (int32_t)be32(p)) < 0) { Py_DECREF(list); return NULL; }
+        r->pos += (Py_ssize_t)n * 4;
+        return list;
+    }
+    if (elem->code == OP_STRUCT && !(elem->flags & F_NULLABLE)) {
+        for (Py_ssize_t i = 0; i < (Py_ssize_t)n; i++) {
+            PyObject *item = items[i];
+            items[i] = NULL;
+            if (!(items[i] = decode_struct(r, elem->sub, reusable(item, elem->sub)))) { Py_DECREF(list); return NULL; }
+        }
+        return list;
+    }
+    for (Py_ssize_t i = 0; i < (Py_ssize_t)n; i++)
+        if (read_into(r, elem, &items[i]) < 0) { Py_DECREF(list); return NULL; }
+    return list;
+fail:
+    if (old) release(old);
+    return NULL;
+}
+
 static PyObject *decode_value(Reader *r, Op *op) {
-    const uint8_t *p;
     switch (op->code) {
     case OP_BOOL:
         if (!NEED(r, 1)) return fail("truncated");
         return PyBool_FromLong(r->p[r->pos++] != 0);
-    case OP_INT8:
-        if (!NEED(r, 1)) return fail("truncated");
-        return new_int((int8_t)r->p[r->pos++]);
-    case OP_INT16:
-        if (!NEED(r, 2)) return fail("truncated");
-        p = r->p + r->pos; r->pos += 2;
-        return new_int((int16_t)be16(p));
-    case OP_UINT16:
-        if (!NEED(r, 2)) return fail("truncated");
-        p = r->p + r->pos; r->pos += 2;
-        return new_int(be16(p));
-    case OP_INT32:
-        if (!NEED(r, 4)) return fail("truncated");
-        p = r->p + r->pos; r->pos += 4;
-        return new_int((int32_t)be32(p));
-    case OP_UINT32:
-        if (!NEED(r, 4)) return fail("truncated");
-        p = r->p + r->pos; r->pos += 4;
-        return new_int(be32(p));
-    case OP_INT64:
-        if (!NEED(r, 8)) return fail("truncated");
-        p = r->p + r->pos; r->pos += 8;
-        return new_int((int64_t)be64(p));
     case OP_FLOAT64: {
         if (!NEED(r, 8)) return fail("truncated");
         uint64_t bits = be64(r->p + r->pos);
@@ -983,63 +1145,100 @@ static PyObject *decode_value(Reader *r, Op *op) {
         r->pos += 8;
         return PyFloat_FromDouble(d);
     }
-    case OP_UUID: {
-        if (!NEED(r, 16)) return fail("truncated");
-        p = r->p + r->pos; r->pos += 16;
-        return new_uuid(p);
-    }
-    case OP_STRING:
     case OP_BYTES: {
         if (op->flags & F_VIEW) return read_view(r, op);
-        int64_t n;
-        if (read_len(r, op->flags, op->code == OP_STRING, &n) < 0) return NULL;
-        if (n < 0) {
-            if (op->flags & F_NULLABLE) Py_RETURN_NONE;
-            return fail("null in a non-nullable field");
-        }
-        if (op->code == OP_STRING && n > 32767) return fail("string too long");
-        if (n > r->len - r->pos) return fail("length beyond the data");
-        Py_ssize_t at = r->pos;
-        r->pos += (Py_ssize_t)n;
-        if (op->code == OP_STRING)
-            return new_str(r->p + at, (Py_ssize_t)n);
-        return PyBytes_FromStringAndSize((const char *)r->p + at, (Py_ssize_t)n);
-    }
-    case OP_STRUCT:
-        if (op->flags & F_NULLABLE) {
-            if (!NEED(r, 1)) return fail("truncated");
-            /* Kafka writes a null tagged struct as the byte 0, a regular one as -1 */
-            int8_t marker = (int8_t)r->p[r->pos++];
-            if (marker < 0 || (marker == 0 && (op->flags & F_TAGGED))) Py_RETURN_NONE;
-        }
-        return decode_struct(r, op->sub);
-    case OP_ARRAY: {
-        if (op->elem->code == OP_INT32) return read_int32_array(r, op);
         int64_t n;
         if (read_len(r, op->flags, 0, &n) < 0) return NULL;
         if (n < 0) {
             if (op->flags & F_NULLABLE) Py_RETURN_NONE;
-            return fail("null in a non-nullable array");
+            return fail("null in a non-nullable field");
         }
-        /* every element takes at least one byte (fixed-width ones their width): no list is
-         * sized beyond the data left */
-        if (n * fixed_width(op->elem->code) > r->len - r->pos) return fail("count beyond the data");
-        if ((op->flags & F_PEND) && r->lazy && n > 0) {   /* checked now, built on first read */
-            if (reader_holder(r)) return pend_array(r, op, n);
-            if (PyErr_Occurred()) return NULL;
-        }
-        PyObject *list = new_list((Py_ssize_t)n);
-        if (!list) return NULL;
-        int structs = op->elem->code == OP_STRUCT && !(op->elem->flags & F_NULLABLE);
-        for (Py_ssize_t i = 0; i < (Py_ssize_t)n; i++) {
-            PyObject *v = structs ? decode_struct(r, op->elem->sub) : decode_value(r, op->elem);
-            if (!v) { Py_DECREF(list); return NULL; }
-            PyList_SET_ITEM(list, i, v);
-        }
-        return list;
+        if (n > r->len - r->pos) return fail("length beyond the data");
+        Py_ssize_t at = r->pos;
+        r->pos += (Py_ssize_t)n;
+        return PyBytes_FromStringAndSize((const char *)r->p + at, (Py_ssize_t)n);
     }
     }
-    return fail("bad op");
+    PyObject *v = NULL;   /* the rest as read_into writes them */
+    if (read_into(r, op, &v) < 0) { Py_XDECREF(v); return NULL; }
+    return v;
+}
+
+/* The value of op read into *slot (see put_slot): 0, or -1 with ValueError. */
+static int read_into(Reader *r, Op *op, PyObject **slot) {
+    const uint8_t *p = r->p + r->pos;
+    switch (op->code) {
+    case OP_INT8:
+        if (!NEED(r, 1)) break;
+        r->pos += 1;
+        return put_int(slot, (int8_t)p[0]);
+    case OP_INT16:
+        if (!NEED(r, 2)) break;
+        r->pos += 2;
+        return put_int(slot, (int16_t)be16(p));
+    case OP_UINT16:
+        if (!NEED(r, 2)) break;
+        r->pos += 2;
+        return put_int(slot, be16(p));
+    case OP_INT32:
+        if (!NEED(r, 4)) break;
+        r->pos += 4;
+        return put_int(slot, (int32_t)be32(p));
+    case OP_UINT32:
+        if (!NEED(r, 4)) break;
+        r->pos += 4;
+        return put_int(slot, be32(p));
+    case OP_INT64:
+        if (!NEED(r, 8)) break;
+        r->pos += 8;
+        return put_int(slot, (int64_t)be64(p));
+    case OP_UUID:
+        if (!NEED(r, 16)) break;
+        r->pos += 16;
+        return put_uuid(slot, p);
+    case OP_STRING: {
+        if (op->flags & F_VIEW) break;
+        int64_t n;
+        if (read_len(r, op->flags, 1, &n) < 0) return -1;
+        if (n < 0) {
+            if (!(op->flags & F_NULLABLE)) { fail("null in a non-nullable field"); return -1; }
+            put_none(slot);
+            return 0;
+        }
+        if (n > 32767) { fail("string too long"); return -1; }
+        if (n > r->len - r->pos) { fail("length beyond the data"); return -1; }
+        r->pos += (Py_ssize_t)n;
+        return put_str(slot, r->p + r->pos - n, (Py_ssize_t)n);
+    }
+    case OP_STRUCT: {
+        if (op->flags & F_NULLABLE) {
+            if (!NEED(r, 1)) break;
+            /* Kafka writes a null tagged struct as the byte 0, a regular one as -1 */
+            int8_t marker = (int8_t)r->p[r->pos++];
+            if (marker < 0 || (marker == 0 && (op->flags & F_TAGGED))) { put_none(slot); return 0; }
+        }
+        PyObject *old = *slot;
+        *slot = NULL;
+        return (*slot = decode_struct(r, op->sub, reusable(old, op->sub))) ? 0 : -1;
+    }
+    case OP_ARRAY: {
+        PyObject *old = *slot;
+        *slot = NULL;
+        return (*slot = read_array(r, op, old)) ? 0 : -1;
+    }
+    case OP_BYTES:
+        if (op->flags & F_VIEW) return read_view_into(r, op, slot);
+        /* fall through */
+    default: {
+        PyObject *v = decode_value(r, op);
+        if (!v) return -1;
+        put_slot(slot, v);
+        return 0;
+    }
+    }
+    if (op->code == OP_STRING) return read_view_into(r, op, slot);   /* a zeroCopy string: a view */
+    fail("truncated");
+    return -1;
 }
 
 static int decode_tags(Reader *r, Prog *pg, PyObject *o) {
@@ -1055,9 +1254,7 @@ static int decode_tags(Reader *r, Prog *pg, PyObject *o) {
         for (i = 0; i < pg->ntags; i++)
             if (pg->tags[i].tag == tag) break;
         if (i < pg->ntags) {
-            PyObject *v = decode_value(r, &pg->tags[i].op);
-            if (!v) goto error;
-            set_slot(o, pg->tags[i].op.offset, v);
+            if (read_into(r, &pg->tags[i].op, &SLOT(o, pg->tags[i].op.offset)) < 0) goto error;
             if (r->pos != end) { fail("tagged field size mismatch"); goto error; }
         } else {
             if (!unknown && !(unknown = PyList_New(0))) goto error;
@@ -1070,7 +1267,8 @@ static int decode_tags(Reader *r, Prog *pg, PyObject *o) {
             r->pos = end;
         }
     }
-    set_slot(o, pg->unknown_offset, unknown ? unknown : Py_NewRef(Py_None));
+    if (unknown) put_slot(&SLOT(o, pg->unknown_offset), unknown);
+    else put_none(&SLOT(o, pg->unknown_offset));
     return 0;
 error:
     Py_XDECREF(unknown);
@@ -1079,67 +1277,65 @@ error:
 
 static PyObject *new_message(PyTypeObject *type);
 
-static PyObject *decode_struct(Reader *r, Prog *pg) {
-    PyObject *o = new_message(pg->type);
-    if (!o) return NULL;
-    if (fill_defaults(o, pg) < 0) goto error;
+/* A struct of pg, in o (owned: a reused object, see reusable) or in a new object when o is NULL. */
+static PyObject *decode_struct(Reader *r, Prog *pg, PyObject *o) {
+    int fresh = !o;
+    if (fresh && !(o = new_message(pg->type))) return NULL;
+    if (fill_defaults(o, pg, fresh) < 0) goto error;
     PyObject *prev64 = NULL;   /* the last int64 made here (borrowed: it is in a slot) */
     int64_t prev64_value = 0;
     for (Py_ssize_t i = 0; i < pg->nops; i++) {
         Op *op = &pg->ops[i];
-        PyObject *v;
+        PyObject **slot = &SLOT(o, op->offset);
         const uint8_t *p = r->p + r->pos;
-        /* the common fixed-width fields here, the rest in decode_value (a call each) */
+        /* the common fixed-width fields here, the rest in read_into (a call each) */
         switch (op->code) {
         case OP_INT16:
             if (!NEED(r, 2)) { fail("truncated"); goto error; }
             r->pos += 2;
-            v = new_int((int16_t)be16(p));
+            if (put_int(slot, (int16_t)be16(p)) < 0) goto error;
             break;
         case OP_INT32:
             if (!NEED(r, 4)) { fail("truncated"); goto error; }
             r->pos += 4;
-            v = new_int((int32_t)be32(p));
+            if (put_int(slot, (int32_t)be32(p)) < 0) goto error;
             break;
         case OP_INT64: {
             if (!NEED(r, 8)) { fail("truncated"); goto error; }
             r->pos += 8;
             int64_t x = (int64_t)be64(p);
             if (prev64 && x == prev64_value) {   /* a fetched partition's high watermark and LSO */
-                v = Py_NewRef(prev64);
+                if (*slot != prev64) put_slot(slot, Py_NewRef(prev64));
             } else {
-                v = prev64 = new_int(x);
+                if (put_int(slot, x) < 0) goto error;
+                prev64 = *slot;
                 prev64_value = x;
             }
             break;
         }
         case OP_BYTES:
-            v = (op->flags & F_VIEW) ? read_view(r, op) : decode_value(r, op);
+            if ((op->flags & F_VIEW) ? read_view_into(r, op, slot) < 0 : read_into(r, op, slot) < 0) {
+                goto error;
+            }
             break;
         case OP_ARRAY:
             /* an empty array with a LazyDefault is left to it: [] made on first read */
             if ((op->flags & F_LAZY) && ((op->flags & F_COMPACT) ? NEED(r, 1) && p[0] == 1
                                          : NEED(r, 4) && be32(p) == 0)) {
                 r->pos += (op->flags & F_COMPACT) ? 1 : 4;
-                continue;
-            }
-            if (op->elem->code == OP_INT32) {   /* replicas, ISR and the like: here, not a call each */
-                v = read_int32_array(r, op);
+                if (*slot) { PyObject *old = *slot; *slot = NULL; release(old); }
                 break;
             }
-            v = decode_value(r, op);
-            break;
+            /* fall through */
         default:
-            v = decode_value(r, op);
+            if (read_into(r, op, slot) < 0) goto error;
         }
-        if (!v) goto error;
-        SLOT(o, op->offset) = v;   /* a regular field's slot: empty in a new object */
     }
     if (pg->flexible && !(r->pos < r->len && r->p[r->pos] == 0)) {
         if (decode_tags(r, pg, o) < 0) goto error;
     } else {   /* no tagged fields (or none on the wire, a count of 0) */
         r->pos += pg->flexible;
-        SLOT(o, pg->unknown_offset) = Py_NewRef(Py_None);
+        put_none(&SLOT(o, pg->unknown_offset));
     }
     return o;
 error:
@@ -1157,7 +1353,7 @@ static PyObject *build_pending(PendingObject *pd) {
     Prog *sub = pd->op->elem->sub;
     PyObject *list = new_list(pd->count);
     for (Py_ssize_t i = 0; list && i < pd->count; i++) {
-        PyObject *v = decode_struct(&r, sub);
+        PyObject *v = decode_struct(&r, sub, NULL);
         if (!v) Py_CLEAR(list);
         else PyList_SET_ITEM(list, i, v);
     }
@@ -1173,7 +1369,7 @@ static PyObject *build_pending(PendingObject *pd) {
 /* The pending array v in slot off of o, built and kept there (borrowed), or NULL on failure. */
 static PyObject *build_slot(PyObject *o, Py_ssize_t off, PyObject *v) {
     PyObject *list = build_pending((PendingObject *)v);
-    if (list) set_slot(o, off, list);   /* the Pending goes, and with the last one the buffer */
+    if (list) put_slot(&SLOT(o, off), list);   /* the Pending goes, and with the last one the buffer */
     return list;
 }
 
@@ -1661,7 +1857,7 @@ static PyObject *Lazy_get(LazyObject *self, PyObject *obj, PyObject *type) {
     }
     v = PyObject_CallNoArgs(self->factory);
     if (!v) return NULL;
-    set_slot(obj, self->offset, v);   /* kept: the field now reads as the same object */
+    put_slot(&SLOT(obj, self->offset), v);   /* kept: the field now reads as the same object */
     return Py_NewRef(v);
 }
 
@@ -1672,7 +1868,7 @@ static int Lazy_set(LazyObject *self, PyObject *obj, PyObject *value) {
         return -1;
     }
     Py_XINCREF(value);
-    set_slot(obj, self->offset, value);
+    put_slot(&SLOT(obj, self->offset), value);
     return 0;
 }
 
@@ -1753,7 +1949,16 @@ static PyObject *new_message(PyTypeObject *type) {
 }
 
 /* The slots of a message object being freed, and the object itself (see message_dealloc). */
+static int keep_message(PyObject *o, ProgramObject *prog);
+
 static void free_message(PyObject *self, PyTypeObject *tp, PyTypeObject *t) {
+    if (tp == t) {
+        Noted *e = noted_entry(self);
+        if (e->obj == self) {
+            e->obj = NULL;
+            if (keep_message(self, e->prog)) return;
+        }
+    }
     PyObject **p = (PyObject **)((char *)self + sizeof(PyObject));
     PyObject **end = (PyObject **)((char *)self + t->tp_basicsize);
     for (; p < end; p++) {
@@ -1811,6 +2016,97 @@ static PyObject *set_fast_dealloc(PyObject *mod, PyObject *cls) {
     Py_RETURN_NONE;
 }
 
+/* -- decoding into a freed message -------------------------------------------------------------
+ *
+ * Freeing a message is a third to a half of decoding one, and the next message of a program is
+ * mostly the same objects again. So the last message a program decoded whole (no pending
+ * arrays) is noted; when its user frees it, the program keeps it (its root, with every object
+ * it alone holds) instead, and the next decode writes into those objects (decode_struct with a
+ * reused object): equal ints and strings stay, other ints only the slot holds are overwritten,
+ * lists and objects only their parent holds are filled again. Whatever else is held elsewhere
+ * (a partition the user kept) is not touched: it is replaced. The views of the old buffer are
+ * dropped when the message is kept (the buffer is released as before), and a program keeps one
+ * message. A message is noted in a small table by address: the last one decoded of each program,
+ * unless another takes its entry. */
+
+/* Drop the views of the buffer in o and in what o alone holds (o is held by nobody else). */
+static void drop_views(PyObject *o, Prog *pg) {
+    for (Py_ssize_t i = 0; i < pg->nview_ops; i++) {
+        Op *op = pg->view_ops[i];
+        PyObject **slot = &SLOT(o, op->offset), *v = *slot;
+        if (!v) continue;
+        Op *elem = op->code == OP_ARRAY ? op->elem : op;
+        if ((elem->flags & F_VIEW) || Py_TYPE(v) == &PyMemoryView_Type) {
+#ifdef POOL_INTS_AND_VIEWS
+            /* left in the slot without the buffer, made a view again by the next decode */
+            if (Py_TYPE(v) == &PyMemoryView_Type && Py_REFCNT(v) == 1 && detach_view(v)) continue;
+#endif
+            *slot = NULL;
+            release(v);
+        } else if (Py_REFCNT(v) == 1) {
+            Prog *sub = elem->sub;
+            if (op->code == OP_STRUCT) {
+                if (Py_TYPE(v) == sub->type) drop_views(v, sub);
+            } else if (Py_TYPE(v) == &PyList_Type) {
+                for (Py_ssize_t k = 0; k < Py_SIZE(v); k++) {
+                    PyObject *e = PyList_GET_ITEM(v, k);
+                    if (e && Py_TYPE(e) == sub->type && Py_REFCNT(e) == 1) drop_views(e, sub);
+                }
+            }
+        }
+    }
+}
+
+/* A noted message being freed (its refcount 0, untracked): kept by its program instead; 0 when
+ * the program keeps one already. */
+static int keep_message(PyObject *o, ProgramObject *prog) {
+#if defined(Py_REF_DEBUG) || defined(Py_TRACE_REFS)
+    return 0;   /* a resurrected object would be miscounted */
+#else
+    if (prog->kept) return 0;
+    Py_SET_REFCNT(o, 1);
+    prog->kept = o;
+    if (prog->root->has_view) drop_views(o, prog->root);
+    return 1;
+#endif
+}
+
+/* The message a decode is to write into (owned, tracked), or NULL. */
+static inline PyObject *take_kept(ProgramObject *prog, int lazy) {
+    PyObject *o = prog->kept;
+    if (!o || lazy) return NULL;   /* a lazy decode would replace its arrays by pending ones */
+    prog->kept = NULL;
+    gc_track(o);
+    return o;
+}
+
+/* The end of a decode: a message made whole is noted, to be kept when freed. */
+static inline void note(ProgramObject *prog, PyObject *o, Reader *r) {
+    if (!r->holder && prog->root->reuse) {
+        Noted *e = noted_entry(o);
+        e->obj = o;
+        e->prog = prog;
+    }
+}
+
+/* Whether the instances of pg's class (and its nested structs') can be decoded into again, and
+ * which of their fields can hold views. */
+static int mark_reuse(ProgramObject *self, Prog *pg) {
+    Py_ssize_t nslots = (pg->type->tp_basicsize - (Py_ssize_t)sizeof(PyObject)) / (Py_ssize_t)sizeof(PyObject *);
+    pg->reuse = pg->type->tp_dealloc == message_dealloc && pg->nops + pg->ndflt + 1 == nslots;
+    Py_ssize_t n = pg->nops + pg->ntags;
+    if (!(pg->view_ops = arena(self, sizeof(Op *) * (size_t)n))) return -1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Op *op = i < pg->nops ? &pg->ops[i] : &pg->tags[i - pg->nops].op;
+        Op *elem = op->code == OP_ARRAY ? op->elem : op;
+        if (elem->code == OP_STRUCT && mark_reuse(self, elem->sub) < 0) return -1;
+        if ((elem->flags & F_VIEW) || (elem->code == OP_STRUCT && elem->sub->has_view))
+            pg->view_ops[pg->nview_ops++] = op;
+    }
+    pg->has_view = pg->nview_ops > 0;
+    return 0;
+}
+
 /* -- the Program type ------------------------------------------------------------------------- */
 
 static PyObject *Program_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
@@ -1820,12 +2116,21 @@ static PyObject *Program_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     ProgramObject *self = (ProgramObject *)type->tp_alloc(type, 0);
     if (!self) return NULL;
     self->spec = Py_NewRef(spec);
+    self->next = programs;
+    if (programs) programs->prev = self;
+    programs = self;
     self->root = compile_struct(self, spec);
-    if (!self->root) { Py_DECREF(self); return NULL; }
+    if (!self->root || mark_reuse(self, self->root) < 0) { Py_DECREF(self); return NULL; }
     return (PyObject *)self;
 }
 
 static void Program_dealloc(ProgramObject *self) {
+    for (int i = 0; i < NOTED; i++)
+        if (noted[i].prog == self) noted[i].obj = NULL;
+    Py_CLEAR(self->kept);
+    if (self->prev) self->prev->next = self->next;
+    else if (programs == self) programs = self->next;
+    if (self->next) self->next->prev = self->prev;
     for (Py_ssize_t i = 0; i < self->nblocks; i++) PyMem_Free(self->blocks[i]);
     PyMem_Free(self->blocks);
     Py_XDECREF(self->spec);
@@ -1854,9 +2159,10 @@ static PyObject *Program_decode(ProgramObject *self, PyObject *const *args, Py_s
          * among them halfway is wasted work (about 15% of a 2,000-partition MetadataResponse). */
         gc_enter();
         int paused = view.len - pos > 4096 && PyGC_Disable();
-        PyObject *o = decode_struct(&r, self->root);
+        PyObject *o = decode_struct(&r, self->root, take_kept(self, r.lazy));
         if (paused) PyGC_Enable();
         if (o) {
+            note(self, o, &r);
             result = Py_BuildValue("(Nn)", o, r.pos);
         }
     }
@@ -1879,12 +2185,13 @@ static PyObject *Program_decode_whole(ProgramObject *self, PyObject *const *args
     Reader r = {(const uint8_t *)view.buf, view.len, 0, buf, NULL, self, view.readonly && lazy, NULL};
     gc_enter();
     int paused = view.len > 4096 && PyGC_Disable();   /* as decode() */
-    PyObject *o = decode_struct(&r, self->root);
+    PyObject *o = decode_struct(&r, self->root, take_kept(self, r.lazy));
     if (paused) PyGC_Enable();
     if (o && r.pos != view.len) {
         Py_CLEAR(o);
         fail("bytes left over after the message");
     }
+    if (o) note(self, o, &r);
     reader_done(&r);
     PyBuffer_Release(&view);
     return o;
@@ -1977,6 +2284,7 @@ static PyObject *pool_stats(PyObject *mod, PyObject *unused) {
 }
 
 static PyObject *clear_pools(PyObject *mod, PyObject *unused) {
+    for (ProgramObject *p = programs; p; p = p->next) Py_CLEAR(p->kept);   /* into the pools, freed below */
     for (int k = 0; k <= FREE_MAX_SLOTS; k++)
         while (free_count[k] > 0) {
             /* its class may be gone: PyObject_GC_Del reads the type only for the size of what
@@ -2005,7 +2313,8 @@ static PyObject *clear_pools(PyObject *mod, PyObject *unused) {
 
 static PyMethodDef module_methods[] = {
     {"clear_pools", clear_pools, METH_NOARGS,
-     "Free the message objects, lists, ints, byte views and pending-array markers kept for the decoder, and the shared strings."},
+     "Free the message objects, lists, ints, byte views and pending-array markers kept for the decoder, the messages "
+     "programs keep to decode into, and the shared strings."},
     {"pool_stats", pool_stats, METH_NOARGS,
      "How many freed message objects, lists, ints, byte views and pending-array markers are kept for the decoder."},
     {"slot_offset", slot_offset, METH_O, "Byte offset of a __slots__ member descriptor."},

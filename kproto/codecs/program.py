@@ -132,7 +132,8 @@ def pending_fields(obj: Any) -> Tuple[str, ...]:
 
 def clear_pools() -> None:
     """Free what the C decoder keeps between messages (freed message objects, lists, ints and
-    records views for the next decode; shared strings and UUIDs); a no-op without it."""
+    records views for the next decode; the last message of each program decoded whole and freed,
+    which the next decode writes into; shared strings and UUIDs); a no-op without it."""
     if _decoder is not None:
         _decoder.clear_pools()
 

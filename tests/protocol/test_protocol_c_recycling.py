@@ -232,3 +232,122 @@ def test_objects_made_and_freed_are_tracked_and_untracked_by_the_garbage_collect
     ids = {id(o) for o in gc.get_objects()}
     assert id(kept) in ids and id(part) in ids and id(kept.responses[0].partitions) in ids
     assert kept == _python(FETCH, data, 12)
+
+
+def _random_fetch(rnd, version=12):
+    """A FetchResponse whose shape and values vary: counts, nulls, tagged fields present or not,
+    small and large ints, records of several sizes."""
+    R = FETCH.cls
+    big = rnd.choice([7, 300, 2 ** 31 + 5, 2 ** 62 + 9, -(2 ** 40)])
+
+    def part(p):
+        kw = dict(partition_index=p, error_code=rnd.choice([0, 3]), high_watermark=big + p,
+                  last_stable_offset=rnd.choice([big + p, big - 1]), log_start_offset=rnd.choice([0, big]),
+                  aborted_transactions=rnd.choice([None, [], [R.AbortedTransaction(producer_id=big, first_offset=p)]]),
+                  records=rnd.choice([None, bytes([p % 256]) * rnd.randrange(0, 300)]))
+        if rnd.random() < 0.3:   # tagged fields, on the wire only when not at their default
+            kw["diverging_epoch"] = R.EpochEndOffset(epoch=p, end_offset=big)
+            kw["current_leader"] = R.LeaderIdAndEpoch(leader_id=p % 3, leader_epoch=big % 1000)
+        return R.PartitionData(**kw)
+
+    return FETCH.encode(R(throttle_time_ms=rnd.choice([0, 100_000]), responses=[
+        R.FetchableTopicResponse(topic=rnd.choice(["t", "orders", "tópico"]),
+                                 partitions=[part(p) for p in range(rnd.randrange(0, 9))])
+        for _ in range(rnd.randrange(0, 4))]), version)
+
+
+def test_a_message_freed_by_its_user_is_kept_by_its_program_not_the_pools():
+    """A message decoded whole and freed is kept as it is by its program, which decodes the next
+    message into its objects: none of its objects, lists and ints goes to a pool when it is freed."""
+    data = _fetch(30)
+    expected = _python(FETCH, data, 12)
+    assert FETCH.decode(data, 12, lazy=False) == expected
+    for _ in range(5):
+        msg = FETCH.decode(data, 12, lazy=False)
+        assert len(msg.responses[0].partitions) == 30
+        assert msg.responses[0].partitions[29].high_watermark == 10_000_029
+        before = _decoder.pool_stats()
+        del msg
+        after = _decoder.pool_stats()
+        assert after["objects"] == before["objects"] and after["lists"] == before["lists"]
+        assert after["ints"] == before["ints"]
+    assert FETCH.decode(data, 12, lazy=False) == expected
+
+
+def test_decoding_into_a_freed_message_leaves_what_the_user_kept_alone():
+    """Messages of every shape decoded whole into the last one freed, while the user keeps some of
+    their parts (partitions, lists, ints, views, tagged structs) and changes others: every message
+    equals the Python decoder's, and every kept part keeps its value."""
+    rnd = random.Random(11)
+    held = []
+    for i in range(400):
+        data = _random_fetch(rnd)
+        msg = FETCH.decode(bytearray(data) if i % 5 == 0 else data, 12, lazy=False)
+        assert msg == _python(FETCH, data, 12)
+        for t in msg.responses:   # changed by the user before the message is freed
+            for p in t.partitions:
+                if rnd.random() < 0.05:
+                    p.records = rnd.choice([b"mine", None, 42])
+                    p.aborted_transactions = rnd.choice([[1, "x"], None, (), held[-1][0] if held else []])
+                    p.high_watermark = "not an int"
+        for t in msg.responses:
+            if rnd.random() < 0.2:
+                held.append((t.partitions, repr(t.partitions)))
+            for p in t.partitions:
+                r = rnd.random()
+                if r < 0.1:
+                    held.append((p, repr(p)))
+                elif r < 0.15:
+                    held.append((p.high_watermark, repr(p.high_watermark)))
+                elif r < 0.2 and isinstance(p.records, memoryview):
+                    held.append((p.records, bytes(p.records)))
+                elif r < 0.25:
+                    held.append((p.current_leader, repr(p.current_leader)))
+        if rnd.random() < 0.1 and msg.responses:
+            msg.responses = [msg.responses[0], msg.responses[0]]   # one object twice
+        del msg
+        if len(held) > 60:
+            held = held[30:]
+        for obj, was in held:
+            assert (bytes(obj) if isinstance(obj, memoryview) else repr(obj)) == was
+
+
+def test_a_kept_message_gives_its_buffer_back():
+    """The views of a freed message's buffer are dropped when its program keeps it: the buffer is
+    released (a bytearray can grow again, a bytes object loses the references the views held)."""
+    data = _fetch(8)
+    src = bytearray(data)
+    msg = FETCH.decode(src, 12, lazy=False)
+    with pytest.raises(BufferError):
+        src.extend(b"x")
+    del msg
+    src.extend(b"x")
+    refs = sys.getrefcount(data)
+    msg = FETCH.decode(data, 12, lazy=False)
+    assert sys.getrefcount(data) > refs
+    del msg
+    assert sys.getrefcount(data) == refs
+
+
+def test_kept_messages_are_collected_and_cleared():
+    """A message in a cycle of the user's is freed by the collector and kept; what is decoded into
+    it next is whole. clear_pools frees the kept messages."""
+    data = _fetch(4)
+    for _ in range(3):
+        msg = FETCH.decode(data, 12, lazy=False)
+        msg.responses[0].partitions[0].records = msg   # a cycle through the message
+        del msg
+        gc.collect()
+        assert FETCH.decode(data, 12, lazy=False) == _python(FETCH, data, 12)
+    kproto.codecs.clear_pools()
+    assert set(_decoder.pool_stats().values()) == {0}
+    assert FETCH.decode(data, 12, lazy=False) == _python(FETCH, data, 12)
+
+
+def test_a_malformed_message_decoded_into_a_kept_one_fails_as_before():
+    good = _fetch(6)
+    FETCH.decode(good, 12, lazy=False)
+    for cut in (7, len(good) // 2, len(good) - 1):
+        with pytest.raises(kproto.DecodeError):
+            FETCH.decode(good[:cut], 12, lazy=False)
+        assert FETCH.decode(good, 12, lazy=False) == _python(FETCH, good, 12)
