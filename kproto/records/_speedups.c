@@ -233,6 +233,38 @@ release:
     return finish_outputs(out);
 }
 
+/* Kafka's LogValidator checks of count records filling base[0:end - base] (see check_v2):
+ * 1 with *max_ts and *max_at set when every one passes, else 0. */
+static int check_records(const uint8_t *base, const uint8_t *end, int64_t count, int64_t first,
+                         int create_time, int64_t now, int64_t before, int64_t after,
+                         int check_ts, int need_keys, int64_t *max_ts, int64_t *max_at)
+{
+    const uint8_t *p = base;
+    const char *err = NULL;
+    int64_t err_at = 0, mts = INT64_MIN, mat = -1;
+    rec_fields f;
+    if (count <= 0)
+        return 0;
+    for (int64_t i = 0; i < count; i++) {
+        if (parse_record(base, &p, end, &f, &err, &err_at) < 0 || f.od != i
+                || (need_keys && f.kl < 0))
+            return 0;
+        int64_t ts = create_time ? (int64_t)((uint64_t)first + (uint64_t)f.ts) : first;
+        if (check_ts && ((int64_t)((uint64_t)now - (uint64_t)ts) > before
+                         || (int64_t)((uint64_t)ts - (uint64_t)now) > after))
+            return 0;
+        if (ts > mts || mat < 0) {
+            mts = ts;
+            mat = i;
+        }
+    }
+    if (p != end)
+        return 0;
+    *max_ts = mts;
+    *max_at = mat;
+    return 1;
+}
+
 /* check_v2(data, count, first_timestamp, create_time, now_ms, before_max_ms, after_max_ms,
  *          check_timestamps, need_keys)
  * Kafka's LogValidator checks of one v2 batch's (decompressed) records section in one pass,
@@ -250,30 +282,10 @@ static PyObject *check_v2(PyObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "y*LLpLLLpp", &data, &count, &first, &create_time, &now, &before,
                           &after, &check_ts, &need_keys))
         return NULL;
-    const uint8_t *base = (const uint8_t *)data.buf, *p = base, *end = base + data.len;
-    const char *err = NULL;
-    int64_t err_at = 0, max_ts = INT64_MIN, max_at = -1;
-    int ok = count > 0;
-    rec_fields f;
-    for (long long i = 0; ok && i < count; i++) {
-        if (parse_record(base, &p, end, &f, &err, &err_at) < 0 || f.od != i
-                || (need_keys && f.kl < 0)) {
-            ok = 0;
-            break;
-        }
-        int64_t ts = create_time ? (int64_t)((uint64_t)first + (uint64_t)f.ts) : (int64_t)first;
-        if (check_ts && ((int64_t)((uint64_t)now - (uint64_t)ts) > before
-                         || (int64_t)((uint64_t)ts - (uint64_t)now) > after)) {
-            ok = 0;
-            break;
-        }
-        if (ts > max_ts || max_at < 0) {
-            max_ts = ts;
-            max_at = i;
-        }
-    }
-    if (ok && p != end)
-        ok = 0;
+    const uint8_t *base = (const uint8_t *)data.buf;
+    int64_t max_ts, max_at;
+    int ok = check_records(base, base + data.len, count, first, create_time, now, before, after,
+                           check_ts, need_keys, &max_ts, &max_at);
     PyBuffer_Release(&data);
     if (!ok)
         Py_RETURN_NONE;
@@ -693,24 +705,8 @@ static PyObject *leader_batch(PyObject *self, PyObject *args)
     if (crc32c(b + 21, (size_t)(n - 21)) != (uint32_t)be32(b + 17))
         goto none;
     int create_time = !(attrs & 0x08);
-    const uint8_t *p = b + 61, *end = b + n;
-    const char *err = NULL;
-    int64_t err_at = 0;
-    rec_fields f;
-    for (int32_t i = 0; i < count; i++) {
-        if (parse_record(b + 61, &p, end, &f, &err, &err_at) < 0 || f.od != i
-                || (need_keys && f.kl < 0))
-            goto none;
-        int64_t ts = create_time ? (int64_t)((uint64_t)first + (uint64_t)f.ts) : first;
-        if (check_ts && ((int64_t)((uint64_t)now - (uint64_t)ts) > before
-                         || (int64_t)((uint64_t)ts - (uint64_t)now) > after))
-            goto none;
-        if (ts > max_ts || max_at < 0) {
-            max_ts = ts;
-            max_at = i;
-        }
-    }
-    if (p != end)
+    if (!check_records(b + 61, b + n, count, first, create_time, now, before, after, check_ts,
+                       need_keys, &max_ts, &max_at))
         goto none;
     if (log_append) {
         max_ts = now;
