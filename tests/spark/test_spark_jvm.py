@@ -419,6 +419,54 @@ def test_damaged_transaction_files_read_committed_as_kproto_reads_them(session, 
     assert verdicts.count("rows") == len(cases)
 
 
+@pytest.mark.parametrize("damage", ["length", "magic"])
+def test_read_committed_walks_past_framing_damage_as_kproto_reads(session, tmp_path, damage):
+    """The last stable offset's walk over the batch headers (no producer snapshot) meets a
+    batch that frames nothing (its length zeroed, or an unknown magic) and goes on at the next
+    batch the .index knows, as kproto's Python reader does: an open transaction after the
+    damage (length: the .index knows its batch) bounds the read; one inside the skipped bytes
+    (magic: the .index entry of its batch removed) does not."""
+    w = LogDirWriter(str(tmp_path), cluster_id="Gbic2Gj7Dm9oTfmSNSzM_A", index_interval=1)
+    part = w.partition("tx", 0)
+    positions, size = [], 0
+    for tag, pid in (("a", -1), ("b", -1), ("open", 9), ("d", -1)):
+        b = RecordBatchBuilder(base_offset=part.next_offset, producer_id=pid,
+                               producer_epoch=0 if pid >= 0 else -1,
+                               base_sequence=0 if pid >= 0 else -1, transactional=pid >= 0)
+        for i in range(2):
+            b.append(TS + i, b"k", f"{tag}-{i}".encode())
+        data = b.build()
+        positions.append(size)
+        size += len(data)
+        part.append(data)
+    w.close()
+    folder = tmp_path / "tx-0"
+    for name in os.listdir(folder):
+        if name.endswith(".snapshot"):
+            os.remove(folder / name)
+    [log] = [folder / n for n in os.listdir(folder) if n.endswith(".log")]
+    data = bytearray(log.read_bytes())
+    at = positions[1]
+    if damage == "length":
+        data[at + 8:at + 12] = bytes(4)
+    else:
+        data[at + 16] = 7
+        index = log.with_suffix(".index")
+        entries = index.read_bytes()
+        kept = b"".join(entries[i:i + 8] for i in range(0, len(entries), 8)
+                        if int.from_bytes(entries[i + 4:i + 8], "big") != positions[2]
+                        and entries[i:i + 8] != bytes(8))
+        index.write_bytes(kept)
+    log.write_bytes(bytes(data))
+    ours, theirs = _both(session, str(tmp_path), isolation="read_committed")
+    got = _rows(ours)
+    assert got == _rows(theirs)
+    values = [r[4].decode() for r in got]
+    assert values == (["a-0", "a-1"] if damage == "length" else ["a-0", "a-1", "d-0", "d-1"])
+    [report] = _check(session, f"{tmp_path}\tisolation=read_committed")
+    assert _oracle().judge(str(tmp_path), report, isolation="read_committed") == "rows"
+
+
 def test_what_it_does_not_read_names_kafka_segments(session):
     with pytest.raises(Exception, match="magic 0.*kafka-segments"):
         session.read.format("kafka-segments-jvm").option("topics", "legacy") \

@@ -94,33 +94,96 @@ final class Transactions {
         }
         ByteBuffer head = ByteBuffer.allocate(Planner.HEADER_BYTES);
         for (int i = first; i < logs.size(); i++) {
-            try (FileChannel ch = FileChannel.open(logs.get(i), StandardOpenOption.READ)) {
+            Path log = logs.get(i);
+            try (FileChannel ch = FileChannel.open(log, StandardOpenOption.READ)) {
                 long size = ch.size(), pos = 0;
+                long segBase = Planner.baseOf(log);
+                long low = Long.MIN_VALUE;  // the next offset of the batch before
+                long high = i + 1 < logs.size() ? Planner.baseOf(logs.get(i + 1)) : Long.MAX_VALUE;
+                long[] resync = null;  // the .index positions, read at the first damage
                 while (pos + 12 <= size) {
                     int got = Planner.readAt(ch, head, pos);
-                    int length = head.getInt(8);
-                    if (got < 12 || length < 14 || pos + 12 + length > size) {
-                        break;  // damage or a torn tail: the batches after it are not known
+                    if (got < 12) {
+                        break;
                     }
-                    if (got >= Planner.HEADER_BYTES && length >= Planner.HEADER_BYTES - 12 && head.get(16) == 2) {
-                        long base = head.getLong(0);
-                        int attrs = head.getShort(21);
-                        long pid = head.getLong(43);
-                        if ((attrs & 0x10) != 0 && (from < 0 || base >= from)) {
-                            if ((attrs & 0x20) != 0) {
-                                open.remove(pid);
-                            } else {
-                                open.putIfAbsent(pid, base);
+                    int length = head.getInt(8);
+                    if (length >= 14 && pos + 12 + length > size) {
+                        break;  // a torn tail: nothing after it in this segment
+                    }
+                    byte magic = got > 16 ? head.get(16) : -1;
+                    boolean framed = length >= 14 && (magic == 2
+                            ? length >= Planner.HEADER_BYTES - 12 && got >= Planner.HEADER_BYTES
+                                    && head.getInt(57) >= 0
+                            : (magic == 0 || magic == 1) && legacyFramed(ch, pos, length, magic));
+                    if (!framed) {
+                        // damage that frames nothing: the walk resumes at the next batch the
+                        // .index knows, as kproto's Python reader resumes its scan
+                        if (resync == null) {
+                            resync = Planner.indexPositions(log, size);
+                        }
+                        long next = size;
+                        for (long p : resync) {
+                            if (p > pos) {
+                                next = p;
+                                break;
+                            }
+                        }
+                        pos = next;
+                        continue;
+                    }
+                    // a legacy entry's offset is its last; its first needs decompressing
+                    long base = head.getLong(0), last = magic == 2 ? base + head.getInt(23) : base;
+                    int attrs = magic == 2 ? head.getShort(21) : 0;
+                    // a batch the reader skips (an unknown codec, records behind a count of 0,
+                    // offsets out of place) opens and closes nothing
+                    boolean skipped = magic == 2 && ((attrs & 0x07) > 4
+                            || (head.getInt(57) == 0 && length > Planner.HEADER_BYTES - 12));
+                    if (!skipped && (last < segBase || last < base || base < low || last >= high)) {
+                        skipped = true;
+                    }
+                    if (!skipped) {
+                        low = last + 1;
+                        if (magic == 2) {
+                            long pid = head.getLong(43);
+                            if ((attrs & 0x10) != 0 && (from < 0 || base >= from)) {
+                                if ((attrs & 0x20) != 0) {
+                                    open.remove(pid);
+                                } else {
+                                    open.putIfAbsent(pid, base);
+                                }
                             }
                         }
                     }
                     pos += 12 + length;
                 }
             } catch (IOException e) {
-                Planner.LOG.warn("{}: {} not read: {}", KafkaSegmentsJvm.NAME, logs.get(i), e.toString());
+                Planner.LOG.warn("{}: {} not read: {}", KafkaSegmentsJvm.NAME, log, e.toString());
             }
         }
         return open.isEmpty() ? -1 : open.values().stream().min(Long::compare).get();
+    }
+
+    /** Whether the magic 0/1 message of {@code length} bytes (after its offset and length) at
+     *  {@code pos} frames as kproto's Python reader frames it: at least its magic's minimum
+     *  size, a key and a value whose lengths fill it. */
+    static boolean legacyFramed(FileChannel ch, long pos, int length, byte magic) throws IOException {
+        if (length < (magic == 0 ? 14 : 22)) {
+            return false;
+        }
+        long p = pos + 18 + (magic == 1 ? 8 : 0), end = pos + 12 + (long) length;
+        ByteBuffer four = ByteBuffer.allocate(4);
+        for (int i = 0; i < 2; i++) {
+            if (p + 4 > end || Planner.readAt(ch, four, p) < 4) {
+                return false;
+            }
+            int n = four.getInt(0);
+            p += 4;
+            if (n < -1 || p + Math.max(n, 0) > end) {
+                return false;
+            }
+            p += Math.max(n, 0);
+        }
+        return p == end;
     }
 
     /** Producer id to the first offset of its open transaction of a {@code .snapshot} file
