@@ -154,6 +154,15 @@ def start(peer: str, tmp: str, brokers: int = 1, timed: bool = False) -> Any:
     return (proc, bootstrap, took) if timed else (proc, bootstrap)
 
 
+def children_cpu_seconds() -> float:
+    """User + system CPU time of the child processes this one has waited for (a tool run
+    with :func:`run_java_tool` counts once it has exited)."""
+    import resource
+
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
 def cpu_seconds(pid: int) -> float:
     """User + system CPU time so far of ``pid`` and the processes it started (tansu.py runs
     the tansu binary as a child), from Linux's /proc."""
@@ -222,13 +231,15 @@ def create_topics(bootstrap: str, topics: Mapping[str, int], replication_factor:
 def bench_produce(bootstrap: str, n: int, size: int, topic: str, warm: bool = True, pid: int = 0,
                   replication_factor: int = 1, acks: str = "all", partitions: int = 1,
                   pids: Optional[list[int]] = None,
-                  topic_config: Optional[Mapping[str, str]] = None) -> tuple[float, list[float], float]:
+                  topic_config: Optional[Mapping[str, str]] = None
+                  ) -> tuple[float, list[float], float, float]:
     """Produce ``n`` records of ``size`` bytes to ``topic`` (created with ``partitions`` and
     ``replication_factor`` when the broker has CreateTopics), ``acks``, linger.ms 5: one
     partition, partition 0 named; more, librdkafka's partitioner spreads them (no key: sticky
     batches, as the Java client's). Returns records/s until flush, the sorted delivery
-    latencies (s) and the broker's CPU seconds per million records (``pid`` and the processes
-    it started, or all of ``pids``; NaN without either)."""
+    latencies (s), the broker's CPU seconds per million records (``pid`` and the processes
+    it started, or all of ``pids``; NaN without either) and the client's (this process:
+    librdkafka's threads and the Python loop feeding them)."""
     import confluent_kafka as ck
 
     pids = pids or ([pid] if pid else [])
@@ -247,6 +258,7 @@ def bench_produce(bootstrap: str, n: int, size: int, topic: str, warm: bool = Tr
     value = b"x" * size
     lat: list[float] = []
     cpu0 = sum(cpu_seconds(q) for q in pids) if pids else float("nan")
+    client0 = time.process_time()
     t0 = time.perf_counter()
     for i in range(n):
         sent = time.perf_counter()
@@ -261,11 +273,12 @@ def bench_produce(bootstrap: str, n: int, size: int, topic: str, warm: bool = Tr
             p.poll(0)
     p.flush(120)
     produce_s = time.perf_counter() - t0
+    client_per_m = (time.process_time() - client0) * 1e6 / n
     # the broker's CPU per million records produced: what it takes from the client on a
     # shared machine, steadier than throughput while other work runs
     cpu_per_m = (sum(cpu_seconds(q) for q in pids) - cpu0) * 1e6 / n if pids else float("nan")
     lat.sort()
-    return n / produce_s, lat, cpu_per_m
+    return n / produce_s, lat, cpu_per_m, client_per_m
 
 
 def bench_consume(bootstrap: str, n: int, topic: str, partitions: int = 1,
@@ -298,7 +311,7 @@ def bench(bootstrap: str, n: int, size: int, topic: str, warm: bool = True,
     """:func:`bench_produce` (acks=all, one partition), then consume the ``n`` records back:
     produce records/s, p99 delivery latency (ms), consume records/s, broker CPU seconds per
     million records produced."""
-    produce_rate, lat, cpu_per_m = bench_produce(bootstrap, n, size, topic, warm, pid)
+    produce_rate, lat, cpu_per_m, _ = bench_produce(bootstrap, n, size, topic, warm, pid)
     consume_rate, _ = bench_consume(bootstrap, n, topic)
     return produce_rate, percentile(lat, 0.99) * 1000, consume_rate, cpu_per_m
 
@@ -323,20 +336,24 @@ def java_produce(bootstrap: str, n: int, size: int, topic: str, acks: str = "all
                  pids: Optional[list[int]] = None, props: tuple[str, ...] = ()) -> dict[str, float]:
     """Kafka's ProducerPerformance (the Java client, its defaults but ``acks``; unthrottled)
     sending ``n`` records of ``size`` bytes to ``topic``: its records/s and p50/p99/p99.9
-    latency (ms, send to callback, as it measures them), and the broker's CPU seconds per
-    million records over the tool's run (its JVM start-up included: an upper bound)."""
+    latency (ms, send to callback, as it measures them), the broker's CPU seconds per million
+    records over the tool's run and the tool's own (``client_cpu``; both with its JVM start-up:
+    upper bounds)."""
     cpu0 = sum(cpu_seconds(q) for q in pids) if pids else float("nan")
+    client0 = children_cpu_seconds()
     out = run_java_tool("org.apache.kafka.tools.ProducerPerformance", "--topic", topic,
                         "--num-records", str(n), "--record-size", str(size), "--throughput", "-1",
                         "--command-property", f"bootstrap.servers={bootstrap}", f"acks={acks}", *props)
     cpu = (sum(cpu_seconds(q) for q in pids) - cpu0) * 1e6 / n if pids else float("nan")
+    client_cpu = (children_cpu_seconds() - client0) * 1e6 / n
     m = _PERF_LINE.findall(out)
     if not m:
         raise RuntimeError(f"ProducerPerformance printed no summary:\n{out[-2000:]}")
     sent, rate, _avg, _max, p50, _p95, p99, p999 = m[-1]
     if int(sent) != n:
         raise RuntimeError(f"ProducerPerformance sent {sent} of {n}")
-    return {"rate": float(rate), "p50": float(p50), "p99": float(p99), "p999": float(p999), "cpu": cpu}
+    return {"rate": float(rate), "p50": float(p50), "p99": float(p99), "p999": float(p999), "cpu": cpu,
+            "client_cpu": client_cpu}
 
 
 def java_consume(bootstrap: str, n: int, topic: str, pids: Optional[list[int]] = None) -> dict[str, float]:

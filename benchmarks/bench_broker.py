@@ -20,7 +20,10 @@ reads, the median). ``java``: Kafka's own
 ProducerPerformance and ConsumerPerformance tools (the Java client 4.4.0 with its defaults,
 C2 on), their own figures (the consumer's fetch phase). The broker's CPU seconds per
 million records (user + system from /proc, the JVM's for Apache Kafka; with the Java tools
-their JVM start-up is inside the window). Per broker: its peak RSS (VmHWM) over the round,
+their JVM start-up is inside the window), and the producing client's (confluent-kafka: this
+process over the measured records; the Java tool: its process, start-up included): where the
+client and the broker share two cores, the client's CPU per record decides the rows it
+saturates. Per broker: its peak RSS (VmHWM) over the round,
 the seconds from its process start to its first answered ApiVersions, and the long-poll
 latency: produce() (acks=1, linger.ms 0) to a waiting consumer's receipt (median, p99).
 
@@ -40,7 +43,7 @@ from _bench_support import (bench_consume, bench_produce, java_consume, java_pro
                             percentile, rss_mb, serve)
 
 Row = tuple[str, str, int, int]  # client, acks, size, partitions
-ROW_FIGURES = ("produce", "p50", "p99", "p999", "cpu_p", "consume", "cpu_c")
+ROW_FIGURES = ("produce", "p50", "p99", "p999", "cpu_p", "consume", "cpu_c", "client_p")
 PEER_FIGURES = ("start_s", "rss_mb", "poll_p50", "poll_p99")
 
 
@@ -56,11 +59,12 @@ def run_row(bootstrap: str, pids: list[int], row: Row, n: int, warm: bool,
         return median([r for r, _ in reads]), median([c for _, c in reads])
 
     if client == "confluent":
-        rate, lat, cpu_p = bench_produce(bootstrap, n, size, topic, warm, acks=acks,
+        rate, lat, cpu_p, client_p = bench_produce(bootstrap, n, size, topic, warm, acks=acks,
                                          partitions=partitions, pids=pids)
         consume, cpu_c = read_back(lambda: bench_consume(bootstrap, n, topic, partitions, pids))
         return {"produce": rate, "p50": percentile(lat, 0.5) * 1000, "p99": percentile(lat, 0.99) * 1000,
-                "p999": percentile(lat, 0.999) * 1000, "cpu_p": cpu_p, "consume": consume, "cpu_c": cpu_c}
+                "p999": percentile(lat, 0.999) * 1000, "cpu_p": cpu_p, "consume": consume, "cpu_c": cpu_c,
+                "client_p": client_p}
     from _bench_support import create_topics
 
     create_topics(bootstrap, {topic: partitions})
@@ -73,7 +77,7 @@ def run_row(bootstrap: str, pids: list[int], row: Row, n: int, warm: bool,
 
     consume, cpu_c = read_back(java_read)
     return {"produce": prod["rate"], "p50": prod["p50"], "p99": prod["p99"], "p999": prod["p999"],
-            "cpu_p": prod["cpu"], "consume": consume, "cpu_c": cpu_c}
+            "cpu_p": prod["cpu"], "consume": consume, "cpu_c": cpu_c, "client_p": prod["client_cpu"]}
 
 
 def main() -> None:
@@ -178,7 +182,8 @@ def row_name(row: Row) -> str:
 def row_line(row: Row, f: dict[str, float]) -> str:
     return (f"{row_name(row)}  produce {f['produce']:9,.0f} rec/s  p50/p99/p999 {f['p50']:6.1f} "
             f"{f['p99']:6.1f} {f['p999']:6.1f} ms  consume {f['consume']:9,.0f} rec/s  "
-            f"broker CPU s/M rec: produce {f['cpu_p']:5.2f} consume {f['cpu_c']:5.2f}")
+            f"broker CPU s/M rec: produce {f['cpu_p']:5.2f} consume {f['cpu_c']:5.2f}  "
+            f"client CPU s/M produce {f['client_p']:5.2f}")
 
 
 if __name__ == "__main__":

@@ -267,7 +267,7 @@ def throughput_round(peer: str, n: int, size: int,
     with tempfile.TemporaryDirectory() as tmp, serve(peer, tmp, brokers=3) as cluster:
         for rf in order:
             topic = f"rf{rf}"
-            rate, lat, cpu = bench_produce(cluster.bootstrap, n, size, topic, pids=cluster.pids,
+            rate, lat, cpu, _ = bench_produce(cluster.bootstrap, n, size, topic, pids=cluster.pids,
                                            replication_factor=rf,
                                            topic_config={"min.insync.replicas": "2"} if rf == 3 else None)
             replicas = replication_of(cluster.bootstrap, topic)
