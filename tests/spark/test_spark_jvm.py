@@ -460,6 +460,37 @@ def test_a_late_start_timestamp_reads_no_closed_segment_below_it(session, tmp_pa
     assert _rows(ours) == _rows(theirs) and _rows(ours)
 
 
+@pytest.mark.parametrize("remove", [None, ".timeindex", ".index"])
+def test_the_time_index_decides_where_a_timestamp_read_starts(session, tmp_path, remove):
+    """A delete horizon batch (records at TS + 5000, max timestamp TS + 1) before batches of
+    max TS + 3002 (of 6 kB: a rebuilt index has an entry after it) and TS + 3502: from
+    TS + 4000 on, kafka-segments starts where the time index's entry for TS + 3502 points,
+    past the horizon batch's records; the JVM source too, with the indexes as written or one
+    of them missing (both rebuilt by a scan, as the Python reader does)."""
+    part = LogDirWriter(str(tmp_path), cluster_id="Gbic2Gj7Dm9oTfmSNSzM_A",
+                        index_interval=1).partition("h", 0)
+    for tag, at, horizon in (("a", 0, False), ("h", 5000, True), ("b", 3000, False),
+                             ("x", 3500, False), ("c", 6000, False)):
+        builder = RecordBatchBuilder(base_offset=part.next_offset,
+                                     **({"delete_horizon_ms": TS + at} if horizon else {}))
+        for i in range(3):
+            builder.append(TS + at + i, None, b"%s%d" % (tag.encode(), i) * (1000 if tag == "b" else 1))
+        data = bytearray(builder.build())
+        if horizon:
+            data[35:43] = (TS + 1).to_bytes(8, "big")
+            data[17:21] = crc32c(bytes(data[21:])).to_bytes(4, "big")
+        part.append(bytes(data))
+    part.close()
+    if remove:
+        os.remove(tmp_path / "h-0" / ("0" * 20 + remove))
+    ours, theirs = _both(session, str(tmp_path), startingTimestamp=TS + 4000)
+    got = _rows(ours)
+    assert got == _rows(theirs)
+    assert [r[4] for r in got] == [b"c0", b"c1", b"c2"]
+    everything = _rows(session.read.format("kafka-segments-jvm").load(str(tmp_path)))
+    assert b"h0" in [r[4] for r in everything]
+
+
 def test_read_committed_with_timestamps_as_kafka_segments(session, tmp_path):
     """read_committed (aborted transactions, the last stable offset) with a timestamp range
     and startingOffsets: the rows of kafka-segments."""
