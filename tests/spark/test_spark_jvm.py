@@ -2,11 +2,13 @@
 ``columns=kafka``: the same schema and the same rows, collected and sorted, on log dirs
 kproto's writer wrote with every codec (several topics, partitions and segments, headers,
 null keys, control batches, LogAppendTime, a log start offset, tasks cut inside segments),
-with transactions (read_committed, startingOffsets / endingOffsets), on the log dirs Apache
-Kafka wrote (../shared/fixtures/logdirs), on damage (a batch that does not decode partway, a
-damaged batch length, a decompression bomb, 250 mutated segments judged by
-fuzz/jvm_oracle.py through the LogDirCheck tool in the session's JVM), and its errors for what
-it does not read. The jar joins the shared session (tests/spark/conftest.py)."""
+with transactions (read_committed, startingOffsets / endingOffsets), with startingTimestamp /
+endingTimestamp (out-of-order and LogAppendTime timestamps, a delete horizon batch, segments
+skipped and entered through the time index), on the log dirs Apache Kafka wrote
+(../shared/fixtures/logdirs), on damage (a batch that does not decode partway, a damaged batch
+length, a decompression bomb, 250 mutated segments and 160 mutated .timeindex / .index / .log
+files read by timestamp, judged by fuzz/jvm_oracle.py through the LogDirCheck tool in the
+session's JVM), and its errors for what it does not read. The jar joins the shared session (tests/spark/conftest.py)."""
 from __future__ import annotations
 
 import importlib.util
