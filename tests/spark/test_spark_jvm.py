@@ -462,35 +462,68 @@ def test_a_late_start_timestamp_reads_no_closed_segment_below_it(session, tmp_pa
     assert _rows(ours) == _rows(theirs) and _rows(ours)
 
 
-@pytest.mark.parametrize("remove", [None, ".timeindex", ".index"])
-def test_the_time_index_decides_where_a_timestamp_read_starts(session, tmp_path, remove):
-    """A delete horizon batch (records at TS + 5000, max timestamp TS + 1) before batches of
-    max TS + 3002 (of 6 kB: a rebuilt index has an entry after it) and TS + 3502: from
-    TS + 4000 on, kafka-segments starts where the time index's entry for TS + 3502 points,
-    past the horizon batch's records; the JVM source too, with the indexes as written or one
-    of them missing (both rebuilt by a scan, as the Python reader does)."""
-    part = LogDirWriter(str(tmp_path), cluster_id="Gbic2Gj7Dm9oTfmSNSzM_A",
-                        index_interval=1).partition("h", 0)
-    for tag, at, horizon in (("a", 0, False), ("h", 5000, True), ("b", 3000, False),
-                             ("x", 3500, False), ("c", 6000, False)):
+def _horizon(root, batches, **writer):
+    """Partition h-0 of batches of 3 records (tag, ms after TS, 1000x values: a big batch);
+    batch "h" has the delete horizon bit and a max timestamp (TS + 1) below its records'."""
+    part = LogDirWriter(root, cluster_id="Gbic2Gj7Dm9oTfmSNSzM_A", **writer).partition("h", 0)
+    for tag, at, big in batches:
         builder = RecordBatchBuilder(base_offset=part.next_offset,
-                                     **({"delete_horizon_ms": TS + at} if horizon else {}))
+                                     **({"delete_horizon_ms": TS + at} if tag == "h" else {}))
         for i in range(3):
-            builder.append(TS + at + i, None, b"%s%d" % (tag.encode(), i) * (1000 if tag == "b" else 1))
+            builder.append(TS + at + i, None, b"%s%d" % (tag.encode(), i) * (1000 if big else 1))
         data = bytearray(builder.build())
-        if horizon:
+        if tag == "h":
             data[35:43] = (TS + 1).to_bytes(8, "big")
             data[17:21] = crc32c(bytes(data[21:])).to_bytes(4, "big")
         part.append(bytes(data))
     part.close()
-    if remove:
-        os.remove(tmp_path / "h-0" / ("0" * 20 + remove))
+    return root + "/h-0/"
+
+
+@pytest.mark.parametrize("damage", [None, "no .timeindex", "no .index", "disorder"])
+def test_the_time_index_decides_where_a_timestamp_read_starts(session, tmp_path, damage):
+    """The horizon batch (records at TS + 5000) before batches of max TS + 3002 (of 6 kB: a
+    rebuilt index has an entry after it) and TS + 3502: from TS + 4000 on, kafka-segments
+    starts where the time index's entry for TS + 3502 points, past the horizon batch's
+    records; the JVM source too, with the indexes as written, one of them missing, or the
+    .timeindex's timestamps not growing (unusable: both rebuilt by a scan, as the Python
+    reader rebuilds them; taken as they are it would start before the horizon batch)."""
+    folder = _horizon(str(tmp_path), (("a", 0, False), ("h", 5000, False), ("b", 3000, True),
+                                      ("x", 3500, False), ("c", 6000, False)), index_interval=1)
+    if damage in ("no .timeindex", "no .index"):
+        os.remove(folder + "0" * 20 + damage[3:])
+    elif damage == "disorder":
+        path = folder + "0" * 20 + ".timeindex"
+        data = bytearray(open(path, "rb").read())
+        assert len(data) >= 36
+        data[12:20] = (TS + 9999).to_bytes(8, "big")  # the 2nd entry past the start
+        open(path, "wb").write(bytes(data))
     ours, theirs = _both(session, str(tmp_path), startingTimestamp=TS + 4000)
     got = _rows(ours)
     assert got == _rows(theirs)
     assert [r[4] for r in got] == [b"c0", b"c1", b"c2"]
     everything = _rows(session.read.format("kafka-segments-jvm").load(str(tmp_path)))
     assert b"h0" in [r[4] for r in everything]
+
+
+@pytest.mark.parametrize("preallocated", [False, True])
+def test_a_closed_segment_is_skipped_by_its_time_index_unless_preallocated(session, tmp_path,
+                                                                         preallocated):
+    """A first segment of a batch at TS and the horizon batch (its .timeindex ends at TS + 2,
+    below its records): from TS + 4000 on, kafka-segments does not read it, unless its
+    .timeindex is preallocated (zeros after the entries: its end says nothing), when the
+    horizon batch's records are read; the JVM source the same."""
+    folder = _horizon(str(tmp_path), (("a", 0, False), ("h", 5000, False), ("c", 6000, False)),
+                      segment_bytes=250, index_interval=1)
+    logs = sorted(f for f in os.listdir(folder) if f.endswith(".log"))
+    assert len(logs) == 2
+    if preallocated:
+        with open(folder + logs[0][:-4] + ".timeindex", "ab") as f:
+            f.write(bytes(120))
+    ours, theirs = _both(session, str(tmp_path), startingTimestamp=TS + 4000)
+    got = _rows(ours)
+    assert got == _rows(theirs)
+    assert [r[4] for r in got] == [b"h0", b"h1", b"h2"] * preallocated + [b"c0", b"c1", b"c2"]
 
 
 def test_read_committed_with_timestamps_as_kafka_segments(session, tmp_path):
