@@ -2,11 +2,13 @@
 ``columns=kafka``: the same schema and the same rows, collected and sorted, on log dirs
 kproto's writer wrote with every codec (several topics, partitions and segments, headers,
 null keys, control batches, LogAppendTime, a log start offset, tasks cut inside segments),
-with transactions (read_committed, startingOffsets / endingOffsets), on the log dirs Apache
-Kafka wrote (../shared/fixtures/logdirs), on damage (a batch that does not decode partway, a
-damaged batch length, a decompression bomb, 250 mutated segments judged by
-fuzz/jvm_oracle.py through the LogDirCheck tool in the session's JVM), and its errors for what
-it does not read. The jar joins the shared session (tests/spark/conftest.py)."""
+with transactions (read_committed, startingOffsets / endingOffsets), with startingTimestamp /
+endingTimestamp (out-of-order and LogAppendTime timestamps, a delete horizon batch, segments
+skipped and entered through the time index), on the log dirs Apache Kafka wrote
+(../shared/fixtures/logdirs), on damage (a batch that does not decode partway, a damaged batch
+length, a decompression bomb, 250 mutated segments and 160 mutated .timeindex / .index / .log
+files read by timestamp, judged by fuzz/jvm_oracle.py through the LogDirCheck tool in the
+session's JVM), and its errors for what it does not read. The jar joins the shared session (tests/spark/conftest.py)."""
 from __future__ import annotations
 
 import importlib.util
@@ -370,12 +372,268 @@ def test_read_committed_and_bounds_on_apache_kafkas_log_dir(session):
     ("endingOffsets", '{"orders": {"0": -2}}', "endingOffsets for orders-0 can't be earliest"),
     ("endingOffsets", '{"x": 5}', "endingOffsets must be earliest, latest, an offset or JSON"),
     ("isolation", "serializable", "isolation must be read_uncommitted or read_committed"),
-    ("startingTimestamp", "1000", "startingtimestamp=1000 is not supported.*kafka-segments"),
+    ("startingTimestamp", "12x", "startingtimestamp must be an integer: 12x"),
+    ("endingTimestamp", "1.5", "endingtimestamp must be an integer: 1.5"),
+    ("includeControl", "true", "includecontrol=true is not supported.*kafka-segments"),
 ])
 def test_option_values_it_refuses(session, option, value, error):
     with pytest.raises(Exception, match=error):
         session.read.format("kafka-segments-jvm").option(option, value) \
             .load(os.path.join(FIXTURES, "broker1-clean")).schema
+
+
+@pytest.mark.parametrize("option", ["startingTimestamp", "endingTimestamp"])
+def test_a_timestamp_that_is_no_integer_is_refused_as_kafka_segments_refuses_it(session, option):
+    path = os.path.join(FIXTURES, "broker1-clean")
+    for source, name in (("kafka-segments-jvm", "kafka-segments-jvm"), ("kafka-segments", "kafka-segments")):
+        with pytest.raises(Exception, match=f"{name}: {option.lower()} must be an integer"):
+            session.read.format(source).option(option, "soon").load(path).collect()
+    ours, theirs = _both(session, path, topics="orders", **{option: " 1_717_000_555_130 "})
+    assert _rows(ours) == _rows(theirs) and _rows(ours)
+
+
+def _timestamped(root, topics=("ct", "la")):
+    """Partitions of 60 batches of 5 records in segments of 900 bytes (.index / .timeindex
+    entries every 100 bytes): topic ct CreateTime, each batch's timestamps out of order
+    (batch b: TS + 100 b + 0..80, its largest not last), topic la LogAppendTime (batch b:
+    TS + 100 b + 50, the records' own timestamps ignored); in ct-0 batch 30 has the delete
+    horizon bit and a max timestamp (TS + 1) below its records' (read whole all the same)."""
+    w = LogDirWriter(root, cluster_id="Gbic2Gj7Dm9oTfmSNSzM_A", segment_bytes=900,
+                     index_interval=100)
+    for topic in topics:
+        for p in range(2):
+            part = w.partition(topic, p)
+            for b in range(60):
+                extra = {"timestamp_type": 1, "log_append_time": TS + 100 * b + 50} if topic == "la" else {}
+                horizon = topic == "ct" and p == 0 and b == 30
+                if horizon:
+                    extra = {"delete_horizon_ms": TS + 100 * b}
+                builder = RecordBatchBuilder(base_offset=part.next_offset, **extra)
+                for i, d in enumerate((40, 0, 80, 20, 60)):
+                    builder.append(TS + 100 * b + d, b"k%d" % i, b"%s-%d-%d-%d" % (topic.encode(), p, b, i))
+                data = bytearray(builder.build())
+                if horizon:
+                    data[35:43] = (TS + 1).to_bytes(8, "big")
+                    data[17:21] = crc32c(bytes(data[21:])).to_bytes(4, "big")
+                part.append(bytes(data))
+    w.close()
+
+
+@pytest.mark.parametrize("options", [
+    {"startingTimestamp": TS},
+    {"startingTimestamp": TS + 3040},
+    {"startingTimestamp": TS + 3041, "splitSize": "1k"},
+    {"endingTimestamp": TS + 2020},
+    {"startingTimestamp": TS + 1234, "endingTimestamp": TS + 4321, "startingOffsets": "80"},
+    {"startingTimestamp": TS + 900, "endingTimestamp": TS + 5000,
+     "startingOffsets": '{"ct": {"0": 200}}', "endingOffsets": '{"la": {"1": 150}, "ct": {"1": 260}}'},
+    {"startingTimestamp": 0, "endingTimestamp": TS + 10**7},
+    {"startingTimestamp": TS + 10**7},
+    {"endingTimestamp": TS},
+    {"startingTimestamp": TS + 4000, "endingTimestamp": TS + 3000},
+])
+def test_timestamp_bounds_as_kafka_segments(session, tmp_path, options):
+    """startingTimestamp / endingTimestamp (``[start, end)``), alone and with offset bounds
+    and task cuts, at, between and outside the records' timestamps: the rows of
+    kafka-segments, a record kept by its own timestamp (LogAppendTime: its batch's), the
+    delete horizon batch whose max timestamp is below the start still read."""
+    _timestamped(str(tmp_path))
+    assert sum(f.endswith(".log") for f in os.listdir(tmp_path / "ct-0")) > 5
+    ours, theirs = _both(session, str(tmp_path), **options)
+    got = _rows(ours)
+    assert got == _rows(theirs)
+    start = options.get("startingTimestamp", -1) * 1000
+    end = options.get("endingTimestamp", 2**62) * 1000
+    assert all(start <= int(r[5].timestamp() * 1e6) < end for r in got)
+    assert bool(got) == (start < end and start <= (TS + 5980) * 1000 and end > TS * 1000)
+    if options.get("startingTimestamp") == TS + 3041:
+        assert [r[4] for r in got if r[4].startswith(b"ct-0-30-")] == [b"ct-0-30-2", b"ct-0-30-4"]
+
+
+def test_a_late_start_timestamp_reads_no_closed_segment_below_it(session, tmp_path):
+    """Closed segments whose .timeindex ends below startingTimestamp are not planned at all;
+    the first read is entered through the time index (a task less per skipped segment)."""
+    _timestamped(str(tmp_path), topics=("ct",))
+    n_every, n_late = (session.read.format("kafka-segments-jvm").options(splitSize="100", **late)
+                       .load(str(tmp_path)).rdd.getNumPartitions()
+                       for late in ({}, {"startingTimestamp": str(TS + 5000)}))
+    assert n_late < n_every / 4
+    ours, theirs = _both(session, str(tmp_path), startingTimestamp=str(TS + 5000))
+    assert _rows(ours) == _rows(theirs) and _rows(ours)
+
+
+def _horizon(root, batches, **writer):
+    """Partition h-0 of batches of 3 records (tag, ms after TS, 1000x values: a big batch);
+    batch "h" has the delete horizon bit and a max timestamp (TS + 1) below its records'."""
+    part = LogDirWriter(root, cluster_id="Gbic2Gj7Dm9oTfmSNSzM_A", **writer).partition("h", 0)
+    for tag, at, big in batches:
+        builder = RecordBatchBuilder(base_offset=part.next_offset,
+                                     **({"delete_horizon_ms": TS + at} if tag == "h" else {}))
+        for i in range(3):
+            builder.append(TS + at + i, None, b"%s%d" % (tag.encode(), i) * (1000 if big else 1))
+        data = bytearray(builder.build())
+        if tag == "h":
+            data[35:43] = (TS + 1).to_bytes(8, "big")
+            data[17:21] = crc32c(bytes(data[21:])).to_bytes(4, "big")
+        part.append(bytes(data))
+    part.close()
+    return root + "/h-0/"
+
+
+@pytest.mark.parametrize("damage", [None, "no .timeindex", "no .index", "disorder"])
+def test_the_time_index_decides_where_a_timestamp_read_starts(session, tmp_path, damage):
+    """The horizon batch (records at TS + 5000) before batches of max TS + 3002 (of 6 kB: a
+    rebuilt index has an entry after it) and TS + 3502: from TS + 4000 on, kafka-segments
+    starts where the time index's entry for TS + 3502 points, past the horizon batch's
+    records; the JVM source too, with the indexes as written, one of them missing, or the
+    .timeindex's timestamps not growing (unusable: both rebuilt by a scan, as the Python
+    reader rebuilds them; taken as they are it would start before the horizon batch)."""
+    folder = _horizon(str(tmp_path), (("a", 0, False), ("h", 5000, False), ("b", 3000, True),
+                                      ("x", 3500, False), ("c", 6000, False)), index_interval=1)
+    if damage in ("no .timeindex", "no .index"):
+        os.remove(folder + "0" * 20 + damage[3:])
+    elif damage == "disorder":
+        path = folder + "0" * 20 + ".timeindex"
+        data = bytearray(open(path, "rb").read())
+        assert len(data) >= 36
+        data[12:20] = (TS + 9999).to_bytes(8, "big")  # the 2nd entry past the start
+        open(path, "wb").write(bytes(data))
+    ours, theirs = _both(session, str(tmp_path), startingTimestamp=TS + 4000)
+    got = _rows(ours)
+    assert got == _rows(theirs)
+    assert [r[4] for r in got] == [b"c0", b"c1", b"c2"]
+    everything = _rows(session.read.format("kafka-segments-jvm").load(str(tmp_path)))
+    assert b"h0" in [r[4] for r in everything]
+
+
+@pytest.mark.parametrize("preallocated", [False, True])
+def test_a_closed_segment_is_skipped_by_its_time_index_unless_preallocated(session, tmp_path,
+                                                                         preallocated):
+    """A first segment of a batch at TS and the horizon batch (its .timeindex ends at TS + 2,
+    below its records): from TS + 4000 on, kafka-segments does not read it, unless its
+    .timeindex is preallocated (zeros after the entries: its end says nothing), when the
+    horizon batch's records are read; the JVM source the same."""
+    folder = _horizon(str(tmp_path), (("a", 0, False), ("h", 5000, False), ("c", 6000, False)),
+                      segment_bytes=250, index_interval=1)
+    logs = sorted(f for f in os.listdir(folder) if f.endswith(".log"))
+    assert len(logs) == 2
+    if preallocated:
+        with open(folder + logs[0][:-4] + ".timeindex", "ab") as f:
+            f.write(bytes(120))
+    ours, theirs = _both(session, str(tmp_path), startingTimestamp=TS + 4000)
+    got = _rows(ours)
+    assert got == _rows(theirs)
+    assert [r[4] for r in got] == [b"h0", b"h1", b"h2"] * preallocated + [b"c0", b"c1", b"c2"]
+
+
+def test_read_committed_with_timestamps_as_kafka_segments(session, tmp_path):
+    """read_committed (aborted transactions, the last stable offset) with a timestamp range
+    and startingOffsets: the rows of kafka-segments."""
+    _transactions(str(tmp_path))
+    options = {"isolation": "read_committed", "startingTimestamp": TS + 1,
+               "endingTimestamp": TS + 2, "startingOffsets": "20", "splitSize": "1k"}
+    ours, theirs = _both(session, str(tmp_path), **options)
+    got = _rows(ours)
+    assert got == _rows(theirs) and got
+    assert {r[4].decode().rsplit("-", 1)[1] for r in got} == {"1"}
+
+
+def test_timestamp_bounds_on_apache_kafkas_log_dirs(session):
+    """Apache Kafka's log dirs (segments of CreateTime and LogAppendTime topics, the
+    crashed broker's preallocated and damaged files), bounded by timestamps: the rows of
+    kafka-segments."""
+    clean, crashed = (os.path.join(FIXTURES, d) for d in ("broker1-clean", "broker1-crashed"))
+    topics = "orders,payments,users,clicks"
+    for options in ({"startingTimestamp": 1717000555130},
+                    {"startingTimestamp": 1717000563806, "endingTimestamp": 1717000577585},
+                    {"endingTimestamp": 1717000559139, "isolation": "read_committed",
+                     "startingOffsets": "100", "splitSize": "16k"}):
+        ours, theirs = _both(session, clean, topics=topics, **options)
+        got = _rows(ours)
+        assert got == _rows(theirs) and got
+    ours, _ = _both(session, crashed, startingTimestamp=1717000563806)
+    theirs = (session.read.format("kafka-segments").option("columns", "kafka")
+              .option("verifyCrc", "true").option("startingTimestamp", 1717000563806).load(crashed))
+    assert _rows(ours) == _rows(theirs)
+
+
+def _mutate_time_index(rnd, data: bytes, oracle) -> bytes | None:
+    """One edit of a .timeindex (None: the file removed): an entry's timestamp or offset set
+    to an edge value, entries dropped, swapped or cut, the file zeroed (preallocation without
+    entries), emptied or given a partial slot, or the byte edits of the oracle."""
+    slots = [data[i:i + 12] for i in range(0, len(data) - len(data) % 12, 12)]
+    op = rnd.randrange(8)
+    if op == 0:
+        return None
+    if op == 1 or not slots:
+        return b""
+    i = rnd.randrange(len(slots))
+    if op == 2:
+        ts, rel = int.from_bytes(slots[i][:8], "big", signed=True), int.from_bytes(slots[i][8:], "big")
+        if rnd.random() < 0.5:
+            ts = rnd.choice((0, -1, ts - 1, ts + 1, TS, TS + 10**6, 2**63 - 1))
+        else:
+            rel = rnd.choice((0, rel + 1, rel - 1, 2**31 - 1)) % 2**32
+        slots[i] = (ts % 2**64).to_bytes(8, "big") + rel.to_bytes(4, "big")
+    elif op == 3:
+        del slots[i:i + rnd.randint(1, 3)]
+    elif op == 4 and len(slots) > 1:
+        j = rnd.randrange(len(slots))
+        slots[i], slots[j] = slots[j], slots[i]
+    elif op == 5:
+        return bytes(len(data) + 12 * rnd.randint(0, 4))
+    elif op == 6:
+        return b"".join(slots) + bytes(rnd.randint(1, 11))
+    else:
+        return oracle.mutate(rnd, data)
+    return b"".join(slots)
+
+
+def test_damaged_files_with_timestamps_read_as_kproto_reads_them(session, tmp_path):
+    """160 mutations of one file of a partition of several segments (a .timeindex most
+    often, else an .index or a .log), read from a random startingTimestamp to a random
+    endingTimestamp (some with a start offset or read_committed): never a crash, and the
+    rows of kproto's Python reader (time index rules, rebuilt indexes, skipped segments)."""
+    oracle = _oracle()
+    pristine = tmp_path / "seed"
+    _timestamped(str(pristine), topics=("ct",))
+    shutil.rmtree(pristine / "ct-1")
+    names = sorted(os.listdir(pristine / "ct-0"))
+    rnd = random.Random(1129)
+    cases = []
+    for i in range(160):
+        root = tmp_path / f"m{i}"
+        shutil.copytree(pristine, root)
+        kind = rnd.choice((".timeindex", ".timeindex", ".timeindex", ".index", ".log"))
+        victim = root / "ct-0" / rnd.choice([n for n in names if n.endswith(kind)])
+        data = victim.read_bytes()
+        if kind == ".timeindex":
+            new = _mutate_time_index(rnd, data, oracle)
+        elif kind == ".index" and rnd.random() < 0.3:
+            new = None
+        else:
+            new = oracle.mutate(rnd, data) if data else rnd.randbytes(rnd.randint(1, 40))
+        if new is None:
+            victim.unlink()
+        else:
+            victim.write_bytes(new)
+        options = {"start_timestamp": rnd.choice((None, TS + rnd.randrange(-100, 6100))),
+                   "end_timestamp": rnd.choice((None, TS + rnd.randrange(0, 6200)))}
+        if options["start_timestamp"] is None and options["end_timestamp"] is None:
+            options["start_timestamp"] = TS + rnd.randrange(0, 6000)
+        if rnd.random() < 0.2:
+            options["start_offset"] = rnd.randrange(0, 300)
+        if rnd.random() < 0.2:
+            options["isolation"] = "read_committed"
+        cases.append((str(root), {k: v for k, v in options.items() if v is not None}))
+    names_of = {"start_timestamp": "startingTimestamp", "end_timestamp": "endingTimestamp",
+                "start_offset": "startingOffsets", "isolation": "isolation"}
+    reports = _check(session, *(root + "".join(f"\t{names_of[k]}={v}" for k, v in options.items())
+                                for root, options in cases))
+    verdicts = [oracle.judge(root, report, **options)
+                for (root, options), report in zip(cases, reports)]
+    assert verdicts.count("rows") == len(cases)
+    assert sum(bool(r["rows"]) for r in reports) > 100
 
 
 def test_check_command_reads_each_line_of_its_stdin(session, tmp_path):

@@ -32,7 +32,10 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
  * directory (or one partition folder) with the columns of Spark's Kafka source, read on the
  * JVM. Options: {@code topics} / {@code subscribe} (comma list), {@code includeHeaders},
  * {@code splitSize} (bytes per task, e.g. {@code 64m}), {@code startingOffsets} /
- * {@code endingOffsets} and {@code isolation} / {@code kafka.isolation.level}, with the values
+ * {@code endingOffsets}, {@code startingTimestamp} / {@code endingTimestamp} (ms since the
+ * epoch, {@code [start, end)}: closed segments whose time index ends below the start are not
+ * read, the others entered through their time index, as Kafka's ListOffsets by timestamp
+ * finds a record) and {@code isolation} / {@code kafka.isolation.level}, with the values
  * {@code kafka-segments} takes; anything else is refused with a pointer to that Python source,
  * which reads it.
  */
@@ -44,7 +47,7 @@ public final class KafkaSegmentsJvm implements TableProvider, DataSourceRegister
      *  this reader implements (any other value is refused). */
     static final Set<String> OPTIONS = new HashSet<>(Arrays.asList(
             "path", "paths", "topics", "subscribe", "includeheaders", "splitsize", "startingoffsets",
-            "endingoffsets", "isolation", "kafka.isolation.level"));
+            "endingoffsets", "startingtimestamp", "endingtimestamp", "isolation", "kafka.isolation.level"));
     static final Map<String, String> DEFAULTS = Map.of("columns", "kafka", "failondataloss", "false");
     /** Spark's Kafka source's offsets in its JSON form: -2 the earliest, -1 the latest. */
     static final long EARLIEST = -2, LATEST = -1;
@@ -108,7 +111,27 @@ public final class KafkaSegmentsJvm implements TableProvider, DataSourceRegister
         }
         Map<String, long[]> per = new HashMap<>();
         long start = offsets(opts, true, per), end = offsets(opts, false, per);
-        return new Planner.Bounds(start, end, per, isolation.equals("read_committed"));
+        return new Planner.Bounds(start, end, per, timestamp(opts, "startingtimestamp"),
+                timestamp(opts, "endingtimestamp"), isolation.equals("read_committed"));
+    }
+
+    /** startingTimestamp / endingTimestamp: ms since the epoch (null: not given), an integer
+     *  as Python's {@code int()} takes it (kafka-segments' rule: blanks around it, a sign,
+     *  underscores between digits). */
+    private static Long timestamp(Map<String, String> opts, String key) {
+        String value = opts.get(key);
+        if (value == null) {
+            return null;
+        }
+        String v = value.strip();
+        if (v.matches("[+-]?\\d+(_\\d+)*")) {
+            try {
+                return Long.parseLong(v.replace("_", "").replaceFirst("^\\+", ""));
+            } catch (NumberFormatException e) {
+                throw new IllegalArgumentException(NAME + ": " + key + " does not fit in a long: " + value);
+            }
+        }
+        throw new IllegalArgumentException(NAME + ": " + key + " must be an integer: " + value);
     }
 
     /** The offset of startingOffsets ({@code starting}) or endingOffsets for every partition

@@ -39,12 +39,14 @@ final class Planner {
 
     /** A byte range of one segment: whole batches from {@code start}; {@code end} the
      *  segment's end or a batch boundary; the records it gives: offsets {@code [from, until)}
-     *  ({@code until} -1: no end) outside the {@code aborted} transactions. */
+     *  ({@code until} -1: no end) and timestamps {@code [fromTs, untilTs)} (null: open)
+     *  outside the {@code aborted} transactions. */
     static final class Piece implements Serializable {
         final String path, topic;
         final int partition;
         final long start, end, segBase, nextBase;  // nextBase -1: none
         final long from, until;
+        final Long fromTs, untilTs;
         /** Aborted transactions (read_committed): producer id, first offset, ABORT marker
          *  offset triples, sorted; empty otherwise. */
         final long[] aborted;
@@ -52,7 +54,7 @@ final class Planner {
         final long[] resync;
 
         Piece(String path, String topic, int partition, long start, long end, long segBase, long nextBase,
-              long from, long until, long[] aborted, long[] resync) {
+              long from, long until, Long fromTs, Long untilTs, long[] aborted, long[] resync) {
             this.path = path;
             this.topic = topic;
             this.partition = partition;
@@ -62,12 +64,15 @@ final class Planner {
             this.nextBase = nextBase;
             this.from = from;
             this.until = until;
+            this.fromTs = fromTs;
+            this.untilTs = untilTs;
             this.aborted = aborted;
             this.resync = resync;
         }
 
         Piece range(long start, long end) {
-            return new Piece(path, topic, partition, start, end, segBase, nextBase, from, until, aborted, resync);
+            return new Piece(path, topic, partition, start, end, segBase, nextBase, from, until, fromTs, untilTs, aborted,
+                    resync);
         }
 
         @Override
@@ -78,17 +83,22 @@ final class Planner {
 
     /** What a read selects of each partition: offsets {@code [start, end)} (Long.MIN_VALUE /
      *  -1: open) for every partition, narrowed per partition by the JSON forms of
-     *  startingOffsets / endingOffsets, and the isolation level. */
+     *  startingOffsets / endingOffsets, timestamps {@code [startTs, endTs)} (null: open) and
+     *  the isolation level. */
     static final class Bounds {
-        static final Bounds ALL = new Bounds(Long.MIN_VALUE, -1, Map.of(), false);
+        static final Bounds ALL = new Bounds(Long.MIN_VALUE, -1, Map.of(), null, null, false);
         final long start, end;
         final Map<String, long[]> perPartition;  // "topic partition" -> {start, end}
+        final Long startTs, endTs;
         final boolean committed;
 
-        Bounds(long start, long end, Map<String, long[]> perPartition, boolean committed) {
+        Bounds(long start, long end, Map<String, long[]> perPartition, Long startTs, Long endTs,
+               boolean committed) {
             this.start = start;
             this.end = end;
             this.perPartition = perPartition;
+            this.startTs = startTs;
+            this.endTs = endTs;
             this.committed = committed;
         }
 
@@ -254,8 +264,15 @@ final class Planner {
             // the segment holding the first offset read is entered through its index, as
             // kafka-segments enters it
             long start = from > base ? lookup(index, base, from) : 0;
-            pieces.add(new Piece(log.toString(), topic, partition, start, size, base, nextBase, from, until, aborted,
-                    index[1]));
+            if (bounds.startTs != null) {
+                long at = timestampStart(log, size, base, i == logs.size() - 1, bounds.startTs);
+                if (at < 0) {
+                    continue;  // a closed segment whose largest timestamp is below the start
+                }
+                start = Math.max(start, at);
+            }
+            pieces.add(new Piece(log.toString(), topic, partition, start, size, base, nextBase, from, until,
+                    bounds.startTs, bounds.endTs, aborted, index[1]));
             cuts.add(positions);
         }
     }
@@ -274,25 +291,16 @@ final class Planner {
     /** The relative offsets and positions of a segment's usable .index entries (see
      *  {@link #indexPositions}). */
     static long[][] index(Path log, long logSize) {
-        long[][] none = {new long[0], new long[0]};
-        Path index = Transactions.sibling(log, ".index");
-        byte[] bytes;
-        try {
-            if (!Files.isRegularFile(index)) {
-                return none;
-            }
-            long fileSize = Files.size(index);
-            if (fileSize > Integer.MAX_VALUE || fileSize % 8 != 0) {
-                return none;
-            }
-            int useful = (int) Math.min(fileSize, 8 * (logSize / 26 + 1));
-            bytes = new byte[useful];
-            try (FileChannel ch = FileChannel.open(index, StandardOpenOption.READ)) {
-                useful = readAt(ch, ByteBuffer.wrap(bytes), 0);
-            }
-            bytes = Arrays.copyOf(bytes, useful - useful % 8);
-        } catch (IOException e) {
-            return none;
+        long[][] index = indexFile(log, logSize);
+        return index != null ? index : new long[][] {new long[0], new long[0]};
+    }
+
+    /** {@link #index}, null when the .index is missing or unusable (kproto's Python reader
+     *  then rebuilds it by scanning). */
+    static long[][] indexFile(Path log, long logSize) {
+        byte[] bytes = indexBytes(log, ".index", 8, logSize);
+        if (bytes == null) {
+            return null;
         }
         ByteBuffer b = ByteBuffer.wrap(bytes);
         long[] out = new long[bytes.length / 8], rels = new long[bytes.length / 8];
@@ -305,16 +313,182 @@ final class Planner {
             }
             boolean bad = n == 0 ? rel < 0 || position < 0 : rel <= prevRel || position < out[n - 1];
             if (bad) {
-                return none;
+                return null;
             }
             prevRel = rel;
             rels[n] = rel;
             out[n++] = position;
         }
         if (n > 0 && out[n - 1] >= logSize) {
-            return none;
+            return null;
         }
         return new long[][] {Arrays.copyOf(rels, n), Arrays.copyOf(out, n)};
+    }
+
+    /** The whole slots of the part of a segment's index file ({@code suffix}, entries of
+     *  {@code entry} bytes) that can hold entries (one per 26 bytes of log, the smallest
+     *  message); null when it is missing, unreadable, past 2 GiB or not whole slots. */
+    private static byte[] indexBytes(Path log, String suffix, int entry, long logSize) {
+        Path file = Transactions.sibling(log, suffix);
+        try {
+            if (!Files.isRegularFile(file)) {
+                return null;
+            }
+            long fileSize = Files.size(file);
+            if (fileSize > Integer.MAX_VALUE || fileSize % entry != 0) {
+                return null;
+            }
+            byte[] bytes = new byte[(int) Math.min(fileSize, entry * (logSize / 26 + 1))];
+            int got;
+            try (FileChannel ch = FileChannel.open(file, StandardOpenOption.READ)) {
+                got = readAt(ch, ByteBuffer.wrap(bytes), 0);
+            }
+            return Arrays.copyOf(bytes, got - got % entry);
+        } catch (IOException e) {
+            return null;
+        }
+    }
+
+    /** A segment's .timeindex as kproto's Python reader takes it: {timestamps, relative
+     *  offsets, {preallocated: 1 or 0}}, the entries ending at the first all-zero slot; null
+     *  when it is missing or unusable (a size past 2 GiB or not a multiple of 12, timestamps
+     *  not growing strictly, offsets going back). */
+    static long[][] timeIndexFile(Path log, long logSize) {
+        byte[] bytes = indexBytes(log, ".timeindex", 12, logSize);
+        if (bytes == null) {
+            return null;
+        }
+        ByteBuffer b = ByteBuffer.wrap(bytes);
+        int slots = bytes.length / 12, n = 0;
+        long[] ts = new long[slots], rels = new long[slots];
+        for (; n < slots; n++) {
+            long t = b.getLong(12 * n);
+            int rel = b.getInt(12 * n + 8);
+            if (t == 0 && rel == 0) {
+                break;
+            }
+            if (n > 0 && (t <= ts[n - 1] || rel < rels[n - 1])) {
+                return null;
+            }
+            ts[n] = t;
+            rels[n] = rel;
+        }
+        long fileSize;
+        try {
+            fileSize = Files.size(Transactions.sibling(log, ".timeindex"));
+        } catch (IOException e) {
+            return null;
+        }
+        return new long[][] {Arrays.copyOf(ts, n), Arrays.copyOf(rels, n), {fileSize > 12L * n ? 1 : 0}};
+    }
+
+    /** Where a read of records from timestamp {@code ts} on starts in a segment (Kafka's
+     *  {@code findOffsetByTimestamp}: the time index gives an offset, the offset index its
+     *  position), -1 when none of it is read: a segment not the last whose time index is not
+     *  preallocated and ends below {@code ts}. The indexes as kproto's Python reader takes
+     *  them: when either file is missing or unusable both are rebuilt by a scan, and a rebuilt
+     *  one replaces each that is unusable or has no entries. */
+    static long timestampStart(Path log, long logSize, long base, boolean last, long ts) {
+        long[][] offsets = indexFile(log, logSize), times = timeIndexFile(log, logSize);
+        if (offsets == null || times == null) {
+            long[][][] rebuilt = rebuild(log, logSize, base);
+            offsets = offsets == null || offsets[0].length == 0 ? rebuilt[0] : offsets;
+            times = times == null || times[0].length == 0 ? rebuilt[1] : times;
+        }
+        int n = times[0].length;
+        if (!last && times[2][0] == 0 && n > 0 && times[0][n - 1] < ts) {
+            return -1;
+        }
+        long offset = base;  // TimeIndex.lookup: the last entry at or below ts
+        for (int i = 0; i < n && times[0][i] <= ts; i++) {
+            offset = base + times[1][i];
+        }
+        return lookup(offsets, base, offset);
+    }
+
+    /** The .index and .timeindex entries Kafka's segment recovery writes ({@code
+     *  rebuild_indexes} of kproto's Python reader, one append per batch, an entry after more
+     *  than 4096 bytes, the final time entry of a closed segment): {offset index, time index}
+     *  as {@link #indexFile} and {@link #timeIndexFile} give them, from the batches a scan
+     *  frames from the start of the log up to the first framing damage (a v2 batch of an
+     *  unknown codec or no records stepped over, as that scan steps over it). */
+    static long[][][] rebuild(Path log, long logSize, long base) {
+        long[] rels = new long[16], positions = new long[16], times = new long[16], timeRels = new long[16];
+        int nOff = 0, nTime = 0;
+        long maxTs = -1, offsetOfMax = base, since = 0;
+        try (FileChannel ch = FileChannel.open(log, StandardOpenOption.READ)) {
+            ByteBuffer head = ByteBuffer.allocate(HEADER_BYTES);
+            long pos = 0;
+            while (logSize - pos >= 12) {
+                int got = readAt(ch, head, pos);
+                int length = head.getInt(8);
+                if (length < 14 || 12L + length > logSize - pos || got < 17) {
+                    break;
+                }
+                int size = 12 + length;
+                byte magic = head.get(16);
+                long lastOffset, batchTs;
+                if (magic == 2) {
+                    if (length < HEADER_BYTES - 12 || head.getInt(57) < 0) {
+                        break;
+                    }
+                    int count = head.getInt(57);
+                    if ((head.getShort(21) & 7) > 4 || (count == 0 && size > HEADER_BYTES)) {
+                        pos += size;  // stepped over: no append
+                        continue;
+                    }
+                    lastOffset = head.getLong(0) + head.getInt(23);
+                    batchTs = head.getLong(35);
+                } else if (magic == 0 || magic == 1) {
+                    byte[] message = new byte[size];
+                    if (length < (magic == 0 ? 14 : 22) || readAt(ch, ByteBuffer.wrap(message), pos) < size
+                            || SegmentReader.legacyDamage(message, 0, magic, size) != null) {
+                        break;
+                    }
+                    lastOffset = head.getLong(0);
+                    batchTs = magic == 1 ? head.getLong(18) : -1;
+                } else {
+                    break;
+                }
+                if (batchTs > maxTs) {
+                    maxTs = batchTs;
+                    offsetOfMax = lastOffset;
+                }
+                if (since > 4096) {
+                    if (nOff == 0 || lastOffset - base > rels[nOff - 1]) {
+                        if (nOff == rels.length) {
+                            rels = Arrays.copyOf(rels, 2 * nOff);
+                            positions = Arrays.copyOf(positions, 2 * nOff);
+                        }
+                        rels[nOff] = lastOffset - base;
+                        positions[nOff++] = pos;
+                    }
+                    if (nTime == 0 || maxTs > times[nTime - 1]) {
+                        if (nTime == times.length) {
+                            times = Arrays.copyOf(times, 2 * nTime);
+                            timeRels = Arrays.copyOf(timeRels, 2 * nTime);
+                        }
+                        times[nTime] = maxTs;
+                        timeRels[nTime++] = offsetOfMax - base;
+                    }
+                    since = 0;
+                }
+                since += size;
+                pos += size;
+            }
+        } catch (IOException e) {
+            LOG.warn("{}: {} not scanned for its indexes: {}", KafkaSegmentsJvm.NAME, log, e.toString());
+        }
+        if (maxTs > (nTime == 0 ? -1 : times[nTime - 1])) {  // the closed segment's final entry
+            times = Arrays.copyOf(times, nTime + 1);
+            timeRels = Arrays.copyOf(timeRels, nTime + 1);
+            times[nTime] = maxTs;
+            timeRels[nTime++] = offsetOfMax - base;
+        }
+        return new long[][][] {
+            {Arrays.copyOf(rels, nOff), Arrays.copyOf(positions, nOff)},
+            {Arrays.copyOf(times, nTime), Arrays.copyOf(timeRels, nTime), {0}},
+        };
     }
 
     /** Kafka's {@code OffsetIndex.lookup}: the position of the last entry whose offset is at

@@ -25,7 +25,8 @@ import org.apache.spark.unsafe.types.UTF8String;
 /** Reads a task's segment pieces into columnar batches: record batches of magic 2, every
  *  codec, CRC-32C checked (a batch that fails is skipped and logged), control batches
  *  skipped, and the records of each piece's offset range ({@link Planner.Piece#from} to
- *  {@link Planner.Piece#until}) outside aborted transactions ({@link Planner.Piece#aborted}). */
+ *  {@link Planner.Piece#until}) and timestamp range ({@link Planner.Piece#fromTs} to
+ *  {@link Planner.Piece#untilTs}) outside aborted transactions ({@link Planner.Piece#aborted}). */
 final class SegmentReader implements PartitionReader<ColumnarBatch> {
     static final int ROWS = 4096;
     static final int HEADER = 61;  // v2 batch header bytes
@@ -282,6 +283,9 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
         if (count == 0 || last < (cur.from == Long.MIN_VALUE ? 0 : cur.from) || (cur.until >= 0 && base >= cur.until)) {
             return false;
         }
+        if (cur.fromTs != null && getLong(data, at + 35) < cur.fromTs && (attrs & 0x40) == 0) {
+            return false;  // all below the start timestamp, unless a delete horizon is set
+        }
         if ((attrs & 0x10) != 0 && aborted(cur.aborted, getLong(data, at + 43), last)) {
             return false;
         }
@@ -353,22 +357,9 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
             return;
         }
         ensure(size);
-        long p = pos + 18 + (magic == 1 ? 8 : 0), end = pos + (long) size;
-        for (int i = 0; i < 2; i++) {  // key and value: they fill the message
-            if (p + 4 > end) {
-                resync("a message's lengths run past it");
-                return;
-            }
-            int n = getInt(data, (int) p);
-            p += 4;
-            if (n < -1 || p + Math.max(n, 0) > end) {
-                resync("a message's lengths run past it");
-                return;
-            }
-            p += Math.max(n, 0);
-        }
-        if (p != end) {
-            resync("a message's lengths do not fill it");
+        String damage = legacyDamage(data, pos, magic, size);
+        if (damage != null) {
+            resync(damage);
             return;
         }
         java.util.zip.CRC32 crc32 = new java.util.zip.CRC32();
@@ -381,6 +372,24 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
         throw new UnsupportedOperationException(KafkaSegmentsJvm.NAME + ": " + cur.path + " at byte "
                 + (winStart + pos) + " holds a message of magic " + magic
                 + " (only record batches of magic 2 are read here)" + KafkaSegmentsJvm.FALLBACK);
+    }
+
+    /** Why the message of magic 0 or 1 (at least its minimum size) of {@code size} bytes at
+     *  {@code data[pos]} does not frame (its key and value lengths must fill it), or null. */
+    static String legacyDamage(byte[] data, int pos, int magic, int size) {
+        long p = pos + 18 + (magic == 1 ? 8 : 0), end = pos + (long) size;
+        for (int i = 0; i < 2; i++) {  // key and value: they fill the message
+            if (p + 4 > end) {
+                return "a message's lengths run past it";
+            }
+            int n = getInt(data, (int) p);
+            p += 4;
+            if (n < -1 || p + Math.max(n, 0) > end) {
+                return "a message's lengths run past it";
+            }
+            p += Math.max(n, 0);
+        }
+        return p != end ? "a message's lengths do not fill it" : null;
     }
 
     /** Decompressed bytes allowed to a task: this floor plus this ratio times the compressed
@@ -507,7 +516,9 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
                     throw new IllegalStateException("a header count of " + hc);
                 }
                 recPos = end;
-                boolean keep = off >= cur.from && (cur.until < 0 || off < cur.until);
+                long ts = logAppend ? maxTs : baseTs + tsDelta;
+                boolean keep = off >= cur.from && (cur.until < 0 || off < cur.until)
+                        && (cur.fromTs == null || ts >= cur.fromTs) && (cur.untilTs == null || ts < cur.untilTs);
                 if (keep) {
                     reserve(rows + 1);
                     if (kl < 0) {
@@ -521,7 +532,7 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
                         value.putByteArray(rows, recs, vAt, vl);
                     }
                     offset.putLong(rows, off);
-                    timestamp.putLong(rows, (logAppend ? maxTs : baseTs + tsDelta) * 1000L);
+                    timestamp.putLong(rows, ts * 1000L);
                     tsType.putInt(rows, tsKind);
                 }
                 if (hc > 0 || keep && headers != null) {
