@@ -164,26 +164,15 @@ final class Transactions {
     }
 
     /** Whether the magic 0/1 message of {@code length} bytes (after its offset and length) at
-     *  {@code pos} frames as kproto's Python reader frames it: at least its magic's minimum
-     *  size, a key and a value whose lengths fill it. */
+     *  {@code pos} frames as kproto's Python reader frames it (see SegmentReader.legacyDamage). */
     static boolean legacyFramed(FileChannel ch, long pos, int length, byte magic) throws IOException {
         if (length < (magic == 0 ? 14 : 22)) {
             return false;
         }
-        long p = pos + 18 + (magic == 1 ? 8 : 0), end = pos + 12 + (long) length;
-        ByteBuffer four = ByteBuffer.allocate(4);
-        for (int i = 0; i < 2; i++) {
-            if (p + 4 > end || Planner.readAt(ch, four, p) < 4) {
-                return false;
-            }
-            int n = four.getInt(0);
-            p += 4;
-            if (n < -1 || p + Math.max(n, 0) > end) {
-                return false;
-            }
-            p += Math.max(n, 0);
-        }
-        return p == end;
+        int size = 12 + length;  // within the file: the caller checked
+        byte[] message = new byte[size];
+        return Planner.readAt(ch, ByteBuffer.wrap(message), pos) == size
+                && SegmentReader.legacyDamage(message, 0, magic, size) == null;
     }
 
     /** Producer id to the first offset of its open transaction of a {@code .snapshot} file
