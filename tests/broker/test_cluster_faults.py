@@ -45,13 +45,19 @@ def test_a_slow_broker_answers_late(kafka_cluster: ClusterThread) -> None:
     leader = kafka_cluster.leader("slow", 0)
     assert leader is not None
     p = ck.Producer({"bootstrap.servers": kafka_cluster.bootstrap, "acks": "all", "linger.ms": 0})
-    fast = deliveries(p, "slow", [b"a"], 0)
-    assert p.flush(10) == 0
+    # the first delivery also waits for the metadata and the connections (a second on a loaded
+    # machine): the time of a delivery is the fastest of three after it
+    warm = deliveries(p, "slow", [b"warm"], 0)
+    assert p.flush(10) == 0 and warm[0][0] is None
+    fast = []  # each delivery's list, filled by its callback in flush()
+    for i in range(3):
+        fast.append(deliveries(p, "slow", [b"a%d" % i], 0))
+        assert p.flush(10) == 0
     kafka_cluster.slow_disk(leader, 400)
     slow = deliveries(p, "slow", [b"b"], 0)
     assert p.flush(10) == 0
     kafka_cluster.slow_disk(leader, 0)
-    assert slow[0][0] is None and slow[0][1] >= 0.4 > fast[0][1]
+    assert slow[0][0] is None and slow[0][1] >= 0.4 > min(d[0][1] for d in fast)
 
 
 def test_a_slow_follower_link_delays_acks_all_but_not_acks_1(kafka_cluster: ClusterThread) -> None:
