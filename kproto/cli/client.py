@@ -217,7 +217,7 @@ async def _consume(args: argparse.Namespace) -> int:
             while args.max_messages is None or count < args.max_messages:
                 records = await consumer.getmany(timeout=0.5)
                 now = time.monotonic()
-                if records or idle_since is None:
+                if records or idle_since is None or consumer.rebalance_needed:  # joining is not idle
                     idle_since = now
                 elif args.idle_timeout is not None and now - idle_since > args.idle_timeout:
                     break

@@ -293,6 +293,8 @@ class Consumer:
         self._needs_join = group_id is not None
         self._admin = Admin(cluster)
         self._heartbeat_task: Optional[asyncio.Task] = None
+        #: the classic protocol's rejoin under way (getmany waits for it until its timeout)
+        self._join_task: Optional[asyncio.Task] = None
         self._reset: set[tuple[str, int]] = set()
         self._paused: set[tuple[str, int]] = set()
         #: the KIP-848 member (``group_protocol="consumer"``); None for the classic protocol
@@ -336,6 +338,9 @@ class Consumer:
         if self.membership is not None:
             await self._leave_consumer_group()
             return
+        if self._join_task is not None:
+            self._join_task.cancel()
+            self._join_task = None
         await self._auto_commit(force=True)
         if self._heartbeat_task is not None:
             self._heartbeat_task.cancel()
@@ -387,6 +392,24 @@ class Consumer:
                     raise_for_error(code, f"SyncGroup({self.group_id})")
                 _log.warning("SyncGroup(%s) refused with INVALID_REQUEST: joining again", self.group_id)
                 await asyncio.sleep(_RETRY_BACKOFF)
+
+    async def _joined_within(self, timeout: float) -> bool:
+        """Rejoin when needed, waiting ``timeout`` at most; False when the rejoin goes on.
+
+        As Kafka's poll(timeout), a JoinGroup the coordinator holds until the other members
+        join (up to their rebalance timeout) does not hold the caller: the round goes on in
+        a task that the next call waits for again. A caller that polls several consumers in
+        turn thus gets each into the round in time."""
+        if self._join_task is None:
+            if not self._needs_join:
+                return True
+            self._join_task = asyncio.get_running_loop().create_task(self.ensure_group())
+        done, _ = await asyncio.wait([self._join_task], timeout=timeout)
+        if not done:
+            return False
+        task, self._join_task = self._join_task, None
+        task.result()  # its error, if it failed
+        return True
 
     async def _auto_commit(self, force: bool = False) -> None:
         """Commit the positions when auto-commit is on and the interval passed (or ``force``).
@@ -723,7 +746,8 @@ class Consumer:
     # -- fetching -----------------------------------------------------------------------------
     async def getmany(self, timeout: float = 1.0) -> list[ConsumerRecord]:
         """Rejoin if needed, then one fetch round to every leader; returns the new records and
-        advances the positions.
+        advances the positions. A rejoin that outlasts ``timeout`` goes on while this call
+        returns no records (as Kafka's poll); the next call waits for it again.
 
         Fetches are pipelined as in Kafka's Fetcher: once a leader's answer is read, the next
         fetch goes to it before the records are returned, so the broker reads on while the
@@ -734,12 +758,13 @@ class Consumer:
         an earlier call sent is waited for until ``timeout`` at most, then left in flight."""
         if self._member_error is not None:
             raise self._member_error
-        if self.group_id is not None:
-            await self.ensure_group()
-            await self._auto_commit()
-        await self._init_positions()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
+        if self.group_id is not None:
+            if not await self._joined_within(timeout):
+                return []
+            await self._auto_commit()
+        await self._init_positions()
         while True:
             fresh = self._send_fetches(timeout)
             if not self._fetches:

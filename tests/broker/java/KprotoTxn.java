@@ -87,7 +87,15 @@ public class KprotoTxn {
     }
 
     static void state(Admin admin, String txnId, String when) throws Exception {
-        TransactionDescription d = admin.describeTransactions(List.of(txnId)).all().get(15, TimeUnit.SECONDS).get(txnId);
+        // commitTransaction returns once PrepareCommit is written; the markers and CompleteCommit
+        // follow on the coordinator's time (Kafka's and kproto's alike): wait for them, 30 s at most
+        long deadline = System.nanoTime() + 30_000_000_000L;
+        TransactionDescription d;
+        while (true) {
+            d = admin.describeTransactions(List.of(txnId)).all().get(15, TimeUnit.SECONDS).get(txnId);
+            if (!d.state().toString().startsWith("Prepare") || System.nanoTime() > deadline) break;
+            Thread.sleep(50);
+        }
         emit("event", "state", "when", when, "state", d.state().toString(), "producer_id", d.producerId(),
              "epoch", d.producerEpoch());
     }
