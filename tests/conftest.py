@@ -103,9 +103,15 @@ SLOW_TESTS = {"test_safety_under_random_faults",
               "test_cli_start_prints_listening_on_and_stops_on_sigterm"}
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     """Mark the slow tests (see :data:`SLOW_FIXTURES`, :data:`SLOW_MODULES`,
-    :data:`SLOW_TESTS`)."""
+    :data:`SLOW_TESTS`) and group them for ``pytest -n``.
+
+    First of the hooks: pytest-xdist's worker turns each test's ``xdist_group`` marks into its
+    scheduling group in its own ``pytest_collection_modifyitems``, and a mark added after that
+    one ran groups nothing (each test was then scheduled alone: every worker started its own
+    Spark session, Apache Kafka nodes and module fixtures)."""
     from fnmatch import fnmatch
 
     for item in items:
@@ -119,6 +125,22 @@ def pytest_collection_modifyitems(config, items):
         # a test that names its own group keeps it
         if item.get_closest_marker("xdist_group") is None:
             item.add_marker(pytest.mark.xdist_group(_jvm_group(item) or item.nodeid.split("::")[0]))
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        # the scheduler hands groups out in collection order (``--no-loadscope-reorder`` in
+        # pyproject.toml): the two JVM groups first (each several minutes, one per worker), then
+        # the groups holding slow tests, the quick ones last to fill in; a long group handed
+        # out last left one worker running alone for minutes
+        rank: dict[str, int] = {}
+        for item in items:
+            group = _group_of(item)
+            slow = item.get_closest_marker("slow") is not None
+            rank[group] = min(rank.get(group, 2), 0 if group in ("apache", "spark") else 1 if slow else 2)
+        items.sort(key=lambda item: rank[_group_of(item)])  # stable: a group keeps its order
+
+
+def _group_of(item) -> str:
+    mark = item.get_closest_marker("xdist_group")
+    return str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
 
 
 #: Fixtures whose JVMs are started once per session (per worker under ``pytest -n``): the tests
@@ -182,3 +204,24 @@ def engine(request, monkeypatch):
     mod = None if request.param == "numpy" else request.getfixturevalue("speedups")
     monkeypatch.setattr(columns, "_speedups", mod)
     return request.param
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """With KPROTO_TEST_TIMELINE=FILE, each test's worker, start and end (setup to teardown) are
+    appended to FILE as JSON lines: where a ``pytest -n 2`` run spends its time, worker by
+    worker (the long pole of a run whose groups each stay in one worker)."""
+    path = os.environ.get("KPROTO_TEST_TIMELINE")
+    if not path:
+        yield
+        return
+    import json
+    import time
+
+    start = time.time()
+    yield
+    with open(path, "a") as f:
+        f.write(json.dumps({"test": item.nodeid, "worker": os.environ.get("PYTEST_XDIST_WORKER", "main"),
+                            "group": next((m.args[0] if m.args else m.kwargs.get("name")
+                                           for m in item.iter_markers("xdist_group")), None),
+                            "start": start, "end": time.time()}) + "\n")

@@ -36,3 +36,62 @@ def test_a_group_runs_in_one_worker(tmp_path: Path):
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     workers = out.read_text().split()
     assert len(workers) == 6 and len(set(workers)) == 1, workers
+
+
+_SUITE_CONFTEST = '''
+import importlib.util, os, sys, pytest
+sys.path.insert(0, {tests!r})
+_spec = importlib.util.spec_from_file_location("kproto_suite_conftest", {conftest!r})
+_suite = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_suite)
+pytest_collection_modifyitems = _suite.pytest_collection_modifyitems  # with its hookimpl order
+
+@pytest.fixture
+def spark():
+    return None
+
+@pytest.fixture
+def apache_kafka():
+    return None
+'''
+
+_SUITE_TESTS = '''
+import os, pytest
+
+def _record(kind):
+    with open(os.environ["GROUPING_OUT"], "a") as f:
+        f.write(kind + " " + os.environ["PYTEST_XDIST_WORKER"] + "\\n")
+
+@pytest.mark.parametrize("i", range(6))
+def test_spark(spark, i):
+    _record("spark")
+
+@pytest.mark.parametrize("i", range(6))
+def test_apache(apache_kafka, i):
+    _record("apache")
+
+@pytest.mark.parametrize("i", range(12))
+def test_free(i):
+    pass
+'''
+
+
+def test_the_suites_own_groups_reach_the_scheduler(tmp_path: Path):
+    """The groups tests/conftest.py gives (a session JVM's tests, a module's) are the ones
+    pytest-xdist schedules by: its hook must run before xdist's worker reads the marks."""
+    tests = Path(__file__).resolve().parent
+    (tmp_path / "conftest.py").write_text(_SUITE_CONFTEST.format(tests=str(tests),
+                                                                 conftest=str(tests / "conftest.py")))
+    (tmp_path / "test_suite_kinds.py").write_text(_SUITE_TESTS)
+    out = tmp_path / "workers.txt"
+    r = subprocess.run([sys.executable, "-m", "pytest", "-n", "2", "--dist", "loadgroup", "-q",
+                        "-p", "no:cacheprovider", "-o", "addopts=", str(tmp_path / "test_suite_kinds.py")],
+                       cwd=tmp_path, env={**os.environ, "GROUPING_OUT": str(out)},
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    seen: dict[str, set[str]] = {}
+    for line in out.read_text().splitlines():
+        kind, worker = line.split()
+        seen.setdefault(kind, set()).add(worker)
+    assert sorted(seen) == ["apache", "spark"]
+    assert all(len(workers) == 1 for workers in seen.values()), seen

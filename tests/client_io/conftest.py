@@ -20,7 +20,10 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 PEERS = Path(os.environ.get("KPROTO_PEERS", REPO.parent / "shared" / "peers"))
-LIFETIME = "600"  # seconds; the whole client_io run takes far less
+#: seconds: a backstop for a killed pytest only. A peer lives from the first test that asks for
+#: it to the session's end, and in a ``pytest -n 2`` run of the whole suite that is most of the
+#: run (a 600 s lifetime ended tansu and the mock under the last client_io modules of a worker)
+LIFETIME = "3600"
 
 
 @dataclass

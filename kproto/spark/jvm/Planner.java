@@ -420,35 +420,22 @@ final class Planner {
             ByteBuffer head = ByteBuffer.allocate(HEADER_BYTES);
             long pos = 0;
             while (logSize - pos >= 12) {
-                int got = readAt(ch, head, pos);
-                int length = head.getInt(8);
-                if (length < 14 || 12L + length > logSize - pos || got < 17) {
+                Frame frame = frame(ch, head, pos, logSize);
+                if (frame == Frame.TORN || frame == Frame.DAMAGED) {
                     break;
                 }
-                int size = 12 + length;
-                byte magic = head.get(16);
+                int size = 12 + head.getInt(8);
+                if (frame == Frame.SKIPPED) {
+                    pos += size;  // stepped over: no append
+                    continue;
+                }
                 long lastOffset, batchTs;
-                if (magic == 2) {
-                    if (length < HEADER_BYTES - 12 || head.getInt(57) < 0) {
-                        break;
-                    }
-                    int count = head.getInt(57);
-                    if ((head.getShort(21) & 7) > 4 || (count == 0 && size > HEADER_BYTES)) {
-                        pos += size;  // stepped over: no append
-                        continue;
-                    }
+                if (head.get(16) == 2) {
                     lastOffset = head.getLong(0) + head.getInt(23);
                     batchTs = head.getLong(35);
-                } else if (magic == 0 || magic == 1) {
-                    byte[] message = new byte[size];
-                    if (length < (magic == 0 ? 14 : 22) || readAt(ch, ByteBuffer.wrap(message), pos) < size
-                            || SegmentReader.legacyDamage(message, 0, magic, size) != null) {
-                        break;
-                    }
-                    lastOffset = head.getLong(0);
-                    batchTs = magic == 1 ? head.getLong(18) : -1;
                 } else {
-                    break;
+                    lastOffset = head.getLong(0);
+                    batchTs = head.get(16) == 1 ? head.getLong(18) : -1;
                 }
                 if (batchTs > maxTs) {
                     maxTs = batchTs;
@@ -489,6 +476,52 @@ final class Planner {
             {Arrays.copyOf(rels, nOff), Arrays.copyOf(positions, nOff)},
             {Arrays.copyOf(times, nTime), Arrays.copyOf(timeRels, nTime), {0}},
         };
+    }
+
+    /** How an entry of a segment frames, as kproto's Python reader frames it. */
+    enum Frame {
+        /** a batch (or a legacy message) the reader reads */
+        BATCH,
+        /** a v2 batch the reader steps over: an unknown codec, records behind a count of 0 */
+        SKIPPED,
+        /** the segment's end cuts it: nothing follows */
+        TORN,
+        /** bytes that frame nothing (a bad length, magic, count or legacy message) */
+        DAMAGED
+    }
+
+    /** How the entry at {@code pos} of a {@code size}-byte segment frames; {@code head}
+     *  (HEADER_BYTES) holds its first bytes after the call. One rule for the read_committed
+     *  walk (Transactions) and the index rebuild; the cut positions ({@link #batchPositions})
+     *  read lengths only, as a reader may start at any of them. */
+    static Frame frame(FileChannel ch, ByteBuffer head, long pos, long size) throws IOException {
+        int got = readAt(ch, head, pos);
+        if (got < 12) {
+            return Frame.TORN;
+        }
+        int length = head.getInt(8);
+        if (length < 14) {
+            return Frame.DAMAGED;
+        }
+        if (pos + 12 + length > size) {
+            return Frame.TORN;
+        }
+        byte magic = head.get(16);
+        if (magic == 2) {
+            if (length < HEADER_BYTES - 12 || head.getInt(57) < 0) {
+                return Frame.DAMAGED;
+            }
+            boolean skipped = (head.getShort(21) & 0x07) > 4
+                    || (head.getInt(57) == 0 && length > HEADER_BYTES - 12);
+            return skipped ? Frame.SKIPPED : Frame.BATCH;
+        }
+        if ((magic == 0 || magic == 1) && length >= (magic == 0 ? 14 : 22)) {
+            byte[] message = new byte[12 + length];  // within the file: checked above
+            boolean framed = readAt(ch, ByteBuffer.wrap(message), pos) == message.length
+                    && SegmentReader.legacyDamage(message, 0, magic, message.length) == null;
+            return framed ? Frame.BATCH : Frame.DAMAGED;
+        }
+        return Frame.DAMAGED;
     }
 
     /** Kafka's {@code OffsetIndex.lookup}: the position of the last entry whose offset is at

@@ -102,20 +102,11 @@ final class Transactions {
                 long high = i + 1 < logs.size() ? Planner.baseOf(logs.get(i + 1)) : Long.MAX_VALUE;
                 long[] resync = null;  // the .index positions, read at the first damage
                 while (pos + 12 <= size) {
-                    int got = Planner.readAt(ch, head, pos);
-                    if (got < 12) {
-                        break;
+                    Planner.Frame frame = Planner.frame(ch, head, pos, size);
+                    if (frame == Planner.Frame.TORN) {
+                        break;  // nothing after it in this segment
                     }
-                    int length = head.getInt(8);
-                    if (length >= 14 && pos + 12 + length > size) {
-                        break;  // a torn tail: nothing after it in this segment
-                    }
-                    byte magic = got > 16 ? head.get(16) : -1;
-                    boolean framed = length >= 14 && (magic == 2
-                            ? length >= Planner.HEADER_BYTES - 12 && got >= Planner.HEADER_BYTES
-                                    && head.getInt(57) >= 0
-                            : (magic == 0 || magic == 1) && legacyFramed(ch, pos, length, magic));
-                    if (!framed) {
+                    if (frame == Planner.Frame.DAMAGED) {
                         // damage that frames nothing: the walk resumes at the next batch the
                         // .index knows, as kproto's Python reader resumes its scan
                         if (resync == null) {
@@ -131,16 +122,15 @@ final class Transactions {
                         pos = next;
                         continue;
                     }
+                    int length = head.getInt(8);
+                    byte magic = head.get(16);
                     // a legacy entry's offset is its last; its first needs decompressing
                     long base = head.getLong(0), last = magic == 2 ? base + head.getInt(23) : base;
                     int attrs = magic == 2 ? head.getShort(21) : 0;
-                    // a batch the reader skips (an unknown codec, records behind a count of 0,
-                    // offsets out of place) opens and closes nothing
-                    boolean skipped = magic == 2 && ((attrs & 0x07) > 4
-                            || (head.getInt(57) == 0 && length > Planner.HEADER_BYTES - 12));
-                    if (!skipped && (last < segBase || last < base || base < low || last >= high)) {
-                        skipped = true;
-                    }
+                    // a batch the reader skips (Frame.SKIPPED, offsets out of place) opens and
+                    // closes nothing
+                    boolean skipped = frame == Planner.Frame.SKIPPED
+                            || last < segBase || last < base || base < low || last >= high;
                     if (!skipped) {
                         low = last + 1;
                         if (magic == 2) {
@@ -161,18 +151,6 @@ final class Transactions {
             }
         }
         return open.isEmpty() ? -1 : open.values().stream().min(Long::compare).get();
-    }
-
-    /** Whether the magic 0/1 message of {@code length} bytes (after its offset and length) at
-     *  {@code pos} frames as kproto's Python reader frames it (see SegmentReader.legacyDamage). */
-    static boolean legacyFramed(FileChannel ch, long pos, int length, byte magic) throws IOException {
-        if (length < (magic == 0 ? 14 : 22)) {
-            return false;
-        }
-        int size = 12 + length;  // within the file: the caller checked
-        byte[] message = new byte[size];
-        return Planner.readAt(ch, ByteBuffer.wrap(message), pos) == size
-                && SegmentReader.legacyDamage(message, 0, magic, size) == null;
     }
 
     /** Producer id to the first offset of its open transaction of a {@code .snapshot} file
