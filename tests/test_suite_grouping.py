@@ -26,15 +26,21 @@ def test_free(i):
 '''
 
 
-def test_a_group_runs_in_one_worker(tmp_path: Path):
-    (tmp_path / "test_grouped.py").write_text(_TESTS)
-    out = tmp_path / "workers.txt"
+def _run_in_two_workers(test_file: Path) -> str:
+    """Run ``test_file`` with ``pytest -n 2 --dist loadgroup``; what its tests wrote to
+    GROUPING_OUT."""
+    out = test_file.parent / "workers.txt"
     r = subprocess.run([sys.executable, "-m", "pytest", "-n", "2", "--dist", "loadgroup", "-q",
-                        "-p", "no:cacheprovider", "-o", "addopts=", str(tmp_path / "test_grouped.py")],
-                       cwd=tmp_path, env={**os.environ, "GROUPING_OUT": str(out)},
+                        "-p", "no:cacheprovider", "-o", "addopts=", str(test_file)],
+                       cwd=test_file.parent, env={**os.environ, "GROUPING_OUT": str(out)},
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
-    workers = out.read_text().split()
+    return out.read_text()
+
+
+def test_a_group_runs_in_one_worker(tmp_path: Path):
+    (tmp_path / "test_grouped.py").write_text(_TESTS)
+    workers = _run_in_two_workers(tmp_path / "test_grouped.py").split()
     assert len(workers) == 6 and len(set(workers)) == 1, workers
 
 
@@ -83,14 +89,8 @@ def test_the_suites_own_groups_reach_the_scheduler(tmp_path: Path):
     (tmp_path / "conftest.py").write_text(_SUITE_CONFTEST.format(tests=str(tests),
                                                                  conftest=str(tests / "conftest.py")))
     (tmp_path / "test_suite_kinds.py").write_text(_SUITE_TESTS)
-    out = tmp_path / "workers.txt"
-    r = subprocess.run([sys.executable, "-m", "pytest", "-n", "2", "--dist", "loadgroup", "-q",
-                        "-p", "no:cacheprovider", "-o", "addopts=", str(tmp_path / "test_suite_kinds.py")],
-                       cwd=tmp_path, env={**os.environ, "GROUPING_OUT": str(out)},
-                       capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     seen: dict[str, set[str]] = {}
-    for line in out.read_text().splitlines():
+    for line in _run_in_two_workers(tmp_path / "test_suite_kinds.py").splitlines():
         kind, worker = line.split()
         seen.setdefault(kind, set()).add(worker)
     assert sorted(seen) == ["apache", "spark"]
