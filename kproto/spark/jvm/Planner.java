@@ -260,12 +260,13 @@ final class Planner {
             if (size == 0) {
                 continue;
             }
-            long[][] index = index(log, size);
+            long[][] indexFile = indexFile(log, size);
+            long[][] index = indexFile != null ? indexFile : new long[][] {new long[0], new long[0]};
             // the segment holding the first offset read is entered through its index, as
             // kafka-segments enters it
             long start = from > base ? lookup(index, base, from) : 0;
             if (bounds.startTs != null) {
-                long at = timestampStart(log, size, base, i == logs.size() - 1, bounds.startTs);
+                long at = timestampStart(log, size, base, i == logs.size() - 1, bounds.startTs, indexFile);
                 if (at < 0) {
                     continue;  // a closed segment whose largest timestamp is below the start
                 }
@@ -387,9 +388,10 @@ final class Planner {
      *  position), -1 when none of it is read: a segment not the last whose time index is not
      *  preallocated and ends below {@code ts}. The indexes as kproto's Python reader takes
      *  them: when either file is missing or unusable both are rebuilt by a scan, and a rebuilt
-     *  one replaces each that is unusable or has no entries. */
-    static long timestampStart(Path log, long logSize, long base, boolean last, long ts) {
-        long[][] offsets = indexFile(log, logSize), times = timeIndexFile(log, logSize);
+     *  one replaces each that is unusable or has no entries. {@code offsets}: the segment's
+     *  {@link #indexFile}, which the planner has read already. */
+    static long timestampStart(Path log, long logSize, long base, boolean last, long ts, long[][] offsets) {
+        long[][] times = timeIndexFile(log, logSize);
         if (offsets == null || times == null) {
             long[][][] rebuilt = rebuild(log, logSize, base);
             offsets = offsets == null || offsets[0].length == 0 ? rebuilt[0] : offsets;
