@@ -190,7 +190,10 @@ def test_leave_group_v3_batch_and_v0_then_the_empty_group_is_deleted(core, clock
     assert a.call(K.LIST_GROUPS, 4, states_filter=[]).groups == []
 
 
-def test_a_static_member_restarting_gets_its_assignment_back_without_a_rebalance(core, clock):
+# its subscription's metadata may differ (a fresh consumer owns no partitions, knows no
+# generation): as in Kafka, only a change of the group's selected protocol would rebalance
+@pytest.mark.parametrize("meta", [b"m", b"fresh metadata"])
+def test_a_static_member_restarting_gets_its_assignment_back_without_a_rebalance(core, clock, meta):
     a, b = Client(core), Client(core)
     wa, wb = join(a, "s", instance="i-a"), join(b, "s", instance="i-b")  # static: no MEMBER_ID_REQUIRED
     tick(core, clock, 3000)                            # two initial delays: b came during the first
@@ -206,7 +209,8 @@ def test_a_static_member_restarting_gets_its_assignment_back_without_a_rebalance
     assert sf().assignment == b"F"
     # the follower restarts: same instance id, no member id
     again = Client(core)
-    r = join(again, "s", instance=f_inst)()
+    r = join(again, "s", instance=f_inst, meta=meta)()
+    assert r is not None, "the rejoin waits for a rebalance"
     assert r.error_code == 0 and r.member_id != follower.member_id and r.generation_id == 1
     s = sync(again, "s", 1, r.member_id, instance=f_inst)()
     assert (s.error_code, s.assignment) == (0, b"F")

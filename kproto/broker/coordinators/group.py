@@ -751,8 +751,13 @@ class GroupCoordinator:
         group.static_members[instance_id] = new_id
         if group.leader_id == old_id:
             group.leader_id = new_id
-        if group.state == STABLE and old.matches(protocols):
-            # same subscription: no rebalance, the member gets the current assignment
+        if group.state == STABLE:
+            # as Kafka's updateStaticMemberThenRebalanceOrCompleteJoin: the member's protocols
+            # are replaced, and only a change of the group's selected protocol rebalances; its
+            # metadata (a fresh consumer's owned partitions and generation) may differ
+            old.protocols = protocols
+        if group.state == STABLE and group.select_protocol() == group.protocol_name:
+            # no rebalance: the member gets the current assignment
             old.rebalance_timeout_ms, old.session_timeout_ms = rebalance_timeout, session_timeout
             self.store_group(group)
             leader = new_id == group.leader_id
